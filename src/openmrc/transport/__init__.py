@@ -1,0 +1,65 @@
+"""The sans-IO MRC transport core.
+
+No sockets, no clocks, no global randomness: time (integer picoseconds) and a
+``random.Random`` are passed in.  Start from :class:`Context`.
+"""
+
+from . import cc
+from .attrs import RETRY_INFINITE, TIMEOUT_UNIT_PS, CCProfile, EVProfile, QPAttr
+from .context import Context, Datagram
+from .errors import InvalidArgument, InvalidState, MrcError, ResourceExhausted
+from .ev import ev_path, ev_plane, make_ev
+from .paths import EVEvent, EVState, PathSet
+from .qp import QPEvent, QPStats, QueuePair
+from .state import QPState
+from .verbs import (
+    SGE,
+    Access,
+    CompletionQueue,
+    MemoryRegion,
+    ProtectionDomain,
+    QPCap,
+    RecvWR,
+    SendWR,
+    WCOpcode,
+    WCStatus,
+    WorkCompletion,
+    WROpcode,
+)
+
+__all__ = [
+    "RETRY_INFINITE",
+    "SGE",
+    "TIMEOUT_UNIT_PS",
+    "Access",
+    "CCProfile",
+    "CompletionQueue",
+    "Context",
+    "Datagram",
+    "EVEvent",
+    "EVProfile",
+    "EVState",
+    "InvalidArgument",
+    "InvalidState",
+    "MemoryRegion",
+    "MrcError",
+    "PathSet",
+    "ProtectionDomain",
+    "QPAttr",
+    "QPCap",
+    "QPEvent",
+    "QPState",
+    "QPStats",
+    "QueuePair",
+    "RecvWR",
+    "ResourceExhausted",
+    "SendWR",
+    "WCOpcode",
+    "WCStatus",
+    "WROpcode",
+    "WorkCompletion",
+    "cc",
+    "ev_path",
+    "ev_plane",
+    "make_ev",
+]

@@ -1,0 +1,86 @@
+"""The congestion-control interface and its registry, selected by name.
+
+A congestion controller owns the sender's window (``cwnd``, in payload bytes)
+and is told about every acknowledgement, NACK and timeout.  Algorithms register
+themselves with :func:`register` and QPs create them with :func:`create` from
+their :class:`~openmrc.transport.attrs.CCProfile`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from ..attrs import CCProfile
+from ..errors import InvalidArgument
+
+
+class CongestionControl(ABC):
+    """Sender-side window algorithm.  ``cwnd`` is in payload bytes."""
+
+    name: str = ""
+    cwnd: int
+
+    def __init__(self, profile: CCProfile, mtu: int) -> None:
+        self.profile = profile
+        self.mtu = mtu
+
+    @abstractmethod
+    def on_ack(self, acked_bytes: int, rtt_ps: int, ecn: bool, inflight: int, now: int) -> None:
+        """``acked_bytes`` newly acknowledged; ``rtt_ps`` the sample of this ACK."""
+
+    @abstractmethod
+    def on_nack(self, nacked_bytes: int, now: int) -> None:
+        """A packet of ``nacked_bytes`` was trimmed (congestion)."""
+
+    @abstractmethod
+    def on_loss(self, lost_bytes: int, now: int) -> None:
+        """A packet was lost without a trim, or timed out."""
+
+    def on_penalty(self, penalty: int, now: int) -> None:  # noqa: B027 - optional hook
+        """The receiver asked for a window penalty (7-bit value); default: ignore."""
+
+    def describe(self) -> dict[str, Any]:
+        """A snapshot of the controller's state, for reports."""
+        return {"name": self.name, "cwnd": self.cwnd}
+
+
+_REGISTRY: dict[str, type[CongestionControl]] = {}
+
+
+def register(name: str) -> Callable[[type[CongestionControl]], type[CongestionControl]]:
+    """Class decorator: make an algorithm available under ``name``."""
+
+    def deco(cls: type[CongestionControl]) -> type[CongestionControl]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names of the registered algorithms."""
+    return sorted(_REGISTRY)
+
+
+def create(profile: CCProfile, mtu: int) -> CongestionControl:
+    """Instantiate the algorithm ``profile.name`` names."""
+    cls = _REGISTRY.get(profile.name)
+    if cls is None:
+        raise InvalidArgument(
+            f"CCProfile.name: unknown congestion control {profile.name!r} "
+            f"(available: {', '.join(available())})"
+        )
+    return cls(profile, mtu)
+
+
+def param(profile: CCProfile, key: str, default: float, lo: float, hi: float) -> float:
+    """Read an override from ``profile.params`` with range checking."""
+    value = profile.params.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidArgument(
+            f"CCProfile.params[{key!r}]: must be a number in {lo}..{hi}, got {value!r}"
+        )
+    return value

@@ -1,0 +1,266 @@
+"""The device context: one per NIC (host), owning keys, QPs and the event queue.
+
+It is the sans-IO endpoint a driver talks to, aioquic style:
+
+* ``receive_packet(pkt, now)`` / ``receive_datagram(data, now)``: input from
+  the network, demultiplexed to QPs by destination QPN; never raises on
+  network input (bad datagrams are dropped and counted in :attr:`stats`);
+* ``poll_packet(now)`` / ``datagrams_to_send(now)``: output, round-robin over
+  the QPs that have something to send, each packet with its EV;
+* ``get_timer()`` / ``handle_timer(now)``: the earliest deadline, and running it;
+* ``next_event()``: EV state changes and QP state changes, for the controller.
+
+Randomness comes only from the ``random.Random`` passed in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import NamedTuple
+
+from ..wire.packets import (
+    DataPacket,
+    NackPacket,
+    Packet,
+    ProbePacket,
+    ProbeReplyPacket,
+    SackPacket,
+    unwrap32,
+)
+from .errors import InvalidArgument, InvalidState
+from .qp import QueuePair
+from .state import QPState
+from .verbs import (
+    Access,
+    CompletionQueue,
+    MemoryRegion,
+    ProtectionDomain,
+    QPCap,
+)
+
+_ADDR_BASE = 0x7F00_0000_0000
+
+
+class Datagram(NamedTuple):
+    """One encoded packet to send: its bytes, its EV, and where it goes."""
+
+    data: bytes
+    ev: int
+    peer: object
+    qpn: int
+
+
+class Context:
+    """A device context (an MRC NIC's verbs context)."""
+
+    def __init__(self, rng: random.Random | None = None, name: str = "") -> None:
+        if rng is not None and not isinstance(rng, random.Random):
+            raise InvalidArgument(f"rng: must be a random.Random, got {type(rng).__name__}")
+        self.rng = rng if rng is not None else random.Random(0)
+        self.name = name
+        self.qps: dict[int, QueuePair] = {}
+        self._lkeys: dict[int, MemoryRegion] = {}
+        self._rkeys: dict[int, MemoryRegion] = {}
+        self._next_qpn = 0x100
+        self._next_pd = 1
+        self._next_addr = _ADDR_BASE
+        self._ready: dict[QueuePair, None] = {}
+        self.events: deque[object] = deque()
+        self.stats = {"rx_malformed": 0, "rx_unknown_qp": 0, "rx_packets": 0}
+
+    # -- verbs ----------------------------------------------------------------------
+    def alloc_pd(self) -> ProtectionDomain:
+        """Allocate a protection domain."""
+        pd = ProtectionDomain(self, self._next_pd)
+        self._next_pd += 1
+        return pd
+
+    def create_cq(self, depth: int = 4096) -> CompletionQueue:
+        """Create a completion queue."""
+        return CompletionQueue(depth)
+
+    def _new_key(self, table: dict[int, MemoryRegion]) -> int:
+        while True:
+            key = self.rng.getrandbits(32)
+            if key and key not in self._lkeys and key not in self._rkeys:
+                return key
+
+    def _reg_mr(
+        self,
+        pd: ProtectionDomain,
+        length: int,
+        access: Access,
+        buffer: bytearray | memoryview | None,
+        addr: int | None,
+    ) -> MemoryRegion:
+        if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= 1 << 48:
+            raise InvalidArgument(f"length: must be an int in 1..2^48, got {length!r}")
+        if not isinstance(access, Access):
+            raise InvalidArgument(f"access: must be Access flags, got {access!r}")
+        if buffer is not None:
+            if not isinstance(buffer, bytearray | memoryview):
+                raise InvalidArgument(
+                    f"buffer: must be a bytearray or writable memoryview, got {type(buffer).__name__}"
+                )
+            if isinstance(buffer, memoryview) and buffer.readonly:
+                raise InvalidArgument("buffer: the memoryview is read-only")
+            if memoryview(buffer).nbytes != length:
+                raise InvalidArgument(
+                    f"buffer: holds {memoryview(buffer).nbytes} bytes, length says {length}"
+                )
+        if addr is None:
+            addr = self._next_addr
+            self._next_addr += (length + 0xFFFF) & ~0xFFF
+        elif not isinstance(addr, int) or not 0 <= addr <= (1 << 64) - length:
+            raise InvalidArgument(f"addr: must be an int with addr + length <= 2^64, got {addr!r}")
+        lkey = self._new_key(self._lkeys)
+        self._lkeys[lkey] = None  # type: ignore[assignment]  # reserve before drawing rkey
+        rkey = self._new_key(self._rkeys)
+        mr = MemoryRegion(pd, addr, length, access, lkey, rkey, buffer)
+        self._lkeys[lkey] = mr
+        self._rkeys[rkey] = mr
+        pd.mrs.append(mr)
+        return mr
+
+    def _dereg_mr(self, pd: ProtectionDomain, mr: MemoryRegion) -> None:
+        if mr.pd is not pd or self._lkeys.get(mr.lkey) is not mr:
+            raise InvalidArgument("mr: not a registered memory region of this PD")
+        del self._lkeys[mr.lkey]
+        del self._rkeys[mr.rkey]
+        pd.mrs.remove(mr)
+
+    def _create_qp(
+        self, pd: ProtectionDomain, send_cq: CompletionQueue, recv_cq: CompletionQueue, cap: QPCap
+    ) -> QueuePair:
+        if pd.context is not self:
+            raise InvalidArgument("pd: belongs to another context")
+        if not isinstance(send_cq, CompletionQueue) or not isinstance(recv_cq, CompletionQueue):
+            raise InvalidArgument("send_cq/recv_cq: must be CompletionQueues")
+        qpn = self._next_qpn
+        if qpn >= 1 << 24:
+            raise InvalidState("create_qp: QP numbers exhausted")
+        self._next_qpn += 1
+        qp = QueuePair(self, pd, qpn, send_cq, recv_cq, cap)
+        self.qps[qpn] = qp
+        return qp
+
+    def destroy_qp(self, qp: QueuePair) -> None:
+        """Remove a QP; packets for its number are dropped afterwards."""
+        if self.qps.get(qp.qpn) is not qp:
+            raise InvalidArgument("qp: not a QP of this context")
+        del self.qps[qp.qpn]
+        self._ready.pop(qp, None)
+
+    # -- controller -------------------------------------------------------------------
+    def deny_ev(self, qp: QueuePair, ev: int, now: int = 0) -> None:
+        """Administratively take ``ev`` out of ``qp``'s rotation (DENIED)."""
+        if qp.paths is None:
+            raise InvalidState("deny_ev: the QP has no EV set before RTR")
+        qp.paths.deny(ev, now)
+
+    def allow_ev(self, qp: QueuePair, ev: int, now: int = 0) -> None:
+        """Return a denied ``ev`` to ``qp``'s rotation."""
+        if qp.paths is None:
+            raise InvalidState("allow_ev: the QP has no EV set before RTR")
+        qp.paths.allow(ev, now)
+
+    def next_event(self) -> object | None:
+        """The oldest EV or QP event not yet read, or None."""
+        return self.events.popleft() if self.events else None
+
+    # -- sans-IO ----------------------------------------------------------------------
+    def receive_packet(self, pkt: Packet, now: int) -> None:
+        """Deliver a packet object to its QP (simulator path)."""
+        qp = self.qps.get(pkt.dqpn)
+        if qp is None:
+            self.stats["rx_unknown_qp"] += 1
+            return
+        self.stats["rx_packets"] += 1
+        qp.receive_packet(pkt, now)
+
+    def receive_datagram(self, data: bytes | bytearray | memoryview, now: int) -> None:
+        """Decode a UDP payload and deliver it; malformed input is dropped and counted."""
+        from ..wire.codec import WireError, decode
+
+        try:
+            pkt = decode(data)
+        except WireError:
+            self.stats["rx_malformed"] += 1
+            return
+        qp = self.qps.get(pkt.dqpn)
+        if qp is None:
+            self.stats["rx_unknown_qp"] += 1
+            return
+        _unwrap(pkt, qp)
+        self.stats["rx_packets"] += 1
+        qp.receive_packet(pkt, now)
+
+    def poll_packet(self, now: int) -> tuple[QueuePair, Packet] | None:
+        """The next packet to send from any QP (round robin), with its QP."""
+        ready = self._ready
+        while ready:
+            qp = next(iter(ready))
+            pkt = qp.poll_packet(now)
+            del ready[qp]
+            if pkt is not None:
+                if qp.has_output():
+                    ready[qp] = None  # to the back: round robin
+                return qp, pkt
+        return None
+
+    def datagrams_to_send(self, now: int) -> list[Datagram]:
+        """Everything sendable now, encoded (real-network path)."""
+        from ..wire.codec import encode
+
+        out = []
+        while True:
+            item = self.poll_packet(now)
+            if item is None:
+                return out
+            qp, pkt = item
+            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))
+
+    def get_timer(self) -> int | None:
+        """The earliest deadline over all QPs, or None."""
+        best = None
+        for qp in self.qps.values():
+            t = qp.get_timer()
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def handle_timer(self, now: int) -> None:
+        """Run every QP deadline that has passed."""
+        for qp in list(self.qps.values()):
+            t = qp.get_timer()
+            if t is not None and t <= now:
+                qp.handle_timer(now)
+
+
+def _unwrap(pkt: Packet, qp: QueuePair) -> None:
+    """Recover full PSN/MSN values from the wire's 32 bits, against the QP's state."""
+    if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
+        return
+    kind = type(pkt)
+    if kind is DataPacket:
+        rsp = qp.responder
+        if rsp is None:
+            return
+        pkt.psn = unwrap32(pkt.psn, rsp.base)  # type: ignore[attr-defined]
+        pkt.msn = unwrap32(pkt.msn, rsp.next_msn)  # type: ignore[attr-defined]
+    elif kind is SackPacket or kind is NackPacket:
+        req = qp.requester
+        ref = req.snd_una if req is not None else 0
+        cack = unwrap32(pkt.cack, ref)  # type: ignore[attr-defined]
+        if kind is SackPacket:
+            pkt.sack_base = cack + (pkt.sack_base - pkt.cack)  # type: ignore[attr-defined]
+        else:
+            pkt.psn = unwrap32(pkt.psn, ref)  # type: ignore[attr-defined]
+        pkt.cack = cack  # type: ignore[attr-defined]
+    elif kind is ProbeReplyPacket:
+        req = qp.requester
+        if req is not None:
+            pkt.seq = unwrap32(pkt.seq, req.probe_seq)  # type: ignore[attr-defined]
+    elif kind is ProbePacket:
+        pass

@@ -1,0 +1,270 @@
+"""The EV set of one QP: which paths it sprays over, and the state of each.
+
+At QP start the sender draws its active EVs, split equally over the planes,
+each a random path of its plane; the plane's other paths are the backup set.
+Packets rotate through the active EVs, one EV per packet.  Each EV has a state:
+
+========== ==================================================================
+GOOD       in the rotation
+SKIP       ECN echoed, or trimmed away from the last hop: skipped for one
+           rotation, then GOOD again (a load-balancing signal, not a failure)
+ASSUMED_BAD a packet was lost without a trim, or timed out: out of the
+           rotation at once, replaced by a backup EV of the same plane, and
+           probed in the background until enough probes come back
+DENIED     administratively removed (controller deny list)
+========== ==================================================================
+
+A floor of usable EVs stops a storm from disabling them all, and a plane whose
+active EVs are mostly bad stops consuming its backups (the plane is presumed
+down; its EVs are probed and come back when it does).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .attrs import EVProfile
+from .errors import InvalidArgument
+from .ev import ev_plane, make_ev
+
+
+class EVState(IntEnum):
+    """Per-EV path state."""
+
+    GOOD = 0
+    SKIP = 1
+    ASSUMED_BAD = 2
+    DENIED = 3
+
+
+GOOD = EVState.GOOD
+SKIP = EVState.SKIP
+BAD = EVState.ASSUMED_BAD
+DENIED = EVState.DENIED
+
+
+@dataclass(frozen=True, slots=True)
+class EVEvent:
+    """An EV state transition, as the controller's EV event queue reports it."""
+
+    time: int
+    qpn: int
+    ev: int
+    old: EVState
+    new: EVState
+    reason: str
+
+
+class PathSet:
+    """Active EVs, backups, states, rotation and probing for one QP."""
+
+    def __init__(
+        self,
+        profile: EVProfile,
+        rng: random.Random,
+        qpn: int,
+        events: deque[object] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.qpn = qpn
+        self.state: dict[int, EVState] = {}
+        self.slots: list[int] = []
+        self.backups: dict[int, deque[int]] = {}
+        self._idx = 0
+        #: where EV transitions are reported (the context's event queue).
+        self.events: deque[object] = events if events is not None else deque()
+        #: EV -> consecutive answered probes, for EVs currently ASSUMED_BAD.
+        self.probing: dict[int, int] = {}
+        #: EV -> seq of the probe awaiting an answer.
+        self.probe_wait: dict[int, int] = {}
+        self.next_probe_at: int | None = None
+        self.usable = 0
+        self.stats_skips = 0
+        self.stats_bad = 0
+        self.stats_recovered = 0
+        self.stats_floor_hits = 0
+        self.stats_replacements = 0
+        self._build(rng)
+
+    # -- construction -----------------------------------------------------------------
+    def _build(self, rng: random.Random) -> None:
+        prof = self.profile
+        if prof.explicit is not None:
+            by_plane: dict[int, list[int]] = {}
+            for ev in prof.explicit:
+                by_plane.setdefault(ev_plane(ev), []).append(ev)
+            self.slots = list(prof.explicit)
+            for plane in by_plane:
+                self.backups[plane] = deque()
+        else:
+            per_plane = max(1, prof.ev_count // prof.planes)
+            per_plane = min(per_plane, prof.paths_per_plane)
+            columns = []
+            for plane in range(prof.planes):
+                paths = list(range(prof.paths_per_plane))
+                rng.shuffle(paths)
+                columns.append([make_ev(plane, p) for p in paths[:per_plane]])
+                self.backups[plane] = deque(make_ev(plane, p) for p in paths[per_plane:])
+            # Interleave planes so consecutive packets go to different planes (ports).
+            self.slots = [
+                columns[plane][i] for i in range(per_plane) for plane in range(prof.planes)
+            ]
+        for ev in self.slots:
+            self.state[ev] = GOOD
+        for pool in self.backups.values():
+            for ev in pool:
+                self.state[ev] = GOOD
+        self.usable = len(self.slots)
+
+    # -- spraying -----------------------------------------------------------------
+    def next_ev(self) -> int:
+        """The EV for the next packet: the next usable one in the rotation."""
+        slots = self.slots
+        state = self.state
+        n = len(slots)
+        i = self._idx
+        for _ in range(n):
+            ev = slots[i]
+            i += 1
+            if i == n:
+                i = 0
+            st = state[ev]
+            if st is GOOD:
+                self._idx = i
+                return ev
+            if st is SKIP:
+                state[ev] = GOOD
+        # Nothing usable (everything denied or bad and the floor is 0): keep sending
+        # on the rotation anyway rather than stall; the RTO bounds the damage.
+        ev = slots[i]
+        self._idx = i + 1 if i + 1 < n else 0
+        return ev
+
+    def other_ev(self, avoid: int) -> int:
+        """A usable EV different from ``avoid`` when one exists (for retransmissions)."""
+        ev = self.next_ev()
+        if ev == avoid and self.usable > 1:
+            ev = self.next_ev()
+        return ev
+
+    # -- feedback -----------------------------------------------------------------
+    def on_ecn(self, ev: int) -> None:
+        """An ACK echoed ECN for ``ev``: skip it for one rotation."""
+        if self.state.get(ev) is GOOD:
+            self.state[ev] = SKIP
+            self.stats_skips += 1
+
+    on_trim = on_ecn  # a trim away from the last hop: same reaction
+
+    def on_loss(self, ev: int, now: int, reason: str) -> None:
+        """A packet on ``ev`` was lost without a trim (or timed out): ASSUMED_BAD."""
+        st = self.state.get(ev)
+        if st is None or st is BAD or st is DENIED:
+            return
+        in_slot = ev in self._slot_set()
+        if in_slot and self.usable <= self.profile.floor:
+            self.stats_floor_hits += 1
+            return
+        self._set(ev, BAD, now, reason)
+        self.stats_bad += 1
+        self.probing[ev] = 0
+        if self.next_probe_at is None:
+            self.next_probe_at = now + self.profile.probe_interval_ps
+        if in_slot:
+            self.usable -= 1
+            self._replace(ev, now)
+
+    def _slot_set(self) -> set[int]:
+        return set(self.slots)
+
+    def _replace(self, bad_ev: int, now: int) -> None:
+        plane = ev_plane(bad_ev)
+        pool = self.backups.get(plane)
+        if not pool:
+            return
+        plane_slots = [ev for ev in self.slots if ev_plane(ev) == plane]
+        bad = sum(1 for ev in plane_slots if self.state[ev] is BAD)
+        if bad >= self.profile.plane_down_fraction * len(plane_slots) and bad > 1:
+            return  # the plane looks down: keep its backups for when it returns
+        while pool:
+            candidate = pool.popleft()
+            if self.state[candidate] is GOOD:
+                self.slots[self.slots.index(bad_ev)] = candidate
+                self.usable += 1
+                self.stats_replacements += 1
+                return
+
+    def _set(self, ev: int, new: EVState, now: int, reason: str) -> None:
+        old = self.state[ev]
+        self.state[ev] = new
+        self.events.append(EVEvent(now, self.qpn, ev, old, new, reason))
+
+    # -- probing ------------------------------------------------------------------
+    def due_probes(self, now: int, next_seq: int) -> list[tuple[int, int]]:
+        """EVs to probe now, as (ev, seq) pairs; reschedules the next round."""
+        if self.next_probe_at is None or now < self.next_probe_at:
+            return []
+        out = []
+        seq = next_seq
+        for ev in self.probing:
+            if ev in self.probe_wait:
+                self.probing[ev] = 0  # the previous probe went unanswered
+            self.probe_wait[ev] = seq
+            out.append((ev, seq))
+            seq += 1
+        self.next_probe_at = now + self.profile.probe_interval_ps if self.probing else None
+        return out
+
+    def on_probe_reply(self, ev: int, seq: int, now: int) -> None:
+        """A probe on ``ev`` came back: after enough in a row, the EV is GOOD again."""
+        if self.probe_wait.get(ev) != seq:
+            return
+        del self.probe_wait[ev]
+        count = self.probing.get(ev)
+        if count is None:
+            return
+        count += 1
+        if count < self.profile.probe_successes:
+            self.probing[ev] = count
+            return
+        del self.probing[ev]
+        self._set(ev, GOOD, now, "probes answered")
+        self.stats_recovered += 1
+        if ev in self._slot_set():
+            self.usable += 1
+        else:
+            self.backups.setdefault(ev_plane(ev), deque()).append(ev)
+        if not self.probing:
+            self.next_probe_at = None
+
+    # -- administration -----------------------------------------------------------
+    def deny(self, ev: int, now: int) -> None:
+        """Take ``ev`` out of use (controller deny list)."""
+        st = self.state.get(ev)
+        if st is None:
+            raise InvalidArgument(f"ev: {ev:#x} is not in this QP's EV set")
+        if st is DENIED:
+            return
+        if st is not BAD and ev in self._slot_set():
+            self.usable -= 1
+        self.probing.pop(ev, None)
+        self.probe_wait.pop(ev, None)
+        self._set(ev, DENIED, now, "denied")
+
+    def allow(self, ev: int, now: int) -> None:
+        """Return a denied ``ev`` to use."""
+        if self.state.get(ev) is not DENIED:
+            raise InvalidArgument(f"ev: {ev:#x} is not denied")
+        self._set(ev, GOOD, now, "allowed")
+        if ev in self._slot_set():
+            self.usable += 1
+
+    def counts(self) -> dict[str, int]:
+        """How many active EVs are in each state."""
+        out = {s.name: 0 for s in EVState}
+        for ev in self.slots:
+            out[self.state[ev].name] += 1
+        return out

@@ -1,0 +1,417 @@
+"""The MRC queue pair: the sans-IO connection object.
+
+Inputs: verbs calls (``modify``/``connect``, ``post_send``, ``post_recv``),
+``receive_packet(pkt, now)`` and ``handle_timer(now)``.  Outputs:
+``poll_packet(now)`` (the next packet to put on the wire, with its EV),
+``get_timer()``, and completions on the CQs.  No sockets, no clocks: time is an
+integer number of picoseconds given by the caller.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from ..wire.packets import DataPacket, NackPacket, Packet, ProbePacket, ProbeReplyPacket, SackPacket
+from . import cc as cc_registry
+from .attrs import QPAttr
+from .errors import InvalidArgument, InvalidState, ResourceExhausted
+from .paths import PathSet
+from .requester import Requester, SendOp
+from .responder import Responder
+from .state import CAN_POST_RECV, CAN_POST_SEND, QPState, check_transition
+from .verbs import (
+    SGE,
+    CompletionQueue,
+    MemoryRegion,
+    ProtectionDomain,
+    QPCap,
+    RecvWR,
+    SendWR,
+    WCOpcode,
+    WCStatus,
+    WorkCompletion,
+    WROpcode,
+)
+
+if TYPE_CHECKING:
+    from .context import Context
+
+_U32 = 0xFFFFFFFF
+_U64 = (1 << 64) - 1
+
+
+@dataclass(slots=True)
+class QPStats:
+    """Counters of one QP (both halves)."""
+
+    tx_data_packets: int = 0
+    tx_data_bytes: int = 0
+    retransmits: int = 0
+    timeouts: int = 0
+    losses_detected: int = 0
+    tail_probes: int = 0
+    probes_sent: int = 0
+    probe_replies: int = 0
+    window_stalls: int = 0
+    rx_sacks: int = 0
+    rx_nacks: int = 0
+    fatal_nacks: int = 0
+    stale_nacks: int = 0
+    oow_nacks: int = 0
+    trims: int = 0
+    trims_lasthop: int = 0
+    ecn_echoes: int = 0
+    rx_data_packets: int = 0
+    rx_duplicates: int = 0
+    rx_out_of_window: int = 0
+    rx_trimmed: int = 0
+    rx_access_errors: int = 0
+    rx_no_resource: int = 0
+    rx_invalid: int = 0
+    rx_messages: int = 0
+    rx_probes: int = 0
+    tx_sacks: int = 0
+    tx_nacks: int = 0
+    dropped_not_ready: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a plain dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class QPEvent:
+    """A QP state change (for example to ERROR when retries run out)."""
+
+    time: int
+    qpn: int
+    old: QPState
+    new: QPState
+    reason: str
+
+
+class QueuePair:
+    """An MRC reliable connection: a requester and a responder sharing one QPN."""
+
+    def __init__(
+        self,
+        context: Context,
+        pd: ProtectionDomain,
+        qpn: int,
+        send_cq: CompletionQueue,
+        recv_cq: CompletionQueue,
+        cap: QPCap,
+    ) -> None:
+        cap.validate()
+        self.context = context
+        self.pd = pd
+        self.qpn = qpn
+        self.send_cq = send_cq
+        self.recv_cq = recv_cq
+        self.cap = cap
+        self.state = QPState.RESET
+        self.attr = QPAttr()
+        self.remote_qpn = 0
+        #: the driver's name for the remote host (the simulator's host index,
+        #: the socket driver's address); the core never looks inside it.
+        self.peer: object = None
+        self.stats = QPStats()
+        self.paths: PathSet | None = None
+        self.cc: cc_registry.CongestionControl | None = None
+        self.requester: Requester | None = None
+        self.responder: Responder | None = None
+        self.control: deque[Packet] = deque()
+        self._early_recvs: deque[RecvWR] = deque()
+        self.error_reason = ""
+
+    # -- bring-up ---------------------------------------------------------------------
+    def modify(
+        self,
+        state: QPState,
+        attr: QPAttr | None = None,
+        remote_qpn: int | None = None,
+        peer: object = None,
+        now: int = 0,
+    ) -> None:
+        """Move the QP to ``state`` (the verbs ``modify_qp``).
+
+        INIT takes the attributes (``attr``); RTR needs ``remote_qpn`` (and the
+        driver's ``peer``); RTS starts the requester.  RESET forgets everything.
+        """
+        if not isinstance(state, QPState):
+            raise InvalidArgument(f"state: must be a QPState, got {state!r}")
+        check_transition(self.state, state)
+        if state is QPState.INIT:
+            if attr is not None:
+                if not isinstance(attr, QPAttr):
+                    raise InvalidArgument(f"attr: must be a QPAttr, got {type(attr).__name__}")
+                attr.validate()
+                self.attr = attr
+        elif state is QPState.RTR:
+            if attr is not None:
+                raise InvalidArgument("attr: set attributes in INIT, not RTR")
+            if not isinstance(remote_qpn, int) or not 0 <= remote_qpn < 1 << 24:
+                raise InvalidArgument(
+                    f"remote_qpn: must be an int in 0..2^24-1, got {remote_qpn!r}"
+                )
+            self.remote_qpn = remote_qpn
+            self.peer = peer
+            self.paths = PathSet(
+                self.attr.ev_profile, self.context.rng, self.qpn, self.context.events
+            )
+            self.cc = cc_registry.create(self.attr.cc_profile, self.attr.mtu)
+            self.responder = Responder(self)
+            self.responder.recv_queue.extend(self._early_recvs)
+            self._early_recvs.clear()
+        elif state is QPState.RTS:
+            self.requester = Requester(self)
+        elif state is QPState.ERROR:
+            self._fail(WCStatus.WR_FLUSH_ERR, None, now, "moved to ERROR by the user")
+            return
+        elif state is QPState.RESET:
+            self._reset()
+        self._set_state(state, now, "modify")
+
+    def connect(
+        self, remote_qpn: int, attr: QPAttr | None = None, peer: object = None, now: int = 0
+    ) -> None:
+        """RESET -> INIT -> RTR -> RTS in one call, the usual bring-up."""
+        self.modify(QPState.INIT, attr=attr, now=now)
+        self.modify(QPState.RTR, remote_qpn=remote_qpn, peer=peer, now=now)
+        self.modify(QPState.RTS, now=now)
+
+    def _set_state(self, state: QPState, now: int, reason: str) -> None:
+        old = self.state
+        self.state = state
+        if old is not state:
+            self.context.events.append(QPEvent(now, self.qpn, old, state, reason))
+
+    def _reset(self) -> None:
+        self.paths = None
+        self.requester = None
+        self.responder = None
+        self.control.clear()
+        self._early_recvs.clear()
+        self.stats = QPStats()
+        self.error_reason = ""
+        self.context._ready.pop(self, None)
+
+    # -- posting ----------------------------------------------------------------------
+    def post_send(self, wr: SendWR) -> None:
+        """Post an RDMA WRITE or WRITE WITH IMMEDIATE."""
+        if not isinstance(wr, SendWR):
+            raise InvalidArgument(f"wr: must be a SendWR, got {type(wr).__name__}")
+        if self.state not in CAN_POST_SEND:
+            raise InvalidState(f"post_send: QP {self.qpn} is in {self.state.value}, needs RTS")
+        if not isinstance(wr.opcode, WROpcode):
+            raise InvalidArgument(
+                f"opcode: {wr.opcode!r} is not supported; MRC 1.0 has only RDMA_WRITE and "
+                "RDMA_WRITE_WITH_IMM (no SEND, READ or atomics)"
+            )
+        req = self.requester
+        assert req is not None
+        if len(req.ops) >= self.cap.max_send_wr:
+            raise ResourceExhausted(
+                f"post_send: send queue full ({self.cap.max_send_wr} work requests)"
+            )
+        is_imm = wr.opcode is WROpcode.RDMA_WRITE_WITH_IMM
+        if is_imm:
+            if not isinstance(wr.imm_data, int) or not 0 <= wr.imm_data <= _U32:
+                raise InvalidArgument(
+                    f"imm_data: must be a 32-bit unsigned int, got {wr.imm_data!r}"
+                )
+            if req.wimm_outstanding >= self.attr.max_wimm_send:
+                raise ResourceExhausted(
+                    f"post_send: max_wimm_send ({self.attr.max_wimm_send}) WRITE_IMMs already in flight"
+                )
+        elif wr.imm_data is not None:
+            raise InvalidArgument("imm_data: only RDMA_WRITE_WITH_IMM carries an immediate")
+        if not isinstance(wr.remote_addr, int) or not 0 <= wr.remote_addr <= _U64:
+            raise InvalidArgument(
+                f"remote_addr: must be a 64-bit unsigned int, got {wr.remote_addr!r}"
+            )
+        if not isinstance(wr.rkey, int) or not 0 <= wr.rkey <= _U32:
+            raise InvalidArgument(f"rkey: must be a 32-bit unsigned int, got {wr.rkey!r}")
+        segs = self._resolve_sges(wr.sg_list)
+        total = sum(length for _, _, length in segs)
+        if wr.remote_addr + total > _U64 + 1:
+            raise InvalidArgument("remote_addr: the write runs past the end of the 64-bit space")
+        op = SendOp(
+            wr.wr_id,
+            segs,
+            wr.remote_addr,
+            wr.rkey,
+            wr.imm_data if is_imm else None,
+            bool(wr.signaled),
+            req.next_msn,
+            self.attr.mtu,
+        )
+        req.next_msn += 1
+        if is_imm:
+            req.wimm_outstanding += 1
+        req.ops.append(op)
+        req.to_segment.append(op)
+        self._wake()
+
+    def _resolve_sges(self, sg_list: Any) -> list[tuple[MemoryRegion, int, int]]:
+        if not isinstance(sg_list, list | tuple):
+            raise InvalidArgument(f"sg_list: must be a list of SGE, got {type(sg_list).__name__}")
+        if len(sg_list) > 32:
+            raise InvalidArgument(f"sg_list: at most 32 elements, got {len(sg_list)}")
+        segs = []
+        for i, sge in enumerate(sg_list):
+            if not isinstance(sge, SGE):
+                raise InvalidArgument(f"sg_list[{i}]: must be an SGE, got {type(sge).__name__}")
+            mr = self.context._lkeys.get(sge.lkey)
+            if mr is None or mr.pd is not self.pd:
+                raise InvalidArgument(
+                    f"sg_list[{i}].lkey: {sge.lkey!r} is not a memory region of this PD"
+                )
+            if not isinstance(sge.length, int) or sge.length < 0:
+                raise InvalidArgument(
+                    f"sg_list[{i}].length: must be a non-negative int, got {sge.length!r}"
+                )
+            if not isinstance(sge.addr, int) or not mr.contains(sge.addr, sge.length):
+                raise InvalidArgument(
+                    f"sg_list[{i}]: [{sge.addr!r}, +{sge.length}) is outside the region "
+                    f"[{mr.addr:#x}, +{mr.length})"
+                )
+            segs.append((mr, sge.addr, sge.length))
+        return segs
+
+    def post_recv(self, wr: RecvWR) -> None:
+        """Post a receive, to be consumed by one incoming WRITE WITH IMMEDIATE."""
+        if not isinstance(wr, RecvWR):
+            raise InvalidArgument(f"wr: must be a RecvWR, got {type(wr).__name__}")
+        if self.state not in CAN_POST_RECV:
+            raise InvalidState(
+                f"post_recv: QP {self.qpn} is in {self.state.value}, needs INIT, RTR or RTS"
+            )
+        queue = self.responder.recv_queue if self.responder is not None else self._early_recvs
+        reserved = len(self.responder.reserved) if self.responder is not None else 0
+        if len(queue) + reserved >= self.cap.max_recv_wr:
+            raise ResourceExhausted(
+                f"post_recv: receive queue full ({self.cap.max_recv_wr} work requests)"
+            )
+        queue.append(wr)
+
+    # -- sans-IO input ---------------------------------------------------------------
+    def receive_packet(self, pkt: Packet, now: int) -> None:
+        """Take one packet from the network.  Never raises on network input."""
+        state = self.state
+        if state is not QPState.RTS and state is not QPState.RTR:
+            self.stats.dropped_not_ready += 1
+            return
+        kind = type(pkt)
+        if kind is DataPacket:
+            self.responder.on_data(pkt, now)  # type: ignore[union-attr,arg-type]
+        elif kind is SackPacket:
+            if self.requester is not None:
+                self.requester.on_sack(pkt, now)  # type: ignore[arg-type]
+        elif kind is NackPacket:
+            if self.requester is not None:
+                self.requester.on_nack(pkt, now)  # type: ignore[arg-type]
+        elif kind is ProbePacket:
+            self.responder.on_probe(pkt, now)  # type: ignore[union-attr,arg-type]
+        elif kind is ProbeReplyPacket:
+            if self.requester is not None:
+                self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]
+        else:
+            self.stats.rx_invalid += 1
+
+    def handle_timer(self, now: int) -> None:
+        """Run whatever deadlines have passed (RTO, loss detection, probes)."""
+        if self.state is QPState.RTS and self.requester is not None:
+            self.requester.handle_timer(now)
+
+    # -- sans-IO output --------------------------------------------------------------
+    def get_timer(self) -> int | None:
+        """The next time :meth:`handle_timer` must be called, or None."""
+        if self.state is QPState.RTS and self.requester is not None:
+            return self.requester.get_timer()
+        return None
+
+    def poll_packet(self, now: int) -> Packet | None:
+        """The next packet to transmit (control packets first), or None."""
+        if self.control:
+            return self.control.popleft()
+        if self.state is QPState.RTS:
+            return self.requester.next_packet(now)  # type: ignore[union-attr]
+        return None
+
+    def has_output(self) -> bool:
+        """True when :meth:`poll_packet` may return a packet."""
+        return bool(self.control) or (
+            self.state is QPState.RTS and self.requester is not None and self.requester.has_work()
+        )
+
+    # -- internals used by the halves ------------------------------------------------
+    def _wake(self) -> None:
+        self.context._ready[self] = None
+
+    def _queue_control(self, pkt: Packet) -> None:
+        self.control.append(pkt)
+        self.context._ready[self] = None
+
+    def _complete_sends(self) -> None:
+        req = self.requester
+        ops = req.ops  # type: ignore[union-attr]
+        while ops:
+            op = ops[0]
+            if op.acked < op.npkts or op.segmented < op.npkts:
+                break
+            ops.popleft()
+            if op.is_imm:
+                req.wimm_outstanding -= 1  # type: ignore[union-attr]
+            if op.signaled:
+                self.send_cq.push(
+                    WorkCompletion(
+                        op.wr_id, WCStatus.SUCCESS, WCOpcode.RDMA_WRITE, self.qpn, op.total
+                    )
+                )
+
+    def _fail(self, status: WCStatus, failed_op: SendOp | None, now: int, reason: str) -> None:
+        """Go to ERROR: complete what finished, fail ``failed_op``, flush the rest."""
+        if self.state is QPState.ERROR:
+            return
+        self.error_reason = reason
+        req = self.requester
+        if req is not None:
+            self._complete_sends()
+            for op in req.ops:
+                st = status if op is failed_op else WCStatus.WR_FLUSH_ERR
+                if (
+                    failed_op is None
+                    and st is WCStatus.WR_FLUSH_ERR
+                    and status is not WCStatus.WR_FLUSH_ERR
+                ):
+                    st = status  # no specific WR: the oldest takes the error
+                    failed_op = op
+                self.send_cq.push(WorkCompletion(op.wr_id, st, WCOpcode.RDMA_WRITE, self.qpn, 0))
+            req.ops.clear()
+            req.to_segment.clear()
+            req.retx.clear()
+            req.flight.clear()
+            req.unacked.clear()
+            req.inflight = 0
+            req.rack_deadline = None
+            if self.paths is not None:
+                self.paths.next_probe_at = None
+        recvs: list[RecvWR] = list(self._early_recvs)
+        if self.responder is not None:
+            recvs += list(self.responder.reserved.values()) + list(self.responder.recv_queue)
+            self.responder.reserved.clear()
+            self.responder.recv_queue.clear()
+        for recv in recvs:
+            self.recv_cq.push(
+                WorkCompletion(
+                    recv.wr_id, WCStatus.WR_FLUSH_ERR, WCOpcode.RECV_RDMA_WITH_IMM, self.qpn
+                )
+            )
+        self.control.clear()
+        self._set_state(QPState.ERROR, now, reason)
+
+    def __repr__(self) -> str:
+        return f"QueuePair(qpn={self.qpn}, state={self.state.value}, remote_qpn={self.remote_qpn})"

@@ -1,0 +1,189 @@
+"""The receive half of an MRC queue pair (the responder).
+
+Each data packet is checked (PSN window, rkey, access, bounds) and written
+straight to its own address in the target memory region, in whatever order
+it arrives.  PSNs are tracked as a cumulative point (``base``: every PSN below
+it received) plus a bitmap of what arrived above it.  WRITE_IMM completions go
+out in message order, once the whole message and every earlier one is placed.
+ACKs are coalesced by bytes, and sent at once on ECN, on an ACK request, or on
+a duplicate; trims and out-of-window packets are NACKed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..wire.packets import (
+    LAST_OPCODES,
+    DataPacket,
+    NackPacket,
+    NackReason,
+    ProbePacket,
+    ProbeReplyPacket,
+    SackPacket,
+)
+from .verbs import Access, RecvWR, WCOpcode, WCStatus, WorkCompletion
+
+if TYPE_CHECKING:
+    from .qp import QueuePair
+
+_MASK64 = (1 << 64) - 1
+_REMOTE_WRITE = Access.REMOTE_WRITE
+
+
+class Responder:
+    """Receive-side state of one QP."""
+
+    def __init__(self, qp: QueuePair) -> None:
+        self.qp = qp
+        attr = qp.attr
+        self.window = attr.window_psns
+        self.coalesce = attr.ack_coalesce_bytes
+        self.max_wimm = attr.max_wimm_recv
+        self.stats = qp.stats
+        self.rkeys = qp.context._rkeys
+        self.pd = qp.pd
+        self.base = 0  # every PSN below it has been received
+        self.bits = 0  # bit i: PSN base + i received
+        self.highest = -1
+        self.pending_bytes = 0  # bytes received since the last ACK (for coalescing)
+        self.rcvd_bytes = 0
+        self.next_msn = 0
+        self.last_of: dict[int, tuple[int, int | None, bool]] = {}  # msn -> (last psn, imm, wimm)
+        self.msg_bytes: dict[int, int] = {}
+        self.reserved: dict[int, RecvWR] = {}  # msn -> receive consumed by that WRITE_IMM
+        self.recv_queue: deque[RecvWR] = deque()
+
+    def on_data(self, pkt: DataPacket, now: int) -> None:
+        """Place one data packet (or NACK it), then ACK as the coalescing rules say."""
+        stats = self.stats
+        psn = pkt.psn
+        off = psn - self.base
+        if off < 0 or (off < self.window and (self.bits >> off) & 1):
+            stats.rx_duplicates += 1
+            self._ack(pkt, now)
+            return
+        if off >= self.window:
+            stats.rx_out_of_window += 1
+            self._nack(pkt, NackReason.PSN_OUT_OF_WINDOW)
+            return
+        if pkt.trimmed:
+            stats.rx_trimmed += 1
+            self._nack(
+                pkt, NackReason.TRIMMED_LASTHOP if pkt.trimmed_lasthop else NackReason.TRIMMED
+            )
+            return
+        length = pkt.length
+        mr = self.rkeys.get(pkt.rkey)
+        if (
+            mr is None
+            or mr.pd is not self.pd
+            or not mr.access & _REMOTE_WRITE
+            or not mr.contains(pkt.va, length)
+        ):
+            stats.rx_access_errors += 1
+            self._nack(pkt, NackReason.REMOTE_ACCESS_ERROR)
+            return
+        msn = pkt.msn
+        if pkt.wimm and msn not in self.reserved:
+            if msn < self.next_msn:
+                stats.rx_invalid += 1
+                self._nack(pkt, NackReason.INVALID_REQUEST)
+                return
+            if not self.recv_queue or len(self.reserved) >= self.max_wimm:
+                stats.rx_no_resource += 1
+                self._nack(pkt, NackReason.NO_RESOURCE)
+                return
+            self.reserved[msn] = self.recv_queue.popleft()
+        payload = pkt.payload
+        view = mr.view
+        if payload is not None and view is not None:
+            start = pkt.va - mr.addr
+            view[start : start + length] = payload
+        stats.rx_data_packets += 1
+        self.rcvd_bytes += length
+        self.msg_bytes[msn] = self.msg_bytes.get(msn, 0) + length
+        if pkt.opcode in LAST_OPCODES:
+            self.last_of[msn] = (psn, pkt.imm, pkt.wimm)
+        if psn > self.highest:
+            self.highest = psn
+        bits = self.bits | (1 << off)
+        if off == 0:
+            run = (bits ^ (bits + 1)).bit_length() - 1
+            bits >>= run
+            self.base += run
+            self.bits = bits
+            self._complete_messages()
+        else:
+            self.bits = bits
+        self.pending_bytes += length if length > 1024 else 1024
+        if pkt.ecn or pkt.ack_req or self.pending_bytes >= self.coalesce:
+            self._ack(pkt, now)
+
+    def _complete_messages(self) -> None:
+        last_of = self.last_of
+        base = self.base
+        while True:
+            info = last_of.get(self.next_msn)
+            if info is None or info[0] >= base:
+                return
+            msn = self.next_msn
+            del last_of[msn]
+            nbytes = self.msg_bytes.pop(msn, 0)
+            self.next_msn = msn + 1
+            self.stats.rx_messages += 1
+            if info[2]:
+                recv = self.reserved.pop(msn, None)
+                if recv is not None:
+                    self.qp.recv_cq.push(
+                        WorkCompletion(
+                            recv.wr_id,
+                            WCStatus.SUCCESS,
+                            WCOpcode.RECV_RDMA_WITH_IMM,
+                            self.qp.qpn,
+                            nbytes,
+                            info[1],
+                        )
+                    )
+
+    def sack(self, ev: int, ecn: bool, ts_echo: int) -> SackPacket:
+        """A SACK describing everything received so far."""
+        base = self.base
+        sack_base = self.highest - 63
+        if sack_base < base:
+            sack_base = base
+        bits = self.bits
+        return SackPacket(
+            self.qp.remote_qpn,
+            ev,
+            base,
+            sack_base,
+            (bits >> (sack_base - base)) & _MASK64,
+            ecn,
+            self.rcvd_bytes,
+            bits.bit_count(),
+            ts_echo,
+            0,
+        )
+
+    def _ack(self, pkt: DataPacket | ProbePacket, now: int) -> None:
+        self.pending_bytes = 0
+        self.stats.tx_sacks += 1
+        self.qp._queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
+
+    def _nack(self, pkt: DataPacket, reason: NackReason) -> None:
+        self.stats.tx_nacks += 1
+        self.qp._queue_control(
+            NackPacket(self.qp.remote_qpn, pkt.ev, reason, pkt.psn, self.base, pkt.ts)
+        )
+
+    def on_probe(self, probe: ProbePacket, now: int) -> None:
+        """Answer a probe: a SACK for a reliability probe, a reply on the same EV otherwise."""
+        self.stats.rx_probes += 1
+        if probe.reliability:
+            self._ack(probe, now)
+        else:
+            self.qp._queue_control(
+                ProbeReplyPacket(self.qp.remote_qpn, probe.ev, probe.seq, probe.ts)
+            )
