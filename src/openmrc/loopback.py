@@ -81,6 +81,8 @@ class ChannelStats:
     ecn_marked: int = 0
     corrupted: int = 0
     evs_used: set[int] = field(default_factory=set)
+    #: EV -> time its first packet was silently dropped by a black hole.
+    first_blackholed: dict[int, int] = field(default_factory=dict)
 
 
 class _Endpoint:
@@ -129,7 +131,10 @@ class Loopback:
         self.now = 0
         self._heap: list[tuple[int, int, int, object, object]] = []
         self._seq = 0
-        self.trace: Callable[[int, str, Packet], None] | None = None
+        #: Optional observer, called for every packet the channel carries as
+        #: ``trace(time, direction, packet, fate)`` with direction "ab"/"ba" and
+        #: fate "blackhole", "drop" or "deliver" (after trimming/marking).
+        self.trace: Callable[[int, str, Packet, str], None] | None = None
 
     # -- set-up --------------------------------------------------------------------
     @property
@@ -190,12 +195,19 @@ class Loopback:
         st.sent += 1
         ev = pkt.ev
         st.evs_used.add(ev)
+        trace = self.trace
+        direction = "ab" if end.index == 0 else "ba"
         if ev in f.blackhole_evs or (f.blackhole_planes and ev_plane(ev) in f.blackhole_planes):
             st.blackholed += 1
+            st.first_blackholed.setdefault(ev, at)
+            if trace is not None:
+                trace(at, direction, pkt, "blackhole")
             return
         loss = f.loss + f.loss_by_ev.get(ev, 0.0) if f.loss_by_ev else f.loss
         if loss and rng.random() < loss:
             st.dropped += 1
+            if trace is not None:
+                trace(at, direction, pkt, "drop")
             return
         if type(pkt) is DataPacket and not pkt.trimmed:
             if f.trim and rng.random() < f.trim:
@@ -207,6 +219,8 @@ class Loopback:
             if (f.ecn and rng.random() < f.ecn) or ev in f.ecn_evs:
                 pkt.ecn = True
                 st.ecn_marked += 1
+        if trace is not None:
+            trace(at, direction, pkt, "deliver")
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
         if copies == 2:
             st.duplicated += 1

@@ -201,8 +201,8 @@ class Context:
         ready = self._ready
         while ready:
             qp = next(iter(ready))
-            pkt = qp.poll_packet(now)
             del ready[qp]
+            pkt = qp.poll_packet(now)
             if pkt is not None:
                 if qp.has_output():
                     ready[qp] = None  # to the back: round robin

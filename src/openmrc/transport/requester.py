@@ -127,6 +127,7 @@ class Tx:
         "psn",
         "retries",
         "sent",
+        "urgent",
     )
 
     def __init__(self, psn: int, op: SendOp, offset: int, length: int, opcode: Opcode) -> None:
@@ -140,6 +141,8 @@ class Tx:
         self.retries = 0
         self.in_flight = False
         self.acked = False
+        #: NACKed for a trim: its bytes already left the window, resend at once.
+        self.urgent = False
 
 
 class Requester:
@@ -190,8 +193,9 @@ class Requester:
             if tx.acked:
                 retx.popleft()
                 continue
-            if self.inflight and self.inflight + tx.length > self.cc.cwnd:
+            if not tx.urgent and self.inflight and self.inflight + tx.length > self.cc.cwnd:
                 return None
+            tx.urgent = False
             retx.popleft()
             return self._emit(tx, now, retransmit=True)
         if not self.to_segment:
@@ -322,6 +326,8 @@ class Requester:
         self.last_activity = now
         self._detect_losses(now)
         self.qp._complete_sends()
+        if self.retx or self.to_segment:
+            self.qp._wake()  # the window may have opened
 
     def _ack(self, tx: Tx) -> int:
         tx.acked = True
@@ -398,6 +404,7 @@ class Requester:
         else:  # PSN_OUT_OF_WINDOW: resend later, blame nobody
             stats.oow_nacks += 1
         self.last_activity = now
+        tx.urgent = True
         self._mark_lost(tx, now, None, front=True)
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:

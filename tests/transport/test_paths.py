@@ -1,0 +1,159 @@
+"""EV state machine: blackholed planes, trims, ECN, probes, floor, deny/allow."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from openmrc.loopback import Faults
+from openmrc.transport import EVEvent, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
+from openmrc.transport.ev import ev_plane
+from openmrc.wire.packets import DataPacket
+
+from .helpers import assert_exact, run_transfer, setup_transfer
+
+
+def _events(ctx) -> list[EVEvent]:
+    out = []
+    while (ev := ctx.next_event()) is not None:
+        if isinstance(ev, EVEvent):
+            out.append(ev)
+    return out
+
+
+def test_blackholed_plane_detected_within_two_rtts_then_recovered_by_probes() -> None:
+    t = setup_transfer(Faults(blackhole_planes={3}), count=60, imm_every=4)
+    run_transfer(t)
+    assert_exact(t)
+    rtt = t.qa.requester.min_rtt
+    first_loss = t.lb.stats("ab").first_blackholed
+    events = _events(t.lb.a)
+    bad_at = {e.ev: e.time for e in events if e.new is EVState.ASSUMED_BAD}
+    assert first_loss, "the black hole swallowed nothing"
+    # Every EV that lost a packet in the black hole is ASSUMED_BAD within two RTTs.
+    for ev, lost_at in first_loss.items():
+        if ev_plane(ev) != 3:
+            continue
+        assert ev in bad_at, f"EV {ev:#x} lost a packet but never went ASSUMED_BAD"
+        assert bad_at[ev] - lost_at <= 2 * rtt, (ev, bad_at[ev] - lost_at, rtt)
+    # Nothing outside the black hole was blamed.
+    assert all(ev_plane(ev) == 3 for ev in bad_at)
+    paths = t.qa.paths
+    assert paths.counts()["ASSUMED_BAD"] > 0
+    # Restore the plane: background probes bring the EVs back.
+    t.lb.faults_ab.blackhole_planes.clear()
+    t.lb.faults_ba.blackhole_planes.clear()
+    t.lb.run(until=t.lb.now + 500_000_000)
+    recovered = {e.ev for e in _events(t.lb.a) if e.new is EVState.GOOD}
+    assert set(bad_at) <= recovered
+    assert paths.counts()["ASSUMED_BAD"] == 0
+    assert not paths.probing
+    assert t.qa.stats.probe_replies >= 3 * len(bad_at)
+
+
+def test_trim_nack_retransmits_on_another_ev_within_one_rtt() -> None:
+    t = setup_transfer(Faults(trim=0.1), count=30, seed=3)
+    trimmed: dict[int, tuple[int, int]] = {}
+    resent: dict[int, tuple[int, int]] = {}
+
+    def trace(now: int, direction: str, pkt: object, fate: str) -> None:
+        if direction != "ab" or type(pkt) is not DataPacket:
+            return
+        if pkt.trimmed and pkt.psn not in trimmed:
+            trimmed[pkt.psn] = (pkt.ts, pkt.ev)
+        elif pkt.retransmit and pkt.psn in trimmed and pkt.psn not in resent:
+            resent[pkt.psn] = (pkt.ts, pkt.ev)
+
+    t.lb.trace = trace
+    run_transfer(t)
+    assert_exact(t)
+    assert len(trimmed) >= 5
+    # From the trimmed packet's transmission to its retransmission: one round
+    # trip (the NACK's), plus at most the one packet already on the wire.
+    rtt = t.qa.requester.srtt  # the smoothed RTT of full-size packets
+    one_packet = (4096 + 200) * 8 * 10  # ps at 100 Gb/s
+    for psn, (at, ev) in trimmed.items():
+        again_at, again_ev = resent[psn]
+        assert again_ev != ev
+        assert again_at - at <= rtt + one_packet, (psn, again_at - at, rtt)
+    # A trim is congestion, not failure: no EV went ASSUMED_BAD.
+    assert not any(e.new is EVState.ASSUMED_BAD for e in _events(t.lb.a))
+    assert t.qa.paths.stats_bad == 0
+
+
+def test_lasthop_trim_leaves_ev_state_alone_and_midpath_trim_skips() -> None:
+    t = run_transfer(setup_transfer(Faults(trim_lasthop=0.2), count=20))
+    assert_exact(t)
+    assert t.qa.stats.trims_lasthop > 0
+    assert t.qa.paths.stats_skips == 0
+    assert t.qa.paths.stats_bad == 0
+    t2 = run_transfer(setup_transfer(Faults(trim=0.2), count=20))
+    assert_exact(t2)
+    assert t2.qa.paths.stats_skips > 0
+    assert t2.qa.paths.stats_bad == 0
+
+
+def test_ecn_on_one_ev_skips_it() -> None:
+    t = setup_transfer(count=40)
+    victim = t.qa.paths.slots[5]
+    t.lb.faults_ab.ecn_evs.add(victim)
+    run_transfer(t)
+    assert_exact(t)
+    assert t.qa.paths.stats_skips > 0
+    uses = sum(1 for ev in [victim] if ev in t.lb.stats("ab").evs_used)
+    assert uses == 1
+    assert t.qa.paths.state[victim] in (EVState.GOOD, EVState.SKIP)
+
+
+def test_lossy_ev_replaced_from_same_plane() -> None:
+    t = setup_transfer(count=80, imm_every=0)
+    victim = t.qa.paths.slots[9]
+    t.lb.faults_ab.loss_by_ev[victim] = 1.0
+    run_transfer(t)
+    assert_exact(t)
+    assert t.qa.paths.state[victim] is EVState.ASSUMED_BAD
+    assert victim not in t.qa.paths.slots
+    assert ev_plane(t.qa.paths.slots[9]) == ev_plane(victim)
+    assert t.qa.paths.stats_replacements == 1
+
+
+def test_ev_set_split_over_planes_with_backups() -> None:
+    prof = EVProfile(planes=8, paths_per_plane=64, ev_count=256)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    assert len(ps.slots) == 256 == len(set(ps.slots))
+    per_plane = [sum(1 for ev in ps.slots if ev_plane(ev) == p) for p in range(8)]
+    assert per_plane == [32] * 8
+    assert all(len(ps.backups[p]) == 32 for p in range(8))
+    # Rotation: consecutive packets visit every EV once per round.
+    assert sorted(ps.next_ev() for _ in range(256)) == sorted(ps.slots)
+
+
+def test_floor_keeps_some_evs_usable() -> None:
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=3)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    for ev in list(ps.slots):
+        ps.on_loss(ev, 0, "test")
+    assert ps.usable == 3
+    assert ps.stats_bad == 5
+    assert ps.stats_floor_hits == 3
+
+
+def test_deny_and_allow_produce_events() -> None:
+    ps = PathSet(EVProfile(), random.Random(2), qpn=9)
+    ev = ps.slots[0]
+    ps.deny(ev, 10)
+    assert ps.state[ev] is EVState.DENIED
+    assert all(ps.next_ev() != ev for _ in range(600))
+    ps.allow(ev, 20)
+    kinds = [(e.new, e.time) for e in ps.events]
+    assert kinds == [(EVState.DENIED, 10), (EVState.GOOD, 20)]
+    with pytest.raises(InvalidArgument, match="not in this QP's EV set"):
+        ps.deny(0xFFFFFFF, 0)
+
+
+def test_explicit_ev_list() -> None:
+    evs = [0x10, 0x21, 0x30, 0x41]
+    t = run_transfer(setup_transfer(attr=QPAttr(ev_profile=EVProfile(explicit=evs)), count=5))
+    assert_exact(t)
+    assert t.lb.stats("ab").evs_used <= set(evs)
