@@ -116,7 +116,7 @@ def test_write_straddling_the_end_is_refused_packet_by_packet() -> None:
     # inside the region land, the ones outside are NACKed and never written, and
     # the WRITE completes with REM_ACCESS_ERR (its target bytes are undefined,
     # as for any failed verbs WRITE).
-    qa, qb, dst, wcs = _one_write(lambda mr: mr.rkey, lambda mr: mr.addr + 60_000)
+    _, qb, dst, wcs = _one_write(lambda mr: mr.rkey, lambda mr: mr.addr + 60_000)
     assert wcs[0].status is WCStatus.REM_ACCESS_ERR
     assert not any(dst[:60_000])
     assert qb.stats.rx_access_errors >= 1
