@@ -49,6 +49,7 @@ class QPStats:
     tx_data_packets: int = 0
     tx_data_bytes: int = 0
     retransmits: int = 0
+    spurious_retransmits: int = 0
     timeouts: int = 0
     losses_detected: int = 0
     tail_probes: int = 0

@@ -125,6 +125,7 @@ class Tx:
         "op",
         "opcode",
         "psn",
+        "resent",
         "retries",
         "sent",
         "urgent",
@@ -141,6 +142,8 @@ class Tx:
         self.retries = 0
         self.in_flight = False
         self.acked = False
+        #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
+        self.resent = False
         #: NACKed for a trim: its bytes already left the window, resend at once.
         self.urgent = False
 
@@ -176,6 +179,10 @@ class Requester:
         self.rack_rtt = base_rtt
         self.rack_xmit = -1
         self.rack_deadline: int | None = None
+        #: RACK reordering window multiplier: grows on each spurious
+        #: retransmission (the network reorders more than assumed).
+        self.reo_steps = 1
+        self.spurious_at = -1
         self.last_activity = 0
         self.tlp_at: int | None = None
         self.probe_seq = 0
@@ -236,6 +243,8 @@ class Requester:
         tx.ev = ev
         tx.sent = now
         tx.in_flight = True
+        if retransmit:
+            tx.resent = True
         self.flight[tx.psn] = tx
         self.inflight += tx.length
         last = tx.opcode in (
@@ -288,11 +297,15 @@ class Requester:
             return
         stats.rx_sacks += 1
         newly = 0
+        ts = sack.ts_echo
+        spurious = 0
         unacked = self.unacked
         if cack > self.snd_una:
             for psn in range(self.snd_una, cack):
                 tx = unacked.get(psn)
                 if tx is not None:
+                    if tx.resent and ts < tx.sent:
+                        spurious += 1
                     newly += self._ack(tx)
             self.snd_una = cack
         bitmap = sack.bitmap & _MASK64
@@ -305,8 +318,17 @@ class Requester:
                 break
             tx = unacked.get(psn)
             if tx is not None:
+                if tx.resent and ts < tx.sent:
+                    spurious += 1
                 newly += self._ack(tx)
-        ts = sack.ts_echo
+        if spurious:
+            # An ACK triggered by a packet sent before the retransmission already
+            # covers the PSN: the original arrived, late.  Widen the reordering
+            # window (at most once per RTT, up to one smoothed RTT) as RACK does.
+            stats.spurious_retransmits += spurious
+            if now - self.spurious_at >= self.srtt and self.reo_steps < 16:
+                self.reo_steps += 1
+                self.spurious_at = now
         if 0 < ts <= now:
             rtt = now - ts
             self.srtt += (rtt - self.srtt) >> 3
@@ -344,7 +366,9 @@ class Requester:
         rack_xmit = self.rack_xmit
         if rack_xmit < 0 or not self.flight:
             return
-        reo = max(self.reo_floor, self.min_rtt >> 2)
+        reo = max(self.reo_floor, self.min_rtt >> 2) * self.reo_steps
+        if self.reo_steps > 1 and reo > self.srtt:
+            reo = max(self.srtt, self.reo_floor)
         horizon = self.rack_rtt + reo
         lost = []
         for tx in self.flight.values():

@@ -1,0 +1,151 @@
+"""The ``openmrc`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from .transport.errors import MrcError
+
+
+def _ranged(
+    kind: Callable[[str], float], lo: float, hi: float, name: str
+) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a number") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(
+                f"{name}: must be between {lo:g} and {hi:g}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = units.get(t[-1:], 1)
+    if mult != 1:
+        t = t[:-1]
+    try:
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"size: {text!r} is not a size (e.g. 64M, 1G, 4096)"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size: must be positive, got {text}")
+    return value
+
+
+def _plane(text: str) -> int | None:
+    if text.lower() in ("none", "off", "-1"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"blackhole-plane: {text!r} is not a plane number or 'none'"
+        ) from None
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import DemoConfig, format_report, run_demo
+
+    cfg = DemoConfig(
+        size=args.size,
+        message=min(args.message, args.size),
+        planes=args.planes,
+        rate_gbps=args.rate,
+        loss=args.loss,
+        reorder=args.reorder,
+        trim=args.trim,
+        ecn=args.ecn,
+        blackhole_plane=args.blackhole_plane,
+        seed=args.seed,
+        wire=args.wire,
+    )
+    report = run_demo(cfg)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(format_report(report))
+    return 0 if report["ok"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="openmrc", description="Open MRC: transport, simulator, lab."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    demo = sub.add_parser("demo", help="a transfer over a lossy, reordering multipath channel")
+    demo.add_argument("--size", type=_size, default=64 << 20, help="bytes to write (default 64M)")
+    demo.add_argument("--message", type=_size, default=1 << 20, help="bytes per WRITE (default 1M)")
+    demo.add_argument("--planes", type=int, choices=range(1, 17), default=8, metavar="1..16")
+    demo.add_argument("--rate", type=_ranged(float, 1, 10_000, "rate"), default=800.0, help="Gb/s")
+    demo.add_argument("--loss", type=_ranged(float, 0, 0.99, "loss"), default=0.01)
+    demo.add_argument("--reorder", type=_ranged(float, 0, 0.99, "reorder"), default=0.2)
+    demo.add_argument("--trim", type=_ranged(float, 0, 0.99, "trim"), default=0.01)
+    demo.add_argument("--ecn", type=_ranged(float, 0, 0.99, "ecn"), default=0.02)
+    demo.add_argument(
+        "--blackhole-plane", type=_plane, default=3, help="plane to blackhole mid-run, or 'none'"
+    )
+    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--wire", action="store_true", help="encode every packet to bytes and back")
+    demo.add_argument("--json", action="store_true", help="print the full report as JSON")
+    demo.set_defaults(func=_cmd_demo)
+
+    for register in _extra_commands():
+        register(sub)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Subcommands that live in other packages (simulator, real network)."""
+    out = []
+    try:
+        from .sim.cli import register as sim_register
+    except ImportError:
+        pass
+    else:
+        out.append(sim_register)
+    try:
+        from .net.lab_cli import register as lab_register
+    except ImportError:
+        pass
+    else:
+        out.append(lab_register)
+    try:
+        from .net.cli import register as net_register
+    except ImportError:
+        pass
+    else:
+        out.append(net_register)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``openmrc`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except MrcError as exc:
+        print(f"openmrc {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"openmrc {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
