@@ -221,6 +221,14 @@ class Topology:
                         LinkInfo(f"{a}-{b}", a, hpt + k, b, i, spec.fabric_gbps, spec.link_delay_ps)
                     )
         self._link_by_name = {link.name: link for link in self.links}
+        # uSIDs per plane, for fast path computation
+        self._t0_usids = [
+            [usid(KIND_T0, p, i) for i in range(spec.t0s)] for p in range(spec.planes)
+        ]
+        self._t1_usids = [
+            [usid(KIND_T1, p, k) for k in range(spec.t1s)] for p in range(spec.planes)
+        ]
+        self._down_usids = [[usid(KIND_DOWN, p, d) for d in range(hpt)] for p in range(spec.planes)]
 
     def _add_switch(self, info: SwitchInfo) -> None:
         self.switches.append(info)
@@ -292,15 +300,20 @@ class Topology:
             )
         hpt = spec.hosts_per_t0
         a, b = src_host // hpt, dst_host // hpt
-        down = usid(KIND_DOWN, plane, dst_host % hpt)
+        t0 = self._t0_usids[plane]
+        down = self._down_usids[plane][dst_host % hpt]
         if a == b:
-            return [usid(KIND_T0, plane, a), down]
-        k = ev_path(ev) % spec.t1s
-        return [usid(KIND_T0, plane, a), usid(KIND_T1, plane, k), usid(KIND_T0, plane, b), down]
+            return [t0[a], down]
+        return [t0[a], self._t1_usids[plane][ev_path(ev) % spec.t1s], t0[b], down]
 
     def path_address(self, src_host: int, dst_host: int, ev: int) -> int:
         """The 128-bit outer destination address of the path (see :meth:`path_usids`)."""
-        return pack_address(self.path_usids(src_host, dst_host, ev))
+        addr = BLOCK
+        shift = ACTIVE_SHIFT
+        for u in self.path_usids(src_host, dst_host, ev):
+            addr |= u << shift
+            shift -= 16
+        return addr
 
     def host_address(self, h: int, plane: int) -> int:
         """The address host ``h``'s plane-``plane`` NIC port answers to.

@@ -1,0 +1,102 @@
+"""Fabric parameters: queue sizes, ECN marking, trimming, framing, switch latency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Ethernet bytes a link adds to a packet's IP size: header 14 + FCS 4 + preamble/IFG 20.
+ETHERNET_FRAMING_BYTES = 38
+
+
+@dataclass(frozen=True)
+class FabricConfig:
+    """How switch egress ports (and host NIC egress ports) behave.
+
+    Byte sizes left ``None`` are derived per port from its BDP, ``rate x
+    base_rtt_ps``: the data queue is ``queue_bdp`` BDPs (1 with trimming, as in
+    htsim; 5 is the usual choice without), the header (strict-priority) queue
+    ``header_queue_bdp`` BDPs, and ECN marks on a linear ramp from ``ecn_kmin``
+    to ``ecn_kmax`` (20 %-80 % of a BDP).  ``ecn_kmin == ecn_kmax`` gives a
+    plain threshold.  All queue byte counts include Ethernet framing.
+    """
+
+    base_rtt_ps: int = 12_000_000
+    queue_bdp: float = 1.0
+    queue_bytes: int | None = None
+    header_queue_bdp: float = 1.0
+    header_queue_bytes: int | None = None
+    trimming: bool = True
+    ecn: bool = True
+    ecn_kmin_frac: float = 0.2
+    ecn_kmax_frac: float = 0.8
+    ecn_kmin_bytes: int | None = None
+    ecn_kmax_bytes: int | None = None
+    #: Mark ECN on T0 -> host ports too (False: never mark on the last hop).
+    ecn_lasthop: bool = True
+    #: Data queue limit of a host NIC egress port (the NIC is expected to pace itself).
+    host_queue_bytes: int = 64 * 1024 * 1024
+    framing_bytes: int = ETHERNET_FRAMING_BYTES
+    #: Fixed forwarding latency of a switch, added to the arrival time of every packet.
+    switch_latency_ps: int = 0
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        for name in ("base_rtt_ps", "host_queue_bytes", "framing_bytes", "switch_latency_ps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(
+                    f"FabricConfig.{name}: must be a non-negative integer, got {value!r}"
+                )
+        for name in ("queue_bdp", "header_queue_bdp", "ecn_kmin_frac", "ecn_kmax_frac"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(
+                    f"FabricConfig.{name}: must be a non-negative number, got {value!r}"
+                )
+        for name in ("queue_bytes", "header_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise ValueError(
+                    f"FabricConfig.{name}: must be None or a non-negative integer, got {value!r}"
+                )
+        if self.ecn_kmin_frac > self.ecn_kmax_frac:
+            raise ValueError(
+                f"FabricConfig.ecn_kmin_frac: must not exceed ecn_kmax_frac "
+                f"({self.ecn_kmin_frac} > {self.ecn_kmax_frac})"
+            )
+        if (
+            self.ecn_kmin_bytes is not None
+            and self.ecn_kmax_bytes is not None
+            and self.ecn_kmin_bytes > self.ecn_kmax_bytes
+        ):
+            raise ValueError(
+                f"FabricConfig.ecn_kmin_bytes: must not exceed ecn_kmax_bytes "
+                f"({self.ecn_kmin_bytes} > {self.ecn_kmax_bytes})"
+            )
+
+    def bdp_bytes(self, rate_bps: int) -> int:
+        """Bandwidth-delay product of a port of ``rate_bps`` at :attr:`base_rtt_ps`."""
+        return rate_bps * self.base_rtt_ps // (8 * 10**12)
+
+    def port_params(self, rate_bps: int) -> tuple[int, int, int, int]:
+        """(data queue, header queue, ECN kmin, ECN kmax) byte limits for a switch port."""
+        bdp = self.bdp_bytes(rate_bps)
+        queue = self.queue_bytes if self.queue_bytes is not None else int(bdp * self.queue_bdp)
+        header = (
+            self.header_queue_bytes
+            if self.header_queue_bytes is not None
+            else int(bdp * self.header_queue_bdp)
+        )
+        kmin = (
+            self.ecn_kmin_bytes
+            if self.ecn_kmin_bytes is not None
+            else int(bdp * self.ecn_kmin_frac)
+        )
+        kmax = (
+            self.ecn_kmax_bytes
+            if self.ecn_kmax_bytes is not None
+            else int(bdp * self.ecn_kmax_frac)
+        )
+        return queue, header, kmin, max(kmin, kmax)

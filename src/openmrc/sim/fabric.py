@@ -1,0 +1,217 @@
+"""The simulated fabric: switches, links and ports of a :class:`~openmrc.topology.Topology`.
+
+Interface for the NIC (the host side of every host-T0 link)
+----------------------------------------------------------
+
+``fabric = Fabric(sim, topology, config)`` builds everything; then, for host
+``h`` (``0 <= h < topology.spec.hosts``) and plane ``p``:
+
+``fabric.path_for(src, dst, ev) -> int``
+    The outer SRv6 destination for a packet from host ``src`` to host ``dst``
+    on entropy value ``ev`` (plane ``ev_plane(ev)``, T1 ``ev_path(ev) % t1s``),
+    cached.  Put it in ``pkt.route`` before sending.
+
+``fabric.host_port(h, p) -> EgressPort``
+    Host ``h``'s NIC egress port into plane ``p``.  ``port.send(pkt, now)``
+    (``now`` must be ``sim.now``) queues the packet behind whatever the port is
+    already sending and serializes it at the host link rate (``pkt.size`` plus
+    Ethernet framing); it returns the time the port's last queued byte will
+    have left, so the NIC can schedule its next transmission for then.
+    ``port.busy_until`` is when the packet now on the wire finishes;
+    ``port.drain_time()`` recomputes the return value; ``port.up`` is the
+    carrier.  The port does not trim or mark; its queue is
+    ``config.host_queue_bytes`` (control packets go ahead of data).  The packet
+    must be sent on the port of its route's plane or the T0 drops it as a bad
+    route.  A packet is owned by the fabric once sent: do not reuse it.
+
+``fabric.attach_host(h, on_receive, on_link=None)``
+    ``on_receive(pkt, plane, now)`` is called when a packet's last byte
+    arrives at host ``h``'s plane-``plane`` port (``pkt.ecn`` is the CE mark,
+    ``pkt.trimmed`` / ``pkt.trimmed_lasthop`` the trim flags, ``pkt.route`` the
+    spent outer address).  ``on_link(plane, up, now)``, if given, is called when
+    one of the host's links goes down or up (silent failures are not told).
+
+``fabric.send(h, pkt, dst=None)``
+    Convenience (tests, simple drivers): if ``dst`` is given set ``pkt.route =
+    path_for(h, dst, pkt.ev)``; send on the port of the EV's plane.
+
+Timing of a hop: a packet's arrival at the next node is ``start of
+serialization + serialization + link delay (+ switch latency if the next node
+is a switch)``; switches forward at arrival time (store and forward).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from openmrc.sim.config import FabricConfig
+from openmrc.sim.link import Link
+from openmrc.sim.metrics import Metrics
+from openmrc.sim.port import EgressPort
+from openmrc.sim.switch import HostEnd, HostReceiver, Switch
+from openmrc.topology import Topology
+from openmrc.transport.ev import ev_plane
+
+if TYPE_CHECKING:
+    from openmrc.sim.engine import Simulator
+    from openmrc.wire.packets import Packet
+
+#: ``on_link(plane, up, now)``.
+HostLinkListener = Callable[[int, bool, int], None]
+
+
+class Fabric:
+    """Switches, links and ports of one topology, driven by one simulator."""
+
+    def __init__(
+        self, sim: Simulator, topology: Topology, config: FabricConfig | None = None
+    ) -> None:
+        config = config if config is not None else FabricConfig()
+        config.validate()
+        self.sim = sim
+        self.topology = topology
+        self.config = config
+        spec = topology.spec
+        self.switches: dict[str, Switch] = {}
+        self.links: dict[str, Link] = {}
+        self.ports: list[EgressPort] = []
+        self.host_ports: list[list[EgressPort]] = [[] for _ in range(spec.hosts)]
+        self.host_ends: list[list[HostEnd]] = [
+            [HostEnd(sim, h, p) for p in range(spec.planes)] for h in range(spec.hosts)
+        ]
+        self._host_links: list[list[Link]] = [[] for _ in range(spec.hosts)]
+        self._routes: dict[tuple[int, int, int], int] = {}
+        self.metrics = Metrics(self)
+        hpt, t1s = spec.hosts_per_t0, spec.t1s
+        for info in topology.switches:
+            nports = hpt + t1s if info.tier == 0 else spec.t0s
+            self.switches[info.name] = Switch(info, nports)
+        host_index = {name: h for h, name in enumerate(topology.hosts)}
+        lat = config.switch_latency_ps
+        fr = config.framing_bytes
+        for info in topology.links:
+            rate = round(info.gbps * 1e9)
+            upper = self.switches[info.b]
+            if info.a in host_index:
+                h = host_index[info.a]
+                plane = info.a_port
+                end = self.host_ends[h][plane]
+                up_port = EgressPort(
+                    sim,
+                    f"{info.a}:{info.a_port}->{info.b}",
+                    rate,
+                    info.delay_ps + lat,
+                    upper.receive,
+                    data_limit=config.host_queue_bytes,
+                    prio_limit=config.host_queue_bytes,
+                    trim=False,
+                    framing=fr,
+                    peer=info.b,
+                )
+                down_port = self._switch_port(
+                    info.b, info.b_port, info.a, rate, info.delay_ps, end.receive, lasthop=True
+                )
+                self.host_ports[h].append(up_port)
+            else:
+                lower = self.switches[info.a]
+                up_port = self._switch_port(
+                    info.a, info.a_port, info.b, rate, info.delay_ps + lat, upper.receive
+                )
+                down_port = self._switch_port(
+                    info.b, info.b_port, info.a, rate, info.delay_ps + lat, lower.receive
+                )
+                lower.ports[info.a_port] = up_port
+            upper.ports[info.b_port] = down_port
+            link = Link(sim, info, up_port, down_port)
+            self.links[info.name] = link
+            self.ports.append(up_port)
+            self.ports.append(down_port)
+            if info.a in host_index:
+                self._host_links[host_index[info.a]].append(link)
+        for name, table in topology.tables().items():
+            self.switches[name].install(table)
+
+    def _switch_port(
+        self,
+        node: str,
+        port_no: int,
+        peer: str,
+        rate: int,
+        delay: int,
+        rx: Callable[..., None],
+        lasthop: bool = False,
+    ) -> EgressPort:
+        config = self.config
+        queue, header, kmin, kmax = config.port_params(rate)
+        return EgressPort(
+            self.sim,
+            f"{node}:{port_no}->{peer}",
+            rate,
+            delay,
+            rx,
+            data_limit=queue,
+            prio_limit=header,
+            trim=config.trimming,
+            lasthop=lasthop,
+            ecn=config.ecn and (config.ecn_lasthop or not lasthop),
+            kmin=kmin,
+            kmax=kmax,
+            framing=config.framing_bytes,
+            peer=peer,
+        )
+
+    # ----- NIC-facing interface --------------------------------------------------
+    def host_port(self, h: int, plane: int) -> EgressPort:
+        """Host ``h``'s NIC egress port into ``plane`` (see the module docstring)."""
+        return self.host_ports[h][plane]
+
+    def host_link(self, h: int, plane: int) -> Link:
+        """The link from host ``h``'s plane-``plane`` port to its T0."""
+        return self._host_links[h][plane]
+
+    def attach_host(
+        self, h: int, on_receive: HostReceiver, on_link: HostLinkListener | None = None
+    ) -> None:
+        """Register host ``h``'s receive callback (and optional link-state callback)."""
+        for end in self.host_ends[h]:
+            end.on_receive = on_receive
+        if on_link is not None:
+            for plane, link in enumerate(self._host_links[h]):
+                link.watch(lambda _link, up, now, _p=plane: on_link(_p, up, now))
+
+    def path_for(self, src: int, dst: int, ev: int) -> int:
+        """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached)."""
+        key = (src, dst, ev & 0xFFFF)
+        route = self._routes.get(key)
+        if route is None:
+            route = self.topology.path_address(src, dst, ev)
+            self._routes[key] = route
+        return route
+
+    def send(self, h: int, pkt: Packet, dst: int | None = None) -> int:
+        """Send ``pkt`` from host ``h`` on its EV's plane, routing it to ``dst`` if given."""
+        if dst is not None:
+            pkt.route = self.path_for(h, dst, pkt.ev)
+        return self.host_ports[h][ev_plane(pkt.ev)].send(pkt)
+
+    # ----- lookup helpers --------------------------------------------------------
+    def switch(self, name: str) -> Switch:
+        """The switch called ``name``."""
+        return self.switches[name]
+
+    def link(self, name: str) -> Link:
+        """The link called ``name``."""
+        return self.links[name]
+
+    def link_between(self, a: str, b: str) -> Link:
+        """The link joining nodes ``a`` and ``b`` (either order)."""
+        return self.links[self.topology.link_between(a, b).name]
+
+    def port(self, node: str, port_no: int) -> EgressPort:
+        """The egress port ``port_no`` of a switch, or of a host (port = plane)."""
+        if node in self.switches:
+            port = self.switches[node].ports[port_no]
+            assert port is not None
+            return port
+        return self.host_ports[int(node.lstrip("h"))][port_no]

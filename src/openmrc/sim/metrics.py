@@ -1,0 +1,158 @@
+"""What the fabric measured: port and switch counters, queue depth samples, a fault log.
+
+Counters live on the objects (ports, switches, host ends) and cost nothing to
+keep; :class:`Metrics` collects them into a JSON-able snapshot and writes JSON
+or CSV.  Queue sampling is optional (:meth:`Metrics.sample_queues`) because it
+costs one event per interval.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openmrc.sim.port import COUNTERS
+
+if TYPE_CHECKING:
+    from openmrc.sim.fabric import Fabric
+    from openmrc.sim.port import EgressPort
+
+
+class Metrics:
+    """Fault log, queue samples and counter snapshots of one :class:`Fabric`."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        #: ``{"time_ps", "kind", "target", ...detail}`` per fault applied, in time order.
+        self.faults: list[dict[str, Any]] = []
+        #: ``(time_ps, port name, data queue bytes, header queue bytes)``.
+        self.queue_samples: list[tuple[int, str, int, int]] = []
+
+    def record_fault(self, kind: str, target: str, **detail: Any) -> None:
+        """Log that fault ``kind`` was applied to ``target`` now."""
+        entry: dict[str, Any] = {"time_ps": self.fabric.sim.now, "kind": kind, "target": target}
+        entry.update(detail)
+        self.faults.append(entry)
+
+    def sample_queues(
+        self,
+        interval_ps: int,
+        ports: list[EgressPort] | None = None,
+        until_ps: int | None = None,
+        nonempty_only: bool = True,
+    ) -> None:
+        """Record queue depths every ``interval_ps`` from now.
+
+        Samples ``ports`` (default: every port), skipping empty queues unless
+        ``nonempty_only`` is false.  Sampling stops at ``until_ps``, or when it
+        is the only thing left to simulate (so ``sim.run()`` still ends).
+        """
+        if interval_ps <= 0:
+            raise ValueError(f"sample_queues: interval must be positive, got {interval_ps}")
+        sim = self.fabric.sim
+        watched = list(ports) if ports is not None else self.fabric.ports
+
+        def tick() -> None:
+            now = sim.now
+            out = self.queue_samples
+            for port in watched:
+                d, p = port.data_bytes, port.prio_bytes
+                if d or p or not nonempty_only:
+                    out.append((now, port.name, d, p))
+            nxt = now + interval_ps
+            if (until_ps is None or nxt <= until_ps) and len(sim.heap) > len(sim.cancelled):
+                sim.schedule(nxt, tick)
+
+        sim.schedule(sim.now, tick)
+
+    # ----- snapshots -------------------------------------------------------------
+    def port_rows(self) -> list[dict[str, Any]]:
+        """One dict per egress port: name, link, rate, counters, utilisation so far."""
+        elapsed = self.fabric.sim.now
+        rows = []
+        for port in self.fabric.ports:
+            row: dict[str, Any] = {
+                "port": port.name,
+                "link": port.link.name if port.link is not None else "",
+                "gbps": port.rate_bps / 1e9,
+                "up": port.up,
+                "queue_bytes": port.data_bytes + port.prio_bytes,
+            }
+            row.update(port.counters())
+            row["utilisation"] = round(port.utilisation(elapsed), 6)
+            rows.append(row)
+        return rows
+
+    def snapshot(self, include_samples: bool = True) -> dict[str, Any]:
+        """Everything as a JSON-able dict."""
+        fabric = self.fabric
+        totals = dict.fromkeys(COUNTERS, 0)
+        rows = self.port_rows()
+        for row in rows:
+            for name in COUNTERS:
+                if name == "max_queue_bytes":
+                    totals[name] = max(totals[name], row[name])
+                else:
+                    totals[name] += row[name]
+        switches = [
+            {"switch": sw.name, "state": sw.state, **sw.counters()}
+            for sw in fabric.switches.values()
+        ]
+        hosts = [
+            {
+                "host": h,
+                "plane": end.plane,
+                "received": end.received,
+                "undelivered": end.undelivered,
+            }
+            for h, ends in enumerate(fabric.host_ends)
+            for end in ends
+        ]
+        out: dict[str, Any] = {
+            "time_ps": fabric.sim.now,
+            "events": fabric.sim.events_run,
+            "totals": totals,
+            "bad_route": sum(sw.bad_route for sw in fabric.switches.values()),
+            "discarded": sum(sw.discarded for sw in fabric.switches.values()),
+            "ports": rows,
+            "switches": switches,
+            "hosts": hosts,
+            "faults": list(self.faults),
+        }
+        if include_samples:
+            out["queue_samples"] = [list(s) for s in self.queue_samples]
+        return out
+
+    # ----- export ----------------------------------------------------------------
+    def to_json(self, path: str | Path) -> None:
+        """Write :meth:`snapshot` as JSON."""
+        Path(path).write_text(json.dumps(self.snapshot(), indent=1))
+
+    def to_csv(self, directory: str | Path, prefix: str = "") -> list[Path]:
+        """Write ports.csv, switches.csv, faults.csv and queues.csv into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        snap = self.snapshot(include_samples=False)
+        written = []
+        tables: dict[str, list[dict[str, Any]]] = {
+            "ports": snap["ports"],
+            "switches": snap["switches"],
+            "faults": snap["faults"],
+            "queues": [
+                {"time_ps": t, "port": n, "data_bytes": a, "header_bytes": b}
+                for t, n, a, b in self.queue_samples
+            ],
+        }
+        for name, rows in tables.items():
+            path = d / f"{prefix}{name}.csv"
+            keys: list[str] = []
+            for row in rows:
+                keys.extend(k for k in row if k not in keys)
+            with path.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=keys or ["empty"])
+                writer.writeheader()
+                writer.writerows(rows)
+            written.append(path)
+        return written

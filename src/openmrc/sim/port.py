@@ -1,0 +1,356 @@
+"""An egress port: the queues in front of one direction of a link, and that direction's wire.
+
+Every direction of every link is one :class:`EgressPort` (full duplex = two
+ports).  A port has a FIFO *data* queue with a byte limit and a strict-priority
+*header* queue with its own limit.  Control packets (anything that is not a
+:class:`~openmrc.wire.packets.DataPacket`) and trimmed data packets go to the
+header queue.  When a data packet finds the data queue full the port trims it
+(``pkt.trim(lasthop=port.lasthop)``) and queues the header, or drops it if
+trimming is off.  ECN (CE) marks are set on data packets at enqueue with
+probability rising linearly from 0 at ``kmin`` queued bytes to 1 at ``kmax``.
+
+Timing without per-packet queue events: a packet that finds the port idle
+starts serializing at once and the port schedules only its *arrival* at the far
+end (``end of serialization + propagation delay``); only when packets wait does
+the port keep one "transmitter free" event pending, at which it picks the next
+packet (header queue first).  Transmission is non-preemptive.
+
+Wire state: ``up`` (down: enqueue drops and counts, queues are flushed, packets
+in flight are lost -- all counted in ``drops_down``), ``silent`` (every packet
+vanishes after being "sent", counted only in the ground-truth ``lost_silent``),
+``loss`` (each packet independently lost with this probability, ``lost``).
+
+Byte counts include Ethernet framing (``framing`` bytes per packet).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from fractions import Fraction
+from heapq import heappush
+from typing import TYPE_CHECKING, Any
+
+from openmrc.wire.packets import DataPacket, Packet
+
+if TYPE_CHECKING:
+    from openmrc.sim.engine import Simulator
+
+#: What a port calls at the far end: ``rx(pkt, sending_port, epoch)``.
+Receiver = Callable[[Packet, "EgressPort", int], None]
+
+#: Names of the counters every port keeps (see :meth:`EgressPort.counters`).
+COUNTERS = (
+    "tx_pkts",
+    "tx_bytes",
+    "trims",
+    "ecn_marks",
+    "drops_full",
+    "drops_header",
+    "drops_down",
+    "lost",
+    "lost_silent",
+    "max_queue_bytes",
+)
+
+
+class EgressPort:
+    """One direction of a link: queues, serializer, wire state, counters.
+
+    ``name`` is ``"<node>:<port>-><peer>"``.  ``rx`` is called at the far end
+    ``delay`` ps after the last byte leaves.  Call :meth:`enqueue` (hot path,
+    at ``sim.now``) or :meth:`send` (same, returns when the port drains).
+    """
+
+    __slots__ = (
+        "_den",
+        "_heap",
+        "_num",
+        "_rng",
+        "_seq",
+        "busy_until",
+        "data",
+        "data_bytes",
+        "data_limit",
+        "delay",
+        "drops_down",
+        "drops_full",
+        "drops_header",
+        "ecn",
+        "ecn_marks",
+        "epoch",
+        "framing",
+        "impaired",
+        "kmax",
+        "kmin",
+        "lasthop",
+        "link",
+        "loss",
+        "lost",
+        "lost_silent",
+        "max_queue_bytes",
+        "name",
+        "peer",
+        "prio",
+        "prio_bytes",
+        "prio_limit",
+        "rate_bps",
+        "rx",
+        "silent",
+        "sim",
+        "trim",
+        "trims",
+        "tx_bytes",
+        "tx_pkts",
+        "txev",
+        "up",
+    )
+
+    def __init__(
+        self,
+        sim: Simulator,
+        name: str,
+        rate_bps: int,
+        delay_ps: int,
+        rx: Receiver,
+        *,
+        data_limit: int,
+        prio_limit: int,
+        trim: bool = True,
+        lasthop: bool = False,
+        ecn: bool = False,
+        kmin: int = 0,
+        kmax: int = 0,
+        framing: int = 38,
+        peer: str = "",
+    ) -> None:
+        if rate_bps <= 0:
+            raise ValueError(f"EgressPort {name}: rate must be positive, got {rate_bps}")
+        if delay_ps < 0:
+            raise ValueError(f"EgressPort {name}: delay must not be negative, got {delay_ps}")
+        self.sim = sim
+        self._heap = sim.heap
+        self._seq = sim.seq
+        self._rng = sim.rng
+        self.name = name
+        self.peer = peer
+        self.link: Any = None
+        self.rate_bps = rate_bps
+        ps_per_byte = Fraction(8 * 10**12, rate_bps)
+        self._num = ps_per_byte.numerator
+        self._den = ps_per_byte.denominator
+        self.delay = delay_ps
+        self.rx = rx
+        self.framing = framing
+        self.data_limit = data_limit
+        self.prio_limit = prio_limit
+        self.trim = trim
+        self.lasthop = lasthop
+        self.ecn = ecn
+        self.kmin = kmin
+        self.kmax = max(kmin, kmax)
+        self.data: deque[Packet] = deque()
+        self.prio: deque[Packet] = deque()
+        self.data_bytes = 0
+        self.prio_bytes = 0
+        self.busy_until = 0
+        self.txev: tuple[Any, ...] | None = None
+        self.up = True
+        self.epoch = 0
+        self.silent = False
+        self.loss = 0.0
+        self.impaired = False
+        self.tx_pkts = 0
+        self.tx_bytes = 0
+        self.trims = 0
+        self.ecn_marks = 0
+        self.drops_full = 0
+        self.drops_header = 0
+        self.drops_down = 0
+        self.lost = 0
+        self.lost_silent = 0
+        self.max_queue_bytes = 0
+
+    # ----- timing ----------------------------------------------------------------
+    def serialization_ps(self, nbytes: int) -> int:
+        """Time to put ``nbytes`` wire bytes (framing included) on this link, rounded up."""
+        return -(-nbytes * self._num // self._den)
+
+    def wire_bytes(self, pkt: Packet) -> int:
+        """Bytes ``pkt`` occupies on this link (IP size + framing)."""
+        return pkt.size + self.framing
+
+    def queued_bytes(self) -> int:
+        """Bytes waiting (both queues), not counting the packet being serialized."""
+        return self.data_bytes + self.prio_bytes
+
+    def drain_time(self) -> int:
+        """When the last byte of everything queued now will have left (if nothing jumps in)."""
+        now = self.sim.now
+        start = self.busy_until if self.busy_until > now else now
+        q = self.data_bytes + self.prio_bytes
+        return start + (-(-q * self._num // self._den) if q else 0)
+
+    # ----- the hot path ----------------------------------------------------------
+    def send(self, pkt: Packet, now: int | None = None) -> int:
+        """Queue ``pkt`` now (``now``, if given, must be ``sim.now``); return :meth:`drain_time`.
+
+        This is the NIC-facing form of :meth:`enqueue`: the NIC learns when the
+        port will be free again and can schedule its next packet for then.
+        """
+        if now is not None and now != self.sim.now:
+            raise ValueError(f"{self.name}.send: now={now} but the simulator is at {self.sim.now}")
+        self.enqueue(pkt)
+        return self.drain_time()
+
+    def enqueue(self, pkt: Packet) -> None:
+        """Accept ``pkt`` at ``sim.now``: transmit, queue, mark, trim or drop it."""
+        if not self.up:
+            self.drops_down += 1
+            return
+        now = self.sim.now
+        wb = pkt.size + self.framing
+        if self.txev is None and self.busy_until <= now:
+            # Idle: start serializing at once; only the arrival is an event.
+            end = now - (-wb * self._num // self._den)
+            self.busy_until = end
+            self.tx_pkts += 1
+            self.tx_bytes += wb
+            if self.impaired and self._impair():
+                return
+            heappush(
+                self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch))
+            )
+            return
+        if isinstance(pkt, DataPacket) and not pkt.trimmed:
+            q = self.data_bytes
+            if q + wb <= self.data_limit:
+                if self.ecn and q > self.kmin:
+                    kmax = self.kmax
+                    if q >= kmax or self._rng.random() * (kmax - self.kmin) < q - self.kmin:
+                        pkt.ecn = True
+                        self.ecn_marks += 1
+                self.data.append(pkt)
+                q += wb
+                self.data_bytes = q
+                q += self.prio_bytes
+                if q > self.max_queue_bytes:
+                    self.max_queue_bytes = q
+                if self.txev is None:
+                    self._arm()
+                return
+            if not self.trim:
+                self.drops_full += 1
+                return
+            pkt.trim(self.lasthop)
+            self.trims += 1
+            wb = pkt.size + self.framing
+        p = self.prio_bytes + wb
+        if p > self.prio_limit:
+            self.drops_header += 1
+            return
+        self.prio.append(pkt)
+        self.prio_bytes = p
+        p += self.data_bytes
+        if p > self.max_queue_bytes:
+            self.max_queue_bytes = p
+        if self.txev is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Schedule the 'transmitter free' event at the end of the current serialization."""
+        now = self.sim.now
+        at = self.busy_until if self.busy_until > now else now
+        ev = (at, next(self._seq), self._tx_free, ())
+        self.txev = ev
+        heappush(self._heap, ev)
+
+    def _tx_free(self) -> None:
+        """The transmitter is free: start the next packet, header queue first."""
+        if self.prio:
+            pkt = self.prio.popleft()
+            wb = pkt.size + self.framing
+            self.prio_bytes -= wb
+        elif self.data:
+            pkt = self.data.popleft()
+            wb = pkt.size + self.framing
+            self.data_bytes -= wb
+        else:
+            self.txev = None
+            return
+        now = self.sim.now
+        end = now - (-wb * self._num // self._den)
+        self.busy_until = end
+        self.tx_pkts += 1
+        self.tx_bytes += wb
+        if not (self.impaired and self._impair()):
+            heappush(
+                self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch))
+            )
+        if self.prio or self.data:
+            ev = (end, next(self._seq), self._tx_free, ())
+            self.txev = ev
+            heappush(self._heap, ev)
+        else:
+            self.txev = None
+
+    def _impair(self) -> bool:
+        """Whether the wire loses the packet just sent (silent link or random loss)."""
+        if self.silent:
+            self.lost_silent += 1
+            return True
+        if self.loss and self._rng.random() < self.loss:
+            self.lost += 1
+            return True
+        return False
+
+    def lost_in_flight(self, pkt: Packet) -> None:
+        """The far end calls this for a packet sent before the link went down."""
+        self.drops_down += 1
+
+    # ----- wire state ------------------------------------------------------------
+    def set_up(self, up: bool) -> None:
+        """Bring this direction up or down at ``sim.now``.
+
+        Going down flushes both queues, loses the packets on the wire and frees
+        the transmitter; all those packets count in ``drops_down``.
+        """
+        if up == self.up:
+            return
+        self.up = up
+        if up:
+            return
+        self.epoch += 1
+        self.drops_down += len(self.data) + len(self.prio)
+        self.data.clear()
+        self.prio.clear()
+        self.data_bytes = 0
+        self.prio_bytes = 0
+        if self.txev is not None:
+            self.sim.cancel(self.txev)
+            self.txev = None
+        self.busy_until = self.sim.now
+
+    def set_impairment(self, silent: bool | None = None, loss: float | None = None) -> None:
+        """Set the silent flag and/or the random loss probability of this direction."""
+        if silent is not None:
+            self.silent = bool(silent)
+        if loss is not None:
+            if not 0.0 <= loss <= 1.0:
+                raise ValueError(f"{self.name}: loss probability must be in [0, 1], got {loss}")
+            self.loss = float(loss)
+        self.impaired = self.silent or self.loss > 0.0
+
+    # ----- reporting -------------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        """The port's counters by name (see :data:`COUNTERS`)."""
+        return {name: getattr(self, name) for name in COUNTERS}
+
+    def utilisation(self, elapsed_ps: int) -> float:
+        """Fraction of ``elapsed_ps`` this port spent serializing (from bytes sent)."""
+        if elapsed_ps <= 0:
+            return 0.0
+        return min(1.0, self.tx_bytes * 8 * 10**12 / (self.rate_bps * elapsed_ps))
+
+    def __repr__(self) -> str:
+        return f"EgressPort({self.name}, q={self.data_bytes}+{self.prio_bytes}B, up={self.up})"

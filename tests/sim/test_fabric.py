@@ -1,0 +1,300 @@
+"""Tests of forwarding, timing, queues, trimming and ECN in the simulated fabric."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from openmrc.sim import EgressPort, Fabric, FabricConfig, Simulator
+from openmrc.topology import KIND_T0, ClosSpec, Topology, pack_address, unpack_address, usid
+from openmrc.transport.ev import make_ev
+from openmrc.wire.packets import DataPacket, Opcode, Packet, SackPacket
+
+PS_PER_BYTE_100G = 80
+FRAMING = 38
+
+
+def data(psn: int = 0, length: int = 4096, ev: int = 0) -> DataPacket:
+    return DataPacket(1, ev, Opcode.WRITE_MIDDLE, psn, 0, 0, 0, length)
+
+
+class Sink:
+    """Collects what hosts receive."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, Packet, int, int]] = []
+
+    def attach(self, fabric: Fabric) -> None:
+        for h in range(fabric.topology.spec.hosts):
+            fabric.attach_host(
+                h, lambda pkt, plane, now, h=h: self.got.append((h, pkt, plane, now))
+            )
+
+
+def build(
+    spec: ClosSpec | None = None, config: FabricConfig | None = None, seed: int = 1
+) -> tuple[Simulator, Fabric, Sink]:
+    sim = Simulator(seed)
+    fabric = Fabric(sim, Topology(spec or ClosSpec(planes=2, t0s=3, hosts_per_t0=2, t1s=3)), config)
+    sink = Sink()
+    sink.attach(fabric)
+    return sim, fabric, sink
+
+
+# ----- forwarding and timing ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [0, 1, 2, 5, 4095])
+def test_cross_t0_timing_and_t1(path: int) -> None:
+    sim, fabric, sink = build()
+    ev = make_ev(1, path)
+    pkt = data(ev=ev)
+    fabric.send(0, pkt, dst=5)
+    sim.run()
+    assert len(sink.got) == 1
+    h, got, plane, now = sink.got[0]
+    assert (h, plane) == (5, 1) and got is pkt
+    hop = (4096 + 144 + FRAMING) * PS_PER_BYTE_100G + 1_000_000
+    assert now == 4 * hop
+    k = path % 3
+    for name, sw in fabric.switches.items():
+        expected = name in ("p1t0x0", f"p1t1x{k}", "p1t0x2")
+        assert sw.forwarded == (1 if expected else 0), name
+    # the spent address: only the downlink uSID is left
+    assert unpack_address(got.route) == [usid(3, 1, 1)]
+    assert not got.ecn and not got.trimmed
+
+
+def test_same_t0_timing() -> None:
+    sim, fabric, sink = build()
+    pkt = data(length=1000, ev=make_ev(0, 3))
+    fabric.send(2, pkt, dst=3)
+    sim.run()
+    (h, _, plane, now) = sink.got[0]
+    assert (h, plane) == (3, 0)
+    assert now == 2 * ((1000 + 144 + FRAMING) * 80 + 1_000_000)
+    assert fabric.switches["p0t0x1"].forwarded == 1
+    assert sum(sw.forwarded for sw in fabric.switches.values()) == 1
+
+
+def test_rates_latency_and_framing() -> None:
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=1, t1s=1, host_gbps=400, fabric_gbps=100)
+    cfg = FabricConfig(switch_latency_ps=500, framing_bytes=0)
+    sim, fabric, sink = build(spec, cfg)
+    fabric.send(0, data(length=856), dst=1)  # 1000 bytes
+    sim.run()
+    host_hop = 1000 * 20 + 1_000_000
+    fab_hop = 1000 * 80 + 1_000_000
+    assert sink.got[0][3] == 2 * host_hop + 2 * fab_hop + 3 * 500
+
+
+def test_bad_routes_dropped_and_counted() -> None:
+    sim, fabric, sink = build()
+    route = fabric.path_for(0, 5, make_ev(0, 1))
+    # wrong plane: plane-0 route on the plane-1 port -> first T0 refuses it
+    p = data()
+    p.route = route
+    fabric.host_port(0, 1).send(p, 0)
+    # T1 asked to go to T0 index 7, which does not exist (t0s = 3)
+    bad = unpack_address(route)
+    bad[2] = usid(KIND_T0, 0, 7)
+    q = data()
+    q.route = pack_address(bad)
+    fabric.host_port(0, 0).send(q, 0)
+    # no route at all
+    fabric.host_port(0, 0).send(data(), 0)
+    sim.run()
+    assert sink.got == []
+    assert fabric.switches["p1t0x0"].bad_route == 1
+    assert fabric.switches["p0t1x1"].bad_route == 1
+    assert fabric.switches["p0t0x0"].bad_route == 1
+    assert fabric.metrics.snapshot()["bad_route"] == 3
+
+
+def test_path_for_cached_and_matches_topology() -> None:
+    _, fabric, _ = build()
+    ev = make_ev(1, 77, spare=3)
+    r = fabric.path_for(1, 4, ev)
+    assert r == fabric.topology.path_address(1, 4, ev)
+    assert fabric.path_for(1, 4, ev) is r
+
+
+def test_host_port_send_returns_drain_time() -> None:
+    _sim, fabric, _ = build()
+    port = fabric.host_port(0, 0)
+    ser = (4096 + 144 + FRAMING) * 80
+    assert port.send(data(0), 0) == ser
+    assert port.send(data(1), 0) == 2 * ser
+    assert port.busy_until == ser
+    with pytest.raises(ValueError, match="now"):
+        port.send(data(2), 5)
+
+
+# ----- one port ---------------------------------------------------------------------
+
+
+def make_port(sim: Simulator, arrivals: list[tuple[int, Packet]], **kw) -> EgressPort:
+    def rx(pkt: Packet, via: EgressPort, epoch: int) -> None:
+        arrivals.append((sim.now, pkt))
+
+    args = {"data_limit": 10**9, "prio_limit": 10**9, "framing": 0}
+    args.update(kw)
+    return EgressPort(sim, "test", 100 * 10**9, 1000, rx, **args)
+
+
+def test_back_to_back_at_line_rate() -> None:
+    sim = Simulator()
+    arrivals: list[tuple[int, Packet]] = []
+    port = make_port(sim, arrivals)
+    pkts = [data(i, length=856) for i in range(5)]
+    for p in pkts:
+        port.enqueue(p)
+    sim.run()
+    assert [t for t, _ in arrivals] == [1000 + 80_000 * (i + 1) for i in range(5)]
+    assert [p for _, p in arrivals] == pkts
+    assert port.tx_pkts == 5 and port.tx_bytes == 5000
+    assert port.max_queue_bytes == 4000
+    # a later packet after the port went idle starts at once
+    sim.schedule(10**9, port.enqueue, data(9, length=856))
+    sim.run()
+    assert arrivals[-1][0] == 10**9 + 80_000 + 1000
+
+
+@pytest.mark.parametrize("lasthop", [False, True])
+def test_trim_when_full_and_header_priority(lasthop: bool) -> None:
+    sim = Simulator()
+    arrivals: list[tuple[int, Packet]] = []
+    port = make_port(sim, arrivals, data_limit=2000, prio_limit=10**6, lasthop=lasthop)
+    pkts = [data(i, length=856) for i in range(6)]  # 1000 bytes each
+    for p in pkts:
+        port.enqueue(p)
+    sack = SackPacket(1, 0, 0, 0, 0)
+    port.enqueue(sack)
+    sim.run()
+    order = [p for _, p in arrivals]
+    # 0 was on the wire; 3, 4, 5 trimmed; headers and the SACK go before data 1, 2
+    assert order == [pkts[0], pkts[3], pkts[4], pkts[5], sack, pkts[1], pkts[2]]
+    assert [p.trimmed for p in pkts] == [False, False, False, True, True, True]
+    assert all(p.trimmed_lasthop == lasthop for p in pkts[3:])
+    assert all(p.size == 144 for p in pkts[3:])
+    assert port.trims == 3 and port.drops_full == 0
+
+
+def test_no_trimming_drops_and_header_queue_limit() -> None:
+    sim = Simulator()
+    arrivals: list[tuple[int, Packet]] = []
+    port = make_port(sim, arrivals, data_limit=2000, prio_limit=144 * 2, trim=True)
+    for i in range(7):
+        port.enqueue(data(i, length=856))
+    assert port.trims == 4 and port.drops_header == 2  # header queue holds two headers
+    port2 = make_port(sim, arrivals, data_limit=2000, trim=False)
+    for i in range(5):
+        port2.enqueue(data(i, length=856))
+    assert port2.drops_full == 2 and port2.trims == 0
+
+
+def test_ecn_ramp() -> None:
+    sim = Simulator(3)
+    arrivals: list[tuple[int, Packet]] = []
+    kmin, kmax = 20_000, 80_000
+    port = make_port(sim, arrivals, ecn=True, kmin=kmin, kmax=kmax)
+    pkts = [data(i, length=856) for i in range(2000)]
+    queued_before: list[int] = []
+    for p in pkts:
+        queued_before.append(port.data_bytes)
+        port.enqueue(p)
+    below = [p.ecn for p, q in zip(pkts, queued_before, strict=True) if q <= kmin]
+    above = [p.ecn for p, q in zip(pkts, queued_before, strict=True) if q >= kmax]
+    mid = [p.ecn for p, q in zip(pkts, queued_before, strict=True) if kmin < q < kmax]
+    assert below and not any(below)
+    assert above and all(above)
+    assert 0 < sum(mid) < len(mid)
+    # probability rises across the ramp
+    first, second = mid[: len(mid) // 2], mid[len(mid) // 2 :]
+    assert sum(first) < sum(second)
+    assert port.ecn_marks == sum(p.ecn for p in pkts)
+
+
+def incast(config: FabricConfig, senders: int = 5, n: int = 20) -> tuple[Fabric, Sink]:
+    """Hosts 0..senders-1 all blast host 5 on plane 0, paths spread over T1s."""
+    sim, fabric, sink = build(ClosSpec(planes=1, t0s=3, hosts_per_t0=2, t1s=3), config)
+    for h in range(senders):
+        for i in range(n):
+            fabric.send(h, data(i, ev=make_ev(0, i)), dst=5)
+    sim.run()
+    return fabric, sink
+
+
+def test_lasthop_trim_flag_and_ecn_disabled_on_lasthop() -> None:
+    cfg = FabricConfig(queue_bytes=30_000, ecn_kmin_bytes=0, ecn_kmax_bytes=1, ecn_lasthop=False)
+    fabric, sink = incast(cfg)
+    last = fabric.port("p0t0x2", 1)
+    assert last.lasthop and not last.ecn
+    assert last.trims > 0 and last.ecn_marks == 0
+    trimmed = [p for _, p, _, _ in sink.got if p.trimmed]
+    # lasthop flag exactly on the packets the last hop trimmed
+    assert sum(p.trimmed_lasthop for p in trimmed) == last.trims
+    assert len(trimmed) - last.trims == sum(port.trims for port in fabric.ports) - last.trims
+    assert len(sink.got) == 5 * 20  # trimmed headers are delivered, nothing dropped
+    # marks came from the uplinks (not last hop), never from the last hop
+    marked = [p for _, p, _, _ in sink.got if p.ecn]
+    assert len(marked) == sum(port.ecn_marks for port in fabric.ports)
+    assert fabric.port("p0t1x0", 2).ecn_marks > 0
+
+
+def test_uplink_trim_not_lasthop() -> None:
+    # hosts 0 and 1 (T0 0) both send to hosts 4, 5 (T0 2) through T1 0: the uplink congests
+    sim, fabric, sink = build(
+        ClosSpec(planes=1, t0s=3, hosts_per_t0=2, t1s=3), FabricConfig(queue_bytes=20_000)
+    )
+    for i in range(30):
+        fabric.send(0, data(i, ev=make_ev(0, 0)), dst=4)
+        fabric.send(1, data(i, ev=make_ev(0, 3)), dst=5)
+    sim.run()
+    up = fabric.port("p0t0x0", 2)
+    assert up.trims > 0
+    trimmed = [p for _, p, _, _ in sink.got if p.trimmed]
+    assert len(trimmed) == up.trims
+    assert not any(p.trimmed_lasthop for p in trimmed)
+    assert len(sink.got) == 60
+
+
+def test_ecn_marks_lasthop_when_enabled() -> None:
+    fabric, _sink = incast(FabricConfig(ecn_kmin_bytes=0, ecn_kmax_bytes=1))
+    assert fabric.port("p0t0x2", 1).ecn_marks > 0
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="FabricConfig.ecn_kmin_bytes"):
+        FabricConfig(ecn_kmin_bytes=10, ecn_kmax_bytes=5).validate()
+    with pytest.raises(ValueError, match="FabricConfig.queue_bytes"):
+        FabricConfig(queue_bytes=-1).validate()
+    with pytest.raises(ValueError, match="FabricConfig.base_rtt_ps"):
+        Fabric(Simulator(), Topology(ClosSpec(1, 1, 2, 1)), FabricConfig(base_rtt_ps=-5))
+    q, h, kmin, kmax = FabricConfig().port_params(100 * 10**9)
+    assert q == 150_000 and h == 150_000 and kmin == 30_000 and kmax == 120_000
+
+
+def test_metrics_export(tmp_path) -> None:
+    fabric, _ = incast(FabricConfig(queue_bytes=30_000))
+    path = tmp_path / "m.json"
+    fabric.metrics.to_json(path)
+    snap = json.loads(path.read_text())
+    assert snap["totals"]["trims"] == sum(p.trims for p in fabric.ports) > 0
+    assert len(snap["ports"]) == len(fabric.ports)
+    files = fabric.metrics.to_csv(tmp_path / "csv")
+    assert {f.name for f in files} == {"ports.csv", "switches.csv", "faults.csv", "queues.csv"}
+    assert "tx_pkts" in (tmp_path / "csv" / "ports.csv").read_text().splitlines()[0]
+
+
+def test_queue_sampling_stops_by_itself() -> None:
+    sim, fabric, _ = build(ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1))
+    for i in range(10):
+        fabric.send(0, data(i), dst=2)
+    fabric.metrics.sample_queues(100_000)
+    sim.run()
+    samples = fabric.metrics.queue_samples
+    assert samples and samples[0][1] == "h0:0->p0t0x0"
+    assert max(s[2] for s in samples) > 0
+    assert sim.now < 10**8
