@@ -799,7 +799,8 @@ class Lab:
         lines.append(f"links: {len(st['links'])}")
         for name, state in st["links"].items():
             lk = self.plan.links[name]
-            lines.append(f"  {name:<24} {lk.a.ifname}<->{lk.b.ifname:<6} {state}")
+            ends = f"{lk.a.ifname}<->{lk.b.ifname}"
+            lines.append(f"  {name:<24} {ends:<16} {state}")
         lines.append(f"faults: {len(self.faults)}")
         lines += [f"  {f.kind} {f.target}: {f.describe()}" for f in self.faults]
         return "\n".join(lines)

@@ -1,0 +1,237 @@
+"""``openmrc lab ...``: build, break and tear down the network-namespace fabric lab.
+
+The main CLI (``openmrc.cli``) calls :func:`register` to add the ``lab``
+command; ``python -m openmrc.net.lab_cli lab ...`` works on its own too.
+
+Subcommands (``--name`` picks the lab, default ``lab``)::
+
+    lab up TOPOLOGY               TOPOLOGY: file (.json/.toml) or planes=4,t0s=2,...
+    lab status [--json]
+    lab down [--name N]           without --name: every lab and every omrc-* namespace
+    lab fail LINK|SWITCH [--silent | --loss P]
+    lab restore [LINK|SWITCH]     without a target: every fault
+    lab exec HOST -- CMD...
+    lab capture HOST --plane P -w FILE [--count N | --seconds S]
+
+Exit codes: 0 ok, 1 the operation failed, 2 usage errors and not running as root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from openmrc.net.lab import (
+    DEFAULT_NAME,
+    Lab,
+    LabError,
+    NotRootError,
+    down_lab,
+    list_labs,
+    parse_spec,
+)
+
+_Handler = Callable[[argparse.Namespace], int]
+
+
+def _err(msg: str) -> None:
+    print(f"openmrc lab: {msg}", file=sys.stderr)
+
+
+def _guard(fn: _Handler) -> _Handler:
+    """Wrap a handler: refuse without root (exit 2), report lab errors (exit 1)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        if os.geteuid() != 0:
+            _err("needs root (it creates network namespaces, veth pairs and routes); use sudo")
+            return 2
+        try:
+            return fn(args)
+        except NotRootError as exc:
+            _err(str(exc))
+            return 2
+        except (LabError, ValueError, OSError, subprocess.SubprocessError) as exc:
+            _err(str(exc))
+            return 1
+
+    handler.__doc__ = fn.__doc__
+    return handler
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    """Build a lab from a topology file or compact spec."""
+    try:
+        spec = parse_spec(args.topology)
+    except ValueError as exc:
+        _err(str(exc))
+        return 2
+    t0 = time.monotonic()
+    lab = Lab.up(spec, args.name, strict_checksums=not args.offload_checksums)
+    dt = time.monotonic() - t0
+    topo = lab.topology
+    print(
+        f"lab {lab.name} up in {dt:.2f}s: {len(topo.switches)} switches, "
+        f"{len(topo.hosts)} hosts, {len(topo.links)} links"
+    )
+    for h in range(spec.hosts):
+        addrs = ", ".join(lab.host_address(h, p) for p in range(spec.planes))
+        print(f"  {topo.host_name(h)} ({lab.host_netns(h)}): {addrs}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    """Show namespaces, links and faults of a lab."""
+    try:
+        lab = Lab.load(args.name)
+    except LabError as exc:
+        labs = list_labs()
+        _err(f"{exc}; labs present: {', '.join(labs) if labs else 'none'}")
+        return 1
+    if args.json:
+        print(json.dumps(lab.status(), indent=1))
+    else:
+        print(lab.format_status())
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    """Remove a lab (or all labs): namespaces, veths, nft tables, state file."""
+    removed = down_lab(args.name)
+    what = f"lab {args.name}" if args.name else "all labs"
+    print(f"{what} down: {len(removed)} namespaces removed")
+    return 0
+
+
+def _cmd_fail(args: argparse.Namespace) -> int:
+    """Fail a link or switch."""
+    lab = Lab.load(args.name)
+    mode = "silent" if args.silent else "loss" if args.loss is not None else "down"
+    fault = lab.fail(args.target, mode, args.loss)
+    print(f"{fault.kind} {fault.target}: {fault.describe()}")
+    return 0
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    """Undo one fault or all faults."""
+    lab = Lab.load(args.name)
+    undone = lab.restore(args.target)
+    for fault in undone:
+        print(f"restored {fault.kind} {fault.target} ({fault.describe()})")
+    if not undone:
+        print("no faults")
+    return 0
+
+
+def _cmd_exec(args: argparse.Namespace) -> int:
+    """Run a command in a host's namespace; exit with its code."""
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        _err("exec: give a command after the host, e.g. lab exec h0 -- ip -6 route")
+        return 2
+    lab = Lab.load(args.name)
+    return lab.exec(args.host, cmd)
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    """Capture a host's plane interface into a pcap file (foreground)."""
+    lab = Lab.load(args.name)
+    if not 0 <= args.plane < lab.topology.spec.planes:
+        _err(f"--plane: must be between 0 and {lab.topology.spec.planes - 1}")
+        return 2
+    proc = lab.capture(args.host, args.plane, args.write, count=args.count, seconds=args.seconds)
+    try:
+        _, err = proc.communicate()
+    except KeyboardInterrupt:
+        proc.terminate()
+        _, err = proc.communicate()
+    if proc.returncode not in (0, -2, -15):
+        _err(f"capture failed ({proc.returncode}): {err.decode(errors='replace').strip()}")
+        return 1
+    print(f"wrote {args.write} (read it with: tshark -r {args.write} -d udp.port==4791,infiniband)")
+    return 0
+
+
+def _add_name(p: argparse.ArgumentParser, default: str | None = DEFAULT_NAME) -> None:
+    p.add_argument(
+        "--name",
+        default=default,
+        help=f"lab name (default: {default or 'all labs'})",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``lab`` command and its subcommands; each sets ``func`` returning an exit code."""
+    lab = subparsers.add_parser(
+        "lab",
+        help="real SRv6 uSID fabric in network namespaces (root)",
+        description="Build a multi-plane SRv6 uSID Clos fabric from Linux network "
+        "namespaces and veth pairs, inject link/switch faults, run things in hosts.",
+    )
+    sub = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
+
+    p = sub.add_parser("up", help="build a lab")
+    p.add_argument("topology", metavar="TOPOLOGY", help="JSON/TOML file or planes=4,t0s=2,...")
+    p.add_argument(
+        "--offload-checksums",
+        action="store_true",
+        help="keep veth TX checksum offload on hosts (hides UDP checksum errors)",
+    )
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_up))
+
+    p = sub.add_parser("status", help="show namespaces, links and faults")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_status))
+
+    p = sub.add_parser("down", help="remove a lab (default: every omrc-* namespace)")
+    _add_name(p, None)
+    p.set_defaults(func=_guard(_cmd_down))
+
+    p = sub.add_parser("fail", help="fail a link or a switch")
+    p.add_argument("target", metavar="LINK|SWITCH", help="e.g. p0t0x0-p0t1x1, h0-p0t0x0, p0t1x1")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--silent", action="store_true", help="black hole, carriers stay up")
+    g.add_argument("--loss", type=float, metavar="P", help="drop P percent at random")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_fail))
+
+    p = sub.add_parser("restore", help="undo one fault (or all)")
+    p.add_argument("target", metavar="LINK|SWITCH", nargs="?", help="default: every fault")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_restore))
+
+    p = sub.add_parser("exec", help="run a command in a host's namespace")
+    p.add_argument("host", metavar="HOST", help="h0, h1, ... (or 0, 1, ...)")
+    p.add_argument("cmd", metavar="CMD", nargs=argparse.REMAINDER, help="-- command and args")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_exec))
+
+    p = sub.add_parser("capture", help="capture a host plane interface to a pcap file")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--plane", type=int, required=True, metavar="P")
+    p.add_argument("-w", "--write", required=True, metavar="FILE")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--count", type=int, metavar="N", help="stop after N packets")
+    g.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_capture))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry point: ``python -m openmrc.net.lab_cli lab ...``."""
+    parser = argparse.ArgumentParser(prog="openmrc")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
