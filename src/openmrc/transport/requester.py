@@ -23,6 +23,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..wire.packets import (
+    LAST_OPCODES,
     DataPacket,
     NackPacket,
     NackReason,
@@ -247,12 +248,7 @@ class Requester:
             tx.resent = True
         self.flight[tx.psn] = tx
         self.inflight += tx.length
-        last = tx.opcode in (
-            Opcode.WRITE_LAST,
-            Opcode.WRITE_LAST_IMM,
-            Opcode.WRITE_ONLY,
-            Opcode.WRITE_ONLY_IMM,
-        )
+        last = tx.opcode in LAST_OPCODES
         pkt = DataPacket(
             self.qp.remote_qpn,
             ev,
@@ -266,7 +262,7 @@ class Requester:
             op.imm if last else None,
             now,
             retransmit,
-            retransmit or last or not self.has_work(),
+            retransmit or last or not (self.retx or self.to_segment),
             op.is_imm,
         )
         stats = self.stats

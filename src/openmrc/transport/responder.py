@@ -23,13 +23,12 @@ from ..wire.packets import (
     ProbeReplyPacket,
     SackPacket,
 )
-from .verbs import Access, RecvWR, WCOpcode, WCStatus, WorkCompletion
+from .verbs import RecvWR, WCOpcode, WCStatus, WorkCompletion
 
 if TYPE_CHECKING:
     from .qp import QueuePair
 
 _MASK64 = (1 << 64) - 1
-_REMOTE_WRITE = Access.REMOTE_WRITE
 
 
 class Responder:
@@ -79,7 +78,7 @@ class Responder:
         if (
             mr is None
             or mr.pd is not self.pd
-            or not mr.access & _REMOTE_WRITE
+            or not mr.remote_write
             or not mr.contains(pkt.va, length)
         ):
             stats.rx_access_errors += 1

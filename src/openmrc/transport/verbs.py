@@ -143,7 +143,7 @@ class MemoryRegion:
     key a remote peer puts in each packet.
     """
 
-    __slots__ = ("access", "addr", "buffer", "length", "lkey", "pd", "rkey", "view")
+    __slots__ = ("access", "addr", "buffer", "length", "lkey", "pd", "remote_write", "rkey", "view")
 
     def __init__(
         self,
@@ -159,6 +159,8 @@ class MemoryRegion:
         self.addr = addr
         self.length = length
         self.access = access
+        #: precomputed ``access & REMOTE_WRITE`` (checked for every arriving packet).
+        self.remote_write = bool(access & Access.REMOTE_WRITE)
         self.lkey = lkey
         self.rkey = rkey
         self.buffer = buffer
