@@ -7,8 +7,10 @@ others check the pure parts (spec parsing, naming, command generation).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -400,3 +402,28 @@ def test_four_planes_build_quickly(make_lab: MakeLab) -> None:
     counts, _ = exchange(lab, all_paths(lab), 2)
     assert all(v == 2 for v in counts.values()), counts
     assert format_address(lab.topology.host_address(1, 3)) == lab.host_address("h1", 3)
+
+
+@pytest.mark.lab
+def test_ipv6_in_ipv6_is_decapsulated_at_the_host(make_lab: MakeLab) -> None:
+    """Outer destination = path, inner = host address: the host's End.DT6 decapsulates."""
+    lab = make_lab(SPEC2)
+    rx = lab.udp_socket(1, PORT)
+    rx.settimeout(1.0)
+    tx = lab.call(0, socket.socket, socket.AF_INET6, socket.SOCK_RAW, 41)  # IPPROTO_IPV6
+    try:
+        for p in range(2):
+            payload = f"inner{p}".encode()
+            udp = struct.pack("!HHHH", 5000, PORT, 8 + len(payload), 0) + payload
+            inner = (
+                struct.pack("!IHBB", 6 << 28, len(udp), 17, 64)
+                + ipaddress.IPv6Address(lab.host_address(0, p)).packed
+                + ipaddress.IPv6Address(lab.host_address(1, p)).packed
+                + udp
+            )
+            tx.sendto(inner, (lab.path_address(0, 1, make_ev(p, 1)), 0))
+            data, addr = rx.recvfrom(100)
+            assert (data, addr[0], addr[1]) == (payload, lab.host_address(0, p), 5000)
+    finally:
+        rx.close()
+        tx.close()

@@ -67,6 +67,8 @@ ANCHOR_IF = "srv6"
 ANCHOR_PEER = "srv6p"
 #: The uSID behaviour every switch applies to its own locator.
 CSID_BEHAVIOUR = "action End flavors next-csid lblen 32 nflen 16"
+#: Policy-routing table on hosts holding the End.DT6 decapsulation routes.
+DECAP_TABLE = 100
 #: Fault modes.
 MODES = ("down", "silent", "loss")
 
@@ -335,6 +337,22 @@ class LabPlan:
             out[f"{base}.forwarding"] = 1 if switch else 0
         return out
 
+    def init_lines(self, node: str) -> list[str]:
+        """One-time ``ip -batch`` lines for ``node`` (run before :meth:`config_lines`).
+
+        Hosts: IPv6-in-IPv6 packets (next header 41) are looked up in table
+        :data:`DECAP_TABLE` before the local table, where an ``End.DT6`` route
+        on each arrival address decapsulates them (inner destination: the
+        host address); everything else (plain UDP) is delivered as usual.
+        """
+        if not self.is_host(node):
+            return []
+        return [
+            "rule add pref 100 lookup local",
+            "rule del pref 0 lookup local",
+            f"rule add pref 10 ipproto 41 lookup {DECAP_TABLE}",
+        ]
+
     def config_lines(self, node: str, down: set[tuple[str, str]] | None = None) -> list[str]:
         """Idempotent ``ip -batch`` lines configuring ``node`` (run inside its namespace).
 
@@ -371,6 +389,8 @@ class LabPlan:
                     f"addr replace {addr}/128 dev {me.ifname} nodad",
                     f"addr replace {arrival}/128 dev {me.ifname} nodad preferred_lft 0",
                     f"route replace {locator(t0)} via {peer.lla} dev {me.ifname}",
+                    f"route replace {arrival}/128 encap seg6local action End.DT6 table local "
+                    f"dev {me.ifname} table {DECAP_TABLE}",
                 ]
             return lines
         own = self.topo.usid_of(node)
@@ -483,7 +503,10 @@ class Lab:
                 nsmod.set_tx_checksum(
                     plan.netns(h), [lk.end(h).ifname for lk in plan.ports[h]], False
                 )
-        nsmod.ip_batches({plan.netns(n): plan.config_lines(n) for n in plan.nodes})
+        nsmod.ip_batches(
+            {plan.netns(n): plan.init_lines(n) + plan.config_lines(n) for n in plan.nodes},
+            ipv6=True,
+        )
 
     @classmethod
     def load(cls, name: str = DEFAULT_NAME) -> Lab:
@@ -757,7 +780,8 @@ class Lab:
                     if lk.end(node).ifname == ifname:
                         touched.add(lk.peer(node).node)
         nsmod.ip_batches(
-            {self.plan.netns(n): self.plan.config_lines(n, down_now) for n in sorted(touched)}
+            {self.plan.netns(n): self.plan.config_lines(n, down_now) for n in sorted(touched)},
+            ipv6=True,
         )
         self._save()
         return undo

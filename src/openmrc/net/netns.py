@@ -72,8 +72,8 @@ def run(
     return proc
 
 
-def _ip_argv(netns: str | None, force: bool) -> list[str]:
-    argv = ["ip"]
+def _ip_argv(netns: str | None, force: bool, ipv6: bool = False) -> list[str]:
+    argv = ["ip", "-6"] if ipv6 else ["ip"]
     if netns is not None:
         argv += ["-n", netns]
     if force:
@@ -82,21 +82,31 @@ def _ip_argv(netns: str | None, force: bool) -> list[str]:
 
 
 def ip_batch(
-    lines: Iterable[str], netns: str | None = None, *, check: bool = True, force: bool = False
+    lines: Iterable[str],
+    netns: str | None = None,
+    *,
+    check: bool = True,
+    force: bool = False,
+    ipv6: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``ip`` commands (one per line, without the leading ``ip``) in one process.
 
     ``netns``: run them inside that namespace (``ip -n``).  ``force``: carry on
     after a failing line (``ip -force``); the return code still reports failure.
+    ``ipv6``: ``ip -6`` (IPv6 family for ``rule``/``route``/``neigh`` lines).
     """
     text = "".join(line + "\n" for line in lines)
     if not text:
         return subprocess.CompletedProcess(["ip"], 0, "", "")
-    return run(_ip_argv(netns, force), input=text, check=check)
+    return run(_ip_argv(netns, force, ipv6), input=text, check=check)
 
 
 def ip_batches(
-    batches: Mapping[str | None, Iterable[str]], *, check: bool = True, force: bool = False
+    batches: Mapping[str | None, Iterable[str]],
+    *,
+    check: bool = True,
+    force: bool = False,
+    ipv6: bool = False,
 ) -> dict[str | None, subprocess.CompletedProcess[str]]:
     """Run one ``ip -batch`` per namespace, all at the same time; wait for all.
 
@@ -108,7 +118,7 @@ def ip_batches(
         text = "".join(line + "\n" for line in lines)
         if not text:
             continue
-        argv = _ip_argv(ns, force)
+        argv = _ip_argv(ns, force, ipv6)
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
