@@ -28,6 +28,7 @@ before anything is created so :func:`down_lab` works after a crash.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -35,7 +36,7 @@ import socket
 import subprocess
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -457,6 +458,34 @@ class Lab:
     def __init__(self, plan: LabPlan, faults: list[Fault] | None = None) -> None:
         self.plan = plan
         self.faults: list[Fault] = faults or []
+        self._lock_depth = 0
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the lab's lock file; on the outermost entry re-read the faults from state.
+
+        So two processes (say a test and ``openmrc lab fail`` in a shell) that
+        change faults of the same lab do not overwrite each other's records.
+        """
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        path = state_path(self.plan.name).with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, KeyError):
+                data = json.loads(state_path(self.plan.name).read_text())
+                self.faults = [Fault(**f) for f in data["faults"]]
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
 
     # ----- lifecycle ---------------------------------------------------------------
     @classmethod
@@ -701,29 +730,30 @@ class Lab:
                 raise LabError(f"loss percent: must be between 0 and 100, got {percent}")
         else:
             percent = None
-        kind, name = self._canonical(target)
-        if self.fault(name) is not None:
-            self.restore(name)
-        fault = Fault(name, kind, mode, percent)
-        if kind == "link":
-            link = self.plan.links[name]
-            far = link.b
-            if mode == "down":
-                fault.down = [[link.a.netns, link.a.ifname], [far.netns, far.ifname]]
+        with self._locked():
+            kind, name = self._canonical(target)
+            if self.fault(name) is not None:
+                self.restore(name)
+            fault = Fault(name, kind, mode, percent)
+            if kind == "link":
+                link = self.plan.links[name]
+                far = link.b
+                if mode == "down":
+                    fault.down = [[link.a.netns, link.a.ifname], [far.netns, far.ifname]]
+                else:
+                    table = f"omrc_{mode}_{far.ifname}"
+                    fault.nft = [[far.netns, table]]
             else:
-                table = f"omrc_{mode}_{far.ifname}"
-                fault.nft = [[far.netns, table]]
-        else:
-            ns = self.plan.netns(name)
-            if mode == "down":
-                fault.down = [[ns, lk.end(name).ifname] for lk in self.plan.ports[name]]
-            else:
-                fault.nft = [[ns, f"omrc_{mode}_switch"]]
-        # Record first, then act: a crash in between still leaves a restorable state.
-        self.faults.append(fault)
-        self._save()
-        self._apply(fault)
-        return fault
+                ns = self.plan.netns(name)
+                if mode == "down":
+                    fault.down = [[ns, lk.end(name).ifname] for lk in self.plan.ports[name]]
+                else:
+                    fault.nft = [[ns, f"omrc_{mode}_switch"]]
+            # Record first, then act: a crash in between still leaves a restorable state.
+            self.faults.append(fault)
+            self._save()
+            self._apply(fault)
+            return fault
 
     def _apply(self, fault: Fault) -> None:
         by_ns: dict[str | None, list[str]] = {}
@@ -758,33 +788,34 @@ class Lab:
         static configuration of every namespace involved (admin-down flushes
         link-local addresses, neighbours and routes).
         """
-        if target is None:
-            undo = list(self.faults)
-        else:
-            fault = self.fault(target)
-            if fault is None:
-                raise LabError(f"{target} has no fault to restore")
-            undo = [fault]
-        touched: set[str] = set()
-        for fault in undo:
-            self.faults.remove(fault)
-        down_now = self._down_set()
-        for fault in undo:
-            for ns, table in fault.nft:
-                if nsmod.netns_exists(ns):
-                    nsmod.nft(f"add table inet {table}\ndelete table inet {table}\n", ns)
-            for ns, ifname in fault.down:
-                node = ns[len(self.plan.prefix) :]
-                touched.add(node)
-                for lk in self.plan.ports[node]:
-                    if lk.end(node).ifname == ifname:
-                        touched.add(lk.peer(node).node)
-        nsmod.ip_batches(
-            {self.plan.netns(n): self.plan.config_lines(n, down_now) for n in sorted(touched)},
-            ipv6=True,
-        )
-        self._save()
-        return undo
+        with self._locked():
+            if target is None:
+                undo = list(self.faults)
+            else:
+                fault = self.fault(target)
+                if fault is None:
+                    raise LabError(f"{target} has no fault to restore")
+                undo = [fault]
+            touched: set[str] = set()
+            for fault in undo:
+                self.faults.remove(fault)
+            down_now = self._down_set()
+            for fault in undo:
+                for ns, table in fault.nft:
+                    if nsmod.netns_exists(ns):
+                        nsmod.nft(f"add table inet {table}\ndelete table inet {table}\n", ns)
+                for ns, ifname in fault.down:
+                    node = ns[len(self.plan.prefix) :]
+                    touched.add(node)
+                    for lk in self.plan.ports[node]:
+                        if lk.end(node).ifname == ifname:
+                            touched.add(lk.peer(node).node)
+            nsmod.ip_batches(
+                {self.plan.netns(n): self.plan.config_lines(n, down_now) for n in sorted(touched)},
+                ipv6=True,
+            )
+            self._save()
+            return undo
 
     # ----- status ------------------------------------------------------------------------
     def link_state(self, name: str) -> str:
@@ -891,6 +922,7 @@ def down_lab(name: str | None = None) -> list[str]:
     for path in paths:
         path.unlink(missing_ok=True)
         path.with_suffix(".tmp").unlink(missing_ok=True)
+        path.with_suffix(".lock").unlink(missing_ok=True)
     return sorted(wanted)
 
 
