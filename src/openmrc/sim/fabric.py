@@ -50,7 +50,7 @@ from openmrc.sim.link import Link
 from openmrc.sim.metrics import Metrics
 from openmrc.sim.port import EgressPort
 from openmrc.sim.switch import HostEnd, HostReceiver, Switch
-from openmrc.topology import Topology
+from openmrc.topology import BLOCK, Topology
 from openmrc.transport.ev import ev_plane
 
 if TYPE_CHECKING:
@@ -185,9 +185,32 @@ class Fabric:
         key = (src, dst, ev & 0xFFFF)
         route = self._routes.get(key)
         if route is None:
-            route = self.topology.path_address(src, dst, ev)
+            route = self._compute_route(src, dst, ev)
             self._routes[key] = route
         return route
+
+    def _compute_route(self, src: int, dst: int, ev: int) -> int:
+        """Same as ``topology.path_address`` without its per-call checks (done once here)."""
+        topo = self.topology
+        spec = topo.spec
+        plane = ev & 0xF
+        if (
+            src == dst
+            or plane >= spec.planes
+            or type(src) is not int
+            or type(dst) is not int
+            or not 0 <= src < spec.hosts
+            or not 0 <= dst < spec.hosts
+        ):
+            return topo.path_address(src, dst, ev)  # raises the right ValueError
+        hpt = spec.hosts_per_t0
+        a, b = src // hpt, dst // hpt
+        t0 = topo._t0_usids[plane]
+        down = topo._down_usids[plane][dst % hpt]
+        if a == b:
+            return BLOCK | t0[a] << 80 | down << 64
+        t1 = topo._t1_usids[plane][((ev >> 4) & 0xFFF) % spec.t1s]
+        return BLOCK | t0[a] << 80 | t1 << 64 | t0[b] << 48 | down << 32
 
     def send(self, h: int, pkt: Packet, dst: int | None = None) -> int:
         """Send ``pkt`` from host ``h`` on its EV's plane, routing it to ``dst`` if given."""

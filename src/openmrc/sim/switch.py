@@ -15,6 +15,7 @@ discards whatever reaches it (``discarded``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 from openmrc.topology import ACTIVE_SHIFT, BLOCK, BLOCK_PREFIX, CARRIER_MASK
@@ -99,6 +100,19 @@ class Switch:
             self.bad_route += 1
             return
         self.forwarded += 1
+        if out.txev is None and not out.impaired and out.up:
+            # EgressPort.enqueue's idle fast path, inlined (one call less per hop)
+            now = out.sim.now
+            if out.busy_until <= now:
+                wb = pkt.size + out.framing
+                end = now - (-wb * out._num // out._den)
+                out.busy_until = end
+                out.tx_pkts += 1
+                out.tx_bytes += wb
+                heappush(
+                    out._heap, (end + out.delay, next(out._seq), out.rx, (pkt, out, out.epoch))
+                )
+                return
         out.enqueue(pkt)
 
     def counters(self) -> dict[str, int]:
