@@ -50,6 +50,11 @@ def test_cancel() -> None:
     sim.run()
     assert out == [2]
     assert not sim.cancelled
+    # cancelling an event that already ran (same time) leaves nothing behind
+    done = sim.schedule(sim.now, out.append, 3)
+    sim.schedule(sim.now, lambda: sim.cancel(done))
+    sim.run()
+    assert out == [2, 3] and not sim.cancelled
 
 
 def test_run_until_and_stop() -> None:

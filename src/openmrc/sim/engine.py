@@ -70,7 +70,8 @@ class Simulator:
 
         Cancelling an event that already ran, or twice, is harmless.
         """
-        if event[0] >= self.now:
+        t = event[0]
+        if t > self.now or (t == self.now and event in self.heap):
             self.cancelled.add(event[1])
 
     def stop(self) -> None:
