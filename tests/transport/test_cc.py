@@ -83,6 +83,11 @@ def test_no_ecn_high_delay_fair_increase() -> None:
 def test_ecn_high_delay_decreases_at_most_half_once_per_rtt() -> None:
     cc = nscc()
     before = cc.cwnd
+    # A single late ACK does not cut the window: the filtered delay is still low.
+    cc.on_ack(MTU, BASE + 20_000_000, True, cc.cwnd, 1_000)
+    assert cc.cwnd == before
+    # Sustained delay above target: the filtered delay crosses the target, then a cut.
+    cc.avg_delay = 20_000_000.0
     cc.on_ack(MTU, BASE + 20_000_000, True, cc.cwnd, 50_000_000)
     assert before // 2 <= cc.cwnd < before
     after_first = cc.cwnd
@@ -91,6 +96,11 @@ def test_ecn_high_delay_decreases_at_most_half_once_per_rtt() -> None:
     cc.on_ack(MTU, BASE + 20_000_000, True, cc.cwnd, 50_000_000 + BASE)
     assert cc.cwnd < after_first
     assert cc.stats_decreases == 2
+    # Never more than half in one step, however large the delay.
+    cc.avg_delay = 1e12
+    w = cc.cwnd
+    cc.on_ack(MTU, BASE + 20_000_000, True, cc.cwnd, 10**9)
+    assert w // 2 <= cc.cwnd < 0.55 * w  # halved (plus the per-RTT eta increase)
 
 
 def test_ecn_low_delay_leaves_window_alone() -> None:

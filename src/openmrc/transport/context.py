@@ -196,18 +196,30 @@ class Context:
         self.stats["rx_packets"] += 1
         qp.receive_packet(pkt, now)
 
-    def poll_packet(self, now: int) -> tuple[QueuePair, Packet] | None:
-        """The next packet to send from any QP (round robin), with its QP."""
+    def poll_packet(self, now: int, busy: int = 0) -> tuple[QueuePair, Packet] | None:
+        """The next packet to send from any QP (round robin), with its QP.
+
+        ``busy`` is a bitmask of planes whose NIC port cannot take a packet now
+        (a multi-port driver passes it so data goes to free ports).  A QP that
+        has data only for busy planes stays ready.
+        """
         ready = self._ready
-        while ready:
-            qp = next(iter(ready))
-            del ready[qp]
-            pkt = qp.poll_packet(now)
-            if pkt is not None:
-                if qp.has_output():
-                    ready[qp] = None  # to the back: round robin
-                return qp, pkt
-        return None
+        blocked: list[QueuePair] = []
+        try:
+            while ready:
+                qp = next(iter(ready))
+                del ready[qp]
+                pkt = qp.poll_packet(now, busy)
+                if pkt is not None:
+                    if qp.has_output():
+                        ready[qp] = None  # to the back: round robin
+                    return qp, pkt
+                if busy and qp.port_blocked():
+                    blocked.append(qp)
+            return None
+        finally:
+            for qp in blocked:
+                ready[qp] = None
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:
         """Everything sendable now, encoded (real-network path)."""

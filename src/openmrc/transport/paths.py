@@ -120,8 +120,13 @@ class PathSet:
         self.usable = len(self.slots)
 
     # -- spraying -----------------------------------------------------------------
-    def next_ev(self) -> int:
-        """The EV for the next packet: the next usable one in the rotation."""
+    def next_ev(self, busy: int = 0) -> int:
+        """The EV for the next packet: the next usable one in the rotation.
+
+        ``busy`` is a bitmask of planes whose NIC port cannot take a packet now;
+        EVs of those planes are passed over (they keep their state).  Returns
+        -1 when every usable EV is on a busy plane.
+        """
         slots = self.slots
         state = self.state
         n = len(slots)
@@ -133,21 +138,25 @@ class PathSet:
                 i = 0
             st = state[ev]
             if st is GOOD:
+                if busy and busy >> (ev & 15) & 1:
+                    continue
                 self._idx = i
                 return ev
             if st is SKIP:
                 state[ev] = GOOD
+        if busy and self.usable:
+            return -1
         # Nothing usable (everything denied or bad and the floor is 0): keep sending
         # on the rotation anyway rather than stall; the RTO bounds the damage.
         ev = slots[i]
         self._idx = i + 1 if i + 1 < n else 0
         return ev
 
-    def other_ev(self, avoid: int) -> int:
+    def other_ev(self, avoid: int, busy: int = 0) -> int:
         """A usable EV different from ``avoid`` when one exists (for retransmissions)."""
-        ev = self.next_ev()
+        ev = self.next_ev(busy)
         if ev == avoid and self.usable > 1:
-            ev = self.next_ev()
+            ev = self.next_ev(busy)
         return ev
 
     # -- feedback -----------------------------------------------------------------

@@ -334,13 +334,21 @@ class QueuePair:
             return self.requester.get_timer()
         return None
 
-    def poll_packet(self, now: int) -> Packet | None:
-        """The next packet to transmit (control packets first), or None."""
+    def poll_packet(self, now: int, busy: int = 0) -> Packet | None:
+        """The next packet to transmit (control packets first), or None.
+
+        ``busy`` is a bitmask of planes whose port is busy: new data and
+        retransmissions avoid their EVs (control packets keep their reflected EV).
+        """
         if self.control:
             return self.control.popleft()
         if self.state is QPState.RTS:
-            return self.requester.next_packet(now)  # type: ignore[union-attr]
+            return self.requester.next_packet(now, busy)  # type: ignore[union-attr]
         return None
+
+    def port_blocked(self) -> bool:
+        """True when the last poll found data to send but only on busy planes."""
+        return self.requester is not None and self.requester.port_blocked
 
     def has_output(self) -> bool:
         """True when :meth:`poll_packet` may return a packet."""

@@ -187,14 +187,22 @@ class Requester:
         self.last_activity = 0
         self.tlp_at: int | None = None
         self.probe_seq = 0
+        #: set when the last next_packet() found only busy planes' EVs usable.
+        self.port_blocked = False
 
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
         """True when a retransmission or new data is waiting (window permitting)."""
         return bool(self.retx or self.to_segment)
 
-    def next_packet(self, now: int) -> DataPacket | None:
-        """The next data packet to transmit, or None (nothing to send, or window full)."""
+    def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
+        """The next data packet to transmit, or None (nothing to send, or window full).
+
+        ``busy``: bitmask of planes whose port cannot take a packet now (see
+        :meth:`PathSet.next_ev`); when only busy planes are usable, returns None
+        and sets :attr:`port_blocked`.
+        """
+        self.port_blocked = False
         retx = self.retx
         while retx:
             tx = retx[0]
@@ -203,9 +211,13 @@ class Requester:
                 continue
             if not tx.urgent and self.inflight and self.inflight + tx.length > self.cc.cwnd:
                 return None
+            ev = self.paths.other_ev(tx.ev, busy)
+            if ev < 0:
+                self.port_blocked = True
+                return None
             tx.urgent = False
             retx.popleft()
-            return self._emit(tx, now, retransmit=True)
+            return self._emit(tx, ev, now, retransmit=True)
         if not self.to_segment:
             return None
         op = self.to_segment[0]
@@ -216,6 +228,10 @@ class Requester:
         offset = op.segmented * self.mtu
         length = min(self.mtu, op.total - offset)
         if self.inflight and self.inflight + length > self.cc.cwnd:
+            return None
+        ev = self.paths.next_ev(busy)
+        if ev < 0:
+            self.port_blocked = True
             return None
         idx = op.segmented
         last = idx == op.npkts - 1
@@ -235,12 +251,10 @@ class Requester:
         tx = Tx(psn, op, offset, length, opcode)
         self.unacked[psn] = tx
         self.next_psn = psn + 1
-        return self._emit(tx, now, retransmit=False)
+        return self._emit(tx, ev, now, retransmit=False)
 
-    def _emit(self, tx: Tx, now: int, retransmit: bool) -> DataPacket:
+    def _emit(self, tx: Tx, ev: int, now: int, retransmit: bool) -> DataPacket:
         op = tx.op
-        paths = self.paths
-        ev = paths.other_ev(tx.ev) if retransmit else paths.next_ev()
         tx.ev = ev
         tx.sent = now
         tx.in_flight = True

@@ -108,25 +108,32 @@ class Responder:
         if psn > self.highest:
             self.highest = psn
         bits = self.bits | (1 << off)
+        completed = False
         if off == 0:
             run = (bits ^ (bits + 1)).bit_length() - 1
             bits >>= run
             self.base += run
             self.bits = bits
-            self._complete_messages()
+            completed = self._complete_messages()
         else:
             self.bits = bits
         self.pending_bytes += length if length > 1024 else 1024
-        if pkt.ecn or pkt.ack_req or self.pending_bytes >= self.coalesce:
+        # ACK at once when a message completed here: the sender needs exactly this
+        # ACK to complete the work request (the packet that closed the last hole
+        # may carry no ACK request).
+        if pkt.ecn or pkt.ack_req or completed or self.pending_bytes >= self.coalesce:
             self._ack(pkt, now)
 
-    def _complete_messages(self) -> None:
+    def _complete_messages(self) -> bool:
+        """Complete every message now wholly placed, in order; True if any was."""
         last_of = self.last_of
         base = self.base
+        done = False
         while True:
             info = last_of.get(self.next_msn)
             if info is None or info[0] >= base:
-                return
+                return done
+            done = True
             msn = self.next_msn
             del last_of[msn]
             nbytes = self.msg_bytes.pop(msn, 0)

@@ -82,8 +82,14 @@ class NSCC(CongestionControl):
                 self._inc += self.alpha * acked_bytes * (target - delay)
             else:
                 self._inc += self.fi * acked_bytes
-        elif delay >= target and now - self._last_decrease >= self.base_rtt:
-            avg = max(self.avg_delay, float(delay))
+        elif (
+            delay >= target
+            and self.avg_delay > target
+            and now - self._last_decrease >= self.base_rtt
+        ):
+            # The sample says "above target" (quadrant choice); the size of the cut
+            # comes from the filtered delay, so one delayed ACK cannot halve the window.
+            avg = self.avg_delay
             factor = 1.0 - self.gamma * (avg - target) / avg
             self.cwnd = max(self.minwnd, int(self.cwnd * max(factor, 0.5)))
             self._last_decrease = now

@@ -1,0 +1,471 @@
+"""An MRC experiment in the simulator: a fabric, hosts running the core, flows, faults.
+
+    exp = Experiment(ClosSpec(planes=8, t0s=8, hosts_per_t0=8, t1s=8), seed=1)
+    exp.add_flows(permutation(64, 2 << 20, random.Random(1)))
+    exp.faults.link_down("...", at_ps=50 * US)
+    result = exp.run()
+    result.flows[0].goodput_gbps, result.to_json("out.json")
+
+Everything random (EV choice, key generation, loss, ECN ramps) draws from
+generators seeded from the experiment's seed, so a run is a pure function of
+its inputs: the same scenario and seed give the same result, bit for bit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..topology import ClosSpec, Topology
+from ..transport import (
+    SGE,
+    CCProfile,
+    EVEvent,
+    EVProfile,
+    QPAttr,
+    QPEvent,
+    QueuePair,
+    RecvWR,
+    SendWR,
+    WCStatus,
+    WROpcode,
+)
+from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
+from ..workloads import FlowSpec
+from .config import ETHERNET_FRAMING_BYTES, FabricConfig
+from .engine import Simulator
+from .fabric import Fabric
+from .faults import FaultInjector
+from .host import SimHost
+
+
+@dataclass
+class TransportConfig:
+    """How the MRC QPs of an experiment are set up (fields map to QPAttr / profiles)."""
+
+    mtu: int = 4096
+    cc: str = "nscc"
+    cc_params: dict[str, Any] = field(default_factory=dict)
+    ev_count: int = 256
+    timeout: int = 7
+    retry_linear: int = 7
+    retry_exp: int = 7
+    mpr: int = 64
+    probe_interval_ps: int = 32_000_000
+    reorder_window_ps: int = 2_000_000
+
+    def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
+        """The QPAttr for a QP on this fabric."""
+        paths = spec.t1s
+        attr = QPAttr(
+            ev_profile=EVProfile(
+                planes=spec.planes,
+                paths_per_plane=paths,
+                ev_count=min(self.ev_count, spec.planes * paths),
+                probe_interval_ps=self.probe_interval_ps,
+                floor=min(8, spec.planes * paths),
+            ),
+            cc_profile=CCProfile(
+                name=self.cc,
+                link_bps=spec.planes * spec.host_gbps * 1e9,
+                base_rtt_ps=base_rtt_ps,
+                params=dict(self.cc_params),
+            ),
+            mtu=self.mtu,
+            timeout=self.timeout,
+            retry_linear=self.retry_linear,
+            retry_exp=self.retry_exp,
+            mpr=self.mpr,
+            reorder_window_ps=self.reorder_window_ps,
+        )
+        attr.validate()
+        return attr
+
+
+def base_rtt_ps(spec: ClosSpec, mtu: int) -> int:
+    """Unloaded RTT of a full-size packet across the T1 tier and its ACK back."""
+    framing = ETHERNET_FRAMING_BYTES
+    data = (mtu + DATA_HEADER_BYTES + framing) * 8
+    ack = (SACK_BYTES + framing) * 8
+    host_ps_per_bit = 1000 / spec.host_gbps
+    fab_ps_per_bit = 1000 / spec.fabric_gbps
+    ser = 2 * (data + ack) * host_ps_per_bit + 2 * (data + ack) * fab_ps_per_bit
+    return int(8 * spec.link_delay_ps + ser)
+
+
+@dataclass
+class FlowResult:
+    """What happened to one flow."""
+
+    name: str
+    src: int
+    dst: int
+    size: int
+    start_ps: int
+    finish_ps: int | None
+    ok: bool
+    status: str
+    message_finish_ps: list[int]
+    retransmits: int
+    trims: int
+    nacks: int
+    timeouts: int
+    ecn_echoes: int
+    evs_assumed_bad: int
+
+    @property
+    def fct_ps(self) -> int | None:
+        """Flow completion time (ps), None when it did not finish."""
+        return None if self.finish_ps is None else self.finish_ps - self.start_ps
+
+    @property
+    def goodput_gbps(self) -> float:
+        """Bytes over completion time, in Gb/s (0 when unfinished)."""
+        fct = self.fct_ps
+        return self.size * 8 / fct * 1000 if fct else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        out = asdict(self)
+        out["fct_us"] = None if self.fct_ps is None else self.fct_ps / 1e6
+        out["goodput_gbps"] = round(self.goodput_gbps, 3)
+        return out
+
+
+@dataclass
+class Result:
+    """Everything an experiment measured."""
+
+    flows: list[FlowResult]
+    sim_end_ps: int
+    wall_seconds: float
+    events: int
+    ev_events: list[dict[str, Any]]
+    qp_events: list[dict[str, Any]]
+    goodput_series: dict[str, list[float]]
+    sample_interval_ps: int
+    fabric: dict[str, Any]
+    verified: bool | None
+
+    @property
+    def all_ok(self) -> bool:
+        """Every flow completed successfully (and verified, when payloads are real)."""
+        return all(f.ok for f in self.flows) and self.verified is not False
+
+    def aggregate_series(self) -> list[float]:
+        """Total goodput (Gb/s) per sample interval, over all flows."""
+        series = list(self.goodput_series.values())
+        if not series:
+            return []
+        return [sum(v[i] for v in series if i < len(v)) for i in range(max(map(len, series)))]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "all_ok": self.all_ok,
+            "sim_end_us": self.sim_end_ps / 1e6,
+            "wall_seconds": self.wall_seconds,
+            "events": self.events,
+            "verified": self.verified,
+            "flows": [f.as_dict() for f in self.flows],
+            "ev_events": self.ev_events,
+            "qp_events": self.qp_events,
+            "sample_interval_us": self.sample_interval_ps / 1e6,
+            "goodput_gbps_series": self.goodput_series,
+            "fabric": self.fabric,
+        }
+
+    def to_json(self, path: str | Path) -> None:
+        """Write :meth:`as_dict` as JSON."""
+        Path(path).write_text(json.dumps(self.as_dict(), indent=1, sort_keys=True))
+
+    def to_csv(self, directory: str | Path) -> list[Path]:
+        """Write flows.csv, goodput.csv and ev_events.csv into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        written = []
+        rows = [f.as_dict() for f in self.flows]
+        for row in rows:
+            row.pop("message_finish_ps")
+        for name, data in (("flows.csv", rows), ("ev_events.csv", self.ev_events)):
+            path = d / name
+            with path.open("w", newline="") as fh:
+                if data:
+                    writer = csv.DictWriter(fh, fieldnames=list(data[0]))
+                    writer.writeheader()
+                    writer.writerows(data)
+            written.append(path)
+        path = d / "goodput.csv"
+        with path.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            names = list(self.goodput_series)
+            writer.writerow(["time_us", *names])
+            length = max((len(v) for v in self.goodput_series.values()), default=0)
+            for i in range(length):
+                t = (i + 1) * self.sample_interval_ps / 1e6
+                writer.writerow(
+                    [
+                        t,
+                        *(
+                            self.goodput_series[n][i] if i < len(self.goodput_series[n]) else ""
+                            for n in names
+                        ),
+                    ]
+                )
+        written.append(path)
+        return written
+
+
+class _Flow:
+    __slots__ = (
+        "done_at",
+        "finished",
+        "last_bytes",
+        "mr_dst",
+        "mr_src",
+        "pending",
+        "qa",
+        "qb",
+        "series",
+        "spec",
+        "src_data",
+        "status",
+    )
+
+    def __init__(self, spec: FlowSpec) -> None:
+        self.spec = spec
+        self.qa: QueuePair | None = None
+        self.qb: QueuePair | None = None
+        self.pending = 0
+        self.finished: list[int] = []
+        self.done_at: int | None = None
+        self.status = "not started"
+        self.last_bytes = 0
+        self.series: list[float] = []
+        self.src_data: bytearray | None = None
+        self.mr_src = None
+        self.mr_dst = None
+
+
+class Experiment:
+    """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator."""
+
+    def __init__(
+        self,
+        spec: ClosSpec,
+        fabric_config: FabricConfig | None = None,
+        transport: TransportConfig | None = None,
+        seed: int = 1,
+        payloads: bool = False,
+        sample_interval_ps: int = 10_000_000,
+    ) -> None:
+        spec.validate()
+        self.spec = spec
+        self.topology = Topology(spec)
+        self.transport = transport or TransportConfig()
+        self.base_rtt_ps = base_rtt_ps(spec, self.transport.mtu)
+        self.sim = Simulator(seed)
+        cfg = fabric_config or FabricConfig(base_rtt_ps=self.base_rtt_ps, ecn_lasthop=False)
+        self.fabric = Fabric(self.sim, self.topology, cfg)
+        self.faults = FaultInjector(self.fabric)
+        master = random.Random(seed ^ 0x5EED)
+        self.hosts = [
+            SimHost(self.sim, self.fabric, h, random.Random(master.getrandbits(64)))
+            for h in range(spec.hosts)
+        ]
+        self.attr = self.transport.attr(spec, self.base_rtt_ps)
+        self.payloads = payloads
+        self._payload_rng = random.Random(master.getrandbits(64))
+        self.flows: list[_Flow] = []
+        self._sending: dict[int, list[_Flow]] = {}
+        self._open = 0
+        if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
+            raise ValueError(
+                f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
+            )
+        self.sample_interval_ps = sample_interval_ps
+        for host in self.hosts:
+            host.on_activity = self._activity
+
+    # -- set-up ---------------------------------------------------------------------
+    def add_flows(self, specs: list[FlowSpec]) -> None:
+        """Add flows (validated) to start at their ``start_ps``."""
+        for spec in specs:
+            self.add_flow(spec)
+
+    def add_flow(self, spec: FlowSpec) -> None:
+        """Add one flow."""
+        spec.validate(self.spec.hosts)
+        flow = _Flow(spec)
+        self.flows.append(flow)
+        self._open += 1
+        self.sim.schedule(spec.start_ps, self._start, flow)
+
+    def _start(self, flow: _Flow) -> None:
+        spec = flow.spec
+        now = self.sim.now
+        a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
+        pa, pb = a.alloc_pd(), b.alloc_pd()
+        qa = pa.create_qp(a.create_cq(1 << 20))
+        qb = pb.create_qp(b.create_cq(1 << 20))
+        qa.connect(qb.qpn, self.attr, peer=spec.dst, now=now)
+        qb.connect(qa.qpn, self.attr, peer=spec.src, now=now)
+        if self.payloads:
+            data = bytearray(self._payload_rng.randbytes(spec.size))
+            flow.src_data = data
+            mr_a = pa.reg_mr(spec.size, buffer=data)
+            mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
+        else:
+            mr_a = pa.reg_mr(spec.size)
+            mr_b = pb.reg_mr(spec.size)
+        flow.mr_src, flow.mr_dst = mr_a, mr_b
+        offsets = list(range(0, spec.size, spec.message))
+        for i, off in enumerate(offsets):
+            length = min(spec.message, spec.size - off)
+            last = i == len(offsets) - 1
+            if last:
+                qb.post_recv(RecvWR(i))
+            qa.post_send(
+                SendWR(
+                    i,
+                    WROpcode.RDMA_WRITE_WITH_IMM if last else WROpcode.RDMA_WRITE,
+                    [SGE(mr_a.addr + off, length, mr_a.lkey)],
+                    mr_b.addr + off,
+                    mr_b.rkey,
+                    imm_data=i if last else None,
+                )
+            )
+        flow.qa, flow.qb = qa, qb
+        flow.pending = len(offsets)
+        flow.status = "running"
+        self._sending.setdefault(spec.src, []).append(flow)
+        self.hosts[spec.src].kick(now)
+
+    def _activity(self, host: SimHost, now: int) -> None:
+        flows = self._sending.get(host.index)
+        if not flows:
+            return
+        for flow in flows:
+            cq = flow.qa.send_cq  # type: ignore[union-attr]
+            if len(cq):
+                for wc in cq.poll(1 << 20):
+                    flow.pending -= 1
+                    flow.finished.append(now)
+                    if wc.status is not WCStatus.SUCCESS and flow.status == "running":
+                        flow.status = wc.status.value
+                if flow.pending == 0:
+                    flow.done_at = now
+                    if flow.status == "running":
+                        flow.status = "ok"
+                    self._open -= 1
+        self._sending[host.index] = [f for f in flows if f.pending]
+        if self._open == 0:
+            self.sim.stop()
+
+    def _sample(self) -> None:
+        interval = self.sample_interval_ps
+        scale = 8 / interval * 1000  # bytes per interval -> Gb/s
+        for flow in self.flows:
+            if flow.qb is None or flow.qb.responder is None:
+                if flow.status == "not started":
+                    flow.series.append(0.0)
+                continue
+            got = flow.qb.responder.rcvd_bytes
+            flow.series.append(round((got - flow.last_bytes) * scale, 3))
+            flow.last_bytes = got
+        if self._open:
+            self.sim.after(interval, self._sample)
+
+    # -- running --------------------------------------------------------------------
+    def run(self, until_ps: int | None = None) -> Result:
+        """Run until every flow finished (or ``until_ps``), and collect the results."""
+        self.sim.after(self.sample_interval_ps, self._sample)
+        started = time.perf_counter()
+        self.sim.run(until_ps)
+        wall = time.perf_counter() - started
+        return self._collect(wall)
+
+    def _collect(self, wall: float) -> Result:
+        ev_events: list[dict[str, Any]] = []
+        qp_events: list[dict[str, Any]] = []
+        for host in self.hosts:
+            for ev in host.ctx.events:
+                if isinstance(ev, EVEvent):
+                    ev_events.append(
+                        {
+                            "time_us": ev.time / 1e6,
+                            "host": host.index,
+                            "qpn": ev.qpn,
+                            "ev": ev.ev,
+                            "old": ev.old.name,
+                            "new": ev.new.name,
+                            "reason": ev.reason,
+                        }
+                    )
+                elif isinstance(ev, QPEvent):
+                    qp_events.append(
+                        {
+                            "time_us": ev.time / 1e6,
+                            "host": host.index,
+                            "qpn": ev.qpn,
+                            "old": ev.old.value,
+                            "new": ev.new.value,
+                            "reason": ev.reason,
+                        }
+                    )
+        ev_events.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        flows = []
+        verified: bool | None = None
+        for flow in self.flows:
+            qa, spec = flow.qa, flow.spec
+            st = qa.stats if qa is not None else None
+            bad = sum(
+                1
+                for e in ev_events
+                if e["host"] == spec.src
+                and qa is not None
+                and e["qpn"] == qa.qpn
+                and e["new"] == "ASSUMED_BAD"
+            )
+            ok = flow.status == "ok"
+            if self.payloads and flow.src_data is not None and flow.mr_dst is not None:
+                exact = bytes(flow.mr_dst.buffer) == bytes(flow.src_data)  # type: ignore[arg-type]
+                verified = exact if verified is None else verified and exact
+                ok = ok and exact
+            flows.append(
+                FlowResult(
+                    name=spec.name or f"{spec.src}->{spec.dst}",
+                    src=spec.src,
+                    dst=spec.dst,
+                    size=spec.size,
+                    start_ps=spec.start_ps,
+                    finish_ps=flow.done_at,
+                    ok=ok,
+                    status=flow.status,
+                    message_finish_ps=flow.finished,
+                    retransmits=st.retransmits if st else 0,
+                    trims=st.trims if st else 0,
+                    nacks=st.rx_nacks if st else 0,
+                    timeouts=st.timeouts if st else 0,
+                    ecn_echoes=st.ecn_echoes if st else 0,
+                    evs_assumed_bad=bad,
+                )
+            )
+        series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
+        return Result(
+            flows=flows,
+            sim_end_ps=self.sim.now,
+            wall_seconds=round(wall, 3),
+            events=self.sim.events_run,
+            ev_events=ev_events,
+            qp_events=qp_events,
+            goodput_series=series,
+            sample_interval_ps=self.sample_interval_ps,
+            fabric=self.fabric.metrics.snapshot(include_samples=False),
+            verified=verified,
+        )

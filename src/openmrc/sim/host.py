@@ -1,0 +1,116 @@
+"""A simulated host: an MRC NIC with one port per plane, driving the transport core.
+
+The NIC owns one :class:`~openmrc.transport.Context`.  It hands every packet
+that arrives on any port to the core, runs the core's timers on the
+simulator's clock, and pulls packets from the core whenever a port can take
+one: it tells the core which planes' ports are busy, so the core's spraying
+picks an EV (a path) whose port is free, as a real multi-port NIC's scheduler
+does.  Each packet leaves on the port of its EV's plane, with its route (the
+SRv6 uSID outer destination) computed algorithmically from the EV.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from ..transport import Context
+from ..transport.ev import ev_plane
+
+if TYPE_CHECKING:
+    from ..wire.packets import Packet
+    from .engine import Simulator
+    from .fabric import Fabric
+
+
+class SimHost:
+    """Host ``index`` of a fabric: its NIC ports and its transport context."""
+
+    __slots__ = (
+        "_all_busy",
+        "_heap",
+        "_pump_at",
+        "_seq",
+        "_timer_at",
+        "ctx",
+        "fabric",
+        "index",
+        "on_activity",
+        "ports",
+        "sim",
+    )
+
+    def __init__(self, sim: Simulator, fabric: Fabric, index: int, rng: random.Random) -> None:
+        self.sim = sim
+        self.fabric = fabric
+        self.index = index
+        self.ctx = Context(rng, name=f"h{index}")
+        self.ports = fabric.host_ports[index]
+        self._all_busy = (1 << len(self.ports)) - 1
+        self._heap = sim.heap
+        self._seq = sim.seq
+        self._pump_at: int | None = None
+        self._timer_at: int | None = None
+        #: called after every input the host processed (the experiment polls CQs).
+        self.on_activity = None
+        fabric.attach_host(index, self._on_receive, self._on_link)
+
+    # -- input ----------------------------------------------------------------------
+    def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
+        self.ctx.receive_packet(pkt, now)
+        self.kick(now)
+
+    def _on_link(self, plane: int, up: bool, now: int) -> None:
+        self.kick(now)
+
+    def _on_timer(self, at: int) -> None:
+        if self._timer_at != at:
+            return  # superseded
+        self._timer_at = None
+        now = self.sim.now
+        self.ctx.handle_timer(now)
+        self.kick(now)
+
+    def _on_pump(self, at: int) -> None:
+        if self._pump_at != at:
+            return
+        self._pump_at = None
+        self.kick(self.sim.now)
+
+    # -- output ---------------------------------------------------------------------
+    def kick(self, now: int) -> None:
+        """Send what the ports can take now, then re-arm the pump and the timer."""
+        ctx = self.ctx
+        ports = self.ports
+        all_busy = self._all_busy
+        fabric = self.fabric
+        src = self.index
+        while True:
+            busy = 0
+            for p, port in enumerate(ports):
+                if not port.up or port.busy_until > now or port.data_bytes or port.prio_bytes:
+                    busy |= 1 << p
+            item = ctx.poll_packet(now, busy) if busy != all_busy else None
+            if item is None:
+                break
+            qp, pkt = item
+            pkt.route = fabric.path_for(src, qp.peer, pkt.ev)  # type: ignore[arg-type]
+            ports[ev_plane(pkt.ev)].enqueue(pkt)
+        if ctx._ready and busy:
+            # Something is waiting for a port: come back when the first one frees.
+            soonest = None
+            for port in ports:
+                if port.up:
+                    t = port.drain_time()
+                    if t > now and (soonest is None or t < soonest):
+                        soonest = t
+            if soonest is not None and (self._pump_at is None or soonest < self._pump_at):
+                self._pump_at = soonest
+                self.sim.schedule(soonest, self._on_pump, soonest)
+        timer = ctx.get_timer()
+        if timer is not None and (self._timer_at is None or timer < self._timer_at):
+            at = timer if timer > now else now
+            self._timer_at = at
+            self.sim.schedule(at, self._on_timer, at)
+        if self.on_activity is not None:
+            self.on_activity(self, now)
