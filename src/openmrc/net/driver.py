@@ -1,0 +1,935 @@
+"""The real-network driver: the unchanged sans-IO MRC core over UDP/IPv6 sockets.
+
+A :class:`NetEndpoint` owns one :class:`~openmrc.transport.Context` (one "NIC")
+and runs it on an asyncio event loop:
+
+* **receive**: one non-blocking UDP socket bound to ``[addr]:4791`` with
+  ``UDP_NO_CHECK6_RX``; ``loop.add_reader`` drains it with ``recv_into`` into
+  one preallocated buffer until ``BlockingIOError`` (or a batch limit), feeding
+  every datagram to ``Context.receive_datagram(data, now)``;
+* **send**: after every receive batch, timer and post, the datagrams of
+  ``Context.datagrams_to_send(now)`` go out with ``sendto``.  Each datagram's
+  destination comes from ``route(peer, ev)``: for a lab peer the SRv6 uSID path
+  address of that EV (``Lab.path_address``), for a plain peer its address.
+  The EV also rides in the UDP source port (``codec.udp_sport(ev)``: a small
+  pool of send sockets, one per source port, created on first use, all with
+  ``UDP_NO_CHECK6_TX``) and in the IPv6 flow label (``IPV6_FLOWINFO_SEND`` and
+  ``sendto((addr, port, ev & 0xFFFFF, 0))``).  When a socket buffer is full
+  (``BlockingIOError``) the rest waits for writability (``loop.add_writer``):
+  nothing is dropped silently and nothing spins;
+* **timers**: after every batch of input the core's earliest deadline
+  (``get_timer()``, picoseconds) is (re)armed with ``loop.call_later``; when
+  it fires, ``handle_timer(now)`` runs and output is flushed.
+
+Time inside the core is ``time.monotonic_ns() * 1000`` (integer picoseconds).
+
+Python API (all inside a running event loop; :func:`run` picks uvloop when it
+is importable)::
+
+    async with NetEndpoint(bind="::1", port=0) as a, NetEndpoint(bind="::1", port=0) as b:
+        ca, cb = a.create_connection(), b.create_connection()
+        ca.connect(cb.qpn, b.local_peer)          # remote QPN + where it lives
+        cb.connect(ca.qpn, a.local_peer)          # (normally exchanged out of band:
+        src = a.reg_mr(bytearray(data))           #  see openmrc.net.control/service)
+        dst = b.reg_mr(bytearray(len(data)))
+        cb.post_recv(1)
+        wr = ca.post_write(src, 0, len(data), dst.remote(), imm=7)
+        wc = await ca.wait_send(wr)               # a WorkCompletion; wc.ok
+        rwc = await cb.wait_recv()                # the WRITE_IMM's receive completion
+        print(a.stats()["tx_by_plane"], ca.ev_table())
+
+Peers are :class:`PlainPeer` (an IPv6 address and UDP port) or :class:`LabPeer`
+(a lab host index); an endpoint given ``lab=`` and ``host=`` routes lab peers
+over SRv6 paths.  ``tx_drop_every`` (tests only) drops every Nth datagram in
+the send path, counted in ``stats()["tx_dropped_test"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import random
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from openmrc.net.sockets import ROCE_PORT, UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX
+from openmrc.transport import (
+    SGE,
+    CCProfile,
+    Context,
+    EVProfile,
+    MemoryRegion,
+    QPAttr,
+    QPCap,
+    QueuePair,
+    RecvWR,
+    SendWR,
+    WCOpcode,
+    WorkCompletion,
+    WROpcode,
+)
+from openmrc.transport.errors import InvalidArgument, InvalidState
+from openmrc.transport.ev import ev_path, ev_plane
+from openmrc.wire.codec import udp_sport
+
+if TYPE_CHECKING:
+    from openmrc.net.lab import Lab
+
+_T = TypeVar("_T")
+
+#: ``linux/in6.h``: honour ``sin6_flowinfo`` given to ``sendto`` (the flow label).
+IPV6_FLOWINFO_SEND = 33
+#: The out-of-band control channel's TCP port (plain IPv6 peers).
+CONTROL_PORT = 4792
+#: Socket buffer size asked for (SO_RCVBUFFORCE/SO_SNDBUFFORCE as root).
+DEFAULT_SOCKBUF = 32 << 20
+#: Largest datagram the receive buffer holds.
+_RX_BUF = 65536
+#: Datagrams handled per reader callback before output is flushed.
+_RX_BATCH = 64
+#: Offset of the (possibly reflected) EV in the UDP payload, by BTH opcode.
+_EV_OFFSET = {0x06: 36, 0x07: 36, 0x08: 36, 0x0A: 36, 0x09: 40, 0x0B: 40, 0xC0: 32}
+_EV_OFFSET.update({0xC1: 20, 0xC2: 20, 0xC3: 20})
+_U32 = struct.Struct(">I")
+
+
+def now_ps() -> int:
+    """The driver's clock: ``time.monotonic_ns()`` in integer picoseconds."""
+    return time.monotonic_ns() * 1000
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """``uvloop.new_event_loop`` when uvloop is importable, else None (asyncio's default)."""
+    if os.environ.get("OPENMRC_NO_UVLOOP"):
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
+def run(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``main`` to completion on uvloop when available (else asyncio's loop)."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)
+
+
+# ----- peers and routes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlainPeer:
+    """A peer reached at one IPv6 address (loopback, or a network without SRv6)."""
+
+    addr: str
+    port: int = ROCE_PORT
+
+    def to_json(self) -> dict[str, Any]:
+        """The peer as a JSON-able dict (for the control channel)."""
+        return {"kind": "addr", "addr": self.addr, "port": self.port}
+
+
+@dataclass(frozen=True, slots=True)
+class LabPeer:
+    """A lab host (by index): each EV is routed over its own SRv6 uSID path."""
+
+    host: int
+    port: int = ROCE_PORT
+
+    def to_json(self) -> dict[str, Any]:
+        """The peer as a JSON-able dict (for the control channel)."""
+        return {"kind": "lab", "host": self.host, "port": self.port}
+
+
+Peer = PlainPeer | LabPeer
+
+
+def peer_from_json(data: Any) -> Peer:
+    """The inverse of ``to_json``; raises :class:`InvalidArgument` naming the bad field."""
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"peer: must be an object, got {data!r}")
+    port = data.get("port", ROCE_PORT)
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise InvalidArgument(f"peer.port: must be 1..65535, got {port!r}")
+    kind = data.get("kind")
+    if kind == "addr":
+        addr = data.get("addr")
+        if not isinstance(addr, str):
+            raise InvalidArgument(f"peer.addr: must be an IPv6 address, got {addr!r}")
+        return PlainPeer(addr, port)
+    if kind == "lab":
+        host = data.get("host")
+        if not isinstance(host, int) or host < 0:
+            raise InvalidArgument(f"peer.host: must be a host index, got {host!r}")
+        return LabPeer(host, port)
+    raise InvalidArgument(f"peer.kind: must be 'addr' or 'lab', got {kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMR:
+    """A remote memory region as the far end announced it (address, rkey, length)."""
+
+    addr: int
+    rkey: int
+    length: int
+
+    def to_json(self) -> dict[str, int]:
+        """The region as a JSON-able dict."""
+        return {"addr": self.addr, "rkey": self.rkey, "length": self.length}
+
+    @classmethod
+    def from_json(cls, data: Any) -> RemoteMR:
+        """Parse ``to_json`` output; raises :class:`InvalidArgument` naming the bad field."""
+        if not isinstance(data, dict):
+            raise InvalidArgument(f"mr: must be an object, got {data!r}")
+        vals = []
+        for key in ("addr", "rkey", "length"):
+            v = data.get(key)
+            if not isinstance(v, int) or v < 0:
+                raise InvalidArgument(f"mr.{key}: must be a non-negative int, got {v!r}")
+            vals.append(v)
+        return cls(*vals)
+
+
+def driver_attr(
+    planes: int = 8,
+    *,
+    ev_count: int | None = None,
+    paths_per_plane: int = 64,
+    mtu: int = 4096,
+    link_bps: float = 10e9,
+    base_rtt_ps: int = 400_000_000,
+) -> QPAttr:
+    """QP attributes for a Python endpoint on real sockets.
+
+    The core's defaults target an 800G NIC with a 12 us RTT; a Python endpoint
+    does ~100k packets/s and sees RTTs of hundreds of microseconds to a few
+    milliseconds (socket buffers, the event loop), so timeouts, the reordering
+    window and the probe interval are scaled up: local ACK timeout 2^14 x
+    1.024 us (16.8 ms), 7 linear + 12 doubling retries, 1 ms reordering floor,
+    EV probes every 10 ms.  NSCC is tuned for 10 Gb/s x 400 us (a ~750 KB
+    window).  ``ev_count`` defaults to 16 EVs per plane.
+    """
+    count = ev_count if ev_count is not None else 16 * planes
+    return QPAttr(
+        ev_profile=EVProfile(
+            planes=planes,
+            paths_per_plane=paths_per_plane,
+            ev_count=count,
+            floor=max(1, min(8, count // 2)),
+            probe_interval_ps=10_000_000_000,
+            probe_successes=3,
+        ),
+        cc_profile=CCProfile(name="nscc", link_bps=link_bps, base_rtt_ps=base_rtt_ps),
+        mpr=32,
+        timeout=14,
+        retry_linear=7,
+        retry_exp=12,
+        mtu=mtu,
+        reorder_window_ps=1_000_000_000,
+    )
+
+
+def attr_to_json(attr: QPAttr) -> dict[str, Any]:
+    """The fields of ``attr`` both ends must agree on, as JSON (for the hello)."""
+    ev, cc = attr.ev_profile, attr.cc_profile
+    return {
+        "planes": ev.planes,
+        "paths_per_plane": ev.paths_per_plane,
+        "ev_count": ev.ev_count,
+        "mtu": attr.mtu,
+        "mpr": attr.mpr,
+        "timeout": attr.timeout,
+        "link_bps": cc.link_bps,
+        "base_rtt_ps": cc.base_rtt_ps,
+    }
+
+
+def attr_from_json(data: Any) -> QPAttr:
+    """Rebuild driver attributes from :func:`attr_to_json` output (validated)."""
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"attr: must be an object, got {data!r}")
+    attr = driver_attr(
+        int(data.get("planes", 8)),
+        ev_count=int(data["ev_count"]) if "ev_count" in data else None,
+        paths_per_plane=int(data.get("paths_per_plane", 64)),
+        mtu=int(data.get("mtu", 4096)),
+        link_bps=float(data.get("link_bps", 10e9)),
+        base_rtt_ps=int(data.get("base_rtt_ps", 400_000_000)),
+    )
+    attr.mpr = int(data.get("mpr", attr.mpr))
+    attr.timeout = int(data.get("timeout", attr.timeout))
+    attr.validate()
+    return attr
+
+
+def _set_bufsize(sock: socket.socket, size: int) -> None:
+    """Ask for ``size``-byte socket buffers (forcing past rmem_max as root)."""
+    for force, plain in (
+        (getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF),
+        (getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF),
+    ):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size)
+        except OSError:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
+def _open_udp(bind: tuple[str, int], reuse_port: bool, bufsize: int) -> socket.socket:
+    """A non-blocking no-checksum IPv6 UDP socket (created in the caller's namespace)."""
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+    try:
+        sock.setsockopt(socket.IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)
+        sock.setsockopt(socket.IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+        _set_bufsize(sock, bufsize)
+        sock.bind(bind)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _open_send(sport: int, bufsize: int) -> tuple[socket.socket, bool]:
+    """A send socket bound to ``[::]:sport`` (SO_REUSEPORT); any port if taken.
+
+    Returns the socket and whether it got ``sport``.
+    """
+    try:
+        return _open_udp(("::", sport), True, bufsize), True
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+            raise
+    return _open_udp(("::", 0), False, bufsize), False
+
+
+# ----- connections -----------------------------------------------------------------------
+
+
+@dataclass
+class LocalMR:
+    """A registered local region: the core's :class:`MemoryRegion` plus its buffer."""
+
+    mr: MemoryRegion
+    buffer: bytearray | memoryview
+
+    @property
+    def length(self) -> int:
+        """Bytes in the region."""
+        return self.mr.length
+
+    def remote(self) -> RemoteMR:
+        """What a peer needs to WRITE here (address, rkey, length)."""
+        return RemoteMR(self.mr.addr, self.mr.rkey, self.mr.length)
+
+
+class Connection:
+    """One MRC queue pair on an endpoint, with awaitable completions.
+
+    Create with :meth:`NetEndpoint.create_connection`, bring up with
+    :meth:`connect` (the remote QPN and peer come from the out-of-band
+    exchange), then :meth:`post_write` / :meth:`post_recv` and await
+    :meth:`wait_send` / :meth:`wait_recv`.
+    """
+
+    def __init__(self, ep: NetEndpoint, qp: QueuePair) -> None:
+        self.ep = ep
+        self.qp = qp
+        self._next_wr = 1
+        self._send_done: dict[int, WorkCompletion] = {}
+        self._send_waiters: dict[int, asyncio.Future[WorkCompletion]] = {}
+        self._outstanding: set[int] = set()
+        self._recv_done: deque[WorkCompletion] = deque()
+        self._recv_waiter: asyncio.Future[WorkCompletion] | None = None
+        self._space_waiter: asyncio.Future[None] | None = None
+
+    @property
+    def qpn(self) -> int:
+        """This QP's number (give it to the peer)."""
+        return self.qp.qpn
+
+    @property
+    def outstanding(self) -> int:
+        """Signaled WRITEs posted and not yet completed."""
+        return len(self._outstanding)
+
+    def connect(self, remote_qpn: int, peer: Peer, attr: QPAttr | None = None) -> None:
+        """RESET -> RTS towards ``remote_qpn`` at ``peer`` (with the endpoint's attributes)."""
+        if not isinstance(peer, PlainPeer | LabPeer):
+            raise InvalidArgument(f"peer: must be a PlainPeer or LabPeer, got {peer!r}")
+        if isinstance(peer, LabPeer) and self.ep.lab is None:
+            raise InvalidArgument("peer: a LabPeer needs an endpoint created with lab= and host=")
+        self.qp.connect(remote_qpn, attr or self.ep.attr, peer=peer, now=now_ps())
+        self.ep._kick()
+
+    def post_write(
+        self,
+        local: LocalMR,
+        offset: int,
+        length: int,
+        remote: RemoteMR,
+        remote_offset: int | None = None,
+        *,
+        imm: int | None = None,
+        wr_id: int | None = None,
+        signaled: bool = True,
+    ) -> int:
+        """Post an RDMA WRITE (WRITE_WITH_IMM when ``imm`` is given); return its wr_id.
+
+        Writes ``local[offset:offset+length]`` to ``remote`` at
+        ``remote_offset`` (default: the same offset).
+        """
+        if offset < 0 or length < 0 or offset + length > local.length:
+            raise InvalidArgument(
+                f"offset/length: [{offset}, +{length}) is outside the local region ({local.length})"
+            )
+        roff = offset if remote_offset is None else remote_offset
+        if wr_id is None:
+            wr_id = self._next_wr
+            self._next_wr += 1
+        opcode = WROpcode.RDMA_WRITE if imm is None else WROpcode.RDMA_WRITE_WITH_IMM
+        self.qp.post_send(
+            SendWR(
+                wr_id,
+                opcode,
+                [SGE(local.mr.addr + offset, length, local.mr.lkey)],
+                remote.addr + roff,
+                remote.rkey,
+                imm,
+                signaled,
+            )
+        )
+        if signaled:
+            self._outstanding.add(wr_id)
+        self.ep._kick()
+        return wr_id
+
+    def post_recv(self, wr_id: int) -> None:
+        """Post a receive for one incoming WRITE_WITH_IMM."""
+        self.qp.post_recv(RecvWR(wr_id))
+
+    async def wait_send(self, wr_id: int) -> WorkCompletion:
+        """The completion of WRITE ``wr_id`` (check ``wc.ok``)."""
+        wc = self._send_done.pop(wr_id, None)
+        if wc is not None:
+            return wc
+        fut = self._send_waiters.get(wr_id)
+        if fut is None:
+            if wr_id not in self._outstanding:
+                raise InvalidArgument(f"wr_id: {wr_id} is not an outstanding signaled WRITE")
+            fut = self.ep._loop.create_future()
+            self._send_waiters[wr_id] = fut
+        return await fut
+
+    async def wait_recv(self) -> WorkCompletion:
+        """The next receive completion (a WRITE_WITH_IMM arrived), in order."""
+        while not self._recv_done:
+            if self._recv_waiter is None or self._recv_waiter.done():
+                self._recv_waiter = self.ep._loop.create_future()
+            await self._recv_waiter
+        return self._recv_done.popleft()
+
+    async def wait_space(self, max_outstanding: int) -> None:
+        """Wait until fewer than ``max_outstanding`` signaled WRITEs are outstanding."""
+        while len(self._outstanding) >= max_outstanding:
+            if self._space_waiter is None or self._space_waiter.done():
+                self._space_waiter = self.ep._loop.create_future()
+            await self._space_waiter
+
+    def take_send_completions(self) -> list[WorkCompletion]:
+        """Completions nobody awaited yet (and forget them)."""
+        out = list(self._send_done.values())
+        self._send_done.clear()
+        return out
+
+    def _reap(self) -> None:
+        cq = self.qp.send_cq
+        if not len(cq):
+            return
+        got_send = got_recv = False
+        for wc in cq.poll(1 << 20):
+            if wc.opcode is WCOpcode.RECV_RDMA_WITH_IMM:
+                self._recv_done.append(wc)
+                got_recv = True
+                continue
+            got_send = True
+            self._outstanding.discard(wc.wr_id)
+            fut = self._send_waiters.pop(wc.wr_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(wc)
+            else:
+                self._send_done[wc.wr_id] = wc
+        if got_send:
+            sw = self._space_waiter
+            if sw is not None and not sw.done():
+                sw.set_result(None)
+        if got_recv:
+            rw = self._recv_waiter
+            if rw is not None and not rw.done():
+                rw.set_result(None)  # type: ignore[arg-type]
+
+    def _abort(self, exc: BaseException) -> None:
+        for fut in (*self._send_waiters.values(), self._recv_waiter, self._space_waiter):
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+        self._send_waiters.clear()
+
+    # -- statistics ----------------------------------------------------------------
+    def ev_table(self) -> list[dict[str, Any]]:
+        """One row per EV of this QP's set: ev, plane, path, state, active, tx, rx.
+
+        ``tx``/``rx`` are the endpoint's datagram counters for that EV (all
+        QPs of the endpoint together).
+        """
+        paths = self.qp.paths
+        if paths is None:
+            return []
+        active = set(paths.slots)
+        tx, rx = self.ep.tx_by_ev, self.ep.rx_by_ev
+        rows = []
+        for ev in sorted(set(paths.state) | {e for e in (*tx, *rx) if e in paths.state}):
+            if ev not in active and not tx.get(ev) and not rx.get(ev):
+                continue
+            rows.append(
+                {
+                    "ev": ev,
+                    "plane": ev_plane(ev),
+                    "path": ev_path(ev),
+                    "state": paths.state[ev].name,
+                    "active": ev in active,
+                    "tx": tx.get(ev, 0),
+                    "rx": rx.get(ev, 0),
+                }
+            )
+        return rows
+
+    def plane_table(self) -> dict[int, dict[str, int]]:
+        """Per plane: datagrams sent/received and how many active EVs are in each state."""
+        out: dict[int, dict[str, int]] = {}
+        for row in self.ev_table():
+            p = out.setdefault(
+                row["plane"],
+                {"tx": 0, "rx": 0, "GOOD": 0, "SKIP": 0, "ASSUMED_BAD": 0, "DENIED": 0},
+            )
+            p["tx"] += row["tx"]
+            p["rx"] += row["rx"]
+            if row["active"]:
+                p[row["state"]] += 1
+        return dict(sorted(out.items()))
+
+
+# ----- the endpoint ---------------------------------------------------------------------
+
+
+@dataclass
+class _Counters:
+    tx_datagrams: int = 0
+    tx_bytes: int = 0
+    rx_datagrams: int = 0
+    rx_bytes: int = 0
+    tx_eagain: int = 0
+    tx_errors: int = 0
+    tx_dropped_test: int = 0
+    rx_errors: int = 0
+    timer_fires: int = 0
+    sport_fallbacks: int = 0
+    last_tx_error: str = ""
+
+
+class NetEndpoint:
+    """One MRC context on real sockets; an async context manager.
+
+    ``bind``/``port``: where the receive socket listens (``"::"`` and 4791 by
+    default; port 0 picks a free one, see :attr:`port`).  ``netns``: create
+    every socket inside that named network namespace (the event loop can run
+    in any namespace).  ``lab``/``host``: this endpoint is that lab host, so
+    :class:`LabPeer` peers are routed over SRv6 uSID paths.  ``attr``: QP
+    attributes (:func:`driver_attr` by default).  ``tx_drop_every``: test-only
+    fault injection (drop every Nth datagram before ``sendto``).
+    """
+
+    def __init__(
+        self,
+        bind: str = "::",
+        port: int = ROCE_PORT,
+        *,
+        netns: str | None = None,
+        lab: Lab | None = None,
+        host: int | None = None,
+        attr: QPAttr | None = None,
+        seed: int | None = None,
+        sockbuf: int = DEFAULT_SOCKBUF,
+        tx_drop_every: int = 0,
+        advertise: str | None = None,
+    ) -> None:
+        if (lab is None) != (host is None):
+            raise InvalidArgument("lab/host: give both (a lab endpoint) or neither")
+        if not isinstance(port, int) or not 0 <= port < 65536:
+            raise InvalidArgument(f"port: must be 0..65535, got {port!r}")
+        if tx_drop_every < 0:
+            raise InvalidArgument(f"tx_drop_every: must be >= 0, got {tx_drop_every}")
+        self.bind_addr = bind
+        self.netns = netns
+        self.lab = lab
+        self.host = host
+        if lab is not None and attr is None:
+            attr = driver_attr(lab.topology.spec.planes)
+        self.attr = attr or driver_attr()
+        self.attr.validate()
+        self.ctx = Context(random.Random(seed), name=f"{bind}:{port}")
+        self.pd = self.ctx.alloc_pd()
+        self.connections: dict[int, Connection] = {}
+        self.tx_by_ev: dict[int, int] = {}
+        self.rx_by_ev: dict[int, int] = {}
+        #: EV and QP events from the core (the newest 10000).
+        self.events: deque[object] = deque(maxlen=10000)
+        self.event_counts: dict[str, int] = {}
+        self.counters = _Counters()
+        self.tx_drop_every = tx_drop_every
+        self._tx_seen = 0
+        self._sockbuf = sockbuf
+        self._advertise = advertise
+        self._port_wanted = port
+        self.port = port
+        self._rx: socket.socket | None = None
+        self._tx: dict[int, socket.socket] = {}
+        self._routes: dict[tuple[Peer, int], tuple[Callable[..., int], tuple[str, int, int, int]]]
+        self._routes = {}
+        self._pending: deque[tuple[bytes, int, Peer]] = deque()
+        self._blocked_fd: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._kicked = False
+        self._closed = False
+        self._started = False
+        self._min_delay = 0.0
+        self._buf = bytearray(_RX_BUF)
+        self._view = memoryview(self._buf)
+        self._loop: asyncio.AbstractEventLoop
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def __aenter__(self) -> NetEndpoint:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def _in_ns(self, fn: Callable[..., _T], *args: Any) -> _T:
+        if self.netns is None:
+            return fn(*args)
+        from openmrc.net.netns import call_in_netns
+
+        return call_in_netns(self.netns, fn, *args)
+
+    def start(self) -> None:
+        """Open the receive socket and register it with the running loop."""
+        if self._started:
+            raise InvalidState("start: the endpoint is already started")
+        self._loop = asyncio.get_running_loop()
+        # uvloop's timers have millisecond resolution: never re-arm below that.
+        self._min_delay = 0.001 if type(self._loop).__module__.startswith("uvloop") else 0.0
+        self._rx = self._in_ns(_open_udp, (self.bind_addr, self._port_wanted), False, self._sockbuf)
+        self.port = self._rx.getsockname()[1]
+        self._loop.add_reader(self._rx.fileno(), self._on_readable)
+        self._started = True
+
+    def close(self) -> None:
+        """Stop: cancel the timer, unregister and close every socket, fail waiters."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._started:
+            loop = self._loop
+            if self._rx is not None:
+                loop.remove_reader(self._rx.fileno())
+            if self._blocked_fd is not None:
+                loop.remove_writer(self._blocked_fd)
+                self._blocked_fd = None
+        for sock in (self._rx, *self._tx.values()):
+            if sock is not None:
+                sock.close()
+        self._rx = None
+        self._tx.clear()
+        self._routes.clear()
+        exc = ConnectionAbortedError("the endpoint was closed")
+        for conn in self.connections.values():
+            conn._abort(exc)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    @property
+    def local_peer(self) -> Peer:
+        """How a peer reaches this endpoint (a :class:`LabPeer` in a lab)."""
+        if self.lab is not None and self.host is not None:
+            return LabPeer(self.host, self.port)
+        addr = self._advertise or self.bind_addr
+        if addr in ("::", ""):
+            addr = "::1"
+        return PlainPeer(addr, self.port)
+
+    def open_sockets(self) -> list[socket.socket]:
+        """Every socket the endpoint currently holds (for tests)."""
+        return [s for s in (self._rx, *self._tx.values()) if s is not None]
+
+    # -- verbs -------------------------------------------------------------------------
+    def reg_mr(self, buffer: bytearray | memoryview) -> LocalMR:
+        """Register ``buffer`` (local and remote write access) and return it."""
+        view = memoryview(buffer)
+        return LocalMR(self.pd.reg_mr(view.nbytes, buffer=buffer), buffer)
+
+    def create_connection(self, cap: QPCap | None = None, cq_depth: int = 1 << 16) -> Connection:
+        """A new QP (in RESET) with its own CQ; connect it with :meth:`Connection.connect`."""
+        # One CQ for both directions; completions are told apart by opcode.
+        cq = self.ctx.create_cq(cq_depth)
+        qp = self.pd.create_qp(cq, cq, cap or QPCap(max_send_wr=4096, max_recv_wr=4096))
+        conn = Connection(self, qp)
+        self.connections[qp.qpn] = conn
+        return conn
+
+    def destroy_connection(self, conn: Connection) -> None:
+        """Remove a connection's QP (its waiters get ConnectionAbortedError)."""
+        if self.connections.pop(conn.qpn, None) is None:
+            return
+        conn._abort(ConnectionAbortedError(f"QP {conn.qpn} destroyed"))
+        self.ctx.destroy_qp(conn.qp)
+        self._arm_timer()
+
+    # -- statistics -----------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Datagram counters, per-EV and per-plane counts, core and per-QP statistics."""
+        c = self.counters
+        tx_plane: dict[int, int] = {}
+        rx_plane: dict[int, int] = {}
+        for ev, n in self.tx_by_ev.items():
+            tx_plane[ev_plane(ev)] = tx_plane.get(ev_plane(ev), 0) + n
+        for ev, n in self.rx_by_ev.items():
+            rx_plane[ev_plane(ev)] = rx_plane.get(ev_plane(ev), 0) + n
+        return {
+            "tx_datagrams": c.tx_datagrams,
+            "tx_bytes": c.tx_bytes,
+            "rx_datagrams": c.rx_datagrams,
+            "rx_bytes": c.rx_bytes,
+            "tx_eagain": c.tx_eagain,
+            "tx_errors": c.tx_errors,
+            "last_tx_error": c.last_tx_error,
+            "tx_dropped_test": c.tx_dropped_test,
+            "rx_errors": c.rx_errors,
+            "timer_fires": c.timer_fires,
+            "sport_fallbacks": c.sport_fallbacks,
+            "tx_by_plane": dict(sorted(tx_plane.items())),
+            "rx_by_plane": dict(sorted(rx_plane.items())),
+            "tx_by_ev": dict(sorted(self.tx_by_ev.items())),
+            "rx_by_ev": dict(sorted(self.rx_by_ev.items())),
+            "events": dict(self.event_counts),
+            "context": dict(self.ctx.stats),
+            "qps": {
+                qpn: {
+                    "state": conn.qp.state.value,
+                    **conn.qp.stats.as_dict(),
+                    "ev_states": conn.qp.paths.counts() if conn.qp.paths else {},
+                }
+                for qpn, conn in self.connections.items()
+            },
+        }
+
+    # -- the I/O engine -------------------------------------------------------------------
+    def _kick(self) -> None:
+        """Schedule one service pass (flush output, reap completions, re-arm the timer)."""
+        if not self._kicked and self._started and not self._closed:
+            self._kicked = True
+            self._loop.call_soon(self._service)
+
+    def _service(self) -> None:
+        self._kicked = False
+        if not self._closed:
+            self._after_input()
+
+    def _on_readable(self) -> None:
+        sock = self._rx
+        if sock is None:
+            return
+        recv_into = sock.recv_into
+        buf, view = self._buf, self._view
+        receive = self.ctx.receive_datagram
+        rx_by_ev = self.rx_by_ev
+        offsets = _EV_OFFSET
+        unpack = _U32.unpack_from
+        n_pkts = 0
+        n_bytes = 0
+        while n_pkts < _RX_BATCH:
+            try:
+                n = recv_into(buf)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.counters.rx_errors += 1
+                break
+            n_pkts += 1
+            n_bytes += n
+            off = offsets.get(buf[0]) if n else None
+            if off is not None and n >= off + 4:
+                ev = unpack(buf, off)[0]
+                rx_by_ev[ev] = rx_by_ev.get(ev, 0) + 1
+            receive(view[:n], time.monotonic_ns() * 1000)
+        c = self.counters
+        c.rx_datagrams += n_pkts
+        c.rx_bytes += n_bytes
+        self._after_input()
+
+    def _after_input(self) -> None:
+        """After any input: drain events, send, reap completions, re-arm the timer."""
+        ctx = self.ctx
+        if ctx.events:
+            self._drain_events()
+        if not self._pending:
+            self._flush()
+        for conn in self.connections.values():
+            conn._reap()
+        self._arm_timer()
+
+    def _drain_events(self) -> None:
+        events = self.ctx.events
+        counts = self.event_counts
+        while events:
+            ev = events.popleft()
+            self.events.append(ev)
+            new = getattr(ev, "new", None)
+            key = f"{type(ev).__name__}:{getattr(new, 'name', new)}"
+            counts[key] = counts.get(key, 0) + 1
+
+    def _route(self, peer: Peer, ev: int) -> tuple[Callable[..., int], tuple[str, int, int, int]]:
+        """Resolve (and cache) the send socket and destination of ``ev`` towards ``peer``."""
+        if isinstance(peer, LabPeer):
+            assert self.lab is not None and self.host is not None
+            addr = self.lab.path_address(self.host, peer.host, ev)
+        elif isinstance(peer, PlainPeer):
+            addr = peer.addr
+        else:
+            raise InvalidArgument(f"peer: {peer!r} is not a PlainPeer or LabPeer")
+        sport = udp_sport(ev)
+        sock = self._tx.get(sport)
+        if sock is None:
+            sock, exact = self._in_ns(_open_send, sport, self._sockbuf)
+            if not exact:
+                self.counters.sport_fallbacks += 1
+            self._tx[sport] = sock
+        entry = (sock.sendto, (addr, peer.port, ev & 0xFFFFF, 0))
+        self._routes[(peer, ev)] = entry
+        return entry
+
+    def _flush(self) -> None:
+        """Send everything the core has now (the pending backlog first)."""
+        if self._closed:
+            return
+        pending = self._pending
+        if pending:
+            self._send_all(pending)
+            if pending:
+                return
+        dgs = self.ctx.datagrams_to_send(time.monotonic_ns() * 1000)
+        if dgs:
+            pending.extend((d.data, d.ev, d.peer) for d in dgs)  # type: ignore[misc]
+            self._send_all(pending)
+
+    def _send_all(self, pending: deque[tuple[bytes, int, Peer]]) -> None:
+        routes = self._routes
+        tx_by_ev = self.tx_by_ev
+        c = self.counters
+        drop_every = self.tx_drop_every
+        sent = 0
+        nbytes = 0
+        while pending:
+            data, ev, peer = pending[0]
+            entry = routes.get((peer, ev))
+            if entry is None:
+                entry = self._route(peer, ev)
+            if drop_every:
+                self._tx_seen += 1
+                if self._tx_seen % drop_every == 0:
+                    c.tx_dropped_test += 1
+                    pending.popleft()
+                    continue
+            try:
+                entry[0](data, entry[1])
+            except BlockingIOError:
+                c.tx_eagain += 1
+                self._wait_writable(entry[0].__self__)  # type: ignore[attr-defined]
+                break
+            except OSError as exc:
+                # No route (a host link is down), unreachable...: the packet is
+                # lost like on a wire; the core's loss recovery handles it.
+                c.tx_errors += 1
+                c.last_tx_error = f"{type(exc).__name__}: {exc}"
+            pending.popleft()
+            sent += 1
+            nbytes += len(data)
+            tx_by_ev[ev] = tx_by_ev.get(ev, 0) + 1
+        c.tx_datagrams += sent
+        c.tx_bytes += nbytes
+
+    def _wait_writable(self, sock: socket.socket) -> None:
+        fd = sock.fileno()
+        if self._blocked_fd == fd:
+            return
+        if self._blocked_fd is not None:
+            self._loop.remove_writer(self._blocked_fd)
+        self._blocked_fd = fd
+        self._loop.add_writer(fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        if self._blocked_fd is not None:
+            self._loop.remove_writer(self._blocked_fd)
+            self._blocked_fd = None
+        self._flush()
+        if not self._pending:
+            self._after_input()
+
+    def _arm_timer(self) -> None:
+        """(Re)arm the loop timer for the core's earliest deadline."""
+        if self._closed:
+            return
+        at = self.ctx.get_timer()
+        if at == self._timer_at and (at is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = at
+        if at is None:
+            return
+        delay = (at - time.monotonic_ns() * 1000) / 1e12
+        self._timer = self._loop.call_later(max(delay, 0.0), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        at = self._timer_at
+        now = time.monotonic_ns() * 1000
+        if at is not None and now < at:
+            # Fired early (timer resolution): wait out the rest, never spin.
+            delay = max((at - now) / 1e12, self._min_delay)
+            self._timer = self._loop.call_later(delay, self._on_timer)
+            return
+        self._timer_at = None
+        self.counters.timer_fires += 1
+        self.ctx.handle_timer(now)
+        self._after_input()
