@@ -57,7 +57,10 @@ class TransportConfig:
     retry_exp: int = 7
     mpr: int = 64
     probe_interval_ps: int = 32_000_000
-    reorder_window_ps: int = 2_000_000
+    #: RACK's least reordering window; None means two base RTTs.  Under load,
+    #: spraying reorders by queueing differences of several RTT fractions, and
+    #: a too-small window retransmits spuriously and blames healthy paths.
+    reorder_window_ps: int | None = None
 
     def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
         """The QPAttr for a QP on this fabric."""
@@ -81,7 +84,9 @@ class TransportConfig:
             retry_linear=self.retry_linear,
             retry_exp=self.retry_exp,
             mpr=self.mpr,
-            reorder_window_ps=self.reorder_window_ps,
+            reorder_window_ps=(
+                2 * base_rtt_ps if self.reorder_window_ps is None else self.reorder_window_ps
+            ),
         )
         attr.validate()
         return attr

@@ -47,6 +47,8 @@ class Responder:
         self.bits = 0  # bit i: PSN base + i received
         self.highest = -1
         self.pending_bytes = 0  # bytes received since the last ACK (for coalescing)
+        #: PSNs placed since the last ACK: the next SACK's bitmap windows cover them.
+        self.unreported: list[int] = []
         self.rcvd_bytes = 0
         self.next_msn = 0
         self.last_of: dict[int, tuple[int, int | None, bool]] = {}  # msn -> (last psn, imm, wimm)
@@ -107,6 +109,8 @@ class Responder:
             self.last_of[msn] = (psn, pkt.imm, pkt.wimm)
         if psn > self.highest:
             self.highest = psn
+        if off:
+            self.unreported.append(psn)
         bits = self.bits | (1 << off)
         completed = False
         if off == 0:
@@ -153,10 +157,15 @@ class Responder:
                         )
                     )
 
-    def sack(self, ev: int, ecn: bool, ts_echo: int) -> SackPacket:
-        """A SACK describing everything received so far."""
+    def sack(self, ev: int, ecn: bool, ts_echo: int, sack_base: int | None = None) -> SackPacket:
+        """A SACK describing everything received so far.
+
+        The bitmap covers 64 PSNs from ``sack_base`` (default: the UET rule,
+        ``max(highest - 63, cumulative point)``).
+        """
         base = self.base
-        sack_base = self.highest - 63
+        if sack_base is None:
+            sack_base = self.highest - 63
         if sack_base < base:
             sack_base = base
         bits = self.bits
@@ -174,9 +183,39 @@ class Responder:
         )
 
     def _ack(self, pkt: DataPacket | ProbePacket, now: int) -> None:
+        """Send the SACK(s) that report every PSN placed since the last ACK.
+
+        Spraying can spread arrivals over hundreds of PSNs; a fixed window at
+        the highest PSN would never report a packet that arrives late, and the
+        sender would retransmit it and blame its path.  So each SACK's 64-bit
+        window starts at the lowest PSN not yet reported, and when the newly
+        placed PSNs do not fit in one window, more SACKs follow (usually one).
+        """
         self.pending_bytes = 0
-        self.stats.tx_sacks += 1
-        self.qp._queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
+        qp = self.qp
+        stats = self.stats
+        pending = self.unreported
+        base = self.base
+        if pending:
+            pending = sorted(p for p in pending if p >= base)
+            self.unreported = []
+        if not pending:
+            stats.tx_sacks += 1
+            qp._queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
+            return
+        first = True
+        i = 0
+        n = len(pending)
+        while i < n:
+            window = pending[i]
+            if first and self.highest - 63 <= window:
+                window = self.highest - 63  # all fit under the usual window
+            stats.tx_sacks += 1
+            qp._queue_control(self.sack(pkt.ev, pkt.ecn and first, pkt.ts, window))
+            first = False
+            end = max(window, base) + 64
+            while i < n and pending[i] < end:
+                i += 1
 
     def _nack(self, pkt: DataPacket, reason: NackReason) -> None:
         self.stats.tx_nacks += 1
