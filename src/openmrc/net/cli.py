@@ -1,0 +1,525 @@
+"""``openmrc serve`` / ``send`` / ``perf``: MRC over real UDP/IPv6 sockets.
+
+The main CLI (``openmrc.cli``) calls :func:`register`.  Each command runs one
+:class:`~openmrc.net.driver.NetEndpoint` on uvloop (when installed):
+
+* ``serve`` exposes a memory region and verifies, by SHA-256, what ``send``
+  announces over the control channel (printing "hash OK" and per-plane/per-EV
+  statistics);
+* ``send FILE --to HOST`` WRITEs the file as several WRITEs, the last one a
+  WRITE_WITH_IMM carrying a sequence number, then asks the server to verify;
+* ``perf --to HOST`` measures bandwidth (``--mode bw``, write_bw style) or
+  latency (``--mode lat``, write_lat style ping-pong).
+
+Two ways to address peers:
+
+* **lab**: ``--lab NAME --host H`` (serve) / ``--lab NAME --from H --to H2``
+  (send, perf).  The command opens its sockets inside host ``H``'s network
+  namespace itself (no ``ip netns exec`` needed, though running it under
+  ``openmrc lab exec H -- ...`` works the same), sprays every EV over its own
+  SRv6 uSID path, and uses a Unix control socket under the lab's state dir;
+* **plain IPv6**: ``--bind ADDR`` (serve) / ``--to ADDR`` (send, perf), the
+  control channel on TCP port 4792 (``--control-port``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from openmrc.net.control import ControlAddress, lab_control_path, remove_control_path
+from openmrc.net.driver import (
+    CONTROL_PORT,
+    NetEndpoint,
+    driver_attr,
+    run,
+)
+from openmrc.net.service import (
+    MemoryServer,
+    Session,
+    VerifyResult,
+    format_ev_counts,
+    write_buffer,
+)
+from openmrc.net.sockets import ROCE_PORT
+from openmrc.transport.errors import InvalidArgument
+
+_Handler = Callable[[argparse.Namespace], int]
+
+
+def parse_size(text: str) -> int:
+    """``4096``, ``64K``, ``64M``, ``1G`` (binary units) -> bytes; ArgumentTypeError otherwise."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = units.get(t[-1:], 1)
+    if mult != 1:
+        t = t[:-1]
+    try:
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 4096, 64K, 64M)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _positive(flag: str, value: int) -> int:
+    if value <= 0:
+        raise InvalidArgument(f"{flag}: must be positive, got {value}")
+    return value
+
+
+def _port(flag: str, value: int) -> int:
+    if not 0 <= value < 65536:
+        raise InvalidArgument(f"{flag}: must be a UDP/TCP port 0..65535, got {value}")
+    return value
+
+
+def _ipv6(flag: str, text: str) -> str:
+    import ipaddress
+
+    addr = text.strip().strip("[]")
+    try:
+        ipaddress.IPv6Address(addr.split("%")[0])
+    except ValueError:
+        raise InvalidArgument(f"{flag}: {text!r} is not an IPv6 address") from None
+    return addr
+
+
+@dataclass
+class _Where:
+    """Where this command runs: its endpoint arguments and the peer's control address."""
+
+    ep_kwargs: dict[str, Any]
+    label: str
+    control: ControlAddress | None = None
+
+
+def _lab_where(lab_name: str, host: str, flag: str, port: int) -> tuple[_Where, Any]:
+    from openmrc.net.lab import Lab, LabError
+
+    try:
+        lab = Lab.load(lab_name)
+        idx = lab.host_index(host)
+    except LabError as exc:
+        raise InvalidArgument(f"{flag}: {exc}") from None
+    node = lab.host_node(idx)
+    kwargs = {
+        "bind": "::",
+        "port": port,
+        "netns": lab.host_netns(idx),
+        "lab": lab,
+        "host": idx,
+        "attr": driver_attr(lab.topology.spec.planes),
+    }
+    return _Where(kwargs, f"{node} in lab {lab.name}"), lab
+
+
+def _client_where(args: argparse.Namespace) -> _Where:
+    """Resolve ``--to``/``--lab``/``--from``/``--bind`` of send and perf."""
+    port = _port("--port", args.port)
+    if args.lab is not None:
+        if args.from_host is None:
+            raise InvalidArgument("--from: give the lab host to send from (with --lab)")
+        where, lab = _lab_where(args.lab, args.from_host, "--from", port or ROCE_PORT)
+        from openmrc.net.lab import LabError
+
+        try:
+            dst = lab.host_node(args.to)
+        except LabError as exc:
+            raise InvalidArgument(f"--to: {exc}") from None
+        if dst == lab.host_node(where.ep_kwargs["host"]):
+            raise InvalidArgument(f"--to: {dst} is the host we send from (--from)")
+        where.control = ControlAddress(path=str(lab_control_path(lab.name, dst)))
+        where.label = f"{where.label} -> {dst}"
+        return where
+    if args.from_host is not None:
+        raise InvalidArgument("--from: only with --lab (a lab host name)")
+    to = _ipv6("--to", args.to)
+    bind = _ipv6("--bind", args.bind) if args.bind else "::"
+    kwargs = {"bind": bind, "port": port, "attr": driver_attr(args.planes)}
+    control = ControlAddress(host=to, port=_port("--control-port", args.control_port))
+    return _Where(kwargs, f"[{bind}] -> [{to}]", control)
+
+
+def _print(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
+# ----- serve ------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """Expose a memory region; verify what clients write by SHA-256."""
+    size = _positive("--size", args.size)
+    port = _port("--port", args.port)
+    if args.lab is not None:
+        if args.host is None:
+            raise InvalidArgument("--host: give the lab host to serve on (with --lab)")
+        if args.bind is not None:
+            raise InvalidArgument("--bind: not with --lab (the lab host decides the addresses)")
+        where, lab = _lab_where(args.lab, args.host, "--host", port)
+        node = lab.host_node(where.ep_kwargs["host"])
+        control = ControlAddress(path=str(lab_control_path(lab.name, node)))
+    else:
+        if args.host is not None:
+            raise InvalidArgument("--host: only with --lab (a lab host name)")
+        bind = _ipv6("--bind", args.bind or "::")
+        where = _Where({"bind": bind, "port": port, "attr": driver_attr(args.planes)}, f"[{bind}]")
+        control = ControlAddress(host=bind, port=_port("--control-port", args.control_port))
+    return run(_serve(args, where, control, size))
+
+
+def _report_verify(r: VerifyResult) -> None:
+    gbps = r.length * 8 / r.seconds / 1e9 if r.seconds > 0 else 0.0
+    _print(
+        f"transfer: {r.length} bytes, imm {r.imm}, {r.seconds:.3f} s since connect "
+        f"({gbps:.3f} Gb/s)"
+    )
+    for line in format_ev_counts(r.rx_by_ev, r.tx_by_ev):
+        _print(line)
+    if r.ok:
+        _print(f"hash OK (sha256 {r.sha256})")
+    else:
+        _print(f"hash MISMATCH: expected {r.expected}, region has {r.sha256}")
+
+
+async def _serve(
+    args: argparse.Namespace, where: _Where, control: ControlAddress, size: int
+) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with NetEndpoint(**where.ep_kwargs) as ep:
+        server = MemoryServer(ep, size, on_verify=_report_verify)
+        await server.listen(control)
+        try:
+            _print(
+                f"openmrc serve: {where.label} data port {ep.port}, control {control}, "
+                f"region {size} bytes, {ep.attr.ev_profile.planes} planes"
+            )
+            while not stop.is_set():
+                closed = asyncio.ensure_future(server.session_closed.wait())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({closed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                closed.cancel()
+                stopped.cancel()
+                server.session_closed.clear()
+                if args.once and server.sessions_done >= 1:
+                    break
+        finally:
+            await server.close()
+            remove_control_path(control)
+        st = ep.stats()
+        _print(
+            f"openmrc serve: done: {server.sessions_done} sessions, {len(server.results)} "
+            f"transfers verified ({sum(not r.ok for r in server.results)} failed); datagrams "
+            f"rx {st['rx_datagrams']} tx {st['tx_datagrams']}"
+        )
+        return 1 if any(not r.ok for r in server.results) else 0
+
+
+# ----- send -----------------------------------------------------------------------------
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    """WRITE a file to a server and have it verify the SHA-256."""
+    where = _client_where(args)
+    chunk = _positive("--chunk", args.chunk)
+    if not 0 <= args.seq < 1 << 32:
+        raise InvalidArgument(f"--seq: must be a 32-bit unsigned int, got {args.seq}")
+    try:
+        with open(args.file, "rb") as f:
+            data = bytearray(f.read())
+    except OSError as exc:
+        raise InvalidArgument(f"FILE: cannot read {args.file}: {exc.strerror}") from None
+    return run(_send(args, where, data, chunk))
+
+
+async def _send(args: argparse.Namespace, where: _Where, data: bytearray, chunk: int) -> int:
+    length = len(data)
+    digest = hashlib.sha256(data).hexdigest()
+    assert where.control is not None
+    async with NetEndpoint(**where.ep_kwargs) as ep:
+        local = ep.reg_mr(data if length else bytearray(1))
+        _print(f"openmrc send: {args.file} ({length} bytes, sha256 {digest[:16]}...) {where.label}")
+        session = await Session.open(ep, where.control, timeout=args.connect_timeout)
+        async with session:
+            result = await write_buffer(session, local, length, imm=args.seq, chunk=chunk)
+            verdict = await session.verify(args.seq, length, digest, timeout=args.timeout)
+        conn = session.conns[0]
+        st = conn.qp.stats
+        _print(
+            f"  wrote {length} bytes in {result.writes} WRITEs (last WRITE_WITH_IMM, imm "
+            f"{args.seq}) in {result.seconds:.3f} s: goodput {result.goodput_bps / 1e9:.3f} Gb/s"
+        )
+        _print(
+            f"  data packets {st.tx_data_packets}, retransmissions {st.retransmits} "
+            f"(losses detected {st.losses_detected}, timeouts {st.timeouts}, trims {st.trims}, "
+            f"spurious {st.spurious_retransmits}), probes {st.probes_sent}, SACKs {st.rx_sacks}, "
+            f"NACKs {st.rx_nacks}"
+        )
+        counts = conn.qp.paths.counts() if conn.qp.paths else {}
+        _print("  EV states: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        _print("  per plane (datagrams tx/rx, active EVs by state):")
+        for plane, row in conn.plane_table().items():
+            _print(
+                f"    plane {plane}: tx {row['tx']:>7} rx {row['rx']:>7}  GOOD {row['GOOD']} "
+                f"SKIP {row['SKIP']} ASSUMED_BAD {row['ASSUMED_BAD']} DENIED {row['DENIED']}"
+            )
+        rows = conn.ev_table()
+        _print(f"  per EV ({len(rows)}; ev plane/path state tx/rx):")
+        cells = [
+            f"{r['ev']:#07x} {r['plane']}/{r['path']:<3} {r['state'][:4]:<4} {r['tx']:>5}/{r['rx']:<5}"
+            for r in rows
+        ]
+        for i in range(0, len(cells), 3):
+            _print("    " + "   ".join(cells[i : i + 3]))
+        stats = ep.stats()
+        if stats["tx_errors"]:
+            _print(f"  send errors: {stats['tx_errors']} ({stats['last_tx_error']})")
+        ok = result.ok and bool(verdict.get("ok"))
+        for failure in result.failed:
+            _print(f"  FAILED: {failure}")
+        if verdict.get("ok"):
+            _print("  server: hash OK")
+        elif not verdict.get("arrived"):
+            _print("  server: the final WRITE_WITH_IMM never arrived")
+        else:
+            _print(f"  server: hash MISMATCH (server has {verdict.get('sha256')})")
+        return 0 if ok else 1
+
+
+# ----- perf -----------------------------------------------------------------------------
+
+
+def _cmd_perf(args: argparse.Namespace) -> int:
+    """write_bw / write_lat style measurements against a server."""
+    where = _client_where(args)
+    if args.size is None:
+        args.size = 65536 if args.mode == "bw" else 2
+    _positive("--size", args.size)
+    _positive("--iters", args.iters)
+    if not 1 <= args.qps <= 256:
+        raise InvalidArgument(f"--qps: must be 1..256, got {args.qps}")
+    _positive("--tx-depth", args.tx_depth)
+    return run(_perf(args, where))
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    k = min(len(sorted_vals) - 1, max(0, math.ceil(q * len(sorted_vals)) - 1))
+    return sorted_vals[k]
+
+
+async def _perf(args: argparse.Namespace, where: _Where) -> int:
+    assert where.control is not None
+    size = args.size
+    async with NetEndpoint(**where.ep_kwargs) as ep:
+        local = ep.reg_mr(bytearray(os.urandom(size)))
+        mode = "write" if args.mode == "bw" else "pingpong"
+        session = await Session.open(
+            ep, where.control, qps=args.qps, mode=mode, local=local, timeout=args.connect_timeout
+        )
+        async with session:
+            if size > session.remote.length:
+                raise InvalidArgument(
+                    f"--size: {size} bytes exceed the server's region ({session.remote.length})"
+                )
+            _print(f"openmrc perf: {args.mode} {where.label}, {args.qps} QP(s), {size} B messages")
+            if args.mode == "bw":
+                ok = await _perf_bw(session, local, args)
+            else:
+                ok = await _perf_lat(session, local, args)
+            retx = sum(c.qp.stats.retransmits for c in session.conns)
+            _print(f" retransmissions: {retx}")
+        return 0 if ok else 1
+
+
+async def _perf_bw(session: Session, local: Any, args: argparse.Namespace) -> bool:
+    size, iters = args.size, args.iters
+    conns = session.conns
+    done_times: list[float] = []
+    failures = 0
+
+    async def drive(q: int, count: int) -> None:
+        nonlocal failures
+        conn = conns[q]
+        pending: list[int] = []
+        for _ in range(count):
+            if len(pending) >= args.tx_depth:
+                wc = await conn.wait_send(pending.pop(0))
+                failures += not wc.ok
+                done_times.append(time.perf_counter())
+            pending.append(conn.post_write(local, 0, size, session.remote, 0))
+        for wr in pending:
+            wc = await conn.wait_send(wr)
+            failures += not wc.ok
+            done_times.append(time.perf_counter())
+
+    share = [iters // len(conns) + (q < iters % len(conns)) for q in range(len(conns))]
+    t0 = time.perf_counter()
+    await asyncio.gather(*(drive(q, n) for q, n in enumerate(share) if n))
+    dt = time.perf_counter() - t0
+    done_times.sort()
+    k = max(1, iters // 10)
+    peak = 0.0
+    for i in range(len(done_times) - k):
+        span = done_times[i + k] - done_times[i]
+        if span > 0:
+            peak = max(peak, k * size * 8 / span / 1e9)
+    avg = iters * size * 8 / dt / 1e9
+    _print("-" * 86)
+    _print(
+        f" {'#bytes':<10} {'#iterations':<12} {'BW peak[Gb/sec]':<18} "
+        f"{'BW average[Gb/sec]':<20} {'MsgRate[Mpps]':<14}"
+    )
+    _print(
+        f" {size:<10} {iters:<12} {max(peak, avg):<18.3f} {avg:<20.3f} {iters / dt / 1e6:<14.6f}"
+    )
+    _print("-" * 86)
+    if failures:
+        _print(f" FAILED: {failures} WRITEs completed with an error")
+    return failures == 0
+
+
+async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> bool:
+    size, iters = args.size, args.iters
+    conn = session.conns[0]
+    warmup = min(10, iters)
+    samples: list[float] = []
+    for i in range(warmup + iters):
+        conn.post_recv(i)
+        t = time.perf_counter()
+        wr = conn.post_write(local, 0, size, session.remote, 0, imm=i & 0xFFFFFFFF)
+        back = await asyncio.wait_for(conn.wait_recv(), args.timeout)
+        rtt = time.perf_counter() - t
+        wc = await conn.wait_send(wr)
+        if not wc.ok or not back.ok or back.imm_data != i & 0xFFFFFFFF:
+            _print(f" FAILED at iteration {i}: {wc.status.value} / {back.status.value}")
+            return False
+        if i >= warmup:
+            samples.append(rtt / 2 * 1e6)
+    s = sorted(samples)
+    avg = sum(s) / len(s)
+    stdev = math.sqrt(sum((x - avg) ** 2 for x in s) / len(s))
+    _print("-" * 118)
+    _print(
+        f" {'#bytes':<8} {'#iterations':<12} {'t_min[usec]':<12} {'t_max[usec]':<12} "
+        f"{'t_typical[usec]':<16} {'t_avg[usec]':<12} {'t_stdev[usec]':<14} "
+        f"{'99% percentile[usec]':<21} {'99.9% percentile[usec]':<22}"
+    )
+    _print(
+        f" {size:<8} {iters:<12} {s[0]:<12.2f} {s[-1]:<12.2f} {_percentile(s, 0.5):<16.2f} "
+        f"{avg:<12.2f} {stdev:<14.2f} {_percentile(s, 0.99):<21.2f} {_percentile(s, 0.999):<22.2f}"
+    )
+    _print("-" * 118)
+    return True
+
+
+# ----- registration -----------------------------------------------------------------------
+
+
+def _guard(fn: _Handler) -> _Handler:
+    """Turn connection failures into exit code 1 with a message (usage errors propagate)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            print(f"openmrc {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+
+    handler.__doc__ = fn.__doc__
+    return handler
+
+
+def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
+    p.add_argument("--lab", metavar="NAME", help="run as a host of this namespace lab")
+    if server:
+        p.add_argument("--host", metavar="H", help="lab host to serve on (with --lab), e.g. h1")
+        p.add_argument("--bind", metavar="ADDR", help="IPv6 address to listen on (default ::)")
+    else:
+        p.add_argument("--to", required=True, metavar="HOST", help="lab host (h1) or IPv6 address")
+        p.add_argument("--from", dest="from_host", metavar="H", help="lab host to send from")
+        p.add_argument("--bind", metavar="ADDR", help="local IPv6 address (default ::)")
+        p.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=10.0,
+            metavar="S",
+            help="keep trying the control channel this long (default 10 s)",
+        )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=ROCE_PORT if server else 0,
+        help=f"UDP data port (default {ROCE_PORT if server else 'any; the server learns it'})",
+    )
+    p.add_argument(
+        "--control-port",
+        type=int,
+        default=CONTROL_PORT,
+        help=f"TCP control port for plain IPv6 peers (default {CONTROL_PORT})",
+    )
+    p.add_argument(
+        "--planes", type=int, default=8, help="EV planes without a lab (default 8; lab: its planes)"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``serve``, ``send`` and ``perf``; each sets ``func`` returning an exit code."""
+    p = subparsers.add_parser(
+        "serve",
+        help="MRC responder on real sockets: expose memory, verify transfers by SHA-256",
+        description="Expose a memory region to MRC WRITEs over UDP/IPv6 and verify, by "
+        "SHA-256, what 'openmrc send' announces.  Prints per-plane and per-EV statistics "
+        "after every transfer.",
+    )
+    _common(p, server=True)
+    p.add_argument("--size", type=parse_size, default=256 << 20, help="region size (default 256M)")
+    p.add_argument("--once", action="store_true", help="exit after the first client session")
+    p.set_defaults(func=_guard(_cmd_serve))
+
+    p = subparsers.add_parser(
+        "send",
+        help="WRITE a file to 'openmrc serve' over MRC and verify its SHA-256",
+        description="WRITE FILE to a server as several RDMA WRITEs (the last a "
+        "WRITE_WITH_IMM carrying --seq), then have the server verify the SHA-256.",
+    )
+    p.add_argument("file", metavar="FILE")
+    _common(p, server=False)
+    p.add_argument("--chunk", type=parse_size, default=1 << 20, help="bytes per WRITE (1M)")
+    p.add_argument("--seq", type=int, default=1, help="immediate of the last WRITE (1)")
+    p.add_argument("--timeout", type=float, default=60.0, help="verification timeout (60 s)")
+    p.set_defaults(func=_guard(_cmd_send))
+
+    p = subparsers.add_parser(
+        "perf",
+        help="write_bw / write_lat style benchmark against 'openmrc serve'",
+        description="Measure WRITE bandwidth (--mode bw) or half round-trip latency of "
+        "WRITE_WITH_IMM ping-pong (--mode lat) against a server.",
+    )
+    _common(p, server=False)
+    p.add_argument("--mode", choices=("bw", "lat"), default="bw")
+    p.add_argument("--size", type=parse_size, help="message bytes (bw 65536, lat 2)")
+    p.add_argument("--iters", type=int, default=1000, help="iterations (1000)")
+    p.add_argument("--qps", type=int, default=1, help="QPs (bw mode spreads over them)")
+    p.add_argument("--tx-depth", type=int, default=32, help="WRITEs in flight per QP (32)")
+    p.add_argument("--timeout", type=float, default=10.0, help="per-iteration timeout (lat)")
+    p.set_defaults(func=_guard(_cmd_perf))
