@@ -206,17 +206,18 @@ def driver_attr(
     paths_per_plane: int = 64,
     mtu: int = 4096,
     link_bps: float = 10e9,
-    base_rtt_ps: int = 400_000_000,
+    base_rtt_ps: int = 200_000_000,
 ) -> QPAttr:
     """QP attributes for a Python endpoint on real sockets.
 
     The core's defaults target an 800G NIC with a 12 us RTT; a Python endpoint
-    does ~100k packets/s and sees RTTs of hundreds of microseconds to a few
-    milliseconds (socket buffers, the event loop), so timeouts, the reordering
-    window and the probe interval are scaled up: local ACK timeout 2^14 x
-    1.024 us (16.8 ms), 7 linear + 12 doubling retries, 1 ms reordering floor,
-    EV probes every 10 ms.  NSCC is tuned for 10 Gb/s x 400 us (a ~750 KB
-    window).  ``ev_count`` defaults to 16 EVs per plane.
+    moves ~100k packets/s and sees RTTs of one to a few milliseconds (socket
+    buffers, the event loop), so the timers are scaled up: local ACK timeout
+    2^16 x 1.024 us (67 ms: shorter ones fired spuriously under load in the
+    lab), 7 linear + 6 doubling retries (~9 s before the QP gives up), a 1 ms
+    reordering floor, EV probes every 10 ms.  NSCC is tuned for 10 Gb/s x
+    200 us (a ~375 KB window; larger windows only add queueing delay in the
+    receiver's socket buffer).  ``ev_count`` defaults to 16 EVs per plane.
     """
     count = ev_count if ev_count is not None else 16 * planes
     return QPAttr(
@@ -230,9 +231,9 @@ def driver_attr(
         ),
         cc_profile=CCProfile(name="nscc", link_bps=link_bps, base_rtt_ps=base_rtt_ps),
         mpr=32,
-        timeout=14,
+        timeout=16,
         retry_linear=7,
-        retry_exp=12,
+        retry_exp=6,
         mtu=mtu,
         reorder_window_ps=1_000_000_000,
     )
@@ -263,7 +264,7 @@ def attr_from_json(data: Any) -> QPAttr:
         paths_per_plane=int(data.get("paths_per_plane", 64)),
         mtu=int(data.get("mtu", 4096)),
         link_bps=float(data.get("link_bps", 10e9)),
-        base_rtt_ps=int(data.get("base_rtt_ps", 400_000_000)),
+        base_rtt_ps=int(data.get("base_rtt_ps", 200_000_000)),
     )
     attr.mpr = int(data.get("mpr", attr.mpr))
     attr.timeout = int(data.get("timeout", attr.timeout))
