@@ -350,6 +350,7 @@ class Experiment:
         flow.status = "running"
         self._sending.setdefault(spec.src, []).append(flow)
         self.hosts[spec.src].kick(now)
+        self.hosts[spec.dst].kick(now)
 
     def _activity(self, host: SimHost, now: int) -> None:
         flows = self._sending.get(host.index)

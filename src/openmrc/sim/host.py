@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..transport import Context
 from ..transport.ev import ev_plane
+from ..wire.packets import DataPacket
 
 if TYPE_CHECKING:
     from ..wire.packets import Packet
@@ -58,7 +59,14 @@ class SimHost:
     # -- input ----------------------------------------------------------------------
     def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
         self.ctx.receive_packet(pkt, now)
+        if type(pkt) is DataPacket:
+            # Data reaches the responder half, which has no timers and completes
+            # no sends: only its ACKs need sending.
+            self.kick(now, sending_only=True)
+            return
         self.kick(now)
+        if self.on_activity is not None:
+            self.on_activity(self, now)
 
     def _on_link(self, plane: int, up: bool, now: int) -> None:
         self.kick(now)
@@ -70,16 +78,23 @@ class SimHost:
         now = self.sim.now
         self.ctx.handle_timer(now)
         self.kick(now)
+        if self.on_activity is not None:
+            self.on_activity(self, now)
 
     def _on_pump(self, at: int) -> None:
         if self._pump_at != at:
             return
         self._pump_at = None
-        self.kick(self.sim.now)
+        self.kick(self.sim.now, sending_only=True)
 
     # -- output ---------------------------------------------------------------------
-    def kick(self, now: int) -> None:
-        """Send what the ports can take now, then re-arm the pump and the timer."""
+    def kick(self, now: int, sending_only: bool = False) -> None:
+        """Send what the ports can take now, then re-arm the pump and the timer.
+
+        ``sending_only``: nothing arrived and no timer ran since the last kick,
+        only ports freed up.  Sending can only push the core's deadlines later
+        (or create the first one), so an armed timer need not be recomputed.
+        """
         ctx = self.ctx
         ports = self.ports
         all_busy = self._all_busy
@@ -107,10 +122,10 @@ class SimHost:
             if soonest is not None and (self._pump_at is None or soonest < self._pump_at):
                 self._pump_at = soonest
                 self.sim.schedule(soonest, self._on_pump, soonest)
+        if sending_only and self._timer_at is not None:
+            return
         timer = ctx.get_timer()
         if timer is not None and (self._timer_at is None or timer < self._timer_at):
             at = timer if timer > now else now
             self._timer_at = at
             self.sim.schedule(at, self._on_timer, at)
-        if self.on_activity is not None:
-            self.on_activity(self, now)
