@@ -215,7 +215,7 @@ def driver_attr(
     buffers, the event loop), so the timers are scaled up: local ACK timeout
     2^16 x 1.024 us (67 ms: shorter ones fired spuriously under load in the
     lab), 7 linear + 6 doubling retries (~9 s before the QP gives up), a 1 ms
-    reordering floor, EV probes every 10 ms.  NSCC is tuned for 10 Gb/s x
+    reordering floor, EV probes every 25 ms.  NSCC is tuned for 10 Gb/s x
     200 us (a ~375 KB window; larger windows only add queueing delay in the
     receiver's socket buffer).  ``ev_count`` defaults to 16 EVs per plane.
     """
@@ -226,7 +226,7 @@ def driver_attr(
             paths_per_plane=paths_per_plane,
             ev_count=count,
             floor=max(1, min(8, count // 2)),
-            probe_interval_ps=10_000_000_000,
+            probe_interval_ps=25_000_000_000,
             probe_successes=3,
         ),
         cc_profile=CCProfile(name="nscc", link_bps=link_bps, base_rtt_ps=base_rtt_ps),

@@ -1,0 +1,220 @@
+"""MRC over the real namespace SRv6 fabric (root; ``-m lab``).
+
+Each test builds a 4-plane lab (2 T0s with one host each, 2 T1s per plane),
+runs two :class:`NetEndpoint` objects in hosts h0 and h1 (sockets opened in the
+hosts' namespaces, one event loop in this process), writes random bytes
+h0 -> h1 through the control-channel session, breaks the fabric mid-transfer,
+and checks the bytes by SHA-256 and the EV states the sender ended with.  The
+``make_lab``/``lab_name`` fixtures (tests/net/conftest.py) tear the lab down
+whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openmrc.net import netns as nsmod
+from openmrc.net.control import ControlAddress
+from openmrc.net.driver import Connection, NetEndpoint, loop_factory
+from openmrc.net.lab import Lab, ns_prefix, state_dir, state_path
+from openmrc.net.service import MemoryServer, Session, by_plane, write_buffer
+from openmrc.transport.paths import EVEvent, EVState
+
+pytestmark = pytest.mark.lab
+
+SPEC = "planes=4,t0s=2,hosts_per_t0=1,t1s=2"
+PLANES = 4
+
+
+@dataclass
+class Outcome:
+    """What :func:`_transfer` saw."""
+
+    ok: bool
+    verified: bool
+    seconds: float
+    conn: Connection
+    sender: NetEndpoint
+    tx_at_fault: dict[int, int] = field(default_factory=dict)
+    server_rx_by_ev: dict[int, int] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+
+
+def _run(coro: Any) -> Any:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(asyncio.wait_for(coro, 90))
+
+
+async def _transfer(
+    lab: Lab,
+    size: int,
+    tmp: Path,
+    *,
+    fault: Callable[[], Any] | None = None,
+    at: float = 0.25,
+    after: Callable[[Connection, NetEndpoint], Any] | None = None,
+) -> Outcome:
+    """Write ``size`` random bytes h0 -> h1; run ``fault()`` (a thread) once ``at`` is done."""
+    loop = asyncio.get_running_loop()
+    data = bytearray(os.urandom(size))
+    ctl = ControlAddress(path=str(tmp / "h1.sock"))
+    h0 = NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0)
+    h1 = NetEndpoint(netns=lab.host_netns(1), lab=lab, host=1)
+    async with h0, h1:
+        server = MemoryServer(h1, size)
+        await server.listen(ctl)
+        local = h0.reg_mr(data)
+        tx_at_fault: dict[int, int] = {}
+
+        async def progress(done: int) -> None:
+            if fault is not None and not tx_at_fault and done >= size * at:
+                tx_at_fault.update(h0.stats()["tx_by_plane"])
+                await loop.run_in_executor(None, fault)
+
+        async with await Session.open(h0, ctl) as session:
+            t0 = time.perf_counter()
+            res = await write_buffer(session, local, size, imm=9, on_progress=progress)
+            verdict = await session.verify(9, size, hashlib.sha256(data).hexdigest())
+            seconds = time.perf_counter() - t0
+            out = Outcome(
+                res.ok,
+                bool(verdict["ok"]),
+                seconds,
+                session.conns[0],
+                h0,
+                tx_at_fault,
+                {int(k): v for k, v in verdict["rx_by_ev"].items()},
+            )
+            if after is not None:
+                out.after = await after(session.conns[0], h0)
+        await server.close()
+    return out
+
+
+async def _wait_all_good(conn: Connection, timeout: float = 10.0) -> float:
+    """Seconds until every active EV of ``conn`` is GOOD again (probes at work)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if all(row["ASSUMED_BAD"] == 0 for row in conn.plane_table().values()):
+            return time.perf_counter() - t0
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"EVs still bad after {timeout} s: {conn.plane_table()}")
+
+
+def test_64mib_over_every_plane(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    lab = make_lab(SPEC)
+    out = _run(_transfer(lab, 64 << 20, tmp_path))
+    assert out.ok and out.verified
+    st = out.sender.stats()
+    # Data left on every plane, and the far end received on every plane.
+    assert set(st["tx_by_plane"]) == set(range(PLANES))
+    rx = by_plane(out.server_rx_by_ev)
+    assert set(rx) == set(range(PLANES)) and min(rx.values()) > 3000
+    assert st["tx_errors"] == 0 and st["sport_fallbacks"] == 0
+    assert all(row["GOOD"] == 16 for row in out.conn.plane_table().values())
+    print(f"64 MiB in {out.seconds:.2f} s ({(64 << 20) * 8 / out.seconds / 1e9:.2f} Gb/s)")
+
+
+def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    lab = make_lab(SPEC)
+    plane = 2
+    t0 = lab.topology.t0_name(plane, 0)  # h0's T0 in that plane: black hole, carriers up
+
+    async def after(conn: Connection, ep: NetEndpoint) -> dict[str, Any]:
+        table = conn.plane_table()
+        await asyncio.get_running_loop().run_in_executor(None, lab.restore, t0)
+        back = await _wait_all_good(conn)
+        return {"table": table, "back": back, "events": list(ep.events)}
+
+    out = _run(
+        _transfer(lab, 48 << 20, tmp_path, fault=lambda: lab.fail(t0, "silent"), after=after)
+    )
+    assert out.ok and out.verified
+    table = out.after["table"]
+    # The black-holed plane's active EVs all went ASSUMED_BAD; the others kept going.
+    assert table[plane]["ASSUMED_BAD"] == 16 and table[plane]["GOOD"] == 0
+    for p in set(range(PLANES)) - {plane}:
+        assert table[p]["GOOD"] >= 14, table
+        assert table[p]["tx"] > 2 * out.tx_at_fault[p]
+    assert out.conn.qp.stats.losses_detected + out.conn.qp.stats.timeouts > 0
+    # Every EV that went bad was in that plane; probes brought them back after restore.
+    bad = [
+        e for e in out.after["events"] if isinstance(e, EVEvent) and e.new is EVState.ASSUMED_BAD
+    ]
+    per_plane = {p: sum(1 for e in bad if e.ev & 0xF == p) for p in range(PLANES)}
+    print("ASSUMED_BAD transitions per plane:", per_plane)
+    assert per_plane[plane] >= 16 and per_plane[plane] >= 0.8 * len(bad), per_plane
+    good = [e for e in out.after["events"] if isinstance(e, EVEvent) and e.new is EVState.GOOD]
+    assert any(e.reason for e in good)
+    assert out.after["back"] < 5.0
+
+
+def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    lab = make_lab(SPEC)
+    link = "h0-" + lab.topology.t0_name(0, 0)
+    out = _run(
+        _transfer(lab, 32 << 20, tmp_path, fault=lambda: lab.fail(link, "loss", 5.0), at=0.1)
+    )
+    assert out.ok and out.verified
+    st = out.conn.qp.stats
+    assert st.retransmits > 20 and st.losses_detected > 0
+
+
+def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    lab = make_lab(SPEC)
+    t1 = lab.topology.t1_name(1, 0)
+    out = _run(_transfer(lab, 32 << 20, tmp_path, fault=lambda: lab.fail(t1, "down")))
+    assert out.ok and out.verified
+    # The EVs through that T1 went bad and were replaced from plane 1's backups.
+    assert out.sender.event_counts.get("EVEvent:ASSUMED_BAD", 0) > 0
+    assert out.conn.plane_table()[1]["GOOD"] >= 12
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "openmrc.cli", *args]
+
+
+def test_cli_send_serve_in_lab_then_down_leaves_nothing(
+    make_lab: Callable[..., Lab], tmp_path: Path
+) -> None:
+    lab = make_lab(SPEC)
+    name = lab.name
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(8 << 20))
+    # serve through 'lab exec' (already in h1's namespace), send entering h0's itself
+    server = subprocess.Popen(
+        _cli("lab", "exec", "--name", name, "h1", "--",
+             *_cli("serve", "--lab", name, "--host", "h1", "--once", "--size", "16M")),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        send = subprocess.run(
+            _cli("send", str(blob), "--lab", name, "--from", "h0", "--to", "h1"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        out, _ = server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert send.returncode == 0, send.stdout + send.stderr
+    assert "server: hash OK" in send.stdout
+    for p in range(PLANES):
+        assert f"plane {p}: tx" in send.stdout
+    assert server.returncode == 0, out
+    assert "hash OK" in out
+    assert not (state_dir() / name).exists()  # the control socket is gone
+    lab.down()
+    assert not [ns for ns in nsmod.list_netns() if ns.startswith(ns_prefix(name))]
+    assert not state_path(name).exists()
