@@ -89,6 +89,13 @@ class CCProfile:
         """Raise :class:`InvalidArgument` naming the first bad field."""
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgument(f"CCProfile.name: must be a non-empty string, got {self.name!r}")
+        from .cc import available  # the registry imports this module
+
+        if self.name not in available():
+            raise InvalidArgument(
+                f"CCProfile.name: unknown congestion control {self.name!r} "
+                f"(available: {', '.join(available())})"
+            )
         if not isinstance(self.link_bps, int | float) or not 1e6 <= self.link_bps <= 1e14:
             raise InvalidArgument(
                 f"CCProfile.link_bps: must be in 1e6..1e14, got {self.link_bps!r}"

@@ -1,0 +1,121 @@
+"""Scenario files: they run, and every mistake is named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openmrc.cli import main
+from openmrc.scenario import ScenarioError, load, parse, parse_size
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+SMALL = {
+    "seed": 3,
+    "fabric": {"planes": 2, "t0s": 2, "hosts_per_t0": 2, "t1s": 2},
+    "workload": {"kind": "permutation", "size": "256KiB"},
+}
+
+
+def test_every_shipped_scenario_parses() -> None:
+    files = sorted(SCENARIOS.glob("*.toml"))
+    assert files
+    for path in files:
+        scenario = load(path)
+        assert scenario.flows
+
+
+def test_small_scenario_runs_and_exports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.json"
+    data = dict(
+        SMALL,
+        faults=[{"at_us": 2, "kind": "link_down", "target": "p1t0x0-p1t1x1"}],
+        run={"payloads": True},
+    )
+    path.write_text(json.dumps(data))
+    assert main(["sim", str(path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "all ok: True" in out and "payloads verified: True" in out
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["all_ok"] and len(result["flows"]) == 4
+    assert (tmp_path / "out" / "flows.csv").read_text().startswith("name,")
+    assert (tmp_path / "out" / "goodput.csv").exists()
+
+
+def test_same_scenario_same_seed_same_result() -> None:
+    a = parse(SMALL).run().as_dict()
+    b = parse(SMALL).run().as_dict()
+    a.pop("wall_seconds")
+    b.pop("wall_seconds")
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"colour": 1}, "colour: unknown top-level key"),
+        ({"fabric": {"planes": 0}}, "ClosSpec.planes"),
+        ({"fabric": {"planes": "two"}}, "fabric.planes: expected int"),
+        ({"fabric": {"wheels": 4}}, "fabric.wheels: unknown key"),
+        ({"workload": {"kind": "broadcast"}}, "workload.kind: 'broadcast'"),
+        (
+            {"workload": {"kind": "permutation", "size": "lots"}},
+            "workload.size: 'lots' is not a size",
+        ),
+        ({"workload": {"kind": "single", "src": 0, "dst": 99, "size": 10}}, "flow.dst"),
+        (
+            {"workload": {"kind": "incast", "senders": [1, 2], "target": 1}},
+            "target 1 is also a sender",
+        ),
+        ({"transport": {"mtu": 10}}, "QPAttr.mtu"),
+        ({"transport": {"cc": "reno"}}, "unknown congestion control 'reno'"),
+        ({"switches": {"trimming": "yes"}}, "switches"),
+        ({"switches": {"fast": True}}, "switches.fast: unknown key"),
+        (
+            {"faults": [{"at_us": 1, "kind": "link_down", "target": "nope"}]},
+            "faults[0].target: no link 'nope'",
+        ),
+        ({"faults": [{"at_us": 1, "kind": "meteor"}]}, "faults[0].kind: 'meteor'"),
+        ({"faults": [{"kind": "link_down"}]}, "faults[0]: needs at_us and kind"),
+        ({"run": {"payloads": "maybe"}}, "run.payloads"),
+        ({"run": {"speed": 2}}, "run.speed: unknown key"),
+    ],
+)
+def test_mistakes_name_the_key(patch: dict, message: str) -> None:
+    data = {**SMALL, **patch}
+    with pytest.raises(ScenarioError) as exc:
+        parse(data)
+    assert message in str(exc.value)
+
+
+def test_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[fabric\nplanes = 2")
+    with pytest.raises(ScenarioError, match="not valid TOML"):
+        load(bad)
+    assert main(["sim", str(tmp_path / "missing.toml")]) == 2
+    assert "cannot read" in capsys.readouterr().out
+
+
+def test_sizes() -> None:
+    assert parse_size("8MiB", "k") == 8 << 20
+    assert parse_size("1.5k", "k") == 1536
+    assert parse_size(4096, "k") == 4096
+    for bad in ("", "MiB", -1, 0, True, "3 parsecs"):
+        with pytest.raises(ScenarioError):
+            parse_size(bad, "k")
+
+
+def test_topology_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topology", "planes=2,t0s=2,hosts_per_t0=1,t1s=2", "--tables"]) == 0
+    out = capsys.readouterr().out
+    assert "p0t0x0" in out and "-> port" in out
+    assert main(["topology", "planes=2,t0s=2,hosts_per_t0=1,t1s=2", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan
+    assert main(["topology", "planes=0"]) == 2
+    assert "ClosSpec.planes" in capsys.readouterr().out
