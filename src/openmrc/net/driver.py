@@ -272,8 +272,8 @@ def attr_from_json(data: Any) -> QPAttr:
     return attr
 
 
-def _set_bufsize(sock: socket.socket, size: int) -> None:
-    """Ask for ``size``-byte socket buffers (forcing past rmem_max as root)."""
+def set_bufsize(sock: socket.socket, size: int) -> None:
+    """Ask for ``size``-byte receive and send buffers (SO_*BUFFORCE as root, else capped)."""
     for force, plain in (
         (getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF),
         (getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF),
@@ -295,7 +295,7 @@ def _open_udp(bind: tuple[str, int], reuse_port: bool, bufsize: int) -> socket.s
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
-        _set_bufsize(sock, bufsize)
+        set_bufsize(sock, bufsize)
         sock.bind(bind)
         sock.setblocking(False)
     except BaseException:
