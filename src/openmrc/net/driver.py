@@ -501,7 +501,7 @@ class Connection:
         active = set(paths.slots)
         tx, rx = self.ep.tx_by_ev, self.ep.rx_by_ev
         rows = []
-        for ev in sorted(set(paths.state) | {e for e in (*tx, *rx) if e in paths.state}):
+        for ev in sorted(paths.state):
             if ev not in active and not tx.get(ev) and not rx.get(ev):
                 continue
             rows.append(
