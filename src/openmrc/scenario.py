@@ -22,7 +22,8 @@
                                 # nic_port_down | nic_port_up
     [run]
     until_us = 1000             # optional cap
-    sample_us = 10
+    sample_us = 10              # goodput sampling
+    queue_sample_us = 1         # optional: record queue depths
     payloads = false            # real bytes, checked at the end
 
 Every key is checked: an unknown key, a wrong type or an impossible value is a
@@ -185,6 +186,7 @@ class Scenario:
     sample_us: float = 10.0
     payloads: bool = False
     name: str = ""
+    queue_sample_us: float | None = None
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -202,6 +204,9 @@ class Scenario:
             seed=self.seed,
             payloads=self.payloads,
             sample_interval_ps=int(self.sample_us * US),
+            queue_sample_interval_ps=(
+                None if self.queue_sample_us is None else int(self.queue_sample_us * US)
+            ),
         )
         exp.add_flows(self.flows)
         for i, f in enumerate(self.faults):
@@ -392,8 +397,10 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         faults.append(fault)
     run = _table(data, "run")
     for key in run:
-        if key not in {"until_us", "sample_us", "payloads"}:
-            raise ScenarioError(f"run.{key}: unknown key (known: payloads, sample_us, until_us)")
+        if key not in {"until_us", "sample_us", "payloads", "queue_sample_us"}:
+            raise ScenarioError(
+                f"run.{key}: unknown key (known: payloads, queue_sample_us, sample_us, until_us)"
+            )
     until = run.get("until_us")
     if until is not None:
         _num(until, "run.until_us", 0.001)
@@ -401,8 +408,11 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
     payloads = run.get("payloads", False)
     if not isinstance(payloads, bool):
         raise ScenarioError(f"run.payloads: expected true or false, got {payloads!r}")
+    qs = run.get("queue_sample_us")
+    if qs is not None:
+        _num(qs, "run.queue_sample_us", 0.001)
     scenario = Scenario(
-        spec, switches, transport, flows, faults, seed, until, sample, payloads, name
+        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs
     )
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario

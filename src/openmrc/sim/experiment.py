@@ -268,6 +268,7 @@ class Experiment:
         seed: int = 1,
         payloads: bool = False,
         sample_interval_ps: int = 10_000_000,
+        queue_sample_interval_ps: int | None = None,
     ) -> None:
         spec.validate()
         self.spec = spec
@@ -294,6 +295,14 @@ class Experiment:
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
             )
         self.sample_interval_ps = sample_interval_ps
+        if queue_sample_interval_ps is not None and (
+            not isinstance(queue_sample_interval_ps, int) or queue_sample_interval_ps <= 0
+        ):
+            raise ValueError(
+                f"queue_sample_interval_ps: must be a positive int, got {queue_sample_interval_ps!r}"
+            )
+        #: when set, every non-empty queue's depth is recorded at this interval.
+        self.queue_sample_interval_ps = queue_sample_interval_ps
         for host in self.hosts:
             host.on_activity = self._activity
 
@@ -391,6 +400,8 @@ class Experiment:
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
         self.sim.after(self.sample_interval_ps, self._sample)
+        if self.queue_sample_interval_ps is not None:
+            self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)
         started = time.perf_counter()
         self.sim.run(until_ps)
         wall = time.perf_counter() - started
@@ -472,6 +483,8 @@ class Experiment:
             qp_events=qp_events,
             goodput_series=series,
             sample_interval_ps=self.sample_interval_ps,
-            fabric=self.fabric.metrics.snapshot(include_samples=False),
+            fabric=self.fabric.metrics.snapshot(
+                include_samples=self.queue_sample_interval_ps is not None
+            ),
             verified=verified,
         )
