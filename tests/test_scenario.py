@@ -34,7 +34,7 @@ def test_small_scenario_runs_and_exports(
     data = dict(
         SMALL,
         faults=[{"at_us": 2, "kind": "link_down", "target": "p1t0x0-p1t1x1"}],
-        run={"payloads": True},
+        run={"payloads": True, "queue_sample_us": 1},
     )
     path.write_text(json.dumps(data))
     assert main(["sim", str(path), "--out", str(tmp_path / "out")]) == 0
