@@ -102,3 +102,31 @@ def test_window_is_respected_and_mpr_bounds_psns() -> None:
     assert_exact(t)
     assert t.qa.stats.window_stalls > 0
     assert all(psn - una < 128 for psn, una in seen)
+
+
+def test_separate_empty_recv_cq_gets_the_receive_completions() -> None:
+    # An empty CompletionQueue is falsy (it has __len__): it must still be used.
+    from openmrc.loopback import Loopback
+    from openmrc.transport import SGE, RecvWR, SendWR, WCOpcode, WROpcode
+
+    lb = Loopback()
+    send_cq, recv_cq = lb.b.create_cq(), lb.b.create_cq()
+    qb = lb.b.alloc_pd().create_qp(send_cq, recv_cq)
+    qa = lb.a.alloc_pd().create_qp(lb.a.create_cq())
+    qa.connect(qb.qpn, peer="b")
+    qb.connect(qa.qpn, peer="a")
+    assert qb.recv_cq is recv_cq
+    mra = qa.pd.reg_mr(64, buffer=bytearray(range(64)))
+    mrb = qb.pd.reg_mr(64, buffer=bytearray(64))
+    qb.post_recv(RecvWR(5))
+    qa.post_send(
+        SendWR(
+            1, WROpcode.RDMA_WRITE_WITH_IMM, [SGE(mra.addr, 64, mra.lkey)], mrb.addr, mrb.rkey, 9
+        )
+    )
+    lb.run(stop=lambda: len(recv_cq) > 0)
+    wcs = recv_cq.poll(4)
+    assert [(wc.wr_id, wc.opcode, wc.imm_data) for wc in wcs] == [
+        (5, WCOpcode.RECV_RDMA_WITH_IMM, 9)
+    ]
+    assert len(send_cq) == 0

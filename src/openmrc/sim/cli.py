@@ -17,7 +17,10 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         scenario = load(args.scenario)
         if args.seed is not None:
             scenario.seed = args.seed
-        result = scenario.run()
+        exp = scenario.build()
+        if args.pcap:
+            exp.capture(args.pcap, _host_list(args.pcap_hosts, exp.spec.hosts))
+        result = exp.run(None if scenario.until_us is None else int(scenario.until_us * 1_000_000))
     except ScenarioError as exc:
         print(f"openmrc sim: {args.scenario}: {exc}")
         return 2
@@ -63,9 +66,28 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     print(
         f"  simulated {result.sim_end_ps / 1e6:.1f} us in {result.wall_seconds:.2f} s wall, {result.events} events"
     )
+    if args.pcap:
+        print(f"  wrote {args.pcap}")
     if args.out:
         print(f"  wrote {args.out}/result.json, flows.csv, goodput.csv, ev_events.csv")
     return 0 if result.all_ok else 1
+
+
+def _host_list(text: str | None, hosts: int) -> list[int] | None:
+    from ..scenario import ScenarioError
+
+    if not text:
+        return None
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ScenarioError(
+            f"--pcap-hosts: {text!r} is not a comma-separated list of host numbers"
+        ) from None
+    bad = [h for h in out if not 0 <= h < hosts]
+    if bad:
+        raise ScenarioError(f"--pcap-hosts: host {bad[0]} is not in 0..{hosts - 1}")
+    return out
 
 
 def _spec_from_text(text: str) -> ClosSpec:
@@ -130,6 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="directory for result.json and CSV files")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--pcap", help="write a pcap of the hosts' traffic (tshark/Wireshark read it)")
+    p.add_argument("--pcap-hosts", help="comma-separated hosts to capture (default: all)")
     p.set_defaults(func=_cmd_sim)
     t = sub.add_parser("topology", help="print a fabric's address plan or uSID tables")
     t.add_argument(

@@ -37,6 +37,7 @@ from ..transport import (
 )
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec
+from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator
 from .fabric import Fabric
@@ -290,6 +291,7 @@ class Experiment:
         self.flows: list[_Flow] = []
         self._sending: dict[int, list[_Flow]] = {}
         self._open = 0
+        self._captures: list[Capture] = []
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -396,6 +398,12 @@ class Experiment:
         if self._open:
             self.sim.after(interval, self._sample)
 
+    def capture(self, path: str | Path, hosts: list[int] | None = None) -> Capture:
+        """Write a pcap of what ``hosts`` (default: all) send and receive during :meth:`run`."""
+        cap = Capture(self, path, hosts)
+        self._captures.append(cap)
+        return cap
+
     # -- running --------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
@@ -403,7 +411,11 @@ class Experiment:
         if self.queue_sample_interval_ps is not None:
             self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)
         started = time.perf_counter()
-        self.sim.run(until_ps)
+        try:
+            self.sim.run(until_ps)
+        finally:
+            for cap in self._captures:
+                cap.close()
         wall = time.perf_counter() - started
         return self._collect(wall)
 

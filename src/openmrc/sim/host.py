@@ -39,6 +39,7 @@ class SimHost:
         "on_activity",
         "ports",
         "sim",
+        "taps",
     )
 
     def __init__(self, sim: Simulator, fabric: Fabric, index: int, rng: random.Random) -> None:
@@ -54,10 +55,17 @@ class SimHost:
         self._timer_at: int | None = None
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity = None
+        #: packet observers (captures): ``tap(host, peer, pkt, sent, now)``.
+        self.taps: list = []
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     # -- input ----------------------------------------------------------------------
     def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
+        if self.taps:
+            qp = self.ctx.qps.get(pkt.dqpn)
+            peer = qp.peer if qp is not None else -1
+            for tap in self.taps:
+                tap(self.index, peer, pkt, False, now)
         self.ctx.receive_packet(pkt, now)
         if type(pkt) is DataPacket:
             # Data reaches the responder half, which has no timers and completes
@@ -110,6 +118,9 @@ class SimHost:
                 break
             qp, pkt = item
             pkt.route = fabric.path_for(src, qp.peer, pkt.ev)  # type: ignore[arg-type]
+            if self.taps:
+                for tap in self.taps:
+                    tap(src, qp.peer, pkt, True, now)
             ports[ev_plane(pkt.ev)].enqueue(pkt)
         if ctx._ready and busy:
             # Something is waiting for a port: come back when the first one frees.

@@ -237,7 +237,12 @@ class ProtectionDomain:
         cap: QPCap | None = None,
     ) -> QueuePair:
         """Create a queue pair in RESET."""
-        return self.context._create_qp(self, send_cq, recv_cq or send_cq, cap or QPCap())
+        return self.context._create_qp(
+            self,
+            send_cq,
+            recv_cq if recv_cq is not None else send_cq,
+            cap if cap is not None else QPCap(),
+        )
 
 
 def check_queue_room(name: str, used: int, limit: int) -> None:
