@@ -32,6 +32,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -923,6 +924,10 @@ def down_lab(name: str | None = None) -> list[str]:
         path.unlink(missing_ok=True)
         path.with_suffix(".tmp").unlink(missing_ok=True)
         path.with_suffix(".lock").unlink(missing_ok=True)
+        # The lab's control sockets (openmrc serve) live in <state dir>/<lab>/.
+        sockets = path.with_suffix("")
+        if sockets.is_dir():
+            shutil.rmtree(sockets, ignore_errors=True)
     return sorted(wanted)
 
 
