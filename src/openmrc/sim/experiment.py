@@ -62,6 +62,15 @@ class TransportConfig:
     #: spraying reorders by queueing differences of several RTT fractions, and
     #: a too-small window retransmits spuriously and blames healthy paths.
     reorder_window_ps: int | None = None
+    #: Which transport runs: "mrc" (this core), or a baseline of
+    #: :mod:`openmrc.sim.baseline`: "roce" (ECMP, PFC, DCQCN, go-back-N) or "ib"
+    #: (adaptive routing, credits, go-back-N).
+    name: str = "mrc"
+    #: Baselines only: :class:`openmrc.baselines.roce.RoceConfig` keys (``qps``,
+    #: ``timeout_exp``, ``retries``, ``dcqcn``, ``dcqcn_<DcqcnConfig field>``...).
+    roce: dict[str, Any] = field(default_factory=dict)
+    #: Baselines only: :class:`openmrc.sim.baseline_fabric.BaselineFabricConfig` fields.
+    baseline_fabric: dict[str, Any] = field(default_factory=dict)
 
     def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
         """The QPAttr for a QP on this fabric."""
@@ -259,7 +268,23 @@ class _Flow:
 
 
 class Experiment:
-    """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator."""
+    """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator.
+
+    ``transport_name`` (or ``transport.name``) ``"roce"`` or ``"ib"`` builds a
+    :class:`openmrc.sim.baseline.BaselineExperiment` instead (same interface).
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Experiment:
+        if cls is Experiment:
+            name = kwargs.get("transport_name")
+            if name is None:
+                transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
+                name = getattr(transport, "name", "mrc")
+            if name != "mrc":
+                from .baseline import BaselineExperiment
+
+                return super().__new__(BaselineExperiment)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -270,7 +295,12 @@ class Experiment:
         payloads: bool = False,
         sample_interval_ps: int = 10_000_000,
         queue_sample_interval_ps: int | None = None,
+        transport_name: str | None = None,
     ) -> None:
+        if transport_name not in (None, "mrc"):
+            raise ValueError(
+                f"transport_name: must be 'mrc', 'roce' or 'ib', got {transport_name!r}"
+            )
         spec.validate()
         self.spec = spec
         self.topology = Topology(spec)

@@ -64,6 +64,11 @@ HostLinkListener = Callable[[int, bool, int], None]
 class Fabric:
     """Switches, links and ports of one topology, driven by one simulator."""
 
+    #: Classes used to build switches and ports (subclasses, e.g. the baseline
+    #: fabric of :mod:`openmrc.sim.baseline_fabric`, substitute their own).
+    switch_class: type[Switch] = Switch
+    port_class: type[EgressPort] = EgressPort
+
     def __init__(
         self, sim: Simulator, topology: Topology, config: FabricConfig | None = None
     ) -> None:
@@ -86,7 +91,7 @@ class Fabric:
         hpt, t1s = spec.hosts_per_t0, spec.t1s
         for info in topology.switches:
             nports = hpt + t1s if info.tier == 0 else spec.t0s
-            self.switches[info.name] = Switch(info, nports)
+            self.switches[info.name] = self.switch_class(info, nports)
         host_index = {name: h for h, name in enumerate(topology.hosts)}
         lat = config.switch_latency_ps
         fr = config.framing_bytes
@@ -97,7 +102,7 @@ class Fabric:
                 h = host_index[info.a]
                 plane = info.a_port
                 end = self.host_ends[h][plane]
-                up_port = EgressPort(
+                up_port = self.port_class(
                     sim,
                     f"{info.a}:{info.a_port}->{info.b}",
                     rate,
@@ -144,7 +149,7 @@ class Fabric:
     ) -> EgressPort:
         config = self.config
         queue, header, kmin, kmax = config.port_params(rate)
-        return EgressPort(
+        return self.port_class(
             self.sim,
             f"{node}:{port_no}->{peer}",
             rate,

@@ -1,0 +1,658 @@
+"""RoCEv2 reliable connection, sans-IO: go-back-N, local ACK timeout, DCQCN.
+
+This is the comparison baseline, not MRC.  It models what a commodity RoCEv2
+NIC does for RDMA WRITEs on one RC queue pair:
+
+* **One path per QP.**  Every packet of a QP carries the QP's UDP source port
+  (``sport``); switches hash the 5-tuple, so a QP follows one ECMP path.  A
+  connection made of several QPs stripes its messages over them round-robin
+  (NCCL-style); that is the driver's business (:class:`RoceSender` is one QP).
+* **Go-back-N.**  The receiver (:class:`RoceReceiver`) accepts only the
+  expected PSN.  On the first packet beyond a gap it sends one NAK (sequence
+  error) carrying the expected PSN and stays silent about later ones until the
+  gap is filled; duplicates are re-ACKed.  The sender rewinds to the NAKed PSN
+  and resends everything from there.
+* **Local ACK timeout** ``4.096 us x 2**t`` (:func:`ack_timeout_ps`); on expiry
+  the sender rewinds to the oldest unacknowledged PSN; after ``retries``
+  consecutive expiries without progress the QP goes to the error state and its
+  outstanding messages complete in error.
+* **DCQCN** (:class:`Dcqcn`, the reaction point; the notification point is in
+  :class:`RoceReceiver`): a CNP at most every ``cnp_interval_ps`` per QP when a
+  data packet arrives ECN-marked; the sender cuts ``rc *= 1 - alpha/2``
+  (remembering the target ``rt = rc``), updates ``alpha`` as an EWMA with gain
+  ``g`` on a timer, and raises the rate on a rate-increase timer: fast recovery
+  (``rc = (rc + rt)/2``), then additive (``rt += R_AI``), then hyper
+  (``rt += i * R_HAI``) stages.  The timers are evaluated lazily (exactly, from
+  elapsed time) so they cost no simulator events.  The sender is paced at
+  ``rc``.
+
+Nothing here reads a clock: every method takes ``now`` (integer picoseconds).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, fields
+
+from ..wire.packets import DataPacket, Opcode, Packet
+
+#: Bytes below the payload of a RoCEv2 WRITE packet (IP size): IPv6 40 + UDP 8
+#: + BTH 12 + RETH 16 + ICRC 4.  Ethernet framing is added by the links.
+ROCE_DATA_HEADER_BYTES = 80
+#: ACK / NAK: IPv6 40 + UDP 8 + BTH 12 + AETH 4 + ICRC 4.
+ROCE_ACK_BYTES = 68
+#: CNP: IPv6 40 + UDP 8 + BTH 12 + 16 reserved + ICRC 4.
+ROCE_CNP_BYTES = 80
+#: Local ACK timeout unit: 4.096 us in picoseconds.
+ACK_TIMEOUT_UNIT_PS = 4_096_000
+#: DCQCN's reference link rate: published parameters are given at 25 Gb/s.
+DCQCN_REFERENCE_BPS = 25e9
+
+
+def ack_timeout_ps(t: int) -> int:
+    """The local ACK timeout ``4.096 us x 2**t`` in picoseconds."""
+    if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t <= 31:
+        raise ValueError(f"ack timeout exponent: must be an integer in 0..31, got {t!r}")
+    return ACK_TIMEOUT_UNIT_PS << t
+
+
+# ----- packets ---------------------------------------------------------------------------
+class RoceData(DataPacket):
+    """A RoCEv2 WRITE packet.  ``src``/``dst`` are host indices, ``sport`` the QP's UDP port.
+
+    ``va`` is the byte offset of the payload in the destination buffer,
+    ``last`` marks the last packet of a message.  It is a
+    :class:`~openmrc.wire.packets.DataPacket` so that ports queue, mark and
+    account it as data (never trimmed: RoCE fabrics do not trim).
+    """
+
+    __slots__ = ("dst", "last", "sport", "src")
+
+    def __init__(
+        self,
+        qp: int,
+        psn: int,
+        msn: int,
+        offset: int,
+        length: int,
+        last: bool,
+        src: int,
+        dst: int,
+        sport: int,
+        payload: bytes | None = None,
+        ts: int = 0,
+        retransmit: bool = False,
+    ) -> None:
+        opcode = Opcode.WRITE_LAST if last else Opcode.WRITE_MIDDLE
+        DataPacket.__init__(
+            self, qp, 0, opcode, psn, msn, offset, 0, length, payload, ts=ts, retransmit=retransmit
+        )
+        self.size = ROCE_DATA_HEADER_BYTES + length
+        self.src = src
+        self.dst = dst
+        self.sport = sport
+        self.last = last
+
+
+class RoceAck(Packet):
+    """ACK (``nak=False``: every PSN below ``psn`` arrived) or sequence-error NAK (expects ``psn``)."""
+
+    __slots__ = ("dst", "nak", "psn", "sport", "src")
+
+    def __init__(self, qp: int, psn: int, nak: bool, src: int, dst: int, sport: int) -> None:
+        Packet.__init__(self, qp, 0, ROCE_ACK_BYTES)
+        self.psn = psn
+        self.nak = nak
+        self.src = src
+        self.dst = dst
+        self.sport = sport
+
+
+class Cnp(Packet):
+    """Congestion notification packet, from the receiver (NP) to the sender (RP) of a QP."""
+
+    __slots__ = ("dst", "sport", "src")
+
+    def __init__(self, qp: int, src: int, dst: int, sport: int) -> None:
+        Packet.__init__(self, qp, 0, ROCE_CNP_BYTES)
+        self.src = src
+        self.dst = dst
+        self.sport = sport
+
+
+# ----- configuration ---------------------------------------------------------------------
+def _check_int(owner: str, name: str, value: object, lo: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{owner}.{name}: must be an integer >= {lo}, got {value!r}")
+
+
+def _check_num(owner: str, name: str, value: object, lo: float, hi: float | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < lo:
+        raise ValueError(f"{owner}.{name}: must be a number >= {lo}, got {value!r}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{owner}.{name}: must be <= {hi}, got {value!r}")
+
+
+@dataclass
+class DcqcnConfig:
+    """DCQCN parameters (defaults: the HPCC artifact's Mellanox model).
+
+    Rates ``*_25g_bps`` are given at 25 Gb/s and scaled by ``line / 25 Gb/s``.
+    ``byte_counter_bytes`` = 0 disables the byte counter (timer-only increase).
+    """
+
+    enabled: bool = True
+    g: float = 1 / 256
+    initial_alpha: float = 1.0
+    alpha_interval_ps: int = 1_000_000
+    rate_increase_interval_ps: int = 300_000_000
+    fast_recovery_stages: int = 1
+    additive_stages: int = 1
+    rai_25g_bps: float = 5e6
+    rhai_25g_bps: float = 50e6
+    min_rate_25g_bps: float = 10e6
+    byte_counter_bytes: int = 0
+    cnp_interval_ps: int = 4_000_000
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        o = "DcqcnConfig"
+        _check_num(o, "g", self.g, 0.0, 1.0)
+        if self.g == 0:
+            raise ValueError(f"{o}.g: must be positive")
+        _check_num(o, "initial_alpha", self.initial_alpha, 0.0, 1.0)
+        _check_int(o, "alpha_interval_ps", self.alpha_interval_ps, 1)
+        _check_int(o, "rate_increase_interval_ps", self.rate_increase_interval_ps, 1)
+        _check_int(o, "fast_recovery_stages", self.fast_recovery_stages, 0)
+        _check_int(o, "additive_stages", self.additive_stages, 0)
+        for name in ("rai_25g_bps", "rhai_25g_bps", "min_rate_25g_bps"):
+            _check_num(o, name, getattr(self, name), 0.0)
+        if self.min_rate_25g_bps <= 0:
+            raise ValueError(f"{o}.min_rate_25g_bps: must be positive")
+        _check_int(o, "byte_counter_bytes", self.byte_counter_bytes, 0)
+        _check_int(o, "cnp_interval_ps", self.cnp_interval_ps, 0)
+
+
+@dataclass
+class RoceConfig:
+    """One RoCE (or IB-style, ``dcqcn.enabled=False``) connection's parameters.
+
+    ``qps`` QPs per connection, messages striped round-robin; ``timeout_exp``
+    is ``t`` of the local ACK timeout (NCCL: 20, about 4.3 s); ``retries``
+    expiries without progress before the QP errors (NCCL: 7).  ``ack_every``:
+    the receiver ACKs every that many in-order packets and every message end.
+    ``window_packets`` bounds the PSNs outstanding (a NIC's PSN window).
+    """
+
+    mtu: int = 4096
+    qps: int = 1
+    timeout_exp: int = 20
+    retries: int = 7
+    ack_every: int = 16
+    window_packets: int = 1 << 22
+    #: Receiver: PSNs up to this far beyond the expected one are placed out of
+    #: order and remembered (0: strict go-back-N, every such packet is dropped).
+    #: Adaptive-routing InfiniBand NICs place out-of-order packets of RDMA WRITEs.
+    reorder_window: int = 0
+    #: First UDP source port; QP ``i`` of a connection uses ``sport_base + i`` plus
+    #: a per-connection offset chosen by the driver.
+    sport_base: int = 49152
+    dcqcn: DcqcnConfig = field(default_factory=DcqcnConfig)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        o = "RoceConfig"
+        _check_int(o, "mtu", self.mtu, 1)
+        _check_int(o, "qps", self.qps, 1)
+        ack_timeout_ps(self.timeout_exp)
+        _check_int(o, "retries", self.retries, 0)
+        _check_int(o, "ack_every", self.ack_every, 1)
+        _check_int(o, "window_packets", self.window_packets, 1)
+        _check_int(o, "reorder_window", self.reorder_window, 0)
+        _check_int(o, "sport_base", self.sport_base, 0)
+        if not isinstance(self.dcqcn, DcqcnConfig):
+            raise ValueError(f"{o}.dcqcn: must be a DcqcnConfig, got {self.dcqcn!r}")
+        self.dcqcn.validate()
+
+    @classmethod
+    def from_dict(cls, params: dict[str, object]) -> RoceConfig:
+        """Build from flat keys: RoceConfig fields plus ``dcqcn_<field>`` / ``dcqcn`` (bool)."""
+        own = {f.name for f in fields(cls)} - {"dcqcn"}
+        dc_names = {f.name for f in fields(DcqcnConfig)}
+        kw: dict[str, object] = {}
+        dc: dict[str, object] = {}
+        for key, value in params.items():
+            if key in own:
+                kw[key] = value
+            elif key == "dcqcn" and isinstance(value, bool):
+                dc["enabled"] = value
+            elif key.startswith("dcqcn_") and key[6:] in dc_names:
+                dc[key[6:]] = value
+            else:
+                raise ValueError(f"RoceConfig: unknown parameter {key!r}")
+        cfg = cls(**kw, dcqcn=DcqcnConfig(**dc))  # type: ignore[arg-type]
+        cfg.validate()
+        return cfg
+
+
+# ----- DCQCN reaction point --------------------------------------------------------------
+class Dcqcn:
+    """DCQCN rate state of one QP at line rate ``line_bps`` (lazily timed, see module doc)."""
+
+    __slots__ = (
+        "_alpha_t",
+        "_bytes",
+        "_cnp_flag",
+        "_inc_t",
+        "alpha",
+        "b_stage",
+        "cfg",
+        "cnps",
+        "line",
+        "min_rate",
+        "rai",
+        "rc",
+        "rhai",
+        "rt",
+        "t_stage",
+    )
+
+    def __init__(self, cfg: DcqcnConfig, line_bps: float, now: int = 0) -> None:
+        cfg.validate()
+        if line_bps <= 0:
+            raise ValueError(f"Dcqcn: line rate must be positive, got {line_bps}")
+        scale = line_bps / DCQCN_REFERENCE_BPS
+        self.cfg = cfg
+        self.line = float(line_bps)
+        self.rai = cfg.rai_25g_bps * scale
+        self.rhai = cfg.rhai_25g_bps * scale
+        self.min_rate = min(self.line, cfg.min_rate_25g_bps * scale)
+        self.rc = self.line
+        self.rt = self.line
+        self.alpha = cfg.initial_alpha
+        self._alpha_t = now
+        self._cnp_flag = False
+        self._inc_t = now
+        self._bytes = 0
+        self.t_stage = 0
+        self.b_stage = 0
+        self.cnps = 0
+
+    def rate(self, now: int) -> float:
+        """The current rate ``rc`` (b/s) at ``now``, after applying elapsed timer events."""
+        self._advance(now)
+        return self.rc
+
+    def _advance(self, now: int) -> None:
+        cfg = self.cfg
+        ai = cfg.alpha_interval_ps
+        k = (now - self._alpha_t) // ai
+        if k > 0:
+            g = cfg.g
+            a = self.alpha
+            n = k
+            if self._cnp_flag:
+                a = (1 - g) * a + g
+                self._cnp_flag = False
+                n -= 1
+            if n:
+                a *= (1 - g) ** n
+            self.alpha = a
+            self._alpha_t += k * ai
+        if self.rc >= self.line and self.rt >= self.line:
+            self._inc_t = now
+            return
+        ri = cfg.rate_increase_interval_ps
+        while self._inc_t + ri <= now:
+            self._inc_t += ri
+            self.t_stage += 1
+            self._increase()
+            if self.rc >= self.line and self.rt >= self.line:
+                self._inc_t = now
+                break
+
+    def _increase(self) -> None:
+        cfg = self.cfg
+        f = cfg.fast_recovery_stages
+        if cfg.byte_counter_bytes:
+            hi, lo = max(self.t_stage, self.b_stage), min(self.t_stage, self.b_stage)
+        else:
+            hi = lo = self.t_stage
+        if hi <= f:
+            pass  # fast recovery: approach the target only
+        elif lo > f + cfg.additive_stages:
+            self.rt += self.rhai * (lo - f - cfg.additive_stages)
+        else:
+            self.rt += self.rai
+        if self.rt > self.line:
+            self.rt = self.line
+        rc = (self.rt + self.rc) / 2
+        self.rc = rc if rc < self.line else self.line
+
+    def on_cnp(self, now: int) -> None:
+        """A CNP arrived: cut the rate by ``alpha/2`` and restart the increase stages."""
+        self._advance(now)
+        self.cnps += 1
+        self.rt = self.rc
+        rc = self.rc * (1 - self.alpha / 2)
+        self.rc = rc if rc > self.min_rate else self.min_rate
+        self._cnp_flag = True
+        self._inc_t = now
+        self._bytes = 0
+        self.t_stage = 0
+        self.b_stage = 0
+
+    def on_sent(self, nbytes: int, now: int) -> None:
+        """Count sent bytes for the byte counter (no-op when it is disabled)."""
+        bc = self.cfg.byte_counter_bytes
+        if not bc or (self.rc >= self.line and self.rt >= self.line):
+            return
+        self._bytes += nbytes
+        while self._bytes >= bc:
+            self._bytes -= bc
+            self._advance(now)
+            self.b_stage += 1
+            self._increase()
+
+
+# ----- requester (sender) side of a QP ---------------------------------------------------
+class RoceSender:
+    """The sending half of one QP: message segmentation, go-back-N, timeout, pacing.
+
+    ``post(msg_id, offset, length)`` queues a WRITE of ``length`` bytes at
+    ``offset`` of the connection's buffer; ``data`` (optional) is the source
+    buffer for real payloads.  The driver calls :meth:`ready`,
+    :meth:`next_send_ps`, :meth:`build`, :meth:`receive`, :meth:`deadline`
+    and :meth:`on_timer`; finished messages appear in :attr:`completed` as
+    ``(msg_id, ok, now)``.
+    """
+
+    __slots__ = (
+        "_pending",
+        "_segs",
+        "_timer",
+        "cfg",
+        "completed",
+        "data",
+        "dcqcn",
+        "dst",
+        "line",
+        "next_tx",
+        "nxt",
+        "qp",
+        "retries_left",
+        "rewinds",
+        "rto",
+        "sent_bytes",
+        "sent_pkts",
+        "sport",
+        "src",
+        "state",
+        "timeouts",
+        "una",
+        "wire_overhead",
+    )
+
+    def __init__(
+        self,
+        cfg: RoceConfig,
+        qp: int,
+        src: int,
+        dst: int,
+        sport: int,
+        line_bps: float,
+        data: bytes | bytearray | None = None,
+        now: int = 0,
+        wire_overhead: int = 38,
+    ) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.qp = qp
+        self.src = src
+        self.dst = dst
+        self.sport = sport
+        self.line = float(line_bps)
+        self.data = data
+        self.wire_overhead = wire_overhead
+        self.dcqcn = Dcqcn(cfg.dcqcn, line_bps, now) if cfg.dcqcn.enabled else None
+        self.rto = ack_timeout_ps(cfg.timeout_exp)
+        #: per PSN: (msg_id, offset, length, last)
+        self._segs: list[tuple[int, int, int, bool]] = []
+        #: messages not yet acknowledged: (end PSN, msg_id)
+        self._pending: deque[tuple[int, int]] = deque()
+        self.una = 0
+        self.nxt = 0
+        self.next_tx = now
+        self._timer: int | None = None
+        self.retries_left = cfg.retries
+        self.state = "ok"
+        self.completed: list[tuple[int, bool, int]] = []
+        self.timeouts = 0
+        self.rewinds = 0
+        self.sent_pkts = 0
+        self.sent_bytes = 0
+
+    # -- work ------------------------------------------------------------------------
+    def post(self, msg_id: int, offset: int, length: int) -> None:
+        """Queue one WRITE message of ``length`` bytes at buffer ``offset``."""
+        if self.state != "ok":
+            self.completed.append((msg_id, False, -1))
+            return
+        if length <= 0:
+            raise ValueError(f"RoceSender.post: length must be positive, got {length}")
+        mtu = self.cfg.mtu
+        segs = self._segs
+        end = offset + length
+        off = offset
+        while off < end:
+            n = min(mtu, end - off)
+            segs.append((msg_id, off, n, off + n >= end))
+            off += n
+        self._pending.append((len(segs), msg_id))
+
+    def ready(self) -> bool:
+        """Whether a packet is waiting to go (ignoring pacing)."""
+        return (
+            self.state == "ok"
+            and self.nxt < len(self._segs)
+            and self.nxt - self.una < self.cfg.window_packets
+        )
+
+    def next_send_ps(self) -> int:
+        """Earliest time the pacer lets the next packet go."""
+        return self.next_tx
+
+    def idle(self) -> bool:
+        """Nothing left to send or acknowledge."""
+        return self.una >= len(self._segs)
+
+    def build(self, now: int) -> RoceData:
+        """Make the next packet (PSN ``nxt``), advance, arm the timer, charge the pacer."""
+        psn = self.nxt
+        msg_id, off, n, last = self._segs[psn]
+        payload = None if self.data is None else bytes(self.data[off : off + n])
+        pkt = RoceData(
+            self.qp,
+            psn,
+            msg_id,
+            off,
+            n,
+            last,
+            self.src,
+            self.dst,
+            self.sport,
+            payload,
+            ts=now,
+        )
+        self.nxt = psn + 1
+        self.sent_pkts += 1
+        wb = pkt.size + self.wire_overhead
+        self.sent_bytes += wb
+        if self._timer is None:
+            self._timer = now + self.rto
+        dc = self.dcqcn
+        if dc is not None:
+            rate = dc.rate(now)
+            dc.on_sent(wb, now)
+            start = self.next_tx if self.next_tx > now else now
+            self.next_tx = start + int(wb * 8e12 / rate)
+        return pkt
+
+    # -- feedback --------------------------------------------------------------------
+    def receive(self, pkt: Packet, now: int) -> None:
+        """Handle an ACK, a NAK or a CNP addressed to this QP."""
+        if isinstance(pkt, Cnp):
+            if self.dcqcn is not None:
+                self.dcqcn.on_cnp(now)
+            return
+        if not isinstance(pkt, RoceAck) or self.state != "ok":
+            return
+        psn = pkt.psn
+        if psn > self.nxt:
+            self.nxt = psn  # an ACK overtaken by a rewind: no need to resend those
+        if psn > self.una:
+            self.una = psn
+            self.retries_left = self.cfg.retries
+            pend = self._pending
+            while pend and pend[0][0] <= psn:
+                self.completed.append((pend.popleft()[1], True, now))
+            self._timer = now + self.rto if self.una < self.nxt else None
+        if pkt.nak and self.nxt > self.una:
+            self.nxt = self.una
+            self.rewinds += 1
+            self._timer = now + self.rto
+
+    def deadline(self) -> int | None:
+        """When :meth:`on_timer` must run next (the local ACK timeout), or None."""
+        return self._timer
+
+    def on_timer(self, now: int) -> None:
+        """Local ACK timeout: rewind to the oldest unacknowledged PSN, or fail the QP."""
+        t = self._timer
+        if t is None or now < t or self.state != "ok":
+            return
+        if self.una >= self.nxt:
+            self._timer = None
+            return
+        self.timeouts += 1
+        if self.retries_left == 0:
+            self.state = "error"
+            self._timer = None
+            while self._pending:
+                self.completed.append((self._pending.popleft()[1], False, now))
+            return
+        self.retries_left -= 1
+        self.nxt = self.una
+        self.rewinds += 1
+        self._timer = now + self.rto
+
+
+# ----- responder (receiver) side of a QP -------------------------------------------------
+class RoceReceiver:
+    """The receiving half of one QP: in-order acceptance, ACK/NAK, CNP generation.
+
+    ``buffer`` (optional) receives real payloads at each packet's offset.
+    :meth:`receive` returns the packets to send back (ACK, NAK and/or CNP).
+    """
+
+    __slots__ = (
+        "_last_cnp",
+        "_ooo",
+        "_since_ack",
+        "buffer",
+        "cfg",
+        "cnps",
+        "dups",
+        "expected",
+        "host",
+        "messages",
+        "nak_sent",
+        "naks",
+        "out_of_order",
+        "peer",
+        "qp",
+        "rcvd_bytes",
+        "sport",
+    )
+
+    def __init__(
+        self,
+        cfg: RoceConfig,
+        qp: int,
+        host: int,
+        peer: int,
+        sport: int,
+        buffer: bytearray | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.qp = qp
+        self.host = host
+        self.peer = peer
+        self.sport = sport
+        self.buffer = buffer
+        self.expected = 0
+        self.nak_sent = False
+        #: PSN -> last-of-message flag, for packets placed beyond ``expected``
+        self._ooo: dict[int, bool] = {}
+        self._since_ack = 0
+        self._last_cnp: int | None = None
+        self.rcvd_bytes = 0
+        self.messages = 0
+        self.naks = 0
+        self.dups = 0
+        self.out_of_order = 0
+        self.cnps = 0
+
+    def receive(self, pkt: RoceData, now: int) -> list[Packet]:
+        """Accept or refuse one data packet; return the replies."""
+        out: list[Packet] = []
+        if pkt.ecn and self.cfg.dcqcn.enabled:
+            last = self._last_cnp
+            if last is None or now - last >= self.cfg.dcqcn.cnp_interval_ps:
+                self._last_cnp = now
+                self.cnps += 1
+                out.append(Cnp(self.qp, self.host, self.peer, self.sport))
+        psn = pkt.psn
+        exp = self.expected
+        if psn == exp or exp < psn < exp + self.cfg.reorder_window:
+            if psn != exp:
+                if psn in self._ooo:
+                    self.dups += 1
+                    return out
+                self.out_of_order += 1
+                self._ooo[psn] = pkt.last
+            self.rcvd_bytes += pkt.length
+            buf = self.buffer
+            if buf is not None and pkt.payload is not None:
+                buf[pkt.va : pkt.va + pkt.length] = pkt.payload
+            if psn != exp:
+                return out
+            self.nak_sent = False
+            last = pkt.last
+            ack = False
+            while True:
+                exp += 1
+                self._since_ack += 1
+                if last:
+                    self.messages += 1
+                    ack = True
+                if exp not in self._ooo:
+                    break
+                last = self._ooo.pop(exp)
+            self.expected = exp
+            if ack or self._since_ack >= self.cfg.ack_every:
+                self._since_ack = 0
+                out.append(self._ack(False))
+        elif psn > exp:
+            self.out_of_order += 1
+            if not self.nak_sent:
+                self.nak_sent = True
+                self.naks += 1
+                out.append(self._ack(True))
+        else:
+            self.dups += 1
+            out.append(self._ack(False))
+        return out
+
+    def _ack(self, nak: bool) -> RoceAck:
+        return RoceAck(self.qp, self.expected, nak, self.host, self.peer, self.sport)
