@@ -531,7 +531,7 @@ class RoceSender:
         t = self._timer
         if t is None or now < t or self.state != "ok":
             return
-        if self.una >= self.nxt:
+        if self.una >= len(self._segs):
             self._timer = None
             return
         self.timeouts += 1

@@ -139,6 +139,7 @@ class BaselinePort(EgressPort):
 
     __slots__ = (
         "_paused_at",
+        "credit_cap",
         "credit_stalls",
         "credits",
         "fc",
@@ -169,6 +170,7 @@ class BaselinePort(EgressPort):
         self.xon = 0
         self.headroom = 0
         self.credits = 0
+        self.credit_cap = 0
         self.pmax = 1.0
         self.pause_frames = 0
         self.paused_ps = 0
@@ -200,7 +202,7 @@ class BaselinePort(EgressPort):
             self.prio_bytes = p
             q = p + self.data_bytes
         else:
-            if via is not None and via.fc == FC_PFC and not via.charge(wb):
+            if via is not None and via.fc and not via.charge(wb):
                 self.pfc_drops += 1
                 return
             q = self.data_bytes
@@ -286,8 +288,16 @@ class BaselinePort(EgressPort):
 
     # ----- upstream side: the far end's buffer for what this port sent ------------
     def charge(self, wb: int) -> bool:
-        """PFC: ``wb`` bytes from this port entered the far switch's buffer; False = drop."""
+        """``wb`` bytes from this port entered the far switch's buffer; False = drop (PFC).
+
+        Under credits this is only accounting (``max_ing_bytes``): credits bound it.
+        """
         ing = self.ing_bytes + wb
+        if self.fc == FC_CREDIT:
+            self.ing_bytes = ing
+            if ing > self.max_ing_bytes:
+                self.max_ing_bytes = ing
+            return True
         if ing > self.xoff + self.headroom:
             return False
         self.ing_bytes = ing
@@ -309,6 +319,7 @@ class BaselinePort(EgressPort):
                 self.pause_sent = False
                 self.sim.after(self.delay, self.set_paused, False)
         elif fc == FC_CREDIT:
+            self.ing_bytes -= wb
             self.sim.after(self.delay, self.add_credit, wb)
 
     def refund(self, wb: int) -> None:
@@ -528,7 +539,7 @@ class BaselineFabric(Fabric):
                     if bc.pfc_headroom_bytes is not None
                     else link_rtt_bytes + 2 * mtu
                 )
-                port.credits = (
+                port.credits = port.credit_cap = (
                     bc.credit_bytes if bc.credit_bytes is not None else 2 * link_rtt_bytes + 4 * mtu
                 )
         # Routing state: uplinks per (plane, T0 index, T1 index).
@@ -559,7 +570,7 @@ class BaselineFabric(Fabric):
         if link.up_port.silent or link.down_port.silent:
             return False
         a, b = self.switches[link.info.a], self.switches[link.info.b]
-        return a.state == "up" and b.state == "up"
+        return a.state == "up" and b.state == "up" and a.forwarding and b.forwarding
 
     def _link_event(self, link: Link, up: bool, now: int) -> None:
         self._schedule_settle(link, self.baseline.convergence_delay_ps)

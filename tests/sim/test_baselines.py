@@ -1,0 +1,417 @@
+"""The baselines (RoCEv2 and InfiniBand-style) against MRC, plus their unit tests.
+
+Comparison runs use a single plane (as the paper does for RoCE); MRC runs on
+the same single-plane fabric unless a test says otherwise.  Rates are whole-flow
+goodput (bytes / completion time) unless stated.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from openmrc.baselines.roce import (
+    Cnp,
+    Dcqcn,
+    DcqcnConfig,
+    RoceAck,
+    RoceConfig,
+    RoceData,
+    RoceReceiver,
+    RoceSender,
+    ack_timeout_ps,
+)
+from openmrc.sim.baseline import BaselineExperiment
+from openmrc.sim.baseline_fabric import (
+    FC_PFC,
+    BaselineFabric,
+    BaselineFabricConfig,
+    BaselinePort,
+    DestSwitch,
+)
+from openmrc.sim.engine import Simulator
+from openmrc.sim.experiment import Experiment, Result, TransportConfig
+from openmrc.topology import ClosSpec, Topology
+from openmrc.workloads import FlowSpec, permutation
+
+US = 1_000_000
+LINE = 100e9
+
+
+# ----- go-back-N -------------------------------------------------------------------------
+def _pair(**kw: Any) -> tuple[RoceSender, RoceReceiver, bytearray, bytearray]:
+    cfg = RoceConfig(mtu=1000, ack_every=1, **kw)
+    src = bytearray(random.Random(3).randbytes(10_000))
+    dst = bytearray(10_000)
+    return (
+        RoceSender(cfg, 7, 0, 1, 50000, LINE, data=src),
+        RoceReceiver(cfg, 7, 1, 0, 50000, buffer=dst),
+        src,
+        dst,
+    )
+
+
+def test_gap_triggers_exactly_one_nak_and_a_rewind() -> None:
+    snd, rcv, src, dst = _pair(dcqcn=DcqcnConfig(enabled=False))
+    snd.post(1, 0, 10_000)
+    pkts = [snd.build(0) for _ in range(10)]
+    assert [p.psn for p in pkts] == list(range(10))
+    replies = []
+    for p in pkts:
+        if p.psn != 3:  # lost
+            replies += rcv.receive(p, 0)
+    naks = [r for r in replies if isinstance(r, RoceAck) and r.nak]
+    assert len(naks) == 1 and naks[0].psn == 3
+    assert rcv.expected == 3 and rcv.out_of_order == 6
+    for r in replies:
+        snd.receive(r, 0)
+    assert snd.una == 3 and snd.nxt == 3 and snd.rewinds == 1
+    while snd.ready():
+        for r in rcv.receive(snd.build(1), 1):
+            snd.receive(r, 1)
+    assert snd.idle() and snd.completed == [(1, True, 1)]
+    assert dst == src
+
+
+def test_timeout_rewinds_then_errors_the_qp_after_the_retries() -> None:
+    snd, _rcv, _, _ = _pair(retries=2, timeout_exp=3, dcqcn=DcqcnConfig(enabled=False))
+    rto = ack_timeout_ps(3)
+    assert rto == 4_096_000 * 8
+    snd.post(1, 0, 3000)
+    for _ in range(3):
+        snd.build(0)
+    assert snd.deadline() == rto
+    snd.on_timer(rto)
+    assert snd.nxt == 0 and snd.timeouts == 1 and snd.state == "ok"
+    snd.on_timer(2 * rto)
+    snd.on_timer(3 * rto)
+    assert snd.state == "error" and snd.completed == [(1, False, 3 * rto)]
+    assert not snd.ready()
+
+
+@pytest.mark.parametrize("name", ["roce", "ib"])
+def test_byte_exact_delivery_with_random_loss(name: str) -> None:
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    tc = TransportConfig(name=name, roce={"timeout_exp": 5, "qps": 2})
+    exp = Experiment(spec, transport=tc, payloads=True, seed=4)
+    assert isinstance(exp, BaselineExperiment)
+    exp.add_flows([FlowSpec(0, 3, 3 << 20, message=256 << 10, name="f")])
+    exp.faults.link_loss(exp.fabric.host_link(0, 0), 0.01)
+    exp.faults.link_loss(exp.fabric.host_link(3, 0), 0.01)
+    r = exp.run()
+    f = r.flows[0]
+    print(
+        f"{name} 1% loss both host links: rewinds {f.retransmits}, NAKs {f.nacks}, "
+        f"timeouts {f.timeouts}, {f.goodput_gbps:.1f} Gb/s"
+    )
+    assert r.all_ok and r.verified
+    assert f.retransmits > 0
+    # strict go-back-N NAKs gaps; IB's receiver places reordered packets (window 1024)
+    # and so recovers isolated losses by the ACK timeout
+    assert f.nacks > 0 if name == "roce" else f.timeouts > 0
+
+
+# ----- DCQCN -----------------------------------------------------------------------------
+def test_cnp_cuts_the_rate_by_alpha_over_two() -> None:
+    d = Dcqcn(DcqcnConfig(), LINE)
+    assert d.rate(0) == LINE
+    d.on_cnp(0)
+    assert d.rc == LINE / 2  # alpha starts at 1
+    t = 200 * US  # alpha decays (and one fast-recovery step would come at 300 us)
+    before = d.rate(t)
+    alpha = d.alpha
+    assert 0 < alpha < 1
+    d.on_cnp(t)
+    assert d.rc == pytest.approx(before * (1 - alpha / 2))
+    assert d.rt == before
+
+
+def test_recovery_stages_fast_then_additive_then_hyper() -> None:
+    cfg = DcqcnConfig(fast_recovery_stages=1, additive_stages=1)
+    d = Dcqcn(cfg, LINE)
+    d.on_cnp(0)
+    d.on_cnp(4 * US)
+    rc, rt = d.rc, d.rt
+    T = cfg.rate_increase_interval_ps
+    scale = LINE / 25e9
+    d.rate(4 * US + T)  # fast recovery: towards the target, target unchanged
+    assert d.rt == rt and d.rc == pytest.approx((rc + rt) / 2)
+    rc = d.rc
+    d.rate(4 * US + 2 * T)  # additive
+    assert d.rt == pytest.approx(rt + 5e6 * scale)
+    assert d.rc == pytest.approx((rc + d.rt) / 2)
+    rt, rc = d.rt, d.rc
+    d.rate(4 * US + 3 * T)  # hyper
+    assert d.rt == pytest.approx(rt + 50e6 * scale)
+    rt = d.rt
+    d.rate(4 * US + 4 * T)  # hyper, second step: 2 x R_HAI
+    assert d.rt == pytest.approx(rt + 2 * 50e6 * scale)
+
+
+def test_rate_never_above_line_nor_below_minimum() -> None:
+    rng = random.Random(5)
+    d = Dcqcn(DcqcnConfig(rate_increase_interval_ps=55 * US), LINE)
+    t = 0
+    for _ in range(3000):
+        t += rng.randrange(1, 200) * US
+        if rng.random() < 0.3:
+            d.on_cnp(t)
+        r = d.rate(t)
+        assert d.min_rate <= r <= LINE and d.rt <= LINE
+    d.rate(t + 10**12)
+    assert d.rc == LINE
+
+
+def test_receiver_sends_cnps_at_most_every_interval() -> None:
+    cfg = RoceConfig(mtu=1000)
+    rcv = RoceReceiver(cfg, 1, 1, 0, 50000)
+    cnps = []
+    for psn in range(20):
+        p = RoceData(1, psn, 0, psn * 1000, 1000, False, 0, 1, 50000)
+        p.ecn = True
+        cnps += [x for x in rcv.receive(p, psn * US) if isinstance(x, Cnp)]
+    assert len(cnps) == 5  # at 0, 4, 8, 12, 16 us
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="g"):
+        DcqcnConfig(g=0).validate()
+    with pytest.raises(ValueError, match="qps"):
+        RoceConfig(qps=0).validate()
+    with pytest.raises(ValueError, match="exponent"):
+        RoceConfig(timeout_exp=40).validate()
+    with pytest.raises(ValueError, match="unknown"):
+        RoceConfig.from_dict({"bogus": 1})
+    with pytest.raises(ValueError, match="routing"):
+        BaselineFabricConfig(routing="spray").validate()
+    with pytest.raises(ValueError, match="transport name"):
+        Experiment(ClosSpec(planes=1), transport_name="tcp")
+
+
+# ----- PFC -------------------------------------------------------------------------------
+def _port_pair() -> tuple[Simulator, BaselinePort, list[tuple[int, str]]]:
+    sim = Simulator()
+    arrivals: list[tuple[int, str]] = []
+
+    def sink(pkt: Any, via: Any, epoch: int) -> None:
+        arrivals.append((sim.now, type(pkt).__name__))
+
+    port = BaselinePort(sim, "e", int(LINE), 1000, sink, data_limit=1 << 40, prio_limit=1 << 20)
+    return sim, port, arrivals
+
+
+def test_paused_port_stops_data_but_not_control() -> None:
+    sim, port, arrivals = _port_pair()
+    for psn in range(10):
+        port.enqueue(RoceData(1, psn, 0, 0, 4096, False, 0, 1, 1))
+    sim.run(until_ps=1_000_000)  # 3 packets out (each ~335 ns)
+    port.set_paused(True)
+    n = len(arrivals)
+    sim.run(until_ps=2_000_000)
+    assert len(arrivals) <= n + 1  # at most the packet already on the wire
+    n = len(arrivals)
+    port.enqueue(RoceAck(1, 0, False, 1, 0, 1))
+    sim.run(until_ps=3_000_000)
+    assert [k for _, k in arrivals[n:]] == ["RoceAck"]
+    port.set_paused(False)
+    sim.run()
+    assert len([k for _, k in arrivals if k == "RoceData"]) == 10
+    assert port.paused_ps == 2_000_000
+
+
+def test_xoff_xon_hysteresis() -> None:
+    sim, port, _ = _port_pair()
+    port.fc, port.xoff, port.xon, port.headroom = FC_PFC, 10_000, 5_000, 4_000
+    for _ in range(12):
+        assert port.charge(1_000)
+    assert port.pause_frames == 1 and not port.paused
+    sim.run()
+    assert port.paused  # one link delay later
+    assert not port.charge(3_000)  # beyond xoff + headroom
+    port.discharge(6_000)  # 6000 left: above xon
+    sim.run()
+    assert port.paused
+    port.discharge(1_000)
+    sim.run()
+    assert not port.paused and port.pause_frames == 1
+
+
+SMALL = ClosSpec(planes=1, t0s=4, hosts_per_t0=4, t1s=4)
+INCAST_SENDERS = [4, 5, 6, 8, 9, 10, 12]
+VICTIM = FlowSpec(13, 1, 2 << 20, message=256 << 10, name="victim")
+
+
+def _incast(
+    name: str, roce: dict[str, Any] | None = None, incast: bool = True
+) -> tuple[Experiment, Result]:
+    tc = TransportConfig(name=name, roce=roce or {})
+    exp = Experiment(SMALL, transport=tc, seed=1, sample_interval_ps=10 * US)
+    flows = [FlowSpec(s, 0, 2 << 20, message=256 << 10, name=f"in{s}") for s in INCAST_SENDERS]
+    exp.add_flows([*flows, VICTIM] if incast else [VICTIM])
+    return exp, exp.run()
+
+
+def test_incast_pfc_hurts_the_victim_mrc_does_not() -> None:
+    exp, r = _incast("roce", {"dcqcn": False})  # RoCE with PFC only
+    assert r.all_ok
+    ports = exp.fabric.ports
+    pauses = sum(p.pause_frames for p in ports)  # type: ignore[attr-defined]
+    dropped = sum(p.drops_full + p.pfc_drops for p in ports)  # type: ignore[attr-defined]
+    victim_pfc = r.flows[-1].goodput_gbps
+    alone_pfc = _incast("roce", {"dcqcn": False}, incast=False)[1].flows[-1].goodput_gbps
+    _, rm = _incast("mrc")
+    assert rm.all_ok
+    victim_mrc = rm.flows[-1].goodput_gbps
+    alone_mrc = _incast("mrc", incast=False)[1].flows[-1].goodput_gbps
+    print(
+        f"7->1 incast + victim into the target's rack (16 hosts, 1 plane, 2 MiB flows): "
+        f"victim {victim_pfc:.1f} Gb/s under RoCE+PFC (alone {alone_pfc:.1f}; "
+        f"{pauses} PAUSE frames, {dropped} drops) vs {victim_mrc:.1f} Gb/s under MRC "
+        f"(alone {alone_mrc:.1f})"
+    )
+    assert pauses > 0 and dropped == 0  # lossless
+    assert victim_pfc < 0.5 * alone_pfc
+    assert victim_mrc > 0.8 * alone_mrc
+
+
+def test_credits_bound_the_buffered_bytes() -> None:
+    exp, r = _incast("ib")
+    assert r.all_ok
+    ports = [p for p in exp.fabric.ports if p.fc]  # type: ignore[attr-defined]
+    assert ports
+    worst = max(p.max_ing_bytes / p.credit_cap for p in ports)  # type: ignore[attr-defined]
+    assert all(p.credits == p.credit_cap for p in ports)  # type: ignore[attr-defined]
+    assert sum(p.drops_full for p in exp.fabric.ports) == 0
+    print(f"IB incast: busiest ingress buffer held {worst:.0%} of its credits")
+    assert 0.5 < worst <= 1.0
+
+
+# ----- ECMP and routing convergence -------------------------------------------------------
+def _fabric(**kw: Any) -> tuple[Simulator, BaselineFabric]:
+    sim = Simulator()
+    fab = BaselineFabric(sim, Topology(SMALL), baseline=BaselineFabricConfig(**kw))
+    return sim, fab
+
+
+def test_ecmp_hash_is_stable_and_spreads() -> None:
+    _, fab = _fabric()
+    sw = fab.switches["p0t0x0"]
+    assert isinstance(sw, DestSwitch)
+    picks = [sw.ecmp_index(1, 9, sport, 4) for sport in range(49152, 49152 + 2000)]
+    assert picks == [sw.ecmp_index(1, 9, sport, 4) for sport in range(49152, 49152 + 2000)]
+    counts = [picks.count(i) for i in range(4)]
+    assert min(counts) > 400, counts
+    other = fab.switches["p0t0x1"]
+    assert isinstance(other, DestSwitch)
+    assert [other.ecmp_index(1, 9, s, 4) for s in range(49152, 49252)] != picks[:100]
+
+
+def test_convergence_delay_and_hold_time_are_honoured() -> None:
+    sim, fab = _fabric(convergence_delay_ps=100 * US, hold_time_ps=300 * US)
+    sw = fab.switches["p0t0x0"]
+    assert isinstance(sw, DestSwitch)
+    up1 = sw.ports[4 + 1]
+    assert up1 in sw.nh[2]
+    link = fab.link_between("p0t0x0", "p0t1x1")
+    sim.schedule(10 * US, link.set_admin, False)
+    sim.run(until_ps=109 * US)
+    assert up1 in sw.nh[2]  # still hashed onto the dead link
+    sim.run(until_ps=111 * US)
+    assert up1 not in sw.nh[2] and len(sw.nh[2]) == 3
+    assert fab.route_changes == [(110 * US, "p0t0x0-p0t1x1", False)]
+    # A silent link is noticed at the hold timer, not at the convergence delay.
+    silent = fab.link_between("p0t0x0", "p0t1x2")
+    sim.schedule(200 * US, silent.set_silent, True)
+    sim.run(until_ps=499 * US)
+    assert sw.ports[4 + 2] in sw.nh[2]
+    sim.run(until_ps=501 * US)
+    assert sw.ports[4 + 2] not in sw.nh[2]
+    # A blackholed T1 likewise (all its links).
+    t1 = fab.switches["p0t1x3"]
+    sim.schedule(600 * US, setattr, t1, "forwarding", False)
+    sim.run(until_ps=899 * US)
+    assert sw.ports[4 + 3] in sw.nh[2]
+    sim.run(until_ps=901 * US)
+    assert sw.nh[2] == [sw.ports[4]]
+
+
+# ----- the comparisons -------------------------------------------------------------------
+PERM = ClosSpec(planes=1, t0s=8, hosts_per_t0=8, t1s=8)
+
+
+def _perm(name: str, **roce: Any) -> list[float]:
+    tc = TransportConfig(name=name, roce=roce)
+    exp = Experiment(PERM, transport=tc, seed=1, sample_interval_ps=10 * US)
+    exp.add_flows(permutation(64, 2 << 20, random.Random(1)))
+    r = exp.run()
+    assert r.all_ok
+    return sorted(f.goodput_gbps for f in r.flows)
+
+
+def _fmt(rates: list[float]) -> str:
+    return f"min {rates[0]:.0f} / median {rates[len(rates) // 2]:.0f} / max {rates[-1]:.0f}"
+
+
+def test_permutation_ecmp_collisions_vs_mrc_and_adaptive_routing() -> None:
+    roce = _perm("roce", dcqcn=False)  # RoCE + PFC, one QP per flow (as the paper)
+    mrc = _perm("mrc")
+    ib = _perm("ib")
+    line = 100.0
+    slow = sum(1 for x in roce if x < 0.6 * line)
+    print(
+        "permutation, 64 hosts, 1 plane (8 T0 x 8 hosts, 8 T1), 2 MiB per flow, Gb/s:\n"
+        f"  RoCE+PFC 1 QP: {_fmt(roce)}; {slow} of 64 flows below 60 Gb/s\n"
+        f"  MRC (same plane, 8 paths): {_fmt(mrc)}\n"
+        f"  IB adaptive routing: {_fmt(ib)}; mean {sum(ib) / 64:.0f} vs RoCE mean "
+        f"{sum(roce) / 64:.0f} = x{sum(ib) / sum(roce):.2f}, worst x{ib[0] / roce[0]:.1f}"
+    )
+    assert slow >= 8
+    assert mrc[0] >= 0.85 * line
+    assert ib[0] > 1.5 * roce[0] and sum(ib) > 1.3 * sum(roce)
+
+
+def _failure_run(name: str) -> tuple[Result, int]:
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=4)
+    tc = TransportConfig(
+        name=name,
+        roce={"timeout_exp": 7},  # RTO 524 us
+        baseline_fabric={"convergence_delay_ps": 300 * US},
+    )
+    exp = Experiment(spec, transport=tc, seed=1, sample_interval_ps=5 * US)
+    exp.add_flows([FlowSpec(0, 3, 12 << 20, message=1 << 20, name="f")])
+    fail_at = 100 * US
+
+    def fail() -> None:
+        if isinstance(exp, BaselineExperiment):
+            snd = exp.flows[0].senders[0]
+            k = exp.fabric.uplink_choice(snd.src, snd.dst, snd.sport)
+        else:
+            k = 0
+        exp.faults.link_down(f"p0t0x0-p0t1x{k}")
+
+    exp.sim.schedule(fail_at, fail)
+    r = exp.run()
+    assert r.all_ok
+    series = r.goodput_series["f"]
+    first = fail_at // r.sample_interval_ps
+    stalled = 0
+    run = 0
+    for x in series[first:]:
+        run = run + 1 if x < 10 else 0
+        stalled = max(stalled, run)
+    return r, stalled * r.sample_interval_ps
+
+
+def test_link_failure_stalls_roce_until_convergence_or_rto_mrc_recovers() -> None:
+    r, stall = _failure_run("roce")
+    _, stall_mrc = _failure_run("mrc")
+    f = r.flows[0]
+    print(
+        f"T0-T1 link under the flow fails at 100 us: RoCE stalls {stall / US:.0f} us "
+        f"(routes converge after 300 us, RTO 524 us; {f.timeouts} timeouts), "
+        f"MRC stalls {stall_mrc / US:.0f} us (5 us samples)"
+    )
+    assert stall >= 300 * US
+    assert stall_mrc <= 10 * US
