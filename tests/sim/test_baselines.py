@@ -356,6 +356,7 @@ def _fmt(rates: list[float]) -> str:
 
 def test_permutation_ecmp_collisions_vs_mrc_and_adaptive_routing() -> None:
     roce = _perm("roce", dcqcn=False)  # RoCE + PFC, one QP per flow (as the paper)
+    dcqcn = _perm("roce")  # RoCE + PFC + DCQCN (default parameters), for the record
     mrc = _perm("mrc")
     ib = _perm("ib")
     line = 100.0
@@ -363,6 +364,7 @@ def test_permutation_ecmp_collisions_vs_mrc_and_adaptive_routing() -> None:
     print(
         "permutation, 64 hosts, 1 plane (8 T0 x 8 hosts, 8 T1), 2 MiB per flow, Gb/s:\n"
         f"  RoCE+PFC 1 QP: {_fmt(roce)}; {slow} of 64 flows below 60 Gb/s\n"
+        f"  RoCE+PFC+DCQCN 1 QP: {_fmt(dcqcn)}\n"
         f"  MRC (same plane, 8 paths): {_fmt(mrc)}\n"
         f"  IB adaptive routing: {_fmt(ib)}; mean {sum(ib) / 64:.0f} vs RoCE mean "
         f"{sum(roce) / 64:.0f} = x{sum(ib) / sum(roce):.2f}, worst x{ib[0] / roce[0]:.1f}"
@@ -415,3 +417,29 @@ def test_link_failure_stalls_roce_until_convergence_or_rto_mrc_recovers() -> Non
     )
     assert stall >= 300 * US
     assert stall_mrc <= 10 * US
+
+
+def test_selectable_by_name_in_a_scenario() -> None:
+    from openmrc.scenario import ScenarioError, parse
+
+    data: dict[str, Any] = {
+        "fabric": {"planes": 1, "t0s": 2, "hosts_per_t0": 2, "t1s": 2},
+        "transport": {"name": "roce", "roce": {"qps": 2}},
+        "workload": {"kind": "permutation", "size": "1MiB"},
+        "run": {"payloads": True},
+    }
+    for name in ("mrc", "roce", "ib"):
+        data["transport"]["name"] = name
+        if name == "mrc":
+            data["transport"].pop("roce")
+        sc = parse(data)
+        exp = sc.build()
+        assert isinstance(exp, BaselineExperiment) == (name != "mrc")
+        r = exp.run()
+        assert r.all_ok and r.verified
+    data["transport"]["name"] = "tcp"
+    with pytest.raises(ScenarioError, match="transport name"):
+        parse(data)
+    data["transport"] = {"name": "roce", "roce": {"qps": 0}}
+    with pytest.raises(ScenarioError, match="qps"):
+        parse(data)

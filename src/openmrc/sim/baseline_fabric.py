@@ -16,7 +16,7 @@ plane is the usual choice), by substituting two classes in
     A T1 sends down to the destination's T0.
 :class:`BaselinePort`
     An egress port whose data queue can be *paused* (PFC) or gated by *credits*
-    (InfiniBand-style), with DCQCN's ECN ramp (``0`` below ``kmin``, rising to
+    (InfiniBand-style), with DCQCN's ECN ramp, applied at dequeue (``0`` below ``kmin``, rising to
     ``pmax`` at ``kmax``, ``1`` above).  Control packets (ACK/NAK/CNP) travel in
     the strict-priority queue, which is a separate priority: never paused, no
     credits.
@@ -211,11 +211,6 @@ class BaselinePort(EgressPort):
                 if via is not None:
                     via.discharge(wb)
                 return
-            if self.ecn and q > self.kmin:
-                kmin, kmax = self.kmin, self.kmax
-                if q >= kmax or self._rng.random() * (kmax - kmin) < self.pmax * (q - kmin):
-                    pkt.ecn = True
-                    self.ecn_marks += 1
             self.data.append(pkt)
             self.ingress.append(via)
             self.data_bytes = q = q + wb
@@ -253,7 +248,15 @@ class BaselinePort(EgressPort):
                 self.credits -= wb
             self.data.popleft()
             via = self.ingress.popleft()
-            self.data_bytes -= wb
+            q = self.data_bytes
+            self.data_bytes = q - wb
+            if self.ecn and q > self.kmin:
+                # marked at dequeue on the queue it leaves behind it (no queueing delay
+                # in the feedback loop, as on shared-buffer switch ASICs)
+                kmin, kmax = self.kmin, self.kmax
+                if q >= kmax or self._rng.random() * (kmax - kmin) < self.pmax * (q - kmin):
+                    pkt.ecn = True
+                    self.ecn_marks += 1
             if via is not None:
                 via.discharge(wb)
             is_data = True

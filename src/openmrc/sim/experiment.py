@@ -73,7 +73,11 @@ class TransportConfig:
     baseline_fabric: dict[str, Any] = field(default_factory=dict)
 
     def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
-        """The QPAttr for a QP on this fabric."""
+        """The QPAttr for a QP on this fabric (also checks ``name`` and the baseline keys)."""
+        if self.name != "mrc":
+            from .baseline import baseline_configs
+
+            baseline_configs(self.name, self)  # raises ValueError naming the bad key
         paths = spec.t1s
         attr = QPAttr(
             ev_profile=EVProfile(
