@@ -123,3 +123,21 @@ def test_topology_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan
     assert main(["topology", "planes=0"]) == 2
     assert "ClosSpec.planes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("transport", ["roce", "ib", "mrc"])
+def test_transport_selected_by_name(
+    transport: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(
+        json.dumps({**SMALL, "fabric": {"planes": 1, "t0s": 2, "hosts_per_t0": 2, "t1s": 2}})
+    )
+    assert main(["sim", str(path), "--transport", transport, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["all_ok"] and len(result["flows"]) == 4
+
+
+def test_unknown_transport_is_named() -> None:
+    with pytest.raises(ScenarioError, match="transport"):
+        parse({**SMALL, "transport": {"name": "tcp"}})

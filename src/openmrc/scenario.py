@@ -11,7 +11,8 @@
     [switches]          # openmrc.sim.FabricConfig fields (trimming, ecn, queue_bdp, ...)
     trimming = true
     [transport]         # openmrc.sim.experiment.TransportConfig fields (cc, mtu, ev_count, ...)
-    cc = "nscc"
+    name = "mrc"                # mrc | roce | ib (baselines: docs/baselines.md, with
+    cc = "nscc"                 # their own `roce` and `baseline_fabric` tables)
     [workload]
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
     size = "8MiB"

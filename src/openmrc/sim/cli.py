@@ -17,6 +17,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         scenario = load(args.scenario)
         if args.seed is not None:
             scenario.seed = args.seed
+        if args.transport is not None:
+            scenario.transport.name = args.transport
         exp = scenario.build()
         if args.pcap:
             exp.capture(args.pcap, _host_list(args.pcap_hosts, exp.spec.hosts))
@@ -152,6 +154,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="directory for result.json and CSV files")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument(
+        "--transport",
+        choices=["mrc", "roce", "ib"],
+        help="override the scenario's transport (MRC, RoCEv2 with ECMP/PFC/DCQCN, IB-style)",
+    )
     p.add_argument("--pcap", help="write a pcap of the hosts' traffic (tshark/Wireshark read it)")
     p.add_argument("--pcap-hosts", help="comma-separated hosts to capture (default: all)")
     p.set_defaults(func=_cmd_sim)
