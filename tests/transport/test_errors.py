@@ -140,7 +140,7 @@ def test_user_error_completes_everything_with_flush() -> None:
     t = setup_transfer(count=5)
     t.qa.modify(QPState.ERROR)
     assert [wc.status for wc in t.qa.send_cq.poll(10)] == [WCStatus.WR_FLUSH_ERR] * 5
-    assert all(wc.status is WCStatus.WR_FLUSH_ERR for wc in t.qb.recv_cq.poll(10)) or True
+    assert len(t.qb.recv_cq) == 0  # the responder is untouched by the requester's error
     t.qb.modify(QPState.ERROR)
     flushed = t.qb.recv_cq.poll(10)
     assert flushed and all(wc.status is WCStatus.WR_FLUSH_ERR for wc in flushed)

@@ -98,12 +98,21 @@ def test_ecn_on_one_ev_skips_it() -> None:
     t = setup_transfer(count=40)
     victim = t.qa.paths.slots[5]
     t.lb.faults_ab.ecn_evs.add(victim)
+    uses: dict[int, int] = {}
+
+    def trace(now: int, direction: str, pkt: object, fate: str) -> None:
+        if direction == "ab" and type(pkt) is DataPacket:
+            uses[pkt.ev] = uses.get(pkt.ev, 0) + 1
+
+    t.lb.trace = trace
     run_transfer(t)
     assert_exact(t)
     assert t.qa.paths.stats_skips > 0
-    uses = sum(1 for ev in [victim] if ev in t.lb.stats("ab").evs_used)
-    assert uses == 1
-    assert t.qa.paths.state[victim] in (EVState.GOOD, EVState.SKIP)
+    # Skipped for a rotation after each echo: it carries well under its share.
+    others = [n for ev, n in uses.items() if ev != victim]
+    assert 0 < uses[victim] < 0.75 * (sum(others) / len(others))
+    # ECN is a load-balancing signal, never a failure: the EV is skipped, not blamed.
+    assert t.qa.paths.stats_bad == 0
 
 
 def test_lossy_ev_replaced_from_same_plane() -> None:
@@ -157,3 +166,28 @@ def test_explicit_ev_list() -> None:
     t = run_transfer(setup_transfer(attr=QPAttr(ev_profile=EVProfile(explicit=evs)), count=5))
     assert_exact(t)
     assert t.lb.stats("ab").evs_used <= set(evs)
+
+
+def test_busy_planes_are_passed_over_without_losing_their_turn() -> None:
+    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=8)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    busy = 0b0101  # planes 0 and 2 cannot take a packet now
+    picked = [ps.next_ev(busy) for _ in range(8)]
+    assert {ev_plane(ev) for ev in picked} == {1, 3}
+    assert all(ps.state[ev] is EVState.GOOD for ev in ps.slots)
+    assert ps.next_ev(0b1111) == -1  # every usable EV is on a busy plane
+    assert ev_plane(ps.next_ev(0)) in range(4)
+
+
+def test_context_keeps_a_port_blocked_qp_ready() -> None:
+    from openmrc.transport import SGE, SendWR, WROpcode
+
+    t = setup_transfer(count=0)
+    mra, mrb = t.qa.pd.mrs[0], t.qb.pd.mrs[0]
+    t.qa.post_send(
+        SendWR(0, WROpcode.RDMA_WRITE, [SGE(mra.addr, 4096, mra.lkey)], mrb.addr, mrb.rkey)
+    )
+    every_plane = (1 << 8) - 1
+    assert t.lb.a.poll_packet(0, busy=every_plane) is None
+    item = t.lb.a.poll_packet(0, busy=every_plane & ~(1 << 5))
+    assert item is not None and ev_plane(item[1].ev) == 5

@@ -130,3 +130,46 @@ def test_separate_empty_recv_cq_gets_the_receive_completions() -> None:
         (5, WCOpcode.RECV_RDMA_WITH_IMM, 9)
     ]
     assert len(send_cq) == 0
+
+
+def test_trim_nack_retransmission_is_not_held_by_a_full_window() -> None:
+    # With the window full, a trimmed packet's retransmission still goes at once:
+    # its bytes already left the window when the NACK arrived.
+    from openmrc.transport import CCProfile, QPAttr
+    from openmrc.wire.packets import DataPacket, NackPacket, NackReason
+
+    # NSCC on a tiny BDP: a window of exactly two packets, which a NACK shrinks
+    # by the trimmed packet's bytes.
+    attr = QPAttr(cc_profile=CCProfile(name="nscc", link_bps=1e9, base_rtt_ps=1_000_000))
+    t = setup_transfer(attr=attr, count=0)
+    from openmrc.transport import SGE, SendWR, WROpcode
+
+    mra, mrb = t.qa.pd.mrs[0], t.qb.pd.mrs[0]
+    t.qa.post_send(
+        SendWR(0, WROpcode.RDMA_WRITE, [SGE(mra.addr, 3 * 4096, mra.lkey)], mrb.addr, mrb.rkey)
+    )
+    first = t.qa.poll_packet(10)
+    second = t.qa.poll_packet(10)
+    assert isinstance(first, DataPacket) and isinstance(second, DataPacket)
+    assert t.qa.poll_packet(10) is None  # window full: 2 packets in flight
+    t.qa.receive_packet(
+        NackPacket(t.qa.qpn, first.ev, NackReason.TRIMMED, first.psn, 0, first.ts), 20
+    )
+    assert t.qa.cc.cwnd == 4096  # now only one packet's worth, and one is in flight
+    again = t.qa.poll_packet(20)
+    assert isinstance(again, DataPacket) and again.psn == first.psn and again.retransmit
+    assert again.ev != first.ev
+
+
+def test_spurious_retransmissions_widen_the_reordering_window() -> None:
+    from openmrc.transport import QPAttr
+
+    # Reordering of up to 20 us against a 0.5 us window: RACK fires early, the
+    # originals arrive after all, and the window grows.
+    attr = QPAttr(reorder_window_ps=500_000)
+    f = Faults(reorder=0.3, reorder_delay_ps=20_000_000)
+    t = run_transfer(setup_transfer(f, attr=attr, count=40, seed=2))
+    assert_exact(t)
+    req = t.qa.requester
+    assert t.qa.stats.spurious_retransmits > 0
+    assert req.reo_steps > 1
