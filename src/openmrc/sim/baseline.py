@@ -22,19 +22,17 @@ Either can be adjusted with ``TransportConfig.roce`` (RoceConfig keys, e.g.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..baselines.roce import Cnp, RoceAck, RoceConfig, RoceData, RoceReceiver, RoceSender
-from ..topology import ClosSpec, Topology
+from ..topology import ClosSpec
 from ..workloads import FlowSpec
 from .baseline_fabric import BaselineFabric, BaselineFabricConfig
 from .config import FabricConfig
 from .engine import Simulator
-from .experiment import Experiment, FlowResult, Result, TransportConfig, base_rtt_ps
-from .faults import FaultInjector
+from .experiment import Experiment, TransportConfig, _Flow
 
 if TYPE_CHECKING:
     from ..wire.packets import Packet
@@ -187,32 +185,15 @@ class BaselineHost:
             self.sim.schedule(at, self._on_timer, at)
 
 
-class _BFlow:
-    __slots__ = (
-        "done_at",
-        "dst_buf",
-        "finished",
-        "last_bytes",
-        "pending",
-        "receivers",
-        "senders",
-        "series",
-        "spec",
-        "src_data",
-        "status",
-    )
+class _BFlow(_Flow):
+    """A RoCE/IB connection: its sending and receiving QPs, and the receive buffer."""
+
+    __slots__ = ("dst_buf", "receivers", "senders")
 
     def __init__(self, spec: FlowSpec) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.senders: list[RoceSender] = []
         self.receivers: list[RoceReceiver] = []
-        self.pending = 0
-        self.finished: list[int] = []
-        self.done_at: int | None = None
-        self.status = "not started"
-        self.last_bytes = 0
-        self.series: list[float] = []
-        self.src_data: bytearray | None = None
         self.dst_buf: bytearray | None = None
 
 
@@ -220,7 +201,8 @@ class BaselineExperiment(Experiment):
     """An experiment running RoCEv2 (``roce``) or InfiniBand-style (``ib``) connections.
 
     Same interface and :class:`~openmrc.sim.experiment.Result` as
-    :class:`~openmrc.sim.experiment.Experiment`; a flow is one connection of
+    :class:`~openmrc.sim.experiment.Experiment`, which runs it; this class only
+    supplies the transport's hooks.  A flow is one connection of
     ``RoceConfig.qps`` QPs.  ``FlowResult.retransmits`` counts go-back-N
     rewinds, ``nacks`` NAKs sent, ``timeouts`` local ACK timeouts,
     ``ecn_echoes`` CNPs.
@@ -234,54 +216,78 @@ class BaselineExperiment(Experiment):
         seed: int = 1,
         payloads: bool = False,
         sample_interval_ps: int = 10_000_000,
+        queue_sample_interval_ps: int | None = None,
         transport_name: str | None = None,
         baseline_fabric: BaselineFabricConfig | None = None,
-        **_ignored: Any,
     ) -> None:
-        spec.validate()
         transport = transport or TransportConfig()
         name = transport_name if transport_name is not None else transport.name
         if transport.name != name:
             transport = replace(transport, name=name)
-        self.transport = transport
+        spec.validate()
         self.transport_name = name
-        self.roce_config, bc = baseline_configs(name, transport)
+        self.roce_config, self.baseline_config = baseline_configs(name, transport)
         if baseline_fabric is not None:
-            bc = baseline_fabric
-        self.spec = spec
-        self.topology = Topology(spec)
-        self.base_rtt_ps = base_rtt_ps(spec, transport.mtu)
-        self.sim = Simulator(seed)
-        cfg = fabric_config or FabricConfig(base_rtt_ps=self.base_rtt_ps, trimming=False)
-        self.fabric: BaselineFabric = BaselineFabric(self.sim, self.topology, cfg, bc)
-        self.faults = FaultInjector(self.fabric)
+            self.baseline_config = baseline_fabric
         self.line_bps = spec.host_gbps * 1e9
-        self.hosts = [BaselineHost(self.sim, self.fabric, h) for h in range(spec.hosts)]  # type: ignore[assignment]
-        master = random.Random(seed ^ 0x5EED)
-        self._sport_rng = random.Random(master.getrandbits(64))
-        self._payload_rng = random.Random(master.getrandbits(64))
-        self.payloads = payloads
-        self.flows: list[_BFlow] = []  # type: ignore[assignment]
-        self._sending: dict[int, list[_BFlow]] = {}  # type: ignore[assignment]
-        self._open = 0
         self._next_qp = 1
-        self._captures: list[Any] = []
-        if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
-            raise ValueError(
-                f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
-            )
-        self.sample_interval_ps = sample_interval_ps
-        self.queue_sample_interval_ps = None
-        for host in self.hosts:
-            host.on_activity = self._activity  # type: ignore[assignment]
+        super().__init__(
+            spec,
+            fabric_config,
+            transport,
+            seed,
+            payloads,
+            sample_interval_ps,
+            queue_sample_interval_ps,
+        )
 
-    def add_flow(self, spec: FlowSpec) -> None:
-        """Add one connection."""
-        spec.validate(self.spec.hosts)
-        flow = _BFlow(spec)
-        self.flows.append(flow)
-        self._open += 1
-        self.sim.schedule(spec.start_ps, self._start, flow)
+    # -- transport hooks --------------------------------------------------------------
+    def _build_fabric(self, config: FabricConfig | None) -> BaselineFabric:  # type: ignore[override]
+        cfg = config or FabricConfig(base_rtt_ps=self.base_rtt_ps, trimming=False)
+        return BaselineFabric(self.sim, self.topology, cfg, self.baseline_config)
+
+    def _build_hosts(self, master: random.Random) -> list[Any]:
+        hosts = [BaselineHost(self.sim, self.fabric, h) for h in range(self.spec.hosts)]  # type: ignore[arg-type]
+        self._sport_rng = random.Random(master.getrandbits(64))
+        return hosts
+
+    def _new_flow(self, spec: FlowSpec) -> _Flow:
+        return _BFlow(spec)
+
+    def _drain_completions(self, flow: _Flow) -> list[str | None]:
+        out: list[str | None] = []
+        for snd in flow.senders:  # type: ignore[attr-defined]
+            if snd.completed:
+                out.extend(None if ok else "qp_error" for _msg, ok, _t in snd.completed)
+                snd.completed.clear()
+        return out
+
+    def _received_bytes(self, flow: _Flow) -> int | None:
+        receivers = flow.receivers  # type: ignore[attr-defined]
+        return sum(r.rcvd_bytes for r in receivers) if receivers else None
+
+    def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
+        return flow.dst_buf  # type: ignore[attr-defined,no-any-return]
+
+    def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return [], []  # RoCE and IB QPs have no EV set
+
+    def _counters(self, flow: _Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
+        snd, rcv = flow.senders, flow.receivers  # type: ignore[attr-defined]
+        return {
+            "retransmits": sum(s.rewinds for s in snd),
+            "trims": 0,
+            "nacks": sum(r.naks for r in rcv),
+            "timeouts": sum(s.timeouts for s in snd),
+            "ecn_echoes": sum(r.cnps for r in rcv),
+            "evs_assumed_bad": 0,
+        }
+
+    def capture(self, path: Any, hosts: list[int] | None = None) -> Any:
+        """Not available: captures encode MRC packets, and these are RoCE/IB ones."""
+        raise ValueError(
+            f"capture: pcap capture is available for the 'mrc' transport, not {self.transport_name!r}"
+        )
 
     def _start(self, flow: _BFlow) -> None:  # type: ignore[override]
         spec = flow.spec
@@ -308,8 +314,8 @@ class BaselineExperiment(Experiment):
                 wire_overhead=self.fabric.config.framing_bytes,
             )
             rcv = RoceReceiver(cfg, qp, spec.dst, spec.src, sport, buffer=flow.dst_buf)
-            src.add_sender(snd, i % planes)  # type: ignore[attr-defined]
-            dst.add_receiver(rcv)  # type: ignore[attr-defined]
+            src.add_sender(snd, i % planes)
+            dst.add_receiver(rcv)
             flow.senders.append(snd)
             flow.receivers.append(rcv)
         n = 0
@@ -321,89 +327,3 @@ class BaselineExperiment(Experiment):
         flow.status = "running"
         self._sending.setdefault(spec.src, []).append(flow)
         src.kick(now)
-
-    def _activity(self, host: Any, now: int) -> None:
-        flows = self._sending.get(host.index)
-        if not flows:
-            return
-        for flow in flows:
-            for snd in flow.senders:
-                if snd.completed:
-                    for _msg, ok, _t in snd.completed:
-                        flow.pending -= 1
-                        flow.finished.append(now)
-                        if not ok and flow.status == "running":
-                            flow.status = "qp_error"
-                    snd.completed.clear()
-            if flow.pending == 0 and flow.done_at is None:
-                flow.done_at = now
-                if flow.status == "running":
-                    flow.status = "ok"
-                self._open -= 1
-        self._sending[host.index] = [f for f in flows if f.pending]
-        if self._open == 0:
-            self.sim.stop()
-
-    def _sample(self) -> None:
-        interval = self.sample_interval_ps
-        scale = 8 / interval * 1000
-        for flow in self.flows:
-            if not flow.receivers:
-                if flow.status == "not started":
-                    flow.series.append(0.0)
-                continue
-            got = sum(r.rcvd_bytes for r in flow.receivers)
-            flow.series.append(round((got - flow.last_bytes) * scale, 3))
-            flow.last_bytes = got
-        if self._open:
-            self.sim.after(interval, self._sample)
-
-    def run(self, until_ps: int | None = None) -> Result:
-        """Run until every flow finished (or ``until_ps``), and collect the results."""
-        self.sim.after(self.sample_interval_ps, self._sample)
-        started = time.perf_counter()
-        self.sim.run(until_ps)
-        return self._collect(time.perf_counter() - started)
-
-    def _collect(self, wall: float) -> Result:
-        flows = []
-        verified: bool | None = None
-        for flow in self.flows:
-            spec = flow.spec
-            ok = flow.status == "ok"
-            if self.payloads and flow.src_data is not None:
-                exact = flow.dst_buf == flow.src_data
-                verified = exact if verified is None else verified and exact
-                ok = ok and exact
-            flows.append(
-                FlowResult(
-                    name=spec.name or f"{spec.src}->{spec.dst}",
-                    src=spec.src,
-                    dst=spec.dst,
-                    size=spec.size,
-                    start_ps=spec.start_ps,
-                    finish_ps=flow.done_at,
-                    ok=ok,
-                    status=flow.status,
-                    message_finish_ps=flow.finished,
-                    retransmits=sum(s.rewinds for s in flow.senders),
-                    trims=0,
-                    nacks=sum(r.naks for r in flow.receivers),
-                    timeouts=sum(s.timeouts for s in flow.senders),
-                    ecn_echoes=sum(r.cnps for r in flow.receivers),
-                    evs_assumed_bad=0,
-                )
-            )
-        series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
-        return Result(
-            flows=flows,
-            sim_end_ps=self.sim.now,
-            wall_seconds=round(wall, 3),
-            events=self.sim.events_run,
-            ev_events=[],
-            qp_events=[],
-            goodput_series=series,
-            sample_interval_ps=self.sample_interval_ps,
-            fabric=self.fabric.metrics.snapshot(include_samples=False),
-            verified=verified,
-        )

@@ -240,16 +240,17 @@ class Result:
         return written
 
 
+_COUNTERS = ("retransmits", "trims", "nacks", "timeouts", "ecn_echoes", "evs_assumed_bad")
+
+
 class _Flow:
+    """What an experiment tracks of every flow, whatever the transport."""
+
     __slots__ = (
         "done_at",
         "finished",
         "last_bytes",
-        "mr_dst",
-        "mr_src",
         "pending",
-        "qa",
-        "qb",
         "series",
         "spec",
         "src_data",
@@ -258,8 +259,6 @@ class _Flow:
 
     def __init__(self, spec: FlowSpec) -> None:
         self.spec = spec
-        self.qa: QueuePair | None = None
-        self.qb: QueuePair | None = None
         self.pending = 0
         self.finished: list[int] = []
         self.done_at: int | None = None
@@ -267,6 +266,17 @@ class _Flow:
         self.last_bytes = 0
         self.series: list[float] = []
         self.src_data: bytearray | None = None
+
+
+class _MrcFlow(_Flow):
+    """An MRC flow: one QP at each end and the two memory regions."""
+
+    __slots__ = ("mr_dst", "mr_src", "qa", "qb")
+
+    def __init__(self, spec: FlowSpec) -> None:
+        super().__init__(spec)
+        self.qa: QueuePair | None = None
+        self.qb: QueuePair | None = None
         self.mr_src = None
         self.mr_dst = None
 
@@ -311,15 +321,10 @@ class Experiment:
         self.transport = transport or TransportConfig()
         self.base_rtt_ps = base_rtt_ps(spec, self.transport.mtu)
         self.sim = Simulator(seed)
-        cfg = fabric_config or FabricConfig(base_rtt_ps=self.base_rtt_ps, ecn_lasthop=False)
-        self.fabric = Fabric(self.sim, self.topology, cfg)
+        self.fabric = self._build_fabric(fabric_config)
         self.faults = FaultInjector(self.fabric)
         master = random.Random(seed ^ 0x5EED)
-        self.hosts = [
-            SimHost(self.sim, self.fabric, h, random.Random(master.getrandbits(64)))
-            for h in range(spec.hosts)
-        ]
-        self.attr = self.transport.attr(spec, self.base_rtt_ps)
+        self.hosts = self._build_hosts(master)
         self.payloads = payloads
         self._payload_rng = random.Random(master.getrandbits(64))
         self.flows: list[_Flow] = []
@@ -342,6 +347,95 @@ class Experiment:
         for host in self.hosts:
             host.on_activity = self._activity
 
+    # -- transport hooks (MRC here; openmrc.sim.baseline overrides them) --------------
+    def _build_fabric(self, config: FabricConfig | None) -> Fabric:
+        """The fabric: SRv6 uSID switches with trimming, no ECN on the last hop."""
+        cfg = config or FabricConfig(base_rtt_ps=self.base_rtt_ps, ecn_lasthop=False)
+        return Fabric(self.sim, self.topology, cfg)
+
+    def _build_hosts(self, master: random.Random) -> list[Any]:
+        """One MRC NIC per host, each with its own random generator."""
+        hosts = [
+            SimHost(self.sim, self.fabric, h, random.Random(master.getrandbits(64)))
+            for h in range(self.spec.hosts)
+        ]
+        self.attr = self.transport.attr(self.spec, self.base_rtt_ps)
+        return hosts
+
+    def _new_flow(self, spec: FlowSpec) -> _Flow:
+        return _MrcFlow(spec)
+
+    def _drain_completions(self, flow: _Flow) -> list[str | None]:
+        """Completions that arrived for ``flow``: None for success, else the status."""
+        cq = flow.qa.send_cq  # type: ignore[attr-defined]
+        if not len(cq):
+            return []
+        return [
+            None if wc.status is WCStatus.SUCCESS else wc.status.value for wc in cq.poll(1 << 20)
+        ]
+
+    def _received_bytes(self, flow: _Flow) -> int | None:
+        """Payload bytes the receiving end has taken (None before the flow starts)."""
+        qb = flow.qb  # type: ignore[attr-defined]
+        return None if qb is None or qb.responder is None else qb.responder.rcvd_bytes
+
+    def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
+        """The destination buffer, when payloads are real."""
+        mr = flow.mr_dst  # type: ignore[attr-defined]
+        return None if mr is None or mr.buffer is None else bytes(mr.buffer)
+
+    def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """EV and QP state changes, as JSON-able rows (EV rows sorted by time)."""
+        ev_events: list[dict[str, Any]] = []
+        qp_events: list[dict[str, Any]] = []
+        for host in self.hosts:
+            for ev in host.ctx.events:
+                if isinstance(ev, EVEvent):
+                    ev_events.append(
+                        {
+                            "time_us": ev.time / 1e6,
+                            "host": host.index,
+                            "qpn": ev.qpn,
+                            "ev": ev.ev,
+                            "old": ev.old.name,
+                            "new": ev.new.name,
+                            "reason": ev.reason,
+                        }
+                    )
+                elif isinstance(ev, QPEvent):
+                    qp_events.append(
+                        {
+                            "time_us": ev.time / 1e6,
+                            "host": host.index,
+                            "qpn": ev.qpn,
+                            "old": ev.old.value,
+                            "new": ev.new.value,
+                            "reason": ev.reason,
+                        }
+                    )
+        ev_events.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        return ev_events, qp_events
+
+    def _counters(self, flow: _Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
+        """The per-flow counters of :class:`FlowResult`."""
+        qa = flow.qa  # type: ignore[attr-defined]
+        if qa is None:
+            return dict.fromkeys(_COUNTERS, 0)
+        st = qa.stats
+        bad = sum(
+            1
+            for e in ev_events
+            if e["host"] == flow.spec.src and e["qpn"] == qa.qpn and e["new"] == "ASSUMED_BAD"
+        )
+        return {
+            "retransmits": st.retransmits,
+            "trims": st.trims,
+            "nacks": st.rx_nacks,
+            "timeouts": st.timeouts,
+            "ecn_echoes": st.ecn_echoes,
+            "evs_assumed_bad": bad,
+        }
+
     # -- set-up ---------------------------------------------------------------------
     def add_flows(self, specs: list[FlowSpec]) -> None:
         """Add flows (validated) to start at their ``start_ps``."""
@@ -351,12 +445,12 @@ class Experiment:
     def add_flow(self, spec: FlowSpec) -> None:
         """Add one flow."""
         spec.validate(self.spec.hosts)
-        flow = _Flow(spec)
+        flow = self._new_flow(spec)
         self.flows.append(flow)
         self._open += 1
         self.sim.schedule(spec.start_ps, self._start, flow)
 
-    def _start(self, flow: _Flow) -> None:
+    def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
         a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
@@ -397,23 +491,21 @@ class Experiment:
         self.hosts[spec.src].kick(now)
         self.hosts[spec.dst].kick(now)
 
-    def _activity(self, host: SimHost, now: int) -> None:
+    def _activity(self, host: Any, now: int) -> None:
         flows = self._sending.get(host.index)
         if not flows:
             return
         for flow in flows:
-            cq = flow.qa.send_cq  # type: ignore[union-attr]
-            if len(cq):
-                for wc in cq.poll(1 << 20):
-                    flow.pending -= 1
-                    flow.finished.append(now)
-                    if wc.status is not WCStatus.SUCCESS and flow.status == "running":
-                        flow.status = wc.status.value
-                if flow.pending == 0:
-                    flow.done_at = now
-                    if flow.status == "running":
-                        flow.status = "ok"
-                    self._open -= 1
+            for failure in self._drain_completions(flow):
+                flow.pending -= 1
+                flow.finished.append(now)
+                if failure is not None and flow.status == "running":
+                    flow.status = failure
+            if flow.pending == 0 and flow.done_at is None:
+                flow.done_at = now
+                if flow.status == "running":
+                    flow.status = "ok"
+                self._open -= 1
         self._sending[host.index] = [f for f in flows if f.pending]
         if self._open == 0:
             self.sim.stop()
@@ -422,11 +514,11 @@ class Experiment:
         interval = self.sample_interval_ps
         scale = 8 / interval * 1000  # bytes per interval -> Gb/s
         for flow in self.flows:
-            if flow.qb is None or flow.qb.responder is None:
+            got = self._received_bytes(flow)
+            if got is None:
                 if flow.status == "not started":
                     flow.series.append(0.0)
                 continue
-            got = flow.qb.responder.rcvd_bytes
             flow.series.append(round((got - flow.last_bytes) * scale, 3))
             flow.last_bytes = got
         if self._open:
@@ -454,52 +546,18 @@ class Experiment:
         return self._collect(wall)
 
     def _collect(self, wall: float) -> Result:
-        ev_events: list[dict[str, Any]] = []
-        qp_events: list[dict[str, Any]] = []
-        for host in self.hosts:
-            for ev in host.ctx.events:
-                if isinstance(ev, EVEvent):
-                    ev_events.append(
-                        {
-                            "time_us": ev.time / 1e6,
-                            "host": host.index,
-                            "qpn": ev.qpn,
-                            "ev": ev.ev,
-                            "old": ev.old.name,
-                            "new": ev.new.name,
-                            "reason": ev.reason,
-                        }
-                    )
-                elif isinstance(ev, QPEvent):
-                    qp_events.append(
-                        {
-                            "time_us": ev.time / 1e6,
-                            "host": host.index,
-                            "qpn": ev.qpn,
-                            "old": ev.old.value,
-                            "new": ev.new.value,
-                            "reason": ev.reason,
-                        }
-                    )
-        ev_events.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        ev_events, qp_events = self._events()
         flows = []
         verified: bool | None = None
         for flow in self.flows:
-            qa, spec = flow.qa, flow.spec
-            st = qa.stats if qa is not None else None
-            bad = sum(
-                1
-                for e in ev_events
-                if e["host"] == spec.src
-                and qa is not None
-                and e["qpn"] == qa.qpn
-                and e["new"] == "ASSUMED_BAD"
-            )
+            spec = flow.spec
             ok = flow.status == "ok"
-            if self.payloads and flow.src_data is not None and flow.mr_dst is not None:
-                exact = bytes(flow.mr_dst.buffer) == bytes(flow.src_data)  # type: ignore[arg-type]
-                verified = exact if verified is None else verified and exact
-                ok = ok and exact
+            if self.payloads and flow.src_data is not None:
+                got = self._delivered(flow)
+                if got is not None:
+                    exact = got == flow.src_data
+                    verified = exact if verified is None else verified and exact
+                    ok = ok and exact
             flows.append(
                 FlowResult(
                     name=spec.name or f"{spec.src}->{spec.dst}",
@@ -511,12 +569,7 @@ class Experiment:
                     ok=ok,
                     status=flow.status,
                     message_finish_ps=flow.finished,
-                    retransmits=st.retransmits if st else 0,
-                    trims=st.trims if st else 0,
-                    nacks=st.rx_nacks if st else 0,
-                    timeouts=st.timeouts if st else 0,
-                    ecn_echoes=st.ecn_echoes if st else 0,
-                    evs_assumed_bad=bad,
+                    **self._counters(flow, ev_events),
                 )
             )
         series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
