@@ -66,3 +66,15 @@ def test_cli_pcap_option_and_bad_hosts(tmp_path: Path, capsys: pytest.CaptureFix
     assert pcap.stat().st_size > 24
     assert main(["sim", str(scen), "--pcap", str(pcap), "--pcap-hosts", "7"]) == 2
     assert "--pcap-hosts: host 7" in capsys.readouterr().out
+
+
+def test_capture_of_a_baseline_transport_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scen = tmp_path / "s.toml"
+    scen.write_text(
+        "[fabric]\nplanes = 1\nt0s = 2\nhosts_per_t0 = 1\nt1s = 1\n"
+        '[workload]\nkind = "single"\nsrc = 0\ndst = 1\nsize = 8192\n'
+    )
+    assert main(["sim", str(scen), "--transport", "roce", "--pcap", str(tmp_path / "r.pcap")]) == 2
+    assert "pcap capture is available for the 'mrc' transport" in capsys.readouterr().out

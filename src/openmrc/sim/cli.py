@@ -21,7 +21,12 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             scenario.transport.name = args.transport
         exp = scenario.build()
         if args.pcap:
-            exp.capture(args.pcap, _host_list(args.pcap_hosts, exp.spec.hosts))
+            try:
+                exp.capture(args.pcap, _host_list(args.pcap_hosts, exp.spec.hosts))
+            except ScenarioError:
+                raise
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
         result = exp.run(None if scenario.until_us is None else int(scenario.until_us * 1_000_000))
     except ScenarioError as exc:
         print(f"openmrc sim: {args.scenario}: {exc}")
