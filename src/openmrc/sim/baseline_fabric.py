@@ -263,18 +263,9 @@ class BaselinePort(EgressPort):
         else:
             self.txev = None
             return
-        now = self.sim.now
-        end = now - (-wb * self._num // self._den)
-        self.busy_until = end
-        self.tx_pkts += 1
-        self.tx_bytes += wb
-        if self.impaired and self._impair():
-            if is_data:
-                self.refund(wb)
-        else:
-            heappush(
-                self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch))
-            )
+        if not self._put_on_wire(pkt, wb, self.sim.now) and is_data:
+            self.refund(wb)
+        end = self.busy_until
         if self.prio or self._can_send_data():
             ev = (end, next(self._seq), self._tx_free, ())
             self.txev = ev

@@ -212,15 +212,7 @@ class EgressPort:
         wb = pkt.size + self.framing
         if self.txev is None and self.busy_until <= now:
             # Idle: start serializing at once; only the arrival is an event.
-            end = now - (-wb * self._num // self._den)
-            self.busy_until = end
-            self.tx_pkts += 1
-            self.tx_bytes += wb
-            if self.impaired and self._impair():
-                return
-            heappush(
-                self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch))
-            )
+            self._put_on_wire(pkt, wb, now)
             return
         if isinstance(pkt, DataPacket) and not pkt.trimmed:
             q = self.data_bytes
@@ -257,6 +249,20 @@ class EgressPort:
         if self.txev is None:
             self._arm()
 
+    def _put_on_wire(self, pkt: Packet, wb: int, now: int) -> bool:
+        """Serialize ``pkt`` (``wb`` wire bytes) from ``now``; schedule its arrival.
+
+        Returns False when the wire loses it (a silent link or random loss).
+        """
+        end = now - (-wb * self._num // self._den)
+        self.busy_until = end
+        self.tx_pkts += 1
+        self.tx_bytes += wb
+        if self.impaired and self._impair():
+            return False
+        heappush(self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch)))
+        return True
+
     def _arm(self) -> None:
         """Schedule the 'transmitter free' event at the end of the current serialization."""
         now = self.sim.now
@@ -278,15 +284,8 @@ class EgressPort:
         else:
             self.txev = None
             return
-        now = self.sim.now
-        end = now - (-wb * self._num // self._den)
-        self.busy_until = end
-        self.tx_pkts += 1
-        self.tx_bytes += wb
-        if not (self.impaired and self._impair()):
-            heappush(
-                self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch))
-            )
+        self._put_on_wire(pkt, wb, self.sim.now)
+        end = self.busy_until
         if self.prio or self.data:
             ev = (end, next(self._seq), self._tx_free, ())
             self.txev = ev
