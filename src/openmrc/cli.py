@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .transport.errors import MrcError
+from .units import parse_size
 
 
 def _ranged(
@@ -28,20 +29,10 @@ def _ranged(
 
 
 def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    mult = units.get(t[-1:], 1)
-    if mult != 1:
-        t = t[:-1]
     try:
-        value = int(float(t) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"size: {text!r} is not a size (e.g. 64M, 1G, 4096)"
-        ) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size: must be positive, got {text}")
-    return value
+        return parse_size(text, "size")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _plane(text: str) -> int | None:

@@ -41,25 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import units
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps
 from .topology import ClosSpec
 from .workloads import FlowSpec, all_to_all, incast, permutation, shifted_permutation, single
 
 US = 1_000_000
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 10**6,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 10**9,
-    "gib": 1 << 30,
-}
 
 
 class ScenarioError(ValueError):
@@ -67,26 +55,11 @@ class ScenarioError(ValueError):
 
 
 def parse_size(value: Any, key: str) -> int:
-    """Bytes from an int or a string like ``"8MiB"``, ``"64k"``, ``"1.5G"``."""
-    if isinstance(value, bool):
-        raise ScenarioError(f"{key}: expected a size, got {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ScenarioError(f"{key}: must be positive, got {value}")
-        return value
-    if isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        num = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = text[len(num) :]
-        if unit in _UNITS and num:
-            try:
-                out = int(float(num) * _UNITS[unit])
-            except ValueError:
-                pass
-            else:
-                if out > 0:
-                    return out
-    raise ScenarioError(f'{key}: {value!r} is not a size (e.g. 4096, "64KiB", "8MiB")')
+    """Bytes from an int or a string like ``"8MiB"``, ``"64k"``, ``"1.5G"`` (see openmrc.units)."""
+    try:
+        return units.parse_size(value, key)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:

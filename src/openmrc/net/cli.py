@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from openmrc import units
 from openmrc.net.control import ControlAddress, lab_control_path, remove_control_path
 from openmrc.net.driver import (
     CONTROL_PORT,
@@ -58,19 +59,11 @@ _Handler = Callable[[argparse.Namespace], int]
 
 
 def parse_size(text: str) -> int:
-    """``4096``, ``64K``, ``64M``, ``1G`` (binary units) -> bytes; ArgumentTypeError otherwise."""
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    mult = units.get(t[-1:], 1)
-    if mult != 1:
-        t = t[:-1]
+    """``4096``, ``64K``, ``64M``, ``1G`` -> bytes (openmrc.units); ArgumentTypeError otherwise."""
     try:
-        value = int(float(t) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 4096, 64K, 64M)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
+        return units.parse_size(text, "size", allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(flag: str, value: int) -> int:
