@@ -108,12 +108,12 @@ class SimHost:
         all_busy = self._all_busy
         fabric = self.fabric
         src = self.index
-        while True:
-            busy = 0
-            for p, port in enumerate(ports):
-                if not port.up or port.busy_until > now or port.data_bytes or port.prio_bytes:
-                    busy |= 1 << p
-            item = ctx.poll_packet(now, busy) if busy != all_busy else None
+        busy = 0
+        for p, port in enumerate(ports):
+            if not port.up or port.busy_until > now or port.data_bytes or port.prio_bytes:
+                busy |= 1 << p
+        while busy != all_busy:
+            item = ctx.poll_packet(now, busy)
             if item is None:
                 break
             qp, pkt = item
@@ -121,7 +121,9 @@ class SimHost:
             if self.taps:
                 for tap in self.taps:
                     tap(src, qp.peer, pkt, True, now)
-            ports[ev_plane(pkt.ev)].enqueue(pkt)
+            plane = ev_plane(pkt.ev)
+            ports[plane].enqueue(pkt)
+            busy |= 1 << plane  # only the port just used can have changed
         if ctx._ready and busy:
             # Something is waiting for a port: come back when the first one frees.
             soonest = None

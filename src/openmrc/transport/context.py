@@ -23,7 +23,6 @@ from ..wire.packets import (
     DataPacket,
     NackPacket,
     Packet,
-    ProbePacket,
     ProbeReplyPacket,
     SackPacket,
     unwrap32,
@@ -80,10 +79,11 @@ class Context:
         """Create a completion queue."""
         return CompletionQueue(depth)
 
-    def _new_key(self, table: dict[int, MemoryRegion]) -> int:
+    def _new_key(self, avoid: int = 0) -> int:
+        """A fresh non-zero 32-bit key, used by no region (as lkey or rkey) and not ``avoid``."""
         while True:
             key = self.rng.getrandbits(32)
-            if key and key not in self._lkeys and key not in self._rkeys:
+            if key and key != avoid and key not in self._lkeys and key not in self._rkeys:
                 return key
 
     def _reg_mr(
@@ -114,9 +114,8 @@ class Context:
             self._next_addr += (length + 0xFFFF) & ~0xFFF
         elif not isinstance(addr, int) or not 0 <= addr <= (1 << 64) - length:
             raise InvalidArgument(f"addr: must be an int with addr + length <= 2^64, got {addr!r}")
-        lkey = self._new_key(self._lkeys)
-        self._lkeys[lkey] = None  # type: ignore[assignment]  # reserve before drawing rkey
-        rkey = self._new_key(self._rkeys)
+        lkey = self._new_key()
+        rkey = self._new_key(avoid=lkey)
         mr = MemoryRegion(pd, addr, length, access, lkey, rkey, buffer)
         self._lkeys[lkey] = mr
         self._rkeys[rkey] = mr
@@ -204,22 +203,25 @@ class Context:
         has data only for busy planes stays ready.
         """
         ready = self._ready
-        blocked: list[QueuePair] = []
-        try:
-            while ready:
-                qp = next(iter(ready))
-                del ready[qp]
-                pkt = qp.poll_packet(now, busy)
-                if pkt is not None:
-                    if qp.has_output():
-                        ready[qp] = None  # to the back: round robin
-                    return qp, pkt
-                if busy and qp.port_blocked():
-                    blocked.append(qp)
-            return None
-        finally:
+        blocked: list[QueuePair] | None = None
+        found = None
+        while ready:
+            qp = next(iter(ready))
+            del ready[qp]
+            pkt = qp.poll_packet(now, busy)
+            if pkt is not None:
+                if qp.has_output():
+                    ready[qp] = None  # to the back: round robin
+                found = (qp, pkt)
+                break
+            if busy and qp.port_blocked():
+                if blocked is None:
+                    blocked = []
+                blocked.append(qp)
+        if blocked:
             for qp in blocked:
                 ready[qp] = None
+        return found
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:
         """Everything sendable now, encoded (real-network path)."""
@@ -274,5 +276,3 @@ def _unwrap(pkt: Packet, qp: QueuePair) -> None:
         req = qp.requester
         if req is not None:
             pkt.seq = unwrap32(pkt.seq, req.probe_seq)  # type: ignore[attr-defined]
-    elif kind is ProbePacket:
-        pass

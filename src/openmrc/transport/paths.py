@@ -72,6 +72,8 @@ class PathSet:
         self.qpn = qpn
         self.state: dict[int, EVState] = {}
         self.slots: list[int] = []
+        #: the EVs now in a slot (kept with ``slots``), for membership tests.
+        self.in_slots: set[int] = set()
         self.backups: dict[int, deque[int]] = {}
         self._idx = 0
         #: where EV transitions are reported (the context's event queue).
@@ -112,6 +114,7 @@ class PathSet:
             self.slots = [
                 columns[plane][i] for i in range(per_plane) for plane in range(prof.planes)
             ]
+        self.in_slots = set(self.slots)
         for ev in self.slots:
             self.state[ev] = GOOD
         for pool in self.backups.values():
@@ -173,7 +176,7 @@ class PathSet:
         st = self.state.get(ev)
         if st is None or st is BAD or st is DENIED:
             return
-        in_slot = ev in self._slot_set()
+        in_slot = ev in self.in_slots
         if in_slot and self.usable <= self.profile.floor:
             self.stats_floor_hits += 1
             return
@@ -185,9 +188,6 @@ class PathSet:
         if in_slot:
             self.usable -= 1
             self._replace(ev, now)
-
-    def _slot_set(self) -> set[int]:
-        return set(self.slots)
 
     def _replace(self, bad_ev: int, now: int) -> None:
         plane = ev_plane(bad_ev)
@@ -202,6 +202,8 @@ class PathSet:
             candidate = pool.popleft()
             if self.state[candidate] is GOOD:
                 self.slots[self.slots.index(bad_ev)] = candidate
+                self.in_slots.discard(bad_ev)
+                self.in_slots.add(candidate)
                 self.usable += 1
                 self.stats_replacements += 1
                 return
@@ -242,7 +244,7 @@ class PathSet:
         del self.probing[ev]
         self._set(ev, GOOD, now, "probes answered")
         self.stats_recovered += 1
-        if ev in self._slot_set():
+        if ev in self.in_slots:
             self.usable += 1
         else:
             self.backups.setdefault(ev_plane(ev), deque()).append(ev)
@@ -257,7 +259,7 @@ class PathSet:
             raise InvalidArgument(f"ev: {ev:#x} is not in this QP's EV set")
         if st is DENIED:
             return
-        if st is not BAD and ev in self._slot_set():
+        if st is not BAD and ev in self.in_slots:
             self.usable -= 1
         self.probing.pop(ev, None)
         self.probe_wait.pop(ev, None)
@@ -268,7 +270,7 @@ class PathSet:
         if self.state.get(ev) is not DENIED:
             raise InvalidArgument(f"ev: {ev:#x} is not denied")
         self._set(ev, GOOD, now, "allowed")
-        if ev in self._slot_set():
+        if ev in self.in_slots:
             self.usable += 1
 
     def counts(self) -> dict[str, int]:

@@ -389,15 +389,10 @@ class QueuePair:
         req = self.requester
         if req is not None:
             self._complete_sends()
+            if failed_op is None and status is not WCStatus.WR_FLUSH_ERR and req.ops:
+                failed_op = req.ops[0]  # no specific WR: the oldest takes the error
             for op in req.ops:
                 st = status if op is failed_op else WCStatus.WR_FLUSH_ERR
-                if (
-                    failed_op is None
-                    and st is WCStatus.WR_FLUSH_ERR
-                    and status is not WCStatus.WR_FLUSH_ERR
-                ):
-                    st = status  # no specific WR: the oldest takes the error
-                    failed_op = op
                 self.send_cq.push(WorkCompletion(op.wr_id, st, WCOpcode.RDMA_WRITE, self.qpn, 0))
             req.ops.clear()
             req.to_segment.clear()
