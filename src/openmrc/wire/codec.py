@@ -29,7 +29,7 @@ import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from openmrc.wire.packets import (
     DATA_OPCODES,
@@ -289,6 +289,20 @@ def _encode_data(pkt: DataPacket) -> bytes:
     return b"".join((header, payload, _ICRC.pack(crc)))
 
 
+def _pack_control(pkt: AnyPacket, layout: struct.Struct, *fields: Any) -> bytes:
+    """Pack a control packet's BTH and header with ``layout``, then append the ICRC.
+
+    A field that does not fit raises :class:`WireError` naming it.
+    """
+    try:
+        body = layout.pack(*fields)
+    except (struct.error, TypeError):
+        _explain(pkt)
+    if pkt.dqpn > _M24:
+        _explain(pkt)
+    return body + _ICRC.pack(zlib.crc32(body))
+
+
 def _encode_sack(pkt: SackPacket) -> bytes:
     cack = pkt.cack
     try:
@@ -301,18 +315,13 @@ def _encode_sack(pkt: SackPacket) -> bytes:
         )
     if cack < 0 or not 0 <= pkt.penalty <= 0x7F:
         _explain(pkt)
-    try:
-        body = _SACK.pack(
-            Opcode.SACK, 0, P_KEY, pkt.dqpn, cack & _M24,
-            MRC_VERSION, SACK_ECN_SEEN if pkt.ecn_seen else 0, pkt.penalty, 0,
-            cack & _M32, offset, 0, pkt.bitmap, pkt.ev,
-            pkt.rcvd_bytes, pkt.ooo_count, pkt.ts_echo,
-        )  # fmt: skip
-    except (struct.error, TypeError):
-        _explain(pkt)
-    if pkt.dqpn > _M24:
-        _explain(pkt)
-    return body + _ICRC.pack(zlib.crc32(body))
+    return _pack_control(
+        pkt, _SACK,
+        Opcode.SACK, 0, P_KEY, pkt.dqpn, cack & _M24,
+        MRC_VERSION, SACK_ECN_SEEN if pkt.ecn_seen else 0, pkt.penalty, 0,
+        cack & _M32, offset, 0, pkt.bitmap, pkt.ev,
+        pkt.rcvd_bytes, pkt.ooo_count, pkt.ts_echo,
+    )  # fmt: skip
 
 
 def _encode_nack(pkt: NackPacket) -> bytes:
@@ -323,16 +332,11 @@ def _encode_nack(pkt: NackPacket) -> bytes:
     cack = pkt.cack
     if psn < 0 or cack < 0:
         _explain(pkt)
-    try:
-        body = _NACK.pack(
-            Opcode.NACK, 0, P_KEY, pkt.dqpn, psn & _M24,
-            MRC_VERSION, 0, reason, 0, psn & _M32, pkt.ev, cack & _M32, pkt.ts_echo,
-        )  # fmt: skip
-    except (struct.error, TypeError):
-        _explain(pkt)
-    if pkt.dqpn > _M24:
-        _explain(pkt)
-    return body + _ICRC.pack(zlib.crc32(body))
+    return _pack_control(
+        pkt, _NACK,
+        Opcode.NACK, 0, P_KEY, pkt.dqpn, psn & _M24,
+        MRC_VERSION, 0, reason, 0, psn & _M32, pkt.ev, cack & _M32, pkt.ts_echo,
+    )  # fmt: skip
 
 
 def _encode_probe(
@@ -341,15 +345,10 @@ def _encode_probe(
     seq = pkt.seq
     if seq < 0:
         _explain(pkt)
-    try:
-        body = _PROBE.pack(
-            opcode, 0, P_KEY, pkt.dqpn, seq & _M24, MRC_VERSION, flags, 0, seq & _M32, pkt.ev, ts
-        )
-    except (struct.error, TypeError):
-        _explain(pkt)
-    if pkt.dqpn > _M24:
-        _explain(pkt)
-    return body + _ICRC.pack(zlib.crc32(body))
+    return _pack_control(
+        pkt, _PROBE,
+        opcode, 0, P_KEY, pkt.dqpn, seq & _M24, MRC_VERSION, flags, 0, seq & _M32, pkt.ev, ts,
+    )  # fmt: skip
 
 
 def encode(pkt: AnyPacket) -> bytes:
