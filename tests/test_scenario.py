@@ -40,7 +40,7 @@ def test_small_scenario_runs_and_exports(
     assert main(["sim", str(path), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "all ok: True" in out and "payloads verified: True" in out
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
     assert result["all_ok"] and len(result["flows"]) == 4
     assert (tmp_path / "out" / "flows.csv").read_text().startswith("name,")
     assert (tmp_path / "out" / "goodput.csv").exists()
@@ -100,7 +100,7 @@ def test_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ScenarioError, match="not valid TOML"):
         load(bad)
     assert main(["sim", str(tmp_path / "missing.toml")]) == 2
-    assert "cannot read" in capsys.readouterr().out
+    assert "cannot read" in capsys.readouterr().err
 
 
 def test_sizes() -> None:
@@ -120,7 +120,7 @@ def test_topology_command(capsys: pytest.CaptureFixture[str]) -> None:
     plan = json.loads(capsys.readouterr().out)
     assert plan
     assert main(["topology", "planes=0"]) == 2
-    assert "ClosSpec.planes" in capsys.readouterr().out
+    assert "ClosSpec.planes" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("transport", ["roce", "ib", "mrc"])

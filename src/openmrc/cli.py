@@ -4,11 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from .transport.errors import MrcError
 from .units import parse_size
+
+#: Exit code when stdout is closed before everything was printed (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors on stderr (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    from .version import openmrc_version
+
+    return openmrc_version()
 
 
 def _ranged(
@@ -119,9 +137,8 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="openmrc", description="Open MRC: transport, simulator, lab."
-    )
+    parser = _Parser(prog="openmrc", description="Open MRC: transport, simulator, lab.")
+    parser.add_argument("--version", action="version", version=f"openmrc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -191,16 +208,25 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``openmrc`` console script."""
+    """Entry point of the ``openmrc`` console script (exit codes: docs/cli.md)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
-    except MrcError as exc:
-        print(f"openmrc {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"openmrc {args.command}: error: {exc}", file=sys.stderr)
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # stdout was closed early (``| head``): not an error of the run.  Point
+        # stdout at /dev/null so that the interpreter's last flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(f"openmrc {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (MrcError, ValueError, OSError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"openmrc {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -65,7 +65,7 @@ def test_cli_pcap_option_and_bad_hosts(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["sim", str(scen), "--pcap", str(pcap), "--pcap-hosts", "1"]) == 0
     assert pcap.stat().st_size > 24
     assert main(["sim", str(scen), "--pcap", str(pcap), "--pcap-hosts", "7"]) == 2
-    assert "--pcap-hosts: host 7" in capsys.readouterr().out
+    assert "--pcap-hosts: host 7" in capsys.readouterr().err
 
 
 def test_capture_of_a_baseline_transport_is_a_clear_error(
@@ -77,4 +77,4 @@ def test_capture_of_a_baseline_transport_is_a_clear_error(
         '[workload]\nkind = "single"\nsrc = 0\ndst = 1\nsize = 8192\n'
     )
     assert main(["sim", str(scen), "--transport", "roce", "--pcap", str(tmp_path / "r.pcap")]) == 2
-    assert "pcap capture is available for the 'mrc' transport" in capsys.readouterr().out
+    assert "pcap capture is available for the 'mrc' transport" in capsys.readouterr().err

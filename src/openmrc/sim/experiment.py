@@ -545,6 +545,14 @@ class Experiment:
         wall = time.perf_counter() - started
         return self._collect(wall)
 
+    def collect(self, wall_seconds: float = 0.0) -> Result:
+        """What was measured so far, e.g. after :meth:`run` was interrupted (Ctrl-C).
+
+        Unfinished flows have no finish time and status ``running`` or
+        ``not started``; the front end marks such a result partial.
+        """
+        return self._collect(wall_seconds)
+
     def _collect(self, wall: float) -> Result:
         ev_events, qp_events = self._events()
         flows = []

@@ -1,0 +1,260 @@
+"""``openmrc run`` / ``sim`` / ``compare``: overrides, outputs, errors, Ctrl-C, pipes."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openmrc.cli import main
+from openmrc.scenario import ScenarioError
+from openmrc.sim.cli import RunProgress, apply_override, load_scenario, parse_value
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+LINK = str(SCENARIOS / "t0-t1-link-failure.toml")
+#: The link-failure scenario cut down to a fraction of a second.
+SMALL = [
+    "--set",
+    "workload.size=512KiB",
+    "--set",
+    "run.payloads=false",
+    "--set",
+    "faults[0].at_us=5",
+    "--no-progress",
+]
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_run_writes_results_with_provenance_and_names_the_transport(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out" / "deeper"
+    assert main(["run", LINK, *SMALL, "--seed", "5", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("scenario t0-t1-link-failure [transport mrc]:")
+    assert "seed 5" in text and "flows completed" in text
+    doc = json.loads((out / "results.json").read_text())
+    prov = doc["provenance"]
+    assert prov["seed"] == 5 and prov["transport"] == "mrc" and not prov["partial"]
+    assert prov["overrides"] == ["workload.size=512KiB", "run.payloads=false", "faults[0].at_us=5"]
+    assert prov["resolved"]["workload"]["size"] == "512KiB"
+    assert prov["resolved"]["fabric"]["planes"] == 8
+    assert prov["resolved"]["faults"][0]["at_us"] == 5
+    assert prov["scenario_file"] == LINK and prov["openmrc_version"]
+    assert doc["schema_version"].startswith("1.") and doc["partial"] is False
+    assert doc["summary"]["faults"] == 1 and doc["summary"]["completed"] == 16
+    flows = (out / "flows.csv").read_text().splitlines()
+    assert "slowdown" in flows[0].split(",") and len(flows) == 17
+    assert all(f["slowdown"] >= 1.0 for f in doc["flows"])
+    assert (out / "goodput.csv").read_text().startswith("time_us,total_gbps,")
+    assert (out / "ev_events.csv").read_text().startswith("time_us,host,qpn,ev,old,new,reason")
+    assert "link_down" in (out / "faults.csv").read_text()
+
+
+def test_sim_is_an_alias_of_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", LINK, *SMALL, "--transport", "ib", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["provenance"]["transport"] == "ib" and doc["all_ok"]
+
+
+def test_compare_runs_each_transport_on_the_same_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    argv = ["compare", LINK, *SMALL, "--transports", "mrc,roce,ib", "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for name in ("mrc", "roce", "ib"):
+        assert f"[transport {name}]" in text
+        doc = json.loads((out / name / "results.json").read_text())
+        assert doc["provenance"]["transport"] == name
+        assert doc["summary"]["flows"] == 16 and doc["summary"]["faults"] == 1
+    table_head = next(line for line in text.splitlines() if line.strip().startswith("mrc"))
+    assert table_head.split() == ["mrc", "roce", "ib"]
+    assert (out / "summary.csv").read_text().startswith("measure,mrc,roce,ib\n")
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["fabric.wheels=4"], "fabric.wheels: unknown key"),
+        (["workload.size=lots"], "workload.size: 'lots' is not a size"),
+        (["fabric.planes=two"], "fabric.planes: expected int, got str 'two'"),
+        (["transport.mtu=10"], "QPAttr.mtu"),
+        (["seed.x=1"], "--set seed.x: seed is not a table"),
+        (["faults[3].at_us=1"], "--set faults[3].at_us: faults[3] does not exist"),
+        (["nothing"], "--set nothing: expected key.path=value"),
+        (["fabric.9x=1"], "--set fabric.9x: '9x' is not a key"),
+        (["faults[0].kind=meteor"], "faults[0].kind: 'meteor' is not one of"),
+        (["faults[0].target=nowhere"], "faults[0].target: no link 'nowhere'"),
+    ],
+)
+def test_bad_set_names_the_key_on_stderr(
+    sets: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", LINK, "--out", str(tmp_path / "o")]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    line = _one_error_line(captured.err)
+    assert line.startswith("openmrc run: error: ") and message in line, line
+    assert captured.out == ""
+    assert not (tmp_path / "o").exists(), "--out is created only once the input is valid"
+
+
+def test_set_values_are_toml(tmp_path: Path) -> None:
+    assert parse_value("8") == 8 and parse_value("1.5") == 1.5
+    assert parse_value("true") is True and parse_value('"x y"') == "x y"
+    assert parse_value("[1, 2]") == [1, 2] and parse_value("permutation") == "permutation"
+    data: dict = {"faults": [{"at_us": 1, "kind": "link_down"}]}
+    apply_override(data, "faults[0].at_us=7")
+    apply_override(data, "run.sample_us=2.5")
+    apply_override(data, "workload.senders=[1, 2, 3]")
+    assert data == {
+        "faults": [{"at_us": 7, "kind": "link_down"}],
+        "run": {"sample_us": 2.5},
+        "workload": {"senders": [1, 2, 3]},
+    }
+    scenario, workload = load_scenario(LINK, ["workload.kind=shift", "workload.shift=3"], seed=9)
+    assert scenario.seed == 9 and workload["kind"] == "shift"
+    assert all(f.dst == (f.src + 3) % 16 for f in scenario.flows)
+    with pytest.raises(ScenarioError, match=r"transport: .*'tcp'"):
+        load_scenario(LINK, [], transport="tcp")
+
+
+def test_unwritable_out_is_an_error_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import openmrc.sim.cli as sim_cli
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the scenario ran although --out is unusable")
+
+    monkeypatch.setattr(sim_cli, "execute", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    for bad in (blocker / "out", "/proc/openmrc-cannot-write-here"):
+        for argv in (["run", LINK], ["compare", LINK, "--transports", "mrc,roce"]):
+            assert main([*argv, "--out", str(bad), "--no-progress"]) == 2
+            captured = capsys.readouterr()
+            line = _one_error_line(captured.err)
+            assert line.startswith(f"openmrc {argv[0]}: error: --out: cannot write to {bad} (")
+            assert captured.out == ""
+
+
+def test_errors_of_sim_and_topology_go_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", str(tmp_path / "missing.toml")]) == 2
+    captured = capsys.readouterr()
+    assert "cannot read" in _one_error_line(captured.err) and captured.out == ""
+    assert main(["topology", "planes=0"]) == 2
+    captured = capsys.readouterr()
+    assert "ClosSpec.planes" in _one_error_line(captured.err) and captured.out == ""
+
+
+def test_bad_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["run", LINK, "--seed", "many"])
+    assert exc.value.code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--seed: invalid int value: 'many'" in line
+    assert main(["compare", LINK, "--transports", "mrc,tcp"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--transports: 'tcp' is not one of mrc, roce, ib" in line
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("openmrc ")
+
+
+def test_progress_bar_reads_the_run_without_changing_it() -> None:
+    from rich.console import Console
+
+    def run(progress: bool) -> tuple[dict, str]:
+        scenario, _ = load_scenario(LINK, SMALL[1:6:2])
+        exp = scenario.build()
+        buf = io.StringIO()
+        console = Console(file=buf, force_terminal=True, width=120)
+        with RunProgress(exp, "test", progress, delay_s=0.0, console=console) as bar:
+            # a slow run: let the bar's thread see the simulation move
+            while exp.sim.heap and exp.sim.now < 30_000_000:
+                exp.sim.run(exp.sim.now + 1_000_000)
+                time.sleep(0.05)
+            result = exp.run()
+        assert bar.shown is progress
+        d = result.as_dict()
+        d.pop("wall_seconds")
+        return d, buf.getvalue()
+
+    with_bar, shown = run(True)
+    without, silent = run(False)
+    assert "flows" in shown and "us simulated" in shown and silent == ""
+    assert with_bar == without
+
+
+def _cli(*args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from openmrc.cli import main; sys.exit(main())",
+        *args,
+    ]
+
+
+def test_closed_pipe_is_not_a_traceback() -> None:
+    proc = subprocess.Popen(
+        _cli("topology", "planes=8,t0s=8,hosts_per_t0=8,t1s=8", "--tables"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
+
+
+def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
+    out = tmp_path / "partial"
+    # the full scenario (16 MiB per flow, real payloads) runs for several seconds
+    proc = subprocess.Popen(
+        _cli("run", LINK, "--out", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # SIGINT once the simulation is under way: --out is created after the scenario
+    # is validated, just before the run starts
+    deadline = time.monotonic() + 120
+    while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr
+    assert "INTERRUPTED, partial results" in stdout
+    doc = json.loads((out / "results.json").read_text())  # validated by conftest too
+    assert doc["partial"] is True and doc["provenance"]["partial"] is True
+    assert any("interrupted" in w for w in doc["provenance"]["warnings"])
+    assert doc["summary"]["completed"] < doc["summary"]["flows"]
+    assert (out / "flows.csv").exists()
