@@ -168,6 +168,44 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _fmt_stats(stats: dict[str, float] | None, key: str, digits: int = 1) -> str:
+    return "-" if not stats else f"{stats[key]:,.{digits}f}"
+
+
+def summary_rows(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The summary table: one row per measure, one column per run."""
+    sums = [d["summary"] for d in docs]
+
+    def row(name: str, fn: Any) -> tuple[str, list[str]]:
+        return name, [fn(s) for s in sums]
+
+    return [
+        row("flows completed", lambda s: f"{s['completed']}/{s['flows']}"),
+        row("all ok", lambda s: "yes" if s["all_ok"] else "NO"),
+        row("FCT median us", lambda s: _fmt_stats(s["fct_us"], "median")),
+        row("FCT p99 us", lambda s: _fmt_stats(s["fct_us"], "p99")),
+        row("slowdown median", lambda s: _fmt_stats(s["slowdown"], "median", 2)),
+        row("slowdown p99", lambda s: _fmt_stats(s["slowdown"], "p99", 2)),
+        row("goodput/flow min Gb/s", lambda s: _fmt_stats(s["goodput_gbps"], "min")),
+        row("goodput/flow median Gb/s", lambda s: _fmt_stats(s["goodput_gbps"], "median")),
+        row("aggregate Gb/s", lambda s: f"{s['aggregate_gbps']:,.1f}"),
+        row("retransmits", lambda s: str(s["retransmits"])),
+        row("trims", lambda s: str(s["trims"])),
+        row("NACKs", lambda s: str(s["nacks"])),
+        row("timeouts", lambda s: str(s["timeouts"])),
+        row(
+            "EVs ASSUMED_BAD",
+            lambda s: (
+                str(s["evs_assumed_bad"])
+                + ("" if s["first_bad_us"] is None else f" (first {s['first_bad_us']:.1f} us)")
+            ),
+        ),
+        row("EVs recovered", lambda s: str(s["evs_recovered"])),
+        row("faults applied", lambda s: str(s["faults"])),
+        row("simulated us", lambda s: f"{s['sim_end_us']:,.1f}"),
+    ]
+
+
 def build(
     result: Result,
     scenario: Scenario,

@@ -321,46 +321,10 @@ def _host_list(text: str | None, hosts: int) -> list[int] | None:
 
 
 # ----- printing ------------------------------------------------------------------
-def _fmt_stats(stats: dict[str, float] | None, key: str, digits: int = 1) -> str:
-    return "-" if not stats else f"{stats[key]:,.{digits}f}"
-
-
-def summary_rows(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """The summary table: one row per measure, one column per run."""
-    sums = [d["summary"] for d in docs]
-
-    def row(name: str, fn: Any) -> tuple[str, list[str]]:
-        return name, [fn(s) for s in sums]
-
-    return [
-        row("flows completed", lambda s: f"{s['completed']}/{s['flows']}"),
-        row("all ok", lambda s: "yes" if s["all_ok"] else "NO"),
-        row("FCT median us", lambda s: _fmt_stats(s["fct_us"], "median")),
-        row("FCT p99 us", lambda s: _fmt_stats(s["fct_us"], "p99")),
-        row("slowdown median", lambda s: _fmt_stats(s["slowdown"], "median", 2)),
-        row("slowdown p99", lambda s: _fmt_stats(s["slowdown"], "p99", 2)),
-        row("goodput/flow min Gb/s", lambda s: _fmt_stats(s["goodput_gbps"], "min")),
-        row("goodput/flow median Gb/s", lambda s: _fmt_stats(s["goodput_gbps"], "median")),
-        row("aggregate Gb/s", lambda s: f"{s['aggregate_gbps']:,.1f}"),
-        row("retransmits", lambda s: str(s["retransmits"])),
-        row("trims", lambda s: str(s["trims"])),
-        row("NACKs", lambda s: str(s["nacks"])),
-        row("timeouts", lambda s: str(s["timeouts"])),
-        row(
-            "EVs ASSUMED_BAD",
-            lambda s: (
-                str(s["evs_assumed_bad"])
-                + ("" if s["first_bad_us"] is None else f" (first {s['first_bad_us']:.1f} us)")
-            ),
-        ),
-        row("EVs recovered", lambda s: str(s["evs_recovered"])),
-        row("faults applied", lambda s: str(s["faults"])),
-        row("simulated us", lambda s: f"{s['sim_end_us']:,.1f}"),
-    ]
-
-
 def format_table(headers: list[str], docs: list[dict[str, Any]]) -> str:
     """The summary table as aligned text."""
+    from ..results import summary_rows
+
     rows = summary_rows(docs)
     rows.append(("wall s", [f"{d['provenance']['wall_seconds']:.2f}" for d in docs]))
     w0 = max(len(r[0]) for r in rows)
@@ -400,7 +364,7 @@ def _status_line(doc: dict[str, Any]) -> str:
 
 def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list[str]:
     """results.json + CSVs per run (a subfolder per transport when comparing), the report."""
-    from ..results import write
+    from ..results import summary_rows, write
 
     written: list[str] = []
     for o in outcomes:
@@ -415,26 +379,20 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
             for name, cells in rows:
                 fh.write(name + "," + ",".join(c.replace(",", "") for c in cells) + "\n")
         written.append(str(table))
-    report = _report(out, outcomes)
-    if report is not None:
-        written.append(str(report))
+    written.append(str(_report(out, outcomes)))
     return written
 
 
-def _report(out: Path, outcomes: list[RunOutcome]) -> Path | None:
-    """report.html, when the report extra (matplotlib) is installed."""
-    try:
-        from ..report import write_report
-    except ImportError:
-        return None
-    try:
-        return write_report(out, [o.doc for o in outcomes])
-    except ImportError:
+def _report(out: Path, outcomes: list[RunOutcome]) -> Path:
+    """report.html (the table; plots when the report extra, matplotlib, is installed)."""
+    from ..report import have_plots, write_report
+
+    if not have_plots():
         print(
-            "openmrc: note: no report.html (pip install 'openmrc[report]' for plots)",
+            "openmrc: note: report.html has no plots (pip install 'openmrc[report]')",
             file=sys.stderr,
         )
-        return None
+    return write_report(out, [o.doc for o in outcomes])
 
 
 def _progress_enabled(args: argparse.Namespace) -> bool:

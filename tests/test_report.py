@@ -1,0 +1,149 @@
+"""report.html: a self-contained page whose images load and whose table is there,
+checked in headless Chromium; plots appear when their data does."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from openmrc.cli import main
+from openmrc.report import have_plots, plot_collectives, render_html, render_plots, write_report
+
+needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
+
+LINK = str(Path(__file__).resolve().parent.parent / "scenarios" / "t0-t1-link-failure.toml")
+SMALL = ["--set", "workload.size=512KiB", "--set", "run.payloads=false"]
+SMALL += ["--set", "faults[0].at_us=4", "--no-progress"]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+#: Appended to a copy of the page: once everything loaded, record each image's
+#: natural size and whether the summary table is there, in the DOM.
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.map.call(document.images, function (i) {
+    return [i.id, i.complete, i.naturalWidth, i.naturalHeight];
+  });
+  var t = document.getElementById('summary');
+  var probe = document.createElement('pre');
+  probe.id = 'probe';
+  probe.textContent = JSON.stringify({images: imgs, rows: t ? t.rows.length : 0});
+  document.body.appendChild(probe);
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cmp")
+    assert main(["compare", LINK, *SMALL, "--transports", "mrc,roce", "--out", str(out)]) == 0
+    return out
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+
+@needs_mpl
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_report_renders_in_headless_chromium(compared: Path, tmp_path: Path) -> None:
+    report = compared / "report.html"
+    page = report.read_text()
+    assert "http://" not in page and "https://" not in page, "the page must be self-contained"
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", PROBE + "</body>"))
+    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probed.as_uri()).stdout
+    m = re.search(r'<pre id="probe">(.*?)</pre>', dom)
+    assert m, dom[-2000:]
+    probe = json.loads(m.group(1).replace("&quot;", '"'))
+    ids = [img[0] for img in probe["images"]]
+    # goodput, CDFs, EV timeline (MRC blamed EVs after the link failure), planes, queues
+    assert ids == ["img-goodput", "img-fct", "img-ev", "img-planes", "img-queues"]
+    for img_id, complete, width, height in probe["images"]:
+        assert complete and width >= 400 and height >= 200, img_id
+    assert probe["rows"] >= 15  # header + the summary measures
+    shot = tmp_path / "shot.png"
+    _chromium(
+        "--window-size=1000,2400", "--hide-scrollbars", f"--screenshot={shot}", report.as_uri()
+    )
+    assert shot.stat().st_size > 20_000
+    from matplotlib.image import imread
+
+    pixels = imread(str(shot))
+    assert pixels.shape[0] == 2400 and pixels.std() > 0.05, "the screenshot is blank"
+
+
+@needs_mpl
+def test_run_writes_a_report_with_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["run", LINK, *SMALL, "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert '<table id="summary">' in page and "<th>mrc</th>" in page
+    assert page.count("data:image/png;base64,") >= 4
+
+
+@needs_mpl
+def test_plots_follow_the_data(compared: Path) -> None:
+    mrc = json.loads((compared / "mrc" / "results.json").read_text())
+    roce = json.loads((compared / "roce" / "results.json").read_text())
+    ids = [p[0] for p in render_plots([roce])]
+    assert "ev" not in ids and "collectives" not in ids  # RoCE has no EVs
+    assert "ev" in [p[0] for p in render_plots([mrc])]
+    # a collective's flows (named ...:s<step>c<channel>...) and iteration times
+    coll = copy.deepcopy(mrc)
+    for i, f in enumerate(coll["flows"]):
+        f["name"] = f"ring#0:r{i}->r{i + 1}:s{i % 4}c0k0"
+    coll["collectives"] = [{"kind": "allreduce", "iteration_us": [10.0, 11.0]}]
+    import matplotlib.pyplot as plt
+
+    plot = plot_collectives([coll], plt)
+    assert plot is not None and plot[0] == "collectives" and plot[2].startswith(b"\x89PNG")
+    assert plot_collectives([mrc], plt) is None
+    page = render_html([coll], [plot])
+    assert "img-collectives" in page
+
+
+def test_interrupted_results_are_flagged_in_the_report(compared: Path) -> None:
+    mrc = json.loads((compared / "mrc" / "results.json").read_text())
+    mrc["partial"] = True
+    assert "partial results" in render_html([mrc], [])
+
+
+def test_without_matplotlib_the_report_has_the_table_and_says_why(
+    compared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import openmrc.report as report
+
+    def missing() -> None:
+        raise ImportError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(report, "_pyplot", missing)
+    mrc = json.loads((compared / "mrc" / "results.json").read_text())
+    page = write_report(tmp_path, [mrc]).read_text()
+    assert '<table id="summary">' in page and "data:image/png" not in page
+    assert "pip install &#x27;openmrc[report]&#x27;" in page
