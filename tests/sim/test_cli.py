@@ -220,7 +220,7 @@ def _cli(*args: str) -> list[str]:
 
 def test_closed_pipe_is_not_a_traceback() -> None:
     proc = subprocess.Popen(
-        _cli("topology", "planes=8,t0s=8,hosts_per_t0=8,t1s=8", "--tables"),
+        _cli("topology", "planes=8,t0s=32,hosts_per_t0=16,t1s=16", "--tables"),  # 400+ KB
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
