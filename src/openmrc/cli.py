@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live in other packages (simulator, real network)."""
-    out = []
+    out: list[Callable[[argparse._SubParsersAction], None]] = []
     try:
         from .sim.cli import register as sim_register
     except ImportError:

@@ -270,16 +270,13 @@ def write(doc: dict[str, Any], directory: str | Path) -> list[Path]:
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
     tmp.replace(path)
     written = [path]
-    flows = []
-    for f in doc["flows"]:
-        row = {k: v for k, v in f.items() if not isinstance(v, list | dict)}
-        flows.append(row)
+    flows = [{k: v for k, v in f.items() if not isinstance(v, list | dict)} for f in doc["flows"]]
     written.append(_write_rows(d / "flows.csv", flows))
     series = doc.get("goodput_gbps_series", {})
     interval = doc.get("sample_interval_us", 0.0)
     names = list(series)
     length = max((len(v) for v in series.values()), default=0)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(length):
         row: dict[str, Any] = {"time_us": round((i + 1) * interval, 6)}
         row["total_gbps"] = round(sum(v[i] for v in series.values() if i < len(v)), 3)
