@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.report import have_plots, plot_collectives, render_html, render_plots, write_report
+from openmrc.report import (
+    have_plots,
+    plot_collectives,
+    plot_plane_series,
+    render_html,
+    render_plots,
+    write_report,
+)
 
 needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
 
@@ -126,6 +133,10 @@ def test_plots_follow_the_data(compared: Path) -> None:
     assert plot_collectives([mrc], plt) is None
     page = render_html([coll], [plot])
     assert "img-collectives" in page
+    # per-plane series over time, when the simulator records them
+    assert plot_plane_series([mrc], plt) is None
+    coll["plane_tx_gbps_series"] = {f"plane{p}": [90.0, 95.0, 0.0] for p in range(8)}
+    assert "plane-series" in [p[0] for p in render_plots([coll])]
 
 
 def test_interrupted_results_are_flagged_in_the_report(compared: Path) -> None:

@@ -229,6 +229,35 @@ def plot_planes(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     )
 
 
+def plot_plane_series(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
+    """NIC egress Gb/s per plane over time, when the results carry ``plane_tx_gbps_series``."""
+    have = [d for d in docs if any((d.get("plane_tx_gbps_series") or {}).values())]
+    if not have:
+        return None
+    faults = _faults(docs)
+    fig, axes = plt.subplots(
+        len(have), 1, figsize=(8, 0.6 + 2.2 * len(have)), sharex=True, squeeze=False
+    )
+    for ax, doc in zip((row[0] for row in axes), have, strict=True):
+        interval = doc.get("sample_interval_us", 0.0)
+        series = doc["plane_tx_gbps_series"]
+        for name in sorted(series, key=lambda n: (len(n), n)):
+            values = series[name]
+            xs = [(i + 1) * interval for i in range(len(values))]
+            ax.step(xs, values, where="post", label=name, linewidth=1)
+        _mark_faults(ax, faults)
+        ax.set_ylabel(f"{_label(doc)}: Gb/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=8, loc="lower center")
+    axes[-1][0].set_xlabel("simulated time (us)")
+    return (
+        "plane-series",
+        "Per-plane load over time: NIC egress Gb/s into each plane",
+        _png(fig, plt),
+    )
+
+
 def plot_queues(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     """Queue depth: the deepest queue over time when sampled, else each port's maximum."""
     sampled = [d for d in docs if d.get("fabric", {}).get("queue_samples")]
@@ -335,6 +364,7 @@ PLOTS: list[Callable[[list[dict[str, Any]], Any], Plot | None]] = [
     plot_fct,
     plot_ev_timeline,
     plot_planes,
+    plot_plane_series,
     plot_queues,
     plot_collectives,
 ]

@@ -221,11 +221,18 @@ def build(
     """The results document of one run (see the module docstring)."""
     doc = result.as_dict()
     for flow in doc["flows"]:
-        ideal = ideal_fct_ps(scenario, flow["src"], flow["dst"], flow["size"]) / 1e6
+        # the simulator's own ideal FCT and slowdown, when it reports them, win
+        given = flow.get("ideal_fct_ps")
+        ideal = (
+            given / 1e6
+            if isinstance(given, int | float) and given > 0
+            else ideal_fct_ps(scenario, flow["src"], flow["dst"], flow["size"]) / 1e6
+        )
         flow.setdefault("ideal_fct_us", round(ideal, 4))
         fct = flow.get("fct_us")
         flow.setdefault("slowdown", None if fct is None else round(fct / ideal, 4))
-    warnings = list(warnings)
+    # the simulator's warnings (e.g. faults that never fired), then the front end's
+    warnings = [str(w) for w in doc.get("warnings") or []] + list(warnings)
     if partial and doc.get("verified") is False:
         # unfinished transfers compare unequal; that is not a verification failure
         doc["verified"] = None

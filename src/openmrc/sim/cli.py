@@ -362,6 +362,23 @@ def _status_line(doc: dict[str, Any]) -> str:
     )
 
 
+def _collective_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per collective, when the results have any."""
+    out = []
+    for c in doc.get("collectives") or []:
+        t = c.get("time_us")
+        done = (
+            f"{t:.1f} us, algbw {c.get('algbw_gbps', 0):.1f} Gb/s, "
+            f"busbw {c.get('busbw_gbps', 0):.1f} Gb/s"
+            if t is not None
+            else "did not complete"
+        )
+        out.append(
+            f"  collective {c.get('kind')} x{c.get('ranks')} ranks, {c.get('size')} B: {done}"
+        )
+    return out
+
+
 def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list[str]:
     """results.json + CSVs per run (a subfolder per transport when comparing), the report."""
     from ..results import summary_rows, write
@@ -430,6 +447,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(header(outcome, args.scenario))
     print(_status_line(outcome.doc))
     print(format_table([outcome.scenario.transport.name], [outcome.doc]))
+    for line in _collective_lines(outcome.doc):
+        print(line)
     for warning in outcome.doc["provenance"]["warnings"]:
         print(f"  warning: {warning}")
     if args.pcap:
@@ -468,6 +487,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print()
     print(format_table([o.scenario.transport.name for o in outcomes], [o.doc for o in outcomes]))
     for o in outcomes:
+        for line in _collective_lines(o.doc):
+            print(f"{line} [{o.scenario.transport.name}]")
         for warning in o.doc["provenance"]["warnings"]:
             print(f"  warning [{o.scenario.transport.name}]: {warning}")
     if out is not None:
