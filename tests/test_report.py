@@ -90,7 +90,8 @@ def test_report_renders_in_headless_chromium(compared: Path, tmp_path: Path) -> 
     probe = json.loads(m.group(1).replace("&quot;", '"'))
     ids = [img[0] for img in probe["images"]]
     # goodput, CDFs, EV timeline (MRC blamed EVs after the link failure), planes, queues
-    assert ids == ["img-goodput", "img-fct", "img-ev", "img-planes", "img-queues"]
+    expected = ["img-goodput", "img-fct", "img-ev", "img-planes", "img-queues"]
+    assert [i for i in ids if i in expected] == expected  # (and any the data adds)
     for img_id, complete, width, height in probe["images"]:
         assert complete and width >= 400 and height >= 200, img_id
     assert probe["rows"] >= 15  # header + the summary measures
@@ -134,7 +135,9 @@ def test_plots_follow_the_data(compared: Path) -> None:
     page = render_html([coll], [plot])
     assert "img-collectives" in page
     # per-plane series over time, when the simulator records them
-    assert plot_plane_series([mrc], plt) is None
+    bare = copy.deepcopy(mrc)
+    bare.pop("plane_tx_gbps_series", None)
+    assert plot_plane_series([bare], plt) is None
     coll["plane_tx_gbps_series"] = {f"plane{p}": [90.0, 95.0, 0.0] for p in range(8)}
     assert "plane-series" in [p[0] for p in render_plots([coll])]
 

@@ -89,20 +89,35 @@ def _aggregate(doc: dict[str, Any]) -> tuple[list[float], list[float]]:
 
 
 def plot_goodput(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
-    """Aggregate goodput over time per transport, fault times marked."""
-    curves = [(d, *_aggregate(d)) for d in docs]
-    if not any(xs for _, xs, _ in curves):
+    """Aggregate goodput over time per transport, fault times marked.
+
+    Overlaid on one axis, or one axis per transport when their run lengths
+    differ by more than 3x (a slow baseline would squash a fast run to a spike).
+    """
+    curves = [(d, *_aggregate(d)) for d in docs if _aggregate(d)[0]]
+    if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(8, 3.4))
-    for doc, xs, ys in curves:
+    ends = [xs[-1] for _, xs, _ in curves]
+    separate = len(curves) > 1 and max(ends) > 3 * min(ends)
+    n = len(curves) if separate else 1
+    fig, axes = plt.subplots(n, 1, figsize=(8, 0.6 + (2.2 if separate else 2.8) * n), squeeze=False)
+    faults = _faults(docs)
+    for i, (doc, xs, ys) in enumerate(curves):
+        ax = axes[i if separate else 0][0]
         ax.step(xs, ys, where="post", label=_label(doc), color=_colour(doc))
-    _mark_faults(ax, _faults(docs))
-    ax.set_xlabel("simulated time (us)")
-    ax.set_ylabel("goodput, all flows (Gb/s)")
-    ax.set_ylim(bottom=0)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(alpha=0.3)
-    return "goodput", "Goodput over time (sum over flows); dashed lines: faults", _png(fig, plt)
+    for row in axes:
+        ax = row[0]
+        _mark_faults(ax, faults)
+        ax.set_ylabel("goodput (Gb/s)")
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="lower right", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1][0].set_xlabel("simulated time (us)")
+    return (
+        "goodput",
+        "Goodput over time (sum over flows); dashed lines: faults",
+        _png(fig, plt),
+    )
 
 
 def _cdf(ax: Any, values: list[float], doc: dict[str, Any]) -> None:
@@ -235,9 +250,7 @@ def plot_plane_series(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     if not have:
         return None
     faults = _faults(docs)
-    fig, axes = plt.subplots(
-        len(have), 1, figsize=(8, 0.6 + 2.2 * len(have)), sharex=True, squeeze=False
-    )
+    fig, axes = plt.subplots(len(have), 1, figsize=(8, 0.6 + 2.2 * len(have)), squeeze=False)
     for ax, doc in zip((row[0] for row in axes), have, strict=True):
         interval = doc.get("sample_interval_us", 0.0)
         series = doc["plane_tx_gbps_series"]
