@@ -13,7 +13,15 @@ from collections import deque
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ..wire.packets import DataPacket, NackPacket, Packet, ProbePacket, ProbeReplyPacket, SackPacket
+from ..wire.packets import (
+    DataPacket,
+    NackPacket,
+    NackReason,
+    Packet,
+    ProbePacket,
+    ProbeReplyPacket,
+    SackPacket,
+)
 from . import cc as cc_registry
 from .attrs import QPAttr
 from .errors import InvalidArgument, InvalidState, ResourceExhausted
@@ -59,6 +67,8 @@ class QPStats:
     rx_sacks: int = 0
     rx_nacks: int = 0
     fatal_nacks: int = 0
+    #: fatal NACKs dropped: not about an outstanding transmission (stale or forged).
+    ignored_fatal_nacks: int = 0
     stale_nacks: int = 0
     oow_nacks: int = 0
     trims: int = 0
@@ -76,6 +86,8 @@ class QPStats:
     tx_sacks: int = 0
     tx_nacks: int = 0
     dropped_not_ready: int = 0
+    #: NACKs (QP_NOT_READY) sent while in ERROR, answering the peer's data.
+    error_nacks: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict."""
@@ -303,7 +315,10 @@ class QueuePair:
         """Take one packet from the network.  Never raises on network input."""
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
-            self.stats.dropped_not_ready += 1
+            if state is QPState.ERROR and type(pkt) is DataPacket:
+                self._answer_in_error(pkt)  # type: ignore[arg-type]
+            else:
+                self.stats.dropped_not_ready += 1
             return
         kind = type(pkt)
         if kind is DataPacket:
@@ -321,6 +336,24 @@ class QueuePair:
                 self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]
         else:
             self.stats.rx_invalid += 1
+
+    def _answer_in_error(self, pkt: DataPacket) -> None:
+        """A QP in ERROR answers its peer's data with NACK QP_NOT_READY.
+
+        The peer's requester takes it as fatal (``REM_OP_ERR``) when the PSN is
+        outstanding, and so fails at once instead of retrying until its retry
+        count runs out.  One NACK per data packet received: never more packets
+        out than came in.
+        """
+        rsp = self.responder
+        if rsp is None:  # never reached RTR: nobody to answer
+            self.stats.dropped_not_ready += 1
+            return
+        self.stats.error_nacks += 1
+        self.stats.tx_nacks += 1
+        self._queue_control(
+            NackPacket(self.remote_qpn, pkt.ev, NackReason.QP_NOT_READY, pkt.psn, rsp.base, pkt.ts)
+        )
 
     def handle_timer(self, now: int) -> None:
         """Run whatever deadlines have passed (RTO, loss detection, probes)."""

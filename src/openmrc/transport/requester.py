@@ -420,9 +420,14 @@ class Requester:
         tx = self.unacked.get(nack.psn)
         fatal = FATAL_NACKS.get(reason)
         if fatal is not None:
+            # Only a NACK about a transmission still outstanding (sent, unacked,
+            # and echoing that transmission's timestamp) may end the QP: a stale
+            # or forged one with any PSN is counted and dropped.
+            if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
+                stats.ignored_fatal_nacks += 1
+                return
             stats.fatal_nacks += 1
-            op = tx.op if tx is not None else None
-            self.qp._fail(fatal, op, now, f"NACK {reason.name} for PSN {nack.psn}")
+            self.qp._fail(fatal, tx.op, now, f"NACK {reason.name} for PSN {nack.psn}")
             return
         if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
             stats.stale_nacks += 1  # already acked, or about an older transmission
