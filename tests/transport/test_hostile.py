@@ -86,7 +86,7 @@ def test_forged_fatal_nacks_with_any_psn_leave_a_live_qp_running() -> None:
 
 
 def test_fatal_nack_for_an_outstanding_transmission_still_fails_the_qp() -> None:
-    a, b, qa, qb = _pair()
+    a, _b, qa, qb = _pair()
     _post_write(qa, qb)
     sent = [p for p in _drain(a, 1000) if isinstance(p, DataPacket)]
     nack = NackPacket(qa.qpn, sent[3].ev, NackReason.REMOTE_ACCESS_ERROR, sent[3].psn, 0, 1000)

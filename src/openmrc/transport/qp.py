@@ -303,8 +303,7 @@ class QueuePair:
                 f"post_recv: QP {self.qpn} is in {self.state.value}, needs INIT, RTR or RTS"
             )
         queue = self.responder.recv_queue if self.responder is not None else self._early_recvs
-        reserved = len(self.responder.reserved) if self.responder is not None else 0
-        if len(queue) + reserved >= self.cap.max_recv_wr:
+        if len(queue) >= self.cap.max_recv_wr:
             raise ResourceExhausted(
                 f"post_recv: receive queue full ({self.cap.max_recv_wr} work requests)"
             )
@@ -404,6 +403,10 @@ class QueuePair:
             op = ops[0]
             if op.acked < op.npkts or op.segmented < op.npkts:
                 break
+            if op.is_imm and req.snd_una < op.first_psn + op.npkts:  # type: ignore[union-attr]
+                # A WRITE_IMM completes on the cumulative ACK only: the responder
+                # consumes its receive in message order and may still refuse it.
+                break
             ops.popleft()
             if op.is_imm:
                 req.wimm_outstanding -= 1  # type: ignore[union-attr]
@@ -432,14 +435,15 @@ class QueuePair:
             req.retx.clear()
             req.flight.clear()
             req.unacked.clear()
+            req.sacked_imm_last.clear()
             req.inflight = 0
             req.rack_deadline = None
             if self.paths is not None:
                 self.paths.next_probe_at = None
         recvs: list[RecvWR] = list(self._early_recvs)
         if self.responder is not None:
-            recvs += list(self.responder.reserved.values()) + list(self.responder.recv_queue)
-            self.responder.reserved.clear()
+            recvs += list(self.responder.recv_queue)
+            self.responder.wimm_pending.clear()
             self.responder.recv_queue.clear()
         for recv in recvs:
             self.recv_cq.push(

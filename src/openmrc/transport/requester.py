@@ -172,6 +172,10 @@ class Requester:
         self.unacked: dict[int, Tx] = {}
         self.flight: dict[int, Tx] = {}  # in send order (re-inserted on retransmission)
         self.retx: deque[Tx] = deque()
+        #: last packets of WRITE_IMM messages acknowledged selectively but not yet
+        #: cumulatively: the responder may still refuse such a message (no
+        #: receive, found when it completes in order) with a NACK naming one.
+        self.sacked_imm_last: dict[int, Tx] = {}
         self.inflight = 0
         self.wimm_outstanding = 0
         base_rtt = attr.cc_profile.base_rtt_ps
@@ -311,7 +315,10 @@ class Requester:
         spurious = 0
         unacked = self.unacked
         if cack > self.snd_una:
+            sacked = self.sacked_imm_last
             for psn in range(self.snd_una, cack):
+                if sacked:
+                    sacked.pop(psn, None)
                 tx = unacked.get(psn)
                 if tx is not None:
                     if tx.resent and ts < tx.sent:
@@ -331,6 +338,8 @@ class Requester:
                 if tx.resent and ts < tx.sent:
                     spurious += 1
                 newly += self._ack(tx)
+                if tx.op.is_imm and tx.opcode in LAST_OPCODES:
+                    self.sacked_imm_last[psn] = tx
         if spurious:
             # An ACK triggered by a packet sent before the retransmission already
             # covers the PSN: the original arrived, late.  Widen the reordering
@@ -423,7 +432,11 @@ class Requester:
             # Only a NACK about a transmission still outstanding (sent, unacked,
             # and echoing that transmission's timestamp) may end the QP: a stale
             # or forged one with any PSN is counted and dropped.
-            if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
+            if tx is None or not tx.in_flight:
+                tx = (
+                    self.sacked_imm_last.get(nack.psn) if reason is NackReason.NO_RESOURCE else None
+                )
+            if tx is None or tx.sent != nack.ts_echo:
                 stats.ignored_fatal_nacks += 1
                 return
             stats.fatal_nacks += 1
