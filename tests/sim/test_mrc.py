@@ -150,6 +150,29 @@ def test_incast_with_trimming_has_no_timeouts_and_without_it_is_slower() -> None
     assert d_fct > t_fct
 
 
+def test_incast_sends_stay_within_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every send, retransmissions after trim NACKs included, leaves at most one
+    # MTU beyond cwnd in flight (the window is checked before a packet goes).
+    from openmrc.transport.requester import Requester
+
+    checked = []
+    emit = Requester._emit
+
+    def watched(self: Requester, tx, ev, now, retransmit):  # type: ignore[no-untyped-def]
+        checked.append((self.inflight + tx.length - self.cc.cwnd, retransmit))
+        return emit(self, tx, ev, now, retransmit)
+
+    monkeypatch.setattr(Requester, "_emit", watched)
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4)
+    exp = Experiment(spec, seed=1)
+    exp.add_flows(incast(list(range(1, 8)), 0, 512 << 10))
+    r = exp.run()
+    assert r.all_ok
+    assert sum(f.trims for f in r.flows) > 0 and sum(f.timeouts for f in r.flows) == 0
+    assert any(retx for _, retx in checked)
+    assert max(excess for excess, _ in checked) <= MTU
+
+
 def test_same_seed_same_result_bit_for_bit() -> None:
     def once(seed: int) -> dict:
         spec = ClosSpec(planes=4, t0s=2, hosts_per_t0=4, t1s=4)

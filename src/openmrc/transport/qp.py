@@ -61,6 +61,8 @@ class QPStats:
     timeouts: int = 0
     losses_detected: int = 0
     tail_probes: int = 0
+    #: reliability probes sent because the window closed with no ACK requested.
+    window_probes: int = 0
     probes_sent: int = 0
     probe_replies: int = 0
     window_stalls: int = 0
@@ -375,7 +377,10 @@ class QueuePair:
         if self.control:
             return self.control.popleft()
         if self.state is QPState.RTS:
-            return self.requester.next_packet(now, busy)  # type: ignore[union-attr]
+            pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
+            if pkt is None and self.control:  # the window closed: a probe was queued
+                return self.control.popleft()
+            return pkt
         return None
 
     def port_blocked(self) -> bool:
@@ -437,6 +442,7 @@ class QueuePair:
             req.unacked.clear()
             req.sacked_imm_last.clear()
             req.inflight = 0
+            req.flight_ack_reqs = 0
             req.rack_deadline = None
             if self.paths is not None:
                 self.paths.next_probe_at = None

@@ -3,7 +3,8 @@
 It segments posted WRITEs into packets, sprays them over the EV set, keeps the
 window, and recovers losses:
 
-* a trim NACK retransmits the packet at once on another EV;
+* a trim NACK queues the packet for retransmission first in line, on another
+  EV, within the congestion window (as uet-htsim does);
 * SACK gaps are judged with a RACK-style rule that tolerates spraying's
   reordering: a packet is lost when a packet sent after it has been delivered
   *and* it is overdue by more than the reordering window;
@@ -118,6 +119,7 @@ class Tx:
     """The sender's record of one PSN until it is acknowledged."""
 
     __slots__ = (
+        "ack_req",
         "acked",
         "ev",
         "in_flight",
@@ -129,7 +131,6 @@ class Tx:
         "resent",
         "retries",
         "sent",
-        "urgent",
     )
 
     def __init__(self, psn: int, op: SendOp, offset: int, length: int, opcode: Opcode) -> None:
@@ -143,10 +144,10 @@ class Tx:
         self.retries = 0
         self.in_flight = False
         self.acked = False
+        #: this transmission asked for an immediate ACK.
+        self.ack_req = False
         #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
         self.resent = False
-        #: NACKed for a trim: its bytes already left the window, resend at once.
-        self.urgent = False
 
 
 class Requester:
@@ -177,6 +178,11 @@ class Requester:
         #: receive, found when it completes in order) with a NACK naming one.
         self.sacked_imm_last: dict[int, Tx] = {}
         self.inflight = 0
+        #: packets in flight that asked for an immediate ACK.
+        self.flight_ack_reqs = 0
+        #: a reliability probe went out because the window closed with no ACK
+        #: requested in flight; cleared by the next SACK or NACK.
+        self.window_probe_out = False
         self.wimm_outstanding = 0
         base_rtt = attr.cc_profile.base_rtt_ps
         self.srtt = base_rtt
@@ -213,13 +219,13 @@ class Requester:
             if tx.acked:
                 retx.popleft()
                 continue
-            if not tx.urgent and self.inflight and self.inflight + tx.length > self.cc.cwnd:
+            if self.inflight and self.inflight + tx.length > self.cc.cwnd:
+                self._window_blocked(now)
                 return None
             ev = self.paths.other_ev(tx.ev, busy)
             if ev < 0:
                 self.port_blocked = True
                 return None
-            tx.urgent = False
             retx.popleft()
             return self._emit(tx, ev, now, retransmit=True)
         if not self.to_segment:
@@ -232,6 +238,7 @@ class Requester:
         offset = op.segmented * self.mtu
         length = min(self.mtu, op.total - offset)
         if self.inflight and self.inflight + length > self.cc.cwnd:
+            self._window_blocked(now)
             return None
         ev = self.paths.next_ev(busy)
         if ev < 0:
@@ -257,6 +264,21 @@ class Requester:
         self.next_psn = psn + 1
         return self._emit(tx, ev, now, retransmit=False)
 
+    def _window_blocked(self, now: int) -> None:
+        """The window is full: make sure an ACK is coming to open it.
+
+        Packets sent while the window was wide did not ask for an ACK, and the
+        receiver coalesces ACKs (16 KiB): when trims then shrink the window to
+        a few packets, what is in flight may never trigger an ACK and nothing
+        else would move until the retransmission timeout.  So when no packet in
+        flight asked for an ACK, one reliability probe (no PSN) asks for a SACK.
+        """
+        if self.flight_ack_reqs or self.window_probe_out or not self.flight:
+            return
+        self.window_probe_out = True
+        self.stats.window_probes += 1
+        self.qp._queue_control(self.probe(now, reliability=True))
+
     def _emit(self, tx: Tx, ev: int, now: int, retransmit: bool) -> DataPacket:
         op = tx.op
         tx.ev = ev
@@ -267,6 +289,19 @@ class Requester:
         self.flight[tx.psn] = tx
         self.inflight += tx.length
         last = tx.opcode in LAST_OPCODES
+        # Ask for an ACK at once when this packet fills the window (or is the
+        # last thing to send): coalescing at the receiver would otherwise hold
+        # the only ACK that can open the window, and the sender would stall
+        # until its timeout.
+        ack_req = (
+            retransmit
+            or last
+            or not (self.retx or self.to_segment)
+            or self.inflight + self.mtu > self.cc.cwnd
+        )
+        tx.ack_req = ack_req
+        if ack_req:
+            self.flight_ack_reqs += 1
         pkt = DataPacket(
             self.qp.remote_qpn,
             ev,
@@ -280,7 +315,7 @@ class Requester:
             op.imm if last else None,
             now,
             retransmit,
-            retransmit or last or not (self.retx or self.to_segment),
+            ack_req,
             op.is_imm,
         )
         stats = self.stats
@@ -310,6 +345,7 @@ class Requester:
             stats.rx_invalid += 1
             return
         stats.rx_sacks += 1
+        self.window_probe_out = False
         newly = 0
         ts = sack.ts_echo
         spurious = 0
@@ -377,6 +413,8 @@ class Requester:
             del self.flight[tx.psn]
             self.inflight -= tx.length
             tx.in_flight = False
+            if tx.ack_req:
+                self.flight_ack_reqs -= 1
         tx.op.acked += 1
         return tx.length
 
@@ -412,6 +450,8 @@ class Requester:
             del self.flight[tx.psn]
             self.inflight -= tx.length
             tx.in_flight = False
+            if tx.ack_req:
+                self.flight_ack_reqs -= 1
         if front:
             self.retx.appendleft(tx)
         else:
@@ -425,6 +465,7 @@ class Requester:
         """Process a NACK: trims retransmit at once; access errors end the QP."""
         stats = self.stats
         stats.rx_nacks += 1
+        self.window_probe_out = False
         reason = nack.reason
         tx = self.unacked.get(nack.psn)
         fatal = FATAL_NACKS.get(reason)
@@ -456,7 +497,6 @@ class Requester:
         else:  # PSN_OUT_OF_WINDOW: resend later, blame nobody
             stats.oow_nacks += 1
         self.last_activity = now
-        tx.urgent = True
         self._mark_lost(tx, now, None, front=True)
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
