@@ -73,6 +73,8 @@ class QPStats:
     ignored_fatal_nacks: int = 0
     stale_nacks: int = 0
     oow_nacks: int = 0
+    #: times a PSN_OUT_OF_WINDOW NACK showed the receiver's window smaller than ours.
+    peer_window_shrinks: int = 0
     trims: int = 0
     trims_lasthop: int = 0
     ecn_echoes: int = 0
@@ -443,6 +445,7 @@ class QueuePair:
             req.sacked_imm_last.clear()
             req.inflight = 0
             req.flight_ack_reqs = 0
+            req.held.clear()
             req.rack_deadline = None
             if self.paths is not None:
                 self.paths.next_probe_at = None

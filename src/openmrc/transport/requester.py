@@ -125,6 +125,7 @@ class Tx:
         "in_flight",
         "length",
         "offset",
+        "oow",
         "op",
         "opcode",
         "psn",
@@ -146,6 +147,9 @@ class Tx:
         self.acked = False
         #: this transmission asked for an immediate ACK.
         self.ack_req = False
+        #: refused as beyond the receiver's PSN window: held (out of flight,
+        #: in Requester.held) until the cumulative ACK moves far enough.
+        self.oow = False
         #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
         self.resent = False
 
@@ -183,6 +187,8 @@ class Requester:
         #: a reliability probe went out because the window closed with no ACK
         #: requested in flight; cleared by the next SACK or NACK.
         self.window_probe_out = False
+        #: transmissions held after a PSN_OUT_OF_WINDOW NACK, by PSN (see Tx.oow).
+        self.held: dict[int, Tx] = {}
         self.wimm_outstanding = 0
         base_rtt = attr.cc_profile.base_rtt_ps
         self.srtt = base_rtt
@@ -361,6 +367,8 @@ class Requester:
                         spurious += 1
                     newly += self._ack(tx)
             self.snd_una = cack
+            if self.held:
+                self._release_oow(now)
         bitmap = sack.bitmap & _MASK64
         base = sack.sack_base
         while bitmap:
@@ -407,6 +415,9 @@ class Requester:
             self.qp._wake()  # the window may have opened
 
     def _ack(self, tx: Tx) -> int:
+        if tx.oow:
+            tx.oow = False
+            del self.held[tx.psn]
         tx.acked = True
         del self.unacked[tx.psn]
         if tx.in_flight:
@@ -494,10 +505,48 @@ class Requester:
             stats.trims += 1
             stats.trims_lasthop += 1
             self.cc.on_nack(tx.length, now)
-        else:  # PSN_OUT_OF_WINDOW: resend later, blame nobody
+        else:  # PSN_OUT_OF_WINDOW: not receivable yet; hold it, blame nobody
             stats.oow_nacks += 1
+            self.last_activity = now
+            self._learn_peer_window(nack)
+            # Out of flight (it is not in the network) and held: the window
+            # moving releases it; until then the packets below it, in flight,
+            # carry the timers.  Never resent at once only to be refused again.
+            del self.flight[tx.psn]
+            self.inflight -= tx.length
+            tx.in_flight = False
+            if tx.ack_req:
+                self.flight_ack_reqs -= 1
+            tx.oow = True
+            self.held[tx.psn] = tx
+            return
         self.last_activity = now
         self._mark_lost(tx, now, None, front=True)
+
+    def _learn_peer_window(self, nack: NackPacket) -> None:
+        """Shrink the send PSN window to what a PSN_OUT_OF_WINDOW NACK proves.
+
+        The receiver refused ``nack.psn`` with its cumulative point at
+        ``nack.cack``, so its window (a multiple of 128 PSNs) is at most
+        ``psn - cack``: new data then stays within it, and no further packet
+        is sent only to be refused.
+        """
+        span = nack.psn - nack.cack
+        if nack.cack < self.snd_una or span < 128:
+            return
+        learned = span // 128 * 128
+        if learned < self.window_psns:
+            self.window_psns = learned
+            self.stats.peer_window_shrinks += 1
+
+    def _release_oow(self, now: int) -> None:
+        """Queue for retransmission the held PSNs the window now covers."""
+        limit = self.snd_una + self.window_psns
+        for psn in sorted(p for p in self.held if p < limit):
+            tx = self.held.pop(psn)
+            tx.oow = False
+            self.retx.append(tx)
+        self.qp._wake()
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
         """An EV probe came back."""
@@ -512,6 +561,11 @@ class Requester:
             return self.timeout_ps
         return self.timeout_ps << min(extra + 1, 30)
 
+    def _tail_probe(self, now: int) -> None:
+        self.stats.tail_probes += 1
+        self.qp._queue_control(self.probe(now, reliability=True))
+        self.last_activity = now
+
     def get_timer(self) -> int | None:
         """The earliest deadline among RTO, RACK, tail probe and EV probes."""
         best = self.paths.next_probe_at
@@ -520,10 +574,10 @@ class Requester:
             rto = tx.sent + self.rto_for(tx)
             if best is None or rto < best:
                 best = rto
-            if not self.retx:
-                tlp = self.last_activity + 2 * self.srtt + self.reo_floor
-                if tlp < best:
-                    best = tlp
+        if (self.flight or self.held) and not self.retx:
+            tlp = self.last_activity + 2 * self.srtt + self.reo_floor
+            if best is None or tlp < best:
+                best = tlp
         rack = self.rack_deadline
         if rack is not None and (best is None or rack < best):
             best = rack
@@ -546,9 +600,13 @@ class Requester:
                 self.stats.timeouts += 1
                 self._mark_lost(tx, now, "timeout", front=True)
             elif not self.retx and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
-                self.stats.tail_probes += 1
-                qp._queue_control(self.probe(now, reliability=True))
-                self.last_activity = now
+                self._tail_probe(now)
+        elif (
+            self.held
+            and not self.retx
+            and self.last_activity + 2 * self.srtt + self.reo_floor <= now
+        ):
+            self._tail_probe(now)  # only held PSNs left: ask where the window is
         paths = self.paths
         if paths.next_probe_at is not None and paths.next_probe_at <= now:
             for ev, _seq in paths.due_probes(now, self.probe_seq):
