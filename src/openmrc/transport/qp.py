@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, fields
+from dataclasses import replace as dc_replace
 from typing import TYPE_CHECKING, Any
 
 from ..wire.packets import (
@@ -23,7 +24,7 @@ from ..wire.packets import (
     SackPacket,
 )
 from . import cc as cc_registry
-from .attrs import QPAttr
+from .attrs import STAGES, QPAttr
 from .errors import InvalidArgument, InvalidState, ResourceExhausted
 from .paths import PathSet
 from .requester import Requester, SendOp
@@ -151,28 +152,54 @@ class QueuePair:
         remote_qpn: int | None = None,
         peer: object = None,
         now: int = 0,
+        **fields: Any,
     ) -> None:
-        """Move the QP to ``state`` (the verbs ``modify_qp``).
+        """Move the QP to ``state`` (the verbs ``modify_qp``), setting attributes.
 
-        INIT takes the attributes (``attr``); RTR needs ``remote_qpn`` (and the
-        driver's ``peer``); RTS starts the requester.  RESET forgets everything.
+        Attributes are staged as in the OCP MRC API, each given by name as a
+        keyword in the state that sets it (:data:`~openmrc.transport.attrs.STAGES`):
+        INIT the profiles (``ev_profile``, ``cc_profile``); RTR the receive side
+        (``mpr_recv``, ``max_wimm_recv``, ``mtu``, ``ack_coalesce_bytes``, or
+        ``mpr`` for both windows) with ``remote_qpn`` and the driver's ``peer``;
+        RTS (and RTS -> RTS) the send side (``mpr_send``, ``max_wimm_send``,
+        ``timeout``, ``retry_linear``, ``retry_exp``, ``reorder_window_ps``).
+        A whole :class:`QPAttr` may be given at INIT (``attr``): it holds the
+        values the later stages start from.  RESET forgets everything.
         """
         if not isinstance(state, QPState):
             raise InvalidArgument(f"state: must be a QPState, got {state!r}")
         check_transition(self.state, state)
-        if state is QPState.INIT:
-            if attr is not None:
-                if not isinstance(attr, QPAttr):
-                    raise InvalidArgument(f"attr: must be a QPAttr, got {type(attr).__name__}")
-                attr.validate()
-                self.attr = attr
-        elif state is QPState.RTR:
-            if attr is not None:
-                raise InvalidArgument("attr: set attributes in INIT, not RTR")
-            if not isinstance(remote_qpn, int) or not 0 <= remote_qpn < 1 << 24:
+        base = self.attr
+        if attr is not None:
+            if state is not QPState.INIT:
                 raise InvalidArgument(
-                    f"remote_qpn: must be an int in 0..2^24-1, got {remote_qpn!r}"
+                    f"attr: a whole QPAttr is given at INIT; at {state.value} "
+                    "pass the fields this state sets by name"
                 )
+            if not isinstance(attr, QPAttr):
+                raise InvalidArgument(f"attr: must be a QPAttr, got {type(attr).__name__}")
+            base = attr
+        if fields:
+            for name in fields:
+                stage = STAGES.get(name)
+                if stage is None:
+                    raise InvalidArgument(f"QPAttr.{name}: no such attribute")
+                if stage != state.value:
+                    raise InvalidState(
+                        f"QPAttr.{name}: set when moving to {stage}, not {state.value}"
+                    )
+            base = dc_replace(base, **fields)
+        if base is not self.attr:
+            base.validate()
+        if state is QPState.RTR and (
+            not isinstance(remote_qpn, int) or not 0 <= remote_qpn < 1 << 24
+        ):
+            raise InvalidArgument(f"remote_qpn: must be an int in 0..2^24-1, got {remote_qpn!r}")
+        self.attr = base
+        if state is QPState.INIT:
+            pass
+        elif state is QPState.RTR:
+            assert remote_qpn is not None
             self.remote_qpn = remote_qpn
             self.peer = peer
             self.paths = PathSet(
@@ -183,7 +210,10 @@ class QueuePair:
             self.responder.recv_queue.extend(self._early_recvs)
             self._early_recvs.clear()
         elif state is QPState.RTS:
-            self.requester = Requester(self)
+            if self.requester is None:
+                self.requester = Requester(self)
+            else:  # RTS -> RTS: new send-side attributes
+                self.requester.apply_attr(self.attr)
         elif state is QPState.ERROR:
             self._fail(WCStatus.WR_FLUSH_ERR, None, now, "moved to ERROR by the user")
             return

@@ -36,6 +36,7 @@ from ..wire.packets import (
 from .verbs import MemoryRegion, WCStatus
 
 if TYPE_CHECKING:
+    from .attrs import QPAttr
     from .qp import QueuePair
 
 _MASK64 = (1 << 64) - 1
@@ -161,11 +162,7 @@ class Requester:
         self.qp = qp
         attr = qp.attr
         self.mtu = attr.mtu
-        self.window_psns = attr.window_psns
-        self.timeout_ps = attr.timeout_ps
-        self.retry_linear = attr.retry_linear
-        self.max_retries = None if attr.retries_infinite else attr.retry_linear + attr.retry_exp
-        self.reo_floor = attr.reorder_window_ps
+        self.apply_attr(attr)
         self.paths = qp.paths
         self.cc = qp.cc
         self.stats = qp.stats
@@ -205,6 +202,14 @@ class Requester:
         self.probe_seq = 0
         #: set when the last next_packet() found only busy planes' EVs usable.
         self.port_blocked = False
+
+    def apply_attr(self, attr: QPAttr) -> None:
+        """Take the send-side attributes (at RTS, and again on RTS -> RTS)."""
+        self.window_psns = attr.send_window_psns
+        self.timeout_ps = attr.timeout_ps
+        self.retry_linear = attr.retry_linear
+        self.max_retries = None if attr.retries_infinite else attr.retry_linear + attr.retry_exp
+        self.reo_floor = attr.reorder_window_ps
 
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:

@@ -39,7 +39,7 @@ class Responder:
     def __init__(self, qp: QueuePair) -> None:
         self.qp = qp
         attr = qp.attr
-        self.window = attr.window_psns
+        self.window = attr.recv_window_psns
         self.coalesce = attr.ack_coalesce_bytes
         self.max_wimm = attr.max_wimm_recv
         self.stats = qp.stats
