@@ -115,16 +115,18 @@ def test_full_socket_buffer_waits_for_writability(monkeypatch: pytest.MonkeyPatc
     import openmrc.net.driver as drv
 
     class FullEveryFifth:
-        """A send socket whose buffer is 'full' on every 5th sendto."""
+        """A send socket whose buffer is 'full' on every 5th sendto (counted over
+        all sockets: each EV's source port has its own, most send only a few)."""
+
+        calls = 0
 
         def __init__(self, sock: socket.socket) -> None:
             self.sock = sock
-            self.calls = 0
             self.refused = 0
 
         def sendto(self, data: bytes, addr: Any) -> int:
-            self.calls += 1
-            if self.calls % 5 == 0:
+            FullEveryFifth.calls += 1
+            if FullEveryFifth.calls % 5 == 0:
                 self.refused += 1
                 raise BlockingIOError
             return self.sock.sendto(data, addr)
