@@ -148,7 +148,9 @@ def test_round_trip_property(p: AnyPacket) -> None:
     assert q == expected_after_wire(p)
     assert q.size == p.size
     f, info = decode_frame(encode_frame(p, 1, 2, 3))
-    assert f == q and info.flow_label == p.ev & 0xFFFFF and (info.outer_dst, info.inner_dst) == (3, 2)
+    assert (
+        f == q and info.flow_label == p.ev & 0xFFFFF and (info.outer_dst, info.inner_dst) == (3, 2)
+    )
 
 
 @SETTINGS

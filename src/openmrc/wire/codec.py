@@ -623,7 +623,6 @@ class FrameInfo:
     ecn: bool
 
 
-
 def udp_sport(ev: int) -> int:
     """UDP source port for ``ev``: 0xC000 | a 14-bit hash of the whole 32-bit EV.
 
