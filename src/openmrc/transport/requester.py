@@ -192,6 +192,8 @@ class Requester:
         self.min_rtt = base_rtt
         self.rack_rtt = base_rtt
         self.rack_xmit = -1
+        #: the timestamp echo of the last RTT sample taken (one per ACK event)
+        self.last_sample_ts = -1
         self.rack_deadline: int | None = None
         #: RACK reordering window multiplier: grows on each spurious
         #: retransmission (the network reorders more than assumed).
@@ -397,22 +399,24 @@ class Requester:
             if now - self.spurious_at >= self.srtt and self.reo_steps < 16:
                 self.reo_steps += 1
                 self.spurious_at = now
-        if 0 < ts <= now:
-            rtt = now - ts
+        sample: int | None = None
+        if 0 < ts <= now and ts != self.last_sample_ts:
+            # One RTT sample per ACK event: the other SACKs of a multi-SACK group
+            # echo the same timestamp and carry no new sample.
+            self.last_sample_ts = ts
+            rtt = sample = now - ts
             self.srtt += (rtt - self.srtt) >> 3
             if rtt < self.min_rtt:
                 self.min_rtt = rtt
             if ts > self.rack_xmit:
                 self.rack_xmit = ts
                 self.rack_rtt = rtt
-        else:
-            rtt = self.srtt
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev)
             stats.ecn_echoes += 1
-        self.cc.on_ack(newly, rtt, sack.ecn_seen, self.inflight, now)
+        self.cc.on_ack(newly, sample, sack.ecn_seen, self.inflight, now)
         if sack.penalty:
-            self.cc.on_penalty(sack.penalty, now)
+            self.cc.on_penalty(sack.penalty, newly, now)
         self.last_activity = now
         self._detect_losses(now)
         self.qp._complete_sends()
@@ -474,7 +478,10 @@ class Requester:
             self.retx.append(tx)
         if reason is not None:
             self.paths.on_loss(tx.ev, now, reason)
-            self.cc.on_loss(tx.length, now)
+            if reason == "timeout":
+                self.cc.on_timeout(tx.length, now)
+            else:
+                self.cc.on_loss(tx.length, now)
         self.qp._wake()
 
     def on_nack(self, nack: NackPacket, now: int) -> None:
@@ -505,11 +512,11 @@ class Requester:
         if reason is NackReason.TRIMMED:
             stats.trims += 1
             self.paths.on_trim(tx.ev)
-            self.cc.on_nack(tx.length, now)
+            self.cc.on_nack(tx.length, now, now - tx.sent, self.inflight - tx.length)
         elif reason is NackReason.TRIMMED_LASTHOP:
             stats.trims += 1
             stats.trims_lasthop += 1
-            self.cc.on_nack(tx.length, now)
+            self.cc.on_nack(tx.length, now, now - tx.sent, self.inflight - tx.length)
         else:  # PSN_OUT_OF_WINDOW: not receivable yet; hold it, blame nobody
             stats.oow_nacks += 1
             self.last_activity = now
@@ -597,8 +604,9 @@ class Requester:
             tx = next(iter(self.flight.values()))
             if tx.sent + self.rto_for(tx) <= now:
                 if self.max_retries is not None and tx.retries >= self.max_retries:
+                    # the oldest outstanding WR takes the error (verbs order)
                     qp._fail(
-                        WCStatus.RETRY_EXC_ERR, tx.op, now, f"retries exhausted for PSN {tx.psn}"
+                        WCStatus.RETRY_EXC_ERR, None, now, f"retries exhausted for PSN {tx.psn}"
                     )
                     return
                 tx.retries += 1

@@ -32,6 +32,25 @@ if TYPE_CHECKING:
 
 _MASK64 = (1 << 64) - 1
 
+#: Receiver window penalty (the SACK's 7-bit field): none while the PSNs held
+#: out of order above the cumulative point fill at most this share of the
+#: receive window, then rising linearly to 127 when it is full.
+PENALTY_START = 0.5
+
+
+def window_penalty(held: int, window: int) -> int:
+    """The 7-bit penalty for ``held`` out-of-order PSNs in a ``window``-PSN window.
+
+    The backlog a receiver can measure is what it holds above its cumulative
+    point (placed but not yet in order): when that nears the PSN window, more
+    packets will soon be refused as out of window, so the sender is asked to
+    slow down (it takes ``penalty / 127`` of each ACK's bytes off its window).
+    """
+    share = held / window
+    if share <= PENALTY_START:
+        return 0
+    return min(127, int(127 * (share - PENALTY_START) / (1 - PENALTY_START) + 0.5))
+
 
 class Responder:
     """Receive-side state of one QP."""
@@ -230,6 +249,7 @@ class Responder:
         if sack_base < base:
             sack_base = base
         bits = self.bits
+        held = bits.bit_count()
         return SackPacket(
             self.qp.remote_qpn,
             ev,
@@ -238,9 +258,9 @@ class Responder:
             (bits >> (sack_base - base)) & _MASK64,
             ecn,
             self.rcvd_bytes,
-            bits.bit_count(),
+            held,
             ts_echo,
-            0,
+            window_penalty(held, self.window) if held else 0,
         )
 
     def _ack(self, pkt: DataPacket | ProbePacket, now: int) -> None:
