@@ -264,13 +264,13 @@ class Context:
         """Everything sendable now, encoded (real-network path)."""
         from ..wire.codec import encode
 
-        out = []
+        out: list[Datagram] = []
         while True:
             item = self.poll_packet(now)
             if item is None:
                 return out
             qp, pkt = item
-            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))
+            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))  # type: ignore[arg-type]
 
     def get_timer(self) -> int | None:
         """The earliest deadline over all QPs, or None."""

@@ -37,6 +37,8 @@ from .verbs import MemoryRegion, WCStatus
 
 if TYPE_CHECKING:
     from .attrs import QPAttr
+    from .cc import CongestionControl
+    from .paths import PathSet
     from .qp import QueuePair
 
 _MASK64 = (1 << 64) - 1
@@ -163,8 +165,9 @@ class Requester:
         attr = qp.attr
         self.mtu = attr.mtu
         self.apply_attr(attr)
-        self.paths = qp.paths
-        self.cc = qp.cc
+        assert qp.paths is not None and qp.cc is not None, "the requester starts after RTR"
+        self.paths: PathSet = qp.paths
+        self.cc: CongestionControl = qp.cc
         self.stats = qp.stats
         self.next_psn = 0
         self.next_msn = 0
