@@ -82,7 +82,7 @@ async def _transfer(a: NetEndpoint, b: NetEndpoint, size: int, chunk: int = 256 
 def test_transfer_byte_exact(uv: bool) -> None:
     async def main() -> None:
         async with NetEndpoint("::1", 0) as a, NetEndpoint("::1", 0) as b:
-            ca = await _transfer(a, b, 3 << 20)
+            await _transfer(a, b, 3 << 20)
             st = a.stats()
             # Every plane of the EV set carried data, and every datagram was counted.
             # Loopback may still drop datagrams (a full receive buffer while the CPU is
@@ -115,16 +115,18 @@ def test_full_socket_buffer_waits_for_writability(monkeypatch: pytest.MonkeyPatc
     import openmrc.net.driver as drv
 
     class FullEveryFifth:
-        """A send socket whose buffer is 'full' on every 5th sendto."""
+        """A send socket whose buffer is 'full' on every 5th sendto (counted over
+        all sockets: each EV's source port has its own, most send only a few)."""
+
+        calls = 0
 
         def __init__(self, sock: socket.socket) -> None:
             self.sock = sock
-            self.calls = 0
             self.refused = 0
 
         def sendto(self, data: bytes, addr: Any) -> int:
-            self.calls += 1
-            if self.calls % 5 == 0:
+            FullEveryFifth.calls += 1
+            if FullEveryFifth.calls % 5 == 0:
                 self.refused += 1
                 raise BlockingIOError
             return self.sock.sendto(data, addr)

@@ -268,3 +268,46 @@ def test_memory_region_arguments() -> None:
 def test_faults_validation() -> None:
     with pytest.raises(InvalidArgument, match="Faults.loss"):
         Loopback(Faults(loss=1.5))
+
+
+def test_attributes_are_staged_over_init_rtr_rts() -> None:
+    lb = Loopback()
+    qp = lb.a.alloc_pd().create_qp(lb.a.create_cq())
+    with pytest.raises(InvalidState, match="QPAttr.mpr_send: set when moving to RTS, not INIT"):
+        qp.modify(QPState.INIT, mpr_send=4)
+    with pytest.raises(InvalidArgument, match="QPAttr.bogus: no such attribute"):
+        qp.modify(QPState.INIT, bogus=1)
+    assert qp.state is QPState.RESET  # a refused modify changes nothing
+    qp.modify(QPState.INIT, cc_profile=CCProfile(name="fixed"))
+    with pytest.raises(InvalidState, match="QPAttr.cc_profile: set when moving to INIT, not RTR"):
+        qp.modify(QPState.RTR, remote_qpn=1, cc_profile=CCProfile())
+    with pytest.raises(InvalidState, match="QPAttr.timeout: set when moving to RTS, not RTR"):
+        qp.modify(QPState.RTR, remote_qpn=1, timeout=3)
+    with pytest.raises(InvalidArgument, match="QPAttr.mpr_recv"):
+        qp.modify(QPState.RTR, remote_qpn=1, mpr_recv=0)
+    with pytest.raises(InvalidArgument, match="attr: a whole QPAttr is given at INIT"):
+        qp.modify(QPState.RTR, attr=QPAttr(), remote_qpn=1)
+    assert qp.state is QPState.INIT
+    qp.modify(QPState.RTR, remote_qpn=1, mpr_recv=2, max_wimm_recv=3)
+    with pytest.raises(InvalidState, match="QPAttr.max_wimm_recv: set when moving to RTR, not RTS"):
+        qp.modify(QPState.RTS, max_wimm_recv=4)
+    qp.modify(QPState.RTS, mpr_send=8, max_wimm_send=2, timeout=5, retry_exp=0)
+    assert qp.cc.name == "fixed"
+    assert qp.responder.window == 256 and qp.responder.max_wimm == 3
+    assert qp.requester.window_psns == 1024 and qp.requester.timeout_ps == 1_024_000 << 5
+    assert qp.requester.max_retries == 7
+    qp.modify(QPState.RTS, timeout=9, retry_exp=25)  # RTS -> RTS: the send side again
+    assert qp.requester.timeout_ps == 1_024_000 << 9 and qp.requester.max_retries is None
+    for i in range(2):
+        qp.post_send(SendWR(i, WROpcode.RDMA_WRITE_WITH_IMM, [], 0, 1, imm_data=i))
+    with pytest.raises(ResourceExhausted, match="max_wimm_send"):
+        qp.post_send(SendWR(3, WROpcode.RDMA_WRITE_WITH_IMM, [], 0, 1, imm_data=3))
+
+
+def test_send_and_receive_windows_are_separate() -> None:
+    lb = Loopback()
+    qa, _qb = lb.connect(QPAttr(mpr_send=4, mpr_recv=1, max_wimm_send=5, max_wimm_recv=7))
+    assert qa.requester.window_psns == 512 and qa.responder.window == 128
+    assert qa.responder.max_wimm == 7
+    with pytest.raises(InvalidArgument, match="QPAttr.mpr_send"):
+        QPAttr(mpr_send=513).validate()

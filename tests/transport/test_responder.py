@@ -54,3 +54,70 @@ def test_one_window_when_everything_fits() -> None:
     assert len(sacks) == 2
     assert sacks[0].sack_base == 0 and sacks[0].bitmap == 0x1FFFE
     assert all(s.cack == 0 for s in sacks)
+
+
+# -- receives are consumed in WRITE_IMM message order ----------------------------------
+
+
+def _imm_pair(receives: int, sizes: list[int]) -> tuple[object, object, object, object, list]:
+    """Two connected contexts; b has ``receives`` posted; a's WRITE_IMMs sent, held."""
+    import random
+
+    from openmrc.transport import SGE, Context, QPAttr, RecvWR, SendWR, WROpcode
+
+    a, b = Context(random.Random(1)), Context(random.Random(2))
+    qa = a.alloc_pd().create_qp(a.create_cq())
+    qb = b.alloc_pd().create_qp(b.create_cq())
+    qa.connect(qb.qpn, QPAttr(), peer="b")
+    qb.connect(qa.qpn, QPAttr(), peer="a")
+    src = qa.pd.reg_mr(1 << 20, buffer=bytearray(1 << 20))
+    dst = qb.pd.reg_mr(1 << 20, buffer=bytearray(1 << 20))
+    for i in range(receives):
+        qb.post_recv(RecvWR(wr_id=10 + i))
+    off = 0
+    for i, size in enumerate(sizes):
+        qa.post_send(SendWR(i, WROpcode.RDMA_WRITE_WITH_IMM, [SGE(src.addr + off, size, src.lkey)],
+                            dst.addr + off, dst.rkey, imm_data=100 + i))  # fmt: skip
+        off += size
+    held = []
+    while (item := a.poll_packet(1000)) is not None:
+        held.append(item[1])
+    return a, b, qa, qb, held
+
+
+def _exchange(a, b, first: list, now: int = 2000) -> None:  # type: ignore[no-untyped-def]
+    """Deliver ``first`` to b in that order, then let the pair run to quiet."""
+    for p in first:
+        b.receive_packet(p, now)
+    for _ in range(20):
+        now += 1_000_000
+        while (item := b.poll_packet(now)) is not None:
+            a.receive_packet(item[1], now)
+        while (item := a.poll_packet(now)) is not None:
+            b.receive_packet(item[1], now)
+
+
+def test_second_message_arriving_first_does_not_take_the_first_receive() -> None:
+    a, b, qa, qb, held = _imm_pair(2, [100, 100])
+    _exchange(a, b, [held[1], held[0]])  # message 1 first
+    got = [(wc.wr_id, wc.imm_data) for wc in qb.recv_cq.poll(10)]
+    assert got == [(10, 100), (11, 101)]  # first receive <-> first message
+    assert [wc.status.name for wc in qa.send_cq.poll(10)] == ["SUCCESS", "SUCCESS"]
+
+
+def test_one_receive_blames_the_later_message_even_when_it_arrives_first() -> None:
+    a, b, qa, qb, held = _imm_pair(1, [100, 100])
+    _exchange(a, b, [held[1], held[0]])
+    # Message 0 has the receive; message 1 is the one without: it is refused.
+    assert [(wc.wr_id, wc.imm_data) for wc in qb.recv_cq.poll(10)] == [(10, 100)]
+    wcs = {wc.wr_id: wc.status.name for wc in qa.send_cq.poll(10)}
+    assert wcs == {0: "SUCCESS", 1: "RNR_RETRY_EXC_ERR"}
+
+
+def test_one_receive_multi_packet_later_message_refused_on_arrival() -> None:
+    a, b, qa, qb, held = _imm_pair(1, [4096, 8192])  # message 1: PSNs 1 and 2
+    _exchange(a, b, [held[1], held[0], held[2]])
+    assert [(wc.wr_id, wc.imm_data) for wc in qb.recv_cq.poll(10)] == [(10, 100)]
+    wcs = {wc.wr_id: wc.status.name for wc in qa.send_cq.poll(10)}
+    assert wcs == {0: "SUCCESS", 1: "RNR_RETRY_EXC_ERR"}
+    assert qb.state.name == "RTS"  # refused on arrival: the responder stays up

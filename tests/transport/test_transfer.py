@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from openmrc.loopback import Faults
+from openmrc.loopback import Faults, Loopback
+from openmrc.transport import SGE, SendWR, WCStatus, WROpcode
 
 from .helpers import assert_exact, run_transfer, setup_transfer
 
@@ -132,18 +135,13 @@ def test_separate_empty_recv_cq_gets_the_receive_completions() -> None:
     assert len(send_cq) == 0
 
 
-def test_trim_nack_retransmission_is_not_held_by_a_full_window() -> None:
-    # With the window full, a trimmed packet's retransmission still goes at once:
-    # its bytes already left the window when the NACK arrived.
-    from openmrc.transport import CCProfile, QPAttr
-    from openmrc.wire.packets import DataPacket, NackPacket, NackReason
+def _two_packet_window() -> tuple[object, object, object]:
+    """NSCC on a tiny BDP (a window of exactly two packets), a 3-packet WRITE, 2 sent."""
+    from openmrc.transport import SGE, CCProfile, QPAttr, SendWR, WROpcode
+    from openmrc.wire.packets import DataPacket
 
-    # NSCC on a tiny BDP: a window of exactly two packets, which a NACK shrinks
-    # by the trimmed packet's bytes.
     attr = QPAttr(cc_profile=CCProfile(name="nscc", link_bps=1e9, base_rtt_ps=1_000_000))
     t = setup_transfer(attr=attr, count=0)
-    from openmrc.transport import SGE, SendWR, WROpcode
-
     mra, mrb = t.qa.pd.mrs[0], t.qb.pd.mrs[0]
     t.qa.post_send(
         SendWR(0, WROpcode.RDMA_WRITE, [SGE(mra.addr, 3 * 4096, mra.lkey)], mrb.addr, mrb.rkey)
@@ -152,13 +150,49 @@ def test_trim_nack_retransmission_is_not_held_by_a_full_window() -> None:
     second = t.qa.poll_packet(10)
     assert isinstance(first, DataPacket) and isinstance(second, DataPacket)
     assert t.qa.poll_packet(10) is None  # window full: 2 packets in flight
+    return t, first, second
+
+
+def test_trim_nack_retransmission_waits_for_the_window() -> None:
+    # A trimmed packet's retransmission respects cwnd (as in uet-htsim): it
+    # waits while the window is full and goes, on another EV, once an ACK opens it.
+    from openmrc.wire.packets import DataPacket, NackPacket, NackReason
+
+    t, first, second = _two_packet_window()
     t.qa.receive_packet(
         NackPacket(t.qa.qpn, first.ev, NackReason.TRIMMED, first.psn, 0, first.ts), 20
     )
     assert t.qa.cc.cwnd == 4096  # now only one packet's worth, and one is in flight
-    again = t.qa.poll_packet(20)
+    assert t.qa.poll_packet(20) is None  # held by the window
+    assert second.ack_req  # the packet that filled the window asked for an ACK
+    t.qb.receive_packet(second, 30)
+    sack = t.qb.poll_packet(30)
+    t.qa.receive_packet(sack, 40)
+    again = t.qa.poll_packet(40)
     assert isinstance(again, DataPacket) and again.psn == first.psn and again.retransmit
     assert again.ev != first.ev
+
+
+def test_window_closed_with_no_ack_requested_in_flight_sends_a_probe() -> None:
+    # The packet left in flight did not ask for an ACK (the window was wide when
+    # it went), the receiver coalesces: a reliability probe asks for the SACK
+    # that opens the window, instead of waiting for the retransmission timeout.
+    from openmrc.wire.packets import NackPacket, NackReason, ProbePacket, SackPacket
+
+    t, first, second = _two_packet_window()
+    assert not first.ack_req
+    t.qa.receive_packet(
+        NackPacket(t.qa.qpn, second.ev, NackReason.TRIMMED, second.psn, 0, second.ts), 20
+    )
+    probe = t.qa.poll_packet(20)
+    assert isinstance(probe, ProbePacket) and probe.reliability
+    assert t.qa.poll_packet(20) is None  # one probe, not a stream
+    assert t.qa.stats.window_probes == 1
+    t.qb.receive_packet(first, 25)  # coalesced: no ACK for it alone
+    assert t.qb.poll_packet(25) is None
+    t.qb.receive_packet(probe, 30)
+    sack = t.qb.poll_packet(30)
+    assert isinstance(sack, SackPacket) and sack.cack == first.psn + 1
 
 
 def test_spurious_retransmissions_widen_the_reordering_window() -> None:
@@ -173,3 +207,29 @@ def test_spurious_retransmissions_widen_the_reordering_window() -> None:
     req = t.qa.requester
     assert t.qa.stats.spurious_retransmits > 0
     assert req.reo_steps > 1
+
+
+def test_psn_out_of_window_nacks_do_not_loop_when_mprs_differ() -> None:
+    # The sender's PSN window (MPR 4 = 512 PSNs) is wider than the receiver's
+    # (MPR 1 = 128): losses open holes, packets beyond the receiver's window
+    # are refused.  Each refused PSN is held until the cumulative ACK moves (not
+    # resent at once into the same refusal), and the sender shrinks its window
+    # to what the NACK proves, so refusals stop after the first window.
+    from openmrc.transport import CCProfile, QPAttr
+
+    cc = CCProfile(name="fixed", params={"window": 400 * 4096})
+    attr = QPAttr(mpr=4, cc_profile=cc)
+    lb = Loopback(Faults(loss=0.01), seed=1, delay_ps=50_000_000)
+    qa, qb = lb.connect(attr, QPAttr(mpr=1, cc_profile=cc))
+    n = 4 << 20
+    src = qa.pd.reg_mr(n, buffer=bytearray(random.Random(5).randbytes(n)))
+    dst = qb.pd.reg_mr(n, buffer=bytearray(n))
+    qa.post_send(SendWR(1, WROpcode.RDMA_WRITE, [SGE(src.addr, n, src.lkey)], dst.addr, dst.rkey))
+    wcs: list = []
+    lb.run(stop=lambda: bool(wcs.extend(qa.send_cq.poll(10))) or bool(wcs))
+    assert [wc.status for wc in wcs] == [WCStatus.SUCCESS]
+    assert dst.view == src.view
+    st = qa.stats
+    assert 0 < st.oow_nacks < 400  # about one window's overshoot, once (unheld: 2487)
+    assert st.peer_window_shrinks >= 1 and qa.requester.window_psns == 128
+    assert st.retransmits - st.oow_nacks < 0.05 * 1024  # the rest: the 1 % losses

@@ -16,7 +16,6 @@ from openmrc.wire.codec import (
     decode_frame,
     encode,
     encode_frame,
-    ev_from_frame,
     udp_sport,
 )
 from openmrc.wire.packets import (
@@ -452,9 +451,25 @@ def test_frame_round_trip(pkt: AnyPacket) -> None:
     q, info = decode_frame(f)
     assert q == pkt
     assert info == FrameInfo(SRC, PATH, SRC, DST, pkt.ev & 0xFFFFF, udp_sport(pkt.ev), False)
-    assert info.ev == pkt.ev
-    assert ev_from_frame(info.flow_label, info.sport) == pkt.ev
     assert 49152 <= info.sport <= 65535
+
+
+def test_udp_source_port_spreads_the_whole_ev() -> None:
+    # A plain ECMP switch hashes the 5-tuple: the port must change with the EV,
+    # low bits included (generated EVs differ mostly there).
+    import random
+
+    assert udp_sport(0x12345678) == 0xE7FC  # the documented hash, pinned
+    rng = random.Random(3)
+    for ev in [rng.getrandbits(32) for _ in range(200)] + list(range(64)):
+        assert udp_sport(ev) >> 14 == 0b11  # RoCE's 49152..65535
+    assert len({udp_sport(ev) for ev in range(256)}) >= 250  # small EVs spread
+    flips = sum(
+        udp_sport(ev) == udp_sport(ev ^ 1 << b)
+        for ev in (rng.getrandbits(32) for _ in range(500))
+        for b in range(32)
+    )
+    assert flips < 16  # any one EV bit moves the port (almost always)
 
 
 def test_frame_header_fields() -> None:
@@ -469,7 +484,7 @@ def test_frame_header_fields() -> None:
     assert int.from_bytes(f[24:40], "big") == DST  # path None: outer dst = dst
     assert f[8:24] == f[48:64] == SRC.to_bytes(16, "big")
     sport, dport, ulen, csum = struct.unpack_from(">HHHH", f, 80)
-    assert sport == 0xCFED and dport == 4791 and ulen == len(f) - 80
+    assert sport == udp_sport(0xFEDCBA98) == 0xE659 and dport == 4791 and ulen == len(f) - 80
     assert csum == naive_udp_checksum(SRC, DST, f[80:86] + b"\0\0" + f[88:])
     assert f[88:] == encode(p)
 

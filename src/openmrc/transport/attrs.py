@@ -105,22 +105,32 @@ class CCProfile:
 
 @dataclass
 class QPAttr:
-    """MRC queue pair attributes.
+    """MRC queue pair attributes, staged over the bring-up as the OCP API does.
 
-    ``mpr``: receive PSN window in units of 128 PSNs.  ``timeout``: local ACK
-    timeout exponent t, the timeout being 1.024 us x 2^t.  ``retry_linear``
-    retries at that timeout (0..7), then ``retry_exp`` retries with the
-    timeout doubling each time (0..25, 25 = forever).  ``max_wimm_send`` and
-    ``max_wimm_recv`` bound the WRITE_IMM messages in flight each way.
-    ``mtu`` is the payload bytes per packet.  ``ack_coalesce_bytes`` is the
-    receiver's ACK coalescing threshold (each packet counting at least 1 KiB).
-    ``reorder_window_ps`` is the least time a gap may persist before a packet
-    is declared lost (RACK's reordering window never goes below it).
+    Set at INIT (the controller's profiles): ``ev_profile``, ``cc_profile``.
+
+    Set at RTR (destination side, what this QP accepts): ``mpr_recv``, the
+    receive PSN window in units of 128 PSNs; ``max_wimm_recv``, the WRITE_IMM
+    messages it holds at once; ``mtu``, the payload bytes per packet;
+    ``ack_coalesce_bytes``, its ACK coalescing threshold (each packet counting
+    at least 1 KiB).
+
+    Set at RTS (sender side, and again at RTS -> RTS): ``mpr_send``, the
+    send PSN window (128s); ``max_wimm_send``, the WRITE_IMMs it may have in
+    flight; ``timeout``, the local ACK timeout exponent t (1.024 us x 2^t);
+    ``retry_linear`` retries at that timeout (0..7), then ``retry_exp``
+    doubling ones (0..25, 25 = forever); ``reorder_window_ps``, the least time
+    a gap may persist before a packet is declared lost.
+
+    ``mpr`` (optional) sets both windows at once where ``mpr_send`` /
+    ``mpr_recv`` are left None.  :data:`STAGES` says which state sets what.
     """
 
     ev_profile: EVProfile = field(default_factory=EVProfile)
     cc_profile: CCProfile = field(default_factory=CCProfile)
     mpr: int = 32
+    mpr_send: int | None = None
+    mpr_recv: int | None = None
     timeout: int = 7
     retry_linear: int = 7
     retry_exp: int = 7
@@ -139,6 +149,10 @@ class QPAttr:
         self.ev_profile.validate()
         self.cc_profile.validate()
         _check_int("QPAttr", "mpr", self.mpr, 1, 512)
+        if self.mpr_send is not None:
+            _check_int("QPAttr", "mpr_send", self.mpr_send, 1, 512)
+        if self.mpr_recv is not None:
+            _check_int("QPAttr", "mpr_recv", self.mpr_recv, 1, 512)
         _check_int("QPAttr", "timeout", self.timeout, 0, 24)
         _check_int("QPAttr", "retry_linear", self.retry_linear, 0, 7)
         _check_int("QPAttr", "retry_exp", self.retry_exp, 0, RETRY_INFINITE)
@@ -150,8 +164,18 @@ class QPAttr:
 
     @property
     def window_psns(self) -> int:
-        """The receive PSN window size (MPR x 128)."""
-        return self.mpr * 128
+        """The receive PSN window size (receive MPR x 128)."""
+        return self.recv_window_psns
+
+    @property
+    def recv_window_psns(self) -> int:
+        """The receive PSN window: ``mpr_recv`` (or ``mpr``) x 128."""
+        return (self.mpr_recv if self.mpr_recv is not None else self.mpr) * 128
+
+    @property
+    def send_window_psns(self) -> int:
+        """The send PSN window: ``mpr_send`` (or ``mpr``) x 128."""
+        return (self.mpr_send if self.mpr_send is not None else self.mpr) * 128
 
     @property
     def timeout_ps(self) -> int:
@@ -162,3 +186,22 @@ class QPAttr:
     def retries_infinite(self) -> bool:
         """True when the exponential retry count means retry forever."""
         return self.retry_exp >= RETRY_INFINITE
+
+
+#: Which QP state sets each QPAttr field (``QueuePair.modify`` keywords).  ``mpr``
+#: sets both windows, so it is taken at RTR and no later.
+STAGES: dict[str, str] = {
+    "ev_profile": "INIT",
+    "cc_profile": "INIT",
+    "mpr": "RTR",
+    "mpr_recv": "RTR",
+    "max_wimm_recv": "RTR",
+    "mtu": "RTR",
+    "ack_coalesce_bytes": "RTR",
+    "mpr_send": "RTS",
+    "max_wimm_send": "RTS",
+    "timeout": "RTS",
+    "retry_linear": "RTS",
+    "retry_exp": "RTS",
+    "reorder_window_ps": "RTS",
+}

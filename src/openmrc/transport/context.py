@@ -66,7 +66,13 @@ class Context:
         self._next_addr = _ADDR_BASE
         self._ready: dict[QueuePair, None] = {}
         self.events: deque[object] = deque()
-        self.stats = {"rx_malformed": 0, "rx_unknown_qp": 0, "rx_packets": 0}
+        self.stats = {
+            "rx_malformed": 0,
+            "rx_unknown_qp": 0,
+            "rx_not_ready": 0,
+            "rx_wrong_peer": 0,
+            "rx_packets": 0,
+        }
 
     # -- verbs ----------------------------------------------------------------------
     def alloc_pd(self) -> ProtectionDomain:
@@ -169,17 +175,27 @@ class Context:
         return self.events.popleft() if self.events else None
 
     # -- sans-IO ----------------------------------------------------------------------
-    def receive_packet(self, pkt: Packet, now: int) -> None:
-        """Deliver a packet object to its QP (simulator path)."""
-        qp = self.qps.get(pkt.dqpn)
+    def receive_packet(self, pkt: Packet, now: int, peer: object = None) -> None:
+        """Deliver a packet object to its QP (simulator path).
+
+        ``peer`` (optional) is the driver's name for the sender; when given and
+        the QP is connected, a packet from anyone else is dropped.
+        """
+        qp = self._match(pkt, peer)
         if qp is None:
-            self.stats["rx_unknown_qp"] += 1
             return
         self.stats["rx_packets"] += 1
         qp.receive_packet(pkt, now)
 
-    def receive_datagram(self, data: bytes | bytearray | memoryview, now: int) -> None:
-        """Decode a UDP payload and deliver it; malformed input is dropped and counted."""
+    def receive_datagram(
+        self, data: bytes | bytearray | memoryview, now: int, peer: object = None
+    ) -> None:
+        """Decode a UDP payload and deliver it; malformed input is dropped and counted.
+
+        Nothing is counted against a QP, and no state changes, before the
+        datagram decodes, names a live QP and (when ``peer`` is given) comes
+        from that QP's peer.
+        """
         from ..wire.codec import WireError, decode
 
         try:
@@ -187,13 +203,34 @@ class Context:
         except WireError:
             self.stats["rx_malformed"] += 1
             return
-        qp = self.qps.get(pkt.dqpn)
+        qp = self._match(pkt, peer)
         if qp is None:
-            self.stats["rx_unknown_qp"] += 1
             return
         _unwrap(pkt, qp)
         self.stats["rx_packets"] += 1
         qp.receive_packet(pkt, now)
+
+    def _match(self, pkt: Packet, peer: object) -> QueuePair | None:
+        """The live QP ``pkt`` is for, or None (the drop counted here, by reason)."""
+        stats = self.stats
+        qp = self.qps.get(pkt.dqpn)
+        if qp is None:
+            stats["rx_unknown_qp"] += 1
+            return None
+        state = qp.state
+        # A QP in ERROR still hears data from its peer, to answer it (so the peer
+        # fails fast instead of retrying); everything else not ready is dropped.
+        if (
+            state is not QPState.RTS
+            and state is not QPState.RTR
+            and (state is not QPState.ERROR or type(pkt) is not DataPacket)
+        ):
+            stats["rx_not_ready"] += 1
+            return None
+        if peer is not None and qp.peer is not None and peer != qp.peer:
+            stats["rx_wrong_peer"] += 1
+            return None
+        return qp
 
     def poll_packet(self, now: int, busy: int = 0) -> tuple[QueuePair, Packet] | None:
         """The next packet to send from any QP (round robin), with its QP.
@@ -227,13 +264,13 @@ class Context:
         """Everything sendable now, encoded (real-network path)."""
         from ..wire.codec import encode
 
-        out = []
+        out: list[Datagram] = []
         while True:
             item = self.poll_packet(now)
             if item is None:
                 return out
             qp, pkt = item
-            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))
+            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))  # type: ignore[arg-type]
 
     def get_timer(self) -> int | None:
         """The earliest deadline over all QPs, or None."""
@@ -254,7 +291,7 @@ class Context:
 
 def _unwrap(pkt: Packet, qp: QueuePair) -> None:
     """Recover full PSN/MSN values from the wire's 32 bits, against the QP's state."""
-    if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
+    if qp.state is QPState.RESET or qp.state is QPState.INIT:
         return
     kind = type(pkt)
     if kind is DataPacket:

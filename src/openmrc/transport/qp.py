@@ -11,11 +11,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, fields
+from dataclasses import replace as dc_replace
 from typing import TYPE_CHECKING, Any
 
-from ..wire.packets import DataPacket, NackPacket, Packet, ProbePacket, ProbeReplyPacket, SackPacket
+from ..wire.packets import (
+    DataPacket,
+    NackPacket,
+    NackReason,
+    Packet,
+    ProbePacket,
+    ProbeReplyPacket,
+    SackPacket,
+)
 from . import cc as cc_registry
-from .attrs import QPAttr
+from .attrs import STAGES, QPAttr
 from .errors import InvalidArgument, InvalidState, ResourceExhausted
 from .paths import PathSet
 from .requester import Requester, SendOp
@@ -53,14 +62,20 @@ class QPStats:
     timeouts: int = 0
     losses_detected: int = 0
     tail_probes: int = 0
+    #: reliability probes sent because the window closed with no ACK requested.
+    window_probes: int = 0
     probes_sent: int = 0
     probe_replies: int = 0
     window_stalls: int = 0
     rx_sacks: int = 0
     rx_nacks: int = 0
     fatal_nacks: int = 0
+    #: fatal NACKs dropped: not about an outstanding transmission (stale or forged).
+    ignored_fatal_nacks: int = 0
     stale_nacks: int = 0
     oow_nacks: int = 0
+    #: times a PSN_OUT_OF_WINDOW NACK showed the receiver's window smaller than ours.
+    peer_window_shrinks: int = 0
     trims: int = 0
     trims_lasthop: int = 0
     ecn_echoes: int = 0
@@ -76,6 +91,8 @@ class QPStats:
     tx_sacks: int = 0
     tx_nacks: int = 0
     dropped_not_ready: int = 0
+    #: NACKs (QP_NOT_READY) sent while in ERROR, answering the peer's data.
+    error_nacks: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict."""
@@ -135,28 +152,54 @@ class QueuePair:
         remote_qpn: int | None = None,
         peer: object = None,
         now: int = 0,
+        **fields: Any,
     ) -> None:
-        """Move the QP to ``state`` (the verbs ``modify_qp``).
+        """Move the QP to ``state`` (the verbs ``modify_qp``), setting attributes.
 
-        INIT takes the attributes (``attr``); RTR needs ``remote_qpn`` (and the
-        driver's ``peer``); RTS starts the requester.  RESET forgets everything.
+        Attributes are staged as in the OCP MRC API, each given by name as a
+        keyword in the state that sets it (:data:`~openmrc.transport.attrs.STAGES`):
+        INIT the profiles (``ev_profile``, ``cc_profile``); RTR the receive side
+        (``mpr_recv``, ``max_wimm_recv``, ``mtu``, ``ack_coalesce_bytes``, or
+        ``mpr`` for both windows) with ``remote_qpn`` and the driver's ``peer``;
+        RTS (and RTS -> RTS) the send side (``mpr_send``, ``max_wimm_send``,
+        ``timeout``, ``retry_linear``, ``retry_exp``, ``reorder_window_ps``).
+        A whole :class:`QPAttr` may be given at INIT (``attr``): it holds the
+        values the later stages start from.  RESET forgets everything.
         """
         if not isinstance(state, QPState):
             raise InvalidArgument(f"state: must be a QPState, got {state!r}")
         check_transition(self.state, state)
-        if state is QPState.INIT:
-            if attr is not None:
-                if not isinstance(attr, QPAttr):
-                    raise InvalidArgument(f"attr: must be a QPAttr, got {type(attr).__name__}")
-                attr.validate()
-                self.attr = attr
-        elif state is QPState.RTR:
-            if attr is not None:
-                raise InvalidArgument("attr: set attributes in INIT, not RTR")
-            if not isinstance(remote_qpn, int) or not 0 <= remote_qpn < 1 << 24:
+        base = self.attr
+        if attr is not None:
+            if state is not QPState.INIT:
                 raise InvalidArgument(
-                    f"remote_qpn: must be an int in 0..2^24-1, got {remote_qpn!r}"
+                    f"attr: a whole QPAttr is given at INIT; at {state.value} "
+                    "pass the fields this state sets by name"
                 )
+            if not isinstance(attr, QPAttr):
+                raise InvalidArgument(f"attr: must be a QPAttr, got {type(attr).__name__}")
+            base = attr
+        if fields:
+            for name in fields:
+                stage = STAGES.get(name)
+                if stage is None:
+                    raise InvalidArgument(f"QPAttr.{name}: no such attribute")
+                if stage != state.value:
+                    raise InvalidState(
+                        f"QPAttr.{name}: set when moving to {stage}, not {state.value}"
+                    )
+            base = dc_replace(base, **fields)
+        if base is not self.attr:
+            base.validate()
+        if state is QPState.RTR and (
+            not isinstance(remote_qpn, int) or not 0 <= remote_qpn < 1 << 24
+        ):
+            raise InvalidArgument(f"remote_qpn: must be an int in 0..2^24-1, got {remote_qpn!r}")
+        self.attr = base
+        if state is QPState.INIT:
+            pass
+        elif state is QPState.RTR:
+            assert remote_qpn is not None
             self.remote_qpn = remote_qpn
             self.peer = peer
             self.paths = PathSet(
@@ -167,7 +210,10 @@ class QueuePair:
             self.responder.recv_queue.extend(self._early_recvs)
             self._early_recvs.clear()
         elif state is QPState.RTS:
-            self.requester = Requester(self)
+            if self.requester is None:
+                self.requester = Requester(self)
+            else:  # RTS -> RTS: new send-side attributes
+                self.requester.apply_attr(self.attr)
         elif state is QPState.ERROR:
             self._fail(WCStatus.WR_FLUSH_ERR, None, now, "moved to ERROR by the user")
             return
@@ -291,8 +337,7 @@ class QueuePair:
                 f"post_recv: QP {self.qpn} is in {self.state.value}, needs INIT, RTR or RTS"
             )
         queue = self.responder.recv_queue if self.responder is not None else self._early_recvs
-        reserved = len(self.responder.reserved) if self.responder is not None else 0
-        if len(queue) + reserved >= self.cap.max_recv_wr:
+        if len(queue) >= self.cap.max_recv_wr:
             raise ResourceExhausted(
                 f"post_recv: receive queue full ({self.cap.max_recv_wr} work requests)"
             )
@@ -303,7 +348,10 @@ class QueuePair:
         """Take one packet from the network.  Never raises on network input."""
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
-            self.stats.dropped_not_ready += 1
+            if state is QPState.ERROR and type(pkt) is DataPacket:
+                self._answer_in_error(pkt)  # type: ignore[arg-type]
+            else:
+                self.stats.dropped_not_ready += 1
             return
         kind = type(pkt)
         if kind is DataPacket:
@@ -321,6 +369,24 @@ class QueuePair:
                 self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]
         else:
             self.stats.rx_invalid += 1
+
+    def _answer_in_error(self, pkt: DataPacket) -> None:
+        """A QP in ERROR answers its peer's data with NACK QP_NOT_READY.
+
+        The peer's requester takes it as fatal (``REM_OP_ERR``) when the PSN is
+        outstanding, and so fails at once instead of retrying until its retry
+        count runs out.  One NACK per data packet received: never more packets
+        out than came in.
+        """
+        rsp = self.responder
+        if rsp is None:  # never reached RTR: nobody to answer
+            self.stats.dropped_not_ready += 1
+            return
+        self.stats.error_nacks += 1
+        self.stats.tx_nacks += 1
+        self._queue_control(
+            NackPacket(self.remote_qpn, pkt.ev, NackReason.QP_NOT_READY, pkt.psn, rsp.base, pkt.ts)
+        )
 
     def handle_timer(self, now: int) -> None:
         """Run whatever deadlines have passed (RTO, loss detection, probes)."""
@@ -343,7 +409,10 @@ class QueuePair:
         if self.control:
             return self.control.popleft()
         if self.state is QPState.RTS:
-            return self.requester.next_packet(now, busy)  # type: ignore[union-attr]
+            pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
+            if pkt is None and self.control:  # the window closed: a probe was queued
+                return self.control.popleft()
+            return pkt
         return None
 
     def port_blocked(self) -> bool:
@@ -370,6 +439,10 @@ class QueuePair:
         while ops:
             op = ops[0]
             if op.acked < op.npkts or op.segmented < op.npkts:
+                break
+            if op.is_imm and req.snd_una < op.first_psn + op.npkts:  # type: ignore[union-attr]
+                # A WRITE_IMM completes on the cumulative ACK only: the responder
+                # consumes its receive in message order and may still refuse it.
                 break
             ops.popleft()
             if op.is_imm:
@@ -399,14 +472,17 @@ class QueuePair:
             req.retx.clear()
             req.flight.clear()
             req.unacked.clear()
+            req.sacked_imm_last.clear()
             req.inflight = 0
+            req.flight_ack_reqs = 0
+            req.held.clear()
             req.rack_deadline = None
             if self.paths is not None:
                 self.paths.next_probe_at = None
         recvs: list[RecvWR] = list(self._early_recvs)
         if self.responder is not None:
-            recvs += list(self.responder.reserved.values()) + list(self.responder.recv_queue)
-            self.responder.reserved.clear()
+            recvs += list(self.responder.recv_queue)
+            self.responder.wimm_pending.clear()
             self.responder.recv_queue.clear()
         for recv in recvs:
             self.recv_cq.push(

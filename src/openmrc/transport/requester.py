@@ -3,7 +3,8 @@
 It segments posted WRITEs into packets, sprays them over the EV set, keeps the
 window, and recovers losses:
 
-* a trim NACK retransmits the packet at once on another EV;
+* a trim NACK queues the packet for retransmission first in line, on another
+  EV, within the congestion window (as uet-htsim does);
 * SACK gaps are judged with a RACK-style rule that tolerates spraying's
   reordering: a packet is lost when a packet sent after it has been delivered
   *and* it is overdue by more than the reordering window;
@@ -35,6 +36,9 @@ from ..wire.packets import (
 from .verbs import MemoryRegion, WCStatus
 
 if TYPE_CHECKING:
+    from .attrs import QPAttr
+    from .cc import CongestionControl
+    from .paths import PathSet
     from .qp import QueuePair
 
 _MASK64 = (1 << 64) - 1
@@ -118,18 +122,19 @@ class Tx:
     """The sender's record of one PSN until it is acknowledged."""
 
     __slots__ = (
+        "ack_req",
         "acked",
         "ev",
         "in_flight",
         "length",
         "offset",
+        "oow",
         "op",
         "opcode",
         "psn",
         "resent",
         "retries",
         "sent",
-        "urgent",
     )
 
     def __init__(self, psn: int, op: SendOp, offset: int, length: int, opcode: Opcode) -> None:
@@ -143,10 +148,13 @@ class Tx:
         self.retries = 0
         self.in_flight = False
         self.acked = False
+        #: this transmission asked for an immediate ACK.
+        self.ack_req = False
+        #: refused as beyond the receiver's PSN window: held (out of flight,
+        #: in Requester.held) until the cumulative ACK moves far enough.
+        self.oow = False
         #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
         self.resent = False
-        #: NACKed for a trim: its bytes already left the window, resend at once.
-        self.urgent = False
 
 
 class Requester:
@@ -156,13 +164,10 @@ class Requester:
         self.qp = qp
         attr = qp.attr
         self.mtu = attr.mtu
-        self.window_psns = attr.window_psns
-        self.timeout_ps = attr.timeout_ps
-        self.retry_linear = attr.retry_linear
-        self.max_retries = None if attr.retries_infinite else attr.retry_linear + attr.retry_exp
-        self.reo_floor = attr.reorder_window_ps
-        self.paths = qp.paths
-        self.cc = qp.cc
+        self.apply_attr(attr)
+        assert qp.paths is not None and qp.cc is not None, "the requester starts after RTR"
+        self.paths: PathSet = qp.paths
+        self.cc: CongestionControl = qp.cc
         self.stats = qp.stats
         self.next_psn = 0
         self.next_msn = 0
@@ -172,13 +177,26 @@ class Requester:
         self.unacked: dict[int, Tx] = {}
         self.flight: dict[int, Tx] = {}  # in send order (re-inserted on retransmission)
         self.retx: deque[Tx] = deque()
+        #: last packets of WRITE_IMM messages acknowledged selectively but not yet
+        #: cumulatively: the responder may still refuse such a message (no
+        #: receive, found when it completes in order) with a NACK naming one.
+        self.sacked_imm_last: dict[int, Tx] = {}
         self.inflight = 0
+        #: packets in flight that asked for an immediate ACK.
+        self.flight_ack_reqs = 0
+        #: a reliability probe went out because the window closed with no ACK
+        #: requested in flight; cleared by the next SACK or NACK.
+        self.window_probe_out = False
+        #: transmissions held after a PSN_OUT_OF_WINDOW NACK, by PSN (see Tx.oow).
+        self.held: dict[int, Tx] = {}
         self.wimm_outstanding = 0
         base_rtt = attr.cc_profile.base_rtt_ps
         self.srtt = base_rtt
         self.min_rtt = base_rtt
         self.rack_rtt = base_rtt
         self.rack_xmit = -1
+        #: the timestamp echo of the last RTT sample taken (one per ACK event)
+        self.last_sample_ts = -1
         self.rack_deadline: int | None = None
         #: RACK reordering window multiplier: grows on each spurious
         #: retransmission (the network reorders more than assumed).
@@ -189,6 +207,14 @@ class Requester:
         self.probe_seq = 0
         #: set when the last next_packet() found only busy planes' EVs usable.
         self.port_blocked = False
+
+    def apply_attr(self, attr: QPAttr) -> None:
+        """Take the send-side attributes (at RTS, and again on RTS -> RTS)."""
+        self.window_psns = attr.send_window_psns
+        self.timeout_ps = attr.timeout_ps
+        self.retry_linear = attr.retry_linear
+        self.max_retries = None if attr.retries_infinite else attr.retry_linear + attr.retry_exp
+        self.reo_floor = attr.reorder_window_ps
 
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -209,13 +235,13 @@ class Requester:
             if tx.acked:
                 retx.popleft()
                 continue
-            if not tx.urgent and self.inflight and self.inflight + tx.length > self.cc.cwnd:
+            if self.inflight and self.inflight + tx.length > self.cc.cwnd:
+                self._window_blocked(now)
                 return None
             ev = self.paths.other_ev(tx.ev, busy)
             if ev < 0:
                 self.port_blocked = True
                 return None
-            tx.urgent = False
             retx.popleft()
             return self._emit(tx, ev, now, retransmit=True)
         if not self.to_segment:
@@ -228,6 +254,7 @@ class Requester:
         offset = op.segmented * self.mtu
         length = min(self.mtu, op.total - offset)
         if self.inflight and self.inflight + length > self.cc.cwnd:
+            self._window_blocked(now)
             return None
         ev = self.paths.next_ev(busy)
         if ev < 0:
@@ -253,6 +280,21 @@ class Requester:
         self.next_psn = psn + 1
         return self._emit(tx, ev, now, retransmit=False)
 
+    def _window_blocked(self, now: int) -> None:
+        """The window is full: make sure an ACK is coming to open it.
+
+        Packets sent while the window was wide did not ask for an ACK, and the
+        receiver coalesces ACKs (16 KiB): when trims then shrink the window to
+        a few packets, what is in flight may never trigger an ACK and nothing
+        else would move until the retransmission timeout.  So when no packet in
+        flight asked for an ACK, one reliability probe (no PSN) asks for a SACK.
+        """
+        if self.flight_ack_reqs or self.window_probe_out or not self.flight:
+            return
+        self.window_probe_out = True
+        self.stats.window_probes += 1
+        self.qp._queue_control(self.probe(now, reliability=True))
+
     def _emit(self, tx: Tx, ev: int, now: int, retransmit: bool) -> DataPacket:
         op = tx.op
         tx.ev = ev
@@ -263,6 +305,19 @@ class Requester:
         self.flight[tx.psn] = tx
         self.inflight += tx.length
         last = tx.opcode in LAST_OPCODES
+        # Ask for an ACK at once when this packet fills the window (or is the
+        # last thing to send): coalescing at the receiver would otherwise hold
+        # the only ACK that can open the window, and the sender would stall
+        # until its timeout.
+        ack_req = (
+            retransmit
+            or last
+            or not (self.retx or self.to_segment)
+            or self.inflight + self.mtu > self.cc.cwnd
+        )
+        tx.ack_req = ack_req
+        if ack_req:
+            self.flight_ack_reqs += 1
         pkt = DataPacket(
             self.qp.remote_qpn,
             ev,
@@ -276,7 +331,7 @@ class Requester:
             op.imm if last else None,
             now,
             retransmit,
-            retransmit or last or not (self.retx or self.to_segment),
+            ack_req,
             op.is_imm,
         )
         stats = self.stats
@@ -306,18 +361,24 @@ class Requester:
             stats.rx_invalid += 1
             return
         stats.rx_sacks += 1
+        self.window_probe_out = False
         newly = 0
         ts = sack.ts_echo
         spurious = 0
         unacked = self.unacked
         if cack > self.snd_una:
+            sacked = self.sacked_imm_last
             for psn in range(self.snd_una, cack):
+                if sacked:
+                    sacked.pop(psn, None)
                 tx = unacked.get(psn)
                 if tx is not None:
                     if tx.resent and ts < tx.sent:
                         spurious += 1
                     newly += self._ack(tx)
             self.snd_una = cack
+            if self.held:
+                self._release_oow(now)
         bitmap = sack.bitmap & _MASK64
         base = sack.sack_base
         while bitmap:
@@ -331,6 +392,8 @@ class Requester:
                 if tx.resent and ts < tx.sent:
                     spurious += 1
                 newly += self._ack(tx)
+                if tx.op.is_imm and tx.opcode in LAST_OPCODES:
+                    self.sacked_imm_last[psn] = tx
         if spurious:
             # An ACK triggered by a packet sent before the retransmission already
             # covers the PSN: the original arrived, late.  Widen the reordering
@@ -339,22 +402,24 @@ class Requester:
             if now - self.spurious_at >= self.srtt and self.reo_steps < 16:
                 self.reo_steps += 1
                 self.spurious_at = now
-        if 0 < ts <= now:
-            rtt = now - ts
+        sample: int | None = None
+        if 0 < ts <= now and ts != self.last_sample_ts:
+            # One RTT sample per ACK event: the other SACKs of a multi-SACK group
+            # echo the same timestamp and carry no new sample.
+            self.last_sample_ts = ts
+            rtt = sample = now - ts
             self.srtt += (rtt - self.srtt) >> 3
             if rtt < self.min_rtt:
                 self.min_rtt = rtt
             if ts > self.rack_xmit:
                 self.rack_xmit = ts
                 self.rack_rtt = rtt
-        else:
-            rtt = self.srtt
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev)
             stats.ecn_echoes += 1
-        self.cc.on_ack(newly, rtt, sack.ecn_seen, self.inflight, now)
+        self.cc.on_ack(newly, sample, sack.ecn_seen, self.inflight, now)
         if sack.penalty:
-            self.cc.on_penalty(sack.penalty, now)
+            self.cc.on_penalty(sack.penalty, newly, now)
         self.last_activity = now
         self._detect_losses(now)
         self.qp._complete_sends()
@@ -362,12 +427,17 @@ class Requester:
             self.qp._wake()  # the window may have opened
 
     def _ack(self, tx: Tx) -> int:
+        if tx.oow:
+            tx.oow = False
+            del self.held[tx.psn]
         tx.acked = True
         del self.unacked[tx.psn]
         if tx.in_flight:
             del self.flight[tx.psn]
             self.inflight -= tx.length
             tx.in_flight = False
+            if tx.ack_req:
+                self.flight_ack_reqs -= 1
         tx.op.acked += 1
         return tx.length
 
@@ -403,26 +473,41 @@ class Requester:
             del self.flight[tx.psn]
             self.inflight -= tx.length
             tx.in_flight = False
+            if tx.ack_req:
+                self.flight_ack_reqs -= 1
         if front:
             self.retx.appendleft(tx)
         else:
             self.retx.append(tx)
         if reason is not None:
             self.paths.on_loss(tx.ev, now, reason)
-            self.cc.on_loss(tx.length, now)
+            if reason == "timeout":
+                self.cc.on_timeout(tx.length, now)
+            else:
+                self.cc.on_loss(tx.length, now)
         self.qp._wake()
 
     def on_nack(self, nack: NackPacket, now: int) -> None:
         """Process a NACK: trims retransmit at once; access errors end the QP."""
         stats = self.stats
         stats.rx_nacks += 1
+        self.window_probe_out = False
         reason = nack.reason
         tx = self.unacked.get(nack.psn)
         fatal = FATAL_NACKS.get(reason)
         if fatal is not None:
+            # Only a NACK about a transmission still outstanding (sent, unacked,
+            # and echoing that transmission's timestamp) may end the QP: a stale
+            # or forged one with any PSN is counted and dropped.
+            if tx is None or not tx.in_flight:
+                tx = (
+                    self.sacked_imm_last.get(nack.psn) if reason is NackReason.NO_RESOURCE else None
+                )
+            if tx is None or tx.sent != nack.ts_echo:
+                stats.ignored_fatal_nacks += 1
+                return
             stats.fatal_nacks += 1
-            op = tx.op if tx is not None else None
-            self.qp._fail(fatal, op, now, f"NACK {reason.name} for PSN {nack.psn}")
+            self.qp._fail(fatal, tx.op, now, f"NACK {reason.name} for PSN {nack.psn}")
             return
         if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
             stats.stale_nacks += 1  # already acked, or about an older transmission
@@ -430,16 +515,53 @@ class Requester:
         if reason is NackReason.TRIMMED:
             stats.trims += 1
             self.paths.on_trim(tx.ev)
-            self.cc.on_nack(tx.length, now)
+            self.cc.on_nack(tx.length, now, now - tx.sent, self.inflight - tx.length)
         elif reason is NackReason.TRIMMED_LASTHOP:
             stats.trims += 1
             stats.trims_lasthop += 1
-            self.cc.on_nack(tx.length, now)
-        else:  # PSN_OUT_OF_WINDOW: resend later, blame nobody
+            self.cc.on_nack(tx.length, now, now - tx.sent, self.inflight - tx.length)
+        else:  # PSN_OUT_OF_WINDOW: not receivable yet; hold it, blame nobody
             stats.oow_nacks += 1
+            self.last_activity = now
+            self._learn_peer_window(nack)
+            # Out of flight (it is not in the network) and held: the window
+            # moving releases it; until then the packets below it, in flight,
+            # carry the timers.  Never resent at once only to be refused again.
+            del self.flight[tx.psn]
+            self.inflight -= tx.length
+            tx.in_flight = False
+            if tx.ack_req:
+                self.flight_ack_reqs -= 1
+            tx.oow = True
+            self.held[tx.psn] = tx
+            return
         self.last_activity = now
-        tx.urgent = True
         self._mark_lost(tx, now, None, front=True)
+
+    def _learn_peer_window(self, nack: NackPacket) -> None:
+        """Shrink the send PSN window to what a PSN_OUT_OF_WINDOW NACK proves.
+
+        The receiver refused ``nack.psn`` with its cumulative point at
+        ``nack.cack``, so its window (a multiple of 128 PSNs) is at most
+        ``psn - cack``: new data then stays within it, and no further packet
+        is sent only to be refused.
+        """
+        span = nack.psn - nack.cack
+        if nack.cack < self.snd_una or span < 128:
+            return
+        learned = span // 128 * 128
+        if learned < self.window_psns:
+            self.window_psns = learned
+            self.stats.peer_window_shrinks += 1
+
+    def _release_oow(self, now: int) -> None:
+        """Queue for retransmission the held PSNs the window now covers."""
+        limit = self.snd_una + self.window_psns
+        for psn in sorted(p for p in self.held if p < limit):
+            tx = self.held.pop(psn)
+            tx.oow = False
+            self.retx.append(tx)
+        self.qp._wake()
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
         """An EV probe came back."""
@@ -454,6 +576,11 @@ class Requester:
             return self.timeout_ps
         return self.timeout_ps << min(extra + 1, 30)
 
+    def _tail_probe(self, now: int) -> None:
+        self.stats.tail_probes += 1
+        self.qp._queue_control(self.probe(now, reliability=True))
+        self.last_activity = now
+
     def get_timer(self) -> int | None:
         """The earliest deadline among RTO, RACK, tail probe and EV probes."""
         best = self.paths.next_probe_at
@@ -462,10 +589,10 @@ class Requester:
             rto = tx.sent + self.rto_for(tx)
             if best is None or rto < best:
                 best = rto
-            if not self.retx:
-                tlp = self.last_activity + 2 * self.srtt + self.reo_floor
-                if tlp < best:
-                    best = tlp
+        if (self.flight or self.held) and not self.retx:
+            tlp = self.last_activity + 2 * self.srtt + self.reo_floor
+            if best is None or tlp < best:
+                best = tlp
         rack = self.rack_deadline
         if rack is not None and (best is None or rack < best):
             best = rack
@@ -480,17 +607,22 @@ class Requester:
             tx = next(iter(self.flight.values()))
             if tx.sent + self.rto_for(tx) <= now:
                 if self.max_retries is not None and tx.retries >= self.max_retries:
+                    # the oldest outstanding WR takes the error (verbs order)
                     qp._fail(
-                        WCStatus.RETRY_EXC_ERR, tx.op, now, f"retries exhausted for PSN {tx.psn}"
+                        WCStatus.RETRY_EXC_ERR, None, now, f"retries exhausted for PSN {tx.psn}"
                     )
                     return
                 tx.retries += 1
                 self.stats.timeouts += 1
                 self._mark_lost(tx, now, "timeout", front=True)
             elif not self.retx and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
-                self.stats.tail_probes += 1
-                qp._queue_control(self.probe(now, reliability=True))
-                self.last_activity = now
+                self._tail_probe(now)
+        elif (
+            self.held
+            and not self.retx
+            and self.last_activity + 2 * self.srtt + self.reo_floor <= now
+        ):
+            self._tail_probe(now)  # only held PSNs left: ask where the window is
         paths = self.paths
         if paths.next_probe_at is not None and paths.next_probe_at <= now:
             for ev, _seq in paths.due_probes(now, self.probe_seq):

@@ -11,6 +11,7 @@ a duplicate; trims and out-of-window packets are NACKed.
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -23,12 +24,32 @@ from ..wire.packets import (
     ProbeReplyPacket,
     SackPacket,
 )
+from .state import QPState
 from .verbs import RecvWR, WCOpcode, WCStatus, WorkCompletion
 
 if TYPE_CHECKING:
     from .qp import QueuePair
 
 _MASK64 = (1 << 64) - 1
+
+#: Receiver window penalty (the SACK's 7-bit field): none while the PSNs held
+#: out of order above the cumulative point fill at most this share of the
+#: receive window, then rising linearly to 127 when it is full.
+PENALTY_START = 0.5
+
+
+def window_penalty(held: int, window: int) -> int:
+    """The 7-bit penalty for ``held`` out-of-order PSNs in a ``window``-PSN window.
+
+    The backlog a receiver can measure is what it holds above its cumulative
+    point (placed but not yet in order): when that nears the PSN window, more
+    packets will soon be refused as out of window, so the sender is asked to
+    slow down (it takes ``penalty / 127`` of each ACK's bytes off its window).
+    """
+    share = held / window
+    if share <= PENALTY_START:
+        return 0
+    return min(127, int(127 * (share - PENALTY_START) / (1 - PENALTY_START) + 0.5))
 
 
 class Responder:
@@ -37,7 +58,7 @@ class Responder:
     def __init__(self, qp: QueuePair) -> None:
         self.qp = qp
         attr = qp.attr
-        self.window = attr.window_psns
+        self.window = attr.recv_window_psns
         self.coalesce = attr.ack_coalesce_bytes
         self.max_wimm = attr.max_wimm_recv
         self.stats = qp.stats
@@ -51,9 +72,13 @@ class Responder:
         self.unreported: list[int] = []
         self.rcvd_bytes = 0
         self.next_msn = 0
-        self.last_of: dict[int, tuple[int, int | None, bool]] = {}  # msn -> (last psn, imm, wimm)
+        #: msn -> (last psn, imm, wimm, the last packet's timestamp)
+        self.last_of: dict[int, tuple[int, int | None, bool, int]] = {}
         self.msg_bytes: dict[int, int] = {}
-        self.reserved: dict[int, RecvWR] = {}  # msn -> receive consumed by that WRITE_IMM
+        #: MSNs of the WRITE_IMM messages seen and not yet completed, sorted.  A
+        #: receive is consumed when such a message completes, in message order,
+        #: so the k-th of them (counting from the lowest) needs k receives posted.
+        self.wimm_pending: list[int] = []
         self.recv_queue: deque[RecvWR] = deque()
 
     def on_data(self, pkt: DataPacket, now: int) -> None:
@@ -87,16 +112,8 @@ class Responder:
             self._nack(pkt, NackReason.REMOTE_ACCESS_ERROR)
             return
         msn = pkt.msn
-        if pkt.wimm and msn not in self.reserved:
-            if msn < self.next_msn:
-                stats.rx_invalid += 1
-                self._nack(pkt, NackReason.INVALID_REQUEST)
-                return
-            if not self.recv_queue or len(self.reserved) >= self.max_wimm:
-                stats.rx_no_resource += 1
-                self._nack(pkt, NackReason.NO_RESOURCE)
-                return
-            self.reserved[msn] = self.recv_queue.popleft()
+        if pkt.wimm and not self._receivable(pkt, msn):
+            return
         payload = pkt.payload
         view = mr.view
         if payload is not None and view is not None:
@@ -106,7 +123,7 @@ class Responder:
         self.rcvd_bytes += length
         self.msg_bytes[msn] = self.msg_bytes.get(msn, 0) + length
         if pkt.opcode in LAST_OPCODES:
-            self.last_of[msn] = (psn, pkt.imm, pkt.wimm)
+            self.last_of[msn] = (psn, pkt.imm, pkt.wimm, pkt.ts)
         if psn > self.highest:
             self.highest = psn
         if off:
@@ -118,7 +135,9 @@ class Responder:
             bits >>= run
             self.base += run
             self.bits = bits
-            completed = self._complete_messages()
+            completed = self._complete_messages(pkt.ev, now)
+            if self.qp.state is QPState.ERROR:
+                return  # a message found no receive: the QP failed, nothing more to say
         else:
             self.bits = bits
         self.pending_bytes += length if length > 1024 else 1024
@@ -128,34 +147,95 @@ class Responder:
         if pkt.ecn or pkt.ack_req or completed or self.pending_bytes >= self.coalesce:
             self._ack(pkt, now)
 
-    def _complete_messages(self) -> bool:
-        """Complete every message now wholly placed, in order; True if any was."""
+    def _receivable(self, pkt: DataPacket, msn: int) -> bool:
+        """Check that WRITE_IMM message ``msn`` can have a receive; NACK ``pkt`` if not.
+
+        Receives go to WRITE_IMM messages in message order, so the check counts
+        the WRITE_IMMs known to come at or before ``msn``: when they are more
+        than the receives posted, ``msn`` (not an earlier message) is the one
+        without a receive, and this packet of it is refused with NO_RESOURCE.
+        """
+        pending = self.wimm_pending
+        i = bisect_right(pending, msn)
+        known = i > 0 and pending[i - 1] == msn
+        if not known:
+            if msn < self.next_msn:
+                self.stats.rx_invalid += 1
+                self._nack(pkt, NackReason.INVALID_REQUEST)
+                return False
+            if len(pending) >= self.max_wimm:
+                self.stats.rx_no_resource += 1
+                self._nack(pkt, NackReason.NO_RESOURCE)
+                return False
+            i += 1
+        if i > len(self.recv_queue):
+            self.stats.rx_no_resource += 1
+            self._nack(pkt, NackReason.NO_RESOURCE)
+            return False
+        if not known:
+            insort(pending, msn)
+        return True
+
+    def _complete_messages(self, ev: int, now: int) -> bool:
+        """Complete every message now wholly placed, in order; True if any was.
+
+        A WRITE_IMM message takes the oldest posted receive here.  If there is
+        none (an earlier WRITE_IMM turned up after this one was wholly placed,
+        and took the receive it had counted on), the message cannot be
+        completed and its data was already acknowledged selectively: the QP
+        goes to ERROR (MRC: too many WRITE_IMMs is a QP error) after NACKing
+        NO_RESOURCE on the message's last packet, so the sender fails that
+        work request, and it never sees the message cumulatively acknowledged.
+        """
         last_of = self.last_of
         base = self.base
         done = False
+        done_upto = -1  # one past the last PSN of the messages completed here
         while True:
             info = last_of.get(self.next_msn)
             if info is None or info[0] >= base:
                 return done
             done = True
             msn = self.next_msn
+            recv = None
+            if info[2]:
+                if not self.recv_queue:
+                    self.stats.rx_no_resource += 1
+                    qp = self.qp
+                    qp._fail(
+                        WCStatus.WR_FLUSH_ERR, None, now, f"no receive for WRITE_IMM MSN {msn}"
+                    )
+                    if done_upto >= 0:  # what did complete here is acknowledged first
+                        self.stats.tx_sacks += 1
+                        qp._queue_control(
+                            SackPacket(qp.remote_qpn, ev, done_upto, done_upto, 0, False,
+                                       self.rcvd_bytes, 0, 0, 0)
+                        )  # fmt: skip
+                    self.stats.tx_nacks += 1
+                    qp._queue_control(
+                        NackPacket(
+                            qp.remote_qpn, ev, NackReason.NO_RESOURCE, info[0], base, info[3]
+                        )
+                    )
+                    return True
+                recv = self.recv_queue.popleft()
+                self.wimm_pending.remove(msn)
             del last_of[msn]
+            done_upto = info[0] + 1
             nbytes = self.msg_bytes.pop(msn, 0)
             self.next_msn = msn + 1
             self.stats.rx_messages += 1
-            if info[2]:
-                recv = self.reserved.pop(msn, None)
-                if recv is not None:
-                    self.qp.recv_cq.push(
-                        WorkCompletion(
-                            recv.wr_id,
-                            WCStatus.SUCCESS,
-                            WCOpcode.RECV_RDMA_WITH_IMM,
-                            self.qp.qpn,
-                            nbytes,
-                            info[1],
-                        )
+            if recv is not None:
+                self.qp.recv_cq.push(
+                    WorkCompletion(
+                        recv.wr_id,
+                        WCStatus.SUCCESS,
+                        WCOpcode.RECV_RDMA_WITH_IMM,
+                        self.qp.qpn,
+                        nbytes,
+                        info[1],
                     )
+                )
 
     def sack(self, ev: int, ecn: bool, ts_echo: int, sack_base: int | None = None) -> SackPacket:
         """A SACK describing everything received so far.
@@ -169,6 +249,7 @@ class Responder:
         if sack_base < base:
             sack_base = base
         bits = self.bits
+        held = bits.bit_count()
         return SackPacket(
             self.qp.remote_qpn,
             ev,
@@ -177,9 +258,9 @@ class Responder:
             (bits >> (sack_base - base)) & _MASK64,
             ecn,
             self.rcvd_bytes,
-            bits.bit_count(),
+            held,
             ts_echo,
-            0,
+            window_penalty(held, self.window) if held else 0,
         )
 
     def _ack(self, pkt: DataPacket | ProbePacket, now: int) -> None:

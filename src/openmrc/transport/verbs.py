@@ -124,7 +124,7 @@ class CompletionQueue:
         """Take up to ``max_entries`` completions, oldest first."""
         if not isinstance(max_entries, int) or max_entries <= 0:
             raise InvalidArgument(f"poll max_entries: must be a positive int, got {max_entries!r}")
-        out = []
+        out: list[WorkCompletion] = []
         entries = self._entries
         while entries and len(out) < max_entries:
             out.append(entries.popleft())

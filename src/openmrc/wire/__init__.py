@@ -7,7 +7,6 @@ from openmrc.wire.codec import (
     decode_frame,
     encode,
     encode_frame,
-    ev_from_frame,
     udp_sport,
 )
 from openmrc.wire.pcap import LINKTYPE_RAW, PcapWriter
@@ -38,7 +37,6 @@ __all__ = [
     "decode_frame",
     "encode",
     "encode_frame",
-    "ev_from_frame",
     "shift",
     "to_ipv6",
     "udp_sport",

@@ -63,7 +63,6 @@ __all__ = [
     "decode_frame",
     "encode",
     "encode_frame",
-    "ev_from_frame",
     "udp_sport",
 ]
 
@@ -104,7 +103,7 @@ HOP_LIMIT = 64
 #: ECN codepoints in the low two bits of the IPv6 traffic class.
 ECN_ECT0 = 0b10
 ECN_CE = 0b11
-#: High bits of the UDP source port; the low 12 bits carry EV bits 20-31.
+#: High bits of the UDP source port; the low 14 bits carry a hash of the EV (udp_sport).
 SPORT_BASE = 0xC000
 
 # MDH flag bits.
@@ -623,20 +622,21 @@ class FrameInfo:
     sport: int
     ecn: bool
 
-    @property
-    def ev(self) -> int:
-        """The EV carried by the headers: flow label (bits 0-19) + sport (bits 20-31)."""
-        return ev_from_frame(self.flow_label, self.sport)
-
 
 def udp_sport(ev: int) -> int:
-    """UDP source port carrying EV bits 20-31 (always in 49152..65535)."""
-    return SPORT_BASE | ((ev >> 20) & 0x0FFF)
+    """UDP source port for ``ev``: 0xC000 | a 14-bit hash of the whole 32-bit EV.
 
-
-def ev_from_frame(flow_label: int, sport: int) -> int:
-    """Rebuild a 32-bit EV from an IPv6 flow label and a UDP source port."""
-    return ((sport & 0x0FFF) << 20) | (flow_label & 0xFFFFF)
+    Every EV bit moves the port, so a switch hashing the plain 5-tuple sprays
+    a QP's packets as its EVs change (generated EVs differ mostly in their low
+    bits).  The hash (a 32-bit multiply-xorshift mix, documented in
+    docs/wire-format.md) is fixed so that any implementation computes the same
+    port; the port stays in RoCE's 49152..65535 range.
+    """
+    h = (ev * 0x9E3779B1) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * 0x85EBCA77) & 0xFFFFFFFF
+    h ^= h >> 13
+    return SPORT_BASE | (h & 0x3FFF)
 
 
 def _addr16(name: str, addr: ipaddress.IPv6Address | int) -> tuple[bytes, int]:
@@ -684,7 +684,7 @@ def encode_frame(
     if udp_len + IPV6_BYTES > 0xFFFF:
         raise WireError(f"frame: {udp_len + IPV6_BYTES} bytes do not fit an IPv6 payload length")
     word0 = 0x60000000 | ((ECN_CE if pkt.ecn else ECN_ECT0) << 20) | (ev & 0xFFFFF)
-    sport = SPORT_BASE | ((ev >> 20) & 0x0FFF)
+    sport = udp_sport(ev)
     csum = _udp_checksum(src_i, dst_i, sport, udp_len, body)
     header = _FRAME.pack(
         word0, udp_len + IPV6_BYTES, NH_IPV6, HOP_LIMIT, src_b, path_b,

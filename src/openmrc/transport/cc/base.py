@@ -27,19 +27,30 @@ class CongestionControl(ABC):
         self.mtu = mtu
 
     @abstractmethod
-    def on_ack(self, acked_bytes: int, rtt_ps: int, ecn: bool, inflight: int, now: int) -> None:
-        """``acked_bytes`` newly acknowledged; ``rtt_ps`` the sample of this ACK."""
+    def on_ack(
+        self, acked_bytes: int, rtt_ps: int | None, ecn: bool, inflight: int, now: int
+    ) -> None:
+        """One ACK event: ``acked_bytes`` newly acknowledged; ``rtt_ps`` its RTT
+        sample, or None when it carries none (the rest of a multi-SACK group)."""
 
     @abstractmethod
-    def on_nack(self, nacked_bytes: int, now: int) -> None:
-        """A packet of ``nacked_bytes`` was trimmed (congestion)."""
+    def on_nack(
+        self, nacked_bytes: int, now: int, rtt_ps: int | None = None, inflight: int = 0
+    ) -> None:
+        """A packet of ``nacked_bytes`` was trimmed (congestion); ``rtt_ps`` the
+        NACK's round trip when known, ``inflight`` the bytes still in flight."""
 
     @abstractmethod
     def on_loss(self, lost_bytes: int, now: int) -> None:
-        """A packet was lost without a trim, or timed out."""
+        """A packet was lost without a trim (a path failure signal)."""
 
-    def on_penalty(self, penalty: int, now: int) -> None:  # noqa: B027 - optional hook
-        """The receiver asked for a window penalty (7-bit value); default: ignore."""
+    def on_timeout(self, lost_bytes: int, now: int) -> None:
+        """A packet's retransmission timer expired; default: as :meth:`on_loss`."""
+        self.on_loss(lost_bytes, now)
+
+    def on_penalty(self, penalty: int, acked_bytes: int, now: int) -> None:  # noqa: B027
+        """The receiver's window penalty (7 bits, 0 = none) on an ACK of
+        ``acked_bytes``; default: ignore."""
 
     def describe(self) -> dict[str, Any]:
         """A snapshot of the controller's state, for reports."""

@@ -14,10 +14,14 @@ class FixedWindow(CongestionControl):
         super().__init__(profile, mtu)
         self.cwnd = int(param(profile, "window", 64 * mtu, mtu, 1 << 34))
 
-    def on_ack(self, acked_bytes: int, rtt_ps: int, ecn: bool, inflight: int, now: int) -> None:
+    def on_ack(
+        self, acked_bytes: int, rtt_ps: int | None, ecn: bool, inflight: int, now: int
+    ) -> None:
         """Ignored."""
 
-    def on_nack(self, nacked_bytes: int, now: int) -> None:
+    def on_nack(
+        self, nacked_bytes: int, now: int, rtt_ps: int | None = None, inflight: int = 0
+    ) -> None:
         """Ignored."""
 
     def on_loss(self, lost_bytes: int, now: int) -> None:

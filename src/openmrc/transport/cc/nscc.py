@@ -6,20 +6,33 @@ target delay, plus ECN, as a four-way table:
 ============== ================ ============================================
 ECN echoed     delay vs target  reaction
 ============== ================ ============================================
-no             below            proportional increase (more the lower the delay)
+no             below            proportional increase (more the lower the
+                                delay), or fast increase when the delay has
+                                stayed near zero for a whole window
 no             above            fair increase (additive, equal for all flows)
-yes            above            multiplicative decrease, at most halving,
-                                at most once per base RTT
+yes            above            multiplicative decrease on the filtered
+                                delay, at most halving, at most once per
+                                base RTT
 yes            below            no change (the path is imbalanced: the EV
                                 layer switches path instead)
 ============== ================ ============================================
 
-Quick adapt: when a loss or a very high delay coincides with a low achieved
-window, the window drops to what was actually achieved.  A trim NACK removes
-the NACKed bytes from the window.  Constants follow the public UET simulator's
-defaults, scaled from its 100 Gb/s, 12 us reference to this QP's link rate and
-base RTT (see ``../shared/mrc-notes.md`` section 11); each can be overridden
-through ``CCProfile.params`` by the names used below.
+Increases accumulate and are applied together ("fulfilled") every 8 MTUs
+acked or every network RTT; the small additive ``eta`` is added at most once
+per network RTT, on its own clock.  Quick adapt: once per base RTT + target,
+if a trim NACK, a delay above 4 x target or a loss came while the window
+achieved less than ``maxwnd / 8``, the window drops to what was achieved, and
+the ECN-marked ACKs and NACKs for the bytes then in flight are ignored (no
+second cut at once).  A trim NACK feeds the delay filter a sample of one
+network RTT and removes the NACKed bytes from the window; a timeout removes
+the timed-out bytes.  The base RTT is learned (the least RTT seen), and with
+it the BDP and ``maxwnd``.  The receiver's window penalty (7 bits) takes a
+share of each ACK's bytes back out of the window.
+
+The rules and constants follow UET 1.0 as the public simulator uet-htsim
+implements it (see ``docs/nscc.md`` for each rule, the remaining differences,
+and a side-by-side comparison).  Every constant is named below and can be
+overridden through ``CCProfile.params``.
 """
 
 from __future__ import annotations
@@ -29,121 +42,240 @@ from typing import Any
 from ..attrs import CCProfile
 from .base import CongestionControl, param, register
 
-_REF_BDP = 150_000  # bytes: 100 Gb/s x 12 us
+_REF_BDP = 150_000  # bytes: 100 Gb/s x 12 us, the reference network
 _REF_RTT_PS = 12_000_000
+
+#: ``CCProfile.params`` names, defaults and allowed ranges.
+PARAMS: dict[str, tuple[float, float, float]] = {
+    # 1 = the fabric trims (target 0.75 x RTT), 0 = it drops (target 1 x RTT)
+    "trimming": (1, 0, 1),
+    # target queueing delay / network RTT; 0 = by "trimming" (0.75 or 1.0)
+    "target_ratio": (0.0, 0.0, 10.0),
+    "maxwnd_bdp": (1.5, 0.1, 100.0),  # maxwnd = this x BDP; initial cwnd = maxwnd
+    "alpha_mss": (4.0, 0.0, 1e3),  # proportional increase: 4 MSS x a x b / target
+    "fi_mss": (5.0, 0.0, 1e3),  # fair increase per window: 5 MSS x a
+    "eta_mss": (0.15, 0.0, 1e3),  # additive increase once per network RTT: 0.15 MSS x a
+    "fast_scale": (0.25, 0.0, 10.0),  # fast increase: acked bytes x 0.25 x a
+    "fast_delay_ps": (1_000_000, 0, 1e9),  # fast increase while delay < 1 us
+    "gamma": (0.8, 0.0, 1.0),  # multiplicative decrease strength
+    "md_floor": (0.5, 0.0, 1.0),  # one decrease keeps at least this share
+    "delay_ewma": (0.0125, 1e-6, 1.0),  # delay filter weight
+    "delay_ewma_large": (0.0125, 1e-6, 1.0),  # weight for samples above 5 base RTTs
+    "large_delay_rtts": (5.0, 0.0, 1e3),  # "large" = above this many base RTTs
+    "pull_fraction": (0.25, 0.0, 1.0),  # unmarked above-target: pull toward this x base RTT
+    "nack_delay_rtts": (1.0, 0.0, 100.0),  # a NACK's delay sample, in network RTTs
+    "qa_delay_mult": (4.0, 1.0, 1e3),  # quick adapt on delay above 4 x target
+    "qa_gate": (3, 0, 16),  # ... when achieved < maxwnd >> 3
+    "adjust_mtus": (8, 1, 1e6),  # fulfil increases every 8 MTUs acked ...
+    "adjust_rtts": (1.0, 0.01, 100.0),  # ... or every network RTT (and eta's period)
+    "learn_base_rtt": (1, 0, 1),  # 1 = base RTT = least RTT seen
+}
 
 
 @register("nscc")
 class NSCC(CongestionControl):
-    """UET NSCC with BDP-scaled constants."""
+    """UET NSCC with BDP-scaled constants (times in picoseconds, sizes in bytes)."""
 
     def __init__(self, profile: CCProfile, mtu: int) -> None:
         super().__init__(profile, mtu)
-        base_rtt = profile.base_rtt_ps
-        bdp = profile.link_bps / 8 * base_rtt / 1e12
-        self.base_rtt = base_rtt
-        self.bdp = bdp
-        self.target = int(param(profile, "target_ratio", 0.75, 0.05, 10.0) * base_rtt)
-        a = bdp / _REF_BDP
+        p = {name: param(profile, name, *spec) for name, spec in PARAMS.items()}
+        self.params = p
+        net_rtt = profile.base_rtt_ps
+        self.link_Bps = profile.link_bps / 8
+        #: the configured network RTT (the profile's base RTT): scales the constants
+        self.network_rtt = net_rtt
+        #: the learned base RTT: the least RTT seen (starts at the configured one)
+        self.base_rtt = net_rtt
+        self.bdp = self.link_Bps * net_rtt / 1e12
+        ratio = p["target_ratio"] or (0.75 if p["trimming"] else 1.0)
+        self.target = int(ratio * net_rtt)
+        a = self.bdp / _REF_BDP
         b = self.target / _REF_RTT_PS
-        self.maxwnd = int(param(profile, "maxwnd_bdp", 1.5, 0.1, 100.0) * bdp)
         self.minwnd = mtu
-        self.maxwnd = max(self.maxwnd, 2 * mtu)
+        self.maxwnd = max(int(p["maxwnd_bdp"] * self.bdp), 2 * mtu)
         self.cwnd = self.maxwnd
-        # Proportional increase: bytes of window per byte acked per ps of headroom.
-        self.alpha = param(profile, "alpha_mss", 4.0, 0.0, 1e3) * mtu * a * b / self.target
-        self.fi = param(profile, "fi_mss", 5.0, 0.0, 1e3) * mtu * a
-        self.eta = param(profile, "eta_mss", 0.15, 0.0, 1e3) * mtu * a
-        self.gamma = param(profile, "gamma", 0.8, 0.0, 1.0)
-        self.ewma = param(profile, "delay_ewma", 0.0125, 1e-6, 1.0)
-        self.qa_delay_mult = param(profile, "qa_delay_mult", 4.0, 1.0, 1e3)
+        self.alpha = p["alpha_mss"] * mtu * a * b / max(self.target, 1)
+        self.fi = p["fi_mss"] * mtu * a
+        self.eta = p["eta_mss"] * mtu * a
+        self.fast_scale = p["fast_scale"] * a
+        self.gamma = p["gamma"]
+        self.qa_threshold = p["qa_delay_mult"] * self.target
+        self.adjust_bytes = int(p["adjust_mtus"] * mtu)
+        self.adjust_period = int(p["adjust_rtts"] * net_rtt)
         self.avg_delay = 0.0
-        self._inc = 0.0  # pending increase, in bytes * bytes (divided by cwnd on apply)
+        self._inc = 0.0  # pending increase, in bytes x bytes (divided by cwnd when fulfilled)
+        self._received = 0  # bytes acked since the last fulfilment
+        self._last_eta = 0  # when eta was last added (its own clock)
         self._last_decrease = -(1 << 62)
-        self._last_adjust = 0
-        self._acked_since_adjust = 0
-        self._period_start = 0
-        self._achieved = 0
-        self._last_qa = -(1 << 62)
-        self._loss_seen = False
+        self._fast_count = 0  # bytes acked in a row with delay below fast_delay_ps
+        self._fast = False  # in fast increase
+        self._achieved = 0  # bytes acked in this quick-adapt period
+        self._qa_end = 0  # end of the quick-adapt period (0: not started)
+        self._trigger_qa = False  # a NACK since the last quick adapt
+        self._to_ignore = 0  # after quick adapt: the bytes then in flight ...
+        self._ignored = 0  # ... and how many of them have been acked/NACKed since
         self.stats_decreases = 0
         self.stats_quick_adapts = 0
+        self.stats_fast_increases = 0
+        self.stats_eta = 0
 
-    def on_ack(self, acked_bytes: int, rtt_ps: int, ecn: bool, inflight: int, now: int) -> None:
-        """Feed one ACK's delay and ECN sample into the four-way table."""
-        delay = rtt_ps - self.base_rtt
-        if delay < 0:
-            delay = 0
-        self.avg_delay += self.ewma * (delay - self.avg_delay)
-        target = self.target
-        self._achieved += acked_bytes
-        if not ecn:
-            if delay < target:
-                self._inc += self.alpha * acked_bytes * (target - delay)
+    # -- the delay filter and the base RTT --------------------------------------------
+    def _learn_base(self, rtt: int) -> None:
+        if self.params["learn_base_rtt"] and 0 < rtt < self.base_rtt:
+            self.base_rtt = rtt
+            self.bdp = self.link_Bps * rtt / 1e12
+            self.maxwnd = max(int(self.params["maxwnd_bdp"] * self.bdp), 2 * self.mtu)
+            if self.cwnd > self.maxwnd:
+                self.cwnd = self.maxwnd
+
+    def _update_delay(self, rtt: int, ecn: bool) -> None:
+        """One sample into the EWMA; an unmarked sample above target is not trusted
+        (the queue it saw is not ours to fix): the average is pulled toward a
+        quarter of the base RTT instead."""
+        p = self.params
+        base = self.base_rtt
+        delay = rtt - base
+        if not ecn and delay > self.target:
+            w = p["delay_ewma"]
+            self.avg_delay = w * base * p["pull_fraction"] + (1 - w) * self.avg_delay
+        else:
+            w = p["delay_ewma_large"] if delay > p["large_delay_rtts"] * base else p["delay_ewma"]
+            self.avg_delay = w * delay + (1 - w) * self.avg_delay
+
+    # -- events -----------------------------------------------------------------------
+    def on_ack(
+        self, acked_bytes: int, rtt_ps: int | None, ecn: bool, inflight: int, now: int
+    ) -> None:
+        """One ACK event: ``rtt_ps`` its RTT sample (None: no valid sample)."""
+        if rtt_ps is not None and rtt_ps > 0:
+            self._learn_base(rtt_ps)
+            if rtt_ps >= self.base_rtt:
+                self._update_delay(rtt_ps, ecn)
+                delay: float = rtt_ps - self.base_rtt
             else:
-                self._inc += self.fi * acked_bytes
-        elif (
-            delay >= target
-            and self.avg_delay > target
-            and now - self._last_decrease >= self.base_rtt
-        ):
-            # The sample says "above target" (quadrant choice); the size of the cut
-            # comes from the filtered delay, so one delayed ACK cannot halve the window.
-            avg = self.avg_delay
-            factor = 1.0 - self.gamma * (avg - target) / avg
-            self.cwnd = max(self.minwnd, int(self.cwnd * max(factor, 0.5)))
-            self._last_decrease = now
-            self._inc = 0.0
-            self.stats_decreases += 1
-        self._acked_since_adjust += acked_bytes
-        if delay > self.qa_delay_mult * target:
-            self._loss_seen = True
-        if self._acked_since_adjust >= 8 * self.mtu or now - self._last_adjust >= self.base_rtt:
-            self._adjust(now)
-
-    def _adjust(self, now: int) -> None:
-        if self._inc:
-            self.cwnd += int(self._inc / max(self.cwnd, 1))
-            self._inc = 0.0
-        if now - self._last_adjust >= self.base_rtt:
-            self.cwnd += int(self.eta)
-        self._last_adjust = now
-        self._acked_since_adjust = 0
-        self._quick_adapt(now)
-        if self.cwnd > self.maxwnd:
-            self.cwnd = self.maxwnd
-        elif self.cwnd < self.minwnd:
-            self.cwnd = self.minwnd
-
-    def _quick_adapt(self, now: int) -> None:
-        period = self.base_rtt + self.target
-        if now - self._period_start < period:
+                delay = self.avg_delay
+        else:
+            delay = self.avg_delay
+        self._achieved += acked_bytes
+        self._received += acked_bytes
+        self._ignored += acked_bytes
+        if self._quick_adapt(False, ecn, delay, inflight, now):
             return
-        if self._loss_seen and self._achieved < self.maxwnd / 8 and now - self._last_qa >= period:
-            self.cwnd = max(self.minwnd, self._achieved)
-            self._last_qa = now
-            self.stats_quick_adapts += 1
-        self._loss_seen = False
-        self._achieved = 0
-        self._period_start = now
+        target = self.target
+        if not ecn:
+            if delay >= target:
+                self._inc += self.fi * acked_bytes
+            elif not self._fast_increase(acked_bytes, delay):
+                self._inc += self.alpha * acked_bytes * (target - delay)
+        elif delay >= target:
+            self._multiplicative_decrease(now)
+        self._bound()
+        if self._received > self.adjust_bytes or now - self._last_eta > self.adjust_period:
+            self._fulfil(now)
+        self._bound()
 
-    def on_nack(self, nacked_bytes: int, now: int) -> None:
-        """A trim: take the trimmed bytes out of the window."""
-        self.cwnd = max(self.minwnd, self.cwnd - nacked_bytes)
-        self._loss_seen = True
+    def _fast_increase(self, acked_bytes: int, delay: float) -> bool:
+        """Near-zero delay for a whole window: grow by a share of the acked bytes at once."""
+        if delay < self.params["fast_delay_ps"]:
+            self._fast_count += acked_bytes
+            if self._fast_count > self.cwnd or self._fast:
+                self.cwnd += int(acked_bytes * self.fast_scale)
+                self._fast = True
+                self.stats_fast_increases += 1
+                return True
+        else:
+            self._fast_count = 0
+        self._fast = False
+        return False
+
+    def _multiplicative_decrease(self, now: int) -> None:
+        self._fast = False
+        self._fast_count = 0
+        avg = self.avg_delay
+        if avg > self.target and now - self._last_decrease > self.base_rtt:
+            factor = max(1.0 - self.gamma * (avg - self.target) / avg, self.params["md_floor"])
+            self.cwnd = max(self.minwnd, int(self.cwnd * factor))
+            self._last_decrease = now
+            self.stats_decreases += 1
+
+    def _fulfil(self, now: int) -> None:
+        """Apply the accumulated increase; eta at most once per network RTT."""
+        self.cwnd += int(self._inc / max(self.cwnd, 1))
+        if now - self._last_eta >= self.adjust_period:
+            self.cwnd += int(self.eta)
+            self._last_eta = now
+            self.stats_eta += 1
+        self._inc = 0.0
+        self._received = 0
+
+    def _quick_adapt(self, loss: bool, ecn: bool, delay: float, inflight: int, now: int) -> bool:
+        """True when this event is consumed by quick adapt or its ignore window."""
+        done = False
+        if self._ignored < self._to_ignore and ecn:
+            done = True  # inside the ignore window: these signals predate the cut
+        elif now > self._qa_end:
+            if (
+                self._qa_end
+                and (self._trigger_qa or loss or delay > self.qa_threshold)
+                and self._achieved < self.maxwnd >> int(self.params["qa_gate"])
+            ):
+                self.cwnd = max(self._achieved, self.minwnd)
+                self._to_ignore = inflight
+                self._ignored = 0
+                self._trigger_qa = False
+                self.stats_quick_adapts += 1
+                done = True
+            self._achieved = 0
+            self._qa_end = now + self.base_rtt + self.target
+        if done:
+            self._inc = 0.0
+            self._received = 0
+        return done
+
+    def _bound(self) -> None:
+        if self.cwnd < self.minwnd:
+            self.cwnd = self.minwnd
+        elif self.cwnd > self.maxwnd:
+            self.cwnd = self.maxwnd
+
+    def on_nack(
+        self, nacked_bytes: int, now: int, rtt_ps: int | None = None, inflight: int = 0
+    ) -> None:
+        """A trim: a congestion sample, a quick-adapt trigger, and the bytes out of the window."""
+        self._ignored += nacked_bytes
+        if rtt_ps is not None and rtt_ps > 0:
+            self._learn_base(rtt_ps)
+        nack_rtt = self.base_rtt + int(self.params["nack_delay_rtts"] * self.network_rtt)
+        self._update_delay(nack_rtt, True)
+        self._trigger_qa = True
+        if not self._quick_adapt(True, True, 0, inflight, now):
+            self.cwnd -= nacked_bytes
+            self._bound()
 
     def on_loss(self, lost_bytes: int, now: int) -> None:
-        """A loss (failure signal): only arms quick adapt; the EV layer reacts."""
-        self._loss_seen = True
+        """A loss without a trim: a path failure, handled by the EV layer; no window change."""
+
+    def on_timeout(self, lost_bytes: int, now: int) -> None:
+        """A retransmission timeout: the timed-out bytes leave the window."""
+        self.cwnd -= lost_bytes
+        self._bound()
+
+    def on_penalty(self, penalty: int, acked_bytes: int, now: int) -> None:
+        """The receiver's window penalty: ``penalty / 127`` of the acked bytes come off."""
+        if penalty > 0:
+            self.cwnd -= acked_bytes * min(penalty, 127) // 127
+            self._bound()
 
     def describe(self) -> dict[str, Any]:
-        """Window, delay average and decision counters."""
+        """Window, delays and decision counters."""
         return {
             "name": self.name,
             "cwnd": self.cwnd,
             "maxwnd": self.maxwnd,
             "target_ps": self.target,
+            "base_rtt_ps": self.base_rtt,
             "avg_delay_ps": round(self.avg_delay),
             "decreases": self.stats_decreases,
             "quick_adapts": self.stats_quick_adapts,
+            "fast_increases": self.stats_fast_increases,
         }
