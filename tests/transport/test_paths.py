@@ -7,8 +7,8 @@ import random
 import pytest
 
 from openmrc.loopback import Faults
-from openmrc.transport import EVEvent, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
-from openmrc.transport.ev import ev_plane
+from openmrc.transport import EVEvent, EVField, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
+from openmrc.transport.ev import ev_path, ev_plane, ev_spare
 from openmrc.wire.packets import DataPacket
 
 from .helpers import assert_exact, run_transfer, setup_transfer
@@ -133,13 +133,18 @@ def test_ev_set_split_over_planes_with_backups() -> None:
     assert len(ps.slots) == 256 == len(set(ps.slots))
     per_plane = [sum(1 for ev in ps.slots if ev_plane(ev) == p) for p in range(8)]
     assert per_plane == [32] * 8
-    assert all(len(ps.backups[p]) == 32 for p in range(8))
+    # The backup set is the rest of each plane's space: 64 uplinks x 2^16 spare values
+    # (the default spare field), less the 32 active EVs.
+    assert all(len(ps.backups[p]) == 64 * 65536 - 32 for p in range(8))
     # Rotation: consecutive packets visit every EV once per round.
     assert sorted(ps.next_ev() for _ in range(256)) == sorted(ps.slots)
 
 
 def test_floor_keeps_some_evs_usable() -> None:
-    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=3)
+    # No spare entropy: the 8 EVs are the whole space, there are no backups.
+    prof = EVProfile(
+        planes=2, paths_per_plane=4, ev_count=8, floor=3, spare_field=EVField(width=1, max=0)
+    )
     ps = PathSet(prof, random.Random(1), qpn=1)
     for ev in list(ps.slots):
         ps.on_loss(ev, 0, "test")
@@ -191,3 +196,78 @@ def test_context_keeps_a_port_blocked_qp_ready() -> None:
     assert t.lb.a.poll_packet(0, busy=every_plane) is None
     item = t.lb.a.poll_packet(0, busy=every_plane & ~(1 << 5))
     assert item is not None and ev_plane(item[1].ev) == 5
+
+
+def test_more_evs_than_paths_use_spare_entropy_and_differ_per_qp() -> None:
+    # 8 T1s per plane, 256 EVs over 8 planes: 32 per plane, 4 per physical path,
+    # made distinct by the spare-entropy bits.
+    prof = EVProfile(planes=8, paths_per_plane=8, ev_count=256)
+    prof.validate()
+    a = PathSet(prof, random.Random(1), qpn=1)
+    b = PathSet(prof, random.Random(2), qpn=2)
+    for ps in (a, b):
+        assert len(set(ps.slots)) == 256
+        for p in range(8):
+            plane = [ev for ev in ps.slots if ev_plane(ev) == p]
+            assert len(plane) == 32
+            # spread evenly over the uplinks: 4 EVs on each of the 8 physical paths
+            assert sorted({ev_path(ev) for ev in plane}) == list(range(8))
+            assert all(sum(1 for ev in plane if ev_path(ev) == u) == 4 for u in range(8))
+        assert len({ev_spare(ev) for ev in ps.slots}) > 8
+    assert set(a.slots) != set(b.slots)
+    assert len(set(a.slots) & set(b.slots)) < 16
+
+
+def test_backups_replace_failed_evs_from_the_same_plane() -> None:
+    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=32)
+    ps = PathSet(prof, random.Random(3), qpn=1)
+    victims = [ev for ev in ps.slots if ev_plane(ev) == 2][:3]
+    for i, ev in enumerate(victims):
+        ps.on_loss(ev, 1000 * i, "test")
+    assert ps.stats_replacements == 3
+    assert not set(victims) & set(ps.slots)
+    assert sum(1 for ev in ps.slots if ev_plane(ev) == 2) == 8
+    assert len(set(ps.slots)) == 32 and ps.usable == 32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"planes": 8, "paths_per_plane": 8, "ev_count": 250}, "EVProfile.ev_count"),
+        (
+            {"planes": 8, "paths_per_plane": 8, "ev_count": 256, "spare_field": EVField(1)},
+            "EVProfile.ev_count",
+        ),
+        ({"spare_field": EVField(17)}, "EVProfile.spare_field.width"),
+        ({"uplink_field": EVField(4, min=9, max=3)}, "EVProfile.uplink_field.max"),
+        ({"plane_field": EVField(4, mask=0x10)}, "EVProfile.plane_field.mask"),
+    ],
+)
+def test_profile_that_cannot_give_what_was_asked_names_the_field(
+    kwargs: dict[str, object], field: str
+) -> None:
+    prof = EVProfile(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
+        prof.validate()
+    with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
+        PathSet(prof, random.Random(1), qpn=1)
+
+
+def test_field_values_follow_min_max_mask_and_init() -> None:
+    assert list(EVField(4, min=2, max=5).values()) == [2, 3, 4, 5]
+    # mask 0b0101 generated, bit 1 fixed to 1 by init, bit 3 fixed to 0
+    assert list(EVField(4, mask=0b0101, init=0b0010).values()) == [2, 3, 6, 7]
+    prof = EVProfile(plane_field=EVField(4, mask=0b0110), ev_count=64)
+    prof.validate()
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    assert {ev_plane(ev) for ev in ps.slots} == {0, 2, 4, 6}
+
+
+def test_deny_reaches_backups_not_drawn_yet() -> None:
+    prof = EVProfile(planes=1, paths_per_plane=1, ev_count=1, floor=0, spare_field=EVField(1))
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    (active,) = ps.slots
+    backup = active ^ (1 << 16)
+    ps.deny(backup, 0)
+    ps.on_loss(active, 1, "test")  # the only backup is denied: nothing replaces it
+    assert ps.slots == [active] and ps.stats_replacements == 0

@@ -64,6 +64,7 @@ from openmrc.transport import (
     SGE,
     CCProfile,
     Context,
+    EVField,
     EVProfile,
     MemoryRegion,
     QPAttr,
@@ -217,14 +218,19 @@ def driver_attr(
     lab), 7 linear + 6 doubling retries (~9 s before the QP gives up), a 1 ms
     reordering floor, EV probes every 25 ms.  NSCC is tuned for 10 Gb/s x
     200 us (a ~375 KB window; larger windows only add queueing delay in the
-    receiver's socket buffer).  ``ev_count`` defaults to 16 EVs per plane.
+    receiver's socket buffer).  ``ev_count`` defaults to MRC's 256 EVs (rounded
+    down to split equally over the planes); beyond one EV per path they differ in
+    their spare-entropy bits (:class:`openmrc.transport.EVProfile`), here only
+    bits 16-19 (``spare_field`` width 4), which ride in the flow label: the
+    driver opens one send socket per UDP source port, and EV bits 20-31 pick it.
     """
-    count = ev_count if ev_count is not None else 16 * planes
+    count = ev_count if ev_count is not None else (256 // planes) * planes
     return QPAttr(
         ev_profile=EVProfile(
             planes=planes,
             paths_per_plane=paths_per_plane,
             ev_count=count,
+            spare_field=EVField(4),
             floor=max(1, min(8, count // 2)),
             probe_interval_ps=25_000_000_000,
             probe_successes=3,

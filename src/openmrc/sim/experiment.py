@@ -78,14 +78,15 @@ class TransportConfig:
             from .baseline import baseline_configs
 
             baseline_configs(self.name, self)  # raises ValueError naming the bad key
-        paths = spec.t1s
+        # The uplink field names the T1s; EVs beyond one per T1 differ in their
+        # spare-entropy bits (several EVs per physical path, as MRC has it).
         attr = QPAttr(
             ev_profile=EVProfile(
                 planes=spec.planes,
-                paths_per_plane=paths,
-                ev_count=min(self.ev_count, spec.planes * paths),
+                paths_per_plane=spec.t1s,
+                ev_count=self.ev_count,
                 probe_interval_ps=self.probe_interval_ps,
-                floor=min(8, spec.planes * paths),
+                floor=min(8, self.ev_count),
             ),
             cc_profile=CCProfile(
                 name=self.cc,

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
 from .attrs import EVProfile
 from .errors import InvalidArgument
-from .ev import ev_plane, make_ev
+from .ev import ev_path, ev_plane, ev_spare, make_ev
 
 
 class EVState(IntEnum):
@@ -58,6 +59,88 @@ class EVEvent:
     reason: str
 
 
+class BackupPool:
+    """One plane's backup EVs: the rest of the plane's EV space, drawn lazily.
+
+    A plane's space (uplink values x spare values) can hold millions of EVs, so
+    the pool is not listed: :meth:`popleft` hands out EVs that were given back
+    (:meth:`append`, e.g. recovered by probes) first, then a random EV of the
+    space never handed out before.  Small spaces (up to ``ENUMERATE_LIMIT``)
+    are shuffled once instead of sampled.  Deterministic for a given ``rng``.
+    """
+
+    ENUMERATE_LIMIT = 4096
+
+    def __init__(
+        self,
+        plane: int,
+        uplinks: Sequence[int],
+        spares: Sequence[int],
+        used: set[int],
+        rng: random.Random,
+    ) -> None:
+        self.plane = plane
+        self.uplinks = uplinks
+        self.spares = spares
+        #: EVs of this space ever handed out (active at start, or drawn since).
+        self.used = used
+        self.returned: deque[int] = deque()
+        self._rng = rng
+        self._fresh: deque[int] | None = None
+
+    @property
+    def size(self) -> int:
+        """How many EVs the plane's space holds."""
+        return len(self.uplinks) * len(self.spares)
+
+    def __len__(self) -> int:
+        return len(self.returned) + self.size - len(self.used)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __contains__(self, ev: object) -> bool:
+        return (
+            isinstance(ev, int)
+            and ev_plane(ev) == self.plane
+            and ev_path(ev) in self.uplinks
+            and ev_spare(ev) in self.spares
+            and make_ev(self.plane, ev_path(ev), ev_spare(ev)) == ev
+        )
+
+    def append(self, ev: int) -> None:
+        """Give ``ev`` back (it may be handed out again)."""
+        self.returned.append(ev)
+
+    def reserve(self, ev: int) -> None:
+        """Never hand out ``ev`` as a fresh EV (it is denied or already in use)."""
+        self.used.add(ev)
+
+    def popleft(self) -> int:
+        """The next backup EV; IndexError when the pool is empty."""
+        if self.returned:
+            return self.returned.popleft()
+        if len(self.used) >= self.size:
+            raise IndexError("backup pool is empty")
+        if self.size <= self.ENUMERATE_LIMIT:
+            if self._fresh is None:
+                every = [make_ev(self.plane, u, s) for u in self.uplinks for s in self.spares]
+                self._rng.shuffle(every)
+                self._fresh = deque(every)
+            while self._fresh:
+                ev = self._fresh.popleft()
+                if ev not in self.used:
+                    self.used.add(ev)
+                    return ev
+            raise IndexError("backup pool is empty")
+        rng = self._rng
+        while True:  # the space is large and mostly unused: rejection sampling
+            ev = make_ev(self.plane, rng.choice(self.uplinks), rng.choice(self.spares))
+            if ev not in self.used:
+                self.used.add(ev)
+                return ev
+
+
 class PathSet:
     """Active EVs, backups, states, rotation and probing for one QP."""
 
@@ -74,7 +157,7 @@ class PathSet:
         self.slots: list[int] = []
         #: the EVs now in a slot (kept with ``slots``), for membership tests.
         self.in_slots: set[int] = set()
-        self.backups: dict[int, deque[int]] = {}
+        self.backups: dict[int, BackupPool | deque[int]] = {}
         self._idx = 0
         #: where EV transitions are reported (the context's event queue).
         self.events: deque[object] = events if events is not None else deque()
@@ -94,6 +177,7 @@ class PathSet:
     # -- construction -----------------------------------------------------------------
     def _build(self, rng: random.Random) -> None:
         prof = self.profile
+        prof.validate()  # a profile that cannot give what it asks for names the field
         if prof.explicit is not None:
             by_plane: dict[int, list[int]] = {}
             for ev in prof.explicit:
@@ -102,25 +186,47 @@ class PathSet:
             for plane in by_plane:
                 self.backups[plane] = deque()
         else:
-            per_plane = max(1, prof.ev_count // prof.planes)
-            per_plane = min(per_plane, prof.paths_per_plane)
+            planes = prof.plane_values()
+            uplinks = prof.uplink_values()
+            spares = prof.spare_values()
+            per_plane = prof.ev_count // len(planes)
             columns = []
-            for plane in range(prof.planes):
-                paths = list(range(prof.paths_per_plane))
-                rng.shuffle(paths)
-                columns.append([make_ev(plane, p) for p in paths[:per_plane]])
-                self.backups[plane] = deque(make_ev(plane, p) for p in paths[per_plane:])
+            for plane in planes:
+                column = self._draw_plane(plane, uplinks, spares, per_plane, rng)
+                columns.append(column)
+                self.backups[plane] = BackupPool(
+                    plane, uplinks, spares, set(column), random.Random(rng.getrandbits(64))
+                )
             # Interleave planes so consecutive packets go to different planes (ports).
-            self.slots = [
-                columns[plane][i] for i in range(per_plane) for plane in range(prof.planes)
-            ]
+            self.slots = [column[i] for i in range(per_plane) for column in columns]
         self.in_slots = set(self.slots)
         for ev in self.slots:
             self.state[ev] = GOOD
-        for pool in self.backups.values():
-            for ev in pool:
-                self.state[ev] = GOOD
         self.usable = len(self.slots)
+
+    @staticmethod
+    def _draw_plane(
+        plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+    ) -> list[int]:
+        """``n`` distinct random EVs of one plane, spread evenly over its uplinks.
+
+        Uplinks are visited in a random order, round after round, so no uplink
+        carries more than one EV more than another; each uplink's EVs get
+        distinct random spare values (several EVs on one physical path).
+        """
+        order = list(uplinks)
+        rng.shuffle(order)
+        rounds, extra = divmod(n, len(order))
+        spare_of = {
+            u: rng.sample(spares, rounds + (1 if i < extra else 0)) for i, u in enumerate(order)
+        }
+        out = []
+        for r in range(rounds + (1 if extra else 0)):
+            for u in order:
+                picks = spare_of[u]
+                if r < len(picks):
+                    out.append(make_ev(plane, u, picks[r]))
+        return out
 
     # -- spraying -----------------------------------------------------------------
     def next_ev(self, busy: int = 0) -> int:
@@ -194,19 +300,26 @@ class PathSet:
         pool = self.backups.get(plane)
         if not pool:
             return
-        plane_slots = [ev for ev in self.slots if ev_plane(ev) == plane]
-        bad = sum(1 for ev in plane_slots if self.state[ev] is BAD)
-        if bad >= self.profile.plane_down_fraction * len(plane_slots) and bad > 1:
-            return  # the plane looks down: keep its backups for when it returns
+        if self.plane_looks_down(plane):
+            return  # keep its backups for when it returns
         while pool:
             candidate = pool.popleft()
-            if self.state[candidate] is GOOD:
+            if self.state.setdefault(candidate, GOOD) is GOOD:
                 self.slots[self.slots.index(bad_ev)] = candidate
                 self.in_slots.discard(bad_ev)
                 self.in_slots.add(candidate)
                 self.usable += 1
                 self.stats_replacements += 1
                 return
+
+    def plane_looks_down(self, plane: int) -> bool:
+        """True once the plane has as many ASSUMED_BAD EVs (active or replaced,
+        not yet recovered) as ``plane_down_fraction`` of its active EVs: then
+        its bad EVs are no longer replaced, since with a plane-wide failure
+        every backup drawn would only lose another packet."""
+        active = sum(1 for ev in self.slots if ev_plane(ev) == plane)
+        bad = sum(1 for ev in self.probing if ev_plane(ev) == plane)
+        return bad > 1 and bad >= self.profile.plane_down_fraction * active
 
     def _set(self, ev: int, new: EVState, now: int, reason: str) -> None:
         old = self.state[ev]
@@ -256,7 +369,12 @@ class PathSet:
         """Take ``ev`` out of use (controller deny list)."""
         st = self.state.get(ev)
         if st is None:
-            raise InvalidArgument(f"ev: {ev:#x} is not in this QP's EV set")
+            pool = self.backups.get(ev_plane(ev))
+            if not isinstance(pool, BackupPool) or ev not in pool:
+                raise InvalidArgument(f"ev: {ev:#x} is not in this QP's EV set")
+            pool.reserve(ev)  # a backup not drawn yet: it never will be
+            self.state[ev] = GOOD
+            st = GOOD
         if st is DENIED:
             return
         if st is not BAD and ev in self.in_slots:
