@@ -15,12 +15,15 @@
     cc = "nscc"                 # their own `roce` and `baseline_fabric` tables)
     [workload]
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
+                                # flows: [[workload.flows]] src, dst, size, start_us,
+                                # message, ev_profile = {EVProfile fields} (per flow)
     size = "8MiB"
     [[faults]]
     at_us = 60
     kind = "link_down"          # link_down | link_up | link_silent | link_loss | flap |
     target = "p2t0x1-p2t1x3"    # switch_down | switch_blackhole | switch_up |
-                                # nic_port_down | nic_port_up
+                                # nic_port_down | nic_port_up |
+                                # ev_loss (evs = [...], probability)
     [run]
     until_us = 1000             # optional cap
     sample_us = 10              # goodput sampling
@@ -45,6 +48,8 @@ from . import units
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps
 from .topology import ClosSpec
+from .transport.attrs import ev_profile_from_dict
+from .transport.errors import InvalidArgument
 from .workloads import FlowSpec, all_to_all, incast, permutation, shifted_permutation, single
 
 US = 1_000_000
@@ -130,9 +135,12 @@ class FaultSpec:
     period_us: float = 0.0
     duty: float = 0.5
     until_us: float = 0.0
+    #: ev_loss: the EVs (ints or strings like "0x10") whose data packets are dropped.
+    evs: list[Any] = field(default_factory=list)
 
 
 FAULT_KINDS = {
+    "ev_loss",
     "link_down",
     "link_up",
     "link_silent",
@@ -223,6 +231,19 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
                     f"{key}: flap needs period_us > 0, 0 < duty < 1 and until_us > at_us"
                 )
             inj.flap(f.target, at, int(f.period_us * US), f.duty, int(f.until_us * US))
+    elif f.kind == "ev_loss":
+        if not isinstance(f.evs, list) or not f.evs:
+            raise ScenarioError(f"{key}.evs: must be a non-empty list of EVs")
+        evs = []
+        for i, ev in enumerate(f.evs):
+            try:
+                ev = int(ev, 0) if isinstance(ev, str) else ev
+            except ValueError:
+                raise ScenarioError(f"{key}.evs[{i}]: not a number: {ev!r}") from None
+            _int(ev, f"{key}.evs[{i}]", 0)
+            evs.append(ev)
+        _num(f.probability, f"{key}.probability", 0.0, 1.0)
+        inj.ev_loss(evs, f.probability, at_ps=at)
     elif f.kind.startswith("switch"):
         if f.target not in switches:
             raise ScenarioError(
@@ -265,9 +286,15 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
             k = f"workload.flows[{i}]"
             if not isinstance(item, dict):
                 raise ScenarioError(f"{k}: must be a table")
-            extra = set(item) - {"src", "dst", "size", "start_us", "message"}
+            extra = set(item) - {"src", "dst", "size", "start_us", "message", "ev_profile"}
             if extra:
                 raise ScenarioError(f"{k}.{sorted(extra)[0]}: unknown key")
+            profile = None
+            if "ev_profile" in item:
+                try:
+                    profile = ev_profile_from_dict(item["ev_profile"], f"{k}.ev_profile")
+                except InvalidArgument as exc:
+                    raise ScenarioError(str(exc)) from None
             out.append(
                 FlowSpec(
                     _int(item.get("src"), f"{k}.src", 0),
@@ -276,6 +303,7 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
                     int(_num(item.get("start_us", 0), f"{k}.start_us") * US),
                     parse_size(item.get("message", 1 << 20), f"{k}.message"),
                     name=f"{item.get('src')}->{item.get('dst')}#{i}",
+                    ev_profile=profile,
                 )
             )
         return out

@@ -271,3 +271,36 @@ def test_deny_reaches_backups_not_drawn_yet() -> None:
     ps.deny(backup, 0)
     ps.on_loss(active, 1, "test")  # the only backup is denied: nothing replaces it
     assert ps.slots == [active] and ps.stats_replacements == 0
+
+
+def test_ecn_single_mark_skips_a_run_of_marks_remaps_within_the_plane() -> None:
+    from openmrc.transport.paths import ECN_REMAP_RUN
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    ps = PathSet(prof, random.Random(5), qpn=1)
+    for ev in ps.slots:
+        ps.on_clean_ack(ev)
+    hot = ps.slots[3]
+    ps.on_ecn(hot, 1)
+    assert ps.state[hot] is EVState.SKIP and hot in ps.slots  # one mark: one rotation
+    ps.on_clean_ack(hot)  # a clean ACK ends the run
+    for _ in range(ECN_REMAP_RUN - 1):
+        ps.on_ecn(hot, 2)
+    assert hot in ps.slots and ps.stats_ecn_remaps == 0
+    ps.on_ecn(hot, 3)
+    assert hot not in ps.slots and ps.stats_ecn_remaps == 1
+    assert ev_plane(ps.slots[3]) == ev_plane(hot)
+    assert ps.state[hot] is EVState.GOOD and ps.usable == 8
+    assert [(e.ev, e.reason) for e in ps.events] == [(hot, "mapped out: ECN")]
+
+
+def test_ecn_on_every_ev_is_congestion_not_imbalance() -> None:
+    from openmrc.transport.paths import ECN_REMAP_RUN
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    ps = PathSet(prof, random.Random(5), qpn=1)
+    before = list(ps.slots)
+    for _ in range(3 * ECN_REMAP_RUN):
+        for ev in before:
+            ps.on_ecn(ev, 1)
+    assert ps.slots == before and ps.stats_ecn_remaps == 0

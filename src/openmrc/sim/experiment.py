@@ -17,7 +17,7 @@ import csv
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +326,8 @@ class Experiment:
         self.faults = FaultInjector(self.fabric)
         master = random.Random(seed ^ 0x5EED)
         self.hosts = self._build_hosts(master)
+        for host in self.hosts:
+            host.faults = self.faults  # per-EV loss is applied where packets leave
         self.payloads = payloads
         self._payload_rng = random.Random(master.getrandbits(64))
         self.flows: list[_Flow] = []
@@ -458,8 +460,11 @@ class Experiment:
         pa, pb = a.alloc_pd(), b.alloc_pd()
         qa = pa.create_qp(a.create_cq(1 << 20))
         qb = pb.create_qp(b.create_cq(1 << 20))
-        qa.connect(qb.qpn, self.attr, peer=spec.dst, now=now)
-        qb.connect(qa.qpn, self.attr, peer=spec.src, now=now)
+        attr = self.attr
+        if spec.ev_profile is not None:  # a per-flow EV profile (scenario [[flows]] ev_profile)
+            attr = replace(attr, ev_profile=spec.ev_profile)
+        qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
+        qb.connect(qa.qpn, attr, peer=spec.src, now=now)
         if self.payloads:
             data = bytearray(self._payload_rng.randbytes(spec.size))
             flow.src_data = data

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..wire.packets import Packet
     from .engine import Simulator
     from .fabric import Fabric
+    from .faults import FaultInjector
 
 
 class SimHost:
@@ -35,6 +36,7 @@ class SimHost:
         "_timer_at",
         "ctx",
         "fabric",
+        "faults",
         "index",
         "on_activity",
         "ports",
@@ -57,6 +59,8 @@ class SimHost:
         self.on_activity = None
         #: packet observers (captures): ``tap(host, peer, pkt, sent, now)``.
         self.taps: list = []
+        #: the experiment's fault injector, for per-EV loss (None: no such faults).
+        self.faults: FaultInjector | None = None
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     # -- input ----------------------------------------------------------------------
@@ -122,6 +126,14 @@ class SimHost:
                 for tap in self.taps:
                     tap(src, qp.peer, pkt, True, now)
             plane = ev_plane(pkt.ev)
+            faults = self.faults
+            if (
+                faults is not None
+                and faults.ev_drop
+                and type(pkt) is DataPacket
+                and faults.drops(pkt.ev)
+            ):
+                continue
             ports[plane].enqueue(pkt)
             busy |= 1 << plane  # only the port just used can have changed
         if ctx._ready and busy:

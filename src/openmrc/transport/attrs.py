@@ -55,7 +55,9 @@ class EVField:
             _check_int(owner, "mask", self.mask, 0, top)
         _check_int(owner, "init", self.init, 0, top)
         if not self.values():
-            raise InvalidArgument(f"{owner}: generates no value (min, max, mask and init exclude all)")
+            raise InvalidArgument(
+                f"{owner}: generates no value (min, max, mask and init exclude all)"
+            )
 
     def values(self) -> Sequence[int]:
         """Every value the field generates, ascending (a ``range`` when contiguous)."""
@@ -104,7 +106,9 @@ class EVProfile:
     space is its backup set (drawn lazily at random when a backup is needed).
     A profile that cannot give ``ev_count`` EVs that way is an
     :class:`InvalidArgument` naming the field, never a silent cap.
-    ``explicit`` lists the EVs to use instead (then there are no backups).
+    ``explicit`` lists the EVs to use instead: the first ``ev_count`` of them
+    are active (all of them when the list is shorter), the rest are the backups
+    of their planes, in list order.
 
     ``floor`` is the fewest usable EVs kept: below it, losses no longer disable
     EVs.  An ASSUMED_BAD EV is probed every ``probe_interval_ps`` (doubling per
@@ -280,3 +284,60 @@ class QPAttr:
     def retries_infinite(self) -> bool:
         """True when the exponential retry count means retry forever."""
         return self.retry_exp >= RETRY_INFINITE
+
+
+_FIELD_KEYS = ("width", "min", "max", "mask", "init")
+
+
+def ev_profile_from_dict(data: Any, owner: str = "ev_profile") -> EVProfile:
+    """An :class:`EVProfile` from a plain mapping (a scenario table), validated.
+
+    Keys are the profile's fields; ``plane_field`` / ``uplink_field`` /
+    ``spare_field`` are tables of ``width, min, max, mask, init``; ``explicit``
+    is a list of EVs (ints, or strings such as ``"0x10"``).  Errors name
+    ``owner.key``.
+    """
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"{owner}: must be a table, got {data!r}")
+    known = {f for f in EVProfile.__dataclass_fields__}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise InvalidArgument(f"{owner}.{key}: unknown key (known: {', '.join(sorted(known))})")
+        if key in ("plane_field", "uplink_field", "spare_field"):
+            if not isinstance(value, dict):
+                raise InvalidArgument(f"{owner}.{key}: must be a table of {', '.join(_FIELD_KEYS)}")
+            for k in value:
+                if k not in _FIELD_KEYS:
+                    raise InvalidArgument(f"{owner}.{key}.{k}: unknown key")
+            if "width" not in value:
+                raise InvalidArgument(f"{owner}.{key}.width: required")
+            for k, v in value.items():
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise InvalidArgument(f"{owner}.{key}.{k}: must be an int, got {v!r}")
+            value = EVField(**value)
+        elif key == "explicit":
+            if not isinstance(value, list):
+                raise InvalidArgument(f"{owner}.explicit: must be a list of EVs")
+            evs = []
+            for i, ev in enumerate(value):
+                if isinstance(ev, str):
+                    try:
+                        ev = int(ev, 0)
+                    except ValueError:
+                        raise InvalidArgument(
+                            f"{owner}.explicit[{i}]: not a number: {ev!r}"
+                        ) from None
+                evs.append(ev)
+            value = evs
+        elif key == "plane_down_fraction" and (
+            not isinstance(value, int | float) or isinstance(value, bool)
+        ):
+            raise InvalidArgument(f"{owner}.{key}: must be a number, got {value!r}")
+        kwargs[key] = value
+    prof = EVProfile(**kwargs)
+    try:
+        prof.validate()
+    except InvalidArgument as exc:
+        raise InvalidArgument(str(exc).replace("EVProfile.", f"{owner}.", 1)) from None
+    return prof

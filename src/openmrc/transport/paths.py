@@ -14,6 +14,16 @@ ASSUMED_BAD a packet was lost without a trim, or timed out: out of the
 DENIED     administratively removed (controller deny list)
 ========== ==================================================================
 
+ECN rebalancing: a single ECN echo only SKIPs its EV for one rotation (the
+mark is a load-balancing hint: ECN is off on the last hop).  An EV whose
+ACKs echo ECN ``ECN_REMAP_RUN`` times in a row (no clean ACK for it between)
+while the mean ECN rate of the QP's other EVs stays below ``ECN_OTHERS_MAX``
+(or the QP has no other EV with ACKs) is *mapped out*: a backup of the same
+plane takes its slot and the EV goes back to the end of the plane's backup pool,
+still GOOD (it is congested, not broken).  Per-EV ECN rates are EWMAs over that
+EV's ACKs with gain ``ECN_RATE_GAIN``.  When every EV is marked, the congestion
+is shared (an incast): remapping would not help, NSCC handles it.
+
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
 down; its EVs are probed and come back when it does).
@@ -30,6 +40,13 @@ from enum import IntEnum
 from .attrs import EVProfile
 from .errors import InvalidArgument
 from .ev import ev_path, ev_plane, ev_spare, make_ev
+
+#: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing).
+ECN_REMAP_RUN = 4
+#: ...provided the QP's other EVs' mean ECN rate is below this.
+ECN_OTHERS_MAX = 0.25
+#: EWMA gain of the per-EV ECN rate, per ACK of that EV.
+ECN_RATE_GAIN = 0.25
 
 
 class EVState(IntEnum):
@@ -172,6 +189,12 @@ class PathSet:
         self.stats_recovered = 0
         self.stats_floor_hits = 0
         self.stats_replacements = 0
+        self.stats_ecn_remaps = 0
+        #: per-EV EWMA of ECN echoes among its ACKs, and their sum (for the QP mean).
+        self.ecn_rate: dict[int, float] = {}
+        self._ecn_sum = 0.0
+        #: per-EV count of ECN-echoing ACKs since its last clean one.
+        self.ecn_run: dict[int, int] = {}
         self._build(rng)
 
     # -- construction -----------------------------------------------------------------
@@ -179,12 +202,13 @@ class PathSet:
         prof = self.profile
         prof.validate()  # a profile that cannot give what it asks for names the field
         if prof.explicit is not None:
-            by_plane: dict[int, list[int]] = {}
-            for ev in prof.explicit:
-                by_plane.setdefault(ev_plane(ev), []).append(ev)
-            self.slots = list(prof.explicit)
-            for plane in by_plane:
-                self.backups[plane] = deque()
+            # The first ev_count listed EVs are active, the rest are their planes' backups.
+            self.slots = list(prof.explicit[: prof.ev_count])
+            for ev in self.slots:
+                self.backups.setdefault(ev_plane(ev), deque())
+            for ev in prof.explicit[prof.ev_count :]:
+                self.backups.setdefault(ev_plane(ev), deque()).append(ev)
+                self.state[ev] = GOOD
         else:
             planes = prof.plane_values()
             uplinks = prof.uplink_values()
@@ -269,13 +293,71 @@ class PathSet:
         return ev
 
     # -- feedback -----------------------------------------------------------------
-    def on_ecn(self, ev: int) -> None:
-        """An ACK echoed ECN for ``ev``: skip it for one rotation."""
+    def on_ecn(self, ev: int, now: int = 0) -> None:
+        """An ACK echoed ECN for ``ev``: skip it for one rotation; and if ``ev``
+        keeps drawing marks while the QP's other EVs do not, map it out (ECN
+        rebalancing, see the module docstring)."""
+        st = self.state.get(ev)
+        if st is GOOD:
+            self.state[ev] = SKIP
+            self.stats_skips += 1
+        elif st is None:
+            return
+        rate = self.ecn_rate.get(ev, 0.0)
+        rate += (1.0 - rate) * ECN_RATE_GAIN
+        self._ecn_sum += rate - self.ecn_rate.get(ev, 0.0)
+        self.ecn_rate[ev] = rate
+        run = self.ecn_run.get(ev, 0) + 1
+        self.ecn_run[ev] = run
+        if run < ECN_REMAP_RUN or ev not in self.in_slots or st is BAD or st is DENIED:
+            return
+        n = len(self.ecn_rate) - 1
+        if n > 0 and (self._ecn_sum - rate) / n >= ECN_OTHERS_MAX:
+            return  # the whole QP is marked: congestion for NSCC, not an imbalance
+        self.ecn_run[ev] = 0
+        self._remap_ecn(ev, now)
+
+    def on_clean_ack(self, ev: int) -> None:
+        """An ACK for ``ev`` without an ECN echo: its run of marks is over."""
+        rate = self.ecn_rate.get(ev)
+        if rate is None:
+            if ev in self.in_slots:
+                self.ecn_rate[ev] = 0.0
+            return
+        self.ecn_run.pop(ev, None)
+        new = rate * (1.0 - ECN_RATE_GAIN)
+        self._ecn_sum += new - rate
+        self.ecn_rate[ev] = new
+
+    def on_trim(self, ev: int) -> None:
+        """A trim away from the last hop: skip ``ev`` for one rotation."""
         if self.state.get(ev) is GOOD:
             self.state[ev] = SKIP
             self.stats_skips += 1
 
-    on_trim = on_ecn  # a trim away from the last hop: same reaction
+    def _forget_ecn(self, ev: int) -> None:
+        rate = self.ecn_rate.pop(ev, None)
+        if rate is not None:
+            self._ecn_sum -= rate
+        self.ecn_run.pop(ev, None)
+
+    def _remap_ecn(self, ev: int, now: int) -> None:
+        """Swap ``ev`` for a backup of its plane; ``ev`` stays GOOD, back in the pool."""
+        pool = self.backups.get(ev_plane(ev))
+        while pool:
+            candidate = pool.popleft()
+            if self.state.setdefault(candidate, GOOD) is not GOOD or candidate in self.in_slots:
+                continue
+            self.slots[self.slots.index(ev)] = candidate
+            self.in_slots.discard(ev)
+            self.in_slots.add(candidate)
+            if self.state[ev] is SKIP:
+                self.state[ev] = GOOD
+            pool.append(ev)
+            self._forget_ecn(ev)
+            self.stats_ecn_remaps += 1
+            self.events.append(EVEvent(now, self.qpn, ev, GOOD, GOOD, "mapped out: ECN"))
+            return
 
     def on_loss(self, ev: int, now: int, reason: str) -> None:
         """A packet on ``ev`` was lost without a trim (or timed out): ASSUMED_BAD."""
@@ -305,6 +387,7 @@ class PathSet:
         while pool:
             candidate = pool.popleft()
             if self.state.setdefault(candidate, GOOD) is GOOD:
+                self._forget_ecn(bad_ev)
                 self.slots[self.slots.index(bad_ev)] = candidate
                 self.in_slots.discard(bad_ev)
                 self.in_slots.add(candidate)

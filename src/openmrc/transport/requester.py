@@ -350,8 +350,10 @@ class Requester:
         else:
             rtt = self.srtt
         if sack.ecn_seen:
-            self.paths.on_ecn(sack.ev)
+            self.paths.on_ecn(sack.ev, now)
             stats.ecn_echoes += 1
+        else:
+            self.paths.on_clean_ack(sack.ev)
         self.cc.on_ack(newly, rtt, sack.ecn_seen, self.inflight, now)
         if sack.penalty:
             self.cc.on_penalty(sack.penalty, now)
