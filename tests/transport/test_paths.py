@@ -304,3 +304,30 @@ def test_ecn_on_every_ev_is_congestion_not_imbalance() -> None:
         for ev in before:
             ps.on_ecn(ev, 1)
     assert ps.slots == before and ps.stats_ecn_remaps == 0
+
+
+def test_port_down_maps_the_plane_out_without_blame_and_back() -> None:
+    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=16)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    assert ps.set_ports_down(local=0b0100)
+    assert all(ev_plane(ps.next_ev()) != 2 for _ in range(64))
+    victim = next(ev for ev in ps.slots if ev_plane(ev) == 2)
+    ps.on_loss(victim, 5, "test")  # a loss on a down plane blames nothing
+    assert ps.state[victim] is EVState.GOOD and ps.stats_bad == 0
+    assert ps.set_ports_down(remote=0b1000)  # the peer's plane 3 too
+    assert all(ev_plane(ps.next_ev()) in (0, 1) for _ in range(64))
+    assert ps.set_ports_down(local=0, remote=0)
+    assert {ev_plane(ps.next_ev()) for _ in range(16)} == {0, 1, 2, 3}
+    assert not ps.set_ports_down(local=0)
+
+
+def test_context_port_state_reaches_qps_and_sacks() -> None:
+    t = setup_transfer(count=0)
+    t.lb.b.set_port_state(5, False, 7)
+    assert t.qa.paths.down == 0 and t.qb.paths.local_down == 1 << 5
+    sack = t.qb.responder.sack(0, False, 0)
+    assert sack.ports_down == 1 << 5
+    t.lb.b.set_port_state(5, True, 9)
+    assert t.qb.responder.sack(0, False, 0).ports_down == 0
+    with pytest.raises(InvalidArgument, match="plane"):
+        t.lb.b.set_port_state(16, False)

@@ -7,6 +7,11 @@ one: it tells the core which planes' ports are busy, so the core's spraying
 picks an EV (a path) whose port is free, as a real multi-port NIC's scheduler
 does.  Each packet leaves on the port of its EV's plane, with its route (the
 SRv6 uSID outer destination) computed algorithmically from the EV.
+
+Port status: when one of the host's links (NIC ports) goes down or up, the
+NIC tells the core (``Context.set_port_state``) after
+``FabricConfig.nic_port_status_delay_ps``; the core then maps the plane's EVs
+out (or back) and its SACKs carry the ports-down bitmap to the peers.
 """
 
 from __future__ import annotations
@@ -81,7 +86,19 @@ class SimHost:
             self.on_activity(self, now)
 
     def _on_link(self, plane: int, up: bool, now: int) -> None:
+        # The NIC acts on its port's state after the detection-and-remap delay.
+        at = now + self.fabric.config.nic_port_status_delay_ps
+        self.sim.schedule(at, self._on_port_status, plane, up)
         self.kick(now)
+
+    def _on_port_status(self, plane: int, up: bool) -> None:
+        now = self.sim.now
+        if self.ports[plane].up != up:
+            return  # superseded: the port changed again since
+        self.ctx.set_port_state(plane, up, now)
+        self.kick(now)
+        if self.on_activity is not None:
+            self.on_activity(self, now)
 
     def _on_timer(self, at: int) -> None:
         if self._timer_at != at:

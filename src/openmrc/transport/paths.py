@@ -14,6 +14,11 @@ ASSUMED_BAD a packet was lost without a trim, or timed out: out of the
 DENIED     administratively removed (controller deny list)
 ========== ==================================================================
 
+Port status: when a NIC port goes down (here, or at the peer as the ports-down
+bitmap of its SACKs says), every EV of that plane leaves the rotation at once,
+without being blamed; the rotation spreads over the other planes.  The plane
+returns when its port does (:meth:`PathSet.set_ports_down`).
+
 ECN rebalancing: a single ECN echo only SKIPs its EV for one rotation (the
 mark is a load-balancing hint: ECN is off on the last hop).  An EV whose
 ACKs echo ECN ``ECN_REMAP_RUN`` times in a row (no clean ACK for it between)
@@ -74,6 +79,15 @@ class EVEvent:
     old: EVState
     new: EVState
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PortEvent:
+    """A NIC port (one plane) went down or came back, as the context reports it."""
+
+    time: int
+    plane: int
+    up: bool
 
 
 class BackupPool:
@@ -190,6 +204,11 @@ class PathSet:
         self.stats_floor_hits = 0
         self.stats_replacements = 0
         self.stats_ecn_remaps = 0
+        self.stats_port_changes = 0
+        #: port status: planes down here, at the peer, and either (bitmasks).
+        self.local_down = 0
+        self.remote_down = 0
+        self.down = 0
         #: per-EV EWMA of ECN echoes among its ACKs, and their sum (for the QP mean).
         self.ecn_rate: dict[int, float] = {}
         self._ecn_sum = 0.0
@@ -264,6 +283,7 @@ class PathSet:
         state = self.state
         n = len(slots)
         i = self._idx
+        skip = busy | self.down
         for _ in range(n):
             ev = slots[i]
             i += 1
@@ -271,7 +291,7 @@ class PathSet:
                 i = 0
             st = state[ev]
             if st is GOOD:
-                if busy and busy >> (ev & 15) & 1:
+                if skip and skip >> (ev & 15) & 1:
                     continue
                 self._idx = i
                 return ev
@@ -360,9 +380,12 @@ class PathSet:
             return
 
     def on_loss(self, ev: int, now: int, reason: str) -> None:
-        """A packet on ``ev`` was lost without a trim (or timed out): ASSUMED_BAD."""
+        """A packet on ``ev`` was lost without a trim (or timed out): ASSUMED_BAD.
+
+        Not when ``ev``'s plane has a port down (here or at the peer): the port
+        status explains the loss, and the plane's EVs are out of use already."""
         st = self.state.get(ev)
-        if st is None or st is BAD or st is DENIED:
+        if st is None or st is BAD or st is DENIED or self.down >> (ev & 15) & 1:
             return
         in_slot = ev in self.in_slots
         if in_slot and self.usable <= self.profile.floor:
@@ -395,6 +418,27 @@ class PathSet:
                 self.stats_replacements += 1
                 return
 
+    # -- port status ---------------------------------------------------------------
+    def set_ports_down(self, local: int | None = None, remote: int | None = None) -> bool:
+        """Port status: planes whose NIC port is down here (``local``) or at the
+        peer (``remote``, from the ports-down bitmap of its SACKs), as bitmasks.
+
+        EVs of a down plane leave the rotation at once (they keep their state,
+        are not blamed for losses and are not probed); the rotation spreads over
+        the other planes.  When the bit clears, the plane is used again.
+        Returns whether anything changed.
+        """
+        old = self.down
+        if local is not None:
+            self.local_down = local & 0xFFFF
+        if remote is not None:
+            self.remote_down = remote & 0xFFFF
+        self.down = self.local_down | self.remote_down
+        if self.down != old:
+            self.stats_port_changes += 1
+            return True
+        return False
+
     def plane_looks_down(self, plane: int) -> bool:
         """True once the plane has as many ASSUMED_BAD EVs (active or replaced,
         not yet recovered) as ``plane_down_fraction`` of its active EVs: then
@@ -416,7 +460,10 @@ class PathSet:
             return []
         out = []
         seq = next_seq
+        down = self.down
         for ev in self.probing:
+            if down >> (ev & 15) & 1:
+                continue  # its plane's port is down: nothing to learn
             if ev in self.probe_wait:
                 self.probing[ev] = 0  # the previous probe went unanswered
             self.probe_wait[ev] = seq

@@ -162,6 +162,7 @@ class QueuePair:
             self.paths = PathSet(
                 self.attr.ev_profile, self.context.rng, self.qpn, self.context.events
             )
+            self.paths.set_ports_down(local=self.context.ports_down)
             self.cc = cc_registry.create(self.attr.cc_profile, self.attr.mtu)
             self.responder = Responder(self)
             self.responder.recv_queue.extend(self._early_recvs)

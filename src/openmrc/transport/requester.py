@@ -349,6 +349,8 @@ class Requester:
                 self.rack_rtt = rtt
         else:
             rtt = self.srtt
+        if sack.ports_down != self.paths.remote_down:  # the peer's port status
+            self.paths.set_ports_down(remote=sack.ports_down)
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev, now)
             stats.ecn_echoes += 1

@@ -180,6 +180,7 @@ class Responder:
             bits.bit_count(),
             ts_echo,
             0,
+            self.qp.context.ports_down,
         )
 
     def _ack(self, pkt: DataPacket | ProbePacket, now: int) -> None:
