@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -331,3 +332,43 @@ def test_context_port_state_reaches_qps_and_sacks() -> None:
     assert t.qb.responder.sack(0, False, 0).ports_down == 0
     with pytest.raises(InvalidArgument, match="plane"):
         t.lb.b.set_port_state(16, False)
+
+
+def test_ev_probes_back_off_per_ev_with_a_bounded_rate_per_qp() -> None:
+    # A dead peer: every EV (and every backup drawn) goes bad, no probe is answered.
+    interval = 25_000_000_000  # the lab driver's 25 ms
+    prof = EVProfile(planes=8, ev_count=256, floor=0, probe_interval_ps=interval)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    for ev in list(ps.slots):
+        ps.on_loss(ev, 0, "test")
+    bad = len(ps.probing)
+    assert bad >= 256
+    sent: dict[int, list[int]] = {}
+    seq = 0
+    now = 0
+    rounds = 0
+    while ps.next_probe_at is not None and ps.next_probe_at <= 10 * 10**12:  # 10 s
+        now = ps.next_probe_at
+        got = ps.due_probes(now, seq)
+        assert len(got) <= prof.probe_budget
+        for ev, _ in got:
+            sent.setdefault(ev, []).append(now)
+        seq += len(got)
+        rounds += 1
+    total = sum(len(v) for v in sent.values())
+    # Without backoff: every bad EV every 25 ms = 10,000+ probes/s; now bounded by the
+    # budget (32 per interval = 1280/s) and, once backed off, far below it.
+    assert total / 10 <= prof.probe_budget * 10**12 / interval
+    assert total / 10 < 1000
+    # Per EV, the gaps double up to 2 ** probe_backoff_max intervals.
+    gaps = [b - a for times in sent.values() for a, b in itertools.pairwise(times)]
+    assert max(gaps) >= (interval << prof.probe_backoff_max)
+    assert max(gaps) <= (interval << prof.probe_backoff_max) + 2 * interval
+    # An answer resets that EV's backoff.
+    ev = next(iter(ps.probing))
+    now = ps.next_probe_at or now
+    while ev not in dict(got := ps.due_probes(now, seq)):
+        now = ps.next_probe_at
+        seq += len(got)
+    ps.on_probe_reply(ev, dict(got)[ev], now)
+    assert ps.probe_backoff[ev] == 0

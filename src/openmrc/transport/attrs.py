@@ -122,6 +122,10 @@ class EVProfile:
     floor: int = 8
     probe_interval_ps: int = 32_000_000
     probe_successes: int = 3
+    #: An unanswered probe doubles that EV's probe interval, at most this many times.
+    probe_backoff_max: int = 6
+    #: At most this many EV probes per ``probe_interval_ps`` per QP.
+    probe_budget: int = 32
     explicit: list[int] | None = None
     #: Stop replacing a plane's bad EVs from its backups once this fraction of
     #: the plane's active EVs is bad: the plane is then presumed down, and
@@ -157,6 +161,8 @@ class EVProfile:
         _check_int("EVProfile", "floor", self.floor, 0, 65536)
         _check_int("EVProfile", "probe_interval_ps", self.probe_interval_ps, 1, 10**15)
         _check_int("EVProfile", "probe_successes", self.probe_successes, 1, 1000)
+        _check_int("EVProfile", "probe_backoff_max", self.probe_backoff_max, 0, 20)
+        _check_int("EVProfile", "probe_budget", self.probe_budget, 1, 65536)
         if not 0.0 < self.plane_down_fraction <= 1.0:
             raise InvalidArgument(
                 f"EVProfile.plane_down_fraction: must be in (0, 1], got {self.plane_down_fraction!r}"

@@ -197,6 +197,10 @@ class PathSet:
         #: EV -> seq of the probe awaiting an answer.
         self.probe_wait: dict[int, int] = {}
         self.next_probe_at: int | None = None
+        #: EV -> when it is next probed, and how many times its interval has doubled.
+        self.probe_due: dict[int, int] = {}
+        self.probe_backoff: dict[int, int] = {}
+        self.stats_probes = 0
         self.usable = 0
         self.stats_skips = 0
         self.stats_bad = 0
@@ -394,8 +398,11 @@ class PathSet:
         self._set(ev, BAD, now, reason)
         self.stats_bad += 1
         self.probing[ev] = 0
-        if self.next_probe_at is None:
-            self.next_probe_at = now + self.profile.probe_interval_ps
+        due = now + self.profile.probe_interval_ps
+        self.probe_due[ev] = due
+        self.probe_backoff[ev] = 0
+        if self.next_probe_at is None or due < self.next_probe_at:
+            self.next_probe_at = due
         if in_slot:
             self.usable -= 1
             self._replace(ev, now)
@@ -455,21 +462,43 @@ class PathSet:
 
     # -- probing ------------------------------------------------------------------
     def due_probes(self, now: int, next_seq: int) -> list[tuple[int, int]]:
-        """EVs to probe now, as (ev, seq) pairs; reschedules the next round."""
+        """EVs to probe now, as (ev, seq) pairs; reschedules the next round.
+
+        Each ASSUMED_BAD EV is probed ``probe_interval_ps`` after it went bad,
+        then at an interval that doubles with every unanswered probe, up to
+        ``2 ** probe_backoff_max`` intervals (an answer resets it).  At most
+        ``probe_budget`` probes leave per interval, the longest-waiting first:
+        a QP whose peer is dead probes at a bounded rate.
+        """
         if self.next_probe_at is None or now < self.next_probe_at:
             return []
+        prof = self.profile
+        interval = prof.probe_interval_ps
         out = []
         seq = next_seq
         down = self.down
-        for ev in self.probing:
-            if down >> (ev & 15) & 1:
-                continue  # its plane's port is down: nothing to learn
+        due = self.probe_due
+        ready = [ev for ev in self.probing if due[ev] <= now and not down >> (ev & 15) & 1]
+        if len(ready) > prof.probe_budget:
+            ready.sort(key=due.__getitem__)
+            del ready[prof.probe_budget :]
+        for ev in ready:
             if ev in self.probe_wait:
-                self.probing[ev] = 0  # the previous probe went unanswered
+                self.probing[ev] = 0  # the previous probe went unanswered: back off
+                self.probe_backoff[ev] = min(self.probe_backoff[ev] + 1, prof.probe_backoff_max)
             self.probe_wait[ev] = seq
+            due[ev] = now + (interval << self.probe_backoff[ev])
             out.append((ev, seq))
             seq += 1
-        self.next_probe_at = now + self.profile.probe_interval_ps if self.probing else None
+        self.stats_probes += len(out)
+        pending = [t for ev, t in due.items() if not down >> (ev & 15) & 1]
+        if not self.probing:
+            self.next_probe_at = None
+        elif not pending:
+            self.next_probe_at = now + interval  # every probed plane is down: look again later
+        else:
+            # The budget spreads what is left over later intervals.
+            self.next_probe_at = max(min(pending), now + interval if out else now + 1)
         return out
 
     def on_probe_reply(self, ev: int, seq: int, now: int) -> None:
@@ -480,11 +509,13 @@ class PathSet:
         count = self.probing.get(ev)
         if count is None:
             return
+        self.probe_backoff[ev] = 0
         count += 1
         if count < self.profile.probe_successes:
             self.probing[ev] = count
             return
         del self.probing[ev]
+        del self.probe_due[ev], self.probe_backoff[ev]
         self._set(ev, GOOD, now, "probes answered")
         self.stats_recovered += 1
         if ev in self.in_slots:
@@ -511,6 +542,8 @@ class PathSet:
             self.usable -= 1
         self.probing.pop(ev, None)
         self.probe_wait.pop(ev, None)
+        self.probe_due.pop(ev, None)
+        self.probe_backoff.pop(ev, None)
         self._set(ev, DENIED, now, "denied")
 
     def allow(self, ev: int, now: int) -> None:
