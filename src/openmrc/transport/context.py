@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..wire.packets import (
     DataPacket,
@@ -70,6 +70,8 @@ class Context:
         self.stats = {"rx_malformed": 0, "rx_unknown_qp": 0, "rx_packets": 0}
         #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
         self.ports_down = 0
+        #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
+        self.controller: Any = None
 
     # -- verbs ----------------------------------------------------------------------
     def alloc_pd(self) -> ProtectionDomain:

@@ -212,6 +212,7 @@ class PathSet:
         #: port status: planes down here, at the peer, and either (bitmasks).
         self.local_down = 0
         self.remote_down = 0
+        self.denied_planes = 0
         self.down = 0
         #: per-EV EWMA of ECN echoes among its ACKs, and their sum (for the QP mean).
         self.ecn_rate: dict[int, float] = {}
@@ -426,9 +427,12 @@ class PathSet:
                 return
 
     # -- port status ---------------------------------------------------------------
-    def set_ports_down(self, local: int | None = None, remote: int | None = None) -> bool:
+    def set_ports_down(
+        self, local: int | None = None, remote: int | None = None, denied: int | None = None
+    ) -> bool:
         """Port status: planes whose NIC port is down here (``local``) or at the
-        peer (``remote``, from the ports-down bitmap of its SACKs), as bitmasks.
+        peer (``remote``, from the ports-down bitmap of its SACKs), and planes the
+        controller denied (``denied``), as bitmasks.
 
         EVs of a down plane leave the rotation at once (they keep their state,
         are not blamed for losses and are not probed); the rotation spreads over
@@ -440,7 +444,9 @@ class PathSet:
             self.local_down = local & 0xFFFF
         if remote is not None:
             self.remote_down = remote & 0xFFFF
-        self.down = self.local_down | self.remote_down
+        if denied is not None:
+            self.denied_planes = denied & 0xFFFF
+        self.down = self.local_down | self.remote_down | self.denied_planes
         if self.down != old:
             self.stats_port_changes += 1
             return True
