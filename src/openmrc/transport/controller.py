@@ -30,6 +30,7 @@ the deny lists reach new QPs.
 from __future__ import annotations
 
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -435,7 +436,6 @@ class Controller:
     def _deny_on(qp: QueuePair, ev: int, now: int) -> None:
         paths = qp.paths
         assert paths is not None
-        try:
+        # An explicit profile's EV this QP has no slot or backup for: nothing to deny.
+        with suppress(InvalidArgument):
             paths.deny(ev, now)
-        except InvalidArgument:
-            pass  # an explicit profile's EV this QP has no slot or backup for
