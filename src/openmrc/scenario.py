@@ -24,6 +24,11 @@
     target = "p2t0x1-p2t1x3"    # switch_down | switch_blackhole | switch_up |
                                 # nic_port_down | nic_port_up |
                                 # ev_loss (evs = [...], probability)
+    [[controller]]              # a host's MRC controller, at a given time:
+    at_us = 80                  # deny_ev | allow_ev | deny_plane | allow_plane
+    host = 0                    # on EV profile `profile` (0: [transport]'s,
+    action = "deny_plane"       # i+1: workload.flows[i].ev_profile); with
+    plane = 3                   # `plane` or `ev` (int or "0x13")
     [run]
     until_us = 1000             # optional cap
     sample_us = 10              # goodput sampling
@@ -139,6 +144,21 @@ class FaultSpec:
     evs: list[Any] = field(default_factory=list)
 
 
+@dataclass
+class ControllerAction:
+    """One timed action of a host's MRC controller (``[[controller]]``)."""
+
+    at_us: float
+    host: int
+    action: str
+    profile: int = 0
+    ev: Any = None
+    plane: int = -1
+
+
+CONTROLLER_ACTIONS = ("deny_ev", "allow_ev", "deny_plane", "allow_plane")
+
+
 FAULT_KINDS = {
     "ev_loss",
     "link_down",
@@ -169,6 +189,7 @@ class Scenario:
     payloads: bool = False
     name: str = ""
     queue_sample_us: float | None = None
+    controller: list[ControllerAction] = field(default_factory=list)
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -193,6 +214,7 @@ class Scenario:
         exp.add_flows(self.flows)
         for i, f in enumerate(self.faults):
             _apply_fault(exp, f, f"faults[{i}]")
+        _apply_controller(exp, self.controller)
         return exp
 
     def run(self) -> Result:
@@ -256,6 +278,61 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
         if not 0 <= f.plane < exp.spec.planes:
             raise ScenarioError(f"{key}.plane: must be 0..{exp.spec.planes - 1}, got {f.plane}")
         getattr(inj, f.kind)(f.host, f.plane, at_ps=at)
+
+
+def _apply_controller(exp: Experiment, actions: list[ControllerAction]) -> None:
+    """Check and schedule the ``[[controller]]`` actions (errors name the key)."""
+    denied: set[tuple[int, int, str, int]] = set()
+    order = sorted(range(len(actions)), key=lambda i: actions[i].at_us)
+    for i in order:
+        a = actions[i]
+        key = f"controller[{i}]"
+        if a.action not in CONTROLLER_ACTIONS:
+            raise ScenarioError(
+                f"{key}.action: {a.action!r} is not one of {', '.join(CONTROLLER_ACTIONS)}"
+            )
+        _num(a.at_us, f"{key}.at_us")
+        hosts = exp.spec.hosts
+        if not isinstance(a.host, int) or not 0 <= a.host < hosts:
+            raise ScenarioError(
+                f"{key}.host: must be a host index in 0..{hosts - 1}, got {a.host!r}"
+            )
+        ctl = exp.controller(a.host)
+        try:
+            ctl.denied(a.profile)
+        except InvalidArgument:
+            raise ScenarioError(
+                f"{key}.profile: no EV profile {a.profile!r} (0 is [transport]'s, "
+                "i+1 is workload.flows[i].ev_profile)"
+            ) from None
+        kind, what = a.action.split("_")
+        if what == "ev":
+            ev = a.ev
+            try:
+                ev = int(ev, 0) if isinstance(ev, str) else ev
+                ctl.check_ev(a.profile, ev)
+            except (ValueError, InvalidArgument) as exc:
+                raise ScenarioError(f"{key}.ev: {exc}") from None
+            target = ev
+        else:
+            try:
+                ctl.check_plane(a.profile, a.plane)
+            except InvalidArgument as exc:
+                raise ScenarioError(f"{key}.plane: {exc}") from None
+            target = a.plane
+        item = (a.host, a.profile, what, target)
+        if kind == "allow" and item not in denied:
+            raise ScenarioError(f"{key}.action: allow_{what} of something not denied before it")
+        (denied.add if kind == "deny" else denied.discard)(item)
+        at = int(a.at_us * US)
+
+        def act(ctl: Any = ctl, a: ControllerAction = a, target: int = target) -> None:
+            getattr(ctl, a.action)(a.profile, target, exp.sim.now)
+            exp.fabric.metrics.record_fault(
+                f"controller_{a.action}", f"h{a.host}", profile=a.profile, value=target
+            )
+
+        exp.sim.schedule(at, act)
 
 
 def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
@@ -352,6 +429,7 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         "transport",
         "workload",
         "faults",
+        "controller",
         "run",
         "name",
         "description",
@@ -397,6 +475,17 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         fault = _fill(FaultSpec, item, f"faults[{i}]")
         _num(fault.at_us, f"faults[{i}].at_us")
         faults.append(fault)
+    raw_ctl = data.get("controller", [])
+    if not isinstance(raw_ctl, list):
+        raise ScenarioError("controller: must be an array of tables ([[controller]])")
+    controller = []
+    for i, item in enumerate(raw_ctl):
+        if not isinstance(item, dict):
+            raise ScenarioError(f"controller[{i}]: must be a table")
+        for need in ("at_us", "host", "action"):
+            if need not in item:
+                raise ScenarioError(f"controller[{i}].{need}: required")
+        controller.append(_fill(ControllerAction, item, f"controller[{i}]"))
     run = _table(data, "run")
     for key in run:
         if key not in {"until_us", "sample_us", "payloads", "queue_sample_us"}:
@@ -414,8 +503,9 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
     if qs is not None:
         _num(qs, "run.queue_sample_us", 0.001)
     scenario = Scenario(
-        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs
-    )
+        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs,
+        controller,
+    )  # fmt: skip
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario
 

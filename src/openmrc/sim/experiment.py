@@ -35,6 +35,7 @@ from ..transport import (
     WCStatus,
     WROpcode,
 )
+from ..transport.controller import Controller
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec
 from .capture import Capture
@@ -331,6 +332,7 @@ class Experiment:
         self.payloads = payloads
         self._payload_rng = random.Random(master.getrandbits(64))
         self.flows: list[_Flow] = []
+        self._controllers: dict[int, Controller] = {}
         self._sending: dict[int, list[_Flow]] = {}
         self._open = 0
         self._captures: list[Capture] = []
@@ -440,6 +442,25 @@ class Experiment:
         }
 
     # -- set-up ---------------------------------------------------------------------
+    def controller(self, host: int) -> Controller:
+        """Host ``host``'s MRC controller, made on first use.
+
+        Its EV profiles: id 0 is the experiment's (``[transport]``) profile,
+        id ``i + 1`` the ``ev_profile`` of flow ``i`` when it has its own.
+        """
+        ctl = self._controllers.get(host)
+        if ctl is None:
+            ctl = Controller([self.hosts[host].ctx])
+            ctl.create_ev_profile(0, self.attr.ev_profile)
+            ctl.set_ev_profile_online(0)
+            for i, flow in enumerate(self.flows):
+                prof = flow.spec.ev_profile
+                if prof is not None and not ctl.has_ev_profile(prof):
+                    ctl.create_ev_profile(i + 1, prof)
+                    ctl.set_ev_profile_online(i + 1)
+            self._controllers[host] = ctl
+        return ctl
+
     def add_flows(self, specs: list[FlowSpec]) -> None:
         """Add flows (validated) to start at their ``start_ps``."""
         for spec in specs:

@@ -275,6 +275,18 @@ class Controller:
         entry = self._ev_entry(profile_id)
         return set(entry.denied_evs), entry.denied_planes
 
+    def check_ev(self, profile_id: int, ev: int) -> None:
+        """Raise :class:`InvalidArgument` unless ``ev`` belongs to the EV profile."""
+        self._check_ev_in_profile(self._ev_entry(profile_id), ev)
+
+    def check_plane(self, profile_id: int, plane: int) -> None:
+        """Raise :class:`InvalidArgument` unless ``plane`` is one of the EV profile's."""
+        self._check_plane(self._ev_entry(profile_id), plane)
+
+    def has_ev_profile(self, profile: EVProfile) -> bool:
+        """Whether this EVProfile object is registered here."""
+        return self._entry_for(profile) is not None
+
     def qp_ready(self, qp: QueuePair) -> None:
         """A QP of one of the contexts got its EV set: apply its profile's deny lists."""
         entry = self._entry_for(qp.paths.profile if qp.paths is not None else None)
