@@ -29,6 +29,9 @@
     host = 0                    # on EV profile `profile` (0: [transport]'s,
     action = "deny_plane"       # i+1: workload.flows[i].ev_profile); with
     plane = 3                   # `plane` or `ev` (int or "0x13")
+    [clustermapper]             # self-probe fault localisation (sim.clustermapper):
+    interval_us = 20            # t1_subset, t0_probes, t1_probes, window, fail_rate,
+    deny_lossy = false          # lossy_rate, start_us, stop_us; results: "localised"
     [run]
     until_us = 1000             # optional cap
     sample_us = 10              # goodput sampling
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from . import units
+from .sim.clustermapper import ClustermapperConfig
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps
 from .topology import ClosSpec
@@ -190,6 +194,7 @@ class Scenario:
     name: str = ""
     queue_sample_us: float | None = None
     controller: list[ControllerAction] = field(default_factory=list)
+    clustermapper: ClustermapperConfig | None = None
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -215,6 +220,8 @@ class Scenario:
         for i, f in enumerate(self.faults):
             _apply_fault(exp, f, f"faults[{i}]")
         _apply_controller(exp, self.controller)
+        if self.clustermapper is not None:
+            exp.enable_clustermapper(self.clustermapper)
         return exp
 
     def run(self) -> Result:
@@ -335,6 +342,41 @@ def _apply_controller(exp: Experiment, actions: list[ControllerAction]) -> None:
         exp.sim.schedule(at, act)
 
 
+_CM_US = {"interval_us": "interval_ps", "start_us": "start_ps", "stop_us": "stop_ps"}
+_CM_KEYS = (
+    "t1_subset",
+    "t0_probes",
+    "t1_probes",
+    "window",
+    "fail_rate",
+    "lossy_rate",
+    "deny_lossy",
+)
+
+
+def _clustermapper(raw: Any) -> ClustermapperConfig | None:
+    """The ``[clustermapper]`` table: self-probe fault localisation (sim.clustermapper)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ScenarioError("clustermapper: must be a table")
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _CM_US:
+            kwargs[_CM_US[key]] = int(_num(value, f"clustermapper.{key}") * US)
+        elif key in _CM_KEYS:
+            kwargs[key] = value
+        else:
+            known = ", ".join(sorted([*_CM_US, *_CM_KEYS]))
+            raise ScenarioError(f"clustermapper.{key}: unknown key (known: {known})")
+    cfg = ClustermapperConfig(**kwargs)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    return cfg
+
+
 def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
     kind = w.get("kind")
     known = {
@@ -430,6 +472,7 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         "workload",
         "faults",
         "controller",
+        "clustermapper",
         "run",
         "name",
         "description",
@@ -486,6 +529,7 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
             if need not in item:
                 raise ScenarioError(f"controller[{i}].{need}: required")
         controller.append(_fill(ControllerAction, item, f"controller[{i}]"))
+    clustermapper = _clustermapper(data.get("clustermapper"))
     run = _table(data, "run")
     for key in run:
         if key not in {"until_us", "sample_us", "payloads", "queue_sample_us"}:
@@ -504,7 +548,7 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         _num(qs, "run.queue_sample_us", 0.001)
     scenario = Scenario(
         spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs,
-        controller,
+        controller, clustermapper,
     )  # fmt: skip
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario

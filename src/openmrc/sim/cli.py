@@ -70,6 +70,9 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         + (f" (first at {bad[0]['time_us']:.1f} us)" if bad else "")
         + f", recovered {len(back)}; faults {len(result.fabric.get('faults', []))}"
     )
+    for loc in result.localised:  # self-probe fault localisation ([clustermapper])
+        cleared = "" if loc["cleared_us"] is None else f", cleared at {loc['cleared_us']:.1f} us"
+        print(f"  localised {loc['kind']} {loc['element']} at {loc['time_us']:.1f} us{cleared}")
     print(
         f"  simulated {result.sim_end_ps / 1e6:.1f} us in {result.wall_seconds:.2f} s wall, {result.events} events"
     )

@@ -39,6 +39,7 @@ from ..transport.controller import Controller
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec
 from .capture import Capture
+from .clustermapper import Clustermapper, ClustermapperConfig
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator
 from .fabric import Fabric
@@ -172,6 +173,8 @@ class Result:
     sample_interval_ps: int
     fabric: dict[str, Any]
     verified: bool | None
+    #: what self-probe fault localisation named, and when (see sim.clustermapper).
+    localised: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def all_ok(self) -> bool:
@@ -199,6 +202,7 @@ class Result:
             "sample_interval_us": self.sample_interval_ps / 1e6,
             "goodput_gbps_series": self.goodput_series,
             "fabric": self.fabric,
+            "localised": self.localised,
         }
 
     def to_json(self, path: str | Path) -> None:
@@ -333,6 +337,7 @@ class Experiment:
         self._payload_rng = random.Random(master.getrandbits(64))
         self.flows: list[_Flow] = []
         self._controllers: dict[int, Controller] = {}
+        self.clustermapper: Clustermapper | None = None
         self._sending: dict[int, list[_Flow]] = {}
         self._open = 0
         self._captures: list[Capture] = []
@@ -460,6 +465,11 @@ class Experiment:
                     ctl.set_ev_profile_online(i + 1)
             self._controllers[host] = ctl
         return ctl
+
+    def enable_clustermapper(self, config: ClustermapperConfig | None = None) -> Clustermapper:
+        """Self-probe fault localisation on every host (reported in ``Result.localised``)."""
+        self.clustermapper = Clustermapper(self, config)
+        return self.clustermapper
 
     def add_flows(self, specs: list[FlowSpec]) -> None:
         """Add flows (validated) to start at their ``start_ps``."""
@@ -613,4 +623,5 @@ class Experiment:
                 include_samples=self.queue_sample_interval_ps is not None
             ),
             verified=verified,
+            localised=self.clustermapper.report() if self.clustermapper is not None else [],
         )

@@ -24,6 +24,8 @@ from ..transport.ev import ev_plane
 from ..wire.packets import DataPacket
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..wire.packets import Packet
     from .engine import Simulator
     from .fabric import Fabric
@@ -45,6 +47,7 @@ class SimHost:
         "index",
         "on_activity",
         "ports",
+        "probe_sink",
         "sim",
         "taps",
     )
@@ -66,10 +69,15 @@ class SimHost:
         self.taps: list = []
         #: the experiment's fault injector, for per-EV loss (None: no such faults).
         self.faults: FaultInjector | None = None
+        #: receives probes addressed to QPN 0 (self-probes of the Clustermapper agent).
+        self.probe_sink: Callable[[int, Packet, int], None] | None = None
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     # -- input ----------------------------------------------------------------------
     def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
+        if pkt.dqpn == 0 and self.probe_sink is not None:
+            self.probe_sink(self.index, pkt, now)  # a self-probe, not for the core
+            return
         if self.taps:
             qp = self.ctx.qps.get(pkt.dqpn)
             peer = qp.peer if qp is not None else -1
