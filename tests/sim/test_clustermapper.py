@@ -124,3 +124,20 @@ def test_bad_clustermapper_keys_are_named() -> None:
         parse({**base, "clustermapper": {"intervall_us": 5}})
     with pytest.raises(ScenarioError, match=r"clustermapper\.fail_rate"):
         parse({**base, "clustermapper": {"fail_rate": 2}})
+
+
+def test_controller_probes_return_an_rtt_or_a_timeout_on_the_fabric() -> None:
+    from openmrc.transport.ev import make_ev
+
+    exp = Experiment(SPEC, seed=1)
+    exp.faults.switch_down("p1t1x2", at_ps=0)
+    ctl = exp.controller(0)
+    ok = ctl.probe(5, make_ev(1, 1), now=0, timeout_ps=50 * US)
+    dead = ctl.probe(5, make_ev(1, 2), now=0, timeout_ps=50 * US)  # through the dead T1
+    nowhere = ctl.probe(0, make_ev(0, 0), now=0, timeout_ps=50 * US)  # itself: no route
+    exp.hosts[0].kick(0)
+    exp.sim.run(until_ps=200 * US)
+    got = {r.probe_id: r.rtt_ps for r in ctl.poll_probe_results()}
+    assert set(got) == {ok, dead, nowhere}
+    assert got[ok] is not None and 0 < got[ok] < 20 * US
+    assert got[dead] is None and got[nowhere] is None

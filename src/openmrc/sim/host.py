@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..transport import Context
 from ..transport.ev import ev_plane
-from ..wire.packets import DataPacket
+from ..wire.packets import DataPacket, ProbePacket
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from .engine import Simulator
     from .fabric import Fabric
     from .faults import FaultInjector
+
+
+class ControllerProbe(ProbePacket):
+    """A controller probe on the simulated wire (QPN 0): to ``dst``, answered back to ``src``.
+
+    A real NIC answers from the IPv6 source address; the simulator's packets
+    carry no addresses, so the probe names its source host.
+    """
+
+    __slots__ = ("reply", "src")
+
+    def __init__(self, ev: int, seq: int, ts: int, src: int, reply: bool = False) -> None:
+        ProbePacket.__init__(self, 0, ev, seq, ts)
+        self.src = src
+        self.reply = reply
 
 
 class SimHost:
@@ -75,8 +90,11 @@ class SimHost:
 
     # -- input ----------------------------------------------------------------------
     def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
-        if pkt.dqpn == 0 and self.probe_sink is not None:
-            self.probe_sink(self.index, pkt, now)  # a self-probe, not for the core
+        if pkt.dqpn == 0:
+            if type(pkt) is ControllerProbe:
+                self._on_controller_probe(pkt, now)
+            elif self.probe_sink is not None:
+                self.probe_sink(self.index, pkt, now)  # a self-probe, not for the core
             return
         if self.taps:
             qp = self.ctx.qps.get(pkt.dqpn)
@@ -92,6 +110,44 @@ class SimHost:
         self.kick(now)
         if self.on_activity is not None:
             self.on_activity(self, now)
+
+    # -- controller probes --------------------------------------------------------------
+    def _send_controller_probes(self, now: int) -> None:
+        ctl = self.ctx.controller
+        sent = ctl.probes_to_send()
+        if not sent:
+            return
+        deadline = ctl.get_timer()
+        if deadline is not None:
+            self.sim.schedule(max(deadline, now), self._controller_timer)
+        for req in sent:
+            dst = req.dest
+            hosts = len(self.fabric.host_ports)
+            if not isinstance(dst, int) or not 0 <= dst < hosts or dst == self.index:
+                continue  # nowhere to send: it times out
+            if ev_plane(req.ev) >= len(self.ports):
+                continue
+            pkt = ControllerProbe(req.ev, req.probe_id, now, self.index)
+            pkt.route = self.fabric.path_for(self.index, dst, req.ev)
+            self.ports[ev_plane(req.ev)].enqueue(pkt)
+
+    def _controller_timer(self) -> None:
+        ctl = self.ctx.controller
+        now = self.sim.now
+        ctl.handle_timer(now)
+        deadline = ctl.get_timer()
+        if deadline is not None:
+            self.sim.schedule(max(deadline, now), self._controller_timer)
+
+    def _on_controller_probe(self, pkt: ControllerProbe, now: int) -> None:
+        if pkt.reply:
+            ctl = self.ctx.controller
+            if ctl is not None:
+                ctl.on_probe_reply(pkt.seq, now)
+            return
+        back = ControllerProbe(pkt.ev, pkt.seq, now, self.index, reply=True)
+        back.route = self.fabric.path_for(self.index, pkt.src, pkt.ev)
+        self.ports[ev_plane(pkt.ev)].enqueue(back)
 
     def _on_link(self, plane: int, up: bool, now: int) -> None:
         # The NIC acts on its port's state after the detection-and-remap delay.
@@ -135,6 +191,8 @@ class SimHost:
         ctx = self.ctx
         ports = self.ports
         all_busy = self._all_busy
+        if ctx.controller is not None:
+            self._send_controller_probes(now)
         fabric = self.fabric
         src = self.index
         busy = 0
