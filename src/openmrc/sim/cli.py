@@ -44,7 +44,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     fcts = [f.fct_ps / 1e6 for f in done]
     gps = [f.goodput_gbps for f in done]
     bad = [e for e in result.ev_events if e["new"] == "ASSUMED_BAD"]
-    back = [e for e in result.ev_events if e["new"] == "GOOD"]
+    back = [e for e in result.ev_events if e["new"] == "GOOD" and e["old"] != "GOOD"]
+    remapped = [e for e in result.ev_events if e["reason"] == "mapped out: ECN"]
     spec = scenario.spec
     print(
         f"scenario {scenario.name or args.scenario}: {spec.hosts} hosts, {spec.planes} planes, "
@@ -68,7 +69,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     print(
         f"  EVs ASSUMED_BAD {len(bad)}"
         + (f" (first at {bad[0]['time_us']:.1f} us)" if bad else "")
-        + f", recovered {len(back)}; faults {len(result.fabric.get('faults', []))}"
+        + f", recovered {len(back)}, mapped out by ECN {len(remapped)}"
+        + f"; faults {len(result.fabric.get('faults', []))}"
     )
     for loc in result.localised:  # self-probe fault localisation ([clustermapper])
         cleared = "" if loc["cleared_us"] is None else f", cleared at {loc['cleared_us']:.1f} us"
