@@ -372,3 +372,15 @@ def test_ev_probes_back_off_per_ev_with_a_bounded_rate_per_qp() -> None:
         seq += len(got)
     ps.on_probe_reply(ev, dict(got)[ev], now)
     assert ps.probe_backoff[ev] == 0
+
+
+def test_a_sack_bitmap_cannot_take_the_plane_it_arrived_on() -> None:
+    from openmrc.wire.packets import SackPacket
+
+    t = setup_transfer(count=0)
+    paths = t.qa.paths
+    ev = next(e for e in paths.slots if ev_plane(e) == 6)
+    sack = SackPacket(t.qa.qpn, ev, 0, 0, 0, ports_down=0xFFFF)
+    t.qa.receive_packet(sack, 10)
+    assert paths.remote_down == 0xFFFF & ~(1 << 6)
+    assert all(ev_plane(paths.next_ev(1)) == 6 for _ in range(8))  # still sending on plane 6

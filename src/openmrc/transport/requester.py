@@ -349,8 +349,11 @@ class Requester:
                 self.rack_rtt = rtt
         else:
             rtt = self.srtt
-        if sack.ports_down != self.paths.remote_down:  # the peer's port status
-            self.paths.set_ports_down(remote=sack.ports_down)
+        # The peer's port status.  The plane this SACK came back on is up whatever
+        # the bitmap says: a bitmap (forged or stale) can never take every plane.
+        down = sack.ports_down & ~(1 << (sack.ev & 15))
+        if down != self.paths.remote_down:
+            self.paths.set_ports_down(remote=down)
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev, now)
             stats.ecn_echoes += 1
