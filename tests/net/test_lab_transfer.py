@@ -180,7 +180,10 @@ def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     assert out.ok and out.verified
     # The EVs through that T1 went bad and were replaced from plane 1's backups.
     assert out.sender.event_counts.get("EVEvent:ASSUMED_BAD", 0) > 0
-    assert out.conn.plane_table()[1]["GOOD"] >= PER_PLANE * 3 // 4
+    # Half of plane 1's EVs cross the dead T1 (of 2): without replacements at most
+    # half would be GOOD. Not all are replaced: half the active set ASSUMED_BAD is
+    # also the point where the plane is presumed down and its backups are kept.
+    assert out.conn.plane_table()[1]["GOOD"] > PER_PLANE // 2
 
 
 def _cli(*args: str) -> list[str]:
