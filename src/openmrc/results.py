@@ -161,7 +161,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         "nacks": sum(f.get("nacks", 0) for f in flows),
         "timeouts": sum(f.get("timeouts", 0) for f in flows),
         "evs_assumed_bad": len(bad),
-        "evs_recovered": sum(1 for e in ev if e.get("new") == "GOOD"),
+        "evs_recovered": sum(1 for e in ev if e.get("new") == "GOOD" and e.get("old") != "GOOD"),
+        "evs_mapped_out_ecn": sum(1 for e in ev if e.get("reason") == "mapped out: ECN"),
         "first_bad_us": bad[0]["time_us"] if bad else None,
         "faults": len(doc.get("fabric", {}).get("faults", [])),
         "sim_end_us": sim_us,
@@ -201,6 +202,7 @@ def summary_rows(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
             ),
         ),
         row("EVs recovered", lambda s: str(s["evs_recovered"])),
+        row("EVs mapped out by ECN", lambda s: str(s.get("evs_mapped_out_ecn", 0))),
         row("faults applied", lambda s: str(s["faults"])),
         row("simulated us", lambda s: f"{s['sim_end_us']:,.1f}"),
     ]

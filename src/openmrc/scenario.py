@@ -15,12 +15,23 @@
     cc = "nscc"                 # their own `roce` and `baseline_fabric` tables)
     [workload]
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
+                                # flows: [[workload.flows]] src, dst, size, start_us,
+                                # message, ev_profile = {EVProfile fields} (per flow)
     size = "8MiB"
     [[faults]]
     at_us = 60
     kind = "link_down"          # link_down | link_up | link_silent | link_loss | flap |
     target = "p2t0x1-p2t1x3"    # switch_down | switch_blackhole | switch_up |
-                                # nic_port_down | nic_port_up
+                                # nic_port_down | nic_port_up |
+                                # ev_loss (evs = [...], probability)
+    [[controller]]              # a host's MRC controller, at a given time:
+    at_us = 80                  # deny_ev | allow_ev | deny_plane | allow_plane
+    host = 0                    # on EV profile `profile` (0: [transport]'s,
+    action = "deny_plane"       # i+1: workload.flows[i].ev_profile); with
+    plane = 3                   # `plane` or `ev` (int or "0x13")
+    [clustermapper]             # self-probe fault localisation (sim.clustermapper):
+    interval_us = 20            # t1_subset, t0_probes, t1_probes, window, fail_rate,
+    deny_lossy = false          # lossy_rate, start_us, stop_us; results: "localised"
     [run]
     until_us = 1000             # optional cap
     sample_us = 10              # goodput sampling
@@ -42,9 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from . import units
+from .sim.clustermapper import ClustermapperConfig
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps
 from .topology import ClosSpec
+from .transport.attrs import ev_profile_from_dict
+from .transport.errors import InvalidArgument
 from .workloads import FlowSpec, all_to_all, incast, permutation, shifted_permutation, single
 
 US = 1_000_000
@@ -130,9 +144,27 @@ class FaultSpec:
     period_us: float = 0.0
     duty: float = 0.5
     until_us: float = 0.0
+    #: ev_loss: the EVs (ints or strings like "0x10") whose data packets are dropped.
+    evs: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class ControllerAction:
+    """One timed action of a host's MRC controller (``[[controller]]``)."""
+
+    at_us: float
+    host: int
+    action: str
+    profile: int = 0
+    ev: Any = None
+    plane: int = -1
+
+
+CONTROLLER_ACTIONS = ("deny_ev", "allow_ev", "deny_plane", "allow_plane")
 
 
 FAULT_KINDS = {
+    "ev_loss",
     "link_down",
     "link_up",
     "link_silent",
@@ -161,6 +193,8 @@ class Scenario:
     payloads: bool = False
     name: str = ""
     queue_sample_us: float | None = None
+    controller: list[ControllerAction] = field(default_factory=list)
+    clustermapper: ClustermapperConfig | None = None
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -185,6 +219,9 @@ class Scenario:
         exp.add_flows(self.flows)
         for i, f in enumerate(self.faults):
             _apply_fault(exp, f, f"faults[{i}]")
+        _apply_controller(exp, self.controller)
+        if self.clustermapper is not None:
+            exp.enable_clustermapper(self.clustermapper)
         return exp
 
     def run(self) -> Result:
@@ -223,6 +260,19 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
                     f"{key}: flap needs period_us > 0, 0 < duty < 1 and until_us > at_us"
                 )
             inj.flap(f.target, at, int(f.period_us * US), f.duty, int(f.until_us * US))
+    elif f.kind == "ev_loss":
+        if not isinstance(f.evs, list) or not f.evs:
+            raise ScenarioError(f"{key}.evs: must be a non-empty list of EVs")
+        evs = []
+        for i, ev in enumerate(f.evs):
+            try:
+                ev = int(ev, 0) if isinstance(ev, str) else ev
+            except ValueError:
+                raise ScenarioError(f"{key}.evs[{i}]: not a number: {ev!r}") from None
+            _int(ev, f"{key}.evs[{i}]", 0)
+            evs.append(ev)
+        _num(f.probability, f"{key}.probability", 0.0, 1.0)
+        inj.ev_loss(evs, f.probability, at_ps=at)
     elif f.kind.startswith("switch"):
         if f.target not in switches:
             raise ScenarioError(
@@ -235,6 +285,96 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
         if not 0 <= f.plane < exp.spec.planes:
             raise ScenarioError(f"{key}.plane: must be 0..{exp.spec.planes - 1}, got {f.plane}")
         getattr(inj, f.kind)(f.host, f.plane, at_ps=at)
+
+
+def _apply_controller(exp: Experiment, actions: list[ControllerAction]) -> None:
+    """Check and schedule the ``[[controller]]`` actions (errors name the key)."""
+    denied: set[tuple[int, int, str, int]] = set()
+    order = sorted(range(len(actions)), key=lambda i: actions[i].at_us)
+    for i in order:
+        a = actions[i]
+        key = f"controller[{i}]"
+        if a.action not in CONTROLLER_ACTIONS:
+            raise ScenarioError(
+                f"{key}.action: {a.action!r} is not one of {', '.join(CONTROLLER_ACTIONS)}"
+            )
+        _num(a.at_us, f"{key}.at_us")
+        hosts = exp.spec.hosts
+        if not isinstance(a.host, int) or not 0 <= a.host < hosts:
+            raise ScenarioError(
+                f"{key}.host: must be a host index in 0..{hosts - 1}, got {a.host!r}"
+            )
+        ctl = exp.controller(a.host)
+        try:
+            ctl.denied(a.profile)
+        except InvalidArgument:
+            raise ScenarioError(
+                f"{key}.profile: no EV profile {a.profile!r} (0 is [transport]'s, "
+                "i+1 is workload.flows[i].ev_profile)"
+            ) from None
+        kind, what = a.action.split("_")
+        if what == "ev":
+            ev = a.ev
+            try:
+                ev = int(ev, 0) if isinstance(ev, str) else ev
+                ctl.check_ev(a.profile, ev)
+            except (ValueError, InvalidArgument) as exc:
+                raise ScenarioError(f"{key}.ev: {exc}") from None
+            target = ev
+        else:
+            try:
+                ctl.check_plane(a.profile, a.plane)
+            except InvalidArgument as exc:
+                raise ScenarioError(f"{key}.plane: {exc}") from None
+            target = a.plane
+        item = (a.host, a.profile, what, target)
+        if kind == "allow" and item not in denied:
+            raise ScenarioError(f"{key}.action: allow_{what} of something not denied before it")
+        (denied.add if kind == "deny" else denied.discard)(item)
+        at = int(a.at_us * US)
+
+        def act(ctl: Any = ctl, a: ControllerAction = a, target: int = target) -> None:
+            getattr(ctl, a.action)(a.profile, target, exp.sim.now)
+            exp.fabric.metrics.record_fault(
+                f"controller_{a.action}", f"h{a.host}", profile=a.profile, value=target
+            )
+
+        exp.sim.schedule(at, act)
+
+
+_CM_US = {"interval_us": "interval_ps", "start_us": "start_ps", "stop_us": "stop_ps"}
+_CM_KEYS = (
+    "t1_subset",
+    "t0_probes",
+    "t1_probes",
+    "window",
+    "fail_rate",
+    "lossy_rate",
+    "deny_lossy",
+)
+
+
+def _clustermapper(raw: Any) -> ClustermapperConfig | None:
+    """The ``[clustermapper]`` table: self-probe fault localisation (sim.clustermapper)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ScenarioError("clustermapper: must be a table")
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _CM_US:
+            kwargs[_CM_US[key]] = int(_num(value, f"clustermapper.{key}") * US)
+        elif key in _CM_KEYS:
+            kwargs[key] = value
+        else:
+            known = ", ".join(sorted([*_CM_US, *_CM_KEYS]))
+            raise ScenarioError(f"clustermapper.{key}: unknown key (known: {known})")
+    cfg = ClustermapperConfig(**kwargs)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    return cfg
 
 
 def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
@@ -265,9 +405,15 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
             k = f"workload.flows[{i}]"
             if not isinstance(item, dict):
                 raise ScenarioError(f"{k}: must be a table")
-            extra = set(item) - {"src", "dst", "size", "start_us", "message"}
+            extra = set(item) - {"src", "dst", "size", "start_us", "message", "ev_profile"}
             if extra:
                 raise ScenarioError(f"{k}.{sorted(extra)[0]}: unknown key")
+            profile = None
+            if "ev_profile" in item:
+                try:
+                    profile = ev_profile_from_dict(item["ev_profile"], f"{k}.ev_profile")
+                except InvalidArgument as exc:
+                    raise ScenarioError(str(exc)) from None
             out.append(
                 FlowSpec(
                     _int(item.get("src"), f"{k}.src", 0),
@@ -276,6 +422,7 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
                     int(_num(item.get("start_us", 0), f"{k}.start_us") * US),
                     parse_size(item.get("message", 1 << 20), f"{k}.message"),
                     name=f"{item.get('src')}->{item.get('dst')}#{i}",
+                    ev_profile=profile,
                 )
             )
         return out
@@ -324,6 +471,8 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         "transport",
         "workload",
         "faults",
+        "controller",
+        "clustermapper",
         "run",
         "name",
         "description",
@@ -369,6 +518,18 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         fault = _fill(FaultSpec, item, f"faults[{i}]")
         _num(fault.at_us, f"faults[{i}].at_us")
         faults.append(fault)
+    raw_ctl = data.get("controller", [])
+    if not isinstance(raw_ctl, list):
+        raise ScenarioError("controller: must be an array of tables ([[controller]])")
+    controller = []
+    for i, item in enumerate(raw_ctl):
+        if not isinstance(item, dict):
+            raise ScenarioError(f"controller[{i}]: must be a table")
+        for need in ("at_us", "host", "action"):
+            if need not in item:
+                raise ScenarioError(f"controller[{i}].{need}: required")
+        controller.append(_fill(ControllerAction, item, f"controller[{i}]"))
+    clustermapper = _clustermapper(data.get("clustermapper"))
     run = _table(data, "run")
     for key in run:
         if key not in {"until_us", "sample_us", "payloads", "queue_sample_us"}:
@@ -386,8 +547,9 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
     if qs is not None:
         _num(qs, "run.queue_sample_us", 0.001)
     scenario = Scenario(
-        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs
-    )
+        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs,
+        controller, clustermapper,
+    )  # fmt: skip
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario
 

@@ -35,6 +35,8 @@ pytestmark = pytest.mark.lab
 
 SPEC = "planes=4,t0s=2,hosts_per_t0=1,t1s=2"
 PLANES = 4
+#: the driver's default EV set: MRC's 256 EVs split over the planes.
+PER_PLANE = 256 // PLANES
 
 
 @dataclass
@@ -122,7 +124,7 @@ def test_64mib_over_every_plane(make_lab: Callable[..., Lab], tmp_path: Path) ->
     rx = by_plane(out.server_rx_by_ev)
     assert set(rx) == set(range(PLANES)) and min(rx.values()) > 3000
     assert st["tx_errors"] == 0 and st["sport_fallbacks"] == 0
-    assert all(row["GOOD"] == 16 for row in out.conn.plane_table().values())
+    assert all(row["GOOD"] == PER_PLANE for row in out.conn.plane_table().values())
     print(f"64 MiB in {out.seconds:.2f} s ({(64 << 20) * 8 / out.seconds / 1e9:.2f} Gb/s)")
 
 
@@ -143,9 +145,9 @@ def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_p
     assert out.ok and out.verified
     table = out.after["table"]
     # The black-holed plane's active EVs all went ASSUMED_BAD; the others kept going.
-    assert table[plane]["ASSUMED_BAD"] == 16 and table[plane]["GOOD"] == 0
+    assert table[plane]["ASSUMED_BAD"] == PER_PLANE and table[plane]["GOOD"] == 0
     for p in set(range(PLANES)) - {plane}:
-        assert table[p]["GOOD"] >= 14, table
+        assert table[p]["GOOD"] >= PER_PLANE - PER_PLANE // 8, table
         assert table[p]["tx"] > 2 * out.tx_at_fault[p]
     assert out.conn.qp.stats.losses_detected + out.conn.qp.stats.timeouts > 0
     # Every EV that went bad was in that plane; probes brought them back after restore.
@@ -154,7 +156,7 @@ def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_p
     ]
     per_plane = {p: sum(1 for e in bad if e.ev & 0xF == p) for p in range(PLANES)}
     print("ASSUMED_BAD transitions per plane:", per_plane)
-    assert per_plane[plane] >= 16 and per_plane[plane] >= 0.8 * len(bad), per_plane
+    assert per_plane[plane] >= PER_PLANE and per_plane[plane] >= 0.8 * len(bad), per_plane
     good = [e for e in out.after["events"] if isinstance(e, EVEvent) and e.new is EVState.GOOD]
     assert any(e.reason for e in good)
     assert out.after["back"] < 5.0
@@ -178,7 +180,10 @@ def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     assert out.ok and out.verified
     # The EVs through that T1 went bad and were replaced from plane 1's backups.
     assert out.sender.event_counts.get("EVEvent:ASSUMED_BAD", 0) > 0
-    assert out.conn.plane_table()[1]["GOOD"] >= 12
+    # Half of plane 1's EVs cross the dead T1 (of 2): without replacements at most
+    # half would be GOOD. Not all are replaced: half the active set ASSUMED_BAD is
+    # also the point where the plane is presumed down and its backups are kept.
+    assert out.conn.plane_table()[1]["GOOD"] > PER_PLANE // 2
 
 
 def _cli(*args: str) -> list[str]:

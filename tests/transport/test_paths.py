@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 
 from openmrc.loopback import Faults
-from openmrc.transport import EVEvent, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
-from openmrc.transport.ev import ev_plane
+from openmrc.transport import EVEvent, EVField, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
+from openmrc.transport.ev import ev_path, ev_plane, ev_spare
 from openmrc.wire.packets import DataPacket
 
 from .helpers import assert_exact, run_transfer, setup_transfer
@@ -133,13 +134,18 @@ def test_ev_set_split_over_planes_with_backups() -> None:
     assert len(ps.slots) == 256 == len(set(ps.slots))
     per_plane = [sum(1 for ev in ps.slots if ev_plane(ev) == p) for p in range(8)]
     assert per_plane == [32] * 8
-    assert all(len(ps.backups[p]) == 32 for p in range(8))
+    # The backup set is the rest of each plane's space: 64 uplinks x 2^16 spare values
+    # (the default spare field), less the 32 active EVs.
+    assert all(len(ps.backups[p]) == 64 * 65536 - 32 for p in range(8))
     # Rotation: consecutive packets visit every EV once per round.
     assert sorted(ps.next_ev() for _ in range(256)) == sorted(ps.slots)
 
 
 def test_floor_keeps_some_evs_usable() -> None:
-    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=3)
+    # No spare entropy: the 8 EVs are the whole space, there are no backups.
+    prof = EVProfile(
+        planes=2, paths_per_plane=4, ev_count=8, floor=3, spare_field=EVField(width=1, max=0)
+    )
     ps = PathSet(prof, random.Random(1), qpn=1)
     for ev in list(ps.slots):
         ps.on_loss(ev, 0, "test")
@@ -191,3 +197,190 @@ def test_context_keeps_a_port_blocked_qp_ready() -> None:
     assert t.lb.a.poll_packet(0, busy=every_plane) is None
     item = t.lb.a.poll_packet(0, busy=every_plane & ~(1 << 5))
     assert item is not None and ev_plane(item[1].ev) == 5
+
+
+def test_more_evs_than_paths_use_spare_entropy_and_differ_per_qp() -> None:
+    # 8 T1s per plane, 256 EVs over 8 planes: 32 per plane, 4 per physical path,
+    # made distinct by the spare-entropy bits.
+    prof = EVProfile(planes=8, paths_per_plane=8, ev_count=256)
+    prof.validate()
+    a = PathSet(prof, random.Random(1), qpn=1)
+    b = PathSet(prof, random.Random(2), qpn=2)
+    for ps in (a, b):
+        assert len(set(ps.slots)) == 256
+        for p in range(8):
+            plane = [ev for ev in ps.slots if ev_plane(ev) == p]
+            assert len(plane) == 32
+            # spread evenly over the uplinks: 4 EVs on each of the 8 physical paths
+            assert sorted({ev_path(ev) for ev in plane}) == list(range(8))
+            assert all(sum(1 for ev in plane if ev_path(ev) == u) == 4 for u in range(8))
+        assert len({ev_spare(ev) for ev in ps.slots}) > 8
+    assert set(a.slots) != set(b.slots)
+    assert len(set(a.slots) & set(b.slots)) < 16
+
+
+def test_backups_replace_failed_evs_from_the_same_plane() -> None:
+    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=32)
+    ps = PathSet(prof, random.Random(3), qpn=1)
+    victims = [ev for ev in ps.slots if ev_plane(ev) == 2][:3]
+    for i, ev in enumerate(victims):
+        ps.on_loss(ev, 1000 * i, "test")
+    assert ps.stats_replacements == 3
+    assert not set(victims) & set(ps.slots)
+    assert sum(1 for ev in ps.slots if ev_plane(ev) == 2) == 8
+    assert len(set(ps.slots)) == 32 and ps.usable == 32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"planes": 8, "paths_per_plane": 8, "ev_count": 250}, "EVProfile.ev_count"),
+        (
+            {"planes": 8, "paths_per_plane": 8, "ev_count": 256, "spare_field": EVField(1)},
+            "EVProfile.ev_count",
+        ),
+        ({"spare_field": EVField(17)}, "EVProfile.spare_field.width"),
+        ({"uplink_field": EVField(4, min=9, max=3)}, "EVProfile.uplink_field.max"),
+        ({"plane_field": EVField(4, mask=0x10)}, "EVProfile.plane_field.mask"),
+    ],
+)
+def test_profile_that_cannot_give_what_was_asked_names_the_field(
+    kwargs: dict[str, object], field: str
+) -> None:
+    prof = EVProfile(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
+        prof.validate()
+    with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
+        PathSet(prof, random.Random(1), qpn=1)
+
+
+def test_field_values_follow_min_max_mask_and_init() -> None:
+    assert list(EVField(4, min=2, max=5).values()) == [2, 3, 4, 5]
+    # mask 0b0101 generated, bit 1 fixed to 1 by init, bit 3 fixed to 0
+    assert list(EVField(4, mask=0b0101, init=0b0010).values()) == [2, 3, 6, 7]
+    prof = EVProfile(plane_field=EVField(4, mask=0b0110), ev_count=64)
+    prof.validate()
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    assert {ev_plane(ev) for ev in ps.slots} == {0, 2, 4, 6}
+
+
+def test_deny_reaches_backups_not_drawn_yet() -> None:
+    prof = EVProfile(planes=1, paths_per_plane=1, ev_count=1, floor=0, spare_field=EVField(1))
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    (active,) = ps.slots
+    backup = active ^ (1 << 16)
+    ps.deny(backup, 0)
+    ps.on_loss(active, 1, "test")  # the only backup is denied: nothing replaces it
+    assert ps.slots == [active] and ps.stats_replacements == 0
+
+
+def test_ecn_single_mark_skips_a_run_of_marks_remaps_within_the_plane() -> None:
+    from openmrc.transport.paths import ECN_REMAP_RUN
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    ps = PathSet(prof, random.Random(5), qpn=1)
+    for ev in ps.slots:
+        ps.on_clean_ack(ev)
+    hot = ps.slots[3]
+    ps.on_ecn(hot, 1)
+    assert ps.state[hot] is EVState.SKIP and hot in ps.slots  # one mark: one rotation
+    ps.on_clean_ack(hot)  # a clean ACK ends the run
+    for _ in range(ECN_REMAP_RUN - 1):
+        ps.on_ecn(hot, 2)
+    assert hot in ps.slots and ps.stats_ecn_remaps == 0
+    ps.on_ecn(hot, 3)
+    assert hot not in ps.slots and ps.stats_ecn_remaps == 1
+    assert ev_plane(ps.slots[3]) == ev_plane(hot)
+    assert ps.state[hot] is EVState.GOOD and ps.usable == 8
+    assert [(e.ev, e.reason) for e in ps.events] == [(hot, "mapped out: ECN")]
+
+
+def test_ecn_on_every_ev_is_congestion_not_imbalance() -> None:
+    from openmrc.transport.paths import ECN_REMAP_RUN
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    ps = PathSet(prof, random.Random(5), qpn=1)
+    before = list(ps.slots)
+    for _ in range(3 * ECN_REMAP_RUN):
+        for ev in before:
+            ps.on_ecn(ev, 1)
+    assert ps.slots == before and ps.stats_ecn_remaps == 0
+
+
+def test_port_down_maps_the_plane_out_without_blame_and_back() -> None:
+    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=16)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    assert ps.set_ports_down(local=0b0100)
+    assert all(ev_plane(ps.next_ev()) != 2 for _ in range(64))
+    victim = next(ev for ev in ps.slots if ev_plane(ev) == 2)
+    ps.on_loss(victim, 5, "test")  # a loss on a down plane blames nothing
+    assert ps.state[victim] is EVState.GOOD and ps.stats_bad == 0
+    assert ps.set_ports_down(remote=0b1000)  # the peer's plane 3 too
+    assert all(ev_plane(ps.next_ev()) in (0, 1) for _ in range(64))
+    assert ps.set_ports_down(local=0, remote=0)
+    assert {ev_plane(ps.next_ev()) for _ in range(16)} == {0, 1, 2, 3}
+    assert not ps.set_ports_down(local=0)
+
+
+def test_context_port_state_reaches_qps_and_sacks() -> None:
+    t = setup_transfer(count=0)
+    t.lb.b.set_port_state(5, False, 7)
+    assert t.qa.paths.down == 0 and t.qb.paths.local_down == 1 << 5
+    sack = t.qb.responder.sack(0, False, 0)
+    assert sack.ports_down == 1 << 5
+    t.lb.b.set_port_state(5, True, 9)
+    assert t.qb.responder.sack(0, False, 0).ports_down == 0
+    with pytest.raises(InvalidArgument, match="plane"):
+        t.lb.b.set_port_state(16, False)
+
+
+def test_ev_probes_back_off_per_ev_with_a_bounded_rate_per_qp() -> None:
+    # A dead peer: every EV (and every backup drawn) goes bad, no probe is answered.
+    interval = 25_000_000_000  # the lab driver's 25 ms
+    prof = EVProfile(planes=8, ev_count=256, floor=0, probe_interval_ps=interval)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    for ev in list(ps.slots):
+        ps.on_loss(ev, 0, "test")
+    bad = len(ps.probing)
+    assert bad >= 256
+    sent: dict[int, list[int]] = {}
+    seq = 0
+    now = 0
+    rounds = 0
+    while ps.next_probe_at is not None and ps.next_probe_at <= 10 * 10**12:  # 10 s
+        now = ps.next_probe_at
+        got = ps.due_probes(now, seq)
+        assert len(got) <= prof.probe_budget
+        for ev, _ in got:
+            sent.setdefault(ev, []).append(now)
+        seq += len(got)
+        rounds += 1
+    total = sum(len(v) for v in sent.values())
+    # Without backoff: every bad EV every 25 ms = 10,000+ probes/s; now bounded by the
+    # budget (32 per interval = 1280/s) and, once backed off, far below it.
+    assert total / 10 <= prof.probe_budget * 10**12 / interval
+    assert total / 10 < 1000
+    # Per EV, the gaps double up to 2 ** probe_backoff_max intervals.
+    gaps = [b - a for times in sent.values() for a, b in itertools.pairwise(times)]
+    assert max(gaps) >= (interval << prof.probe_backoff_max)
+    assert max(gaps) <= (interval << prof.probe_backoff_max) + 2 * interval
+    # An answer resets that EV's backoff.
+    ev = next(iter(ps.probing))
+    now = ps.next_probe_at or now
+    while ev not in dict(got := ps.due_probes(now, seq)):
+        now = ps.next_probe_at
+        seq += len(got)
+    ps.on_probe_reply(ev, dict(got)[ev], now)
+    assert ps.probe_backoff[ev] == 0
+
+
+def test_a_sack_bitmap_cannot_take_the_plane_it_arrived_on() -> None:
+    from openmrc.wire.packets import SackPacket
+
+    t = setup_transfer(count=0)
+    paths = t.qa.paths
+    ev = next(e for e in paths.slots if ev_plane(e) == 6)
+    sack = SackPacket(t.qa.qpn, ev, 0, 0, 0, ports_down=0xFFFF)
+    t.qa.receive_packet(sack, 10)
+    assert paths.remote_down == 0xFFFF & ~(1 << 6)
+    assert all(ev_plane(paths.next_ev(1)) == 6 for _ in range(8))  # still sending on plane 6

@@ -426,7 +426,6 @@ def test_flag_and_reserved_errors() -> None:
         (13, 0x02, "SACK header byte 1"),
         (14, 0x80, "penalty 0x80 has bit 7 set"),
         (15, 0x01, "SACK header byte 3"),
-        (22, 0x01, "SACK header bytes 10-11"),
         (8, 0x80, "SACK BTH byte 8: AckReq"),
     ]:
         b = bytearray(sack)
@@ -571,3 +570,14 @@ def test_encode_frame_rejects_bad_addresses() -> None:
 def test_wire_error_is_value_error() -> None:
     assert issubclass(WireError, ValueError)
     assert codec.MAX_DATA_PAYLOAD == 9000
+
+
+def test_sack_ports_down_bitmap_sits_in_header_bytes_10_11() -> None:
+    # bytes 10-11 of the SACK header (were reserved) carry the port/plane-state bitmap
+    wire = encode(SackPacket(1, 1, 10, 10, 0, ports_down=0x8005))
+    assert wire[12 + 10 : 12 + 12] == bytes([0x80, 0x05])
+    pkt = decode(wire)
+    assert isinstance(pkt, SackPacket) and pkt.ports_down == 0x8005
+    assert decode(encode(SackPacket(1, 1, 10, 10, 0))).ports_down == 0  # type: ignore[attr-defined]
+    with pytest.raises(WireError, match="SackPacket.ports_down"):
+        encode(SackPacket(1, 1, 10, 10, 0, ports_down=1 << 16))

@@ -64,6 +64,7 @@ from openmrc.transport import (
     SGE,
     CCProfile,
     Context,
+    EVField,
     EVProfile,
     MemoryRegion,
     QPAttr,
@@ -199,6 +200,44 @@ class RemoteMR:
         return cls(*vals)
 
 
+#: How often a lab endpoint reads its plane interfaces' state (port status).
+PORT_POLL_S = 0.2
+
+
+def plane_ports_down(netns: str, planes: int) -> int | None:
+    """Port status of a lab host: bit p set = interface ``plane{p}`` is not up.
+
+    Reads ``ip -j -n NETNS link show`` (operstate DOWN or LOWERLAYERDOWN: the
+    interface or its veth peer is down, as ``openmrc lab fail`` of a host link
+    leaves it).  None when it cannot be read.
+    """
+    import json
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "-n", netns, "link", "show"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+        links = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    mask = 0
+    for link in links if isinstance(links, list) else []:
+        name = link.get("ifname", "") if isinstance(link, dict) else ""
+        if (
+            name.startswith("plane")
+            and name[5:].isdigit()
+            and int(name[5:]) < planes
+            and link.get("operstate") in ("DOWN", "LOWERLAYERDOWN")
+        ):
+            mask |= 1 << int(name[5:])
+    return mask
+
+
 def driver_attr(
     planes: int = 8,
     *,
@@ -217,14 +256,19 @@ def driver_attr(
     lab), 7 linear + 6 doubling retries (~9 s before the QP gives up), a 1 ms
     reordering floor, EV probes every 25 ms.  NSCC is tuned for 10 Gb/s x
     200 us (a ~375 KB window; larger windows only add queueing delay in the
-    receiver's socket buffer).  ``ev_count`` defaults to 16 EVs per plane.
+    receiver's socket buffer).  ``ev_count`` defaults to MRC's 256 EVs (rounded
+    down to split equally over the planes); beyond one EV per path they differ in
+    their spare-entropy bits (:class:`openmrc.transport.EVProfile`), here only
+    bits 16-19 (``spare_field`` width 4), which ride in the flow label: the
+    driver opens one send socket per UDP source port, and EV bits 20-31 pick it.
     """
-    count = ev_count if ev_count is not None else 16 * planes
+    count = ev_count if ev_count is not None else (256 // planes) * planes
     return QPAttr(
         ev_profile=EVProfile(
             planes=planes,
             paths_per_plane=paths_per_plane,
             ev_count=count,
+            spare_field=EVField(4),
             floor=max(1, min(8, count // 2)),
             probe_interval_ps=25_000_000_000,
             probe_successes=3,
@@ -647,6 +691,31 @@ class NetEndpoint:
         self.port = self._rx.getsockname()[1]
         self._loop.add_reader(self._rx.fileno(), self._on_readable)
         self._started = True
+        if self.lab is not None and self.host is not None:
+            self._loop.call_soon(self._poll_ports)
+
+    # -- port status (lab hosts: the plane interfaces' operstate) ---------------------
+    def _poll_ports(self) -> None:
+        """Read the plane interfaces' state off the loop; act on it; poll again."""
+        if self._closed or self.lab is None or self.host is None:
+            return
+        ns = self.lab.host_netns(self.host)
+        planes = self.lab.topology.spec.planes
+        fut = self._loop.run_in_executor(None, plane_ports_down, ns, planes)
+        fut.add_done_callback(self._on_ports)
+
+    def _on_ports(self, fut: asyncio.Future[int | None]) -> None:
+        if self._closed:
+            return
+        mask = None if fut.cancelled() or fut.exception() else fut.result()
+        if mask is not None and mask != self.ctx.ports_down:
+            now = now_ps()
+            for plane in range(16):
+                bit = 1 << plane
+                if (mask ^ self.ctx.ports_down) & bit:
+                    self.ctx.set_port_state(plane, not mask & bit, now)
+            self._kick()
+        self._loop.call_later(PORT_POLL_S, self._poll_ports)
 
     def close(self) -> None:
         """Stop: cancel the timer, unregister and close every socket, fail waiters."""

@@ -379,6 +379,17 @@ def _collective_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _localised_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per element the self-probes ([clustermapper]) localised, when any."""
+    out = []
+    for loc in doc.get("localised") or []:
+        cleared = "" if loc["cleared_us"] is None else f", cleared at {loc['cleared_us']:.1f} us"
+        out.append(
+            f"  localised {loc['kind']} {loc['element']} at {loc['time_us']:.1f} us{cleared}"
+        )
+    return out
+
+
 def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list[str]:
     """results.json + CSVs per run (a subfolder per transport when comparing), the report."""
     from ..results import summary_rows, write
@@ -447,7 +458,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(header(outcome, args.scenario))
     print(_status_line(outcome.doc))
     print(format_table([outcome.scenario.transport.name], [outcome.doc]))
-    for line in _collective_lines(outcome.doc):
+    for line in _collective_lines(outcome.doc) + _localised_lines(outcome.doc):
         print(line)
     for warning in outcome.doc["provenance"]["warnings"]:
         print(f"  warning: {warning}")
@@ -487,7 +498,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print()
     print(format_table([o.scenario.transport.name for o in outcomes], [o.doc for o in outcomes]))
     for o in outcomes:
-        for line in _collective_lines(o.doc):
+        for line in _collective_lines(o.doc) + _localised_lines(o.doc):
             print(f"{line} [{o.scenario.transport.name}]")
         for warning in o.doc["provenance"]["warnings"]:
             print(f"  warning [{o.scenario.transport.name}]: {warning}")

@@ -17,7 +17,7 @@ import csv
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,11 @@ from ..transport import (
     WCStatus,
     WROpcode,
 )
+from ..transport.controller import Controller
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec
 from .capture import Capture
+from .clustermapper import Clustermapper, ClustermapperConfig
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator
 from .fabric import Fabric
@@ -78,14 +80,15 @@ class TransportConfig:
             from .baseline import baseline_configs
 
             baseline_configs(self.name, self)  # raises ValueError naming the bad key
-        paths = spec.t1s
+        # The uplink field names the T1s; EVs beyond one per T1 differ in their
+        # spare-entropy bits (several EVs per physical path, as MRC has it).
         attr = QPAttr(
             ev_profile=EVProfile(
                 planes=spec.planes,
-                paths_per_plane=paths,
-                ev_count=min(self.ev_count, spec.planes * paths),
+                paths_per_plane=spec.t1s,
+                ev_count=self.ev_count,
                 probe_interval_ps=self.probe_interval_ps,
-                floor=min(8, spec.planes * paths),
+                floor=min(8, self.ev_count),
             ),
             cc_profile=CCProfile(
                 name=self.cc,
@@ -170,6 +173,8 @@ class Result:
     sample_interval_ps: int
     fabric: dict[str, Any]
     verified: bool | None
+    #: what self-probe fault localisation named, and when (see sim.clustermapper).
+    localised: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def all_ok(self) -> bool:
@@ -197,6 +202,7 @@ class Result:
             "sample_interval_us": self.sample_interval_ps / 1e6,
             "goodput_gbps_series": self.goodput_series,
             "fabric": self.fabric,
+            "localised": self.localised,
         }
 
     def to_json(self, path: str | Path) -> None:
@@ -325,9 +331,13 @@ class Experiment:
         self.faults = FaultInjector(self.fabric)
         master = random.Random(seed ^ 0x5EED)
         self.hosts = self._build_hosts(master)
+        for host in self.hosts:
+            host.faults = self.faults  # per-EV loss is applied where packets leave
         self.payloads = payloads
         self._payload_rng = random.Random(master.getrandbits(64))
         self.flows: list[_Flow] = []
+        self._controllers: dict[int, Controller] = {}
+        self.clustermapper: Clustermapper | None = None
         self._sending: dict[int, list[_Flow]] = {}
         self._open = 0
         self._captures: list[Capture] = []
@@ -437,6 +447,30 @@ class Experiment:
         }
 
     # -- set-up ---------------------------------------------------------------------
+    def controller(self, host: int) -> Controller:
+        """Host ``host``'s MRC controller, made on first use.
+
+        Its EV profiles: id 0 is the experiment's (``[transport]``) profile,
+        id ``i + 1`` the ``ev_profile`` of flow ``i`` when it has its own.
+        """
+        ctl = self._controllers.get(host)
+        if ctl is None:
+            ctl = Controller([self.hosts[host].ctx])
+            ctl.create_ev_profile(0, self.attr.ev_profile)
+            ctl.set_ev_profile_online(0)
+            for i, flow in enumerate(self.flows):
+                prof = flow.spec.ev_profile
+                if prof is not None and not ctl.has_ev_profile(prof):
+                    ctl.create_ev_profile(i + 1, prof)
+                    ctl.set_ev_profile_online(i + 1)
+            self._controllers[host] = ctl
+        return ctl
+
+    def enable_clustermapper(self, config: ClustermapperConfig | None = None) -> Clustermapper:
+        """Self-probe fault localisation on every host (reported in ``Result.localised``)."""
+        self.clustermapper = Clustermapper(self, config)
+        return self.clustermapper
+
     def add_flows(self, specs: list[FlowSpec]) -> None:
         """Add flows (validated) to start at their ``start_ps``."""
         for spec in specs:
@@ -457,8 +491,11 @@ class Experiment:
         pa, pb = a.alloc_pd(), b.alloc_pd()
         qa = pa.create_qp(a.create_cq(1 << 20))
         qb = pb.create_qp(b.create_cq(1 << 20))
-        qa.connect(qb.qpn, self.attr, peer=spec.dst, now=now)
-        qb.connect(qa.qpn, self.attr, peer=spec.src, now=now)
+        attr = self.attr
+        if spec.ev_profile is not None:  # a per-flow EV profile (scenario [[flows]] ev_profile)
+            attr = replace(attr, ev_profile=spec.ev_profile)
+        qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
+        qb.connect(qa.qpn, attr, peer=spec.src, now=now)
         if self.payloads:
             data = bytearray(self._payload_rng.randbytes(spec.size))
             flow.src_data = data
@@ -594,4 +631,5 @@ class Experiment:
                 include_samples=self.queue_sample_interval_ps is not None
             ),
             verified=verified,
+            localised=self.clustermapper.report() if self.clustermapper is not None else [],
         )

@@ -13,11 +13,15 @@ by name (``"h3-p0t0x0"``, ``"p0t0x1-p0t1x2"``); switches by name.
 * switch down: every link of the switch goes down, the switch discards;
 * switch blackhole: links stay up, the switch silently discards (``discarded``);
 * switch up: undoes either;
-* NIC port down / up: the host's link in one plane.
+* NIC port down / up: the host's link in one plane;
+* EV loss: a sending host drops each data packet carrying one of the given
+  EVs with a probability (the per-EV error injection of the paper's 5.2.4,
+  a NIC debug feature): counted in ``ev_dropped``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +39,11 @@ class FaultInjector:
         self.fabric = fabric
         self.sim = fabric.sim
         self.metrics = fabric.metrics
+        #: EV -> drop probability for data packets sent on it (:meth:`ev_loss`).
+        self.ev_drop: dict[int, float] = {}
+        #: data packets dropped by :meth:`ev_loss`.
+        self.ev_dropped = 0
+        self._ev_rng = random.Random(0xE7D0)  # fixed: same scenario, same drops
 
     def _at(self, at_ps: int | None, fn: Callable[..., None], *args: Any) -> None:
         if at_ps is None:
@@ -169,3 +178,28 @@ class FaultInjector:
         self.metrics.record_fault(
             "nic_port_up" if up else "nic_port_down", link.name, host=host, plane=plane
         )
+
+    # ----- per-EV loss --------------------------------------------------------------
+    def ev_loss(self, evs: list[int], probability: float, at_ps: int | None = None) -> None:
+        """Drop data packets carrying any of ``evs`` with ``probability`` (0 ends it)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability: must be in 0..1, got {probability!r}")
+        self._at(at_ps, self._set_ev_loss, list(evs), probability)
+
+    def _set_ev_loss(self, evs: list[int], probability: float) -> None:
+        for ev in evs:
+            if probability > 0:
+                self.ev_drop[ev] = probability
+            else:
+                self.ev_drop.pop(ev, None)
+        self.metrics.record_fault(
+            "ev_loss", ",".join(f"{ev:#x}" for ev in evs), probability=probability
+        )
+
+    def drops(self, ev: int) -> bool:
+        """Whether a data packet on ``ev`` is dropped now (called by the sending host)."""
+        p = self.ev_drop.get(ev)
+        if p is None or self._ev_rng.random() >= p:
+            return False
+        self.ev_dropped += 1
+        return True

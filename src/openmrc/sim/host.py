@@ -7,6 +7,11 @@ one: it tells the core which planes' ports are busy, so the core's spraying
 picks an EV (a path) whose port is free, as a real multi-port NIC's scheduler
 does.  Each packet leaves on the port of its EV's plane, with its route (the
 SRv6 uSID outer destination) computed algorithmically from the EV.
+
+Port status: when one of the host's links (NIC ports) goes down or up, the
+NIC tells the core (``Context.set_port_state``) after
+``FabricConfig.nic_port_status_delay_ps``; the core then maps the plane's EVs
+out (or back) and its SACKs carry the ports-down bitmap to the peers.
 """
 
 from __future__ import annotations
@@ -16,12 +21,30 @@ from typing import TYPE_CHECKING
 
 from ..transport import Context
 from ..transport.ev import ev_plane
-from ..wire.packets import DataPacket
+from ..wire.packets import DataPacket, ProbePacket
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..wire.packets import Packet
     from .engine import Simulator
     from .fabric import Fabric
+    from .faults import FaultInjector
+
+
+class ControllerProbe(ProbePacket):
+    """A controller probe on the simulated wire (QPN 0): to ``dst``, answered back to ``src``.
+
+    A real NIC answers from the IPv6 source address; the simulator's packets
+    carry no addresses, so the probe names its source host.
+    """
+
+    __slots__ = ("reply", "src")
+
+    def __init__(self, ev: int, seq: int, ts: int, src: int, reply: bool = False) -> None:
+        ProbePacket.__init__(self, 0, ev, seq, ts)
+        self.src = src
+        self.reply = reply
 
 
 class SimHost:
@@ -35,9 +58,11 @@ class SimHost:
         "_timer_at",
         "ctx",
         "fabric",
+        "faults",
         "index",
         "on_activity",
         "ports",
+        "probe_sink",
         "sim",
         "taps",
     )
@@ -57,10 +82,20 @@ class SimHost:
         self.on_activity = None
         #: packet observers (captures): ``tap(host, peer, pkt, sent, now)``.
         self.taps: list = []
+        #: the experiment's fault injector, for per-EV loss (None: no such faults).
+        self.faults: FaultInjector | None = None
+        #: receives probes addressed to QPN 0 (self-probes of the Clustermapper agent).
+        self.probe_sink: Callable[[int, Packet, int], None] | None = None
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     # -- input ----------------------------------------------------------------------
     def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
+        if pkt.dqpn == 0:
+            if type(pkt) is ControllerProbe:
+                self._on_controller_probe(pkt, now)
+            elif self.probe_sink is not None:
+                self.probe_sink(self.index, pkt, now)  # a self-probe, not for the core
+            return
         if self.taps:
             qp = self.ctx.qps.get(pkt.dqpn)
             peer = qp.peer if qp is not None else -1
@@ -76,8 +111,58 @@ class SimHost:
         if self.on_activity is not None:
             self.on_activity(self, now)
 
+    # -- controller probes --------------------------------------------------------------
+    def _send_controller_probes(self, now: int) -> None:
+        ctl = self.ctx.controller
+        sent = ctl.probes_to_send()
+        if not sent:
+            return
+        deadline = ctl.get_timer()
+        if deadline is not None:
+            self.sim.schedule(max(deadline, now), self._controller_timer)
+        for req in sent:
+            dst = req.dest
+            hosts = len(self.fabric.host_ports)
+            if not isinstance(dst, int) or not 0 <= dst < hosts or dst == self.index:
+                continue  # nowhere to send: it times out
+            if ev_plane(req.ev) >= len(self.ports):
+                continue
+            pkt = ControllerProbe(req.ev, req.probe_id, now, self.index)
+            pkt.route = self.fabric.path_for(self.index, dst, req.ev)
+            self.ports[ev_plane(req.ev)].enqueue(pkt)
+
+    def _controller_timer(self) -> None:
+        ctl = self.ctx.controller
+        now = self.sim.now
+        ctl.handle_timer(now)
+        deadline = ctl.get_timer()
+        if deadline is not None:
+            self.sim.schedule(max(deadline, now), self._controller_timer)
+
+    def _on_controller_probe(self, pkt: ControllerProbe, now: int) -> None:
+        if pkt.reply:
+            ctl = self.ctx.controller
+            if ctl is not None:
+                ctl.on_probe_reply(pkt.seq, now)
+            return
+        back = ControllerProbe(pkt.ev, pkt.seq, now, self.index, reply=True)
+        back.route = self.fabric.path_for(self.index, pkt.src, pkt.ev)
+        self.ports[ev_plane(pkt.ev)].enqueue(back)
+
     def _on_link(self, plane: int, up: bool, now: int) -> None:
+        # The NIC acts on its port's state after the detection-and-remap delay.
+        at = now + self.fabric.config.nic_port_status_delay_ps
+        self.sim.schedule(at, self._on_port_status, plane, up)
         self.kick(now)
+
+    def _on_port_status(self, plane: int, up: bool) -> None:
+        now = self.sim.now
+        if self.ports[plane].up != up:
+            return  # superseded: the port changed again since
+        self.ctx.set_port_state(plane, up, now)
+        self.kick(now)
+        if self.on_activity is not None:
+            self.on_activity(self, now)
 
     def _on_timer(self, at: int) -> None:
         if self._timer_at != at:
@@ -106,6 +191,8 @@ class SimHost:
         ctx = self.ctx
         ports = self.ports
         all_busy = self._all_busy
+        if ctx.controller is not None:
+            self._send_controller_probes(now)
         fabric = self.fabric
         src = self.index
         busy = 0
@@ -122,6 +209,14 @@ class SimHost:
                 for tap in self.taps:
                     tap(src, qp.peer, pkt, True, now)
             plane = ev_plane(pkt.ev)
+            faults = self.faults
+            if (
+                faults is not None
+                and faults.ev_drop
+                and type(pkt) is DataPacket
+                and faults.drops(pkt.ev)
+            ):
+                continue
             ports[plane].enqueue(pkt)
             busy |= 1 << plane  # only the port just used can have changed
         if ctx._ready and busy:

@@ -5,11 +5,11 @@ No sockets, no clocks, no global randomness: time (integer picoseconds) and a
 """
 
 from . import cc
-from .attrs import RETRY_INFINITE, TIMEOUT_UNIT_PS, CCProfile, EVProfile, QPAttr
+from .attrs import RETRY_INFINITE, TIMEOUT_UNIT_PS, CCProfile, EVField, EVProfile, QPAttr
 from .context import Context, Datagram
 from .errors import InvalidArgument, InvalidState, MrcError, ResourceExhausted
 from .ev import ev_path, ev_plane, make_ev
-from .paths import EVEvent, EVState, PathSet
+from .paths import EVEvent, EVState, PathSet, PortEvent
 from .qp import QPEvent, QPStats, QueuePair
 from .state import QPState
 from .verbs import (
@@ -37,6 +37,7 @@ __all__ = [
     "Context",
     "Datagram",
     "EVEvent",
+    "EVField",
     "EVProfile",
     "EVState",
     "InvalidArgument",
@@ -44,6 +45,7 @@ __all__ = [
     "MemoryRegion",
     "MrcError",
     "PathSet",
+    "PortEvent",
     "ProtectionDomain",
     "QPAttr",
     "QPCap",

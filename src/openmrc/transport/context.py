@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..wire.packets import (
     DataPacket,
@@ -28,6 +28,7 @@ from ..wire.packets import (
     unwrap32,
 )
 from .errors import InvalidArgument, InvalidState
+from .paths import PortEvent
 from .qp import QueuePair
 from .state import QPState
 from .verbs import (
@@ -73,6 +74,10 @@ class Context:
             "rx_wrong_peer": 0,
             "rx_packets": 0,
         }
+        #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
+        self.ports_down = 0
+        #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
+        self.controller: Any = None
 
     # -- verbs ----------------------------------------------------------------------
     def alloc_pd(self) -> ProtectionDomain:
@@ -169,6 +174,25 @@ class Context:
         if qp.paths is None:
             raise InvalidState("allow_ev: the QP has no EV set before RTR")
         qp.paths.allow(ev, now)
+
+    def set_port_state(self, plane: int, up: bool, now: int = 0) -> None:
+        """Port status: this NIC's plane-``plane`` port went down or came up.
+
+        Every QP maps that plane's EVs out (or back) at once, and every SACK
+        sent from now on carries the ports-down bitmap so peers do the same.
+        """
+        if not isinstance(plane, int) or not 0 <= plane < 16:
+            raise InvalidArgument(f"plane: must be 0..15, got {plane!r}")
+        mask = self.ports_down & ~(1 << plane) if up else self.ports_down | (1 << plane)
+        if mask == self.ports_down:
+            return
+        self.ports_down = mask
+        self.events.append(PortEvent(now, plane, up))
+        for qp in self.qps.values():
+            if qp.paths is not None:
+                qp.paths.set_ports_down(local=mask)
+            if qp.has_output():
+                self._ready[qp] = None  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""

@@ -6,7 +6,8 @@ notes' algorithmic EV -> address scheme):
     bits 0-3    plane number (up to 16 planes); copied into every uSID
     bits 4-15   path number within the plane; the T0 uplink (i.e. the T1)
                 is ``path % uplinks``, copied into the T1 uSID
-    bits 16-31  spare entropy (zero unless a profile sets it)
+    bits 16-31  spare entropy: does not change the route; tells apart several
+                EVs on one physical path (a generated profile draws it)
 
 The transport core only needs :func:`ev_plane` (to keep the EV set split over
 planes and to pick replacements from the same plane); the drivers map an EV to a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 PLANE_BITS = 4
 PATH_BITS = 12
+SPARE_BITS = 16
 MAX_PLANES = 1 << PLANE_BITS
 MAX_PATHS = 1 << PATH_BITS
 EV_MASK = 0xFFFFFFFF
@@ -41,3 +43,8 @@ def ev_plane(ev: int) -> int:
 def ev_path(ev: int) -> int:
     """The path number of an EV within its plane."""
     return (ev >> PLANE_BITS) & (MAX_PATHS - 1)
+
+
+def ev_spare(ev: int) -> int:
+    """The spare-entropy bits of an EV (they do not change its route)."""
+    return ev >> (PLANE_BITS + PATH_BITS) & ((1 << SPARE_BITS) - 1)

@@ -205,6 +205,9 @@ class QueuePair:
             self.paths = PathSet(
                 self.attr.ev_profile, self.context.rng, self.qpn, self.context.events
             )
+            self.paths.set_ports_down(local=self.context.ports_down)
+            if self.context.controller is not None:
+                self.context.controller.qp_ready(self)  # its profile's deny lists
             self.cc = cc_registry.create(self.attr.cc_profile, self.attr.mtu)
             self.responder = Responder(self)
             self.responder.recv_queue.extend(self._early_recvs)

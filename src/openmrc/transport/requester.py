@@ -414,9 +414,16 @@ class Requester:
             if ts > self.rack_xmit:
                 self.rack_xmit = ts
                 self.rack_rtt = rtt
+        # The peer's port status.  The plane this SACK came back on is up whatever
+        # the bitmap says: a bitmap (forged or stale) can never take every plane.
+        down = sack.ports_down & ~(1 << (sack.ev & 15))
+        if down != self.paths.remote_down:
+            self.paths.set_ports_down(remote=down)
         if sack.ecn_seen:
-            self.paths.on_ecn(sack.ev)
+            self.paths.on_ecn(sack.ev, now)
             stats.ecn_echoes += 1
+        else:
+            self.paths.on_clean_ack(sack.ev)
         self.cc.on_ack(newly, sample, sack.ecn_seen, self.inflight, now)
         if sack.penalty:
             self.cc.on_penalty(sack.penalty, newly, now)

@@ -261,6 +261,7 @@ class Responder:
             held,
             ts_echo,
             window_penalty(held, self.window) if held else 0,
+            self.qp.context.ports_down,
         )
 
     def _ack(self, pkt: DataPacket | ProbePacket, now: int) -> None:

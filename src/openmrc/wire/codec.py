@@ -132,7 +132,7 @@ _MDH = "BBHIIIQ"
 
 _DATA = struct.Struct(">" + _BTH + _RETH + _MDH)
 _DATA_IMM = struct.Struct(">" + _BTH + _RETH + "I" + _MDH)
-# SACK: version, flags, penalty, reserved, cack, base offset, reserved, bitmap, EV,
+# SACK: version, flags, penalty, reserved, cack, base offset, ports down, bitmap, EV,
 # rcvd_bytes, ooo_count, ts_echo
 _SACK = struct.Struct(">" + _BTH + "BBBBIHHQIQIQ")
 # NACK: version, flags, reason, reserved, psn, EV, cack, ts_echo
@@ -218,6 +218,7 @@ def _explain(pkt: AnyPacket) -> NoReturn:
         _check("SackPacket.rcvd_bytes", pkt.rcvd_bytes, 64)
         _check("SackPacket.ooo_count", pkt.ooo_count, 32)
         _check("SackPacket.ts_echo", pkt.ts_echo, 64)
+        _check("SackPacket.ports_down", pkt.ports_down, 16)
     elif isinstance(pkt, NackPacket):
         _check_seq("NackPacket.psn", pkt.psn)
         _check_seq("NackPacket.cack", pkt.cack)
@@ -318,7 +319,7 @@ def _encode_sack(pkt: SackPacket) -> bytes:
         pkt, _SACK,
         Opcode.SACK, 0, P_KEY, pkt.dqpn, cack & _M24,
         MRC_VERSION, SACK_ECN_SEEN if pkt.ecn_seen else 0, pkt.penalty, 0,
-        cack & _M32, offset, 0, pkt.bitmap, pkt.ev,
+        cack & _M32, offset, pkt.ports_down, pkt.bitmap, pkt.ev,
         pkt.rcvd_bytes, pkt.ooo_count, pkt.ts_echo,
     )  # fmt: skip
 
@@ -504,7 +505,7 @@ def _decode_sack(data: Buffer, n: int) -> SackPacket:
     _check_icrc(data, n, "SACK")
     (
         _, b1, pkey, dqpn, bth_psn,
-        version, flags, penalty, rsvd, cack, offset, rsvd2, bitmap, ev,
+        version, flags, penalty, rsvd, cack, offset, ports_down, bitmap, ev,
         rcvd_bytes, ooo_count, ts_echo,
     ) = _SACK.unpack_from(data)  # fmt: skip
     if bth_psn & 0x80000000:
@@ -518,11 +519,9 @@ def _decode_sack(data: Buffer, n: int) -> SackPacket:
         raise WireError(f"SACK header byte 2: penalty 0x{penalty:02x} has bit 7 set")
     if rsvd:
         raise WireError(f"SACK header byte 3: reserved 0x{rsvd:02x} must be 0")
-    if rsvd2:
-        raise WireError(f"SACK header bytes 10-11: reserved 0x{rsvd2:04x} must be 0")
     return SackPacket(
         dqpn, ev, cack, cack + offset, bitmap, bool(flags & SACK_ECN_SEEN),
-        rcvd_bytes, ooo_count, ts_echo, penalty,
+        rcvd_bytes, ooo_count, ts_echo, penalty, ports_down,
     )  # fmt: skip
 
 

@@ -221,7 +221,9 @@ class SackPacket(Packet):
     ``rcvd_bytes`` counts payload bytes received on the QP (for rate
     estimation), ``ooo_count`` the packets held above ``cack``, ``ts_echo`` the
     transmit timestamp of the triggering packet, ``penalty`` a 7-bit receiver
-    window penalty for NSCC.
+    window penalty for NSCC.  ``ports_down`` is the sender's port/plane-state
+    bitmap: bit p set = its NIC port in plane p is down (MRC's link-state
+    bitmap in SACKs; the peer then stops using that plane's EVs).
     """
 
     __slots__ = (
@@ -230,6 +232,7 @@ class SackPacket(Packet):
         "ecn_seen",
         "ooo_count",
         "penalty",
+        "ports_down",
         "rcvd_bytes",
         "sack_base",
         "ts_echo",
@@ -249,6 +252,7 @@ class SackPacket(Packet):
         ooo_count: int = 0,
         ts_echo: int = 0,
         penalty: int = 0,
+        ports_down: int = 0,
     ) -> None:
         Packet.__init__(self, dqpn, ev, SACK_BYTES)
         self.cack = cack
@@ -259,9 +263,10 @@ class SackPacket(Packet):
         self.ooo_count = ooo_count
         self.ts_echo = ts_echo
         self.penalty = penalty
+        self.ports_down = ports_down
 
     def _repr_fields(self) -> tuple[str, ...]:
-        return ("dqpn", "ev", "cack", "sack_base", "bitmap", "ecn_seen")
+        return ("dqpn", "ev", "cack", "sack_base", "bitmap", "ecn_seen", "ports_down")
 
 
 class NackPacket(Packet):

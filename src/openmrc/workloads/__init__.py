@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from openmrc.transport.attrs import EVProfile
+
 
 @dataclass(frozen=True)
 class FlowSpec:
@@ -22,6 +24,8 @@ class FlowSpec:
     start_ps: int = 0
     message: int = 1 << 20
     name: str = ""
+    #: this flow's own EV profile (both QPs), instead of the experiment's.
+    ev_profile: EVProfile | None = None
 
     def validate(self, hosts: int) -> None:
         """Raise ValueError naming the bad field."""
