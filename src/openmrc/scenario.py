@@ -15,7 +15,8 @@
     cc = "nscc"                 # their own `roce` and `baseline_fabric` tables)
     [workload]
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
-    size = "8MiB"
+    size = "8MiB"               # or a collective: allreduce | allgather | reducescatter |
+                                # alltoall | sendrecv | training (docs/collectives.md)
     [[faults]]
     at_us = 60
     kind = "link_down"          # link_down | link_up | link_silent | link_loss | flap |
@@ -43,9 +44,10 @@ from typing import Any
 
 from . import units
 from .sim.config import FabricConfig
-from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps
+from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
 from .topology import ClosSpec
 from .workloads import FlowSpec, all_to_all, incast, permutation, shifted_permutation, single
+from .workloads import collectives as coll
 
 US = 1_000_000
 
@@ -147,6 +149,18 @@ FAULT_KINDS = {
 
 
 @dataclass
+class CollectiveRun:
+    """A collective of a scenario and how it is run (``Experiment.add_collective`` arguments)."""
+
+    collective: coll.Collective
+    placement: list[int] | None = None
+    message: int = 1 << 20
+    start_ps: int = 0
+    qps: int | None = None
+    settings: dict[str, Any] | None = None
+
+
+@dataclass
 class Scenario:
     """A parsed, validated scenario, ready to :meth:`run`."""
 
@@ -161,6 +175,7 @@ class Scenario:
     payloads: bool = False
     name: str = ""
     queue_sample_us: float | None = None
+    collectives: list[CollectiveRun] = field(default_factory=list)
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -182,7 +197,15 @@ class Scenario:
                 None if self.queue_sample_us is None else int(self.queue_sample_us * US)
             ),
         )
-        exp.add_flows(self.flows)
+        try:
+            if self.flows:
+                exp.add_flows(self.flows)
+            for c in self.collectives:
+                exp.add_collective(
+                    c.collective, c.placement, c.message, c.start_ps, qps=c.qps, settings=c.settings
+                )
+        except ValueError as exc:
+            raise ScenarioError(f"workload: {exc}") from None
         for i, f in enumerate(self.faults):
             _apply_fault(exp, f, f"faults[{i}]")
         return exp
@@ -237,6 +260,110 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
         getattr(inj, f.kind)(f.host, f.plane, at_ps=at)
 
 
+FLOW_KEYS = {"src", "dst", "size", "start_us", "message", "after", "gap_us", "qps", "settings"}
+
+COLLECTIVE_KEYS = {
+    "size",
+    "message",
+    "ranks",
+    "placement",
+    "channels",
+    "chunks",
+    "qps",
+    "settings",
+    "start_us",
+}
+TRAINING_KEYS = (COLLECTIVE_KEYS - {"size"}) | {
+    "collectives",
+    "iterations",
+    "compute_us",
+    "straggler",
+    "straggler_us",
+}
+
+
+def _settings(value: Any, key: str) -> dict[str, Any] | None:
+    """Per-flow / per-collective transport overrides, checked by name."""
+    if value is None:
+        return None
+    try:
+        check_flow_settings(value, key)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    return dict(value)
+
+
+def _collective(w: dict[str, Any], hosts: int) -> CollectiveRun:
+    """A collective workload ([workload] kind = "allreduce" ...)."""
+    kind = w["kind"]
+    known = TRAINING_KEYS if kind == "training" else COLLECTIVE_KEYS
+    for key in w:
+        if key != "kind" and key not in known:
+            raise ScenarioError(
+                f"workload.{key}: not a key of a {kind} workload (known: {', '.join(sorted(known))})"
+            )
+    placement = w.get("placement")
+    if placement is not None:
+        if not isinstance(placement, list):
+            raise ScenarioError("workload.placement: must be a list of host indices, one per rank")
+        placement = [_int(h, "workload.placement[]", 0) for h in placement]
+        for h in placement:
+            if h >= hosts:
+                raise ScenarioError(f"workload.placement: host {h} is not in 0..{hosts - 1}")
+    ranks = _int(w.get("ranks", len(placement) if placement else hosts), "workload.ranks", 2)
+    if placement is None and ranks > hosts:
+        raise ScenarioError(
+            f"workload.ranks: {ranks} ranks need a host each; the fabric has {hosts}"
+        )
+    channels = _int(w.get("channels", 1), "workload.channels", 1)
+    chunks = _int(w.get("chunks", 1), "workload.chunks", 1)
+    qps = w.get("qps")
+    try:
+        if kind == "training":
+            raw = w.get("collectives")
+            if not isinstance(raw, list) or not raw:
+                raise ScenarioError(
+                    'workload.collectives: must be a non-empty list of {kind = "allreduce", size = ...}'
+                )
+            parts = []
+            for i, item in enumerate(raw):
+                k = f"workload.collectives[{i}]"
+                if not isinstance(item, dict) or set(item) - {"kind", "size"}:
+                    raise ScenarioError(f"{k}: must be a table with kind and size only")
+                if item.get("kind") not in coll.KINDS:
+                    raise ScenarioError(
+                        f"{k}.kind: {item.get('kind')!r} is not one of {', '.join(coll.KINDS)}"
+                    )
+                parts.append((item["kind"], parse_size(item.get("size"), f"{k}.size")))
+            straggler = w.get("straggler")
+            c = coll.training(
+                ranks,
+                parts,
+                _int(w.get("iterations", 1), "workload.iterations", 1),
+                int(_num(w.get("compute_us", 0), "workload.compute_us") * US),
+                None if straggler is None else _int(straggler, "workload.straggler", 0),
+                int(_num(w.get("straggler_us", 0), "workload.straggler_us") * US),
+                channels,
+                chunks,
+            )
+        else:
+            c = coll.build(
+                kind, ranks, parse_size(w.get("size"), "workload.size"), channels, chunks
+            )
+    except ScenarioError:
+        raise
+    except ValueError as exc:
+        raise ScenarioError(f"workload.{exc}") from None
+    return CollectiveRun(
+        c,
+        placement,
+        parse_size(w.get("message", 1 << 20), "workload.message"),
+        int(_num(w.get("start_us", 0), "workload.start_us") * US),
+        None if qps is None else _int(qps, "workload.qps", 1),
+        _settings(w.get("settings"), "workload.settings"),
+    )
+
+
 def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
     kind = w.get("kind")
     known = {
@@ -248,7 +375,9 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
         "flows": {"flows"},
     }
     if kind not in known:
-        raise ScenarioError(f"workload.kind: {kind!r} is not one of {', '.join(known)}")
+        raise ScenarioError(
+            f"workload.kind: {kind!r} is not one of {', '.join([*known, *coll.KINDS, 'training'])}"
+        )
     for key in w:
         if key != "kind" and key not in known[kind]:
             raise ScenarioError(
@@ -265,9 +394,22 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
             k = f"workload.flows[{i}]"
             if not isinstance(item, dict):
                 raise ScenarioError(f"{k}: must be a table")
-            extra = set(item) - {"src", "dst", "size", "start_us", "message"}
+            extra = set(item) - FLOW_KEYS
             if extra:
-                raise ScenarioError(f"{k}.{sorted(extra)[0]}: unknown key")
+                raise ScenarioError(
+                    f"{k}.{sorted(extra)[0]}: unknown key (known: {', '.join(sorted(FLOW_KEYS))})"
+                )
+            after = item.get("after", [])
+            if not isinstance(after, list):
+                raise ScenarioError(f"{k}.after: must be a list of flow indices")
+            deps = tuple(_int(d, f"{k}.after[]", 0) for d in after)
+            for d in deps:
+                if d >= len(raw) or d == i:
+                    raise ScenarioError(
+                        f"{k}.after: {d} is not another flow index (0..{len(raw) - 1})"
+                    )
+            qps = item.get("qps")
+            settings = _settings(item.get("settings"), f"{k}.settings")
             out.append(
                 FlowSpec(
                     _int(item.get("src"), f"{k}.src", 0),
@@ -276,8 +418,18 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
                     int(_num(item.get("start_us", 0), f"{k}.start_us") * US),
                     parse_size(item.get("message", 1 << 20), f"{k}.message"),
                     name=f"{item.get('src')}->{item.get('dst')}#{i}",
+                    deps=deps,
+                    gap_ps=int(_num(item.get("gap_us", 0), f"{k}.gap_us") * US),
+                    qps=None if qps is None else _int(qps, f"{k}.qps", 1),
+                    settings=settings,
                 )
             )
+        try:
+            from .sim.experiment import _check_acyclic
+
+            _check_acyclic(out)
+        except ValueError as exc:
+            raise ScenarioError(f"workload.flows: {exc}") from None
         return out
     size = parse_size(w.get("size", 2 << 20), "workload.size")
     message = parse_size(w.get("message", 1 << 20), "workload.message")
@@ -351,7 +503,12 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         raise ScenarioError(
             'workload: missing (e.g. [workload] kind = "permutation", size = "8MiB")'
         )
-    flows = _workload(workload, spec.hosts, seed)
+    collectives = []
+    if workload.get("kind") in (*coll.KINDS, "training"):
+        collectives.append(_collective(workload, spec.hosts))
+        flows: list[FlowSpec] = []
+    else:
+        flows = _workload(workload, spec.hosts, seed)
     for i, flow in enumerate(flows):
         try:
             flow.validate(spec.hosts)
@@ -386,7 +543,18 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
     if qs is not None:
         _num(qs, "run.queue_sample_us", 0.001)
     scenario = Scenario(
-        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs
+        spec,
+        switches,
+        transport,
+        flows,
+        faults,
+        seed,
+        until,
+        sample,
+        payloads,
+        name,
+        qs,
+        collectives,
     )
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario

@@ -17,7 +17,7 @@ import csv
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from ..transport import (
 )
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec
+from ..workloads.collectives import Collective
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator
@@ -71,6 +72,10 @@ class TransportConfig:
     roce: dict[str, Any] = field(default_factory=dict)
     #: Baselines only: :class:`openmrc.sim.baseline_fabric.BaselineFabricConfig` fields.
     baseline_fabric: dict[str, Any] = field(default_factory=dict)
+    #: QPs per connection, messages striped over them round-robin (as NCCL's
+    #: NCCL_IB_QPS_PER_CONNECTION).  None: 1 for MRC, ``roce["qps"]`` (default 1)
+    #: for the baselines.  A flow's own ``FlowSpec.qps`` wins.
+    qps: int | None = None
 
     def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
         """The QPAttr for a QP on this fabric (also checks ``name`` and the baseline keys)."""
@@ -106,6 +111,33 @@ class TransportConfig:
         return attr
 
 
+#: TransportConfig fields that must be the same for every flow of an experiment
+#: (they shape the fabric or pick the transport); every other field can be
+#: overridden per flow with ``FlowSpec.settings`` (and so per collective).
+EXPERIMENT_WIDE = frozenset({"name", "mtu", "baseline_fabric"})
+
+
+def flow_settings_keys() -> list[str]:
+    """The TransportConfig fields a flow may override (``FlowSpec.settings``)."""
+    from dataclasses import fields
+
+    return sorted(f.name for f in fields(TransportConfig) if f.name not in EXPERIMENT_WIDE)
+
+
+def check_flow_settings(settings: dict[str, Any] | None, key: str) -> None:
+    """Raise ValueError naming ``key.<field>`` when a per-flow override is not allowed."""
+    if settings is None:
+        return
+    if not isinstance(settings, dict):
+        raise ValueError(f"{key}: must be a table of transport settings")
+    allowed = flow_settings_keys()
+    for k in settings:
+        if k in EXPERIMENT_WIDE:
+            raise ValueError(f"{key}.{k}: is experiment-wide and cannot be set per flow")
+        if k not in allowed:
+            raise ValueError(f"{key}.{k}: unknown transport setting (known: {', '.join(allowed)})")
+
+
 def base_rtt_ps(spec: ClosSpec, mtu: int) -> int:
     """Unloaded RTT of a full-size packet across the T1 tier and its ACK back."""
     framing = ETHERNET_FRAMING_BYTES
@@ -136,11 +168,18 @@ class FlowResult:
     timeouts: int
     ecn_echoes: int
     evs_assumed_bad: int
+    #: when the receiver had all the data (only tracked for flows others wait for,
+    #: and collective flows; None otherwise or when it never did).
+    rx_finish_ps: int | None = None
+    #: when the flow actually started (later than ``start_ps`` if it waited for others).
+    started_ps: int | None = None
 
     @property
     def fct_ps(self) -> int | None:
         """Flow completion time (ps), None when it did not finish."""
-        return None if self.finish_ps is None else self.finish_ps - self.start_ps
+        if self.finish_ps is None:
+            return None
+        return self.finish_ps - (self.start_ps if self.started_ps is None else self.started_ps)
 
     @property
     def goodput_gbps(self) -> float:
@@ -170,6 +209,8 @@ class Result:
     sample_interval_ps: int
     fabric: dict[str, Any]
     verified: bool | None
+    #: one summary per collective added (:meth:`Collective.summary`).
+    collectives: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def all_ok(self) -> bool:
@@ -197,6 +238,7 @@ class Result:
             "sample_interval_us": self.sample_interval_ps / 1e6,
             "goodput_gbps_series": self.goodput_series,
             "fabric": self.fabric,
+            "collectives": self.collectives,
         }
 
     def to_json(self, path: str | Path) -> None:
@@ -247,18 +289,33 @@ class _Flow:
     """What an experiment tracks of every flow, whatever the transport."""
 
     __slots__ = (
+        "dependents",
+        "deps_left",
         "done_at",
         "finished",
         "last_bytes",
+        "nmsgs",
         "pending",
+        "rx_done",
+        "send_dependents",
         "series",
         "spec",
         "src_data",
+        "started_at",
         "status",
+        "watch_rx",
     )
 
     def __init__(self, spec: FlowSpec) -> None:
         self.spec = spec
+        #: flows waiting for this one's data to arrive / for its sender to complete.
+        self.dependents: list[_Flow] = []
+        self.send_dependents: list[_Flow] = []
+        self.deps_left = 0
+        self.nmsgs = 0
+        self.rx_done: int | None = None
+        self.started_at: int | None = None
+        self.watch_rx = False
         self.pending = 0
         self.finished: list[int] = []
         self.done_at: int | None = None
@@ -269,16 +326,26 @@ class _Flow:
 
 
 class _MrcFlow(_Flow):
-    """An MRC flow: one QP at each end and the two memory regions."""
+    """An MRC flow: its QPs at each end (one per ``qps``) and the two memory regions."""
 
-    __slots__ = ("mr_dst", "mr_src", "qa", "qb")
+    __slots__ = ("mr_dst", "mr_src", "qas", "qbs")
 
     def __init__(self, spec: FlowSpec) -> None:
         super().__init__(spec)
-        self.qa: QueuePair | None = None
-        self.qb: QueuePair | None = None
+        self.qas: list[QueuePair] = []
+        self.qbs: list[QueuePair] = []
         self.mr_src = None
         self.mr_dst = None
+
+    @property
+    def qa(self) -> QueuePair | None:
+        """The (first) sending QP."""
+        return self.qas[0] if self.qas else None
+
+    @property
+    def qb(self) -> QueuePair | None:
+        """The (first) receiving QP."""
+        return self.qbs[0] if self.qbs else None
 
 
 class Experiment:
@@ -331,6 +398,10 @@ class Experiment:
         self._sending: dict[int, list[_Flow]] = {}
         self._open = 0
         self._captures: list[Capture] = []
+        #: flows whose arrival at their receiver something waits for, by receiving host.
+        self._rx_watch: dict[int, list[_Flow]] = {}
+        self._collectives: list[tuple[Collective, int, int, int]] = []
+        self._attrs: dict[str, QPAttr] = {}
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -346,6 +417,7 @@ class Experiment:
         self.queue_sample_interval_ps = queue_sample_interval_ps
         for host in self.hosts:
             host.on_activity = self._activity
+            host.on_data = self._data_arrived
 
     # -- transport hooks (MRC here; openmrc.sim.baseline overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
@@ -367,17 +439,26 @@ class Experiment:
 
     def _drain_completions(self, flow: _Flow) -> list[str | None]:
         """Completions that arrived for ``flow``: None for success, else the status."""
-        cq = flow.qa.send_cq  # type: ignore[attr-defined]
-        if not len(cq):
-            return []
-        return [
-            None if wc.status is WCStatus.SUCCESS else wc.status.value for wc in cq.poll(1 << 20)
-        ]
+        out: list[str | None] = []
+        for qa in flow.qas:  # type: ignore[attr-defined]
+            cq = qa.send_cq
+            if len(cq):
+                out.extend(
+                    None if wc.status is WCStatus.SUCCESS else wc.status.value
+                    for wc in cq.poll(1 << 20)
+                )
+        return out
+
+    def _rx_complete(self, flow: _Flow) -> bool:
+        """Whether every message of ``flow`` has been placed at its receiver."""
+        return sum(qb.stats.rx_messages for qb in flow.qbs) >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: _Flow) -> int | None:
         """Payload bytes the receiving end has taken (None before the flow starts)."""
-        qb = flow.qb  # type: ignore[attr-defined]
-        return None if qb is None or qb.responder is None else qb.responder.rcvd_bytes
+        qbs = flow.qbs  # type: ignore[attr-defined]
+        if not qbs or any(qb.responder is None for qb in qbs):
+            return None
+        return sum(qb.responder.rcvd_bytes for qb in qbs)
 
     def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
         """The destination buffer, when payloads are real."""
@@ -418,47 +499,129 @@ class Experiment:
 
     def _counters(self, flow: _Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
         """The per-flow counters of :class:`FlowResult`."""
-        qa = flow.qa  # type: ignore[attr-defined]
-        if qa is None:
+        qas = flow.qas  # type: ignore[attr-defined]
+        if not qas:
             return dict.fromkeys(_COUNTERS, 0)
-        st = qa.stats
+        qpns = {qa.qpn for qa in qas}
         bad = sum(
             1
             for e in ev_events
-            if e["host"] == flow.spec.src and e["qpn"] == qa.qpn and e["new"] == "ASSUMED_BAD"
+            if e["host"] == flow.spec.src and e["qpn"] in qpns and e["new"] == "ASSUMED_BAD"
         )
         return {
-            "retransmits": st.retransmits,
-            "trims": st.trims,
-            "nacks": st.rx_nacks,
-            "timeouts": st.timeouts,
-            "ecn_echoes": st.ecn_echoes,
+            "retransmits": sum(qa.stats.retransmits for qa in qas),
+            "trims": sum(qa.stats.trims for qa in qas),
+            "nacks": sum(qa.stats.rx_nacks for qa in qas),
+            "timeouts": sum(qa.stats.timeouts for qa in qas),
+            "ecn_echoes": sum(qa.stats.ecn_echoes for qa in qas),
             "evs_assumed_bad": bad,
         }
 
-    # -- set-up ---------------------------------------------------------------------
-    def add_flows(self, specs: list[FlowSpec]) -> None:
-        """Add flows (validated) to start at their ``start_ps``."""
-        for spec in specs:
-            self.add_flow(spec)
+    def _attr_for(self, spec: FlowSpec) -> QPAttr:
+        """The QPAttr of a flow: the experiment's, or with the flow's own settings."""
+        if not spec.settings:
+            return self.attr
+        key = json.dumps(spec.settings, sort_keys=True, default=str)
+        attr = self._attrs.get(key)
+        if attr is None:
+            attr = replace(self.transport, **spec.settings).attr(self.spec, self.base_rtt_ps)
+            self._attrs[key] = attr
+        return attr
 
-    def add_flow(self, spec: FlowSpec) -> None:
-        """Add one flow."""
-        spec.validate(self.spec.hosts)
-        flow = self._new_flow(spec)
-        self.flows.append(flow)
-        self._open += 1
-        self.sim.schedule(spec.start_ps, self._start, flow)
+    def _qps_for(self, spec: FlowSpec) -> int:
+        """How many QPs the flow's connection uses."""
+        if spec.qps is not None:
+            return spec.qps
+        if spec.settings and spec.settings.get("qps") is not None:
+            return int(spec.settings["qps"])
+        return self.transport.qps or 1
+
+    # -- set-up ---------------------------------------------------------------------
+    def add_flows(self, specs: list[FlowSpec]) -> list[int]:
+        """Add flows (validated); return their indices in :attr:`flows`.
+
+        A flow without dependencies starts at its ``start_ps``.  One with
+        ``deps`` / ``send_deps`` (indices into ``specs``) starts ``gap_ps``
+        after they are met (all of them, or the first with ``deps_any``), and
+        not before ``start_ps``.  If a dependency fails, so do its dependents
+        (status ``dependency_failed``).
+        """
+        n = len(specs)
+        for i, spec in enumerate(specs):
+            spec.validate(self.spec.hosts)
+            check_flow_settings(spec.settings, f"flow {i}.settings")
+            if spec.settings:
+                self._attr_for(spec)  # raises ValueError on a bad value
+            for d in (*spec.deps, *spec.send_deps):
+                if d >= n or d == i:
+                    raise ValueError(
+                        f"flow {i}.deps: {d} is not another flow of this list (0..{n - 1})"
+                    )
+        _check_acyclic(specs)
+        base = len(self.flows)
+        new = [self._new_flow(spec) for spec in specs]
+        for flow in new:
+            spec = flow.spec
+            ndeps = len(spec.deps) + len(spec.send_deps)
+            self.flows.append(flow)
+            self._open += 1
+            if not ndeps:
+                self.sim.schedule(spec.start_ps, self._launch, flow)
+                continue
+            flow.deps_left = 1 if spec.deps_any else ndeps
+            for d in spec.deps:
+                new[d].dependents.append(flow)
+                new[d].watch_rx = True
+            for d in spec.send_deps:
+                new[d].send_dependents.append(flow)
+        return list(range(base, base + n))
+
+    def add_flow(self, spec: FlowSpec) -> int:
+        """Add one flow (no dependencies); return its index."""
+        return self.add_flows([spec])[0]
+
+    def add_collective(
+        self,
+        collective: Collective,
+        placement: list[int] | None = None,
+        message: int = 1 << 20,
+        start_ps: int = 0,
+        name: str = "",
+        qps: int | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> int:
+        """Run ``collective`` with rank ``r`` on host ``placement[r]`` (default host ``r``).
+
+        Every transfer is a flow (``qps`` and ``settings`` are its connection's
+        transport settings); a transfer starts once the data it needs arrived.
+        The result's ``collectives`` holds its completion time, algbw and busbw.
+        Returns the collective's index there.
+        """
+        flows = collective.flows(placement, message, start_ps, name, qps, settings)
+        idx = self.add_flows(flows)
+        for i in idx:
+            self.flows[i].watch_rx = True
+        self._collectives.append((collective, start_ps, idx[0], idx[-1] + 1))
+        return len(self._collectives) - 1
+
+    def _launch(self, flow: _Flow) -> None:
+        flow.started_at = self.sim.now
+        self._start(flow)
 
     def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
+        attr = self._attr_for(spec)
         a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
         pa, pb = a.alloc_pd(), b.alloc_pd()
-        qa = pa.create_qp(a.create_cq(1 << 20))
-        qb = pb.create_qp(b.create_cq(1 << 20))
-        qa.connect(qb.qpn, self.attr, peer=spec.dst, now=now)
-        qb.connect(qa.qpn, self.attr, peer=spec.src, now=now)
+        for _ in range(self._qps_for(spec)):
+            qa = pa.create_qp(a.create_cq(1 << 20))
+            qb = pb.create_qp(b.create_cq(1 << 20))
+            qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
+            qb.connect(qa.qpn, attr, peer=spec.src, now=now)
+            flow.qas.append(qa)
+            flow.qbs.append(qb)
+        nq = len(flow.qas)
         if self.payloads:
             data = bytearray(self._payload_rng.randbytes(spec.size))
             flow.src_data = data
@@ -471,7 +634,9 @@ class Experiment:
         offsets = list(range(0, spec.size, spec.message))
         for i, off in enumerate(offsets):
             length = min(spec.message, spec.size - off)
-            last = i == len(offsets) - 1
+            # the last message on each QP carries the immediate
+            last = i >= len(offsets) - nq
+            qa, qb = flow.qas[i % nq], flow.qbs[i % nq]
             if last:
                 qb.post_recv(RecvWR(i))
             qa.post_send(
@@ -484,10 +649,12 @@ class Experiment:
                     imm_data=i if last else None,
                 )
             )
-        flow.qa, flow.qb = qa, qb
         flow.pending = len(offsets)
+        flow.nmsgs = len(offsets)
         flow.status = "running"
         self._sending.setdefault(spec.src, []).append(flow)
+        if flow.watch_rx:
+            self._rx_watch.setdefault(spec.dst, []).append(flow)
         self.hosts[spec.src].kick(now)
         self.hosts[spec.dst].kick(now)
 
@@ -506,9 +673,50 @@ class Experiment:
                 if flow.status == "running":
                     flow.status = "ok"
                 self._open -= 1
+                if flow.status != "ok":
+                    self._fail_dependents(flow)
+                else:
+                    self._release(flow.send_dependents, now)
         self._sending[host.index] = [f for f in flows if f.pending]
         if self._open == 0:
             self.sim.stop()
+
+    def _data_arrived(self, host: Any, now: int) -> None:
+        """A data packet reached ``host``: did a watched flow's last byte arrive?"""
+        flows = self._rx_watch.get(host.index)
+        if not flows:
+            return
+        done = [f for f in flows if self._rx_complete(f)]
+        if not done:
+            return
+        self._rx_watch[host.index] = [f for f in flows if f.rx_done is None and f not in done]
+        for flow in done:
+            flow.rx_done = now
+            self._release(flow.dependents, now)
+
+    def _release(self, dependents: list[_Flow], now: int) -> None:
+        """One dependency of each of ``dependents`` is met: start those now free."""
+        for dep in dependents:
+            if dep.status != "not started" or dep.deps_left <= 0:
+                continue
+            dep.deps_left -= 1
+            if dep.deps_left == 0:
+                dep.status = "waiting"
+                at = max(now + dep.spec.gap_ps, dep.spec.start_ps)
+                self.sim.schedule(at, self._launch, dep)
+
+    def _fail_dependents(self, flow: _Flow) -> None:
+        """``flow`` failed: whatever waits for it will never start."""
+        stack = [*flow.dependents, *flow.send_dependents]
+        while stack:
+            dep = stack.pop()
+            if dep.status != "not started":
+                continue
+            dep.status = "dependency_failed"
+            dep.deps_left = -1
+            self._open -= 1
+            stack.extend(dep.dependents)
+            stack.extend(dep.send_dependents)
 
     def _sample(self) -> None:
         interval = self.sample_interval_ps
@@ -516,7 +724,7 @@ class Experiment:
         for flow in self.flows:
             got = self._received_bytes(flow)
             if got is None:
-                if flow.status == "not started":
+                if flow.status in ("not started", "waiting"):
                     flow.series.append(0.0)
                 continue
             flow.series.append(round((got - flow.last_bytes) * scale, 3))
@@ -570,6 +778,8 @@ class Experiment:
                     status=flow.status,
                     message_finish_ps=flow.finished,
                     **self._counters(flow, ev_events),
+                    rx_finish_ps=flow.rx_done,
+                    started_ps=flow.started_at,
                 )
             )
         series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
@@ -586,4 +796,29 @@ class Experiment:
                 include_samples=self.queue_sample_interval_ps is not None
             ),
             verified=verified,
+            collectives=[
+                coll.summary(start, [self.flows[i].rx_done for i in range(a, b)])
+                for coll, start, a, b in self._collectives
+            ],
         )
+
+
+def _check_acyclic(specs: list[FlowSpec]) -> None:
+    """Raise ValueError if the flows' dependencies form a cycle (they would never start)."""
+    indeg = [len(s.deps) + len(s.send_deps) for s in specs]
+    users: list[list[int]] = [[] for _ in specs]
+    for i, s in enumerate(specs):
+        for d in (*s.deps, *s.send_deps):
+            users[d].append(i)
+    ready = [i for i, n in enumerate(indeg) if n == 0]
+    seen = 0
+    while ready:
+        i = ready.pop()
+        seen += 1
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if seen != len(specs):
+        stuck = next(i for i, n in enumerate(indeg) if n > 0)
+        raise ValueError(f"flow {stuck}.deps: the dependencies form a cycle")

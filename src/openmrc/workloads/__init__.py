@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,25 @@ class FlowSpec:
     start_ps: int = 0
     message: int = 1 << 20
     name: str = ""
+    #: Indices (into the list given to ``Experiment.add_flows``) of flows whose data
+    #: must have arrived at their receiver before this one starts; ``start_ps`` is
+    #: then a lower bound.
+    deps: tuple[int, ...] = ()
+    #: Indices of flows that must have completed at their *sender* (the last ACK).
+    send_deps: tuple[int, ...] = ()
+    #: Start when any one dependency is met instead of all (htsim's oneshot trigger).
+    deps_any: bool = False
+    #: Wait this long after the dependencies are met (compute time).
+    gap_ps: int = 0
+    #: Connection key: flows with the same (src, dst, conn) model one long-lived
+    #: connection (a baseline keeps its UDP source ports, hence its ECMP paths).
+    conn: str = ""
+    #: QPs for this connection (None: the transport's default); messages are
+    #: striped over them round-robin, as NCCL stripes over its QPs per connection.
+    qps: int | None = None
+    #: Transport overrides for this flow (TransportConfig field names; see
+    #: ``openmrc.sim.experiment.FLOW_SETTINGS``).
+    settings: dict[str, Any] | None = None
 
     def validate(self, hosts: int) -> None:
         """Raise ValueError naming the bad field."""
@@ -41,6 +61,18 @@ class FlowSpec:
             )
         if not isinstance(self.start_ps, int) or self.start_ps < 0:
             raise ValueError(f"flow.start_ps: must be a non-negative int, got {self.start_ps!r}")
+        if not isinstance(self.gap_ps, int) or self.gap_ps < 0:
+            raise ValueError(f"flow.gap_ps: must be a non-negative int, got {self.gap_ps!r}")
+        if self.qps is not None and (
+            not isinstance(self.qps, int) or isinstance(self.qps, bool) or not 1 <= self.qps <= 256
+        ):
+            raise ValueError(f"flow.qps: must be an integer in 1..256, got {self.qps!r}")
+        for field_name in ("deps", "send_deps"):
+            for d in getattr(self, field_name):
+                if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                    raise ValueError(
+                        f"flow.{field_name}: must hold flow indices (non-negative ints), got {d!r}"
+                    )
 
 
 def single(src: int, dst: int, size: int, message: int = 1 << 20) -> list[FlowSpec]:
