@@ -17,6 +17,7 @@
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
     size = "8MiB"               # or a collective: allreduce | allgather | reducescatter |
                                 # alltoall | sendrecv | training (docs/collectives.md)
+                                # or htsim (file = "x.cm": a uet-htsim connection matrix)
     [[faults]]
     at_us = 60
     kind = "link_down"          # link_down | link_up | link_silent | link_loss | flap |
@@ -46,8 +47,17 @@ from . import units
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
 from .topology import ClosSpec
-from .workloads import FlowSpec, all_to_all, incast, permutation, shifted_permutation, single
+from .workloads import (
+    FlowSpec,
+    all_to_all,
+    check_dependencies,
+    incast,
+    permutation,
+    shifted_permutation,
+    single,
+)
 from .workloads import collectives as coll
+from .workloads.htsim import CmError, load_cm
 
 US = 1_000_000
 
@@ -364,6 +374,39 @@ def _collective(w: dict[str, Any], hosts: int) -> CollectiveRun:
     )
 
 
+def _htsim(w: dict[str, Any], hosts: int, base_dir: Path | None) -> list[FlowSpec]:
+    """A uet-htsim connection matrix ([workload] kind = "htsim", file = "x.cm")."""
+    known = {"file", "message", "placement", "fractional_start"}
+    for key in w:
+        if key != "kind" and key not in known:
+            raise ScenarioError(
+                f"workload.{key}: not a key of a htsim workload (known: {', '.join(sorted(known))})"
+            )
+    name = w.get("file")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError("workload.file: the path of a .cm file (relative to the scenario)")
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    frac = w.get("fractional_start", False)
+    if not isinstance(frac, bool):
+        raise ScenarioError(f"workload.fractional_start: expected true or false, got {frac!r}")
+    placement = w.get("placement")
+    if placement is not None:
+        if not isinstance(placement, list):
+            raise ScenarioError("workload.placement: must be a list of host indices, one per node")
+        placement = [_int(h, "workload.placement[]", 0) for h in placement]
+    try:
+        cm = load_cm(path, frac)
+        if placement is None and cm.nodes > hosts:
+            raise ScenarioError(
+                f"workload.file: {cm.nodes} nodes, but the fabric has {hosts} hosts"
+            )
+        return cm.flow_specs(parse_size(w.get("message", 1 << 20), "workload.message"), placement)
+    except CmError as exc:
+        raise ScenarioError(f"workload.file: {path}: {exc}") from None
+
+
 def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
     kind = w.get("kind")
     known = {
@@ -376,7 +419,8 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
     }
     if kind not in known:
         raise ScenarioError(
-            f"workload.kind: {kind!r} is not one of {', '.join([*known, *coll.KINDS, 'training'])}"
+            f"workload.kind: {kind!r} is not one of "
+            f"{', '.join([*known, *coll.KINDS, 'training', 'htsim'])}"
         )
     for key in w:
         if key != "kind" and key not in known[kind]:
@@ -425,9 +469,7 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
                 )
             )
         try:
-            from .sim.experiment import _check_acyclic
-
-            _check_acyclic(out)
+            check_dependencies(out)
         except ValueError as exc:
             raise ScenarioError(f"workload.flows: {exc}") from None
         return out
@@ -465,8 +507,11 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
         raise ScenarioError(f"workload: {exc}") from None
 
 
-def parse(data: dict[str, Any], name: str = "") -> Scenario:
-    """Validate a scenario given as a dict (the parsed TOML/JSON)."""
+def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) -> Scenario:
+    """Validate a scenario given as a dict (the parsed TOML/JSON).
+
+    ``base_dir``: where relative file names (a .cm workload) are looked up.
+    """
     if not isinstance(data, dict):
         raise ScenarioError("scenario: the top level must be a table")
     allowed = {
@@ -507,6 +552,8 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
     if workload.get("kind") in (*coll.KINDS, "training"):
         collectives.append(_collective(workload, spec.hosts))
         flows: list[FlowSpec] = []
+    elif workload.get("kind") == "htsim":
+        flows = _htsim(workload, spec.hosts, base_dir)
     else:
         flows = _workload(workload, spec.hosts, seed)
     for i, flow in enumerate(flows):
@@ -573,4 +620,4 @@ def load(path: str | Path) -> Scenario:
         raise ScenarioError(
             f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {exc}"
         ) from None
-    return parse(data, name=p.stem)
+    return parse(data, name=p.stem, base_dir=p.parent)

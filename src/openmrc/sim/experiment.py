@@ -36,7 +36,7 @@ from ..transport import (
     WROpcode,
 )
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
-from ..workloads import FlowSpec
+from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
@@ -291,6 +291,7 @@ class _Flow:
     __slots__ = (
         "dependents",
         "deps_left",
+        "deps_spare",
         "done_at",
         "finished",
         "last_bytes",
@@ -312,6 +313,8 @@ class _Flow:
         self.dependents: list[_Flow] = []
         self.send_dependents: list[_Flow] = []
         self.deps_left = 0
+        #: dependencies that may still fail without stranding this flow.
+        self.deps_spare = 0
         self.nmsgs = 0
         self.rx_done: int | None = None
         self.started_at: int | None = None
@@ -542,7 +545,7 @@ class Experiment:
 
         A flow without dependencies starts at its ``start_ps``.  One with
         ``deps`` / ``send_deps`` (indices into ``specs``) starts ``gap_ps``
-        after they are met (all of them, or the first with ``deps_any``), and
+        after they are met (all of them, or the first ``deps_needed``), and
         not before ``start_ps``.  If a dependency fails, so do its dependents
         (status ``dependency_failed``).
         """
@@ -552,12 +555,7 @@ class Experiment:
             check_flow_settings(spec.settings, f"flow {i}.settings")
             if spec.settings:
                 self._attr_for(spec)  # raises ValueError on a bad value
-            for d in (*spec.deps, *spec.send_deps):
-                if d >= n or d == i:
-                    raise ValueError(
-                        f"flow {i}.deps: {d} is not another flow of this list (0..{n - 1})"
-                    )
-        _check_acyclic(specs)
+        check_dependencies(specs)
         base = len(self.flows)
         new = [self._new_flow(spec) for spec in specs]
         for flow in new:
@@ -568,7 +566,8 @@ class Experiment:
             if not ndeps:
                 self.sim.schedule(spec.start_ps, self._launch, flow)
                 continue
-            flow.deps_left = 1 if spec.deps_any else ndeps
+            flow.deps_left = spec.deps_needed or ndeps
+            flow.deps_spare = ndeps - flow.deps_left
             for d in spec.deps:
                 new[d].dependents.append(flow)
                 new[d].watch_rx = True
@@ -712,6 +711,9 @@ class Experiment:
             dep = stack.pop()
             if dep.status != "not started":
                 continue
+            if dep.deps_spare > 0:
+                dep.deps_spare -= 1  # enough other dependencies may still be met
+                continue
             dep.status = "dependency_failed"
             dep.deps_left = -1
             self._open -= 1
@@ -801,24 +803,3 @@ class Experiment:
                 for coll, start, a, b in self._collectives
             ],
         )
-
-
-def _check_acyclic(specs: list[FlowSpec]) -> None:
-    """Raise ValueError if the flows' dependencies form a cycle (they would never start)."""
-    indeg = [len(s.deps) + len(s.send_deps) for s in specs]
-    users: list[list[int]] = [[] for _ in specs]
-    for i, s in enumerate(specs):
-        for d in (*s.deps, *s.send_deps):
-            users[d].append(i)
-    ready = [i for i, n in enumerate(indeg) if n == 0]
-    seen = 0
-    while ready:
-        i = ready.pop()
-        seen += 1
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if seen != len(specs):
-        stuck = next(i for i, n in enumerate(indeg) if n > 0)
-        raise ValueError(f"flow {stuck}.deps: the dependencies form a cycle")
