@@ -23,6 +23,12 @@
     kind = "link_down"          # link_down | link_up | link_silent | link_loss | flap |
     target = "p2t0x1-p2t1x3"    # switch_down | switch_blackhole | switch_up |
                                 # nic_port_down | nic_port_up
+    # a group instead of a target: links = "host" | "fabric" | "all" or
+    # switches = "t0" | "t1" | "all", narrowed by planes / hosts / t0s / t1s;
+    # direction = "down" (towards the host: a NIC's ingress) | "up" | "both" for
+    # link_loss and link_silent; flap: period_us + duty + until_us, or
+    # period_us + down_us + count.  Every NIC ingress of every plane:
+    #   kind = "link_loss", links = "host", direction = "down", probability = 0.01
     [run]
     until_us = 1000             # optional cap
     sample_us = 10              # goodput sampling
@@ -46,6 +52,7 @@ from typing import Any
 from . import units
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
+from .sim.fault_select import select_links, select_switches
 from .topology import ClosSpec
 from .workloads import (
     FlowSpec,
@@ -142,6 +149,21 @@ class FaultSpec:
     period_us: float = 0.0
     duty: float = 0.5
     until_us: float = 0.0
+    #: a group instead of one ``target``: "host" | "fabric" | "all" links
+    #: (openmrc.sim.fault_select), or "t0" | "t1" | "all" switches.
+    links: str = ""
+    switches: str = ""
+    #: filters of the group (None: all); ``hosts`` / ``planes`` also give NIC-port groups.
+    planes: list[int] | None = None
+    hosts: list[int] | None = None
+    t0s: list[int] | None = None
+    t1s: list[int] | None = None
+    #: link_loss / link_silent only: "both", "up" (towards T1; a NIC's egress) or
+    #: "down" (towards the host; a NIC's ingress).
+    direction: str = "both"
+    #: flap with a count: down for ``down_us`` every ``period_us``, ``count`` times.
+    down_us: float = 0.0
+    count: int = 0
 
 
 FAULT_KINDS = {
@@ -226,48 +248,132 @@ class Scenario:
         return exp.run(None if self.until_us is None else int(self.until_us * US))
 
 
+def _int_list(value: Any, key: str, hi: int) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ScenarioError(f"{key}: must be an index or a non-empty list of indices")
+    out = [_int(v, f"{key}[]", 0) for v in value]
+    for v in out:
+        if v >= hi:
+            raise ScenarioError(f"{key}: {v} is out of range (0..{hi - 1})")
+    return out
+
+
 def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
     at = int(f.at_us * US)
     inj = exp.faults
     links = exp.fabric.links
     switches = exp.fabric.switches
-    hosts = exp.spec.hosts
+    spec = exp.spec
+    hosts = spec.hosts
     if f.kind not in FAULT_KINDS:
         raise ScenarioError(
             f"{key}.kind: {f.kind!r} is not one of {', '.join(sorted(FAULT_KINDS))}"
         )
+    if f.direction not in ("both", "up", "down"):
+        raise ScenarioError(f"{key}.direction: must be 'both', 'up' or 'down', got {f.direction!r}")
+    if f.direction != "both" and f.kind not in ("link_loss", "link_silent"):
+        raise ScenarioError(
+            f"{key}.direction: only link_loss and link_silent act on one direction "
+            f"(a {f.kind} takes the whole link)"
+        )
+    planes = _int_list(f.planes, f"{key}.planes", spec.planes)
+    host_list = _int_list(f.hosts, f"{key}.hosts", hosts)
+    t0s = _int_list(f.t0s, f"{key}.t0s", spec.t0s)
+    t1s = _int_list(f.t1s, f"{key}.t1s", spec.t1s)
     if f.kind.startswith("link") or f.kind == "flap":
-        if f.target not in links:
-            raise ScenarioError(
-                f"{key}.target: no link {f.target!r} (links look like 'p0t0x1-p0t1x3' or 'h5-p0t0x1')"
-            )
-        if f.kind == "link_down":
-            inj.link_down(f.target, at_ps=at)
-        elif f.kind == "link_up":
-            inj.link_up(f.target, at_ps=at)
-        elif f.kind == "link_silent":
-            inj.link_silent(f.target, True, at_ps=at)
-        elif f.kind == "link_loss":
-            _num(f.probability, f"{key}.probability", 0.0, 1.0)
-            inj.link_loss(f.target, f.probability, at_ps=at)
+        if f.switches:
+            raise ScenarioError(f"{key}.switches: a {f.kind} acts on links (use links = ...)")
+        if f.links:
+            if f.target:
+                raise ScenarioError(f"{key}: give either target or links, not both")
+            try:
+                group = select_links(exp.fabric, f.links, planes, host_list, t0s, t1s)
+            except ValueError as exc:
+                raise ScenarioError(f"{key}.{exc}") from None
+            if not group:
+                raise ScenarioError(f"{key}: the selection matches no link")
         else:
-            if f.period_us <= 0 or not 0 < f.duty < 1 or f.until_us <= f.at_us:
+            if f.target not in links:
                 raise ScenarioError(
-                    f"{key}: flap needs period_us > 0, 0 < duty < 1 and until_us > at_us"
+                    f"{key}.target: no link {f.target!r} (links look like 'p0t0x1-p0t1x3' "
+                    "or 'h5-p0t0x1'; or select a group with links = ...)"
                 )
-            inj.flap(f.target, at, int(f.period_us * US), f.duty, int(f.until_us * US))
+            group = [links[f.target]]
+        if f.kind == "link_loss":
+            _num(f.probability, f"{key}.probability", 0.0, 1.0)
+        if f.kind == "flap":
+            if f.count:
+                _int(f.count, f"{key}.count", 1)
+                if f.period_us <= 0 or not 0 < f.down_us < f.period_us:
+                    raise ScenarioError(
+                        f"{key}: a flap with count needs period_us > 0 and 0 < down_us < period_us"
+                    )
+            elif f.period_us <= 0 or not 0 < f.duty < 1 or f.until_us <= f.at_us:
+                raise ScenarioError(
+                    f"{key}: flap needs period_us > 0, 0 < duty < 1 and until_us > at_us "
+                    "(or period_us, down_us and count)"
+                )
+        for link in group:
+            if f.kind == "link_down":
+                inj.link_down(link, at_ps=at)
+            elif f.kind == "link_up":
+                inj.link_up(link, at_ps=at)
+            elif f.kind == "link_silent":
+                inj.link_silent(link, True, at_ps=at, direction=f.direction)
+            elif f.kind == "link_loss":
+                inj.link_loss(link, f.probability, at_ps=at, direction=f.direction)
+            elif f.count:
+                inj.flap_schedule(link, at, int(f.period_us * US), int(f.down_us * US), f.count)
+            else:
+                inj.flap(link, at, int(f.period_us * US), f.duty, int(f.until_us * US))
     elif f.kind.startswith("switch"):
-        if f.target not in switches:
-            raise ScenarioError(
-                f"{key}.target: no switch {f.target!r} (switches look like 'p0t1x3')"
-            )
-        getattr(inj, f.kind)(f.target, at_ps=at)
+        if f.links:
+            raise ScenarioError(f"{key}.links: a {f.kind} acts on switches (use switches = ...)")
+        if f.switches:
+            if f.target:
+                raise ScenarioError(f"{key}: give either target or switches, not both")
+            if host_list is not None:
+                raise ScenarioError(f"{key}.hosts: not a switch filter (planes, t0s, t1s)")
+            index = t0s if f.switches == "t0" else t1s if f.switches == "t1" else None
+            try:
+                names = [sw.name for sw in select_switches(exp.fabric, f.switches, planes, index)]
+            except ValueError as exc:
+                raise ScenarioError(f"{key}.{exc}") from None
+            if not names:
+                raise ScenarioError(f"{key}: the selection matches no switch")
+        else:
+            if f.target not in switches:
+                raise ScenarioError(
+                    f"{key}.target: no switch {f.target!r} (switches look like 'p0t1x3')"
+                )
+            names = [f.target]
+        for name in names:
+            getattr(inj, f.kind)(name, at_ps=at)
     else:
-        if not 0 <= f.host < hosts:
-            raise ScenarioError(f"{key}.host: must be a host index in 0..{hosts - 1}, got {f.host}")
-        if not 0 <= f.plane < exp.spec.planes:
-            raise ScenarioError(f"{key}.plane: must be 0..{exp.spec.planes - 1}, got {f.plane}")
-        getattr(inj, f.kind)(f.host, f.plane, at_ps=at)
+        if f.host >= 0 or f.plane >= 0:
+            if not 0 <= f.host < hosts:
+                raise ScenarioError(
+                    f"{key}.host: must be a host index in 0..{hosts - 1}, got {f.host}"
+                )
+            if not 0 <= f.plane < spec.planes:
+                raise ScenarioError(f"{key}.plane: must be 0..{spec.planes - 1}, got {f.plane}")
+            pairs = [(f.host, f.plane)]
+        elif host_list is not None or planes is not None:
+            pairs = [
+                (h, p)
+                for h in (host_list if host_list is not None else range(hosts))
+                for p in (planes if planes is not None else range(spec.planes))
+            ]
+        else:
+            raise ScenarioError(
+                f"{key}.host: a {f.kind} needs host and plane (or hosts / planes lists)"
+            )
+        for h, p in pairs:
+            getattr(inj, f.kind)(h, p, at_ps=at)
 
 
 FLOW_KEYS = {"src", "dst", "size", "start_us", "message", "after", "gap_us", "qps", "settings"}

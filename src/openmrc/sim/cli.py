@@ -73,6 +73,18 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     print(
         f"  simulated {result.sim_end_ps / 1e6:.1f} us in {result.wall_seconds:.2f} s wall, {result.events} events"
     )
+    for c in result.collectives:
+        t = c["time_us"]
+        print(
+            f"  collective {c['kind']} x{c['ranks']} ranks, {c['size']} B: "
+            + (
+                f"{t:.1f} us, algbw {c['algbw_gbps']:.1f} Gb/s, busbw {c['busbw_gbps']:.1f} Gb/s"
+                if t is not None
+                else "did not complete"
+            )
+        )
+    for w in result.warnings:
+        print(f"  warning: {w}")
     if args.pcap:
         print(f"  wrote {args.pcap}")
     if args.out:

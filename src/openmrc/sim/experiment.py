@@ -211,6 +211,8 @@ class Result:
     verified: bool | None
     #: one summary per collective added (:meth:`Collective.summary`).
     collectives: list[dict[str, Any]] = field(default_factory=list)
+    #: things the user should know: faults that never fired, a run cut by its time cap.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def all_ok(self) -> bool:
@@ -239,6 +241,7 @@ class Result:
             "goodput_gbps_series": self.goodput_series,
             "fabric": self.fabric,
             "collectives": self.collectives,
+            "warnings": self.warnings,
         }
 
     def to_json(self, path: str | Path) -> None:
@@ -753,7 +756,29 @@ class Experiment:
             for cap in self._captures:
                 cap.close()
         wall = time.perf_counter() - started
-        return self._collect(wall)
+        result = self._collect(wall)
+        result.warnings.extend(self._warnings(until_ps))
+        return result
+
+    def _warnings(self, until_ps: int | None) -> list[str]:
+        """Faults still waiting in the event heap; flows cut off by ``until_ps``."""
+        out = []
+        now = self.sim.now
+        pending: dict[str, list[int]] = {}
+        for t, seq, fn, _args in self.sim.heap:
+            if getattr(fn, "__self__", None) is self.faults and seq not in self.sim.cancelled:
+                pending.setdefault(fn.__name__.lstrip("_"), []).append(t)
+        for name, times in sorted(pending.items()):
+            out.append(
+                f"{len(times)} fault event(s) ({name}) scheduled from {min(times) / 1e6:g} us "
+                f"never fired: the run ended at {now / 1e6:g} us"
+            )
+        if until_ps is not None and self._open > 0:
+            out.append(
+                f"run cut short by its time cap (until_us = {until_ps / 1e6:g}): "
+                f"{self._open} of {len(self.flows)} flows unfinished"
+            )
+        return out
 
     def _collect(self, wall: float) -> Result:
         ev_events, qp_events = self._events()
