@@ -211,10 +211,12 @@ class Scenario:
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
-        rtt = base_rtt_ps(self.spec, self.transport.mtu)
-        fc = {"base_rtt_ps": rtt, "ecn_lasthop": False, **self.switches}
+        fc = {"ecn_lasthop": False, **self.switches}
         try:
             cfg = FabricConfig(**fc)
+            if "base_rtt_ps" not in self.switches:
+                rtt = base_rtt_ps(self.spec, self.transport.mtu, cfg.path_latency_ps())
+                cfg = dataclasses.replace(cfg, base_rtt_ps=rtt)
             cfg.validate()
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"switches: {exc}") from None

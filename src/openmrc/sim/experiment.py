@@ -138,15 +138,19 @@ def check_flow_settings(settings: dict[str, Any] | None, key: str) -> None:
             raise ValueError(f"{key}.{k}: unknown transport setting (known: {', '.join(allowed)})")
 
 
-def base_rtt_ps(spec: ClosSpec, mtu: int) -> int:
-    """Unloaded RTT of a full-size packet across the T1 tier and its ACK back."""
+def base_rtt_ps(spec: ClosSpec, mtu: int, latency_ps: int = 0) -> int:
+    """Unloaded RTT of a full-size packet across the T1 tier and its ACK back.
+
+    ``latency_ps``: the fixed one-way processing latency besides the links
+    (:meth:`FabricConfig.path_latency_ps`), counted once each way.
+    """
     framing = ETHERNET_FRAMING_BYTES
     data = (mtu + DATA_HEADER_BYTES + framing) * 8
     ack = (SACK_BYTES + framing) * 8
     host_ps_per_bit = 1000 / spec.host_gbps
     fab_ps_per_bit = 1000 / spec.fabric_gbps
     ser = 2 * (data + ack) * host_ps_per_bit + 2 * (data + ack) * fab_ps_per_bit
-    return int(8 * spec.link_delay_ps + ser)
+    return int(8 * spec.link_delay_ps + ser + 2 * latency_ps)
 
 
 @dataclass
@@ -392,7 +396,11 @@ class Experiment:
         self.spec = spec
         self.topology = Topology(spec)
         self.transport = transport or TransportConfig()
-        self.base_rtt_ps = base_rtt_ps(spec, self.transport.mtu)
+        self.base_rtt_ps = base_rtt_ps(
+            spec,
+            self.transport.mtu,
+            fabric_config.path_latency_ps() if fabric_config is not None else 0,
+        )
         self.sim = Simulator(seed)
         self.fabric = self._build_fabric(fabric_config)
         self.faults = FaultInjector(self.fabric)
