@@ -365,5 +365,11 @@ class BaselineExperiment(Experiment):
             self._roce_cfgs[key] = cfg
         return cfg
 
+    def _ideal_rate_bps(self, flow: _Flow) -> float:
+        """One plane per QP (QP i on plane i % planes), WRITE headers of 80 B."""
+        cfg = self._roce_for(flow.spec)
+        wire = cfg.mtu + 80 + self.fabric.config.framing_bytes
+        return min(cfg.qps, self.spec.planes) * self.line_bps * cfg.mtu / wire
+
     def _attr_for(self, spec: FlowSpec) -> Any:
         return self._roce_for(spec)  # validates a flow's settings for the baselines

@@ -35,7 +35,7 @@ from ..transport import (
     WCStatus,
     WROpcode,
 )
-from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
+from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES, DataPacket
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
 from .capture import Capture
@@ -44,6 +44,7 @@ from .engine import Simulator
 from .fabric import Fabric
 from .faults import FaultInjector
 from .host import SimHost
+from .metrics import fct_summary
 
 
 @dataclass
@@ -177,6 +178,16 @@ class FlowResult:
     rx_finish_ps: int | None = None
     #: when the flow actually started (later than ``start_ps`` if it waited for others).
     started_ps: int | None = None
+    #: payload bytes the receiver took (all of them when finished; partial otherwise).
+    bytes_received: int = 0
+    #: goodput over the steady-state window (start-up excluded; None when the flow
+    #: lasted too few sample intervals), and that window in us.
+    steady_goodput_gbps: float | None = None
+    steady_window_us: tuple[float, float] | None = None
+    #: unloaded FCT: size at the connection's payload rate plus the path's base RTT.
+    ideal_fct_ps: int | None = None
+    #: the end of the run (for the partial goodput of unfinished flows).
+    _end_ps: int | None = field(default=None, repr=False)
 
     @property
     def fct_ps(self) -> int | None:
@@ -194,9 +205,31 @@ class FlowResult:
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         out = asdict(self)
+        out.pop("_end_ps")
         out["fct_us"] = None if self.fct_ps is None else self.fct_ps / 1e6
         out["goodput_gbps"] = round(self.goodput_gbps, 3)
+        out["partial_goodput_gbps"] = round(self.partial_goodput_gbps, 3)
+        out["slowdown"] = self.slowdown
+        if self.steady_window_us is not None:
+            out["steady_window_us"] = list(self.steady_window_us)
         return out
+
+    @property
+    def partial_goodput_gbps(self) -> float:
+        """Bytes received over the time since the flow started (for unfinished flows)."""
+        if self.finish_ps is not None:
+            return self.goodput_gbps
+        if self.started_ps is None or self._end_ps is None or self._end_ps <= self.started_ps:
+            return 0.0
+        return self.bytes_received * 8 / (self._end_ps - self.started_ps) * 1000
+
+    @property
+    def slowdown(self) -> float | None:
+        """FCT over the ideal FCT (None when unfinished)."""
+        fct = self.fct_ps
+        if fct is None or not self.ideal_fct_ps:
+            return None
+        return round(fct / self.ideal_fct_ps, 4)
 
 
 @dataclass
@@ -217,6 +250,15 @@ class Result:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     #: things the user should know: faults that never fired, a run cut by its time cap.
     warnings: list[str] = field(default_factory=list)
+    #: FCT and slowdown percentiles over the finished flows (:func:`metrics.fct_summary`).
+    fct_summary: dict[str, Any] = field(default_factory=dict)
+    #: NIC egress Gb/s per plane per sample interval (all hosts), "plane0", ...
+    plane_series: dict[str, list[float]] = field(default_factory=dict)
+    #: data Gb/s sent per (host, EV) per sample interval, "h0:ev0x12"; only after
+    #: :meth:`Experiment.track_ev_activity` (MRC).
+    ev_series: dict[str, list[float]] = field(default_factory=dict)
+    #: sampling cost: ticks run, and ticks skipped while nothing moved.
+    sampling: dict[str, int] = field(default_factory=dict)
 
     @property
     def all_ok(self) -> bool:
@@ -246,6 +288,10 @@ class Result:
             "fabric": self.fabric,
             "collectives": self.collectives,
             "warnings": self.warnings,
+            "fct_summary": self.fct_summary,
+            "plane_tx_gbps_series": self.plane_series,
+            "ev_tx_gbps_series": self.ev_series,
+            "sampling": self.sampling,
         }
 
     def to_json(self, path: str | Path) -> None:
@@ -296,6 +342,7 @@ class _Flow:
     """What an experiment tracks of every flow, whatever the transport."""
 
     __slots__ = (
+        "cum",
         "dependents",
         "deps_left",
         "deps_spare",
@@ -326,6 +373,8 @@ class _Flow:
         self.rx_done: int | None = None
         self.started_at: int | None = None
         self.watch_rx = False
+        #: bytes received at each sample tick (the steady-state window is cut from it).
+        self.cum: list[int] = []
         self.pending = 0
         self.finished: list[int] = []
         self.done_at: int | None = None
@@ -429,6 +478,18 @@ class Experiment:
             )
         #: when set, every non-empty queue's depth is recorded at this interval.
         self.queue_sample_interval_ps = queue_sample_interval_ps
+        #: the part of a flow's life left out of its steady-state goodput (start-up).
+        self.steady_skip = 0.1
+        self._sampling = False
+        self._armed = False
+        self._t0 = 0
+        self._ticks = 0
+        self._skipped = 0
+        self._plane_last = [0] * spec.planes
+        self._plane_series: list[list[float]] = [[] for _ in range(spec.planes)]
+        self._ev_bytes: dict[tuple[int, int], int] | None = None
+        self._ev_last: dict[tuple[int, int], int] = {}
+        self._ev_series: dict[tuple[int, int], list[float]] = {}
         for host in self.hosts:
             host.on_activity = self._activity
             host.on_data = self._data_arrived
@@ -616,6 +677,8 @@ class Experiment:
 
     def _launch(self, flow: _Flow) -> None:
         flow.started_at = self.sim.now
+        if not self._armed and self._sampling:
+            self._wake(self.sim.now)
         self._start(flow)
 
     def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
@@ -669,6 +732,8 @@ class Experiment:
         self.hosts[spec.dst].kick(now)
 
     def _activity(self, host: Any, now: int) -> None:
+        if not self._armed and self._sampling:
+            self._wake(now)
         flows = self._sending.get(host.index)
         if not flows:
             return
@@ -693,6 +758,8 @@ class Experiment:
 
     def _data_arrived(self, host: Any, now: int) -> None:
         """A data packet reached ``host``: did a watched flow's last byte arrive?"""
+        if not self._armed and self._sampling:
+            self._wake(now)
         flows = self._rx_watch.get(host.index)
         if not flows:
             return
@@ -732,18 +799,114 @@ class Experiment:
             stack.extend(dep.send_dependents)
 
     def _sample(self) -> None:
+        """One sampling tick: every flow's, plane's (and EV's) Gb/s over the last interval.
+
+        Every flow gets an entry at every tick.  A tick that saw nothing move
+        puts the sampler to sleep; the next packet, timer or flow start wakes it
+        (:meth:`_wake`), which records the ticks slept through as zeros without
+        running them, so idle time costs no events.
+        """
+        self._armed = False
         interval = self.sample_interval_ps
         scale = 8 / interval * 1000  # bytes per interval -> Gb/s
+        moved = 0
         for flow in self.flows:
-            got = self._received_bytes(flow)
-            if got is None:
-                if flow.status in ("not started", "waiting"):
-                    flow.series.append(0.0)
-                continue
-            flow.series.append(round((got - flow.last_bytes) * scale, 3))
+            got = self._received_bytes(flow) or 0
+            delta = got - flow.last_bytes
+            moved |= delta
+            flow.series.append(round(delta * scale, 3))
+            flow.cum.append(got)
             flow.last_bytes = got
-        if self._open:
+        for plane in range(self.spec.planes):
+            tx = sum(ports[plane].tx_bytes for ports in self.fabric.host_ports)
+            delta = tx - self._plane_last[plane]
+            moved |= delta
+            self._plane_series[plane].append(round(delta * scale, 3))
+            self._plane_last[plane] = tx
+        if self._ev_bytes is not None:
+            ticks = self._ticks
+            for key, total in self._ev_bytes.items():
+                series = self._ev_series.get(key)
+                if series is None:
+                    series = self._ev_series[key] = [0.0] * ticks
+                series.append(round((total - self._ev_last.get(key, 0)) * scale, 3))
+                self._ev_last[key] = total
+        self._ticks += 1
+        if self._open and moved:
+            self._armed = True
             self.sim.after(interval, self._sample)
+
+    def _wake(self, now: int) -> None:
+        """Something may move again: record the idle ticks as zeros and re-arm the sampler."""
+        if not self._open:
+            return
+        interval = self.sample_interval_ps
+        due = (now - self._t0) // interval  # ticks at or before now
+        skip = due - self._ticks
+        if skip > 0:
+            zeros = [0.0] * skip
+            for flow in self.flows:
+                flow.series.extend(zeros)
+                flow.cum.extend([flow.last_bytes] * skip)
+            for series in self._plane_series:
+                series.extend(zeros)
+            for series in self._ev_series.values():
+                series.extend(zeros)
+            self._ticks += skip
+            self._skipped += skip
+        self._armed = True
+        self.sim.schedule(self._t0 + (due + 1) * interval, self._sample)
+
+    def track_ev_activity(self) -> None:
+        """Record data bytes sent per (host, EV) per sample interval (MRC; call before run)."""
+        if self._ev_bytes is not None:
+            return
+        counts: dict[tuple[int, int], int] = {}
+        self._ev_bytes = counts
+
+        def tap(host: int, _peer: int, pkt: Any, sent: bool, _now: int) -> None:
+            if sent and isinstance(pkt, DataPacket):
+                key = (host, pkt.ev)
+                counts[key] = counts.get(key, 0) + pkt.length
+
+        for host in self.hosts:
+            host.taps.append(tap)
+
+    def _ideal_rate_bps(self, flow: _Flow) -> float:
+        """Payload rate of a flow's connection alone on an idle fabric."""
+        mtu = self.transport.mtu
+        wire = mtu + DATA_HEADER_BYTES + self.fabric.config.framing_bytes
+        return self.spec.planes * self.spec.host_gbps * 1e9 * mtu / wire
+
+    def _ideal_fct_ps(self, flow: _Flow) -> int:
+        """Unloaded FCT: the flow at its connection's payload rate, plus its path's base RTT."""
+        spec = flow.spec
+        cfg = self.fabric.config
+        rtt = self.base_rtt_ps
+        hpt = self.spec.hosts_per_t0
+        if spec.src // hpt == spec.dst // hpt:
+            # two links and two switches less each way, and no fabric-rate hops
+            mtu = self.transport.mtu
+            bits = (mtu + DATA_HEADER_BYTES + SACK_BYTES + 2 * cfg.framing_bytes) * 8
+            rtt -= 4 * self.spec.link_delay_ps + 4 * cfg.switch_latency_ps
+            rtt -= int(2 * bits * 1000 / self.spec.fabric_gbps)
+        return int(spec.size * 8 / self._ideal_rate_bps(flow) * 1e12) + rtt
+
+    def _steady(self, flow: _Flow, end: int) -> tuple[float, tuple[float, float]] | None:
+        """Goodput over the sample ticks from ``steady_skip`` of the flow's life to its end."""
+        start = flow.started_at
+        if start is None or end <= start:
+            return None
+        interval = self.sample_interval_ps
+        t0 = self._t0
+        lo = start + int(self.steady_skip * (end - start))
+        i0 = max(1, -(-(lo - t0) // interval))  # first tick at or after lo
+        i1 = min(len(flow.cum), (end - t0) // interval)  # last tick at or before end
+        if i1 - i0 < 1:
+            return None
+        nbytes = flow.cum[i1 - 1] - flow.cum[i0 - 1]
+        gbps = nbytes * 8 / ((i1 - i0) * interval) * 1000
+        return round(gbps, 3), ((t0 + i0 * interval) / 1e6, (t0 + i1 * interval) / 1e6)
 
     def capture(self, path: str | Path, hosts: list[int] | None = None) -> Capture:
         """Write a pcap of what ``hosts`` (default: all) send and receive during :meth:`run`."""
@@ -754,6 +917,9 @@ class Experiment:
     # -- running --------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
+        self._t0 = self.sim.now
+        self._sampling = True
+        self._armed = True
         self.sim.after(self.sample_interval_ps, self._sample)
         if self.queue_sample_interval_ps is not None:
             self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)
@@ -761,6 +927,7 @@ class Experiment:
         try:
             self.sim.run(until_ps)
         finally:
+            self._sampling = False
             for cap in self._captures:
                 cap.close()
         wall = time.perf_counter() - started
@@ -815,8 +982,14 @@ class Experiment:
                     **self._counters(flow, ev_events),
                     rx_finish_ps=flow.rx_done,
                     started_ps=flow.started_at,
+                    bytes_received=self._received_bytes(flow) or 0,
+                    ideal_fct_ps=self._ideal_fct_ps(flow),
+                    _end_ps=self.sim.now,
                 )
             )
+            steady = self._steady(flow, flow.done_at if flow.done_at is not None else self.sim.now)
+            if steady is not None:
+                flows[-1].steady_goodput_gbps, flows[-1].steady_window_us = steady
         series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
         return Result(
             flows=flows,
@@ -835,4 +1008,8 @@ class Experiment:
                 coll.summary(start, [self.flows[i].rx_done for i in range(a, b)])
                 for coll, start, a, b in self._collectives
             ],
+            fct_summary=fct_summary(flows),
+            plane_series={f"plane{p}": s for p, s in enumerate(self._plane_series)},
+            ev_series={f"h{h}:ev{ev:#x}": s for (h, ev), s in sorted(self._ev_series.items())},
+            sampling={"ticks": self._ticks - self._skipped, "skipped": self._skipped},
         )
