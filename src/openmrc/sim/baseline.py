@@ -166,8 +166,8 @@ class BaselineHost:
                 for i in range(n):
                     q = qps[(start + i) % n]
                     if q.ready():
-                        t = q.next_tx
-                        if t <= now:
+                        t = q.next_send_ps(now)
+                        if q.next_tx <= now:
                             chosen = q
                             self._rr[plane] = (start + i + 1) % n
                             break
