@@ -29,44 +29,14 @@ from typing import TYPE_CHECKING, Any
 from ..baselines.roce import Cnp, RoceAck, RoceConfig, RoceData, RoceReceiver, RoceSender
 from ..topology import ClosSpec
 from ..workloads import FlowSpec
-from .baseline_fabric import BaselineFabric, BaselineFabricConfig
+from .baseline_fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
 from .config import FabricConfig
 from .engine import Simulator
-from .experiment import Experiment, TransportConfig, _Flow
+from .experiment import Experiment, TransportConfig, _Flow, register_transport
 
 if TYPE_CHECKING:
     from ..wire.packets import Packet
     from .port import EgressPort
-
-#: The named baseline setups: fabric defaults and RoCE-config defaults.
-SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "roce": ({"routing": "ecmp", "flow_control": "pfc", "ecn": True}, {"dcqcn": True}),
-    "ib": (
-        {"routing": "adaptive", "flow_control": "credit", "ecn": False},
-        {"dcqcn": False, "reorder_window": 1024},
-    ),
-}
-
-
-def baseline_configs(
-    name: str, transport: TransportConfig
-) -> tuple[RoceConfig, BaselineFabricConfig]:
-    """The RoCE and fabric configuration of setup ``name`` with ``transport``'s overrides."""
-    if name not in SETUPS:
-        raise ValueError(f"transport name: must be 'mrc', 'roce' or 'ib', got {name!r}")
-    fab, roce = SETUPS[name]
-    params = {"mtu": transport.mtu, **roce, **transport.roce}
-    if transport.qps is not None:
-        params["qps"] = transport.qps
-    rc = RoceConfig.from_dict(params)
-    try:
-        bc = BaselineFabricConfig(
-            **{**fab, "mtu_frame_bytes": rc.mtu + 80 + 38, **transport.baseline_fabric}
-        )
-    except TypeError as exc:
-        raise ValueError(f"baseline_fabric: {exc}") from None
-    bc.validate()
-    return rc, bc
 
 
 class BaselineHost:
@@ -373,3 +343,11 @@ class BaselineExperiment(Experiment):
 
     def _attr_for(self, spec: FlowSpec) -> Any:
         return self._roce_for(spec)  # validates a flow's settings for the baselines
+
+
+# Experiment(..., transport_name="roce" | "ib") builds a BaselineExperiment: the
+# experiment module keeps a registry instead of importing this (higher) module.
+register_transport("roce", BaselineExperiment)
+register_transport("ib", BaselineExperiment)
+
+__all__ = ["SETUPS", "BaselineExperiment", "BaselineHost", "baseline_configs"]

@@ -38,6 +38,7 @@ from ..transport import (
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES, DataPacket
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
+from .baseline_fabric import baseline_configs
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator
@@ -81,8 +82,6 @@ class TransportConfig:
     def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
         """The QPAttr for a QP on this fabric (also checks ``name`` and the baseline keys)."""
         if self.name != "mrc":
-            from .baseline import baseline_configs
-
             baseline_configs(self.name, self)  # raises ValueError naming the bad key
         paths = spec.t1s
         attr = QPAttr(
@@ -407,6 +406,16 @@ class _MrcFlow(_Flow):
         return self.qbs[0] if self.qbs else None
 
 
+#: Experiment classes of the other transports, by name (``openmrc.sim.baseline``
+#: registers "roce" and "ib"; importing :mod:`openmrc.sim` loads it).
+_TRANSPORTS: dict[str, type[Experiment]] = {}
+
+
+def register_transport(name: str, cls: type[Experiment]) -> None:
+    """Make ``Experiment(..., transport_name=name)`` build a ``cls`` (a subclass)."""
+    _TRANSPORTS[name] = cls
+
+
 class Experiment:
     """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator.
 
@@ -421,9 +430,11 @@ class Experiment:
                 transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
                 name = getattr(transport, "name", "mrc")
             if name != "mrc":
-                from .baseline import BaselineExperiment
-
-                return super().__new__(BaselineExperiment)
+                other = _TRANSPORTS.get(name)
+                if other is None:
+                    known = ", ".join(["mrc", *sorted(_TRANSPORTS)])
+                    raise ValueError(f"transport name: must be one of {known}, got {name!r}")
+                return super().__new__(other)
         return super().__new__(cls)
 
     def __init__(
