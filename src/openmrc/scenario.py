@@ -34,6 +34,7 @@
     sample_us = 10              # goodput sampling
     queue_sample_us = 1         # optional: record queue depths
     payloads = false            # real bytes, checked at the end
+    steady_skip = 0.1           # start-up share left out of steady-state goodput
 
 Every key is checked: an unknown key, a wrong type or an impossible value is a
 :class:`ScenarioError` that names the key (``workload.size: ...``).
@@ -208,6 +209,8 @@ class Scenario:
     name: str = ""
     queue_sample_us: float | None = None
     collectives: list[CollectiveRun] = field(default_factory=list)
+    #: the part of each flow's life left out of its steady-state goodput.
+    steady_skip: float = 0.1
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -220,7 +223,7 @@ class Scenario:
             cfg.validate()
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"switches: {exc}") from None
-        exp = Experiment(
+        exp: Experiment = Experiment(
             self.spec,
             fabric_config=cfg,
             transport=self.transport,
@@ -231,6 +234,7 @@ class Scenario:
                 None if self.queue_sample_us is None else int(self.queue_sample_us * US)
             ),
         )
+        exp.steady_skip = self.steady_skip
         try:
             if self.flows:
                 exp.add_flows(self.flows)
@@ -683,9 +687,10 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         faults.append(fault)
     run = _table(data, "run")
     for key in run:
-        if key not in {"until_us", "sample_us", "payloads", "queue_sample_us"}:
+        if key not in {"until_us", "sample_us", "payloads", "queue_sample_us", "steady_skip"}:
             raise ScenarioError(
-                f"run.{key}: unknown key (known: payloads, queue_sample_us, sample_us, until_us)"
+                f"run.{key}: unknown key "
+                "(known: payloads, queue_sample_us, sample_us, steady_skip, until_us)"
             )
     until = run.get("until_us")
     if until is not None:
@@ -697,6 +702,7 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
     qs = run.get("queue_sample_us")
     if qs is not None:
         _num(qs, "run.queue_sample_us", 0.001)
+    steady_skip = _num(run.get("steady_skip", 0.1), "run.steady_skip", 0.0, 0.99)
     scenario = Scenario(
         spec,
         switches,
@@ -710,6 +716,7 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         name,
         qs,
         collectives,
+        steady_skip,
     )
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario
