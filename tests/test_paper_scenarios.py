@@ -52,3 +52,21 @@ def test_incast_victim_mrc_untouched_pfc_below_half() -> None:
     pfc = _victim(_shrink_incast(_data("incast-victim-pfc")))
     assert mrc >= 0.9 * alone
     assert pfc < 0.5 * pfc_alone
+
+
+def _perm_steady(name: str) -> list[float]:
+    d = copy.deepcopy(_data(name))
+    d["fabric"].update(host_gbps=100, fabric_gbps=100)
+    for f in d["workload"]["flows"]:
+        f["size"] = "4MiB"
+    res = parse(d).run()
+    assert res.all_ok
+    return sorted(f.steady_goodput_gbps or 0.0 for f in res.flows)
+
+
+def test_rack_permutation_roce_uneven_mrc_at_line_rate() -> None:
+    roce = _perm_steady("permutation-racks-roce-1qp")
+    mrc = _perm_steady("permutation-racks-mrc")
+    # RoCE payload rate at 100G is 97 Gb/s, MRC's 95.7 (bigger headers)
+    assert roce[0] <= 0.6 * 97 and roce[-1] >= 0.9 * 97  # ECMP collisions: uneven
+    assert mrc[0] >= 0.9 * 95.7  # spraying: every flow at line rate
