@@ -70,3 +70,33 @@ def test_rack_permutation_roce_uneven_mrc_at_line_rate() -> None:
     # RoCE payload rate at 100G is 97 Gb/s, MRC's 95.7 (bigger headers)
     assert roce[0] <= 0.6 * 97 and roce[-1] >= 0.9 * 97  # ECMP collisions: uneven
     assert mrc[0] >= 0.9 * 95.7  # spraying: every flow at line rate
+
+
+def _ring8(name: str, until_us: float | None = None, size: str = "8MiB") -> float:
+    """The 64-rank ring file cut to 8 ranks on 2 T0s (every hop still crosses T0s)."""
+    d = copy.deepcopy(_data(name))
+    d["fabric"].update(t0s=2, hosts_per_t0=4, t1s=4)
+    d["workload"]["placement"] = [(r % 2) * 4 + r // 2 for r in range(8)]
+    d["workload"]["size"] = size
+    if until_us is not None:
+        d.setdefault("run", {})["until_us"] = until_us
+    res = parse(d).run()
+    (c,) = res.collectives
+    return float(c["busbw_gbps"])
+
+
+def test_ring_roce_one_qp_about_half_of_mrc() -> None:
+    # 16 MiB: bandwidth- rather than latency-bound (0.56 here; 0.63 at 8 MiB)
+    roce = _ring8("ring-allreduce-64-roce-1qp", size="16MiB")
+    mrc = _ring8("ring-allreduce-64-mrc", size="16MiB")
+    assert 0 < roce <= 0.65 * mrc
+
+
+def test_ring_mrc_above_roce_16_qps() -> None:
+    assert _ring8("ring-allreduce-64-mrc") > _ring8("ring-allreduce-64-roce-16qp")
+
+
+def test_ring_one_percent_loss_makes_roce_unusable_not_mrc() -> None:
+    roce = _ring8("ring-allreduce-64-roce-1qp-loss1", until_us=2000)
+    mrc = _ring8("ring-allreduce-64-mrc-loss1", until_us=2000)
+    assert mrc > 0 and roce < 0.2 * mrc
