@@ -100,6 +100,18 @@ def test_flow_dependencies_qps_and_settings() -> None:
             "settings.colour: unknown",
         ),
         (
+            {"kind": "sendrecv", "size": "1MiB", "settings": {"ev_count": "x"}},
+            "workload.settings.ev_count: expected int",
+        ),
+        (
+            {"kind": "sendrecv", "size": "1MiB", "settings": {"cc_params": 5}},
+            "workload.settings.cc_params: must be a table",
+        ),
+        (
+            {"kind": "sendrecv", "size": "1MiB", "settings": {"timeout": 99}},
+            "QPAttr.timeout",
+        ),
+        (
             {"kind": "training", "collectives": [{"kind": "bcast", "size": 10}]},
             "collectives[0].kind",
         ),

@@ -412,6 +412,10 @@ def _settings(value: Any, key: str) -> dict[str, Any] | None:
         check_flow_settings(value, key)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    _fill(TransportConfig, value, key)  # names a value of the wrong type
+    for f in dataclasses.fields(TransportConfig):
+        if f.default_factory is dict and f.name in value and not isinstance(value[f.name], dict):  # type: ignore[comparison-overlap]
+            raise ScenarioError(f"{key}.{f.name}: must be a table, got {value[f.name]!r}")
     return dict(value)
 
 

@@ -637,7 +637,10 @@ class Experiment:
             spec.validate(self.spec.hosts)
             check_flow_settings(spec.settings, f"flow {i}.settings")
             if spec.settings:
-                self._attr_for(spec)  # raises ValueError on a bad value
+                try:
+                    self._attr_for(spec)  # raises ValueError on a bad value
+                except TypeError as exc:
+                    raise ValueError(f"flow {i}.settings: {exc}") from None
         check_dependencies(specs)
         base = len(self.flows)
         new = [self._new_flow(spec) for spec in specs]
