@@ -35,6 +35,7 @@ switches and are refused: use ``[[faults]]``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,8 +195,8 @@ def parse_cm(text: str, fractional_start: bool = False) -> ConnectionMatrix:
                         raise CmError(
                             f"line {n}: start must be a number, got {tok[i + 1]!r}"
                         ) from None
-                    if v < 0:
-                        raise CmError(f"line {n}: start must be >= 0, got {v}")
+                    if not math.isfinite(v) or v < 0:
+                        raise CmError(f"line {n}: start must be a finite number >= 0, got {v}")
                     f.start_us = v if fractional_start else float(int(v))
                 elif key == "size":
                     size = _int(tok, i + 1, n, "size", 1)
