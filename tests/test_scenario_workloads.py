@@ -112,6 +112,10 @@ def test_flow_dependencies_qps_and_settings() -> None:
             "QPAttr.timeout",
         ),
         (
+            {"kind": "allreduce", "size": "1MiB", "start_us": float("nan")},
+            "workload.start_us: expected a number",
+        ),
+        (
             {"kind": "training", "collectives": [{"kind": "bcast", "size": 10}]},
             "collectives[0].kind",
         ),

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import tomllib
 from dataclasses import dataclass, field
@@ -129,6 +130,7 @@ def _num(value: Any, key: str, lo: float = 0.0, hi: float | None = None) -> floa
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        or not math.isfinite(value)
         or value < lo
         or (hi is not None and value > hi)
     ):
