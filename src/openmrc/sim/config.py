@@ -1,4 +1,4 @@
-"""Fabric parameters: queue sizes, ECN marking, trimming, framing, switch latency."""
+"""Fabric parameters: queue sizes, ECN marking, trimming, framing, switch and NIC latency."""
 
 from __future__ import annotations
 
@@ -47,6 +47,16 @@ class FabricConfig:
     #: handled as any loss (EVs go ASSUMED_BAD).  Set it small to study the
     #: port-status path itself.
     nic_port_status_delay_ps: int = 1_000_000_000_000
+    #: NIC transmit processing (post / ACK generation to the wire) and receive
+    #: processing (wire to memory and completion), added to every packet leaving /
+    #: reaching a host.  0 by default (an ideal NIC, as before the latency model);
+    #: docs/latency.md gives values calibrated on the paper's 5.09 / 6.54 us.
+    nic_tx_latency_ps: int = 0
+    nic_rx_latency_ps: int = 0
+
+    def path_latency_ps(self, switches: int = 3) -> int:
+        """Fixed one-way processing latency over ``switches`` switches (links excluded)."""
+        return self.nic_tx_latency_ps + self.nic_rx_latency_ps + switches * self.switch_latency_ps
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -56,6 +66,8 @@ class FabricConfig:
             "framing_bytes",
             "switch_latency_ps",
             "nic_port_status_delay_ps",
+            "nic_tx_latency_ps",
+            "nic_rx_latency_ps",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
