@@ -34,6 +34,8 @@ from openmrc.net.service import MemoryServer, Session, write_buffer
 from openmrc.transport.errors import InvalidArgument
 from openmrc.wire.codec import decode, udp_sport
 
+SECRET = b"0123456789abcdef-test-secret"
+
 
 def _run(coro_fn: Callable[[], Awaitable[Any]], uv: bool = True) -> Any:
     factory = loop_factory() if uv else None
@@ -82,7 +84,7 @@ async def _transfer(a: NetEndpoint, b: NetEndpoint, size: int, chunk: int = 256 
 def test_transfer_byte_exact(uv: bool) -> None:
     async def main() -> None:
         async with NetEndpoint("::1", 0) as a, NetEndpoint("::1", 0) as b:
-            ca = await _transfer(a, b, 3 << 20)
+            await _transfer(a, b, 3 << 20)
             st = a.stats()
             # Every plane of the EV set carried data, and every datagram was counted.
             # Loopback may still drop datagrams (a full receive buffer while the CPU is
@@ -245,11 +247,11 @@ def test_session_verify_detects_mismatch(tmp_path: Path) -> None:
     async def main() -> None:
         ctl = ControlAddress(path=str(tmp_path / "s.sock"))
         async with NetEndpoint("::1", 0) as srv_ep, NetEndpoint("::1", 0) as cli_ep:
-            server = MemoryServer(srv_ep, 1 << 20)
+            server = MemoryServer(srv_ep, 1 << 20, secret=SECRET)
             await server.listen(ctl)
             data = bytearray(os.urandom(300_000))
             local = cli_ep.reg_mr(data)
-            async with await Session.open(cli_ep, ctl) as session:
+            async with await Session.open(cli_ep, ctl, secret=SECRET) as session:
                 res = await write_buffer(session, local, len(data), imm=5, chunk=64 << 10)
                 assert res.ok and res.writes == 5
                 good = await session.verify(5, len(data), hashlib.sha256(data).hexdigest())
@@ -276,8 +278,15 @@ def test_driver_attr_round_trip() -> None:
 # ----- the CLI over ::1 ------------------------------------------------------------------
 
 
+_TOKEN = Path(os.environ.get("TMPDIR", "/tmp")) / f"openmrc-test-token-{os.getpid()}"
+
+
 def _openmrc(*args: str) -> list[str]:
-    return [sys.executable, "-m", "openmrc.cli", *args]
+    """The CLI with a per-test-run token file (``serve`` creates it, clients read it)."""
+    argv = [sys.executable, "-m", "openmrc.cli", *args]
+    if args and args[0] in ("serve", "send", "perf") and "--token-file" not in args:
+        argv += ["--token-file", str(_TOKEN)]
+    return argv
 
 
 def _serve(port: int, ctl: int, *extra: str) -> subprocess.Popen[str]:

@@ -72,7 +72,7 @@ async def _transfer(
     h0 = NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0)
     h1 = NetEndpoint(netns=lab.host_netns(1), lab=lab, host=1)
     async with h0, h1:
-        server = MemoryServer(h1, size)
+        server = MemoryServer(h1, size, secret=SECRET)
         await server.listen(ctl)
         local = h0.reg_mr(data)
         tx_at_fault: dict[int, int] = {}
@@ -82,7 +82,7 @@ async def _transfer(
                 tx_at_fault.update(h0.stats()["tx_by_plane"])
                 await loop.run_in_executor(None, fault)
 
-        async with await Session.open(h0, ctl) as session:
+        async with await Session.open(h0, ctl, secret=SECRET) as session:
             t0 = time.perf_counter()
             res = await write_buffer(session, local, size, imm=9, on_progress=progress)
             verdict = await session.verify(9, size, hashlib.sha256(data).hexdigest())
@@ -181,8 +181,16 @@ def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     assert out.conn.plane_table()[1]["GOOD"] >= 12
 
 
+SECRET = b"lab-test-secret-0123456789"
+_TOKEN = Path(os.environ.get("TMPDIR", "/tmp")) / f"openmrc-labtest-token-{os.getpid()}"
+
+
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "openmrc.cli", *args]
+    """The CLI with a per-test-run token file (``serve`` creates it, ``send`` reads it)."""
+    argv = [sys.executable, "-m", "openmrc.cli", *args]
+    if args and args[0] in ("serve", "send", "perf"):
+        argv += ["--token-file", str(_TOKEN)]
+    return argv
 
 
 def test_cli_send_serve_in_lab_then_down_leaves_nothing(

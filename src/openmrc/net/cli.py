@@ -35,10 +35,19 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from openmrc import units
-from openmrc.net.control import ControlAddress, lab_control_path, remove_control_path
+from openmrc.net.control import (
+    ControlAddress,
+    ControlError,
+    default_token_path,
+    ensure_token,
+    lab_control_path,
+    load_token,
+    remove_control_path,
+)
 from openmrc.net.driver import (
     CONTROL_PORT,
     NetEndpoint,
@@ -47,6 +56,7 @@ from openmrc.net.driver import (
 )
 from openmrc.net.service import (
     MemoryServer,
+    ServerLimits,
     Session,
     VerifyResult,
     format_ev_counts,
@@ -164,13 +174,43 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         where, lab = _lab_where(args.lab, args.host, "--host", port)
         node = lab.host_node(where.ep_kwargs["host"])
         control = ControlAddress(path=str(lab_control_path(lab.name, node)))
+        if args.listen is not None:
+            raise InvalidArgument("--listen: not with --lab (the control socket is a Unix socket)")
     else:
         if args.host is not None:
             raise InvalidArgument("--host: only with --lab (a lab host name)")
-        bind = _ipv6("--bind", args.bind or "::")
+        listen = _ipv6("--listen", args.listen or "::1")
+        bind = _ipv6("--bind", args.bind or listen)
         where = _Where({"bind": bind, "port": port, "attr": driver_attr(args.planes)}, f"[{bind}]")
-        control = ControlAddress(host=bind, port=_port("--control-port", args.control_port))
-    return run(_serve(args, where, control, size))
+        control = ControlAddress(host=listen, port=_port("--control-port", args.control_port))
+    _positive("--max-sessions", args.max_sessions)
+    secret = _server_secret(args)
+    return run(_serve(args, where, control, size, secret))
+
+
+def _server_secret(args: argparse.Namespace) -> bytes:
+    """The control channel's secret: ``--token-file`` (created if missing) or the default."""
+    path = args.token_file or default_token_path()
+    try:
+        return ensure_token(path)
+    except (ControlError, OSError) as exc:
+        raise InvalidArgument(f"--token-file: {exc}") from None
+
+
+def _client_secret(args: argparse.Namespace) -> bytes:
+    """The secret the server wrote (``--token-file``, default the server's default file)."""
+    path = Path(args.token_file or default_token_path())
+    # A server started just before may not have written it yet: wait like the
+    # control connection does (--connect-timeout).
+    deadline = time.monotonic() + max(args.connect_timeout, 0.0)
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        return load_token(path)
+    except ControlError as exc:
+        raise InvalidArgument(
+            f"--token-file: {exc} (run 'openmrc serve' first, or copy its token file here)"
+        ) from None
 
 
 def _report_verify(r: VerifyResult) -> None:
@@ -188,7 +228,7 @@ def _report_verify(r: VerifyResult) -> None:
 
 
 async def _serve(
-    args: argparse.Namespace, where: _Where, control: ControlAddress, size: int
+    args: argparse.Namespace, where: _Where, control: ControlAddress, size: int, secret: bytes
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -196,12 +236,19 @@ async def _serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     async with NetEndpoint(**where.ep_kwargs) as ep:
-        server = MemoryServer(ep, size, on_verify=_report_verify)
+        server = MemoryServer(
+            ep,
+            size,
+            secret=secret,
+            limits=ServerLimits(max_sessions=args.max_sessions),
+            on_verify=_report_verify,
+        )
         await server.listen(control)
         try:
             _print(
                 f"openmrc serve: {where.label} data port {ep.port}, control {control}, "
-                f"region {size} bytes, {ep.attr.ev_profile.planes} planes"
+                f"region {size} bytes per session, {ep.attr.ev_profile.planes} planes, "
+                f"token {args.token_file or default_token_path()}"
             )
             while not stop.is_set():
                 closed = asyncio.ensure_future(server.session_closed.wait())
@@ -238,17 +285,20 @@ def _cmd_send(args: argparse.Namespace) -> int:
             data = bytearray(f.read())
     except OSError as exc:
         raise InvalidArgument(f"FILE: cannot read {args.file}: {exc.strerror}") from None
-    return run(_send(args, where, data, chunk))
+    secret = _client_secret(args)
+    return run(_send(args, where, data, chunk, secret))
 
 
-async def _send(args: argparse.Namespace, where: _Where, data: bytearray, chunk: int) -> int:
+async def _send(
+    args: argparse.Namespace, where: _Where, data: bytearray, chunk: int, secret: bytes
+) -> int:
     length = len(data)
     digest = hashlib.sha256(data).hexdigest()
     assert where.control is not None
     async with NetEndpoint(**where.ep_kwargs) as ep:
         local = ep.reg_mr(data if length else bytearray(1))
         _print(f"openmrc send: {args.file} ({length} bytes, sha256 {digest[:16]}...) {where.label}")
-        session = await Session.open(ep, where.control, timeout=args.connect_timeout)
+        session = await Session.open(ep, where.control, secret=secret, timeout=args.connect_timeout)
         async with session:
             result = await write_buffer(session, local, length, imm=args.seq, chunk=chunk)
             verdict = await session.verify(args.seq, length, digest, timeout=args.timeout)
@@ -308,7 +358,8 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     if not 1 <= args.qps <= 256:
         raise InvalidArgument(f"--qps: must be 1..256, got {args.qps}")
     _positive("--tx-depth", args.tx_depth)
-    return run(_perf(args, where))
+    secret = _client_secret(args)
+    return run(_perf(args, where, secret))
 
 
 def _percentile(sorted_vals: list[float], q: float) -> float:
@@ -318,14 +369,20 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[k]
 
 
-async def _perf(args: argparse.Namespace, where: _Where) -> int:
+async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
     assert where.control is not None
     size = args.size
     async with NetEndpoint(**where.ep_kwargs) as ep:
         local = ep.reg_mr(bytearray(os.urandom(size)))
         mode = "write" if args.mode == "bw" else "pingpong"
         session = await Session.open(
-            ep, where.control, qps=args.qps, mode=mode, local=local, timeout=args.connect_timeout
+            ep,
+            where.control,
+            secret=secret,
+            qps=args.qps,
+            mode=mode,
+            local=local,
+            timeout=args.connect_timeout,
         )
         async with session:
             if size > session.remote.length:
@@ -446,7 +503,17 @@ def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
     p.add_argument("--lab", metavar="NAME", help="run as a host of this namespace lab")
     if server:
         p.add_argument("--host", metavar="H", help="lab host to serve on (with --lab), e.g. h1")
-        p.add_argument("--bind", metavar="ADDR", help="IPv6 address to listen on (default ::)")
+        p.add_argument(
+            "--listen",
+            metavar="ADDR",
+            help="IPv6 address of the TCP control channel (default ::1: loopback only)",
+        )
+        p.add_argument(
+            "--bind", metavar="ADDR", help="IPv6 address of the UDP data socket (default: --listen)"
+        )
+        p.add_argument(
+            "--max-sessions", type=int, default=4, help="concurrent client sessions (default 4)"
+        )
     else:
         p.add_argument("--to", required=True, metavar="HOST", help="lab host (h1) or IPv6 address")
         p.add_argument("--from", dest="from_host", metavar="H", help="lab host to send from")
@@ -469,6 +536,12 @@ def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
         type=int,
         default=CONTROL_PORT,
         help=f"TCP control port for plain IPv6 peers (default {CONTROL_PORT})",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"the control channel's shared secret (default {default_token_path()}; "
+        + ("'serve' creates it, mode 0600, if missing)" if server else "written by 'serve')"),
     )
     p.add_argument(
         "--planes", type=int, default=8, help="EV planes without a lab (default 8; lab: its planes)"

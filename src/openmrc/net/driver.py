@@ -66,6 +66,7 @@ from openmrc.transport import (
     Context,
     EVProfile,
     MemoryRegion,
+    ProtectionDomain,
     QPAttr,
     QPCap,
     QueuePair,
@@ -254,20 +255,50 @@ def attr_to_json(attr: QPAttr) -> dict[str, Any]:
     }
 
 
+#: Bounds of the hello's attribute fields: (type, low, high).  Anything else is refused.
+ATTR_FIELDS: dict[str, tuple[type, float, float]] = {
+    "planes": (int, 1, 16),
+    "paths_per_plane": (int, 1, 4096),
+    "ev_count": (int, 1, 65536),
+    "mtu": (int, 256, 9000),
+    "mpr": (int, 1, 512),
+    "timeout": (int, 10, 24),
+    "link_bps": (float, 1e6, 1e12),
+    "base_rtt_ps": (int, 1_000_000, 10**13),
+}
+
+
 def attr_from_json(data: Any) -> QPAttr:
-    """Rebuild driver attributes from :func:`attr_to_json` output (validated)."""
+    """Rebuild driver attributes from :func:`attr_to_json` output, every field checked.
+
+    Raises :class:`InvalidArgument` naming the field (``attr.<name>``): an
+    unknown key, a wrong type (``bool`` is not an int) or a value out of
+    :data:`ATTR_FIELDS` bounds.
+    """
     if not isinstance(data, dict):
-        raise InvalidArgument(f"attr: must be an object, got {data!r}")
+        raise InvalidArgument(f"attr: must be an object, got {type(data).__name__}")
+    vals: dict[str, Any] = {}
+    for key, v in data.items():
+        spec = ATTR_FIELDS.get(key) if isinstance(key, str) else None
+        if spec is None:
+            raise InvalidArgument(f"attr.{str(key)[:40]}: unknown field")
+        kind, lo, hi = spec
+        ok_type = isinstance(v, int | float) if kind is float else isinstance(v, int)
+        if isinstance(v, bool) or not ok_type:
+            raise InvalidArgument(f"attr.{key}: must be a number, got {type(v).__name__}")
+        if not lo <= v <= hi:
+            raise InvalidArgument(f"attr.{key}: must be in {lo:g}..{hi:g}, got {v!r}")
+        vals[key] = v
     attr = driver_attr(
-        int(data.get("planes", 8)),
-        ev_count=int(data["ev_count"]) if "ev_count" in data else None,
-        paths_per_plane=int(data.get("paths_per_plane", 64)),
-        mtu=int(data.get("mtu", 4096)),
-        link_bps=float(data.get("link_bps", 10e9)),
-        base_rtt_ps=int(data.get("base_rtt_ps", 200_000_000)),
+        vals.get("planes", 8),
+        ev_count=vals.get("ev_count"),
+        paths_per_plane=vals.get("paths_per_plane", 64),
+        mtu=vals.get("mtu", 4096),
+        link_bps=float(vals.get("link_bps", 10e9)),
+        base_rtt_ps=vals.get("base_rtt_ps", 200_000_000),
     )
-    attr.mpr = int(data.get("mpr", attr.mpr))
-    attr.timeout = int(data.get("timeout", attr.timeout))
+    attr.mpr = vals.get("mpr", attr.mpr)
+    attr.timeout = vals.get("timeout", attr.timeout)
     attr.validate()
     return attr
 
@@ -593,6 +624,8 @@ class NetEndpoint:
         self.ctx = Context(random.Random(seed), name=f"{bind}:{port}")
         self.pd = self.ctx.alloc_pd()
         self.connections: dict[int, Connection] = {}
+        #: Regions registered through :meth:`reg_mr` and not deregistered.
+        self.regions = 0
         self.tx_by_ev: dict[int, int] = {}
         self.rx_by_ev: dict[int, int] = {}
         #: EV and QP events from the core (the newest 10000).
@@ -693,16 +726,34 @@ class NetEndpoint:
         return [s for s in (self._rx, *self._tx.values()) if s is not None]
 
     # -- verbs -------------------------------------------------------------------------
-    def reg_mr(self, buffer: bytearray | memoryview) -> LocalMR:
-        """Register ``buffer`` (local and remote write access) and return it."""
-        view = memoryview(buffer)
-        return LocalMR(self.pd.reg_mr(view.nbytes, buffer=buffer), buffer)
+    def alloc_pd(self) -> ProtectionDomain:
+        """A new protection domain: its regions are reachable only by its own QPs."""
+        return self.ctx.alloc_pd()
 
-    def create_connection(self, cap: QPCap | None = None, cq_depth: int = 1 << 16) -> Connection:
-        """A new QP (in RESET) with its own CQ; connect it with :meth:`Connection.connect`."""
+    def reg_mr(self, buffer: bytearray | memoryview, pd: ProtectionDomain | None = None) -> LocalMR:
+        """Register ``buffer`` (local and remote write access) in ``pd`` (default: the
+        endpoint's) and return it."""
+        view = memoryview(buffer)
+        local = LocalMR((pd or self.pd).reg_mr(view.nbytes, buffer=buffer), buffer)
+        self.regions += 1
+        return local
+
+    def dereg_mr(self, local: LocalMR) -> None:
+        """Deregister a region from :meth:`reg_mr` (its rkey stops working at once)."""
+        local.mr.pd.dereg_mr(local.mr)
+        self.regions -= 1
+
+    def create_connection(
+        self,
+        cap: QPCap | None = None,
+        cq_depth: int = 1 << 16,
+        pd: ProtectionDomain | None = None,
+    ) -> Connection:
+        """A new QP (in RESET) with its own CQ, in ``pd`` (default: the endpoint's);
+        connect it with :meth:`Connection.connect`."""
         # One CQ for both directions; completions are told apart by opcode.
         cq = self.ctx.create_cq(cq_depth)
-        qp = self.pd.create_qp(cq, cq, cap or QPCap(max_send_wr=4096, max_recv_wr=4096))
+        qp = (pd or self.pd).create_qp(cq, cq, cap or QPCap(max_send_wr=4096, max_recv_wr=4096))
         conn = Connection(self, qp)
         self.connections[qp.qpn] = conn
         return conn
