@@ -140,8 +140,8 @@ def test_full_socket_buffer_waits_for_writability(monkeypatch: pytest.MonkeyPatc
     made: list[FullEveryFifth] = []
     real = drv._open_send
 
-    def flaky(sport: int, bufsize: int) -> tuple[Any, bool]:
-        sock, exact = real(sport, bufsize)
+    def flaky(sport: int, bufsize: int, tclass: int = drv.ECN_ECT0) -> tuple[Any, bool]:
+        sock, exact = real(sport, bufsize, tclass)
         made.append(FullEveryFifth(sock))
         return made[-1], exact
 
@@ -376,3 +376,61 @@ def test_cli_send_fails_without_server(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "cannot connect" in proc.stderr
+
+
+def test_ect0_sent_and_ce_reaches_the_core() -> None:
+    """Datagrams leave ECT(0); a CE-marked arrival is handed to the core as ECN."""
+
+    async def main() -> None:
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        rx.bind(("::1", 0))
+        rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        rx.setsockopt(socket.IPPROTO_UDP, 102, 1)  # UDP_NO_CHECK6_RX: zero checksums
+        rx.settimeout(5)
+        async with NetEndpoint("::1", 0) as a:
+            conn = a.create_connection()
+            conn.connect(0x100, PlainPeer("::1", rx.getsockname()[1]))
+            src = a.reg_mr(bytearray(8192))
+            conn.post_write(src, 0, 8192, RemoteMR(0x1000, 1, 8192))
+            loop = asyncio.get_running_loop()
+            _, anc, _, _ = await loop.run_in_executor(None, rx.recvmsg, 65536, 256)
+            tclass = [int.from_bytes(d[:4], sys.byteorder) for lv, t, d in anc
+                      if lv == socket.IPPROTO_IPV6 and t == socket.IPV6_TCLASS]  # fmt: skip
+            assert tclass and tclass[0] & 3 == 0b10, tclass  # ECT(0)
+        rx.close()
+        # every datagram marked CE by the sender: the receiver's core sees ECN,
+        # echoes it, and the sender's core reacts (EVs skipped)
+        async with NetEndpoint("::1", 0, tclass=3) as a, NetEndpoint("::1", 0) as b:
+            ca = await _transfer(a, b, 2 << 20)
+            assert b.stats()["rx_ecn_ce"] == b.stats()["rx_datagrams"] > 0
+            assert a.stats()["rx_ecn_ce"] == 0
+            assert ca.qp.stats.ecn_echoes > 0
+            assert ca.qp.paths is not None and ca.qp.paths.stats_skips > 0
+
+    _run(main)
+
+
+def test_datagrams_from_a_stranger_are_not_delivered() -> None:
+    """A datagram for a live QP from an address that is not its peer never reaches the core."""
+
+    async def main() -> None:
+        async with NetEndpoint("::1", 0) as b:
+            cb = b.create_connection()
+            cb.connect(0x100, PlainPeer("2001:db8::1", 4791))  # the peer lives elsewhere
+            from openmrc.wire.codec import encode
+            from openmrc.wire.packets import NackPacket, NackReason
+
+            forged = encode(NackPacket(cb.qpn, 5, NackReason.REMOTE_ACCESS_ERROR, 0, 0))
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                for _ in range(50):
+                    s.sendto(forged, ("::1", b.port))
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if b.stats()["rx_datagrams"] >= 50:
+                    break
+            st = b.stats()
+            assert st["rx_datagrams"] == 50 and st["rx_foreign"] == 50
+            assert b.ctx.stats["rx_packets"] == 0 and not st["rx_by_ev"]
+            assert cb.qp.state.value == "RTS"
+
+    _run(main)

@@ -49,10 +49,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import os
 import random
 import socket
-import struct
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -95,10 +96,25 @@ DEFAULT_SOCKBUF = 32 << 20
 _RX_BUF = 65536
 #: Datagrams handled per reader callback before output is flushed.
 _RX_BATCH = 64
-#: Offset of the (possibly reflected) EV in the UDP payload, by BTH opcode.
-_EV_OFFSET = {0x06: 36, 0x07: 36, 0x08: 36, 0x0A: 36, 0x09: 40, 0x0B: 40, 0xC0: 32}
-_EV_OFFSET.update({0xC1: 20, 0xC2: 20, 0xC3: 20})
-_U32 = struct.Struct(">I")
+#: Most distinct EVs the per-EV counters keep (more are only counted in
+#: ``rx_ev_overflow`` / ``tx_ev_overflow``): memory stays bounded whatever arrives.
+MAX_EV_COUNTERS = 4096
+#: ``IPV6_TCLASS`` / ``IPV6_RECVTCLASS`` (linux/in6.h).
+_IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
+_IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
+#: ECN codepoints in the traffic class's low two bits.
+ECN_ECT0 = 0b10
+_ECN_CE = 0b11
+#: Ancillary buffer for one traffic-class cmsg (with room to spare).
+_ANC_SIZE = socket.CMSG_SPACE(4) * 4
+
+
+def _norm6(addr: str) -> str:
+    """``addr`` in canonical compressed IPv6 form (unchanged if it is not IPv6)."""
+    try:
+        return ipaddress.IPv6Address(addr.split("%")[0]).compressed
+    except ValueError:
+        return addr
 
 
 def now_ps() -> int:
@@ -316,7 +332,9 @@ def set_bufsize(sock: socket.socket, size: int) -> None:
                 sock.setsockopt(socket.SOL_SOCKET, plain, size)
 
 
-def _open_udp(bind: tuple[str, int], reuse_port: bool, bufsize: int) -> socket.socket:
+def _open_udp(
+    bind: tuple[str, int], reuse_port: bool, bufsize: int, tclass: int = ECN_ECT0
+) -> socket.socket:
     """A non-blocking no-checksum IPv6 UDP socket (created in the caller's namespace)."""
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
     try:
@@ -326,6 +344,10 @@ def _open_udp(bind: tuple[str, int], reuse_port: bool, bufsize: int) -> socket.s
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+        # ECN: send ECT(0) (docs/wire-format.md) and read the traffic class of
+        # what arrives, so a CE mark reaches the core.
+        sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_TCLASS, tclass)
+        sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_RECVTCLASS, 1)
         set_bufsize(sock, bufsize)
         sock.bind(bind)
         sock.setblocking(False)
@@ -335,17 +357,17 @@ def _open_udp(bind: tuple[str, int], reuse_port: bool, bufsize: int) -> socket.s
     return sock
 
 
-def _open_send(sport: int, bufsize: int) -> tuple[socket.socket, bool]:
+def _open_send(sport: int, bufsize: int, tclass: int = ECN_ECT0) -> tuple[socket.socket, bool]:
     """A send socket bound to ``[::]:sport`` (SO_REUSEPORT); any port if taken.
 
     Returns the socket and whether it got ``sport``.
     """
     try:
-        return _open_udp(("::", sport), True, bufsize), True
+        return _open_udp(("::", sport), True, bufsize, tclass), True
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
             raise
-    return _open_udp(("::", 0), False, bufsize), False
+    return _open_udp(("::", 0), False, bufsize, tclass), False
 
 
 # ----- connections -----------------------------------------------------------------------
@@ -387,6 +409,8 @@ class Connection:
         self._recv_done: deque[WorkCompletion] = deque()
         self._recv_waiter: asyncio.Future[WorkCompletion] | None = None
         self._space_waiter: asyncio.Future[None] | None = None
+        #: Source addresses the peer sends from (set by :meth:`connect`).
+        self._sources: set[str] = set()
 
     @property
     def qpn(self) -> int:
@@ -405,7 +429,18 @@ class Connection:
         if isinstance(peer, LabPeer) and self.ep.lab is None:
             raise InvalidArgument("peer: a LabPeer needs an endpoint created with lab= and host=")
         self.qp.connect(remote_qpn, attr or self.ep.attr, peer=peer, now=now_ps())
+        self._sources = self.ep.peer_sources(peer)
         self.ep._kick()
+
+    def accepts_source(self, addr: str) -> bool:
+        """True if a datagram from ``addr`` may be this QP's peer (its address(es))."""
+        sources = self._sources
+        if addr in sources:
+            return True
+        if len(sources) < 64 and _norm6(addr) in sources:
+            sources.add(addr)  # another spelling of an accepted address
+            return True
+        return False
 
     def post_write(
         self,
@@ -576,6 +611,14 @@ class _Counters:
     tx_errors: int = 0
     tx_dropped_test: int = 0
     rx_errors: int = 0
+    #: Datagrams for no live QP of ours, or not from that QP's peer address.
+    rx_foreign: int = 0
+    #: Datagrams the core dropped (malformed, failed its checks).
+    rx_dropped: int = 0
+    #: Delivered datagrams that arrived CE-marked.
+    rx_ecn_ce: int = 0
+    #: Delivered datagrams whose EV found the per-EV counters full.
+    rx_ev_overflow: int = 0
     timer_fires: int = 0
     sport_fallbacks: int = 0
     last_tx_error: str = ""
@@ -590,7 +633,8 @@ class NetEndpoint:
     in any namespace).  ``lab``/``host``: this endpoint is that lab host, so
     :class:`LabPeer` peers are routed over SRv6 uSID paths.  ``attr``: QP
     attributes (:func:`driver_attr` by default).  ``tx_drop_every``: test-only
-    fault injection (drop every Nth datagram before ``sendto``).
+    fault injection (drop every Nth datagram before ``sendto``).  ``tclass``: the IPv6
+    traffic class sent (ECT(0) by default; 3 marks every datagram CE, for tests).
     """
 
     def __init__(
@@ -606,6 +650,7 @@ class NetEndpoint:
         sockbuf: int = DEFAULT_SOCKBUF,
         tx_drop_every: int = 0,
         advertise: str | None = None,
+        tclass: int = ECN_ECT0,
     ) -> None:
         if (lab is None) != (host is None):
             raise InvalidArgument("lab/host: give both (a lab endpoint) or neither")
@@ -633,6 +678,10 @@ class NetEndpoint:
         self.event_counts: dict[str, int] = {}
         self.counters = _Counters()
         self.tx_drop_every = tx_drop_every
+        if not 0 <= tclass <= 255:
+            raise InvalidArgument(f"tclass: must be 0..255, got {tclass}")
+        #: IPv6 traffic class of every datagram sent (ECT(0); tests mark CE with 3).
+        self.tclass = tclass
         self._tx_seen = 0
         self._sockbuf = sockbuf
         self._advertise = advertise
@@ -766,6 +815,20 @@ class NetEndpoint:
         self.ctx.destroy_qp(conn.qp)
         self._arm_timer()
 
+    def peer_sources(self, peer: Peer) -> set[str]:
+        """The addresses datagrams from ``peer`` come from (normalised IPv6 text).
+
+        A lab host sends from its per-plane host addresses; a plain peer from
+        its address.
+        """
+        if isinstance(peer, LabPeer):
+            assert self.lab is not None
+            return {
+                _norm6(self.lab.host_address(peer.host, p))
+                for p in range(self.lab.topology.spec.planes)
+            }
+        return {_norm6(peer.addr)}
+
     # -- statistics -----------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Datagram counters, per-EV and per-plane counts, core and per-QP statistics."""
@@ -786,6 +849,10 @@ class NetEndpoint:
             "last_tx_error": c.last_tx_error,
             "tx_dropped_test": c.tx_dropped_test,
             "rx_errors": c.rx_errors,
+            "rx_foreign": c.rx_foreign,
+            "rx_dropped": c.rx_dropped,
+            "rx_ecn_ce": c.rx_ecn_ce,
+            "rx_ev_overflow": c.rx_ev_overflow,
             "timer_fires": c.timer_fires,
             "sport_fallbacks": c.sport_fallbacks,
             "tx_by_plane": dict(sorted(tx_plane.items())),
@@ -820,30 +887,49 @@ class NetEndpoint:
         sock = self._rx
         if sock is None:
             return
-        recv_into = sock.recv_into
+        recvmsg_into = sock.recvmsg_into
+        bufs = [self._buf]
         buf, view = self._buf, self._view
         receive = self.ctx.receive_datagram
         rx_by_ev = self.rx_by_ev
-        offsets = _EV_OFFSET
-        unpack = _U32.unpack_from
+        conns = self.connections
+        c = self.counters
         n_pkts = 0
         n_bytes = 0
         while n_pkts < _RX_BATCH:
             try:
-                n = recv_into(buf)
+                n, anc, _flags, src = recvmsg_into(bufs, _ANC_SIZE)
             except BlockingIOError:
                 break
             except OSError:
-                self.counters.rx_errors += 1
+                c.rx_errors += 1
                 break
             n_pkts += 1
             n_bytes += n
-            off = offsets.get(buf[0]) if n else None
-            if off is not None and n >= off + 4:
-                ev = unpack(buf, off)[0]
-                rx_by_ev[ev] = rx_by_ev.get(ev, 0) + 1
-            receive(view[:n], time.monotonic_ns() * 1000)
-        c = self.counters
+            # Only to find the QP: a datagram for no live QP of ours, or from an
+            # address that is not that QP's peer, is dropped before the core
+            # sees it and before anything it says is counted.
+            conn = conns.get(int.from_bytes(buf[5:8], "big")) if n >= 12 else None
+            if conn is None or not conn.accepts_source(src[0]):
+                c.rx_foreign += 1
+                continue
+            ce = False
+            for level, kind, data in anc:
+                if kind == _IPV6_TCLASS and level == socket.IPPROTO_IPV6 and len(data) >= 4:
+                    ce = int.from_bytes(data[:4], sys.byteorder) & 3 == _ECN_CE
+            pkt = receive(view[:n], time.monotonic_ns() * 1000, ce)
+            if pkt is None:
+                c.rx_dropped += 1
+                continue
+            if ce:
+                c.rx_ecn_ce += 1
+            ev = pkt.ev
+            if ev in rx_by_ev:
+                rx_by_ev[ev] += 1
+            elif len(rx_by_ev) < MAX_EV_COUNTERS:
+                rx_by_ev[ev] = 1
+            else:
+                c.rx_ev_overflow += 1
         c.rx_datagrams += n_pkts
         c.rx_bytes += n_bytes
         self._after_input()
@@ -881,7 +967,7 @@ class NetEndpoint:
         sport = udp_sport(ev)
         sock = self._tx.get(sport)
         if sock is None:
-            sock, exact = self._in_ns(_open_send, sport, self._sockbuf)
+            sock, exact = self._in_ns(_open_send, sport, self._sockbuf, self.tclass)
             if not exact:
                 self.counters.sport_fallbacks += 1
             self._tx[sport] = sock
@@ -935,7 +1021,10 @@ class NetEndpoint:
             pending.popleft()
             sent += 1
             nbytes += len(data)
-            tx_by_ev[ev] = tx_by_ev.get(ev, 0) + 1
+            if ev in tx_by_ev:
+                tx_by_ev[ev] += 1
+            elif len(tx_by_ev) < MAX_EV_COUNTERS:
+                tx_by_ev[ev] = 1
         c.tx_datagrams += sent
         c.tx_bytes += nbytes
 

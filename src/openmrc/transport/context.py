@@ -178,22 +178,32 @@ class Context:
         self.stats["rx_packets"] += 1
         qp.receive_packet(pkt, now)
 
-    def receive_datagram(self, data: bytes | bytearray | memoryview, now: int) -> None:
-        """Decode a UDP payload and deliver it; malformed input is dropped and counted."""
+    def receive_datagram(
+        self, data: bytes | bytearray | memoryview, now: int, ecn: bool = False
+    ) -> Packet | None:
+        """Decode a UDP payload and deliver it; malformed input is dropped and counted.
+
+        ``ecn``: the IP header arrived marked CE (a socket driver reads the
+        traffic class; the UDP payload cannot say).  Returns the packet
+        delivered to a QP, or None if it was dropped.
+        """
         from ..wire.codec import WireError, decode
 
         try:
             pkt = decode(data)
         except WireError:
             self.stats["rx_malformed"] += 1
-            return
+            return None
         qp = self.qps.get(pkt.dqpn)
         if qp is None:
             self.stats["rx_unknown_qp"] += 1
-            return
+            return None
+        if ecn:
+            pkt.ecn = True
         _unwrap(pkt, qp)
         self.stats["rx_packets"] += 1
         qp.receive_packet(pkt, now)
+        return pkt
 
     def poll_packet(self, now: int, busy: int = 0) -> tuple[QueuePair, Packet] | None:
         """The next packet to send from any QP (round robin), with its QP.
