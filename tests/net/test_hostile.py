@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from openmrc.net.control import ControlAddress, ensure_token
 from openmrc.net.driver import NetEndpoint, run
 from openmrc.net.service import Session, write_buffer
@@ -133,3 +135,64 @@ def test_flood_of_junk_during_a_transfer(tmp_path: Path) -> None:
     assert isinstance(stats["rx_by_ev"], dict) and len(stats["rx_by_ev"]) <= 256
     assert isinstance(stats["rx_foreign"], int) and stats["rx_foreign"] > 1000
     assert "Traceback" not in out
+
+
+def _forge_during_transfer(make: str) -> tuple[bool, bool]:
+    """Transfer 4 MiB a -> b over ::1 while forged packets of kind ``make`` hit the QPs.
+
+    ``nack``: fatal NACKs (REMOTE_ACCESS_ERROR, random PSNs) to the sender's QP;
+    ``rkey``: a third party's WRITEs with a wrong rkey to the receiver's QP.
+    Both come from ``::1``, the peers' own address, as an on-path spoofer would.
+    """
+    import random
+
+    from openmrc.net.driver import PlainPeer
+    from openmrc.wire.codec import encode
+    from openmrc.wire.packets import DataPacket, NackPacket, NackReason, Opcode
+
+    async def main() -> tuple[bool, bool]:
+        size = 4 << 20
+        data = random.Random(1).randbytes(size)
+        async with NetEndpoint("::1", 0) as a, NetEndpoint("::1", 0) as b:
+            ca, cb = a.create_connection(), b.create_connection()
+            ca.connect(cb.qpn, b.local_peer)
+            cb.connect(ca.qpn, PlainPeer("::1", a.port))
+            src, dst = a.reg_mr(bytearray(data)), b.reg_mr(bytearray(size))
+            cb.post_recv(1)
+            rng = random.Random(2)
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                s.setsockopt(socket.IPPROTO_UDP, 101, 1)  # zero checksum, like the driver
+                wrs = [
+                    ca.post_write(src, off, 256 << 10, dst.remote(), imm=9 if last else None)
+                    for off in range(0, size, 256 << 10)
+                    for last in [off + (256 << 10) >= size]
+                ]
+                for _ in range(200):
+                    if make == "nack":
+                        pkt = encode(NackPacket(ca.qpn, rng.getrandbits(20),
+                                                NackReason.REMOTE_ACCESS_ERROR,
+                                                rng.randrange(0, 2000), 0))  # fmt: skip
+                        s.sendto(pkt, ("::1", a.port))
+                    else:
+                        pkt = encode(DataPacket(cb.qpn, rng.getrandbits(20), Opcode.WRITE_ONLY,
+                                                rng.randrange(0, 2000), 0, dst.mr.addr,
+                                                dst.mr.rkey ^ 0x5A5A, 64, bytes(64)))  # fmt: skip
+                        s.sendto(pkt, ("::1", b.port))
+                    await asyncio.sleep(0.001)
+                oks = [(await asyncio.wait_for(ca.wait_send(wr), 60)).ok for wr in wrs]
+            rwc = await asyncio.wait_for(cb.wait_recv(), 60)
+            return all(oks) and rwc.ok, bytes(dst.buffer) == data
+
+    return run(main())
+
+
+@pytest.mark.xfail(strict=False, reason="needs core fix from branch core")
+def test_forged_fatal_nack_does_not_kill_the_transfer() -> None:
+    ok, exact = _forge_during_transfer("nack")
+    assert ok and exact
+
+
+@pytest.mark.xfail(strict=False, reason="needs core fix from branch core")
+def test_third_party_bad_rkey_write_does_not_kill_the_transfer() -> None:
+    ok, exact = _forge_during_transfer("rkey")
+    assert ok and exact
