@@ -123,6 +123,9 @@ def test_64mib_over_every_plane(make_lab: Callable[..., Lab], tmp_path: Path) ->
     assert set(rx) == set(range(PLANES)) and min(rx.values()) > 3000
     assert st["tx_errors"] == 0 and st["sport_fallbacks"] == 0
     assert all(row["GOOD"] == 16 for row in out.conn.plane_table().values())
+    # Jumbo veths: not one datagram was fragmented, anywhere.
+    frags = {ns: _snmp6(ns, "Ip6FragCreates") for ns in lab.plan.namespaces}
+    assert frags and all(v == 0 for v in frags.values()), frags
     print(f"64 MiB in {out.seconds:.2f} s ({(64 << 20) * 8 / out.seconds / 1e9:.2f} Gb/s)")
 
 
@@ -160,6 +163,19 @@ def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_p
     assert out.after["back"] < 5.0
 
 
+def _snmp6(ns: str, counter: str) -> int:
+    """``counter`` from ``/proc/net/snmp6`` inside namespace ``ns``."""
+    text = subprocess.run(
+        ["ip", "netns", "exec", ns, "cat", "/proc/net/snmp6"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == counter:
+            return int(value.strip())
+    raise AssertionError(f"{counter} not in {ns}'s /proc/net/snmp6")
+
+
 def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     lab = make_lab(SPEC)
     link = "h0-" + lab.topology.t0_name(0, 0)
@@ -169,6 +185,40 @@ def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -
     assert out.ok and out.verified
     st = out.conn.qp.stats
     assert st.retransmits > 20 and st.losses_detected > 0
+    # A second lossy send right after the first completes too (with fragments,
+    # lost pieces used to fill the reassembly memory and kill it).
+    again = _run(_transfer(lab, 16 << 20, tmp_path))
+    assert again.ok and again.verified and again.conn.qp.stats.retransmits > 0
+    assert _snmp6(lab.host_netns(1), "Ip6ReasmFails") == 0
+
+
+def test_ecn_marked_path_is_skipped(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    """nftables marks CE on one host link; the marks reach the core, which skips those EVs."""
+    lab = make_lab(SPEC)
+    link = "h0-" + lab.topology.t0_name(1, 0)
+    lab.fail(link, "ecn", rate=100)
+    out = _run(_transfer(lab, 8 << 20, tmp_path))
+    assert out.ok and out.verified
+    st = out.conn.qp.stats
+    assert st.ecn_echoes > 0, "no ECN echo: the CE marks never reached the receiver's core"
+    assert out.conn.qp.paths is not None and out.conn.qp.paths.stats_skips > 0
+
+
+def test_mtu_beyond_the_path_mtu_is_refused(make_lab: Callable[..., Lab]) -> None:
+    lab = make_lab(SPEC)
+
+    async def main() -> None:
+        from openmrc.net.driver import LabPeer, driver_attr
+        from openmrc.transport.errors import InvalidArgument
+
+        async with NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0, port=0) as h0:
+            ok = h0.create_connection()
+            ok.connect(0x100, LabPeer(1))  # 4096 + 108 fits the 9000-byte veths
+            big = h0.create_connection()
+            with pytest.raises(InvalidArgument, match="mtu.*would fragment"):
+                big.connect(0x101, LabPeer(1), driver_attr(PLANES, mtu=9000))
+
+    _run(main())
 
 
 def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:

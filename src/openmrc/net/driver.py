@@ -78,7 +78,7 @@ from openmrc.transport import (
     WROpcode,
 )
 from openmrc.transport.errors import InvalidArgument, InvalidState
-from openmrc.transport.ev import ev_path, ev_plane
+from openmrc.transport.ev import ev_path, ev_plane, make_ev
 from openmrc.wire.codec import udp_sport
 
 if TYPE_CHECKING:
@@ -99,6 +99,11 @@ _RX_BATCH = 64
 #: Most distinct EVs the per-EV counters keep (more are only counted in
 #: ``rx_ev_overflow`` / ``tx_ev_overflow``): memory stays bounded whatever arrives.
 MAX_EV_COUNTERS = 4096
+#: Bytes a datagram adds to its payload: BTH, RETH, ImmDt, MDH, ICRC (60), UDP (8), IPv6 (40).
+PACKET_OVERHEAD = 108
+#: ``IPV6_MTU`` / ``IPV6_DONTFRAG`` (linux/in6.h).
+_IPV6_MTU = getattr(socket, "IPV6_MTU", 24)
+_IPV6_DONTFRAG = getattr(socket, "IPV6_DONTFRAG", 62)
 #: ``IPV6_TCLASS`` / ``IPV6_RECVTCLASS`` (linux/in6.h).
 _IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
 _IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
@@ -347,6 +352,8 @@ def _open_udp(
         # ECN: send ECT(0) (docs/wire-format.md) and read the traffic class of
         # what arrives, so a CE mark reaches the core.
         sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_TCLASS, tclass)
+        # Never fragment: an oversized datagram fails with EMSGSIZE instead.
+        sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_DONTFRAG, 1)
         sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_RECVTCLASS, 1)
         set_bufsize(sock, bufsize)
         sock.bind(bind)
@@ -355,6 +362,13 @@ def _open_udp(
         sock.close()
         raise
     return sock
+
+
+def _path_mtu(addr: str, port: int) -> int:
+    """The kernel's path MTU towards ``addr`` (a connected UDP socket's ``IPV6_MTU``)."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        s.connect((addr, port))
+        return int(s.getsockopt(socket.IPPROTO_IPV6, _IPV6_MTU))
 
 
 def _open_send(sport: int, bufsize: int, tclass: int = ECN_ECT0) -> tuple[socket.socket, bool]:
@@ -428,7 +442,9 @@ class Connection:
             raise InvalidArgument(f"peer: must be a PlainPeer or LabPeer, got {peer!r}")
         if isinstance(peer, LabPeer) and self.ep.lab is None:
             raise InvalidArgument("peer: a LabPeer needs an endpoint created with lab= and host=")
-        self.qp.connect(remote_qpn, attr or self.ep.attr, peer=peer, now=now_ps())
+        attr = attr or self.ep.attr
+        self.ep.check_path_mtu(peer, attr.mtu)
+        self.qp.connect(remote_qpn, attr, peer=peer, now=now_ps())
         self._sources = self.ep.peer_sources(peer)
         self.ep._kick()
 
@@ -814,6 +830,35 @@ class NetEndpoint:
         conn._abort(ConnectionAbortedError(f"QP {conn.qpn} destroyed"))
         self.ctx.destroy_qp(conn.qp)
         self._arm_timer()
+
+    def check_path_mtu(self, peer: Peer, mtu: int) -> None:
+        """Raise :class:`InvalidArgument` if ``mtu``-byte packets to ``peer`` would fragment.
+
+        The largest datagram (payload + MRC headers + UDP + IPv6, ``mtu`` +
+        :data:`PACKET_OVERHEAD`) must fit the path MTU the kernel reports for
+        the peer (for a lab peer: one path of every plane).  MRC, like RoCE,
+        never fragments; send sockets also set ``IPV6_DONTFRAG``.
+        """
+        if isinstance(peer, LabPeer):
+            assert self.lab is not None and self.host is not None
+            addrs = [
+                self.lab.path_address(self.host, peer.host, make_ev(p, 0))
+                for p in range(self.lab.topology.spec.planes)
+            ]
+        else:
+            addrs = [peer.addr]
+        need = mtu + PACKET_OVERHEAD
+        for addr in addrs:
+            try:
+                pmtu = self._in_ns(_path_mtu, addr, peer.port)
+            except OSError:
+                continue  # no route now (a link is down): nothing to measure
+            if need > pmtu:
+                raise InvalidArgument(
+                    f"mtu: {mtu}-byte packets make {need}-byte datagrams, more than the path "
+                    f"MTU {pmtu} towards {addr} (they would fragment); use mtu <= "
+                    f"{pmtu - PACKET_OVERHEAD} or jumbo frames"
+                )
 
     def peer_sources(self, peer: Peer) -> set[str]:
         """The addresses datagrams from ``peer`` come from (normalised IPv6 text).

@@ -446,7 +446,11 @@ class MemoryServer:
             for i, qpn in enumerate(h.qpns):
                 conn = self.ep.create_connection(pd=session.pd)
                 session.conns.append(conn)
-                conn.connect(qpn, h.peer, h.attr)
+                try:
+                    conn.connect(qpn, h.peer, h.attr)
+                except InvalidArgument as exc:  # e.g. the path MTU is too small
+                    field = "attr.mtu" if str(exc).startswith("mtu") else "peer"
+                    return await self._refuse(ch, field, str(exc).split(": ", 1)[-1])
                 for k in range(RECV_DEPTH):
                     conn.post_recv(k)
                 session.imms.append({})
