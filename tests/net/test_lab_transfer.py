@@ -317,3 +317,12 @@ def test_tshark_decodes_a_lab_capture_of_mrc(make_lab: Callable[..., Lab], tmp_p
     print(
         f"tshark: {len(rows)} RoCE packets on h1 plane 1, opcodes {sorted(hex(o) for o in opcodes)}"
     )
+    # openmrc's own dissector decodes the SACKs h1 sent back on plane 1
+    from tests.net.test_wireshark import tshark_fields
+
+    fields = ["openmrc.bth.opcode", "openmrc.sack.cack", "openmrc.sack.base", "openmrc.ev"]
+    sacks = [r for r in tshark_fields(pcap, fields) if r[0] and int(r[0], 0) == 0xC0]
+    assert sacks, "no SACK decoded in the lab capture"
+    for _, cack, base, ev in sacks:
+        assert 0 <= int(cack) <= (2 << 20) // 1024 and int(base) >= int(cack)
+        assert int(ev, 0) & 0xF == 1  # reflected EV of a plane-1 packet

@@ -480,6 +480,37 @@ async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> b
     return True
 
 
+# ----- wireshark --------------------------------------------------------------------------
+
+
+def dissector_path() -> Path:
+    """The Lua dissector shipped with the package (``openmrc/net/openmrc.lua``)."""
+    return Path(__file__).with_name("openmrc.lua")
+
+
+def personal_plugins_dir() -> Path:
+    """Wireshark's personal Lua plugins folder on Linux (``~/.local/lib/wireshark/plugins``)."""
+    return Path.home() / ".local" / "lib" / "wireshark" / "plugins"
+
+
+def _cmd_wireshark(args: argparse.Namespace) -> int:
+    """Print the dissector's path, or install it into the personal plugins folder."""
+    src = dissector_path()
+    if not args.install:
+        _print(str(src))
+        _print(f"use: tshark -X lua_script:{src} -r FILE.pcap   (or openmrc wireshark --install)")
+        return 0
+    dest_dir = Path(args.dir) if args.dir else personal_plugins_dir()
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / src.name
+        dest.write_bytes(src.read_bytes())
+    except OSError as exc:
+        raise InvalidArgument(f"--dir: cannot write to {dest_dir}: {exc.strerror}") from None
+    _print(f"installed {dest} (Wireshark and tshark load it at start)")
+    return 0
+
+
 # ----- registration -----------------------------------------------------------------------
 
 
@@ -589,3 +620,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--tx-depth", type=int, default=32, help="WRITEs in flight per QP (32)")
     p.add_argument("--timeout", type=float, default=10.0, help="per-iteration timeout (lat)")
     p.set_defaults(func=_guard(_cmd_perf))
+
+    p = subparsers.add_parser(
+        "wireshark",
+        help="the Wireshark Lua dissector for openmrc's MRC headers: path or --install",
+        description="Print the path of openmrc's Wireshark dissector (use it with tshark "
+        "-X lua_script:PATH), or --install it into the personal Lua plugins folder.",
+    )
+    p.add_argument("--install", action="store_true", help="copy it to the plugins folder")
+    p.add_argument(
+        "--dir", metavar="DIR", help="plugins folder (default ~/.local/lib/wireshark/plugins)"
+    )
+    p.set_defaults(func=_guard(_cmd_wireshark))
