@@ -355,6 +355,8 @@ def test_cli_usage_errors_name_the_flag(tmp_path: Path) -> None:
         (["serve", "--host", "h1"], "--host"),
         (["serve", "--size", "0"], "--size"),
         (["perf", "--to", "::1", "--qps", "0"], "--qps"),
+        (["perf", "--to", "::1", "-D", "0"], "--duration"),
+        (["perf", "--to", "::1", "--mode", "lat", "--bidir"], "--bidir"),
     ]
     for argv, flag in cases:
         proc = subprocess.run(_openmrc(*argv), capture_output=True, text=True, timeout=30)
@@ -435,3 +437,42 @@ def test_datagrams_from_a_stranger_are_not_delivered() -> None:
             assert cb.qp.state.value == "RTS"
 
     _run(main)
+
+
+def test_cli_perf_duration_intervals_json_bidir_and_sweep() -> None:
+    """perf -D/-i/-J/--bidir and -a (no numeric performance assertions)."""
+    import json
+
+    port, ctl = _free_port(), _free_port(socket.SOCK_STREAM)
+    server = _serve(port, ctl, "--size", "1M")
+    try:
+        perf = subprocess.run(
+            _openmrc("perf", "--to", "::1", "--control-port", str(ctl), "-D", "1.5",
+                     "-i", "0.4", "-J", "--bidir", "--qps", "2"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert perf.returncode == 0, perf.stdout + perf.stderr
+    report = json.loads(perf.stdout)
+    assert report["ok"] and report["bidir"] and len(report["results"]) == 1
+    row = report["results"][0]
+    assert row["iterations"] > 0 and row["seconds"] >= 1.5 and row["failures"] == 0
+    assert len(row["intervals"]) >= 2 and all(i["end"] > i["start"] for i in row["intervals"])
+    assert report["server_tx"]["bytes"] > 0 and report["server_tx"]["failures"] == 0
+
+    port, ctl = _free_port(), _free_port(socket.SOCK_STREAM)
+    server = _serve(port, ctl, "--size", "64K")
+    try:
+        sweep = subprocess.run(
+            _openmrc("perf", "--to", "::1", "--control-port", str(ctl), "-a", "--iters", "8"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    sizes = [int(line.split()[0]) for line in sweep.stdout.splitlines()
+             if line.strip() and line.split()[0].isdigit()]  # fmt: skip
+    assert sizes == [1 << k for k in range(1, 17)], sweep.stdout

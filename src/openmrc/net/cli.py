@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import json
 import math
 import os
 import signal
@@ -358,8 +359,20 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     if not 1 <= args.qps <= 256:
         raise InvalidArgument(f"--qps: must be 1..256, got {args.qps}")
     _positive("--tx-depth", args.tx_depth)
+    if args.duration is not None and not 0 < args.duration <= 86400:
+        raise InvalidArgument(f"-D/--duration: must be 0..86400 seconds, got {args.duration}")
+    if args.interval is not None and not 0 < args.interval <= 3600:
+        raise InvalidArgument(f"-i/--interval: must be 0..3600 seconds, got {args.interval}")
+    if args.bidir and args.mode != "bw":
+        raise InvalidArgument("--bidir: only with --mode bw")
+    if args.all_sizes and args.mode != "bw":
+        raise InvalidArgument("-a/--all: only with --mode bw")
     secret = _client_secret(args)
     return run(_perf(args, where, secret))
+
+
+#: ``-a``: message sizes swept (perftest's 2 B .. 8 MiB, powers of two).
+SWEEP_SIZES = [1 << k for k in range(1, 24)]
 
 
 def _percentile(sorted_vals: list[float], q: float) -> float:
@@ -371,10 +384,13 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
 
 async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
     assert where.control is not None
-    size = args.size
+    sizes = SWEEP_SIZES if args.all_sizes else [args.size]
+    biggest = max(sizes)
     async with NetEndpoint(**where.ep_kwargs) as ep:
-        local = ep.reg_mr(bytearray(os.urandom(size)))
+        local = ep.reg_mr(bytearray(os.urandom(biggest)))
         mode = "write" if args.mode == "bw" else "pingpong"
+        if args.bidir:
+            mode = "bidir"
         session = await Session.open(
             ep,
             where.control,
@@ -384,69 +400,165 @@ async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
             local=local,
             timeout=args.connect_timeout,
         )
+        report: dict[str, Any] = {
+            "mode": args.mode,
+            "where": where.label,
+            "qps": args.qps,
+            "bidir": bool(args.bidir),
+            "results": [],
+        }
         async with session:
-            if size > session.remote.length:
+            sizes = [n for n in sizes if n <= session.remote.length]
+            if not sizes:
                 raise InvalidArgument(
-                    f"--size: {size} bytes exceed the server's region ({session.remote.length})"
+                    f"--size: {args.size} bytes exceed the server's region ({session.remote.length})"
                 )
-            _print(f"openmrc perf: {args.mode} {where.label}, {args.qps} QP(s), {size} B messages")
+            if not args.json:
+                _print(
+                    f"openmrc perf: {args.mode} {where.label}, {args.qps} QP(s), "
+                    f"{'sizes ' + str(sizes[0]) + '..' + str(sizes[-1]) if args.all_sizes else str(sizes[0]) + ' B messages'}"
+                    f"{', bidirectional' if args.bidir else ''}"
+                )
+            ok = True
             if args.mode == "bw":
-                ok = await _perf_bw(session, local, args)
+                if not args.json:
+                    _bw_header()
+                for size in sizes:
+                    row = await _perf_bw(session, local, size, args)
+                    report["results"].append(row)
+                    ok = ok and row["failures"] == 0
+                    if not args.json:
+                        _bw_row(row)
+                if not args.json:
+                    _print("-" * 86)
             else:
-                ok = await _perf_lat(session, local, args)
+                row = await _perf_lat(session, local, args)
+                ok = row is not None
+                if row is not None:
+                    report["results"].append(row)
+            if args.bidir:
+                report["server_tx"] = await session.perf_stats()
             retx = sum(c.qp.stats.retransmits for c in session.conns)
-            _print(f" retransmissions: {retx}")
+            report["retransmissions"] = retx
+            report["ok"] = ok
+            if args.json:
+                print(json.dumps(report, indent=1), flush=True)
+            else:
+                if args.bidir:
+                    st = report["server_tx"]
+                    _print(
+                        f" server -> client: {st['bytes']} bytes in {st['seconds']:.3f} s, "
+                        f"{st['gbps']:.3f} Gb/s ({st['failures']} failed WRITEs)"
+                    )
+                _print(f" retransmissions: {retx}")
         return 0 if ok else 1
 
 
-async def _perf_bw(session: Session, local: Any, args: argparse.Namespace) -> bool:
-    size, iters = args.size, args.iters
-    conns = session.conns
-    done_times: list[float] = []
-    failures = 0
-
-    async def drive(q: int, count: int) -> None:
-        nonlocal failures
-        conn = conns[q]
-        pending: list[int] = []
-        for _ in range(count):
-            if len(pending) >= args.tx_depth:
-                wc = await conn.wait_send(pending.pop(0))
-                failures += not wc.ok
-                done_times.append(time.perf_counter())
-            pending.append(conn.post_write(local, 0, size, session.remote, 0))
-        for wr in pending:
-            wc = await conn.wait_send(wr)
-            failures += not wc.ok
-            done_times.append(time.perf_counter())
-
-    share = [iters // len(conns) + (q < iters % len(conns)) for q in range(len(conns))]
-    t0 = time.perf_counter()
-    await asyncio.gather(*(drive(q, n) for q, n in enumerate(share) if n))
-    dt = time.perf_counter() - t0
-    done_times.sort()
-    k = max(1, iters // 10)
-    peak = 0.0
-    for i in range(len(done_times) - k):
-        span = done_times[i + k] - done_times[i]
-        if span > 0:
-            peak = max(peak, k * size * 8 / span / 1e9)
-    avg = iters * size * 8 / dt / 1e9
+def _bw_header() -> None:
     _print("-" * 86)
     _print(
         f" {'#bytes':<10} {'#iterations':<12} {'BW peak[Gb/sec]':<18} "
         f"{'BW average[Gb/sec]':<20} {'MsgRate[Mpps]':<14}"
     )
+
+
+def _bw_row(row: dict[str, Any]) -> None:
     _print(
-        f" {size:<10} {iters:<12} {max(peak, avg):<18.3f} {avg:<20.3f} {iters / dt / 1e6:<14.6f}"
+        f" {row['bytes']:<10} {row['iterations']:<12} {row['bw_peak_gbps']:<18.3f} "
+        f"{row['bw_avg_gbps']:<20.3f} {row['msg_rate_mpps']:<14.6f}"
     )
-    _print("-" * 86)
-    if failures:
+
+
+async def _perf_bw(
+    session: Session, local: Any, size: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """WRITE ``size``-byte messages (``--iters`` of them, or for ``-D`` seconds).
+
+    With ``-i`` a line per interval (or a JSON ``intervals`` list) reports the
+    bytes completed in it.
+    """
+    conns = session.conns
+    done_times: list[float] = []
+    failures = 0
+    duration = args.duration
+    iters = args.iters
+    t0 = time.perf_counter()
+    stop_at = t0 + duration if duration is not None else None
+    intervals: list[dict[str, float]] = []
+
+    async def drive(q: int, count: int | None) -> None:
+        nonlocal failures
+        conn = conns[q]
+        pending: list[int] = []
+        n = 0
+        while (count is None or n < count) and (stop_at is None or time.perf_counter() < stop_at):
+            if len(pending) >= args.tx_depth:
+                wc = await conn.wait_send(pending.pop(0))
+                failures += not wc.ok
+                done_times.append(time.perf_counter())
+            pending.append(conn.post_write(local, 0, size, session.remote, 0))
+            n += 1
+        for wr in pending:
+            wc = await conn.wait_send(wr)
+            failures += not wc.ok
+            done_times.append(time.perf_counter())
+
+    async def reporter() -> None:
+        assert args.interval is not None
+        start, seen = t0, 0
+        while True:
+            await asyncio.sleep(args.interval)
+            now, count = time.perf_counter(), len(done_times)
+            gbps = (count - seen) * size * 8 / (now - start) / 1e9
+            item = {"start": start - t0, "end": now - t0, "bytes": (count - seen) * size,
+                    "gbps": gbps}  # fmt: skip
+            intervals.append(item)
+            if not args.json:
+                _print(
+                    f" [{item['start']:7.2f}-{item['end']:7.2f} s] {item['bytes']:>12} bytes "
+                    f"{gbps:9.3f} Gb/s"
+                )
+            start, seen = now, count
+
+    if duration is not None:
+        share: list[int | None] = [None] * len(conns)
+    else:
+        share = [iters // len(conns) + (q < iters % len(conns)) for q in range(len(conns))]
+    rep = asyncio.create_task(reporter()) if args.interval else None
+    try:
+        await asyncio.gather(*(drive(q, n) for q, n in enumerate(share) if n is None or n))
+    finally:
+        if rep is not None:
+            rep.cancel()
+    dt = time.perf_counter() - t0
+    count = len(done_times)
+    done_times.sort()
+    k = max(1, count // 10)
+    peak = 0.0
+    for i in range(len(done_times) - k):
+        span = done_times[i + k] - done_times[i]
+        if span > 0:
+            peak = max(peak, k * size * 8 / span / 1e9)
+    avg = count * size * 8 / dt / 1e9 if dt > 0 else 0.0
+    row: dict[str, Any] = {
+        "bytes": size,
+        "iterations": count,
+        "seconds": dt,
+        "bw_peak_gbps": max(peak, avg),
+        "bw_avg_gbps": avg,
+        "msg_rate_mpps": count / dt / 1e6 if dt > 0 else 0.0,
+        "failures": failures,
+    }
+    if args.interval:
+        row["intervals"] = intervals
+    if failures and not args.json:
         _print(f" FAILED: {failures} WRITEs completed with an error")
-    return failures == 0
+    return row
 
 
-async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> bool:
+async def _perf_lat(
+    session: Session, local: Any, args: argparse.Namespace
+) -> dict[str, Any] | None:
     size, iters = args.size, args.iters
     conn = session.conns[0]
     warmup = min(10, iters)
@@ -460,12 +572,25 @@ async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> b
         wc = await conn.wait_send(wr)
         if not wc.ok or not back.ok or back.imm_data != i & 0xFFFFFFFF:
             _print(f" FAILED at iteration {i}: {wc.status.value} / {back.status.value}")
-            return False
+            return None
         if i >= warmup:
             samples.append(rtt / 2 * 1e6)
     s = sorted(samples)
     avg = sum(s) / len(s)
     stdev = math.sqrt(sum((x - avg) ** 2 for x in s) / len(s))
+    row = {
+        "bytes": size,
+        "iterations": iters,
+        "t_min_us": s[0],
+        "t_max_us": s[-1],
+        "t_typical_us": _percentile(s, 0.5),
+        "t_avg_us": avg,
+        "t_stdev_us": stdev,
+        "p99_us": _percentile(s, 0.99),
+        "p999_us": _percentile(s, 0.999),
+    }
+    if args.json:
+        return row
     _print("-" * 118)
     _print(
         f" {'#bytes':<8} {'#iterations':<12} {'t_min[usec]':<12} {'t_max[usec]':<12} "
@@ -477,7 +602,7 @@ async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> b
         f"{avg:<12.2f} {stdev:<14.2f} {_percentile(s, 0.99):<21.2f} {_percentile(s, 0.999):<22.2f}"
     )
     _print("-" * 118)
-    return True
+    return row
 
 
 # ----- wireshark --------------------------------------------------------------------------
@@ -619,6 +744,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--qps", type=int, default=1, help="QPs (bw mode spreads over them)")
     p.add_argument("--tx-depth", type=int, default=32, help="WRITEs in flight per QP (32)")
     p.add_argument("--timeout", type=float, default=10.0, help="per-iteration timeout (lat)")
+    p.add_argument(
+        "-D", "--duration", type=float, metavar="S", help="bw: run S seconds (not --iters)"
+    )
+    p.add_argument("-i", "--interval", type=float, metavar="S", help="bw: report every S seconds")
+    p.add_argument("-J", "--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--bidir", action="store_true", help="bw: the server WRITEs back at the same time"
+    )
+    p.add_argument(
+        "-a", "--all", dest="all_sizes", action="store_true",
+        help="bw: sweep message sizes 2 B .. 8 MiB (powers of two, up to the region)",
+    )  # fmt: skip
     p.set_defaults(func=_guard(_cmd_perf))
 
     p = subparsers.add_parser(

@@ -45,6 +45,7 @@ import hashlib
 import ipaddress
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,10 +73,12 @@ from openmrc.net.driver import (
     peer_from_json,
 )
 from openmrc.transport import QPAttr
-from openmrc.transport.errors import InvalidArgument
+from openmrc.transport.errors import InvalidArgument, MrcError
 from openmrc.transport.ev import ev_path, ev_plane
 
 PROTOCOL_VERSION = 1
+#: Bytes per WRITE the server sends back in ``bidir`` mode.
+BIDIR_MESSAGE = 65536
 #: Receives kept posted per server QP (for WRITE_WITH_IMMs).
 RECV_DEPTH = 64
 
@@ -208,6 +211,8 @@ class _ServerSession:
         self.rx0 = dict(server.ep.rx_by_ev)
         self.tx0 = dict(server.ep.tx_by_ev)
         self.closed = False
+        self.tx_bytes = 0
+        self.tx_failures = 0
 
     async def _serve_recvs(self, i: int) -> None:
         conn = self.conns[i]
@@ -230,6 +235,24 @@ class _ServerSession:
                     seen.pop(next(iter(seen)))  # bounded: the oldest immediates go first
                 seen[wc.imm_data] = wc
                 event.set()
+
+    async def _write_back(self, i: int) -> None:
+        """``bidir``: WRITE the client's region over and over (64 KiB, 32 in flight)."""
+        assert self.client_mr is not None
+        conn = self.conns[i]
+        size = min(BIDIR_MESSAGE, self.client_mr.length, self.mr.length)
+        pending: deque[int] = deque()
+        try:
+            while True:
+                if len(pending) >= 32:
+                    wc = await conn.wait_send(pending.popleft())
+                    if not wc.ok:
+                        self.tx_failures += 1
+                        return
+                    self.tx_bytes += size
+                pending.append(conn.post_write(self.mr, 0, size, self.client_mr, 0))
+        except (ConnectionError, MrcError):
+            return
 
     async def wait_imm(self, i: int, imm: int, timeout: float) -> bool:
         """Wait until QP ``i`` received the WRITE_WITH_IMM carrying ``imm``."""
@@ -391,8 +414,8 @@ class MemoryServer:
             )
         # mode and region
         mode = hello.get("mode", "write")
-        if mode not in ("write", "pingpong"):
-            raise HelloError("mode", f"must be write or pingpong, got {str(mode)[:40]!r}")
+        if mode not in ("write", "pingpong", "bidir"):
+            raise HelloError("mode", f"must be write, pingpong or bidir, got {str(mode)[:40]!r}")
         mr_j = hello.get("mr")
         client_mr = None
         if mr_j is not None:
@@ -406,8 +429,8 @@ class MemoryServer:
                 or client_mr.length >= 1 << 48
             ):
                 raise HelloError("mr", "addr/rkey/length out of range")
-        if mode == "pingpong" and client_mr is None:
-            raise HelloError("mr", "pingpong needs the client's region")
+        if mode in ("pingpong", "bidir") and client_mr is None:
+            raise HelloError("mr", f"{mode} needs the client's region")
         return Hello(peer, list(qpns), attr, mode, client_mr)
 
     async def _refuse(self, ch: ControlChannel, field: str, message: str) -> None:
@@ -456,6 +479,8 @@ class MemoryServer:
                 session.imms.append({})
                 session.events.append(asyncio.Event())
                 session.tasks.append(asyncio.create_task(session._serve_recvs(i)))
+                if h.mode == "bidir":
+                    session.tasks.append(asyncio.create_task(session._write_back(i)))
             await ch.send(
                 {
                     "op": "welcome",
@@ -470,6 +495,17 @@ class MemoryServer:
                 op = msg["op"]
                 if op == "verify":
                     await ch.send(await self._verify(session, msg))
+                elif op == "perf_stats":
+                    dt = time.monotonic() - session.started
+                    await ch.send(
+                        {
+                            "op": "perf_stats",
+                            "bytes": session.tx_bytes,
+                            "seconds": dt,
+                            "gbps": session.tx_bytes * 8 / dt / 1e9 if dt > 0 else 0.0,
+                            "failures": session.tx_failures,
+                        }
+                    )
                 elif op == "stats":
                     await ch.send({"op": "stats", "stats": _jsonable(self.ep.stats())})
                 elif op == "bye":
@@ -681,6 +717,10 @@ class Session:
             "timeout": timeout,
         }
         return await self.channel.request(msg, "verified", timeout + 10)
+
+    async def perf_stats(self) -> dict[str, Any]:
+        """``bidir`` mode: what the server has written back so far (bytes, seconds, gbps)."""
+        return await self.channel.request({"op": "perf_stats"}, "perf_stats", 10.0)
 
     async def server_stats(self) -> dict[str, Any]:
         """The server endpoint's statistics."""
