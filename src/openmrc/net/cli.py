@@ -432,10 +432,10 @@ async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
                 if not args.json:
                     _print("-" * 86)
             else:
-                row = await _perf_lat(session, local, args)
-                ok = row is not None
-                if row is not None:
-                    report["results"].append(row)
+                lat = await _perf_lat(session, local, args)
+                ok = lat is not None
+                if lat is not None:
+                    report["results"].append(lat)
             if args.bidir:
                 report["server_tx"] = await session.perf_stats()
             retx = sum(c.qp.stats.retransmits for c in session.conns)

@@ -233,7 +233,8 @@ class _ServerSession:
             else:
                 if len(seen) >= RECV_DEPTH * 64:
                     seen.pop(next(iter(seen)))  # bounded: the oldest immediates go first
-                seen[wc.imm_data] = wc
+                if wc.imm_data is not None:
+                    seen[wc.imm_data] = wc
                 event.set()
 
     async def _write_back(self, i: int) -> None:
