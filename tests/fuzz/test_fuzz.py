@@ -57,11 +57,14 @@ def test_hypothesis_codec(data: bytes) -> None:
 
 
 @_SETTINGS
-@given(st.lists(st.sampled_from(sorted(f.read_bytes() for f in (CORPUS / "codec").iterdir()))
-                | st.binary(max_size=200), max_size=6).map(lambda xs: xs))  # fmt: skip
-def test_hypothesis_receive(chunks: list[bytes] | bytes) -> None:
-    if isinstance(chunks, bytes):
-        chunks = [chunks]
+@given(
+    st.lists(
+        st.sampled_from(sorted(f.read_bytes() for f in (CORPUS / "codec").iterdir()))
+        | st.binary(max_size=200),
+        max_size=6,
+    )
+)
+def test_hypothesis_receive(chunks: list[bytes]) -> None:
     TARGETS["receive"](b"".join(len(c).to_bytes(2, "big") + c for c in chunks))
 
 
