@@ -33,12 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from openmrc.net.control import ControlAddress, lab_control_path
+from openmrc.net.control import ControlAddress, ensure_token, lab_control_path
 from openmrc.net.driver import IPV6_FLOWINFO_SEND, NetEndpoint, driver_attr, run, set_bufsize
 from openmrc.net.service import Session, write_buffer
 from openmrc.net.sockets import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX
 from openmrc.transport.ev import make_ev
 from openmrc.wire.codec import udp_sport
+
+#: The control channel's secret for this run (the server and the client share it).
+TOKEN = Path(os.environ.get("TMPDIR", "/tmp")) / f"openmrc-bench-token-{os.getpid()}"
 
 #: UDP payload of an MRC data packet with 4096 payload bytes (BTH+RETH+MDH+ICRC).
 DATAGRAM = 4096 + 12 + 16 + 24 + 4
@@ -195,7 +198,8 @@ async def _mrc_client(ep_kwargs: dict[str, Any], ctl: ControlAddress, size: int)
     digest = hashlib.sha256(data).hexdigest()
     async with NetEndpoint(**ep_kwargs) as ep:
         local = ep.reg_mr(data)
-        async with await Session.open(ep, ctl, timeout=20) as session:
+        secret = ensure_token(TOKEN)
+        async with await Session.open(ep, ctl, secret=secret, timeout=20) as session:
             res = await write_buffer(session, local, size, imm=1)
             verdict = await session.verify(1, size, digest)
             st = session.conns[0].qp.stats
@@ -215,6 +219,7 @@ def mrc_run(
     serve_argv: list[str], ep_kwargs: dict[str, Any], ctl: ControlAddress, size: int
 ) -> dict[str, Any]:
     """One MRC transfer: ``openmrc serve`` in a subprocess, this process the client."""
+    serve_argv = [*serve_argv, "--token-file", str(TOKEN)]
     server = subprocess.Popen(serve_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         return run(_mrc_client(ep_kwargs, ctl, size))

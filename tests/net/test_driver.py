@@ -34,6 +34,8 @@ from openmrc.net.service import MemoryServer, Session, write_buffer
 from openmrc.transport.errors import InvalidArgument
 from openmrc.wire.codec import decode, udp_sport
 
+SECRET = b"0123456789abcdef-test-secret"
+
 
 def _run(coro_fn: Callable[[], Awaitable[Any]], uv: bool = True) -> Any:
     factory = loop_factory() if uv else None
@@ -140,8 +142,8 @@ def test_full_socket_buffer_waits_for_writability(monkeypatch: pytest.MonkeyPatc
     made: list[FullEveryFifth] = []
     real = drv._open_send
 
-    def flaky(sport: int, bufsize: int) -> tuple[Any, bool]:
-        sock, exact = real(sport, bufsize)
+    def flaky(sport: int, bufsize: int, tclass: int = drv.ECN_ECT0) -> tuple[Any, bool]:
+        sock, exact = real(sport, bufsize, tclass)
         made.append(FullEveryFifth(sock))
         return made[-1], exact
 
@@ -247,11 +249,11 @@ def test_session_verify_detects_mismatch(tmp_path: Path) -> None:
     async def main() -> None:
         ctl = ControlAddress(path=str(tmp_path / "s.sock"))
         async with NetEndpoint("::1", 0) as srv_ep, NetEndpoint("::1", 0) as cli_ep:
-            server = MemoryServer(srv_ep, 1 << 20)
+            server = MemoryServer(srv_ep, 1 << 20, secret=SECRET)
             await server.listen(ctl)
             data = bytearray(os.urandom(300_000))
             local = cli_ep.reg_mr(data)
-            async with await Session.open(cli_ep, ctl) as session:
+            async with await Session.open(cli_ep, ctl, secret=SECRET) as session:
                 res = await write_buffer(session, local, len(data), imm=5, chunk=64 << 10)
                 assert res.ok and res.writes == 5
                 good = await session.verify(5, len(data), hashlib.sha256(data).hexdigest())
@@ -278,8 +280,15 @@ def test_driver_attr_round_trip() -> None:
 # ----- the CLI over ::1 ------------------------------------------------------------------
 
 
+_TOKEN = Path(os.environ.get("TMPDIR", "/tmp")) / f"openmrc-test-token-{os.getpid()}"
+
+
 def _openmrc(*args: str) -> list[str]:
-    return [sys.executable, "-m", "openmrc.cli", *args]
+    """The CLI with a per-test-run token file (``serve`` creates it, clients read it)."""
+    argv = [sys.executable, "-m", "openmrc.cli", *args]
+    if args and args[0] in ("serve", "send", "perf") and "--token-file" not in args:
+        argv += ["--token-file", str(_TOKEN)]
+    return argv
 
 
 def _serve(port: int, ctl: int, *extra: str) -> subprocess.Popen[str]:
@@ -348,6 +357,8 @@ def test_cli_usage_errors_name_the_flag(tmp_path: Path) -> None:
         (["serve", "--host", "h1"], "--host"),
         (["serve", "--size", "0"], "--size"),
         (["perf", "--to", "::1", "--qps", "0"], "--qps"),
+        (["perf", "--to", "::1", "-D", "0"], "--duration"),
+        (["perf", "--to", "::1", "--mode", "lat", "--bidir"], "--bidir"),
     ]
     for argv, flag in cases:
         proc = subprocess.run(_openmrc(*argv), capture_output=True, text=True, timeout=30)
@@ -369,3 +380,101 @@ def test_cli_send_fails_without_server(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "cannot connect" in proc.stderr
+
+
+def test_ect0_sent_and_ce_reaches_the_core() -> None:
+    """Datagrams leave ECT(0); a CE-marked arrival is handed to the core as ECN."""
+
+    async def main() -> None:
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        rx.bind(("::1", 0))
+        rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        rx.setsockopt(socket.IPPROTO_UDP, 102, 1)  # UDP_NO_CHECK6_RX: zero checksums
+        rx.settimeout(5)
+        async with NetEndpoint("::1", 0) as a:
+            conn = a.create_connection()
+            conn.connect(0x100, PlainPeer("::1", rx.getsockname()[1]))
+            src = a.reg_mr(bytearray(8192))
+            conn.post_write(src, 0, 8192, RemoteMR(0x1000, 1, 8192))
+            loop = asyncio.get_running_loop()
+            _, anc, _, _ = await loop.run_in_executor(None, rx.recvmsg, 65536, 256)
+            tclass = [int.from_bytes(d[:4], sys.byteorder) for lv, t, d in anc
+                      if lv == socket.IPPROTO_IPV6 and t == socket.IPV6_TCLASS]  # fmt: skip
+            assert tclass and tclass[0] & 3 == 0b10, tclass  # ECT(0)
+        rx.close()
+        # every datagram marked CE by the sender: the receiver's core sees ECN,
+        # echoes it, and the sender's core reacts (EVs skipped)
+        async with NetEndpoint("::1", 0, tclass=3) as a, NetEndpoint("::1", 0) as b:
+            ca = await _transfer(a, b, 2 << 20)
+            assert b.stats()["rx_ecn_ce"] == b.stats()["rx_datagrams"] > 0
+            assert a.stats()["rx_ecn_ce"] == 0
+            assert ca.qp.stats.ecn_echoes > 0
+            assert ca.qp.paths is not None and ca.qp.paths.stats_skips > 0
+
+    _run(main)
+
+
+def test_datagrams_from_a_stranger_are_not_delivered() -> None:
+    """A datagram for a live QP from an address that is not its peer never reaches the core."""
+
+    async def main() -> None:
+        async with NetEndpoint("::1", 0) as b:
+            cb = b.create_connection()
+            # the peer lives elsewhere (a small MTU: that route may not take 4 KiB)
+            cb.connect(0x100, PlainPeer("2001:db8::1", 4791), driver_attr(8, mtu=1024))
+            from openmrc.wire.codec import encode
+            from openmrc.wire.packets import NackPacket, NackReason
+
+            forged = encode(NackPacket(cb.qpn, 5, NackReason.REMOTE_ACCESS_ERROR, 0, 0))
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                for _ in range(50):
+                    s.sendto(forged, ("::1", b.port))
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if b.stats()["rx_datagrams"] >= 50:
+                    break
+            st = b.stats()
+            assert st["rx_datagrams"] == 50 and st["rx_foreign"] == 50
+            assert b.ctx.stats["rx_packets"] == 0 and not st["rx_by_ev"]
+            assert cb.qp.state.value == "RTS"
+
+    _run(main)
+
+
+def test_cli_perf_duration_intervals_json_bidir_and_sweep() -> None:
+    """perf -D/-i/-J/--bidir and -a (no numeric performance assertions)."""
+    import json
+
+    port, ctl = _free_port(), _free_port(socket.SOCK_STREAM)
+    server = _serve(port, ctl, "--size", "1M")
+    try:
+        perf = subprocess.run(
+            _openmrc("perf", "--to", "::1", "--control-port", str(ctl), "-D", "1.5",
+                     "-i", "0.4", "-J", "--bidir", "--qps", "2"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert perf.returncode == 0, perf.stdout + perf.stderr
+    report = json.loads(perf.stdout)
+    assert report["ok"] and report["bidir"] and len(report["results"]) == 1
+    row = report["results"][0]
+    assert row["iterations"] > 0 and row["seconds"] >= 1.5 and row["failures"] == 0
+    assert len(row["intervals"]) >= 2 and all(i["end"] > i["start"] for i in row["intervals"])
+    assert report["server_tx"]["bytes"] > 0 and report["server_tx"]["failures"] == 0
+
+    port, ctl = _free_port(), _free_port(socket.SOCK_STREAM)
+    server = _serve(port, ctl, "--size", "64K")
+    try:
+        sweep = subprocess.run(
+            _openmrc("perf", "--to", "::1", "--control-port", str(ctl), "-a", "--iters", "8"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    sizes = [int(line.split()[0]) for line in sweep.stdout.splitlines()
+             if line.strip() and line.split()[0].isdigit()]  # fmt: skip
+    assert sizes == [1 << k for k in range(1, 17)], sweep.stdout

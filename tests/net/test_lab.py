@@ -26,6 +26,7 @@ from openmrc.net.lab import (
     LabPlan,
     arrival_address,
     down_lab,
+    ns_prefix,
     parse_spec,
     state_path,
 )
@@ -441,3 +442,22 @@ def test_ipv6_in_ipv6_is_decapsulated_at_the_host(make_lab: MakeLab) -> None:
     finally:
         rx.close()
         tx.close()
+
+
+@pytest.mark.lab
+def test_cli_down_without_name_removes_the_default_lab_only(
+    make_lab: MakeLab, lab_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lab down`` with no ``--name`` removes the default lab, never another one."""
+    other = make_lab()  # a lab that must survive
+    default = f"{lab_name}d"  # stands in for the default name (others may use the real one)
+    try:
+        Lab.up("planes=1,t0s=1,hosts_per_t0=1,t1s=1", default)
+        monkeypatch.setattr(lab_cli, "DEFAULT_NAME", default)
+        assert lab_cli.main(["lab", "down"]) == 0
+        present = nsmod.list_netns()
+        assert not [ns for ns in present if ns.startswith(ns_prefix(default))]
+        assert [ns for ns in present if ns.startswith(ns_prefix(other.name))]
+        assert lab_cli.main(["lab", "down", "--all", "--name", "x"]) == 2  # not both
+    finally:
+        down_lab(default)

@@ -74,7 +74,7 @@ async def _transfer(
     h0 = NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0)
     h1 = NetEndpoint(netns=lab.host_netns(1), lab=lab, host=1)
     async with h0, h1:
-        server = MemoryServer(h1, size)
+        server = MemoryServer(h1, size, secret=SECRET)
         await server.listen(ctl)
         local = h0.reg_mr(data)
         tx_at_fault: dict[int, int] = {}
@@ -84,7 +84,7 @@ async def _transfer(
                 tx_at_fault.update(h0.stats()["tx_by_plane"])
                 await loop.run_in_executor(None, fault)
 
-        async with await Session.open(h0, ctl) as session:
+        async with await Session.open(h0, ctl, secret=SECRET) as session:
             t0 = time.perf_counter()
             res = await write_buffer(session, local, size, imm=9, on_progress=progress)
             verdict = await session.verify(9, size, hashlib.sha256(data).hexdigest())
@@ -125,6 +125,9 @@ def test_64mib_over_every_plane(make_lab: Callable[..., Lab], tmp_path: Path) ->
     assert set(rx) == set(range(PLANES)) and min(rx.values()) > 3000
     assert st["tx_errors"] == 0 and st["sport_fallbacks"] == 0
     assert all(row["GOOD"] == PER_PLANE for row in out.conn.plane_table().values())
+    # Jumbo veths: not one datagram was fragmented, anywhere.
+    frags = {ns: _snmp6(ns, "Ip6FragCreates") for ns in lab.plan.namespaces}
+    assert frags and all(v == 0 for v in frags.values()), frags
     print(f"64 MiB in {out.seconds:.2f} s ({(64 << 20) * 8 / out.seconds / 1e9:.2f} Gb/s)")
 
 
@@ -162,6 +165,19 @@ def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_p
     assert out.after["back"] < 5.0
 
 
+def _snmp6(ns: str, counter: str) -> int:
+    """``counter`` from ``/proc/net/snmp6`` inside namespace ``ns``."""
+    text = subprocess.run(
+        ["ip", "netns", "exec", ns, "cat", "/proc/net/snmp6"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == counter:
+            return int(value.strip())
+    raise AssertionError(f"{counter} not in {ns}'s /proc/net/snmp6")
+
+
 def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     lab = make_lab(SPEC)
     link = "h0-" + lab.topology.t0_name(0, 0)
@@ -171,6 +187,40 @@ def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -
     assert out.ok and out.verified
     st = out.conn.qp.stats
     assert st.retransmits > 20 and st.losses_detected > 0
+    # A second lossy send right after the first completes too (with fragments,
+    # lost pieces used to fill the reassembly memory and kill it).
+    again = _run(_transfer(lab, 16 << 20, tmp_path))
+    assert again.ok and again.verified and again.conn.qp.stats.retransmits > 0
+    assert _snmp6(lab.host_netns(1), "Ip6ReasmFails") == 0
+
+
+def test_ecn_marked_path_is_skipped(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    """nftables marks CE on one host link; the marks reach the core, which skips those EVs."""
+    lab = make_lab(SPEC)
+    link = "h0-" + lab.topology.t0_name(1, 0)
+    lab.fail(link, "ecn", rate=100)
+    out = _run(_transfer(lab, 8 << 20, tmp_path))
+    assert out.ok and out.verified
+    st = out.conn.qp.stats
+    assert st.ecn_echoes > 0, "no ECN echo: the CE marks never reached the receiver's core"
+    assert out.conn.qp.paths is not None and out.conn.qp.paths.stats_skips > 0
+
+
+def test_mtu_beyond_the_path_mtu_is_refused(make_lab: Callable[..., Lab]) -> None:
+    lab = make_lab(SPEC)
+
+    async def main() -> None:
+        from openmrc.net.driver import LabPeer, driver_attr
+        from openmrc.transport.errors import InvalidArgument
+
+        async with NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0, port=0) as h0:
+            ok = h0.create_connection()
+            ok.connect(0x100, LabPeer(1))  # 4096 + 108 fits the 9000-byte veths
+            big = h0.create_connection()
+            with pytest.raises(InvalidArgument, match="mtu.*would fragment"):
+                big.connect(0x101, LabPeer(1), driver_attr(PLANES, mtu=9000))
+
+    _run(main())
 
 
 def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
@@ -186,8 +236,16 @@ def test_switch_failure(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     assert out.conn.plane_table()[1]["GOOD"] > PER_PLANE // 2
 
 
+SECRET = b"lab-test-secret-0123456789"
+_TOKEN = Path(os.environ.get("TMPDIR", "/tmp")) / f"openmrc-labtest-token-{os.getpid()}"
+
+
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "openmrc.cli", *args]
+    """The CLI with a per-test-run token file (``serve`` creates it, ``send`` reads it)."""
+    argv = [sys.executable, "-m", "openmrc.cli", *args]
+    if args and args[0] in ("serve", "send", "perf"):
+        argv += ["--token-file", str(_TOKEN)]
+    return argv
 
 
 def test_cli_send_serve_in_lab_then_down_leaves_nothing(
@@ -234,16 +292,27 @@ def test_tshark_decodes_a_lab_capture_of_mrc(make_lab: Callable[..., Lab], tmp_p
     ):
         pytest.skip("tshark and dumpcap/tcpdump are needed")
     lab = make_lab(SPEC)
-    pcap = tmp_path / "lab.pcap"
-    proc = lab.capture(1, 1, pcap, count=200)
-    time.sleep(0.7)  # let the capture start
+    # every plane of h1: which planes carry SACKs depends on ACK coalescing
+    pcaps = [tmp_path / f"plane{p}.pcap" for p in range(PLANES)]
+    procs = [lab.capture(1, p, pcaps[p]) for p in range(PLANES)]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(
+        f.exists() and f.stat().st_size >= 24 for f in pcaps
+    ):
+        time.sleep(0.05)  # until every capture has written its file header
+    time.sleep(0.3)
     out = _run(_transfer(lab, 2 << 20, tmp_path))
     assert out.ok and out.verified
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
+    time.sleep(1.0)
+    for proc in procs:
         proc.terminate()
-        proc.wait(timeout=5)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    pcap = pcaps[1]
     text = subprocess.run(
         [
             "tshark", "-n", "-r", str(pcap), "-o", "udp.ignore_ipv6_zero_checksum:TRUE",
@@ -264,3 +333,12 @@ def test_tshark_decodes_a_lab_capture_of_mrc(make_lab: Callable[..., Lab], tmp_p
     print(
         f"tshark: {len(rows)} RoCE packets on h1 plane 1, opcodes {sorted(hex(o) for o in opcodes)}"
     )
+    # openmrc's own dissector decodes the SACKs h1 sent back on plane 1
+    from tests.net.test_wireshark import tshark_fields
+
+    fields = ["openmrc.bth.opcode", "openmrc.sack.cack", "openmrc.sack.base", "openmrc.ev"]
+    sacks = [r for f in pcaps for r in tshark_fields(f, fields) if r[0] and int(r[0], 0) == 0xC0]
+    assert sacks, "no SACK decoded in the lab captures"
+    for _, cack, base, ev in sacks:
+        assert 0 <= int(cack) <= (2 << 20) // 1024 and int(base) >= int(cack)
+        assert int(ev, 0) & 0xF < PLANES  # a reflected EV of this lab's planes

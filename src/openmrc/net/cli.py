@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import json
 import math
 import os
 import signal
@@ -35,10 +36,19 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from openmrc import units
-from openmrc.net.control import ControlAddress, lab_control_path, remove_control_path
+from openmrc.net.control import (
+    ControlAddress,
+    ControlError,
+    default_token_path,
+    ensure_token,
+    lab_control_path,
+    load_token,
+    remove_control_path,
+)
 from openmrc.net.driver import (
     CONTROL_PORT,
     NetEndpoint,
@@ -47,6 +57,7 @@ from openmrc.net.driver import (
 )
 from openmrc.net.service import (
     MemoryServer,
+    ServerLimits,
     Session,
     VerifyResult,
     format_ev_counts,
@@ -164,13 +175,43 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         where, lab = _lab_where(args.lab, args.host, "--host", port)
         node = lab.host_node(where.ep_kwargs["host"])
         control = ControlAddress(path=str(lab_control_path(lab.name, node)))
+        if args.listen is not None:
+            raise InvalidArgument("--listen: not with --lab (the control socket is a Unix socket)")
     else:
         if args.host is not None:
             raise InvalidArgument("--host: only with --lab (a lab host name)")
-        bind = _ipv6("--bind", args.bind or "::")
+        listen = _ipv6("--listen", args.listen or "::1")
+        bind = _ipv6("--bind", args.bind or listen)
         where = _Where({"bind": bind, "port": port, "attr": driver_attr(args.planes)}, f"[{bind}]")
-        control = ControlAddress(host=bind, port=_port("--control-port", args.control_port))
-    return run(_serve(args, where, control, size))
+        control = ControlAddress(host=listen, port=_port("--control-port", args.control_port))
+    _positive("--max-sessions", args.max_sessions)
+    secret = _server_secret(args)
+    return run(_serve(args, where, control, size, secret))
+
+
+def _server_secret(args: argparse.Namespace) -> bytes:
+    """The control channel's secret: ``--token-file`` (created if missing) or the default."""
+    path = args.token_file or default_token_path()
+    try:
+        return ensure_token(path)
+    except (ControlError, OSError) as exc:
+        raise InvalidArgument(f"--token-file: {exc}") from None
+
+
+def _client_secret(args: argparse.Namespace) -> bytes:
+    """The secret the server wrote (``--token-file``, default the server's default file)."""
+    path = Path(args.token_file or default_token_path())
+    # A server started just before may not have written it yet: wait like the
+    # control connection does (--connect-timeout).
+    deadline = time.monotonic() + max(args.connect_timeout, 0.0)
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        return load_token(path)
+    except ControlError as exc:
+        raise InvalidArgument(
+            f"--token-file: {exc} (run 'openmrc serve' first, or copy its token file here)"
+        ) from None
 
 
 def _report_verify(r: VerifyResult) -> None:
@@ -188,7 +229,7 @@ def _report_verify(r: VerifyResult) -> None:
 
 
 async def _serve(
-    args: argparse.Namespace, where: _Where, control: ControlAddress, size: int
+    args: argparse.Namespace, where: _Where, control: ControlAddress, size: int, secret: bytes
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -196,12 +237,19 @@ async def _serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     async with NetEndpoint(**where.ep_kwargs) as ep:
-        server = MemoryServer(ep, size, on_verify=_report_verify)
+        server = MemoryServer(
+            ep,
+            size,
+            secret=secret,
+            limits=ServerLimits(max_sessions=args.max_sessions),
+            on_verify=_report_verify,
+        )
         await server.listen(control)
         try:
             _print(
                 f"openmrc serve: {where.label} data port {ep.port}, control {control}, "
-                f"region {size} bytes, {ep.attr.ev_profile.planes} planes"
+                f"region {size} bytes per session, {ep.attr.ev_profile.planes} planes, "
+                f"token {args.token_file or default_token_path()}"
             )
             while not stop.is_set():
                 closed = asyncio.ensure_future(server.session_closed.wait())
@@ -238,17 +286,20 @@ def _cmd_send(args: argparse.Namespace) -> int:
             data = bytearray(f.read())
     except OSError as exc:
         raise InvalidArgument(f"FILE: cannot read {args.file}: {exc.strerror}") from None
-    return run(_send(args, where, data, chunk))
+    secret = _client_secret(args)
+    return run(_send(args, where, data, chunk, secret))
 
 
-async def _send(args: argparse.Namespace, where: _Where, data: bytearray, chunk: int) -> int:
+async def _send(
+    args: argparse.Namespace, where: _Where, data: bytearray, chunk: int, secret: bytes
+) -> int:
     length = len(data)
     digest = hashlib.sha256(data).hexdigest()
     assert where.control is not None
     async with NetEndpoint(**where.ep_kwargs) as ep:
         local = ep.reg_mr(data if length else bytearray(1))
         _print(f"openmrc send: {args.file} ({length} bytes, sha256 {digest[:16]}...) {where.label}")
-        session = await Session.open(ep, where.control, timeout=args.connect_timeout)
+        session = await Session.open(ep, where.control, secret=secret, timeout=args.connect_timeout)
         async with session:
             result = await write_buffer(session, local, length, imm=args.seq, chunk=chunk)
             verdict = await session.verify(args.seq, length, digest, timeout=args.timeout)
@@ -308,7 +359,20 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     if not 1 <= args.qps <= 256:
         raise InvalidArgument(f"--qps: must be 1..256, got {args.qps}")
     _positive("--tx-depth", args.tx_depth)
-    return run(_perf(args, where))
+    if args.duration is not None and not 0 < args.duration <= 86400:
+        raise InvalidArgument(f"-D/--duration: must be 0..86400 seconds, got {args.duration}")
+    if args.interval is not None and not 0 < args.interval <= 3600:
+        raise InvalidArgument(f"-i/--interval: must be 0..3600 seconds, got {args.interval}")
+    if args.bidir and args.mode != "bw":
+        raise InvalidArgument("--bidir: only with --mode bw")
+    if args.all_sizes and args.mode != "bw":
+        raise InvalidArgument("-a/--all: only with --mode bw")
+    secret = _client_secret(args)
+    return run(_perf(args, where, secret))
+
+
+#: ``-a``: message sizes swept (perftest's 2 B .. 8 MiB, powers of two).
+SWEEP_SIZES = [1 << k for k in range(1, 24)]
 
 
 def _percentile(sorted_vals: list[float], q: float) -> float:
@@ -318,78 +382,183 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[k]
 
 
-async def _perf(args: argparse.Namespace, where: _Where) -> int:
+async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
     assert where.control is not None
-    size = args.size
+    sizes = SWEEP_SIZES if args.all_sizes else [args.size]
+    biggest = max(sizes)
     async with NetEndpoint(**where.ep_kwargs) as ep:
-        local = ep.reg_mr(bytearray(os.urandom(size)))
+        local = ep.reg_mr(bytearray(os.urandom(biggest)))
         mode = "write" if args.mode == "bw" else "pingpong"
+        if args.bidir:
+            mode = "bidir"
         session = await Session.open(
-            ep, where.control, qps=args.qps, mode=mode, local=local, timeout=args.connect_timeout
+            ep,
+            where.control,
+            secret=secret,
+            qps=args.qps,
+            mode=mode,
+            local=local,
+            timeout=args.connect_timeout,
         )
+        report: dict[str, Any] = {
+            "mode": args.mode,
+            "where": where.label,
+            "qps": args.qps,
+            "bidir": bool(args.bidir),
+            "results": [],
+        }
         async with session:
-            if size > session.remote.length:
+            sizes = [n for n in sizes if n <= session.remote.length]
+            if not sizes:
                 raise InvalidArgument(
-                    f"--size: {size} bytes exceed the server's region ({session.remote.length})"
+                    f"--size: {args.size} bytes exceed the server's region ({session.remote.length})"
                 )
-            _print(f"openmrc perf: {args.mode} {where.label}, {args.qps} QP(s), {size} B messages")
+            if not args.json:
+                _print(
+                    f"openmrc perf: {args.mode} {where.label}, {args.qps} QP(s), "
+                    f"{'sizes ' + str(sizes[0]) + '..' + str(sizes[-1]) if args.all_sizes else str(sizes[0]) + ' B messages'}"
+                    f"{', bidirectional' if args.bidir else ''}"
+                )
+            ok = True
             if args.mode == "bw":
-                ok = await _perf_bw(session, local, args)
+                if not args.json:
+                    _bw_header()
+                for size in sizes:
+                    row = await _perf_bw(session, local, size, args)
+                    report["results"].append(row)
+                    ok = ok and row["failures"] == 0
+                    if not args.json:
+                        _bw_row(row)
+                if not args.json:
+                    _print("-" * 86)
             else:
-                ok = await _perf_lat(session, local, args)
+                lat = await _perf_lat(session, local, args)
+                ok = lat is not None
+                if lat is not None:
+                    report["results"].append(lat)
+            if args.bidir:
+                report["server_tx"] = await session.perf_stats()
             retx = sum(c.qp.stats.retransmits for c in session.conns)
-            _print(f" retransmissions: {retx}")
+            report["retransmissions"] = retx
+            report["ok"] = ok
+            if args.json:
+                print(json.dumps(report, indent=1), flush=True)
+            else:
+                if args.bidir:
+                    st = report["server_tx"]
+                    _print(
+                        f" server -> client: {st['bytes']} bytes in {st['seconds']:.3f} s, "
+                        f"{st['gbps']:.3f} Gb/s ({st['failures']} failed WRITEs)"
+                    )
+                _print(f" retransmissions: {retx}")
         return 0 if ok else 1
 
 
-async def _perf_bw(session: Session, local: Any, args: argparse.Namespace) -> bool:
-    size, iters = args.size, args.iters
-    conns = session.conns
-    done_times: list[float] = []
-    failures = 0
-
-    async def drive(q: int, count: int) -> None:
-        nonlocal failures
-        conn = conns[q]
-        pending: list[int] = []
-        for _ in range(count):
-            if len(pending) >= args.tx_depth:
-                wc = await conn.wait_send(pending.pop(0))
-                failures += not wc.ok
-                done_times.append(time.perf_counter())
-            pending.append(conn.post_write(local, 0, size, session.remote, 0))
-        for wr in pending:
-            wc = await conn.wait_send(wr)
-            failures += not wc.ok
-            done_times.append(time.perf_counter())
-
-    share = [iters // len(conns) + (q < iters % len(conns)) for q in range(len(conns))]
-    t0 = time.perf_counter()
-    await asyncio.gather(*(drive(q, n) for q, n in enumerate(share) if n))
-    dt = time.perf_counter() - t0
-    done_times.sort()
-    k = max(1, iters // 10)
-    peak = 0.0
-    for i in range(len(done_times) - k):
-        span = done_times[i + k] - done_times[i]
-        if span > 0:
-            peak = max(peak, k * size * 8 / span / 1e9)
-    avg = iters * size * 8 / dt / 1e9
+def _bw_header() -> None:
     _print("-" * 86)
     _print(
         f" {'#bytes':<10} {'#iterations':<12} {'BW peak[Gb/sec]':<18} "
         f"{'BW average[Gb/sec]':<20} {'MsgRate[Mpps]':<14}"
     )
+
+
+def _bw_row(row: dict[str, Any]) -> None:
     _print(
-        f" {size:<10} {iters:<12} {max(peak, avg):<18.3f} {avg:<20.3f} {iters / dt / 1e6:<14.6f}"
+        f" {row['bytes']:<10} {row['iterations']:<12} {row['bw_peak_gbps']:<18.3f} "
+        f"{row['bw_avg_gbps']:<20.3f} {row['msg_rate_mpps']:<14.6f}"
     )
-    _print("-" * 86)
-    if failures:
+
+
+async def _perf_bw(
+    session: Session, local: Any, size: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """WRITE ``size``-byte messages (``--iters`` of them, or for ``-D`` seconds).
+
+    With ``-i`` a line per interval (or a JSON ``intervals`` list) reports the
+    bytes completed in it.
+    """
+    conns = session.conns
+    done_times: list[float] = []
+    failures = 0
+    duration = args.duration
+    iters = args.iters
+    t0 = time.perf_counter()
+    stop_at = t0 + duration if duration is not None else None
+    intervals: list[dict[str, float]] = []
+
+    async def drive(q: int, count: int | None) -> None:
+        nonlocal failures
+        conn = conns[q]
+        pending: list[int] = []
+        n = 0
+        while (count is None or n < count) and (stop_at is None or time.perf_counter() < stop_at):
+            if len(pending) >= args.tx_depth:
+                wc = await conn.wait_send(pending.pop(0))
+                failures += not wc.ok
+                done_times.append(time.perf_counter())
+            pending.append(conn.post_write(local, 0, size, session.remote, 0))
+            n += 1
+        for wr in pending:
+            wc = await conn.wait_send(wr)
+            failures += not wc.ok
+            done_times.append(time.perf_counter())
+
+    async def reporter() -> None:
+        assert args.interval is not None
+        start, seen = t0, 0
+        while True:
+            await asyncio.sleep(args.interval)
+            now, count = time.perf_counter(), len(done_times)
+            gbps = (count - seen) * size * 8 / (now - start) / 1e9
+            item = {"start": start - t0, "end": now - t0, "bytes": (count - seen) * size,
+                    "gbps": gbps}  # fmt: skip
+            intervals.append(item)
+            if not args.json:
+                _print(
+                    f" [{item['start']:7.2f}-{item['end']:7.2f} s] {item['bytes']:>12} bytes "
+                    f"{gbps:9.3f} Gb/s"
+                )
+            start, seen = now, count
+
+    if duration is not None:
+        share: list[int | None] = [None] * len(conns)
+    else:
+        share = [iters // len(conns) + (q < iters % len(conns)) for q in range(len(conns))]
+    rep = asyncio.create_task(reporter()) if args.interval else None
+    try:
+        await asyncio.gather(*(drive(q, n) for q, n in enumerate(share) if n is None or n))
+    finally:
+        if rep is not None:
+            rep.cancel()
+    dt = time.perf_counter() - t0
+    count = len(done_times)
+    done_times.sort()
+    k = max(1, count // 10)
+    peak = 0.0
+    for i in range(len(done_times) - k):
+        span = done_times[i + k] - done_times[i]
+        if span > 0:
+            peak = max(peak, k * size * 8 / span / 1e9)
+    avg = count * size * 8 / dt / 1e9 if dt > 0 else 0.0
+    row: dict[str, Any] = {
+        "bytes": size,
+        "iterations": count,
+        "seconds": dt,
+        "bw_peak_gbps": max(peak, avg),
+        "bw_avg_gbps": avg,
+        "msg_rate_mpps": count / dt / 1e6 if dt > 0 else 0.0,
+        "failures": failures,
+    }
+    if args.interval:
+        row["intervals"] = intervals
+    if failures and not args.json:
         _print(f" FAILED: {failures} WRITEs completed with an error")
-    return failures == 0
+    return row
 
 
-async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> bool:
+async def _perf_lat(
+    session: Session, local: Any, args: argparse.Namespace
+) -> dict[str, Any] | None:
     size, iters = args.size, args.iters
     conn = session.conns[0]
     warmup = min(10, iters)
@@ -403,12 +572,25 @@ async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> b
         wc = await conn.wait_send(wr)
         if not wc.ok or not back.ok or back.imm_data != i & 0xFFFFFFFF:
             _print(f" FAILED at iteration {i}: {wc.status.value} / {back.status.value}")
-            return False
+            return None
         if i >= warmup:
             samples.append(rtt / 2 * 1e6)
     s = sorted(samples)
     avg = sum(s) / len(s)
     stdev = math.sqrt(sum((x - avg) ** 2 for x in s) / len(s))
+    row = {
+        "bytes": size,
+        "iterations": iters,
+        "t_min_us": s[0],
+        "t_max_us": s[-1],
+        "t_typical_us": _percentile(s, 0.5),
+        "t_avg_us": avg,
+        "t_stdev_us": stdev,
+        "p99_us": _percentile(s, 0.99),
+        "p999_us": _percentile(s, 0.999),
+    }
+    if args.json:
+        return row
     _print("-" * 118)
     _print(
         f" {'#bytes':<8} {'#iterations':<12} {'t_min[usec]':<12} {'t_max[usec]':<12} "
@@ -420,7 +602,38 @@ async def _perf_lat(session: Session, local: Any, args: argparse.Namespace) -> b
         f"{avg:<12.2f} {stdev:<14.2f} {_percentile(s, 0.99):<21.2f} {_percentile(s, 0.999):<22.2f}"
     )
     _print("-" * 118)
-    return True
+    return row
+
+
+# ----- wireshark --------------------------------------------------------------------------
+
+
+def dissector_path() -> Path:
+    """The Lua dissector shipped with the package (``openmrc/net/openmrc.lua``)."""
+    return Path(__file__).with_name("openmrc.lua")
+
+
+def personal_plugins_dir() -> Path:
+    """Wireshark's personal Lua plugins folder on Linux (``~/.local/lib/wireshark/plugins``)."""
+    return Path.home() / ".local" / "lib" / "wireshark" / "plugins"
+
+
+def _cmd_wireshark(args: argparse.Namespace) -> int:
+    """Print the dissector's path, or install it into the personal plugins folder."""
+    src = dissector_path()
+    if not args.install:
+        _print(str(src))
+        _print(f"use: tshark -X lua_script:{src} -r FILE.pcap   (or openmrc wireshark --install)")
+        return 0
+    dest_dir = Path(args.dir) if args.dir else personal_plugins_dir()
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / src.name
+        dest.write_bytes(src.read_bytes())
+    except OSError as exc:
+        raise InvalidArgument(f"--dir: cannot write to {dest_dir}: {exc.strerror}") from None
+    _print(f"installed {dest} (Wireshark and tshark load it at start)")
+    return 0
 
 
 # ----- registration -----------------------------------------------------------------------
@@ -446,7 +659,17 @@ def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
     p.add_argument("--lab", metavar="NAME", help="run as a host of this namespace lab")
     if server:
         p.add_argument("--host", metavar="H", help="lab host to serve on (with --lab), e.g. h1")
-        p.add_argument("--bind", metavar="ADDR", help="IPv6 address to listen on (default ::)")
+        p.add_argument(
+            "--listen",
+            metavar="ADDR",
+            help="IPv6 address of the TCP control channel (default ::1: loopback only)",
+        )
+        p.add_argument(
+            "--bind", metavar="ADDR", help="IPv6 address of the UDP data socket (default: --listen)"
+        )
+        p.add_argument(
+            "--max-sessions", type=int, default=4, help="concurrent client sessions (default 4)"
+        )
     else:
         p.add_argument("--to", required=True, metavar="HOST", help="lab host (h1) or IPv6 address")
         p.add_argument("--from", dest="from_host", metavar="H", help="lab host to send from")
@@ -469,6 +692,12 @@ def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
         type=int,
         default=CONTROL_PORT,
         help=f"TCP control port for plain IPv6 peers (default {CONTROL_PORT})",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"the control channel's shared secret (default {default_token_path()}; "
+        + ("'serve' creates it, mode 0600, if missing)" if server else "written by 'serve')"),
     )
     p.add_argument(
         "--planes", type=int, default=8, help="EV planes without a lab (default 8; lab: its planes)"
@@ -515,4 +744,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--qps", type=int, default=1, help="QPs (bw mode spreads over them)")
     p.add_argument("--tx-depth", type=int, default=32, help="WRITEs in flight per QP (32)")
     p.add_argument("--timeout", type=float, default=10.0, help="per-iteration timeout (lat)")
+    p.add_argument(
+        "-D", "--duration", type=float, metavar="S", help="bw: run S seconds (not --iters)"
+    )
+    p.add_argument("-i", "--interval", type=float, metavar="S", help="bw: report every S seconds")
+    p.add_argument("-J", "--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--bidir", action="store_true", help="bw: the server WRITEs back at the same time"
+    )
+    p.add_argument(
+        "-a", "--all", dest="all_sizes", action="store_true",
+        help="bw: sweep message sizes 2 B .. 8 MiB (powers of two, up to the region)",
+    )  # fmt: skip
     p.set_defaults(func=_guard(_cmd_perf))
+
+    p = subparsers.add_parser(
+        "wireshark",
+        help="the Wireshark Lua dissector for openmrc's MRC headers: path or --install",
+        description="Print the path of openmrc's Wireshark dissector (use it with tshark "
+        "-X lua_script:PATH), or --install it into the personal Lua plugins folder.",
+    )
+    p.add_argument("--install", action="store_true", help="copy it to the plugins folder")
+    p.add_argument(
+        "--dir", metavar="DIR", help="plugins folder (default ~/.local/lib/wireshark/plugins)"
+    )
+    p.set_defaults(func=_guard(_cmd_wireshark))

@@ -72,7 +72,10 @@ CSID_BEHAVIOUR = "action End flavors next-csid lblen 32 nflen 16"
 #: Policy-routing table on hosts holding the End.DT6 decapsulation routes.
 DECAP_TABLE = 100
 #: Fault modes.
-MODES = ("down", "silent", "loss")
+MODES = ("down", "silent", "loss", "ecn")
+#: MTU of every veth (jumbo): an MRC data packet (4096-byte payload + 108 bytes of
+#: headers) crosses the fabric unfragmented, as RoCE requires.
+VETH_MTU = 9000
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9]{1,24}$")
 
@@ -314,13 +317,14 @@ class LabPlan:
         for link in self.links.values():
             a, b = link.a, link.b
             lines.append(
-                f"link add name {a.ifname} address {a.mac} netns {a.netns} type veth "
-                f"peer name {b.ifname} address {b.mac} netns {b.netns}"
+                f"link add name {a.ifname} address {a.mac} netns {a.netns} mtu {VETH_MTU} "
+                f"type veth peer name {b.ifname} address {b.mac} netns {b.netns} mtu {VETH_MTU}"
             )
         for sw in self.switch_names:
             ns = self.netns(sw)
             lines.append(
-                f"link add name {ANCHOR_IF} netns {ns} type veth peer name {ANCHOR_PEER} netns {ns}"
+                f"link add name {ANCHOR_IF} netns {ns} mtu {VETH_MTU} type veth "
+                f"peer name {ANCHOR_PEER} netns {ns} mtu {VETH_MTU}"
             )
         return lines
 
@@ -417,7 +421,10 @@ class Fault:
 
     ``mode``: ``down`` (clean: interfaces admin-down, carriers drop), ``silent``
     (black hole, every interface keeps carrier: nftables drops everything) or
-    ``loss`` (nftables drops ``percent`` % at random, both directions).
+    ``loss`` (nftables drops ``percent`` % at random, both directions) or
+    ``ecn`` (nftables marks ECN CE on every packet above ``rate`` packets/s,
+    both directions: ``limit rate over N/second ip6 ecn set ce``; this kernel
+    has no RED qdisc, so marking is by rate, not by queue length).
     ``down``: the ``[netns, ifname]`` pairs set down; ``nft``: the
     ``[netns, table]`` nftables tables (family ``inet``) created.
     """
@@ -427,18 +434,28 @@ class Fault:
     mode: str
     percent: float | None = None
     down: list[list[str]] = field(default_factory=list)
+    rate: int | None = None
     nft: list[list[str]] = field(default_factory=list)
 
     def describe(self) -> str:
         """Short text, e.g. ``loss 50%`` or ``silent``."""
         if self.mode == "loss":
             return f"loss {self.percent:g}%"
+        if self.mode == "ecn":
+            return f"ECN CE above {self.rate} packets/s"
         return self.mode
 
 
 def _nft_table(name: str, chains: list[str]) -> str:
     body = "\n".join(f"  {c}" for c in chains)
     return f"add table inet {name}\ndelete table inet {name}\ntable inet {name} {{\n{body}\n}}\n"
+
+
+def _fault_rule(fault: Fault) -> str:
+    """The nftables statement a ``silent``/``loss``/``ecn`` fault applies to each packet."""
+    if fault.mode == "ecn":
+        return f"limit rate over {fault.rate}/second ip6 ecn set ce"
+    return _drop_rule(fault.percent)
 
 
 def _drop_rule(percent: float | None) -> str:
@@ -713,7 +730,9 @@ class Lab:
         _, name = self._canonical(target)
         return next((f for f in self.faults if f.target == name), None)
 
-    def fail(self, target: str, mode: str = "down", percent: float | None = None) -> Fault:
+    def fail(
+        self, target: str, mode: str = "down", percent: float | None = None, rate: int | None = None
+    ) -> Fault:
         """Fail a link (``h0-p0t0x0``, ``p0t0x0-p0t1x1``) or a switch (``p0t1x1``).
 
         Links: ``down`` sets both ends down (both see carrier loss);
@@ -722,7 +741,9 @@ class Lab:
         ``loss`` drops ``percent`` % at random there, both directions.
         Switches: ``down`` sets all its ports down; ``silent`` keeps them up and
         drops every packet (prerouting and output); ``loss`` drops ``percent`` %
-        of all packets it receives.  A target already failed is restored first.
+        of all packets it receives.  ``ecn`` (links and switches) marks CE on
+        every packet above ``rate`` packets/s.  A target already failed is
+        restored first.
         """
         if mode not in MODES:
             raise LabError(f"fault mode: must be one of {', '.join(MODES)}, got {mode!r}")
@@ -731,11 +752,16 @@ class Lab:
                 raise LabError(f"loss percent: must be between 0 and 100, got {percent}")
         else:
             percent = None
+        if mode == "ecn":
+            if not isinstance(rate, int) or isinstance(rate, bool) or not 0 < rate <= 10**9:
+                raise LabError(f"ecn rate: must be 1..10^9 packets/s, got {rate!r}")
+        else:
+            rate = None
         with self._locked():
             kind, name = self._canonical(target)
             if self.fault(name) is not None:
                 self.restore(name)
-            fault = Fault(name, kind, mode, percent)
+            fault = Fault(name, kind, mode, percent, rate=rate)
             if kind == "link":
                 link = self.plan.links[name]
                 far = link.b
@@ -761,7 +787,7 @@ class Lab:
         for ns, ifname in fault.down:
             by_ns.setdefault(ns, []).append(f"link set {ifname} down")
         nsmod.ip_batches(by_ns)
-        rule = _drop_rule(fault.percent)
+        rule = _fault_rule(fault)
         for ns, table in fault.nft:
             if fault.kind == "link":
                 ifname = self.plan.links[fault.target].b.ifname

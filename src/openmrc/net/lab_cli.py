@@ -101,8 +101,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_down(args: argparse.Namespace) -> int:
     """Remove a lab (or all labs): namespaces, veths, nft tables, state file."""
-    removed = down_lab(args.name)
-    what = f"lab {args.name}" if args.name else "all labs"
+    if args.all and args.name is not None:
+        _err("down: give --name or --all, not both")
+        return 2
+    name = None if args.all else (args.name or DEFAULT_NAME)
+    removed = down_lab(name)
+    what = f"lab {name}" if name else "all labs"
     print(f"{what} down: {len(removed)} namespaces removed")
     return 0
 
@@ -110,8 +114,11 @@ def _cmd_down(args: argparse.Namespace) -> int:
 def _cmd_fail(args: argparse.Namespace) -> int:
     """Fail a link or switch."""
     lab = Lab.load(args.name)
-    mode = "silent" if args.silent else "loss" if args.loss is not None else "down"
-    fault = lab.fail(args.target, mode, args.loss)
+    if args.ecn is not None:
+        mode = "ecn"
+    else:
+        mode = "silent" if args.silent else "loss" if args.loss is not None else "down"
+    fault = lab.fail(args.target, mode, args.loss, rate=args.ecn)
     print(f"{fault.kind} {fault.target}: {fault.describe()}")
     return 0
 
@@ -191,8 +198,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _add_name(p)
     p.set_defaults(func=_guard(_cmd_status))
 
-    p = sub.add_parser("down", help="remove a lab (default: every omrc-* namespace)")
-    _add_name(p, None)
+    p = sub.add_parser("down", help=f"remove a lab (default: {DEFAULT_NAME!r}; --all: every lab)")
+    p.add_argument("--name", default=None, help=f"lab name (default: {DEFAULT_NAME})")
+    p.add_argument("--all", action="store_true", help="remove every lab (every omrc-* namespace)")
     p.set_defaults(func=_guard(_cmd_down))
 
     p = sub.add_parser("fail", help="fail a link or a switch")
@@ -200,6 +208,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g = p.add_mutually_exclusive_group()
     g.add_argument("--silent", action="store_true", help="black hole, carriers stay up")
     g.add_argument("--loss", type=float, metavar="P", help="drop P percent at random")
+    g.add_argument(
+        "--ecn",
+        type=int,
+        metavar="RATE",
+        help="mark ECN CE on every packet above RATE packets/s (nftables)",
+    )
     _add_name(p)
     p.set_defaults(func=_guard(_cmd_fail))
 

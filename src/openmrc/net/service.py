@@ -2,17 +2,28 @@
 
 The control protocol (one JSON object per line, see :mod:`openmrc.net.control`):
 
+``challenge`` (server -> client, on connect)
+    ``{"op": "challenge", "version": 1, "nonce": hex}``.
 ``hello`` (client -> server)
-    ``{"op": "hello", "version": 1, "peer": {...}, "qpns": [..], "attr": {...},
-    "mode": "write" | "pingpong", "mr": {...} | null}``: the client's identity
-    (a lab host index or a UDP port; a plain peer's address defaults to the
-    TCP source address), its QP numbers, the QP attributes both ends use (EV
-    profile planes, MTU...), and, for ``pingpong``, the client region the
-    server writes back into.
+    ``{"op": "hello", "version": 1, "auth": {"nonce": hex, "mac": hex},
+    "peer": {...}, "qpns": [..], "attr": {...}, "mode": "write" | "pingpong",
+    "mr": {...} | null}``: ``auth.mac`` is HMAC-SHA256(secret, role "client",
+    both nonces), so the secret never crosses the wire; the client's identity
+    (a lab host index, or a UDP port: a plain peer's address is the TCP source
+    address), its QP numbers, the QP attributes both ends use (EV profile
+    planes, MTU...), and, for ``pingpong``, the client region the server
+    writes back into.  Every field is checked (:meth:`MemoryServer.check_hello`)
+    against :class:`ServerLimits`.
 ``welcome`` (server -> client)
     ``{"op": "welcome", "qpns": [..], "mr": {"addr", "rkey", "length"},
-    "peer": {...}}``: one server QP per client QP, already connected, with
-    receives posted for WRITE_WITH_IMMs.
+    "peer": {...}, "auth": {"mac": hex}}``: one server QP per client QP,
+    already connected, with receives posted for WRITE_WITH_IMMs, and the
+    session's own region (its own rkey); ``auth.mac`` (role "server") proves
+    the server knows the secret too.
+``error`` (server -> client)
+    ``{"op": "error", "field": name, "message": text}`` for every refused
+    request (the connection is closed after a refused hello or a malformed
+    line).
 ``verify`` -> ``verified``
     ``{"op": "verify", "qp": i, "imm": seq, "length": n, "sha256": hex}``: the
     server waits for the WRITE_WITH_IMM carrying ``seq`` on QP ``i`` (MRC
@@ -31,15 +42,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import ipaddress
+import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from openmrc.net.control import (
+    BadMessage,
     ControlAddress,
     ControlChannel,
     ControlError,
+    auth_mac,
+    check_mac,
+    new_nonce,
     open_control,
     start_control_server,
 )
@@ -54,10 +72,13 @@ from openmrc.net.driver import (
     attr_to_json,
     peer_from_json,
 )
+from openmrc.transport import QPAttr
 from openmrc.transport.errors import InvalidArgument, MrcError
 from openmrc.transport.ev import ev_path, ev_plane
 
 PROTOCOL_VERSION = 1
+#: Bytes per WRITE the server sends back in ``bidir`` mode.
+BIDIR_MESSAGE = 65536
 #: Receives kept posted per server QP (for WRITE_WITH_IMMs).
 RECV_DEPTH = 64
 
@@ -109,13 +130,79 @@ class VerifyResult:
     tx_by_ev: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass
+class ServerLimits:
+    """What one :class:`MemoryServer` grants: caps per session and per server.
+
+    A hello asking for more is refused with an error naming the field.
+    """
+
+    max_sessions: int = 4
+    max_qps: int = 16
+    max_evs_per_qp: int = 1024
+    max_evs_per_session: int = 4096
+    max_line: int = 64 << 10
+    hello_timeout: float = 10.0
+    max_verify_timeout: float = 600.0
+
+
+class HelloError(ValueError):
+    """A refused request: ``field`` names what was wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+_HELLO_FIELDS = frozenset({"op", "version", "auth", "peer", "qpns", "attr", "mode", "mr"})
+
+
+@dataclass
+class Hello:
+    """A validated hello: everything the server needs to build a session."""
+
+    peer: LabPeer | PlainPeer
+    qpns: list[int]
+    attr: QPAttr
+    mode: str
+    client_mr: RemoteMR | None
+
+
+def _error(field: str, message: str) -> dict[str, Any]:
+    return {"op": "error", "field": field, "message": f"{field}: {message}"}
+
+
+def _same_address(a: str, b: str) -> bool:
+    try:
+        x, y = ipaddress.ip_address(a.split("%")[0]), ipaddress.ip_address(b.split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(x, ipaddress.IPv6Address) and x.ipv4_mapped is not None:
+        x = x.ipv4_mapped
+    if isinstance(y, ipaddress.IPv6Address) and y.ipv4_mapped is not None:
+        y = y.ipv4_mapped
+    return x == y
+
+
+def _unicast6(text: str) -> bool:
+    try:
+        a = ipaddress.IPv6Address(text.split("%")[0])
+    except ValueError:
+        return False
+    return not (a.is_multicast or a.is_unspecified)
+
+
 class _ServerSession:
-    """One client's QPs on the server and the tasks that serve their receives."""
+    """One client's QPs on the server, its own memory region, and the receive tasks."""
 
     def __init__(self, server: MemoryServer, mode: str, client_mr: RemoteMR | None) -> None:
         self.server = server
         self.mode = mode
         self.client_mr = client_mr
+        # A protection domain per session: its rkey works only for its own QPs.
+        self.pd = server.ep.alloc_pd()
+        self.buffer = bytearray(server.size)
+        self.mr: LocalMR = server.ep.reg_mr(self.buffer, self.pd)
         self.conns: list[Connection] = []
         self.imms: list[dict[int, Any]] = []
         self.events: list[asyncio.Event] = []
@@ -123,23 +210,50 @@ class _ServerSession:
         self.started = time.monotonic()
         self.rx0 = dict(server.ep.rx_by_ev)
         self.tx0 = dict(server.ep.tx_by_ev)
+        self.closed = False
+        self.tx_bytes = 0
+        self.tx_failures = 0
 
     async def _serve_recvs(self, i: int) -> None:
         conn = self.conns[i]
         seen, event = self.imms[i], self.events[i]
-        mr = self.server.mr
         n = 0
         while True:
-            wc = await conn.wait_recv()
+            try:
+                wc = await conn.wait_recv()
+            except ConnectionError:
+                return
             n += 1
             conn.post_recv(RECV_DEPTH + n)
             if self.mode == "pingpong" and self.client_mr is not None and wc.ok:
+                length = min(wc.byte_len, self.mr.length)
                 conn.post_write(
-                    mr, 0, wc.byte_len, self.client_mr, 0, imm=wc.imm_data, signaled=False
+                    self.mr, 0, length, self.client_mr, 0, imm=wc.imm_data, signaled=False
                 )
             else:
-                seen[wc.imm_data] = wc
+                if len(seen) >= RECV_DEPTH * 64:
+                    seen.pop(next(iter(seen)))  # bounded: the oldest immediates go first
+                if wc.imm_data is not None:
+                    seen[wc.imm_data] = wc
                 event.set()
+
+    async def _write_back(self, i: int) -> None:
+        """``bidir``: WRITE the client's region over and over (64 KiB, 32 in flight)."""
+        assert self.client_mr is not None
+        conn = self.conns[i]
+        size = min(BIDIR_MESSAGE, self.client_mr.length, self.mr.length)
+        pending: deque[int] = deque()
+        try:
+            while True:
+                if len(pending) >= 32:
+                    wc = await conn.wait_send(pending.popleft())
+                    if not wc.ok:
+                        self.tx_failures += 1
+                        return
+                    self.tx_bytes += size
+                pending.append(conn.post_write(self.mr, 0, size, self.client_mr, 0))
+        except (ConnectionError, MrcError):
+            return
 
     async def wait_imm(self, i: int, imm: int, timeout: float) -> bool:
         """Wait until QP ``i`` received the WRITE_WITH_IMM carrying ``imm``."""
@@ -154,17 +268,25 @@ class _ServerSession:
         return True
 
     def close(self) -> None:
+        """Destroy the QPs and deregister the region (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
         for t in self.tasks:
             t.cancel()
         for conn in self.conns:
             self.server.ep.destroy_connection(conn)
+        self.server.ep.dereg_mr(self.mr)
 
 
 class MemoryServer:
-    """The responder: exposes one memory region to clients over the control channel.
+    """The responder: gives each authenticated client its own memory region.
 
-    ``on_verify`` is called with every :class:`VerifyResult` (the CLI prints
-    statistics and "hash OK" there).
+    Clients prove they know ``secret`` (HMAC-SHA256 challenge-response, the
+    secret never crosses the wire); each session gets a fresh region of
+    ``size`` bytes with its own rkey, freed when the session ends.
+    ``limits`` caps what a hello may ask for.  ``on_verify`` is called with
+    every :class:`VerifyResult` (the CLI prints statistics and "hash OK").
     """
 
     def __init__(
@@ -172,40 +294,50 @@ class MemoryServer:
         ep: NetEndpoint,
         size: int,
         *,
+        secret: bytes,
+        limits: ServerLimits | None = None,
         on_verify: Callable[[VerifyResult], None] | None = None,
+        on_log: Callable[[str], None] | None = None,
         verify_timeout: float = 60.0,
     ) -> None:
         if size <= 0:
             raise InvalidArgument(f"size: must be positive, got {size}")
+        if not isinstance(secret, bytes) or len(secret) < 16:
+            raise InvalidArgument("secret: must be at least 16 bytes")
         self.ep = ep
-        self.buffer = bytearray(size)
-        self.mr: LocalMR = ep.reg_mr(self.buffer)
+        self.size = size
+        self.secret = secret
+        self.limits = limits or ServerLimits()
         self.on_verify = on_verify
         self.verify_timeout = verify_timeout
         self.results: list[VerifyResult] = []
+        self.sessions: set[_ServerSession] = set()
         self.sessions_done = 0
+        self.refused = 0
         self.session_closed = asyncio.Event()
+        self._log = RateLimitedLog(on_log)
         self._server: asyncio.AbstractServer | None = None
 
     async def listen(self, addr: ControlAddress) -> None:
         """Start accepting control connections at ``addr``."""
-        self._server = await start_control_server(addr, self.handle, netns=self.ep.netns)
+        self._server = await start_control_server(
+            addr,
+            self.handle,
+            netns=self.ep.netns,
+            max_line=self.limits.max_line,
+            on_error=lambda exc: self._log(f"control: internal error: {exc!r}"),
+        )
 
     async def close(self) -> None:
-        """Stop accepting control connections."""
+        """Stop accepting control connections and end every session."""
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
             self._server = None
-
-    def _client_peer(self, hello: dict[str, Any], ch: ControlChannel) -> LabPeer | PlainPeer:
-        peer = hello.get("peer")
-        if isinstance(peer, dict) and peer.get("kind") == "addr":
-            addr = peer.get("addr")
-            if not addr or addr == "::":
-                peer = {**peer, "addr": ch.peer_address() or "::1"}
-        return peer_from_json(peer)
+        for session in list(self.sessions):
+            session.close()
+        self.sessions.clear()
 
     def _my_peer(self, ch: ControlChannel) -> dict[str, Any]:
         peer = self.ep.local_peer
@@ -213,47 +345,150 @@ class MemoryServer:
             peer = PlainPeer(ch.local_address() or peer.addr, peer.port)
         return peer.to_json()
 
+    def check_hello(self, hello: dict[str, Any], source: str | None) -> Hello:
+        """Validate every field of an (authenticated) hello; :class:`HelloError` names the bad one.
+
+        ``source`` is the control connection's peer address (None on a Unix
+        socket): a plain peer's address must be that one.
+        """
+        lim = self.limits
+        for key in hello:
+            if key not in _HELLO_FIELDS:
+                raise HelloError(f"hello.{str(key)[:40]}", "unknown field")
+        # peer
+        peer_j = hello.get("peer")
+        if not isinstance(peer_j, dict):
+            raise HelloError("peer", "must be an object")
+        if peer_j.get("kind") == "addr":
+            addr = peer_j.get("addr")
+            if source is None:
+                # A Unix socket (mode 0600): only local root reaches it; the
+                # address must still be a real unicast IPv6 address.
+                if not isinstance(addr, str) or not _unicast6(addr):
+                    raise HelloError("peer.addr", f"must be a unicast IPv6 address, got {addr!r}")
+            elif addr is None or addr in ("", "::"):
+                peer_j = {**peer_j, "addr": source}
+            elif not isinstance(addr, str) or not _same_address(addr, source):
+                raise HelloError(
+                    "peer.addr", f"must be this connection's address ({source}), got {addr!r}"
+                )
+            else:
+                peer_j = {**peer_j, "addr": source}
+        try:
+            peer = peer_from_json(peer_j)
+        except InvalidArgument as exc:
+            raise HelloError(str(exc).split(":")[0], str(exc).split(": ", 1)[-1]) from None
+        if isinstance(peer, LabPeer):
+            lab = self.ep.lab
+            if lab is None or source is not None:
+                raise HelloError(
+                    "peer.kind", "a lab client needs a lab server over its Unix socket"
+                )
+            if peer.host >= lab.topology.spec.hosts or peer.host == self.ep.host:
+                raise HelloError("peer.host", f"not another host of lab {lab.name}: {peer.host}")
+        # qpns
+        qpns = hello.get("qpns")
+        if not isinstance(qpns, list) or not 1 <= len(qpns) <= lim.max_qps:
+            raise HelloError("qpns", f"must list 1..{lim.max_qps} QP numbers")
+        for q in qpns:
+            if isinstance(q, bool) or not isinstance(q, int) or not 0 < q < 1 << 24:
+                raise HelloError("qpns", f"each must be an int in 1..2^24-1, got {q!r}")
+        if len(set(qpns)) != len(qpns):
+            raise HelloError("qpns", "must be distinct")
+        # attr
+        try:
+            attr = attr_from_json(hello.get("attr", {}))
+        except InvalidArgument as exc:
+            text = str(exc)
+            raise HelloError(text.split(":")[0], text.split(": ", 1)[-1]) from None
+        evs = attr.ev_profile.ev_count
+        if evs > lim.max_evs_per_qp:
+            raise HelloError("attr.ev_count", f"at most {lim.max_evs_per_qp} EVs per QP, got {evs}")
+        if evs * len(qpns) > lim.max_evs_per_session:
+            raise HelloError(
+                "attr.ev_count",
+                f"{len(qpns)} QPs x {evs} EVs exceed {lim.max_evs_per_session} per session",
+            )
+        if attr.mtu > self.ep.attr.mtu:
+            raise HelloError(
+                "attr.mtu", f"at most this server's {self.ep.attr.mtu}, got {attr.mtu}"
+            )
+        # mode and region
+        mode = hello.get("mode", "write")
+        if mode not in ("write", "pingpong", "bidir"):
+            raise HelloError("mode", f"must be write, pingpong or bidir, got {str(mode)[:40]!r}")
+        mr_j = hello.get("mr")
+        client_mr = None
+        if mr_j is not None:
+            try:
+                client_mr = RemoteMR.from_json(mr_j)
+            except InvalidArgument as exc:
+                raise HelloError("mr", str(exc)) from None
+            if (
+                client_mr.rkey >= 1 << 32
+                or client_mr.addr >= 1 << 64
+                or client_mr.length >= 1 << 48
+            ):
+                raise HelloError("mr", "addr/rkey/length out of range")
+        if mode in ("pingpong", "bidir") and client_mr is None:
+            raise HelloError("mr", f"{mode} needs the client's region")
+        return Hello(peer, list(qpns), attr, mode, client_mr)
+
+    async def _refuse(self, ch: ControlChannel, field: str, message: str) -> None:
+        self.refused += 1
+        self._log(f"control: refused {ch.peer_address() or 'unix client'}: {field}: {message}")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ch.send(_error(field, message)), 5.0)
+
     async def handle(self, ch: ControlChannel) -> None:
-        """Serve one control connection (one client session)."""
+        """Serve one control connection (one client session); never raises."""
         session: _ServerSession | None = None
         try:
-            hello = await ch.recv(30.0)
-            if hello["op"] != "hello" or hello.get("version") != PROTOCOL_VERSION:
-                await ch.send({"op": "error", "message": f"expected hello v{PROTOCOL_VERSION}"})
-                return
+            nonce = new_nonce()
+            await ch.send({"op": "challenge", "version": PROTOCOL_VERSION, "nonce": nonce})
+            hello = await ch.recv(self.limits.hello_timeout)
+            if hello["op"] != "hello":
+                return await self._refuse(ch, "op", f"expected hello, got {hello['op'][:40]!r}")
+            if hello.get("version") != PROTOCOL_VERSION:
+                return await self._refuse(ch, "version", f"must be {PROTOCOL_VERSION}")
+            auth = hello.get("auth")
+            cnonce = auth.get("nonce") if isinstance(auth, dict) else None
+            if not isinstance(cnonce, str) or not 16 <= len(cnonce) <= 128:
+                return await self._refuse(ch, "auth", "missing (a nonce and a mac are needed)")
+            if not check_mac(self.secret, "client", nonce, cnonce, auth.get("mac")):  # type: ignore[union-attr]
+                return await self._refuse(ch, "auth", "wrong mac (the secret does not match)")
             try:
-                peer = self._client_peer(hello, ch)
-                attr = attr_from_json(hello.get("attr", {}))
-                qpns = hello.get("qpns")
-                if not isinstance(qpns, list) or not qpns or len(qpns) > 256:
-                    raise InvalidArgument("qpns: must list 1..256 QP numbers")
-                mode = hello.get("mode", "write")
-                if mode not in ("write", "pingpong"):
-                    raise InvalidArgument(f"mode: must be write or pingpong, got {mode!r}")
-                client_mr = RemoteMR.from_json(hello["mr"]) if hello.get("mr") else None
-                if mode == "pingpong" and client_mr is None:
-                    raise InvalidArgument("mr: pingpong needs the client's region")
-                if isinstance(peer, LabPeer) and self.ep.lab is None:
-                    raise InvalidArgument("peer: a lab client needs a lab server (--lab/--host)")
-            except (InvalidArgument, MrcError, KeyError, TypeError, ValueError) as exc:
-                await ch.send({"op": "error", "message": str(exc)})
-                return
-            session = _ServerSession(self, mode, client_mr)
-            for i, qpn in enumerate(qpns):
-                conn = self.ep.create_connection()
-                conn.connect(int(qpn), peer, attr)
+                h = self.check_hello(hello, ch.peer_address())
+            except HelloError as exc:
+                return await self._refuse(ch, exc.field, str(exc).split(": ", 1)[-1])
+            if len(self.sessions) >= self.limits.max_sessions:
+                return await self._refuse(
+                    ch, "sessions", f"this server already has {self.limits.max_sessions} sessions"
+                )
+            session = _ServerSession(self, h.mode, h.client_mr)
+            self.sessions.add(session)
+            for i, qpn in enumerate(h.qpns):
+                conn = self.ep.create_connection(pd=session.pd)
+                session.conns.append(conn)
+                try:
+                    conn.connect(qpn, h.peer, h.attr)
+                except InvalidArgument as exc:  # e.g. the path MTU is too small
+                    field = "attr.mtu" if str(exc).startswith("mtu") else "peer"
+                    return await self._refuse(ch, field, str(exc).split(": ", 1)[-1])
                 for k in range(RECV_DEPTH):
                     conn.post_recv(k)
-                session.conns.append(conn)
                 session.imms.append({})
                 session.events.append(asyncio.Event())
                 session.tasks.append(asyncio.create_task(session._serve_recvs(i)))
+                if h.mode == "bidir":
+                    session.tasks.append(asyncio.create_task(session._write_back(i)))
             await ch.send(
                 {
                     "op": "welcome",
                     "qpns": [c.qpn for c in session.conns],
-                    "mr": self.mr.remote().to_json(),
+                    "mr": session.mr.remote().to_json(),
                     "peer": self._my_peer(ch),
+                    "auth": {"mac": auth_mac(self.secret, "server", nonce, cnonce)},
                 }
             )
             while True:
@@ -261,33 +496,63 @@ class MemoryServer:
                 op = msg["op"]
                 if op == "verify":
                     await ch.send(await self._verify(session, msg))
+                elif op == "perf_stats":
+                    dt = time.monotonic() - session.started
+                    await ch.send(
+                        {
+                            "op": "perf_stats",
+                            "bytes": session.tx_bytes,
+                            "seconds": dt,
+                            "gbps": session.tx_bytes * 8 / dt / 1e9 if dt > 0 else 0.0,
+                            "failures": session.tx_failures,
+                        }
+                    )
                 elif op == "stats":
                     await ch.send({"op": "stats", "stats": _jsonable(self.ep.stats())})
                 elif op == "bye":
                     await ch.send({"op": "bye"})
                     return
                 else:
-                    await ch.send({"op": "error", "message": f"unknown op {op!r}"})
-        except (ControlError, ConnectionError):
+                    await ch.send(_error("op", f"unknown op {op[:40]!r}"))
+        except BadMessage as exc:
+            await self._refuse(ch, exc.field, exc.reason)
+        except (ControlError, ConnectionError, OSError):
             return
+        except Exception as exc:  # never let one connection take the server down
+            self._log(f"control: internal error: {exc!r}")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ch.send(_error("server", "internal error")), 5.0)
         finally:
             if session is not None:
                 session.close()
+                self.sessions.discard(session)
                 self.sessions_done += 1
                 self.session_closed.set()
 
     async def _verify(self, session: _ServerSession, msg: dict[str, Any]) -> dict[str, Any]:
-        try:
-            i, imm, length = int(msg["qp"]), int(msg["imm"]), int(msg["length"])
-            expected = str(msg["sha256"])
-            if not 0 <= i < len(session.conns):
-                raise ValueError(f"qp: must be 0..{len(session.conns) - 1}")
-            if not 0 <= length <= len(self.buffer):
-                raise ValueError(f"length: must be 0..{len(self.buffer)}")
-        except (KeyError, ValueError, TypeError) as exc:
-            return {"op": "error", "message": f"verify: {exc}"}
-        arrived = await session.wait_imm(i, imm, float(msg.get("timeout", self.verify_timeout)))
-        digest = hashlib.sha256(memoryview(self.buffer)[:length]).hexdigest()
+        fields = {}
+        for key in ("qp", "imm", "length"):
+            v = msg.get(key)
+            if isinstance(v, bool) or not isinstance(v, int):
+                return _error(f"verify.{key}", "must be an int")
+            fields[key] = v
+        i, imm, length = fields["qp"], fields["imm"], fields["length"]
+        expected = msg.get("sha256")
+        if not isinstance(expected, str) or len(expected) != 64:
+            return _error("verify.sha256", "must be 64 hex digits")
+        if not 0 <= i < len(session.conns):
+            return _error("verify.qp", f"must be 0..{len(session.conns) - 1}")
+        if not 0 <= imm < 1 << 32:
+            return _error("verify.imm", "must be a 32-bit unsigned int")
+        if not 0 <= length <= len(session.buffer):
+            return _error("verify.length", f"must be 0..{len(session.buffer)}")
+        timeout = msg.get("timeout", self.verify_timeout)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            return _error("verify.timeout", "must be a number of seconds")
+        if not 0 <= timeout <= self.limits.max_verify_timeout:
+            return _error("verify.timeout", f"must be 0..{self.limits.max_verify_timeout:g} s")
+        arrived = await session.wait_imm(i, imm, float(timeout))
+        digest = hashlib.sha256(memoryview(session.buffer)[:length]).hexdigest()
         ep = self.ep
         result = VerifyResult(
             ok=arrived and digest == expected,
@@ -311,6 +576,36 @@ class MemoryServer:
             "rx_by_ev": {str(k): v for k, v in result.rx_by_ev.items()},
             "tx_by_ev": {str(k): v for k, v in result.tx_by_ev.items()},
         }
+
+
+class RateLimitedLog:
+    """Log lines through ``sink`` (stderr by default), at most ``burst`` per ``period`` s.
+
+    Suppressed lines are counted and summarised in the next line let through,
+    so a flood of bad requests cannot fill a disk.
+    """
+
+    def __init__(
+        self, sink: Callable[[str], None] | None = None, burst: int = 10, period: float = 10.0
+    ) -> None:
+        self.sink = sink or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.burst = burst
+        self.period = period
+        self.window_start = time.monotonic()
+        self.count = 0
+        self.suppressed = 0
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self.window_start >= self.period:
+            if self.suppressed:
+                self.sink(f"({self.suppressed} similar lines suppressed)")
+            self.window_start, self.count, self.suppressed = now, 0, 0
+        if self.count < self.burst:
+            self.count += 1
+            self.sink(line[:300])
+        else:
+            self.suppressed += 1
 
 
 def _jsonable(obj: Any) -> Any:
@@ -347,6 +642,7 @@ class Session:
         ep: NetEndpoint,
         addr: ControlAddress,
         *,
+        secret: bytes,
         qps: int = 1,
         mode: str = "write",
         local: LocalMR | None = None,
@@ -354,20 +650,33 @@ class Session:
     ) -> Session:
         """Connect to the server at ``addr`` and bring ``qps`` QPs up on both ends.
 
-        ``mode="pingpong"`` makes the server WRITE_WITH_IMM every message
-        back into ``local`` (for latency tests).
+        ``secret`` is the server's shared secret (``serve``'s token file):
+        the client answers the server's challenge with an HMAC and checks the
+        server's own HMAC in the welcome.  ``mode="pingpong"`` makes the
+        server WRITE_WITH_IMM every message back into ``local``.
         """
         if not 1 <= qps <= 256:
             raise InvalidArgument(f"qps: must be 1..256, got {qps}")
         channel = await open_control(addr, netns=ep.netns, timeout=timeout)
+        conns: list[Connection] = []
         try:
+            challenge = await channel.recv(timeout)
+            snonce = challenge.get("nonce")
+            if challenge["op"] == "error":
+                raise ControlError(
+                    f"control: the peer refused: {str(challenge.get('message'))[:200]}"
+                )
+            if challenge["op"] != "challenge" or not isinstance(snonce, str):
+                raise ControlError(f"control: expected a challenge, got {challenge['op'][:40]!r}")
+            cnonce = new_nonce()
             conns = [ep.create_connection() for _ in range(qps)]
             me = ep.local_peer.to_json()
-            if me["kind"] == "addr" and ep.bind_addr in ("::", ""):
+            if me["kind"] == "addr" and (ep.bind_addr in ("::", "") or addr.path is None):
                 me["addr"] = None  # the server uses our TCP source address
             hello = {
                 "op": "hello",
                 "version": PROTOCOL_VERSION,
+                "auth": {"nonce": cnonce, "mac": auth_mac(secret, "client", snonce, cnonce)},
                 "peer": me,
                 "qpns": [c.qpn for c in conns],
                 "attr": attr_to_json(ep.attr),
@@ -375,6 +684,11 @@ class Session:
                 "mr": local.remote().to_json() if local is not None else None,
             }
             welcome = await channel.request(hello, "welcome", timeout)
+            auth = welcome.get("auth")
+            if not isinstance(auth, dict) or not check_mac(
+                secret, "server", snonce, cnonce, auth.get("mac")
+            ):
+                raise ControlError("control: the server did not prove it knows the secret")
             server_peer = peer_from_json(welcome["peer"])
             if isinstance(server_peer, PlainPeer) and addr.host and server_peer.addr in ("::",):
                 server_peer = PlainPeer(addr.host, server_peer.port)
@@ -386,6 +700,8 @@ class Session:
                 conn.connect(int(qpn), server_peer)
         except BaseException:
             await channel.close()
+            for conn in conns:
+                ep.destroy_connection(conn)
             raise
         return cls(ep, channel, conns, remote, server_peer)
 
@@ -402,6 +718,10 @@ class Session:
             "timeout": timeout,
         }
         return await self.channel.request(msg, "verified", timeout + 10)
+
+    async def perf_stats(self) -> dict[str, Any]:
+        """``bidir`` mode: what the server has written back so far (bytes, seconds, gbps)."""
+        return await self.channel.request({"op": "perf_stats"}, "perf_stats", 10.0)
 
     async def server_stats(self) -> dict[str, Any]:
         """The server endpoint's statistics."""

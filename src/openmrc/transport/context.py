@@ -212,13 +212,20 @@ class Context:
         qp.receive_packet(pkt, now)
 
     def receive_datagram(
-        self, data: bytes | bytearray | memoryview, now: int, peer: object = None
-    ) -> None:
+        self,
+        data: bytes | bytearray | memoryview,
+        now: int,
+        *,
+        peer: object = None,
+        ecn: bool = False,
+    ) -> Packet | None:
         """Decode a UDP payload and deliver it; malformed input is dropped and counted.
 
         Nothing is counted against a QP, and no state changes, before the
         datagram decodes, names a live QP and (when ``peer`` is given) comes
-        from that QP's peer.
+        from that QP's peer.  ``ecn``: the IP header arrived marked CE (a socket
+        driver reads the traffic class; the UDP payload cannot say).  Returns the
+        packet delivered to a QP, or None if it was dropped.
         """
         from ..wire.codec import WireError, decode
 
@@ -226,13 +233,16 @@ class Context:
             pkt = decode(data)
         except WireError:
             self.stats["rx_malformed"] += 1
-            return
+            return None
         qp = self._match(pkt, peer)
         if qp is None:
-            return
+            return None
+        if ecn:
+            pkt.ecn = True
         _unwrap(pkt, qp)
         self.stats["rx_packets"] += 1
         qp.receive_packet(pkt, now)
+        return pkt
 
     def _match(self, pkt: Packet, peer: object) -> QueuePair | None:
         """The live QP ``pkt`` is for, or None (the drop counted here, by reason)."""
