@@ -15,17 +15,26 @@
     cc = "nscc"                 # their own `roce` and `baseline_fabric` tables)
     [workload]
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
-    size = "8MiB"
+    size = "8MiB"               # or a collective: allreduce | allgather | reducescatter |
+                                # alltoall | sendrecv | training (docs/collectives.md)
+                                # or htsim (file = "x.cm": a uet-htsim connection matrix)
     [[faults]]
     at_us = 60
     kind = "link_down"          # link_down | link_up | link_silent | link_loss | flap |
     target = "p2t0x1-p2t1x3"    # switch_down | switch_blackhole | switch_up |
                                 # nic_port_down | nic_port_up
+    # a group instead of a target: links = "host" | "fabric" | "all" or
+    # switches = "t0" | "t1" | "all", narrowed by planes / hosts / t0s / t1s;
+    # direction = "down" (towards the host: a NIC's ingress) | "up" | "both" for
+    # link_loss and link_silent; flap: period_us + duty + until_us, or
+    # period_us + down_us + count.  Every NIC ingress of every plane:
+    #   kind = "link_loss", links = "host", direction = "down", probability = 0.01
     [run]
     until_us = 1000             # optional cap
     sample_us = 10              # goodput sampling
     queue_sample_us = 1         # optional: record queue depths
     payloads = false            # real bytes, checked at the end
+    steady_skip = 0.1           # start-up share left out of steady-state goodput
 
 Every key is checked: an unknown key, a wrong type or an impossible value is a
 :class:`ScenarioError` that names the key (``workload.size: ...``).
@@ -43,9 +52,20 @@ from typing import Any
 
 from . import units
 from .sim.config import FabricConfig
-from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps
+from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
+from .sim.fault_select import select_links, select_switches
 from .topology import ClosSpec
-from .workloads import FlowSpec, all_to_all, incast, permutation, shifted_permutation, single
+from .workloads import (
+    FlowSpec,
+    all_to_all,
+    check_dependencies,
+    incast,
+    permutation,
+    shifted_permutation,
+    single,
+)
+from .workloads import collectives as coll
+from .workloads.htsim import CmError, load_cm
 
 US = 1_000_000
 
@@ -130,6 +150,21 @@ class FaultSpec:
     period_us: float = 0.0
     duty: float = 0.5
     until_us: float = 0.0
+    #: a group instead of one ``target``: "host" | "fabric" | "all" links
+    #: (openmrc.sim.fault_select), or "t0" | "t1" | "all" switches.
+    links: str = ""
+    switches: str = ""
+    #: filters of the group (None: all); ``hosts`` / ``planes`` also give NIC-port groups.
+    planes: list[int] | None = None
+    hosts: list[int] | None = None
+    t0s: list[int] | None = None
+    t1s: list[int] | None = None
+    #: link_loss / link_silent only: "both", "up" (towards T1; a NIC's egress) or
+    #: "down" (towards the host; a NIC's ingress).
+    direction: str = "both"
+    #: flap with a count: down for ``down_us`` every ``period_us``, ``count`` times.
+    down_us: float = 0.0
+    count: int = 0
 
 
 FAULT_KINDS = {
@@ -147,6 +182,18 @@ FAULT_KINDS = {
 
 
 @dataclass
+class CollectiveRun:
+    """A collective of a scenario and how it is run (``Experiment.add_collective`` arguments)."""
+
+    collective: coll.Collective
+    placement: list[int] | None = None
+    message: int = 1 << 20
+    start_ps: int = 0
+    qps: int | None = None
+    settings: dict[str, Any] | None = None
+
+
+@dataclass
 class Scenario:
     """A parsed, validated scenario, ready to :meth:`run`."""
 
@@ -161,17 +208,22 @@ class Scenario:
     payloads: bool = False
     name: str = ""
     queue_sample_us: float | None = None
+    collectives: list[CollectiveRun] = field(default_factory=list)
+    #: the part of each flow's life left out of its steady-state goodput.
+    steady_skip: float = 0.1
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
-        rtt = base_rtt_ps(self.spec, self.transport.mtu)
-        fc = {"base_rtt_ps": rtt, "ecn_lasthop": False, **self.switches}
+        fc = {"ecn_lasthop": False, **self.switches}
         try:
             cfg = FabricConfig(**fc)
+            if "base_rtt_ps" not in self.switches:
+                rtt = base_rtt_ps(self.spec, self.transport.mtu, cfg.path_latency_ps())
+                cfg = dataclasses.replace(cfg, base_rtt_ps=rtt)
             cfg.validate()
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"switches: {exc}") from None
-        exp = Experiment(
+        exp: Experiment = Experiment(
             self.spec,
             fabric_config=cfg,
             transport=self.transport,
@@ -182,7 +234,16 @@ class Scenario:
                 None if self.queue_sample_us is None else int(self.queue_sample_us * US)
             ),
         )
-        exp.add_flows(self.flows)
+        exp.steady_skip = self.steady_skip
+        try:
+            if self.flows:
+                exp.add_flows(self.flows)
+            for c in self.collectives:
+                exp.add_collective(
+                    c.collective, c.placement, c.message, c.start_ps, qps=c.qps, settings=c.settings
+                )
+        except ValueError as exc:
+            raise ScenarioError(f"workload: {exc}") from None
         for i, f in enumerate(self.faults):
             _apply_fault(exp, f, f"faults[{i}]")
         return exp
@@ -193,48 +254,269 @@ class Scenario:
         return exp.run(None if self.until_us is None else int(self.until_us * US))
 
 
+def _int_list(value: Any, key: str, hi: int) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ScenarioError(f"{key}: must be an index or a non-empty list of indices")
+    out = [_int(v, f"{key}[]", 0) for v in value]
+    for v in out:
+        if v >= hi:
+            raise ScenarioError(f"{key}: {v} is out of range (0..{hi - 1})")
+    return out
+
+
 def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
     at = int(f.at_us * US)
     inj = exp.faults
     links = exp.fabric.links
     switches = exp.fabric.switches
-    hosts = exp.spec.hosts
+    spec = exp.spec
+    hosts = spec.hosts
     if f.kind not in FAULT_KINDS:
         raise ScenarioError(
             f"{key}.kind: {f.kind!r} is not one of {', '.join(sorted(FAULT_KINDS))}"
         )
+    if f.direction not in ("both", "up", "down"):
+        raise ScenarioError(f"{key}.direction: must be 'both', 'up' or 'down', got {f.direction!r}")
+    if f.direction != "both" and f.kind not in ("link_loss", "link_silent"):
+        raise ScenarioError(
+            f"{key}.direction: only link_loss and link_silent act on one direction "
+            f"(a {f.kind} takes the whole link)"
+        )
+    planes = _int_list(f.planes, f"{key}.planes", spec.planes)
+    host_list = _int_list(f.hosts, f"{key}.hosts", hosts)
+    t0s = _int_list(f.t0s, f"{key}.t0s", spec.t0s)
+    t1s = _int_list(f.t1s, f"{key}.t1s", spec.t1s)
     if f.kind.startswith("link") or f.kind == "flap":
-        if f.target not in links:
-            raise ScenarioError(
-                f"{key}.target: no link {f.target!r} (links look like 'p0t0x1-p0t1x3' or 'h5-p0t0x1')"
-            )
-        if f.kind == "link_down":
-            inj.link_down(f.target, at_ps=at)
-        elif f.kind == "link_up":
-            inj.link_up(f.target, at_ps=at)
-        elif f.kind == "link_silent":
-            inj.link_silent(f.target, True, at_ps=at)
-        elif f.kind == "link_loss":
-            _num(f.probability, f"{key}.probability", 0.0, 1.0)
-            inj.link_loss(f.target, f.probability, at_ps=at)
+        if f.switches:
+            raise ScenarioError(f"{key}.switches: a {f.kind} acts on links (use links = ...)")
+        if f.links:
+            if f.target:
+                raise ScenarioError(f"{key}: give either target or links, not both")
+            try:
+                group = select_links(exp.fabric, f.links, planes, host_list, t0s, t1s)
+            except ValueError as exc:
+                raise ScenarioError(f"{key}.{exc}") from None
+            if not group:
+                raise ScenarioError(f"{key}: the selection matches no link")
         else:
-            if f.period_us <= 0 or not 0 < f.duty < 1 or f.until_us <= f.at_us:
+            if f.target not in links:
                 raise ScenarioError(
-                    f"{key}: flap needs period_us > 0, 0 < duty < 1 and until_us > at_us"
+                    f"{key}.target: no link {f.target!r} (links look like 'p0t0x1-p0t1x3' "
+                    "or 'h5-p0t0x1'; or select a group with links = ...)"
                 )
-            inj.flap(f.target, at, int(f.period_us * US), f.duty, int(f.until_us * US))
+            group = [links[f.target]]
+        if f.kind == "link_loss":
+            _num(f.probability, f"{key}.probability", 0.0, 1.0)
+        if f.kind == "flap":
+            if f.count:
+                _int(f.count, f"{key}.count", 1)
+                if f.period_us <= 0 or not 0 < f.down_us < f.period_us:
+                    raise ScenarioError(
+                        f"{key}: a flap with count needs period_us > 0 and 0 < down_us < period_us"
+                    )
+            elif f.period_us <= 0 or not 0 < f.duty < 1 or f.until_us <= f.at_us:
+                raise ScenarioError(
+                    f"{key}: flap needs period_us > 0, 0 < duty < 1 and until_us > at_us "
+                    "(or period_us, down_us and count)"
+                )
+        for link in group:
+            if f.kind == "link_down":
+                inj.link_down(link, at_ps=at)
+            elif f.kind == "link_up":
+                inj.link_up(link, at_ps=at)
+            elif f.kind == "link_silent":
+                inj.link_silent(link, True, at_ps=at, direction=f.direction)
+            elif f.kind == "link_loss":
+                inj.link_loss(link, f.probability, at_ps=at, direction=f.direction)
+            elif f.count:
+                inj.flap_schedule(link, at, int(f.period_us * US), int(f.down_us * US), f.count)
+            else:
+                inj.flap(link, at, int(f.period_us * US), f.duty, int(f.until_us * US))
     elif f.kind.startswith("switch"):
-        if f.target not in switches:
-            raise ScenarioError(
-                f"{key}.target: no switch {f.target!r} (switches look like 'p0t1x3')"
-            )
-        getattr(inj, f.kind)(f.target, at_ps=at)
+        if f.links:
+            raise ScenarioError(f"{key}.links: a {f.kind} acts on switches (use switches = ...)")
+        if f.switches:
+            if f.target:
+                raise ScenarioError(f"{key}: give either target or switches, not both")
+            if host_list is not None:
+                raise ScenarioError(f"{key}.hosts: not a switch filter (planes, t0s, t1s)")
+            index = t0s if f.switches == "t0" else t1s if f.switches == "t1" else None
+            try:
+                names = [sw.name for sw in select_switches(exp.fabric, f.switches, planes, index)]
+            except ValueError as exc:
+                raise ScenarioError(f"{key}.{exc}") from None
+            if not names:
+                raise ScenarioError(f"{key}: the selection matches no switch")
+        else:
+            if f.target not in switches:
+                raise ScenarioError(
+                    f"{key}.target: no switch {f.target!r} (switches look like 'p0t1x3')"
+                )
+            names = [f.target]
+        for name in names:
+            getattr(inj, f.kind)(name, at_ps=at)
     else:
-        if not 0 <= f.host < hosts:
-            raise ScenarioError(f"{key}.host: must be a host index in 0..{hosts - 1}, got {f.host}")
-        if not 0 <= f.plane < exp.spec.planes:
-            raise ScenarioError(f"{key}.plane: must be 0..{exp.spec.planes - 1}, got {f.plane}")
-        getattr(inj, f.kind)(f.host, f.plane, at_ps=at)
+        if f.host >= 0 or f.plane >= 0:
+            if not 0 <= f.host < hosts:
+                raise ScenarioError(
+                    f"{key}.host: must be a host index in 0..{hosts - 1}, got {f.host}"
+                )
+            if not 0 <= f.plane < spec.planes:
+                raise ScenarioError(f"{key}.plane: must be 0..{spec.planes - 1}, got {f.plane}")
+            pairs = [(f.host, f.plane)]
+        elif host_list is not None or planes is not None:
+            pairs = [
+                (h, p)
+                for h in (host_list if host_list is not None else range(hosts))
+                for p in (planes if planes is not None else range(spec.planes))
+            ]
+        else:
+            raise ScenarioError(
+                f"{key}.host: a {f.kind} needs host and plane (or hosts / planes lists)"
+            )
+        for h, p in pairs:
+            getattr(inj, f.kind)(h, p, at_ps=at)
+
+
+FLOW_KEYS = {"src", "dst", "size", "start_us", "message", "after", "gap_us", "qps", "settings"}
+
+COLLECTIVE_KEYS = {
+    "size",
+    "message",
+    "ranks",
+    "placement",
+    "channels",
+    "chunks",
+    "qps",
+    "settings",
+    "start_us",
+}
+TRAINING_KEYS = (COLLECTIVE_KEYS - {"size"}) | {
+    "collectives",
+    "iterations",
+    "compute_us",
+    "straggler",
+    "straggler_us",
+}
+
+
+def _settings(value: Any, key: str) -> dict[str, Any] | None:
+    """Per-flow / per-collective transport overrides, checked by name."""
+    if value is None:
+        return None
+    try:
+        check_flow_settings(value, key)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    return dict(value)
+
+
+def _collective(w: dict[str, Any], hosts: int) -> CollectiveRun:
+    """A collective workload ([workload] kind = "allreduce" ...)."""
+    kind = w["kind"]
+    known = TRAINING_KEYS if kind == "training" else COLLECTIVE_KEYS
+    for key in w:
+        if key != "kind" and key not in known:
+            raise ScenarioError(
+                f"workload.{key}: not a key of a {kind} workload (known: {', '.join(sorted(known))})"
+            )
+    placement = w.get("placement")
+    if placement is not None:
+        if not isinstance(placement, list):
+            raise ScenarioError("workload.placement: must be a list of host indices, one per rank")
+        placement = [_int(h, "workload.placement[]", 0) for h in placement]
+        for h in placement:
+            if h >= hosts:
+                raise ScenarioError(f"workload.placement: host {h} is not in 0..{hosts - 1}")
+    ranks = _int(w.get("ranks", len(placement) if placement else hosts), "workload.ranks", 2)
+    if placement is None and ranks > hosts:
+        raise ScenarioError(
+            f"workload.ranks: {ranks} ranks need a host each; the fabric has {hosts}"
+        )
+    channels = _int(w.get("channels", 1), "workload.channels", 1)
+    chunks = _int(w.get("chunks", 1), "workload.chunks", 1)
+    qps = w.get("qps")
+    try:
+        if kind == "training":
+            raw = w.get("collectives")
+            if not isinstance(raw, list) or not raw:
+                raise ScenarioError(
+                    'workload.collectives: must be a non-empty list of {kind = "allreduce", size = ...}'
+                )
+            parts = []
+            for i, item in enumerate(raw):
+                k = f"workload.collectives[{i}]"
+                if not isinstance(item, dict) or set(item) - {"kind", "size"}:
+                    raise ScenarioError(f"{k}: must be a table with kind and size only")
+                if item.get("kind") not in coll.KINDS:
+                    raise ScenarioError(
+                        f"{k}.kind: {item.get('kind')!r} is not one of {', '.join(coll.KINDS)}"
+                    )
+                parts.append((item["kind"], parse_size(item.get("size"), f"{k}.size")))
+            straggler = w.get("straggler")
+            c = coll.training(
+                ranks,
+                parts,
+                _int(w.get("iterations", 1), "workload.iterations", 1),
+                int(_num(w.get("compute_us", 0), "workload.compute_us") * US),
+                None if straggler is None else _int(straggler, "workload.straggler", 0),
+                int(_num(w.get("straggler_us", 0), "workload.straggler_us") * US),
+                channels,
+                chunks,
+            )
+        else:
+            c = coll.build(
+                kind, ranks, parse_size(w.get("size"), "workload.size"), channels, chunks
+            )
+    except ScenarioError:
+        raise
+    except ValueError as exc:
+        raise ScenarioError(f"workload.{exc}") from None
+    return CollectiveRun(
+        c,
+        placement,
+        parse_size(w.get("message", 1 << 20), "workload.message"),
+        int(_num(w.get("start_us", 0), "workload.start_us") * US),
+        None if qps is None else _int(qps, "workload.qps", 1),
+        _settings(w.get("settings"), "workload.settings"),
+    )
+
+
+def _htsim(w: dict[str, Any], hosts: int, base_dir: Path | None) -> list[FlowSpec]:
+    """A uet-htsim connection matrix ([workload] kind = "htsim", file = "x.cm")."""
+    known = {"file", "message", "placement", "fractional_start"}
+    for key in w:
+        if key != "kind" and key not in known:
+            raise ScenarioError(
+                f"workload.{key}: not a key of a htsim workload (known: {', '.join(sorted(known))})"
+            )
+    name = w.get("file")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError("workload.file: the path of a .cm file (relative to the scenario)")
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    frac = w.get("fractional_start", False)
+    if not isinstance(frac, bool):
+        raise ScenarioError(f"workload.fractional_start: expected true or false, got {frac!r}")
+    placement = w.get("placement")
+    if placement is not None:
+        if not isinstance(placement, list):
+            raise ScenarioError("workload.placement: must be a list of host indices, one per node")
+        placement = [_int(h, "workload.placement[]", 0) for h in placement]
+    try:
+        cm = load_cm(path, frac)
+        if placement is None and cm.nodes > hosts:
+            raise ScenarioError(
+                f"workload.file: {cm.nodes} nodes, but the fabric has {hosts} hosts"
+            )
+        return cm.flow_specs(parse_size(w.get("message", 1 << 20), "workload.message"), placement)
+    except CmError as exc:
+        raise ScenarioError(f"workload.file: {path}: {exc}") from None
 
 
 def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
@@ -248,7 +530,10 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
         "flows": {"flows"},
     }
     if kind not in known:
-        raise ScenarioError(f"workload.kind: {kind!r} is not one of {', '.join(known)}")
+        raise ScenarioError(
+            f"workload.kind: {kind!r} is not one of "
+            f"{', '.join([*known, *coll.KINDS, 'training', 'htsim'])}"
+        )
     for key in w:
         if key != "kind" and key not in known[kind]:
             raise ScenarioError(
@@ -265,9 +550,22 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
             k = f"workload.flows[{i}]"
             if not isinstance(item, dict):
                 raise ScenarioError(f"{k}: must be a table")
-            extra = set(item) - {"src", "dst", "size", "start_us", "message"}
+            extra = set(item) - FLOW_KEYS
             if extra:
-                raise ScenarioError(f"{k}.{sorted(extra)[0]}: unknown key")
+                raise ScenarioError(
+                    f"{k}.{sorted(extra)[0]}: unknown key (known: {', '.join(sorted(FLOW_KEYS))})"
+                )
+            after = item.get("after", [])
+            if not isinstance(after, list):
+                raise ScenarioError(f"{k}.after: must be a list of flow indices")
+            deps = tuple(_int(d, f"{k}.after[]", 0) for d in after)
+            for d in deps:
+                if d >= len(raw) or d == i:
+                    raise ScenarioError(
+                        f"{k}.after: {d} is not another flow index (0..{len(raw) - 1})"
+                    )
+            qps = item.get("qps")
+            settings = _settings(item.get("settings"), f"{k}.settings")
             out.append(
                 FlowSpec(
                     _int(item.get("src"), f"{k}.src", 0),
@@ -276,8 +574,16 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
                     int(_num(item.get("start_us", 0), f"{k}.start_us") * US),
                     parse_size(item.get("message", 1 << 20), f"{k}.message"),
                     name=f"{item.get('src')}->{item.get('dst')}#{i}",
+                    deps=deps,
+                    gap_ps=int(_num(item.get("gap_us", 0), f"{k}.gap_us") * US),
+                    qps=None if qps is None else _int(qps, f"{k}.qps", 1),
+                    settings=settings,
                 )
             )
+        try:
+            check_dependencies(out)
+        except ValueError as exc:
+            raise ScenarioError(f"workload.flows: {exc}") from None
         return out
     size = parse_size(w.get("size", 2 << 20), "workload.size")
     message = parse_size(w.get("message", 1 << 20), "workload.message")
@@ -313,8 +619,11 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
         raise ScenarioError(f"workload: {exc}") from None
 
 
-def parse(data: dict[str, Any], name: str = "") -> Scenario:
-    """Validate a scenario given as a dict (the parsed TOML/JSON)."""
+def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) -> Scenario:
+    """Validate a scenario given as a dict (the parsed TOML/JSON).
+
+    ``base_dir``: where relative file names (a .cm workload) are looked up.
+    """
     if not isinstance(data, dict):
         raise ScenarioError("scenario: the top level must be a table")
     allowed = {
@@ -351,7 +660,14 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         raise ScenarioError(
             'workload: missing (e.g. [workload] kind = "permutation", size = "8MiB")'
         )
-    flows = _workload(workload, spec.hosts, seed)
+    collectives = []
+    if workload.get("kind") in (*coll.KINDS, "training"):
+        collectives.append(_collective(workload, spec.hosts))
+        flows: list[FlowSpec] = []
+    elif workload.get("kind") == "htsim":
+        flows = _htsim(workload, spec.hosts, base_dir)
+    else:
+        flows = _workload(workload, spec.hosts, seed)
     for i, flow in enumerate(flows):
         try:
             flow.validate(spec.hosts)
@@ -371,9 +687,10 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
         faults.append(fault)
     run = _table(data, "run")
     for key in run:
-        if key not in {"until_us", "sample_us", "payloads", "queue_sample_us"}:
+        if key not in {"until_us", "sample_us", "payloads", "queue_sample_us", "steady_skip"}:
             raise ScenarioError(
-                f"run.{key}: unknown key (known: payloads, queue_sample_us, sample_us, until_us)"
+                f"run.{key}: unknown key "
+                "(known: payloads, queue_sample_us, sample_us, steady_skip, until_us)"
             )
     until = run.get("until_us")
     if until is not None:
@@ -385,8 +702,21 @@ def parse(data: dict[str, Any], name: str = "") -> Scenario:
     qs = run.get("queue_sample_us")
     if qs is not None:
         _num(qs, "run.queue_sample_us", 0.001)
+    steady_skip = _num(run.get("steady_skip", 0.1), "run.steady_skip", 0.0, 0.99)
     scenario = Scenario(
-        spec, switches, transport, flows, faults, seed, until, sample, payloads, name, qs
+        spec,
+        switches,
+        transport,
+        flows,
+        faults,
+        seed,
+        until,
+        sample,
+        payloads,
+        name,
+        qs,
+        collectives,
+        steady_skip,
     )
     scenario.build()  # resolve fault targets and switch settings now, with clear errors
     return scenario
@@ -405,4 +735,4 @@ def load(path: str | Path) -> Scenario:
         raise ScenarioError(
             f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {exc}"
         ) from None
-    return parse(data, name=p.stem)
+    return parse(data, name=p.stem, base_dir=p.parent)

@@ -115,7 +115,7 @@ def test_byte_exact_delivery_with_random_loss(name: str) -> None:
 
 # ----- DCQCN -----------------------------------------------------------------------------
 def test_cnp_cuts_the_rate_by_alpha_over_two() -> None:
-    d = Dcqcn(DcqcnConfig(), LINE)
+    d = Dcqcn(DcqcnConfig.profile("hpcc"), LINE)
     assert d.rate(0) == LINE
     d.on_cnp(0)
     assert d.rc == LINE / 2  # alpha starts at 1
@@ -129,7 +129,7 @@ def test_cnp_cuts_the_rate_by_alpha_over_two() -> None:
 
 
 def test_recovery_stages_fast_then_additive_then_hyper() -> None:
-    cfg = DcqcnConfig(fast_recovery_stages=1, additive_stages=1)
+    cfg = DcqcnConfig.profile("hpcc", fast_recovery_stages=1, additive_stages=1)
     d = Dcqcn(cfg, LINE)
     d.on_cnp(0)
     d.on_cnp(4 * US)

@@ -135,24 +135,51 @@ def _check_num(owner: str, name: str, value: object, lo: float, hi: float | None
 
 @dataclass
 class DcqcnConfig:
-    """DCQCN parameters (defaults: the HPCC artifact's Mellanox model).
+    """DCQCN parameters.  Defaults: NVIDIA ConnectX firmware defaults (profile ``"nvidia"``).
 
-    Rates ``*_25g_bps`` are given at 25 Gb/s and scaled by ``line / 25 Gb/s``.
+    Profiles (:data:`DCQCN_PROFILES`, :meth:`profile`): ``"nvidia"`` -- the
+    ConnectX-4-and-later defaults NVIDIA documents (docs/baselines.md cites
+    them): absolute rates, byte counter 32767 B, the target rate kept across
+    CNPs unless the timer raised the rate; ``"hpcc"`` -- the constants used
+    before, from the HPCC artifact's Mellanox model (rates given at 25 Gb/s and
+    scaled by ``line / 25 Gb/s``, no byte counter, target rate reset on every
+    CNP), which over-react at 100-400 Gb/s.
     ``byte_counter_bytes`` = 0 disables the byte counter (timer-only increase).
+    Rates are ``*_25g_bps`` for history; with ``scale_rates`` false they are
+    absolute b/s.
     """
 
     enabled: bool = True
-    g: float = 1 / 256
-    initial_alpha: float = 1.0
+    #: alpha gain: ConnectX dce_tcp_g = 1019 means alpha <- (1019/1024) alpha (+ 5/1024)
+    g: float = 5 / 1024
+    initial_alpha: float = 1023 / 1024
     alpha_interval_ps: int = 1_000_000
     rate_increase_interval_ps: int = 300_000_000
     fast_recovery_stages: int = 1
     additive_stages: int = 1
     rai_25g_bps: float = 5e6
     rhai_25g_bps: float = 50e6
-    min_rate_25g_bps: float = 10e6
-    byte_counter_bytes: int = 0
+    min_rate_25g_bps: float = 1e6
+    byte_counter_bytes: int = 32767
     cnp_interval_ps: int = 4_000_000
+    #: On every CNP set the target rate to the current rate (the DCQCN paper).
+    #: NVIDIA ConnectX (``clamp_tgt_rate`` = 0) does not: the target keeps the rate
+    #: from before the cuts, unless ``clamp_after_time_increase`` and the timer
+    #: raised the rate since the last CNP (``clamp_tgt_rate_after_time_inc`` = 1).
+    clamp_target_rate: bool = False
+    clamp_after_time_increase: bool = True
+    #: Scale ``*_25g_bps`` rates by line / 25 Gb/s (the HPCC artifact); False:
+    #: they are absolute (b/s), as a ConnectX NIC's ``rpg_ai_rate`` etc. are.
+    scale_rates: bool = False
+
+    @classmethod
+    def profile(cls, name: str, **overrides: object) -> DcqcnConfig:
+        """The named parameter set (:data:`DCQCN_PROFILES`) with ``overrides``."""
+        if name not in DCQCN_PROFILES:
+            raise ValueError(
+                f"dcqcn_profile: must be one of {', '.join(DCQCN_PROFILES)}, got {name!r}"
+            )
+        return cls(**{**DCQCN_PROFILES[name], **overrides})  # type: ignore[arg-type]
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -171,6 +198,9 @@ class DcqcnConfig:
             raise ValueError(f"{o}.min_rate_25g_bps: must be positive")
         _check_int(o, "byte_counter_bytes", self.byte_counter_bytes, 0)
         _check_int(o, "cnp_interval_ps", self.cnp_interval_ps, 0)
+        for name in ("clamp_target_rate", "clamp_after_time_increase", "scale_rates", "enabled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{o}.{name}: must be true or false, got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -216,23 +246,50 @@ class RoceConfig:
 
     @classmethod
     def from_dict(cls, params: dict[str, object]) -> RoceConfig:
-        """Build from flat keys: RoceConfig fields plus ``dcqcn_<field>`` / ``dcqcn`` (bool)."""
+        """Build from flat keys: RoceConfig fields plus ``dcqcn_<field>`` / ``dcqcn`` (bool).
+
+        ``dcqcn_profile`` picks a named parameter set (:data:`DCQCN_PROFILES`)
+        that the ``dcqcn_<field>`` keys then adjust.
+        """
         own = {f.name for f in fields(cls)} - {"dcqcn"}
         dc_names = {f.name for f in fields(DcqcnConfig)}
         kw: dict[str, object] = {}
         dc: dict[str, object] = {}
+        profile = "nvidia"
         for key, value in params.items():
             if key in own:
                 kw[key] = value
             elif key == "dcqcn" and isinstance(value, bool):
                 dc["enabled"] = value
+            elif key == "dcqcn_profile":
+                if not isinstance(value, str) or value not in DCQCN_PROFILES:
+                    raise ValueError(
+                        f"RoceConfig.dcqcn_profile: must be one of "
+                        f"{', '.join(DCQCN_PROFILES)}, got {value!r}"
+                    )
+                profile = value
             elif key.startswith("dcqcn_") and key[6:] in dc_names:
                 dc[key[6:]] = value
             else:
                 raise ValueError(f"RoceConfig: unknown parameter {key!r}")
-        cfg = cls(**kw, dcqcn=DcqcnConfig(**dc))  # type: ignore[arg-type]
+        cfg = cls(**kw, dcqcn=DcqcnConfig.profile(profile, **dc))  # type: ignore[arg-type]
         cfg.validate()
         return cfg
+
+
+#: Named DCQCN parameter sets; the keys are DcqcnConfig fields (see docs/baselines.md).
+DCQCN_PROFILES: dict[str, dict[str, object]] = {
+    "nvidia": {},
+    "hpcc": {
+        "g": 1 / 256,
+        "initial_alpha": 1.0,
+        "min_rate_25g_bps": 10e6,
+        "byte_counter_bytes": 0,
+        "clamp_target_rate": True,
+        "clamp_after_time_increase": False,
+        "scale_rates": True,
+    },
+}
 
 
 # ----- DCQCN reaction point --------------------------------------------------------------
@@ -244,6 +301,7 @@ class Dcqcn:
         "_bytes",
         "_cnp_flag",
         "_inc_t",
+        "_timer_inc",
         "alpha",
         "b_stage",
         "cfg",
@@ -261,7 +319,7 @@ class Dcqcn:
         cfg.validate()
         if line_bps <= 0:
             raise ValueError(f"Dcqcn: line rate must be positive, got {line_bps}")
-        scale = line_bps / DCQCN_REFERENCE_BPS
+        scale = line_bps / DCQCN_REFERENCE_BPS if cfg.scale_rates else 1.0
         self.cfg = cfg
         self.line = float(line_bps)
         self.rai = cfg.rai_25g_bps * scale
@@ -277,6 +335,8 @@ class Dcqcn:
         self.t_stage = 0
         self.b_stage = 0
         self.cnps = 0
+        #: the timer raised the rate since the last CNP
+        self._timer_inc = False
 
     def rate(self, now: int) -> float:
         """The current rate ``rc`` (b/s) at ``now``, after applying elapsed timer events."""
@@ -306,6 +366,7 @@ class Dcqcn:
         while self._inc_t + ri <= now:
             self._inc_t += ri
             self.t_stage += 1
+            self._timer_inc = True
             self._increase()
             if self.rc >= self.line and self.rt >= self.line:
                 self._inc_t = now
@@ -329,11 +390,20 @@ class Dcqcn:
         rc = (self.rt + self.rc) / 2
         self.rc = rc if rc < self.line else self.line
 
+    def next_increase_ps(self) -> int | None:
+        """When the rate-increase timer next raises the rate (None at line rate)."""
+        if self.rc >= self.line and self.rt >= self.line:
+            return None
+        return self._inc_t + self.cfg.rate_increase_interval_ps
+
     def on_cnp(self, now: int) -> None:
         """A CNP arrived: cut the rate by ``alpha/2`` and restart the increase stages."""
         self._advance(now)
         self.cnps += 1
-        self.rt = self.rc
+        cfg = self.cfg
+        if cfg.clamp_target_rate or (cfg.clamp_after_time_increase and self._timer_inc):
+            self.rt = self.rc
+        self._timer_inc = False
         rc = self.rc * (1 - self.alpha / 2)
         self.rc = rc if rc > self.min_rate else self.min_rate
         self._cnp_flag = True
@@ -371,6 +441,8 @@ class RoceSender:
         "_pending",
         "_segs",
         "_timer",
+        "_tx_bits",
+        "_tx_start",
         "cfg",
         "completed",
         "data",
@@ -423,6 +495,9 @@ class RoceSender:
         self.una = 0
         self.nxt = 0
         self.next_tx = now
+        #: the last packet's pacing start and size, to re-pace it when the rate rises
+        self._tx_start = now
+        self._tx_bits = 0
         self._timer: int | None = None
         self.retries_left = cfg.retries
         self.state = "ok"
@@ -458,9 +533,21 @@ class RoceSender:
             and self.nxt - self.una < self.cfg.window_packets
         )
 
-    def next_send_ps(self) -> int:
-        """Earliest time the pacer lets the next packet go."""
-        return self.next_tx
+    def next_send_ps(self, now: int | None = None) -> int:
+        """When to look at this QP again: its pacer's release time, or a rate increase before it.
+
+        With ``now``, a rate that rose since the last packet (DCQCN timer or
+        byte counter) shortens the pacing gap, as a NIC's rate limiter
+        re-evaluates at its current rate; ``next_tx`` may move earlier.
+        """
+        dc = self.dcqcn
+        if dc is None or now is None or self.next_tx <= now:
+            return self.next_tx
+        t = self._tx_start + int(self._tx_bits * 1e12 / dc.rate(now))
+        if t < self.next_tx:
+            self.next_tx = t if t > now else now
+        inc = dc.next_increase_ps()
+        return inc if inc is not None and inc < self.next_tx else self.next_tx
 
     def idle(self) -> bool:
         """Nothing left to send or acknowledge."""
@@ -495,6 +582,8 @@ class RoceSender:
             rate = dc.rate(now)
             dc.on_sent(wb, now)
             start = self.next_tx if self.next_tx > now else now
+            self._tx_start = start
+            self._tx_bits = wb * 8
             self.next_tx = start + int(wb * 8e12 / rate)
         return pkt
 

@@ -29,42 +29,14 @@ from typing import TYPE_CHECKING, Any
 from ..baselines.roce import Cnp, RoceAck, RoceConfig, RoceData, RoceReceiver, RoceSender
 from ..topology import ClosSpec
 from ..workloads import FlowSpec
-from .baseline_fabric import BaselineFabric, BaselineFabricConfig
+from .baseline_fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
 from .config import FabricConfig
 from .engine import Simulator
-from .experiment import Experiment, TransportConfig, _Flow
+from .experiment import Experiment, TransportConfig, _Flow, register_transport
 
 if TYPE_CHECKING:
     from ..wire.packets import Packet
     from .port import EgressPort
-
-#: The named baseline setups: fabric defaults and RoCE-config defaults.
-SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "roce": ({"routing": "ecmp", "flow_control": "pfc", "ecn": True}, {"dcqcn": True}),
-    "ib": (
-        {"routing": "adaptive", "flow_control": "credit", "ecn": False},
-        {"dcqcn": False, "reorder_window": 1024},
-    ),
-}
-
-
-def baseline_configs(
-    name: str, transport: TransportConfig
-) -> tuple[RoceConfig, BaselineFabricConfig]:
-    """The RoCE and fabric configuration of setup ``name`` with ``transport``'s overrides."""
-    if name not in SETUPS:
-        raise ValueError(f"transport name: must be 'mrc', 'roce' or 'ib', got {name!r}")
-    fab, roce = SETUPS[name]
-    params = {"mtu": transport.mtu, **roce, **transport.roce}
-    rc = RoceConfig.from_dict(params)
-    try:
-        bc = BaselineFabricConfig(
-            **{**fab, "mtu_frame_bytes": rc.mtu + 80 + 38, **transport.baseline_fabric}
-        )
-    except TypeError as exc:
-        raise ValueError(f"baseline_fabric: {exc}") from None
-    bc.validate()
-    return rc, bc
 
 
 class BaselineHost:
@@ -83,6 +55,8 @@ class BaselineHost:
         self._pump_at: int | None = None
         self._timer_at: int | None = None
         self.on_activity: Callable[[BaselineHost, int], None] | None = None
+        #: called after every data packet received (arrival of watched flows).
+        self.on_data: Callable[[BaselineHost, int], None] | None = None
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     def add_sender(self, snd: RoceSender, plane: int) -> None:
@@ -103,6 +77,8 @@ class BaselineHost:
             port = self.ports[plane]
             for reply in rcv.receive(pkt, now):
                 port.enqueue(reply)
+            if self.on_data is not None:
+                self.on_data(self, now)
             return
         if type(pkt) is RoceAck or type(pkt) is Cnp:
             snd = self.senders.get(pkt.dqpn)
@@ -160,8 +136,8 @@ class BaselineHost:
                 for i in range(n):
                     q = qps[(start + i) % n]
                     if q.ready():
-                        t = q.next_tx
-                        if t <= now:
+                        t = q.next_send_ps(now)
+                        if q.next_tx <= now:
                             chosen = q
                             self._rr[plane] = (start + i + 1) % n
                             break
@@ -231,6 +207,8 @@ class BaselineExperiment(Experiment):
             self.baseline_config = baseline_fabric
         self.line_bps = spec.host_gbps * 1e9
         self._next_qp = 1
+        self._sports: dict[tuple[int, int, str, int], int] = {}
+        self._roce_cfgs: dict[str, RoceConfig] = {}
         super().__init__(
             spec,
             fabric_config,
@@ -262,6 +240,9 @@ class BaselineExperiment(Experiment):
                 snd.completed.clear()
         return out
 
+    def _rx_complete(self, flow: _Flow) -> bool:
+        return sum(r.messages for r in flow.receivers) >= flow.nmsgs  # type: ignore[attr-defined]
+
     def _received_bytes(self, flow: _Flow) -> int | None:
         receivers = flow.receivers  # type: ignore[attr-defined]
         return sum(r.rcvd_bytes for r in receivers) if receivers else None
@@ -292,7 +273,7 @@ class BaselineExperiment(Experiment):
     def _start(self, flow: _BFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
-        cfg = self.roce_config
+        cfg = self._roce_for(spec)
         if self.payloads:
             flow.src_data = bytearray(self._payload_rng.randbytes(spec.size))
             flow.dst_buf = bytearray(spec.size)
@@ -301,7 +282,14 @@ class BaselineExperiment(Experiment):
         for i in range(cfg.qps):
             qp = self._next_qp
             self._next_qp += 1
-            sport = self._sport_rng.randrange(cfg.sport_base, 65536)
+            if spec.conn:
+                # one long-lived connection: the same source port (ECMP path) every time
+                key = (spec.src, spec.dst, spec.conn, i)
+                sport = self._sports.get(key)
+                if sport is None:
+                    sport = self._sports[key] = self._sport_rng.randrange(cfg.sport_base, 65536)
+            else:
+                sport = self._sport_rng.randrange(cfg.sport_base, 65536)
             snd = RoceSender(
                 cfg,
                 qp,
@@ -324,6 +312,42 @@ class BaselineExperiment(Experiment):
             flow.senders[n % cfg.qps].post(n, off, length)
             n += 1
         flow.pending = n
+        flow.nmsgs = n
         flow.status = "running"
         self._sending.setdefault(spec.src, []).append(flow)
+        if flow.watch_rx:
+            self._rx_watch.setdefault(spec.dst, []).append(flow)
         src.kick(now)
+
+    def _roce_for(self, spec: FlowSpec) -> RoceConfig:
+        """The RoCE config of a flow: the experiment's, with its own settings and QP count."""
+        if not spec.settings and spec.qps is None and self.transport.qps is None:
+            return self.roce_config
+        key = repr((sorted((spec.settings or {}).items()), spec.qps))
+        cfg = self._roce_cfgs.get(key)
+        if cfg is None:
+            transport = replace(self.transport, **(spec.settings or {}))
+            cfg, _ = baseline_configs(self.transport_name, transport)
+            qps = spec.qps if spec.qps is not None else transport.qps
+            if qps is not None:
+                cfg = replace(cfg, qps=qps)
+                cfg.validate()
+            self._roce_cfgs[key] = cfg
+        return cfg
+
+    def _ideal_rate_bps(self, flow: _Flow) -> float:
+        """One plane per QP (QP i on plane i % planes), WRITE headers of 80 B."""
+        cfg = self._roce_for(flow.spec)
+        wire = cfg.mtu + 80 + self.fabric.config.framing_bytes
+        return min(cfg.qps, self.spec.planes) * self.line_bps * cfg.mtu / wire
+
+    def _attr_for(self, spec: FlowSpec) -> Any:
+        return self._roce_for(spec)  # validates a flow's settings for the baselines
+
+
+# Experiment(..., transport_name="roce" | "ib") builds a BaselineExperiment: the
+# experiment module keeps a registry instead of importing this (higher) module.
+register_transport("roce", BaselineExperiment)
+register_transport("ib", BaselineExperiment)
+
+__all__ = ["SETUPS", "BaselineExperiment", "BaselineHost", "baseline_configs"]

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
+from ..baselines.roce import RoceConfig
 from ..wire.packets import DataPacket
 from .config import FabricConfig
 from .fabric import Fabric
@@ -624,3 +625,36 @@ class BaselineFabric(Fabric):
         cand = sw.nh[dst // spec.hosts_per_t0]
         port = cand[sw.ecmp_index(src, dst, sport, len(cand))]
         return sw.ports.index(port) - spec.hosts_per_t0
+
+
+#: The named baseline setups: fabric defaults and RoCE-config defaults.
+SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "roce": ({"routing": "ecmp", "flow_control": "pfc", "ecn": True}, {"dcqcn": True}),
+    "ib": (
+        {"routing": "adaptive", "flow_control": "credit", "ecn": False},
+        {"dcqcn": False, "reorder_window": 1024},
+    ),
+}
+
+
+def baseline_configs(name: str, transport: Any) -> tuple[RoceConfig, BaselineFabricConfig]:
+    """The RoCE and fabric configuration of setup ``name`` with ``transport``'s overrides.
+
+    ``transport`` is a :class:`~openmrc.sim.experiment.TransportConfig` (its
+    ``mtu``, ``qps``, ``roce`` and ``baseline_fabric``).
+    """
+    if name not in SETUPS:
+        raise ValueError(f"transport name: must be 'mrc', 'roce' or 'ib', got {name!r}")
+    fab, roce = SETUPS[name]
+    params = {"mtu": transport.mtu, **roce, **transport.roce}
+    if transport.qps is not None:
+        params["qps"] = transport.qps
+    rc = RoceConfig.from_dict(params)
+    try:
+        bc = BaselineFabricConfig(
+            **{**fab, "mtu_frame_bytes": rc.mtu + 80 + 38, **transport.baseline_fabric}
+        )
+    except TypeError as exc:
+        raise ValueError(f"baseline_fabric: {exc}") from None
+    bc.validate()
+    return rc, bc

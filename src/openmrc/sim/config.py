@@ -1,4 +1,4 @@
-"""Fabric parameters: queue sizes, ECN marking, trimming, framing, switch latency."""
+"""Fabric parameters: queue sizes, ECN marking, trimming, framing, switch and NIC latency."""
 
 from __future__ import annotations
 
@@ -38,10 +38,27 @@ class FabricConfig:
     framing_bytes: int = ETHERNET_FRAMING_BYTES
     #: Fixed forwarding latency of a switch, added to the arrival time of every packet.
     switch_latency_ps: int = 0
+    #: NIC transmit processing (post / ACK generation to the wire) and receive
+    #: processing (wire to memory and completion), added to every packet leaving /
+    #: reaching a host.  0 by default (an ideal NIC, as before the latency model);
+    #: docs/latency.md gives values calibrated on the paper's 5.09 / 6.54 us.
+    nic_tx_latency_ps: int = 0
+    nic_rx_latency_ps: int = 0
+
+    def path_latency_ps(self, switches: int = 3) -> int:
+        """Fixed one-way processing latency over ``switches`` switches (links excluded)."""
+        return self.nic_tx_latency_ps + self.nic_rx_latency_ps + switches * self.switch_latency_ps
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
-        for name in ("base_rtt_ps", "host_queue_bytes", "framing_bytes", "switch_latency_ps"):
+        for name in (
+            "base_rtt_ps",
+            "host_queue_bytes",
+            "framing_bytes",
+            "switch_latency_ps",
+            "nic_tx_latency_ps",
+            "nic_rx_latency_ps",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(

@@ -17,7 +17,7 @@ import csv
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +35,17 @@ from ..transport import (
     WCStatus,
     WROpcode,
 )
-from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
-from ..workloads import FlowSpec
+from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES, DataPacket
+from ..workloads import FlowSpec, check_dependencies
+from ..workloads.collectives import Collective
+from .baseline_fabric import baseline_configs
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator
 from .fabric import Fabric
 from .faults import FaultInjector
 from .host import SimHost
+from .metrics import fct_summary
 
 
 @dataclass
@@ -71,12 +74,14 @@ class TransportConfig:
     roce: dict[str, Any] = field(default_factory=dict)
     #: Baselines only: :class:`openmrc.sim.baseline_fabric.BaselineFabricConfig` fields.
     baseline_fabric: dict[str, Any] = field(default_factory=dict)
+    #: QPs per connection, messages striped over them round-robin (as NCCL's
+    #: NCCL_IB_QPS_PER_CONNECTION).  None: 1 for MRC, ``roce["qps"]`` (default 1)
+    #: for the baselines.  A flow's own ``FlowSpec.qps`` wins.
+    qps: int | None = None
 
     def attr(self, spec: ClosSpec, base_rtt_ps: int) -> QPAttr:
         """The QPAttr for a QP on this fabric (also checks ``name`` and the baseline keys)."""
         if self.name != "mrc":
-            from .baseline import baseline_configs
-
             baseline_configs(self.name, self)  # raises ValueError naming the bad key
         paths = spec.t1s
         attr = QPAttr(
@@ -106,15 +111,46 @@ class TransportConfig:
         return attr
 
 
-def base_rtt_ps(spec: ClosSpec, mtu: int) -> int:
-    """Unloaded RTT of a full-size packet across the T1 tier and its ACK back."""
+#: TransportConfig fields that must be the same for every flow of an experiment
+#: (they shape the fabric or pick the transport); every other field can be
+#: overridden per flow with ``FlowSpec.settings`` (and so per collective).
+EXPERIMENT_WIDE = frozenset({"name", "mtu", "baseline_fabric"})
+
+
+def flow_settings_keys() -> list[str]:
+    """The TransportConfig fields a flow may override (``FlowSpec.settings``)."""
+    from dataclasses import fields
+
+    return sorted(f.name for f in fields(TransportConfig) if f.name not in EXPERIMENT_WIDE)
+
+
+def check_flow_settings(settings: dict[str, Any] | None, key: str) -> None:
+    """Raise ValueError naming ``key.<field>`` when a per-flow override is not allowed."""
+    if settings is None:
+        return
+    if not isinstance(settings, dict):
+        raise ValueError(f"{key}: must be a table of transport settings")
+    allowed = flow_settings_keys()
+    for k in settings:
+        if k in EXPERIMENT_WIDE:
+            raise ValueError(f"{key}.{k}: is experiment-wide and cannot be set per flow")
+        if k not in allowed:
+            raise ValueError(f"{key}.{k}: unknown transport setting (known: {', '.join(allowed)})")
+
+
+def base_rtt_ps(spec: ClosSpec, mtu: int, latency_ps: int = 0) -> int:
+    """Unloaded RTT of a full-size packet across the T1 tier and its ACK back.
+
+    ``latency_ps``: the fixed one-way processing latency besides the links
+    (:meth:`FabricConfig.path_latency_ps`), counted once each way.
+    """
     framing = ETHERNET_FRAMING_BYTES
     data = (mtu + DATA_HEADER_BYTES + framing) * 8
     ack = (SACK_BYTES + framing) * 8
     host_ps_per_bit = 1000 / spec.host_gbps
     fab_ps_per_bit = 1000 / spec.fabric_gbps
     ser = 2 * (data + ack) * host_ps_per_bit + 2 * (data + ack) * fab_ps_per_bit
-    return int(8 * spec.link_delay_ps + ser)
+    return int(8 * spec.link_delay_ps + ser + 2 * latency_ps)
 
 
 @dataclass
@@ -136,11 +172,28 @@ class FlowResult:
     timeouts: int
     ecn_echoes: int
     evs_assumed_bad: int
+    #: when the receiver had all the data (only tracked for flows others wait for,
+    #: and collective flows; None otherwise or when it never did).
+    rx_finish_ps: int | None = None
+    #: when the flow actually started (later than ``start_ps`` if it waited for others).
+    started_ps: int | None = None
+    #: payload bytes the receiver took (all of them when finished; partial otherwise).
+    bytes_received: int = 0
+    #: goodput over the steady-state window (start-up excluded; None when the flow
+    #: lasted too few sample intervals), and that window in us.
+    steady_goodput_gbps: float | None = None
+    steady_window_us: tuple[float, float] | None = None
+    #: unloaded FCT: size at the connection's payload rate plus the path's base RTT.
+    ideal_fct_ps: int | None = None
+    #: the end of the run (for the partial goodput of unfinished flows).
+    _end_ps: int | None = field(default=None, repr=False)
 
     @property
     def fct_ps(self) -> int | None:
         """Flow completion time (ps), None when it did not finish."""
-        return None if self.finish_ps is None else self.finish_ps - self.start_ps
+        if self.finish_ps is None:
+            return None
+        return self.finish_ps - (self.start_ps if self.started_ps is None else self.started_ps)
 
     @property
     def goodput_gbps(self) -> float:
@@ -151,9 +204,31 @@ class FlowResult:
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         out = asdict(self)
+        out.pop("_end_ps")
         out["fct_us"] = None if self.fct_ps is None else self.fct_ps / 1e6
         out["goodput_gbps"] = round(self.goodput_gbps, 3)
+        out["partial_goodput_gbps"] = round(self.partial_goodput_gbps, 3)
+        out["slowdown"] = self.slowdown
+        if self.steady_window_us is not None:
+            out["steady_window_us"] = list(self.steady_window_us)
         return out
+
+    @property
+    def partial_goodput_gbps(self) -> float:
+        """Bytes received over the time since the flow started (for unfinished flows)."""
+        if self.finish_ps is not None:
+            return self.goodput_gbps
+        if self.started_ps is None or self._end_ps is None or self._end_ps <= self.started_ps:
+            return 0.0
+        return self.bytes_received * 8 / (self._end_ps - self.started_ps) * 1000
+
+    @property
+    def slowdown(self) -> float | None:
+        """FCT over the ideal FCT (None when unfinished)."""
+        fct = self.fct_ps
+        if fct is None or not self.ideal_fct_ps:
+            return None
+        return round(fct / self.ideal_fct_ps, 4)
 
 
 @dataclass
@@ -170,6 +245,19 @@ class Result:
     sample_interval_ps: int
     fabric: dict[str, Any]
     verified: bool | None
+    #: one summary per collective added (:meth:`Collective.summary`).
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    #: things the user should know: faults that never fired, a run cut by its time cap.
+    warnings: list[str] = field(default_factory=list)
+    #: FCT and slowdown percentiles over the finished flows (:func:`metrics.fct_summary`).
+    fct_summary: dict[str, Any] = field(default_factory=dict)
+    #: NIC egress Gb/s per plane per sample interval (all hosts), "plane0", ...
+    plane_series: dict[str, list[float]] = field(default_factory=dict)
+    #: data Gb/s sent per (host, EV) per sample interval, "h0:ev0x12"; only after
+    #: :meth:`Experiment.track_ev_activity` (MRC).
+    ev_series: dict[str, list[float]] = field(default_factory=dict)
+    #: sampling cost: ticks run, and ticks skipped while nothing moved.
+    sampling: dict[str, int] = field(default_factory=dict)
 
     @property
     def all_ok(self) -> bool:
@@ -197,6 +285,12 @@ class Result:
             "sample_interval_us": self.sample_interval_ps / 1e6,
             "goodput_gbps_series": self.goodput_series,
             "fabric": self.fabric,
+            "collectives": self.collectives,
+            "warnings": self.warnings,
+            "fct_summary": self.fct_summary,
+            "plane_tx_gbps_series": self.plane_series,
+            "ev_tx_gbps_series": self.ev_series,
+            "sampling": self.sampling,
         }
 
     def to_json(self, path: str | Path) -> None:
@@ -247,18 +341,39 @@ class _Flow:
     """What an experiment tracks of every flow, whatever the transport."""
 
     __slots__ = (
+        "cum",
+        "dependents",
+        "deps_left",
+        "deps_spare",
         "done_at",
         "finished",
         "last_bytes",
+        "nmsgs",
         "pending",
+        "rx_done",
+        "send_dependents",
         "series",
         "spec",
         "src_data",
+        "started_at",
         "status",
+        "watch_rx",
     )
 
     def __init__(self, spec: FlowSpec) -> None:
         self.spec = spec
+        #: flows waiting for this one's data to arrive / for its sender to complete.
+        self.dependents: list[_Flow] = []
+        self.send_dependents: list[_Flow] = []
+        self.deps_left = 0
+        #: dependencies that may still fail without stranding this flow.
+        self.deps_spare = 0
+        self.nmsgs = 0
+        self.rx_done: int | None = None
+        self.started_at: int | None = None
+        self.watch_rx = False
+        #: bytes received at each sample tick (the steady-state window is cut from it).
+        self.cum: list[int] = []
         self.pending = 0
         self.finished: list[int] = []
         self.done_at: int | None = None
@@ -269,16 +384,36 @@ class _Flow:
 
 
 class _MrcFlow(_Flow):
-    """An MRC flow: one QP at each end and the two memory regions."""
+    """An MRC flow: its QPs at each end (one per ``qps``) and the two memory regions."""
 
-    __slots__ = ("mr_dst", "mr_src", "qa", "qb")
+    __slots__ = ("mr_dst", "mr_src", "qas", "qbs")
 
     def __init__(self, spec: FlowSpec) -> None:
         super().__init__(spec)
-        self.qa: QueuePair | None = None
-        self.qb: QueuePair | None = None
+        self.qas: list[QueuePair] = []
+        self.qbs: list[QueuePair] = []
         self.mr_src = None
         self.mr_dst = None
+
+    @property
+    def qa(self) -> QueuePair | None:
+        """The (first) sending QP."""
+        return self.qas[0] if self.qas else None
+
+    @property
+    def qb(self) -> QueuePair | None:
+        """The (first) receiving QP."""
+        return self.qbs[0] if self.qbs else None
+
+
+#: Experiment classes of the other transports, by name (``openmrc.sim.baseline``
+#: registers "roce" and "ib"; importing :mod:`openmrc.sim` loads it).
+_TRANSPORTS: dict[str, type[Experiment]] = {}
+
+
+def register_transport(name: str, cls: type[Experiment]) -> None:
+    """Make ``Experiment(..., transport_name=name)`` build a ``cls`` (a subclass)."""
+    _TRANSPORTS[name] = cls
 
 
 class Experiment:
@@ -295,9 +430,11 @@ class Experiment:
                 transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
                 name = getattr(transport, "name", "mrc")
             if name != "mrc":
-                from .baseline import BaselineExperiment
-
-                return super().__new__(BaselineExperiment)
+                other = _TRANSPORTS.get(name)
+                if other is None:
+                    known = ", ".join(["mrc", *sorted(_TRANSPORTS)])
+                    raise ValueError(f"transport name: must be one of {known}, got {name!r}")
+                return super().__new__(other)
         return super().__new__(cls)
 
     def __init__(
@@ -319,7 +456,11 @@ class Experiment:
         self.spec = spec
         self.topology = Topology(spec)
         self.transport = transport or TransportConfig()
-        self.base_rtt_ps = base_rtt_ps(spec, self.transport.mtu)
+        self.base_rtt_ps = base_rtt_ps(
+            spec,
+            self.transport.mtu,
+            fabric_config.path_latency_ps() if fabric_config is not None else 0,
+        )
         self.sim = Simulator(seed)
         self.fabric = self._build_fabric(fabric_config)
         self.faults = FaultInjector(self.fabric)
@@ -331,6 +472,10 @@ class Experiment:
         self._sending: dict[int, list[_Flow]] = {}
         self._open = 0
         self._captures: list[Capture] = []
+        #: flows whose arrival at their receiver something waits for, by receiving host.
+        self._rx_watch: dict[int, list[_Flow]] = {}
+        self._collectives: list[tuple[Collective, int, int, int]] = []
+        self._attrs: dict[str, QPAttr] = {}
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -344,8 +489,21 @@ class Experiment:
             )
         #: when set, every non-empty queue's depth is recorded at this interval.
         self.queue_sample_interval_ps = queue_sample_interval_ps
+        #: the part of a flow's life left out of its steady-state goodput (start-up).
+        self.steady_skip = 0.1
+        self._sampling = False
+        self._armed = False
+        self._t0 = 0
+        self._ticks = 0
+        self._skipped = 0
+        self._plane_last = [0] * spec.planes
+        self._plane_series: list[list[float]] = [[] for _ in range(spec.planes)]
+        self._ev_bytes: dict[tuple[int, int], int] | None = None
+        self._ev_last: dict[tuple[int, int], int] = {}
+        self._ev_series: dict[tuple[int, int], list[float]] = {}
         for host in self.hosts:
             host.on_activity = self._activity
+            host.on_data = self._data_arrived
 
     # -- transport hooks (MRC here; openmrc.sim.baseline overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
@@ -367,17 +525,26 @@ class Experiment:
 
     def _drain_completions(self, flow: _Flow) -> list[str | None]:
         """Completions that arrived for ``flow``: None for success, else the status."""
-        cq = flow.qa.send_cq  # type: ignore[attr-defined]
-        if not len(cq):
-            return []
-        return [
-            None if wc.status is WCStatus.SUCCESS else wc.status.value for wc in cq.poll(1 << 20)
-        ]
+        out: list[str | None] = []
+        for qa in flow.qas:  # type: ignore[attr-defined]
+            cq = qa.send_cq
+            if len(cq):
+                out.extend(
+                    None if wc.status is WCStatus.SUCCESS else wc.status.value
+                    for wc in cq.poll(1 << 20)
+                )
+        return out
+
+    def _rx_complete(self, flow: _Flow) -> bool:
+        """Whether every message of ``flow`` has been placed at its receiver."""
+        return sum(qb.stats.rx_messages for qb in flow.qbs) >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: _Flow) -> int | None:
         """Payload bytes the receiving end has taken (None before the flow starts)."""
-        qb = flow.qb  # type: ignore[attr-defined]
-        return None if qb is None or qb.responder is None else qb.responder.rcvd_bytes
+        qbs = flow.qbs  # type: ignore[attr-defined]
+        if not qbs or any(qb.responder is None for qb in qbs):
+            return None
+        return sum(qb.responder.rcvd_bytes for qb in qbs)
 
     def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
         """The destination buffer, when payloads are real."""
@@ -418,47 +585,127 @@ class Experiment:
 
     def _counters(self, flow: _Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
         """The per-flow counters of :class:`FlowResult`."""
-        qa = flow.qa  # type: ignore[attr-defined]
-        if qa is None:
+        qas = flow.qas  # type: ignore[attr-defined]
+        if not qas:
             return dict.fromkeys(_COUNTERS, 0)
-        st = qa.stats
+        qpns = {qa.qpn for qa in qas}
         bad = sum(
             1
             for e in ev_events
-            if e["host"] == flow.spec.src and e["qpn"] == qa.qpn and e["new"] == "ASSUMED_BAD"
+            if e["host"] == flow.spec.src and e["qpn"] in qpns and e["new"] == "ASSUMED_BAD"
         )
         return {
-            "retransmits": st.retransmits,
-            "trims": st.trims,
-            "nacks": st.rx_nacks,
-            "timeouts": st.timeouts,
-            "ecn_echoes": st.ecn_echoes,
+            "retransmits": sum(qa.stats.retransmits for qa in qas),
+            "trims": sum(qa.stats.trims for qa in qas),
+            "nacks": sum(qa.stats.rx_nacks for qa in qas),
+            "timeouts": sum(qa.stats.timeouts for qa in qas),
+            "ecn_echoes": sum(qa.stats.ecn_echoes for qa in qas),
             "evs_assumed_bad": bad,
         }
 
-    # -- set-up ---------------------------------------------------------------------
-    def add_flows(self, specs: list[FlowSpec]) -> None:
-        """Add flows (validated) to start at their ``start_ps``."""
-        for spec in specs:
-            self.add_flow(spec)
+    def _attr_for(self, spec: FlowSpec) -> QPAttr:
+        """The QPAttr of a flow: the experiment's, or with the flow's own settings."""
+        if not spec.settings:
+            return self.attr
+        key = json.dumps(spec.settings, sort_keys=True, default=str)
+        attr = self._attrs.get(key)
+        if attr is None:
+            attr = replace(self.transport, **spec.settings).attr(self.spec, self.base_rtt_ps)
+            self._attrs[key] = attr
+        return attr
 
-    def add_flow(self, spec: FlowSpec) -> None:
-        """Add one flow."""
-        spec.validate(self.spec.hosts)
-        flow = self._new_flow(spec)
-        self.flows.append(flow)
-        self._open += 1
-        self.sim.schedule(spec.start_ps, self._start, flow)
+    def _qps_for(self, spec: FlowSpec) -> int:
+        """How many QPs the flow's connection uses."""
+        if spec.qps is not None:
+            return spec.qps
+        if spec.settings and spec.settings.get("qps") is not None:
+            return int(spec.settings["qps"])
+        return self.transport.qps or 1
+
+    # -- set-up ---------------------------------------------------------------------
+    def add_flows(self, specs: list[FlowSpec]) -> list[int]:
+        """Add flows (validated); return their indices in :attr:`flows`.
+
+        A flow without dependencies starts at its ``start_ps``.  One with
+        ``deps`` / ``send_deps`` (indices into ``specs``) starts ``gap_ps``
+        after they are met (all of them, or the first ``deps_needed``), and
+        not before ``start_ps``.  If a dependency fails, so do its dependents
+        (status ``dependency_failed``).
+        """
+        n = len(specs)
+        for i, spec in enumerate(specs):
+            spec.validate(self.spec.hosts)
+            check_flow_settings(spec.settings, f"flow {i}.settings")
+            if spec.settings:
+                self._attr_for(spec)  # raises ValueError on a bad value
+        check_dependencies(specs)
+        base = len(self.flows)
+        new = [self._new_flow(spec) for spec in specs]
+        for flow in new:
+            spec = flow.spec
+            ndeps = len(spec.deps) + len(spec.send_deps)
+            self.flows.append(flow)
+            self._open += 1
+            if not ndeps:
+                self.sim.schedule(spec.start_ps, self._launch, flow)
+                continue
+            flow.deps_left = spec.deps_needed or ndeps
+            flow.deps_spare = ndeps - flow.deps_left
+            for d in spec.deps:
+                new[d].dependents.append(flow)
+                new[d].watch_rx = True
+            for d in spec.send_deps:
+                new[d].send_dependents.append(flow)
+        return list(range(base, base + n))
+
+    def add_flow(self, spec: FlowSpec) -> int:
+        """Add one flow (no dependencies); return its index."""
+        return self.add_flows([spec])[0]
+
+    def add_collective(
+        self,
+        collective: Collective,
+        placement: list[int] | None = None,
+        message: int = 1 << 20,
+        start_ps: int = 0,
+        name: str = "",
+        qps: int | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> int:
+        """Run ``collective`` with rank ``r`` on host ``placement[r]`` (default host ``r``).
+
+        Every transfer is a flow (``qps`` and ``settings`` are its connection's
+        transport settings); a transfer starts once the data it needs arrived.
+        The result's ``collectives`` holds its completion time, algbw and busbw.
+        Returns the collective's index there.
+        """
+        flows = collective.flows(placement, message, start_ps, name, qps, settings)
+        idx = self.add_flows(flows)
+        for i in idx:
+            self.flows[i].watch_rx = True
+        self._collectives.append((collective, start_ps, idx[0], idx[-1] + 1))
+        return len(self._collectives) - 1
+
+    def _launch(self, flow: _Flow) -> None:
+        flow.started_at = self.sim.now
+        if not self._armed and self._sampling:
+            self._wake(self.sim.now)
+        self._start(flow)
 
     def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
+        attr = self._attr_for(spec)
         a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
         pa, pb = a.alloc_pd(), b.alloc_pd()
-        qa = pa.create_qp(a.create_cq(1 << 20))
-        qb = pb.create_qp(b.create_cq(1 << 20))
-        qa.connect(qb.qpn, self.attr, peer=spec.dst, now=now)
-        qb.connect(qa.qpn, self.attr, peer=spec.src, now=now)
+        for _ in range(self._qps_for(spec)):
+            qa = pa.create_qp(a.create_cq(1 << 20))
+            qb = pb.create_qp(b.create_cq(1 << 20))
+            qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
+            qb.connect(qa.qpn, attr, peer=spec.src, now=now)
+            flow.qas.append(qa)
+            flow.qbs.append(qb)
+        nq = len(flow.qas)
         if self.payloads:
             data = bytearray(self._payload_rng.randbytes(spec.size))
             flow.src_data = data
@@ -471,7 +718,9 @@ class Experiment:
         offsets = list(range(0, spec.size, spec.message))
         for i, off in enumerate(offsets):
             length = min(spec.message, spec.size - off)
-            last = i == len(offsets) - 1
+            # the last message on each QP carries the immediate
+            last = i >= len(offsets) - nq
+            qa, qb = flow.qas[i % nq], flow.qbs[i % nq]
             if last:
                 qb.post_recv(RecvWR(i))
             qa.post_send(
@@ -484,14 +733,18 @@ class Experiment:
                     imm_data=i if last else None,
                 )
             )
-        flow.qa, flow.qb = qa, qb
         flow.pending = len(offsets)
+        flow.nmsgs = len(offsets)
         flow.status = "running"
         self._sending.setdefault(spec.src, []).append(flow)
+        if flow.watch_rx:
+            self._rx_watch.setdefault(spec.dst, []).append(flow)
         self.hosts[spec.src].kick(now)
         self.hosts[spec.dst].kick(now)
 
     def _activity(self, host: Any, now: int) -> None:
+        if not self._armed and self._sampling:
+            self._wake(now)
         flows = self._sending.get(host.index)
         if not flows:
             return
@@ -506,23 +759,165 @@ class Experiment:
                 if flow.status == "running":
                     flow.status = "ok"
                 self._open -= 1
+                if flow.status != "ok":
+                    self._fail_dependents(flow)
+                else:
+                    self._release(flow.send_dependents, now)
         self._sending[host.index] = [f for f in flows if f.pending]
         if self._open == 0:
             self.sim.stop()
 
+    def _data_arrived(self, host: Any, now: int) -> None:
+        """A data packet reached ``host``: did a watched flow's last byte arrive?"""
+        if not self._armed and self._sampling:
+            self._wake(now)
+        flows = self._rx_watch.get(host.index)
+        if not flows:
+            return
+        done = [f for f in flows if self._rx_complete(f)]
+        if not done:
+            return
+        self._rx_watch[host.index] = [f for f in flows if f.rx_done is None and f not in done]
+        for flow in done:
+            flow.rx_done = now
+            self._release(flow.dependents, now)
+
+    def _release(self, dependents: list[_Flow], now: int) -> None:
+        """One dependency of each of ``dependents`` is met: start those now free."""
+        for dep in dependents:
+            if dep.status != "not started" or dep.deps_left <= 0:
+                continue
+            dep.deps_left -= 1
+            if dep.deps_left == 0:
+                dep.status = "waiting"
+                at = max(now + dep.spec.gap_ps, dep.spec.start_ps)
+                self.sim.schedule(at, self._launch, dep)
+
+    def _fail_dependents(self, flow: _Flow) -> None:
+        """``flow`` failed: whatever waits for it will never start."""
+        stack = [*flow.dependents, *flow.send_dependents]
+        while stack:
+            dep = stack.pop()
+            if dep.status != "not started":
+                continue
+            if dep.deps_spare > 0:
+                dep.deps_spare -= 1  # enough other dependencies may still be met
+                continue
+            dep.status = "dependency_failed"
+            dep.deps_left = -1
+            self._open -= 1
+            stack.extend(dep.dependents)
+            stack.extend(dep.send_dependents)
+
     def _sample(self) -> None:
+        """One sampling tick: every flow's, plane's (and EV's) Gb/s over the last interval.
+
+        Every flow gets an entry at every tick.  A tick that saw nothing move
+        puts the sampler to sleep; the next packet, timer or flow start wakes it
+        (:meth:`_wake`), which records the ticks slept through as zeros without
+        running them, so idle time costs no events.
+        """
+        self._armed = False
         interval = self.sample_interval_ps
         scale = 8 / interval * 1000  # bytes per interval -> Gb/s
+        moved = 0
         for flow in self.flows:
-            got = self._received_bytes(flow)
-            if got is None:
-                if flow.status == "not started":
-                    flow.series.append(0.0)
-                continue
-            flow.series.append(round((got - flow.last_bytes) * scale, 3))
+            got = self._received_bytes(flow) or 0
+            delta = got - flow.last_bytes
+            moved |= delta
+            flow.series.append(round(delta * scale, 3))
+            flow.cum.append(got)
             flow.last_bytes = got
-        if self._open:
+        for plane in range(self.spec.planes):
+            tx = sum(ports[plane].tx_bytes for ports in self.fabric.host_ports)
+            delta = tx - self._plane_last[plane]
+            moved |= delta
+            self._plane_series[plane].append(round(delta * scale, 3))
+            self._plane_last[plane] = tx
+        if self._ev_bytes is not None:
+            ticks = self._ticks
+            for key, total in self._ev_bytes.items():
+                series = self._ev_series.get(key)
+                if series is None:
+                    series = self._ev_series[key] = [0.0] * ticks
+                series.append(round((total - self._ev_last.get(key, 0)) * scale, 3))
+                self._ev_last[key] = total
+        self._ticks += 1
+        if self._open and moved:
+            self._armed = True
             self.sim.after(interval, self._sample)
+
+    def _wake(self, now: int) -> None:
+        """Something may move again: record the idle ticks as zeros and re-arm the sampler."""
+        if not self._open:
+            return
+        interval = self.sample_interval_ps
+        due = (now - self._t0) // interval  # ticks at or before now
+        skip = due - self._ticks
+        if skip > 0:
+            zeros = [0.0] * skip
+            for flow in self.flows:
+                flow.series.extend(zeros)
+                flow.cum.extend([flow.last_bytes] * skip)
+            for series in self._plane_series:
+                series.extend(zeros)
+            for series in self._ev_series.values():
+                series.extend(zeros)
+            self._ticks += skip
+            self._skipped += skip
+        self._armed = True
+        self.sim.schedule(self._t0 + (due + 1) * interval, self._sample)
+
+    def track_ev_activity(self) -> None:
+        """Record data bytes sent per (host, EV) per sample interval (MRC; call before run)."""
+        if self._ev_bytes is not None:
+            return
+        counts: dict[tuple[int, int], int] = {}
+        self._ev_bytes = counts
+
+        def tap(host: int, _peer: int, pkt: Any, sent: bool, _now: int) -> None:
+            if sent and isinstance(pkt, DataPacket):
+                key = (host, pkt.ev)
+                counts[key] = counts.get(key, 0) + pkt.length
+
+        for host in self.hosts:
+            host.taps.append(tap)
+
+    def _ideal_rate_bps(self, flow: _Flow) -> float:
+        """Payload rate of a flow's connection alone on an idle fabric."""
+        mtu = self.transport.mtu
+        wire = mtu + DATA_HEADER_BYTES + self.fabric.config.framing_bytes
+        return self.spec.planes * self.spec.host_gbps * 1e9 * mtu / wire
+
+    def _ideal_fct_ps(self, flow: _Flow) -> int:
+        """Unloaded FCT: the flow at its connection's payload rate, plus its path's base RTT."""
+        spec = flow.spec
+        cfg = self.fabric.config
+        rtt = self.base_rtt_ps
+        hpt = self.spec.hosts_per_t0
+        if spec.src // hpt == spec.dst // hpt:
+            # two links and two switches less each way, and no fabric-rate hops
+            mtu = self.transport.mtu
+            bits = (mtu + DATA_HEADER_BYTES + SACK_BYTES + 2 * cfg.framing_bytes) * 8
+            rtt -= 4 * self.spec.link_delay_ps + 4 * cfg.switch_latency_ps
+            rtt -= int(2 * bits * 1000 / self.spec.fabric_gbps)
+        return int(spec.size * 8 / self._ideal_rate_bps(flow) * 1e12) + rtt
+
+    def _steady(self, flow: _Flow, end: int) -> tuple[float, tuple[float, float]] | None:
+        """Goodput over the sample ticks from ``steady_skip`` of the flow's life to its end."""
+        start = flow.started_at
+        if start is None or end <= start:
+            return None
+        interval = self.sample_interval_ps
+        t0 = self._t0
+        lo = start + int(self.steady_skip * (end - start))
+        i0 = max(1, -(-(lo - t0) // interval))  # first tick at or after lo
+        i1 = min(len(flow.cum), (end - t0) // interval)  # last tick at or before end
+        if i1 - i0 < 1:
+            return None
+        nbytes = flow.cum[i1 - 1] - flow.cum[i0 - 1]
+        gbps = nbytes * 8 / ((i1 - i0) * interval) * 1000
+        return round(gbps, 3), ((t0 + i0 * interval) / 1e6, (t0 + i1 * interval) / 1e6)
 
     def capture(self, path: str | Path, hosts: list[int] | None = None) -> Capture:
         """Write a pcap of what ``hosts`` (default: all) send and receive during :meth:`run`."""
@@ -533,6 +928,9 @@ class Experiment:
     # -- running --------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
+        self._t0 = self.sim.now
+        self._sampling = True
+        self._armed = True
         self.sim.after(self.sample_interval_ps, self._sample)
         if self.queue_sample_interval_ps is not None:
             self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)
@@ -540,10 +938,33 @@ class Experiment:
         try:
             self.sim.run(until_ps)
         finally:
+            self._sampling = False
             for cap in self._captures:
                 cap.close()
         wall = time.perf_counter() - started
-        return self._collect(wall)
+        result = self._collect(wall)
+        result.warnings.extend(self._warnings(until_ps))
+        return result
+
+    def _warnings(self, until_ps: int | None) -> list[str]:
+        """Faults still waiting in the event heap; flows cut off by ``until_ps``."""
+        out = []
+        now = self.sim.now
+        pending: dict[str, list[int]] = {}
+        for t, seq, fn, _args in self.sim.heap:
+            if getattr(fn, "__self__", None) is self.faults and seq not in self.sim.cancelled:
+                pending.setdefault(fn.__name__.lstrip("_"), []).append(t)
+        for name, times in sorted(pending.items()):
+            out.append(
+                f"{len(times)} fault event(s) ({name}) scheduled from {min(times) / 1e6:g} us "
+                f"never fired: the run ended at {now / 1e6:g} us"
+            )
+        if until_ps is not None and self._open > 0:
+            out.append(
+                f"run cut short by its time cap (until_us = {until_ps / 1e6:g}): "
+                f"{self._open} of {len(self.flows)} flows unfinished"
+            )
+        return out
 
     def collect(self, wall_seconds: float = 0.0) -> Result:
         """What was measured so far, e.g. after :meth:`run` was interrupted (Ctrl-C).
@@ -578,8 +999,16 @@ class Experiment:
                     status=flow.status,
                     message_finish_ps=flow.finished,
                     **self._counters(flow, ev_events),
+                    rx_finish_ps=flow.rx_done,
+                    started_ps=flow.started_at,
+                    bytes_received=self._received_bytes(flow) or 0,
+                    ideal_fct_ps=self._ideal_fct_ps(flow),
+                    _end_ps=self.sim.now,
                 )
             )
+            steady = self._steady(flow, flow.done_at if flow.done_at is not None else self.sim.now)
+            if steady is not None:
+                flows[-1].steady_goodput_gbps, flows[-1].steady_window_us = steady
         series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
         return Result(
             flows=flows,
@@ -594,4 +1023,12 @@ class Experiment:
                 include_samples=self.queue_sample_interval_ps is not None
             ),
             verified=verified,
+            collectives=[
+                coll.summary(start, [self.flows[i].rx_done for i in range(a, b)])
+                for coll, start, a, b in self._collectives
+            ],
+            fct_summary=fct_summary(flows),
+            plane_series={f"plane{p}": s for p, s in enumerate(self._plane_series)},
+            ev_series={f"h{h}:ev{ev:#x}": s for (h, ev), s in sorted(self._ev_series.items())},
+            sampling={"ticks": self._ticks - self._skipped, "skipped": self._skipped},
         )

@@ -37,7 +37,10 @@ Interface for the NIC (the host side of every host-T0 link)
 
 Timing of a hop: a packet's arrival at the next node is ``start of
 serialization + serialization + link delay (+ switch latency if the next node
-is a switch)``; switches forward at arrival time (store and forward).
+is a switch)``; switches forward at arrival time (store and forward).  A
+host's NIC adds ``nic_tx_latency_ps`` to what it sends and
+``nic_rx_latency_ps`` to what it receives (folded into its link's delay, so a
+link going down also loses what is in the NIC's pipeline).
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ class Fabric:
                     sim,
                     f"{info.a}:{info.a_port}->{info.b}",
                     rate,
-                    info.delay_ps + lat,
+                    info.delay_ps + lat + config.nic_tx_latency_ps,
                     upper.receive,
                     data_limit=config.host_queue_bytes,
                     prio_limit=config.host_queue_bytes,
@@ -115,7 +118,13 @@ class Fabric:
                     peer=info.b,
                 )
                 down_port = self._switch_port(
-                    info.b, info.b_port, info.a, rate, info.delay_ps, end.receive, lasthop=True
+                    info.b,
+                    info.b_port,
+                    info.a,
+                    rate,
+                    info.delay_ps + config.nic_rx_latency_ps,
+                    end.receive,
+                    lasthop=True,
                 )
                 self.host_ports[h].append(up_port)
             else:

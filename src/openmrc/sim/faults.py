@@ -7,7 +7,8 @@ by name (``"h3-p0t0x0"``, ``"p0t0x1-p0t1x2"``); switches by name.
 * link down / up (both directions; queued and in-flight packets are lost and
   counted in the ports' ``drops_down``; link listeners are told);
 * link flap: down for ``(1 - duty) * period``, then up for ``duty * period``,
-  repeated from ``start_ps`` until ``until_ps`` (ends up);
+  repeated from ``start_ps`` until ``until_ps`` (ends up); or ``count`` times
+  down for ``down_ps`` every ``period_ps`` (:meth:`FaultInjector.flap_schedule`);
 * silent link (packets vanish, nobody is told, counted as ``lost_silent``);
 * random loss on a link (``lost``);
 * switch down: every link of the switch goes down, the switch discards;
@@ -91,6 +92,28 @@ class FaultInjector:
             self.sim.schedule(t + down_ps, self._set_link, lk, True, "flap_up")
             times += [t, t + down_ps]
             t += period_ps
+        return times
+
+    def flap_schedule(
+        self, link: Link | str, start_ps: int, period_ps: int, down_ps: int, count: int
+    ) -> list[int]:
+        """Flap a link ``count`` times: down at ``start_ps + k * period_ps``, up ``down_ps`` later.
+
+        Returns the toggle times (down at even indices, up at odd).
+        """
+        if period_ps <= 0 or not 0 < down_ps < period_ps:
+            raise ValueError(
+                f"flap: needs period > 0 and 0 < down time < period, got {period_ps}, {down_ps}"
+            )
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"flap: count must be a positive integer, got {count!r}")
+        lk = self._link(link)
+        times: list[int] = []
+        for k in range(count):
+            t = start_ps + k * period_ps
+            self.sim.schedule(t, self._set_link, lk, False, "flap_down")
+            self.sim.schedule(t + down_ps, self._set_link, lk, True, "flap_up")
+            times += [t, t + down_ps]
         return times
 
     def link_silent(

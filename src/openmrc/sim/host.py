@@ -37,6 +37,7 @@ class SimHost:
         "fabric",
         "index",
         "on_activity",
+        "on_data",
         "ports",
         "sim",
         "taps",
@@ -55,6 +56,9 @@ class SimHost:
         self._timer_at: int | None = None
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity = None
+        #: called after every data packet the host received (the experiment checks
+        #: whether a flow something waits for has arrived).
+        self.on_data = None
         #: packet observers (captures): ``tap(host, peer, pkt, sent, now)``.
         self.taps: list = []
         fabric.attach_host(index, self._on_receive, self._on_link)
@@ -71,6 +75,8 @@ class SimHost:
             # Data reaches the responder half, which has no timers and completes
             # no sends: only its ACKs need sending.
             self.kick(now, sending_only=True)
+            if self.on_data is not None:
+                self.on_data(self, now)
             return
         self.kick(now)
         if self.on_activity is not None:

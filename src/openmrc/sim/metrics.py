@@ -20,6 +20,33 @@ if TYPE_CHECKING:
     from openmrc.sim.port import EgressPort
 
 
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile ``p`` (0-100) of ``values`` (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+def fct_summary(flows: list[Any]) -> dict[str, Any]:
+    """FCT (us) and slowdown percentiles (p50, p99, max) over the finished flows.
+
+    ``flows`` are :class:`~openmrc.sim.experiment.FlowResult` s (anything with
+    ``fct_ps`` and ``slowdown``).
+    """
+    fcts = [f.fct_ps / 1e6 for f in flows if f.fct_ps is not None]
+    slow = [f.slowdown for f in flows if f.slowdown is not None]
+    out: dict[str, Any] = {"flows": len(flows), "finished": len(fcts)}
+    for name, values in (("fct_us", fcts), ("slowdown", slow)):
+        out[name] = {
+            "p50": percentile(values, 50),
+            "p99": percentile(values, 99),
+            "max": max(values) if values else None,
+        }
+    return out
+
+
 class Metrics:
     """Fault log, queue samples and counter snapshots of one :class:`Fabric`."""
 

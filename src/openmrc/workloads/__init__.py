@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,26 @@ class FlowSpec:
     start_ps: int = 0
     message: int = 1 << 20
     name: str = ""
+    #: Indices (into the list given to ``Experiment.add_flows``) of flows whose data
+    #: must have arrived at their receiver before this one starts; ``start_ps`` is
+    #: then a lower bound.
+    deps: tuple[int, ...] = ()
+    #: Indices of flows that must have completed at their *sender* (the last ACK).
+    send_deps: tuple[int, ...] = ()
+    #: How many of ``deps`` + ``send_deps`` must be met (0: all); 1 is htsim's
+    #: oneshot trigger, k a barrier of count k or the k-th start of a multishot one.
+    deps_needed: int = 0
+    #: Wait this long after the dependencies are met (compute time).
+    gap_ps: int = 0
+    #: Connection key: flows with the same (src, dst, conn) model one long-lived
+    #: connection (a baseline keeps its UDP source ports, hence its ECMP paths).
+    conn: str = ""
+    #: QPs for this connection (None: the transport's default); messages are
+    #: striped over them round-robin, as NCCL stripes over its QPs per connection.
+    qps: int | None = None
+    #: Transport overrides for this flow (TransportConfig field names; see
+    #: ``openmrc.sim.experiment.FLOW_SETTINGS``).
+    settings: dict[str, Any] | None = None
 
     def validate(self, hosts: int) -> None:
         """Raise ValueError naming the bad field."""
@@ -41,6 +62,57 @@ class FlowSpec:
             )
         if not isinstance(self.start_ps, int) or self.start_ps < 0:
             raise ValueError(f"flow.start_ps: must be a non-negative int, got {self.start_ps!r}")
+        if not isinstance(self.gap_ps, int) or self.gap_ps < 0:
+            raise ValueError(f"flow.gap_ps: must be a non-negative int, got {self.gap_ps!r}")
+        if self.qps is not None and (
+            not isinstance(self.qps, int) or isinstance(self.qps, bool) or not 1 <= self.qps <= 256
+        ):
+            raise ValueError(f"flow.qps: must be an integer in 1..256, got {self.qps!r}")
+        ndeps = len(self.deps) + len(self.send_deps)
+        if not isinstance(self.deps_needed, int) or not 0 <= self.deps_needed <= ndeps:
+            raise ValueError(
+                f"flow.deps_needed: must be in 0..{ndeps} (the number of dependencies), "
+                f"got {self.deps_needed!r}"
+            )
+        for field_name in ("deps", "send_deps"):
+            for d in getattr(self, field_name):
+                if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                    raise ValueError(
+                        f"flow.{field_name}: must hold flow indices (non-negative ints), got {d!r}"
+                    )
+
+
+def check_dependencies(specs: list[FlowSpec]) -> None:
+    """Raise ValueError if some flow of ``specs`` could never start.
+
+    ``deps`` / ``send_deps`` must index other flows of the list, and following
+    them (a flow starts once ``deps_needed``, or all, of them are met) must
+    start every flow: no cycle.
+    """
+    n = len(specs)
+    need = []
+    users: list[list[int]] = [[] for _ in specs]
+    for i, s in enumerate(specs):
+        deps = (*s.deps, *s.send_deps)
+        for d in deps:
+            if not isinstance(d, int) or not 0 <= d < n or d == i:
+                raise ValueError(
+                    f"flow {i}.deps: {d!r} is not another flow of this list (0..{n - 1})"
+                )
+            users[d].append(i)
+        need.append(s.deps_needed or len(deps))
+    ready = [i for i, k in enumerate(need) if k == 0]
+    started = 0
+    while ready:
+        i = ready.pop()
+        started += 1
+        for u in users[i]:
+            need[u] -= 1
+            if need[u] == 0:
+                ready.append(u)
+    if started != n:
+        stuck = next(i for i, k in enumerate(need) if k > 0)
+        raise ValueError(f"flow {stuck}.deps: would never start (the dependencies form a cycle)")
 
 
 def single(src: int, dst: int, size: int, message: int = 1 << 20) -> list[FlowSpec]:
@@ -91,4 +163,12 @@ def all_to_all(hosts: list[int], size: int, message: int = 1 << 20) -> list[Flow
     ]
 
 
-__all__ = ["FlowSpec", "all_to_all", "incast", "permutation", "shifted_permutation", "single"]
+__all__ = [
+    "FlowSpec",
+    "all_to_all",
+    "check_dependencies",
+    "incast",
+    "permutation",
+    "shifted_permutation",
+    "single",
+]

@@ -1,0 +1,115 @@
+"""DCQCN calibrated on NVIDIA ConnectX defaults; the old (HPCC-artifact) constants stay selectable."""
+
+from __future__ import annotations
+
+import pytest
+
+from openmrc.baselines.roce import DCQCN_PROFILES, Dcqcn, DcqcnConfig, RoceConfig, RoceSender
+from openmrc.scenario import ScenarioError, parse
+from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.topology import ClosSpec
+from openmrc.workloads import collectives as C
+from openmrc.workloads import incast
+
+US = 1_000_000
+LINE = 400e9
+SPEC = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=2, host_gbps=400, fabric_gbps=400)
+PAYLOAD_GBPS = 400 * 4096 / (4096 + 80 + 38)
+
+
+def test_target_rate_survives_cnps_until_the_timer_raised_the_rate() -> None:
+    d = Dcqcn(DcqcnConfig(), LINE)
+    for k in range(5):
+        d.on_cnp(k * 4 * US)
+    # ConnectX (clamp_tgt_rate = 0): the target stays at the rate before the cuts
+    assert d.rt == LINE and d.rc < LINE / 4
+    t = 16 * US + DcqcnConfig().rate_increase_interval_ps
+    rc = d.rate(t)  # the timer: fast recovery halfway back to the target
+    assert rc == pytest.approx((d.rc + LINE) / 2, rel=1e-6) or rc > LINE / 2
+    d.on_cnp(t)  # after a timer increase the target is clamped to the current rate
+    assert d.rt == pytest.approx(rc)
+    old = Dcqcn(DcqcnConfig.profile("hpcc"), LINE)
+    old.on_cnp(0)
+    old.on_cnp(4 * US)
+    assert old.rt == LINE / 2  # the paper's rule: target = current rate on every CNP
+
+
+def test_nvidia_rates_are_absolute_hpcc_rates_scale_with_the_line() -> None:
+    assert Dcqcn(DcqcnConfig(), LINE).min_rate == 1e6
+    assert Dcqcn(DcqcnConfig(), 100e9).rai == 5e6
+    assert Dcqcn(DcqcnConfig.profile("hpcc"), LINE).min_rate == 10e6 * 16
+    assert Dcqcn(DcqcnConfig.profile("hpcc"), LINE).rai == 5e6 * 16
+
+
+def test_pacer_uses_the_current_rate() -> None:
+    cfg = RoceConfig()
+    snd = RoceSender(cfg, 1, 0, 1, 50000, LINE, now=0)
+    snd.post(0, 0, 64 * 4096)
+    dc = snd.dcqcn
+    assert dc is not None
+    for k in range(20):
+        dc.on_cnp(k * 4 * US)  # down to the 1 Mb/s floor: one packet per 34 ms
+    now = 80 * US
+    snd.build(now)
+    slow = snd.next_tx
+    # the next release is far away at this rate; the timer raises the rate first
+    inc = dc.next_increase_ps()
+    assert inc is not None and now < inc < slow
+    assert snd.next_send_ps(now) == inc
+    # at the increase, the packet is re-paced at the new rate: released sooner
+    snd.next_send_ps(inc)
+    assert snd.next_tx < slow
+
+
+def test_profile_by_name_in_config_and_scenario() -> None:
+    assert set(DCQCN_PROFILES) == {"nvidia", "hpcc"}
+    old = RoceConfig.from_dict({"dcqcn_profile": "hpcc", "dcqcn_cnp_interval_ps": 50 * US})
+    assert old.dcqcn.g == 1 / 256 and old.dcqcn.clamp_target_rate
+    assert old.dcqcn.cnp_interval_ps == 50 * US
+    assert RoceConfig.from_dict({}).dcqcn == DcqcnConfig()
+    with pytest.raises(ValueError, match="dcqcn_profile"):
+        RoceConfig.from_dict({"dcqcn_profile": "fast"})
+    fabric = {"planes": 1, "t0s": 2, "hosts_per_t0": 2, "t1s": 2}
+    work = {"kind": "single", "src": 0, "dst": 3, "size": "64KiB"}
+    sc = parse(
+        {
+            "fabric": fabric,
+            "workload": work,
+            "transport": {"name": "roce", "roce": {"dcqcn_profile": "hpcc"}},
+        }
+    )
+    assert sc.build().roce_config.dcqcn.scale_rates
+    with pytest.raises(ScenarioError, match="dcqcn_profile"):
+        parse(
+            {
+                "fabric": fabric,
+                "workload": work,
+                "transport": {"name": "roce", "roce": {"dcqcn_profile": 3}},
+            }
+        )
+
+
+def _ring_busbw(roce: dict) -> float:
+    exp = Experiment(SPEC, transport=TransportConfig(name="roce", roce=roce))
+    # consecutive ranks on different T0s: every ring hop crosses the hashed uplinks
+    exp.add_collective(C.allreduce(8, 16 << 20), placement=[0, 4, 1, 5, 2, 6, 3, 7])
+    res = exp.run()
+    assert res.all_ok
+    return float(res.collectives[0]["busbw_gbps"])
+
+
+def test_ring_roce_one_qp_with_dcqcn_no_longer_collapses() -> None:
+    pfc_only = _ring_busbw({"dcqcn": False})
+    dcqcn = _ring_busbw({})
+    # the issue: 13 against 126 Gb/s with the old constants; now close to PFC alone
+    assert dcqcn >= 0.8 * pfc_only
+
+
+def test_seven_to_one_incast_runs_near_line_rate_with_dcqcn() -> None:
+    exp = Experiment(SPEC, transport=TransportConfig(name="roce"))
+    exp.add_flows(incast([1, 2, 3, 4, 5, 6, 7], 0, 16 << 20))
+    res = exp.run()
+    assert res.all_ok
+    total = sum(f.size for f in res.flows) * 8 / max(f.finish_ps for f in res.flows) * 1000
+    assert sum(f.ecn_echoes for f in res.flows) > 0  # DCQCN did react
+    assert total >= 0.9 * PAYLOAD_GBPS

@@ -1,0 +1,63 @@
+"""Latency model: NIC transmit/receive processing and switch forwarding, apart from the links."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openmrc.scenario import load
+from openmrc.sim.config import FabricConfig
+from openmrc.sim.experiment import Experiment
+from openmrc.topology import ClosSpec
+from openmrc.workloads import FlowSpec
+
+PAPER = Path(__file__).resolve().parents[2] / "scenarios" / "paper" / "latency-p2p.toml"
+SPEC = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1, link_delay_ps=100_000)
+
+
+def _half_rtts(cfg: FabricConfig) -> tuple[float, float]:
+    """Half the post-to-completion time (us) of a 2 B write within a T0 and across T1."""
+    exp = Experiment(SPEC, fabric_config=cfg)
+    exp.add_flows([FlowSpec(0, 1, 2, message=2), FlowSpec(0, 2, 2, message=2, deps=(0,))])
+    res = exp.run()
+    assert res.all_ok
+    return tuple(f.fct_ps / 2e6 for f in res.flows)  # type: ignore[return-value]
+
+
+def test_paper_point_to_point_latency_within_ten_percent() -> None:
+    res = load(PAPER).run()
+    assert res.all_ok
+    local, cross = (f.fct_ps / 2e6 for f in res.flows)
+    assert local == pytest.approx(5.09, rel=0.10)
+    assert cross == pytest.approx(6.54, rel=0.10)
+
+
+def test_each_latency_adds_where_it_should() -> None:
+    base_local, base_cross = _half_rtts(FabricConfig())
+    # NIC processing: once per packet leaving (tx) or reaching (rx) a host, data and ACK
+    local, cross = _half_rtts(FabricConfig(nic_tx_latency_ps=1_000_000))
+    assert local - base_local == pytest.approx(1.0, abs=1e-6)
+    assert cross - base_cross == pytest.approx(1.0, abs=1e-6)
+    local, cross = _half_rtts(FabricConfig(nic_rx_latency_ps=500_000))
+    assert local - base_local == pytest.approx(0.5, abs=1e-6)
+    # a switch: one on the way within a T0, three across T1
+    local, cross = _half_rtts(FabricConfig(switch_latency_ps=200_000))
+    assert local - base_local == pytest.approx(0.2, abs=1e-6)
+    assert cross - base_cross == pytest.approx(0.6, abs=1e-6)
+
+
+def test_latencies_enter_the_base_rtt() -> None:
+    plain = Experiment(SPEC).base_rtt_ps
+    slow = Experiment(
+        SPEC,
+        fabric_config=FabricConfig(
+            nic_tx_latency_ps=1_000, nic_rx_latency_ps=2_000, switch_latency_ps=10
+        ),
+    ).base_rtt_ps
+    assert slow - plain == 2 * (1_000 + 2_000 + 3 * 10)
+
+
+def test_negative_latency_is_refused() -> None:
+    with pytest.raises(ValueError, match="nic_rx_latency_ps"):
+        FabricConfig(nic_rx_latency_ps=-1).validate()
