@@ -229,7 +229,7 @@ def test_failed_point_is_recorded_and_retried(
     assert outcome.ran == 2 and outcome.failed == 1 and not outcome.interrupted
     bad = read_point(tmp_path / "o", points[0])
     assert bad is not None and bad["status"] == "error" and "boom" in bad["error"]
-    files, _, _ = aggregate(spec, points, tmp_path / "o")
+    files = aggregate(spec, points, tmp_path / "o").files
     rows = list(csv.DictReader(files[0].open()))
     assert [r["status"] for r in rows] == ["error", "ok"] and "boom" in rows[0]["error"]
     assert "boom" in files[1].read_text()

@@ -14,6 +14,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +332,51 @@ def _fmt(v: float) -> str:
     return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
 
 
+def summary_table(
+    spec: SweepSpec, points: list[Point], stored: dict[str, Record | None], metrics: list[str]
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the summary: per swept values and transport, each metric's
+    mean over seeds ± the half-width of its 95 % Student-t interval ("-": no value)."""
+    headers = [a.name for a in spec.axes] + ["transport"] + list(metrics)
+    per_metric = {m: groups(spec, points, stored, m) for m in metrics}
+    keys = list(groups(spec, points, stored, metrics[0])) if metrics else []
+    rows = []
+    for key in keys:
+        row = [*key[0], key[1]]
+        for m in metrics:
+            values = per_metric[m].get(key, [])
+            if not values:
+                row.append("-")
+                continue
+            mean, half = mean_ci(values)
+            row.append(_fmt(mean) + ("" if half is None else f" ± {_fmt(half)}"))
+        rows.append(row)
+    return headers, rows
+
+
+def format_table(headers: list[str], rows: list[list[str]], limit: int = 60) -> str:
+    """The summary as aligned text (at most ``limit`` rows)."""
+    shown = rows[:limit]
+    widths = [max(len(h), *(len(r[i]) for r in shown)) for i, h in enumerate(headers)]
+    lines = ["  " + "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in shown]
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more rows (sweep.csv, report.html)")
+    return "\n".join(lines)
+
+
+@dataclass
+class Aggregated:
+    """What :func:`aggregate` wrote and found."""
+
+    files: list[Path]
+    metrics: list[str]
+    #: empty, or why the page has no plots
+    note: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
 def render_page(
     spec: SweepSpec,
     points: list[Point],
@@ -354,20 +400,9 @@ def render_page(
         "; ".join(f"{a.name} = {', '.join(str(display(v)) for v in a.values)}" for a in spec.axes)
         or "(none)"
     )
-    head = "".join(f"<th>{esc(a.name)}</th>" for a in spec.axes) + "<th>transport</th>"
-    head += "".join(f"<th>{esc(m)}</th>" for m in metrics)
-    per_metric = {m: groups(spec, points, stored, m) for m in metrics}
-    rows = []
-    for key in per_metric[metrics[0]] if metrics else {}:
-        cells = "".join(f"<td>{esc(t)}</td>" for t in key[0]) + f"<td>{esc(key[1])}</td>"
-        for m in metrics:
-            values = per_metric[m].get(key, [])
-            if not values:
-                cells += "<td>-</td>"
-                continue
-            mean, half = mean_ci(values)
-            cells += f"<td>{_fmt(mean)}" + ("" if half is None else f" ± {_fmt(half)}") + "</td>"
-        rows.append(f"<tr>{cells}</tr>")
+    headers, cells = summary_table(spec, points, stored, metrics)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    rows = ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in cells]
     failures = "".join(f"<li>{esc(p.label())}: {esc(s.get('error'))}</li>" for p, s in failed)
     body = f"""<h1>{esc(title)}</h1>
 <p class="meta">scenario {esc(spec.scenario_file)}{
@@ -389,9 +424,8 @@ seeds {esc(", ".join(str(s) for s in spec.seeds))}; openmrc {esc(openmrc_version
     return page_html(title, body)
 
 
-def aggregate(spec: SweepSpec, points: list[Point], out: Path) -> tuple[list[Path], list[str], str]:
-    """Write ``sweep.csv`` and ``report.html`` for the points stored under ``out``;
-    returns the files, the metrics used and a note (empty, or why there are no plots)."""
+def aggregate(spec: SweepSpec, points: list[Point], out: Path) -> Aggregated:
+    """Write ``sweep.csv`` and ``report.html`` for the points stored under ``out``."""
     from ..report import have_plots, pyplot
     from .runner import read_point
 
@@ -415,4 +449,5 @@ def aggregate(spec: SweepSpec, points: list[Point], out: Path) -> tuple[list[Pat
     page = out / "report.html"
     page.write_text(render_page(spec, points, stored, metrics, plots, note))
     written.append(page)
-    return written, metrics, note
+    headers, rows = summary_table(spec, points, stored, metrics)
+    return Aggregated(written, metrics, note, headers, rows)

@@ -68,8 +68,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     )
     with backend as (executor, what):
         print(
-            f"sweep {spec.name}: {len(points)} points ({shape}) on {what}; "
-            f"skipped {done} finished point{'s' if done != 1 else ''}",
+            f"sweep {spec.name}: {len(points)} points ({shape}); "
+            f"skipped {done} finished point{'s' if done != 1 else ''}, "
+            + (f"{len(todo)} to run on {what}" if todo else "nothing to run"),
             flush=True,
         )
         bar = progress_bar(len(points), done, f"sweep {spec.name}", _progress_enabled(args))
@@ -112,16 +113,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    from .aggregate import aggregate
+    from .aggregate import aggregate, format_table
 
-    written, metrics, note = aggregate(spec, points, out)
+    agg = aggregate(spec, points, out)
     print(
         f"  ran {outcome.ran}, skipped {outcome.skipped} finished, failed {outcome.failed}"
-        f" (of {len(points)} points); metrics: {', '.join(metrics) or '-'}"
+        f" (of {len(points)} points); metrics: {', '.join(agg.metrics) or '-'}"
     )
-    if note:
-        print(f"  note: {note}")
-    print(f"  wrote {', '.join(str(w) for w in written)} (+ {out / 'points'}/*.json)")
+    if agg.rows:
+        seeds = len(spec.seeds)
+        print(
+            f"  mean over {seeds} seed{'s' if seeds != 1 else ''}"
+            + (" ± 95 % Student-t confidence interval:" if seeds > 1 else ":")
+        )
+        print(format_table(agg.headers, agg.rows))
+    if agg.note:
+        print(f"  note: {agg.note}")
+    print(f"  wrote {', '.join(str(w) for w in agg.files)} (+ {out / 'points'}/*.json)")
     if outcome.failed:
         print(
             f"openmrc sweep: {outcome.failed} point{'s' if outcome.failed != 1 else ''} failed "
