@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any
 import pytest
 
 from openmrc.cli import main
+from openmrc.results import validate
 from openmrc.sim.cli import parse_value
 from openmrc.sweep import build_points, run_sweep, split_values, toml_value
 from openmrc.sweep.aggregate import aggregate, mean_ci, t975
@@ -156,6 +160,7 @@ def test_process_pool_and_dask_give_identical_records(tmp_path: Path) -> None:
         assert a is not None and b is not None
         assert a["status"] == b["status"] == "ok"
         assert _timeless(a["record"]) == _timeless(b["record"])
+        validate(a["record"])  # each point's record is a results.json document
         losses.add(a["record"]["summary"]["retransmits"] > 0)
         assert a["record"]["provenance"]["seed"] == p.seed
     assert losses == {False, True}  # the swept value reached the runs
@@ -248,33 +253,45 @@ def test_student_t_interval() -> None:
     assert mean_ci([5.0]) == (5.0, None)
 
 
-def test_csv_and_report_have_a_row_per_point_and_a_plot_per_metric_and_axis(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+#: A two-axis sweep over both transports (8 points): ``swept``.
+SWEPT = [
+    "--param",
+    "fabric.t1s=1,2",
+    "--param",
+    "transport.ev_count=2,4",
+    "--transports",
+    "mrc,roce",
+    "--metric",
+    "aggregate_gbps",
+    "--metric",
+    "summary.fct_us.max",
+    "--workers",
+    "2",
+    "--no-progress",
+]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path, str]:
     pytest.importorskip("matplotlib")
-    out = tmp_path / "out"
-    argv = [
-        "sweep",
-        _scenario(tmp_path, "64KiB"),
-        "--param",
-        "fabric.t1s=1,2",
-        "--param",
-        "transport.ev_count=2,4",
-        "--transports",
-        "mrc,roce",
-        "--metric",
-        "aggregate_gbps",
-        "--metric",
-        "summary.fct_us.max",
-        "--workers",
-        "2",
-        "--out",
-        str(out),
-        "--no-progress",
-    ]
-    assert main(argv) == 0
-    text = capsys.readouterr().out
+    tmp = tmp_path_factory.mktemp("swept")
+    out = tmp / "out"
+    argv = ["sweep", _scenario(tmp, "64KiB"), *SWEPT, "--out", str(out)]
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(argv) == 0
+    return argv, out, text.getvalue()
+
+
+def test_csv_and_report_have_a_row_per_point_and_a_plot_per_metric_and_axis(
+    swept: tuple[list[str], Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, out, text = swept
     assert "8 points (2 fabric.t1s x 2 transport.ev_count x 2 transports x 1 seed)" in text
+    assert "aggregate_gbps  summary.fct_us.max" in text  # the summary table
     rows = list(csv.DictReader((out / "sweep.csv").open()))
     assert len(rows) == 8
     assert list(rows[0])[:6] == [
@@ -294,6 +311,96 @@ def test_csv_and_report_have_a_row_per_point_and_a_plot_per_metric_and_axis(
     # nothing new to run the second time; the aggregation is rewritten
     assert main(argv) == 0
     assert "ran 0, skipped 8 finished" in capsys.readouterr().out
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+#: Appended to a copy of the page: every image's natural size, and the table's rows.
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.map.call(document.images, function (i) {
+    return [i.id, i.complete, i.naturalWidth, i.naturalHeight];
+  });
+  var t = document.getElementById('sweep-summary');
+  var probe = document.createElement('pre');
+  probe.id = 'probe';
+  probe.textContent = JSON.stringify({images: imgs, rows: t ? t.rows.length : 0});
+  document.body.appendChild(probe);
+});
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_sweep_page_renders_in_headless_chromium(
+    swept: tuple[list[str], Path, str], tmp_path: Path
+) -> None:
+    assert CHROMIUM is not None
+    page = (swept[1] / "report.html").read_text()
+    assert "http://" not in page and "https://" not in page, "the page must be self-contained"
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", PROBE + "</body>"))
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                probed.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        ).stdout
+    m = re.search(r'<pre id="probe">(.*?)</pre>', dom)
+    assert m, dom[-2000:]
+    probe = json.loads(m.group(1).replace("&quot;", '"'))
+    assert len(probe["images"]) == 4
+    for img_id, complete, width, height in probe["images"]:
+        assert complete and width >= 400 and height >= 200, img_id
+    assert probe["rows"] == 1 + 8  # header + (2 x 2 values) x 2 transports
+
+
+def test_fingerprints_follow_the_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = _scenario(tmp_path)
+    fps = [p.fingerprint for p in build_points(load_spec(scenario, params=["fabric.t1s=1,2"]))]
+    again = [p.fingerprint for p in build_points(load_spec(scenario, params=["fabric.t1s=1,2"]))]
+    assert fps == again and len(set(fps)) == 2
+    # a value the file sets differently, a fixed override, a seed, the version: all count
+    (tmp_path / "tiny.toml").write_text(TINY.format(size="256KiB"))
+    changed = build_points(load_spec(scenario, params=["fabric.t1s=1,2"]))
+    assert not {p.fingerprint for p in changed} & set(fps)
+    (tmp_path / "tiny.toml").write_text(TINY.format(size="128KiB"))
+    fixed = build_points(load_spec(scenario, params=["fabric.t1s=1,2"], sets=["run.sample_us=5"]))
+    assert not {p.fingerprint for p in fixed} & set(fps)
+    seeds = build_points(load_spec(scenario, params=["fabric.t1s=1,2"], seeds=2))
+    assert {p.fingerprint for p in seeds if p.seed == 1} == set(fps)
+    assert not {p.fingerprint for p in seeds if p.seed == 2} & set(fps)
+    import openmrc.version
+
+    monkeypatch.setattr(openmrc.version, "openmrc_version", lambda: "9.9")
+    other = build_points(load_spec(scenario, params=["fabric.t1s=1,2"]))
+    assert not {p.fingerprint for p in other} & set(fps)
+
+
+def test_dask_local_from_the_command_line(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    argv = ["sweep", _scenario(tmp_path, "64KiB"), "--param", "fabric.t1s=1,2"]
+    argv += ["--dask", "local", "--workers", "1", "--out", str(out), "--no-progress"]
+    result = subprocess.run(
+        [sys.executable, "-m", "openmrc.cli", *argv], capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 to run on a Dask LocalCluster of 1 worker" in result.stdout
+    assert len(list((out / "points").glob("*.json"))) == 2
 
 
 def test_bundled_sweeps_are_valid() -> None:
