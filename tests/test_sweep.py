@@ -117,6 +117,7 @@ def test_bad_sweep_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
         (["--param", "fabric.t1s="], "--param fabric.t1s"),
         (["--param", "fabric.t1s=2,2"], "given twice"),
         (["--transports", "mrc,tcp"], "--transports"),
+        (["--param", "fabric.t1s=1,2", "--param", "fabric.t1s=3"], "given twice"),
         (["--metric", "speed"], "--metric speed"),
     ]:
         assert main(["sweep", scenario, *extra, "--out", str(tmp_path / "o")]) == 2

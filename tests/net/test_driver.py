@@ -82,7 +82,7 @@ async def _transfer(a: NetEndpoint, b: NetEndpoint, size: int, chunk: int = 256 
 def test_transfer_byte_exact(uv: bool) -> None:
     async def main() -> None:
         async with NetEndpoint("::1", 0) as a, NetEndpoint("::1", 0) as b:
-            ca = await _transfer(a, b, 3 << 20)
+            await _transfer(a, b, 3 << 20)
             st = a.stats()
             # Every plane of the EV set carried data, and every datagram was counted.
             # Loopback may still drop datagrams (a full receive buffer while the CPU is

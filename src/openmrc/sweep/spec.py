@@ -115,18 +115,26 @@ class Axis:
     #: where it came from, for error messages (``--param`` or ``sweep.params.X``)
     origin: str = "--param"
 
+    def where(self) -> str:
+        """The axis as its flag or key (``--param x.y`` or ``sweep.params.x``)."""
+        return _where(self.name, self.origin)
+
     def assignments(self, i: int) -> list[str]:
         """The ``key.path=value`` overrides of value ``i``."""
         return [f"{path}={toml_value(v)}" for path, v in self.settings[i]]
 
 
+def _where(name: str, origin: str) -> str:
+    return f"--param {name}" if origin == "--param" else origin
+
+
 def _check_values(name: str, values: list[Any], origin: str) -> None:
     if not values:
-        raise UsageError(f"{origin} {name}: no values")
+        raise UsageError(f"{_where(name, origin)}: no values")
     seen: list[Any] = []
     for v in values:
         if any(type(v) is type(s) and v == s for s in seen):
-            raise UsageError(f"{origin} {name}: the value {toml_value(v)} is given twice")
+            raise UsageError(f"{_where(name, origin)}: the value {toml_value(v)} is given twice")
         seen.append(v)
 
 
@@ -446,6 +454,12 @@ def build_points(spec: SweepSpec) -> list[Point]:
     from ..scenario import ScenarioError
 
     base_dir = None if spec.base_dir is None else Path(spec.base_dir)
+    owner: dict[str, str] = {}
+    for axis in spec.axes:
+        for path in {path for setting in axis.settings for path, _ in setting}:
+            if path in owner:
+                raise UsageError(f"{axis.where()}: {path} is also swept by {owner[path]}")
+            owner[path] = axis.where()
     # the paths themselves first, each with the flag it came from
     probe: dict[str, Any] = copy.deepcopy(spec.data)
     for assignment in spec.fixed:
