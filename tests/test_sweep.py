@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from openmrc.cli import main
 from openmrc.results import validate
 from openmrc.sim.cli import parse_value
 from openmrc.sweep import build_points, run_sweep, split_values, toml_value
-from openmrc.sweep.aggregate import aggregate, mean_ci, t975
+from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
 from openmrc.sweep.spec import load_spec
 
@@ -417,3 +418,23 @@ def test_bundled_sweeps_are_valid() -> None:
 def test_unknown_scenario_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "/nonexistent/x.toml"]) == 2
     assert "cannot read" in _one_error_line(capsys.readouterr().err)
+
+
+def test_summary_marks_points_where_some_seeds_had_no_value(tmp_path: Path) -> None:
+    spec = load_spec(_scenario(tmp_path), params=["fabric.t1s=1,2"], seeds=2)
+    points = build_points(spec)
+    stored: dict[str, Any] = {}
+    for p in points:
+        if p.params["fabric.t1s"] == 2 and p.seed == 2:
+            stored[p.fingerprint] = {"status": "ok", "record": {"summary": {"fct_us": None}}}
+        else:
+            value = 10.0 * p.params["fabric.t1s"] + p.seed
+            stored[p.fingerprint] = {
+                "status": "ok",
+                "record": {"summary": {"fct_us": {"p99": value}}},
+            }
+    headers, rows = summary_table(spec, points, stored, ["fct_p99_us"])
+    assert headers == ["fabric.t1s", "transport", "fct_p99_us"]
+    half = t975(1) * statistics.stdev([11.0, 12.0]) / 2**0.5
+    assert rows[0] == ["1", "mrc", f"11.5 ± {half:.4g}"]
+    assert rows[1] == ["2", "mrc", "21 (1 of 2)"]

@@ -266,11 +266,12 @@ def plot_metric(
     markers = "osD^vP*X"
     styles = ["-", "--", ":", "-."]
     drawn = 0
+    missing = 0
     n_series = len(spec.transports) * max(1, len(other_combos))
     width = 0.0 if numeric else 0.6 / max(1, n_series)
     for ti, transport in enumerate(spec.transports):
         for ci, combo in enumerate(other_combos):
-            xs, ys, errs = [], [], []
+            xs, ys, errs, short = [], [], [], []
             for vi, value in enumerate(axis.values):
                 full: list[str] = list(combo)
                 full.insert(axis_index, toml_value(value))
@@ -282,8 +283,21 @@ def plot_metric(
                 xs.append(positions[vi] + (series - (n_series - 1) / 2) * width)
                 ys.append(mean)
                 errs.append(0.0 if half is None else half)
+                short.append(len(values) < len(spec.seeds))
             if not xs:
                 continue
+            colour = COLOURS.get(transport, "#7f7f7f")
+            if any(short):  # fewer seeds than asked had a value: hollow markers
+                missing += 1
+                ax.scatter(
+                    [x for x, sh in zip(xs, short, strict=True) if sh],
+                    [y for y, sh in zip(ys, short, strict=True) if sh],
+                    s=90,
+                    facecolors="white",
+                    edgecolors=colour,
+                    linewidths=1.5,
+                    zorder=3,
+                )
             label = transport + "".join(
                 f", {a.name}={t}" for a, t in zip(others, combo, strict=True)
             )
@@ -292,7 +306,7 @@ def plot_metric(
                 ys,
                 yerr=errs,
                 label=label,
-                color=COLOURS.get(transport, "#7f7f7f"),
+                color=colour,
                 marker=markers[ci % len(markers)],
                 linestyle=styles[ci % len(styles)],
                 markersize=4,
@@ -323,6 +337,11 @@ def plot_metric(
             if len(spec.seeds) > 1
             else ""
         )
+        + (
+            "; circled: fewer seeds had a value (runs that did not finish, or failed)"
+            if missing
+            else ""
+        )
     )
     pid = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{metric}-{axis.name}")
     return pid, caption, png(fig, plt)
@@ -336,7 +355,8 @@ def summary_table(
     spec: SweepSpec, points: list[Point], stored: dict[str, Record | None], metrics: list[str]
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the summary: per swept values and transport, each metric's
-    mean over seeds ± the half-width of its 95 % Student-t interval ("-": no value)."""
+    mean over seeds ± the half-width of its 95 % Student-t interval ("-": no value;
+    "(k of n)": only k of the n seeds had a value)."""
     headers = [a.name for a in spec.axes] + ["transport"] + list(metrics)
     per_metric = {m: groups(spec, points, stored, m) for m in metrics}
     keys = list(groups(spec, points, stored, metrics[0])) if metrics else []
@@ -349,7 +369,15 @@ def summary_table(
                 row.append("-")
                 continue
             mean, half = mean_ci(values)
-            row.append(_fmt(mean) + ("" if half is None else f" ± {_fmt(half)}"))
+            row.append(
+                _fmt(mean)
+                + ("" if half is None else f" ± {_fmt(half)}")
+                + (
+                    f" ({len(values)} of {len(spec.seeds)})"
+                    if len(values) < len(spec.seeds)
+                    else ""
+                )
+            )
         rows.append(row)
     return headers, rows
 

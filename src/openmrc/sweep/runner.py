@@ -97,8 +97,12 @@ def write_point(out: Path, point: Point, result: dict[str, Any]) -> Path:
     path = point_path(out, point)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")))
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")))
+        tmp.replace(path)
+    except BaseException:  # Ctrl-C or a full disk half-way: leave no partial file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
