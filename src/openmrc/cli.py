@@ -193,6 +193,12 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     else:
         out.append(sim_register)
     try:
+        from .sweep.cli import register as sweep_register
+    except ImportError:
+        pass
+    else:
+        out.append(sweep_register)
+    try:
         from .net.lab_cli import register as lab_register
     except ImportError:
         pass

@@ -417,28 +417,7 @@ def render_html(docs: list[dict[str, Any]], plots: list[Plot]) -> str:
     partial = [t for t, d in zip(transports, docs, strict=True) if d.get("partial")]
     warnings = [f"{_label(d)}: {w}" for d in docs for w in d["provenance"].get("warnings", [])]
     overrides = first.get("overrides") or []
-    figures = "\n".join(
-        f"<figure id='fig-{_esc(pid)}'><img id='img-{_esc(pid)}' alt='{_esc(caption)}' "
-        f"src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>"
-        f"<figcaption>{_esc(caption)}</figcaption></figure>"
-        for pid, caption, png in plots
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>{_esc(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 60em; color: #222; }}
-h1 {{ font-size: 1.4em; }} .meta {{ color: #555; font-size: 0.9em; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
-th[scope=row] {{ text-align: left; font-weight: normal; }}
-thead th {{ background: #f0f0f0; }}
-.partial {{ background: #fff3cd; border: 1px solid #e0c060; padding: 0.5em; }}
-figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
-figcaption {{ color: #444; font-size: 0.9em; }}
-</style></head>
-<body>
-<h1>{_esc(title)}</h1>
+    body = f"""<h1>{_esc(title)}</h1>
 <p class="meta">scenario file {_esc(first.get("scenario_file"))}{
         (" with --set " + _esc(" ".join(overrides))) if overrides else ""
     }; seed {_esc(first.get("seed"))}; openmrc {_esc(first.get("openmrc_version"))};
@@ -457,9 +436,55 @@ started {_esc(first.get("start_time"))}</p>
         if warnings
         else ""
     }
-{figures}
+{figures_html(plots)}"""
+    return page_html(title, body)
+
+
+def figures_html(plots: list[Plot]) -> str:
+    """The plots as ``<figure>`` elements with their PNGs embedded (base64)."""
+    return "\n".join(
+        f"<figure id='fig-{_esc(pid)}'><img id='img-{_esc(pid)}' alt='{_esc(caption)}' "
+        f"src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}'>"
+        f"<figcaption>{_esc(caption)}</figcaption></figure>"
+        for pid, caption, data in plots
+    )
+
+
+def page_html(title: str, body: str) -> str:
+    """A self-contained page: ``title``, the report style, and ``body`` (HTML, escaped by the caller)."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{_esc(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 60em; color: #222; }}
+h1 {{ font-size: 1.4em; }} .meta {{ color: #555; font-size: 0.9em; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
+th[scope=row] {{ text-align: left; font-weight: normal; }}
+thead th {{ background: #f0f0f0; }}
+.partial {{ background: #fff3cd; border: 1px solid #e0c060; padding: 0.5em; }}
+figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
+figcaption {{ color: #444; font-size: 0.9em; }}
+</style></head>
+<body>
+{body}
 </body></html>
 """
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, for other pages' plots (ImportError without it)."""
+    return _pyplot()
+
+
+def png(fig: Any, plt: Any) -> bytes:
+    """``fig`` as PNG bytes (tight layout, 100 dpi); the figure is closed."""
+    return _png(fig, plt)
+
+
+def esc(value: Any) -> str:
+    """``value`` as HTML text (quotes escaped too)."""
+    return _esc(value)
 
 
 def write_report(directory: str | Path, docs: list[dict[str, Any]]) -> Path:

@@ -71,22 +71,22 @@ def parse_value(text: str) -> Any:
 _STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[\d+\])*)$")
 
 
-def apply_override(data: dict[str, Any], assignment: str) -> None:
+def apply_override(data: dict[str, Any], assignment: str, flag: str = "--set") -> None:
     """Apply ``key.path=value`` to the scenario data in place (``faults[0].at_us=5``).
 
     Missing tables are created (validation then names unknown keys); a path
     through something that is not a table or a list index out of range is a
-    UsageError naming the path.
+    UsageError naming the path (and ``flag``, the option it came from).
     """
     path, sep, raw = assignment.partition("=")
     path = path.strip()
     if not sep or not path:
-        raise UsageError(f"--set {assignment}: expected key.path=value")
+        raise UsageError(f"{flag} {assignment}: expected key.path=value")
     steps: list[str | int] = []
     for part in path.split("."):
         m = _STEP.match(part)
         if not m:
-            raise UsageError(f"--set {path}: {part!r} is not a key (letters, digits, _, [index])")
+            raise UsageError(f"{flag} {path}: {part!r} is not a key (letters, digits, _, [index])")
         steps.append(m.group(1))
         steps.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
     node: Any = data
@@ -95,21 +95,21 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         where = _join(where, step)
         if isinstance(step, int):
             if not isinstance(node, list) or step >= len(node):
-                raise UsageError(f"--set {path}: {where} does not exist")
+                raise UsageError(f"{flag} {path}: {where} does not exist")
             node = node[step]
         else:
             if not isinstance(node, dict):
-                raise UsageError(f"--set {path}: {where} is inside something that is not a table")
+                raise UsageError(f"{flag} {path}: {where} is inside something that is not a table")
             if step not in node:
                 node[step] = [] if isinstance(nxt, int) else {}
             node = node[step]
         if isinstance(nxt, str) and not isinstance(node, dict):
-            raise UsageError(f"--set {path}: {where} is not a table")
+            raise UsageError(f"{flag} {path}: {where} is not a table")
     last = steps[-1]
     value = parse_value(raw.strip())
     if isinstance(last, int):
         if not isinstance(node, list) or last >= len(node):
-            raise UsageError(f"--set {path}: {_join(where, last)} does not exist")
+            raise UsageError(f"{flag} {path}: {_join(where, last)} does not exist")
         node[last] = value
     else:
         node[last] = value
@@ -126,11 +126,27 @@ def load_scenario(
 ) -> tuple[Any, dict[str, Any]]:
     """The validated scenario after ``--set``, ``--seed`` and ``--transport``, and its
     (overridden) workload table."""
+    return scenario_from_data(
+        read_scenario_data(path), overrides, seed, transport, name=Path(path).stem
+    )
+
+
+def scenario_from_data(
+    data: dict[str, Any],
+    overrides: list[str],
+    seed: int | None = None,
+    transport: str | None = None,
+    *,
+    name: str = "",
+    base_dir: Path | None = None,
+    flag: str = "--set",
+) -> tuple[Any, dict[str, Any]]:
+    """:func:`load_scenario` for scenario data already read (``data`` is not changed)."""
     from ..scenario import ScenarioError, parse
 
-    data = read_scenario_data(path)
+    data = copy.deepcopy(data)
     for assignment in overrides:
-        apply_override(data, assignment)
+        apply_override(data, assignment, flag)
     if seed is not None:
         data["seed"] = seed
     if transport is not None:
@@ -139,7 +155,7 @@ def load_scenario(
             raise ScenarioError("transport: must be a table")
         transport_table["name"] = transport
     workload = copy.deepcopy(data.get("workload", {}))
-    return parse(data, name=Path(path).stem), workload
+    return parse(data, name=name, base_dir=base_dir), workload
 
 
 # ----- output directory ----------------------------------------------------------
