@@ -904,8 +904,8 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
     return scenario
 
 
-def load(path: str | Path) -> Scenario:
-    """Read and validate a scenario file (.toml or .json)."""
+def read_data(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML/JSON of a scenario file, not yet validated (errors name the file)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -917,4 +917,12 @@ def load(path: str | Path) -> Scenario:
         raise ScenarioError(
             f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {exc}"
         ) from None
-    return parse(data, name=p.stem, base_dir=p.parent)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}: the top level must be a table")
+    return data
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file (.toml or .json)."""
+    p = Path(path)
+    return parse(read_data(p), name=p.stem, base_dir=p.parent)

@@ -277,3 +277,18 @@ def test_collectives_are_printed_when_the_results_have_them() -> None:
         "  collective allreduce x4 ranks, 1024 B: 10.0 us, algbw 1.0 Gb/s, busbw 1.5 Gb/s",
         "  collective alltoall x4 ranks, 1024 B: did not complete",
     ]
+
+
+def test_run_finds_a_cm_file_beside_the_scenario(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scenario's relative `workload.file` is relative to the scenario, not the cwd."""
+    d = tmp_path / "scen"
+    d.mkdir()
+    (d / "t.cm").write_text("Nodes 2\nConnections 1\n0->1 id 1 start 0 size 65536\n")
+    (d / "s.toml").write_text(
+        '[fabric]\nplanes = 1\nt0s = 1\nhosts_per_t0 = 2\nt1s = 1\n'
+        '[workload]\nkind = "htsim"\nfile = "t.cm"\n'
+    )
+    monkeypatch.chdir(tmp_path)  # not the scenario's folder
+    assert main(["run", "scen/s.toml"]) == 0, capsys.readouterr().err

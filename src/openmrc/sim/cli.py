@@ -41,22 +41,9 @@ class UsageError(ValueError):
 # ----- scenario loading with --set overrides -------------------------------------
 def read_scenario_data(path: str | Path) -> dict[str, Any]:
     """The parsed TOML/JSON of a scenario file (not yet validated)."""
-    from ..scenario import ScenarioError
+    from ..scenario import read_data
 
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ScenarioError(
-            f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {exc}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{p}: the top level must be a table")
-    return data
+    return read_data(path)
 
 
 def parse_value(text: str) -> Any:
@@ -127,7 +114,12 @@ def load_scenario(
     """The validated scenario after ``--set``, ``--seed`` and ``--transport``, and its
     (overridden) workload table."""
     return scenario_from_data(
-        read_scenario_data(path), overrides, seed, transport, name=Path(path).stem
+        read_scenario_data(path),
+        overrides,
+        seed,
+        transport,
+        name=Path(path).stem,
+        base_dir=Path(path).parent,
     )
 
 
