@@ -287,7 +287,7 @@ def test_run_finds_a_cm_file_beside_the_scenario(
     d.mkdir()
     (d / "t.cm").write_text("Nodes 2\nConnections 1\n0->1 id 1 start 0 size 65536\n")
     (d / "s.toml").write_text(
-        '[fabric]\nplanes = 1\nt0s = 1\nhosts_per_t0 = 2\nt1s = 1\n'
+        "[fabric]\nplanes = 1\nt0s = 1\nhosts_per_t0 = 2\nt1s = 1\n"
         '[workload]\nkind = "htsim"\nfile = "t.cm"\n'
     )
     monkeypatch.chdir(tmp_path)  # not the scenario's folder
