@@ -116,6 +116,10 @@ class Localiser:
     ) -> None:
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"window: must be a positive int, got {window!r}")
+        if t1_subset is not None and (
+            not isinstance(t1_subset, int) or isinstance(t1_subset, bool) or t1_subset < 1
+        ):
+            raise ValueError(f"t1_subset: must be a positive int, got {t1_subset!r}")
         for name, v in (("fail_rate", fail_rate), ("lossy_rate", lossy_rate)):
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 1:
                 raise ValueError(f"{name}: must be in (0, 1], got {v!r}")

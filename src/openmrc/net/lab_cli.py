@@ -12,6 +12,7 @@ Subcommands (``--name`` picks the lab, default ``lab``)::
     lab restore [LINK|SWITCH]     without a target: every fault
     lab exec HOST -- CMD...
     lab capture HOST --plane P -w FILE [--count N | --seconds S]
+    lab localise [--rounds N] [--timeout S] [--json]   self-probe fault localisation
 
 Exit codes: 0 ok, 1 the operation failed, 2 usage errors and not running as root.
 """
@@ -158,6 +159,33 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_localise(args: argparse.Namespace) -> int:
+    """Self-probe from every host (the paper's Clustermapper); name the broken element."""
+    from openmrc.net.selfprobe import SelfProber, format_result
+
+    lab = Lab.load(args.name)
+    try:
+        prober = SelfProber(
+            lab,
+            t0_probes=args.t0_probes,
+            t1_probes=args.t1_probes,
+            timeout=args.timeout,
+            t1_subset=args.t1_subset,
+        )
+        if not 1 <= args.rounds <= 1000:
+            raise ValueError(f"--rounds: must be 1..1000, got {args.rounds}")
+    except ValueError as exc:
+        msg = str(exc)
+        _err(msg if msg.startswith("--") else f"--{msg.replace('_', '-')}")
+        return 2
+    res = prober.run(args.rounds)
+    if args.json:
+        print(json.dumps({"lab": lab.name, **res.to_json()}, indent=1))
+    else:
+        print(format_result(res, lab))
+    return 0
+
+
 def _add_name(p: argparse.ArgumentParser, default: str | None = DEFAULT_NAME) -> None:
     p.add_argument(
         "--name",
@@ -223,6 +251,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
     _add_name(p)
     p.set_defaults(func=_guard(_cmd_capture))
+
+    _add_localise(sub)
+
+
+def _add_localise(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "localise",
+        aliases=["localize"],
+        help="self-probe from every host and name the broken link or switch",
+        description="Every host sends probes to itself by source route, to its T0 and back "
+        "and through T1s and back, in every plane; which probes fail names the broken "
+        "NIC-T0 link, T0, T0-T1 link or T1 (openmrc.clustermapper).",
+    )
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="probe rounds (3)")
+    p.add_argument(
+        "--timeout", type=float, default=0.5, metavar="S", help="wait per round, s (0.5)"
+    )
+    p.add_argument("--t0-probes", type=int, default=4, metavar="N", help="per host/plane (4)")
+    p.add_argument("--t1-probes", type=int, default=2, metavar="N", help="per T1 probed (2)")
+    p.add_argument(
+        "--t1-subset", type=int, metavar="N", help="T1s per host (default: cover every T1)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_localise))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
