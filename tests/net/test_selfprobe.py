@@ -89,3 +89,33 @@ def test_lab_localise_bad_flags_are_named(
         err = capsys.readouterr().err
         assert err.startswith(f"openmrc lab: {field}:"), err
         assert "Traceback" not in err
+
+
+def test_a_lossy_nic_link_is_named_and_its_plane_denied_at_the_host(
+    make_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from openmrc.net.driver import LabPeer, NetEndpoint
+
+    lab = make_lab(SPEC)
+    # 10 % each way: about 19 % of the probes lost, far from the 50 % of a failure
+    lab.fail("h0-p0t0x0", "loss", 10)
+
+    async def main() -> tuple[int, int]:
+        ep = NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0)
+        async with ep:
+            conn = ep.create_connection()
+            conn.connect(0x100, LabPeer(1))  # towards h1: QP in RTS
+            argv = ["lab", "localise", "--name", lab.name, "--rounds", "4", "--t0-probes", "16"]
+            loop = asyncio.get_running_loop()
+            code = await loop.run_in_executor(None, lab_cli.main, [*argv, "--deny-lossy"])
+            assert conn.qp.paths is not None
+            return code, conn.qp.paths.denied_planes
+
+    code, denied = asyncio.run(main())
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "localised lossy_nic_t0_link h0-p0t0x0 (plane 0)" in out
+    assert "denied plane 0 on h0" in out
+    assert denied == 0b01

@@ -163,7 +163,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 def _cmd_localise(args: argparse.Namespace) -> int:
     """Self-probe from every host (the paper's Clustermapper); name the broken element."""
-    from openmrc.net.selfprobe import SelfProber, format_result
+    from openmrc.net.selfprobe import SelfProber, deny_lossy_planes, format_result
 
     lab = Lab.load(args.name)
     try:
@@ -181,10 +181,16 @@ def _cmd_localise(args: argparse.Namespace) -> int:
         _err(msg if msg.startswith("--") else f"--{msg.replace('_', '-')}")
         return 2
     res = prober.run(args.rounds)
+    denials = deny_lossy_planes(lab, res) if args.deny_lossy else []
     if args.json:
-        print(json.dumps({"lab": lab.name, **res.to_json()}, indent=1))
+        print(json.dumps({"lab": lab.name, **res.to_json(), "denials": denials}, indent=1))
     else:
         print(format_result(res, lab))
+        for d in denials:
+            if d["ok"]:
+                print(f"denied plane {d['plane']} on {d['host']} (its controller, EV profile 0)")
+            else:
+                print(f"could not deny plane {d['plane']} on {d['host']}: {d['message']}")
     return 0
 
 
@@ -256,7 +262,10 @@ def _format_ctl(reply: dict[str, object], host: str) -> list[str]:
     if op == "probe":
         where = f"{host} -> {r['dest']} on EV {r['ev']:#x} (plane {r['plane']}, path {r['path']})"
         if r["timed_out"]:
-            return [f"probe {where}: timeout"]
+            return [
+                f"probe {where}: timeout (the path is broken, or no endpoint runs on "
+                f"{r['dest']}: its node controller answers probes)"
+            ]
         return [f"probe {where}: rtt {r['rtt_us']:.1f} us"]
     if op == "ports":
         lines = [f"{host}: ports-down bitmap {r['ports_down']:#x}"]
@@ -428,6 +437,11 @@ def _add_localise(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--t1-probes", type=int, default=2, metavar="N", help="per T1 probed (2)")
     p.add_argument(
         "--t1-subset", type=int, metavar="N", help="T1s per host (default: cover every T1)"
+    )
+    p.add_argument(
+        "--deny-lossy",
+        action="store_true",
+        help="deny the plane of a lossy NIC-T0 link at that host's controller (openmrc lab ctl)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_name(p)

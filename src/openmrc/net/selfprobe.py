@@ -8,8 +8,10 @@ already carry both (a T0 routes its downlink uSIDs to its host ports, a T1 its
 T0 uSIDs to its down ports), so no route is added: the datagram climbs,
 each switch shifts the uSID carrier, and it comes back to the host as the
 host's arrival address ``fcbb:0:DOWN(p,d)::``.  Which probes do not come back
-names the broken NIC-T0 link, T0, T0-T1 link or T1;
+names the broken NIC-T0 link, T0, T0-T1 link or T1, or a lossy NIC-T0 link;
 :class:`openmrc.clustermapper.Localiser` (shared with the simulator) decides.
+:func:`deny_lossy_planes` then denies a lossy link's plane at its host's
+node controller (``openmrc lab localise --deny-lossy``).
 
 :class:`SelfProber` runs every host's prober from one process: one
 no-checksum socket per host, created inside the host's namespace and bound
@@ -236,3 +238,32 @@ def format_result(res: SelfProbeResult, lab: Lab) -> str:
                 f"{r['time_ps'] / 1e12:.2f} s - {r['cleared_ps'] / 1e12:.2f} s"
             )
     return "\n".join(lines)
+
+
+def deny_lossy_planes(lab: Lab, res: SelfProbeResult) -> list[dict[str, Any]]:
+    """For each lossy NIC-T0 link still localised, deny its plane at its host's controller.
+
+    MRC itself cannot tell whether loss on a plane is at its own end or the
+    far end (paper, section 4): the self-probes can, and the host's
+    controller (:mod:`openmrc.net.ctl`, EV profile 0) takes the plane out of
+    every QP of that host.  Returns one row per attempt (``ok`` False with the
+    message when no endpoint runs on the host or the controller refused).
+    """
+    from openmrc.net.ctl import CtlError, ctl_request
+
+    out: list[dict[str, Any]] = []
+    topo = lab.topology
+    for r in res.active():
+        if r["kind"] != "lossy_nic_t0_link":
+            continue
+        host = topo.link(r["element"]).a
+        row: dict[str, Any] = {"host": host, "plane": r["plane"], "element": r["element"]}
+        try:
+            reply = ctl_request(lab.name, host, {"op": "deny_plane", "plane": r["plane"]})
+        except CtlError as exc:
+            row.update(ok=False, message=str(exc))
+        else:
+            ok = reply.get("op") == "deny_plane"
+            row.update(ok=ok, message="" if ok else str(reply.get("message")))
+        out.append(row)
+    return out
