@@ -237,3 +237,47 @@ def test_lab_ctl_cli(make_lab: Callable[..., Lab], capsys: pytest.CaptureFixture
     assert "no endpoint with a controller runs on h0" in capsys.readouterr().err
     with pytest.raises(CtlError, match="^host: "):
         ctl_request(lab.name, "h1", {"op": "status"})
+
+
+def test_only_root_or_the_owner_gets_in_and_one_endpoint_per_host_serves(
+    make_lab: Callable[..., Lab],
+) -> None:
+    import shutil
+    import subprocess
+
+    # an interpreter another user may run (the test's venv may sit under /root)
+    exe = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if shutil.which(p)), None)
+    if exe is None:
+        pytest.skip("no system python3 for the unprivileged client")
+
+    async def body(lab: Lab, h0: NetEndpoint, h1: NetEndpoint, ca: Connection, cb: Connection):
+        path = lab_ctl_path(lab.name, "h0")
+        # even with the file opened up, another user is refused by its credentials
+        os.chmod(path, 0o666)
+        os.chmod(path.parent, 0o755)
+        code = (
+            "import socket,sys\n"
+            "s=socket.socket(socket.AF_UNIX)\n"
+            f"s.connect({str(path)!r})\n"
+            's.sendall(b\'{"op":"deny_plane","plane":1}\\n\')\n'
+            "sys.stdout.write(s.makefile().readline())\n"
+        )
+        loop = asyncio.get_running_loop()
+        proc = await loop.run_in_executor(
+            None,
+            lambda: subprocess.run(
+                [exe, "-c", code], user=65534, cwd="/", capture_output=True, text=True, timeout=30
+            ),
+        )
+        reply = json.loads(proc.stdout)
+        assert reply["op"] == "error" and reply["field"] == "peer", proc
+        assert ca.qp.paths is not None and ca.qp.paths.denied_planes == 0
+        assert h0.node_control is not None and h0.node_control.stats["refused"] == 1
+        # a second endpoint on h0 leaves the first one's controller socket alone
+        second = NetEndpoint("::", 0, netns=lab.host_netns(0), lab=lab, host=0)
+        async with second:
+            assert second.node_control is None
+            assert (await _ctl(lab, "h0", op="status"))["qps"] == [ca.qpn]
+        assert path.exists()
+
+    _run(make_lab(SPEC), body)
