@@ -32,6 +32,22 @@ SIZE = 2 << 20
 Body = Callable[[Lab, NetEndpoint, NetEndpoint, Connection, Connection], Awaitable[Any]]
 
 
+#: The unprivileged client of the credentials test.
+CHILD = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(PATH)
+s.settimeout(3)
+try:
+    line = s.makefile("rb").readline()
+except TimeoutError:
+    s.settimeout(None)
+    s.sendall(b'{"op": "deny_plane", "plane": 1}\\n')
+    line = s.makefile("rb").readline()
+sys.stdout.write(line.decode())
+"""
+
+
 def _run(lab: Lab, body: Body) -> Any:
     """h0 and h1 endpoints with a connected QP pair each way; run ``body``."""
 
@@ -218,6 +234,8 @@ def test_lab_ctl_cli(make_lab: Callable[..., Lab], capsys: pytest.CaptureFixture
         assert code == 0 and "mask GOOD|ASSUMED_BAD|DENIED" in out
         code, out, _ = await run("h1", "--json", "status")
         assert code == 0 and json.loads(out)["host"] == "h1"
+        code, out, _ = await run("h1", "ports", "--json")  # flags after the command too
+        assert code == 0 and json.loads(out)["op"] == "ports"
         # errors: one line naming the field, no traceback
         code, _, err = await run("h0", "deny-plane", "7")
         assert code == 1 and err.startswith("openmrc lab: ctl h0: plane: ")
@@ -255,13 +273,8 @@ def test_only_root_or_the_owner_gets_in_and_one_endpoint_per_host_serves(
         # even with the file opened up, another user is refused by its credentials
         os.chmod(path, 0o666)
         os.chmod(path.parent, 0o755)
-        code = (
-            "import socket,sys\n"
-            "s=socket.socket(socket.AF_UNIX)\n"
-            f"s.connect({str(path)!r})\n"
-            's.sendall(b\'{"op":"deny_plane","plane":1}\\n\')\n'
-            "sys.stdout.write(s.makefile().readline())\n"
-        )
+        # a refused client is told at once; an accepted one hears nothing until it asks
+        code = CHILD.replace("PATH", repr(str(path)))
         loop = asyncio.get_running_loop()
         proc = await loop.run_in_executor(
             None,
@@ -269,6 +282,7 @@ def test_only_root_or_the_owner_gets_in_and_one_endpoint_per_host_serves(
                 [exe, "-c", code], user=65534, cwd="/", capture_output=True, text=True, timeout=30
             ),
         )
+        assert proc.stdout, proc.stderr
         reply = json.loads(proc.stdout)
         assert reply["op"] == "error" and reply["field"] == "peer", proc
         assert ca.qp.paths is not None and ca.qp.paths.denied_planes == 0

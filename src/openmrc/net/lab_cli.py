@@ -347,6 +347,11 @@ def _add_ctl(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ev", required=True, help="the EV (its plane and path), e.g. 0x00100000")
     p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds (1)")
     cs.add_parser("ports", help="port status: which planes' NIC ports are down")
+    for child in cs.choices.values():  # --name and --json after COMMAND too
+        child.add_argument("--name", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        child.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     ctl.set_defaults(func=_guard(_cmd_ctl))
 
 
