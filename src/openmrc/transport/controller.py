@@ -352,7 +352,7 @@ class Controller:
     def poll_events(self, max_events: int = 64) -> list[ControllerEvent]:
         """Up to ``max_events`` queued EV events, oldest first (collects first)."""
         self.collect_events()
-        out = []
+        out: list[ControllerEvent] = []
         while self._events and len(out) < max_events:
             out.append(self._events.popleft())
         return out
