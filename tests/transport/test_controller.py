@@ -154,3 +154,44 @@ def test_probes_return_an_rtt_or_a_timeout_and_port_status() -> None:
     assert t.qa.paths is not None and t.qa.paths.local_down == 1 << 3
     with pytest.raises(InvalidArgument, match="timeout_ps"):
         c.probe("h9", 1, 0, 0)
+
+
+def test_match_equal_covers_qps_with_an_equal_profile_object() -> None:
+    import copy
+
+    for match_equal in (False, True):
+        c = Controller(match_equal=match_equal)
+        prof = EVProfile(planes=4, paths_per_plane=4, ev_count=32)
+        c.create_ev_profile(0, prof)
+        c.set_ev_profile_online(0)
+        c.create_cc_profile(0, CCProfile(name="fixed"))
+        c.set_cc_profile_online(0)
+        attr = c.qp_attr(0, 0)
+        attr.ev_profile = copy.deepcopy(prof)  # equal, not the same object (a peer's hello)
+        t = setup_transfer(attr=attr, count=0)
+        c.add_context(t.lb.a)
+        c.deny_plane(0, 1)
+        assert t.qa.paths is not None
+        assert c.qps_using(0) == ([t.qa] if match_equal else [])
+        assert t.qa.paths.denied_planes == (0b10 if match_equal else 0)
+
+
+def test_deliver_event_takes_events_a_driver_drained_itself() -> None:
+    c = Controller()
+    c.create_ev_profile(1, EVProfile(planes=4, paths_per_plane=4, ev_count=32, floor=0))
+    c.create_cc_profile(1, CCProfile(name="fixed"))
+    c.set_ev_profile_online(1)
+    c.set_cc_profile_online(1)
+    t = setup_transfer(attr=c.qp_attr(1, 1), count=0)
+    c.add_context(t.lb.a)
+    assert t.qa.paths is not None
+    ev = t.qa.paths.slots[0]
+    t.qa.paths.on_loss(ev, 10, "test")
+    drained = list(t.lb.a.events)
+    t.lb.a.events.clear()  # the driver's own drain
+    for item in drained:
+        c.deliver_event(t.lb.a, item)
+    assert c.queued_events() == 1
+    got = c.poll_events()
+    assert [(e.event.ev, e.event.new, e.profile_id) for e in got] == [(ev, EVState.ASSUMED_BAD, 1)]
+    assert c.ev_profile_ids() == [1] and c.event_mask(1) == EVENT_ASSUMED_BAD | 1 << EVState.GOOD

@@ -778,8 +778,15 @@ class NetEndpoint:
 
         return call_in_netns(self.netns, fn, *args)
 
+    #: A lab endpoint's node controller and its ``.ctl`` socket
+    #: (:class:`openmrc.net.ctl.NodeControl`), started by :meth:`start`; None otherwise.
+    node_control: Any = None
+
     def start(self) -> None:
-        """Open the receive socket and register it with the running loop."""
+        """Open the receive socket and register it with the running loop.
+
+        A lab endpoint also starts its node controller socket (``openmrc lab ctl``).
+        """
         if self._started:
             raise InvalidState("start: the endpoint is already started")
         self._loop = asyncio.get_running_loop()
@@ -791,6 +798,9 @@ class NetEndpoint:
         self._started = True
         if self.lab is not None and self.host is not None:
             self._loop.call_soon(self._poll_ports)
+            from openmrc.net.ctl import start_node_control
+
+            self.node_control = start_node_control(self)
 
     # -- port status (lab hosts: the plane interfaces' operstate) ---------------------
     def _poll_ports(self) -> None:
@@ -820,6 +830,8 @@ class NetEndpoint:
         if self._closed:
             return
         self._closed = True
+        if self.node_control is not None:
+            self.node_control.close()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -1062,8 +1074,11 @@ class NetEndpoint:
     def _drain_events(self) -> None:
         events = self.ctx.events
         counts = self.event_counts
+        ctl = self.ctx.controller
         while events:
             ev = events.popleft()
+            if ctl is not None:
+                ctl.deliver_event(self.ctx, ev)  # the node controller's EV event queue
             self.events.append(ev)
             new = getattr(ev, "new", None)
             key = f"{type(ev).__name__}:{getattr(new, 'name', new)}"

@@ -12,6 +12,9 @@ Subcommands (``--name`` picks the lab, default ``lab``)::
     lab restore [LINK|SWITCH]     without a target: every fault
     lab exec HOST -- CMD...
     lab capture HOST --plane P -w FILE [--count N | --seconds S]
+    lab localise [--rounds N] [--timeout S] [--json]   self-probe fault localisation
+    lab ctl HOST status | deny-plane P | allow-plane P | deny-ev EV | allow-ev EV
+                 | events [--mask M] | probe DEST --ev EV | ports   (the node controller)
 
 Exit codes: 0 ok, 1 the operation failed, 2 usage errors and not running as root.
 """
@@ -165,6 +168,200 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_localise(args: argparse.Namespace) -> int:
+    """Self-probe from every host (the paper's Clustermapper); name the broken element."""
+    from openmrc.net.selfprobe import SelfProber, deny_lossy_planes, format_result
+
+    lab = Lab.load(args.name)
+    try:
+        prober = SelfProber(
+            lab,
+            t0_probes=args.t0_probes,
+            t1_probes=args.t1_probes,
+            timeout=args.timeout,
+            t1_subset=args.t1_subset,
+        )
+        if not 1 <= args.rounds <= 1000:
+            raise ValueError(f"--rounds: must be 1..1000, got {args.rounds}")
+    except ValueError as exc:
+        msg = str(exc)
+        _err(msg if msg.startswith("--") else f"--{msg.replace('_', '-')}")
+        return 2
+    res = prober.run(args.rounds)
+    denials = deny_lossy_planes(lab, res) if args.deny_lossy else []
+    if args.json:
+        print(json.dumps({"lab": lab.name, **res.to_json(), "denials": denials}, indent=1))
+    else:
+        print(format_result(res, lab))
+        for d in denials:
+            if d["ok"]:
+                print(f"denied plane {d['plane']} on {d['host']} (its controller, EV profile 0)")
+            else:
+                print(f"could not deny plane {d['plane']} on {d['host']}: {d['message']}")
+    return 0
+
+
+def _ctl_int(flag: str, text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise ValueError(f"{flag}: must be an integer (0x.. for hex), got {text!r}") from None
+
+
+def _ctl_request(args: argparse.Namespace) -> dict[str, object]:
+    """The controller request of ``lab ctl HOST CMD ...`` (ValueError names a bad flag)."""
+    from openmrc.net.ctl import parse_mask
+
+    cmd = args.ctl_command
+    op = cmd.replace("-", "_")
+    msg: dict[str, object] = {"op": op}
+    if cmd in ("deny-plane", "allow-plane", "deny-ev", "allow-ev", "events"):
+        msg["profile"] = _ctl_int("--profile", args.profile)
+    if cmd in ("deny-plane", "allow-plane"):
+        msg["plane"] = _ctl_int("PLANE", args.plane)
+    elif cmd in ("deny-ev", "allow-ev"):
+        msg["ev"] = _ctl_int("EV", args.ev)
+    elif cmd == "events":
+        msg["max"] = args.max
+        if args.mask is not None:
+            try:
+                msg["mask"] = parse_mask(args.mask)
+            except ValueError as exc:
+                raise ValueError(f"--{exc}") from None
+    elif cmd == "probe":
+        msg["dest"] = args.dest
+        msg["ev"] = _ctl_int("--ev", args.ev)
+        msg["timeout"] = args.timeout
+    return msg
+
+
+def _format_ctl(reply: dict[str, object], host: str) -> list[str]:
+    """``lab ctl`` replies as text."""
+    r: dict[str, object] = reply
+    op = r["op"]
+    if op in ("deny_plane", "allow_plane"):
+        verb = "denied" if op == "deny_plane" else "allowed"
+        return [
+            f"{host}: plane {r['plane']} {verb} in EV profile {r['profile']} "
+            f"(denied planes now {r['denied_planes']}; {r['qps']} QPs use the profile)"
+        ]
+    if op in ("deny_ev", "allow_ev"):
+        verb = "denied" if op == "deny_ev" else "allowed"
+        denied = ", ".join(f"{e:#x}" for e in r["denied_evs"])  # type: ignore[attr-defined]
+        return [
+            f"{host}: EV {r['ev']:#x} {verb} in EV profile {r['profile']} "
+            f"(denied EVs now [{denied}]; {r['qps']} QPs use the profile)"
+        ]
+    if op == "events":
+        lines = []
+        for e in r["events"]:  # type: ignore[attr-defined]
+            lines.append(
+                f"  qp {e['qpn']:#x} ev {e['ev']:#010x} (plane {e['plane']}, path {e['path']}) "
+                f"{e['old']} -> {e['new']} ({e['reason']})"
+                + (f" [{e['dropped_before']} dropped before]" if e["dropped_before"] else "")
+            )
+        lines.append(
+            f"{host}: {len(r['events'])} EV events (profile {r['profile']}, mask "  # type: ignore[arg-type]
+            f"{'|'.join(r['mask_states']) or 'none'}, depth {r['depth']}, "  # type: ignore[arg-type]
+            f"{r['still_queued']} still queued, {r['dropped_total']} dropped in total)"
+        )
+        return lines
+    if op == "probe":
+        where = f"{host} -> {r['dest']} on EV {r['ev']:#x} (plane {r['plane']}, path {r['path']})"
+        if r["timed_out"]:
+            return [
+                f"probe {where}: timeout (the path is broken, or no endpoint runs on "
+                f"{r['dest']}: its node controller answers probes)"
+            ]
+        return [f"probe {where}: rtt {r['rtt_us']:.1f} us"]
+    if op == "ports":
+        lines = [f"{host}: ports-down bitmap {r['ports_down']:#x}"]
+        for p in r["ports"]:  # type: ignore[attr-defined]
+            denied = p["denied_in_profiles"]
+            lines.append(
+                f"  plane {p['plane']} ({p['interface']}): {'up' if p['up'] else 'DOWN'}"
+                + (f", denied in profiles {denied}" if denied else "")
+            )
+        return lines
+    lines = [f"{host} (lab {r['lab']}): QPs {r['qps']}, probes {r['probes']}"]
+    for p in r["profiles"]:  # type: ignore[attr-defined]
+        evs = ", ".join(f"{e:#x}" for e in p["denied_evs"])
+        lines.append(
+            f"  EV profile {p['profile']} {p['state']}: {len(p['qps'])} QPs, denied planes "
+            f"{p['denied_planes']}, denied EVs [{evs}], event mask {p['event_mask']:#x}"
+        )
+    lines.append(f"  events queued {r['events_queued']}, dropped {r['events_dropped']}")
+    return lines
+
+
+def _cmd_ctl(args: argparse.Namespace) -> int:
+    """Talk to the node controller of a running lab endpoint on HOST."""
+    from openmrc.net.ctl import CtlError, ctl_request
+
+    lab = Lab.load(args.name)
+    host = lab.host_node(args.host)
+    try:
+        msg = _ctl_request(args)
+        if args.ctl_command == "probe" and not 0 < args.timeout <= 30:
+            raise ValueError(f"--timeout: must be in (0, 30] s, got {args.timeout}")
+    except ValueError as exc:
+        _err(f"ctl {exc}")
+        return 2
+    wait = float(args.timeout) + 5 if args.ctl_command == "probe" else 10.0
+    try:
+        reply = ctl_request(lab.name, host, msg, timeout=wait)
+    except CtlError as exc:
+        _err(f"ctl {exc}")
+        return 1
+    if reply.get("op") == "error":
+        _err(f"ctl {host}: {reply.get('message')}")
+        return 1
+    if args.json:
+        print(json.dumps(reply, indent=1))
+    else:
+        print("\n".join(_format_ctl(reply, host)))
+    return 1 if reply.get("op") == "probe" and reply.get("timed_out") else 0
+
+
+def _add_ctl(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    ctl = sub.add_parser(
+        "ctl",
+        help="the node controller of a running endpoint on a lab host",
+        description="Reach the MRC node controller of the 'openmrc serve/send' endpoint "
+        "running on HOST (its root-only socket <state dir>/<lab>/<host>.ctl): deny or "
+        "allow planes and EVs per EV profile, read the EV event queue, probe a path.",
+    )
+    ctl.add_argument("host", metavar="HOST", help="the lab host whose controller (h0, h1, ...)")
+    _add_name(ctl)
+    ctl.add_argument("--json", action="store_true", help="print the controller's JSON reply")
+    cs = ctl.add_subparsers(dest="ctl_command", metavar="COMMAND", required=True)
+    cs.add_parser("status", help="profiles, deny lists, event masks, QPs")
+    for verb in ("deny", "allow"):
+        p = cs.add_parser(f"{verb}-plane", help=f"{verb} a whole plane for the profile's QPs")
+        p.add_argument("plane", metavar="PLANE")
+        p.add_argument("--profile", default="0", help="EV profile id (0: the endpoint's)")
+        p = cs.add_parser(f"{verb}-ev", help=f"{verb} one EV for the profile's QPs")
+        p.add_argument("ev", metavar="EV", help="e.g. 0x00410002")
+        p.add_argument("--profile", default="0", help="EV profile id (0: the endpoint's)")
+    p = cs.add_parser("events", help="read (and empty) the EV event queue")
+    p.add_argument("--profile", default="0", help="EV profile id (0: the endpoint's)")
+    p.add_argument(
+        "--mask", metavar="M", help="set the event mask first: good,skip,assumed_bad,denied or 0x5"
+    )
+    p.add_argument("--max", type=int, default=256, metavar="N", help="events at most (256)")
+    p = cs.add_parser("probe", help="a controller probe on one EV: an RTT or a timeout")
+    p.add_argument("dest", metavar="DEST", help="destination host (h1 or 1)")
+    p.add_argument("--ev", required=True, help="the EV (its plane and path), e.g. 0x00100000")
+    p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds (1)")
+    cs.add_parser("ports", help="port status: which planes' NIC ports are down")
+    for child in cs.choices.values():  # --name and --json after COMMAND too
+        child.add_argument("--name", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        child.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+    ctl.set_defaults(func=_guard(_cmd_ctl))
+
+
 def _add_name(p: argparse.ArgumentParser, default: str | None = DEFAULT_NAME) -> None:
     p.add_argument(
         "--name",
@@ -237,6 +434,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
     _add_name(p)
     p.set_defaults(func=_guard(_cmd_capture))
+
+    _add_localise(sub)
+    _add_ctl(sub)
+
+
+def _add_localise(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "localise",
+        aliases=["localize"],
+        help="self-probe from every host and name the broken link or switch",
+        description="Every host sends probes to itself by source route, to its T0 and back "
+        "and through T1s and back, in every plane; which probes fail names the broken "
+        "NIC-T0 link, T0, T0-T1 link or T1 (openmrc.clustermapper).",
+    )
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="probe rounds (3)")
+    p.add_argument(
+        "--timeout", type=float, default=0.5, metavar="S", help="wait per round, s (0.5)"
+    )
+    p.add_argument("--t0-probes", type=int, default=4, metavar="N", help="per host/plane (4)")
+    p.add_argument("--t1-probes", type=int, default=2, metavar="N", help="per T1 probed (2)")
+    p.add_argument(
+        "--t1-subset", type=int, metavar="N", help="T1s per host (default: cover every T1)"
+    )
+    p.add_argument(
+        "--deny-lossy",
+        action="store_true",
+        help="deny the plane of a lossy NIC-T0 link at that host's controller (openmrc lab ctl)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_name(p)
+    p.set_defaults(func=_guard(_cmd_localise))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,18 +32,20 @@ link and a T0 failure look the same; it is then named as the link).  Each
 element is reported once, when first localised (``time_ps``), and again with
 ``cleared_ps`` when its probes succeed again.
 
-The simulator delivers these probes with :class:`~openmrc.wire.packets.ProbePacket`
+The verdicts and the naming live in :mod:`openmrc.clustermapper` (shared with
+the lab's :mod:`openmrc.net.selfprobe`); this module sends the probes.  The
+simulator delivers them with :class:`~openmrc.wire.packets.ProbePacket`
 objects addressed to QPN 0 (no QP): the host hands them to this agent instead of
 its transport core.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..topology import KIND_DOWN, Topology, pack_address, usid
+from ..clustermapper import Localiser, self_probe_address
+from ..topology import Topology
 from ..wire.packets import ProbePacket
 
 if TYPE_CHECKING:
@@ -104,30 +106,33 @@ class ClustermapperConfig:
 
 
 class Clustermapper:
-    """Self-probing agents on every host of an experiment, and the central verdicts."""
+    """Self-probing agents on every host of an experiment, and the central verdicts.
+
+    The verdicts and the naming are :class:`openmrc.clustermapper.Localiser`'s
+    (shared with the lab's :mod:`openmrc.net.selfprobe`); this class sends the
+    probes through the simulated fabric and counts what comes back.
+    """
 
     def __init__(self, exp: Experiment, config: ClustermapperConfig | None = None) -> None:
         self.exp = exp
         self.config = config or ClustermapperConfig()
         self.config.validate()
-        spec = exp.spec
+        cfg = self.config
         self.topology: Topology = exp.fabric.topology
-        hpt = spec.hosts_per_t0
-        subset = self.config.t1_subset or max(1, -(-spec.t1s // hpt))
-        self.subset = min(subset, spec.t1s)
+        self.localiser = Localiser(
+            self.topology,
+            t1_subset=cfg.t1_subset,
+            window=cfg.window,
+            fail_rate=cfg.fail_rate,
+            lossy_rate=cfg.lossy_rate,
+        )
         #: host -> the T1s it probes (the hosts of a T0 cover every T1 together).
-        self.t1s_of = {
-            h: sorted({((h % hpt) * self.subset + j) % spec.t1s for j in range(self.subset)})
-            for h in range(spec.hosts)
-        }
+        self.t1s_of = self.localiser.t1s_of
         self._seq = 1
         #: seq -> (host, plane, target) for probes in flight; target -1 = T0, else T1 k.
         self._inflight: dict[int, tuple[int, int, int]] = {}
-        #: (host, plane, target) -> recent outcomes (True = came back), last ``window`` rounds.
-        self._hist: dict[tuple[int, int, int], deque[tuple[int, int]]] = {}
-        self._round: dict[tuple[int, int, int], list[int]] = {}
         #: element name -> its report (kind, name, plane, time_ps, cleared_ps).
-        self.found: dict[str, dict[str, Any]] = {}
+        self.found: dict[str, dict[str, Any]] = self.localiser.found
         self.denied: set[tuple[int, int]] = set()
         self.probes_sent = 0
         self.probes_back = 0
@@ -136,33 +141,22 @@ class Clustermapper:
         exp.sim.schedule(self.config.start_ps, self._round_start)
 
     # -- probing ---------------------------------------------------------------------
-    def _route(self, h: int, plane: int, k: int) -> int:
-        topo = self.topology
-        spec = topo.spec
-        a, d = divmod(h, spec.hosts_per_t0)
-        t0 = topo.usid_of(topo.t0_name(plane, a))
-        down = usid(KIND_DOWN, plane, d)
-        if k < 0:
-            return pack_address([t0, down])
-        return pack_address([t0, topo.usid_of(topo.t1_name(plane, k)), t0, down])
-
     def _round_start(self) -> None:
         now = self.exp.sim.now
         self._close_round(now)
         cfg = self.config
         spec = self.exp.spec
+        loc = self.localiser
         for host in self.exp.hosts:
             h = host.index
             for plane in range(spec.planes):
-                targets = [-1] * cfg.t0_probes + self.t1s_of[h] * cfg.t1_probes
-                for k in targets:
+                for k in loc.targets(h, cfg.t0_probes, cfg.t1_probes):
                     seq = self._seq
                     self._seq += 1
                     pkt = ProbePacket(PROBE_QPN, plane, seq, now)
-                    pkt.route = self._route(h, plane, k)
+                    pkt.route = self_probe_address(self.topology, h, plane, k)
                     self._inflight[seq] = (h, plane, k)
-                    rnd = self._round.setdefault((h, plane, k), [0, 0])
-                    rnd[0] += 1
+                    loc.sent(h, plane, k)
                     self.probes_sent += 1
                     host.ports[plane].enqueue(pkt)
         nxt = now + cfg.interval_ps
@@ -179,100 +173,14 @@ class Clustermapper:
         if item is None or item[0] != host:
             return
         self.probes_back += 1
-        self._round[item][1] += 1
+        self.localiser.back(*item)
 
     # -- verdicts --------------------------------------------------------------------
     def _close_round(self, now: int) -> None:
         self._inflight.clear()  # whatever is not back after a whole interval is lost
-        window = self.config.window
-        for key, (sent, back) in self._round.items():
-            hist = self._hist.setdefault(key, deque(maxlen=window))
-            hist.append((sent, back))
-        self._round = {}
-        if self._hist:
-            self._localise(now)
-
-    def _verdict(self, h: int, plane: int, k: int) -> str | None:
-        """ "fail", "lossy", "ok", or None (no data yet) for one probe target."""
-        hist = self._hist.get((h, plane, k))
-        if not hist:
-            return None
-        sent = sum(s for s, _ in hist)
-        back = sum(b for _, b in hist)
-        if not sent:
-            return None
-        rate = 1 - back / sent
-        dead = [s > 0 and b == 0 for s, b in hist]
-        recent = sum(s for s, _ in list(hist)[-2:])
-        if rate >= self.config.fail_rate or (
-            len(dead) >= 2 and dead[-1] and dead[-2] and recent >= 4
-        ):
-            return "fail"
-        if dead[-1]:
-            return None  # maybe the start of a failure: wait for the next round
-        if rate >= self.config.lossy_rate and sum(1 for s, b in hist if b < s) >= 2:
-            return "lossy"
-        return "ok"
-
-    def _localise(self, now: int) -> None:
-        cfg = self.config
-        spec = self.exp.spec
-        topo = self.topology
-        hpt = spec.hosts_per_t0
-        current: dict[str, tuple[str, int, int | None]] = {}  # name -> (kind, plane, host)
-        for plane in range(spec.planes):
-            t0_ok: dict[int, bool] = {}
-            for a in range(spec.t0s):
-                hosts = range(a * hpt, (a + 1) * hpt)
-                v0 = {h: self._verdict(h, plane, -1) for h in hosts}
-                failing = [h for h, v in v0.items() if v == "fail"]
-                if len(failing) == len(hosts) and len(hosts) > 1:
-                    current[topo.t0_name(plane, a)] = ("t0", plane, None)
-                else:
-                    for h in failing:
-                        current[topo.host_link(h, plane).name] = ("nic_t0_link", plane, h)
-                for h, v in v0.items():
-                    t0_ok[h] = v == "ok"  # a lossy NIC link would blur its T1 probes
-                    if v == "lossy":
-                        current[topo.host_link(h, plane).name] = ("lossy_nic_t0_link", plane, h)
-            # T1 probes, from hosts whose own NIC-T0 link and T0 are fine.
-            for k in range(spec.t1s):
-                failing_t0s, probed_t0s = set(), set()
-                for h in range(spec.hosts):
-                    if k not in self.t1s_of[h] or not t0_ok.get(h):
-                        continue
-                    v = self._verdict(h, plane, k)
-                    if v is None:
-                        continue
-                    a = h // hpt
-                    probed_t0s.add(a)
-                    if v == "fail":
-                        failing_t0s.add(a)
-                if not failing_t0s:
-                    continue
-                if failing_t0s == probed_t0s and len(probed_t0s) > 1:
-                    current[topo.t1_name(plane, k)] = ("t1", plane, None)
-                else:
-                    for a in sorted(failing_t0s):
-                        name = topo.link_between(
-                            topo.t0_name(plane, a), topo.t1_name(plane, k)
-                        ).name
-                        current[name] = ("t0_t1_link", plane, None)
-        for name, (kind, plane, host) in current.items():
-            rep = self.found.get(name)
-            if rep is None or rep["cleared_ps"] is not None:
-                self.found[name] = {
-                    "kind": kind,
-                    "element": name,
-                    "plane": plane,
-                    "time_ps": now,
-                    "cleared_ps": None,
-                }
-                if kind == "lossy_nic_t0_link" and cfg.deny_lossy and host is not None:
-                    self._deny(host, plane, now)
-        for name, rep in self.found.items():
-            if rep["cleared_ps"] is None and name not in current:
-                rep["cleared_ps"] = now
+        for f in self.localiser.close_round(now):
+            if f.kind == "lossy_nic_t0_link" and self.config.deny_lossy and f.host is not None:
+                self._deny(f.host, f.plane, now)
 
     def _deny(self, host: int, plane: int, now: int) -> None:
         if (host, plane) in self.denied:
@@ -283,10 +191,4 @@ class Clustermapper:
 
     def report(self) -> list[dict[str, Any]]:
         """What was localised, in order of first localisation (times in us and ps)."""
-        out = []
-        for rep in sorted(self.found.values(), key=lambda r: (r["time_ps"], r["element"])):
-            row = dict(rep)
-            row["time_us"] = rep["time_ps"] / 1e6
-            row["cleared_us"] = None if rep["cleared_ps"] is None else rep["cleared_ps"] / 1e6
-            out.append(row)
-        return out
+        return self.localiser.report()

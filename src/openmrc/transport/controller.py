@@ -24,7 +24,14 @@ MRC splits a QP's attributes in two: the application sets the verbs ones
   context) and :meth:`Controller.set_port_state` (what a NIC driver reports).
 
 Contexts call :meth:`Controller.qp_ready` when a QP gets its EV set (RTR), so
-the deny lists reach new QPs.
+the deny lists reach new QPs.  A driver that drains the contexts' event
+queues itself hands each event to :meth:`Controller.deliver_event`.
+
+``match_equal=True``: a QP whose EV profile object is not registered but
+equals a registered one field by field counts as using it.  For drivers whose
+QPs take their attributes from a peer's hello (``openmrc serve`` builds an
+equal profile object per session): they then reference the node's profile,
+as an OCP QP references a profile id.
 """
 
 from __future__ import annotations
@@ -111,11 +118,16 @@ class Controller:
     """The node's controller over ``contexts`` (see the module docstring)."""
 
     def __init__(
-        self, contexts: list[Context] | tuple[Context, ...] = (), event_depth: int = 1024
+        self,
+        contexts: list[Context] | tuple[Context, ...] = (),
+        event_depth: int = 1024,
+        *,
+        match_equal: bool = False,
     ) -> None:
         if not isinstance(event_depth, int) or event_depth < 1:
             raise InvalidArgument(f"event_depth: must be a positive int, got {event_depth!r}")
         self.contexts: list[Context] = []
+        self.match_equal = bool(match_equal)
         self._ev: dict[int, _EVEntry] = {}
         self._cc: dict[int, _CCEntry] = {}
         self.event_depth = event_depth
@@ -221,12 +233,12 @@ class Controller:
 
     def qps_using(self, profile_id: int) -> list[QueuePair]:
         """The node's QPs (with an EV set) that use this EV profile."""
-        profile = self._ev_entry(profile_id).profile
+        entry = self._ev_entry(profile_id)
         return [
             qp
             for ctx in self.contexts
             for qp in ctx.qps.values()
-            if qp.paths is not None and qp.paths.profile is profile
+            if qp.paths is not None and self._entry_for(qp.paths.profile) is entry
         ]
 
     # -- deny / allow --------------------------------------------------------------
@@ -302,25 +314,45 @@ class Controller:
         """Move the contexts' EV events into the controller's queue (mask, depth)."""
         for ctx in self.contexts:
             while (item := ctx.next_event()) is not None:
-                if not isinstance(item, EVEvent):
-                    continue  # QP and port events are the application's
-                qp = ctx.qps.get(item.qpn)
-                entry = self._entry_for(qp.paths.profile if qp and qp.paths else None)
-                mask = entry.event_mask if entry is not None else DEFAULT_EVENT_MASK
-                if not mask >> item.new & 1:
-                    continue
-                if len(self._events) >= self.event_depth:
-                    self._pending_drops += 1
-                    self.events_dropped += 1
-                    continue
-                pid = entry.profile_id if entry is not None else None
-                self._events.append(ControllerEvent(pid, item, self._pending_drops))
-                self._pending_drops = 0
+                self.deliver_event(ctx, item)
+
+    def deliver_event(self, ctx: Context, item: object) -> None:
+        """Queue one event taken from ``ctx``'s queue (EV events only; mask, depth).
+
+        For drivers that drain ``ctx.events`` themselves; :meth:`collect_events`
+        does the same for every context.
+        """
+        if not isinstance(item, EVEvent):
+            return  # QP and port events are the application's
+        qp = ctx.qps.get(item.qpn)
+        entry = self._entry_for(qp.paths.profile if qp and qp.paths else None)
+        mask = entry.event_mask if entry is not None else DEFAULT_EVENT_MASK
+        if not mask >> item.new & 1:
+            return
+        if len(self._events) >= self.event_depth:
+            self._pending_drops += 1
+            self.events_dropped += 1
+            return
+        pid = entry.profile_id if entry is not None else None
+        self._events.append(ControllerEvent(pid, item, self._pending_drops))
+        self._pending_drops = 0
+
+    def queued_events(self) -> int:
+        """Events waiting in the queue."""
+        return len(self._events)
+
+    def event_mask(self, profile_id: int) -> int:
+        """The event mask of an EV profile."""
+        return self._ev_entry(profile_id).event_mask
+
+    def ev_profile_ids(self) -> list[int]:
+        """The ids of the registered EV profiles."""
+        return sorted(self._ev)
 
     def poll_events(self, max_events: int = 64) -> list[ControllerEvent]:
         """Up to ``max_events`` queued EV events, oldest first (collects first)."""
         self.collect_events()
-        out = []
+        out: list[ControllerEvent] = []
         while self._events and len(out) < max_events:
             out.append(self._events.popleft())
         return out
@@ -413,6 +445,10 @@ class Controller:
         for entry in self._ev.values():
             if entry.profile is profile:
                 return entry
+        if self.match_equal:
+            for entry in self._ev.values():
+                if entry.profile == profile:
+                    return entry
         return None
 
     @staticmethod
