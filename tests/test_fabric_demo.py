@@ -18,6 +18,9 @@ from openmrc.report import have_plots
 from openmrc.scenario import load
 from tests.test_report import CHROMIUM, PROBE, _chromium
 
+#: The quick demo, moving and checking real bytes.
+DEMO = ["demo", "--quick", "--no-progress", "--set", "run.payloads=true"]
+
 needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
 
 
@@ -35,7 +38,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     folder = tmp_path_factory.mktemp("demo") / "out"
     capture = tmp_path_factory.mktemp("stdout") / "stdout.txt"
     with capture.open("w") as fh, contextlib.redirect_stdout(fh):
-        code = main(["demo", "--quick", "--no-progress", "--out", str(folder)])
+        code = main([*DEMO, "--out", str(folder)])
     return DemoRun(code, capture.read_text(), folder)
 
 
