@@ -58,6 +58,13 @@ def test_demo_prints_the_table_and_writes_results_and_the_scenario(demo: DemoRun
     assert lines[0].startswith("openmrc demo: ring all-reduce")
     assert any("link p2t0x0-p2t1x1 goes down" in line for line in lines)
     assert any("switch p5t1x2 stays up but silently drops" in line for line in lines)
+    runs = [line for line in lines if line.startswith("scenario demo [transport")]
+    # each run's header counts the collective's transfers (8 ranks x 14 ring steps)
+    assert [r.split("]")[0] for r in runs] == [
+        "scenario demo [transport mrc",
+        "scenario demo [transport roce",
+    ]
+    assert all("8 hosts, 8 planes, 2 T0 x 4 T1 per plane, 112 flows" in r for r in runs), runs
     header = next(line for line in lines if line.split() == ["mrc", "roce"])
     assert header  # the compare table, one column per transport
     assert any(line.split()[:2] == ["flows", "completed"] for line in lines)
