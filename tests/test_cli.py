@@ -10,7 +10,7 @@ from openmrc.cli import main
 
 
 def test_demo_small_run_reports_success(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--size", "4M", "--message", "256K", "--json"]) == 0
+    assert main(["demo", "loopback", "--size", "4M", "--message", "256K", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["byte_exact"]
     assert report["paths"]["planes_used"] == list(range(8))
@@ -18,7 +18,7 @@ def test_demo_small_run_reports_success(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_demo_text_output_over_the_wire_codec(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--size", "2M", "--wire", "--blackhole-plane", "none"]) == 0
+    assert main(["demo", "loopback", "--size", "2M", "--wire", "--blackhole-plane", "none"]) == 0
     out = capsys.readouterr().out
     assert "result: OK" in out and "byte-exact: True" in out
 
@@ -26,9 +26,9 @@ def test_demo_text_output_over_the_wire_codec(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["demo", "--loss", "2"], "loss: must be between 0 and 0.99"),
-        (["demo", "--size", "lots"], "size: 'lots' is not a size"),
-        (["demo", "--planes", "0"], "--planes"),
+        (["demo", "loopback", "--loss", "2"], "loss: must be between 0 and 0.99"),
+        (["demo", "loopback", "--size", "lots"], "size: 'lots' is not a size"),
+        (["demo", "loopback", "--planes", "0"], "--planes"),
     ],
 )
 def test_bad_flags_name_the_flag(
@@ -41,5 +41,5 @@ def test_bad_flags_name_the_flag(
 
 
 def test_inconsistent_demo_config_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--planes", "4", "--blackhole-plane", "9"]) == 2
+    assert main(["demo", "loopback", "--planes", "4", "--blackhole-plane", "9"]) == 2
     assert "blackhole_plane: must be 0..3" in capsys.readouterr().err

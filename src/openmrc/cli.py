@@ -65,6 +65,25 @@ def _plane(text: str) -> int | None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from .fabric_demo import run
+
+    return run(
+        out=args.out,
+        quick=args.quick,
+        overrides=args.set or [],
+        seed=args.seed,
+        progress=not args.no_progress and _stderr_is_tty(),
+    )
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _cmd_demo_loopback(args: argparse.Namespace) -> int:
     from .demo import DemoConfig, format_report, run_demo
 
     cfg = DemoConfig(
@@ -142,22 +161,54 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    demo = sub.add_parser("demo", help="a transfer over a lossy, reordering multipath channel")
-    demo.add_argument("--size", type=_size, default=64 << 20, help="bytes to write (default 64M)")
-    demo.add_argument("--message", type=_size, default=1 << 20, help="bytes per WRITE (default 1M)")
-    demo.add_argument("--planes", type=int, choices=range(1, 17), default=8, metavar="1..16")
-    demo.add_argument("--rate", type=_ranged(float, 1, 10_000, "rate"), default=800.0, help="Gb/s")
-    demo.add_argument("--loss", type=_ranged(float, 0, 0.99, "loss"), default=0.01)
-    demo.add_argument("--reorder", type=_ranged(float, 0, 0.99, "reorder"), default=0.2)
-    demo.add_argument("--trim", type=_ranged(float, 0, 0.99, "trim"), default=0.01)
-    demo.add_argument("--ecn", type=_ranged(float, 0, 0.99, "ecn"), default=0.02)
+    from .fabric_demo import DEFAULT_OUT
+
+    demo = sub.add_parser(
+        "demo",
+        help="MRC against RoCE on an 8-plane fabric while a link and a switch fail (report.html)",
+        description="A ring all-reduce on a small 8-plane fabric with a T0-T1 link failure "
+        "and a silent T1 mid-run, with MRC and with RoCEv2: the table, results and report.html "
+        "(the bundled scenario openmrc/scenarios/demo.toml run as openmrc compare does). "
+        "'openmrc demo loopback' is the two-endpoint transfer over a lossy channel.",
+    )
     demo.add_argument(
+        "--out",
+        help=f"directory for report.html, results and the scenario copy (default ./{DEFAULT_OUT})",
+    )
+    demo.add_argument(
+        "--quick", action="store_true", help="a much smaller run (seconds; what the tests run)"
+    )
+    demo.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY.PATH=VALUE",
+        help="override a value of the demo scenario, as openmrc compare --set does; repeatable",
+    )
+    demo.add_argument("--seed", type=int, help="override the scenario's seed")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.set_defaults(func=_cmd_demo)
+    demo_sub = demo.add_subparsers(dest="demo_mode", metavar="loopback")
+    loop = demo_sub.add_parser(
+        "loopback",
+        help="one MRC transfer between two endpoints over a lossy, reordering multipath channel",
+        description="A transfer between two endpoints over an in-memory channel with loss, "
+        "reordering, trimming, ECN and a blackholed plane; checked byte for byte.",
+    )
+    loop.add_argument("--size", type=_size, default=64 << 20, help="bytes to write (default 64M)")
+    loop.add_argument("--message", type=_size, default=1 << 20, help="bytes per WRITE (default 1M)")
+    loop.add_argument("--planes", type=int, choices=range(1, 17), default=8, metavar="1..16")
+    loop.add_argument("--rate", type=_ranged(float, 1, 10_000, "rate"), default=800.0, help="Gb/s")
+    loop.add_argument("--loss", type=_ranged(float, 0, 0.99, "loss"), default=0.01)
+    loop.add_argument("--reorder", type=_ranged(float, 0, 0.99, "reorder"), default=0.2)
+    loop.add_argument("--trim", type=_ranged(float, 0, 0.99, "trim"), default=0.01)
+    loop.add_argument("--ecn", type=_ranged(float, 0, 0.99, "ecn"), default=0.02)
+    loop.add_argument(
         "--blackhole-plane", type=_plane, default=3, help="plane to blackhole mid-run, or 'none'"
     )
-    demo.add_argument("--seed", type=int, default=1)
-    demo.add_argument("--wire", action="store_true", help="encode every packet to bytes and back")
-    demo.add_argument("--json", action="store_true", help="print the full report as JSON")
-    demo.set_defaults(func=_cmd_demo)
+    loop.add_argument("--seed", type=int, default=1)
+    loop.add_argument("--wire", action="store_true", help="encode every packet to bytes and back")
+    loop.add_argument("--json", action="store_true", help="print the full report as JSON")
+    loop.set_defaults(func=_cmd_demo_loopback)
 
     topo = sub.add_parser(
         "topo",

@@ -1,4 +1,4 @@
-"""``openmrc demo``: one MRC transfer over a lossy, reordering multipath channel.
+"""``openmrc demo loopback``: one MRC transfer over a lossy, reordering multipath channel.
 
 Two endpoints, an 8-plane EV set, random loss, reordering, trimming and ECN
 everywhere, and one plane blackholed part-way through (then restored).  The
@@ -211,7 +211,7 @@ def format_report(rep: dict[str, Any]) -> str:
     p, s, r, ch = rep["paths"], rep["sender"], rep["receiver"], rep["channel"]
     hole = cfg["blackhole_plane"]
     lines = [
-        f"openmrc demo: {rep['bytes'] / 2**20:.0f} MiB in {rep['messages']} WRITEs "
+        f"openmrc demo loopback: {rep['bytes'] / 2**20:.0f} MiB in {rep['messages']} WRITEs "
         f"(every 4th WRITE_IMM) over {cfg['planes']} planes at {cfg['rate_gbps']:g} Gb/s",
         f"  faults: {cfg['loss']:.1%} loss, {cfg['reorder']:.0%} reordered, {cfg['trim']:.1%} trimmed, "
         f"{cfg['ecn']:.0%} ECN"

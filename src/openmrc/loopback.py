@@ -1,6 +1,6 @@
 """Two MRC endpoints back to back through an in-memory multipath channel.
 
-This is the transport's test bench (and what ``openmrc demo`` runs): two
+This is the transport's test bench (and what ``openmrc demo loopback`` runs): two
 :class:`~openmrc.transport.Context` objects, each with a NIC that serializes
 packets at a given rate, joined by a channel that applies faults per EV:
 random loss, blackholed EVs or whole planes (silent drops), trimming (at the

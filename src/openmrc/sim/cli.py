@@ -357,7 +357,7 @@ def header(outcome: RunOutcome, scenario_file: str) -> str:
     return (
         f"scenario {sc.name or scenario_file} [transport {sc.transport.name}]: "
         f"{spec.hosts} hosts, {spec.planes} planes, {spec.t0s} T0 x {spec.t1s} T1 per plane, "
-        f"{len(sc.flows)} flows, seed {sc.seed}"
+        f"{outcome.doc['summary']['flows']} flows, seed {sc.seed}"
         + (" - INTERRUPTED, partial results" if outcome.partial else "")
     )
 
@@ -514,6 +514,28 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         written = _write_outputs(out, outcomes, compare=True)
         print(f"  wrote {', '.join(written)} (+ CSVs)")
     return _exit_code(outcomes)
+
+
+def compare_scenario(
+    scenario_file: str,
+    transports: list[str],
+    *,
+    overrides: list[str] | None = None,
+    seed: int | None = None,
+    out: str | None = None,
+    progress: bool = False,
+) -> int:
+    """``openmrc compare`` from Python (what ``openmrc demo`` runs): the same checks,
+    runs, printed table and files; returns the exit code."""
+    args = argparse.Namespace(
+        scenario=scenario_file,
+        transports=",".join(transports),
+        set=list(overrides or []),
+        seed=seed,
+        out=out,
+        no_progress=not progress,
+    )
+    return _cmd_compare(args)
 
 
 def _spec_from_text(text: str) -> ClosSpec:
