@@ -424,6 +424,18 @@ def check_ring_loss1(d: dict[str, Doc]) -> Verdict:
     )
 
 
+def check_ring_loss1_16qp(d: dict[str, Doc]) -> Verdict:
+    """Ring all-reduce at 1 % loss: RoCE 16 QPs below 0.2 of MRC."""
+    roce, mrc = busbw(d["roce-16qp-loss1"]), busbw(d["mrc-loss1"])
+    return Verdict(
+        mrc > 0 and roce < 0.2 * mrc,
+        f"busbw at 1 % loss: RoCE 16 QPs {_gbps(roce)}"
+        + (" (did not finish)" if roce == 0 else "")
+        + f", MRC {_gbps(mrc)}",
+        {"roce_gbps": roce, "mrc_gbps": mrc},
+    )
+
+
 def check_alltoall(d: dict[str, Doc]) -> Verdict:
     """All-to-all: MRC busbw above both RoCE 1 QP and RoCE 16 QPs."""
     mrc, r1, r16 = busbw(d["mrc"]), busbw(d["roce-1qp"]), busbw(d["roce-16qp"])
@@ -490,6 +502,19 @@ def check_permutation(d: dict[str, Doc]) -> Verdict:
     )
 
 
+def check_permutation_8qp(d: dict[str, Doc]) -> Verdict:
+    """RoCE 8 QPs under PFC barely helps: slowest flow <= 0.75 of line; MRC every flow >= 0.9."""
+    roce, mrc = _perm_line(d, "roce-8qp"), _perm_line(d, "mrc")
+    line = float(d["mrc"]["provenance"]["resolved"]["fabric"]["host_gbps"])
+    roce_line, mrc_line = line * 0.97, line * MRC_PAYLOAD_SHARE
+    return Verdict(
+        roce[0] <= 0.75 * roce_line and mrc[0] >= 0.9 * mrc_line,
+        f"RoCE 8 QPs flows {roce[0]:.0f}-{roce[-1]:.0f} Gb/s, MRC {mrc[0]:.0f}-{mrc[-1]:.0f} "
+        f"(payload line rate {roce_line:.0f} / {mrc_line:.0f})",
+        {"roce_gbps": roce, "mrc_gbps": mrc},
+    )
+
+
 # ----- the experiments -------------------------------------------------------------
 _RING8 = (
     "fabric.t0s=2",
@@ -520,17 +545,14 @@ def _ring(file: str, size: str, until_us: int | None = None) -> Run:
 
 
 def _incast(file: str) -> dict[str, Run]:
+    """The incast file as it is, and its victim flow alone (the same at quick size)."""
     return {
         "incast": Run(file, quick=_INCAST_QUICK),
         "alone": Run(file, always=_VICTIM_ALONE, quick=_VICTIM_ALONE_QUICK),
     }
 
 
-_INCAST_PUBLISHED = (
-    "16 servers at 400G, 7-to-1 incast plus a victim flow into the target's rack: "
-    "DCQCN 1 QP costs the victim about 25 %; DCQCN 8-10 QPs dips to 100 Gb/s; "
-    "PFC only leaves it 30-100 Gb/s of 400; MRC leaves it untouched"
-)
+_INCAST_PUBLISHED = "16 servers at 400G, 7-to-1 incast plus a victim flow into the target's rack: "
 _FAIL_PUBLISHED = "bidirectional write_bw, 4 QPs, 8 x 100G NIC, 8 planes: "
 _RING_PUBLISHED = "64 GPUs, 400G NICs, ring all-reduce: "
 
@@ -577,7 +599,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "nic-links-down",
         "NIC-T0 links down one at a time",
-        _FAIL_PUBLISHED + "each costs an interruption under 1 s, then one plane's worth less",
+        _FAIL_PUBLISHED + "NIC-T0 links down one at a time: each costs an interruption under 1 s, "
+        "then one plane's worth less",
         "after the k-th, (8 - k) / 8 of the level before, within 10 %; no timeout",
         {
             "run": Run(
@@ -597,7 +620,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "nic-links-flap-4of8",
         "4 of 8 NIC links flapping",
-        _FAIL_PUBLISHED + "about half the bandwidth while 4 of 8 are down, then full recovery",
+        _FAIL_PUBLISHED
+        + "4 of 8 NIC links down together: about half the bandwidth, then full recovery",
         "0.4-0.6 of the level before while down, >= 0.95 at the end",
         {
             "run": Run(
@@ -654,7 +678,7 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "t0-down",
         "a T0 down",
-        _FAIL_PUBLISHED + "about 100 Gb/s less (one plane)",
+        _FAIL_PUBLISHED + "a T0 down: about 100 Gb/s less (one plane)",
         "7/8 of the level before, within 7 %; no timeout",
         {
             "run": Run(
@@ -671,7 +695,7 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "t1-down",
         "a T1 down",
-        _FAIL_PUBLISHED + "no steady-state loss",
+        _FAIL_PUBLISHED + "a T1 down: no steady-state loss",
         "from 100 us after, >= 0.97 of the level before; no timeout",
         {"run": Run("t1-down", quick=(*_BIDIR_32, "faults[0].at_us=150"))},
         check_t1_down,
@@ -730,6 +754,17 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         check_ring_loss1,
     ),
     PaperExperiment(
+        "ring-loss1-roce-16qp",
+        "ring all-reduce at 1 % loss, RoCE 16 QPs against MRC",
+        _RING_PUBLISHED + "1 % loss makes RoCE nearly unusable; MRC keeps about a third",
+        "RoCE 16 QPs busbw < 0.2 of MRC's",
+        {
+            "roce-16qp-loss1": _ring("ring-allreduce-64-roce-16qp-loss1", "8MiB", 2000),
+            "mrc-loss1": _ring("ring-allreduce-64-mrc-loss1", "8MiB", 2000),
+        },
+        check_ring_loss1_16qp,
+    ),
+    PaperExperiment(
         "alltoall",
         "all-to-all, MRC against RoCE 1 and 16 QPs",
         "64 GPUs, 400G NICs, all-to-all: MRC ahead at every size; RoCE 16 QPs slightly worse than 1",
@@ -744,7 +779,7 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "incast-victim-mrc",
         "incast victim, MRC",
-        _INCAST_PUBLISHED,
+        _INCAST_PUBLISHED + "MRC leaves the victim untouched",
         "victim >= 0.9 of its rate alone",
         _incast("incast-victim-mrc"),
         check_victim_mrc,
@@ -752,7 +787,7 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "incast-victim-pfc",
         "incast victim, RoCE with PFC only",
-        _INCAST_PUBLISHED,
+        _INCAST_PUBLISHED + "RoCE with PFC only leaves the victim 30-100 Gb/s of 400",
         "victim < 0.5 of its rate alone",
         _incast("incast-victim-pfc"),
         check_victim_pfc,
@@ -760,7 +795,7 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "incast-victim-dcqcn-1qp",
         "incast victim, RoCE DCQCN 1 QP",
-        _INCAST_PUBLISHED,
+        _INCAST_PUBLISHED + "DCQCN with 1 QP costs the victim about 25 %",
         "victim 0.6-0.9 of its rate alone (about -25 %)",
         _incast("incast-victim-dcqcn-1qp"),
         check_victim_dcqcn_1qp,
@@ -768,7 +803,7 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
     PaperExperiment(
         "incast-victim-dcqcn-8qp",
         "incast victim, RoCE DCQCN 8 QPs",
-        _INCAST_PUBLISHED,
+        _INCAST_PUBLISHED + "DCQCN with 8-10 QPs dips to 100 Gb/s in some seconds",
         "victim < 0.75 of its rate alone",
         _incast("incast-victim-dcqcn-8qp"),
         check_victim_dcqcn_8qp,
@@ -789,6 +824,17 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
             ),
         },
         check_permutation,
+    ),
+    PaperExperiment(
+        "permutation-racks-8qp",
+        "rack-to-rack permutation, RoCE 8 QPs",
+        "8 QPs barely help RoCE under PFC; MRC: 390 Gb/s on every flow",
+        "RoCE 8 QPs slowest flow <= 0.75 of line rate; MRC every flow >= 0.9",
+        {
+            "roce-8qp": Run("permutation-racks-roce-8qp", quick=_INCAST_QUICK),
+            "mrc": Run("permutation-racks-mrc", quick=_INCAST_QUICK),
+        },
+        check_permutation_8qp,
     ),
 )
 
