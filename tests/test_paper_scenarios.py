@@ -71,7 +71,7 @@ def test_paper_quick_runs_every_experiment_and_writes_the_table(quick: dict[str,
         row = rows[e.name]
         assert e.title in md and e.title in page
         assert row["published"] == e.published and row["measured"]
-        assert (f"| does not hold ({e.shape}" in md) != row["holds"]
+        assert (f"| **does not hold** ({e.shape}" in md) != row["holds"]
         for run in row["runs"].values():
             assert run["command"].startswith("openmrc run scenarios/paper/")
 

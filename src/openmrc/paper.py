@@ -968,7 +968,7 @@ def format_markdown(outcomes: list[Outcome], quick: bool) -> str:
         e = o.experiment
         lines.append(
             f"| {_md(e.title)} | {_md(e.published)} | {_md(o.verdict.measured)} | "
-            f"{shape_word(o.verdict.holds)} ({_md(e.shape)}) | "
+            f"{'holds' if o.verdict.holds else '**does not hold**'} ({_md(e.shape)}) | "
             f"`openmrc paper{' --quick' if quick else ''} --only {e.name}` |"
         )
     held = sum(o.verdict.holds for o in outcomes)
