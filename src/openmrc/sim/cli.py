@@ -508,24 +508,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return _exit_code(outcomes)
 
 
-def _cmd_paper(args: argparse.Namespace) -> int:
-    """``openmrc paper``: every bundled published experiment, the table, paper.md/json, report."""
-    from .. import paper
-
-    chosen = paper.select(args.only)
-    out = prepare_out(args.out)
-    runner = paper.Runner(args.quick)
-    outcomes = []
-    for i, experiment in enumerate(chosen, 1):
-        print(f"[{i}/{len(chosen)}] {experiment.name} ...", file=sys.stderr, flush=True)
-        outcomes.append(runner.run(experiment))
-    print(paper.format_text(outcomes))
-    if out is not None:
-        written = paper.write(out, outcomes, args.quick)
-        print(f"  wrote {', '.join(str(p) for p in written)}")
-    return EXIT_OK if all(o.verdict.holds for o in outcomes) else EXIT_FLOW_FAILED
-
-
 def _spec_from_text(text: str) -> ClosSpec:
     from ..scenario import ScenarioError, _fill
 
@@ -571,6 +553,24 @@ def _cmd_topology(args: argparse.Namespace) -> int:
         if len(topo.switches) > args.limit:
             print(f"  ... {len(topo.switches) - args.limit} more (--limit, --json, --tables)")
     return 0
+
+
+def _cmd_paper(args: argparse.Namespace) -> int:
+    """``openmrc paper``: every bundled published experiment, the table, paper.md/json, report."""
+    from .. import paper
+
+    chosen = paper.select(args.only)
+    out = prepare_out(args.out)
+    runner = paper.Runner(args.quick)
+    outcomes = []
+    for i, experiment in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {experiment.name} ...", file=sys.stderr, flush=True)
+        outcomes.append(runner.run(experiment))
+    print(paper.format_text(outcomes))
+    if out is not None:
+        written = paper.write(out, outcomes, args.quick)
+        print(f"  wrote {', '.join(str(p) for p in written)}")
+    return EXIT_OK if all(o.verdict.holds for o in outcomes) else EXIT_FLOW_FAILED
 
 
 def _common_run_flags(p: argparse.ArgumentParser) -> None:
