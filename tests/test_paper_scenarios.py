@@ -1,41 +1,31 @@
-"""The bundled paper scenarios (scenarios/paper/), run at reduced size: the published shapes."""
+"""The bundled paper scenarios (scenarios/paper/) at reduced size: ``openmrc paper --quick``
+through the CLI entry, and each published shape (the checks of openmrc.paper) holding."""
 
 from __future__ import annotations
 
-import copy
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from openmrc import paper
+from openmrc.cli import main
 from openmrc.scenario import parse
 
 PAPER = Path(__file__).resolve().parent.parent / "scenarios" / "paper"
 
-
-def _data(name: str) -> dict[str, Any]:
-    return tomllib.loads((PAPER / f"{name}.toml").read_text())
-
-
-def _shrink_incast(data: dict[str, Any], victim_alone: bool = False) -> dict[str, Any]:
-    """100G links and 4 MiB flows instead of 400G and 16 MiB (same shape, 16x fewer packets)."""
-    d = copy.deepcopy(data)
-    d["fabric"].update(host_gbps=100, fabric_gbps=100)
-    for f in d["workload"]["flows"]:
-        f["size"] = "4MiB"
-    if victim_alone:
-        d["workload"]["flows"] = d["workload"]["flows"][-1:]
-    return d
-
-
-def _victim(data: dict[str, Any]) -> float:
-    res = parse(data).run()
-    assert res.all_ok
-    victim = res.flows[-1]
-    assert victim.src == 13 and victim.dst == 1
-    assert victim.steady_goodput_gbps is not None
-    return victim.steady_goodput_gbps
+#: Published shapes that do not hold in openmrc today; the table says "does not hold"
+#: with the measured numbers.  Each stays here until it holds (the test then passes).
+KNOWN_EXCEPTIONS = {
+    "ring-mrc-loss0.1": "MRC at 0.1 % loss reaches about 0.8 of loss-free MRC: its losses "
+    "are mostly recovered by retransmission timeouts (being fixed in the transport)",
+    "alltoall": "MRC is not ahead of RoCE at 8 ranks on a non-blocking fabric (it carries "
+    "larger headers and ECMP collisions do not bite an all-to-all that small)",
+    "incast-victim-dcqcn-1qp": "DCQCN with 1 QP cuts the victim to about 0.2 of its rate "
+    "alone (PFC spreading not fully avoided); the paper reports -25 %",
+}
 
 
 @pytest.mark.parametrize("name", [p.stem for p in sorted(PAPER.glob("*.toml"))])
@@ -45,58 +35,77 @@ def test_every_paper_scenario_says_what_was_published(name: str) -> None:
     parse(tomllib.loads(text))
 
 
-def test_incast_victim_mrc_untouched_pfc_below_half() -> None:
-    alone = _victim(_shrink_incast(_data("incast-victim-mrc"), victim_alone=True))
-    mrc = _victim(_shrink_incast(_data("incast-victim-mrc")))
-    pfc_alone = _victim(_shrink_incast(_data("incast-victim-pfc"), victim_alone=True))
-    pfc = _victim(_shrink_incast(_data("incast-victim-pfc")))
-    assert mrc >= 0.9 * alone
-    assert pfc < 0.5 * pfc_alone
+def test_every_experiment_names_bundled_files_and_the_exceptions_are_experiments() -> None:
+    for e in paper.EXPERIMENTS:
+        for run in e.runs.values():
+            assert run.path().exists(), run.file
+    assert set(KNOWN_EXCEPTIONS) <= set(paper.names())
+    assert len(set(paper.names())) == len(paper.EXPERIMENTS)
 
 
-def _perm_steady(name: str) -> list[float]:
-    d = copy.deepcopy(_data(name))
-    d["fabric"].update(host_gbps=100, fabric_gbps=100)
-    for f in d["workload"]["flows"]:
-        f["size"] = "4MiB"
-    res = parse(d).run()
-    assert res.all_ok
-    return sorted(f.steady_goodput_gbps or 0.0 for f in res.flows)
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``openmrc paper --quick --out DIR``, once for the module (every experiment)."""
+    out = tmp_path_factory.mktemp("paper")
+    code = main(["paper", "--quick", "--out", str(out)])
+    doc = json.loads((out / "paper.json").read_text())
+    return {
+        "code": code,
+        "out": out,
+        "doc": doc,
+        "rows": {row["name"]: row for row in doc["experiments"]},
+    }
 
 
-def test_rack_permutation_roce_uneven_mrc_at_line_rate() -> None:
-    roce = _perm_steady("permutation-racks-roce-1qp")
-    mrc = _perm_steady("permutation-racks-mrc")
-    # RoCE payload rate at 100G is 97 Gb/s, MRC's 95.7 (bigger headers)
-    assert roce[0] <= 0.6 * 97 and roce[-1] >= 0.9 * 97  # ECMP collisions: uneven
-    assert mrc[0] >= 0.9 * 95.7  # spraying: every flow at line rate
+def test_paper_quick_runs_every_experiment_and_writes_the_table(quick: dict[str, Any]) -> None:
+    doc, rows = quick["doc"], quick["rows"]
+    assert doc["quick"] is True
+    assert list(rows) == paper.names()
+    # exit 0 only when every shape holds
+    assert quick["code"] == (0 if all(r["holds"] for r in rows.values()) else 1)
+    md = (quick["out"] / "paper.md").read_text()
+    assert "| experiment | published | openmrc | shape | command |" in md
+    page = (quick["out"] / "report.html").read_text()
+    assert '<table id="paper">' in page
+    for e in paper.EXPERIMENTS:
+        row = rows[e.name]
+        assert e.title in md and e.title in page
+        assert row["published"] == e.published and row["measured"]
+        assert (f"| **does not hold** ({e.shape}" in md) != row["holds"]
+        for run in row["runs"].values():
+            assert run["command"].startswith("openmrc run scenarios/paper/")
 
 
-def _ring8(name: str, until_us: float | None = None, size: str = "8MiB") -> float:
-    """The 64-rank ring file cut to 8 ranks on 2 T0s (every hop still crosses T0s)."""
-    d = copy.deepcopy(_data(name))
-    d["fabric"].update(t0s=2, hosts_per_t0=4, t1s=4)
-    d["workload"]["placement"] = [(r % 2) * 4 + r // 2 for r in range(8)]
-    d["workload"]["size"] = size
-    if until_us is not None:
-        d.setdefault("run", {})["until_us"] = until_us
-    res = parse(d).run()
-    (c,) = res.collectives
-    return float(c["busbw_gbps"])
+@pytest.mark.parametrize("name", paper.names())
+def test_published_shape_holds_at_quick_size(name: str, quick: dict[str, Any]) -> None:
+    row = quick["rows"][name]
+    if name in KNOWN_EXCEPTIONS and not row["holds"]:
+        pytest.xfail(f"{KNOWN_EXCEPTIONS[name]}; measured: {row['measured']}")
+    assert row["holds"], row["measured"]
 
 
-def test_ring_roce_one_qp_about_half_of_mrc() -> None:
-    # 16 MiB: bandwidth- rather than latency-bound (0.56 here; 0.63 at 8 MiB)
-    roce = _ring8("ring-allreduce-64-roce-1qp", size="16MiB")
-    mrc = _ring8("ring-allreduce-64-mrc", size="16MiB")
-    assert 0 < roce <= 0.65 * mrc
+def test_only_runs_one_experiment_and_says_how(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["paper", "--quick", "--only", "latency-p2p", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("latency-p2p: HOLDS")
+    assert "1 of 1 published shapes hold" in out
+    doc = json.loads((tmp_path / "paper.json").read_text())
+    assert [r["name"] for r in doc["experiments"]] == ["latency-p2p"]
+    assert doc["experiments"][0]["command"] == "openmrc paper --quick --only latency-p2p"
 
 
-def test_ring_mrc_above_roce_16_qps() -> None:
-    assert _ring8("ring-allreduce-64-mrc") > _ring8("ring-allreduce-64-roce-16qp")
-
-
-def test_ring_one_percent_loss_makes_roce_unusable_not_mrc() -> None:
-    roce = _ring8("ring-allreduce-64-roce-1qp-loss1", until_us=2000)
-    mrc = _ring8("ring-allreduce-64-mrc-loss1", until_us=2000)
-    assert mrc > 0 and roce < 0.2 * mrc
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["paper", "--only", "nosuch"], "--only: 'nosuch' is not an experiment"),
+        (["paper", "--only", ","], "--only: give an experiment name"),
+    ],
+)
+def test_bad_paper_flags_are_one_line_naming_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("openmrc paper: error:")

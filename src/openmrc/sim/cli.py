@@ -585,6 +585,24 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_paper(args: argparse.Namespace) -> int:
+    """``openmrc paper``: every bundled published experiment, the table, paper.md/json, report."""
+    from .. import paper
+
+    chosen = paper.select(args.only)
+    out = prepare_out(args.out)
+    runner = paper.Runner(args.quick)
+    outcomes = []
+    for i, experiment in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {experiment.name} ...", file=sys.stderr, flush=True)
+        outcomes.append(runner.run(experiment))
+    print(paper.format_text(outcomes))
+    if out is not None:
+        written = paper.write(out, outcomes, args.quick)
+        print(f"  wrote {', '.join(str(p) for p in written)}")
+    return EXIT_OK if all(o.verdict.holds for o in outcomes) else EXIT_FLOW_FAILED
+
+
 def _common_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario file, e.g. scenarios/t0-t1-link-failure.toml")
     p.add_argument(
@@ -630,6 +648,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="comma-separated, of mrc, roce, ib (default mrc,roce)",
     )
     c.set_defaults(func=_cmd_compare)
+    pp = sub.add_parser(
+        "paper",
+        help="run the paper's published experiments: published, openmrc, shape holds",
+        description="Every bundled published experiment (scenarios/paper/): a table of what "
+        "the paper published, what openmrc measured, and whether the shape holds.",
+    )
+    pp.add_argument("--quick", action="store_true", help="reduced sizes (the tests' reductions)")
+    pp.add_argument("--only", metavar="NAME[,NAME]", help="only these experiments")
+    pp.add_argument("--out", help="directory for paper.md, paper.json, report.html (created first)")
+    pp.set_defaults(func=_cmd_paper)
     t = sub.add_parser("topology", help="print a built fabric's address plan or uSID tables")
     t.add_argument(
         "spec", help="key=value list (planes=4,t0s=2,hosts_per_t0=2,t1s=2) or a scenario file"
