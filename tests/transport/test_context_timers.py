@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from openmrc.loopback import Faults, Loopback
 from openmrc.transport import SGE, QueuePair, SendWR, WROpcode
 
@@ -43,7 +45,7 @@ def test_get_timer_is_the_earliest_deadline_of_any_qp_at_every_step() -> None:
     assert lb.a.get_timer() == _brute(lb.a.qps) is None
 
 
-def test_a_wake_up_reads_only_the_qps_that_changed(monkeypatch) -> None:  # noqa: ANN001
+def test_a_wake_up_reads_only_the_qps_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     lb = Loopback(seed=1)
     pairs = [lb.connect() for _ in range(50)]
     qa, qb = pairs[0]
@@ -65,7 +67,9 @@ def test_a_wake_up_reads_only_the_qps_that_changed(monkeypatch) -> None:  # noqa
     assert reads == [qa.qpn]  # one QP re-read, not fifty
 
 
-def test_handle_timer_runs_due_qps_in_qpn_order_and_only_those(monkeypatch) -> None:  # noqa: ANN001
+def test_handle_timer_runs_due_qps_in_qpn_order_and_only_those(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     lb = Loopback(seed=1)
     pairs = [lb.connect() for _ in range(5)]
     for i, (qa, qb) in enumerate(reversed(pairs)):  # post in reverse QPN order
