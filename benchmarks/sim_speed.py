@@ -92,12 +92,14 @@ def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str
     raise SystemExit(f"--case: unknown case {case!r} (perm-N, allreduce-1024, alltoall-64)")
 
 
-def run_openmrc(case: str, size: int, seed: int, planes: int) -> dict[str, object]:
+def run_openmrc(
+    case: str, size: int, seed: int, planes: int, until_us: float | None = None
+) -> dict[str, object]:
     """One run in this process; returns its figures."""
     t0 = time.perf_counter()
     exp, workload = build(case, size, seed, planes)
     build_s = time.perf_counter() - t0
-    result = exp.run()
+    result = exp.run(None if until_us is None else int(until_us * US))
     wall = result.wall_seconds
     traversals = sum(p.tx_pkts for p in exp.fabric.ports)
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -111,6 +113,7 @@ def run_openmrc(case: str, size: int, seed: int, planes: int) -> dict[str, objec
         "planes": spec.planes,
         "fabric": f"{spec.t0s} T0 x {spec.t1s} T1 per plane, {spec.host_gbps:g} Gb/s, 1 us links",
         "workload": workload,
+        "until_us": until_us,
         "flows": len(result.flows),
         "all_ok": result.all_ok,
         "build_seconds": round(build_s, 2),
@@ -130,10 +133,14 @@ def run_openmrc(case: str, size: int, seed: int, planes: int) -> dict[str, objec
     }
 
 
-def run_child(case: str, size: int, seed: int, planes: int) -> dict[str, object]:
+def run_child(
+    case: str, size: int, seed: int, planes: int, until_us: float | None = None
+) -> dict[str, object]:
     """Run one case in a fresh interpreter (its own peak RSS); its figures."""
     argv = [sys.executable, __file__, "--child", case, "--size", str(size), "--seed", str(seed),
             "--planes", str(planes)]  # fmt: skip
+    if until_us is not None:
+        argv += ["--until-us", str(until_us)]
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{case}: the openmrc run failed:\n{out.stderr.strip()}")
@@ -207,10 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--vs-htsim", metavar="PATH", help="uet-htsim's htsim_uec binary")
     parser.add_argument("--out", type=Path, help="also write the results here (JSON list)")
+    parser.add_argument(
+        "--until-us",
+        type=float,
+        help="stop each openmrc run at this simulated time (set-up memory of a big case)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(run_openmrc(args.child, args.size, args.seed, args.planes)))
+        print(json.dumps(run_openmrc(args.child, args.size, args.seed, args.planes, args.until_us)))
         return 0
     if args.vs_htsim and not Path(args.vs_htsim).is_file():
         print(f"--vs-htsim: no such file: {args.vs_htsim}", file=sys.stderr)
@@ -219,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     for case in args.case or ["perm-128", "perm-1024"]:
         if case.startswith("perm-") and (not case[5:].isdigit() or int(case[5:]) < 2):
             parser.error(f"--case {case}: perm-N needs a host count N >= 2")
-        mine = run_child(case, args.size, args.seed, args.planes)
+        if args.until_us is not None and args.vs_htsim:
+            parser.error("--until-us: not with --vs-htsim (htsim runs to the end)")
+        mine = run_child(case, args.size, args.seed, args.planes, args.until_us)
         results.append(mine)
         print(json.dumps(mine), flush=True)
         if args.vs_htsim and case.startswith("perm-"):
