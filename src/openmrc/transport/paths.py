@@ -44,7 +44,7 @@ from enum import IntEnum
 
 from .attrs import EVProfile
 from .errors import InvalidArgument
-from .ev import ev_path, ev_plane, ev_spare, make_ev
+from .ev import PLANE_BITS, ev_path, ev_plane, ev_spare, make_ev
 
 #: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing).
 ECN_REMAP_RUN = 4
@@ -257,8 +257,7 @@ class PathSet:
             # Interleave planes so consecutive packets go to different planes (ports).
             self.slots = [column[i] for i in range(per_plane) for column in columns]
         self.in_slots = set(self.slots)
-        for ev in self.slots:
-            self.state[ev] = GOOD
+        self.state.update(dict.fromkeys(self.slots, GOOD))
         self.usable = len(self.slots)
 
     @staticmethod
@@ -280,12 +279,15 @@ class PathSet:
             k = rounds + (1 if i < extra else 0)
             # sample(spares, 0) draws nothing: skipping it leaves every draw the same
             spare_of[u] = sample(spares, k) if k else []
+        # make_ev without its range checks: the profile was validated, so every
+        # plane, uplink and spare value here fits its field (checked once below).
+        make_ev(plane, max(order), spares[-1])  # spare values ascend
         out = []
         for r in range(rounds + (1 if extra else 0)):
             for u in order:
                 picks = spare_of[u]
                 if r < len(picks):
-                    out.append(make_ev(plane, u, picks[r]))
+                    out.append(plane | (u << PLANE_BITS) | (picks[r] << 16))
         return out
 
     # -- spraying -----------------------------------------------------------------
