@@ -1,12 +1,33 @@
-"""Simulator speed: a permutation of 2 MB MRC flows on a two-tier fabric.
+"""Simulator speed: wall time, events, packet-link traversals and peak RSS.
 
-Default: the 1024-host single-plane fabric (32 T0 x 32 T1, 100 Gb/s, 1 us
-links, 4 KiB MTU) and a 128-host one.  Prints one JSON object per run: wall
-seconds, simulated microseconds, packet-link traversals (a packet crossing one
-link counts one), traversals per wall second, events, and peak RSS.
+Cases (``--case``, repeatable; default ``perm-128`` and ``perm-1024``):
 
-    python benchmarks/sim_speed.py                  # 128 then 1024 hosts
-    python benchmarks/sim_speed.py --hosts 256 --planes 8
+* ``perm-N`` - a permutation of 2 MB MRC flows (``--size``) on a non-blocking
+  two-tier plane of N hosts (sqrt(N) rounded up to a power of two per T0,
+  100 Gb/s, 1 us links, 4 KiB MTU); e.g. ``perm-128``, ``perm-1024``,
+  ``perm-8192`` (the memory case);
+* ``allreduce-1024`` - a ring all-reduce of 16 MiB over 1024 ranks (2,095,104
+  transfers; each gets its own QP pair, so today it needs far more memory than
+  this machine has: see docs/performance.md);
+* ``alltoall-64`` - every one of 64 hosts sends 64 KiB to every other
+  (4032 QPs: the case that measures cost per QP rather than per packet).
+
+Each run is a fresh process (so peak RSS is that run's own) and prints one JSON
+object: wall seconds (the event loop), build seconds, total (both), simulated
+microseconds, CPU seconds of the process (less sensitive to a loaded machine
+than wall time), events, packet-link traversals (a packet crossing one link counts
+once), events and traversals per wall second, and peak RSS.
+
+``--vs-htsim PATH`` also runs uet-htsim's ``htsim_uec`` (a local build, never
+vendored) on the same permutations: the same hosts, the same two-tier shape
+(given to htsim as a ``.topo`` file: T0 radix down/up, T1 radix down, 100 Gb/s,
+1 us links, no switch latency), the same flows (a ``.cm`` connection matrix),
+4 KiB MTU, sender-based NSCC; and prints the ratios of openmrc's total time (build and run; htsim's
+wall time includes its set-up too) and peak RSS to htsim's.
+
+    python benchmarks/sim_speed.py                                  # 128 then 1024 hosts
+    python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
+    python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
 """
 
 from __future__ import annotations
@@ -14,78 +35,238 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import random
+import re
 import resource
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
-from openmrc.workloads import permutation
+from openmrc.workloads import FlowSpec, all_to_all, permutation
+from openmrc.workloads.collectives import allreduce
+
+US = 1_000_000
 
 
-def fabric_for(hosts: int, planes: int) -> ClosSpec:
+def fabric_for(hosts: int, planes: int = 1) -> ClosSpec:
     """A non-blocking two-tier plane for ``hosts`` hosts: T0s with sqrt(hosts) ports down."""
     per_t0 = 2 ** math.ceil(math.log2(math.isqrt(hosts)))
     per_t0 = max(1, min(per_t0, hosts))
     t0s = -(-hosts // per_t0)
     if t0s * per_t0 != hosts:
         raise SystemExit(
-            f"--hosts {hosts}: pick a number that splits evenly over T0s (e.g. a power of 2)"
+            f"--case perm-{hosts}: pick a number that splits evenly over T0s (e.g. a power of 2)"
         )
     return ClosSpec(
         planes=planes, t0s=t0s, hosts_per_t0=per_t0, t1s=per_t0, link_delay_ps=1_000_000
     )
 
 
-def run(hosts: int, planes: int, size: int, seed: int) -> dict[str, object]:
-    """One benchmark run; returns its figures."""
-    spec = fabric_for(hosts, planes)
+def perm_flows(hosts: int, size: int, seed: int) -> list[FlowSpec]:
+    """The benchmark's permutation (the same for openmrc and htsim)."""
+    return permutation(hosts, size, random.Random(seed))
+
+
+def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str]:
+    """The experiment of one case, and a description of its workload."""
+    if case.startswith("perm-"):
+        hosts = int(case[5:])
+        spec = fabric_for(hosts, planes)
+        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp.add_flows(perm_flows(hosts, size, seed))
+        return exp, f"permutation, {size} B per flow"
+    if case == "allreduce-1024":
+        spec = fabric_for(1024, planes)
+        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp.add_collective(allreduce(1024, 16 << 20))
+        return exp, "ring all-reduce of 16 MiB over 1024 ranks"
+    if case == "alltoall-64":
+        spec = fabric_for(64, planes)
+        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp.add_flows(all_to_all(list(range(64)), 64 << 10))
+        return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair"
+    raise SystemExit(f"--case: unknown case {case!r} (perm-N, allreduce-1024, alltoall-64)")
+
+
+def run_openmrc(
+    case: str, size: int, seed: int, planes: int, until_us: float | None = None
+) -> dict[str, object]:
+    """One run in this process; returns its figures."""
     t0 = time.perf_counter()
-    exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
-    exp.add_flows(permutation(hosts, size, random.Random(seed)))
-    build = time.perf_counter() - t0
-    result = exp.run()
+    exp, workload = build(case, size, seed, planes)
+    build_s = time.perf_counter() - t0
+    result = exp.run(None if until_us is None else int(until_us * US))
     wall = result.wall_seconds
     traversals = sum(p.tx_pkts for p in exp.fabric.ports)
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    rss_kb = usage.ru_maxrss
     fct = sorted(f.fct_ps for f in result.flows if f.fct_ps is not None)
+    spec = exp.spec
     return {
-        "hosts": hosts,
-        "planes": planes,
+        "case": case,
+        "simulator": "openmrc",
+        "hosts": spec.hosts,
+        "planes": spec.planes,
         "fabric": f"{spec.t0s} T0 x {spec.t1s} T1 per plane, {spec.host_gbps:g} Gb/s, 1 us links",
-        "flow_bytes": size,
+        "workload": workload,
+        "until_us": until_us,
+        "flows": len(result.flows),
         "all_ok": result.all_ok,
-        "build_seconds": round(build, 2),
+        "build_seconds": round(build_s, 2),
         "wall_seconds": round(wall, 2),
+        "total_seconds": round(build_s + wall, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
         "simulated_us": round(result.sim_end_ps / 1e6, 1),
+        "events": result.events,
+        "events_per_wall_second": round(result.events / wall) if wall else None,
         "packet_link_traversals": traversals,
         "traversals_per_wall_second": round(traversals / wall) if wall else None,
-        "events": result.events,
         "median_fct_us": round(fct[len(fct) // 2] / 1e6, 1) if fct else None,
         "peak_rss_mib": round(rss_kb / 1024, 1),
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def run_child(
+    case: str, size: int, seed: int, planes: int, until_us: float | None = None
+) -> dict[str, object]:
+    """Run one case in a fresh interpreter (its own peak RSS); its figures."""
+    argv = [sys.executable, __file__, "--child", case, "--size", str(size), "--seed", str(seed),
+            "--planes", str(planes)]  # fmt: skip
+    if until_us is not None:
+        argv += ["--until-us", str(until_us)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{case}: the openmrc run failed:\n{out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ----- uet-htsim ---------------------------------------------------------------------
+_FINISHED = re.compile(r"^Flow Uec_(\d+)_(\d+) flowId \d+ uecSrc \d+ finished at ([0-9.]+)")
+
+
+def htsim_topo(hosts: int) -> str:
+    """htsim's ``.topo`` text for the benchmark's two-tier plane."""
+    spec = fabric_for(hosts)
+    return "\n".join([
+        f"Nodes {hosts}", "Tiers 2", f"Podsize {hosts}", "",
+        "Tier 0", "Downlink_speed_Gbps 100", f"Radix_Down {spec.hosts_per_t0}",
+        f"Radix_Up {spec.t1s}", "Downlink_Latency_ns 1000", "Switch_Latency_ns 0", "",
+        "Tier 1", "Downlink_speed_Gbps 100", f"Radix_Down {spec.t0s}",
+        "Downlink_Latency_ns 1000", "Switch_Latency_ns 0", "Bundle 1", "",
+    ])  # fmt: skip
+
+
+def htsim_cm(hosts: int, size: int, seed: int) -> str:
+    """htsim's connection matrix for the benchmark's permutation."""
+    flows = perm_flows(hosts, size, seed)
+    lines = [f"Nodes {hosts}", f"Connections {len(flows)}"]
+    lines += [f"{f.src}->{f.dst} start {f.start_ps // US} size {f.size}" for f in flows]
+    return "\n".join(lines) + "\n"
+
+
+def run_htsim(binary: str, hosts: int, size: int, seed: int) -> dict[str, object]:
+    """Run ``htsim_uec`` on the same permutation; wall time, peak RSS, FCTs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "bench.topo").write_text(htsim_topo(hosts))
+        (work / "bench.cm").write_text(htsim_cm(hosts, size, seed))
+        argv = [binary, "-topo", "bench.topo", "-tm", "bench.cm", "-nodes", str(hosts),
+                "-tiers", "2", "-sender_cc_only", "-mtu", "4096", "-linkspeed", "100000",
+                "-end", "100000", "-seed", str(seed)]  # fmt: skip
+        t0 = time.perf_counter()
+        with open(work / "out.txt", "w") as out:
+            proc = subprocess.Popen(argv, cwd=work, stdout=out, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        text = (work / "out.txt").read_text(errors="replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"htsim exited {proc.returncode}: {' '.join(argv)}\n{text[-2000:]}")
+    fct = sorted(float(m[3]) for m in map(_FINISHED.match, text.splitlines()) if m)
+    return {
+        "case": f"perm-{hosts}",
+        "simulator": "uet-htsim htsim_uec",
+        "hosts": hosts,
+        "flows_finished": len(fct),
+        "wall_seconds": round(wall, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "median_fct_us": round(fct[len(fct) // 2], 1) if fct else None,
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "command": " ".join(["htsim_uec", *argv[1:]]),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, run, print JSON lines."""
+    """Parse arguments, run, print JSON lines (and write them with ``--out``)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--hosts", type=int, action="append", help="hosts (repeatable; default 128 and 1024)"
-    )
+    parser.add_argument("--case", action="append", help="perm-N, allreduce-1024, alltoall-64")
     parser.add_argument("--planes", type=int, default=1)
-    parser.add_argument("--size", type=int, default=2 << 20, help="bytes per flow (default 2 MiB)")
+    parser.add_argument("--size", type=int, default=2_000_000, help="bytes per permutation flow")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--vs-htsim", metavar="PATH", help="uet-htsim's htsim_uec binary")
+    parser.add_argument("--out", type=Path, help="also write the results here (JSON list)")
+    parser.add_argument(
+        "--until-us",
+        type=float,
+        help="stop each openmrc run at this simulated time (set-up memory of a big case)",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for hosts in args.hosts or [128, 1024]:
-        if hosts < 2:
-            parser.error(f"--hosts: need at least 2, got {hosts}")
-        print(json.dumps(run(hosts, args.planes, args.size, args.seed)), flush=True)
+    if args.child:
+        print(json.dumps(run_openmrc(args.child, args.size, args.seed, args.planes, args.until_us)))
+        return 0
+    if args.vs_htsim and not Path(args.vs_htsim).is_file():
+        print(f"--vs-htsim: no such file: {args.vs_htsim}", file=sys.stderr)
+        return 2
+    results: list[dict[str, object]] = []
+    for case in args.case or ["perm-128", "perm-1024"]:
+        if case.startswith("perm-") and (not case[5:].isdigit() or int(case[5:]) < 2):
+            parser.error(f"--case {case}: perm-N needs a host count N >= 2")
+        if args.until_us is not None and args.vs_htsim:
+            parser.error("--until-us: not with --vs-htsim (htsim runs to the end)")
+        mine = run_child(case, args.size, args.seed, args.planes, args.until_us)
+        results.append(mine)
+        print(json.dumps(mine), flush=True)
+        if args.vs_htsim and case.startswith("perm-"):
+            if args.planes != 1:
+                parser.error("--vs-htsim: compares single-plane runs only (--planes 1)")
+            theirs = run_htsim(args.vs_htsim, int(case[5:]), args.size, args.seed)
+            theirs["openmrc_over_htsim_wall"] = round(
+                float(mine["total_seconds"]) / max(float(theirs["wall_seconds"]), 1e-9),
+                2,  # type: ignore[arg-type]
+            )
+            theirs["openmrc_over_htsim_cpu"] = round(
+                float(mine["cpu_seconds"]) / max(float(theirs["cpu_seconds"]), 1e-9),
+                2,  # type: ignore[arg-type]
+            )
+            theirs["openmrc_over_htsim_rss"] = round(
+                float(mine["peak_rss_mib"]) / max(float(theirs["peak_rss_mib"]), 1e-9),
+                2,  # type: ignore[arg-type]
+            )
+            results.append(theirs)
+            print(json.dumps(theirs), flush=True)
+            print(
+                f"{case}: openmrc {mine['total_seconds']} s, {mine['peak_rss_mib']} MiB; "
+                f"htsim {theirs['wall_seconds']} s, {theirs['peak_rss_mib']} MiB; "
+                f"openmrc/htsim wall {theirs['openmrc_over_htsim_wall']}x, "
+                f"CPU {theirs['openmrc_over_htsim_cpu']}x, "
+                f"RSS {theirs['openmrc_over_htsim_rss']}x",
+                file=sys.stderr,
+                flush=True,
+            )
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

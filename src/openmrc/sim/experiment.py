@@ -14,6 +14,8 @@ its inputs: the same scenario and seed give the same result, bit for bit.
 from __future__ import annotations
 
 import csv
+import functools
+import itertools
 import json
 import random
 import time
@@ -355,6 +357,7 @@ class _Flow:
         "finished",
         "last_bytes",
         "nmsgs",
+        "order",
         "pending",
         "rx_done",
         "send_dependents",
@@ -381,12 +384,18 @@ class _Flow:
         #: bytes received at each sample tick (the steady-state window is cut from it).
         self.cum: list[int] = []
         self.pending = 0
+        #: when it joined its sender's list (completions are handled in this order).
+        self.order = 0
         self.finished: list[int] = []
         self.done_at: int | None = None
         self.status = "not started"
         self.last_bytes = 0
         self.series: list[float] = []
         self.src_data: bytearray | None = None
+
+
+def _send_order(flow: _Flow) -> int:
+    return flow.order
 
 
 class _MrcFlow(_Flow):
@@ -480,6 +489,11 @@ class Experiment:
         self._controllers: dict[int, Controller] = {}
         self.clustermapper: Clustermapper | None = None
         self._sending: dict[int, list[_Flow]] = {}
+        #: flows whose send CQ got a completion since their host's last activity,
+        #: by sending host (filled by the CQs' ``on_push``; MRC only: a host's
+        #: activity then looks at these, not at every flow it sends).
+        self._cq_news: dict[int, dict[_Flow, None]] | None = None
+        self._order = itertools.count()
         self._open = 0
         self._captures: list[Capture] = []
         #: flows whose arrival at their receiver something waits for, by receiving host.
@@ -738,8 +752,14 @@ class Experiment:
         pa, pb = a.alloc_pd(), b.alloc_pd()
         if spec.ev_profile is not None:  # a per-flow EV profile (scenario [[flows]] ev_profile)
             attr = replace(attr, ev_profile=spec.ev_profile)
+        if self._cq_news is None:
+            self._cq_news = {}
+        news = self._cq_news.setdefault(spec.src, {})
+        note = functools.partial(news.__setitem__, flow, None)
         for _ in range(self._qps_for(spec)):
-            qa = pa.create_qp(a.create_cq(1 << 20))
+            cq = a.create_cq(1 << 20)
+            cq.on_push = note
+            qa = pa.create_qp(cq)
             qb = pb.create_qp(b.create_cq(1 << 20))
             qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
             qb.connect(qa.qpn, attr, peer=spec.src, now=now)
@@ -776,6 +796,8 @@ class Experiment:
         flow.pending = len(offsets)
         flow.nmsgs = len(offsets)
         flow.status = "running"
+        flow.order = next(self._order)
+        news[flow] = None  # looked at on the next activity, as every flow was
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
             self._rx_watch.setdefault(spec.dst, []).append(flow)
@@ -788,13 +810,26 @@ class Experiment:
         flows = self._sending.get(host.index)
         if not flows:
             return
-        for flow in flows:
+        todo: list[_Flow] = flows
+        if self._cq_news is not None:
+            news = self._cq_news.get(host.index)
+            if news is None or not news:
+                if self._open == 0:
+                    self.sim.stop()
+                return
+            todo = sorted(news, key=_send_order) if len(news) > 1 else list(news)
+            news.clear()
+        finished = False
+        for flow in todo:
+            if flow.done_at is not None:
+                continue  # done already (a late completion of a finished flow)
             for failure in self._drain_completions(flow):
                 flow.pending -= 1
                 flow.finished.append(now)
                 if failure is not None and flow.status == "running":
                     flow.status = failure
             if flow.pending == 0 and flow.done_at is None:
+                finished = True
                 flow.done_at = now
                 if flow.status == "running":
                     flow.status = "ok"
@@ -803,7 +838,8 @@ class Experiment:
                     self._fail_dependents(flow)
                 else:
                     self._release(flow.send_dependents, now)
-        self._sending[host.index] = [f for f in flows if f.pending]
+        if finished or todo is flows:
+            self._sending[host.index] = [f for f in flows if f.pending]
         if self._open == 0:
             self.sim.stop()
 

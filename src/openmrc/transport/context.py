@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
 from ..wire.packets import (
@@ -66,6 +67,15 @@ class Context:
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
         self._ready: dict[QueuePair, None] = {}
+        #: QPs whose deadline may have changed since :meth:`get_timer` last looked
+        #: (a QP adds itself whenever it takes input, sends, runs a timer or
+        #: changes state); only these are re-read, so a wake-up costs O(log QPs).
+        self.timer_dirty: dict[QueuePair, None] = {}
+        #: each QP's deadline as last read (QPN -> ps), and a heap of
+        #: ``(deadline, qpn)``; an entry that no longer matches is stale (lazy
+        #: deletion) and is dropped when it reaches the top.
+        self._deadline: dict[int, int] = {}
+        self._timer_heap: list[tuple[int, int]] = []
         self.events: deque[object] = deque()
         self.stats = {
             "rx_malformed": 0,
@@ -161,6 +171,7 @@ class Context:
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self._ready.pop(qp, None)
+        self.timer_dirty[qp] = None
 
     # -- controller -------------------------------------------------------------------
     def deny_ev(self, qp: QueuePair, ev: int, now: int = 0) -> None:
@@ -306,21 +317,63 @@ class Context:
             qp, pkt = item
             out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))  # type: ignore[arg-type]
 
+    def _refresh_timers(self) -> None:
+        """Re-read the deadlines of the QPs that changed; push the new ones."""
+        dirty = self.timer_dirty
+        deadline = self._deadline
+        heap = self._timer_heap
+        qps = self.qps
+        for qp in dirty:
+            qpn = qp.qpn
+            t = qp.get_timer() if qps.get(qpn) is qp else None
+            if t is None:
+                deadline.pop(qpn, None)
+            elif deadline.get(qpn) != t:
+                deadline[qpn] = t
+                heappush(heap, (t, qpn))
+        dirty.clear()
+        if len(heap) > 2 * len(deadline) + 64:
+            # mostly stale entries: rebuild from the live deadlines
+            heap[:] = [(t, qpn) for qpn, t in deadline.items()]
+            heapify(heap)
+
     def get_timer(self) -> int | None:
         """The earliest deadline over all QPs, or None."""
-        best = None
-        for qp in self.qps.values():
-            t = qp.get_timer()
-            if t is not None and (best is None or t < best):
-                best = t
-        return best
+        if self.timer_dirty:
+            self._refresh_timers()
+        heap = self._timer_heap
+        deadline = self._deadline
+        while heap:
+            t, qpn = heap[0]
+            if deadline.get(qpn) == t:
+                return t
+            heappop(heap)
+        return None
 
     def handle_timer(self, now: int) -> None:
-        """Run every QP deadline that has passed."""
-        for qp in list(self.qps.values()):
+        """Run every QP deadline that has passed, in QPN order."""
+        if self.timer_dirty:
+            self._refresh_timers()
+        heap = self._timer_heap
+        deadline = self._deadline
+        due: list[int] = []
+        while heap and heap[0][0] <= now:
+            t, qpn = heappop(heap)
+            if deadline.get(qpn) == t:
+                del deadline[qpn]  # re-read after it ran (handle_timer marks it dirty)
+                due.append(qpn)
+        if len(due) > 1:
+            due.sort()  # QPN order = creation order: the order the QPs were always run in
+        qps = self.qps
+        for qpn in due:
+            qp = qps.get(qpn)
+            if qp is None:
+                continue
             t = qp.get_timer()
             if t is not None and t <= now:
                 qp.handle_timer(now)
+            else:
+                self.timer_dirty[qp] = None
 
 
 def _unwrap(pkt: Packet, qp: QueuePair) -> None:

@@ -44,7 +44,7 @@ from enum import IntEnum
 
 from .attrs import EVProfile
 from .errors import InvalidArgument
-from .ev import ev_path, ev_plane, ev_spare, make_ev
+from .ev import PLANE_BITS, ev_path, ev_plane, ev_spare, make_ev
 
 #: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing).
 ECN_REMAP_RUN = 4
@@ -108,7 +108,7 @@ class BackupPool:
         uplinks: Sequence[int],
         spares: Sequence[int],
         used: set[int],
-        rng: random.Random,
+        rng: random.Random | int,
     ) -> None:
         self.plane = plane
         self.uplinks = uplinks
@@ -116,6 +116,9 @@ class BackupPool:
         #: EVs of this space ever handed out (active at start, or drawn since).
         self.used = used
         self.returned: deque[int] = deque()
+        #: the pool's generator, or the seed it is made from when first needed
+        #: (most pools never hand out an EV: making a generator for each costs
+        #: ~2.5 KiB and a seeding per plane per QP).
         self._rng = rng
         self._fresh: deque[int] | None = None
 
@@ -147,6 +150,12 @@ class BackupPool:
         """Never hand out ``ev`` as a fresh EV (it is denied or already in use)."""
         self.used.add(ev)
 
+    def _generator(self) -> random.Random:
+        rng = self._rng
+        if isinstance(rng, int):
+            rng = self._rng = random.Random(rng)
+        return rng
+
     def popleft(self) -> int:
         """The next backup EV; IndexError when the pool is empty."""
         if self.returned:
@@ -156,7 +165,7 @@ class BackupPool:
         if self.size <= self.ENUMERATE_LIMIT:
             if self._fresh is None:
                 every = [make_ev(self.plane, u, s) for u in self.uplinks for s in self.spares]
-                self._rng.shuffle(every)
+                self._generator().shuffle(every)
                 self._fresh = deque(every)
             while self._fresh:
                 ev = self._fresh.popleft()
@@ -164,7 +173,7 @@ class BackupPool:
                     self.used.add(ev)
                     return ev
             raise IndexError("backup pool is empty")
-        rng = self._rng
+        rng = self._generator()
         while True:  # the space is large and mostly unused: rejection sampling
             ev = make_ev(self.plane, rng.choice(self.uplinks), rng.choice(self.spares))
             if ev not in self.used:
@@ -243,13 +252,12 @@ class PathSet:
                 column = self._draw_plane(plane, uplinks, spares, per_plane, rng)
                 columns.append(column)
                 self.backups[plane] = BackupPool(
-                    plane, uplinks, spares, set(column), random.Random(rng.getrandbits(64))
+                    plane, uplinks, spares, set(column), rng.getrandbits(64)
                 )
             # Interleave planes so consecutive packets go to different planes (ports).
             self.slots = [column[i] for i in range(per_plane) for column in columns]
         self.in_slots = set(self.slots)
-        for ev in self.slots:
-            self.state[ev] = GOOD
+        self.state.update(dict.fromkeys(self.slots, GOOD))
         self.usable = len(self.slots)
 
     @staticmethod
@@ -265,15 +273,21 @@ class PathSet:
         order = list(uplinks)
         rng.shuffle(order)
         rounds, extra = divmod(n, len(order))
-        spare_of = {
-            u: rng.sample(spares, rounds + (1 if i < extra else 0)) for i, u in enumerate(order)
-        }
+        sample = rng.sample
+        spare_of: dict[int, list[int]] = {}
+        for i, u in enumerate(order):
+            k = rounds + (1 if i < extra else 0)
+            # sample(spares, 0) draws nothing: skipping it leaves every draw the same
+            spare_of[u] = sample(spares, k) if k else []
+        # make_ev without its range checks: the profile was validated, so every
+        # plane, uplink and spare value here fits its field (checked once below).
+        make_ev(plane, max(order), spares[-1])  # spare values ascend
         out = []
         for r in range(rounds + (1 if extra else 0)):
             for u in order:
                 picks = spare_of[u]
                 if r < len(picks):
-                    out.append(make_ev(plane, u, picks[r]))
+                    out.append(plane | (u << PLANE_BITS) | (picks[r] << 16))
         return out
 
     # -- spraying -----------------------------------------------------------------

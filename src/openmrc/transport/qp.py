@@ -233,6 +233,7 @@ class QueuePair:
         self.modify(QPState.RTS, now=now)
 
     def _set_state(self, state: QPState, now: int, reason: str) -> None:
+        self.context.timer_dirty[self] = None
         old = self.state
         self.state = state
         if old is not state:
@@ -247,6 +248,7 @@ class QueuePair:
         self.stats = QPStats()
         self.error_reason = ""
         self.context._ready.pop(self, None)
+        self.context.timer_dirty[self] = None
 
     # -- posting ----------------------------------------------------------------------
     def post_send(self, wr: SendWR) -> None:
@@ -349,6 +351,7 @@ class QueuePair:
     # -- sans-IO input ---------------------------------------------------------------
     def receive_packet(self, pkt: Packet, now: int) -> None:
         """Take one packet from the network.  Never raises on network input."""
+        self.context.timer_dirty[self] = None
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
             if state is QPState.ERROR and type(pkt) is DataPacket:
@@ -393,6 +396,7 @@ class QueuePair:
 
     def handle_timer(self, now: int) -> None:
         """Run whatever deadlines have passed (RTO, loss detection, probes)."""
+        self.context.timer_dirty[self] = None
         if self.state is QPState.RTS and self.requester is not None:
             self.requester.handle_timer(now)
 
@@ -409,6 +413,7 @@ class QueuePair:
         ``busy`` is a bitmask of planes whose port is busy: new data and
         retransmissions avoid their EVs (control packets keep their reflected EV).
         """
+        self.context.timer_dirty[self] = None
         if self.control:
             return self.control.popleft()
         if self.state is QPState.RTS:
@@ -431,6 +436,7 @@ class QueuePair:
     # -- internals used by the halves ------------------------------------------------
     def _wake(self) -> None:
         self.context._ready[self] = None
+        self.context.timer_dirty[self] = None
 
     def _queue_control(self, pkt: Packet) -> None:
         self.control.append(pkt)

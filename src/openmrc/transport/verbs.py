@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from .errors import InvalidArgument, ResourceExhausted
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .context import Context
     from .qp import QueuePair
 
@@ -112,6 +114,9 @@ class CompletionQueue:
         self._entries: deque[WorkCompletion] = deque()
         #: set when more completions arrived than the queue holds (a CQ overrun).
         self.overrun = False
+        #: called (no arguments) after each completion is added: a completion
+        #: channel, so a driver with many CQs learns which ones to poll.
+        self.on_push: Callable[[], object] | None = None
 
     def push(self, wc: WorkCompletion) -> None:
         """Add a completion (called by the transport)."""
@@ -119,6 +124,8 @@ class CompletionQueue:
             self.overrun = True
             return
         self._entries.append(wc)
+        if self.on_push is not None:
+            self.on_push()
 
     def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
         """Take up to ``max_entries`` completions, oldest first."""

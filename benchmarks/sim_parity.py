@@ -1,0 +1,119 @@
+"""Bit-for-bit parity of simulator results across performance changes.
+
+A speed-up of the simulator must not change what it computes.  This script
+runs a fixed set of scenarios (the small files in ``scenarios/`` with each
+transport, a many-QP all-to-all, a collective, a run with random loss) and
+writes each run's full results (``Result.as_dict()`` without the wall time) as
+canonical JSON; ``--check DIR`` compares a new run against a saved one byte for
+byte and names every case that differs.
+
+    python benchmarks/sim_parity.py --save /tmp/parity-base      # before a change
+    python benchmarks/sim_parity.py --check /tmp/parity-base     # after it
+    python benchmarks/sim_parity.py --list
+
+(Run it from the repository root.  ``--only NAME`` runs one case.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: case name -> (scenario file, ``--set`` overrides, transport or None)
+CASES: dict[str, tuple[str, list[str], str | None]] = {
+    "permutation-64": ("scenarios/permutation-64.toml", [], None),
+    "permutation-64-roce": ("scenarios/permutation-64-roce.toml", [], None),
+    "permutation-64-ib": ("scenarios/permutation-64-roce.toml", [], "ib"),
+    "incast-7to1": ("scenarios/incast-7to1.toml", [], None),
+    "t0-t1-link-failure": ("scenarios/t0-t1-link-failure.toml", [], None),
+    "silent-t1": ("scenarios/silent-t1.toml", ["workload.size=2MiB"], None),
+    # many QPs per context: every host talks to every other
+    "alltoall-16-64k": (
+        "scenarios/paper/alltoall-64-mrc.toml",
+        ["fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4", "workload.size=1MiB"],
+        None,
+    ),
+    "ring-allreduce-16-loss": (
+        "scenarios/paper/ring-allreduce-64-mrc-loss0.1.toml",
+        [
+            "fabric.t0s=4",
+            "fabric.hosts_per_t0=4",
+            "fabric.t1s=4",
+            "workload.size=1MiB",
+            "workload.placement=[0,4,8,12,1,5,9,13,2,6,10,14,3,7,11,15]",
+            "faults[0].probability=0.01",
+        ],
+        None,
+    ),
+    "ring-allreduce-16-roce": (
+        "scenarios/paper/ring-allreduce-64-roce-16qp.toml",
+        [
+            "fabric.t0s=4",
+            "fabric.hosts_per_t0=4",
+            "fabric.t1s=4",
+            "workload.size=1MiB",
+            "workload.placement=[0,4,8,12,1,5,9,13,2,6,10,14,3,7,11,15]",
+        ],
+        None,
+    ),
+}
+
+
+def run_case(name: str) -> str:
+    """Run one case; its results as canonical JSON (wall time removed)."""
+    from openmrc.sim.cli import load_scenario
+
+    path, overrides, transport = CASES[name]
+    scenario, _ = load_scenario(str(ROOT / path), overrides, transport=transport)
+    exp = scenario.build()
+    until = None if scenario.until_us is None else int(scenario.until_us * 1_000_000)
+    doc = exp.run(until).as_dict()
+    doc.pop("wall_seconds")
+    return json.dumps(doc, sort_keys=True, indent=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Save or check the parity set."""
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--save", type=Path, help="write each case's results into this directory")
+    mode.add_argument("--check", type=Path, help="compare each case with this saved directory")
+    mode.add_argument("--list", action="store_true", help="list the cases")
+    ap.add_argument("--only", action="append", choices=sorted(CASES), help="run only this case")
+    args = ap.parse_args(argv)
+    if args.list:
+        for name, (path, overrides, transport) in CASES.items():
+            print(f"{name}: {path} {' '.join(overrides)} {transport or ''}".rstrip())
+        return 0
+    names = args.only or list(CASES)
+    bad = []
+    for name in names:
+        t0 = time.perf_counter()
+        text = run_case(name)
+        wall = time.perf_counter() - t0
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            (args.save / f"{name}.json").write_text(text)
+            print(f"{name}: saved ({wall:.1f} s)", flush=True)
+        else:
+            ref = (args.check / f"{name}.json").read_text()
+            same = ref == text
+            if not same:
+                bad.append(name)
+                (args.check / f"{name}.new.json").write_text(text)
+            print(f"{name}: {'identical' if same else 'DIFFERS'} ({wall:.1f} s)", flush=True)
+    if bad:
+        print(f"differ: {', '.join(bad)} (new results beside the saved ones, *.new.json)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
