@@ -95,3 +95,23 @@ def test_concurrent_flows_on_one_connection_get_their_own_bytes_and_completions(
     # the connection's counters are attributed once: the flows' sum is its total
     qas = exp.flows[0].qas  # type: ignore[attr-defined]
     assert sum(f.retransmits for f in res.flows[:4]) == sum(q.stats.retransmits for q in qas)
+
+
+def test_a_flow_on_a_failed_connection_fails_at_once_and_so_do_its_dependents() -> None:
+    attrs = TransportConfig(timeout=1, retry_linear=1, retry_exp=1)
+    exp = Experiment(SPEC, seed=5, transport=attrs)
+    for plane in range(SPEC.planes):
+        exp.faults.link_down(f"h3-p{plane}t0x1", at_ps=0)  # host 3 unreachable
+    later = 5000 * US  # long after the first transfer exhausted its retries
+    exp.add_flows(
+        [
+            FlowSpec(0, 3, 64 << 10, message=16 << 10, conn="c"),
+            FlowSpec(0, 3, 64 << 10, start_ps=later, message=16 << 10, conn="c"),
+            FlowSpec(1, 2, 64 << 10, start_ps=later, message=16 << 10, send_deps=(1,)),
+        ]
+    )
+    first, second, dependent = exp.run().flows
+    assert first.status == "RETRY_EXC_ERR"
+    assert second.status == "WR_FLUSH_ERR" and second.finish_ps == later
+    assert second.bytes_received == 0 and second.timeouts == 0
+    assert dependent.status == "dependency_failed"
