@@ -19,6 +19,7 @@ import itertools
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from ..transport import (
     EVProfile,
     QPAttr,
     QPEvent,
+    QPState,
     QueuePair,
     RecvWR,
     SendWR,
@@ -398,10 +400,73 @@ def _send_order(flow: _Flow) -> int:
     return flow.order
 
 
-class _MrcFlow(_Flow):
-    """An MRC flow: its QPs at each end (one per ``qps``) and the two memory regions."""
+class _Conn:
+    """One long-lived MRC connection: the QPs (one per stripe) that the flows of a
+    ``FlowSpec.conn`` key share, their protection domains, and the bookkeeping
+    that splits the QPs' counters and completions among those flows.
 
-    __slots__ = ("mr_dst", "mr_src", "qas", "qbs")
+    A flow's messages on stripe ``i`` are the MSNs ``posted[i]`` had reached when
+    it posted them (post order is MSN order), so what it has received is exact:
+    its completed messages (completions are in MSN order) plus the bytes placed
+    of its messages still open.  Transport counters cannot be split by message,
+    so each flow takes, when it completes, whatever the connection counted since
+    the previous flow on it completed (see :meth:`Experiment._counters`).
+    """
+
+    __slots__ = ("active", "flows", "pa", "pb", "posted", "qas", "qbs", "taken", "taken_at")
+
+    def __init__(self) -> None:
+        self.pa: Any = None
+        self.pb: Any = None
+        self.qas: list[QueuePair] = []
+        self.qbs: list[QueuePair] = []
+        #: messages posted so far on each stripe (the next flow's first MSN there).
+        self.posted: list[int] = []
+        #: the flows started on it, by sequence number (the high bits of their WR ids).
+        self.flows: list[_MrcFlow] = []
+        #: those of them still waiting for completions (told when the shared CQ has news).
+        self.active: dict[_Flow, None] = {}
+        #: counter totals already attributed to a flow, and when that was.
+        self.taken: dict[str, int] = dict.fromkeys(_COUNTERS[:-1], 0)
+        self.taken_at: int | None = None
+
+    def totals(self) -> dict[str, int]:
+        """The QPs' counters so far (FlowResult names, without ``evs_assumed_bad``)."""
+        qas = self.qas
+        return {
+            "retransmits": sum(qa.stats.retransmits for qa in qas),
+            "trims": sum(qa.stats.trims for qa in qas),
+            "nacks": sum(qa.stats.rx_nacks for qa in qas),
+            "timeouts": sum(qa.stats.timeouts for qa in qas),
+            "ecn_echoes": sum(qa.stats.ecn_echoes for qa in qas),
+        }
+
+
+#: WR ids of a flow on a shared connection: its sequence number there, shifted.
+_SEQ_SHIFT = 32
+
+
+class _MrcFlow(_Flow):
+    """An MRC flow: its QPs at each end (one per ``qps``) and the two memory regions.
+
+    A flow with a ``conn`` key shares its QPs with the other flows of that
+    connection (``conn``); ``rx_lo``/``rx_hi``/``rx_cum`` locate its messages
+    on each stripe, ``inbox`` holds its completions drained from the shared CQ.
+    """
+
+    __slots__ = (
+        "conn",
+        "counts",
+        "ev_window",
+        "inbox",
+        "mr_dst",
+        "mr_src",
+        "qas",
+        "qbs",
+        "rx_cum",
+        "rx_hi",
+        "rx_lo",
+    )
 
     def __init__(self, spec: FlowSpec) -> None:
         super().__init__(spec)
@@ -409,6 +474,16 @@ class _MrcFlow(_Flow):
         self.qbs: list[QueuePair] = []
         self.mr_src = None
         self.mr_dst = None
+        self.conn: _Conn | None = None
+        self.inbox: list[str | None] = []
+        self.rx_lo: list[int] = []
+        self.rx_hi: list[int] = []
+        #: per stripe, the bytes of the flow's first k messages there, k = 0, 1, ...
+        self.rx_cum: list[list[int]] = []
+        #: the connection's counters this flow took when it completed, and the
+        #: (exclusive, inclusive) time window of the EV events it took.
+        self.counts: dict[str, int] | None = None
+        self.ev_window: tuple[int | None, int | None] = (None, None)
 
     @property
     def qa(self) -> QueuePair | None:
@@ -500,6 +575,8 @@ class Experiment:
         self._rx_watch: dict[int, list[_Flow]] = {}
         self._collectives: list[tuple[Collective, int, int, int]] = []
         self._attrs: dict[str, QPAttr] = {}
+        #: MRC's long-lived connections, by (src, dst, conn key, settings...).
+        self._conns: dict[tuple[Any, ...], _Conn] = {}
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -549,7 +626,20 @@ class Experiment:
 
     def _drain_completions(self, flow: _Flow) -> list[str | None]:
         """Completions that arrived for ``flow``: None for success, else the status."""
-        out: list[str | None] = []
+        conn = flow.conn  # type: ignore[attr-defined]
+        if conn is not None:
+            # a shared CQ: route every completion to its flow by the WR id's high bits
+            for qa in conn.qas:
+                cq = qa.send_cq
+                if len(cq):
+                    for wc in cq.poll(1 << 20):
+                        conn.flows[wc.wr_id >> _SEQ_SHIFT].inbox.append(
+                            None if wc.status is WCStatus.SUCCESS else wc.status.value
+                        )
+            out = flow.inbox  # type: ignore[attr-defined]
+            flow.inbox = []  # type: ignore[attr-defined]
+            return out  # type: ignore[no-any-return]
+        out = []
         for qa in flow.qas:  # type: ignore[attr-defined]
             cq = qa.send_cq
             if len(cq):
@@ -561,6 +651,18 @@ class Experiment:
 
     def _rx_complete(self, flow: _Flow) -> bool:
         """Whether every message of ``flow`` has been placed at its receiver."""
+        conn = flow.conn  # type: ignore[attr-defined]
+        if conn is not None:
+            # messages complete in MSN order on each stripe: the flow's last one there
+            done = all(
+                qb.stats.rx_messages >= hi
+                for qb, hi in zip(conn.qbs, flow.rx_hi, strict=True)  # type: ignore[attr-defined]
+            )
+            if done:
+                for qb in conn.qbs:  # the receives' completions: nothing waits for them
+                    if len(qb.recv_cq):
+                        qb.recv_cq.poll(1 << 20)
+            return done
         return sum(qb.stats.rx_messages for qb in flow.qbs) >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: _Flow) -> int | None:
@@ -568,7 +670,23 @@ class Experiment:
         qbs = flow.qbs  # type: ignore[attr-defined]
         if not qbs or any(qb.responder is None for qb in qbs):
             return None
+        if flow.conn is not None:  # type: ignore[attr-defined]
+            return self._conn_received(flow)  # type: ignore[arg-type]
         return sum(qb.responder.rcvd_bytes for qb in qbs)
+
+    @staticmethod
+    def _conn_received(flow: _MrcFlow) -> int:
+        """Bytes placed of a shared-connection flow's own messages (exact)."""
+        total = 0
+        for qb, lo, hi, cum in zip(flow.qbs, flow.rx_lo, flow.rx_hi, flow.rx_cum, strict=True):
+            done = min(max(qb.stats.rx_messages - lo, 0), hi - lo)
+            total += cum[done]
+            if lo + done < hi:
+                first = lo + done
+                resp = qb.responder
+                assert resp is not None
+                total += sum(n for msn, n in resp.msg_bytes.items() if first <= msn < hi)
+        return total
 
     def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
         """The destination buffer, when payloads are real."""
@@ -613,6 +731,9 @@ class Experiment:
         if not qas:
             return dict.fromkeys(_COUNTERS, 0)
         qpns = {qa.qpn for qa in qas}
+        conn = flow.conn  # type: ignore[attr-defined]
+        if conn is not None:
+            return self._conn_counters(flow, conn, qpns, ev_events)  # type: ignore[arg-type]
         bad = sum(
             1
             for e in ev_events
@@ -626,6 +747,52 @@ class Experiment:
             "ecn_echoes": sum(qa.stats.ecn_echoes for qa in qas),
             "evs_assumed_bad": bad,
         }
+
+    def _conn_counters(
+        self, flow: _MrcFlow, conn: _Conn, qpns: set[int], ev_events: list[dict[str, Any]]
+    ) -> dict[str, int]:
+        """Counters of a flow on a shared connection (attribution rule).
+
+        The QPs' counters cannot be split by message, so each increment goes to
+        the flow on the connection that completes next after it: a flow takes,
+        when it completes, what the connection counted since the previous flow
+        on it completed (EV events likewise by time).  Every increment is
+        counted once; the flows' sum is the connection's total.  An unfinished
+        flow (a run cut short) shows what is not yet taken if it is the
+        connection's first unfinished flow, else zeros.
+        """
+        if flow.counts is not None:
+            counts = dict(flow.counts)
+            lo, hi = flow.ev_window
+        elif next(f for f in conn.flows if f.counts is None) is flow:
+            now = conn.totals()
+            counts = {k: now[k] - conn.taken[k] for k in now}
+            lo, hi = conn.taken_at, None
+        else:
+            return dict.fromkeys(_COUNTERS, 0)
+        lo_us = None if lo is None else lo / 1e6
+        hi_us = None if hi is None else hi / 1e6
+        counts["evs_assumed_bad"] = sum(
+            1
+            for e in ev_events
+            if e["host"] == flow.spec.src
+            and e["qpn"] in qpns
+            and e["new"] == "ASSUMED_BAD"
+            and (lo_us is None or e["time_us"] > lo_us)
+            and (hi_us is None or e["time_us"] <= hi_us)
+        )
+        return counts
+
+    def _flow_done(self, flow: _Flow, now: int) -> None:
+        """``flow`` completed (or failed): a shared-connection flow takes its counters."""
+        conn = getattr(flow, "conn", None)
+        if conn is None:
+            return
+        now_counts = conn.totals()
+        flow.counts = {k: now_counts[k] - conn.taken[k] for k in now_counts}  # type: ignore[attr-defined]
+        flow.ev_window = (conn.taken_at, now)  # type: ignore[attr-defined]
+        conn.taken = now_counts
+        conn.taken_at = now
 
     # -- set-up ---------------------------------------------------------------------
     def controller(self, host: int) -> Controller:
@@ -744,18 +911,18 @@ class Experiment:
             self._wake(self.sim.now)
         self._start(flow)
 
-    def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
-        spec = flow.spec
-        now = self.sim.now
+    def _open_qps(
+        self, spec: FlowSpec, now: int, note: Callable[[], None]
+    ) -> tuple[Any, Any, list[Any], list[Any]]:
+        """New PDs at both ends and ``qps`` connected QP pairs between them; ``note`` is
+        called when a send completion is pushed (so the host's activity polls only the
+        flows that have news)."""
         attr = self._attr_for(spec)
         a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
         pa, pb = a.alloc_pd(), b.alloc_pd()
         if spec.ev_profile is not None:  # a per-flow EV profile (scenario [[flows]] ev_profile)
             attr = replace(attr, ev_profile=spec.ev_profile)
-        if self._cq_news is None:
-            self._cq_news = {}
-        news = self._cq_news.setdefault(spec.src, {})
-        note = functools.partial(news.__setitem__, flow, None)
+        qas, qbs = [], []
         for _ in range(self._qps_for(spec)):
             cq = a.create_cq(1 << 20)
             cq.on_push = note
@@ -763,8 +930,64 @@ class Experiment:
             qb = pb.create_qp(b.create_cq(1 << 20))
             qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
             qb.connect(qa.qpn, attr, peer=spec.src, now=now)
-            flow.qas.append(qa)
-            flow.qbs.append(qb)
+            qas.append(qa)
+            qbs.append(qb)
+        return pa, pb, qas, qbs
+
+    def _news_for(self, host: int) -> dict[_Flow, None]:
+        """The flows of sending host ``host`` with send completions not yet polled."""
+        if self._cq_news is None:
+            self._cq_news = {}
+        return self._cq_news.setdefault(host, {})
+
+    def _conn_for(self, spec: FlowSpec, now: int) -> _Conn:
+        """The long-lived connection of a flow with a ``conn`` key, opened on first use.
+
+        Flows with the same (src, dst, conn) share it, as NCCL keeps one set of
+        QPs per peer for the whole job (so EV state and congestion state carry
+        over from one transfer to the next).  Flows of one key with different
+        transport settings (``settings``, ``ev_profile``, ``qps``) get separate
+        connections.
+        """
+        key = (
+            spec.src,
+            spec.dst,
+            spec.conn,
+            json.dumps(spec.settings, sort_keys=True, default=str) if spec.settings else "",
+            repr(spec.ev_profile),
+            self._qps_for(spec),
+        )
+        conn = self._conns.get(key)
+        if conn is None:
+            conn = _Conn()
+            news = self._news_for(spec.src)
+            active = conn.active
+            pa, pb, qas, qbs = self._open_qps(spec, now, lambda: news.update(active))
+            conn.pa, conn.pb = pa, pb
+            self._conns[key] = conn
+            conn.qas, conn.qbs = qas, qbs
+            conn.posted = [0] * len(qas)
+        return conn
+
+    def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
+        spec = flow.spec
+        now = self.sim.now
+        conn = self._conn_for(spec, now) if spec.conn else None
+        if conn is None:
+            note = functools.partial(self._news_for(spec.src).__setitem__, flow, None)
+            pa, pb, flow.qas, flow.qbs = self._open_qps(spec, now, note)
+            seq = 0
+        else:
+            if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
+                # the connection failed under an earlier transfer: nothing can be posted
+                self._fail_at_start(flow, now)
+                return
+            pa, pb = conn.pa, conn.pb
+            flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
+            flow.conn = conn
+            seq = len(conn.flows)
+            conn.flows.append(flow)
+            conn.active[flow] = None
         nq = len(flow.qas)
         if self.payloads:
             data = bytearray(self._payload_rng.randbytes(spec.size))
@@ -776,16 +999,27 @@ class Experiment:
             mr_b = pb.reg_mr(spec.size)
         flow.mr_src, flow.mr_dst = mr_a, mr_b
         offsets = list(range(0, spec.size, spec.message))
+        if conn is not None:
+            # where this flow's messages sit in each stripe's MSN sequence
+            flow.rx_lo = list(conn.posted)
+            flow.rx_cum = [[0] for _ in range(nq)]
+            for i, off in enumerate(offsets):
+                cum = flow.rx_cum[i % nq]
+                cum.append(cum[-1] + min(spec.message, spec.size - off))
+            for q in range(nq):
+                conn.posted[q] += len(flow.rx_cum[q]) - 1
+            flow.rx_hi = list(conn.posted)
+        wr_base = seq << _SEQ_SHIFT
         for i, off in enumerate(offsets):
             length = min(spec.message, spec.size - off)
             # the last message on each QP carries the immediate
             last = i >= len(offsets) - nq
             qa, qb = flow.qas[i % nq], flow.qbs[i % nq]
             if last:
-                qb.post_recv(RecvWR(i))
+                qb.post_recv(RecvWR(wr_base | i))
             qa.post_send(
                 SendWR(
-                    i,
+                    wr_base | i,
                     WROpcode.RDMA_WRITE_WITH_IMM if last else WROpcode.RDMA_WRITE,
                     [SGE(mr_a.addr + off, length, mr_a.lkey)],
                     mr_b.addr + off,
@@ -797,7 +1031,7 @@ class Experiment:
         flow.nmsgs = len(offsets)
         flow.status = "running"
         flow.order = next(self._order)
-        news[flow] = None  # looked at on the next activity, as every flow was
+        self._news_for(spec.src)[flow] = None  # looked at on the next activity, as every flow was
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
             self._rx_watch.setdefault(spec.dst, []).append(flow)
@@ -831,6 +1065,10 @@ class Experiment:
             if flow.pending == 0 and flow.done_at is None:
                 finished = True
                 flow.done_at = now
+                conn = getattr(flow, "conn", None)
+                if conn is not None:
+                    del conn.active[flow]
+                self._flow_done(flow, now)
                 if flow.status == "running":
                     flow.status = "ok"
                 self._open -= 1
@@ -840,6 +1078,15 @@ class Experiment:
                     self._release(flow.send_dependents, now)
         if finished or todo is flows:
             self._sending[host.index] = [f for f in flows if f.pending]
+        if self._open == 0:
+            self.sim.stop()
+
+    def _fail_at_start(self, flow: _Flow, now: int) -> None:
+        """``flow`` cannot start (its connection's QPs are in ERROR): it fails now."""
+        flow.status = WCStatus.WR_FLUSH_ERR.value
+        flow.done_at = now
+        self._open -= 1
+        self._fail_dependents(flow)
         if self._open == 0:
             self.sim.stop()
 

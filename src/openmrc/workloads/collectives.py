@@ -95,8 +95,9 @@ class Collective:
         ``deps`` of the flows index this list, as ``Experiment.add_flows`` expects.
         ``qps`` and ``settings`` are per-connection transport settings for every flow.
         Transfers of the same ring channel between the same two hosts share a
-        connection key (``conn``), so a baseline keeps one ECMP path per
-        connection, as NCCL keeps its QPs for the whole job.
+        connection key (``conn``): the simulator runs them on one long-lived
+        connection, as NCCL keeps its QPs for the whole job (MRC: the same QPs,
+        so EV and congestion state persist; a baseline: the same ECMP paths).
         """
         hosts = list(range(self.ranks)) if placement is None else list(placement)
         if len(hosts) != self.ranks:
