@@ -96,7 +96,18 @@ def test_ring_mrc_above_roce_16_qps() -> None:
     assert _ring8("ring-allreduce-64-mrc") > _ring8("ring-allreduce-64-roce-16qp")
 
 
+def test_ring_mrc_barely_moved_by_0_1_percent_loss() -> None:
+    # The paper: 0.1 % random loss at every NIC ingress barely moves MRC
+    # (issue 9: within 15 %).  Each loss costs RACK's window, so that window
+    # must follow the reordering measured, not a fixed two base RTTs (0.78).
+    clean = _ring8("ring-allreduce-64-mrc")
+    lossy = _ring8("ring-allreduce-64-mrc-loss0.1")
+    print(f"8-rank ring busbw: MRC {clean:.1f}, at 0.1 % loss {lossy:.1f} ({lossy / clean:.2f})")
+    assert lossy >= 0.85 * clean
+
+
 def test_ring_one_percent_loss_makes_roce_unusable_not_mrc() -> None:
     roce = _ring8("ring-allreduce-64-roce-1qp-loss1", until_us=2000)
     mrc = _ring8("ring-allreduce-64-mrc-loss1", until_us=2000)
+    print(f"8-rank ring busbw at 1 % loss: RoCE 1 QP {roce:.1f}, MRC {mrc:.1f}")
     assert mrc > 0 and roce < 0.2 * mrc
