@@ -17,11 +17,17 @@ def _bad_events(t) -> list[EVEvent]:  # type: ignore[no-untyped-def]
 
 
 def test_reordering_just_beyond_the_window_resends_but_blames_no_ev() -> None:
-    # Packets delayed by up to 3.5 us against a 2 us window: RACK declares some
-    # lost and resends them, but every original arrives, well within one more
-    # window.  The resends are spurious; no healthy EV may go ASSUMED_BAD.
-    f = Faults(reorder=0.2, reorder_delay_ps=3_500_000)
-    t = run_transfer(setup_transfer(f, attr=QPAttr(reorder_window_ps=2_000_000), count=40))
+    # First light reordering (up to 1 us) against a 2 us window, long enough
+    # for the QP to measure it; then packets delayed by up to 4 us: RACK
+    # declares some lost and resends them, but every original arrives, well
+    # within one more window.  The resends are spurious; no healthy EV may go
+    # ASSUMED_BAD.
+    f = Faults(reorder=0.3, reorder_delay_ps=1_000_000)
+    t = setup_transfer(f, attr=QPAttr(reorder_window_ps=2_000_000), count=120, seed=5)
+    run_transfer(t, until=100_000_000)
+    assert t.qa.requester.reo_samples >= 8 and t.qa.stats.spurious_retransmits == 0
+    f.reorder_delay_ps = 4_000_000
+    run_transfer(t)
     assert_exact(t)
     assert t.qa.stats.spurious_retransmits > 0  # the case is exercised
     assert _bad_events(t) == []

@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 
 _MASK64 = (1 << 64) - 1
 
+#: ACK events with measured reordering before the reordering estimate sets
+#: RACK's window: a QP's first window meets the start-up queues (every QP of
+#: a collective starting at once) before it has measured anything, so until
+#: then the window is one smoothed RTT (RACK's cap).
+REO_SAMPLES = 8
+
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
     NackReason.REMOTE_ACCESS_ERROR: WCStatus.REM_ACCESS_ERR,
@@ -222,6 +228,9 @@ class Requester:
         #: follows it (see reo_window).
         self.reo_mean = 0
         self.reo_dev = 0
+        #: ACK events that measured reordering so far (the estimate is trusted
+        #: from REO_SAMPLES on; until then the window is one smoothed RTT).
+        self.reo_samples = 0
         self.last_activity = 0
         self.tlp_at: int | None = None
         self.probe_seq = 0
@@ -503,9 +512,14 @@ class Requester:
         """Fold one ACK event's largest lateness into the reordering estimate."""
         if late <= 0:
             return
+        self.reo_samples += 1
         err = late - self.reo_mean
         self.reo_mean += err >> 3
         self.reo_dev += (abs(err) - self.reo_dev) >> 2
+
+    def _reo_measured(self) -> int:
+        """The floor and the measured reordering, without start-up or spurious widening."""
+        return max(self.reo_floor, self.min_rtt >> 2, self.reo_mean + 4 * self.reo_dev)
 
     def reo_window(self) -> int:
         """RACK's reordering window now, in ps.
@@ -517,7 +531,9 @@ class Requester:
         fraction of an RTT after it could be, not several RTTs).  Each spurious retransmission
         widens it one step more, up to one smoothed RTT above the floor.
         """
-        reo = max(self.reo_floor, self.min_rtt >> 2, self.reo_mean + 4 * self.reo_dev)
+        reo = self._reo_measured()
+        if self.reo_samples < REO_SAMPLES and reo < self.srtt:
+            reo = self.srtt
         if self.reo_steps > 1:
             reo = min(reo * self.reo_steps, max(self.srtt, reo))
         return reo
@@ -544,7 +560,9 @@ class Requester:
                 break
         for tx in lost:
             self.stats.losses_detected += 1
-            self._mark_lost(tx, now, "loss without trim", horizon=horizon + reo)
+            self._mark_lost(
+                tx, now, "loss without trim", horizon=horizon + min(reo, self._reo_measured())
+            )
             if self.rack_deadline is None or tx.suspect_at < self.rack_deadline:
                 self.rack_deadline = tx.suspect_at
 
@@ -566,7 +584,7 @@ class Requester:
 
         ``reason`` None means congestion (a trim): the EV is not blamed here.
         A RACK loss (``horizon``: the original's extended deadline, one more
-        reordering window) makes the EV a suspect, blamed when the PSN's ACK
+        reordering window, the measured one) makes the EV a suspect, blamed when the PSN's ACK
         or that deadline confirms the loss; a timeout blames at once.
         """
         if tx.in_flight:
