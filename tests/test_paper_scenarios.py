@@ -19,10 +19,6 @@ PAPER = Path(__file__).resolve().parent.parent / "scenarios" / "paper"
 #: Published shapes that do not hold in openmrc today; the table says "does not hold"
 #: with the measured numbers.  Each stays here until it holds (the test then passes).
 KNOWN_EXCEPTIONS = {
-    "ring-mrc-loss0.1": "MRC at 0.1 % loss reaches about 0.8 of loss-free MRC: its losses "
-    "are mostly recovered by retransmission timeouts (being fixed in the transport)",
-    "alltoall": "MRC is not ahead of RoCE at 8 ranks on a non-blocking fabric (it carries "
-    "larger headers and ECMP collisions do not bite an all-to-all that small)",
     "incast-victim-dcqcn-1qp": "DCQCN with 1 QP cuts the victim to about 0.2 of its rate "
     "alone (PFC spreading not fully avoided); the paper reports -25 %",
 }

@@ -437,12 +437,16 @@ def check_ring_loss1_16qp(d: dict[str, Doc]) -> Verdict:
 
 
 def check_alltoall(d: dict[str, Doc]) -> Verdict:
-    """All-to-all: MRC busbw above both RoCE 1 QP and RoCE 16 QPs."""
+    """All-to-all: MRC busbw above both RoCE 1 QP and RoCE 16 QPs; and, as nothing is
+    lost in this fabric, MRC blames no path (every QP starting at once reorders its
+    first window: RACK must not take that for loss)."""
     mrc, r1, r16 = busbw(d["mrc"]), busbw(d["roce-1qp"]), busbw(d["roce-16qp"])
+    blamed = sum(int(f.get("evs_assumed_bad") or 0) for f in d["mrc"]["flows"])
     return Verdict(
-        mrc > max(r1, r16),
-        f"busbw MRC {_gbps(mrc)}, RoCE 1 QP {_gbps(r1)}, RoCE 16 QPs {_gbps(r16)}",
-        {"mrc_gbps": mrc, "roce_1qp_gbps": r1, "roce_16qp_gbps": r16},
+        mrc > max(r1, r16) and blamed == 0,
+        f"busbw MRC {_gbps(mrc)}, RoCE 1 QP {_gbps(r1)}, RoCE 16 QPs {_gbps(r16)}; "
+        f"MRC blamed {blamed} EVs",
+        {"mrc_gbps": mrc, "roce_1qp_gbps": r1, "roce_16qp_gbps": r16, "evs_blamed": blamed},
     )
 
 
@@ -522,6 +526,10 @@ _RING8 = (
     "fabric.t1s=4",
     "workload.placement=[0, 4, 1, 5, 2, 6, 3, 7]",
 )
+#: The all-to-all cut to 16 ranks on 4 T0s x 4 hosts, 4 T1s.  With only 2 T0s (8
+#: ranks) the cross-T0 transfers are too few to collide on RoCE's ECMP uplinks and the
+#: fabric limits nobody; with 4 T0s they do, as on the paper's 64-GPU fabric.
+_A2A16 = ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4")
 #: 100G links and 4 MiB flows instead of 400G and 16 MiB: same shape, 16x fewer packets.
 _INCAST_QUICK = (
     "fabric.host_gbps=100",
@@ -770,9 +778,9 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         "64 GPUs, 400G NICs, all-to-all: MRC ahead at every size; RoCE 16 QPs slightly worse than 1",
         "MRC busbw above both RoCE runs'",
         {
-            "mrc": Run("alltoall-64-mrc", quick=_RING8[:3]),
-            "roce-1qp": Run("alltoall-64-roce-1qp", quick=_RING8[:3]),
-            "roce-16qp": Run("alltoall-64-roce-16qp", quick=_RING8[:3]),
+            "mrc": Run("alltoall-64-mrc", quick=_A2A16),
+            "roce-1qp": Run("alltoall-64-roce-1qp", quick=_A2A16),
+            "roce-16qp": Run("alltoall-64-roce-16qp", quick=_A2A16),
         },
         check_alltoall,
     ),

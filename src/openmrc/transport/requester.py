@@ -7,15 +7,18 @@ window, and recovers losses:
   EV, within the congestion window (as uet-htsim does);
 * SACK gaps are judged with a RACK-style rule that tolerates spraying's
   reordering: a packet is lost when a packet sent after it has been delivered
-  *and* it is overdue by more than the reordering window;
+  *and* it is overdue by more than the reordering window, which follows the
+  reordering measured (see :meth:`Requester.reo_window`);
 * a reliability probe (no PSN) asks for a fresh SACK when the sender has heard
   nothing for two smoothed RTTs (tail loss);
 * the local ACK timeout (1.024 us x 2^t) retransmits the oldest packet, with
   ``retry_linear`` retries at that timeout and ``retry_exp`` doubling ones;
   when they run out the QP goes to ERROR.
 
-Losses without a trim and timeouts mark the packet's EV ASSUMED_BAD; ECN echoes
-and non-last-hop trims make it SKIP.
+Losses without a trim and timeouts mark the packet's EV ASSUMED_BAD (a RACK
+loss once confirmed: by the retransmission's ACK, or by the original still
+missing one more reordering window later; an original that arrives after all
+blames nobody); ECN echoes and non-last-hop trims make it SKIP.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ if TYPE_CHECKING:
     from .qp import QueuePair
 
 _MASK64 = (1 << 64) - 1
+
+#: ACK events with measured reordering before the reordering estimate sets
+#: RACK's window: a QP's first window meets the start-up queues (every QP of
+#: a collective starting at once) before it has measured anything, so until
+#: then the window is one smoothed RTT (RACK's cap).
+REO_SAMPLES = 8
 
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
@@ -135,6 +144,8 @@ class Tx:
         "resent",
         "retries",
         "sent",
+        "suspect_at",
+        "suspect_ev",
     )
 
     def __init__(self, psn: int, op: SendOp, offset: int, length: int, opcode: Opcode) -> None:
@@ -155,6 +166,11 @@ class Tx:
         self.oow = False
         #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
         self.resent = False
+        #: the EV of a transmission RACK declared lost, not yet blamed: the ACK
+        #: of the PSN settles it (see Requester._settle), -1 when none.
+        self.suspect_ev = -1
+        #: when that EV is blamed anyway if the PSN is still unacknowledged.
+        self.suspect_at = 0
 
 
 class Requester:
@@ -198,10 +214,23 @@ class Requester:
         #: the timestamp echo of the last RTT sample taken (one per ACK event)
         self.last_sample_ts = -1
         self.rack_deadline: int | None = None
+        #: PSNs declared lost by RACK whose EV is not blamed yet (Tx.suspect_ev),
+        #: in the order they were declared.
+        self.suspects: dict[int, Tx] = {}
         #: RACK reordering window multiplier: grows on each spurious
         #: retransmission (the network reorders more than assumed).
         self.reo_steps = 1
         self.spurious_at = -1
+        #: the reordering this QP has seen, in ps: mean and mean deviation
+        #: (EWMA, gains 1/8 and 1/4) of how far past ``sent + rack_rtt`` a
+        #: packet was acknowledged after a packet sent later (RACK's own rule,
+        #: measured on packets that were late but not lost).  The window
+        #: follows it (see reo_window).
+        self.reo_mean = 0
+        self.reo_dev = 0
+        #: ACK events that measured reordering so far (the estimate is trusted
+        #: from REO_SAMPLES on; until then the window is one smoothed RTT).
+        self.reo_samples = 0
         self.last_activity = 0
         self.tlp_at: int | None = None
         self.probe_seq = 0
@@ -366,6 +395,11 @@ class Requester:
         ts = sack.ts_echo
         spurious = 0
         unacked = self.unacked
+        # RACK's lateness of packets delivered after later-sent ones (originals
+        # still in flight only: a retransmission's send time says nothing).
+        late_base = now - self.rack_rtt
+        rack_xmit = self.rack_xmit
+        late = 0
         if cack > self.snd_una:
             sacked = self.sacked_imm_last
             for psn in range(self.snd_una, cack):
@@ -373,8 +407,13 @@ class Requester:
                     sacked.pop(psn, None)
                 tx = unacked.get(psn)
                 if tx is not None:
-                    if tx.resent and ts < tx.sent:
-                        spurious += 1
+                    if tx.suspect_ev >= 0:
+                        self._settle(tx, now)
+                    if tx.resent:
+                        if now - tx.sent < self.min_rtt:
+                            spurious += 1
+                    elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > late:
+                        late = late_base - tx.sent
                     newly += self._ack(tx)
             self.snd_una = cack
             if self.held:
@@ -389,14 +428,20 @@ class Requester:
                 break
             tx = unacked.get(psn)
             if tx is not None:
-                if tx.resent and ts < tx.sent:
-                    spurious += 1
+                if tx.suspect_ev >= 0:
+                    self._settle(tx, now)
+                if tx.resent:
+                    if now - tx.sent < self.min_rtt:
+                        spurious += 1
+                elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > late:
+                    late = late_base - tx.sent
                 newly += self._ack(tx)
                 if tx.op.is_imm and tx.opcode in LAST_OPCODES:
                     self.sacked_imm_last[psn] = tx
+        self._note_reordering(late)
         if spurious:
-            # An ACK triggered by a packet sent before the retransmission already
-            # covers the PSN: the original arrived, late.  Widen the reordering
+            # The PSN was acknowledged sooner after its retransmission than any
+            # round trip takes: the original arrived, late.  Widen the reordering
             # window (at most once per RTT, up to one smoothed RTT) as RACK does.
             stats.spurious_retransmits += spurious
             if now - self.spurious_at >= self.srtt and self.reo_steps < 16:
@@ -433,6 +478,21 @@ class Requester:
         if self.retx or self.to_segment:
             self.qp._wake()  # the window may have opened
 
+    def _settle(self, tx: Tx, now: int) -> None:
+        """Blame (or not) the EV of ``tx``'s transmission that RACK declared lost.
+
+        ``tx`` is being acknowledged.  When its retransmission has not gone out
+        yet, or went out less than a minimum RTT ago (so it cannot be what
+        arrived), the original arrived, late: reordering beyond the window,
+        not loss, and its EV is left alone.  Otherwise the loss stands and the
+        EV becomes ASSUMED_BAD (notes, section 4).
+        """
+        ev = tx.suspect_ev
+        tx.suspect_ev = -1
+        del self.suspects[tx.psn]
+        if tx.in_flight and now - tx.sent >= self.min_rtt:
+            self.paths.on_loss(ev, now, "loss without trim")
+
     def _ack(self, tx: Tx) -> int:
         if tx.oow:
             tx.oow = False
@@ -448,14 +508,44 @@ class Requester:
         tx.op.acked += 1
         return tx.length
 
+    def _note_reordering(self, late: int) -> None:
+        """Fold one ACK event's largest lateness into the reordering estimate."""
+        if late <= 0:
+            return
+        self.reo_samples += 1
+        err = late - self.reo_mean
+        self.reo_mean += err >> 3
+        self.reo_dev += (abs(err) - self.reo_dev) >> 2
+
+    def _reo_measured(self) -> int:
+        """The floor and the measured reordering, without start-up or spurious widening."""
+        return max(self.reo_floor, self.min_rtt >> 2, self.reo_mean + 4 * self.reo_dev)
+
+    def reo_window(self) -> int:
+        """RACK's reordering window now, in ps.
+
+        At least ``QPAttr.reorder_window_ps`` and min RTT / 4 (RACK's default),
+        and at least the reordering this QP has measured, mean + 4 deviations
+        (spraying's reordering is the queueing-delay spread between paths: it
+        is measured, not guessed, so a short transfer's loss is resent a
+        fraction of an RTT after it could be, not several RTTs).  Each spurious retransmission
+        widens it one step more, up to one smoothed RTT above the floor.
+        """
+        reo = self._reo_measured()
+        if self.reo_samples < REO_SAMPLES and reo < self.srtt:
+            reo = self.srtt
+        if self.reo_steps > 1:
+            reo = min(reo * self.reo_steps, max(self.srtt, reo))
+        return reo
+
     def _detect_losses(self, now: int) -> None:
         self.rack_deadline = None
+        if self.suspects:
+            self._blame_overdue(now)
         rack_xmit = self.rack_xmit
         if rack_xmit < 0 or not self.flight:
             return
-        reo = max(self.reo_floor, self.min_rtt >> 2) * self.reo_steps
-        if self.reo_steps > 1 and reo > self.srtt:
-            reo = max(self.srtt, self.reo_floor)
+        reo = self.reo_window()
         horizon = self.rack_rtt + reo
         lost = []
         for tx in self.flight.values():
@@ -465,16 +555,37 @@ class Requester:
             if deadline <= now:
                 lost.append(tx)
             else:
-                self.rack_deadline = deadline
+                if self.rack_deadline is None or deadline < self.rack_deadline:
+                    self.rack_deadline = deadline
                 break
         for tx in lost:
             self.stats.losses_detected += 1
-            self._mark_lost(tx, now, "loss without trim")
+            self._mark_lost(
+                tx, now, "loss without trim", horizon=horizon + min(reo, self._reo_measured())
+            )
+            if self.rack_deadline is None or tx.suspect_at < self.rack_deadline:
+                self.rack_deadline = tx.suspect_at
 
-    def _mark_lost(self, tx: Tx, now: int, reason: str | None, front: bool = False) -> None:
+    def _blame_overdue(self, now: int) -> None:
+        """Blame the suspect EVs whose PSN is still unacknowledged at its deadline."""
+        due = [tx for tx in self.suspects.values() if tx.suspect_at <= now]
+        for tx in due:
+            ev = tx.suspect_ev
+            tx.suspect_ev = -1
+            del self.suspects[tx.psn]
+            self.paths.on_loss(ev, now, "loss without trim")
+        if self.suspects:
+            self.rack_deadline = min(tx.suspect_at for tx in self.suspects.values())
+
+    def _mark_lost(
+        self, tx: Tx, now: int, reason: str | None, front: bool = False, horizon: int = 0
+    ) -> None:
         """Take ``tx`` out of flight and queue it for retransmission.
 
         ``reason`` None means congestion (a trim): the EV is not blamed here.
+        A RACK loss (``horizon``: the original's extended deadline, one more
+        reordering window, the measured one) makes the EV a suspect, blamed when the PSN's ACK
+        or that deadline confirms the loss; a timeout blames at once.
         """
         if tx.in_flight:
             del self.flight[tx.psn]
@@ -487,10 +598,24 @@ class Requester:
         else:
             self.retx.append(tx)
         if reason is not None:
-            self.paths.on_loss(tx.ev, now, reason)
+            suspect = tx.suspect_ev
             if reason == "timeout":
+                if suspect >= 0:  # no ACK at all since: that loss was real too
+                    self.paths.on_loss(suspect, now, "loss without trim")
+                    tx.suspect_ev = -1
+                    del self.suspects[tx.psn]
+                self.paths.on_loss(tx.ev, now, reason)
                 self.cc.on_timeout(tx.length, now)
             else:
+                # RACK's inference may be reordering beyond the window: the EV
+                # is blamed when the PSN's ACK confirms the loss (_settle), or
+                # at once if this PSN was already declared lost once before.
+                if suspect >= 0:
+                    self.paths.on_loss(suspect, now, reason)
+                    del self.suspects[tx.psn]
+                tx.suspect_ev = tx.ev
+                tx.suspect_at = tx.sent + horizon
+                self.suspects[tx.psn] = tx
                 self.cc.on_loss(tx.length, now)
         self.qp._wake()
 
