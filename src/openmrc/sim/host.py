@@ -225,7 +225,7 @@ class SimHost:
                 continue
             ports[plane].enqueue(pkt)
             busy |= 1 << plane  # only the port just used can have changed
-        if ctx._ready and busy:
+        if ctx.ready and busy:
             # Something is waiting for a port: come back when the first one frees.
             soonest = None
             for port in ports:

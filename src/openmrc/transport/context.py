@@ -61,12 +61,14 @@ class Context:
         self.rng = rng if rng is not None else random.Random(0)
         self.name = name
         self.qps: dict[int, QueuePair] = {}
-        self._lkeys: dict[int, MemoryRegion] = {}
-        self._rkeys: dict[int, MemoryRegion] = {}
+        #: registered memory regions by lkey (local access) and by rkey (remote access).
+        self.lkeys: dict[int, MemoryRegion] = {}
+        self.rkeys_by_key: dict[int, MemoryRegion] = {}
         self._next_qpn = 0x100
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
-        self._ready: dict[QueuePair, None] = {}
+        #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
+        self.ready: dict[QueuePair, None] = {}
         #: QPs whose deadline may have changed since :meth:`get_timer` last looked
         #: (a QP adds itself whenever it takes input, sends, runs a timer or
         #: changes state); only these are re-read, so a wake-up costs O(log QPs).
@@ -104,10 +106,10 @@ class Context:
         """A fresh non-zero 32-bit key, used by no region (as lkey or rkey) and not ``avoid``."""
         while True:
             key = self.rng.getrandbits(32)
-            if key and key != avoid and key not in self._lkeys and key not in self._rkeys:
+            if key and key != avoid and key not in self.lkeys and key not in self.rkeys_by_key:
                 return key
 
-    def _reg_mr(
+    def register_mr(
         self,
         pd: ProtectionDomain,
         length: int,
@@ -115,6 +117,7 @@ class Context:
         buffer: bytearray | memoryview | None,
         addr: int | None,
     ) -> MemoryRegion:
+        """Register a region in ``pd`` with fresh keys (``ProtectionDomain.reg_mr`` calls this)."""
         if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= 1 << 48:
             raise InvalidArgument(f"length: must be an int in 1..2^48, got {length!r}")
         if not isinstance(access, Access):
@@ -138,21 +141,23 @@ class Context:
         lkey = self._new_key()
         rkey = self._new_key(avoid=lkey)
         mr = MemoryRegion(pd, addr, length, access, lkey, rkey, buffer)
-        self._lkeys[lkey] = mr
-        self._rkeys[rkey] = mr
+        self.lkeys[lkey] = mr
+        self.rkeys_by_key[rkey] = mr
         pd.mrs.append(mr)
         return mr
 
-    def _dereg_mr(self, pd: ProtectionDomain, mr: MemoryRegion) -> None:
-        if mr.pd is not pd or self._lkeys.get(mr.lkey) is not mr:
+    def deregister_mr(self, pd: ProtectionDomain, mr: MemoryRegion) -> None:
+        """Forget ``mr`` (``ProtectionDomain.dereg_mr`` calls this)."""
+        if mr.pd is not pd or self.lkeys.get(mr.lkey) is not mr:
             raise InvalidArgument("mr: not a registered memory region of this PD")
-        del self._lkeys[mr.lkey]
-        del self._rkeys[mr.rkey]
+        del self.lkeys[mr.lkey]
+        del self.rkeys_by_key[mr.rkey]
         pd.mrs.remove(mr)
 
-    def _create_qp(
+    def create_qp_for(
         self, pd: ProtectionDomain, send_cq: CompletionQueue, recv_cq: CompletionQueue, cap: QPCap
     ) -> QueuePair:
+        """A new QP in ``pd`` with a fresh QPN (``ProtectionDomain.create_qp`` calls this)."""
         if pd.context is not self:
             raise InvalidArgument("pd: belongs to another context")
         if not isinstance(send_cq, CompletionQueue) or not isinstance(recv_cq, CompletionQueue):
@@ -170,7 +175,7 @@ class Context:
         if self.qps.get(qp.qpn) is not qp:
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
-        self._ready.pop(qp, None)
+        self.ready.pop(qp, None)
         self.timer_dirty[qp] = None
 
     # -- controller -------------------------------------------------------------------
@@ -203,7 +208,7 @@ class Context:
             if qp.paths is not None:
                 qp.paths.set_ports_down(local=mask)
             if qp.has_output():
-                self._ready[qp] = None  # it may have been blocked on that plane
+                self.ready[qp] = None  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""
@@ -284,7 +289,7 @@ class Context:
         (a multi-port driver passes it so data goes to free ports).  A QP that
         has data only for busy planes stays ready.
         """
-        ready = self._ready
+        ready = self.ready
         blocked: list[QueuePair] | None = None
         found = None
         while ready:

@@ -218,7 +218,7 @@ class QueuePair:
             else:  # RTS -> RTS: new send-side attributes
                 self.requester.apply_attr(self.attr)
         elif state is QPState.ERROR:
-            self._fail(WCStatus.WR_FLUSH_ERR, None, now, "moved to ERROR by the user")
+            self.fail(WCStatus.WR_FLUSH_ERR, None, now, "moved to ERROR by the user")
             return
         elif state is QPState.RESET:
             self._reset()
@@ -247,7 +247,7 @@ class QueuePair:
         self._early_recvs.clear()
         self.stats = QPStats()
         self.error_reason = ""
-        self.context._ready.pop(self, None)
+        self.context.ready.pop(self, None)
         self.context.timer_dirty[self] = None
 
     # -- posting ----------------------------------------------------------------------
@@ -305,7 +305,7 @@ class QueuePair:
             req.wimm_outstanding += 1
         req.ops.append(op)
         req.to_segment.append(op)
-        self._wake()
+        self.wake()
 
     def _resolve_sges(self, sg_list: Any) -> list[tuple[MemoryRegion, int, int]]:
         if not isinstance(sg_list, list | tuple):
@@ -316,7 +316,7 @@ class QueuePair:
         for i, sge in enumerate(sg_list):
             if not isinstance(sge, SGE):
                 raise InvalidArgument(f"sg_list[{i}]: must be an SGE, got {type(sge).__name__}")
-            mr = self.context._lkeys.get(sge.lkey)
+            mr = self.context.lkeys.get(sge.lkey)
             if mr is None or mr.pd is not self.pd:
                 raise InvalidArgument(
                     f"sg_list[{i}].lkey: {sge.lkey!r} is not a memory region of this PD"
@@ -390,7 +390,7 @@ class QueuePair:
             return
         self.stats.error_nacks += 1
         self.stats.tx_nacks += 1
-        self._queue_control(
+        self.queue_control(
             NackPacket(self.remote_qpn, pkt.ev, NackReason.QP_NOT_READY, pkt.psn, rsp.base, pkt.ts)
         )
 
@@ -433,16 +433,19 @@ class QueuePair:
             self.state is QPState.RTS and self.requester is not None and self.requester.has_work()
         )
 
-    # -- internals used by the halves ------------------------------------------------
-    def _wake(self) -> None:
-        self.context._ready[self] = None
+    # -- used by the requester and responder halves ----------------------------------
+    def wake(self) -> None:
+        """The QP may have output now and its deadline may have moved: tell the context."""
+        self.context.ready[self] = None
         self.context.timer_dirty[self] = None
 
-    def _queue_control(self, pkt: Packet) -> None:
+    def queue_control(self, pkt: Packet) -> None:
+        """Queue a control packet (SACK, NACK, probe) to go out before data."""
         self.control.append(pkt)
-        self.context._ready[self] = None
+        self.context.ready[self] = None
 
-    def _complete_sends(self) -> None:
+    def complete_sends(self) -> None:
+        """Push the send completions of the WRs now fully acknowledged, in order."""
         req = self.requester
         ops = req.ops  # type: ignore[union-attr]
         while ops:
@@ -463,14 +466,14 @@ class QueuePair:
                     )
                 )
 
-    def _fail(self, status: WCStatus, failed_op: SendOp | None, now: int, reason: str) -> None:
+    def fail(self, status: WCStatus, failed_op: SendOp | None, now: int, reason: str) -> None:
         """Go to ERROR: complete what finished, fail ``failed_op``, flush the rest."""
         if self.state is QPState.ERROR:
             return
         self.error_reason = reason
         req = self.requester
         if req is not None:
-            self._complete_sends()
+            self.complete_sends()
             if failed_op is None and status is not WCStatus.WR_FLUSH_ERR and req.ops:
                 failed_op = req.ops[0]  # no specific WR: the oldest takes the error
             for op in req.ops:

@@ -322,7 +322,7 @@ class Requester:
             return
         self.window_probe_out = True
         self.stats.window_probes += 1
-        self.qp._queue_control(self.probe(now, reliability=True))
+        self.qp.queue_control(self.probe(now, reliability=True))
 
     def _emit(self, tx: Tx, ev: int, now: int, retransmit: bool) -> DataPacket:
         op = tx.op
@@ -474,9 +474,9 @@ class Requester:
             self.cc.on_penalty(sack.penalty, newly, now)
         self.last_activity = now
         self._detect_losses(now)
-        self.qp._complete_sends()
+        self.qp.complete_sends()
         if self.retx or self.to_segment:
-            self.qp._wake()  # the window may have opened
+            self.qp.wake()  # the window may have opened
 
     def _settle(self, tx: Tx, now: int) -> None:
         """Blame (or not) the EV of ``tx``'s transmission that RACK declared lost.
@@ -617,7 +617,7 @@ class Requester:
                 tx.suspect_at = tx.sent + horizon
                 self.suspects[tx.psn] = tx
                 self.cc.on_loss(tx.length, now)
-        self.qp._wake()
+        self.qp.wake()
 
     def on_nack(self, nack: NackPacket, now: int) -> None:
         """Process a NACK: trims retransmit at once; access errors end the QP."""
@@ -639,7 +639,7 @@ class Requester:
                 stats.ignored_fatal_nacks += 1
                 return
             stats.fatal_nacks += 1
-            self.qp._fail(fatal, tx.op, now, f"NACK {reason.name} for PSN {nack.psn}")
+            self.qp.fail(fatal, tx.op, now, f"NACK {reason.name} for PSN {nack.psn}")
             return
         if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
             stats.stale_nacks += 1  # already acked, or about an older transmission
@@ -693,7 +693,7 @@ class Requester:
             tx = self.held.pop(psn)
             tx.oow = False
             self.retx.append(tx)
-        self.qp._wake()
+        self.qp.wake()
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
         """An EV probe came back."""
@@ -710,7 +710,7 @@ class Requester:
 
     def _tail_probe(self, now: int) -> None:
         self.stats.tail_probes += 1
-        self.qp._queue_control(self.probe(now, reliability=True))
+        self.qp.queue_control(self.probe(now, reliability=True))
         self.last_activity = now
 
     def get_timer(self) -> int | None:
@@ -740,7 +740,7 @@ class Requester:
             if tx.sent + self.rto_for(tx) <= now:
                 if self.max_retries is not None and tx.retries >= self.max_retries:
                     # the oldest outstanding WR takes the error (verbs order)
-                    qp._fail(
+                    qp.fail(
                         WCStatus.RETRY_EXC_ERR, None, now, f"retries exhausted for PSN {tx.psn}"
                     )
                     return
@@ -758,4 +758,4 @@ class Requester:
         paths = self.paths
         if paths.next_probe_at is not None and paths.next_probe_at <= now:
             for ev, _seq in paths.due_probes(now, self.probe_seq):
-                qp._queue_control(self.probe(now, reliability=False, ev=ev))
+                qp.queue_control(self.probe(now, reliability=False, ev=ev))

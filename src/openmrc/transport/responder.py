@@ -62,7 +62,7 @@ class Responder:
         self.coalesce = attr.ack_coalesce_bytes
         self.max_wimm = attr.max_wimm_recv
         self.stats = qp.stats
-        self.rkeys = qp.context._rkeys
+        self.rkeys = qp.context.rkeys_by_key
         self.pd = qp.pd
         self.base = 0  # every PSN below it has been received
         self.bits = 0  # bit i: PSN base + i received
@@ -202,17 +202,15 @@ class Responder:
                 if not self.recv_queue:
                     self.stats.rx_no_resource += 1
                     qp = self.qp
-                    qp._fail(
-                        WCStatus.WR_FLUSH_ERR, None, now, f"no receive for WRITE_IMM MSN {msn}"
-                    )
+                    qp.fail(WCStatus.WR_FLUSH_ERR, None, now, f"no receive for WRITE_IMM MSN {msn}")
                     if done_upto >= 0:  # what did complete here is acknowledged first
                         self.stats.tx_sacks += 1
-                        qp._queue_control(
+                        qp.queue_control(
                             SackPacket(qp.remote_qpn, ev, done_upto, done_upto, 0, False,
                                        self.rcvd_bytes, 0, 0, 0)
                         )  # fmt: skip
                     self.stats.tx_nacks += 1
-                    qp._queue_control(
+                    qp.queue_control(
                         NackPacket(
                             qp.remote_qpn, ev, NackReason.NO_RESOURCE, info[0], base, info[3]
                         )
@@ -283,7 +281,7 @@ class Responder:
             self.unreported = []
         if not pending:
             stats.tx_sacks += 1
-            qp._queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
+            qp.queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
             return
         first = True
         i = 0
@@ -293,7 +291,7 @@ class Responder:
             if first and self.highest - 63 <= window:
                 window = self.highest - 63  # all fit under the usual window
             stats.tx_sacks += 1
-            qp._queue_control(self.sack(pkt.ev, pkt.ecn and first, pkt.ts, window))
+            qp.queue_control(self.sack(pkt.ev, pkt.ecn and first, pkt.ts, window))
             first = False
             end = max(window, base) + 64
             while i < n and pending[i] < end:
@@ -301,7 +299,7 @@ class Responder:
 
     def _nack(self, pkt: DataPacket, reason: NackReason) -> None:
         self.stats.tx_nacks += 1
-        self.qp._queue_control(
+        self.qp.queue_control(
             NackPacket(self.qp.remote_qpn, pkt.ev, reason, pkt.psn, self.base, pkt.ts)
         )
 
@@ -311,6 +309,6 @@ class Responder:
         if probe.reliability:
             self._ack(probe, now)
         else:
-            self.qp._queue_control(
+            self.qp.queue_control(
                 ProbeReplyPacket(self.qp.remote_qpn, probe.ev, probe.seq, probe.ts)
             )

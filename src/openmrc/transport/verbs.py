@@ -231,11 +231,11 @@ class ProtectionDomain:
         without, it is virtual.  ``addr`` defaults to a fresh address in the
         context's address space.
         """
-        return self.context._reg_mr(self, length, access, buffer, addr)
+        return self.context.register_mr(self, length, access, buffer, addr)
 
     def dereg_mr(self, mr: MemoryRegion) -> None:
         """Deregister a region; packets naming its rkey are refused afterwards."""
-        self.context._dereg_mr(self, mr)
+        self.context.deregister_mr(self, mr)
 
     def create_qp(
         self,
@@ -244,7 +244,7 @@ class ProtectionDomain:
         cap: QPCap | None = None,
     ) -> QueuePair:
         """Create a queue pair in RESET."""
-        return self.context._create_qp(
+        return self.context.create_qp_for(
             self,
             send_cq,
             recv_cq if recv_cq is not None else send_cq,
