@@ -16,7 +16,7 @@ from openmrc.cli import main
 from openmrc.fabric_demo import scenario_path
 from openmrc.report import have_plots
 from openmrc.scenario import load
-from tests.test_report import CHROMIUM, PROBE, _chromium
+from tests.browser import CHROMIUM, chromium, probe_page
 
 #: The quick demo, moving and checking real bytes.
 DEMO = ["demo", "--quick", "--no-progress", "--set", "run.payloads=true"]
@@ -107,20 +107,13 @@ def test_demo_report_has_the_table_and_plots(demo: DemoRun) -> None:
 @needs_mpl
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_demo_report_renders_in_headless_chromium(demo: DemoRun, tmp_path: Path) -> None:
-    page = (demo.folder / "report.html").read_text()
-    assert "http://" not in page and "https://" not in page, "the page must be self-contained"
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("</body>", PROBE + "</body>"))
-    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probed.as_uri()).stdout
-    m = re.search(r'<pre id="probe">(.*?)</pre>', dom)
-    assert m, dom[-2000:]
-    probe = json.loads(m.group(1).replace("&quot;", '"'))
+    probe = probe_page(demo.folder / "report.html", tmp_path, "summary")
     assert len(probe["images"]) >= 5
     for img_id, complete, width, height in probe["images"]:
         assert complete and width >= 400 and height >= 200, img_id
     assert probe["rows"] >= 15  # header + the summary measures
     shot = tmp_path / "shot.png"
-    _chromium(
+    chromium(
         "--window-size=1000,2400",
         "--hide-scrollbars",
         f"--screenshot={shot}",

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,28 +18,13 @@ from openmrc.report import (
     render_plots,
     write_report,
 )
+from tests.browser import CHROMIUM, chromium, probe_page
 
 needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
 
 LINK = str(Path(__file__).resolve().parent.parent / "scenarios" / "t0-t1-link-failure.toml")
 SMALL = ["--set", "workload.size=512KiB", "--set", "run.payloads=false"]
 SMALL += ["--set", "faults[0].at_us=4", "--no-progress"]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-#: Appended to a copy of the page: once everything loaded, record each image's
-#: natural size and whether the summary table is there, in the DOM.
-PROBE = """<script>
-window.addEventListener('load', function () {
-  var imgs = Array.prototype.map.call(document.images, function (i) {
-    return [i.id, i.complete, i.naturalWidth, i.naturalHeight];
-  });
-  var t = document.getElementById('summary');
-  var probe = document.createElement('pre');
-  probe.id = 'probe';
-  probe.textContent = JSON.stringify({images: imgs, rows: t ? t.rows.length : 0});
-  document.body.appendChild(probe);
-});
-</script>"""
 
 
 @pytest.fixture(scope="module")
@@ -53,41 +34,11 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM is not None
-    with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-
-
 @needs_mpl
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_report_renders_in_headless_chromium(compared: Path, tmp_path: Path) -> None:
     report = compared / "report.html"
-    page = report.read_text()
-    assert "http://" not in page and "https://" not in page, "the page must be self-contained"
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("</body>", PROBE + "</body>"))
-    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probed.as_uri()).stdout
-    m = re.search(r'<pre id="probe">(.*?)</pre>', dom)
-    assert m, dom[-2000:]
-    probe = json.loads(m.group(1).replace("&quot;", '"'))
+    probe = probe_page(report, tmp_path, "summary")
     ids = [img[0] for img in probe["images"]]
     # goodput, CDFs, EV timeline (MRC blamed EVs after the link failure), planes, queues
     expected = ["img-goodput", "img-fct", "img-ev", "img-planes", "img-queues"]
@@ -96,7 +47,7 @@ def test_report_renders_in_headless_chromium(compared: Path, tmp_path: Path) -> 
         assert complete and width >= 400 and height >= 200, img_id
     assert probe["rows"] >= 15  # header + the summary measures
     shot = tmp_path / "shot.png"
-    _chromium(
+    chromium(
         "--window-size=1000,2400", "--hide-scrollbars", f"--screenshot={shot}", report.as_uri()
     )
     assert shot.stat().st_size > 20_000

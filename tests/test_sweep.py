@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
-import re
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +23,7 @@ from openmrc.sweep import build_points, run_sweep, split_values, toml_value
 from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
 from openmrc.sweep.spec import load_spec
+from tests.browser import CHROMIUM, probe_page
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "scenarios" / "sweeps"
@@ -315,55 +313,11 @@ def test_csv_and_report_have_a_row_per_point_and_a_plot_per_metric_and_axis(
     assert "ran 0, skipped 8 finished" in capsys.readouterr().out
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-#: Appended to a copy of the page: every image's natural size, and the table's rows.
-PROBE = """<script>
-window.addEventListener('load', function () {
-  var imgs = Array.prototype.map.call(document.images, function (i) {
-    return [i.id, i.complete, i.naturalWidth, i.naturalHeight];
-  });
-  var t = document.getElementById('sweep-summary');
-  var probe = document.createElement('pre');
-  probe.id = 'probe';
-  probe.textContent = JSON.stringify({images: imgs, rows: t ? t.rows.length : 0});
-  document.body.appendChild(probe);
-});
-</script>"""
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_sweep_page_renders_in_headless_chromium(
     swept: tuple[list[str], Path, str], tmp_path: Path
 ) -> None:
-    assert CHROMIUM is not None
-    page = (swept[1] / "report.html").read_text()
-    assert "http://" not in page and "https://" not in page, "the page must be self-contained"
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("</body>", PROBE + "</body>"))
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                "--virtual-time-budget=10000",
-                "--dump-dom",
-                probed.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        ).stdout
-    m = re.search(r'<pre id="probe">(.*?)</pre>', dom)
-    assert m, dom[-2000:]
-    probe = json.loads(m.group(1).replace("&quot;", '"'))
+    probe = probe_page(swept[1] / "report.html", tmp_path, "sweep-summary")
     assert len(probe["images"]) == 4
     for img_id, complete, width, height in probe["images"]:
         assert complete and width >= 400 and height >= 200, img_id

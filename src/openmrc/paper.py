@@ -412,28 +412,25 @@ def check_ring_loss01(d: dict[str, Doc]) -> Verdict:
     )
 
 
-def check_ring_loss1(d: dict[str, Doc]) -> Verdict:
-    """Ring all-reduce at 1 % loss: RoCE 1 QP below 0.2 of MRC."""
-    roce, mrc = busbw(d["roce-1qp-loss1"]), busbw(d["mrc-loss1"])
-    return Verdict(
-        mrc > 0 and roce < 0.2 * mrc,
-        f"busbw at 1 % loss: RoCE 1 QP {_gbps(roce)}"
-        + (" (did not finish)" if roce == 0 else "")
-        + f", MRC {_gbps(mrc)}",
-        {"roce_gbps": roce, "mrc_gbps": mrc},
-    )
+def _roce_unusable_at_1pct(run: str, label: str) -> Callable[[dict[str, Doc]], Verdict]:
+    """Ring all-reduce at 1 % loss: RoCE run ``run`` below 0.2 of MRC's busbw."""
+
+    def check(d: dict[str, Doc]) -> Verdict:
+        roce, mrc = busbw(d[run]), busbw(d["mrc-loss1"])
+        return Verdict(
+            mrc > 0 and roce < 0.2 * mrc,
+            f"busbw at 1 % loss: {label} {_gbps(roce)}"
+            + (" (did not finish)" if roce == 0 else "")
+            + f", MRC {_gbps(mrc)}",
+            {"roce_gbps": roce, "mrc_gbps": mrc},
+        )
+
+    return check
 
 
-def check_ring_loss1_16qp(d: dict[str, Doc]) -> Verdict:
-    """Ring all-reduce at 1 % loss: RoCE 16 QPs below 0.2 of MRC."""
-    roce, mrc = busbw(d["roce-16qp-loss1"]), busbw(d["mrc-loss1"])
-    return Verdict(
-        mrc > 0 and roce < 0.2 * mrc,
-        f"busbw at 1 % loss: RoCE 16 QPs {_gbps(roce)}"
-        + (" (did not finish)" if roce == 0 else "")
-        + f", MRC {_gbps(mrc)}",
-        {"roce_gbps": roce, "mrc_gbps": mrc},
-    )
+#: Ring all-reduce at 1 % loss: RoCE 1 QP (16 QPs) below 0.2 of MRC.
+check_ring_loss1 = _roce_unusable_at_1pct("roce-1qp-loss1", "RoCE 1 QP")
+check_ring_loss1_16qp = _roce_unusable_at_1pct("roce-16qp-loss1", "RoCE 16 QPs")
 
 
 def check_alltoall(d: dict[str, Doc]) -> Verdict:

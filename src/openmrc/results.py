@@ -21,7 +21,6 @@ Nothing here runs a simulation; :mod:`openmrc.sim.cli` does, then calls
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -34,6 +33,7 @@ from typing import Any
 from .scenario import Scenario
 from .sim.config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .sim.experiment import Result, base_rtt_ps
+from .sim.metrics import write_csv_rows
 from .version import openmrc_version
 from .wire.packets import DATA_HEADER_BYTES
 
@@ -258,17 +258,6 @@ def build(
     return _jsonable(doc)
 
 
-def _write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
-    keys: list[str] = []
-    for row in rows:
-        keys.extend(k for k in row if k not in keys)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys or ["empty"])
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 def write(doc: dict[str, Any], directory: str | Path) -> list[Path]:
     """Write results.json, flows.csv, goodput.csv, ev_events.csv and faults.csv
     (and queues.csv when queue depths were sampled) into ``directory``."""
@@ -280,7 +269,7 @@ def write(doc: dict[str, Any], directory: str | Path) -> list[Path]:
     tmp.replace(path)
     written = [path]
     flows = [{k: v for k, v in f.items() if not isinstance(v, list | dict)} for f in doc["flows"]]
-    written.append(_write_rows(d / "flows.csv", flows))
+    written.append(write_csv_rows(d / "flows.csv", flows))
     series = doc.get("goodput_gbps_series", {})
     interval = doc.get("sample_interval_us", 0.0)
     names = list(series)
@@ -292,15 +281,15 @@ def write(doc: dict[str, Any], directory: str | Path) -> list[Path]:
         for n in names:
             row[n] = series[n][i] if i < len(series[n]) else ""
         rows.append(row)
-    written.append(_write_rows(d / "goodput.csv", rows))
-    written.append(_write_rows(d / "ev_events.csv", doc.get("ev_events", [])))
+    written.append(write_csv_rows(d / "goodput.csv", rows))
+    written.append(write_csv_rows(d / "ev_events.csv", doc.get("ev_events", [])))
     fabric = doc.get("fabric", {})
     faults = [{k: v for k, v in f.items()} for f in fabric.get("faults", [])]
-    written.append(_write_rows(d / "faults.csv", faults))
+    written.append(write_csv_rows(d / "faults.csv", faults))
     samples = fabric.get("queue_samples")
     if samples:
         written.append(
-            _write_rows(
+            write_csv_rows(
                 d / "queues.csv",
                 [
                     {"time_ps": t, "port": n, "data_bytes": a, "header_bytes": b}

@@ -173,13 +173,17 @@ class Metrics:
             ],
         }
         for name, rows in tables.items():
-            path = d / f"{prefix}{name}.csv"
-            keys: list[str] = []
-            for row in rows:
-                keys.extend(k for k in row if k not in keys)
-            with path.open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=keys or ["empty"])
-                writer.writeheader()
-                writer.writerows(rows)
-            written.append(path)
+            written.append(write_csv_rows(d / f"{prefix}{name}.csv", rows))
         return written
+
+
+def write_csv_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """Write ``rows`` as CSV, the columns the union of their keys in first-seen order."""
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k in row if k not in keys)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys or ["empty"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
