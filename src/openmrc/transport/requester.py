@@ -221,6 +221,10 @@ class Requester:
         #: retransmission (the network reorders more than assumed).
         self.reo_steps = 1
         self.spurious_at = -1
+        #: within one SACK: retransmissions found spurious, and the largest lateness
+        #: of an original delivered after a later-sent packet (see :meth:`_ack_sacked`).
+        self.sack_spurious = 0
+        self.sack_late = 0
         #: the reordering this QP has seen, in ps: mean and mean deviation
         #: (EWMA, gains 1/8 and 1/4) of how far past ``sent + rack_rtt`` a
         #: packet was acknowledged after a packet sent later (RACK's own rule,
@@ -393,13 +397,13 @@ class Requester:
         self.window_probe_out = False
         newly = 0
         ts = sack.ts_echo
-        spurious = 0
+        self.sack_spurious = 0
         unacked = self.unacked
         # RACK's lateness of packets delivered after later-sent ones (originals
         # still in flight only: a retransmission's send time says nothing).
         late_base = now - self.rack_rtt
         rack_xmit = self.rack_xmit
-        late = 0
+        self.sack_late = 0
         if cack > self.snd_una:
             sacked = self.sacked_imm_last
             for psn in range(self.snd_una, cack):
@@ -407,14 +411,7 @@ class Requester:
                     sacked.pop(psn, None)
                 tx = unacked.get(psn)
                 if tx is not None:
-                    if tx.suspect_ev >= 0:
-                        self._settle(tx, now)
-                    if tx.resent:
-                        if now - tx.sent < self.min_rtt:
-                            spurious += 1
-                    elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > late:
-                        late = late_base - tx.sent
-                    newly += self._ack(tx)
+                    newly += self._ack_sacked(tx, now, late_base, rack_xmit)
             self.snd_una = cack
             if self.held:
                 self._release_oow(now)
@@ -428,17 +425,11 @@ class Requester:
                 break
             tx = unacked.get(psn)
             if tx is not None:
-                if tx.suspect_ev >= 0:
-                    self._settle(tx, now)
-                if tx.resent:
-                    if now - tx.sent < self.min_rtt:
-                        spurious += 1
-                elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > late:
-                    late = late_base - tx.sent
-                newly += self._ack(tx)
+                newly += self._ack_sacked(tx, now, late_base, rack_xmit)
                 if tx.op.is_imm and tx.opcode in LAST_OPCODES:
                     self.sacked_imm_last[psn] = tx
-        self._note_reordering(late)
+        self._note_reordering(self.sack_late)
+        spurious = self.sack_spurious
         if spurious:
             # The PSN was acknowledged sooner after its retransmission than any
             # round trip takes: the original arrived, late.  Widen the reordering
@@ -492,6 +483,19 @@ class Requester:
         del self.suspects[tx.psn]
         if tx.in_flight and now - tx.sent >= self.min_rtt:
             self.paths.on_loss(ev, now, "loss without trim")
+
+    def _ack_sacked(self, tx: Tx, now: int, late_base: int, rack_xmit: int) -> int:
+        """Acknowledge ``tx`` (cumulatively or selectively) and return its newly acked
+        bytes; settle a suspected loss, count a spurious retransmission, and note how
+        late an original arrived behind a later-sent packet (RACK's reordering)."""
+        if tx.suspect_ev >= 0:
+            self._settle(tx, now)
+        if tx.resent:
+            if now - tx.sent < self.min_rtt:
+                self.sack_spurious += 1
+        elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > self.sack_late:
+            self.sack_late = late_base - tx.sent
+        return self._ack(tx)
 
     def _ack(self, tx: Tx) -> int:
         if tx.oow:
