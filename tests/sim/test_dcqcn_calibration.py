@@ -129,16 +129,15 @@ def test_ecn_profiles_mark_before_pfc_pauses() -> None:
     assert set(ECN_PROFILES) == {"nvidia", "hpcc"}
     for gbps in (100, 400):
         spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2, host_gbps=gbps, fabric_gbps=gbps)
-        for name in ("nvidia", "hpcc"):
-            fab = BaselineFabric(
-                Simulator(), Topology(spec), baseline=BaselineFabricConfig(ecn_profile=name)
-            )
+        for name in (None, "nvidia", "hpcc"):
+            cfg = BaselineFabricConfig() if name is None else BaselineFabricConfig(ecn_profile=name)
+            fab = BaselineFabric(Simulator(), Topology(spec), baseline=cfg)
             marking = [p for p in fab.ports if p.ecn]
             xoff = min(p.xoff for p in fab.ports if p.fc)  # type: ignore[attr-defined]
             assert marking and xoff == 512 * 1024 * gbps // 100
             kmax = {p.kmax for p in marking}
             pmax = {p.pmax for p in marking}  # type: ignore[attr-defined]
-            if name == "nvidia":  # 150 KB - 1.5 MB at 400G, scaled; all marked at K_max
+            if name != "hpcc":  # default: 150 KB - 1.5 MB at 400G, scaled; all marked at K_max
                 assert {p.kmin for p in marking} == {150_000 * gbps // 400}
                 assert kmax == {1_500_000 * gbps // 400} and pmax == {1.0}
                 assert max(kmax) < xoff  # the ramp ends before PFC pauses the ingress
