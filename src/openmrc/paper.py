@@ -557,7 +557,7 @@ def _incast(file: str) -> dict[str, Run]:
     }
 
 
-#: The DCQCN 1-QP incast runs about 10 ms (128 MiB per incast flow, a 256 MiB victim):
+#: The DCQCN 1-QP incast is long (128 MiB per incast flow, a 256 MiB victim of about 10 ms):
 #: DCQCN recovers from the incast's start-up in milliseconds (5-50 Mb/s steps, 300 us
 #: timer) and the paper's runs last seconds.  Quick: 100G links and a quarter of the
 #: sizes, the same simulated time.
