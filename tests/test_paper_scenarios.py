@@ -18,10 +18,7 @@ PAPER = Path(__file__).resolve().parent.parent / "scenarios" / "paper"
 
 #: Published shapes that do not hold in openmrc today; the table says "does not hold"
 #: with the measured numbers.  Each stays here until it holds (the test then passes).
-KNOWN_EXCEPTIONS = {
-    "incast-victim-dcqcn-1qp": "DCQCN with 1 QP cuts the victim to about 0.2 of its rate "
-    "alone (PFC spreading not fully avoided); the paper reports -25 %",
-}
+KNOWN_EXCEPTIONS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [p.stem for p in sorted(PAPER.glob("*.toml"))])

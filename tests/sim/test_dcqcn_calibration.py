@@ -62,7 +62,7 @@ def test_pacer_uses_the_current_rate() -> None:
 
 
 def test_profile_by_name_in_config_and_scenario() -> None:
-    assert set(DCQCN_PROFILES) == {"nvidia", "hpcc"}
+    assert set(DCQCN_PROFILES) == {"nvidia", "nvidia-v1", "hpcc"}
     old = RoceConfig.from_dict({"dcqcn_profile": "hpcc", "dcqcn_cnp_interval_ps": 50 * US})
     assert old.dcqcn.g == 1 / 256 and old.dcqcn.clamp_target_rate
     assert old.dcqcn.cnp_interval_ps == 50 * US
@@ -105,11 +105,76 @@ def test_ring_roce_one_qp_with_dcqcn_no_longer_collapses() -> None:
     assert dcqcn >= 0.8 * pfc_only
 
 
-def test_seven_to_one_incast_runs_near_line_rate_with_dcqcn() -> None:
-    exp = Experiment(SPEC, transport=TransportConfig(name="roce"))
-    exp.add_flows(incast([1, 2, 3, 4, 5, 6, 7], 0, 16 << 20))
+def test_a_cnp_after_a_byte_counter_increase_clamps_the_target() -> None:
+    bc = DcqcnConfig().byte_counter_bytes
+    for name, clamps in (("nvidia", True), ("nvidia-v1", False)):
+        d = Dcqcn(DcqcnConfig.profile(name), LINE)
+        d.on_cnp(0)
+        d.on_cnp(4 * US)  # a burst, no increase in between: the target stays
+        assert d.rt == LINE
+        cut = d.rc
+        d.on_sent(3 * bc, 5 * US)  # three byte-counter stages raise the rate
+        risen = d.rate(6 * US)
+        assert cut < risen < LINE
+        d.on_cnp(8 * US)
+        # ConnectX: the target is updated after an increase "not only due to the timer"
+        assert d.rt == (pytest.approx(risen) if clamps else LINE), name
+
+
+def test_ecn_profiles_mark_before_pfc_pauses() -> None:
+    from openmrc.sim.baseline_fabric import ECN_PROFILES, BaselineFabric, BaselineFabricConfig
+    from openmrc.sim.engine import Simulator
+    from openmrc.topology import Topology
+
+    assert set(ECN_PROFILES) == {"nvidia", "hpcc"}
+    for gbps in (100, 400):
+        spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2, host_gbps=gbps, fabric_gbps=gbps)
+        for name in (None, "nvidia", "hpcc"):
+            cfg = BaselineFabricConfig() if name is None else BaselineFabricConfig(ecn_profile=name)
+            fab = BaselineFabric(Simulator(), Topology(spec), baseline=cfg)
+            marking = [p for p in fab.ports if p.ecn]
+            xoff = min(p.xoff for p in fab.ports if p.fc)  # type: ignore[attr-defined]
+            assert marking and xoff == 512 * 1024 * gbps // 100
+            kmax = {p.kmax for p in marking}
+            pmax = {p.pmax for p in marking}  # type: ignore[attr-defined]
+            if name != "hpcc":  # default: 150 KB - 1.5 MB at 400G, scaled; all marked at K_max
+                assert {p.kmin for p in marking} == {150_000 * gbps // 400}
+                assert kmax == {1_500_000 * gbps // 400} and pmax == {1.0}
+                assert max(kmax) < xoff  # the ramp ends before PFC pauses the ingress
+            else:  # the DCQCN paper's 100 KB / 400 KB at 25G, scaled: K_max above XOFF
+                assert kmax == {400_000 * gbps // 25} and pmax == {0.2}
+                assert max(kmax) > xoff
+    with pytest.raises(ValueError, match="ecn_profile"):
+        BaselineFabricConfig(ecn_profile="cisco").validate()
+    with pytest.raises(ValueError, match="ecn_pmax"):
+        BaselineFabricConfig(ecn_pmax=1.5).validate()
+
+
+def _incast_at_400g(roce: dict, fabric: dict, settle_us: int) -> tuple[int, int, float]:
+    """7-to-1 incast of 40 MiB flows at 400G: PAUSE frames sent before and after
+    ``settle_us``, and the total goodput (Gb/s)."""
+    tc = TransportConfig(name="roce", roce=roce, baseline_fabric=fabric)
+    exp = Experiment(SPEC, transport=tc)
+    exp.add_flows(incast([1, 2, 3, 4, 5, 6, 7], 0, 40 << 20))
+    seen: list[int] = []
+
+    def pauses() -> int:
+        return sum(getattr(p, "pause_frames", 0) for p in exp.fabric.ports)
+
+    exp.sim.schedule(settle_us * US, lambda _at: seen.append(pauses()), settle_us * US)
     res = exp.run()
-    assert res.all_ok
-    total = sum(f.size for f in res.flows) * 8 / max(f.finish_ps for f in res.flows) * 1000
-    assert sum(f.ecn_echoes for f in res.flows) > 0  # DCQCN did react
-    assert total >= 0.9 * PAYLOAD_GBPS
+    end = max(f.finish_ps for f in res.flows)
+    assert res.all_ok and end > 2 * settle_us * US
+    return seen[0], pauses() - seen[0], sum(f.size for f in res.flows) * 8 / end * 1000
+
+
+def test_dcqcn_holds_a_seven_to_one_incast_without_pfc_once_started() -> None:
+    # default: NVIDIA's ECN ramp below XOFF and ConnectX's target clamp.  The start-up
+    # (seven flows at line rate) pauses; after it DCQCN alone holds the queue, and
+    # keeps the bottleneck busy (the start-up costs about half a millisecond).
+    start, later, total = _incast_at_400g({}, {}, 1500)
+    assert start > 0 and later == 0
+    assert total >= 0.85 * PAYLOAD_GBPS
+    # either earlier choice alone lets PFC take over again
+    assert _incast_at_400g({}, {"ecn_profile": "hpcc"}, 1500)[1] > 0
+    assert _incast_at_400g({"dcqcn_profile": "nvidia-v1"}, {}, 1500)[1] > 0

@@ -139,9 +139,12 @@ class DcqcnConfig:
 
     Profiles (:data:`DCQCN_PROFILES`, :meth:`profile`): ``"nvidia"`` -- the
     ConnectX-4-and-later defaults NVIDIA documents (docs/baselines.md cites
-    them): absolute rates, byte counter 32767 B, the target rate kept across
-    CNPs unless the timer raised the rate; ``"hpcc"`` -- the constants used
-    before, from the HPCC artifact's Mellanox model (rates given at 25 Gb/s and
+    them): absolute rates, byte counter 32767 B, the target rate kept across a
+    burst of CNPs and clamped to the current rate by a CNP that follows a rate
+    increase; ``"nvidia-v1"`` -- the same constants with openmrc's earlier
+    reading of the clamp flags (only a timer increase clamps the target, so the
+    target stays at line rate under sustained congestion); ``"hpcc"`` -- the
+    constants used before, from the HPCC artifact's Mellanox model (rates given at 25 Gb/s and
     scaled by ``line / 25 Gb/s``, no byte counter, target rate reset on every
     CNP), which over-react at 100-400 Gb/s.
     ``byte_counter_bytes`` = 0 disables the byte counter (timer-only increase).
@@ -163,11 +166,19 @@ class DcqcnConfig:
     byte_counter_bytes: int = 32767
     cnp_interval_ps: int = 4_000_000
     #: On every CNP set the target rate to the current rate (the DCQCN paper).
-    #: NVIDIA ConnectX (``clamp_tgt_rate`` = 0) does not: the target keeps the rate
-    #: from before the cuts, unless ``clamp_after_time_increase`` and the timer
-    #: raised the rate since the last CNP (``clamp_tgt_rate_after_time_inc`` = 1).
+    #: NVIDIA ConnectX (``clamp_tgt_rate`` = 0) does not: a burst of CNPs with no
+    #: increase in between keeps the target at the rate from before the burst.  The
+    #: target is set to the current rate only if the rate rose since the previous
+    #: CNP: by the byte counter (``clamp_after_byte_increase``), or by the timer
+    #: when ``clamp_after_time_increase`` (``clamp_tgt_rate_after_time_inc`` = 1:
+    #: "updated if the rate was increased due to the timer, and not only due to the
+    #: byte counter").  docs/baselines.md explains the reading.
     clamp_target_rate: bool = False
     clamp_after_time_increase: bool = True
+    #: False: byte-counter increases never clamp the target (openmrc's earlier
+    #: reading of the ConnectX flags; the target then stays at line rate through a
+    #: congestion episode and DCQCN barely throttles at 400 Gb/s).
+    clamp_after_byte_increase: bool = True
     #: Scale ``*_25g_bps`` rates by line / 25 Gb/s (the HPCC artifact); False:
     #: they are absolute (b/s), as a ConnectX NIC's ``rpg_ai_rate`` etc. are.
     scale_rates: bool = False
@@ -198,7 +209,13 @@ class DcqcnConfig:
             raise ValueError(f"{o}.min_rate_25g_bps: must be positive")
         _check_int(o, "byte_counter_bytes", self.byte_counter_bytes, 0)
         _check_int(o, "cnp_interval_ps", self.cnp_interval_ps, 0)
-        for name in ("clamp_target_rate", "clamp_after_time_increase", "scale_rates", "enabled"):
+        for name in (
+            "clamp_target_rate",
+            "clamp_after_time_increase",
+            "clamp_after_byte_increase",
+            "scale_rates",
+            "enabled",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{o}.{name}: must be true or false, got {getattr(self, name)!r}")
 
@@ -280,6 +297,7 @@ class RoceConfig:
 #: Named DCQCN parameter sets; the keys are DcqcnConfig fields (see docs/baselines.md).
 DCQCN_PROFILES: dict[str, dict[str, object]] = {
     "nvidia": {},
+    "nvidia-v1": {"clamp_after_byte_increase": False},
     "hpcc": {
         "g": 1 / 256,
         "initial_alpha": 1.0,
@@ -298,6 +316,7 @@ class Dcqcn:
 
     __slots__ = (
         "_alpha_t",
+        "_byte_inc",
         "_bytes",
         "_cnp_flag",
         "_inc_t",
@@ -337,6 +356,8 @@ class Dcqcn:
         self.cnps = 0
         #: the timer raised the rate since the last CNP
         self._timer_inc = False
+        #: the byte counter raised the rate since the last CNP
+        self._byte_inc = False
 
     def rate(self, now: int) -> float:
         """The current rate ``rc`` (b/s) at ``now``, after applying elapsed timer events."""
@@ -401,9 +422,14 @@ class Dcqcn:
         self._advance(now)
         self.cnps += 1
         cfg = self.cfg
-        if cfg.clamp_target_rate or (cfg.clamp_after_time_increase and self._timer_inc):
+        if (
+            cfg.clamp_target_rate
+            or (cfg.clamp_after_byte_increase and self._byte_inc)
+            or (cfg.clamp_after_time_increase and self._timer_inc)
+        ):
             self.rt = self.rc
         self._timer_inc = False
+        self._byte_inc = False
         rc = self.rc * (1 - self.alpha / 2)
         self.rc = rc if rc > self.min_rate else self.min_rate
         self._cnp_flag = True
@@ -422,6 +448,7 @@ class Dcqcn:
             self._bytes -= bc
             self._advance(now)
             self.b_stage += 1
+            self._byte_inc = True
             self._increase()
 
 

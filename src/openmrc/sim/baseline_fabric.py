@@ -69,14 +69,28 @@ _FC = {"none": FC_NONE, "pfc": FC_PFC, "credit": FC_CREDIT}
 _REF_25G = 25e9
 _REF_100G = 100e9
 
+#: ECN marking profiles: (K_min bytes, K_max bytes, at this port rate b/s, P_max).
+#: The thresholds scale with the port rate.  docs/baselines.md gives the sources.
+ECN_PROFILES: dict[str, tuple[int, int, float, float]] = {
+    # NVIDIA Onyx ``roce`` / Cumulus Linux RoCE default: 150 KB / 1.5 MB, probability 100
+    "nvidia": (150_000, 1_500_000, 400e9, 1.0),
+    # the DCQCN paper's 25 Gb/s values (the HPCC artifact), openmrc's default before
+    "hpcc": (100_000, 400_000, 25e9, 0.2),
+}
+
 
 @dataclass(frozen=True)
 class BaselineFabricConfig:
     """Switch behaviour of the conventional fabric (byte sizes include Ethernet framing).
 
-    ``None`` sizes are derived per port: ECN ``K_min``/``K_max`` from the
-    DCQCN values at 25 Gb/s (100 KB / 400 KB, ``P_max`` 0.2) scaled by the port
-    rate; PFC ``xoff`` 512 KB at 100 Gb/s scaled, ``xon`` = ``xoff`` minus
+    ``None`` sizes are derived per port.  ECN ``K_min``/``K_max``/``P_max`` come
+    from ``ecn_profile`` (:data:`ECN_PROFILES`): ``"nvidia"`` (default) -- NVIDIA's
+    RoCE switch default, marking from 150 KB to 1.5 MB with probability rising to
+    1 (given for 400 Gb/s here and scaled by the port rate, so the ramp always
+    ends below the PFC ``xoff``: ECN acts before PFC); ``"hpcc"`` -- the DCQCN
+    paper's values at 25 Gb/s (100 KB / 400 KB, ``P_max`` 0.2) scaled by the
+    port rate, used before (their ``K_max`` lies above ``xoff``, so PFC pauses
+    before the marking is strong).  PFC ``xoff`` 512 KB at 100 Gb/s scaled, ``xon`` = ``xoff`` minus
     2 MTU frames; headroom = the link's round trip at line rate plus 2 MTU
     frames (so lossless mode never drops); credits = 2 x the link's round
     trip at line rate plus 4 MTU frames (enough for line rate).
@@ -85,9 +99,10 @@ class BaselineFabricConfig:
     routing: str = "ecmp"
     flow_control: str = "pfc"
     ecn: bool = True
+    ecn_profile: str = "nvidia"
     ecn_kmin_bytes: int | None = None
     ecn_kmax_bytes: int | None = None
-    ecn_pmax: float = 0.2
+    ecn_pmax: float | None = None
     #: Data queue of a switch egress port when not lossless (drop-tail).
     queue_bytes: int = 4 * 1024 * 1024
     pfc_xoff_bytes: int | None = None
@@ -123,8 +138,16 @@ class BaselineFabricConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{o}.{name}: must be a non-negative int, got {v!r}")
-        if isinstance(self.ecn_pmax, bool) or not 0.0 <= self.ecn_pmax <= 1.0:
-            raise ValueError(f"{o}.ecn_pmax: must be in [0, 1], got {self.ecn_pmax!r}")
+        if self.ecn_profile not in ECN_PROFILES:
+            raise ValueError(
+                f"{o}.ecn_profile: must be one of {', '.join(ECN_PROFILES)}, "
+                f"got {self.ecn_profile!r}"
+            )
+        pmax = self.ecn_pmax
+        if pmax is not None and (
+            isinstance(pmax, bool) or not isinstance(pmax, int | float) or not 0.0 <= pmax <= 1.0
+        ):
+            raise ValueError(f"{o}.ecn_pmax: must be None or in [0, 1], got {pmax!r}")
         if (
             self.pfc_xoff_bytes is not None
             and self.pfc_xon_bytes is not None
@@ -510,12 +533,13 @@ class BaselineFabric(Fabric):
             if port in (p for ports in self.host_ports for p in ports):
                 pass  # host NIC port: keep the host queue; ECN is a switch feature
             else:
-                scale = rate / _REF_25G
-                kmin = bc.ecn_kmin_bytes if bc.ecn_kmin_bytes is not None else int(100_000 * scale)
-                kmax = bc.ecn_kmax_bytes if bc.ecn_kmax_bytes is not None else int(400_000 * scale)
+                pkmin, pkmax, pref, ppmax = ECN_PROFILES[bc.ecn_profile]
+                scale = rate / pref
+                kmin = bc.ecn_kmin_bytes if bc.ecn_kmin_bytes is not None else int(pkmin * scale)
+                kmax = bc.ecn_kmax_bytes if bc.ecn_kmax_bytes is not None else int(pkmax * scale)
                 port.ecn = bc.ecn
                 port.kmin, port.kmax = kmin, max(kmin, kmax)
-                port.pmax = bc.ecn_pmax
+                port.pmax = bc.ecn_pmax if bc.ecn_pmax is not None else ppmax
                 port.trim = False
                 port.data_limit = bc.queue_bytes if fc == FC_NONE else 1 << 50
             if into_switch and fc != FC_NONE:
