@@ -24,9 +24,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
+    from . import compiled_modules
     from .version import openmrc_version
 
-    return openmrc_version()
+    n = len(compiled_modules())
+    return f"{openmrc_version()} ({f'{n} modules compiled by mypyc' if n else 'pure Python'})"
 
 
 def _ranged(

@@ -150,6 +150,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     went_bad = sorted({e.ev for e in ev_events if e.new is EVState.ASSUMED_BAD})
     came_back = sorted({e.ev for e in ev_events if e.new is EVState.GOOD})
     stats = qa.stats
+    paths = qa.paths
+    assert paths is not None  # an RTS QP has its EV set
     ok = all(wc.ok for wc in send_wcs) and len(send_wcs) == n_msgs
     exact = src == dst
     imms_ok = [wc.imm_data for wc in recv_wcs] == imms and all(wc.ok for wc in recv_wcs)
@@ -172,9 +174,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                 plane: sum(1 for ev in went_bad if ev_plane(ev) == plane)
                 for plane in range(cfg.planes)
             },
-            "replacements": qa.paths.stats_replacements,
-            "skips": qa.paths.stats_skips,
-            "final_states": qa.paths.counts(),
+            "replacements": paths.stats_replacements,
+            "skips": paths.stats_skips,
+            "final_states": paths.counts(),
         },
         "sender": {
             "data_packets": stats.tx_data_packets,

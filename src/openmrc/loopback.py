@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .transport import Context, QPAttr, QueuePair
 from .transport.errors import InvalidArgument
 from .transport.ev import ev_plane
-from .wire.packets import DataPacket, Packet
+from .wire.packets import DataPacket, Packet, copy_packet
 
 _ETH_OVERHEAD = 38  # Ethernet header + FCS + preamble + inter-frame gap
 
@@ -239,7 +239,7 @@ class Loopback:
                     st.corrupted += 1
                 payload = bytes(data)
             elif copies == 2:
-                payload = _copy(pkt)
+                payload = copy_packet(pkt)
             self._push(at + delay, 2, end.peer, payload)
 
     def run(
@@ -283,11 +283,3 @@ class Loopback:
             if events >= max_events:
                 raise RuntimeError(f"loopback: no progress after {max_events} events")
         return self.now
-
-
-def _copy(pkt: Packet) -> Packet:
-    clone = object.__new__(type(pkt))
-    for klass in type(pkt).__mro__:
-        for name in getattr(klass, "__slots__", ()):
-            setattr(clone, name, getattr(pkt, name))
-    return clone

@@ -543,7 +543,7 @@ _BIDIR_32 = ('workload.flows[0].size="32MiB"', 'workload.flows[1].size="32MiB"')
 
 
 def _ring(file: str, size: str, until_us: int | None = None) -> Run:
-    quick = (*_RING8, f'workload.size="{size}"')
+    quick: tuple[str, ...] = (*_RING8, f'workload.size="{size}"')
     if until_us is not None:
         quick = (*quick, f"run.until_us={until_us}")
     return Run(file, quick=quick)

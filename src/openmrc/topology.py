@@ -26,6 +26,7 @@ index`` with kind 1 = T0, 2 = T1, 3 = host downlink.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -49,6 +50,7 @@ KIND_DOWN = 3
 
 _KIND_NAMES = {KIND_T0: "T0", KIND_T1: "T1", KIND_DOWN: "DOWN"}
 
+_srv6_usid: Callable[[int, int, int], int] | None
 try:  # pragma: no cover - depends on whether the codec engineer's module exists
     from openmrc.wire.srv6 import usid as _srv6_usid
 except ImportError:  # pragma: no cover

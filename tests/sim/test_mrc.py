@@ -19,6 +19,7 @@ from openmrc.topology import ClosSpec
 from openmrc.transport.ev import ev_path, ev_plane
 from openmrc.wire.packets import DATA_HEADER_BYTES
 from openmrc.workloads import incast, permutation, single
+from tests.compiled import interpreted_only
 
 US = 1_000_000
 MTU = 4096
@@ -155,6 +156,7 @@ def test_incast_with_trimming_has_no_timeouts_and_without_it_is_slower() -> None
     assert t_fct < 1.1 * d_fct
 
 
+@interpreted_only("openmrc.transport.requester")
 def test_incast_sends_stay_within_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every send, retransmissions after trim NACKs included, leaves at most one
     # MTU beyond cwnd in flight (the window is checked before a packet goes).

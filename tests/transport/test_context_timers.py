@@ -6,6 +6,7 @@ import pytest
 
 from openmrc.loopback import Faults, Loopback
 from openmrc.transport import SGE, QueuePair, SendWR, WROpcode
+from tests.compiled import interpreted_only
 
 
 def _brute(ctx_qps: dict[int, QueuePair]) -> int | None:
@@ -45,6 +46,7 @@ def test_get_timer_is_the_earliest_deadline_of_any_qp_at_every_step() -> None:
     assert lb.a.get_timer() == _brute(lb.a.qps) is None
 
 
+@interpreted_only("openmrc.transport.qp")
 def test_a_wake_up_reads_only_the_qps_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     lb = Loopback(seed=1)
     pairs = [lb.connect() for _ in range(50)]
@@ -67,6 +69,7 @@ def test_a_wake_up_reads_only_the_qps_that_changed(monkeypatch: pytest.MonkeyPat
     assert reads == [qa.qpn]  # one QP re-read, not fifty
 
 
+@interpreted_only("openmrc.transport.qp")
 def test_handle_timer_runs_due_qps_in_qpn_order_and_only_those(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -21,6 +21,7 @@ from openmrc.transport import (
     WCStatus,
     WROpcode,
 )
+from tests.compiled import wrong_type_raises
 
 from .helpers import run_transfer, setup_transfer
 
@@ -192,8 +193,13 @@ def test_unsupported_opcodes_are_refused(qps) -> None:
 )
 def test_bad_send_arguments(qps, make, match) -> None:
     _, qa, _, mr = qps
+    wr = make(mr)
+    if not isinstance(wr, SendWR):  # compiled, post_send's boundary refuses it (TypeError)
+        with wrong_type_raises("openmrc.transport.qp", InvalidArgument, match):
+            qa.post_send(wr)
+        return
     with pytest.raises(InvalidArgument, match=match):
-        qa.post_send(make(mr))
+        qa.post_send(wr)
 
 
 def test_max_wimm_send_bounds_write_imm_in_flight() -> None:

@@ -32,6 +32,7 @@ from openmrc.wire.packets import (
     unwrap32,
 )
 from openmrc.wire.srv6 import usid, usid_address
+from tests.compiled import is_compiled, wrong_type_raises
 
 M32 = 0xFFFFFFFF
 M64 = (1 << 64) - 1
@@ -257,6 +258,10 @@ def test_decode_accepts_bytearray_and_memoryview() -> None:
 )
 def test_encode_rejects_bad_data_fields(field: str, value: object, message: str) -> None:
     p = data_pkt(Opcode.WRITE_ONLY_IMM)
+    if not isinstance(value, int) and is_compiled("openmrc.wire.packets"):
+        with pytest.raises(TypeError):  # a compiled packet refuses it at assignment
+            setattr(p, field, value)
+        return
     setattr(p, field, value)
     with pytest.raises(WireError, match=rf"DataPacket\.{message}\b"):
         encode(p)
@@ -277,7 +282,7 @@ def test_encode_data_errors() -> None:
     p.trimmed_lasthop = True
     with pytest.raises(WireError, match="not trimmed"):
         encode(p)
-    with pytest.raises(WireError, match="not an MRC packet type"):
+    with wrong_type_raises("openmrc.wire.codec", WireError, "not an MRC packet type"):
         encode(object())  # type: ignore[arg-type]
 
 
@@ -296,7 +301,7 @@ def test_encode_control_errors() -> None:
         encode(SackPacket(1, 1, -1, 0, 0))
     with pytest.raises(WireError, match=r"SackPacket\.dqpn"):
         encode(SackPacket(1 << 24, 1, 1, 1, 0))
-    with pytest.raises(WireError, match=r"NackPacket\.reason"):
+    with wrong_type_raises("openmrc.wire.packets", WireError, r"NackPacket\.reason"):
         encode(NackPacket(1, 1, 9, 1, 1))  # type: ignore[arg-type]
     with pytest.raises(WireError, match=r"NackPacket\.ts_echo"):
         encode(NackPacket(1, 1, NackReason.TRIMMED, 1, 1, ts_echo=-1))
@@ -561,9 +566,9 @@ def test_encode_frame_rejects_bad_addresses() -> None:
         encode_frame(p, -1, DST)
     with pytest.raises(WireError, match="dst"):
         encode_frame(p, SRC, 1 << 128)
-    with pytest.raises(WireError, match="path"):
+    with wrong_type_raises("openmrc.wire.codec", WireError, "path"):
         encode_frame(p, SRC, DST, "fcbb::1")  # type: ignore[arg-type]
-    with pytest.raises(WireError, match="src"):
+    with wrong_type_raises("openmrc.wire.codec", WireError, "src"):
         encode_frame(p, ipaddress.IPv4Address("10.0.0.1"), DST)  # type: ignore[arg-type]
 
 

@@ -404,10 +404,10 @@ class LabPlan:
             f"route replace {locator(own)} encap seg6local {CSID_BEHAVIOUR} dev {ANCHOR_IF}"
         )
         for next_usid, port in sorted(self._tables[node].items()):
-            link = up_ports.get(port)
-            if link is None:
+            next_link = up_ports.get(port)
+            if next_link is None:
                 continue
-            me, peer = link.end(node), link.peer(node)
+            me, peer = next_link.end(node), next_link.peer(node)
             lines.append(f"route replace {locator(next_usid)} via {peer.lla} dev {me.ifname}")
         return lines
 

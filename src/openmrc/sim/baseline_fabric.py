@@ -399,7 +399,8 @@ class BaselinePort(EgressPort):
         return out
 
 
-_FWD = Switch.forwarding  # the slot descriptor, wrapped by DestSwitch.forwarding
+# the slot descriptor, wrapped by DestSwitch.forwarding (read on the class on purpose)
+_FWD: Any = Switch.forwarding  # type: ignore[misc]
 
 
 def _mix(x: int) -> int:

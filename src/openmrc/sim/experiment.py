@@ -329,13 +329,13 @@ class Result:
             written.append(path)
         path = d / "goodput.csv"
         with path.open("w", newline="") as fh:
-            writer = csv.writer(fh)
+            out = csv.writer(fh)
             names = list(self.goodput_series)
-            writer.writerow(["time_us", *names])
+            out.writerow(["time_us", *names])
             length = max((len(v) for v in self.goodput_series.values()), default=0)
             for i in range(length):
                 t = (i + 1) * self.sample_interval_ps / 1e6
-                writer.writerow(
+                out.writerow(
                     [
                         t,
                         *(
@@ -524,7 +524,7 @@ class Experiment:
                 transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
                 name = getattr(transport, "name", "mrc")
             if name != "mrc":
-                other = _TRANSPORTS.get(name)
+                other = _TRANSPORTS.get(name) if isinstance(name, str) else None
                 if other is None:
                     known = ", ".join(["mrc", *sorted(_TRANSPORTS)])
                     raise ValueError(f"transport name: must be one of {known}, got {name!r}")
@@ -913,7 +913,8 @@ class Experiment:
         flow.started_at = self.sim.now
         if not self._armed and self._sampling:
             self._wake(self.sim.now)
-        self._start(flow)
+        # each experiment class is handed back the flow kind its _new_flow made
+        self._start(flow)  # type: ignore[arg-type]
 
     def _open_qps(
         self, spec: FlowSpec, now: int, note: Callable[[], None]
@@ -1314,6 +1315,7 @@ class Experiment:
                     exact = got == flow.src_data
                     verified = exact if verified is None else verified and exact
                     ok = ok and exact
+            counters = self._counters(flow, ev_events)
             flows.append(
                 FlowResult(
                     name=spec.name or f"{spec.src}->{spec.dst}",
@@ -1325,7 +1327,12 @@ class Experiment:
                     ok=ok,
                     status=flow.status,
                     message_finish_ps=flow.finished,
-                    **self._counters(flow, ev_events),
+                    retransmits=counters["retransmits"],
+                    trims=counters["trims"],
+                    nacks=counters["nacks"],
+                    timeouts=counters["timeouts"],
+                    ecn_echoes=counters["ecn_echoes"],
+                    evs_assumed_bad=counters["evs_assumed_bad"],
                     rx_finish_ps=flow.rx_done,
                     started_ps=flow.started_at,
                     bytes_received=self._received_bytes(flow) or 0,

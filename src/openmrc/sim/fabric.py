@@ -92,9 +92,9 @@ class Fabric:
         self._routes: dict[tuple[int, int, int], int] = {}
         self.metrics = Metrics(self)
         hpt, t1s = spec.hosts_per_t0, spec.t1s
-        for info in topology.switches:
-            nports = hpt + t1s if info.tier == 0 else spec.t0s
-            self.switches[info.name] = self.switch_class(info, nports)
+        for sw in topology.switches:
+            nports = hpt + t1s if sw.tier == 0 else spec.t0s
+            self.switches[sw.name] = self.switch_class(sw, nports)
         host_index = {name: h for h, name in enumerate(topology.hosts)}
         lat = config.switch_latency_ps
         fr = config.framing_bytes
@@ -192,7 +192,8 @@ class Fabric:
             end.on_receive = on_receive
         if on_link is not None:
             for plane, link in enumerate(self._host_links[h]):
-                link.watch(lambda _link, up, now, _p=plane: on_link(_p, up, now))
+                # mypy cannot type a lambda with a default argument (the bound plane)
+                link.watch(lambda _link, up, now, _p=plane: on_link(_p, up, now))  # type: ignore[misc]
 
     def path_for(self, src: int, dst: int, ev: int) -> int:
         """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached)."""

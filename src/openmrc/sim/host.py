@@ -17,7 +17,7 @@ out (or back) and its SACKs carry the ports-down bitmap to the peers.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..transport import Context
 from ..transport.ev import ev_plane
@@ -80,12 +80,12 @@ class SimHost:
         self._pump_at: int | None = None
         self._timer_at: int | None = None
         #: called after every input the host processed (the experiment polls CQs).
-        self.on_activity = None
+        self.on_activity: Callable[[SimHost, int], None] | None = None
         #: called after every data packet the host received (the experiment checks
         #: whether a flow something waits for has arrived).
-        self.on_data = None
+        self.on_data: Callable[[SimHost, int], None] | None = None
         #: packet observers (captures): ``tap(host, peer, pkt, sent, now)``.
-        self.taps: list = []
+        self.taps: list[Callable[[int, Any, Packet, bool, int], None]] = []
         #: the experiment's fault injector, for per-EV loss (None: no such faults).
         self.faults: FaultInjector | None = None
         #: receives probes addressed to QPN 0 (self-probes of the Clustermapper agent).

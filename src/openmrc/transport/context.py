@@ -48,7 +48,7 @@ class Datagram(NamedTuple):
 
     data: bytes
     ev: int
-    peer: object
+    peer: Any  # the driver's peer handle (Any, not object: mypyc cannot name object here)
     qpn: int
 
 
@@ -320,7 +320,7 @@ class Context:
             if item is None:
                 return out
             qp, pkt = item
-            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))  # type: ignore[arg-type]
+            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))
 
     def _refresh_timers(self) -> None:
         """Re-read the deadlines of the QPs that changed; push the new ones."""
@@ -374,8 +374,8 @@ class Context:
             qp = qps.get(qpn)
             if qp is None:
                 continue
-            t = qp.get_timer()
-            if t is not None and t <= now:
+            qt = qp.get_timer()
+            if qt is not None and qt <= now:
                 qp.handle_timer(now)
             else:
                 self.timer_dirty[qp] = None

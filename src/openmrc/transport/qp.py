@@ -255,11 +255,12 @@ class QueuePair:
         """Post an RDMA WRITE or WRITE WITH IMMEDIATE."""
         if not isinstance(wr, SendWR):
             raise InvalidArgument(f"wr: must be a SendWR, got {type(wr).__name__}")
+        w: Any = wr  # read untyped: compiled code would refuse a mistyped field at the read
         if self.state not in CAN_POST_SEND:
             raise InvalidState(f"post_send: QP {self.qpn} is in {self.state.value}, needs RTS")
-        if not isinstance(wr.opcode, WROpcode):
+        if not isinstance(w.opcode, WROpcode):
             raise InvalidArgument(
-                f"opcode: {wr.opcode!r} is not supported; MRC 1.0 has only RDMA_WRITE and "
+                f"opcode: {w.opcode!r} is not supported; MRC 1.0 has only RDMA_WRITE and "
                 "RDMA_WRITE_WITH_IMM (no SEND, READ or atomics)"
             )
         req = self.requester
@@ -268,35 +269,35 @@ class QueuePair:
             raise ResourceExhausted(
                 f"post_send: send queue full ({self.cap.max_send_wr} work requests)"
             )
-        is_imm = wr.opcode is WROpcode.RDMA_WRITE_WITH_IMM
+        is_imm = w.opcode is WROpcode.RDMA_WRITE_WITH_IMM
         if is_imm:
-            if not isinstance(wr.imm_data, int) or not 0 <= wr.imm_data <= _U32:
+            if not isinstance(w.imm_data, int) or not 0 <= w.imm_data <= _U32:
                 raise InvalidArgument(
-                    f"imm_data: must be a 32-bit unsigned int, got {wr.imm_data!r}"
+                    f"imm_data: must be a 32-bit unsigned int, got {w.imm_data!r}"
                 )
             if req.wimm_outstanding >= self.attr.max_wimm_send:
                 raise ResourceExhausted(
                     f"post_send: max_wimm_send ({self.attr.max_wimm_send}) WRITE_IMMs already in flight"
                 )
-        elif wr.imm_data is not None:
+        elif w.imm_data is not None:
             raise InvalidArgument("imm_data: only RDMA_WRITE_WITH_IMM carries an immediate")
-        if not isinstance(wr.remote_addr, int) or not 0 <= wr.remote_addr <= _U64:
+        if not isinstance(w.remote_addr, int) or not 0 <= w.remote_addr <= _U64:
             raise InvalidArgument(
-                f"remote_addr: must be a 64-bit unsigned int, got {wr.remote_addr!r}"
+                f"remote_addr: must be a 64-bit unsigned int, got {w.remote_addr!r}"
             )
-        if not isinstance(wr.rkey, int) or not 0 <= wr.rkey <= _U32:
-            raise InvalidArgument(f"rkey: must be a 32-bit unsigned int, got {wr.rkey!r}")
-        segs = self._resolve_sges(wr.sg_list)
+        if not isinstance(w.rkey, int) or not 0 <= w.rkey <= _U32:
+            raise InvalidArgument(f"rkey: must be a 32-bit unsigned int, got {w.rkey!r}")
+        segs = self._resolve_sges(w.sg_list)
         total = sum(length for _, _, length in segs)
-        if wr.remote_addr + total > _U64 + 1:
+        if w.remote_addr + total > _U64 + 1:
             raise InvalidArgument("remote_addr: the write runs past the end of the 64-bit space")
         op = SendOp(
-            wr.wr_id,
+            w.wr_id,
             segs,
-            wr.remote_addr,
-            wr.rkey,
-            wr.imm_data if is_imm else None,
-            bool(wr.signaled),
+            w.remote_addr,
+            w.rkey,
+            w.imm_data if is_imm else None,
+            bool(w.signaled),
             req.next_msn,
             self.attr.mtu,
         )
@@ -313,9 +314,10 @@ class QueuePair:
         if len(sg_list) > 32:
             raise InvalidArgument(f"sg_list: at most 32 elements, got {len(sg_list)}")
         segs = []
-        for i, sge in enumerate(sg_list):
-            if not isinstance(sge, SGE):
-                raise InvalidArgument(f"sg_list[{i}]: must be an SGE, got {type(sge).__name__}")
+        for i, item in enumerate(sg_list):
+            if not isinstance(item, SGE):
+                raise InvalidArgument(f"sg_list[{i}]: must be an SGE, got {type(item).__name__}")
+            sge: Any = item  # read untyped, as in post_send
             mr = self.context.lkeys.get(sge.lkey)
             if mr is None or mr.pd is not self.pd:
                 raise InvalidArgument(
@@ -355,7 +357,7 @@ class QueuePair:
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
             if state is QPState.ERROR and type(pkt) is DataPacket:
-                self._answer_in_error(pkt)  # type: ignore[arg-type]
+                self._answer_in_error(pkt)
             else:
                 self.stats.dropped_not_ready += 1
             return

@@ -543,9 +543,9 @@ class Requester:
         return reo
 
     def _detect_losses(self, now: int) -> None:
-        self.rack_deadline = None
-        if self.suspects:
-            self._blame_overdue(now)
+        # (one assignment: mypyc trusts the type an attribute was narrowed to, and a
+        # None stored before a call that stores an int would be read back as None)
+        self.rack_deadline = self._blame_overdue(now) if self.suspects else None
         rack_xmit = self.rack_xmit
         if rack_xmit < 0 or not self.flight:
             return
@@ -570,8 +570,11 @@ class Requester:
             if self.rack_deadline is None or tx.suspect_at < self.rack_deadline:
                 self.rack_deadline = tx.suspect_at
 
-    def _blame_overdue(self, now: int) -> None:
-        """Blame the suspect EVs whose PSN is still unacknowledged at its deadline."""
+    def _blame_overdue(self, now: int) -> int | None:
+        """Blame the suspect EVs whose PSN is still unacknowledged at its deadline.
+
+        Returns the earliest deadline of the suspects left (None: none left).
+        """
         due = [tx for tx in self.suspects.values() if tx.suspect_at <= now]
         for tx in due:
             ev = tx.suspect_ev
@@ -579,7 +582,8 @@ class Requester:
             del self.suspects[tx.psn]
             self.paths.on_loss(ev, now, "loss without trim")
         if self.suspects:
-            self.rack_deadline = min(tx.suspect_at for tx in self.suspects.values())
+            return min(tx.suspect_at for tx in self.suspects.values())
+        return None
 
     def _mark_lost(
         self, tx: Tx, now: int, reason: str | None, front: bool = False, horizon: int = 0

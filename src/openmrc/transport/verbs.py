@@ -10,9 +10,11 @@ IMMEDIATE; anything else is refused with a clear error.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum, IntFlag
 from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr
 
 from .errors import InvalidArgument, ResourceExhausted
 
@@ -75,6 +77,9 @@ class WorkCompletion:
         return self.status is WCStatus.SUCCESS
 
 
+# user-built and checked field by field by the QP: a plain Python class even when
+# compiled, so a field of the wrong type reaches that check (InvalidArgument naming it)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class SGE:
     """Scatter/gather element: a piece of a local memory region."""
@@ -84,6 +89,9 @@ class SGE:
     lkey: int
 
 
+# user-built and checked field by field by the QP: a plain Python class even when
+# compiled, so a field of the wrong type reaches that check (InvalidArgument naming it)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class SendWR:
     """A send work request: an RDMA WRITE (optionally with immediate)."""
@@ -97,6 +105,9 @@ class SendWR:
     signaled: bool = True
 
 
+# user-built and checked field by field by the QP: a plain Python class even when
+# compiled, so a field of the wrong type reaches that check (InvalidArgument naming it)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class RecvWR:
     """A receive work request, consumed by one incoming WRITE WITH IMMEDIATE."""
@@ -210,13 +221,21 @@ class QPCap:
                 )
 
 
-@dataclass
 class ProtectionDomain:
-    """Groups memory regions and queue pairs: a QP may only touch its own PD's MRs."""
+    """Groups memory regions and queue pairs: a QP may only touch its own PD's MRs.
 
-    context: Context
-    handle: int
-    mrs: list[MemoryRegion] = field(default_factory=list)
+    A plain class, not a dataclass: a compiled dataclass needs its field types
+    at import time, and :class:`~openmrc.transport.context.Context` (which
+    imports this module) is not defined yet then.
+    """
+
+    def __init__(self, context: Context, handle: int) -> None:
+        self.context = context
+        self.handle = handle
+        self.mrs: list[MemoryRegion] = []
+
+    def __repr__(self) -> str:
+        return f"ProtectionDomain(handle={self.handle}, mrs={len(self.mrs)})"
 
     def reg_mr(
         self,

@@ -40,6 +40,7 @@ from openmrc.wire.packets import (
     NackPacket,
     NackReason,
     Opcode,
+    Packet,
     ProbePacket,
     ProbeReplyPacket,
     SackPacket,
@@ -192,7 +193,7 @@ def _check_seq(name: str, value: object) -> None:
         raise WireError(f"{name}: {value} is negative")
 
 
-def _explain(pkt: AnyPacket) -> NoReturn:
+def _explain(pkt: Packet) -> NoReturn:
     """Find the field of ``pkt`` that does not fit and raise WireError naming it.
 
     Called only after ``struct`` has refused to pack, so the fast path stays fast.
@@ -223,7 +224,7 @@ def _explain(pkt: AnyPacket) -> NoReturn:
         _check_seq("NackPacket.psn", pkt.psn)
         _check_seq("NackPacket.cack", pkt.cack)
         _check("NackPacket.ts_echo", pkt.ts_echo, 64)
-    else:
+    elif isinstance(pkt, ProbePacket | ProbeReplyPacket):
         _check_seq(f"{kind}.seq", pkt.seq)
         _check(f"{kind}.ts", pkt.ts if isinstance(pkt, ProbePacket) else pkt.ts_echo, 64)
     raise WireError(f"{kind}: a field does not fit its wire format: {pkt!r}")
@@ -351,7 +352,7 @@ def _encode_probe(
     )  # fmt: skip
 
 
-def encode(pkt: AnyPacket) -> bytes:
+def encode(pkt: Packet) -> bytes:
     """Encode ``pkt`` as the UDP payload ``BTH | header(s) | [payload] | ICRC``.
 
     PSN, MSN, cack and probe seq are sent as their low 32 bits (the core uses
@@ -361,22 +362,18 @@ def encode(pkt: AnyPacket) -> bytes:
     :class:`WireError` for anything that cannot be encoded.
     """
     try:
-        cls = type(pkt)
-        if cls is DataPacket:
-            return _encode_data(pkt)  # type: ignore[arg-type]
-        if cls is SackPacket:
-            return _encode_sack(pkt)  # type: ignore[arg-type]
-        if cls is NackPacket:
-            return _encode_nack(pkt)  # type: ignore[arg-type]
-        if cls is ProbePacket:
+        if type(pkt) is DataPacket:
+            return _encode_data(pkt)
+        if type(pkt) is SackPacket:
+            return _encode_sack(pkt)
+        if type(pkt) is NackPacket:
+            return _encode_nack(pkt)
+        if type(pkt) is ProbePacket:
             return _encode_probe(
-                pkt,  # type: ignore[arg-type]
-                Opcode.PROBE,
-                PROBE_RELIABILITY if pkt.reliability else 0,  # type: ignore[union-attr]
-                pkt.ts,  # type: ignore[union-attr]
+                pkt, Opcode.PROBE, PROBE_RELIABILITY if pkt.reliability else 0, pkt.ts
             )
-        if cls is ProbeReplyPacket:
-            return _encode_probe(pkt, Opcode.PROBE_REPLY, 0, pkt.ts_echo)  # type: ignore[arg-type,union-attr]
+        if type(pkt) is ProbeReplyPacket:
+            return _encode_probe(pkt, Opcode.PROBE_REPLY, 0, pkt.ts_echo)
     except TypeError:
         # A comparison such as ``psn < 0`` on a non-integer field.
         _explain(pkt)
@@ -661,7 +658,7 @@ def _udp_checksum(src: int, dst: int, sport: int, udp_len: int, payload: Buffer)
 
 
 def encode_frame(
-    pkt: AnyPacket,
+    pkt: Packet,
     src: ipaddress.IPv6Address | int,
     dst: ipaddress.IPv6Address | int,
     path: ipaddress.IPv6Address | int | None = None,

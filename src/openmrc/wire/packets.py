@@ -10,6 +10,10 @@ here too, because the simulator's switches set them on the same object and the
 receiver reads them.  ``route`` and ``meta`` belong to whoever drives the core
 (the simulator or the socket driver); the core never reads them.
 
+When compiled by mypyc, every packet class allows interpreted subclasses: the
+baselines subclass them (``baselines/roce.py``), and only such a class can be
+created bare, as ``copy.copy`` (:func:`copy_packet`) does.
+
 PSNs and message sequence numbers are unbounded Python integers inside the core;
 the wire carries their low 32 bits and the codec's caller unwraps them against
 its own state (:func:`unwrap32`).
@@ -17,7 +21,11 @@ its own state (:func:`unwrap32`).
 
 from __future__ import annotations
 
+import copy
 from enum import IntEnum
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 #: UDP destination port of RoCEv2, which MRC keeps so RoCE tooling sees the packets.
 ROCE_UDP_PORT = 4791
@@ -85,6 +93,7 @@ class NackReason(IntEnum):
     QP_NOT_READY = 0x07  # destination QP unknown or not in RTR/RTS
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
 class Packet:
     """Fields common to every MRC packet.
 
@@ -97,8 +106,6 @@ class Packet:
     """
 
     __slots__ = ("dqpn", "ecn", "ev", "meta", "route", "size")
-
-    opcode: Opcode
 
     def __init__(self, dqpn: int, ev: int, size: int) -> None:
         self.dqpn = dqpn
@@ -120,20 +127,12 @@ class Packet:
             return NotImplemented
         return all(
             getattr(self, name) == getattr(other, name)
-            for name in _all_slots(type(self))
+            for name in packet_fields(type(self))
             if name not in ("route", "meta", "size")
         )
 
-    __hash__ = None  # type: ignore[assignment]
 
-
-def _all_slots(cls: type) -> list[str]:
-    names: list[str] = []
-    for klass in cls.__mro__:
-        names.extend(getattr(klass, "__slots__", ()))
-    return names
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
 class DataPacket(Packet):
     """One packet of an RDMA WRITE (or WRITE WITH IMMEDIATE) message.
 
@@ -211,6 +210,7 @@ class DataPacket(Packet):
         return ("dqpn", "ev", "opcode", "psn", "msn", "va", "rkey", "length", "trimmed")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
 class SackPacket(Packet):
     """Cumulative ACK plus selective ACK, with the receiver's congestion state.
 
@@ -238,7 +238,7 @@ class SackPacket(Packet):
         "ts_echo",
     )
 
-    opcode = Opcode.SACK
+    opcode: ClassVar[Opcode] = Opcode.SACK
 
     def __init__(
         self,
@@ -269,12 +269,13 @@ class SackPacket(Packet):
         return ("dqpn", "ev", "cack", "sack_base", "bitmap", "ecn_seen", "ports_down")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
 class NackPacket(Packet):
     """Negative acknowledgement of one PSN, with the reason and the reflected EV."""
 
     __slots__ = ("cack", "psn", "reason", "ts_echo")
 
-    opcode = Opcode.NACK
+    opcode: ClassVar[Opcode] = Opcode.NACK
 
     def __init__(
         self, dqpn: int, ev: int, reason: NackReason, psn: int, cack: int, ts_echo: int = 0
@@ -289,6 +290,7 @@ class NackPacket(Packet):
         return ("dqpn", "ev", "reason", "psn", "cack")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
 class ProbePacket(Packet):
     """A probe: consumes no PSN.
 
@@ -300,7 +302,7 @@ class ProbePacket(Packet):
 
     __slots__ = ("reliability", "seq", "ts")
 
-    opcode = Opcode.PROBE
+    opcode: ClassVar[Opcode] = Opcode.PROBE
 
     def __init__(self, dqpn: int, ev: int, seq: int, ts: int, reliability: bool = False) -> None:
         Packet.__init__(self, dqpn, ev, PROBE_BYTES)
@@ -312,12 +314,13 @@ class ProbePacket(Packet):
         return ("dqpn", "ev", "seq", "reliability")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
 class ProbeReplyPacket(Packet):
     """The answer to an EV probe, on the probe's EV, echoing its seq and timestamp."""
 
     __slots__ = ("seq", "ts_echo")
 
-    opcode = Opcode.PROBE_REPLY
+    opcode: ClassVar[Opcode] = Opcode.PROBE_REPLY
 
     def __init__(self, dqpn: int, ev: int, seq: int, ts_echo: int) -> None:
         Packet.__init__(self, dqpn, ev, PROBE_BYTES)
@@ -326,6 +329,62 @@ class ProbeReplyPacket(Packet):
 
     def _repr_fields(self) -> tuple[str, ...]:
         return ("dqpn", "ev", "seq")
+
+
+#: each packet class's own fields (compiled classes keep no ``__slots__`` to read)
+_OWN_FIELDS: dict[type, tuple[str, ...]] = {
+    Packet: ("dqpn", "ecn", "ev", "meta", "route", "size"),
+    DataPacket: (
+        "ack_req",
+        "imm",
+        "length",
+        "msn",
+        "opcode",
+        "payload",
+        "psn",
+        "retransmit",
+        "rkey",
+        "trimmed",
+        "trimmed_lasthop",
+        "ts",
+        "va",
+        "wimm",
+    ),
+    SackPacket: (
+        "bitmap",
+        "cack",
+        "ecn_seen",
+        "ooo_count",
+        "penalty",
+        "ports_down",
+        "rcvd_bytes",
+        "sack_base",
+        "ts_echo",
+    ),
+    NackPacket: ("cack", "psn", "reason", "ts_echo"),
+    ProbePacket: ("reliability", "seq", "ts"),
+    ProbeReplyPacket: ("seq", "ts_echo"),
+}
+
+
+def packet_fields(cls: type) -> list[str]:
+    """Every field of packet class ``cls``, its bases' first (compiled or not).
+
+    An interpreted subclass (the baselines' packets) adds its own ``__slots__``.
+    """
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        own = _OWN_FIELDS.get(klass)
+        names.extend(own if own is not None else klass.__dict__.get("__slots__", ()))
+    return names
+
+
+def copy_packet(pkt: Packet) -> Packet:
+    """A field-by-field copy of ``pkt`` (a duplicate on the wire)."""
+    clone = copy.copy(pkt)
+    for name in packet_fields(type(pkt)):  # compiled, copy.copy misses a subclass's slots
+        setattr(clone, name, getattr(pkt, name))
+    return clone
 
 
 AnyPacket = DataPacket | SackPacket | NackPacket | ProbePacket | ProbeReplyPacket

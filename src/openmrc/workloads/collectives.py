@@ -144,13 +144,14 @@ class Collective:
         if not done or not arrived_ps:
             out.update(time_us=None, algbw_gbps=0.0, busbw_gbps=0.0, iteration_us=[])
             return out
-        ends = [max(arrived_ps[a:b]) for a, b in self.iterations] or [max(arrived_ps)]  # type: ignore[type-var]
-        end = max(ends)  # type: ignore[type-var]
-        elapsed = end - start_ps  # type: ignore[operator]
+        arrived = [a for a in arrived_ps if a is not None]  # all of them: done
+        ends = [max(arrived[a:b]) for a, b in self.iterations] or [max(arrived)]
+        end = max(ends)
+        elapsed = end - start_ps
         iters = []
         prev = start_ps
         for e in ends:
-            iters.append((e - prev) / 1e6)  # type: ignore[operator]
+            iters.append((e - prev) / 1e6)
             prev = e
         per_iter = elapsed / max(1, len(ends))
         algbw = self.size * 8 / per_iter * 1000 if per_iter else 0.0

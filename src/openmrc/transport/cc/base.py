@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from ..attrs import CCProfile
 from ..errors import InvalidArgument
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users register their own algorithms
 class CongestionControl(ABC):
     """Sender-side window algorithm.  ``cwnd`` is in payload bytes."""
 
-    name: str = ""
+    #: the name the algorithm is registered under (set by :func:`register`)
+    name: ClassVar[str] = ""
     cwnd: int
 
     def __init__(self, profile: CCProfile, mtu: int) -> None:
@@ -69,6 +73,16 @@ def register(name: str) -> Callable[[type[CongestionControl]], type[CongestionCo
         return cls
 
     return deco
+
+
+def register_builtin(cls: type[CongestionControl]) -> None:
+    """Make a built-in algorithm available under its ``name``.
+
+    The built-in classes set ``name`` in their body and are added with this
+    call rather than the :func:`register` decorator: a decorated class cannot be
+    compiled to a native class by mypyc (user algorithms use :func:`register`).
+    """
+    _REGISTRY[cls.name] = cls
 
 
 def available() -> list[str]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..attrs import CCProfile
-from .base import CongestionControl, param, register
+from .base import CongestionControl, param, register_builtin
 
 
-@register("fixed")
 class FixedWindow(CongestionControl):
     """``cwnd`` = ``params['window']`` bytes (default: 64 packets), never changed."""
+
+    name: ClassVar[str] = "fixed"
 
     def __init__(self, profile: CCProfile, mtu: int) -> None:
         super().__init__(profile, mtu)
@@ -26,3 +29,6 @@ class FixedWindow(CongestionControl):
 
     def on_loss(self, lost_bytes: int, now: int) -> None:
         """Ignored."""
+
+
+register_builtin(FixedWindow)

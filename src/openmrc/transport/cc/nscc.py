@@ -37,10 +37,10 @@ overridden through ``CCProfile.params``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..attrs import CCProfile
-from .base import CongestionControl, param, register
+from .base import CongestionControl, param, register_builtin
 
 _REF_BDP = 150_000  # bytes: 100 Gb/s x 12 us, the reference network
 _REF_RTT_PS = 12_000_000
@@ -72,9 +72,10 @@ PARAMS: dict[str, tuple[float, float, float]] = {
 }
 
 
-@register("nscc")
 class NSCC(CongestionControl):
     """UET NSCC with BDP-scaled constants (times in picoseconds, sizes in bytes)."""
+
+    name: ClassVar[str] = "nscc"
 
     def __init__(self, profile: CCProfile, mtu: int) -> None:
         super().__init__(profile, mtu)
@@ -151,7 +152,7 @@ class NSCC(CongestionControl):
             self._learn_base(rtt_ps)
             if rtt_ps >= self.base_rtt:
                 self._update_delay(rtt_ps, ecn)
-                delay: float = rtt_ps - self.base_rtt
+                delay: float = float(rtt_ps - self.base_rtt)
             else:
                 delay = self.avg_delay
         else:
@@ -279,3 +280,6 @@ class NSCC(CongestionControl):
             "quick_adapts": self.stats_quick_adapts,
             "fast_increases": self.stats_fast_increases,
         }
+
+
+register_builtin(NSCC)

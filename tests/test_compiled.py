@@ -1,0 +1,99 @@
+"""The mypyc-compiled build: same results as the interpreted code, and the runtime switch.
+
+Each side runs in its own interpreter: one with the compiled modules, one with
+``OPENMRC_PURE_PYTHON=1`` (the ``.py`` sources).  The cases are
+``benchmarks/sim_parity.py``'s smallest: MRC with trimming (incast), with a
+silent switch failure, with random loss (a collective), and RoCE.  Skipped when
+the installation has no compiled modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ["incast-7to1", "silent-t1", "ring-allreduce-16-loss", "permutation-64-roce"]
+
+_RUN = """
+import importlib.util, json, sys
+import openmrc
+spec = importlib.util.spec_from_file_location("sim_parity", sys.argv[1])
+parity = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(parity)
+results = {name: parity.run_case(name) for name in sys.argv[2:]}
+import openmrc.transport.qp as qp
+print(json.dumps({"compiled": openmrc.compiled_modules(), "qp": qp.__file__, "results": results}))
+"""
+
+
+def _env(pure: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "OPENMRC_PURE_PYTHON"}
+    if pure:
+        env["OPENMRC_PURE_PYTHON"] = "1"
+    return env
+
+
+def _python(code: str, *args: str, pure: bool) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=_env(pure),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def installed() -> list[str]:
+    """The modules this installation has compiled (whatever this process uses)."""
+    names = json.loads(
+        _python("import json, openmrc; print(json.dumps(openmrc.compiled_modules()))", pure=False)
+    )
+    if not names:
+        pytest.skip("no compiled modules in this installation (pure-Python install)")
+    return names
+
+
+def _run(pure: bool) -> dict[str, Any]:
+    return json.loads(_python(_RUN, str(ROOT / "benchmarks" / "sim_parity.py"), *CASES, pure=pure))
+
+
+def test_the_transport_core_packets_and_nic_are_compiled(installed: list[str]) -> None:
+    for name in (
+        "openmrc.transport.qp",
+        "openmrc.transport.requester",
+        "openmrc.transport.responder",
+        "openmrc.transport.context",
+        "openmrc.transport.cc.nscc",
+        "openmrc.wire.packets",
+        "openmrc.sim.host",
+    ):
+        assert name in installed
+    assert "openmrc" not in installed  # the package itself (the switch) stays Python
+
+
+def test_compiled_and_interpreted_runs_give_identical_results(installed: list[str]) -> None:
+    compiled = _run(pure=False)
+    interpreted = _run(pure=True)
+    assert "openmrc.transport.qp" in compiled["compiled"]
+    assert not compiled["qp"].endswith(".py")
+    assert interpreted["compiled"] == []
+    assert interpreted["qp"].endswith("qp.py")
+    for name in CASES:
+        assert compiled["results"][name] == interpreted["results"][name], name
+
+
+def test_version_says_how_it_runs(installed: list[str]) -> None:
+    code = "from openmrc.cli import main; main(['--version'])"
+    assert f"{len(installed)} modules compiled by mypyc" in _python(code, pure=False)
+    assert "pure Python" in _python(code, pure=True)
