@@ -141,7 +141,7 @@ def test_ev_set_split_over_planes_with_backups() -> None:
     assert per_plane == [32] * 8
     # The backup set is the rest of each plane's space: 64 uplinks x 2^16 spare values
     # (the default spare field), less the 32 active EVs.
-    assert all(len(ps.backups[p]) == 64 * 65536 - 32 for p in range(8))
+    assert all(ps.backup_count(p) == 64 * 65536 - 32 for p in range(8))
     # Rotation: consecutive packets visit every EV once per round.
     assert sorted(ps.next_ev() for _ in range(256)) == sorted(ps.slots)
 
