@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -118,22 +119,38 @@ class PortEvent:
 
 # -- drawing ----------------------------------------------------------------------------
 # The EVs a QP draws depend only on the random stream, and results must stay
-# the same bit for bit: these two functions make exactly the calls to
-# ``getrandbits`` that ``random.Random.shuffle`` and the set-based branch of
-# ``random.Random.sample`` make (rejection sampling of ``bit_length(n)`` bits),
-# without a Python call per draw.  ``_INLINE_DRAWS`` checks that at import;
-# where it does not hold (another Python's ``random``), the stdlib is used.
+# the same bit for bit.  ``random.Random.shuffle`` and the set-based branch of
+# ``random.Random.sample`` draw by rejection: ``getrandbits(n.bit_length())``
+# until below ``n`` (and, for a sample, not chosen yet).  ``getrandbits(k)``
+# with ``k <= 32`` is the top ``k`` bits of the generator's next 32-bit word,
+# and ``getrandbits(32 * m)`` is its next ``m`` words, the first one least
+# significant.  So the functions below take words in batches of as many as
+# the draws still need at least (one word each: never more than the stdlib
+# would take) and make the same choices from them, with no Python call per
+# draw.  ``_INLINE_DRAWS`` checks at import that they match this Python's
+# ``random``; where they do not (another implementation), the stdlib is used.
+
+_LITTLE: Final = sys.byteorder == "little"
+
+
+def _words(getrandbits: Callable[[int], int], m: int) -> array[int]:
+    """The generator's next ``m`` 32-bit words, in the order it makes them."""
+    words = array("I", getrandbits(32 * m).to_bytes(4 * m, "little"))
+    if not _LITTLE:
+        words.byteswap()
+    return words
 
 
 def _shuffle(getrandbits: Callable[[int], int], x: list[int]) -> None:
-    """Fisher-Yates shuffle of ``x`` in place (the stdlib's draws)."""
-    for i in range(len(x) - 1, 0, -1):
-        n = i + 1
-        bits = n.bit_length()
-        j = getrandbits(bits)
-        while j >= n:
-            j = getrandbits(bits)
-        x[i], x[j] = x[j], x[i]
+    """Fisher-Yates shuffle of ``x`` in place, drawing as ``random.Random.shuffle``."""
+    i = len(x) - 1
+    while i > 0:
+        for w in _words(getrandbits, i):  # each swap takes one word or more
+            n = i + 1
+            j = w >> (32 - n.bit_length())
+            if j < n:
+                x[i], x[j] = x[j], x[i]
+                i -= 1
 
 
 def _sample_uses_set(n: int, k: int) -> bool:
@@ -144,40 +161,58 @@ def _sample_uses_set(n: int, k: int) -> bool:
     return n > setsize
 
 
-def _sample_indices(getrandbits: Callable[[int], int], n: int, k: int) -> list[int]:
-    """``k`` distinct indices below ``n`` in draw order (set-based sampling)."""
-    bits = n.bit_length()
-    chosen: set[int] = set()
-    out: list[int] = []
-    for _ in range(k):
-        j = getrandbits(bits)
-        while j >= n or j in chosen:
-            j = getrandbits(bits)
-        chosen.add(j)
-        out.append(j)
+def _sample_indices(getrandbits: Callable[[int], int], n: int, ks: list[int]) -> list[list[int]]:
+    """One sample per entry of ``ks``: that many distinct indices below ``n``, in
+    draw order, drawing as consecutive ``random.Random.sample`` calls (set-based;
+    ``n`` at most ``2 ** 32``)."""
+    shift = 32 - n.bit_length()
+    remaining = sum(ks)
+    words: array[int] = array("I")
+    pos = 0
+    out: list[list[int]] = []
+    for k in ks:
+        chosen: set[int] = set()
+        picks: list[int] = []
+        while k:
+            if pos == len(words):
+                words = _words(getrandbits, remaining)  # each pick takes one word or more
+                pos = 0
+            j = words[pos] >> shift
+            pos += 1
+            if j < n and j not in chosen:
+                chosen.add(j)
+                picks.append(j)
+                k -= 1
+                remaining -= 1
+        out.append(picks)
     return out
 
 
 def _inline_draws_match() -> bool:
     """Whether :func:`_shuffle` and :func:`_sample_indices` draw as this Python's
     ``random.Random`` does (checked once, at import)."""
+    if array("I").itemsize != 4:
+        return False
+    if not _sample_uses_set(65536, 1) or _sample_uses_set(20, 1):
+        return False
+    cases = ((65536, [1, 1, 0, 1]), (65536, [32] * 8), (65536, [400, 399]), (300, [3, 2]))
     for seed in (1, 7, 12345):
         ref = random.Random(seed)
         own = random.Random(seed)
-        a = list(range(64))
-        b = list(range(64))
-        ref.shuffle(a)
-        _shuffle(own.getrandbits, b)
-        if a != b:
-            return False
-        for n, k in ((65536, 1), (65536, 32), (65536, 400), (300, 3), (5000, 7)):
-            if not _sample_uses_set(n, k):
+        for size in (1, 2, 3, 8, 64, 100):
+            a = list(range(size))
+            b = list(range(size))
+            ref.shuffle(a)
+            _shuffle(own.getrandbits, b)
+            if a != b:
                 return False
-            if ref.sample(range(n), k) != _sample_indices(own.getrandbits, n, k):
+        for n, ks in cases:
+            if not all(_sample_uses_set(n, k) for k in ks if k):
                 return False
-        if not _sample_uses_set(65536, 1) or _sample_uses_set(20, 1):
-            return False
-        if ref.getrandbits(64) != own.getrandbits(64):
+            want = [ref.sample(range(n), k) if k else [] for k in ks]
+            if want != _sample_indices(own.getrandbits, n, ks):
+                return False
+        if ref.getrandbits(64) != own.getrandbits(64):  # the streams are in step
             return False
     return True
 
@@ -229,6 +264,7 @@ class PathSet:
     """Active EVs, backups, states, rotation and probing for one QP."""
 
     __slots__ = (
+        "_active",
         "_ecn_n",
         "_ecn_on",
         "_ecn_sum",
@@ -298,6 +334,9 @@ class PathSet:
         self._idx: int = 0
         #: per plane (0..15): how many EVs of the plane the QP knows.
         self._known: array[int] = array("I", bytes(4 << PLANE_BITS))
+        #: per plane: how many slots hold an EV of the plane (fixed: a slot's EV is
+        #: only ever replaced by one of the same plane).
+        self._active: array[int] = array("I", bytes(4 << PLANE_BITS))
         # Backups: EVs given back (recovered, mapped out; an explicit list's
         # backups), FIFO per plane, then the generated space of the plane drawn
         # lazily by the plane's own generator (made from its seed when first needed).
@@ -378,6 +417,9 @@ class PathSet:
         known = self._known
         for ev in self._evs:
             known[ev & 15] += 1
+        active = self._active
+        for ev in slots:
+            active[ev & 15] += 1
         self.usable = len(slots)
 
     @staticmethod
@@ -391,32 +433,32 @@ class PathSet:
         distinct random spare values (several EVs on one physical path).
         """
         order = list(uplinks)
-        getrandbits = rng.getrandbits
-        if _INLINE_DRAWS:
-            _shuffle(getrandbits, order)
+        inline = _INLINE_DRAWS and type(rng) is random.Random
+        if inline:
+            _shuffle(rng.getrandbits, order)
         else:
             rng.shuffle(order)
         rounds, extra = divmod(n, len(order))
+        # The first ``extra`` uplinks of the order get one EV more; with fewer EVs
+        # than uplinks only they get any (sample(spares, 0) draws nothing).
+        ks = [rounds + 1] * extra + [rounds] * ((len(order) - extra) if rounds else 0)
         nspares = len(spares)
-        spare_of: list[list[int]] = []
-        for i in range(len(order)):
-            k = rounds + (1 if i < extra else 0)
-            # sample(spares, 0) draws nothing: skipping it leaves every draw the same
-            if not k:
-                spare_of.append([])
-            elif _INLINE_DRAWS and _sample_uses_set(nspares, k):
-                spare_of.append([spares[j] for j in _sample_indices(getrandbits, nspares, k)])
-            else:
-                spare_of.append(rng.sample(spares, k))
+        spare_of: list[list[int]]
+        if inline and _sample_uses_set(nspares, rounds + 1):  # then for ``rounds`` too
+            picks = _sample_indices(rng.getrandbits, nspares, ks)
+            spare_of = [[spares[j] for j in p] for p in picks]
+        else:
+            spare_of = [rng.sample(spares, k) for k in ks]
         # make_ev without its range checks: the profile was validated, so every
         # plane, uplink and spare value here fits its field (checked once below).
         make_ev(plane, max(order), spares[-1])  # spare values ascend
-        out = []
-        for r in range(rounds + (1 if extra else 0)):
-            for i, u in enumerate(order):
-                picks = spare_of[i]
-                if r < len(picks):
-                    out.append(plane | (u << PLANE_BITS) | (picks[r] << 16))
+        cols = [
+            [plane | (u << PLANE_BITS) | (sp << 16) for sp in sps]
+            for u, sps in zip(order, spare_of, strict=False)  # uplinks with EVs
+        ]
+        # Round after round over the uplinks; the last round only the first ``extra``.
+        out = [ev for evs in zip(*cols, strict=False) for ev in evs]
+        out += [cols[i][rounds] for i in range(extra)]
         return out
 
     # -- EV ids -------------------------------------------------------------------------
@@ -512,7 +554,8 @@ class PathSet:
         return i >= 0 and self._inslot[i] == 1
 
     def backup_count(self, plane: int) -> int:
-        """How many backups ``plane`` holds (given back, listed, and never drawn)."""
+        """How many backups ``plane`` holds (given back, listed, and never drawn;
+        an EV given back twice counts twice)."""
         n = sum(1 for ev in self._returned if ev & 15 == plane)
         if self._gen_planes >> plane & 1:
             n += len(self._uplinks) * len(self._spares) - self._known[plane]
@@ -681,7 +724,7 @@ class PathSet:
 
     def _replace(self, bad: int) -> None:
         plane = self._evs[bad] & 15
-        if self.plane_looks_down(plane):
+        if not self._pool_any(plane) or self.plane_looks_down(plane):
             return  # keep its backups for when it returns
         while True:
             c = self._pool_pop(plane)
@@ -693,6 +736,14 @@ class PathSet:
                 self.usable += 1
                 self.stats_replacements += 1
                 return
+
+    def _pool_any(self, plane: int) -> bool:
+        """Whether the plane has a backup left (given back, or never drawn)."""
+        if self._gen_planes >> plane & 1 and self._known[plane] < len(self._uplinks) * len(
+            self._spares
+        ):
+            return True
+        return any(ev & 15 == plane for ev in self._returned)
 
     def _pool_pop(self, plane: int) -> int:
         """The id of the plane's next backup (given back first, then a fresh draw
@@ -768,10 +819,8 @@ class PathSet:
         not yet recovered) as ``plane_down_fraction`` of its active EVs: then
         its bad EVs are no longer replaced, since with a plane-wide failure
         every backup drawn would only lose another packet."""
-        evs = self._evs
-        active = sum(1 for i in self._slots if evs[i] & 15 == plane)
         bad = sum(1 for ev in self.probing if ev_plane(ev) == plane)
-        return bad > 1 and bad >= self.profile.plane_down_fraction * active
+        return bad > 1 and bad >= self.profile.plane_down_fraction * self._active[plane]
 
     def _set(self, i: int, new: int, now: int, reason: str) -> None:
         old = self._st[i]
