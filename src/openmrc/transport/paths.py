@@ -166,25 +166,15 @@ def _sample_indices(getrandbits: Callable[[int], int], n: int, ks: list[int]) ->
     draw order, drawing as consecutive ``random.Random.sample`` calls (set-based;
     ``n`` at most ``2 ** 32``)."""
     shift = 32 - n.bit_length()
-    remaining = sum(ks)
-    words: array[int] = array("I")
-    pos = 0
     out: list[list[int]] = []
     for k in ks:
-        chosen: set[int] = set()
-        picks: list[int] = []
-        while k:
-            if pos == len(words):
-                words = _words(getrandbits, remaining)  # each pick takes one word or more
-                pos = 0
-            j = words[pos] >> shift
-            pos += 1
-            if j < n and j not in chosen:
-                chosen.add(j)
-                picks.append(j)
-                k -= 1
-                remaining -= 1
-        out.append(picks)
+        chosen: dict[int, None] = {}  # insertion-ordered: the picks in draw order
+        while len(chosen) < k:
+            for w in _words(getrandbits, k - len(chosen)):  # each pick takes a word or more
+                j = w >> shift
+                if j < n and j not in chosen:
+                    chosen[j] = None
+        out.append(list(chosen))
     return out
 
 
@@ -408,18 +398,19 @@ class PathSet:
                 self._seeds[plane] = rng.getrandbits(64)
                 self._gen_planes |= 1 << plane
             # Interleave planes so consecutive packets go to different planes (ports).
-            slots = [column[i] for i in range(per_plane) for column in columns]
+            slots = [ev for evs in zip(*columns, strict=True) for ev in evs]
             self._evs = array("I", slots)
+            for plane in planes:
+                self._known[plane] = self._active[plane] = per_plane
         n = len(self._evs)
         self._st = bytearray(n)
         self._inslot = bytearray(b"\x01") * len(slots) + bytearray(n - len(slots))
         self._slots = array("I", range(len(slots)))
-        known = self._known
-        for ev in self._evs:
-            known[ev & 15] += 1
-        active = self._active
-        for ev in slots:
-            active[ev & 15] += 1
+        if prof.explicit is not None:
+            for ev in self._evs:
+                self._known[ev & 15] += 1
+            for ev in slots:
+                self._active[ev & 15] += 1
         self.usable = len(slots)
 
     @staticmethod
@@ -457,7 +448,8 @@ class PathSet:
             for u, sps in zip(order, spare_of, strict=False)  # uplinks with EVs
         ]
         # Round after round over the uplinks; the last round only the first ``extra``.
-        out = [ev for evs in zip(*cols, strict=False) for ev in evs]
+        # (Every column holds ``rounds`` EVs or one more, and one of them just ``rounds``.)
+        out = [ev for evs in zip(*cols, strict=False) for ev in evs] if rounds else []
         out += [cols[i][rounds] for i in range(extra)]
         return out
 
