@@ -118,17 +118,21 @@ class PortEvent:
 
 
 # -- drawing ----------------------------------------------------------------------------
-# The EVs a QP draws depend only on the random stream, and results must stay
-# the same bit for bit.  ``random.Random.shuffle`` and the set-based branch of
-# ``random.Random.sample`` draw by rejection: ``getrandbits(n.bit_length())``
-# until below ``n`` (and, for a sample, not chosen yet).  ``getrandbits(k)``
-# with ``k <= 32`` is the top ``k`` bits of the generator's next 32-bit word,
-# and ``getrandbits(32 * m)`` is its next ``m`` words, the first one least
-# significant.  So the functions below take words in batches of as many as
-# the draws still need at least (one word each: never more than the stdlib
-# would take) and make the same choices from them, with no Python call per
-# draw.  ``_INLINE_DRAWS`` checks at import that they match this Python's
-# ``random``; where they do not (another implementation), the stdlib is used.
+# A QP draws its EVs from the context's random stream, and results must stay
+# the same bit for bit, so the draws are defined by :func:`_draw_plane_stdlib`:
+# a random order of the plane's uplinks (``random.shuffle``), then for each
+# uplink in that order its share of distinct spare values
+# (``random.sample``).  :func:`_draw_plane` makes exactly the same draws
+# faster.  Both stdlib calls draw by rejection: ``getrandbits(n.bit_length())``
+# until below ``n`` (and, for a set-based sample, not chosen yet); and
+# ``getrandbits(k)`` with ``k <= 32`` is the top ``k`` bits of the generator's
+# next 32-bit word, while ``getrandbits(32 * m)`` is its next ``m`` words, the
+# first one least significant.  So :func:`_draw_plane` takes words in batches
+# of as many as the draws still need at least (one word each: never more than
+# the stdlib would take) and makes the same choices from them with
+# comprehensions instead of a Python call per draw.  ``_INLINE_DRAWS`` checks
+# at import that the two agree; where they do not (another implementation of
+# ``random``), the stdlib version is used.
 
 _LITTLE: Final = sys.byteorder == "little"
 
@@ -161,46 +165,132 @@ def _sample_uses_set(n: int, k: int) -> bool:
     return n > setsize
 
 
-def _sample_indices(getrandbits: Callable[[int], int], n: int, ks: list[int]) -> list[list[int]]:
-    """One sample per entry of ``ks``: that many distinct indices below ``n``, in
-    draw order, drawing as consecutive ``random.Random.sample`` calls (set-based;
-    ``n`` at most ``2 ** 32``)."""
+def _sample_seq(
+    getrandbits: Callable[[int], int], n: int, ks: list[int], cands: list[int]
+) -> list[list[int]]:
+    """One sample per entry of ``ks``: that many distinct indices below ``n`` in
+    draw order, as consecutive set-based ``random.Random.sample`` calls make
+    them.  ``cands``: indices below ``n`` the generator gave already (taken first)."""
     shift = 32 - n.bit_length()
+    limit = n << shift  # a word gives an index below n iff it is below this
+    need = sum(ks)  # picks still to make: the most words the stdlib could still take
+    buf = iter(cands)
     out: list[list[int]] = []
     for k in ks:
         chosen: dict[int, None] = {}  # insertion-ordered: the picks in draw order
         while len(chosen) < k:
-            for w in _words(getrandbits, k - len(chosen)):  # each pick takes a word or more
-                j = w >> shift
-                if j < n and j not in chosen:
+            for j in buf:
+                if j not in chosen:
                     chosen[j] = None
+                    need -= 1
+                    if len(chosen) == k:
+                        break
+            else:
+                buf = iter([w >> shift for w in _words(getrandbits, need) if w < limit])
         out.append(list(chosen))
     return out
 
 
+def _plan(order: list[int], n: int) -> tuple[int, int, list[int]]:
+    """``n`` EVs over the uplinks in ``order``: (rounds, extra, EVs per uplink).
+    The first ``extra`` uplinks get one EV more; with fewer EVs than uplinks
+    only they get any (``sample(spares, 0)`` draws nothing, so it is skipped)."""
+    rounds, extra = divmod(n, len(order))
+    return rounds, extra, [rounds + 1] * extra + [rounds] * ((len(order) - extra) if rounds else 0)
+
+
+def _interleave(cols: list[list[int]], rounds: int, extra: int) -> list[int]:
+    """Round after round over the uplinks' columns; the last round only the first
+    ``extra`` (every column holds ``rounds`` EVs or one more, one just ``rounds``)."""
+    out = [ev for evs in zip(*cols, strict=False) for ev in evs] if rounds else []
+    out += [cols[i][rounds] for i in range(extra)]
+    return out
+
+
+def _draw_plane_stdlib(
+    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+) -> list[int]:
+    """``n`` distinct random EVs of one plane, spread evenly over its uplinks, in
+    slot order: the definition of the draws (see :func:`_draw_plane`)."""
+    order = list(uplinks)
+    rng.shuffle(order)
+    rounds, extra, ks = _plan(order, n)
+    cols = [
+        [plane | (u << PLANE_BITS) | (sp << 16) for sp in rng.sample(spares, k)]
+        for u, k in zip(order, ks, strict=False)
+    ]
+    return _interleave(cols, rounds, extra)
+
+
+def _draw_plane_inline(
+    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+) -> list[int]:
+    """The draws of :func:`_draw_plane_stdlib`, without a Python call per draw."""
+    order = list(uplinks)
+    getrandbits = rng.getrandbits
+    _shuffle(getrandbits, order)
+    rounds, extra, ks = _plan(order, n)
+    nsp = len(spares)
+    if not _sample_uses_set(nsp, rounds + 1):  # then not for ``rounds`` either
+        rng_sample = rng.sample
+        cols = [
+            [plane | (u << PLANE_BITS) | (sp << 16) for sp in rng_sample(spares, k)]
+            for u, k in zip(order, ks, strict=False)
+        ]
+        return _interleave(cols, rounds, extra)
+    shift = 32 - nsp.bit_length()
+    limit = nsp << shift
+    need = sum(ks)
+    # Every pick takes the next word giving an index below nsp that its uplink
+    # has not picked yet.  First assume no uplink draws a repeat: then the picks
+    # are simply the first ``need`` such words, uplink after uplink.
+    cands: list[int] = []
+    while len(cands) < need:
+        cands += [w >> shift for w in _words(getrandbits, need - len(cands)) if w < limit]
+    bases = [plane | (u << PLANE_BITS) for u, k in zip(order, ks, strict=False) for _ in range(k)]
+    evs = [(spares[j] << 16) | b for j, b in zip(cands, bases, strict=True)]
+    if len(set(evs)) == need:  # no uplink repeated a value (an EV names its uplink)
+        cols = []
+        at = 0
+        for k in ks:
+            cols.append(evs[at : at + k])
+            at += k
+    else:  # a repeat: replay the words one at a time (rare: 2 in 65,536 per pair)
+        cols = [
+            [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in picks]
+            for u, picks in zip(order, _sample_seq(getrandbits, nsp, ks, cands), strict=False)
+        ]
+    return _interleave(cols, rounds, extra)
+
+
 def _inline_draws_match() -> bool:
-    """Whether :func:`_shuffle` and :func:`_sample_indices` draw as this Python's
-    ``random.Random`` does (checked once, at import)."""
+    """Whether :func:`_draw_plane` draws as :func:`_draw_plane_stdlib` with this
+    Python's ``random`` (checked once, at import)."""
     if array("I").itemsize != 4:
         return False
     if not _sample_uses_set(65536, 1) or _sample_uses_set(20, 1):
         return False
-    cases = ((65536, [1, 1, 0, 1]), (65536, [32] * 8), (65536, [400, 399]), (300, [3, 2]))
+    cases = (
+        (range(8), range(65536), 256),  # many per uplink
+        (range(64), range(65536), 32),  # fewer EVs than uplinks
+        (range(128), range(65536), 256),
+        (range(5), range(300), 5 * 40 + 3),  # repeats within an uplink are likely
+        (range(3), range(4, 40), 7),
+        (range(2), [1, 5, 9, 200, 201, 202, 300], 4),  # small: the stdlib's pool-based sample
+    )
     for seed in (1, 7, 12345):
         ref = random.Random(seed)
         own = random.Random(seed)
-        for size in (1, 2, 3, 8, 64, 100):
+        for size in (1, 2, 3, 8, 100):
             a = list(range(size))
             b = list(range(size))
             ref.shuffle(a)
             _shuffle(own.getrandbits, b)
             if a != b:
                 return False
-        for n, ks in cases:
-            if not all(_sample_uses_set(n, k) for k in ks if k):
-                return False
-            want = [ref.sample(range(n), k) if k else [] for k in ks]
-            if want != _sample_indices(own.getrandbits, n, ks):
+        for uplinks, spares, n in cases:
+            want = _draw_plane_stdlib(3, uplinks, spares, n, ref)
+            if want != _draw_plane_inline(3, uplinks, spares, n, own):
                 return False
         if ref.getrandbits(64) != own.getrandbits(64):  # the streams are in step
             return False
@@ -208,6 +298,20 @@ def _inline_draws_match() -> bool:
 
 
 _INLINE_DRAWS: Final = _inline_draws_match()
+
+
+def _draw_plane(
+    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+) -> list[int]:
+    """``n`` distinct random EVs of one plane, spread evenly over its uplinks.
+
+    Uplinks are visited in a random order, round after round, so no uplink
+    carries more than one EV more than another; each uplink's EVs get
+    distinct random spare values (several EVs on one physical path).
+    """
+    if _INLINE_DRAWS and type(rng) is random.Random:
+        return _draw_plane_inline(plane, uplinks, spares, n, rng)
+    return _draw_plane_stdlib(plane, uplinks, spares, n, rng)
 
 
 @final
@@ -392,9 +496,13 @@ class PathSet:
             self._spares = spares
             self._seeds = array("Q", bytes(8 << PLANE_BITS))
             per_plane = prof.ev_count // len(planes)
+            # EVs are composed without make_ev's range checks: the profile was
+            # validated, so every plane, uplink and spare value fits its field
+            # (checked once here; field values ascend).
+            make_ev(planes[-1], uplinks[-1], spares[-1])
             columns = []
             for plane in planes:
-                columns.append(self._draw_plane(plane, uplinks, spares, per_plane, rng))
+                columns.append(_draw_plane(plane, uplinks, spares, per_plane, rng))
                 self._seeds[plane] = rng.getrandbits(64)
                 self._gen_planes |= 1 << plane
             # Interleave planes so consecutive packets go to different planes (ports).
@@ -412,46 +520,6 @@ class PathSet:
             for ev in slots:
                 self._active[ev & 15] += 1
         self.usable = len(slots)
-
-    @staticmethod
-    def _draw_plane(
-        plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
-    ) -> list[int]:
-        """``n`` distinct random EVs of one plane, spread evenly over its uplinks.
-
-        Uplinks are visited in a random order, round after round, so no uplink
-        carries more than one EV more than another; each uplink's EVs get
-        distinct random spare values (several EVs on one physical path).
-        """
-        order = list(uplinks)
-        inline = _INLINE_DRAWS and type(rng) is random.Random
-        if inline:
-            _shuffle(rng.getrandbits, order)
-        else:
-            rng.shuffle(order)
-        rounds, extra = divmod(n, len(order))
-        # The first ``extra`` uplinks of the order get one EV more; with fewer EVs
-        # than uplinks only they get any (sample(spares, 0) draws nothing).
-        ks = [rounds + 1] * extra + [rounds] * ((len(order) - extra) if rounds else 0)
-        nspares = len(spares)
-        spare_of: list[list[int]]
-        if inline and _sample_uses_set(nspares, rounds + 1):  # then for ``rounds`` too
-            picks = _sample_indices(rng.getrandbits, nspares, ks)
-            spare_of = [[spares[j] for j in p] for p in picks]
-        else:
-            spare_of = [rng.sample(spares, k) for k in ks]
-        # make_ev without its range checks: the profile was validated, so every
-        # plane, uplink and spare value here fits its field (checked once below).
-        make_ev(plane, max(order), spares[-1])  # spare values ascend
-        cols = [
-            [plane | (u << PLANE_BITS) | (sp << 16) for sp in sps]
-            for u, sps in zip(order, spare_of, strict=False)  # uplinks with EVs
-        ]
-        # Round after round over the uplinks; the last round only the first ``extra``.
-        # (Every column holds ``rounds`` EVs or one more, and one of them just ``rounds``.)
-        out = [ev for evs in zip(*cols, strict=False) for ev in evs] if rounds else []
-        out += [cols[i][rounds] for i in range(extra)]
-        return out
 
     # -- EV ids -------------------------------------------------------------------------
     def _rehash(self, bits: int) -> None:
