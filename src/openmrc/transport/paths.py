@@ -53,6 +53,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import chain, compress, repeat
+from operator import add
 from typing import Final, final
 
 from .attrs import EVProfile
@@ -191,19 +193,22 @@ def _sample_seq(
     return out
 
 
-def _plan(order: list[int], n: int) -> tuple[int, int, list[int]]:
-    """``n`` EVs over the uplinks in ``order``: (rounds, extra, EVs per uplink).
+def _plan(order: list[int], n: int) -> tuple[int, list[int]]:
+    """``n`` EVs over the uplinks in ``order``: (rounds, EVs per uplink).
     The first ``extra`` uplinks get one EV more; with fewer EVs than uplinks
     only they get any (``sample(spares, 0)`` draws nothing, so it is skipped)."""
     rounds, extra = divmod(n, len(order))
-    return rounds, extra, [rounds + 1] * extra + [rounds] * ((len(order) - extra) if rounds else 0)
+    return rounds, [rounds + 1] * extra + [rounds] * ((len(order) - extra) if rounds else 0)
 
 
-def _interleave(cols: list[list[int]], rounds: int, extra: int) -> list[int]:
-    """Round after round over the uplinks' columns; the last round only the first
-    ``extra`` (every column holds ``rounds`` EVs or one more, one just ``rounds``)."""
-    out = [ev for evs in zip(*cols, strict=False) for ev in evs] if rounds else []
-    out += [cols[i][rounds] for i in range(extra)]
+def _interleave(cols: list[list[int]]) -> list[int]:
+    """Round after round over the uplinks' columns: column ``i``'s ``r``-th EV goes
+    to slot ``r * len(cols) + i`` (each column holds ``rounds`` EVs, or one more
+    for the first ``extra``, so the last round holds only those)."""
+    m = len(cols)
+    out = [0] * sum(map(len, cols))
+    for i, col in enumerate(cols):
+        out[i::m] = col
     return out
 
 
@@ -214,12 +219,12 @@ def _draw_plane_stdlib(
     slot order: the definition of the draws (see :func:`_draw_plane`)."""
     order = list(uplinks)
     rng.shuffle(order)
-    rounds, extra, ks = _plan(order, n)
+    _, ks = _plan(order, n)
     cols = [
         [plane | (u << PLANE_BITS) | (sp << 16) for sp in rng.sample(spares, k)]
         for u, k in zip(order, ks, strict=False)
     ]
-    return _interleave(cols, rounds, extra)
+    return _interleave(cols)
 
 
 def _draw_plane_inline(
@@ -229,7 +234,7 @@ def _draw_plane_inline(
     order = list(uplinks)
     getrandbits = rng.getrandbits
     _shuffle(getrandbits, order)
-    rounds, extra, ks = _plan(order, n)
+    rounds, ks = _plan(order, n)
     nsp = len(spares)
     if not _sample_uses_set(nsp, rounds + 1):  # then not for ``rounds`` either
         rng_sample = rng.sample
@@ -237,18 +242,27 @@ def _draw_plane_inline(
             [plane | (u << PLANE_BITS) | (sp << 16) for sp in rng_sample(spares, k)]
             for u, k in zip(order, ks, strict=False)
         ]
-        return _interleave(cols, rounds, extra)
+        return _interleave(cols)
     shift = 32 - nsp.bit_length()
-    limit = nsp << shift
     need = sum(ks)
     # Every pick takes the next word giving an index below nsp that its uplink
     # has not picked yet.  First assume no uplink draws a repeat: then the picks
     # are simply the first ``need`` such words, uplink after uplink.
-    cands: list[int] = []
-    while len(cands) < need:
-        cands += [w >> shift for w in _words(getrandbits, need - len(cands)) if w < limit]
-    bases = [plane | (u << PLANE_BITS) for u, k in zip(order, ks, strict=False) for _ in range(k)]
-    evs = [(spares[j] << 16) | b for j, b in zip(cands, bases, strict=True)]
+    offsets = [plane | (u << PLANE_BITS) for u in order]  # an EV's bits but the spare's
+    if isinstance(spares, range) and spares.step == 1 and nsp & (nsp - 1) == 0:
+        # A whole field of spare values (the usual case): a word gives an index
+        # iff its top bit is clear, and the index is the spare less the first.
+        offsets = [off | (spares.start << 16) for off in offsets]
+        cands = _field_picks(getrandbits, nsp, need)
+        evs = list(map(add, cands, chain.from_iterable(map(repeat, offsets, ks))))
+    else:
+        limit = nsp << shift
+        idx: list[int] = []
+        while len(idx) < need:
+            idx += [w >> shift for w in _words(getrandbits, need - len(idx)) if w < limit]
+        bases = chain.from_iterable(map(repeat, offsets, ks))
+        evs = [(spares[j] << 16) | b for j, b in zip(idx, bases, strict=False)]
+        cands = [j << 16 for j in idx]
     if len(set(evs)) == need:  # no uplink repeated a value (an EV names its uplink)
         cols = []
         at = 0
@@ -256,11 +270,45 @@ def _draw_plane_inline(
             cols.append(evs[at : at + k])
             at += k
     else:  # a repeat: replay the words one at a time (rare: 2 in 65,536 per pair)
+        picks = _sample_seq(getrandbits, nsp, ks, [c >> 16 for c in cands])
         cols = [
-            [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in picks]
-            for u, picks in zip(order, _sample_seq(getrandbits, nsp, ks, cands), strict=False)
+            [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in p]
+            for u, p in zip(order, picks, strict=False)
         ]
-    return _interleave(cols, rounds, extra)
+    return _interleave(cols)
+
+
+def _lanes(x: int, m: int) -> array[int]:
+    """The ``m`` 32-bit lanes of ``x``, least significant first."""
+    lanes = array("I", x.to_bytes(4 * m, "little"))
+    if not _LITTLE:
+        lanes.byteswap()
+    return lanes
+
+
+def _field_picks(getrandbits: Callable[[int], int], nsp: int, need: int) -> list[int]:
+    """The spare indices (shifted to an EV's spare bits) of the next ``need``
+    words that give one, for ``nsp`` a power of two up to ``2 ** 16``: the
+    stdlib draws ``bit_length(nsp)`` bits per try, so a word gives an index iff
+    its top bit is clear, and the index is the bits below it.  Done on whole
+    batches of words at once, with integer operations on the words packed in
+    one integer (``getrandbits(32 * m)``, one lane per word)."""
+    bits = nsp.bit_length()
+    shift = 32 - bits
+    out: list[int] = []
+    while len(out) < need:
+        m = need - len(out)
+        if m < 16:  # a few draws: one at a time is cheaper (the same words)
+            j = getrandbits(bits)
+            if j < nsp:
+                out.append(j << 16)
+            continue
+        big = getrandbits(32 * m)
+        index = int.from_bytes((nsp - 1).to_bytes(4, "little") * m, "little")
+        top = int.from_bytes(b"\x00\x00\x00\x80" * m, "little")
+        spare_bits = _lanes(((big >> shift) & index) << 16, m)
+        out += compress(spare_bits, _lanes(~big & top, m))
+    return out
 
 
 def _inline_draws_match() -> bool:
@@ -506,7 +554,7 @@ class PathSet:
                 self._seeds[plane] = rng.getrandbits(64)
                 self._gen_planes |= 1 << plane
             # Interleave planes so consecutive packets go to different planes (ports).
-            slots = [ev for evs in zip(*columns, strict=True) for ev in evs]
+            slots = _interleave(columns)
             self._evs = array("I", slots)
             for plane in planes:
                 self._known[plane] = self._active[plane] = per_plane
