@@ -485,3 +485,16 @@ def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
         ps.state[stranger]
     ps.on_loss(stranger, 0, "test")  # feedback for an EV the QP does not know: ignored
     assert ps.state.get(stranger) is None
+
+
+def test_ev_lookup_past_65535_known_evs() -> None:
+    # Ids past 16 bits: the EV -> id table widens its cells.
+    prof = EVProfile(planes=1, paths_per_plane=4096, ev_count=65536, floor=0)
+    ps = PathSet(prof, random.Random(2), qpn=1)
+    slots = ps.slots
+    victim = slots[-1]
+    ps.on_loss(victim, 0, "test")  # draws a backup: the QP's 65,537th EV
+    assert ps.state[victim] is EVState.ASSUMED_BAD and ps.stats_replacements == 1
+    (backup,) = set(ps.slots) - set(slots)
+    assert ps.state[backup] is EVState.GOOD and len(ps.state) == 65537
+    assert all(ps.state.get(ev) is EVState.GOOD for ev in slots[:-1:97])

@@ -319,17 +319,17 @@ def _inline_draws_match() -> bool:
     if not _sample_uses_set(65536, 1) or _sample_uses_set(20, 1):
         return False
     cases = (
-        (range(8), range(65536), 256),  # many per uplink
-        (range(64), range(65536), 32),  # fewer EVs than uplinks
-        (range(128), range(65536), 256),
-        (range(5), range(300), 5 * 40 + 3),  # repeats within an uplink are likely
+        (range(4), range(65536), 64),  # several per uplink, a whole field
+        (range(32), range(65536), 16),  # fewer EVs than uplinks
+        (range(2), range(512), 2 * 60),  # a whole field, repeats within an uplink likely
+        (range(3), range(300), 3 * 41 + 1),  # the same, not a power of two
         (range(3), range(4, 40), 7),
         (range(2), [1, 5, 9, 200, 201, 202, 300], 4),  # small: the stdlib's pool-based sample
     )
-    for seed in (1, 7, 12345):
+    for seed in (1, 7):
         ref = random.Random(seed)
         own = random.Random(seed)
-        for size in (1, 2, 3, 8, 100):
+        for size in (2, 3, 8, 100):
             a = list(range(size))
             b = list(range(size))
             ref.shuffle(a)
@@ -521,7 +521,7 @@ class PathSet:
         self._ecn_on: bool = False
         self._rate: array[float] = array("d")
         self._has_rate: bytearray = bytearray()
-        self._run: array[int] = array("I")
+        self._run: array[int] = array("H")
         self._ecn_sum: float = 0.0
         self._ecn_n: int = 0
         self._build(rng)
@@ -570,17 +570,23 @@ class PathSet:
         self.usable = len(slots)
 
     # -- EV ids -------------------------------------------------------------------------
-    def _rehash(self, bits: int) -> None:
-        """(Re)build the EV -> id table with ``2 ** bits`` cells."""
+    def _rehash(self) -> None:
+        """(Re)build the EV -> id table: at most 3/4 full, cells of 16 bits while
+        the ids fit."""
+        n = len(self._evs)
+        bits = 4
+        while 3 << bits < 4 * n:
+            bits += 1
         size = 1 << bits
         shift = 32 - bits
         mask = size - 1
-        table = array("I", bytes(4 * size))
-        for i, ev in enumerate(self._evs):
+        wide = n >= 0xFFFF  # an id + 1 no longer fits 16 bits
+        table = array("I" if wide else "H", bytes(size * (4 if wide else 2)))
+        for i, ev in enumerate(self._evs, 1):
             h = ((ev * _HASH_MUL) & _M32) >> shift
             while table[h]:
                 h = (h + 1) & mask
-            table[h] = i + 1
+            table[h] = i
         self._table = table
         self._shift = shift
 
@@ -588,7 +594,7 @@ class PathSet:
         """The id of ``ev``, or -1 when the QP does not know it."""
         table = self._table
         if not table:
-            self._rehash(max(4, (2 * len(self._evs)).bit_length()))
+            self._rehash()
             table = self._table
         mask = len(table) - 1
         h = ((ev * _HASH_MUL) & _M32) >> self._shift
@@ -614,8 +620,8 @@ class PathSet:
             self._run.append(0)
         table = self._table
         if table:
-            if 2 * (i + 1) > len(table):
-                self._rehash(len(table).bit_length())  # double it
+            if 4 * (i + 1) > 3 * len(table) or (i + 1 >= 0xFFFF and table.typecode == "H"):
+                self._rehash()
             else:
                 mask = len(table) - 1
                 h = ((ev * _HASH_MUL) & _M32) >> self._shift
@@ -628,7 +634,7 @@ class PathSet:
         n = len(self._evs)
         self._rate = array("d", bytes(8 * n))
         self._has_rate = bytearray(n)
-        self._run = array("I", bytes(4 * n))
+        self._run = array("H", bytes(2 * n))
         self._ecn_on = True
 
     # -- what the QP knows (read-only views) -------------------------------------------
@@ -732,7 +738,7 @@ class PathSet:
             self._has_rate[i] = 1
             self._ecn_n += 1
         run = self._run[i]
-        if run < _M32:
+        if run < 0xFFFF:  # saturates: it is only compared with ECN_REMAP_RUN
             run += 1
             self._run[i] = run
         if run < ECN_REMAP_RUN or not self._inslot[i] or st in (_BAD, _DENIED):
