@@ -660,7 +660,7 @@ class PathSet:
 
     def known_states(self) -> list[EVState]:
         """The states of :meth:`known_evs`, in the same order."""
-        return [_STATES[s] for s in self._st]
+        return [_STATES[s] for s in list(self._st)]
 
     def in_slot(self, ev: int) -> bool:
         """Whether ``ev`` is in a slot of the rotation now."""
