@@ -462,12 +462,12 @@ def test_pathset_memory_stays_compact() -> None:
         busy = (tracemalloc.get_traced_memory()[0] - before) / len(sets)
     finally:
         tracemalloc.stop()
-    assert idle < 10_000, idle
-    assert busy < 20_000, busy
+    assert idle < 10_000, idle  # was about 55,600
+    assert busy < 40_000, busy  # was about 68,500
 
 
 def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
-    # Every replacement draws a backup the QP then knows: the EV -> id table grows.
+    # Every replacement draws a backup the QP then knows: the EV -> id map grows.
     prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
     ps = PathSet(prof, random.Random(4), qpn=1)
     for _ in range(200):
@@ -487,8 +487,8 @@ def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
     assert ps.state.get(stranger) is None
 
 
-def test_ev_lookup_past_65535_known_evs() -> None:
-    # Ids past 16 bits: the EV -> id table widens its cells.
+def test_more_than_65535_known_evs() -> None:
+    # Ids past 16 bits (as many EVs as a profile may ask for, and one more).
     prof = EVProfile(planes=1, paths_per_plane=4096, ev_count=65536, floor=0)
     ps = PathSet(prof, random.Random(2), qpn=1)
     slots = ps.slots

@@ -37,10 +37,11 @@ Memory: a QP's EV state is a handful of flat arrays, not an object per EV (a
 simulated fabric holds tens of thousands of QPs, each with hundreds of EVs).
 Every EV the QP has ever known (its active EVs, backups drawn since, explicit
 backups, denied ones) gets a small integer *id*; per-id arrays hold the EV
-number, its state, whether it is in a slot and (once the QP gets ACKs) its ECN
-rate and run.  An open-addressing hash table in an array, built at the first
-feedback, maps an EV number to its id.  The rest of each plane's EV space (the
-backups not drawn yet) is never listed: it is drawn lazily, as before.
+number, its state, whether it is in a slot and (once the QP gets feedback) its
+ECN rate and run.  A dict made at the first feedback maps an EV number to its
+id (a QP that only receives never makes one).  The rest of each plane's EV
+space (the backups not drawn yet) is never listed: it is drawn lazily, as
+before.
 """
 
 from __future__ import annotations
@@ -89,13 +90,12 @@ _SKIP: Final = 1
 _BAD: Final = 2
 _DENIED: Final = 3
 _STATES: Final = (GOOD, SKIP, BAD, DENIED)
+#: the ECN rate of an EV without one (rates are EWMAs of 0s and 1s).
+_NO_RATE: Final = -1.0
 
 #: A plane's backup space up to this many EVs is shuffled once, when its first
 #: backup is drawn; a larger one is sampled (rejection sampling).
 ENUMERATE_LIMIT = 4096
-
-_HASH_MUL: Final = 0x9E3779B1  # Fibonacci hashing of the 32-bit EV
-_M32: Final = 0xFFFFFFFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,12 +408,11 @@ class PathSet:
     __slots__ = (
         "_active",
         "_ecn_n",
-        "_ecn_on",
         "_ecn_sum",
         "_evs",
         "_fresh",
         "_gen_planes",
-        "_has_rate",
+        "_ids",
         "_idx",
         "_inslot",
         "_known",
@@ -422,11 +421,9 @@ class PathSet:
         "_returned",
         "_run",
         "_seeds",
-        "_shift",
         "_slots",
         "_spares",
         "_st",
-        "_table",
         "_uplinks",
         "denied_planes",
         "down",
@@ -467,12 +464,13 @@ class PathSet:
         self._st: bytearray = bytearray()
         #: id -> 1 while the EV is in a slot.
         self._inslot: bytearray = bytearray()
-        #: EV -> id: open addressing, id + 1 per cell (0: empty); built at the first
-        #: lookup (a QP that never gets feedback never needs it).
-        self._table: array[int] = array("I")
-        self._shift: int = 32
-        #: the rotation: the id in each slot.
-        self._slots: array[int] = array("I")
+        #: EV -> id, made at the first feedback (a QP that never sends never needs
+        #: it): the one per-EV structure of Python objects, since a lookup runs for
+        #: every ACK and a dict's is far the cheapest.
+        self._ids: dict[int, int] | None = None
+        #: the rotation: the id in each slot (a list: it is read for every packet, and
+        #: ids below 256 are shared small ints).
+        self._slots: list[int] = []
         self._idx: int = 0
         #: per plane (0..15): how many EVs of the plane the QP knows.
         self._known: array[int] = array("I", bytes(4 << PLANE_BITS))
@@ -515,12 +513,11 @@ class PathSet:
         self.remote_down: int = 0
         self.denied_planes: int = 0
         self.down: int = 0
-        # ECN rebalancing, per id, allocated at the first ACK: the EWMA of ECN
-        # echoes among the EV's ACKs (and whether it has one yet), and the count
-        # of ECN-echoing ACKs since its last clean one; the sum and number of rates.
-        self._ecn_on: bool = False
+        # ECN rebalancing, per id, allocated with the lookup table (at the first
+        # feedback): the EWMA of ECN echoes among the EV's ACKs (``_NO_RATE``
+        # until it has one), and the count of ECN-echoing ACKs since its last
+        # clean one; the sum and number of the rates.
         self._rate: array[float] = array("d")
-        self._has_rate: bytearray = bytearray()
         self._run: array[int] = array("H")
         self._ecn_sum: float = 0.0
         self._ecn_n: int = 0
@@ -561,7 +558,7 @@ class PathSet:
         n = len(self._evs)
         self._st = bytearray(n)
         self._inslot = bytearray(b"\x01") * len(slots) + bytearray(n - len(slots))
-        self._slots = array("I", range(len(slots)))
+        self._slots = list(range(len(slots)))
         if prof.explicit is not None:
             for ev in self._evs:
                 self._known[ev & 15] += 1
@@ -570,42 +567,22 @@ class PathSet:
         self.usable = len(slots)
 
     # -- EV ids -------------------------------------------------------------------------
-    def _rehash(self) -> None:
-        """(Re)build the EV -> id table: at most 3/4 full, cells of 16 bits while
-        the ids fit."""
-        n = len(self._evs)
-        bits = 4
-        while 3 << bits < 4 * n:
-            bits += 1
-        size = 1 << bits
-        shift = 32 - bits
-        mask = size - 1
-        wide = n >= 0xFFFF  # an id + 1 no longer fits 16 bits
-        table = array("I" if wide else "H", bytes(size * (4 if wide else 2)))
-        for i, ev in enumerate(self._evs, 1):
-            h = ((ev * _HASH_MUL) & _M32) >> shift
-            while table[h]:
-                h = (h + 1) & mask
-            table[h] = i
-        self._table = table
-        self._shift = shift
+    def _lookup(self) -> dict[int, int]:
+        """The EV -> id map, made (with the ECN state) at the first feedback."""
+        ids = self._ids
+        if ids is None:
+            n = len(self._evs)
+            ids = self._ids = dict(zip(self._evs, range(n), strict=True))
+            self._rate = array("d", [_NO_RATE]) * n
+            self._run = array("H", bytes(2 * n))
+        return ids
 
     def _id(self, ev: int) -> int:
         """The id of ``ev``, or -1 when the QP does not know it."""
-        table = self._table
-        if not table:
-            self._rehash()
-            table = self._table
-        mask = len(table) - 1
-        h = ((ev * _HASH_MUL) & _M32) >> self._shift
-        evs = self._evs
-        while True:
-            j = table[h]
-            if not j:
-                return -1
-            if evs[j - 1] == ev:
-                return j - 1
-            h = (h + 1) & mask
+        ids = self._ids
+        if ids is None:
+            ids = self._lookup()
+        return ids.get(ev, -1)
 
     def _add(self, ev: int) -> int:
         """Get to know ``ev`` (GOOD, not in a slot); its id."""
@@ -614,28 +591,12 @@ class PathSet:
         self._st.append(_GOOD)
         self._inslot.append(0)
         self._known[ev & 15] += 1
-        if self._ecn_on:
-            self._rate.append(0.0)
-            self._has_rate.append(0)
+        ids = self._ids
+        if ids is not None:
+            ids[ev] = i
+            self._rate.append(_NO_RATE)
             self._run.append(0)
-        table = self._table
-        if table:
-            if 4 * (i + 1) > 3 * len(table) or (i + 1 >= 0xFFFF and table.typecode == "H"):
-                self._rehash()
-            else:
-                mask = len(table) - 1
-                h = ((ev * _HASH_MUL) & _M32) >> self._shift
-                while table[h]:
-                    h = (h + 1) & mask
-                table[h] = i + 1
         return i
-
-    def _ecn_alloc(self) -> None:
-        n = len(self._evs)
-        self._rate = array("d", bytes(8 * n))
-        self._has_rate = bytearray(n)
-        self._run = array("H", bytes(2 * n))
-        self._ecn_on = True
 
     # -- what the QP knows (read-only views) -------------------------------------------
     @property
@@ -728,15 +689,13 @@ class PathSet:
         if st == _GOOD:
             self._st[i] = _SKIP
             self.stats_skips += 1
-        if not self._ecn_on:
-            self._ecn_alloc()
-        old = self._rate[i]  # 0.0 while the EV has no rate
+        old = self._rate[i]
+        if old < 0.0:  # the EV's first rate
+            old = 0.0
+            self._ecn_n += 1
         rate = old + (1.0 - old) * ECN_RATE_GAIN
         self._ecn_sum += rate - old
         self._rate[i] = rate
-        if not self._has_rate[i]:
-            self._has_rate[i] = 1
-            self._ecn_n += 1
         run = self._run[i]
         if run < 0xFFFF:  # saturates: it is only compared with ECN_REMAP_RUN
             run += 1
@@ -751,18 +710,21 @@ class PathSet:
 
     def on_clean_ack(self, ev: int) -> None:
         """An ACK for ``ev`` without an ECN echo: its run of marks is over."""
-        i = self._id(ev)
+        ids = self._ids
+        i = (self._lookup() if ids is None else ids).get(ev, -1)
         if i < 0:
             return
-        if not self._ecn_on:
-            self._ecn_alloc()
-        if not self._has_rate[i]:
-            if self._inslot[i]:
-                self._has_rate[i] = 1
-                self._ecn_n += 1  # its rate is 0.0 already
+        rate = self._rate[i]
+        if rate <= 0.0:
+            if rate == 0.0:
+                # Nothing to do (a run of marks needs a mark, and a mark makes the
+                # rate positive): most ACKs, while the EV draws no marks.
+                return
+            if self._inslot[i]:  # no rate yet: an active EV starts at 0
+                self._rate[i] = 0.0
+                self._ecn_n += 1
             return
         self._run[i] = 0
-        rate = self._rate[i]
         new = rate * (1.0 - ECN_RATE_GAIN)
         self._ecn_sum += new - rate
         self._rate[i] = new
@@ -775,12 +737,12 @@ class PathSet:
             self.stats_skips += 1
 
     def _forget_ecn(self, i: int) -> None:
-        if not self._ecn_on:
-            return
-        if self._has_rate[i]:
-            self._ecn_sum -= self._rate[i]
-            self._rate[i] = 0.0
-            self._has_rate[i] = 0
+        if self._ids is None:
+            return  # no feedback yet: no ECN state
+        rate = self._rate[i]
+        if rate >= 0.0:
+            self._ecn_sum -= rate
+            self._rate[i] = _NO_RATE
             self._ecn_n -= 1
         self._run[i] = 0
 
