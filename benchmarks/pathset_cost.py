@@ -8,7 +8,7 @@ transport's default), prints one JSON object with:
 * ``bytes_idle``: traced memory (``tracemalloc``) per ``PathSet`` right after
   set-up, as a QP that never sends keeps it;
 * ``bytes_busy``: the same after every active EV had a clean ACK, one an ECN
-  echo and one a loss (the EV lookup table and the ECN state exist then);
+  echo and one a loss (the EV -> id map and the ECN state exist then);
 * ``setup_us``: CPU microseconds per ``PathSet`` set-up (``time.process_time``
   over ``--n`` set-ups; the EV draws are most of it).
 

@@ -269,7 +269,7 @@ def _draw_plane_inline(
         for k in ks:
             cols.append(evs[at : at + k])
             at += k
-    else:  # a repeat: replay the words one at a time (rare: 2 in 65,536 per pair)
+    else:  # a repeat: replay the words one at a time (about 5 % of the all-to-all's QPs)
         picks = _sample_seq(getrandbits, nsp, ks, [c >> 16 for c in cands])
         cols = [
             [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in p]
@@ -465,8 +465,8 @@ class PathSet:
         #: id -> 1 while the EV is in a slot.
         self._inslot: bytearray = bytearray()
         #: EV -> id, made at the first feedback (a QP that never sends never needs
-        #: it): the one per-EV structure of Python objects, since a lookup runs for
-        #: every ACK and a dict's is far the cheapest.
+        #: it): a dict, since a lookup runs for every ACK and a dict's is far the
+        #: cheapest (an array hash table cost twice the old code's instructions).
         self._ids: dict[int, int] | None = None
         #: the rotation: the id in each slot (a list: it is read for every packet, and
         #: ids below 256 are shared small ints).
@@ -513,7 +513,7 @@ class PathSet:
         self.remote_down: int = 0
         self.denied_planes: int = 0
         self.down: int = 0
-        # ECN rebalancing, per id, allocated with the lookup table (at the first
+        # ECN rebalancing, per id, allocated with the EV -> id map (at the first
         # feedback): the EWMA of ECN echoes among the EV's ACKs (``_NO_RATE``
         # until it has one), and the count of ECN-echoing ACKs since its last
         # clean one; the sum and number of the rates.
