@@ -23,7 +23,7 @@ def test_default_qps_carry_256_evs_with_backups_on_8_t1s_and_replace_failed_ones
     for qp in qps:
         paths = qp.paths
         assert len(paths.slots) == 256 == len(set(paths.slots))
-        assert all(len(paths.backups[p]) > 0 for p in range(8))
+        assert all(paths.backup_count(p) > 0 for p in range(8))
         # 32 per plane over 8 T1s: several EVs per physical path
         plane5 = [ev for ev in paths.slots if ev_plane(ev) == 5]
         assert len(plane5) == 32

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 import random
+import tracemalloc
 
 import pytest
 
 from openmrc.loopback import Faults
 from openmrc.transport import EVEvent, EVField, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
-from openmrc.transport.ev import ev_path, ev_plane, ev_spare
+from openmrc.transport.ev import ev_path, ev_plane, ev_spare, make_ev
 from openmrc.wire.packets import DataPacket
 
 from .helpers import assert_exact, run_transfer, setup_transfer
@@ -141,7 +142,7 @@ def test_ev_set_split_over_planes_with_backups() -> None:
     assert per_plane == [32] * 8
     # The backup set is the rest of each plane's space: 64 uplinks x 2^16 spare values
     # (the default spare field), less the 32 active EVs.
-    assert all(len(ps.backups[p]) == 64 * 65536 - 32 for p in range(8))
+    assert all(ps.backup_count(p) == 64 * 65536 - 32 for p in range(8))
     # Rotation: consecutive packets visit every EV once per round.
     assert sorted(ps.next_ev() for _ in range(256)) == sorted(ps.slots)
 
@@ -389,3 +390,111 @@ def test_a_sack_bitmap_cannot_take_the_plane_it_arrived_on() -> None:
     t.qa.receive_packet(sack, 10)
     assert paths.remote_down == 0xFFFF & ~(1 << 6)
     assert all(ev_plane(paths.next_ev(1)) == 6 for _ in range(8))  # still sending on plane 6
+
+
+def _reference_slots(prof: EVProfile, rng: random.Random) -> list[int]:
+    """The documented draws, written plainly with the stdlib: per plane a random
+    order of the uplinks, then each uplink's share of distinct spare values,
+    then the plane's backup seed; slots interleave the planes."""
+    planes, uplinks, spares = prof.plane_values(), prof.uplink_values(), prof.spare_values()
+    per_plane = prof.ev_count // len(planes)
+    columns = []
+    for plane in planes:
+        order = list(uplinks)
+        rng.shuffle(order)
+        rounds, extra = divmod(per_plane, len(order))
+        picks = {}
+        for i, u in enumerate(order):
+            k = rounds + (1 if i < extra else 0)
+            if k:
+                picks[u] = rng.sample(spares, k)
+        column = [
+            make_ev(plane, u, picks[u][r])
+            for r in range(rounds + (1 if extra else 0))
+            for u in order
+            if r < len(picks.get(u, ()))
+        ]
+        columns.append(column)
+        rng.getrandbits(64)  # the plane's backup seed
+    return [column[i] for i in range(per_plane) for column in columns]
+
+
+@pytest.mark.parametrize(
+    "prof",
+    [
+        EVProfile(),
+        EVProfile(planes=1, paths_per_plane=8, ev_count=256),
+        EVProfile(planes=1, paths_per_plane=128, ev_count=256),
+        EVProfile(planes=4, paths_per_plane=3, ev_count=4 * 100),
+        # 50 of 512 spare values per uplink: repeats within an uplink are likely
+        EVProfile(planes=2, paths_per_plane=2, ev_count=2 * 100, spare_field=EVField(9)),
+        # 8 spare values: the stdlib samples from a pool, not a set
+        EVProfile(planes=2, paths_per_plane=3, ev_count=2 * 7, spare_field=EVField(3)),
+        EVProfile(plane_field=EVField(4, mask=0b0110), uplink_field=EVField(5, min=3), ev_count=64),
+    ],
+)
+def test_ev_draws_are_the_documented_stdlib_draws(prof: EVProfile) -> None:
+    # Results depend on the draws: the compact PathSet must draw the same EVs in
+    # the same order, and leave the random stream where the plain version does.
+    for seed in range(12):
+        got, want = random.Random(seed), random.Random(seed)
+        ps = PathSet(prof, got, qpn=1)
+        assert ps.slots == _reference_slots(prof, want)
+        assert got.getrandbits(64) == want.getrandbits(64)
+
+
+def test_pathset_memory_stays_compact() -> None:
+    # A simulated fabric holds tens of thousands of QPs: a QP's EV state is a few
+    # arrays, not an object per EV (it was about 55 KB at the default profile).
+    prof = EVProfile()  # 256 EVs over 8 planes
+    rng = random.Random(1)
+    PathSet(prof, rng, qpn=0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        sets = [PathSet(prof, rng, qpn=i) for i in range(50)]
+        idle = (tracemalloc.get_traced_memory()[0] - before) / len(sets)
+        for ps in sets:  # feedback builds the EV lookup and the ECN state
+            for ev in ps.slots:
+                ps.on_clean_ack(ev)
+            ps.on_ecn(ps.slots[0], 1)
+            ps.on_loss(ps.slots[1], 2, "test")
+        busy = (tracemalloc.get_traced_memory()[0] - before) / len(sets)
+    finally:
+        tracemalloc.stop()
+    assert idle < 10_000, idle  # was about 55,600
+    assert busy < 40_000, busy  # was about 68,500
+
+
+def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
+    # Every replacement draws a backup the QP then knows: the EV -> id map grows.
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    ps = PathSet(prof, random.Random(4), qpn=1)
+    for _ in range(200):
+        for ev in ps.slots:
+            ps.on_loss(ev, 0, "test")
+            ps.probing.clear()  # keep replacing: the planes never look down
+    known = list(ps.state)
+    assert len(known) == len(set(known)) == len(ps.state) > 8 * 100
+    assert all(ps.state[ev] is EVState.ASSUMED_BAD for ev in known if ev not in ps.slots)
+    assert all(ps.state.get(ev) is EVState.GOOD for ev in ps.slots)
+    assert dict(ps.state.items())[known[-1]] is ps.state[known[-1]]
+    stranger = next(ev for ev in range(1 << 16, 1 << 20) if ev not in ps.state)
+    assert ps.state.get(stranger) is None and stranger not in ps.state
+    with pytest.raises(KeyError):
+        ps.state[stranger]
+    ps.on_loss(stranger, 0, "test")  # feedback for an EV the QP does not know: ignored
+    assert ps.state.get(stranger) is None
+
+
+def test_more_than_65535_known_evs() -> None:
+    # Ids past 16 bits (as many EVs as a profile may ask for, and one more).
+    prof = EVProfile(planes=1, paths_per_plane=4096, ev_count=65536, floor=0)
+    ps = PathSet(prof, random.Random(2), qpn=1)
+    slots = ps.slots
+    victim = slots[-1]
+    ps.on_loss(victim, 0, "test")  # draws a backup: the QP's 65,537th EV
+    assert ps.state[victim] is EVState.ASSUMED_BAD and ps.stats_replacements == 1
+    (backup,) = set(ps.slots) - set(slots)
+    assert ps.state[backup] is EVState.GOOD and len(ps.state) == 65537
+    assert all(ps.state.get(ev) is EVState.GOOD for ev in slots[:-1:97])

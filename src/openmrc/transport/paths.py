@@ -32,15 +32,31 @@ is shared (an incast): remapping would not help, NSCC handles it.
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
 down; its EVs are probed and come back when it does).
+
+Memory: a QP's EV state is a handful of flat arrays, not an object per EV (a
+simulated fabric holds tens of thousands of QPs, each with hundreds of EVs).
+Every EV the QP has ever known (its active EVs, backups drawn since, explicit
+backups, denied ones) gets a small integer *id*; per-id arrays hold the EV
+number, its state, whether it is in a slot and (once the QP gets feedback) its
+ECN rate and run.  A dict made at the first feedback maps an EV number to its
+id (a QP that only receives never makes one).  The rest of each plane's EV
+space (the backups not drawn yet) is never listed: it is drawn lazily, as
+before.
 """
 
 from __future__ import annotations
 
+import math
 import random
+import sys
+from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import chain, compress, repeat
+from operator import add
+from typing import Final, final
 
 from .attrs import EVProfile
 from .errors import InvalidArgument
@@ -68,6 +84,19 @@ SKIP = EVState.SKIP
 BAD = EVState.ASSUMED_BAD
 DENIED = EVState.DENIED
 
+# The states as stored in the per-id state bytearray.
+_GOOD: Final = 0
+_SKIP: Final = 1
+_BAD: Final = 2
+_DENIED: Final = 3
+_STATES: Final = (GOOD, SKIP, BAD, DENIED)
+#: the ECN rate of an EV without one (rates are EWMAs of 0s and 1s).
+_NO_RATE: Final = -1.0
+
+#: A plane's backup space up to this many EVs is shuffled once, when its first
+#: backup is drawn; a larger one is sampled (rejection sampling).
+ENUMERATE_LIMIT = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class EVEvent:
@@ -90,99 +119,334 @@ class PortEvent:
     up: bool
 
 
-class BackupPool:
-    """One plane's backup EVs: the rest of the plane's EV space, drawn lazily.
+# -- drawing ----------------------------------------------------------------------------
+# A QP draws its EVs from the context's random stream, and results must stay
+# the same bit for bit, so the draws are defined by :func:`_draw_plane_stdlib`:
+# a random order of the plane's uplinks (``random.shuffle``), then for each
+# uplink in that order its share of distinct spare values
+# (``random.sample``).  :func:`_draw_plane` makes exactly the same draws
+# faster.  Both stdlib calls draw by rejection: ``getrandbits(n.bit_length())``
+# until below ``n`` (and, for a set-based sample, not chosen yet); and
+# ``getrandbits(k)`` with ``k <= 32`` is the top ``k`` bits of the generator's
+# next 32-bit word, while ``getrandbits(32 * m)`` is its next ``m`` words, the
+# first one least significant.  So :func:`_draw_plane` takes words in batches
+# of as many as the draws still need at least (one word each: never more than
+# the stdlib would take) and makes the same choices from them with
+# comprehensions instead of a Python call per draw.  ``_INLINE_DRAWS`` checks
+# at import that the two agree; where they do not (another implementation of
+# ``random``), the stdlib version is used.
 
-    A plane's space (uplink values x spare values) can hold millions of EVs, so
-    the pool is not listed: :meth:`popleft` hands out EVs that were given back
-    (:meth:`append`, e.g. recovered by probes) first, then a random EV of the
-    space never handed out before.  Small spaces (up to ``ENUMERATE_LIMIT``)
-    are shuffled once instead of sampled.  Deterministic for a given ``rng``.
+_LITTLE: Final = sys.byteorder == "little"
+
+
+def _words(getrandbits: Callable[[int], int], m: int) -> array[int]:
+    """The generator's next ``m`` 32-bit words, in the order it makes them."""
+    words = array("I", getrandbits(32 * m).to_bytes(4 * m, "little"))
+    if not _LITTLE:
+        words.byteswap()
+    return words
+
+
+def _shuffle(getrandbits: Callable[[int], int], x: list[int]) -> None:
+    """Fisher-Yates shuffle of ``x`` in place, drawing as ``random.Random.shuffle``."""
+    i = len(x) - 1
+    while i > 0:
+        for w in _words(getrandbits, i):  # each swap takes one word or more
+            n = i + 1
+            j = w >> (32 - n.bit_length())
+            if j < n:
+                x[i], x[j] = x[j], x[i]
+                i -= 1
+
+
+def _sample_uses_set(n: int, k: int) -> bool:
+    """Whether ``random.sample`` of ``k`` from ``n`` tracks selections in a set."""
+    setsize = 21
+    if k > 5:
+        setsize += 4 ** math.ceil(math.log(k * 3, 4))
+    return n > setsize
+
+
+def _sample_seq(
+    getrandbits: Callable[[int], int], n: int, ks: list[int], cands: list[int]
+) -> list[list[int]]:
+    """One sample per entry of ``ks``: that many distinct indices below ``n`` in
+    draw order, as consecutive set-based ``random.Random.sample`` calls make
+    them.  ``cands``: indices below ``n`` the generator gave already (taken first)."""
+    shift = 32 - n.bit_length()
+    limit = n << shift  # a word gives an index below n iff it is below this
+    need = sum(ks)  # picks still to make: the most words the stdlib could still take
+    buf = iter(cands)
+    out: list[list[int]] = []
+    for k in ks:
+        chosen: dict[int, None] = {}  # insertion-ordered: the picks in draw order
+        while len(chosen) < k:
+            for j in buf:
+                if j not in chosen:
+                    chosen[j] = None
+                    need -= 1
+                    if len(chosen) == k:
+                        break
+            else:
+                buf = iter([w >> shift for w in _words(getrandbits, need) if w < limit])
+        out.append(list(chosen))
+    return out
+
+
+def _plan(order: list[int], n: int) -> tuple[int, list[int]]:
+    """``n`` EVs over the uplinks in ``order``: (rounds, EVs per uplink).
+    The first ``extra`` uplinks get one EV more; with fewer EVs than uplinks
+    only they get any (``sample(spares, 0)`` draws nothing, so it is skipped)."""
+    rounds, extra = divmod(n, len(order))
+    return rounds, [rounds + 1] * extra + [rounds] * ((len(order) - extra) if rounds else 0)
+
+
+def _interleave(cols: list[list[int]]) -> list[int]:
+    """Round after round over the uplinks' columns: column ``i``'s ``r``-th EV goes
+    to slot ``r * len(cols) + i`` (each column holds ``rounds`` EVs, or one more
+    for the first ``extra``, so the last round holds only those)."""
+    m = len(cols)
+    out = [0] * sum(map(len, cols))
+    for i, col in enumerate(cols):
+        out[i::m] = col
+    return out
+
+
+def _draw_plane_stdlib(
+    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+) -> list[int]:
+    """``n`` distinct random EVs of one plane, spread evenly over its uplinks, in
+    slot order: the definition of the draws (see :func:`_draw_plane`)."""
+    order = list(uplinks)
+    rng.shuffle(order)
+    _, ks = _plan(order, n)
+    cols = [
+        [plane | (u << PLANE_BITS) | (sp << 16) for sp in rng.sample(spares, k)]
+        for u, k in zip(order, ks, strict=False)
+    ]
+    return _interleave(cols)
+
+
+def _draw_plane_inline(
+    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+) -> list[int]:
+    """The draws of :func:`_draw_plane_stdlib`, without a Python call per draw."""
+    order = list(uplinks)
+    getrandbits = rng.getrandbits
+    _shuffle(getrandbits, order)
+    rounds, ks = _plan(order, n)
+    nsp = len(spares)
+    if not _sample_uses_set(nsp, rounds + 1):  # then not for ``rounds`` either
+        rng_sample = rng.sample
+        cols = [
+            [plane | (u << PLANE_BITS) | (sp << 16) for sp in rng_sample(spares, k)]
+            for u, k in zip(order, ks, strict=False)
+        ]
+        return _interleave(cols)
+    shift = 32 - nsp.bit_length()
+    need = sum(ks)
+    # Every pick takes the next word giving an index below nsp that its uplink
+    # has not picked yet.  First assume no uplink draws a repeat: then the picks
+    # are simply the first ``need`` such words, uplink after uplink.
+    offsets = [plane | (u << PLANE_BITS) for u in order]  # an EV's bits but the spare's
+    if isinstance(spares, range) and spares.step == 1 and nsp & (nsp - 1) == 0:
+        # A whole field of spare values (the usual case): a word gives an index
+        # iff its top bit is clear, and the index is the spare less the first.
+        offsets = [off | (spares.start << 16) for off in offsets]
+        cands = _field_picks(getrandbits, nsp, need)
+        evs = list(map(add, cands, chain.from_iterable(map(repeat, offsets, ks))))
+    else:
+        limit = nsp << shift
+        idx: list[int] = []
+        while len(idx) < need:
+            idx += [w >> shift for w in _words(getrandbits, need - len(idx)) if w < limit]
+        bases = chain.from_iterable(map(repeat, offsets, ks))
+        evs = [(spares[j] << 16) | b for j, b in zip(idx, bases, strict=False)]
+        cands = [j << 16 for j in idx]
+    if len(set(evs)) == need:  # no uplink repeated a value (an EV names its uplink)
+        cols = []
+        at = 0
+        for k in ks:
+            cols.append(evs[at : at + k])
+            at += k
+    else:  # a repeat: replay the words one at a time (about 5 % of the all-to-all's QPs)
+        picks = _sample_seq(getrandbits, nsp, ks, [c >> 16 for c in cands])
+        cols = [
+            [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in p]
+            for u, p in zip(order, picks, strict=False)
+        ]
+    return _interleave(cols)
+
+
+def _lanes(x: int, m: int) -> array[int]:
+    """The ``m`` 32-bit lanes of ``x``, least significant first."""
+    lanes = array("I", x.to_bytes(4 * m, "little"))
+    if not _LITTLE:
+        lanes.byteswap()
+    return lanes
+
+
+def _field_picks(getrandbits: Callable[[int], int], nsp: int, need: int) -> list[int]:
+    """The spare indices (shifted to an EV's spare bits) of the next ``need``
+    words that give one, for ``nsp`` a power of two up to ``2 ** 16``: the
+    stdlib draws ``bit_length(nsp)`` bits per try, so a word gives an index iff
+    its top bit is clear, and the index is the bits below it.  Done on whole
+    batches of words at once, with integer operations on the words packed in
+    one integer (``getrandbits(32 * m)``, one lane per word)."""
+    bits = nsp.bit_length()
+    shift = 32 - bits
+    out: list[int] = []
+    while len(out) < need:
+        m = need - len(out)
+        if m < 16:  # a few draws: one at a time is cheaper (the same words)
+            j = getrandbits(bits)
+            if j < nsp:
+                out.append(j << 16)
+            continue
+        big = getrandbits(32 * m)
+        index = int.from_bytes((nsp - 1).to_bytes(4, "little") * m, "little")
+        top = int.from_bytes(b"\x00\x00\x00\x80" * m, "little")
+        spare_bits = _lanes(((big >> shift) & index) << 16, m)
+        out += compress(spare_bits, _lanes(~big & top, m))
+    return out
+
+
+def _inline_draws_match() -> bool:
+    """Whether :func:`_draw_plane` draws as :func:`_draw_plane_stdlib` with this
+    Python's ``random`` (checked once, at import)."""
+    if array("I").itemsize != 4:
+        return False
+    if not _sample_uses_set(65536, 1) or _sample_uses_set(20, 1):
+        return False
+    cases = (
+        (range(4), range(65536), 64),  # several per uplink, a whole field
+        (range(32), range(65536), 16),  # fewer EVs than uplinks
+        (range(2), range(512), 2 * 60),  # a whole field, repeats within an uplink likely
+        (range(3), range(300), 3 * 41 + 1),  # the same, not a power of two
+        (range(3), range(4, 40), 7),
+        (range(2), [1, 5, 9, 200, 201, 202, 300], 4),  # small: the stdlib's pool-based sample
+    )
+    for seed in (1, 7):
+        ref = random.Random(seed)
+        own = random.Random(seed)
+        for size in (2, 3, 8, 100):
+            a = list(range(size))
+            b = list(range(size))
+            ref.shuffle(a)
+            _shuffle(own.getrandbits, b)
+            if a != b:
+                return False
+        for uplinks, spares, n in cases:
+            want = _draw_plane_stdlib(3, uplinks, spares, n, ref)
+            if want != _draw_plane_inline(3, uplinks, spares, n, own):
+                return False
+        if ref.getrandbits(64) != own.getrandbits(64):  # the streams are in step
+            return False
+    return True
+
+
+_INLINE_DRAWS: Final = _inline_draws_match()
+
+
+def _draw_plane(
+    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+) -> list[int]:
+    """``n`` distinct random EVs of one plane, spread evenly over its uplinks.
+
+    Uplinks are visited in a random order, round after round, so no uplink
+    carries more than one EV more than another; each uplink's EVs get
+    distinct random spare values (several EVs on one physical path).
     """
+    if _INLINE_DRAWS and type(rng) is random.Random:
+        return _draw_plane_inline(plane, uplinks, spares, n, rng)
+    return _draw_plane_stdlib(plane, uplinks, spares, n, rng)
 
-    ENUMERATE_LIMIT = 4096
 
-    def __init__(
-        self,
-        plane: int,
-        uplinks: Sequence[int],
-        spares: Sequence[int],
-        used: set[int],
-        rng: random.Random | int,
-    ) -> None:
-        self.plane = plane
-        self.uplinks = uplinks
-        self.spares = spares
-        #: EVs of this space ever handed out (active at start, or drawn since).
-        self.used = used
-        self.returned: deque[int] = deque()
-        #: the pool's generator, or the seed it is made from when first needed
-        #: (most pools never hand out an EV: making a generator for each costs
-        #: ~2.5 KiB and a seeding per plane per QP).
-        self._rng = rng
-        self._fresh: deque[int] | None = None
+@final
+class _StateView:
+    """A read-only mapping view of a :class:`PathSet`'s EV states: EV -> EVState
+    for every EV the QP knows (active, drawn backups, explicit backups, denied)."""
 
-    @property
-    def size(self) -> int:
-        """How many EVs the plane's space holds."""
-        return len(self.uplinks) * len(self.spares)
+    __slots__ = ("_paths",)
 
-    def __len__(self) -> int:
-        return len(self.returned) + self.size - len(self.used)
+    def __init__(self, paths: PathSet) -> None:
+        self._paths = paths
 
-    def __bool__(self) -> bool:
-        return len(self) > 0
+    def get(self, ev: object, default: EVState | None = None) -> EVState | None:
+        """The state of ``ev``, or ``default`` if the QP does not know it."""
+        st = self._paths.state_of(ev) if isinstance(ev, int) else None
+        return default if st is None else st
+
+    def __getitem__(self, ev: int) -> EVState:
+        st = self._paths.state_of(ev)
+        if st is None:
+            raise KeyError(ev)
+        return st
 
     def __contains__(self, ev: object) -> bool:
-        return (
-            isinstance(ev, int)
-            and ev_plane(ev) == self.plane
-            and ev_path(ev) in self.uplinks
-            and ev_spare(ev) in self.spares
-            and make_ev(self.plane, ev_path(ev), ev_spare(ev)) == ev
-        )
+        return isinstance(ev, int) and self._paths.state_of(ev) is not None
 
-    def append(self, ev: int) -> None:
-        """Give ``ev`` back (it may be handed out again)."""
-        self.returned.append(ev)
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._paths.known_evs())
 
-    def reserve(self, ev: int) -> None:
-        """Never hand out ``ev`` as a fresh EV (it is denied or already in use)."""
-        self.used.add(ev)
+    def __len__(self) -> int:
+        return len(self._paths.known_evs())
 
-    def _generator(self) -> random.Random:
-        rng = self._rng
-        if isinstance(rng, int):
-            rng = self._rng = random.Random(rng)
-        return rng
+    def keys(self) -> list[int]:
+        """Every EV the QP knows."""
+        return self._paths.known_evs()
 
-    def popleft(self) -> int:
-        """The next backup EV; IndexError when the pool is empty."""
-        if self.returned:
-            return self.returned.popleft()
-        if len(self.used) >= self.size:
-            raise IndexError("backup pool is empty")
-        if self.size <= self.ENUMERATE_LIMIT:
-            if self._fresh is None:
-                every = [make_ev(self.plane, u, s) for u in self.uplinks for s in self.spares]
-                self._generator().shuffle(every)
-                self._fresh = deque(every)
-            while self._fresh:
-                ev = self._fresh.popleft()
-                if ev not in self.used:
-                    self.used.add(ev)
-                    return ev
-            raise IndexError("backup pool is empty")
-        rng = self._generator()
-        while True:  # the space is large and mostly unused: rejection sampling
-            ev = make_ev(self.plane, rng.choice(self.uplinks), rng.choice(self.spares))
-            if ev not in self.used:
-                self.used.add(ev)
-                return ev
+    def items(self) -> list[tuple[int, EVState]]:
+        """(EV, state) for every EV the QP knows."""
+        return list(zip(self._paths.known_evs(), self._paths.known_states(), strict=True))
 
 
+@final
 class PathSet:
     """Active EVs, backups, states, rotation and probing for one QP."""
+
+    __slots__ = (
+        "_active",
+        "_ecn_n",
+        "_ecn_sum",
+        "_evs",
+        "_fresh",
+        "_gen_planes",
+        "_ids",
+        "_idx",
+        "_inslot",
+        "_known",
+        "_pool_rngs",
+        "_rate",
+        "_returned",
+        "_run",
+        "_seeds",
+        "_slots",
+        "_spares",
+        "_st",
+        "_uplinks",
+        "denied_planes",
+        "down",
+        "events",
+        "local_down",
+        "next_probe_at",
+        "probe_backoff",
+        "probe_due",
+        "probe_wait",
+        "probing",
+        "profile",
+        "qpn",
+        "remote_down",
+        "stats_bad",
+        "stats_ecn_remaps",
+        "stats_floor_hits",
+        "stats_port_changes",
+        "stats_probes",
+        "stats_recovered",
+        "stats_replacements",
+        "stats_skips",
+        "usable",
+    )
 
     def __init__(
         self,
@@ -191,14 +455,40 @@ class PathSet:
         qpn: int,
         events: deque[object] | None = None,
     ) -> None:
-        self.profile = profile
-        self.qpn = qpn
-        self.state: dict[int, EVState] = {}
-        self.slots: list[int] = []
-        #: the EVs now in a slot (kept with ``slots``), for membership tests.
-        self.in_slots: set[int] = set()
-        self.backups: dict[int, BackupPool | deque[int]] = {}
-        self._idx = 0
+        self.profile: EVProfile = profile
+        self.qpn: int = qpn
+        # Per-id arrays (an id per EV the QP knows, in the order it got to know them).
+        #: id -> EV number.
+        self._evs: array[int] = array("I")
+        #: id -> state (``_GOOD`` ... ``_DENIED``).
+        self._st: bytearray = bytearray()
+        #: id -> 1 while the EV is in a slot.
+        self._inslot: bytearray = bytearray()
+        #: EV -> id, made at the first feedback (a QP that never sends never needs
+        #: it): a dict, since a lookup runs for every ACK and a dict's is far the
+        #: cheapest (an array hash table cost twice the old code's instructions).
+        self._ids: dict[int, int] | None = None
+        #: the rotation: the id in each slot (a list: it is read for every packet, and
+        #: ids below 256 are shared small ints).
+        self._slots: list[int] = []
+        self._idx: int = 0
+        #: per plane (0..15): how many EVs of the plane the QP knows.
+        self._known: array[int] = array("I", bytes(4 << PLANE_BITS))
+        #: per plane: how many slots hold an EV of the plane (fixed: a slot's EV is
+        #: only ever replaced by one of the same plane).
+        self._active: array[int] = array("I", bytes(4 << PLANE_BITS))
+        # Backups: EVs given back (recovered, mapped out; an explicit list's
+        # backups), FIFO per plane, then the generated space of the plane drawn
+        # lazily by the plane's own generator (made from its seed when first needed).
+        self._returned: array[int] = array("I")
+        #: bitmask of the planes with a generated backup space.
+        self._gen_planes: int = 0
+        self._uplinks: Sequence[int] = ()
+        self._spares: Sequence[int] = ()
+        self._seeds: array[int] = array("Q")
+        self._pool_rngs: dict[int, random.Random] = {}
+        #: plane -> the rest of a small space, shuffled, next backup last.
+        self._fresh: dict[int, array[int]] = {}
         #: where EV transitions are reported (the context's event queue).
         self.events: deque[object] = events if events is not None else deque()
         #: EV -> consecutive answered probes, for EVs currently ASSUMED_BAD.
@@ -209,25 +499,28 @@ class PathSet:
         #: EV -> when it is next probed, and how many times its interval has doubled.
         self.probe_due: dict[int, int] = {}
         self.probe_backoff: dict[int, int] = {}
-        self.stats_probes = 0
-        self.usable = 0
-        self.stats_skips = 0
-        self.stats_bad = 0
-        self.stats_recovered = 0
-        self.stats_floor_hits = 0
-        self.stats_replacements = 0
-        self.stats_ecn_remaps = 0
-        self.stats_port_changes = 0
+        self.stats_probes: int = 0
+        self.usable: int = 0
+        self.stats_skips: int = 0
+        self.stats_bad: int = 0
+        self.stats_recovered: int = 0
+        self.stats_floor_hits: int = 0
+        self.stats_replacements: int = 0
+        self.stats_ecn_remaps: int = 0
+        self.stats_port_changes: int = 0
         #: port status: planes down here, at the peer, and either (bitmasks).
-        self.local_down = 0
-        self.remote_down = 0
-        self.denied_planes = 0
-        self.down = 0
-        #: per-EV EWMA of ECN echoes among its ACKs, and their sum (for the QP mean).
-        self.ecn_rate: dict[int, float] = {}
-        self._ecn_sum = 0.0
-        #: per-EV count of ECN-echoing ACKs since its last clean one.
-        self.ecn_run: dict[int, int] = {}
+        self.local_down: int = 0
+        self.remote_down: int = 0
+        self.denied_planes: int = 0
+        self.down: int = 0
+        # ECN rebalancing, per id, allocated with the EV -> id map (at the first
+        # feedback): the EWMA of ECN echoes among the EV's ACKs (``_NO_RATE``
+        # until it has one), and the count of ECN-echoing ACKs since its last
+        # clean one; the sum and number of the rates.
+        self._rate: array[float] = array("d")
+        self._run: array[int] = array("H")
+        self._ecn_sum: float = 0.0
+        self._ecn_n: int = 0
         self._build(rng)
 
     # -- construction -----------------------------------------------------------------
@@ -236,59 +529,112 @@ class PathSet:
         prof.validate()  # a profile that cannot give what it asks for names the field
         if prof.explicit is not None:
             # The first ev_count listed EVs are active, the rest are their planes' backups.
-            self.slots = list(prof.explicit[: prof.ev_count])
-            for ev in self.slots:
-                self.backups.setdefault(ev_plane(ev), deque())
-            for ev in prof.explicit[prof.ev_count :]:
-                self.backups.setdefault(ev_plane(ev), deque()).append(ev)
-                self.state[ev] = GOOD
+            slots = list(prof.explicit[: prof.ev_count])
+            backups = list(prof.explicit[prof.ev_count :])
+            self._returned = array("I", backups)
+            self._evs = array("I", slots + backups)
         else:
             planes = prof.plane_values()
             uplinks = prof.uplink_values()
             spares = prof.spare_values()
+            self._uplinks = uplinks
+            self._spares = spares
+            self._seeds = array("Q", bytes(8 << PLANE_BITS))
             per_plane = prof.ev_count // len(planes)
+            # EVs are composed without make_ev's range checks: the profile was
+            # validated, so every plane, uplink and spare value fits its field
+            # (checked once here; field values ascend).
+            make_ev(planes[-1], uplinks[-1], spares[-1])
             columns = []
             for plane in planes:
-                column = self._draw_plane(plane, uplinks, spares, per_plane, rng)
-                columns.append(column)
-                self.backups[plane] = BackupPool(
-                    plane, uplinks, spares, set(column), rng.getrandbits(64)
-                )
+                columns.append(_draw_plane(plane, uplinks, spares, per_plane, rng))
+                self._seeds[plane] = rng.getrandbits(64)
+                self._gen_planes |= 1 << plane
             # Interleave planes so consecutive packets go to different planes (ports).
-            self.slots = [column[i] for i in range(per_plane) for column in columns]
-        self.in_slots = set(self.slots)
-        self.state.update(dict.fromkeys(self.slots, GOOD))
-        self.usable = len(self.slots)
+            slots = _interleave(columns)
+            self._evs = array("I", slots)
+            for plane in planes:
+                self._known[plane] = self._active[plane] = per_plane
+        n = len(self._evs)
+        self._st = bytearray(n)
+        self._inslot = bytearray(b"\x01") * len(slots) + bytearray(n - len(slots))
+        self._slots = list(range(len(slots)))
+        if prof.explicit is not None:
+            for ev in self._evs:
+                self._known[ev & 15] += 1
+            for ev in slots:
+                self._active[ev & 15] += 1
+        self.usable = len(slots)
 
-    @staticmethod
-    def _draw_plane(
-        plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
-    ) -> list[int]:
-        """``n`` distinct random EVs of one plane, spread evenly over its uplinks.
+    # -- EV ids -------------------------------------------------------------------------
+    def _lookup(self) -> dict[int, int]:
+        """The EV -> id map, made (with the ECN state) at the first feedback."""
+        ids = self._ids
+        if ids is None:
+            n = len(self._evs)
+            ids = self._ids = dict(zip(self._evs, range(n), strict=True))
+            self._rate = array("d", [_NO_RATE]) * n
+            self._run = array("H", bytes(2 * n))
+        return ids
 
-        Uplinks are visited in a random order, round after round, so no uplink
-        carries more than one EV more than another; each uplink's EVs get
-        distinct random spare values (several EVs on one physical path).
-        """
-        order = list(uplinks)
-        rng.shuffle(order)
-        rounds, extra = divmod(n, len(order))
-        sample = rng.sample
-        spare_of: dict[int, list[int]] = {}
-        for i, u in enumerate(order):
-            k = rounds + (1 if i < extra else 0)
-            # sample(spares, 0) draws nothing: skipping it leaves every draw the same
-            spare_of[u] = sample(spares, k) if k else []
-        # make_ev without its range checks: the profile was validated, so every
-        # plane, uplink and spare value here fits its field (checked once below).
-        make_ev(plane, max(order), spares[-1])  # spare values ascend
-        out = []
-        for r in range(rounds + (1 if extra else 0)):
-            for u in order:
-                picks = spare_of[u]
-                if r < len(picks):
-                    out.append(plane | (u << PLANE_BITS) | (picks[r] << 16))
-        return out
+    def _id(self, ev: int) -> int:
+        """The id of ``ev``, or -1 when the QP does not know it."""
+        ids = self._ids
+        if ids is None:
+            ids = self._lookup()
+        return ids.get(ev, -1)
+
+    def _add(self, ev: int) -> int:
+        """Get to know ``ev`` (GOOD, not in a slot); its id."""
+        i = len(self._evs)
+        self._evs.append(ev)
+        self._st.append(_GOOD)
+        self._inslot.append(0)
+        self._known[ev & 15] += 1
+        ids = self._ids
+        if ids is not None:
+            ids[ev] = i
+            self._rate.append(_NO_RATE)
+            self._run.append(0)
+        return i
+
+    # -- what the QP knows (read-only views) -------------------------------------------
+    @property
+    def slots(self) -> list[int]:
+        """The active EVs in rotation order (a copy)."""
+        evs = self._evs
+        return [evs[i] for i in self._slots]
+
+    @property
+    def state(self) -> _StateView:
+        """EV -> :class:`EVState` for every EV the QP knows (a read-only view)."""
+        return _StateView(self)
+
+    def state_of(self, ev: int) -> EVState | None:
+        """The state of ``ev``, or None when it is not one of this QP's known EVs."""
+        i = self._id(ev)
+        return None if i < 0 else _STATES[self._st[i]]
+
+    def known_evs(self) -> list[int]:
+        """Every EV the QP knows (active, drawn or listed backups, denied)."""
+        return self._evs.tolist()
+
+    def known_states(self) -> list[EVState]:
+        """The states of :meth:`known_evs`, in the same order."""
+        return [_STATES[s] for s in list(self._st)]
+
+    def in_slot(self, ev: int) -> bool:
+        """Whether ``ev`` is in a slot of the rotation now."""
+        i = self._id(ev)
+        return i >= 0 and self._inslot[i] == 1
+
+    def backup_count(self, plane: int) -> int:
+        """How many backups ``plane`` holds (given back, listed, and never drawn;
+        an EV given back twice counts twice)."""
+        n = sum(1 for ev in self._returned if ev & 15 == plane)
+        if self._gen_planes >> plane & 1:
+            n += len(self._uplinks) * len(self._spares) - self._known[plane]
+        return n
 
     # -- spraying -----------------------------------------------------------------
     def next_ev(self, busy: int = 0) -> int:
@@ -298,31 +644,31 @@ class PathSet:
         EVs of those planes are passed over (they keep their state).  Returns
         -1 when every usable EV is on a busy plane.
         """
-        slots = self.slots
-        state = self.state
+        slots = self._slots
+        st = self._st
         n = len(slots)
         i = self._idx
         skip = busy | self.down
         for _ in range(n):
-            ev = slots[i]
+            k = slots[i]
             i += 1
             if i == n:
                 i = 0
-            st = state[ev]
-            if st is GOOD:
+            s = st[k]
+            if s == _GOOD:
+                ev: int = self._evs[k]
                 if skip and skip >> (ev & 15) & 1:
                     continue
                 self._idx = i
                 return ev
-            if st is SKIP:
-                state[ev] = GOOD
+            if s == _SKIP:
+                st[k] = _GOOD
         if busy and self.usable:
             return -1
         # Nothing usable (everything denied or bad and the floor is 0): keep sending
         # on the rotation anyway rather than stall; the RTO bounds the damage.
-        ev = slots[i]
         self._idx = i + 1 if i + 1 < n else 0
-        return ev
+        return int(self._evs[slots[i]])
 
     def other_ev(self, avoid: int, busy: int = 0) -> int:
         """A usable EV different from ``avoid`` when one exists (for retransmissions)."""
@@ -336,64 +682,91 @@ class PathSet:
         """An ACK echoed ECN for ``ev``: skip it for one rotation; and if ``ev``
         keeps drawing marks while the QP's other EVs do not, map it out (ECN
         rebalancing, see the module docstring)."""
-        st = self.state.get(ev)
-        if st is GOOD:
-            self.state[ev] = SKIP
+        i = self._id(ev)
+        if i < 0:
+            return
+        st = self._st[i]
+        if st == _GOOD:
+            self._st[i] = _SKIP
             self.stats_skips += 1
-        elif st is None:
+        old = self._rate[i]
+        if old < 0.0:  # the EV's first rate
+            old = 0.0
+            self._ecn_n += 1
+        rate = old + (1.0 - old) * ECN_RATE_GAIN
+        self._ecn_sum += rate - old
+        self._rate[i] = rate
+        run = self._run[i]
+        if run < 0xFFFF:  # saturates: it is only compared with ECN_REMAP_RUN
+            run += 1
+            self._run[i] = run
+        if run < ECN_REMAP_RUN or not self._inslot[i] or st in (_BAD, _DENIED):
             return
-        rate = self.ecn_rate.get(ev, 0.0)
-        rate += (1.0 - rate) * ECN_RATE_GAIN
-        self._ecn_sum += rate - self.ecn_rate.get(ev, 0.0)
-        self.ecn_rate[ev] = rate
-        run = self.ecn_run.get(ev, 0) + 1
-        self.ecn_run[ev] = run
-        if run < ECN_REMAP_RUN or ev not in self.in_slots or st is BAD or st is DENIED:
-            return
-        n = len(self.ecn_rate) - 1
+        n = self._ecn_n - 1
         if n > 0 and (self._ecn_sum - rate) / n >= ECN_OTHERS_MAX:
             return  # the whole QP is marked: congestion for NSCC, not an imbalance
-        self.ecn_run[ev] = 0
-        self._remap_ecn(ev, now)
+        self._run[i] = 0
+        self._remap_ecn(i, now)
 
     def on_clean_ack(self, ev: int) -> None:
         """An ACK for ``ev`` without an ECN echo: its run of marks is over."""
-        rate = self.ecn_rate.get(ev)
-        if rate is None:
-            if ev in self.in_slots:
-                self.ecn_rate[ev] = 0.0
+        ids = self._ids
+        i = (self._lookup() if ids is None else ids).get(ev, -1)
+        if i < 0:
             return
-        self.ecn_run.pop(ev, None)
+        rate = self._rate[i]
+        if rate <= 0.0:
+            if rate == 0.0:
+                # Nothing to do (a run of marks needs a mark, and a mark makes the
+                # rate positive): most ACKs, while the EV draws no marks.
+                return
+            if self._inslot[i]:  # no rate yet: an active EV starts at 0
+                self._rate[i] = 0.0
+                self._ecn_n += 1
+            return
+        self._run[i] = 0
         new = rate * (1.0 - ECN_RATE_GAIN)
         self._ecn_sum += new - rate
-        self.ecn_rate[ev] = new
+        self._rate[i] = new
 
     def on_trim(self, ev: int) -> None:
         """A trim away from the last hop: skip ``ev`` for one rotation."""
-        if self.state.get(ev) is GOOD:
-            self.state[ev] = SKIP
+        i = self._id(ev)
+        if i >= 0 and self._st[i] == _GOOD:
+            self._st[i] = _SKIP
             self.stats_skips += 1
 
-    def _forget_ecn(self, ev: int) -> None:
-        rate = self.ecn_rate.pop(ev, None)
-        if rate is not None:
+    def _forget_ecn(self, i: int) -> None:
+        if self._ids is None:
+            return  # no feedback yet: no ECN state
+        rate = self._rate[i]
+        if rate >= 0.0:
             self._ecn_sum -= rate
-        self.ecn_run.pop(ev, None)
+            self._rate[i] = _NO_RATE
+            self._ecn_n -= 1
+        self._run[i] = 0
 
-    def _remap_ecn(self, ev: int, now: int) -> None:
-        """Swap ``ev`` for a backup of its plane; ``ev`` stays GOOD, back in the pool."""
-        pool = self.backups.get(ev_plane(ev))
-        while pool:
-            candidate = pool.popleft()
-            if self.state.setdefault(candidate, GOOD) is not GOOD or candidate in self.in_slots:
+    def _put_in_slot(self, old: int, new: int) -> None:
+        """The first slot holding id ``old`` now holds id ``new``."""
+        self._slots[self._slots.index(old)] = new
+        self._inslot[old] = 0
+        self._inslot[new] = 1
+
+    def _remap_ecn(self, i: int, now: int) -> None:
+        """Swap EV ``i`` for a backup of its plane; it stays GOOD, back in the pool."""
+        ev = self._evs[i]
+        plane = ev & 15
+        while True:
+            c = self._pool_pop(plane)
+            if c < 0:
+                return
+            if self._st[c] != _GOOD or self._inslot[c]:
                 continue
-            self.slots[self.slots.index(ev)] = candidate
-            self.in_slots.discard(ev)
-            self.in_slots.add(candidate)
-            if self.state[ev] is SKIP:
-                self.state[ev] = GOOD
-            pool.append(ev)
-            self._forget_ecn(ev)
+            self._put_in_slot(i, c)
+            if self._st[i] == _SKIP:
+                self._st[i] = _GOOD
+            self._returned.append(ev)
+            self._forget_ecn(i)
             self.stats_ecn_remaps += 1
             self.events.append(EVEvent(now, self.qpn, ev, GOOD, GOOD, "mapped out: ECN"))
             return
@@ -403,14 +776,17 @@ class PathSet:
 
         Not when ``ev``'s plane has a port down (here or at the peer): the port
         status explains the loss, and the plane's EVs are out of use already."""
-        st = self.state.get(ev)
-        if st is None or st is BAD or st is DENIED or self.down >> (ev & 15) & 1:
+        i = self._id(ev)
+        if i < 0:
             return
-        in_slot = ev in self.in_slots
+        st = self._st[i]
+        if st in (_BAD, _DENIED) or self.down >> (ev & 15) & 1:
+            return
+        in_slot = self._inslot[i] == 1
         if in_slot and self.usable <= self.profile.floor:
             self.stats_floor_hits += 1
             return
-        self._set(ev, BAD, now, reason)
+        self._set(i, _BAD, now, reason)
         self.stats_bad += 1
         self.probing[ev] = 0
         due = now + self.profile.probe_interval_ps
@@ -420,25 +796,73 @@ class PathSet:
             self.next_probe_at = due
         if in_slot:
             self.usable -= 1
-            self._replace(ev, now)
+            self._replace(i)
 
-    def _replace(self, bad_ev: int, now: int) -> None:
-        plane = ev_plane(bad_ev)
-        pool = self.backups.get(plane)
-        if not pool:
-            return
-        if self.plane_looks_down(plane):
+    def _replace(self, bad: int) -> None:
+        plane = self._evs[bad] & 15
+        if not self._pool_any(plane) or self.plane_looks_down(plane):
             return  # keep its backups for when it returns
-        while pool:
-            candidate = pool.popleft()
-            if self.state.setdefault(candidate, GOOD) is GOOD:
-                self._forget_ecn(bad_ev)
-                self.slots[self.slots.index(bad_ev)] = candidate
-                self.in_slots.discard(bad_ev)
-                self.in_slots.add(candidate)
+        while True:
+            c = self._pool_pop(plane)
+            if c < 0:
+                return
+            if self._st[c] == _GOOD:
+                self._forget_ecn(bad)
+                self._put_in_slot(bad, c)
                 self.usable += 1
                 self.stats_replacements += 1
                 return
+
+    def _pool_any(self, plane: int) -> bool:
+        """Whether the plane has a backup left (given back, or never drawn)."""
+        if self._gen_planes >> plane & 1 and self._known[plane] < len(self._uplinks) * len(
+            self._spares
+        ):
+            return True
+        return any(ev & 15 == plane for ev in self._returned)
+
+    def _pool_pop(self, plane: int) -> int:
+        """The id of the plane's next backup (given back first, then a fresh draw
+        from the plane's space), or -1 when the plane has none left."""
+        returned = self._returned
+        for j in range(len(returned)):
+            ev = returned[j]
+            if ev & 15 == plane:
+                del returned[j]
+                i = self._id(ev)
+                return self._add(ev) if i < 0 else i
+        if not self._gen_planes >> plane & 1:
+            return -1
+        uplinks = self._uplinks
+        spares = self._spares
+        size = len(uplinks) * len(spares)
+        if self._known[plane] >= size:
+            return -1
+        if size <= ENUMERATE_LIMIT:
+            fresh = self._fresh.get(plane)
+            if fresh is None:
+                every = [make_ev(plane, u, s) for u in uplinks for s in spares]
+                self._pool_rng(plane).shuffle(every)
+                every.reverse()
+                fresh = self._fresh[plane] = array("I", every)
+            while fresh:
+                ev = fresh.pop()
+                if self._id(ev) < 0:
+                    return self._add(ev)
+            return -1
+        rng = self._pool_rng(plane)
+        while True:  # the space is large and mostly unused: rejection sampling
+            ev = make_ev(plane, rng.choice(uplinks), rng.choice(spares))
+            if self._id(ev) < 0:
+                return self._add(ev)
+
+    def _pool_rng(self, plane: int) -> random.Random:
+        """The plane's backup generator, made from its seed when first needed (most
+        planes never hand out a backup: a generator costs ~2.5 KiB and a seeding)."""
+        rng = self._pool_rngs.get(plane)
+        if rng is None:
+            rng = self._pool_rngs[plane] = random.Random(self._seeds[plane])
+        return rng
 
     # -- port status ---------------------------------------------------------------
     def set_ports_down(
@@ -471,14 +895,13 @@ class PathSet:
         not yet recovered) as ``plane_down_fraction`` of its active EVs: then
         its bad EVs are no longer replaced, since with a plane-wide failure
         every backup drawn would only lose another packet."""
-        active = sum(1 for ev in self.slots if ev_plane(ev) == plane)
         bad = sum(1 for ev in self.probing if ev_plane(ev) == plane)
-        return bad > 1 and bad >= self.profile.plane_down_fraction * active
+        return bad > 1 and bad >= self.profile.plane_down_fraction * self._active[plane]
 
-    def _set(self, ev: int, new: EVState, now: int, reason: str) -> None:
-        old = self.state[ev]
-        self.state[ev] = new
-        self.events.append(EVEvent(now, self.qpn, ev, old, new, reason))
+    def _set(self, i: int, new: int, now: int, reason: str) -> None:
+        old = self._st[i]
+        self._st[i] = new
+        self.events.append(EVEvent(now, self.qpn, self._evs[i], _STATES[old], _STATES[new], reason))
 
     # -- probing ------------------------------------------------------------------
     def due_probes(self, now: int, next_seq: int) -> list[tuple[int, int]]:
@@ -536,47 +959,61 @@ class PathSet:
             return
         del self.probing[ev]
         del self.probe_due[ev], self.probe_backoff[ev]
-        self._set(ev, GOOD, now, "probes answered")
+        i = self._id(ev)
+        self._set(i, _GOOD, now, "probes answered")
         self.stats_recovered += 1
-        if ev in self.in_slots:
+        if self._inslot[i]:
             self.usable += 1
         else:
-            self.backups.setdefault(ev_plane(ev), deque()).append(ev)
+            self._returned.append(ev)
         if not self.probing:
             self.next_probe_at = None
 
     # -- administration -----------------------------------------------------------
+    def _in_space(self, ev: int) -> bool:
+        """Whether ``ev`` lies in the generated backup space of its plane."""
+        plane = ev_plane(ev)
+        return (
+            self._gen_planes >> plane & 1 == 1
+            and ev_path(ev) in self._uplinks
+            and ev_spare(ev) in self._spares
+            and make_ev(plane, ev_path(ev), ev_spare(ev)) == ev
+        )
+
     def deny(self, ev: int, now: int) -> None:
         """Take ``ev`` out of use (controller deny list)."""
-        st = self.state.get(ev)
-        if st is None:
-            pool = self.backups.get(ev_plane(ev))
-            if not isinstance(pool, BackupPool) or ev not in pool:
+        if not isinstance(ev, int):
+            raise InvalidArgument(f"ev: {ev!r} is not in this QP's EV set")
+        i = self._id(ev)
+        if i < 0:
+            if not self._in_space(ev):
                 raise InvalidArgument(f"ev: {ev:#x} is not in this QP's EV set")
-            pool.reserve(ev)  # a backup not drawn yet: it never will be
-            self.state[ev] = GOOD
-            st = GOOD
-        if st is DENIED:
+            i = self._add(ev)  # a backup not drawn yet: it never will be
+        st = self._st[i]
+        if st == _DENIED:
             return
-        if st is not BAD and ev in self.in_slots:
+        if st != _BAD and self._inslot[i]:
             self.usable -= 1
         self.probing.pop(ev, None)
         self.probe_wait.pop(ev, None)
         self.probe_due.pop(ev, None)
         self.probe_backoff.pop(ev, None)
-        self._set(ev, DENIED, now, "denied")
+        self._set(i, _DENIED, now, "denied")
 
     def allow(self, ev: int, now: int) -> None:
         """Return a denied ``ev`` to use."""
-        if self.state.get(ev) is not DENIED:
-            raise InvalidArgument(f"ev: {ev:#x} is not denied")
-        self._set(ev, GOOD, now, "allowed")
-        if ev in self.in_slots:
+        i = self._id(ev) if isinstance(ev, int) else -1
+        if i < 0 or self._st[i] != _DENIED:
+            shown = f"{ev:#x}" if isinstance(ev, int) else repr(ev)
+            raise InvalidArgument(f"ev: {shown} is not denied")
+        self._set(i, _GOOD, now, "allowed")
+        if self._inslot[i]:
             self.usable += 1
 
     def counts(self) -> dict[str, int]:
         """How many active EVs are in each state."""
         out = {s.name: 0 for s in EVState}
-        for ev in self.slots:
-            out[self.state[ev].name] += 1
+        st = self._st
+        for i in self._slots:
+            out[_STATES[st[i]].name] += 1
         return out
