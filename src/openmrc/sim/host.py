@@ -52,9 +52,7 @@ class SimHost:
 
     __slots__ = (
         "_all_busy",
-        "_heap",
         "_pump_at",
-        "_seq",
         "_timer_at",
         "ctx",
         "fabric",
@@ -75,8 +73,6 @@ class SimHost:
         self.ctx = Context(rng, name=f"h{index}")
         self.ports = fabric.host_ports[index]
         self._all_busy = (1 << len(self.ports)) - 1
-        self._heap = sim.heap
-        self._seq = sim.seq
         self._pump_at: int | None = None
         self._timer_at: int | None = None
         #: called after every input the host processed (the experiment polls CQs).
