@@ -1,0 +1,406 @@
+"""The native event kernel (openmrc.sim._kernel) against the pure-Python classes.
+
+Whole scenarios: the same results, byte for byte, with the kernel and with
+``OPENMRC_PURE_PYTHON=1`` (each run in a fresh interpreter, as the switch is
+read at import).  Unit level: the native Simulator / EgressPort / Switch /
+HostEnd next to PySimulator / PyEgressPort / PySwitch / PyHostEnd on the same
+inputs, edge cases included.  The native half is skipped when the extension
+was not built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openmrc.sim import _native
+from openmrc.sim.engine import PySimulator
+from openmrc.sim.port import PortReport, PyEgressPort
+from openmrc.sim.switch import PyHostEnd, PySwitch, SwitchReport
+from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
+from openmrc.wire.packets import DataPacket, SackPacket
+
+kernel = _native.kernel
+if kernel is None:
+    try:  # built but switched off by OPENMRC_PURE_PYTHON=1: still test it here
+        from openmrc.sim import _kernel as kernel
+    except ImportError:
+        kernel = None
+
+native = pytest.mark.skipif(kernel is None, reason="openmrc.sim._kernel is not built")
+
+# --------------------------------------------------------------------------------------
+# whole scenarios, native against pure Python
+
+#: MRC: an incast (trimming at the last hop, ECN marks), a T0-T1 link going down
+#: with packets on it, random loss on another link, two planes.
+MRC_SCENARIO = """
+seed = 3
+[fabric]
+planes = 2
+t0s = 2
+hosts_per_t0 = 4
+t1s = 2
+[switches]
+trimming = true
+[workload]
+kind = "incast"
+senders = [1, 2, 4, 5, 6]
+target = 0
+size = "192KiB"
+[[faults]]
+at_us = 4
+kind = "link_down"
+target = "p1t0x0-p1t1x1"
+[[faults]]
+at_us = 2
+kind = "link_loss"
+target = "p0t0x1-p0t1x0"
+probability = 0.05
+"""
+
+#: RoCE with PFC and DCQCN on one plane: the baseline fabric's Python ports on
+#: the (native) simulator.
+ROCE_SCENARIO = """
+seed = 2
+[fabric]
+planes = 1
+t0s = 2
+hosts_per_t0 = 4
+t1s = 2
+[transport]
+name = "roce"
+[workload]
+kind = "incast"
+senders = [1, 2, 4, 5]
+target = 0
+size = "128KiB"
+"""
+
+_RUN = textwrap.dedent(
+    """
+    import json, sys
+    from openmrc.sim import _native
+    from openmrc.sim.cli import load_scenario
+    scenario, _ = load_scenario(sys.argv[1], [])
+    exp = scenario.build()
+    doc = exp.run().as_dict()
+    doc.pop("wall_seconds")
+    print(json.dumps({"native": _native.NATIVE, "result": doc}, sort_keys=True))
+    """
+)
+
+
+def _run(path: Path, pure: bool) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["OPENMRC_PURE_PYTHON"] = "1" if pure else "0"
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+@native
+@pytest.mark.parametrize("text", [MRC_SCENARIO, ROCE_SCENARIO], ids=["mrc", "roce"])
+def test_native_and_pure_results_identical(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    fast = _run(path, pure=False)
+    slow = _run(path, pure=True)
+    assert fast["native"] is True and slow["native"] is False
+    result = fast["result"]
+    assert result["all_ok"]
+    assert json.dumps(result, sort_keys=True) == json.dumps(slow["result"], sort_keys=True)
+
+
+def test_mrc_scenario_exercises_trims_ecn_faults_and_loss(tmp_path: Path) -> None:
+    """The parity scenario above does hit every mechanism it is meant to compare."""
+    path = tmp_path / "s.toml"
+    path.write_text(MRC_SCENARIO)
+    doc = _run(path, pure=False)["result"]
+    totals = doc["fabric"]["totals"]
+    assert totals["trims"] > 0 and totals["ecn_marks"] > 0
+    assert totals["lost"] > 0 and totals["drops_down"] > 0
+
+
+# --------------------------------------------------------------------------------------
+# unit level: both implementations side by side
+
+
+def _impls() -> list[tuple[str, Any, Any, Any, Any]]:
+    out: list[tuple[str, Any, Any, Any, Any]] = [
+        ("py", PySimulator, PyEgressPort, PySwitch, PyHostEnd)
+    ]
+    if kernel is not None:
+        # what engine.py / port.py / switch.py select when the kernel is on (built
+        # here too, so that the native half runs under OPENMRC_PURE_PYTHON=1 as well)
+        class Port(kernel.EgressPort, PortReport):  # type: ignore[name-defined,misc]
+            __slots__ = ()
+
+        class Switch(kernel.Switch, SwitchReport):  # type: ignore[name-defined,misc]
+            __slots__ = ()
+
+        out.append(("native", kernel.Simulator, Port, Switch, kernel.HostEnd))
+    return out
+
+
+IMPLS = pytest.mark.parametrize("impl", _impls(), ids=lambda i: i[0])
+
+
+def _route(*usids: int) -> int:
+    """An outer address: block, then the uSIDs in order (active first)."""
+    addr = BLOCK
+    shift = 80
+    for u in usids:
+        addr |= u << shift
+        shift -= 16
+    return addr
+
+
+def _data(psn: int, length: int = 1000, routed: bool = False) -> DataPacket:
+    pkt = DataPacket(5, 0, 0, psn, 0, 0, 0, length)
+    if routed:
+        pkt.route = _route(0xE001, 0xE002)
+    return pkt
+
+
+class _Sink:
+    """A host receiver recording (what, plane, now)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[Any, int, int]] = []
+
+    def __call__(self, pkt: Any, plane: int, now: int) -> None:
+        self.got.append((getattr(pkt, "psn", None), plane, now))
+
+
+def _line(
+    impl: tuple[str, Any, Any, Any, Any], out_rate: int = 100_000_000_000, **port_kw: Any
+) -> tuple[Any, ...]:
+    """host -> switch (uSID 0xE001) -> host end: a sim, both ports, the switch, the sink."""
+    _, sim_cls, port_cls, switch_cls, end_cls = impl
+    sim = sim_cls(7)
+    sw = switch_cls(SwitchInfo("t0", 0, 0, 0, 0xE001), 2)
+    end = end_cls(sim, 1, 0)
+    sink = _Sink()
+    end.on_receive = sink
+    kw: dict[str, Any] = {"data_limit": 10_000, "prio_limit": 4_000}
+    kw.update(port_kw)
+    inp = port_cls(
+        sim,
+        "h0->t0",
+        100_000_000_000,
+        1_000,
+        sw.receive,
+        trim=False,
+        **(kw | {"data_limit": 10**6}),
+    )
+    out = port_cls(sim, "t0->h1", out_rate, 2_000, end.receive, lasthop=True, **kw)
+    sw.ports[1] = out
+    sw.install({0xE002: 1})
+    return sim, inp, out, sw, end, sink
+
+
+def _counters(*objs: Any) -> list[dict[str, int]]:
+    return [o.counters() for o in objs]
+
+
+@IMPLS
+def test_cancel_stop_until(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    sim = impl[1](1)
+    out: list[int] = []
+    ev = sim.schedule(10, out.append, 1)
+    sim.schedule(20, out.append, 2)
+    sim.cancel(ev)
+    assert len(sim.cancelled) == 1 and sim.pending() == 2
+    assert [e[0] for e in sim.pending_callbacks()] == [20]
+    sim.schedule(25, sim.stop)
+    sim.schedule(25, out.append, 25)  # same time, after the stop: waits
+    sim.schedule(40, out.append, 40)
+    assert sim.run(until_ps=30) == 2  # the 20 and the stop (the cancelled one is not counted)
+    assert sim.now == 25 and out == [2]
+    assert sim.run(until_ps=30) == 1 and sim.now == 30 and out == [2, 25]
+    sim.cancel(ev)  # already skipped: harmless
+    assert sim.run() == 1 and out == [2, 25, 40] and not sim.cancelled
+    assert sim.events_run == 4
+    with pytest.raises(ValueError, match="past"):
+        sim.schedule(5, out.append, 0)
+    with pytest.raises(ValueError, match="negative"):
+        sim.after(-1, out.append, 0)
+
+
+@IMPLS
+def test_callback_exception_propagates(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    sim = impl[1](1)
+
+    def boom() -> None:
+        raise KeyError("boom")
+
+    out: list[int] = []
+    sim.schedule(1, boom)
+    sim.schedule(2, out.append, 2)
+    with pytest.raises(KeyError, match="boom"):
+        sim.run()
+    assert sim.now == 1 and sim.events_run == 1
+    sim.run()
+    assert out == [2]
+
+
+def _trace(impl: tuple[str, Any, Any, Any, Any]) -> tuple[Any, ...]:
+    """Packets through the line, with a queue, trims, ECN, loss and a down/up."""
+    sim, inp, out, sw, end, sink = _line(
+        impl, 30_000_000_000, ecn=True, kmin=1_000, kmax=6_000, data_limit=5_000, prio_limit=300
+    )
+    out.set_impairment(loss=0.2)
+    for i in range(30):
+        inp.enqueue(_data(i, routed=True))
+    ack = SackPacket(5, 0, 0, 0, 0)
+    ack.route = _route(0xE001, 0xE002)
+    inp.enqueue(ack)
+    sim.run(until_ps=2_000_000)
+    out.set_up(False)  # flushes out's queue, loses what is on its wire
+    sim.schedule(sim.now + 100_000, out.set_up, True)
+    for i in range(40, 44):
+        sim.schedule(sim.now + 50_000 * (i - 39), inp.enqueue, _data(i, routed=True))
+    sim.run()
+    return (
+        sink.got,
+        _counters(inp, out, sw),
+        (end.received, end.undelivered, out.epoch, sim.now, sim.events_run, sim.rng.random()),
+    )
+
+
+@native
+def test_native_port_switch_host_trace_matches_python() -> None:
+    py, nat = _impls()
+    a, b = _trace(py), _trace(nat)
+    assert a == b
+    got, counters, _ = a
+    # the trace does exercise what it compares
+    assert counters[1]["lost"] > 0 and counters[1]["drops_down"] > 0
+    assert counters[1]["ecn_marks"] > 0 and counters[1]["trims"] > 0
+    assert counters[1]["drops_header"] > 0 and got
+
+
+@IMPLS
+def test_bad_routes(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    sim, inp, _out, sw, _end, sink = _line(impl)
+    routes: list[object] = [
+        None,  # not an int: TypeError -> bad route
+        "x",
+        1.5,
+        _route(0xE009, 0xE002),  # not this switch's uSID
+        _route(0xE001, 0xE00F),  # this switch, no table entry
+        -1,
+        1 << 200,
+        _route(0xE001, 0xE002),  # good
+    ]
+    for i, r in enumerate(routes):
+        pkt = _data(i)
+        pkt.route = r
+        sim.schedule(i * 1_000_000, inp.enqueue, pkt)
+    sim.run()
+    assert sw.counters() == {"forwarded": 1, "bad_route": 7, "discarded": 0}
+    assert [g[0] for g in sink.got] == [7]
+    # the shift happened: the spent address as switch.py computes it
+    pkt = _data(9)
+    pkt.route = _route(0xE001, 0xE002, 0xE003)
+    sw.receive(pkt, inp, inp.epoch)
+    assert pkt.route == _route(0xE002, 0xE003)
+    assert sw.match == (BLOCK_PREFIX << 16) | 0xE001
+
+
+@IMPLS
+def test_forwarding_off_and_stale_epoch(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    _sim, inp, out, sw, end, sink = _line(impl)
+    pkt = _data(0)
+    pkt.route = _route(0xE001, 0xE002)
+    sw.forwarding = False
+    sw.receive(pkt, inp, inp.epoch)
+    assert sw.discarded == 1
+    sw.forwarding = True
+    sw.receive(pkt, inp, inp.epoch + 1)  # sent before a down: lost in flight
+    assert inp.drops_down == 1 and sw.forwarded == 0
+    end.receive(_data(1), out, out.epoch - 1)
+    assert out.drops_down == 1 and end.received == 0
+    end.on_receive = None
+    end.receive(_data(2), out, out.epoch)
+    assert end.undelivered == 1 and not sink.got
+
+
+@IMPLS
+def test_down_port_flushes_and_counts(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    sim, inp, _out, _sw, _end, sink = _line(impl)
+    for i in range(5):
+        inp.enqueue(_data(i, routed=True))
+    assert inp.txev is not None and len(inp.data) == 4
+    queued = inp.queued_bytes()
+    assert queued == 4 * inp.wire_bytes(_data(0))
+    assert inp.drain_time() == inp.busy_until + inp.serialization_ps(queued)
+    inp.set_up(False)
+    assert inp.txev is None and not inp.data and inp.queued_bytes() == 0
+    assert inp.drops_down == 4 and inp.epoch == 1 and len(sim.cancelled) == 1
+    inp.enqueue(_data(9))  # down: dropped
+    assert inp.drops_down == 5
+    sim.run()
+    assert not sink.got and inp.drops_down == 6  # the one on the wire, lost in flight
+    assert not sim.cancelled
+    inp.set_up(True)
+    assert inp.up and inp.epoch == 1
+
+
+@native
+def test_native_types_reject_bad_input() -> None:
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+    with pytest.raises(ValueError, match="rate must be positive"):
+        kernel.EgressPort(sim, "p", 0, 1, print, data_limit=1, prio_limit=1)
+    with pytest.raises(ValueError, match="delay must not be negative"):
+        kernel.EgressPort(sim, "p", 10, -1, print, data_limit=1, prio_limit=1)
+    with pytest.raises(TypeError, match="native Simulator"):
+        kernel.EgressPort(PySimulator(1), "p", 10, 1, print, data_limit=1, prio_limit=1)
+    port = kernel.EgressPort(sim, "p", 10, 1, print, data_limit=1, prio_limit=1)
+    with pytest.raises(ValueError, match="loss probability"):
+        port.set_impairment(loss=1.5)
+    with pytest.raises(TypeError):
+        sim.schedule("soon", print)
+    with pytest.raises(TypeError):
+        sim.cancel(3)
+    sw = kernel.Switch(SwitchInfo("t", 0, 0, 0, 0xE001), 1)
+    with pytest.raises(ValueError, match="not wired"):
+        sw.install({0xE002: 0})
+    with pytest.raises(IndexError):
+        sw.install({0xE002: 5})
+    with pytest.raises(TypeError):
+        sw.receive(_data(0))
+    # a packet without a size: the error comes out of run(), nothing crashes
+    sim.schedule(0, port.enqueue, object())
+    with pytest.raises(AttributeError):
+        sim.run()
+
+
+@native
+def test_selected_classes_follow_the_switch() -> None:
+    from openmrc.sim import engine, port, switch
+
+    if _native.NATIVE:
+        assert issubclass(engine.Simulator, kernel.Simulator)  # type: ignore[union-attr]
+        assert issubclass(port.EgressPort, kernel.EgressPort)  # type: ignore[union-attr]
+        assert issubclass(switch.Switch, kernel.Switch)  # type: ignore[union-attr]
+        assert issubclass(switch.HostEnd, kernel.HostEnd)  # type: ignore[union-attr]
+    else:
+        assert engine.Simulator is PySimulator and port.EgressPort is PyEgressPort
+        assert switch.Switch is PySwitch and switch.HostEnd is PyHostEnd
