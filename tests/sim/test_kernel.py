@@ -184,7 +184,8 @@ class _Sink:
         self.got: list[tuple[Any, int, int]] = []
 
     def __call__(self, pkt: Any, plane: int, now: int) -> None:
-        self.got.append((getattr(pkt, "psn", None), plane, now))
+        flags = tuple(getattr(pkt, f, None) for f in ("trimmed", "trimmed_lasthop", "ecn"))
+        self.got.append((getattr(pkt, "psn", None), plane, now, flags, pkt.route))
 
 
 def _line(
