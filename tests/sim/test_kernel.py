@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from openmrc.sim import _native
 from openmrc.sim.engine import PySimulator
@@ -387,6 +389,13 @@ def test_native_types_reject_bad_input() -> None:
         sw.install({0xE002: 5})
     with pytest.raises(TypeError):
         sw.receive(_data(0))
+    # objects never initialised refuse politely
+    bare = kernel.EgressPort.__new__(kernel.EgressPort)
+    for call in (lambda: bare.serialization_ps(10), lambda: bare.enqueue(_data(0))):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
+    with pytest.raises(RuntimeError, match="not initialised"):
+        kernel.Switch.__new__(kernel.Switch).receive(_data(0), port, 0)
     # a packet without a size: the error comes out of run(), nothing crashes
     sim.schedule(0, port.enqueue, object())
     with pytest.raises(AttributeError):
@@ -405,3 +414,33 @@ def test_selected_classes_follow_the_switch() -> None:
     else:
         assert engine.Simulator is PySimulator and port.EgressPort is PyEgressPort
         assert switch.Switch is PySwitch and switch.HostEnd is PyHostEnd
+
+
+_ROUTES = st.one_of(
+    st.integers(min_value=-(1 << 130), max_value=1 << 130),
+    st.integers(min_value=0, max_value=(1 << 96) - 1).map(lambda low: BLOCK | low),
+    st.lists(st.sampled_from([0xE001, 0xE002, 0xE003, 0]), min_size=1, max_size=6).map(
+        lambda us: _route(*us)
+    ),
+    st.sampled_from([None, "r", 1.0, True, b"x"]),
+)
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(routes=st.lists(_ROUTES, min_size=1, max_size=8))
+def test_native_switch_routes_like_python(routes: list[object]) -> None:
+    """Any route object: the same verdicts, counters and spent addresses as switch.py."""
+    py, nat = _impls()
+    seen = []
+    for impl in (py, nat):
+        _sim, inp, out, sw, _end, _sink = _line(impl)
+        sw.install({0xE002: 1, 0xE003: 1, 0: 1})
+        spent = []
+        for r in routes:
+            pkt = _data(0)
+            pkt.route = r
+            sw.receive(pkt, inp, inp.epoch)
+            spent.append(pkt.route)
+        seen.append((sw.counters(), spent, out.tx_pkts, out.queued_bytes()))
+    assert seen[0] == seen[1]

@@ -1334,6 +1334,7 @@ static PyObject *Port_drain_time(PortObject *p, PyObject *unused)
 
 static PyObject *Port_serialization_ps(PortObject *p, PyObject *arg)
 {
+    PORT_READY(p);
     int64_t nb;
     if (as_i64(arg, &nb) < 0)
         return NULL;
@@ -1342,6 +1343,7 @@ static PyObject *Port_serialization_ps(PortObject *p, PyObject *arg)
 
 static PyObject *Port_wire_bytes(PortObject *p, PyObject *pkt)
 {
+    PORT_READY(p);
     int64_t size;
     if (get_size(pkt, &size) < 0)
         return NULL;
@@ -1350,11 +1352,13 @@ static PyObject *Port_wire_bytes(PortObject *p, PyObject *pkt)
 
 static PyObject *Port_queued_bytes(PortObject *p, PyObject *unused)
 {
+    PORT_READY(p);
     return PyLong_FromLongLong(p->data_bytes + p->prio_bytes);
 }
 
 static PyObject *Port_lost_in_flight(PortObject *p, PyObject *pkt)
 {
+    PORT_READY(p);
     p->drops_down++;
     Py_RETURN_NONE;
 }
@@ -1388,6 +1392,7 @@ static PyObject *Port_set_up(PortObject *p, PyObject *arg)
 
 static PyObject *Port_set_impairment(PortObject *p, PyObject *args, PyObject *kw)
 {
+    PORT_READY(p);
     static char *kwlist[] = {"silent", "loss", NULL};
     PyObject *silent = Py_None, *loss = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:set_impairment", kwlist, &silent, &loss))
