@@ -10,12 +10,14 @@ was not built.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -27,14 +29,20 @@ from openmrc.sim.engine import PySimulator
 from openmrc.sim.port import PortReport, PyEgressPort
 from openmrc.sim.switch import PyHostEnd, PySwitch, SwitchReport
 from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
-from openmrc.wire.packets import DataPacket, SackPacket
+from openmrc.wire.packets import DataPacket, Opcode, SackPacket
 
-kernel = _native.kernel
-if kernel is None:
-    try:  # built but switched off by OPENMRC_PURE_PYTHON=1: still test it here
-        from openmrc.sim import _kernel as kernel
+
+def _find_kernel() -> ModuleType | None:
+    """The extension, also when built but switched off by OPENMRC_PURE_PYTHON=1."""
+    if _native.kernel is not None:
+        return _native.kernel
+    try:
+        return importlib.import_module("openmrc.sim._kernel")
     except ImportError:
-        kernel = None
+        return None
+
+
+kernel = _find_kernel()
 
 native = pytest.mark.skipif(kernel is None, reason="openmrc.sim._kernel is not built")
 
@@ -173,7 +181,7 @@ def _route(*usids: int) -> int:
 
 
 def _data(psn: int, length: int = 1000, routed: bool = False) -> DataPacket:
-    pkt = DataPacket(5, 0, 0, psn, 0, 0, 0, length)
+    pkt = DataPacket(5, 0, Opcode.WRITE_ONLY, psn, 0, 0, 0, length)
     if routed:
         pkt.route = _route(0xE001, 0xE002)
     return pkt
@@ -183,7 +191,7 @@ class _Sink:
     """A host receiver recording (what, plane, now)."""
 
     def __init__(self) -> None:
-        self.got: list[tuple[Any, int, int]] = []
+        self.got: list[tuple[Any, ...]] = []
 
     def __call__(self, pkt: Any, plane: int, now: int) -> None:
         flags = tuple(getattr(pkt, f, None) for f in ("trimmed", "trimmed_lasthop", "ecn"))

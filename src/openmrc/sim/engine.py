@@ -27,7 +27,7 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from heapq import heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openmrc.sim._native import kernel
 
@@ -167,9 +167,11 @@ class PySimulator:
                 self.events_run += n
 
 
-if kernel is not None:
+if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
+    Simulator = PySimulator
+elif kernel is not None:
 
-    class Simulator(kernel.Simulator):  # type: ignore[name-defined,misc]
+    class Simulator(kernel.Simulator):
         """The native event loop (:mod:`openmrc.sim._kernel`); the API of :class:`PySimulator`.
 
         ``heap`` and ``seq`` are internal to it (C structs and a C counter).
@@ -183,4 +185,4 @@ if kernel is not None:
                 return int(super().run(until_ps))
 
 else:
-    Simulator = PySimulator  # type: ignore[misc]
+    Simulator = PySimulator

@@ -369,12 +369,14 @@ class PyEgressPort(PortReport):
         self.impaired = self.silent or self.loss > 0.0
 
 
-if kernel is not None:
+if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
+    EgressPort = PyEgressPort
+elif kernel is not None:
 
-    class EgressPort(kernel.EgressPort, PortReport):  # type: ignore[name-defined,misc]
+    class EgressPort(kernel.EgressPort, PortReport):
         """The native port (:mod:`openmrc.sim._kernel`); the API of :class:`PyEgressPort`."""
 
         __slots__ = ()
 
 else:
-    EgressPort = PyEgressPort  # type: ignore[misc]
+    EgressPort = PyEgressPort

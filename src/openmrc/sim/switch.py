@@ -176,18 +176,21 @@ class PyHostEnd:
         cb(pkt, self.plane, self.sim.now)
 
 
-if kernel is not None:
+if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
+    Switch = PySwitch
+    HostEnd = PyHostEnd
+elif kernel is not None:
 
-    class Switch(kernel.Switch, SwitchReport):  # type: ignore[name-defined,misc]
+    class Switch(kernel.Switch, SwitchReport):
         """The native switch (:mod:`openmrc.sim._kernel`); the API of :class:`PySwitch`."""
 
         __slots__ = ()
 
-    class HostEnd(kernel.HostEnd):  # type: ignore[name-defined,misc]
+    class HostEnd(kernel.HostEnd):
         """The native host end (:mod:`openmrc.sim._kernel`); the API of :class:`PyHostEnd`."""
 
         __slots__ = ()
 
 else:
-    Switch = PySwitch  # type: ignore[misc]
-    HostEnd = PyHostEnd  # type: ignore[misc]
+    Switch = PySwitch
+    HostEnd = PyHostEnd
