@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from openmrc.sim import _native
 from openmrc.sim.engine import PySimulator
-from openmrc.sim.port import PortReport, PyEgressPort
+from openmrc.sim.port import PortReport, PyEgressPort, py_busy_mask, py_soonest_drain
 from openmrc.sim.switch import PyHostEnd, PySwitch, SwitchReport
 from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
 from openmrc.wire.packets import DataPacket, Opcode, SackPacket
@@ -452,3 +452,46 @@ def test_native_switch_routes_like_python(routes: list[object]) -> None:
             spent.append(pkt.route)
         seen.append((sw.counters(), spent, out.tx_pkts, out.queued_bytes()))
     assert seen[0] == seen[1]
+
+
+@native
+def test_native_busy_mask_and_soonest_drain_match_python() -> None:
+    """The NIC's view of its ports: native helpers against port.py's, on both port kinds."""
+    assert kernel is not None
+    py_impl, nat_impl = _impls()
+    for impl in (py_impl, nat_impl):
+        sim = impl[1](1)
+        ports = [
+            impl[2](
+                sim, f"h0:{i}", 100_000_000_000, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4
+            )
+            for i in range(5)
+        ]
+        seen = []
+        for step in range(4):
+            if step == 1:
+                ports[1].enqueue(_data(0))  # serializing
+                ports[2].enqueue(_data(1))
+                ports[2].enqueue(_data(2))  # serializing and queued
+            if step == 2:
+                ports[3].set_up(False)
+                ports[2].set_up(False)
+            if step == 3:
+                sim.run(until_ps=sim.now + 200_000)
+            now = sim.now
+            seen.append(
+                (
+                    py_busy_mask(ports, now),
+                    kernel.busy_mask(ports, now),
+                    py_soonest_drain(ports, now),
+                    kernel.soonest_drain(ports, now),
+                )
+            )
+        for a, b, c, d in seen:
+            assert a == b and c == d
+        assert [s[0] for s in seen] == [0, 0b110, 0b1110, 0b1100]
+        assert seen[0][2] is None and seen[1][2] is not None
+    with pytest.raises(TypeError):
+        kernel.busy_mask((), 0)
+    with pytest.raises(AttributeError):
+        kernel.soonest_drain([object()], 0)

@@ -1915,6 +1915,136 @@ static PyTypeObject HostEndType = {
 };
 
 /* ------------------------------------------------------------------------ */
+/* NIC helpers over a host's ports (sim/port.py: busy_mask, soonest_drain)    */
+
+static int generic_int_attr(PyObject *o, const char *name, PyObject **out)
+{
+    *out = PyObject_GetAttrString(o, name);
+    return *out == NULL ? -1 : 0;
+}
+
+/* busy_mask(ports, now): bit p set when port p is down, serializing or has a queue */
+static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "busy_mask(ports: list, now: int)");
+        return NULL;
+    }
+    int64_t now;
+    if (as_i64(args[1], &now) < 0)
+        return NULL;
+    PyObject *ports = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(ports);
+    if (n > 64) {
+        PyErr_SetString(PyExc_ValueError, "busy_mask: at most 64 ports");
+        return NULL;
+    }
+    uint64_t busy = 0;
+    PyObject *nowo = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(ports, i);
+        if (PyObject_TypeCheck(o, &PortType)) {
+            PortObject *p = (PortObject *)o;
+            if (!p->up || p->busy_until > now || p->data_bytes || p->prio_bytes)
+                busy |= (uint64_t)1 << i;
+            continue;
+        }
+        /* a Python port: the same test on its attributes */
+        static const char *names[] = {"up", "busy_until", "data_bytes", "prio_bytes"};
+        int b = 0;
+        for (int k = 0; k < 4 && !b; k++) {
+            PyObject *v;
+            if (generic_int_attr(o, names[k], &v) < 0)
+                goto fail;
+            int r;
+            if (k == 0)
+                r = PyObject_Not(v);
+            else if (k == 1) {
+                if (nowo == NULL && (nowo = PyLong_FromLongLong(now)) == NULL) {
+                    Py_DECREF(v);
+                    goto fail;
+                }
+                r = PyObject_RichCompareBool(v, nowo, Py_GT);
+            }
+            else
+                r = PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (r < 0)
+                goto fail;
+            b = r;
+        }
+        if (b)
+            busy |= (uint64_t)1 << i;
+    }
+    Py_XDECREF(nowo);
+    return PyLong_FromUnsignedLongLong(busy);
+fail:
+    Py_XDECREF(nowo);
+    return NULL;
+}
+
+/* soonest_drain(ports, now): the earliest drain_time() after now of a port that is up, or None */
+static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "soonest_drain(ports: list, now: int)");
+        return NULL;
+    }
+    int64_t now;
+    if (as_i64(args[1], &now) < 0)
+        return NULL;
+    PyObject *ports = args[0];
+    int found = 0;
+    int64_t soonest = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ports); i++) {
+        PyObject *o = PyList_GET_ITEM(ports, i);
+        int64_t t;
+        if (PyObject_TypeCheck(o, &PortType)) {
+            PortObject *p = (PortObject *)o;
+            if (!p->up)
+                continue;
+            if (p->sim == NULL) {
+                PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");
+                return NULL;
+            }
+            t = port_drain_time(p);
+        }
+        else {
+            PyObject *v = PyObject_GetAttrString(o, "up");
+            if (v == NULL)
+                return NULL;
+            int up = PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (up < 0)
+                return NULL;
+            if (!up)
+                continue;
+            v = PyObject_CallMethod(o, "drain_time", NULL);
+            if (v == NULL)
+                return NULL;
+            int r = as_i64(v, &t);
+            Py_DECREF(v);
+            if (r < 0)
+                return NULL;
+        }
+        if (t > now && (!found || t < soonest)) {
+            soonest = t;
+            found = 1;
+        }
+    }
+    if (!found)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(soonest);
+}
+
+static PyMethodDef kernel_functions[] = {
+    {"busy_mask", (PyCFunction)(void (*)(void))k_busy_mask, METH_FASTCALL,
+     "busy_mask(ports, now): bit p set when port p is down, serializing or has a queue"},
+    {"soonest_drain", (PyCFunction)(void (*)(void))k_soonest_drain, METH_FASTCALL,
+     "soonest_drain(ports, now): earliest drain_time() > now of a port that is up, or None"},
+    {NULL}};
+
+/* ------------------------------------------------------------------------ */
 /* module                                                                   */
 
 static PyObject *import_attr(const char *mod, const char *name)
@@ -1948,7 +2078,7 @@ static int check_const(const char *name, PyObject *expect)
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT, "openmrc.sim._kernel",
-    "The simulator's fabric hot path in C (see openmrc.sim.engine).", -1, NULL};
+    "The simulator's fabric hot path in C (see openmrc.sim.engine).", -1, kernel_functions};
 
 PyMODINIT_FUNC PyInit__kernel(void)
 {

@@ -369,9 +369,33 @@ class PyEgressPort(PortReport):
         self.impaired = self.silent or self.loss > 0.0
 
 
+def py_busy_mask(ports: list[PyEgressPort], now: int) -> int:
+    """Bit ``p`` set when port ``p`` is down, serializing or has a queue (a NIC's busy ports)."""
+    busy = 0
+    for p, port in enumerate(ports):
+        if not port.up or port.busy_until > now or port.data_bytes or port.prio_bytes:
+            busy |= 1 << p
+    return busy
+
+
+def py_soonest_drain(ports: list[PyEgressPort], now: int) -> int | None:
+    """The earliest :meth:`~PyEgressPort.drain_time` after ``now`` of a port that is up, or None."""
+    soonest = None
+    for port in ports:
+        if port.up:
+            t = port.drain_time()
+            if t > now and (soonest is None or t < soonest):
+                soonest = t
+    return soonest
+
+
 if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
     EgressPort = PyEgressPort
+    busy_mask = py_busy_mask
+    soonest_drain = py_soonest_drain
 elif kernel is not None:
+    busy_mask = kernel.busy_mask
+    soonest_drain = kernel.soonest_drain
 
     class EgressPort(kernel.EgressPort, PortReport):
         """The native port (:mod:`openmrc.sim._kernel`); the API of :class:`PyEgressPort`."""
@@ -380,3 +404,5 @@ elif kernel is not None:
 
 else:
     EgressPort = PyEgressPort
+    busy_mask = py_busy_mask
+    soonest_drain = py_soonest_drain
