@@ -495,3 +495,66 @@ def test_native_busy_mask_and_soonest_drain_match_python() -> None:
         kernel.busy_mask((), 0)
     with pytest.raises(AttributeError):
         kernel.soonest_drain([object()], 0)
+
+
+# --------------------------------------------------------------------------------------
+# review findings: regression tests (crash reproducers run in a child interpreter, so a
+# regression fails the test instead of killing the test run)
+
+
+_CHILD_PRELUDE = """
+import pytest
+from openmrc.sim import _kernel as k
+from openmrc.topology import BLOCK, SwitchInfo
+from openmrc.wire.packets import DataPacket, Opcode
+
+def data(route=None):
+    pkt = DataPacket(5, 0, Opcode.WRITE_ONLY, 0, 0, 0, 0, 1000)
+    if route is not None:
+        pkt.route = route
+    return pkt
+"""
+
+
+def _child(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the prelude + ``code`` in a fresh interpreter with the kernel on; never raises."""
+    env = dict(os.environ)
+    env["OPENMRC_PURE_PYTHON"] = "0"
+    return subprocess.run(
+        [sys.executable, "-X", "dev", "-c", _CHILD_PRELUDE + textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _assert_child_ok(code: str) -> None:
+    res = _child(code)
+    assert res.returncode == 0, f"child died ({res.returncode}):\n{res.stdout}\n{res.stderr}"
+    assert res.stdout.strip().endswith("ok"), res.stdout + res.stderr
+
+
+
+
+@native
+def test_uninitialised_targets_raise_instead_of_crashing() -> None:
+    """Finding 1: a port wired to a HostEnd / Switch made with __new__ only: no segfault."""
+    _assert_child_ok(
+        """
+        sim = k.Simulator(1)
+        end = k.HostEnd.__new__(k.HostEnd)
+        p = k.EgressPort(sim, "p", 10**11, 1000, end.receive, data_limit=10**6, prio_limit=10**5)
+        p.enqueue(data())
+        with pytest.raises(RuntimeError, match="HostEnd: not initialised"):
+            sim.run()
+        sw = k.Switch.__new__(k.Switch)
+        sw.forwarding = True
+        q = k.EgressPort(sim, "q", 10**11, 1000, sw.receive, data_limit=10**6, prio_limit=10**5)
+        q.enqueue(data(BLOCK | (0xE001 << 80)))
+        with pytest.raises(RuntimeError, match="Switch: not initialised"):
+            sim.run()
+        print("ok")
+        """
+    )

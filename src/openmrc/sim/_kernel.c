@@ -709,6 +709,12 @@ static int host_receive_impl(HostEndObject *h, PyObject *pkt, PyObject *via, int
 /* ------------------------------------------------------------------------ */
 /* event dispatch                                                            */
 
+static int not_ready(const char *what)
+{
+    PyErr_Format(PyExc_RuntimeError, "%s: not initialised", what);
+    return -1;
+}
+
 static int dispatch(Event *ev)
 {
     if (ev->kind == EV_CALL) {
@@ -719,16 +725,25 @@ static int dispatch(Event *ev)
         return 0;
     }
     PortObject *p = (PortObject *)ev->a;
+    if (p->sim == NULL)
+        return not_ready("EgressPort");
     if (ev->kind == EV_TXFREE)
         return port_tx_free(p);
-    /* EV_ARRIVE */
+    /* EV_ARRIVE: the target may have been created with __new__ and never
+     * initialised (or cleared by the collector): check before going native */
     switch (p->rx_kind) {
-    case RX_SWITCH:
-        return switch_receive_impl((SwitchObject *)p->rx_target, ev->b, (PyObject *)p,
-                                   ev->epoch, NULL);
-    case RX_HOST:
-        return host_receive_impl((HostEndObject *)p->rx_target, ev->b, (PyObject *)p,
-                                 ev->epoch, NULL);
+    case RX_SWITCH: {
+        SwitchObject *sw = (SwitchObject *)p->rx_target;
+        if (sw->ports == NULL || sw->table == NULL)
+            return not_ready("Switch");
+        return switch_receive_impl(sw, ev->b, (PyObject *)p, ev->epoch, NULL);
+    }
+    case RX_HOST: {
+        HostEndObject *h = (HostEndObject *)p->rx_target;
+        if (h->sim == NULL || h->on_receive == NULL || h->plane == NULL)
+            return not_ready("HostEnd");
+        return host_receive_impl(h, ev->b, (PyObject *)p, ev->epoch, NULL);
+    }
     default: {
         PyObject *e = PyLong_FromLongLong(ev->epoch);
         if (e == NULL)
@@ -1272,6 +1287,7 @@ static int Port_clear(PortObject *p)
     Py_CLEAR(p->peer);
     Py_CLEAR(p->link);
     Py_CLEAR(p->rx);
+    p->rx_kind = RX_PY;
     Py_CLEAR(p->rx_target);
     Py_CLEAR(p->rng_random);
     ring_clear(&p->data);
