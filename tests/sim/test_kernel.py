@@ -558,3 +558,34 @@ def test_uninitialised_targets_raise_instead_of_crashing() -> None:
         print("ok")
         """
     )
+
+
+@native
+def test_route_whose_del_reinstalls_the_table_does_not_free_the_egress_port() -> None:
+    """Finding 2: the generic route path holds the egress port across Python code."""
+    _assert_child_ok(
+        """
+        sim = k.Simulator(1)
+        sw = k.Switch(SwitchInfo("t0", 0, 0, 0, 0xE001), 2)
+        got = []
+        out = k.EgressPort(
+            sim, "out", 10**11, 1000, lambda *a: got.append(a), data_limit=10**6, prio_limit=10**5
+        )
+        sw.ports[1] = out
+        sw.install({0xE002: 1})
+        sw.ports[1] = None
+        del out  # the table is now the only owner of the port
+
+        class Route(int):  # not an exact int: the generic path
+            def __del__(self):
+                sw.install({})  # drops the old table, and with it the port
+
+        pkt = data(Route(BLOCK | (0xE001 << 80) | (0xE002 << 64)))
+        inp = k.EgressPort(sim, "in", 10**11, 1000, sw.receive, data_limit=10**6, prio_limit=10**5)
+        inp.enqueue(pkt)
+        del pkt
+        sim.run()
+        assert sw.forwarded == 1 and len(got) == 1, (sw.forwarded, got)
+        print("ok")
+        """
+    )

@@ -545,7 +545,8 @@ static int enqueue_any(PyObject *out, PyObject *pkt)
 }
 
 /* The Python expression path of Switch.receive for a route that is not a
- * plain non-negative int below 2**128: 0 done (counted), 1 forward to *out. */
+ * plain non-negative int below 2**128: 0 done (counted), 1 forward to *out
+ * (a new reference: the table entry is taken before any Python code can run). */
 static int switch_route_generic(SwitchObject *sw, PyObject *pkt, PyObject *addr, PyObject **out)
 {
     PyObject *top = PyNumber_Rshift(addr, PyLong_Shift);
@@ -601,6 +602,7 @@ static int switch_route_generic(SwitchObject *sw, PyObject *pkt, PyObject *addr,
     if (k == NULL)
         return -1;
     PyObject *o = PyDict_GetItemWithError(sw->table, k);
+    Py_XINCREF(o);
     Py_DECREF(k);
     if (o == NULL) {
         if (PyErr_Occurred())
@@ -664,6 +666,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
             sw->bad_route++;
             return 0;
         }
+        Py_INCREF(out);
     }
     else {
         int r = switch_route_generic(sw, pkt, addr, &out);
@@ -672,7 +675,6 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
             return r;
     }
     sw->forwarded++;
-    Py_INCREF(out);
     int r = enqueue_any(out, pkt);
     Py_DECREF(out);
     return r;
@@ -695,10 +697,13 @@ static int host_receive_impl(HostEndObject *h, PyObject *pkt, PyObject *via, int
     PyObject *now = PyLong_FromLongLong(h->sim->now);
     if (now == NULL)
         return -1;
+    PyObject *plane = h->plane;
     Py_INCREF(cb);
-    PyObject *args[3] = {pkt, h->plane, now};
+    Py_INCREF(plane);
+    PyObject *args[3] = {pkt, plane, now};
     PyObject *r = PyObject_Vectorcall(cb, args, 3, NULL);
     Py_DECREF(cb);
+    Py_DECREF(plane);
     Py_DECREF(now);
     if (r == NULL)
         return -1;
@@ -736,20 +741,29 @@ static int dispatch(Event *ev)
         SwitchObject *sw = (SwitchObject *)p->rx_target;
         if (sw->ports == NULL || sw->table == NULL)
             return not_ready("Switch");
-        return switch_receive_impl(sw, ev->b, (PyObject *)p, ev->epoch, NULL);
+        Py_INCREF(sw); /* Python code it runs may re-initialise the port */
+        int r = switch_receive_impl(sw, ev->b, (PyObject *)p, ev->epoch, NULL);
+        Py_DECREF(sw);
+        return r;
     }
     case RX_HOST: {
         HostEndObject *h = (HostEndObject *)p->rx_target;
         if (h->sim == NULL || h->on_receive == NULL || h->plane == NULL)
             return not_ready("HostEnd");
-        return host_receive_impl(h, ev->b, (PyObject *)p, ev->epoch, NULL);
+        Py_INCREF(h);
+        int r = host_receive_impl(h, ev->b, (PyObject *)p, ev->epoch, NULL);
+        Py_DECREF(h);
+        return r;
     }
     default: {
         PyObject *e = PyLong_FromLongLong(ev->epoch);
         if (e == NULL)
             return -1;
+        PyObject *rx = p->rx;
+        Py_INCREF(rx);
         PyObject *args[3] = {ev->b, (PyObject *)p, e};
-        PyObject *r = PyObject_Vectorcall(p->rx, args, 3, NULL);
+        PyObject *r = PyObject_Vectorcall(rx, args, 3, NULL);
+        Py_DECREF(rx);
         Py_DECREF(e);
         if (r == NULL)
             return -1;
@@ -1950,14 +1964,14 @@ static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t na
     if (as_i64(args[1], &now) < 0)
         return NULL;
     PyObject *ports = args[0];
-    Py_ssize_t n = PyList_GET_SIZE(ports);
-    if (n > 64) {
+    if (PyList_GET_SIZE(ports) > 64) {
         PyErr_SetString(PyExc_ValueError, "busy_mask: at most 64 ports");
         return NULL;
     }
     uint64_t busy = 0;
     PyObject *nowo = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    /* the list may change under the attribute reads of a Python port: re-read its size */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ports) && i < 64; i++) {
         PyObject *o = PyList_GET_ITEM(ports, i);
         if (PyObject_TypeCheck(o, &PortType)) {
             PortObject *p = (PortObject *)o;
@@ -1965,19 +1979,23 @@ static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t na
                 busy |= (uint64_t)1 << i;
             continue;
         }
-        /* a Python port: the same test on its attributes */
+        /* a Python port: the same test on its attributes (held: they run Python code) */
         static const char *names[] = {"up", "busy_until", "data_bytes", "prio_bytes"};
         int b = 0;
+        Py_INCREF(o);
         for (int k = 0; k < 4 && !b; k++) {
             PyObject *v;
-            if (generic_int_attr(o, names[k], &v) < 0)
+            if (generic_int_attr(o, names[k], &v) < 0) {
+                Py_DECREF(o);
                 goto fail;
+            }
             int r;
             if (k == 0)
                 r = PyObject_Not(v);
             else if (k == 1) {
                 if (nowo == NULL && (nowo = PyLong_FromLongLong(now)) == NULL) {
                     Py_DECREF(v);
+                    Py_DECREF(o);
                     goto fail;
                 }
                 r = PyObject_RichCompareBool(v, nowo, Py_GT);
@@ -1985,10 +2003,13 @@ static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t na
             else
                 r = PyObject_IsTrue(v);
             Py_DECREF(v);
-            if (r < 0)
+            if (r < 0) {
+                Py_DECREF(o);
                 goto fail;
+            }
             b = r;
         }
+        Py_DECREF(o);
         if (b)
             busy |= (uint64_t)1 << i;
     }
@@ -2026,16 +2047,18 @@ static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_
             t = port_drain_time(p);
         }
         else {
+            Py_INCREF(o); /* held: the calls below run Python code */
             PyObject *v = PyObject_GetAttrString(o, "up");
-            if (v == NULL)
-                return NULL;
-            int up = PyObject_IsTrue(v);
-            Py_DECREF(v);
-            if (up < 0)
-                return NULL;
-            if (!up)
+            int up = v == NULL ? -1 : PyObject_IsTrue(v);
+            Py_XDECREF(v);
+            if (up <= 0) {
+                Py_DECREF(o);
+                if (up < 0)
+                    return NULL;
                 continue;
+            }
             v = PyObject_CallMethod(o, "drain_time", NULL);
+            Py_DECREF(o);
             if (v == NULL)
                 return NULL;
             int r = as_i64(v, &t);
