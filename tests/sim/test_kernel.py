@@ -589,3 +589,27 @@ def test_route_whose_del_reinstalls_the_table_does_not_free_the_egress_port() ->
         print("ok")
         """
     )
+
+
+@native
+def test_times_beyond_int64_raise_overflow_not_wrap() -> None:
+    """Finding 3: natively times are int64; a sum past it raises instead of wrapping."""
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+    seen: list[int] = []
+    sim.schedule(5, lambda: None)
+    sim.run()
+    with pytest.raises(OverflowError, match="64 bits"):
+        sim.after(2**63 - 1, seen.append, 1)
+    assert sim.pending() == 0
+    sim.after(2**63 - 6, lambda: seen.append(sim.now))  # exactly the largest time: fine
+    sim.run()
+    assert seen == [2**63 - 1]
+    sim = kernel.Simulator(1)
+    port = kernel.EgressPort(sim, "p", 1, 1000, print, data_limit=10**6, prio_limit=10**5)
+    with pytest.raises(OverflowError, match="64 bits"):
+        port.serialization_ps(2**62)
+    sim.schedule(2**63 - 10, port.enqueue, _data(0))
+    with pytest.raises(OverflowError, match="64 bits"):
+        sim.run()
+    assert sim.pending() == 0  # no arrival at a wrapped (negative) time

@@ -194,6 +194,27 @@ static int as_i64(PyObject *o, int64_t *out)
     return 0;
 }
 
+/* a + b into *out; 1 (and *out untouched) when it does not fit in int64 */
+static inline int add_i64(int64_t a, int64_t b, int64_t *out)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_add_overflow(a, b, out);
+#else
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 1;
+    *out = a + b;
+    return 0;
+#endif
+}
+
+/* Times and byte counts are int64 natively (Python ints are unbounded). */
+static int overflow_err(const char *what)
+{
+    PyErr_Format(PyExc_OverflowError, "%s does not fit in 64 bits (the native kernel's limit)",
+                 what);
+    return -1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* ring buffer of packets                                                   */
 
@@ -262,14 +283,28 @@ static int get_size(PyObject *pkt, int64_t *out)
     return r;
 }
 
-static inline int64_t ser_ps(PortObject *p, int64_t nbytes)
+/* pkt.size + framing */
+static int get_wire_bytes(PortObject *p, PyObject *pkt, int64_t *out)
 {
-    /* ceil(nbytes * num / den), as -(-nbytes * num // den) in Python */
+    int64_t size;
+    if (get_size(pkt, &size) < 0)
+        return -1;
+    if (add_i64(size, p->framing, out))
+        return overflow_err("pkt.size + framing");
+    return 0;
+}
+
+/* ceil(nbytes * num / den), as -(-nbytes * num // den) in Python; -1 on overflow */
+static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
+{
     __int128 x = (__int128)nbytes * p->num;
     __int128 q = x / p->den;
     if (x % p->den != 0 && x > 0)
         q += 1; /* (truncation towards zero is already the ceiling for x < 0) */
-    return (int64_t)q;
+    if (q > INT64_MAX || q < INT64_MIN)
+        return overflow_err("serialization time");
+    *out = (int64_t)q;
+    return 0;
 }
 
 /* 1: lost by the wire, 0: not, -1: error */
@@ -298,7 +333,11 @@ static int port_impair(PortObject *p)
 /* Serialize pkt from now and schedule its arrival. 1 sent, 0 lost, -1 error. */
 static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t now)
 {
-    int64_t end = now + ser_ps(p, wb);
+    int64_t ser, end, arrive;
+    if (ser_ps(p, wb, &ser) < 0)
+        return -1;
+    if (add_i64(now, ser, &end) || add_i64(end, p->delay, &arrive))
+        return overflow_err("arrival time");
     p->busy_until = end;
     p->tx_pkts++;
     p->tx_bytes += wb;
@@ -309,7 +348,7 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
     }
     Py_INCREF(p);
     Py_INCREF(pkt);
-    if (heap_push(p->sim, end + p->delay, EV_ARRIVE, (PyObject *)p, pkt, p->epoch) < 0)
+    if (heap_push(p->sim, arrive, EV_ARRIVE, (PyObject *)p, pkt, p->epoch) < 0)
         return -1;
     return 1;
 }
@@ -332,10 +371,9 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
         return 0;
     }
     int64_t now = p->sim->now;
-    int64_t size;
-    if (get_size(pkt, &size) < 0)
+    int64_t wb;
+    if (get_wire_bytes(p, pkt, &wb) < 0)
         return -1;
-    int64_t wb = size + p->framing;
     if (!p->has_txev && p->busy_until <= now)
         return port_put_on_wire(p, pkt, wb, now) < 0 ? -1 : 0;
     int isdata = PyObject_IsInstance(pkt, DataPacketType);
@@ -350,8 +388,9 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
         if (trimmed < 0)
             return -1;
         if (!trimmed) {
-            int64_t q = p->data_bytes;
-            if (q + wb <= p->data_limit) {
+            int64_t q = p->data_bytes, nq;
+            /* a sum beyond int64 is beyond any limit too, as in Python */
+            if (!add_i64(q, wb, &nq) && nq <= p->data_limit) {
                 if (p->ecn && q > p->kmin) {
                     int64_t kmax = p->kmax;
                     int mark = q >= kmax;
@@ -371,11 +410,11 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
                         p->ecn_marks++;
                     }
                 }
+                if (add_i64(nq, p->prio_bytes, &q))
+                    return overflow_err("queued bytes");
                 if (ring_push(&p->data, pkt) < 0)
                     return -1;
-                q += wb;
-                p->data_bytes = q;
-                q += p->prio_bytes;
+                p->data_bytes = nq;
                 if (q > p->max_queue_bytes)
                     p->max_queue_bytes = q;
                 if (!p->has_txev)
@@ -392,22 +431,22 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
                 return -1;
             Py_DECREF(r);
             p->trims++;
-            if (get_size(pkt, &size) < 0)
+            if (get_wire_bytes(p, pkt, &wb) < 0)
                 return -1;
-            wb = size + p->framing;
         }
     }
-    int64_t pb = p->prio_bytes + wb;
-    if (pb > p->prio_limit) {
+    int64_t pb, tot;
+    if (add_i64(p->prio_bytes, wb, &pb) || pb > p->prio_limit) {
         p->drops_header++;
         return 0;
     }
+    if (add_i64(pb, p->data_bytes, &tot))
+        return overflow_err("queued bytes");
     if (ring_push(&p->prio, pkt) < 0)
         return -1;
     p->prio_bytes = pb;
-    pb += p->data_bytes;
-    if (pb > p->max_queue_bytes)
-        p->max_queue_bytes = pb;
+    if (tot > p->max_queue_bytes)
+        p->max_queue_bytes = tot;
     if (!p->has_txev)
         return port_arm(p);
     return 0;
@@ -416,23 +455,21 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
 static int port_tx_free(PortObject *p)
 {
     PyObject *pkt;
-    int64_t size, wb;
+    int64_t wb;
     if (p->prio.len) {
         pkt = ring_pop(&p->prio);
-        if (get_size(pkt, &size) < 0) {
+        if (get_wire_bytes(p, pkt, &wb) < 0) {
             Py_DECREF(pkt);
             return -1;
         }
-        wb = size + p->framing;
         p->prio_bytes -= wb;
     }
     else if (p->data.len) {
         pkt = ring_pop(&p->data);
-        if (get_size(pkt, &size) < 0) {
+        if (get_wire_bytes(p, pkt, &wb) < 0) {
             Py_DECREF(pkt);
             return -1;
         }
-        wb = size + p->framing;
         p->data_bytes -= wb;
     }
     else {
@@ -454,12 +491,26 @@ static int port_tx_free(PortObject *p)
     return 0;
 }
 
-static int64_t port_drain_time(PortObject *p)
+/* when everything queued now will have left; -1 on overflow */
+static int port_drain_time(PortObject *p, int64_t *out)
 {
     int64_t now = p->sim->now;
     int64_t start = p->busy_until > now ? p->busy_until : now;
-    int64_t q = p->data_bytes + p->prio_bytes;
-    return start + (q ? ser_ps(p, q) : 0);
+    int64_t q = p->data_bytes + p->prio_bytes; /* both bounded by enqueue's checks */
+    int64_t ser = 0;
+    if (q && ser_ps(p, q, &ser) < 0)
+        return -1;
+    if (add_i64(start, ser, out))
+        return overflow_err("drain time");
+    return 0;
+}
+
+static PyObject *drain_time_obj(PortObject *p)
+{
+    int64_t t;
+    if (port_drain_time(p, &t) < 0)
+        return NULL;
+    return PyLong_FromLongLong(t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -941,7 +992,13 @@ static PyObject *Sim_after(SimObject *s, PyObject *const *args, Py_ssize_t nargs
     PyObject *cargs = tuple_from(args + 2, nargs - 2);
     if (cargs == NULL)
         return NULL;
-    PyObject *h = sim_push_call(s, s->now + d, args[1], cargs);
+    int64_t at;
+    if (add_i64(s->now, d, &at)) {
+        Py_DECREF(cargs);
+        overflow_err("after: now + delay");
+        return NULL;
+    }
+    PyObject *h = sim_push_call(s, at, args[1], cargs);
     Py_DECREF(cargs);
     return h;
 }
@@ -1353,13 +1410,13 @@ static PyObject *Port_send(PortObject *p, PyObject *args, PyObject *kw)
     }
     if (port_enqueue(p, pkt) < 0)
         return NULL;
-    return PyLong_FromLongLong(port_drain_time(p));
+    return drain_time_obj(p);
 }
 
 static PyObject *Port_drain_time(PortObject *p, PyObject *unused)
 {
     PORT_READY(p);
-    return PyLong_FromLongLong(port_drain_time(p));
+    return drain_time_obj(p);
 }
 
 static PyObject *Port_serialization_ps(PortObject *p, PyObject *arg)
@@ -1368,16 +1425,19 @@ static PyObject *Port_serialization_ps(PortObject *p, PyObject *arg)
     int64_t nb;
     if (as_i64(arg, &nb) < 0)
         return NULL;
-    return PyLong_FromLongLong(ser_ps(p, nb));
+    int64_t t;
+    if (ser_ps(p, nb, &t) < 0)
+        return NULL;
+    return PyLong_FromLongLong(t);
 }
 
 static PyObject *Port_wire_bytes(PortObject *p, PyObject *pkt)
 {
     PORT_READY(p);
-    int64_t size;
-    if (get_size(pkt, &size) < 0)
+    int64_t wb;
+    if (get_wire_bytes(p, pkt, &wb) < 0)
         return NULL;
-    return PyLong_FromLongLong(size + p->framing);
+    return PyLong_FromLongLong(wb);
 }
 
 static PyObject *Port_queued_bytes(PortObject *p, PyObject *unused)
@@ -2044,7 +2104,8 @@ static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_
                 PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");
                 return NULL;
             }
-            t = port_drain_time(p);
+            if (port_drain_time(p, &t) < 0)
+                return NULL;
         }
         else {
             Py_INCREF(o); /* held: the calls below run Python code */
