@@ -613,3 +613,31 @@ def test_times_beyond_int64_raise_overflow_not_wrap() -> None:
     with pytest.raises(OverflowError, match="64 bits"):
         sim.run()
     assert sim.pending() == 0  # no arrival at a wrapped (negative) time
+
+
+@IMPLS
+def test_link_down_from_inside_the_running_tx_event_leaves_no_stale_cancel(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """Finding 5: set_up(False) while the port's own tx-free event runs cancels nothing."""
+    sim = impl[1](1)
+    ports: list[Any] = []
+
+    class Rng:
+        calls = 0
+
+        def random(self) -> float:
+            self.calls += 1
+            if self.calls == 2:  # the draw for the packet the tx-free event sends
+                ports[0].set_up(False)
+            return 0.9
+
+    sim.rng = Rng()
+    port = impl[2](sim, "p", 10**11, 1000, _Sink(), data_limit=10**6, prio_limit=10**5)
+    ports.append(port)
+    port.set_impairment(loss=0.5)
+    port.enqueue(_data(0))  # straight onto the wire (draw 1)
+    port.enqueue(_data(1))  # queued: the tx-free event sends it (draw 2 takes the link down)
+    sim.run()
+    assert not port.up and port.txev is None
+    assert not sim.cancelled and sim.pending() == 0

@@ -456,6 +456,10 @@ static int port_tx_free(PortObject *p)
 {
     PyObject *pkt;
     int64_t wb;
+    /* this event is out of the heap now: a set_up(False) from Python code run
+     * below (pkt.size, the loss draw) must not cancel it (Python's cancel sees
+     * it is no longer in the heap and does nothing) */
+    p->has_txev = 0;
     if (p->prio.len) {
         pkt = ring_pop(&p->prio);
         if (get_wire_bytes(p, pkt, &wb) < 0) {
