@@ -13,9 +13,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -641,3 +643,43 @@ def test_link_down_from_inside_the_running_tx_event_leaves_no_stale_cancel(
     sim.run()
     assert not port.up and port.txev is None
     assert not sim.cancelled and sim.pending() == 0
+
+
+@native
+def test_ctrl_c_interrupts_an_all_native_run() -> None:
+    """Finding 9: SIGINT during a run of native events only raises KeyboardInterrupt."""
+    code = (
+        _CHILD_PRELUDE
+        + """
+import sys
+# a uSID-0 switch routing to a port back into itself: a packet circles forever, every
+# event native (arrival at the switch, enqueue, tx-free)
+sim = k.Simulator(1)
+sw = k.Switch(SwitchInfo("loop", 0, 0, 0, 0), 1)
+port = k.EgressPort(sim, "loop", 10**11, 1000, sw.receive, data_limit=10**6, prio_limit=10**5)
+sw.ports[0] = port
+sw.install({0: 0})
+port.enqueue(data(BLOCK))
+print("running", flush=True)
+try:
+    sim.run()
+except KeyboardInterrupt:
+    print("interrupted", sim.events_run > 0, flush=True)
+"""
+    )
+    env = dict(os.environ)
+    env["OPENMRC_PURE_PYTHON"] = "0"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "running"
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out.strip() == "interrupted True"

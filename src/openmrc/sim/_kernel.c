@@ -1084,6 +1084,9 @@ fail:
     return NULL;
 }
 
+/* run() checks for signals (Ctrl-C) every this many events */
+#define SIGNAL_CHECK_EVENTS 4096
+
 static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"until_ps", NULL};
@@ -1103,11 +1106,19 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         limit = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
     }
     int64_t n = 0;
+    int tick = 0;
     s->stopped = 0;
     Event ev;
     while (s->n) {
         if (s->heap[0].t > limit)
             break;
+        /* a run of native events never enters the interpreter's loop, which is
+         * where signal handlers run: let Ctrl-C (KeyboardInterrupt) through */
+        if (++tick == SIGNAL_CHECK_EVENTS) {
+            tick = 0;
+            if (PyErr_CheckSignals() < 0)
+                goto fail;
+        }
         heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
             PyObject *k = PyLong_FromLongLong(ev.seq);
