@@ -10,6 +10,7 @@ was not built.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -683,3 +684,36 @@ except KeyboardInterrupt:
             child.kill()
             child.wait()
     assert out.strip() == "interrupted True"
+
+
+@IMPLS
+def test_handle_names_its_own_event_when_a_collection_schedules(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """Finding 12: a __del__ run by the collector inside schedule() cannot steal its seq."""
+    sim = impl[1](1)
+    ran: list[object] = []
+    kept: list[Any] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            kept.append(sim.schedule(5, ran.append, "del"))
+
+    handles = []
+    threshold = gc.get_threshold()
+    try:
+        for th in (1, 2, 3):
+            gc.set_threshold(th)
+            for i in range(1000):
+                Cycle()
+                _junk = [[] for _ in range(i % 5)]  # shifts where the collections fall
+                handles.append(sim.schedule(5, ran.append, i))
+    finally:
+        gc.set_threshold(*threshold)
+        gc.collect()
+    by_seq = {ev[1]: ev[3] for ev in sim.pending_callbacks()}
+    assert all(by_seq.get(h[1]) is h[3] for h in handles)
+    assert len({h[1] for h in handles + kept}) == len(handles) + len(kept)

@@ -118,8 +118,10 @@ static inline int ev_less(const Event *x, const Event *y)
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-/* Push; steals the references a and b. Returns -1 (refs released) on no memory. */
-static int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b, int64_t epoch)
+/* Push with a sequence number the caller took (s->seq++) beforehand; steals
+ * the references a and b. Returns -1 (refs released) on no memory. */
+static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObject *a,
+                         PyObject *b, int64_t epoch)
 {
     if (s->n == s->cap) {
         Py_ssize_t cap = s->cap ? s->cap * 2 : 1024;
@@ -133,7 +135,7 @@ static int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b
         s->heap = h;
         s->cap = cap;
     }
-    Event ev = {t, s->seq++, epoch, a, b, kind};
+    Event ev = {t, seq, epoch, a, b, kind};
     Event *h = s->heap;
     Py_ssize_t i = s->n++;
     while (i > 0) {
@@ -145,6 +147,13 @@ static int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b
     }
     h[i] = ev;
     return 0;
+}
+
+/* Push, taking the next sequence number (no Python code runs in between). */
+static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b,
+                            int64_t epoch)
+{
+    return heap_push_seq(s, t, s->seq++, kind, a, b, epoch);
 }
 
 /* Pop the smallest event into *out (references move to the caller). */
@@ -357,11 +366,12 @@ static int port_arm(PortObject *p)
 {
     int64_t now = p->sim->now;
     int64_t at = p->busy_until > now ? p->busy_until : now;
+    int64_t seq = p->sim->seq++;
     p->txev_t = at;
-    p->txev_seq = p->sim->seq;
+    p->txev_seq = seq;
     p->has_txev = 1;
     Py_INCREF(p);
-    return heap_push(p->sim, at, EV_TXFREE, (PyObject *)p, NULL, 0);
+    return heap_push_seq(p->sim, at, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
 }
 
 static int port_enqueue(PortObject *p, PyObject *pkt)
@@ -485,11 +495,12 @@ static int port_tx_free(PortObject *p)
     if (r < 0)
         return -1;
     if (p->prio.len || p->data.len) {
+        int64_t seq = p->sim->seq++;
         p->txev_t = p->busy_until;
-        p->txev_seq = p->sim->seq;
+        p->txev_seq = seq;
         p->has_txev = 1;
         Py_INCREF(p);
-        return heap_push(p->sim, p->busy_until, EV_TXFREE, (PyObject *)p, NULL, 0);
+        return heap_push_seq(p->sim, p->busy_until, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
     }
     p->has_txev = 0;
     return 0;
@@ -945,13 +956,15 @@ static PyObject *tuple_from(PyObject *const *items, Py_ssize_t n)
 
 static PyObject *sim_push_call(SimObject *s, int64_t t, PyObject *fn, PyObject *cargs)
 {
-    int64_t seq = s->seq;
+    /* take the number before make_handle allocates: a collection there can run
+     * a __del__ that schedules (and so takes a number) too */
+    int64_t seq = s->seq++;
     PyObject *h = make_handle(t, seq, fn, cargs);
     if (h == NULL)
         return NULL;
     Py_INCREF(fn);
     Py_INCREF(cargs);
-    if (heap_push(s, t, EV_CALL, fn, cargs, 0) < 0) {
+    if (heap_push_seq(s, t, seq, EV_CALL, fn, cargs, 0) < 0) {
         Py_DECREF(h);
         return NULL;
     }
