@@ -35,19 +35,49 @@ from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
 from openmrc.wire.packets import DataPacket, Opcode, SackPacket
 
 
+#: Why the extension did not import (for the failure message when it is required).
+_KERNEL_ERROR = ""
+
+
 def _find_kernel() -> ModuleType | None:
     """The extension, also when built but switched off by OPENMRC_PURE_PYTHON=1."""
+    global _KERNEL_ERROR
     if _native.kernel is not None:
         return _native.kernel
     try:
         return importlib.import_module("openmrc.sim._kernel")
-    except ImportError:
+    except ImportError as exc:
+        _KERNEL_ERROR = f"{type(exc).__name__}: {exc}"
         return None
 
 
 kernel = _find_kernel()
 
-native = pytest.mark.skipif(kernel is None, reason="openmrc.sim._kernel is not built")
+#: ``OPENMRC_REQUIRE_NATIVE=1`` (CI): the native tests fail instead of skipping when
+#: the extension is missing (so a build that silently fell back to pure Python shows).
+REQUIRE_NATIVE = os.environ.get("OPENMRC_REQUIRE_NATIVE") == "1"
+
+
+@pytest.fixture
+def _kernel_required() -> None:
+    if kernel is None:
+        pytest.fail(
+            f"OPENMRC_REQUIRE_NATIVE=1 but openmrc.sim._kernel does not import ({_KERNEL_ERROR})"
+        )
+
+
+native = (
+    pytest.mark.usefixtures("_kernel_required")
+    if REQUIRE_NATIVE
+    else pytest.mark.skipif(kernel is None, reason="openmrc.sim._kernel is not built")
+)
+
+
+def test_kernel_present_when_required() -> None:
+    """With OPENMRC_REQUIRE_NATIVE=1 a missing extension is a failure, not a skip."""
+    if not REQUIRE_NATIVE:
+        pytest.skip("OPENMRC_REQUIRE_NATIVE is not 1")
+    assert kernel is not None, f"openmrc.sim._kernel does not import ({_KERNEL_ERROR})"
 
 # --------------------------------------------------------------------------------------
 # whole scenarios, native against pure Python

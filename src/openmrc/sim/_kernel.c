@@ -225,6 +225,53 @@ static int overflow_err(const char *what)
 }
 
 /* ------------------------------------------------------------------------ */
+/* 128-bit routes <-> Python ints, 16 bytes little endian                    */
+/* (3.13 added public calls for this and changed _PyLong_AsByteArray; 3.12
+ * changed the int layout, so Py_SIZE() no longer gives an int's sign)       */
+
+static int long_is_negative(PyObject *v) /* v an exact int */
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    return PyLong_IsNegative(v) == 1;
+#else
+    return _PyLong_Sign(v) < 0;
+#endif
+}
+
+/* 1: v (an exact int) is in [0, 2**128) and is in buf; 0: it is not; -1: error */
+static int long_to_16(PyObject *v, unsigned char buf[16])
+{
+    if (long_is_negative(v))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
+                                           Py_ASNATIVEBYTES_LITTLE_ENDIAN |
+                                               Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                               Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (need < 0)
+        return -1;
+    return need <= 16;
+#else
+    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
+        return 1;
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+#endif
+}
+
+static PyObject *long_from_16(const unsigned char buf[16])
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromUnsignedNativeBytes(buf, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#else
+    return _PyLong_FromByteArray(buf, 16, 1, 0);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
 /* ring buffer of packets                                                   */
 
 static int ring_push(Ring *r, PyObject *o)
@@ -698,12 +745,10 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
     PyObject *out = NULL;
     unsigned char buf[16];
     int fast = 0;
-    if (PyLong_CheckExact(addr) && Py_SIZE(addr) >= 0) {
-        if (_PyLong_AsByteArray((PyLongObject *)addr, buf, 16, 1, 0) == 0)
-            fast = 1;
-        else if (PyErr_ExceptionMatches(PyExc_OverflowError))
-            PyErr_Clear(); /* >= 2**128: the generic path says bad route */
-        else {
+    if (PyLong_CheckExact(addr)) {
+        /* negative or >= 2**128: the generic path says bad route */
+        fast = long_to_16(addr, buf);
+        if (fast < 0) {
             Py_DECREF(addr);
             return -1;
         }
@@ -720,7 +765,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         u128 na = BLOCK128 | ((a << 16) & CARRIER128);
         for (int i = 0; i < 16; i++)
             buf[i] = (unsigned char)(na >> (8 * i));
-        PyObject *no = _PyLong_FromByteArray(buf, 16, 1, 0);
+        PyObject *no = long_from_16(buf);
         if (no == NULL)
             return -1;
         int r = PyObject_SetAttr(pkt, S_route, no);
@@ -2238,10 +2283,10 @@ PyMODINIT_FUNC PyInit__kernel(void)
         unsigned char buf[16];
         for (int i = 0; i < 16; i++)
             buf[i] = (unsigned char)(BLOCK128 >> (8 * i));
-        PyLong_Block = _PyLong_FromByteArray(buf, 16, 1, 0);
+        PyLong_Block = long_from_16(buf);
         for (int i = 0; i < 16; i++)
             buf[i] = (unsigned char)(CARRIER128 >> (8 * i));
-        PyLong_Carrier = _PyLong_FromByteArray(buf, 16, 1, 0);
+        PyLong_Carrier = long_from_16(buf);
         if (!PyLong_Block || !PyLong_Carrier)
             return NULL;
     }
