@@ -14,6 +14,7 @@ import gc
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -747,3 +748,75 @@ def test_handle_names_its_own_event_when_a_collection_schedules(
     by_seq = {ev[1]: ev[3] for ev in sim.pending_callbacks()}
     assert all(by_seq.get(h[1]) is h[3] for h in handles)
     assert len({h[1] for h in handles + kept}) == len(handles) + len(kept)
+
+
+_NO_INT128_CHECK = """
+import importlib.util, random, sys
+spec = importlib.util.spec_from_file_location("openmrc.sim._kernel", sys.argv[1])
+k = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(k)
+sys.modules["openmrc.sim._kernel"] = k
+from openmrc.sim import _native
+assert _native.kernel is k
+from openmrc.sim.engine import PySimulator
+from openmrc.sim.port import PyEgressPort
+from openmrc.sim.switch import PySwitch
+from openmrc.topology import BLOCK, SwitchInfo
+from openmrc.wire.packets import DataPacket, Opcode
+
+rnd = random.Random(1)
+routes = [0, -1, (1 << 128) - 1, 1 << 128, BLOCK, BLOCK | (0xE001 << 80) | (0xE002 << 64)]
+routes += [rnd.getrandbits(rnd.choice([64, 96, 127, 128, 129])) for _ in range(500)]
+routes += [BLOCK | (0xE001 << 80) | rnd.getrandbits(80) for _ in range(500)]
+seen = []
+for sw_cls, port_cls, sim_cls in ((PySwitch, PyEgressPort, PySimulator),
+                                  (k.Switch, k.EgressPort, k.Simulator)):
+    sim = sim_cls(1)
+    sw = sw_cls(SwitchInfo("t0", 0, 0, 0, 0xE001), 2)
+    out = port_cls(sim, "o", 10**11, 1000, print, data_limit=10**12, prio_limit=10**12)
+    sw.ports[1] = out
+    sw.install({0xE002: 1, 0xE003: 1, 0: 1})
+    spent = []
+    for r in routes:
+        pkt = DataPacket(5, 0, Opcode.WRITE_ONLY, 0, 0, 0, 0, 100)
+        pkt.route = r
+        sw.receive(pkt, out, out.epoch)
+        spent.append(pkt.route)
+    odd = port_cls(sim, "odd", 999_999_937, 1, print, data_limit=1, prio_limit=1)
+    sers = [odd.serialization_ps(n) for n in (0, 1, -7, 1500, 2**30, 2**40, -(2**40))]
+    seen.append((sw.forwarded, sw.bad_route, spent, out.tx_pkts, sers))
+assert seen[0] == seen[1]
+print("ok")
+"""
+
+
+@native
+def test_fallbacks_without_int128_match_python(tmp_path: Path) -> None:
+    """Finding 7: built without __int128 (as on MSVC / 32-bit), routes and times are exact."""
+    import sysconfig
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    src = Path(__file__).parents[2] / "src" / "openmrc" / "sim" / "_kernel.c"
+    so = tmp_path / ("_kernel" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"no C compiler ({cc[0]}) here")
+    # any use of __int128 left in the source is now a compile error
+    build = subprocess.run(
+        [*cc, "-shared", "-fPIC", "-O1", "-DOPENMRC_NO_INT128", "-D__int128=no_int128_here"]
+        + [f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(so)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    env = dict(os.environ)
+    env["OPENMRC_PURE_PYTHON"] = "0"
+    res = subprocess.run(
+        [sys.executable, "-c", _NO_INT128_CHECK, str(so)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr

@@ -23,7 +23,12 @@
 #include <structmember.h>
 #include <stdint.h>
 
-typedef unsigned __int128 u128;
+/* 128-bit arithmetic where the compiler has it (gcc, clang on 64-bit targets);
+ * otherwise (MSVC, 32-bit) portable fallbacks.  OPENMRC_NO_INT128 forces the
+ * fallbacks (the tests build the extension that way too). */
+#if defined(__SIZEOF_INT128__) && !defined(OPENMRC_NO_INT128)
+#define HAVE_INT128 1
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* module state (one interpreter: plain statics)                             */
@@ -40,8 +45,9 @@ static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_ep
 
 #define BLOCK_PREFIX 0xFCBB0000ULL
 #define ACTIVE_SHIFT 80
-static u128 BLOCK128;
-static u128 CARRIER128;
+/* a route is handled as two 64-bit halves; the block sits in the high half */
+#define BLOCK_HI ((uint64_t)BLOCK_PREFIX << 32) /* BLOCK = BLOCK_PREFIX << 96 */
+#define CARRIER_HI 0xFFFFFFFFULL                /* CARRIER_MASK = 2**96 - 1 */
 
 enum { EV_CALL = 0, EV_ARRIVE = 1, EV_TXFREE = 2 };
 enum { RX_PY = 0, RX_SWITCH = 1, RX_HOST = 2 };
@@ -262,6 +268,20 @@ static int long_to_16(PyObject *v, unsigned char buf[16])
 #endif
 }
 
+static inline uint64_t load_le64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+static inline void store_le64(unsigned char *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
 static PyObject *long_from_16(const unsigned char buf[16])
 {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -350,9 +370,41 @@ static int get_wire_bytes(PortObject *p, PyObject *pkt, int64_t *out)
     return 0;
 }
 
+#ifndef HAVE_INT128
+/* ser_ps when nbytes * num does not fit in 64 bits: Python ints (rare, slow) */
+static int ser_ps_big(PortObject *p, int64_t nbytes, int64_t *out)
+{
+    PyObject *n = PyLong_FromLongLong(nbytes), *num = PyLong_FromLongLong(p->num),
+             *den = PyLong_FromLongLong(p->den), *x = NULL, *q = NULL, *r = NULL;
+    int rc = -1;
+    if (n && num && den && (x = PyNumber_Multiply(n, num)) != NULL &&
+        (q = PyNumber_Negative(x)) != NULL) {
+        Py_SETREF(q, PyNumber_FloorDivide(q, den));
+        if (q != NULL && (r = PyNumber_Negative(q)) != NULL) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(r, &overflow);
+            if (overflow)
+                overflow_err("serialization time");
+            else if (!(v == -1 && PyErr_Occurred())) {
+                *out = v;
+                rc = 0;
+            }
+        }
+    }
+    Py_XDECREF(n);
+    Py_XDECREF(num);
+    Py_XDECREF(den);
+    Py_XDECREF(x);
+    Py_XDECREF(q);
+    Py_XDECREF(r);
+    return rc;
+}
+#endif
+
 /* ceil(nbytes * num / den), as -(-nbytes * num // den) in Python; -1 on overflow */
 static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
 {
+#ifdef HAVE_INT128
     __int128 x = (__int128)nbytes * p->num;
     __int128 q = x / p->den;
     if (x % p->den != 0 && x > 0)
@@ -361,6 +413,17 @@ static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
         return overflow_err("serialization time");
     *out = (int64_t)q;
     return 0;
+#else
+    int64_t lim = INT64_MAX / p->num; /* num >= 1 */
+    if (nbytes > lim || nbytes < -lim)
+        return ser_ps_big(p, nbytes, out);
+    int64_t x = nbytes * p->num;
+    int64_t q = x / p->den;
+    if (x % p->den != 0 && x > 0)
+        q += 1;
+    *out = q;
+    return 0;
+#endif
 }
 
 /* 1: lost by the wire, 0: not, -1: error */
@@ -754,17 +817,17 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         }
     }
     if (fast) {
-        u128 a = 0;
-        for (int i = 15; i >= 0; i--)
-            a = (a << 8) | buf[i];
+        uint64_t lo = load_le64(buf), hi = load_le64(buf + 8);
         Py_DECREF(addr);
-        if ((int64_t)(uint64_t)(a >> ACTIVE_SHIFT) != sw->match) {
+        if ((int64_t)(hi >> (ACTIVE_SHIFT - 64)) != sw->match) { /* addr >> 80 */
             sw->bad_route++;
             return 0;
         }
-        u128 na = BLOCK128 | ((a << 16) & CARRIER128);
-        for (int i = 0; i < 16; i++)
-            buf[i] = (unsigned char)(na >> (8 * i));
+        /* BLOCK | ((addr << 16) & CARRIER_MASK) */
+        hi = BLOCK_HI | (((hi << 16) | (lo >> 48)) & CARRIER_HI);
+        lo <<= 16;
+        store_le64(buf, lo);
+        store_le64(buf + 8, hi);
         PyObject *no = long_from_16(buf);
         if (no == NULL)
             return -1;
@@ -772,7 +835,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         Py_DECREF(no);
         if (r < 0)
             return -1;
-        out = lut_get(&sw->lut, (int32_t)((na >> ACTIVE_SHIFT) & 0xFFFF));
+        out = lut_get(&sw->lut, (int32_t)((hi >> (ACTIVE_SHIFT - 64)) & 0xFFFF));
         if (out == NULL) {
             sw->bad_route++;
             return 0;
@@ -2255,8 +2318,6 @@ static struct PyModuleDef kernel_module = {
 
 PyMODINIT_FUNC PyInit__kernel(void)
 {
-    BLOCK128 = (u128)BLOCK_PREFIX << 96;
-    CARRIER128 = ((u128)1 << 96) - 1;
     if (PyType_Ready(&SimType) < 0 || PyType_Ready(&PortType) < 0 ||
         PyType_Ready(&SwitchType) < 0 || PyType_Ready(&HostEndType) < 0)
         return NULL;
@@ -2281,11 +2342,11 @@ PyMODINIT_FUNC PyInit__kernel(void)
         return NULL;
     {
         unsigned char buf[16];
-        for (int i = 0; i < 16; i++)
-            buf[i] = (unsigned char)(BLOCK128 >> (8 * i));
+        store_le64(buf, 0);
+        store_le64(buf + 8, BLOCK_HI);
         PyLong_Block = long_from_16(buf);
-        for (int i = 0; i < 16; i++)
-            buf[i] = (unsigned char)(CARRIER128 >> (8 * i));
+        store_le64(buf, ~(uint64_t)0);
+        store_le64(buf + 8, CARRIER_HI);
         PyLong_Carrier = long_from_16(buf);
         if (!PyLong_Block || !PyLong_Carrier)
             return NULL;
