@@ -2371,14 +2371,11 @@ PyMODINIT_FUNC PyInit__kernel(void)
     PyObject *m = PyModule_Create(&kernel_module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&SimType);
-    Py_INCREF(&PortType);
-    Py_INCREF(&SwitchType);
-    Py_INCREF(&HostEndType);
-    if (PyModule_AddObject(m, "Simulator", (PyObject *)&SimType) < 0 ||
-        PyModule_AddObject(m, "EgressPort", (PyObject *)&PortType) < 0 ||
-        PyModule_AddObject(m, "Switch", (PyObject *)&SwitchType) < 0 ||
-        PyModule_AddObject(m, "HostEnd", (PyObject *)&HostEndType) < 0) {
+    /* AddObjectRef takes its own reference (AddObject leaked ours on failure) */
+    if (PyModule_AddObjectRef(m, "Simulator", (PyObject *)&SimType) < 0 ||
+        PyModule_AddObjectRef(m, "EgressPort", (PyObject *)&PortType) < 0 ||
+        PyModule_AddObjectRef(m, "Switch", (PyObject *)&SwitchType) < 0 ||
+        PyModule_AddObjectRef(m, "HostEnd", (PyObject *)&HostEndType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
