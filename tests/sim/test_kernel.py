@@ -820,3 +820,26 @@ def test_fallbacks_without_int128_match_python(tmp_path: Path) -> None:
         check=False,
     )
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
+@IMPLS
+def test_float_and_huge_times(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    """Finding 6: whole-ps floats work natively as in Python; until past int64 sets now."""
+    sim = impl[1](1)
+    seen: list[int] = []
+    sim.schedule(1e3, lambda: seen.append(sim.now))
+    sim.after(2e3, lambda: seen.append(sim.now))
+    sim.run(until_ps=1.5e6)
+    assert seen == [1000, 2000] and sim.now == 1_500_000
+    sim.run(until_ps=2**70)
+    assert sim.now == 2**70
+    with pytest.raises(ValueError, match="past"):
+        sim.schedule(5, print)
+    sim.now = 10
+    sim.run(until_ps=2**64)
+    assert sim.now == 2**64
+    if impl[0] == "native":  # the native kernel's documented limits
+        with pytest.raises(TypeError, match="whole number"):
+            sim.schedule(1.5, print)
+        with pytest.raises(OverflowError, match="64 bits"):
+            impl[1](1).schedule(2**63, print)

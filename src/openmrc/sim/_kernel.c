@@ -70,6 +70,9 @@ typedef struct {
     Py_ssize_t n, cap;
     PyObject *rng;
     PyObject *cancelled; /* set of seq (ints) */
+    /* now, when run(until_ps=...) left it past int64 (as Python does); then
+     * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
+    PyObject *now_big;
     char stopped;
 } SimObject;
 
@@ -196,13 +199,39 @@ static int sim_cancel_seq(SimObject *s, int64_t seq)
     return r;
 }
 
+/* An int (or __index__, or a float with an integral value: Python code may pass
+ * 1e3 ps) as int64; TypeError for a fraction, OverflowError past 64 bits. */
 static int as_i64(PyObject *o, int64_t *out)
 {
-    PyObject *i = PyNumber_Index(o);
+    if (PyFloat_Check(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        if (d == d && !(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+            PyErr_Format(PyExc_OverflowError,
+                         "%R does not fit in 64 bits (the native kernel's limit)", o);
+            return -1;
+        }
+        int64_t v = d == d ? (int64_t)d : 0;
+        if ((double)v != d) { /* a fraction, or nan */
+            PyErr_Format(PyExc_TypeError,
+                         "%R is not a whole number (the native kernel counts whole picoseconds "
+                         "and bytes)",
+                         o);
+            return -1;
+        }
+        *out = v;
+        return 0;
+    }
+    PyObject *i = PyLong_Check(o) ? (Py_INCREF(o), o) : PyNumber_Index(o);
     if (i == NULL)
         return -1;
-    long long v = PyLong_AsLongLong(i);
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
     Py_DECREF(i);
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%R does not fit in 64 bits (the native kernel's limit)",
+                     o);
+        return -1;
+    }
     if (v == -1 && PyErr_Occurred())
         return -1;
     *out = v;
@@ -1015,6 +1044,7 @@ static int Sim_clear(SimObject *s)
     heap_clear_all(s);
     Py_CLEAR(s->rng);
     Py_CLEAR(s->cancelled);
+    Py_CLEAR(s->now_big);
     return 0;
 }
 
@@ -1088,6 +1118,11 @@ static PyObject *Sim_schedule(SimObject *s, PyObject *const *args, Py_ssize_t na
     int64_t at;
     if (as_i64(args[0], &at) < 0)
         return NULL;
+    if (s->now_big) {
+        PyErr_Format(PyExc_ValueError, "schedule: time %lld ps is in the past (now %S ps)",
+                     (long long)at, s->now_big);
+        return NULL;
+    }
     if (at < s->now) {
         PyErr_Format(PyExc_ValueError, "schedule: time %lld ps is in the past (now %lld ps)",
                      (long long)at, (long long)s->now);
@@ -1118,7 +1153,7 @@ static PyObject *Sim_after(SimObject *s, PyObject *const *args, Py_ssize_t nargs
     if (cargs == NULL)
         return NULL;
     int64_t at;
-    if (add_i64(s->now, d, &at)) {
+    if (s->now_big || add_i64(s->now, d, &at)) {
         Py_DECREF(cargs);
         overflow_err("after: now + delay");
         return NULL;
@@ -1149,8 +1184,8 @@ static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
     int64_t t, seq;
     if (as_i64(PyTuple_GET_ITEM(ev, 0), &t) < 0 || as_i64(PyTuple_GET_ITEM(ev, 1), &seq) < 0)
         return NULL;
-    int pending = t > s->now;
-    if (!pending && t == s->now) {
+    int pending = !s->now_big && t > s->now;
+    if (!pending && !s->now_big && t == s->now) {
         for (Py_ssize_t i = 0; i < s->n; i++)
             if (s->heap[i].seq == seq) {
                 pending = 1;
@@ -1215,17 +1250,30 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:run", kwlist, &until))
         return NULL;
     int64_t limit = INT64_MAX;
+    PyObject *until_big = NULL; /* an until_ps past int64: no limit, then now = it */
     if (until != Py_None) {
-        PyObject *i = PyNumber_Index(until);
-        if (i == NULL)
-            return NULL;
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
-        Py_DECREF(i);
-        if (v == -1 && PyErr_Occurred())
-            return NULL;
-        limit = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+        if (PyFloat_Check(until)) {
+            if (as_i64(until, &limit) < 0) /* whole ps only */
+                return NULL;
+        }
+        else {
+            PyObject *i = PyNumber_Index(until);
+            if (i == NULL)
+                return NULL;
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+            if (v == -1 && !overflow && PyErr_Occurred()) {
+                Py_DECREF(i);
+                return NULL;
+            }
+            limit = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+            if (overflow > 0)
+                until_big = i;
+            else
+                Py_DECREF(i);
+        }
     }
+
     int64_t n = 0;
     int tick = 0;
     s->stopped = 0;
@@ -1256,6 +1304,8 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
             }
         }
         s->now = ev.t;
+        if (s->now_big) /* an event push()ed (unchecked) while now was past int64 */
+            Py_CLEAR(s->now_big);
         n++;
         int r = dispatch(&ev);
         Py_XDECREF(ev.a);
@@ -1263,24 +1313,41 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         if (r < 0)
             goto fail;
         if (s->stopped) {
+            Py_XDECREF(until_big);
             s->events_run += n;
             return PyLong_FromLongLong(n);
         }
     }
-    if (until != Py_None && limit > s->now)
+    if (until_big != NULL) {
+        int gt = s->now_big ? PyObject_RichCompareBool(until_big, s->now_big, Py_GT) : 1;
+        if (gt < 0)
+            goto fail;
+        if (gt) {
+            s->now = INT64_MAX;
+            Py_XSETREF(s->now_big, until_big);
+            until_big = NULL;
+        }
+    }
+    else if (until != Py_None && limit > s->now && !s->now_big)
         s->now = limit;
+    Py_XDECREF(until_big);
     s->events_run += n;
     return PyLong_FromLongLong(n);
 fail_ev:
     Py_XDECREF(ev.a);
     Py_XDECREF(ev.b);
 fail:
+    Py_XDECREF(until_big);
     s->events_run += n;
     return NULL;
 }
 
 static PyObject *Sim_get_now(SimObject *s, void *c)
 {
+    if (s->now_big) {
+        Py_INCREF(s->now_big);
+        return s->now_big;
+    }
     return PyLong_FromLongLong(s->now);
 }
 
@@ -1290,7 +1357,12 @@ static int Sim_set_now(SimObject *s, PyObject *v, void *c)
         PyErr_SetString(PyExc_AttributeError, "cannot delete now");
         return -1;
     }
-    return as_i64(v, &s->now);
+    int64_t now;
+    if (as_i64(v, &now) < 0)
+        return -1;
+    s->now = now;
+    Py_CLEAR(s->now_big);
+    return 0;
 }
 
 static PyObject *Sim_get_cancelled(SimObject *s, void *c)

@@ -175,6 +175,11 @@ elif kernel is not None:
         """The native event loop (:mod:`openmrc.sim._kernel`); the API of :class:`PySimulator`.
 
         ``heap`` and ``seq`` are internal to it (C structs and a C counter).
+        Times are whole picoseconds in 64 bits: a float with a whole value is
+        taken as that int, a fraction raises TypeError, an event time past
+        2**63-1 ps raises OverflowError (Python would accept both); a
+        ``run(until_ps=...)`` past that range means "no limit" and leaves
+        :attr:`now` at ``until_ps``, as in Python.
         """
 
         __slots__ = ()
