@@ -526,7 +526,7 @@ def test_native_busy_mask_and_soonest_drain_match_python() -> None:
         assert [s[0] for s in seen] == [0, 0b110, 0b1110, 0b1100]
         assert seen[0][2] is None and seen[1][2] is not None
     with pytest.raises(TypeError):
-        kernel.busy_mask((), 0)
+        kernel.busy_mask(5, 0)
     with pytest.raises(AttributeError):
         kernel.soonest_drain([object()], 0)
 
@@ -843,3 +843,48 @@ def test_float_and_huge_times(impl: tuple[str, Any, Any, Any, Any]) -> None:
             sim.schedule(1.5, print)
         with pytest.raises(OverflowError, match="64 bits"):
             impl[1](1).schedule(2**63, print)
+
+
+@native
+def test_busy_mask_and_soonest_drain_take_any_sequence_and_overrides() -> None:
+    """Finding 8: more than 64 ports, tuples, and a subclass's drain_time, as in Python."""
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+    ports = [
+        kernel.EgressPort(sim, f"p{i}", 10**11, 1, print, data_limit=10**6, prio_limit=10**5)
+        for i in range(70)
+    ]
+    for i in (3, 64, 69):
+        ports[i].enqueue(_data(i))
+    ports[66].set_up(False)
+    want = (1 << 3) | (1 << 64) | (1 << 66) | (1 << 69)
+    assert py_busy_mask(ports, 0) == want
+    assert kernel.busy_mask(ports, 0) == want and kernel.busy_mask(tuple(ports), 0) == want
+    assert kernel.soonest_drain(tuple(ports), 0) == py_soonest_drain(ports, 0)
+
+    class Late(kernel.EgressPort):  # type: ignore[name-defined,misc]
+        def drain_time(self) -> int:
+            return 10**9
+
+    late = Late(sim, "late", 10**11, 1, print, data_limit=10**6, prio_limit=10**5)
+    assert kernel.soonest_drain([late], 0) == py_soonest_drain([late], 0) == 10**9
+
+
+@IMPLS
+def test_init_again_resets_the_simulator_and_a_failed_port_init_changes_nothing(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """Finding 11: __init__ gives a fresh simulator; a port __init__ that fails writes nothing."""
+    sim = impl[1](1)
+    sim.schedule(10, print, "never")
+    sim.cancel(sim.schedule(20, print, "never"))
+    sim.run(until_ps=5)
+    sim.__init__(2)  # type: ignore[misc]
+    assert (sim.now, sim.pending(), len(sim.cancelled), sim.events_run) == (0, 0, 0, 0)
+    assert sim.rng.random() == impl[1](2).rng.random()
+    port = impl[2](sim, "p", 10**11, 1, print, data_limit=1000, prio_limit=100)
+    if impl[0] == "py":
+        return  # (the Python port makes no such promise)
+    with pytest.raises(TypeError):
+        port.__init__(sim, "q", 10**11, 1, print, data_limit=5, prio_limit=5, kmin="x")
+    assert (port.name, port.data_limit, port.prio_limit) == ("p", 1000, 100)

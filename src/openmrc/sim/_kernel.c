@@ -994,6 +994,8 @@ static PyObject *Sim_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)s;
 }
 
+static void heap_clear_all(SimObject *s);
+
 static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"seed", NULL};
@@ -1011,7 +1013,20 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     Py_XDECREF(one);
     if (rng == NULL)
         return -1;
+    /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
+    PyObject *cancelled = PySet_New(NULL);
+    if (cancelled == NULL) {
+        Py_DECREF(rng);
+        return -1;
+    }
+    s->now = 0;
+    s->seq = 0;
+    s->events_run = 0;
+    s->stopped = 0;
+    Py_CLEAR(s->now_big);
     Py_SETREF(s->rng, rng);
+    Py_SETREF(s->cancelled, cancelled);
+    heap_clear_all(s); /* last: releasing the events can run Python code */
     return 0;
 }
 
@@ -1480,25 +1495,31 @@ static int Port_init(PortObject *p, PyObject *args, PyObject *kw)
                      delay_o);
         return -1;
     }
-    if (as_i64(dl_o, &p->data_limit) < 0 || as_i64(pl_o, &p->prio_limit) < 0)
+    int64_t data_limit, prio_limit;
+    if (as_i64(dl_o, &data_limit) < 0 || as_i64(pl_o, &prio_limit) < 0)
         return -1;
     if ((kmin_o && as_i64(kmin_o, &kmin) < 0) || (kmax_o && as_i64(kmax_o, &kmax) < 0) ||
         (fr_o && as_i64(fr_o, &framing) < 0))
         return -1;
+    /* everything that can fail is done: from here on the port is (re)written */
     PyObject *rng_random = PyObject_GetAttr(((SimObject *)sim)->rng, S_random);
     if (rng_random == NULL)
         return -1;
+    if (peer == NULL)
+        peer = PyUnicode_FromString("");
+    else
+        Py_INCREF(peer);
+    if (peer == NULL) {
+        Py_DECREF(rng_random);
+        return -1;
+    }
+    p->data_limit = data_limit;
+    p->prio_limit = prio_limit;
     Py_XSETREF(p->rng_random, rng_random);
     Py_INCREF(sim);
     Py_XSETREF(p->sim, (SimObject *)sim);
     Py_INCREF(name);
     Py_XSETREF(p->name, name);
-    if (peer == NULL)
-        peer = PyUnicode_FromString("");
-    else
-        Py_INCREF(peer);
-    if (peer == NULL)
-        return -1;
     Py_XSETREF(p->peer, peer);
     Py_INCREF(Py_None);
     Py_XSETREF(p->link, Py_None);
@@ -2221,99 +2242,128 @@ static int generic_int_attr(PyObject *o, const char *name, PyObject **out)
     return *out == NULL ? -1 : 0;
 }
 
+/* The native test applies to a native port whose class does not replace drain_time. */
+static PyObject *S_drain_time = NULL, *native_drain_time = NULL;
+
+static int native_drain(PyObject *o)
+{
+    if (Py_IS_TYPE(o, &PortType))
+        return 1;
+    return PyObject_TypeCheck(o, &PortType) &&
+           _PyType_Lookup(Py_TYPE(o), S_drain_time) == native_drain_time;
+}
+
+/* Whether port o (a Python port) is busy: not up, serializing or with a queue. */
+static int py_port_busy(PyObject *o, PyObject *nowo)
+{
+    static const char *names[] = {"up", "busy_until", "data_bytes", "prio_bytes"};
+    for (int k = 0; k < 4; k++) {
+        PyObject *v;
+        if (generic_int_attr(o, names[k], &v) < 0)
+            return -1;
+        int r = k == 0 ? PyObject_Not(v)
+                : k == 1 ? PyObject_RichCompareBool(v, nowo, Py_GT)
+                         : PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
 /* busy_mask(ports, now): bit p set when port p is down, serializing or has a queue */
 static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "busy_mask(ports: list, now: int)");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "busy_mask(ports, now)");
         return NULL;
     }
     int64_t now;
     if (as_i64(args[1], &now) < 0)
         return NULL;
-    PyObject *ports = args[0];
-    if (PyList_GET_SIZE(ports) > 64) {
-        PyErr_SetString(PyExc_ValueError, "busy_mask: at most 64 ports");
+    PyObject *seq = PySequence_Fast(args[0], "busy_mask: ports must be a sequence");
+    if (seq == NULL)
         return NULL;
-    }
     uint64_t busy = 0;
-    PyObject *nowo = NULL;
-    /* the list may change under the attribute reads of a Python port: re-read its size */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ports) && i < 64; i++) {
-        PyObject *o = PyList_GET_ITEM(ports, i);
+    PyObject *high = NULL; /* bits 64 and up (more than 64 ports), a Python int */
+    PyObject *nowo = NULL, *res = NULL;
+    /* a list may change under a Python port's attribute reads: re-read its size */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        int b;
         if (PyObject_TypeCheck(o, &PortType)) {
             PortObject *p = (PortObject *)o;
-            if (!p->up || p->busy_until > now || p->data_bytes || p->prio_bytes)
-                busy |= (uint64_t)1 << i;
+            b = !p->up || p->busy_until > now || p->data_bytes || p->prio_bytes;
+        }
+        else {
+            if (nowo == NULL && (nowo = PyLong_FromLongLong(now)) == NULL)
+                goto done;
+            Py_INCREF(o); /* held: its attributes run Python code */
+            b = py_port_busy(o, nowo);
+            Py_DECREF(o);
+            if (b < 0)
+                goto done;
+        }
+        if (!b)
+            continue;
+        if (i < 64) {
+            busy |= (uint64_t)1 << i;
             continue;
         }
-        /* a Python port: the same test on its attributes (held: they run Python code) */
-        static const char *names[] = {"up", "busy_until", "data_bytes", "prio_bytes"};
-        int b = 0;
-        Py_INCREF(o);
-        for (int k = 0; k < 4 && !b; k++) {
-            PyObject *v;
-            if (generic_int_attr(o, names[k], &v) < 0) {
-                Py_DECREF(o);
-                goto fail;
-            }
-            int r;
-            if (k == 0)
-                r = PyObject_Not(v);
-            else if (k == 1) {
-                if (nowo == NULL && (nowo = PyLong_FromLongLong(now)) == NULL) {
-                    Py_DECREF(v);
-                    Py_DECREF(o);
-                    goto fail;
-                }
-                r = PyObject_RichCompareBool(v, nowo, Py_GT);
-            }
-            else
-                r = PyObject_IsTrue(v);
-            Py_DECREF(v);
-            if (r < 0) {
-                Py_DECREF(o);
-                goto fail;
-            }
-            b = r;
+        PyObject *one = PyLong_FromLong(1), *sh = PyLong_FromSsize_t(i), *bit = NULL;
+        if (one && sh)
+            bit = PyNumber_Lshift(one, sh);
+        Py_XDECREF(one);
+        Py_XDECREF(sh);
+        if (bit == NULL)
+            goto done;
+        if (high == NULL)
+            high = bit;
+        else {
+            Py_SETREF(high, PyNumber_Or(high, bit));
+            Py_DECREF(bit);
+            if (high == NULL)
+                goto done;
         }
-        Py_DECREF(o);
-        if (b)
-            busy |= (uint64_t)1 << i;
     }
+    res = PyLong_FromUnsignedLongLong(busy);
+    if (res != NULL && high != NULL)
+        Py_SETREF(res, PyNumber_Or(res, high));
+done:
+    Py_DECREF(seq);
     Py_XDECREF(nowo);
-    return PyLong_FromUnsignedLongLong(busy);
-fail:
-    Py_XDECREF(nowo);
-    return NULL;
+    Py_XDECREF(high);
+    return res;
 }
 
 /* soonest_drain(ports, now): the earliest drain_time() after now of a port that is up, or None */
 static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "soonest_drain(ports: list, now: int)");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "soonest_drain(ports, now)");
         return NULL;
     }
     int64_t now;
     if (as_i64(args[1], &now) < 0)
         return NULL;
-    PyObject *ports = args[0];
+    PyObject *seq = PySequence_Fast(args[0], "soonest_drain: ports must be a sequence");
+    if (seq == NULL)
+        return NULL;
     int found = 0;
     int64_t soonest = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ports); i++) {
-        PyObject *o = PyList_GET_ITEM(ports, i);
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
         int64_t t;
-        if (PyObject_TypeCheck(o, &PortType)) {
+        if (native_drain(o)) {
             PortObject *p = (PortObject *)o;
             if (!p->up)
                 continue;
             if (p->sim == NULL) {
                 PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");
-                return NULL;
+                goto fail;
             }
             if (port_drain_time(p, &t) < 0)
-                return NULL;
+                goto fail;
         }
         else {
             Py_INCREF(o); /* held: the calls below run Python code */
@@ -2323,26 +2373,30 @@ static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_
             if (up <= 0) {
                 Py_DECREF(o);
                 if (up < 0)
-                    return NULL;
+                    goto fail;
                 continue;
             }
-            v = PyObject_CallMethod(o, "drain_time", NULL);
+            v = PyObject_CallMethodNoArgs(o, S_drain_time);
             Py_DECREF(o);
             if (v == NULL)
-                return NULL;
+                goto fail;
             int r = as_i64(v, &t);
             Py_DECREF(v);
             if (r < 0)
-                return NULL;
+                goto fail;
         }
         if (t > now && (!found || t < soonest)) {
             soonest = t;
             found = 1;
         }
     }
+    Py_DECREF(seq);
     if (!found)
         Py_RETURN_NONE;
     return PyLong_FromLongLong(soonest);
+fail:
+    Py_DECREF(seq);
+    return NULL;
 }
 
 static PyMethodDef kernel_functions[] = {
@@ -2394,6 +2448,13 @@ PyMODINIT_FUNC PyInit__kernel(void)
         PyType_Ready(&SwitchType) < 0 || PyType_Ready(&HostEndType) < 0)
         return NULL;
     switch_receive_fn = (PyCFunction)(void (*)(void))Switch_receive;
+    if ((S_drain_time = PyUnicode_InternFromString("drain_time")) == NULL)
+        return NULL;
+    native_drain_time = _PyType_Lookup(&PortType, S_drain_time); /* borrowed; static type */
+    if (native_drain_time == NULL) {
+        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: EgressPort has no drain_time");
+        return NULL;
+    }
     host_receive_fn = (PyCFunction)(void (*)(void))HostEnd_receive;
 #define INTERN(var, s)                                                                  \
     if ((var = PyUnicode_InternFromString(s)) == NULL)                                  \
