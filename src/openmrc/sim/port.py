@@ -26,7 +26,16 @@ Byte counts include Ethernet framing (``framing`` bytes per packet).
 built (see :mod:`openmrc.sim._native`), :class:`PyEgressPort` otherwise; the
 same behaviour and attributes.  The native one needs the native
 :class:`~openmrc.sim.engine.Simulator`; its ``data`` / ``prio`` queues read as
-lists (copies) and ``txev`` as ``None`` or ``(time, seq)``.  A
+lists (copies) and ``txev`` as ``None`` or ``(time, seq)``.  On the native
+port the state it keeps consistent itself is read-only (``busy_until``,
+``data_bytes``, ``prio_bytes``, ``epoch``, ``up``, ``silent``, ``loss``,
+``rate_bps``, ``delay``, ``framing``, ``trim``, ``lasthop``, ``ecn``,
+``kmin``, ``kmax``; change the wire with :meth:`PyEgressPort.set_up` and
+:meth:`PyEgressPort.set_impairment`), while the counters, ``data_limit``,
+``prio_limit`` and ``link`` stay writable; the native
+:func:`busy_mask` reads its native ports' fields directly (a Python
+subclass overriding those attributes is not consulted; one overriding
+``drain_time`` is, by :func:`soonest_drain`).  A
 :class:`PyEgressPort` runs on either simulator (the baseline fabric's ports
 subclass it).
 """

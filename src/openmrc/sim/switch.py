@@ -14,9 +14,12 @@ discards whatever reaches it (``discarded``).
 :class:`Switch` and :class:`HostEnd` are the native classes of
 :mod:`openmrc.sim._kernel` when it is built (see :mod:`openmrc.sim._native`),
 :class:`PySwitch` and :class:`PyHostEnd` otherwise; the same behaviour and
-attributes (the native switch's ``table`` reads as a copy: change it with
-:meth:`PySwitch.install`).  A native port delivers to a native switch or host
-end without a Python call.
+attributes, with these differences in what can be assigned: the native
+switch's ``table`` reads as a copy (``sw.table[k] = port`` changes only that
+copy: change routes with :meth:`PySwitch.install`), its ``forwarding`` takes
+only a bool, and ``info``/``name``/``usid``/``ports``/``match`` are read-only
+(``ports`` is the list itself, so its items can be set before ``install``).
+A native port delivers to a native switch or host end without a Python call.
 """
 
 from __future__ import annotations
