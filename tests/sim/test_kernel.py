@@ -35,7 +35,6 @@ from openmrc.sim.switch import PyHostEnd, PySwitch, SwitchReport
 from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
 from openmrc.wire.packets import DataPacket, Opcode, SackPacket
 
-
 #: Why the extension did not import (for the failure message when it is required).
 _KERNEL_ERROR = ""
 
@@ -79,6 +78,7 @@ def test_kernel_present_when_required() -> None:
     if not REQUIRE_NATIVE:
         pytest.skip("OPENMRC_REQUIRE_NATIVE is not 1")
     assert kernel is not None, f"openmrc.sim._kernel does not import ({_KERNEL_ERROR})"
+
 
 # --------------------------------------------------------------------------------------
 # whole scenarios, native against pure Python
@@ -570,8 +570,6 @@ def _assert_child_ok(code: str) -> None:
     assert res.stdout.strip().endswith("ok"), res.stdout + res.stderr
 
 
-
-
 @native
 def test_uninitialised_targets_raise_instead_of_crashing() -> None:
     """Finding 1: a port wired to a HostEnd / Switch made with __new__ only: no segfault."""
@@ -740,7 +738,7 @@ def test_handle_names_its_own_event_when_a_collection_schedules(
             gc.set_threshold(th)
             for i in range(1000):
                 Cycle()
-                _junk = [[] for _ in range(i % 5)]  # shifts where the collections fall
+                _junk: list[list[int]] = [[] for _ in range(i % 5)]  # shifts where the collections fall
                 handles.append(sim.schedule(5, ran.append, i))
     finally:
         gc.set_threshold(*threshold)
@@ -801,9 +799,10 @@ def test_fallbacks_without_int128_match_python(tmp_path: Path) -> None:
     if shutil.which(cc[0]) is None:
         pytest.skip(f"no C compiler ({cc[0]}) here")
     # any use of __int128 left in the source is now a compile error
+    include = f"-I{sysconfig.get_paths()['include']}"
+    flags = ["-shared", "-fPIC", "-O1", "-DOPENMRC_NO_INT128", "-D__int128=no_int128_here"]
     build = subprocess.run(
-        [*cc, "-shared", "-fPIC", "-O1", "-DOPENMRC_NO_INT128", "-D__int128=no_int128_here"]
-        + [f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(so)],
+        [*cc, *flags, include, str(src), "-o", str(so)],
         capture_output=True,
         text=True,
         check=False,
