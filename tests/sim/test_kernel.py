@@ -738,7 +738,8 @@ def test_handle_names_its_own_event_when_a_collection_schedules(
             gc.set_threshold(th)
             for i in range(1000):
                 Cycle()
-                _junk: list[list[int]] = [[] for _ in range(i % 5)]  # shifts where the collections fall
+                # garbage of varying size shifts where the collections fall
+                _junk: list[list[int]] = [[] for _ in range(i % 5)]
                 handles.append(sim.schedule(5, ran.append, i))
     finally:
         gc.set_threshold(*threshold)
