@@ -13,7 +13,7 @@ import shutil
 import sys
 import sysconfig
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ext_modules: list = []
 
@@ -96,6 +96,23 @@ def _mypyc_extensions() -> list:
 
 
 ext_modules += _mypyc_extensions()
+
+# ----- the simulator's native event kernel (openmrc.sim._kernel) -------------------------
+# Hand-written C (src/openmrc/sim/_kernel.c).  Optional: without a C compiler the build
+# goes on without it and the simulator runs its pure-Python classes (the same results,
+# slower).  OPENMRC_PURE_PYTHON=1 forces the pure-Python classes at run time even when
+# it was built; OPENMRC_NO_COMPILE=1 skips building it.
+KERNEL_EXTENSIONS = [
+    Extension(
+        "openmrc.sim._kernel",
+        sources=["src/openmrc/sim/_kernel.c"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    )
+]
+if os.environ.get("OPENMRC_NO_COMPILE", "") in ("", "0"):
+    ext_modules += KERNEL_EXTENSIONS
+# ----- end of the kernel part ------------------------------------------------------------
 # ----- end of the mypyc part --------------------------------------------------------------
 
 setup(ext_modules=ext_modules)

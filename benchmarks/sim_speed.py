@@ -14,7 +14,8 @@ Cases (``--case``, repeatable; default ``perm-128`` and ``perm-1024``):
 
 Each run is a fresh process (so peak RSS is that run's own) and prints one JSON
 object: wall seconds (the event loop), build seconds, total (both), simulated
-microseconds, CPU seconds of the process (less sensitive to a loaded machine
+microseconds, which event kernel ran (``kernel``: ``native`` or
+``pure-python``, see docs/performance.md), CPU seconds of the process (less sensitive to a loaded machine
 than wall time), events, packet-link traversals (a packet crossing one link counts
 once), events and traversals per wall second, and peak RSS.
 
@@ -46,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from openmrc.sim import _native
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
@@ -111,6 +113,9 @@ def run_openmrc(
     return {
         "case": case,
         "simulator": "openmrc",
+        # the fabric's event kernel: "native" (openmrc.sim._kernel) or "pure-python"
+        # (not built, or OPENMRC_PURE_PYTHON=1)
+        "kernel": "native" if _native.NATIVE else "pure-python",
         "hosts": spec.hosts,
         "planes": spec.planes,
         "fabric": f"{spec.t0s} T0 x {spec.t1s} T1 per plane, {spec.host_gbps:g} Gb/s, 1 us links",

@@ -196,7 +196,7 @@ def test_progress_bar_reads_the_run_without_changing_it() -> None:
         console = Console(file=buf, force_terminal=True, width=120)
         with RunProgress(exp, "test", progress, delay_s=0.0, console=console) as bar:
             # a slow run: let the bar's thread see the simulation move
-            while exp.sim.heap and exp.sim.now < 30_000_000:
+            while exp.sim.pending() and exp.sim.now < 30_000_000:
                 exp.sim.run(exp.sim.now + 1_000_000)
                 time.sleep(0.05)
             result = exp.run()

@@ -46,15 +46,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 from ..baselines.roce import RoceConfig
 from ..wire.packets import DataPacket
 from .config import FabricConfig
 from .fabric import Fabric
-from .port import EgressPort
-from .switch import HostEnd, Switch
+from .port import EgressPort, PyEgressPort
+from .switch import HostEnd, PySwitch, Switch
 
 if TYPE_CHECKING:
     from ..topology import SwitchInfo, Topology
@@ -158,7 +157,7 @@ class BaselineFabricConfig:
             raise ValueError(f"{o}.credit_bytes: must hold at least one MTU frame")
 
 
-class BaselinePort(EgressPort):
+class BaselinePort(PyEgressPort):
     """An :class:`EgressPort` with PFC pause, credits and DCQCN's ECN ramp (see module doc)."""
 
     __slots__ = (
@@ -291,9 +290,7 @@ class BaselinePort(EgressPort):
             self.refund(wb)
         end = self.busy_until
         if self.prio or self._can_send_data():
-            ev = (end, next(self._seq), self._tx_free, ())
-            self.txev = ev
-            heappush(self._heap, ev)
+            self.txev = self._push(end, self._tx_free, ())
         else:
             self.txev = None
 
@@ -400,7 +397,7 @@ class BaselinePort(EgressPort):
 
 
 # the slot descriptor, wrapped by DestSwitch.forwarding (read on the class on purpose)
-_FWD: Any = Switch.forwarding  # type: ignore[misc]
+_FWD: Any = PySwitch.forwarding  # type: ignore[misc]
 
 
 def _mix(x: int) -> int:
@@ -412,7 +409,7 @@ def _mix(x: int) -> int:
     return x ^ (x >> 33)
 
 
-class DestSwitch(Switch):
+class DestSwitch(PySwitch):
     """A T0/T1 switch routing on ``pkt.dst`` with ECMP or adaptive routing (module doc)."""
 
     __slots__ = ("_rr", "adaptive", "hpt", "nh", "no_route", "on_state", "seed")

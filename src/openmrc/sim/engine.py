@@ -7,9 +7,16 @@ inputs and the seed of :attr:`Simulator.rng`.
 An event is a tuple ``(time_ps, seq, callback, args)`` (tuples compare faster
 than lists in ``heapq``); :meth:`schedule` returns it as a handle that
 :meth:`cancel` disarms (lazy deletion: its ``seq`` goes into a set the loop
-checks only when it is non-empty).  Hot paths (the fabric's ports) push such
-tuples onto :attr:`Simulator.heap` directly with ``next(sim.seq)``, which is
-the same thing without a method call.
+checks only when it is non-empty).  :meth:`push` is :meth:`schedule` without
+its checks and argument packing, for hot paths (Python ports).
+
+:class:`Simulator` is the native event loop of :mod:`openmrc.sim._kernel`
+when it is built (see :mod:`openmrc.sim._native`; ``OPENMRC_PURE_PYTHON=1``
+forces pure Python), :class:`PySimulator` otherwise.  Both have the API
+documented on :class:`PySimulator` and run the same events in the same order;
+the native one keeps its heap as C structs, so code outside the engine reads
+it only through :meth:`pending`, :meth:`pending_callbacks` and
+:attr:`cancelled`.
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ from __future__ import annotations
 import gc
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from heapq import heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from openmrc.sim._native import kernel
 
 #: Picoseconds per common unit, for readable schedules.
 NS = 1_000
@@ -39,7 +49,24 @@ GC_THRESHOLD = (100_000, 50, 100)
 _NEVER = 1 << 128
 
 
-class Simulator:
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """While a run lasts: freeze what exists, raise generation 0's threshold; restore after.
+
+    What exists before a run (fabric, hosts, QPs) is long-lived; the run's own
+    garbage (packets, events) is acyclic, so generation 0 is collected rarely.
+    """
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
+class PySimulator:
     """Owns simulated time (:attr:`now`, ps), the event heap and the random generator.
 
     ``rng`` is the only source of randomness the fabric uses (loss, ECN ramp);
@@ -75,6 +102,12 @@ class Simulator:
         heappush(self.heap, ev)
         return ev
 
+    def push(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Event:
+        """:meth:`schedule` without the time check and the ``*args`` packing (hot paths)."""
+        ev = (at_ps, next(self.seq), callback, args)
+        heappush(self.heap, ev)
+        return ev
+
     def cancel(self, event: Event) -> None:
         """Disarm a scheduled event (it stays in the heap and is skipped).
 
@@ -92,6 +125,15 @@ class Simulator:
         """Number of entries in the heap (cancelled ones included)."""
         return len(self.heap)
 
+    def pending_callbacks(self) -> list[Event]:
+        """The scheduled calls not yet run nor cancelled, as ``(t, seq, fn, args)``, unordered.
+
+        (The native simulator lists only calls of Python callables; its own
+        port events are not callbacks.)
+        """
+        cancelled = self.cancelled
+        return [ev for ev in self.heap if ev[1] not in cancelled]
+
     def run(self, until_ps: int | None = None) -> int:
         """Run events in time order until the heap is empty, :meth:`stop`, or ``until_ps``.
 
@@ -104,29 +146,48 @@ class Simulator:
         cancelled = self.cancelled
         n = 0
         self._stopped = False
-        # The garbage collector: what exists now (fabric, hosts, QPs) is long-lived
-        # and frozen out of collections; the run's own garbage (packets, events) is
-        # acyclic, so generation 0 is collected rarely.  Restored afterwards.
-        threshold = gc.get_threshold()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLD)
-        try:
-            while heap:
-                if heap[0][0] > limit:
-                    break
-                t, seq, fn, args = pop(heap)
-                if cancelled and seq in cancelled:
-                    cancelled.discard(seq)
-                    continue
-                self.now = t
-                n += 1
-                fn(*args)
-                if self._stopped:
-                    return n
-            if until_ps is not None and until_ps > self.now:
-                self.now = until_ps
-            return n
-        finally:
-            self.events_run += n
-            gc.set_threshold(*threshold)
-            gc.unfreeze()
+        with quiet_gc():
+            try:
+                while heap:
+                    if heap[0][0] > limit:
+                        break
+                    t, seq, fn, args = pop(heap)
+                    if cancelled and seq in cancelled:
+                        cancelled.discard(seq)
+                        continue
+                    self.now = t
+                    n += 1
+                    fn(*args)
+                    if self._stopped:
+                        return n
+                if until_ps is not None and until_ps > self.now:
+                    self.now = until_ps
+                return n
+            finally:
+                self.events_run += n
+
+
+if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
+    Simulator = PySimulator
+elif kernel is not None:
+
+    class Simulator(kernel.Simulator):
+        """The native event loop (:mod:`openmrc.sim._kernel`); the API of :class:`PySimulator`.
+
+        ``heap`` and ``seq`` are internal to it (C structs and a C counter).
+        Times are whole picoseconds in 64 bits: a float with a whole value is
+        taken as that int, a fraction raises TypeError, an event time past
+        2**63-1 ps raises OverflowError (Python would accept both); a
+        ``run(until_ps=...)`` past that range means "no limit" and leaves
+        :attr:`now` at ``until_ps``, as in Python.
+        """
+
+        __slots__ = ()
+
+        def run(self, until_ps: int | None = None) -> int:
+            """As :meth:`PySimulator.run` (the loop is native)."""
+            with quiet_gc():
+                return int(super().run(until_ps))
+
+else:
+    Simulator = PySimulator

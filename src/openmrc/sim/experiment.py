@@ -1279,8 +1279,8 @@ class Experiment:
         out = []
         now = self.sim.now
         pending: dict[str, list[int]] = {}
-        for t, seq, fn, _args in self.sim.heap:
-            if getattr(fn, "__self__", None) is self.faults and seq not in self.sim.cancelled:
+        for t, _seq, fn, _args in self.sim.pending_callbacks():
+            if getattr(fn, "__self__", None) is self.faults:
                 pending.setdefault(fn.__name__.lstrip("_"), []).append(t)
         for name, times in sorted(pending.items()):
             out.append(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..transport import Context
 from ..transport.ev import ev_plane
 from ..wire.packets import DataPacket, ProbePacket
+from .port import busy_mask, soonest_drain
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -52,9 +53,7 @@ class SimHost:
 
     __slots__ = (
         "_all_busy",
-        "_heap",
         "_pump_at",
-        "_seq",
         "_timer_at",
         "ctx",
         "fabric",
@@ -75,8 +74,6 @@ class SimHost:
         self.ctx = Context(rng, name=f"h{index}")
         self.ports = fabric.host_ports[index]
         self._all_busy = (1 << len(self.ports)) - 1
-        self._heap = sim.heap
-        self._seq = sim.seq
         self._pump_at: int | None = None
         self._timer_at: int | None = None
         #: called after every input the host processed (the experiment polls CQs).
@@ -201,10 +198,7 @@ class SimHost:
             self._send_controller_probes(now)
         fabric = self.fabric
         src = self.index
-        busy = 0
-        for p, port in enumerate(ports):
-            if not port.up or port.busy_until > now or port.data_bytes or port.prio_bytes:
-                busy |= 1 << p
+        busy = busy_mask(ports, now)
         while busy != all_busy:
             item = ctx.poll_packet(now, busy)
             if item is None:
@@ -227,12 +221,7 @@ class SimHost:
             busy |= 1 << plane  # only the port just used can have changed
         if ctx.ready and busy:
             # Something is waiting for a port: come back when the first one frees.
-            soonest = None
-            for port in ports:
-                if port.up:
-                    t = port.drain_time()
-                    if t > now and (soonest is None or t < soonest):
-                        soonest = t
+            soonest = soonest_drain(ports, now)
             if soonest is not None and (self._pump_at is None or soonest < self._pump_at):
                 self._pump_at = soonest
                 self.sim.schedule(soonest, self._on_pump, soonest)

@@ -89,7 +89,7 @@ class Metrics:
                 if d or p or not nonempty_only:
                     out.append((now, port.name, d, p))
             nxt = now + interval_ps
-            if (until_ps is None or nxt <= until_ps) and len(sim.heap) > len(sim.cancelled):
+            if (until_ps is None or nxt <= until_ps) and sim.pending() > len(sim.cancelled):
                 sim.schedule(nxt, tick)
 
         sim.schedule(sim.now, tick)

@@ -21,6 +21,23 @@ vanishes after being "sent", counted only in the ground-truth ``lost_silent``),
 ``loss`` (each packet independently lost with this probability, ``lost``).
 
 Byte counts include Ethernet framing (``framing`` bytes per packet).
+
+:class:`EgressPort` is the native port of :mod:`openmrc.sim._kernel` when it is
+built (see :mod:`openmrc.sim._native`), :class:`PyEgressPort` otherwise; the
+same behaviour and attributes.  The native one needs the native
+:class:`~openmrc.sim.engine.Simulator`; its ``data`` / ``prio`` queues read as
+lists (copies) and ``txev`` as ``None`` or ``(time, seq)``.  On the native
+port the state it keeps consistent itself is read-only (``busy_until``,
+``data_bytes``, ``prio_bytes``, ``epoch``, ``up``, ``silent``, ``loss``,
+``rate_bps``, ``delay``, ``framing``, ``trim``, ``lasthop``, ``ecn``,
+``kmin``, ``kmax``; change the wire with :meth:`PyEgressPort.set_up` and
+:meth:`PyEgressPort.set_impairment`), while the counters, ``data_limit``,
+``prio_limit`` and ``link`` stay writable; the native
+:func:`busy_mask` reads its native ports' fields directly (a Python
+subclass overriding those attributes is not consulted; one overriding
+``drain_time`` is, by :func:`soonest_drain`).  A
+:class:`PyEgressPort` runs on either simulator (the baseline fabric's ports
+subclass it).
 """
 
 from __future__ import annotations
@@ -28,9 +45,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from fractions import Fraction
-from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
+from openmrc.sim._native import kernel
 from openmrc.wire.packets import DataPacket, Packet
 
 if TYPE_CHECKING:
@@ -54,7 +71,33 @@ COUNTERS = (
 )
 
 
-class EgressPort:
+class PortReport:
+    """The reporting half of a port, shared by the pure-Python and the native port."""
+
+    __slots__ = ()
+
+    name: str
+    rate_bps: int
+    tx_bytes: int
+    data_bytes: int
+    prio_bytes: int
+    up: bool
+
+    def counters(self) -> dict[str, int]:
+        """The port's counters by name (see :data:`COUNTERS`)."""
+        return {name: getattr(self, name) for name in COUNTERS}
+
+    def utilisation(self, elapsed_ps: int) -> float:
+        """Fraction of ``elapsed_ps`` this port spent serializing (from bytes sent)."""
+        if elapsed_ps <= 0:
+            return 0.0
+        return min(1.0, self.tx_bytes * 8 * 10**12 / (self.rate_bps * elapsed_ps))
+
+    def __repr__(self) -> str:
+        return f"EgressPort({self.name}, q={self.data_bytes}+{self.prio_bytes}B, up={self.up})"
+
+
+class PyEgressPort(PortReport):
     """One direction of a link: queues, serializer, wire state, counters.
 
     ``name`` is ``"<node>:<port>-><peer>"``.  ``rx`` is called at the far end
@@ -64,10 +107,9 @@ class EgressPort:
 
     __slots__ = (
         "_den",
-        "_heap",
         "_num",
+        "_push",
         "_rng",
-        "_seq",
         "busy_until",
         "data",
         "data_bytes",
@@ -129,8 +171,7 @@ class EgressPort:
         if delay_ps < 0:
             raise ValueError(f"EgressPort {name}: delay must not be negative, got {delay_ps}")
         self.sim = sim
-        self._heap = sim.heap
-        self._seq = sim.seq
+        self._push = sim.push
         self._rng = sim.rng
         self.name = name
         self.peer = peer
@@ -260,16 +301,14 @@ class EgressPort:
         self.tx_bytes += wb
         if self.impaired and self._impair():
             return False
-        heappush(self._heap, (end + self.delay, next(self._seq), self.rx, (pkt, self, self.epoch)))
+        self._push(end + self.delay, self.rx, (pkt, self, self.epoch))
         return True
 
     def _arm(self) -> None:
         """Schedule the 'transmitter free' event at the end of the current serialization."""
         now = self.sim.now
         at = self.busy_until if self.busy_until > now else now
-        ev = (at, next(self._seq), self._tx_free, ())
-        self.txev = ev
-        heappush(self._heap, ev)
+        self.txev = self._push(at, self._tx_free, ())
 
     def _tx_free(self) -> None:
         """The transmitter is free: start the next packet, header queue first."""
@@ -287,9 +326,7 @@ class EgressPort:
         self._put_on_wire(pkt, wb, self.sim.now)
         end = self.busy_until
         if self.prio or self.data:
-            ev = (end, next(self._seq), self._tx_free, ())
-            self.txev = ev
-            heappush(self._heap, ev)
+            self.txev = self._push(end, self._tx_free, ())
         else:
             self.txev = None
 
@@ -340,16 +377,41 @@ class EgressPort:
             self.loss = float(loss)
         self.impaired = self.silent or self.loss > 0.0
 
-    # ----- reporting -------------------------------------------------------------
-    def counters(self) -> dict[str, int]:
-        """The port's counters by name (see :data:`COUNTERS`)."""
-        return {name: getattr(self, name) for name in COUNTERS}
 
-    def utilisation(self, elapsed_ps: int) -> float:
-        """Fraction of ``elapsed_ps`` this port spent serializing (from bytes sent)."""
-        if elapsed_ps <= 0:
-            return 0.0
-        return min(1.0, self.tx_bytes * 8 * 10**12 / (self.rate_bps * elapsed_ps))
+def py_busy_mask(ports: list[PyEgressPort], now: int) -> int:
+    """Bit ``p`` set when port ``p`` is down, serializing or has a queue (a NIC's busy ports)."""
+    busy = 0
+    for p, port in enumerate(ports):
+        if not port.up or port.busy_until > now or port.data_bytes or port.prio_bytes:
+            busy |= 1 << p
+    return busy
 
-    def __repr__(self) -> str:
-        return f"EgressPort({self.name}, q={self.data_bytes}+{self.prio_bytes}B, up={self.up})"
+
+def py_soonest_drain(ports: list[PyEgressPort], now: int) -> int | None:
+    """The earliest :meth:`~PyEgressPort.drain_time` after ``now`` of a port that is up, or None."""
+    soonest = None
+    for port in ports:
+        if port.up:
+            t = port.drain_time()
+            if t > now and (soonest is None or t < soonest):
+                soonest = t
+    return soonest
+
+
+if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
+    EgressPort = PyEgressPort
+    busy_mask = py_busy_mask
+    soonest_drain = py_soonest_drain
+elif kernel is not None:
+    busy_mask = kernel.busy_mask
+    soonest_drain = kernel.soonest_drain
+
+    class EgressPort(kernel.EgressPort, PortReport):
+        """The native port (:mod:`openmrc.sim._kernel`); the API of :class:`PyEgressPort`."""
+
+        __slots__ = ()
+
+else:
+    EgressPort = PyEgressPort
+    busy_mask = py_busy_mask
+    soonest_drain = py_soonest_drain

@@ -10,14 +10,24 @@ Forwarding, per packet, on the integer outer destination ``pkt.route``:
 
 ``forwarding`` is cleared when the switch is down or blackholed; it then
 discards whatever reaches it (``discarded``).
+
+:class:`Switch` and :class:`HostEnd` are the native classes of
+:mod:`openmrc.sim._kernel` when it is built (see :mod:`openmrc.sim._native`),
+:class:`PySwitch` and :class:`PyHostEnd` otherwise; the same behaviour and
+attributes, with these differences in what can be assigned: the native
+switch's ``table`` reads as a copy (``sw.table[k] = port`` changes only that
+copy: change routes with :meth:`PySwitch.install`), its ``forwarding`` takes
+only a bool, and ``info``/``name``/``usid``/``ports``/``match`` are read-only
+(``ports`` is the list itself, so its items can be set before ``install``).
+A native port delivers to a native switch or host end without a Python call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappush
 from typing import TYPE_CHECKING
 
+from openmrc.sim._native import kernel
 from openmrc.topology import ACTIVE_SHIFT, BLOCK, BLOCK_PREFIX, CARRIER_MASK
 
 if TYPE_CHECKING:
@@ -30,7 +40,31 @@ if TYPE_CHECKING:
 HostReceiver = Callable[["Packet", int, int], None]
 
 
-class Switch:
+class SwitchReport:
+    """The reporting half of a switch, shared by the pure-Python and the native switch."""
+
+    __slots__ = ()
+
+    name: str
+    usid: int
+    state: str
+    forwarded: int
+    bad_route: int
+    discarded: int
+
+    def counters(self) -> dict[str, int]:
+        """Switch-level counters: forwarded, bad_route, discarded."""
+        return {
+            "forwarded": self.forwarded,
+            "bad_route": self.bad_route,
+            "discarded": self.discarded,
+        }
+
+    def __repr__(self) -> str:
+        return f"Switch({self.name}, usid=0x{self.usid:04x}, state={self.state})"
+
+
+class PySwitch(SwitchReport):
     """A T0 or T1 switch: ports by number, its uSID table, counters."""
 
     __slots__ = (
@@ -109,25 +143,12 @@ class Switch:
                 out.busy_until = end
                 out.tx_pkts += 1
                 out.tx_bytes += wb
-                heappush(
-                    out._heap, (end + out.delay, next(out._seq), out.rx, (pkt, out, out.epoch))
-                )
+                out._push(end + out.delay, out.rx, (pkt, out, out.epoch))
                 return
         out.enqueue(pkt)
 
-    def counters(self) -> dict[str, int]:
-        """Switch-level counters: forwarded, bad_route, discarded."""
-        return {
-            "forwarded": self.forwarded,
-            "bad_route": self.bad_route,
-            "discarded": self.discarded,
-        }
 
-    def __repr__(self) -> str:
-        return f"Switch({self.name}, usid=0x{self.usid:04x}, state={self.state})"
-
-
-class HostEnd:
+class PyHostEnd:
     """The receiving side of one host NIC port (host ``host``, plane ``plane``).
 
     Delivers arriving packets to the callback registered with
@@ -156,3 +177,23 @@ class HostEnd:
             return
         self.received += 1
         cb(pkt, self.plane, self.sim.now)
+
+
+if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native one mirrors
+    Switch = PySwitch
+    HostEnd = PyHostEnd
+elif kernel is not None:
+
+    class Switch(kernel.Switch, SwitchReport):
+        """The native switch (:mod:`openmrc.sim._kernel`); the API of :class:`PySwitch`."""
+
+        __slots__ = ()
+
+    class HostEnd(kernel.HostEnd):
+        """The native host end (:mod:`openmrc.sim._kernel`); the API of :class:`PyHostEnd`."""
+
+        __slots__ = ()
+
+else:
+    Switch = PySwitch
+    HostEnd = PyHostEnd

@@ -1,0 +1,2516 @@
+/*
+ * openmrc.sim._kernel: the simulator's fabric hot path in C.
+ *
+ * Native versions of the event loop (Simulator), the egress port (EgressPort),
+ * the SRv6 uSID switch (Switch) and the host end of a host link (HostEnd).
+ * They behave exactly as the pure-Python classes in engine.py, port.py and
+ * switch.py (which stay the fallback): every event consumes one sequence
+ * number at the same point as there, ties are broken by that number, and the
+ * random generator (the Python random.Random of the simulator) is called at
+ * the same points, so a run gives the same result bit for bit.
+ *
+ * Events are C structs in a binary heap keyed on (time, seq).  An event is
+ * either a Python call (callable + args tuple), a packet arriving at the far
+ * end of a port, or a port's "transmitter free".  Arrivals at a native Switch
+ * or HostEnd, and the switch's enqueue onto a native port, involve no Python
+ * call; a Python callable is called only where Python code is the target.
+ *
+ * Python subclasses in engine.py / port.py / switch.py add the cold methods
+ * (reporting, repr) and the garbage-collector handling of Simulator.run.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+/* 128-bit arithmetic where the compiler has it (gcc, clang on 64-bit targets);
+ * otherwise (MSVC, 32-bit) portable fallbacks.  OPENMRC_NO_INT128 forces the
+ * fallbacks (the tests build the extension that way too). */
+#if defined(__SIZEOF_INT128__) && !defined(OPENMRC_NO_INT128)
+#define HAVE_INT128 1
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* module state (one interpreter: plain statics)                             */
+
+static PyObject *DataPacketType = NULL; /* openmrc.wire.packets.DataPacket */
+static PyObject *RandomClass = NULL;    /* random.Random */
+static PyObject *PyLong_Shift = NULL;   /* ACTIVE_SHIFT (80) */
+static PyObject *PyLong_Block = NULL;   /* BLOCK */
+static PyObject *PyLong_Carrier = NULL; /* CARRIER_MASK */
+static PyObject *PyLong_16 = NULL;
+static PyObject *PyLong_FFFF = NULL;
+static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_epoch,
+    *S_lost_in_flight, *S_enqueue;
+
+#define BLOCK_PREFIX 0xFCBB0000ULL
+#define ACTIVE_SHIFT 80
+/* a route is handled as two 64-bit halves; the block sits in the high half */
+#define BLOCK_HI ((uint64_t)BLOCK_PREFIX << 32) /* BLOCK = BLOCK_PREFIX << 96 */
+#define CARRIER_HI 0xFFFFFFFFULL                /* CARRIER_MASK = 2**96 - 1 */
+
+enum { EV_CALL = 0, EV_ARRIVE = 1, EV_TXFREE = 2 };
+enum { RX_PY = 0, RX_SWITCH = 1, RX_HOST = 2 };
+
+typedef struct {
+    int64_t t;
+    int64_t seq;
+    int64_t epoch;
+    PyObject *a; /* EV_CALL: callable; else the port */
+    PyObject *b; /* EV_CALL: args tuple; EV_ARRIVE: the packet; EV_TXFREE: NULL */
+    int kind;
+} Event;
+
+typedef struct {
+    PyObject_HEAD
+    int64_t now;
+    int64_t seq;
+    int64_t events_run;
+    Event *heap;
+    Py_ssize_t n, cap;
+    PyObject *rng;
+    PyObject *cancelled; /* set of seq (ints) */
+    /* now, when run(until_ps=...) left it past int64 (as Python does); then
+     * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
+    PyObject *now_big;
+    char stopped;
+} SimObject;
+
+typedef struct {
+    PyObject **buf;
+    Py_ssize_t head, len, cap;
+} Ring;
+
+typedef struct {
+    PyObject_HEAD
+    SimObject *sim;
+    PyObject *name, *peer, *link, *rx, *rx_target, *rng_random;
+    int rx_kind;
+    int64_t rate_bps, num, den, delay, framing, data_limit, prio_limit, kmin, kmax;
+    char trim, lasthop, ecn, up, silent, impaired, has_txev;
+    double loss;
+    Ring data, prio;
+    int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_seq, epoch;
+    int64_t tx_pkts, tx_bytes, trims, ecn_marks, drops_full, drops_header, drops_down, lost,
+        lost_silent, max_queue_bytes;
+} PortObject;
+
+typedef struct {
+    int32_t *keys; /* -1: empty */
+    PyObject **vals;
+    Py_ssize_t cap; /* power of two or 0 */
+} UsidTable;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *info, *name, *tier, *plane, *index, *usid, *ports, *table, *state;
+    int64_t match;
+    char forwarding;
+    int64_t forwarded, bad_route, discarded;
+    UsidTable lut;
+} SwitchObject;
+
+typedef struct {
+    PyObject_HEAD
+    SimObject *sim;
+    PyObject *host, *plane, *on_receive;
+    int64_t received, undelivered;
+} HostEndObject;
+
+static PyTypeObject SimType, PortType, SwitchType, HostEndType;
+
+/* ------------------------------------------------------------------------ */
+/* the heap                                                                 */
+
+static inline int ev_less(const Event *x, const Event *y)
+{
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+/* Push with a sequence number the caller took (s->seq++) beforehand; steals
+ * the references a and b. Returns -1 (refs released) on no memory. */
+static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObject *a,
+                         PyObject *b, int64_t epoch)
+{
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? s->cap * 2 : 1024;
+        Event *h = PyMem_Realloc(s->heap, (size_t)cap * sizeof(Event));
+        if (h == NULL) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->heap = h;
+        s->cap = cap;
+    }
+    Event ev = {t, seq, epoch, a, b, kind};
+    Event *h = s->heap;
+    Py_ssize_t i = s->n++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) >> 1;
+        if (!ev_less(&ev, &h[p]))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = ev;
+    return 0;
+}
+
+/* Push, taking the next sequence number (no Python code runs in between). */
+static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b,
+                            int64_t epoch)
+{
+    return heap_push_seq(s, t, s->seq++, kind, a, b, epoch);
+}
+
+/* Pop the smallest event into *out (references move to the caller). */
+static void heap_pop(SimObject *s, Event *out)
+{
+    Event *h = s->heap;
+    *out = h[0];
+    Py_ssize_t n = --s->n;
+    if (n == 0)
+        return;
+    Event last = h[n];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && ev_less(&h[c + 1], &h[c]))
+            c++;
+        if (!ev_less(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = last;
+}
+
+static int sim_cancel_seq(SimObject *s, int64_t seq)
+{
+    PyObject *k = PyLong_FromLongLong(seq);
+    if (k == NULL)
+        return -1;
+    int r = PySet_Add(s->cancelled, k);
+    Py_DECREF(k);
+    return r;
+}
+
+/* An int (or __index__, or a float with an integral value: Python code may pass
+ * 1e3 ps) as int64; TypeError for a fraction, OverflowError past 64 bits. */
+static int as_i64(PyObject *o, int64_t *out)
+{
+    if (PyFloat_Check(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        if (d == d && !(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+            PyErr_Format(PyExc_OverflowError,
+                         "%R does not fit in 64 bits (the native kernel's limit)", o);
+            return -1;
+        }
+        int64_t v = d == d ? (int64_t)d : 0;
+        if ((double)v != d) { /* a fraction, or nan */
+            PyErr_Format(PyExc_TypeError,
+                         "%R is not a whole number (the native kernel counts whole picoseconds "
+                         "and bytes)",
+                         o);
+            return -1;
+        }
+        *out = v;
+        return 0;
+    }
+    PyObject *i = PyLong_Check(o) ? (Py_INCREF(o), o) : PyNumber_Index(o);
+    if (i == NULL)
+        return -1;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%R does not fit in 64 bits (the native kernel's limit)",
+                     o);
+        return -1;
+    }
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* a + b into *out; 1 (and *out untouched) when it does not fit in int64 */
+static inline int add_i64(int64_t a, int64_t b, int64_t *out)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_add_overflow(a, b, out);
+#else
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 1;
+    *out = a + b;
+    return 0;
+#endif
+}
+
+/* Times and byte counts are int64 natively (Python ints are unbounded). */
+static int overflow_err(const char *what)
+{
+    PyErr_Format(PyExc_OverflowError, "%s does not fit in 64 bits (the native kernel's limit)",
+                 what);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 128-bit routes <-> Python ints, 16 bytes little endian                    */
+/* (3.13 added public calls for this and changed _PyLong_AsByteArray; 3.12
+ * changed the int layout, so Py_SIZE() no longer gives an int's sign)       */
+
+static int long_is_negative(PyObject *v) /* v an exact int */
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    return PyLong_IsNegative(v) == 1;
+#else
+    return _PyLong_Sign(v) < 0;
+#endif
+}
+
+/* 1: v (an exact int) is in [0, 2**128) and is in buf; 0: it is not; -1: error */
+static int long_to_16(PyObject *v, unsigned char buf[16])
+{
+    if (long_is_negative(v))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
+                                           Py_ASNATIVEBYTES_LITTLE_ENDIAN |
+                                               Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                               Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (need < 0)
+        return -1;
+    return need <= 16;
+#else
+    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
+        return 1;
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+#endif
+}
+
+static inline uint64_t load_le64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+static inline void store_le64(unsigned char *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
+static PyObject *long_from_16(const unsigned char buf[16])
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromUnsignedNativeBytes(buf, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#else
+    return _PyLong_FromByteArray(buf, 16, 1, 0);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* ring buffer of packets                                                   */
+
+static int ring_push(Ring *r, PyObject *o)
+{
+    if (r->len == r->cap) {
+        Py_ssize_t cap = r->cap ? r->cap * 2 : 16;
+        PyObject **buf = PyMem_Malloc((size_t)cap * sizeof(PyObject *));
+        if (buf == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < r->len; i++)
+            buf[i] = r->buf[(r->head + i) % r->cap];
+        PyMem_Free(r->buf);
+        r->buf = buf;
+        r->cap = cap;
+        r->head = 0;
+    }
+    Py_INCREF(o);
+    r->buf[(r->head + r->len) % r->cap] = o;
+    r->len++;
+    return 0;
+}
+
+/* Pop the oldest (a new reference for the caller). */
+static PyObject *ring_pop(Ring *r)
+{
+    PyObject *o = r->buf[r->head];
+    r->head = (r->head + 1) % r->cap;
+    r->len--;
+    return o;
+}
+
+static void ring_clear(Ring *r)
+{
+    while (r->len) {
+        PyObject *o = ring_pop(r);
+        Py_DECREF(o);
+    }
+}
+
+static PyObject *ring_list(Ring *r)
+{
+    PyObject *l = PyList_New(r->len);
+    if (l == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < r->len; i++) {
+        PyObject *o = r->buf[(r->head + i) % r->cap];
+        Py_INCREF(o);
+        PyList_SET_ITEM(l, i, o);
+    }
+    return l;
+}
+
+/* ------------------------------------------------------------------------ */
+/* EgressPort: hot path                                                      */
+
+static int get_size(PyObject *pkt, int64_t *out)
+{
+    PyObject *v = PyObject_GetAttr(pkt, S_size);
+    if (v == NULL)
+        return -1;
+    int r = as_i64(v, out);
+    Py_DECREF(v);
+    return r;
+}
+
+/* pkt.size + framing */
+static int get_wire_bytes(PortObject *p, PyObject *pkt, int64_t *out)
+{
+    int64_t size;
+    if (get_size(pkt, &size) < 0)
+        return -1;
+    if (add_i64(size, p->framing, out))
+        return overflow_err("pkt.size + framing");
+    return 0;
+}
+
+#ifndef HAVE_INT128
+/* ser_ps when nbytes * num does not fit in 64 bits: Python ints (rare, slow) */
+static int ser_ps_big(PortObject *p, int64_t nbytes, int64_t *out)
+{
+    PyObject *n = PyLong_FromLongLong(nbytes), *num = PyLong_FromLongLong(p->num),
+             *den = PyLong_FromLongLong(p->den), *x = NULL, *q = NULL, *r = NULL;
+    int rc = -1;
+    if (n && num && den && (x = PyNumber_Multiply(n, num)) != NULL &&
+        (q = PyNumber_Negative(x)) != NULL) {
+        Py_SETREF(q, PyNumber_FloorDivide(q, den));
+        if (q != NULL && (r = PyNumber_Negative(q)) != NULL) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(r, &overflow);
+            if (overflow)
+                overflow_err("serialization time");
+            else if (!(v == -1 && PyErr_Occurred())) {
+                *out = v;
+                rc = 0;
+            }
+        }
+    }
+    Py_XDECREF(n);
+    Py_XDECREF(num);
+    Py_XDECREF(den);
+    Py_XDECREF(x);
+    Py_XDECREF(q);
+    Py_XDECREF(r);
+    return rc;
+}
+#endif
+
+/* ceil(nbytes * num / den), as -(-nbytes * num // den) in Python; -1 on overflow */
+static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
+{
+#ifdef HAVE_INT128
+    __int128 x = (__int128)nbytes * p->num;
+    __int128 q = x / p->den;
+    if (x % p->den != 0 && x > 0)
+        q += 1; /* (truncation towards zero is already the ceiling for x < 0) */
+    if (q > INT64_MAX || q < INT64_MIN)
+        return overflow_err("serialization time");
+    *out = (int64_t)q;
+    return 0;
+#else
+    int64_t lim = INT64_MAX / p->num; /* num >= 1 */
+    if (nbytes > lim || nbytes < -lim)
+        return ser_ps_big(p, nbytes, out);
+    int64_t x = nbytes * p->num;
+    int64_t q = x / p->den;
+    if (x % p->den != 0 && x > 0)
+        q += 1;
+    *out = q;
+    return 0;
+#endif
+}
+
+/* 1: lost by the wire, 0: not, -1: error */
+static int port_impair(PortObject *p)
+{
+    if (p->silent) {
+        p->lost_silent++;
+        return 1;
+    }
+    if (p->loss != 0.0) {
+        PyObject *r = PyObject_CallNoArgs(p->rng_random);
+        if (r == NULL)
+            return -1;
+        double x = PyFloat_AsDouble(r);
+        Py_DECREF(r);
+        if (x == -1.0 && PyErr_Occurred())
+            return -1;
+        if (x < p->loss) {
+            p->lost++;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Serialize pkt from now and schedule its arrival. 1 sent, 0 lost, -1 error. */
+static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t now)
+{
+    int64_t ser, end, arrive;
+    if (ser_ps(p, wb, &ser) < 0)
+        return -1;
+    if (add_i64(now, ser, &end) || add_i64(end, p->delay, &arrive))
+        return overflow_err("arrival time");
+    p->busy_until = end;
+    p->tx_pkts++;
+    p->tx_bytes += wb;
+    if (p->impaired) {
+        int r = port_impair(p);
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
+    Py_INCREF(p);
+    Py_INCREF(pkt);
+    if (heap_push(p->sim, arrive, EV_ARRIVE, (PyObject *)p, pkt, p->epoch) < 0)
+        return -1;
+    return 1;
+}
+
+static int port_arm(PortObject *p)
+{
+    int64_t now = p->sim->now;
+    int64_t at = p->busy_until > now ? p->busy_until : now;
+    int64_t seq = p->sim->seq++;
+    p->txev_t = at;
+    p->txev_seq = seq;
+    p->has_txev = 1;
+    Py_INCREF(p);
+    return heap_push_seq(p->sim, at, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
+}
+
+static int port_enqueue(PortObject *p, PyObject *pkt)
+{
+    if (!p->up) {
+        p->drops_down++;
+        return 0;
+    }
+    int64_t now = p->sim->now;
+    int64_t wb;
+    if (get_wire_bytes(p, pkt, &wb) < 0)
+        return -1;
+    if (!p->has_txev && p->busy_until <= now)
+        return port_put_on_wire(p, pkt, wb, now) < 0 ? -1 : 0;
+    int isdata = PyObject_IsInstance(pkt, DataPacketType);
+    if (isdata < 0)
+        return -1;
+    if (isdata) {
+        PyObject *tr = PyObject_GetAttr(pkt, S_trimmed);
+        if (tr == NULL)
+            return -1;
+        int trimmed = PyObject_IsTrue(tr);
+        Py_DECREF(tr);
+        if (trimmed < 0)
+            return -1;
+        if (!trimmed) {
+            int64_t q = p->data_bytes, nq;
+            /* a sum beyond int64 is beyond any limit too, as in Python */
+            if (!add_i64(q, wb, &nq) && nq <= p->data_limit) {
+                if (p->ecn && q > p->kmin) {
+                    int64_t kmax = p->kmax;
+                    int mark = q >= kmax;
+                    if (!mark) {
+                        PyObject *r = PyObject_CallNoArgs(p->rng_random);
+                        if (r == NULL)
+                            return -1;
+                        double x = PyFloat_AsDouble(r);
+                        Py_DECREF(r);
+                        if (x == -1.0 && PyErr_Occurred())
+                            return -1;
+                        mark = x * (double)(kmax - p->kmin) < (double)(q - p->kmin);
+                    }
+                    if (mark) {
+                        if (PyObject_SetAttr(pkt, S_ecn, Py_True) < 0)
+                            return -1;
+                        p->ecn_marks++;
+                    }
+                }
+                if (add_i64(nq, p->prio_bytes, &q))
+                    return overflow_err("queued bytes");
+                if (ring_push(&p->data, pkt) < 0)
+                    return -1;
+                p->data_bytes = nq;
+                if (q > p->max_queue_bytes)
+                    p->max_queue_bytes = q;
+                if (!p->has_txev)
+                    return port_arm(p);
+                return 0;
+            }
+            if (!p->trim) {
+                p->drops_full++;
+                return 0;
+            }
+            PyObject *r =
+                PyObject_CallMethodOneArg(pkt, S_trim, p->lasthop ? Py_True : Py_False);
+            if (r == NULL)
+                return -1;
+            Py_DECREF(r);
+            p->trims++;
+            if (get_wire_bytes(p, pkt, &wb) < 0)
+                return -1;
+        }
+    }
+    int64_t pb, tot;
+    if (add_i64(p->prio_bytes, wb, &pb) || pb > p->prio_limit) {
+        p->drops_header++;
+        return 0;
+    }
+    if (add_i64(pb, p->data_bytes, &tot))
+        return overflow_err("queued bytes");
+    if (ring_push(&p->prio, pkt) < 0)
+        return -1;
+    p->prio_bytes = pb;
+    if (tot > p->max_queue_bytes)
+        p->max_queue_bytes = tot;
+    if (!p->has_txev)
+        return port_arm(p);
+    return 0;
+}
+
+static int port_tx_free(PortObject *p)
+{
+    PyObject *pkt;
+    int64_t wb;
+    /* this event is out of the heap now: a set_up(False) from Python code run
+     * below (pkt.size, the loss draw) must not cancel it (Python's cancel sees
+     * it is no longer in the heap and does nothing) */
+    p->has_txev = 0;
+    if (p->prio.len) {
+        pkt = ring_pop(&p->prio);
+        if (get_wire_bytes(p, pkt, &wb) < 0) {
+            Py_DECREF(pkt);
+            return -1;
+        }
+        p->prio_bytes -= wb;
+    }
+    else if (p->data.len) {
+        pkt = ring_pop(&p->data);
+        if (get_wire_bytes(p, pkt, &wb) < 0) {
+            Py_DECREF(pkt);
+            return -1;
+        }
+        p->data_bytes -= wb;
+    }
+    else {
+        p->has_txev = 0;
+        return 0;
+    }
+    int r = port_put_on_wire(p, pkt, wb, p->sim->now);
+    Py_DECREF(pkt);
+    if (r < 0)
+        return -1;
+    if (p->prio.len || p->data.len) {
+        int64_t seq = p->sim->seq++;
+        p->txev_t = p->busy_until;
+        p->txev_seq = seq;
+        p->has_txev = 1;
+        Py_INCREF(p);
+        return heap_push_seq(p->sim, p->busy_until, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
+    }
+    p->has_txev = 0;
+    return 0;
+}
+
+/* when everything queued now will have left; -1 on overflow */
+static int port_drain_time(PortObject *p, int64_t *out)
+{
+    int64_t now = p->sim->now;
+    int64_t start = p->busy_until > now ? p->busy_until : now;
+    int64_t q = p->data_bytes + p->prio_bytes; /* both bounded by enqueue's checks */
+    int64_t ser = 0;
+    if (q && ser_ps(p, q, &ser) < 0)
+        return -1;
+    if (add_i64(start, ser, out))
+        return overflow_err("drain time");
+    return 0;
+}
+
+static PyObject *drain_time_obj(PortObject *p)
+{
+    int64_t t;
+    if (port_drain_time(p, &t) < 0)
+        return NULL;
+    return PyLong_FromLongLong(t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Switch and HostEnd: hot path                                              */
+
+static PyObject *lut_get(UsidTable *t, int32_t key)
+{
+    if (t->cap == 0)
+        return NULL;
+    Py_ssize_t m = t->cap - 1;
+    Py_ssize_t i = ((uint32_t)key * 2654435761u) & m;
+    for (;;) {
+        int32_t k = t->keys[i];
+        if (k == key)
+            return t->vals[i];
+        if (k < 0)
+            return NULL;
+        i = (i + 1) & m;
+    }
+}
+
+static void lut_free(UsidTable *t)
+{
+    if (t->cap) {
+        for (Py_ssize_t i = 0; i < t->cap; i++)
+            if (t->keys[i] >= 0)
+                Py_DECREF(t->vals[i]);
+        PyMem_Free(t->keys);
+        PyMem_Free(t->vals);
+    }
+    t->keys = NULL;
+    t->vals = NULL;
+    t->cap = 0;
+}
+
+/* via.epoch of any port; -1 on error with *err set */
+static int epoch_matches(PyObject *via, int64_t epoch, PyObject *epoch_obj)
+{
+    if (Py_IS_TYPE(via, &PortType) || PyObject_TypeCheck(via, &PortType))
+        return ((PortObject *)via)->epoch == epoch;
+    PyObject *e = PyObject_GetAttr(via, S_epoch);
+    if (e == NULL)
+        return -1;
+    int r;
+    if (epoch_obj != NULL) {
+        r = PyObject_RichCompareBool(epoch_obj, e, Py_EQ);
+    }
+    else {
+        PyObject *eo = PyLong_FromLongLong(epoch);
+        if (eo == NULL) {
+            Py_DECREF(e);
+            return -1;
+        }
+        r = PyObject_RichCompareBool(eo, e, Py_EQ);
+        Py_DECREF(eo);
+    }
+    Py_DECREF(e);
+    return r;
+}
+
+static int lost_in_flight(PyObject *via, PyObject *pkt)
+{
+    if (PyObject_TypeCheck(via, &PortType)) {
+        ((PortObject *)via)->drops_down++;
+        return 0;
+    }
+    PyObject *r = PyObject_CallMethodOneArg(via, S_lost_in_flight, pkt);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int enqueue_any(PyObject *out, PyObject *pkt)
+{
+    if (PyObject_TypeCheck(out, &PortType))
+        return port_enqueue((PortObject *)out, pkt);
+    PyObject *r = PyObject_CallMethodOneArg(out, S_enqueue, pkt);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The Python expression path of Switch.receive for a route that is not a
+ * plain non-negative int below 2**128: 0 done (counted), 1 forward to *out
+ * (a new reference: the table entry is taken before any Python code can run). */
+static int switch_route_generic(SwitchObject *sw, PyObject *pkt, PyObject *addr, PyObject **out)
+{
+    PyObject *top = PyNumber_Rshift(addr, PyLong_Shift);
+    if (top == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            sw->bad_route++;
+            return 0;
+        }
+        return -1;
+    }
+    PyObject *m = PyLong_FromLongLong(sw->match);
+    if (m == NULL) {
+        Py_DECREF(top);
+        return -1;
+    }
+    int ne = PyObject_RichCompareBool(top, m, Py_NE);
+    Py_DECREF(top);
+    Py_DECREF(m);
+    if (ne < 0) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            sw->bad_route++;
+            return 0;
+        }
+        return -1;
+    }
+    if (ne) {
+        sw->bad_route++;
+        return 0;
+    }
+    PyObject *x = PyNumber_Lshift(addr, PyLong_16);
+    if (x == NULL)
+        return -1;
+    PyObject *y = PyNumber_And(x, PyLong_Carrier);
+    Py_DECREF(x);
+    if (y == NULL)
+        return -1;
+    PyObject *na = PyNumber_Or(PyLong_Block, y);
+    Py_DECREF(y);
+    if (na == NULL)
+        return -1;
+    if (PyObject_SetAttr(pkt, S_route, na) < 0) {
+        Py_DECREF(na);
+        return -1;
+    }
+    PyObject *k1 = PyNumber_Rshift(na, PyLong_Shift);
+    Py_DECREF(na);
+    if (k1 == NULL)
+        return -1;
+    PyObject *k = PyNumber_And(k1, PyLong_FFFF);
+    Py_DECREF(k1);
+    if (k == NULL)
+        return -1;
+    PyObject *o = PyDict_GetItemWithError(sw->table, k);
+    Py_XINCREF(o);
+    Py_DECREF(k);
+    if (o == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        sw->bad_route++;
+        return 0;
+    }
+    *out = o;
+    return 1;
+}
+
+static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, int64_t epoch,
+                               PyObject *epoch_obj)
+{
+    int ok = epoch_matches(via, epoch, epoch_obj);
+    if (ok < 0)
+        return -1;
+    if (!ok)
+        return lost_in_flight(via, pkt);
+    if (!sw->forwarding) {
+        sw->discarded++;
+        return 0;
+    }
+    PyObject *addr = PyObject_GetAttr(pkt, S_route);
+    if (addr == NULL)
+        return -1;
+    PyObject *out = NULL;
+    unsigned char buf[16];
+    int fast = 0;
+    if (PyLong_CheckExact(addr)) {
+        /* negative or >= 2**128: the generic path says bad route */
+        fast = long_to_16(addr, buf);
+        if (fast < 0) {
+            Py_DECREF(addr);
+            return -1;
+        }
+    }
+    if (fast) {
+        uint64_t lo = load_le64(buf), hi = load_le64(buf + 8);
+        Py_DECREF(addr);
+        if ((int64_t)(hi >> (ACTIVE_SHIFT - 64)) != sw->match) { /* addr >> 80 */
+            sw->bad_route++;
+            return 0;
+        }
+        /* BLOCK | ((addr << 16) & CARRIER_MASK) */
+        hi = BLOCK_HI | (((hi << 16) | (lo >> 48)) & CARRIER_HI);
+        lo <<= 16;
+        store_le64(buf, lo);
+        store_le64(buf + 8, hi);
+        PyObject *no = long_from_16(buf);
+        if (no == NULL)
+            return -1;
+        int r = PyObject_SetAttr(pkt, S_route, no);
+        Py_DECREF(no);
+        if (r < 0)
+            return -1;
+        out = lut_get(&sw->lut, (int32_t)((hi >> (ACTIVE_SHIFT - 64)) & 0xFFFF));
+        if (out == NULL) {
+            sw->bad_route++;
+            return 0;
+        }
+        Py_INCREF(out);
+    }
+    else {
+        int r = switch_route_generic(sw, pkt, addr, &out);
+        Py_DECREF(addr);
+        if (r <= 0)
+            return r;
+    }
+    sw->forwarded++;
+    int r = enqueue_any(out, pkt);
+    Py_DECREF(out);
+    return r;
+}
+
+static int host_receive_impl(HostEndObject *h, PyObject *pkt, PyObject *via, int64_t epoch,
+                             PyObject *epoch_obj)
+{
+    int ok = epoch_matches(via, epoch, epoch_obj);
+    if (ok < 0)
+        return -1;
+    if (!ok)
+        return lost_in_flight(via, pkt);
+    PyObject *cb = h->on_receive;
+    if (cb == Py_None) {
+        h->undelivered++;
+        return 0;
+    }
+    h->received++;
+    PyObject *now = PyLong_FromLongLong(h->sim->now);
+    if (now == NULL)
+        return -1;
+    PyObject *plane = h->plane;
+    Py_INCREF(cb);
+    Py_INCREF(plane);
+    PyObject *args[3] = {pkt, plane, now};
+    PyObject *r = PyObject_Vectorcall(cb, args, 3, NULL);
+    Py_DECREF(cb);
+    Py_DECREF(plane);
+    Py_DECREF(now);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* event dispatch                                                            */
+
+static int not_ready(const char *what)
+{
+    PyErr_Format(PyExc_RuntimeError, "%s: not initialised", what);
+    return -1;
+}
+
+static int dispatch(Event *ev)
+{
+    if (ev->kind == EV_CALL) {
+        PyObject *r = PyObject_Call(ev->a, ev->b, NULL);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    PortObject *p = (PortObject *)ev->a;
+    if (p->sim == NULL)
+        return not_ready("EgressPort");
+    if (ev->kind == EV_TXFREE)
+        return port_tx_free(p);
+    /* EV_ARRIVE: the target may have been created with __new__ and never
+     * initialised (or cleared by the collector): check before going native */
+    switch (p->rx_kind) {
+    case RX_SWITCH: {
+        SwitchObject *sw = (SwitchObject *)p->rx_target;
+        if (sw->ports == NULL || sw->table == NULL)
+            return not_ready("Switch");
+        Py_INCREF(sw); /* Python code it runs may re-initialise the port */
+        int r = switch_receive_impl(sw, ev->b, (PyObject *)p, ev->epoch, NULL);
+        Py_DECREF(sw);
+        return r;
+    }
+    case RX_HOST: {
+        HostEndObject *h = (HostEndObject *)p->rx_target;
+        if (h->sim == NULL || h->on_receive == NULL || h->plane == NULL)
+            return not_ready("HostEnd");
+        Py_INCREF(h);
+        int r = host_receive_impl(h, ev->b, (PyObject *)p, ev->epoch, NULL);
+        Py_DECREF(h);
+        return r;
+    }
+    default: {
+        PyObject *e = PyLong_FromLongLong(ev->epoch);
+        if (e == NULL)
+            return -1;
+        PyObject *rx = p->rx;
+        Py_INCREF(rx);
+        PyObject *args[3] = {ev->b, (PyObject *)p, e};
+        PyObject *r = PyObject_Vectorcall(rx, args, 3, NULL);
+        Py_DECREF(rx);
+        Py_DECREF(e);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Simulator type                                                           */
+
+static PyObject *Sim_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    SimObject *s = (SimObject *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        return NULL;
+    s->cancelled = PySet_New(NULL);
+    if (s->cancelled == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    s->rng = Py_None;
+    Py_INCREF(Py_None);
+    return (PyObject *)s;
+}
+
+static void heap_clear_all(SimObject *s);
+
+static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"seed", NULL};
+    PyObject *seed = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:Simulator", kwlist, &seed))
+        return -1;
+    PyObject *one = NULL;
+    if (seed == NULL) {
+        one = PyLong_FromLong(1);
+        if (one == NULL)
+            return -1;
+        seed = one;
+    }
+    PyObject *rng = PyObject_CallOneArg(RandomClass, seed);
+    Py_XDECREF(one);
+    if (rng == NULL)
+        return -1;
+    /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
+    PyObject *cancelled = PySet_New(NULL);
+    if (cancelled == NULL) {
+        Py_DECREF(rng);
+        return -1;
+    }
+    s->now = 0;
+    s->seq = 0;
+    s->events_run = 0;
+    s->stopped = 0;
+    Py_CLEAR(s->now_big);
+    Py_SETREF(s->rng, rng);
+    Py_SETREF(s->cancelled, cancelled);
+    heap_clear_all(s); /* last: releasing the events can run Python code */
+    return 0;
+}
+
+static void heap_clear_all(SimObject *s)
+{
+    Event *h = s->heap;
+    Py_ssize_t n = s->n;
+    s->heap = NULL;
+    s->n = s->cap = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(h[i].a);
+        Py_XDECREF(h[i].b);
+    }
+    PyMem_Free(h);
+}
+
+static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        Py_VISIT(s->heap[i].a);
+        Py_VISIT(s->heap[i].b);
+    }
+    Py_VISIT(s->rng);
+    Py_VISIT(s->cancelled);
+    return 0;
+}
+
+static int Sim_clear(SimObject *s)
+{
+    heap_clear_all(s);
+    Py_CLEAR(s->rng);
+    Py_CLEAR(s->cancelled);
+    Py_CLEAR(s->now_big);
+    return 0;
+}
+
+static void Sim_dealloc(SimObject *s)
+{
+    PyTypeObject *tp = Py_TYPE(s);
+    PyObject_GC_UnTrack(s);
+    Sim_clear(s);
+    tp->tp_free((PyObject *)s);
+}
+
+static PyObject *make_handle(int64_t t, int64_t seq, PyObject *fn, PyObject *args)
+{
+    PyObject *pt = PyLong_FromLongLong(t);
+    PyObject *ps = PyLong_FromLongLong(seq);
+    if (pt == NULL || ps == NULL) {
+        Py_XDECREF(pt);
+        Py_XDECREF(ps);
+        return NULL;
+    }
+    PyObject *h = PyTuple_New(4);
+    if (h == NULL) {
+        Py_DECREF(pt);
+        Py_DECREF(ps);
+        return NULL;
+    }
+    Py_INCREF(fn);
+    Py_INCREF(args);
+    PyTuple_SET_ITEM(h, 0, pt);
+    PyTuple_SET_ITEM(h, 1, ps);
+    PyTuple_SET_ITEM(h, 2, fn);
+    PyTuple_SET_ITEM(h, 3, args);
+    return h;
+}
+
+static PyObject *tuple_from(PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(t, i, items[i]);
+    }
+    return t;
+}
+
+static PyObject *sim_push_call(SimObject *s, int64_t t, PyObject *fn, PyObject *cargs)
+{
+    /* take the number before make_handle allocates: a collection there can run
+     * a __del__ that schedules (and so takes a number) too */
+    int64_t seq = s->seq++;
+    PyObject *h = make_handle(t, seq, fn, cargs);
+    if (h == NULL)
+        return NULL;
+    Py_INCREF(fn);
+    Py_INCREF(cargs);
+    if (heap_push_seq(s, t, seq, EV_CALL, fn, cargs, 0) < 0) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return h;
+}
+
+static PyObject *Sim_schedule(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "schedule(at_ps, callback, *args)");
+        return NULL;
+    }
+    int64_t at;
+    if (as_i64(args[0], &at) < 0)
+        return NULL;
+    if (s->now_big) {
+        PyErr_Format(PyExc_ValueError, "schedule: time %lld ps is in the past (now %S ps)",
+                     (long long)at, s->now_big);
+        return NULL;
+    }
+    if (at < s->now) {
+        PyErr_Format(PyExc_ValueError, "schedule: time %lld ps is in the past (now %lld ps)",
+                     (long long)at, (long long)s->now);
+        return NULL;
+    }
+    PyObject *cargs = tuple_from(args + 2, nargs - 2);
+    if (cargs == NULL)
+        return NULL;
+    PyObject *h = sim_push_call(s, at, args[1], cargs);
+    Py_DECREF(cargs);
+    return h;
+}
+
+static PyObject *Sim_after(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "after(delay_ps, callback, *args)");
+        return NULL;
+    }
+    int64_t d;
+    if (as_i64(args[0], &d) < 0)
+        return NULL;
+    if (d < 0) {
+        PyErr_Format(PyExc_ValueError, "after: negative delay %lld ps", (long long)d);
+        return NULL;
+    }
+    PyObject *cargs = tuple_from(args + 2, nargs - 2);
+    if (cargs == NULL)
+        return NULL;
+    int64_t at;
+    if (s->now_big || add_i64(s->now, d, &at)) {
+        Py_DECREF(cargs);
+        overflow_err("after: now + delay");
+        return NULL;
+    }
+    PyObject *h = sim_push_call(s, at, args[1], cargs);
+    Py_DECREF(cargs);
+    return h;
+}
+
+static PyObject *Sim_push(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "push(at_ps, callback, args_tuple)");
+        return NULL;
+    }
+    int64_t at;
+    if (as_i64(args[0], &at) < 0)
+        return NULL;
+    return sim_push_call(s, at, args[1], args[2]);
+}
+
+static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
+{
+    if (!PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) < 2) {
+        PyErr_SetString(PyExc_TypeError, "cancel: expected an event handle from schedule()");
+        return NULL;
+    }
+    int64_t t, seq;
+    if (as_i64(PyTuple_GET_ITEM(ev, 0), &t) < 0 || as_i64(PyTuple_GET_ITEM(ev, 1), &seq) < 0)
+        return NULL;
+    int pending = !s->now_big && t > s->now;
+    if (!pending && !s->now_big && t == s->now) {
+        for (Py_ssize_t i = 0; i < s->n; i++)
+            if (s->heap[i].seq == seq) {
+                pending = 1;
+                break;
+            }
+    }
+    if (pending && sim_cancel_seq(s, seq) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Sim_stop(SimObject *s, PyObject *unused)
+{
+    s->stopped = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Sim_pending(SimObject *s, PyObject *unused)
+{
+    return PyLong_FromSsize_t(s->n);
+}
+
+static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
+{
+    PyObject *l = PyList_New(0);
+    if (l == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        Event *e = &s->heap[i];
+        if (e->kind != EV_CALL)
+            continue;
+        PyObject *k = PyLong_FromLongLong(e->seq);
+        if (k == NULL)
+            goto fail;
+        int c = PySet_Contains(s->cancelled, k);
+        Py_DECREF(k);
+        if (c < 0)
+            goto fail;
+        if (c)
+            continue;
+        PyObject *h = make_handle(e->t, e->seq, e->a, e->b);
+        if (h == NULL)
+            goto fail;
+        int r = PyList_Append(l, h);
+        Py_DECREF(h);
+        if (r < 0)
+            goto fail;
+    }
+    return l;
+fail:
+    Py_DECREF(l);
+    return NULL;
+}
+
+/* run() checks for signals (Ctrl-C) every this many events */
+#define SIGNAL_CHECK_EVENTS 4096
+
+static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"until_ps", NULL};
+    PyObject *until = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:run", kwlist, &until))
+        return NULL;
+    int64_t limit = INT64_MAX;
+    PyObject *until_big = NULL; /* an until_ps past int64: no limit, then now = it */
+    if (until != Py_None) {
+        if (PyFloat_Check(until)) {
+            if (as_i64(until, &limit) < 0) /* whole ps only */
+                return NULL;
+        }
+        else {
+            PyObject *i = PyNumber_Index(until);
+            if (i == NULL)
+                return NULL;
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+            if (v == -1 && !overflow && PyErr_Occurred()) {
+                Py_DECREF(i);
+                return NULL;
+            }
+            limit = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+            if (overflow > 0)
+                until_big = i;
+            else
+                Py_DECREF(i);
+        }
+    }
+
+    int64_t n = 0;
+    int tick = 0;
+    s->stopped = 0;
+    Event ev;
+    while (s->n) {
+        if (s->heap[0].t > limit)
+            break;
+        /* a run of native events never enters the interpreter's loop, which is
+         * where signal handlers run: let Ctrl-C (KeyboardInterrupt) through */
+        if (++tick == SIGNAL_CHECK_EVENTS) {
+            tick = 0;
+            if (PyErr_CheckSignals() < 0)
+                goto fail;
+        }
+        heap_pop(s, &ev);
+        if (PySet_GET_SIZE(s->cancelled)) {
+            PyObject *k = PyLong_FromLongLong(ev.seq);
+            if (k == NULL)
+                goto fail_ev;
+            int c = PySet_Discard(s->cancelled, k);
+            Py_DECREF(k);
+            if (c < 0)
+                goto fail_ev;
+            if (c) {
+                Py_XDECREF(ev.a);
+                Py_XDECREF(ev.b);
+                continue;
+            }
+        }
+        s->now = ev.t;
+        if (s->now_big) /* an event push()ed (unchecked) while now was past int64 */
+            Py_CLEAR(s->now_big);
+        n++;
+        int r = dispatch(&ev);
+        Py_XDECREF(ev.a);
+        Py_XDECREF(ev.b);
+        if (r < 0)
+            goto fail;
+        if (s->stopped) {
+            Py_XDECREF(until_big);
+            s->events_run += n;
+            return PyLong_FromLongLong(n);
+        }
+    }
+    if (until_big != NULL) {
+        int gt = s->now_big ? PyObject_RichCompareBool(until_big, s->now_big, Py_GT) : 1;
+        if (gt < 0)
+            goto fail;
+        if (gt) {
+            s->now = INT64_MAX;
+            Py_XSETREF(s->now_big, until_big);
+            until_big = NULL;
+        }
+    }
+    else if (until != Py_None && limit > s->now && !s->now_big)
+        s->now = limit;
+    Py_XDECREF(until_big);
+    s->events_run += n;
+    return PyLong_FromLongLong(n);
+fail_ev:
+    Py_XDECREF(ev.a);
+    Py_XDECREF(ev.b);
+fail:
+    Py_XDECREF(until_big);
+    s->events_run += n;
+    return NULL;
+}
+
+static PyObject *Sim_get_now(SimObject *s, void *c)
+{
+    if (s->now_big) {
+        Py_INCREF(s->now_big);
+        return s->now_big;
+    }
+    return PyLong_FromLongLong(s->now);
+}
+
+static int Sim_set_now(SimObject *s, PyObject *v, void *c)
+{
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete now");
+        return -1;
+    }
+    int64_t now;
+    if (as_i64(v, &now) < 0)
+        return -1;
+    s->now = now;
+    Py_CLEAR(s->now_big);
+    return 0;
+}
+
+static PyObject *Sim_get_cancelled(SimObject *s, void *c)
+{
+    Py_INCREF(s->cancelled);
+    return s->cancelled;
+}
+
+static PyObject *Sim_get_rng(SimObject *s, void *c)
+{
+    Py_INCREF(s->rng);
+    return s->rng;
+}
+
+static int Sim_set_rng(SimObject *s, PyObject *v, void *c)
+{
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete rng");
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_SETREF(s->rng, v);
+    return 0;
+}
+
+static PyMethodDef Sim_methods[] = {
+    {"schedule", (PyCFunction)(void (*)(void))Sim_schedule, METH_FASTCALL,
+     "schedule(at_ps, callback, *args): run callback(*args) at at_ps; returns a handle"},
+    {"after", (PyCFunction)(void (*)(void))Sim_after, METH_FASTCALL,
+     "after(delay_ps, callback, *args): run callback(*args) delay_ps after now"},
+    {"push", (PyCFunction)(void (*)(void))Sim_push, METH_FASTCALL,
+     "push(at_ps, callback, args): schedule without checks (the ports' hot path)"},
+    {"cancel", (PyCFunction)Sim_cancel, METH_O, "cancel(handle): disarm a scheduled event"},
+    {"stop", (PyCFunction)Sim_stop, METH_NOARGS, "make run() return after the current event"},
+    {"pending", (PyCFunction)Sim_pending, METH_NOARGS,
+     "number of entries in the heap (cancelled ones included)"},
+    {"pending_callbacks", (PyCFunction)Sim_pending_callbacks, METH_NOARGS,
+     "the scheduled Python calls not yet run or cancelled, as (t, seq, fn, args)"},
+    {"run", (PyCFunction)(void (*)(void))Sim_run, METH_VARARGS | METH_KEYWORDS,
+     "run(until_ps=None): run events in order; returns the number run"},
+    {NULL}};
+
+static PyMemberDef Sim_members[] = {
+    {"events_run", T_LONGLONG, offsetof(SimObject, events_run), 0, "events run so far"},
+    {NULL}};
+
+static PyGetSetDef Sim_getset[] = {
+    {"now", (getter)Sim_get_now, (setter)Sim_set_now, "simulated time, ps", NULL},
+    {"cancelled", (getter)Sim_get_cancelled, NULL, "seq of cancelled events still queued",
+     NULL},
+    {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "the random generator", NULL},
+    {NULL}};
+
+static PyTypeObject SimType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.sim._kernel.Simulator",
+    .tp_basicsize = sizeof(SimObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native discrete-event loop (see openmrc.sim.engine).",
+    .tp_new = Sim_new,
+    .tp_init = (initproc)Sim_init,
+    .tp_dealloc = (destructor)Sim_dealloc,
+    .tp_traverse = (traverseproc)Sim_traverse,
+    .tp_clear = (inquiry)Sim_clear,
+    .tp_methods = Sim_methods,
+    .tp_members = Sim_members,
+    .tp_getset = Sim_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* EgressPort type                                                          */
+
+static PyCFunction switch_receive_fn, host_receive_fn;
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int Port_init(PortObject *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"sim",    "name",  "rate_bps", "delay_ps", "rx",      "data_limit",
+                             "prio_limit", "trim", "lasthop", "ecn",    "kmin",    "kmax",
+                             "framing", "peer", NULL};
+    PyObject *sim, *name, *rate_o, *delay_o, *rx, *dl_o, *pl_o;
+    PyObject *kmin_o = NULL, *kmax_o = NULL, *fr_o = NULL, *peer = NULL;
+    int trim = 1, lasthop = 0, ecn = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$OOpppOOOO:EgressPort", kwlist, &sim,
+                                     &name, &rate_o, &delay_o, &rx, &dl_o, &pl_o, &trim,
+                                     &lasthop, &ecn, &kmin_o, &kmax_o, &fr_o, &peer))
+        return -1;
+    if (dl_o == NULL || pl_o == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "EgressPort: the keyword arguments data_limit and prio_limit are required");
+        return -1;
+    }
+    if (!PyObject_TypeCheck(sim, &SimType)) {
+        PyErr_SetString(PyExc_TypeError, "EgressPort: sim must be the native Simulator");
+        return -1;
+    }
+    int64_t rate, delay, kmin = 0, kmax = 0, framing = 38;
+    if (as_i64(rate_o, &rate) < 0 || as_i64(delay_o, &delay) < 0)
+        return -1;
+    if (rate <= 0) {
+        PyErr_Format(PyExc_ValueError, "EgressPort %S: rate must be positive, got %S", name,
+                     rate_o);
+        return -1;
+    }
+    if (delay < 0) {
+        PyErr_Format(PyExc_ValueError, "EgressPort %S: delay must not be negative, got %S", name,
+                     delay_o);
+        return -1;
+    }
+    int64_t data_limit, prio_limit;
+    if (as_i64(dl_o, &data_limit) < 0 || as_i64(pl_o, &prio_limit) < 0)
+        return -1;
+    if ((kmin_o && as_i64(kmin_o, &kmin) < 0) || (kmax_o && as_i64(kmax_o, &kmax) < 0) ||
+        (fr_o && as_i64(fr_o, &framing) < 0))
+        return -1;
+    /* everything that can fail is done: from here on the port is (re)written */
+    PyObject *rng_random = PyObject_GetAttr(((SimObject *)sim)->rng, S_random);
+    if (rng_random == NULL)
+        return -1;
+    if (peer == NULL)
+        peer = PyUnicode_FromString("");
+    else
+        Py_INCREF(peer);
+    if (peer == NULL) {
+        Py_DECREF(rng_random);
+        return -1;
+    }
+    p->data_limit = data_limit;
+    p->prio_limit = prio_limit;
+    Py_XSETREF(p->rng_random, rng_random);
+    Py_INCREF(sim);
+    Py_XSETREF(p->sim, (SimObject *)sim);
+    Py_INCREF(name);
+    Py_XSETREF(p->name, name);
+    Py_XSETREF(p->peer, peer);
+    Py_INCREF(Py_None);
+    Py_XSETREF(p->link, Py_None);
+    Py_INCREF(rx);
+    Py_XSETREF(p->rx, rx);
+    p->rx_kind = RX_PY;
+    Py_CLEAR(p->rx_target);
+    if (PyCFunction_Check(rx)) {
+        PyObject *self = PyCFunction_GET_SELF(rx);
+        PyCFunction f = PyCFunction_GET_FUNCTION(rx);
+        if (self && f == switch_receive_fn && PyObject_TypeCheck(self, &SwitchType))
+            p->rx_kind = RX_SWITCH;
+        else if (self && f == host_receive_fn && PyObject_TypeCheck(self, &HostEndType))
+            p->rx_kind = RX_HOST;
+        if (p->rx_kind != RX_PY) {
+            Py_INCREF(self);
+            p->rx_target = self;
+        }
+    }
+    p->rate_bps = rate;
+    int64_t g = gcd64(8000000000000LL, rate);
+    p->num = 8000000000000LL / g;
+    p->den = rate / g;
+    p->delay = delay;
+    p->framing = framing;
+    p->trim = (char)trim;
+    p->lasthop = (char)lasthop;
+    p->ecn = (char)ecn;
+    p->kmin = kmin;
+    p->kmax = kmax > kmin ? kmax : kmin;
+    ring_clear(&p->data);
+    ring_clear(&p->prio);
+    p->data_bytes = p->prio_bytes = p->busy_until = 0;
+    p->has_txev = 0;
+    p->up = 1;
+    p->epoch = 0;
+    p->silent = 0;
+    p->loss = 0.0;
+    p->impaired = 0;
+    p->tx_pkts = p->tx_bytes = p->trims = p->ecn_marks = p->drops_full = p->drops_header = 0;
+    p->drops_down = p->lost = p->lost_silent = p->max_queue_bytes = 0;
+    return 0;
+}
+
+static int Port_traverse(PortObject *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->sim);
+    Py_VISIT(p->name);
+    Py_VISIT(p->peer);
+    Py_VISIT(p->link);
+    Py_VISIT(p->rx);
+    Py_VISIT(p->rx_target);
+    Py_VISIT(p->rng_random);
+    for (Py_ssize_t i = 0; i < p->data.len; i++)
+        Py_VISIT(p->data.buf[(p->data.head + i) % p->data.cap]);
+    for (Py_ssize_t i = 0; i < p->prio.len; i++)
+        Py_VISIT(p->prio.buf[(p->prio.head + i) % p->prio.cap]);
+    return 0;
+}
+
+static int Port_clear(PortObject *p)
+{
+    Py_CLEAR(p->sim);
+    Py_CLEAR(p->name);
+    Py_CLEAR(p->peer);
+    Py_CLEAR(p->link);
+    Py_CLEAR(p->rx);
+    p->rx_kind = RX_PY;
+    Py_CLEAR(p->rx_target);
+    Py_CLEAR(p->rng_random);
+    ring_clear(&p->data);
+    ring_clear(&p->prio);
+    p->has_txev = 0;
+    return 0;
+}
+
+static void Port_dealloc(PortObject *p)
+{
+    PyTypeObject *tp = Py_TYPE(p);
+    PyObject_GC_UnTrack(p);
+    Port_clear(p);
+    PyMem_Free(p->data.buf);
+    PyMem_Free(p->prio.buf);
+    tp->tp_free((PyObject *)p);
+}
+
+#define PORT_READY(p)                                                                   \
+    if ((p)->sim == NULL) {                                                             \
+        PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");             \
+        return NULL;                                                                    \
+    }
+
+static PyObject *Port_enqueue(PortObject *p, PyObject *pkt)
+{
+    PORT_READY(p);
+    if (port_enqueue(p, pkt) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Port_send(PortObject *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"pkt", "now", NULL};
+    PyObject *pkt, *now = Py_None;
+    PORT_READY(p);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:send", kwlist, &pkt, &now))
+        return NULL;
+    if (now != Py_None) {
+        int64_t n;
+        if (as_i64(now, &n) < 0)
+            return NULL;
+        if (n != p->sim->now) {
+            PyErr_Format(PyExc_ValueError, "%S.send: now=%S but the simulator is at %lld",
+                         p->name, now, (long long)p->sim->now);
+            return NULL;
+        }
+    }
+    if (port_enqueue(p, pkt) < 0)
+        return NULL;
+    return drain_time_obj(p);
+}
+
+static PyObject *Port_drain_time(PortObject *p, PyObject *unused)
+{
+    PORT_READY(p);
+    return drain_time_obj(p);
+}
+
+static PyObject *Port_serialization_ps(PortObject *p, PyObject *arg)
+{
+    PORT_READY(p);
+    int64_t nb;
+    if (as_i64(arg, &nb) < 0)
+        return NULL;
+    int64_t t;
+    if (ser_ps(p, nb, &t) < 0)
+        return NULL;
+    return PyLong_FromLongLong(t);
+}
+
+static PyObject *Port_wire_bytes(PortObject *p, PyObject *pkt)
+{
+    PORT_READY(p);
+    int64_t wb;
+    if (get_wire_bytes(p, pkt, &wb) < 0)
+        return NULL;
+    return PyLong_FromLongLong(wb);
+}
+
+static PyObject *Port_queued_bytes(PortObject *p, PyObject *unused)
+{
+    PORT_READY(p);
+    return PyLong_FromLongLong(p->data_bytes + p->prio_bytes);
+}
+
+static PyObject *Port_lost_in_flight(PortObject *p, PyObject *pkt)
+{
+    PORT_READY(p);
+    p->drops_down++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Port_set_up(PortObject *p, PyObject *arg)
+{
+    PORT_READY(p);
+    int up = PyObject_IsTrue(arg);
+    if (up < 0)
+        return NULL;
+    if (up == p->up)
+        Py_RETURN_NONE;
+    p->up = (char)up;
+    if (up)
+        Py_RETURN_NONE;
+    p->epoch++;
+    p->drops_down += p->data.len + p->prio.len;
+    ring_clear(&p->data);
+    ring_clear(&p->prio);
+    p->data_bytes = 0;
+    p->prio_bytes = 0;
+    if (p->has_txev) {
+        /* the pending transmitter-free event is in the heap: cancel it */
+        if (sim_cancel_seq(p->sim, p->txev_seq) < 0)
+            return NULL;
+        p->has_txev = 0;
+    }
+    p->busy_until = p->sim->now;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Port_set_impairment(PortObject *p, PyObject *args, PyObject *kw)
+{
+    PORT_READY(p);
+    static char *kwlist[] = {"silent", "loss", NULL};
+    PyObject *silent = Py_None, *loss = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:set_impairment", kwlist, &silent, &loss))
+        return NULL;
+    if (silent != Py_None) {
+        int s = PyObject_IsTrue(silent);
+        if (s < 0)
+            return NULL;
+        p->silent = (char)s;
+    }
+    if (loss != Py_None) {
+        double x = PyFloat_AsDouble(loss);
+        if (x == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (!(0.0 <= x && x <= 1.0)) {
+            PyErr_Format(PyExc_ValueError, "%S: loss probability must be in [0, 1], got %S",
+                         p->name, loss);
+            return NULL;
+        }
+        p->loss = x;
+    }
+    p->impaired = p->silent || p->loss > 0.0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Port_get_txev(PortObject *p, void *c)
+{
+    if (!p->has_txev)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)p->txev_t, (long long)p->txev_seq);
+}
+
+static PyObject *Port_get_data(PortObject *p, void *c)
+{
+    return ring_list(&p->data);
+}
+
+static PyObject *Port_get_prio(PortObject *p, void *c)
+{
+    return ring_list(&p->prio);
+}
+
+static PyObject *Port_get_up(PortObject *p, void *c)
+{
+    return PyBool_FromLong(p->up);
+}
+
+static PyObject *Port_get_silent(PortObject *p, void *c)
+{
+    return PyBool_FromLong(p->silent);
+}
+
+static PyObject *Port_get_impaired(PortObject *p, void *c)
+{
+    return PyBool_FromLong(p->impaired);
+}
+
+static PyObject *Port_get_loss(PortObject *p, void *c)
+{
+    return PyFloat_FromDouble(p->loss);
+}
+
+static PyMethodDef Port_methods[] = {
+    {"enqueue", (PyCFunction)Port_enqueue, METH_O,
+     "accept pkt at sim.now: transmit, queue, mark, trim or drop it"},
+    {"send", (PyCFunction)(void (*)(void))Port_send, METH_VARARGS | METH_KEYWORDS,
+     "send(pkt, now=None): enqueue, return drain_time()"},
+    {"drain_time", (PyCFunction)Port_drain_time, METH_NOARGS,
+     "when everything queued now will have left"},
+    {"serialization_ps", (PyCFunction)Port_serialization_ps, METH_O,
+     "time to put nbytes wire bytes on this link, rounded up"},
+    {"wire_bytes", (PyCFunction)Port_wire_bytes, METH_O, "pkt.size + framing"},
+    {"queued_bytes", (PyCFunction)Port_queued_bytes, METH_NOARGS, "bytes waiting"},
+    {"lost_in_flight", (PyCFunction)Port_lost_in_flight, METH_O,
+     "the far end reports a packet sent before the link went down"},
+    {"set_up", (PyCFunction)Port_set_up, METH_O, "bring this direction up or down now"},
+    {"set_impairment", (PyCFunction)(void (*)(void))Port_set_impairment,
+     METH_VARARGS | METH_KEYWORDS, "set_impairment(silent=None, loss=None)"},
+    {NULL}};
+
+#define PM(nm, field, flags) {nm, T_LONGLONG, offsetof(PortObject, field), flags, NULL}
+static PyMemberDef Port_members[] = {
+    {"sim", T_OBJECT, offsetof(PortObject, sim), READONLY, NULL},
+    {"name", T_OBJECT, offsetof(PortObject, name), READONLY, NULL},
+    {"peer", T_OBJECT, offsetof(PortObject, peer), READONLY, NULL},
+    {"link", T_OBJECT, offsetof(PortObject, link), 0, NULL},
+    {"rx", T_OBJECT, offsetof(PortObject, rx), READONLY, NULL},
+    PM("rate_bps", rate_bps, READONLY),
+    PM("delay", delay, READONLY),
+    PM("framing", framing, READONLY),
+    PM("data_limit", data_limit, 0),
+    PM("prio_limit", prio_limit, 0),
+    PM("kmin", kmin, READONLY),
+    PM("kmax", kmax, READONLY),
+    {"trim", T_BOOL, offsetof(PortObject, trim), READONLY, NULL},
+    {"lasthop", T_BOOL, offsetof(PortObject, lasthop), READONLY, NULL},
+    {"ecn", T_BOOL, offsetof(PortObject, ecn), READONLY, NULL},
+    PM("data_bytes", data_bytes, READONLY),
+    PM("prio_bytes", prio_bytes, READONLY),
+    PM("busy_until", busy_until, READONLY),
+    PM("epoch", epoch, READONLY),
+    PM("tx_pkts", tx_pkts, 0),
+    PM("tx_bytes", tx_bytes, 0),
+    PM("trims", trims, 0),
+    PM("ecn_marks", ecn_marks, 0),
+    PM("drops_full", drops_full, 0),
+    PM("drops_header", drops_header, 0),
+    PM("drops_down", drops_down, 0),
+    PM("lost", lost, 0),
+    PM("lost_silent", lost_silent, 0),
+    PM("max_queue_bytes", max_queue_bytes, 0),
+    PM("_num", num, READONLY),
+    PM("_den", den, READONLY),
+    {NULL}};
+
+static PyGetSetDef Port_getset[] = {
+    {"txev", (getter)Port_get_txev, NULL,
+     "None, or (time, seq) of the pending transmitter-free event", NULL},
+    {"data", (getter)Port_get_data, NULL, "the data queue (a copy, oldest first)", NULL},
+    {"prio", (getter)Port_get_prio, NULL, "the header queue (a copy, oldest first)", NULL},
+    {"up", (getter)Port_get_up, NULL, "carrier (use set_up to change)", NULL},
+    {"silent", (getter)Port_get_silent, NULL, "silently losing everything", NULL},
+    {"impaired", (getter)Port_get_impaired, NULL, "silent or lossy", NULL},
+    {"loss", (getter)Port_get_loss, NULL, "random loss probability", NULL},
+    {NULL}};
+
+static PyTypeObject PortType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.sim._kernel.EgressPort",
+    .tp_basicsize = sizeof(PortObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native egress port (see openmrc.sim.port).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Port_init,
+    .tp_dealloc = (destructor)Port_dealloc,
+    .tp_traverse = (traverseproc)Port_traverse,
+    .tp_clear = (inquiry)Port_clear,
+    .tp_methods = Port_methods,
+    .tp_members = Port_members,
+    .tp_getset = Port_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Switch type                                                              */
+
+static int Switch_init(SwitchObject *sw, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"info", "nports", NULL};
+    PyObject *info;
+    Py_ssize_t nports;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "On:Switch", kwlist, &info, &nports))
+        return -1;
+    if (nports < 0) {
+        PyErr_SetString(PyExc_ValueError, "Switch: nports must not be negative");
+        return -1;
+    }
+    PyObject *name = PyObject_GetAttrString(info, "name");
+    PyObject *tier = PyObject_GetAttrString(info, "tier");
+    PyObject *plane = PyObject_GetAttrString(info, "plane");
+    PyObject *index = PyObject_GetAttrString(info, "index");
+    PyObject *usid = PyObject_GetAttrString(info, "usid");
+    PyObject *ports = PyList_New(nports);
+    PyObject *table = PyDict_New();
+    PyObject *state = PyUnicode_InternFromString("up");
+    int64_t u = 0;
+    if (!name || !tier || !plane || !index || !usid || !ports || !table || !state ||
+        as_i64(usid, &u) < 0) {
+        Py_XDECREF(name);
+        Py_XDECREF(tier);
+        Py_XDECREF(plane);
+        Py_XDECREF(index);
+        Py_XDECREF(usid);
+        Py_XDECREF(ports);
+        Py_XDECREF(table);
+        Py_XDECREF(state);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nports; i++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(ports, i, Py_None);
+    }
+    Py_INCREF(info);
+    Py_XSETREF(sw->info, info);
+    Py_XSETREF(sw->name, name);
+    Py_XSETREF(sw->tier, tier);
+    Py_XSETREF(sw->plane, plane);
+    Py_XSETREF(sw->index, index);
+    Py_XSETREF(sw->usid, usid);
+    Py_XSETREF(sw->ports, ports);
+    Py_XSETREF(sw->table, table);
+    Py_XSETREF(sw->state, state);
+    lut_free(&sw->lut);
+    sw->match = (int64_t)((BLOCK_PREFIX << 16) | (uint64_t)u);
+    sw->forwarding = 1;
+    sw->forwarded = sw->bad_route = sw->discarded = 0;
+    return 0;
+}
+
+static int Switch_traverse(SwitchObject *sw, visitproc visit, void *arg)
+{
+    Py_VISIT(sw->info);
+    Py_VISIT(sw->name);
+    Py_VISIT(sw->tier);
+    Py_VISIT(sw->plane);
+    Py_VISIT(sw->index);
+    Py_VISIT(sw->usid);
+    Py_VISIT(sw->ports);
+    Py_VISIT(sw->table);
+    Py_VISIT(sw->state);
+    for (Py_ssize_t i = 0; i < sw->lut.cap; i++)
+        if (sw->lut.keys[i] >= 0)
+            Py_VISIT(sw->lut.vals[i]);
+    return 0;
+}
+
+static int Switch_clear(SwitchObject *sw)
+{
+    Py_CLEAR(sw->info);
+    Py_CLEAR(sw->name);
+    Py_CLEAR(sw->tier);
+    Py_CLEAR(sw->plane);
+    Py_CLEAR(sw->index);
+    Py_CLEAR(sw->usid);
+    Py_CLEAR(sw->ports);
+    Py_CLEAR(sw->table);
+    Py_CLEAR(sw->state);
+    lut_free(&sw->lut);
+    return 0;
+}
+
+static void Switch_dealloc(SwitchObject *sw)
+{
+    PyTypeObject *tp = Py_TYPE(sw);
+    PyObject_GC_UnTrack(sw);
+    Switch_clear(sw);
+    tp->tp_free((PyObject *)sw);
+}
+
+static PyObject *Switch_install(SwitchObject *sw, PyObject *table)
+{
+    if (sw->ports == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Switch: not initialised");
+        return NULL;
+    }
+    if (!PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "install: table must be a dict (uSID -> port number)");
+        return NULL;
+    }
+    PyObject *newt = PyDict_New();
+    if (newt == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(table, &pos, &k, &v)) {
+        PyObject *port = PyObject_GetItem(sw->ports, v);
+        if (port == NULL) {
+            Py_DECREF(newt);
+            return NULL;
+        }
+        if (port == Py_None) {
+            Py_DECREF(port);
+            Py_DECREF(newt);
+            PyErr_Format(PyExc_ValueError, "%S: table points at port %S, which is not wired",
+                         sw->name, v);
+            return NULL;
+        }
+        int r = PyDict_SetItem(newt, k, port);
+        Py_DECREF(port);
+        if (r < 0) {
+            Py_DECREF(newt);
+            return NULL;
+        }
+    }
+    /* the native lookup: uSIDs are 16 bits; other keys can never match */
+    Py_ssize_t n = PyDict_GET_SIZE(newt), cap = 8;
+    while (cap < 2 * n + 2)
+        cap <<= 1;
+    UsidTable lut;
+    lut.cap = cap;
+    lut.keys = PyMem_Malloc((size_t)cap * sizeof(int32_t));
+    lut.vals = PyMem_Calloc((size_t)cap, sizeof(PyObject *));
+    if (lut.keys == NULL || lut.vals == NULL) {
+        PyMem_Free(lut.keys);
+        PyMem_Free(lut.vals);
+        Py_DECREF(newt);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < cap; i++)
+        lut.keys[i] = -1;
+    pos = 0;
+    while (PyDict_Next(newt, &pos, &k, &v)) {
+        if (!PyLong_Check(k))
+            continue;
+        int overflow = 0;
+        long long key = PyLong_AsLongLongAndOverflow(k, &overflow);
+        if (key == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        if (overflow || key < 0 || key > 0xFFFF)
+            continue;
+        Py_ssize_t i = ((uint32_t)key * 2654435761u) & (cap - 1);
+        while (lut.keys[i] >= 0 && lut.keys[i] != (int32_t)key)
+            i = (i + 1) & (cap - 1);
+        if (lut.keys[i] < 0) {
+            lut.keys[i] = (int32_t)key;
+            Py_INCREF(v);
+            lut.vals[i] = v;
+        }
+        else {
+            Py_INCREF(v);
+            Py_SETREF(lut.vals[i], v);
+        }
+    }
+    lut_free(&sw->lut);
+    sw->lut = lut;
+    Py_SETREF(sw->table, newt);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Switch_receive(SwitchObject *sw, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "receive(pkt, via, epoch)");
+        return NULL;
+    }
+    if (sw->ports == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Switch: not initialised");
+        return NULL;
+    }
+    int64_t epoch = 0;
+    int overflow = 0;
+    if (PyLong_Check(args[2])) {
+        epoch = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+        if (epoch == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    else
+        overflow = 1;
+    /* a non-int or huge epoch: compare as Python objects */
+    if (switch_receive_impl(sw, args[0], args[1], epoch, overflow ? args[2] : NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Switch_get_table(SwitchObject *sw, void *c)
+{
+    if (sw->table == NULL)
+        Py_RETURN_NONE;
+    return PyDict_Copy(sw->table);
+}
+
+static PyMethodDef Switch_methods[] = {
+    {"install", (PyCFunction)Switch_install, METH_O,
+     "install the static table (uSID -> port number) once all ports exist"},
+    {"receive", (PyCFunction)(void (*)(void))Switch_receive, METH_FASTCALL,
+     "receive(pkt, via, epoch): match, shift, look up, enqueue"},
+    {NULL}};
+
+#define SM(nm, field, type, flags) {nm, type, offsetof(SwitchObject, field), flags, NULL}
+static PyMemberDef Switch_members[] = {
+    SM("info", info, T_OBJECT, READONLY),
+    SM("name", name, T_OBJECT, READONLY),
+    SM("tier", tier, T_OBJECT, READONLY),
+    SM("plane", plane, T_OBJECT, READONLY),
+    SM("index", index, T_OBJECT, READONLY),
+    SM("usid", usid, T_OBJECT, READONLY),
+    SM("ports", ports, T_OBJECT, READONLY),
+    SM("state", state, T_OBJECT_EX, 0),
+    SM("match", match, T_LONGLONG, READONLY),
+    SM("forwarding", forwarding, T_BOOL, 0),
+    SM("forwarded", forwarded, T_LONGLONG, 0),
+    SM("bad_route", bad_route, T_LONGLONG, 0),
+    SM("discarded", discarded, T_LONGLONG, 0),
+    {NULL}};
+
+static PyGetSetDef Switch_getset[] = {
+    {"table", (getter)Switch_get_table, NULL, "uSID -> egress port (a copy)", NULL},
+    {NULL}};
+
+static PyTypeObject SwitchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.sim._kernel.Switch",
+    .tp_basicsize = sizeof(SwitchObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native SRv6 uSID switch (see openmrc.sim.switch).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Switch_init,
+    .tp_dealloc = (destructor)Switch_dealloc,
+    .tp_traverse = (traverseproc)Switch_traverse,
+    .tp_clear = (inquiry)Switch_clear,
+    .tp_methods = Switch_methods,
+    .tp_members = Switch_members,
+    .tp_getset = Switch_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* HostEnd type                                                             */
+
+static int HostEnd_init(HostEndObject *h, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"sim", "host", "plane", NULL};
+    PyObject *sim, *host, *plane;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:HostEnd", kwlist, &sim, &host, &plane))
+        return -1;
+    if (!PyObject_TypeCheck(sim, &SimType)) {
+        PyErr_SetString(PyExc_TypeError, "HostEnd: sim must be the native Simulator");
+        return -1;
+    }
+    Py_INCREF(sim);
+    Py_XSETREF(h->sim, (SimObject *)sim);
+    Py_INCREF(host);
+    Py_XSETREF(h->host, host);
+    Py_INCREF(plane);
+    Py_XSETREF(h->plane, plane);
+    Py_INCREF(Py_None);
+    Py_XSETREF(h->on_receive, Py_None);
+    h->received = h->undelivered = 0;
+    return 0;
+}
+
+static int HostEnd_traverse(HostEndObject *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->sim);
+    Py_VISIT(h->host);
+    Py_VISIT(h->plane);
+    Py_VISIT(h->on_receive);
+    return 0;
+}
+
+static int HostEnd_clear(HostEndObject *h)
+{
+    Py_CLEAR(h->sim);
+    Py_CLEAR(h->host);
+    Py_CLEAR(h->plane);
+    Py_CLEAR(h->on_receive);
+    return 0;
+}
+
+static void HostEnd_dealloc(HostEndObject *h)
+{
+    PyTypeObject *tp = Py_TYPE(h);
+    PyObject_GC_UnTrack(h);
+    HostEnd_clear(h);
+    tp->tp_free((PyObject *)h);
+}
+
+static PyObject *HostEnd_receive(HostEndObject *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "receive(pkt, via, epoch)");
+        return NULL;
+    }
+    if (h->sim == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "HostEnd: not initialised");
+        return NULL;
+    }
+    int64_t epoch = 0;
+    int overflow = 0;
+    if (PyLong_Check(args[2])) {
+        epoch = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+        if (epoch == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    else
+        overflow = 1;
+    if (host_receive_impl(h, args[0], args[1], epoch, overflow ? args[2] : NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *HostEnd_get_on_receive(HostEndObject *h, void *c)
+{
+    Py_INCREF(h->on_receive ? h->on_receive : Py_None);
+    return h->on_receive ? h->on_receive : Py_None;
+}
+
+static int HostEnd_set_on_receive(HostEndObject *h, PyObject *v, void *c)
+{
+    if (v == NULL)
+        v = Py_None;
+    if (v != Py_None && !PyCallable_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "HostEnd.on_receive: must be callable or None");
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_XSETREF(h->on_receive, v);
+    return 0;
+}
+
+static PyMethodDef HostEnd_methods[] = {
+    {"receive", (PyCFunction)(void (*)(void))HostEnd_receive, METH_FASTCALL,
+     "receive(pkt, via, epoch): hand the packet to the host"},
+    {NULL}};
+
+static PyMemberDef HostEnd_members[] = {
+    {"sim", T_OBJECT, offsetof(HostEndObject, sim), READONLY, NULL},
+    {"host", T_OBJECT, offsetof(HostEndObject, host), READONLY, NULL},
+    {"plane", T_OBJECT, offsetof(HostEndObject, plane), READONLY, NULL},
+    {"received", T_LONGLONG, offsetof(HostEndObject, received), 0, NULL},
+    {"undelivered", T_LONGLONG, offsetof(HostEndObject, undelivered), 0, NULL},
+    {NULL}};
+
+static PyGetSetDef HostEnd_getset[] = {
+    {"on_receive", (getter)HostEnd_get_on_receive, (setter)HostEnd_set_on_receive,
+     "on_receive(pkt, plane, now), or None", NULL},
+    {NULL}};
+
+static PyTypeObject HostEndType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.sim._kernel.HostEnd",
+    .tp_basicsize = sizeof(HostEndObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native host end of a host link (see openmrc.sim.switch).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)HostEnd_init,
+    .tp_dealloc = (destructor)HostEnd_dealloc,
+    .tp_traverse = (traverseproc)HostEnd_traverse,
+    .tp_clear = (inquiry)HostEnd_clear,
+    .tp_methods = HostEnd_methods,
+    .tp_members = HostEnd_members,
+    .tp_getset = HostEnd_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* NIC helpers over a host's ports (sim/port.py: busy_mask, soonest_drain)    */
+
+static int generic_int_attr(PyObject *o, const char *name, PyObject **out)
+{
+    *out = PyObject_GetAttrString(o, name);
+    return *out == NULL ? -1 : 0;
+}
+
+/* The native test applies to a native port whose class does not replace drain_time. */
+static PyObject *S_drain_time = NULL, *native_drain_time = NULL;
+
+static int native_drain(PyObject *o)
+{
+    if (Py_IS_TYPE(o, &PortType))
+        return 1;
+    return PyObject_TypeCheck(o, &PortType) &&
+           _PyType_Lookup(Py_TYPE(o), S_drain_time) == native_drain_time;
+}
+
+/* Whether port o (a Python port) is busy: not up, serializing or with a queue. */
+static int py_port_busy(PyObject *o, PyObject *nowo)
+{
+    static const char *names[] = {"up", "busy_until", "data_bytes", "prio_bytes"};
+    for (int k = 0; k < 4; k++) {
+        PyObject *v;
+        if (generic_int_attr(o, names[k], &v) < 0)
+            return -1;
+        int r = k == 0 ? PyObject_Not(v)
+                : k == 1 ? PyObject_RichCompareBool(v, nowo, Py_GT)
+                         : PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+/* busy_mask(ports, now): bit p set when port p is down, serializing or has a queue */
+static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "busy_mask(ports, now)");
+        return NULL;
+    }
+    int64_t now;
+    if (as_i64(args[1], &now) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "busy_mask: ports must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    uint64_t busy = 0;
+    PyObject *high = NULL; /* bits 64 and up (more than 64 ports), a Python int */
+    PyObject *nowo = NULL, *res = NULL;
+    /* a list may change under a Python port's attribute reads: re-read its size */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        int b;
+        if (PyObject_TypeCheck(o, &PortType)) {
+            PortObject *p = (PortObject *)o;
+            b = !p->up || p->busy_until > now || p->data_bytes || p->prio_bytes;
+        }
+        else {
+            if (nowo == NULL && (nowo = PyLong_FromLongLong(now)) == NULL)
+                goto done;
+            Py_INCREF(o); /* held: its attributes run Python code */
+            b = py_port_busy(o, nowo);
+            Py_DECREF(o);
+            if (b < 0)
+                goto done;
+        }
+        if (!b)
+            continue;
+        if (i < 64) {
+            busy |= (uint64_t)1 << i;
+            continue;
+        }
+        PyObject *one = PyLong_FromLong(1), *sh = PyLong_FromSsize_t(i), *bit = NULL;
+        if (one && sh)
+            bit = PyNumber_Lshift(one, sh);
+        Py_XDECREF(one);
+        Py_XDECREF(sh);
+        if (bit == NULL)
+            goto done;
+        if (high == NULL)
+            high = bit;
+        else {
+            Py_SETREF(high, PyNumber_Or(high, bit));
+            Py_DECREF(bit);
+            if (high == NULL)
+                goto done;
+        }
+    }
+    res = PyLong_FromUnsignedLongLong(busy);
+    if (res != NULL && high != NULL)
+        Py_SETREF(res, PyNumber_Or(res, high));
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(nowo);
+    Py_XDECREF(high);
+    return res;
+}
+
+/* soonest_drain(ports, now): the earliest drain_time() after now of a port that is up, or None */
+static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "soonest_drain(ports, now)");
+        return NULL;
+    }
+    int64_t now;
+    if (as_i64(args[1], &now) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "soonest_drain: ports must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    int found = 0;
+    int64_t soonest = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        int64_t t;
+        if (native_drain(o)) {
+            PortObject *p = (PortObject *)o;
+            if (!p->up)
+                continue;
+            if (p->sim == NULL) {
+                PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");
+                goto fail;
+            }
+            if (port_drain_time(p, &t) < 0)
+                goto fail;
+        }
+        else {
+            Py_INCREF(o); /* held: the calls below run Python code */
+            PyObject *v = PyObject_GetAttrString(o, "up");
+            int up = v == NULL ? -1 : PyObject_IsTrue(v);
+            Py_XDECREF(v);
+            if (up <= 0) {
+                Py_DECREF(o);
+                if (up < 0)
+                    goto fail;
+                continue;
+            }
+            v = PyObject_CallMethodNoArgs(o, S_drain_time);
+            Py_DECREF(o);
+            if (v == NULL)
+                goto fail;
+            int r = as_i64(v, &t);
+            Py_DECREF(v);
+            if (r < 0)
+                goto fail;
+        }
+        if (t > now && (!found || t < soonest)) {
+            soonest = t;
+            found = 1;
+        }
+    }
+    Py_DECREF(seq);
+    if (!found)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(soonest);
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyMethodDef kernel_functions[] = {
+    {"busy_mask", (PyCFunction)(void (*)(void))k_busy_mask, METH_FASTCALL,
+     "busy_mask(ports, now): bit p set when port p is down, serializing or has a queue"},
+    {"soonest_drain", (PyCFunction)(void (*)(void))k_soonest_drain, METH_FASTCALL,
+     "soonest_drain(ports, now): earliest drain_time() > now of a port that is up, or None"},
+    {NULL}};
+
+/* ------------------------------------------------------------------------ */
+/* module                                                                   */
+
+static PyObject *import_attr(const char *mod, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(mod);
+    if (m == NULL)
+        return NULL;
+    PyObject *a = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return a;
+}
+
+/* The topology's uSID constants must be the ones compiled in. */
+static int check_const(const char *name, PyObject *expect)
+{
+    PyObject *v = import_attr("openmrc.topology", name);
+    if (v == NULL)
+        return -1;
+    int eq = PyObject_RichCompareBool(v, expect, Py_EQ);
+    Py_DECREF(v);
+    if (eq < 0)
+        return -1;
+    if (!eq) {
+        PyErr_Format(PyExc_ImportError, "openmrc.sim._kernel: topology.%s differs from the "
+                                        "value compiled in; rebuild the extension",
+                     name);
+        return -1;
+    }
+    return 0;
+}
+
+static struct PyModuleDef kernel_module = {
+    PyModuleDef_HEAD_INIT, "openmrc.sim._kernel",
+    "The simulator's fabric hot path in C (see openmrc.sim.engine).", -1, kernel_functions};
+
+PyMODINIT_FUNC PyInit__kernel(void)
+{
+    if (PyType_Ready(&SimType) < 0 || PyType_Ready(&PortType) < 0 ||
+        PyType_Ready(&SwitchType) < 0 || PyType_Ready(&HostEndType) < 0)
+        return NULL;
+    switch_receive_fn = (PyCFunction)(void (*)(void))Switch_receive;
+    if ((S_drain_time = PyUnicode_InternFromString("drain_time")) == NULL)
+        return NULL;
+    native_drain_time = _PyType_Lookup(&PortType, S_drain_time); /* borrowed; static type */
+    if (native_drain_time == NULL) {
+        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: EgressPort has no drain_time");
+        return NULL;
+    }
+    host_receive_fn = (PyCFunction)(void (*)(void))HostEnd_receive;
+#define INTERN(var, s)                                                                  \
+    if ((var = PyUnicode_InternFromString(s)) == NULL)                                  \
+        return NULL;
+    INTERN(S_size, "size");
+    INTERN(S_trimmed, "trimmed");
+    INTERN(S_ecn, "ecn");
+    INTERN(S_trim, "trim");
+    INTERN(S_route, "route");
+    INTERN(S_random, "random");
+    INTERN(S_epoch, "epoch");
+    INTERN(S_lost_in_flight, "lost_in_flight");
+    INTERN(S_enqueue, "enqueue");
+    PyLong_Shift = PyLong_FromLong(ACTIVE_SHIFT);
+    PyLong_16 = PyLong_FromLong(16);
+    PyLong_FFFF = PyLong_FromLong(0xFFFF);
+    if (!PyLong_Shift || !PyLong_16 || !PyLong_FFFF)
+        return NULL;
+    {
+        unsigned char buf[16];
+        store_le64(buf, 0);
+        store_le64(buf + 8, BLOCK_HI);
+        PyLong_Block = long_from_16(buf);
+        store_le64(buf, ~(uint64_t)0);
+        store_le64(buf + 8, CARRIER_HI);
+        PyLong_Carrier = long_from_16(buf);
+        if (!PyLong_Block || !PyLong_Carrier)
+            return NULL;
+    }
+    if (check_const("ACTIVE_SHIFT", PyLong_Shift) < 0 || check_const("BLOCK", PyLong_Block) < 0 ||
+        check_const("CARRIER_MASK", PyLong_Carrier) < 0)
+        return NULL;
+    {
+        PyObject *bp = PyLong_FromUnsignedLongLong(BLOCK_PREFIX);
+        if (bp == NULL || check_const("BLOCK_PREFIX", bp) < 0) {
+            Py_XDECREF(bp);
+            return NULL;
+        }
+        Py_DECREF(bp);
+    }
+    DataPacketType = import_attr("openmrc.wire.packets", "DataPacket");
+    if (DataPacketType == NULL)
+        return NULL;
+    RandomClass = import_attr("random", "Random");
+    if (RandomClass == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&kernel_module);
+    if (m == NULL)
+        return NULL;
+    /* AddObjectRef takes its own reference (AddObject leaked ours on failure) */
+    if (PyModule_AddObjectRef(m, "Simulator", (PyObject *)&SimType) < 0 ||
+        PyModule_AddObjectRef(m, "EgressPort", (PyObject *)&PortType) < 0 ||
+        PyModule_AddObjectRef(m, "Switch", (PyObject *)&SwitchType) < 0 ||
+        PyModule_AddObjectRef(m, "HostEnd", (PyObject *)&HostEndType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
