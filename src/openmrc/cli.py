@@ -23,12 +23,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+#: The simulator's hand-written C event kernel (not a mypyc module).
+NATIVE_KERNEL = "openmrc.sim._kernel"
+
+
 def _version() -> str:
     from . import compiled_modules
     from .version import openmrc_version
 
-    n = len(compiled_modules())
-    return f"{openmrc_version()} ({f'{n} modules compiled by mypyc' if n else 'pure Python'})"
+    compiled = compiled_modules()
+    parts = []
+    n = sum(1 for m in compiled if m != NATIVE_KERNEL)
+    if n:
+        parts.append(f"{n} modules compiled by mypyc")
+    if NATIVE_KERNEL in compiled:
+        parts.append("native event kernel")
+    return f"{openmrc_version()} ({', '.join(parts) or 'pure Python'})"
 
 
 def _ranged(
