@@ -93,7 +93,11 @@ def test_transfer_byte_exact(uv: bool) -> None:
             assert set(st["tx_by_plane"]) == set(range(8))
             assert st["tx_datagrams"] == sum(st["tx_by_ev"].values()) >= (3 << 20) // 4096
             assert (3 << 20) // 4096 <= b.stats()["rx_datagrams"] <= st["tx_datagrams"]
-            assert st["tx_errors"] == 0 and st["sport_fallbacks"] == 0
+            assert st["tx_errors"] == 0
+            # An EV's source port (0xC000 | hash14(EV)) lies in the ephemeral range: on a
+            # shared machine another socket (even b's own) may hold one, and the driver
+            # then sends that EV from a fallback port.  Rare, never most of them.
+            assert st["sport_fallbacks"] <= 8
 
     _run(main, uv)
 
