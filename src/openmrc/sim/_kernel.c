@@ -274,29 +274,6 @@ static int long_is_negative(PyObject *v) /* v an exact int */
 }
 
 /* 1: v (an exact int) is in [0, 2**128) and is in buf; 0: it is not; -1: error */
-static int long_to_16(PyObject *v, unsigned char buf[16])
-{
-    if (long_is_negative(v))
-        return 0;
-#if PY_VERSION_HEX >= 0x030D0000
-    Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
-                                           Py_ASNATIVEBYTES_LITTLE_ENDIAN |
-                                               Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
-                                               Py_ASNATIVEBYTES_REJECT_NEGATIVE);
-    if (need < 0)
-        return -1;
-    return need <= 16;
-#else
-    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
-        return 1;
-    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        PyErr_Clear();
-        return 0;
-    }
-    return -1;
-#endif
-}
-
 static inline uint64_t load_le64(const unsigned char *b)
 {
     uint64_t v = 0;
@@ -311,10 +288,71 @@ static inline void store_le64(unsigned char *b, uint64_t v)
         b[i] = (unsigned char)(v >> (8 * i));
 }
 
+static int long_to_16(PyObject *v, unsigned char buf[16])
+{
+    if (long_is_negative(v))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
+                                           Py_ASNATIVEBYTES_LITTLE_ENDIAN |
+                                               Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                               Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (need < 0)
+        return -1;
+    return need <= 16;
+#elif PY_VERSION_HEX < 0x030C0000
+    /* 3.11: read the digits (Py_SIZE is the digit count of a non-negative int);
+     * _PyLong_AsByteArray goes byte by byte and was ~4 % of a run */
+    {
+        Py_ssize_t n = Py_SIZE(v);
+        const digit *d = ((PyLongObject *)v)->ob_digit;
+        uint64_t lo = 0, hi = 0;
+        for (Py_ssize_t i = n - 1; i >= 0; i--) {
+            if (hi >> (64 - PyLong_SHIFT))
+                return 0; /* 2**128 or more */
+            hi = (hi << PyLong_SHIFT) | (lo >> (64 - PyLong_SHIFT));
+            lo = (lo << PyLong_SHIFT) | (uint64_t)d[i];
+        }
+        store_le64(buf, lo);
+        store_le64(buf + 8, hi);
+        return 1;
+    }
+#else
+    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
+        return 1;
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+#endif
+}
+
 static PyObject *long_from_16(const unsigned char buf[16])
 {
 #if PY_VERSION_HEX >= 0x030D0000
     return PyLong_FromUnsignedNativeBytes(buf, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#elif PY_VERSION_HEX < 0x030C0000
+    /* 3.11: write the digits (see long_to_16) */
+    uint64_t lo = load_le64(buf), hi = load_le64(buf + 8);
+    if (hi == 0)
+        return PyLong_FromUnsignedLongLong(lo); /* small ints stay the cached ones */
+    Py_ssize_t n = 0;
+    uint64_t tl = lo, th = hi;
+    while (tl | th) {
+        tl = (tl >> PyLong_SHIFT) | (th << (64 - PyLong_SHIFT));
+        th >>= PyLong_SHIFT;
+        n++;
+    }
+    PyLongObject *r = _PyLong_New(n);
+    if (r == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        r->ob_digit[i] = (digit)(lo & PyLong_MASK);
+        lo = (lo >> PyLong_SHIFT) | (hi << (64 - PyLong_SHIFT));
+        hi >>= PyLong_SHIFT;
+    }
+    return (PyObject *)r;
 #else
     return _PyLong_FromByteArray(buf, 16, 1, 0);
 #endif
