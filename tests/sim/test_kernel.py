@@ -888,3 +888,33 @@ def test_init_again_resets_the_simulator_and_a_failed_port_init_changes_nothing(
     with pytest.raises(TypeError):
         port.__init__(sim, "q", 10**11, 1, print, data_limit=5, prio_limit=5, kmin="x")
     assert (port.name, port.data_limit, port.prio_limit) == ("p", 1000, 100)
+
+
+@IMPLS
+def test_packet_class_changed_after_use_is_read_anew(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    """The native kernel caches how to read ``size`` / ``route`` per packet class; a
+    class changed after packets of it went through is read the new way."""
+    sim, inp, _out, sw, _end, sink = _line(impl)
+
+    class Odd(DataPacket):
+        pass
+
+    def send(psn: int) -> None:
+        pkt = Odd(5, 0, Opcode.WRITE_ONLY, psn, 0, 0, 0, 1000)
+        pkt.route = _route(0xE001, 0xE002)
+        inp.enqueue(pkt)
+        sim.run()
+
+    send(0)
+    first = inp.tx_bytes
+    assert [g[0] for g in sink.got] == [0] and sw.counters()["forwarded"] == 1
+    Odd.size = property(lambda self: 4321)  # type: ignore[assignment]
+    routes: list[int] = []
+    Odd.route = property(  # type: ignore[assignment]
+        lambda self: _route(0xE001, 0xE00F), lambda self, v: routes.append(v)
+    )
+    send(1)
+    framing = first - _data(0).size  # what the port adds to pkt.size per packet
+    assert inp.tx_bytes - first == 4321 + framing
+    # the new route (no table entry for 0xE00F) was read: a bad route, not forwarded
+    assert sw.counters()["bad_route"] == 1 and sw.counters()["forwarded"] == 1

@@ -274,29 +274,6 @@ static int long_is_negative(PyObject *v) /* v an exact int */
 }
 
 /* 1: v (an exact int) is in [0, 2**128) and is in buf; 0: it is not; -1: error */
-static int long_to_16(PyObject *v, unsigned char buf[16])
-{
-    if (long_is_negative(v))
-        return 0;
-#if PY_VERSION_HEX >= 0x030D0000
-    Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
-                                           Py_ASNATIVEBYTES_LITTLE_ENDIAN |
-                                               Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
-                                               Py_ASNATIVEBYTES_REJECT_NEGATIVE);
-    if (need < 0)
-        return -1;
-    return need <= 16;
-#else
-    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
-        return 1;
-    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        PyErr_Clear();
-        return 0;
-    }
-    return -1;
-#endif
-}
-
 static inline uint64_t load_le64(const unsigned char *b)
 {
     uint64_t v = 0;
@@ -311,10 +288,71 @@ static inline void store_le64(unsigned char *b, uint64_t v)
         b[i] = (unsigned char)(v >> (8 * i));
 }
 
+static int long_to_16(PyObject *v, unsigned char buf[16])
+{
+    if (long_is_negative(v))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
+                                           Py_ASNATIVEBYTES_LITTLE_ENDIAN |
+                                               Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                               Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (need < 0)
+        return -1;
+    return need <= 16;
+#elif PY_VERSION_HEX < 0x030C0000
+    /* 3.11: read the digits (Py_SIZE is the digit count of a non-negative int);
+     * _PyLong_AsByteArray goes byte by byte and was ~4 % of a run */
+    {
+        Py_ssize_t n = Py_SIZE(v);
+        const digit *d = ((PyLongObject *)v)->ob_digit;
+        uint64_t lo = 0, hi = 0;
+        for (Py_ssize_t i = n - 1; i >= 0; i--) {
+            if (hi >> (64 - PyLong_SHIFT))
+                return 0; /* 2**128 or more */
+            hi = (hi << PyLong_SHIFT) | (lo >> (64 - PyLong_SHIFT));
+            lo = (lo << PyLong_SHIFT) | (uint64_t)d[i];
+        }
+        store_le64(buf, lo);
+        store_le64(buf + 8, hi);
+        return 1;
+    }
+#else
+    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
+        return 1;
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+#endif
+}
+
 static PyObject *long_from_16(const unsigned char buf[16])
 {
 #if PY_VERSION_HEX >= 0x030D0000
     return PyLong_FromUnsignedNativeBytes(buf, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#elif PY_VERSION_HEX < 0x030C0000
+    /* 3.11: write the digits (see long_to_16) */
+    uint64_t lo = load_le64(buf), hi = load_le64(buf + 8);
+    if (hi == 0)
+        return PyLong_FromUnsignedLongLong(lo); /* small ints stay the cached ones */
+    Py_ssize_t n = 0;
+    uint64_t tl = lo, th = hi;
+    while (tl | th) {
+        tl = (tl >> PyLong_SHIFT) | (th << (64 - PyLong_SHIFT));
+        th >>= PyLong_SHIFT;
+        n++;
+    }
+    PyLongObject *r = _PyLong_New(n);
+    if (r == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        r->ob_digit[i] = (digit)(lo & PyLong_MASK);
+        lo = (lo >> PyLong_SHIFT) | (hi << (64 - PyLong_SHIFT));
+        hi >>= PyLong_SHIFT;
+    }
+    return (PyObject *)r;
 #else
     return _PyLong_FromByteArray(buf, 16, 1, 0);
 #endif
@@ -376,11 +414,89 @@ static PyObject *ring_list(Ring *r)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Attribute access to pkt.size / pkt.route without the generic lookup        */
+/*
+ * The packet classes are compiled (mypyc) or have __slots__: their fields are
+ * getset or member descriptors found on the type, which take precedence over
+ * an instance __dict__.  For a type with the generic getattr/setattr, the
+ * descriptor is looked up once and its getter/setter called directly; the
+ * entry is keyed on the type and its version tag (which CPython changes when
+ * the type or a base is modified), so a changed class is looked up again.
+ * Anything else (another kind of descriptor, a custom __getattribute__ or
+ * __setattr__, a type without a valid version tag) takes PyObject_GetAttr /
+ * PyObject_SetAttr as before.  A few entries per attribute: a port carries
+ * data, ACK and NACK packets alternately.
+ */
+#define ATTR_WAYS 4
+typedef struct {
+    PyTypeObject *tp; /* strong reference, or NULL */
+    unsigned int version;
+    PyGetSetDef *gs; /* NULL: generic path for this type */
+} AttrEntry;
+typedef struct {
+    AttrEntry e[ATTR_WAYS];
+    int next; /* round-robin replacement */
+} AttrCache;
+static AttrCache cache_size, cache_route;
+
+static PyGetSetDef *attr_descr(AttrCache *c, PyObject *o, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    int valid = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
+    for (int i = 0; i < ATTR_WAYS; i++) {
+        AttrEntry *e = &c->e[i];
+        if (e->tp == tp) {
+            if (valid && e->version == tp->tp_version_tag)
+                return e->gs;
+            break;
+        }
+    }
+    PyGetSetDef *gs = NULL;
+    if (tp->tp_getattro == PyObject_GenericGetAttr &&
+        tp->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject *d = _PyType_Lookup(tp, name); /* borrowed; gives tp a version tag */
+        if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type))
+            gs = ((PyGetSetDescrObject *)d)->d_getset;
+    }
+    if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+        return NULL; /* cannot tell when it changes: generic path, uncached */
+    AttrEntry *e = NULL;
+    for (int i = 0; i < ATTR_WAYS; i++)
+        if (c->e[i].tp == tp)
+            e = &c->e[i];
+    if (e == NULL) {
+        e = &c->e[c->next];
+        c->next = (c->next + 1) % ATTR_WAYS;
+        Py_INCREF(tp);
+        Py_XSETREF(e->tp, tp);
+    }
+    e->version = tp->tp_version_tag;
+    e->gs = gs;
+    return gs;
+}
+
+static PyObject *get_attr_cached(AttrCache *c, PyObject *o, PyObject *name)
+{
+    PyGetSetDef *gs = attr_descr(c, o, name);
+    if (gs != NULL && gs->get != NULL)
+        return gs->get(o, gs->closure);
+    return PyObject_GetAttr(o, name);
+}
+
+static int set_attr_cached(AttrCache *c, PyObject *o, PyObject *name, PyObject *v)
+{
+    PyGetSetDef *gs = attr_descr(c, o, name);
+    if (gs != NULL && gs->set != NULL)
+        return gs->set(o, v, gs->closure);
+    return PyObject_SetAttr(o, name, v);
+}
+
+/* ------------------------------------------------------------------------ */
 /* EgressPort: hot path                                                      */
 
 static int get_size(PyObject *pkt, int64_t *out)
 {
-    PyObject *v = PyObject_GetAttr(pkt, S_size);
+    PyObject *v = get_attr_cached(&cache_size, pkt, S_size);
     if (v == NULL)
         return -1;
     int r = as_i64(v, out);
@@ -831,7 +947,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         sw->discarded++;
         return 0;
     }
-    PyObject *addr = PyObject_GetAttr(pkt, S_route);
+    PyObject *addr = get_attr_cached(&cache_route, pkt, S_route);
     if (addr == NULL)
         return -1;
     PyObject *out = NULL;
@@ -860,7 +976,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         PyObject *no = long_from_16(buf);
         if (no == NULL)
             return -1;
-        int r = PyObject_SetAttr(pkt, S_route, no);
+        int r = set_attr_cached(&cache_route, pkt, S_route, no);
         Py_DECREF(no);
         if (r < 0)
             return -1;

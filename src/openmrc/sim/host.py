@@ -54,7 +54,10 @@ class SimHost:
     __slots__ = (
         "_all_busy",
         "_pump_at",
+        "_pump_cb",
+        "_routes",
         "_timer_at",
+        "_timer_cb",
         "ctx",
         "fabric",
         "faults",
@@ -76,6 +79,12 @@ class SimHost:
         self._all_busy = (1 << len(self.ports)) - 1
         self._pump_at: int | None = None
         self._timer_at: int | None = None
+        #: routes this host has used, by ``peer << 16 | (ev & 0xFFFF)`` (what the route
+        #: depends on): ``Fabric.path_for`` without its tuple key and Python call.
+        self._routes: dict[int, int] = {}
+        # the bound methods kick schedules, made once instead of per schedule
+        self._pump_cb: Callable[[int], None] = self._on_pump
+        self._timer_cb: Callable[[int], None] = self._on_timer
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity: Callable[[SimHost, int], None] | None = None
         #: called after every data packet the host received (the experiment checks
@@ -198,23 +207,34 @@ class SimHost:
             self._send_controller_probes(now)
         fabric = self.fabric
         src = self.index
+        routes = self._routes
         busy = busy_mask(ports, now)
         while busy != all_busy:
             item = ctx.poll_packet(now, busy)
             if item is None:
                 break
             qp, pkt = item
-            pkt.route = fabric.path_for(src, qp.peer, pkt.ev)  # type: ignore[arg-type]
+            peer = qp.peer
+            ev = pkt.ev
+            if type(peer) is int:
+                key = peer << 16 | (ev & 0xFFFF)
+                route = routes.get(key)
+                if route is None:
+                    route = fabric.path_for(src, peer, ev)
+                    routes[key] = route
+                pkt.route = route
+            else:
+                pkt.route = fabric.path_for(src, peer, ev)  # type: ignore[arg-type]
             if self.taps:
                 for tap in self.taps:
                     tap(src, qp.peer, pkt, True, now)
-            plane = ev_plane(pkt.ev)
+            plane = ev_plane(ev)
             faults = self.faults
             if (
                 faults is not None
                 and faults.ev_drop
                 and type(pkt) is DataPacket
-                and faults.drops(pkt.ev)
+                and faults.drops(ev)
             ):
                 continue
             ports[plane].enqueue(pkt)
@@ -224,11 +244,11 @@ class SimHost:
             soonest = soonest_drain(ports, now)
             if soonest is not None and (self._pump_at is None or soonest < self._pump_at):
                 self._pump_at = soonest
-                self.sim.schedule(soonest, self._on_pump, soonest)
+                self.sim.schedule(soonest, self._pump_cb, soonest)
         if sending_only and self._timer_at is not None:
             return
         timer = ctx.get_timer()
         if timer is not None and (self._timer_at is None or timer < self._timer_at):
             at = timer if timer > now else now
             self._timer_at = at
-            self.sim.schedule(at, self._on_timer, at)
+            self.sim.schedule(at, self._timer_cb, at)
