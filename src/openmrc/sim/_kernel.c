@@ -2147,6 +2147,26 @@ static PyObject *Switch_install(SwitchObject *sw, PyObject *table)
     Py_RETURN_NONE;
 }
 
+/* The epoch argument of receive(pkt, via, epoch): an int that fits int64 sets *epoch
+ * and *obj = NULL; anything else (a non-int or a huge int) sets *obj = o, to be
+ * compared as a Python object.  -1 with an exception on error. */
+static int epoch_arg(PyObject *o, int64_t *epoch, PyObject **obj)
+{
+    int overflow = 0;
+    *epoch = 0;
+    *obj = NULL;
+    if (PyLong_Check(o)) {
+        *epoch = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (*epoch == -1 && PyErr_Occurred())
+            return -1;
+    }
+    else
+        overflow = 1;
+    if (overflow)
+        *obj = o;
+    return 0;
+}
+
 static PyObject *Switch_receive(SwitchObject *sw, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
@@ -2157,17 +2177,11 @@ static PyObject *Switch_receive(SwitchObject *sw, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_RuntimeError, "Switch: not initialised");
         return NULL;
     }
-    int64_t epoch = 0;
-    int overflow = 0;
-    if (PyLong_Check(args[2])) {
-        epoch = PyLong_AsLongLongAndOverflow(args[2], &overflow);
-        if (epoch == -1 && PyErr_Occurred())
-            return NULL;
-    }
-    else
-        overflow = 1;
-    /* a non-int or huge epoch: compare as Python objects */
-    if (switch_receive_impl(sw, args[0], args[1], epoch, overflow ? args[2] : NULL) < 0)
+    int64_t epoch;
+    PyObject *epoch_obj;
+    if (epoch_arg(args[2], &epoch, &epoch_obj) < 0)
+        return NULL;
+    if (switch_receive_impl(sw, args[0], args[1], epoch, epoch_obj) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -2283,16 +2297,11 @@ static PyObject *HostEnd_receive(HostEndObject *h, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_RuntimeError, "HostEnd: not initialised");
         return NULL;
     }
-    int64_t epoch = 0;
-    int overflow = 0;
-    if (PyLong_Check(args[2])) {
-        epoch = PyLong_AsLongLongAndOverflow(args[2], &overflow);
-        if (epoch == -1 && PyErr_Occurred())
-            return NULL;
-    }
-    else
-        overflow = 1;
-    if (host_receive_impl(h, args[0], args[1], epoch, overflow ? args[2] : NULL) < 0)
+    int64_t epoch;
+    PyObject *epoch_obj;
+    if (epoch_arg(args[2], &epoch, &epoch_obj) < 0)
+        return NULL;
+    if (host_receive_impl(h, args[0], args[1], epoch, epoch_obj) < 0)
         return NULL;
     Py_RETURN_NONE;
 }

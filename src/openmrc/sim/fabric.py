@@ -89,7 +89,9 @@ class Fabric:
             [HostEnd(sim, h, p) for p in range(spec.planes)] for h in range(spec.hosts)
         ]
         self._host_links: list[list[Link]] = [[] for _ in range(spec.hosts)]
-        self._routes: dict[tuple[int, int, int], int] = {}
+        #: per source host, the routes computed so far, by ``dst << 16 | (ev & 0xFFFF)``
+        #: (what a route depends on); :meth:`routes_from` hands a host its own
+        self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
         self.metrics = Metrics(self)
         hpt, t1s = spec.hosts_per_t0, spec.t1s
         for sw in topology.switches:
@@ -197,12 +199,23 @@ class Fabric:
 
     def path_for(self, src: int, dst: int, ev: int) -> int:
         """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached)."""
-        key = (src, dst, ev & 0xFFFF)
-        route = self._routes.get(key)
+        if type(src) is not int or type(dst) is not int or not 0 <= src < len(self._routes):
+            return self._compute_route(src, dst, ev)  # raises the right ValueError
+        cache = self._routes[src]
+        key = dst << 16 | (ev & 0xFFFF)
+        route = cache.get(key)
         if route is None:
             route = self._compute_route(src, dst, ev)
-            self._routes[key] = route
+            cache[key] = route
         return route
+
+    def routes_from(self, src: int) -> dict[int, int]:
+        """The route cache of source host ``src``, by ``dst << 16 | (ev & 0xFFFF)``.
+
+        The NIC reads it directly on its per-packet path and calls :meth:`path_for`
+        (which fills it) only on a miss.
+        """
+        return self._routes[src]
 
     def _compute_route(self, src: int, dst: int, ev: int) -> int:
         """Same as ``topology.path_address`` without its per-call checks (done once here)."""

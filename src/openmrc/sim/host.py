@@ -79,9 +79,9 @@ class SimHost:
         self._all_busy = (1 << len(self.ports)) - 1
         self._pump_at: int | None = None
         self._timer_at: int | None = None
-        #: routes this host has used, by ``peer << 16 | (ev & 0xFFFF)`` (what the route
-        #: depends on): ``Fabric.path_for`` without its tuple key and Python call.
-        self._routes: dict[int, int] = {}
+        #: the fabric's route cache for this source, by ``peer << 16 | (ev & 0xFFFF)``:
+        #: read here without a Python call; ``Fabric.path_for`` fills it on a miss.
+        self._routes: dict[int, int] = fabric.routes_from(index)
         # the bound methods kick schedules, made once instead of per schedule
         self._pump_cb: Callable[[int], None] = self._on_pump
         self._timer_cb: Callable[[int], None] = self._on_timer
@@ -221,7 +221,6 @@ class SimHost:
                 route = routes.get(key)
                 if route is None:
                     route = fabric.path_for(src, peer, ev)
-                    routes[key] = route
                 pkt.route = route
             else:
                 pkt.route = fabric.path_for(src, peer, ev)  # type: ignore[arg-type]
