@@ -236,9 +236,20 @@ def test_closed_pipe_is_not_a_traceback() -> None:
 
 def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
     out = tmp_path / "partial"
-    # the full scenario (16 MiB per flow, real payloads) runs for several seconds
+    # 1 GiB per flow without payloads: about 30 s of simulation compiled on an idle
+    # machine (the bundled 16 MiB ran in 1.6 s once compiled, and CI once saw all 16
+    # flows finish inside the 1.5 s this test waits), so the SIGINT lands mid-run
     proc = subprocess.Popen(
-        _cli("run", LINK, "--out", str(out)),
+        _cli(
+            "run",
+            LINK,
+            "--set",
+            "workload.size=1GiB",
+            "--set",
+            "run.payloads=false",
+            "--out",
+            str(out),
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
