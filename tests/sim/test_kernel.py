@@ -920,3 +920,140 @@ def test_packet_class_changed_after_use_is_read_anew(impl: tuple[str, Any, Any, 
     assert inp.tx_bytes - first == 4321 + framing
     # the new route (no table entry for 0xE00F) was read: a bad route, not forwarded
     assert sw.counters()["bad_route"] == 1 and sw.counters()["forwarded"] == 1
+
+
+@IMPLS
+def test_queued_packet_leaves_with_the_wire_bytes_it_was_queued_with(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """A port takes off its queue's count, and sends, the wire bytes it counted at enqueue
+    (after a trim: the trimmed size), not what ``pkt.size`` says at dequeue."""
+    sim, _inp, out, _sw, _end, sink = _line(impl)
+    pkts = [_data(i, routed=True) for i in range(16)]
+    for pkt in pkts:  # the first goes on the wire, then the data queue fills, the rest trimmed
+        out.enqueue(pkt)
+    n_data, n_trim = len(out.data), len(out.prio)
+    assert n_trim == out.trims >= 2 and n_data >= 2 and 1 + n_data + n_trim == 16
+    full, trimmed = out.wire_bytes(pkts[1]), out.wire_bytes(pkts[-1])
+    assert trimmed < full
+    assert out.data_bytes == n_data * full and out.prio_bytes == n_trim * trimmed
+    for pkt in pkts[1:]:  # changed while queued: the port keeps what it counted
+        pkt.size += 100
+    sim.run()
+    assert out.data_bytes == 0 and out.prio_bytes == 0
+    assert out.tx_bytes == (1 + n_data) * full + n_trim * trimmed and len(sink.got) == 16
+
+
+@IMPLS
+def test_post_calls_with_one_argument_in_order_and_can_be_cancelled(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """``post`` (a one-argument call without a handle) runs in sequence order with
+    ``schedule``d calls, is listed by ``pending_callbacks`` as ``(t, seq, fn, (arg,))``,
+    and that handle cancels it."""
+    sim = impl[1](1)
+    out: list[object] = []
+    sim.schedule(10, out.append, "a")
+    assert sim.post(10, out.append, "b") is None
+    sim.schedule(10, out.append, "c")
+    sim.post(5, out.append, ("t", "u"))  # a tuple is one argument, not unpacked
+    sim.post(30, out.append, "cancelled")
+    sim.post(40, out.append, None)
+    pending = sorted(sim.pending_callbacks())
+    assert [(e[0], e[3]) for e in pending] == [
+        (5, (("t", "u"),)),
+        (10, ("a",)),
+        (10, ("b",)),
+        (10, ("c",)),
+        (30, ("cancelled",)),
+        (40, (None,)),
+    ]
+    assert pending[2][2] == out.append and pending[1][1] < pending[2][1] < pending[3][1]
+    sim.cancel(pending[4])
+    assert sim.run() == 5
+    assert out == [("t", "u"), "a", "b", "c", None] and not sim.cancelled
+    with pytest.raises(ValueError, match="past"):
+        sim.post(39, out.append, 0)
+
+
+@native
+def test_soonest_drain_sees_a_drain_time_added_to_a_port_class_after_use() -> None:
+    """The native soonest_drain remembers a port class that keeps the native
+    drain_time; a drain_time given to that class later is called."""
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+
+    class Plain(kernel.EgressPort):  # type: ignore[name-defined,misc]
+        pass
+
+    port = Plain(sim, "p", 10**11, 1, print, data_limit=10**6, prio_limit=10**5)
+    port.enqueue(_data(0))
+    native = kernel.soonest_drain([port], 0)
+    assert native is not None and native == py_soonest_drain([port], 0)
+    Plain.drain_time = lambda self: 10**9  # type: ignore[method-assign]
+    assert kernel.soonest_drain([port], 0) == py_soonest_drain([port], 0) == 10**9
+
+
+@IMPLS
+def test_arrivals_after_many_link_flaps_keep_their_epoch(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """A port's epoch past what the native event keeps inline (2**17): arrivals still
+    carry the epoch they were sent in, to a Python receiver and to a native switch."""
+    _, sim_cls, port_cls, _sw, _end = impl
+    flaps = (1 << 17) + 3
+    got: list[tuple[int, int]] = []
+    sim = sim_cls(1)
+    port = port_cls(
+        sim,
+        "p",
+        10**11,
+        1_000,
+        lambda pkt, via, epoch: got.append((pkt.psn, epoch)),
+        data_limit=10**6,
+        prio_limit=10**5,
+    )
+    for _ in range(flaps):
+        port.set_up(False)
+        port.set_up(True)
+    assert port.epoch == flaps
+    port.enqueue(_data(1))
+    sim.run()
+    port.enqueue(_data(2))
+    port.set_up(False)  # in flight when the link goes down: stale on arrival
+    port.set_up(True)
+    sim.run()
+    assert got == [(1, flaps), (2, flaps)] and port.epoch == flaps + 1
+
+    sim, inp, _out, sw, _end, sink = _line(impl)
+    for _ in range(flaps):
+        inp.set_up(False)
+        inp.set_up(True)
+    inp.enqueue(_data(3, routed=True))
+    sim.run()
+    inp.enqueue(_data(4, routed=True))
+    inp.set_up(False)
+    inp.set_up(True)
+    sim.run()
+    assert [g[0] for g in sink.got] == [3]
+    assert sw.counters()["forwarded"] == 1 and inp.drops_down == 1
+
+
+@native
+def test_native_serialization_time_matches_python_on_both_sides_of_64_bits() -> None:
+    """ceil(bytes * 8e12 / rate) natively (64-bit when the product fits, 128-bit when
+    not) equals port.py's exact integer expression, negatives and odd rates included."""
+    assert kernel is not None
+    py_sim, nat_sim = PySimulator(1), kernel.Simulator(1)
+    sizes = [0, 1, -1, -7, 38, 1500, 4134, 2**30 + 3, 2**40 - 1, -(2**40), 2**44 + 5, 2**50]
+    for rate in (1, 3, 100_000_000_000, 999_999_937, 400_000_000_000, 2**61 - 1):
+        kw: dict[str, Any] = {"data_limit": 1, "prio_limit": 1}
+        py = PyEgressPort(py_sim, "p", rate, 1, print, **kw)
+        nat = kernel.EgressPort(nat_sim, "p", rate, 1, print, **kw)
+        for n in sizes:
+            want = py.serialization_ps(n)
+            if -(2**63) <= want < 2**63:
+                assert nat.serialization_ps(n) == want, (rate, n)
+            else:
+                with pytest.raises(OverflowError):
+                    nat.serialization_ps(n)

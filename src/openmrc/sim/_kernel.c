@@ -49,17 +49,50 @@ static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_ep
 #define BLOCK_HI ((uint64_t)BLOCK_PREFIX << 32) /* BLOCK = BLOCK_PREFIX << 96 */
 #define CARRIER_HI 0xFFFFFFFFULL                /* CARRIER_MASK = 2**96 - 1 */
 
-enum { EV_CALL = 0, EV_ARRIVE = 1, EV_TXFREE = 2 };
+/* EV_CALL: a(*b), b an args tuple; EV_CALL1: a(b), one argument and no tuple
+ * (Simulator.post); EV_ARRIVE: b arrives at the far end of port a, sent in the
+ * port's epoch kept in the event; EV_ARRIVE_BIG: the same with b = (packet,
+ * epoch) for an epoch too large to keep in the event; EV_TXFREE: port a's
+ * transmitter is free */
+enum { EV_CALL = 0, EV_ARRIVE = 1, EV_TXFREE = 2, EV_CALL1 = 3, EV_ARRIVE_BIG = 4 };
 enum { RX_PY = 0, RX_SWITCH = 1, RX_HOST = 2 };
 
+/* An event is 32 bytes: sk packs the sequence number (high bits, so that (t, sk)
+ * orders as (t, seq): numbers are unique), an arrival's epoch and the kind. */
+#define SK_KIND_BITS 3
+#define SK_EPOCH_BITS 17
+#define SK_SHIFT (SK_KIND_BITS + SK_EPOCH_BITS)
+#define SEQ_LIMIT ((int64_t)1 << (64 - SK_SHIFT)) /* 2**44 events per simulator */
+#define EPOCH_SMALL ((int64_t)1 << SK_EPOCH_BITS)
+
+#define T_BIAS 0x8000000000000000ULL
 typedef struct {
-    int64_t t;
-    int64_t seq;
-    int64_t epoch;
-    PyObject *a; /* EV_CALL: callable; else the port */
-    PyObject *b; /* EV_CALL: args tuple; EV_ARRIVE: the packet; EV_TXFREE: NULL */
-    int kind;
+    uint64_t sk; /* seq << SK_SHIFT | epoch << SK_KIND_BITS | kind */
+    uint64_t tk; /* the time, biased (t ^ T_BIAS) so that it orders as unsigned */
+    PyObject *a; /* EV_CALL, EV_CALL1: callable; else the port */
+    PyObject *b; /* EV_CALL: args tuple; EV_CALL1: the argument; EV_ARRIVE: the packet;
+                    EV_ARRIVE_BIG: (packet, epoch); EV_TXFREE: NULL */
 } Event;
+
+static inline int64_t ev_time(const Event *e)
+{
+    return (int64_t)(e->tk ^ T_BIAS);
+}
+
+static inline int ev_kind(const Event *e)
+{
+    return (int)(e->sk & ((1u << SK_KIND_BITS) - 1));
+}
+
+static inline int64_t ev_seq(const Event *e)
+{
+    return (int64_t)(e->sk >> SK_SHIFT);
+}
+
+static inline int64_t ev_epoch(const Event *e)
+{
+    return (int64_t)((e->sk >> SK_KIND_BITS) & (uint64_t)(EPOCH_SMALL - 1));
+}
 
 typedef struct {
     PyObject_HEAD
@@ -76,8 +109,16 @@ typedef struct {
     char stopped;
 } SimObject;
 
+/* A queued packet and the wire bytes (size + framing) it was queued with: the
+ * transmitter takes those off the queue's count when it sends it, without
+ * reading pkt.size again (PyEgressPort keeps the same number beside it). */
 typedef struct {
-    PyObject **buf;
+    PyObject *pkt;
+    int64_t wb;
+} Slot;
+
+typedef struct {
+    Slot *buf; /* cap (a power of two) slots, len of them in use from head on */
     Py_ssize_t head, len, cap;
 } Ring;
 
@@ -119,19 +160,59 @@ typedef struct {
 
 static PyTypeObject SimType, PortType, SwitchType, HostEndType;
 
+/* o is a native port (or of a subclass).  The fabric's ports are instances of
+ * port.py's EgressPort, a direct Python subclass: its tp_base is checked before
+ * the general (MRO) test. */
+static inline int is_port(PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    return tp == &PortType || tp->tp_base == &PortType || PyType_IsSubtype(tp, &PortType);
+}
+
 /* ------------------------------------------------------------------------ */
 /* the heap                                                                 */
 
+/* (time, seq) order; 1 or 0, without branches where the compiler has 128-bit
+ * integers (seq is never negative): the heap picks the smallest of four
+ * children by index arithmetic on these, which no misprediction can stall */
 static inline int ev_less(const Event *x, const Event *y)
 {
-    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+#ifdef HAVE_INT128
+    unsigned __int128 kx = ((unsigned __int128)x->tk << 64) | x->sk;
+    unsigned __int128 ky = ((unsigned __int128)y->tk << 64) | y->sk;
+    return kx < ky;
+#else
+    return x->tk < y->tk || (x->tk == y->tk && x->sk < y->sk);
+#endif
 }
 
 /* Push with a sequence number the caller took (s->seq++) beforehand; steals
- * the references a and b. Returns -1 (refs released) on no memory. */
+ * the references a and b. Returns -1 (refs released) on no memory, or past
+ * SEQ_LIMIT events (OverflowError). */
 static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObject *a,
                          PyObject *b, int64_t epoch)
 {
+    if (seq < 0 || seq >= SEQ_LIMIT) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_SetString(PyExc_OverflowError,
+                        "more than 2**44 events scheduled (the native kernel's limit)");
+        return -1;
+    }
+    if (kind == EV_ARRIVE && (epoch < 0 || epoch >= EPOCH_SMALL)) {
+        /* (before the heap is looked at: allocating can run Python code) */
+        PyObject *eo = PyLong_FromLongLong(epoch);
+        PyObject *pair = eo != NULL ? PyTuple_Pack(2, b, eo) : NULL;
+        Py_XDECREF(eo);
+        Py_XDECREF(b);
+        if (pair == NULL) {
+            Py_XDECREF(a);
+            return -1;
+        }
+        b = pair;
+        kind = EV_ARRIVE_BIG;
+        epoch = 0;
+    }
     if (s->n == s->cap) {
         Py_ssize_t cap = s->cap ? s->cap * 2 : 1024;
         Event *h = PyMem_Realloc(s->heap, (size_t)cap * sizeof(Event));
@@ -144,11 +225,12 @@ static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObjec
         s->heap = h;
         s->cap = cap;
     }
-    Event ev = {t, seq, epoch, a, b, kind};
+    Event ev = {(uint64_t)seq << SK_SHIFT | (uint64_t)epoch << SK_KIND_BITS | (uint64_t)kind,
+                (uint64_t)t ^ T_BIAS, a, b};
     Event *h = s->heap;
     Py_ssize_t i = s->n++;
     while (i > 0) {
-        Py_ssize_t p = (i - 1) >> 1;
+        Py_ssize_t p = (i - 1) >> 2;
         if (!ev_less(&ev, &h[p]))
             break;
         h[i] = h[p];
@@ -165,7 +247,13 @@ static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyOb
     return heap_push_seq(s, t, s->seq++, kind, a, b, epoch);
 }
 
-/* Pop the smallest event into *out (references move to the caller). */
+/* Pop the smallest event into *out (references move to the caller).
+ * The heap is 4-ary (children of i: 4i+1 .. 4i+4): half the levels of a binary
+ * heap.  Bottom-up: the hole left at the root goes down along the smallest
+ * children to a leaf, then the last event rises from there (usually a level or
+ * none): fewer comparisons than the classic sift-down.  The layout differs from
+ * a binary heap's, but keys (time, seq) are unique, so the order in which events
+ * come out is the same. */
 static void heap_pop(SimObject *s, Event *out)
 {
     Event *h = s->heap;
@@ -173,20 +261,31 @@ static void heap_pop(SimObject *s, Event *out)
     Py_ssize_t n = --s->n;
     if (n == 0)
         return;
-    Event last = h[n];
-    Py_ssize_t i = 0;
-    for (;;) {
-        Py_ssize_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && ev_less(&h[c + 1], &h[c]))
-            c++;
-        if (!ev_less(&h[c], &last))
-            break;
-        h[i] = h[c];
-        i = c;
+    Py_ssize_t i = 0, c;
+    while ((c = 4 * i + 1) < n) {
+        Py_ssize_t m = c;
+        if (c + 4 <= n) { /* all four children */
+            Py_ssize_t m2 = c + 2 + ev_less(&h[c + 3], &h[c + 2]);
+            m = c + ev_less(&h[c + 1], &h[c]);
+            m += (m2 - m) * ev_less(&h[m2], &h[m]);
+        }
+        else {
+            for (Py_ssize_t j = c + 1; j < n; j++)
+                if (ev_less(&h[j], &h[m]))
+                    m = j;
+        }
+        h[i] = h[m];
+        i = m;
     }
-    h[i] = last;
+    Event *last = &h[n]; /* still in place: n is past the heap now */
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) >> 2;
+        if (!ev_less(last, &h[p]))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = *last;
 }
 
 static int sim_cancel_seq(SimObject *s, int64_t seq)
@@ -203,6 +302,19 @@ static int sim_cancel_seq(SimObject *s, int64_t seq)
  * 1e3 ps) as int64; TypeError for a fraction, OverflowError past 64 bits. */
 static int as_i64(PyObject *o, int64_t *out)
 {
+    if (PyLong_CheckExact(o)) { /* the common case: a plain int */
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow) {
+            PyErr_Format(PyExc_OverflowError,
+                         "%R does not fit in 64 bits (the native kernel's limit)", o);
+            return -1;
+        }
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        *out = v;
+        return 0;
+    }
     if (PyFloat_Check(o)) {
         double d = PyFloat_AS_DOUBLE(o);
         if (d == d && !(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
@@ -260,7 +372,7 @@ static int overflow_err(const char *what)
 }
 
 /* ------------------------------------------------------------------------ */
-/* 128-bit routes <-> Python ints, 16 bytes little endian                    */
+/* 128-bit routes <-> Python ints, as two 64-bit halves                     */
 /* (3.13 added public calls for this and changed _PyLong_AsByteArray; 3.12
  * changed the int layout, so Py_SIZE() no longer gives an int's sign)       */
 
@@ -273,7 +385,6 @@ static int long_is_negative(PyObject *v) /* v an exact int */
 #endif
 }
 
-/* 1: v (an exact int) is in [0, 2**128) and is in buf; 0: it is not; -1: error */
 static inline uint64_t load_le64(const unsigned char *b)
 {
     uint64_t v = 0;
@@ -288,38 +399,47 @@ static inline void store_le64(unsigned char *b, uint64_t v)
         b[i] = (unsigned char)(v >> (8 * i));
 }
 
-static int long_to_16(PyObject *v, unsigned char buf[16])
+/* 1: v (an exact int) is in [0, 2**128), its low and high 64 bits in *lo, *hi;
+ * 0: it is not; -1: error */
+static int long_to_u128(PyObject *v, uint64_t *lo, uint64_t *hi)
 {
     if (long_is_negative(v))
         return 0;
 #if PY_VERSION_HEX >= 0x030D0000
+    unsigned char buf[16];
     Py_ssize_t need = PyLong_AsNativeBytes(v, buf, 16,
                                            Py_ASNATIVEBYTES_LITTLE_ENDIAN |
                                                Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
                                                Py_ASNATIVEBYTES_REJECT_NEGATIVE);
     if (need < 0)
         return -1;
-    return need <= 16;
+    if (need > 16)
+        return 0;
+    *lo = load_le64(buf);
+    *hi = load_le64(buf + 8);
+    return 1;
 #elif PY_VERSION_HEX < 0x030C0000
     /* 3.11: read the digits (Py_SIZE is the digit count of a non-negative int);
      * _PyLong_AsByteArray goes byte by byte and was ~4 % of a run */
-    {
-        Py_ssize_t n = Py_SIZE(v);
-        const digit *d = ((PyLongObject *)v)->ob_digit;
-        uint64_t lo = 0, hi = 0;
-        for (Py_ssize_t i = n - 1; i >= 0; i--) {
-            if (hi >> (64 - PyLong_SHIFT))
-                return 0; /* 2**128 or more */
-            hi = (hi << PyLong_SHIFT) | (lo >> (64 - PyLong_SHIFT));
-            lo = (lo << PyLong_SHIFT) | (uint64_t)d[i];
-        }
-        store_le64(buf, lo);
-        store_le64(buf + 8, hi);
+    Py_ssize_t n = Py_SIZE(v);
+    const digit *d = ((PyLongObject *)v)->ob_digit;
+    uint64_t l = 0, h = 0;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        if (h >> (64 - PyLong_SHIFT))
+            return 0; /* 2**128 or more */
+        h = (h << PyLong_SHIFT) | (l >> (64 - PyLong_SHIFT));
+        l = (l << PyLong_SHIFT) | (uint64_t)d[i];
+    }
+    *lo = l;
+    *hi = h;
+    return 1;
+#else
+    unsigned char buf[16];
+    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0) {
+        *lo = load_le64(buf);
+        *hi = load_le64(buf + 8);
         return 1;
     }
-#else
-    if (_PyLong_AsByteArray((PyLongObject *)v, buf, 16, 1, 0) == 0)
-        return 1;
     if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
         PyErr_Clear();
         return 0;
@@ -328,13 +448,11 @@ static int long_to_16(PyObject *v, unsigned char buf[16])
 #endif
 }
 
-static PyObject *long_from_16(const unsigned char buf[16])
+/* The int hi * 2**64 + lo (a new reference). */
+static PyObject *long_from_u128(uint64_t lo, uint64_t hi)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyLong_FromUnsignedNativeBytes(buf, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
-#elif PY_VERSION_HEX < 0x030C0000
-    /* 3.11: write the digits (see long_to_16) */
-    uint64_t lo = load_le64(buf), hi = load_le64(buf + 8);
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: write the digits (see long_to_u128) */
     if (hi == 0)
         return PyLong_FromUnsignedLongLong(lo); /* small ints stay the cached ones */
     Py_ssize_t n = 0;
@@ -354,50 +472,67 @@ static PyObject *long_from_16(const unsigned char buf[16])
     }
     return (PyObject *)r;
 #else
+    unsigned char buf[16];
+    store_le64(buf, lo);
+    store_le64(buf + 8, hi);
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromUnsignedNativeBytes(buf, 16, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#else
     return _PyLong_FromByteArray(buf, 16, 1, 0);
+#endif
 #endif
 }
 
 /* ------------------------------------------------------------------------ */
-/* ring buffer of packets                                                   */
+/* ring buffer of packets, each with the wire bytes counted at enqueue       */
 
-static int ring_push(Ring *r, PyObject *o)
+static int ring_push(Ring *r, PyObject *o, int64_t wb)
 {
     if (r->len == r->cap) {
-        Py_ssize_t cap = r->cap ? r->cap * 2 : 16;
-        PyObject **buf = PyMem_Malloc((size_t)cap * sizeof(PyObject *));
+        Py_ssize_t cap = r->cap ? r->cap * 2 : 16; /* a power of two */
+        Slot *buf = PyMem_Malloc((size_t)cap * sizeof(Slot));
         if (buf == NULL) {
             PyErr_NoMemory();
             return -1;
         }
         for (Py_ssize_t i = 0; i < r->len; i++)
-            buf[i] = r->buf[(r->head + i) % r->cap];
+            buf[i] = r->buf[(r->head + i) & (r->cap - 1)];
         PyMem_Free(r->buf);
         r->buf = buf;
         r->cap = cap;
         r->head = 0;
     }
     Py_INCREF(o);
-    r->buf[(r->head + r->len) % r->cap] = o;
+    Slot *e = &r->buf[(r->head + r->len) & (r->cap - 1)];
+    e->pkt = o;
+    e->wb = wb;
     r->len++;
     return 0;
 }
 
-/* Pop the oldest (a new reference for the caller). */
-static PyObject *ring_pop(Ring *r)
+/* Pop the oldest (a new reference for the caller) and its wire bytes. */
+static PyObject *ring_pop(Ring *r, int64_t *wb)
 {
-    PyObject *o = r->buf[r->head];
-    r->head = (r->head + 1) % r->cap;
+    Slot *e = &r->buf[r->head];
+    r->head = (r->head + 1) & (r->cap - 1);
     r->len--;
-    return o;
+    *wb = e->wb;
+    return e->pkt;
 }
 
 static void ring_clear(Ring *r)
 {
+    int64_t wb;
     while (r->len) {
-        PyObject *o = ring_pop(r);
+        PyObject *o = ring_pop(r, &wb);
         Py_DECREF(o);
     }
+}
+
+/* the i-th oldest queued packet (borrowed) */
+static inline PyObject *ring_at(Ring *r, Py_ssize_t i)
+{
+    return r->buf[(r->head + i) & (r->cap - 1)].pkt;
 }
 
 static PyObject *ring_list(Ring *r)
@@ -406,7 +541,7 @@ static PyObject *ring_list(Ring *r)
     if (l == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < r->len; i++) {
-        PyObject *o = r->buf[(r->head + i) % r->cap];
+        PyObject *o = ring_at(r, i);
         Py_INCREF(o);
         PyList_SET_ITEM(l, i, o);
     }
@@ -437,20 +572,11 @@ typedef struct {
     AttrEntry e[ATTR_WAYS];
     int next; /* round-robin replacement */
 } AttrCache;
-static AttrCache cache_size, cache_route;
+static AttrCache cache_size, cache_route, cache_trimmed;
 
-static PyGetSetDef *attr_descr(AttrCache *c, PyObject *o, PyObject *name)
+/* A miss of attr_descr: look the descriptor up and remember it. */
+static PyGetSetDef *attr_descr_miss(AttrCache *c, PyTypeObject *tp, PyObject *name)
 {
-    PyTypeObject *tp = Py_TYPE(o);
-    int valid = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
-    for (int i = 0; i < ATTR_WAYS; i++) {
-        AttrEntry *e = &c->e[i];
-        if (e->tp == tp) {
-            if (valid && e->version == tp->tp_version_tag)
-                return e->gs;
-            break;
-        }
-    }
     PyGetSetDef *gs = NULL;
     if (tp->tp_getattro == PyObject_GenericGetAttr &&
         tp->tp_setattro == PyObject_GenericSetAttr) {
@@ -475,7 +601,22 @@ static PyGetSetDef *attr_descr(AttrCache *c, PyObject *o, PyObject *name)
     return gs;
 }
 
-static PyObject *get_attr_cached(AttrCache *c, PyObject *o, PyObject *name)
+/* (inlined: the hit is a few compares; the miss is a call) */
+static inline PyGetSetDef *attr_descr(AttrCache *c, PyObject *o, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    for (int i = 0; i < ATTR_WAYS; i++) {
+        AttrEntry *e = &c->e[i];
+        if (e->tp == tp) {
+            if ((tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && e->version == tp->tp_version_tag)
+                return e->gs;
+            break;
+        }
+    }
+    return attr_descr_miss(c, tp, name);
+}
+
+static inline PyObject *get_attr_cached(AttrCache *c, PyObject *o, PyObject *name)
 {
     PyGetSetDef *gs = attr_descr(c, o, name);
     if (gs != NULL && gs->get != NULL)
@@ -550,6 +691,16 @@ static int ser_ps_big(PortObject *p, int64_t nbytes, int64_t *out)
 static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
 {
 #ifdef HAVE_INT128
+    int64_t x64;
+    if (!__builtin_mul_overflow(nbytes, p->num, &x64)) {
+        /* the product fits (always, for sane sizes and rates): a 64-bit division,
+         * not the library's 128-bit one */
+        int64_t q64 = x64 / p->den;
+        if (x64 % p->den != 0 && x64 > 0)
+            q64 += 1;
+        *out = q64;
+        return 0;
+    }
     __int128 x = (__int128)nbytes * p->num;
     __int128 q = x / p->den;
     if (x % p->den != 0 && x > 0)
@@ -645,7 +796,7 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
     if (isdata < 0)
         return -1;
     if (isdata) {
-        PyObject *tr = PyObject_GetAttr(pkt, S_trimmed);
+        PyObject *tr = get_attr_cached(&cache_trimmed, pkt, S_trimmed);
         if (tr == NULL)
             return -1;
         int trimmed = PyObject_IsTrue(tr);
@@ -677,7 +828,7 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
                 }
                 if (add_i64(nq, p->prio_bytes, &q))
                     return overflow_err("queued bytes");
-                if (ring_push(&p->data, pkt) < 0)
+                if (ring_push(&p->data, pkt, wb) < 0)
                     return -1;
                 p->data_bytes = nq;
                 if (q > p->max_queue_bytes)
@@ -707,7 +858,7 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
     }
     if (add_i64(pb, p->data_bytes, &tot))
         return overflow_err("queued bytes");
-    if (ring_push(&p->prio, pkt) < 0)
+    if (ring_push(&p->prio, pkt, wb) < 0)
         return -1;
     p->prio_bytes = pb;
     if (tot > p->max_queue_bytes)
@@ -726,19 +877,11 @@ static int port_tx_free(PortObject *p)
      * it is no longer in the heap and does nothing) */
     p->has_txev = 0;
     if (p->prio.len) {
-        pkt = ring_pop(&p->prio);
-        if (get_wire_bytes(p, pkt, &wb) < 0) {
-            Py_DECREF(pkt);
-            return -1;
-        }
+        pkt = ring_pop(&p->prio, &wb);
         p->prio_bytes -= wb;
     }
     else if (p->data.len) {
-        pkt = ring_pop(&p->data);
-        if (get_wire_bytes(p, pkt, &wb) < 0) {
-            Py_DECREF(pkt);
-            return -1;
-        }
+        pkt = ring_pop(&p->data, &wb);
         p->data_bytes -= wb;
     }
     else {
@@ -819,7 +962,7 @@ static void lut_free(UsidTable *t)
 /* via.epoch of any port; -1 on error with *err set */
 static int epoch_matches(PyObject *via, int64_t epoch, PyObject *epoch_obj)
 {
-    if (Py_IS_TYPE(via, &PortType) || PyObject_TypeCheck(via, &PortType))
+    if (is_port(via))
         return ((PortObject *)via)->epoch == epoch;
     PyObject *e = PyObject_GetAttr(via, S_epoch);
     if (e == NULL)
@@ -843,7 +986,7 @@ static int epoch_matches(PyObject *via, int64_t epoch, PyObject *epoch_obj)
 
 static int lost_in_flight(PyObject *via, PyObject *pkt)
 {
-    if (PyObject_TypeCheck(via, &PortType)) {
+    if (is_port(via)) {
         ((PortObject *)via)->drops_down++;
         return 0;
     }
@@ -856,7 +999,7 @@ static int lost_in_flight(PyObject *via, PyObject *pkt)
 
 static int enqueue_any(PyObject *out, PyObject *pkt)
 {
-    if (PyObject_TypeCheck(out, &PortType))
+    if (is_port(out))
         return port_enqueue((PortObject *)out, pkt);
     PyObject *r = PyObject_CallMethodOneArg(out, S_enqueue, pkt);
     if (r == NULL)
@@ -951,18 +1094,17 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
     if (addr == NULL)
         return -1;
     PyObject *out = NULL;
-    unsigned char buf[16];
+    uint64_t lo = 0, hi = 0;
     int fast = 0;
     if (PyLong_CheckExact(addr)) {
         /* negative or >= 2**128: the generic path says bad route */
-        fast = long_to_16(addr, buf);
+        fast = long_to_u128(addr, &lo, &hi);
         if (fast < 0) {
             Py_DECREF(addr);
             return -1;
         }
     }
     if (fast) {
-        uint64_t lo = load_le64(buf), hi = load_le64(buf + 8);
         Py_DECREF(addr);
         if ((int64_t)(hi >> (ACTIVE_SHIFT - 64)) != sw->match) { /* addr >> 80 */
             sw->bad_route++;
@@ -971,9 +1113,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         /* BLOCK | ((addr << 16) & CARRIER_MASK) */
         hi = BLOCK_HI | (((hi << 16) | (lo >> 48)) & CARRIER_HI);
         lo <<= 16;
-        store_le64(buf, lo);
-        store_le64(buf + 8, hi);
-        PyObject *no = long_from_16(buf);
+        PyObject *no = long_from_u128(lo, hi);
         if (no == NULL)
             return -1;
         int r = set_attr_cached(&cache_route, pkt, S_route, no);
@@ -1019,8 +1159,9 @@ static int host_receive_impl(HostEndObject *h, PyObject *pkt, PyObject *via, int
     PyObject *plane = h->plane;
     Py_INCREF(cb);
     Py_INCREF(plane);
-    PyObject *args[3] = {pkt, plane, now};
-    PyObject *r = PyObject_Vectorcall(cb, args, 3, NULL);
+    /* a slot before the arguments lets a bound method put self there */
+    PyObject *args[4] = {NULL, pkt, plane, now};
+    PyObject *r = PyObject_Vectorcall(cb, args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(cb);
     Py_DECREF(plane);
     Py_DECREF(now);
@@ -1041,7 +1182,17 @@ static int not_ready(const char *what)
 
 static int dispatch(Event *ev)
 {
-    if (ev->kind == EV_CALL) {
+    int kind = ev_kind(ev);
+    if (kind == EV_CALL1) {
+        /* a slot before the argument lets a bound method put self there */
+        PyObject *args[2] = {NULL, ev->b};
+        PyObject *r = PyObject_Vectorcall(ev->a, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (kind == EV_CALL) {
         PyObject *r = PyObject_Call(ev->a, ev->b, NULL);
         if (r == NULL)
             return -1;
@@ -1051,17 +1202,24 @@ static int dispatch(Event *ev)
     PortObject *p = (PortObject *)ev->a;
     if (p->sim == NULL)
         return not_ready("EgressPort");
-    if (ev->kind == EV_TXFREE)
+    if (kind == EV_TXFREE)
         return port_tx_free(p);
-    /* EV_ARRIVE: the target may have been created with __new__ and never
+    /* EV_ARRIVE(_BIG): the target may have been created with __new__ and never
      * initialised (or cleared by the collector): check before going native */
+    PyObject *pkt = ev->b;
+    int64_t epoch = ev_epoch(ev);
+    if (kind == EV_ARRIVE_BIG) {
+        pkt = PyTuple_GET_ITEM(ev->b, 0);
+        if (as_i64(PyTuple_GET_ITEM(ev->b, 1), &epoch) < 0)
+            return -1;
+    }
     switch (p->rx_kind) {
     case RX_SWITCH: {
         SwitchObject *sw = (SwitchObject *)p->rx_target;
         if (sw->ports == NULL || sw->table == NULL)
             return not_ready("Switch");
         Py_INCREF(sw); /* Python code it runs may re-initialise the port */
-        int r = switch_receive_impl(sw, ev->b, (PyObject *)p, ev->epoch, NULL);
+        int r = switch_receive_impl(sw, pkt, (PyObject *)p, epoch, NULL);
         Py_DECREF(sw);
         return r;
     }
@@ -1070,18 +1228,18 @@ static int dispatch(Event *ev)
         if (h->sim == NULL || h->on_receive == NULL || h->plane == NULL)
             return not_ready("HostEnd");
         Py_INCREF(h);
-        int r = host_receive_impl(h, ev->b, (PyObject *)p, ev->epoch, NULL);
+        int r = host_receive_impl(h, pkt, (PyObject *)p, epoch, NULL);
         Py_DECREF(h);
         return r;
     }
     default: {
-        PyObject *e = PyLong_FromLongLong(ev->epoch);
+        PyObject *e = PyLong_FromLongLong(epoch);
         if (e == NULL)
             return -1;
         PyObject *rx = p->rx;
         Py_INCREF(rx);
-        PyObject *args[3] = {ev->b, (PyObject *)p, e};
-        PyObject *r = PyObject_Vectorcall(rx, args, 3, NULL);
+        PyObject *args[4] = {NULL, pkt, (PyObject *)p, e};
+        PyObject *r = PyObject_Vectorcall(rx, args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         Py_DECREF(rx);
         Py_DECREF(e);
         if (r == NULL)
@@ -1306,6 +1464,36 @@ static PyObject *Sim_push(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
     return sim_push_call(s, at, args[1], args[2]);
 }
 
+/* post(at_ps, callback, arg): callback(arg) at at_ps, as schedule() checks it, but
+ * no handle and no args tuple are made (the NIC's pump and timer: one per data
+ * packet or more, never cancelled).  It takes its sequence number at the same
+ * point schedule() would, so the event order is the same. */
+static PyObject *Sim_post(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "post(at_ps, callback, arg)");
+        return NULL;
+    }
+    int64_t at;
+    if (as_i64(args[0], &at) < 0)
+        return NULL;
+    if (s->now_big) {
+        PyErr_Format(PyExc_ValueError, "post: time %lld ps is in the past (now %S ps)",
+                     (long long)at, s->now_big);
+        return NULL;
+    }
+    if (at < s->now) {
+        PyErr_Format(PyExc_ValueError, "post: time %lld ps is in the past (now %lld ps)",
+                     (long long)at, (long long)s->now);
+        return NULL;
+    }
+    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
+    if (heap_push(s, at, EV_CALL1, args[1], args[2], 0) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
 {
     if (!PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) < 2) {
@@ -1318,7 +1506,7 @@ static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
     int pending = !s->now_big && t > s->now;
     if (!pending && !s->now_big && t == s->now) {
         for (Py_ssize_t i = 0; i < s->n; i++)
-            if (s->heap[i].seq == seq) {
+            if (ev_seq(&s->heap[i]) == seq) {
                 pending = 1;
                 break;
             }
@@ -1346,9 +1534,10 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
         return NULL;
     for (Py_ssize_t i = 0; i < s->n; i++) {
         Event *e = &s->heap[i];
-        if (e->kind != EV_CALL)
+        int kind = ev_kind(e);
+        if (kind != EV_CALL && kind != EV_CALL1)
             continue;
-        PyObject *k = PyLong_FromLongLong(e->seq);
+        PyObject *k = PyLong_FromLongLong(ev_seq(e));
         if (k == NULL)
             goto fail;
         int c = PySet_Contains(s->cancelled, k);
@@ -1357,7 +1546,16 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
             goto fail;
         if (c)
             continue;
-        PyObject *h = make_handle(e->t, e->seq, e->a, e->b);
+        PyObject *h;
+        if (kind == EV_CALL1) {
+            PyObject *t1 = PyTuple_Pack(1, e->b);
+            if (t1 == NULL)
+                goto fail;
+            h = make_handle(ev_time(e), ev_seq(e), e->a, t1);
+            Py_DECREF(t1);
+        }
+        else
+            h = make_handle(ev_time(e), ev_seq(e), e->a, e->b);
         if (h == NULL)
             goto fail;
         int r = PyList_Append(l, h);
@@ -1410,7 +1608,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
     s->stopped = 0;
     Event ev;
     while (s->n) {
-        if (s->heap[0].t > limit)
+        if (ev_time(&s->heap[0]) > limit)
             break;
         /* a run of native events never enters the interpreter's loop, which is
          * where signal handlers run: let Ctrl-C (KeyboardInterrupt) through */
@@ -1421,7 +1619,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         }
         heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
-            PyObject *k = PyLong_FromLongLong(ev.seq);
+            PyObject *k = PyLong_FromLongLong(ev_seq(&ev));
             if (k == NULL)
                 goto fail_ev;
             int c = PySet_Discard(s->cancelled, k);
@@ -1434,7 +1632,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
                 continue;
             }
         }
-        s->now = ev.t;
+        s->now = ev_time(&ev);
         if (s->now_big) /* an event push()ed (unchecked) while now was past int64 */
             Py_CLEAR(s->now_big);
         n++;
@@ -1524,6 +1722,8 @@ static PyMethodDef Sim_methods[] = {
      "schedule(at_ps, callback, *args): run callback(*args) at at_ps; returns a handle"},
     {"after", (PyCFunction)(void (*)(void))Sim_after, METH_FASTCALL,
      "after(delay_ps, callback, *args): run callback(*args) delay_ps after now"},
+    {"post", (PyCFunction)(void (*)(void))Sim_post, METH_FASTCALL,
+     "post(at_ps, callback, arg): run callback(arg) at at_ps; no handle (returns None)"},
     {"push", (PyCFunction)(void (*)(void))Sim_push, METH_FASTCALL,
      "push(at_ps, callback, args): schedule without checks (the ports' hot path)"},
     {"cancel", (PyCFunction)Sim_cancel, METH_O, "cancel(handle): disarm a scheduled event"},
@@ -1690,9 +1890,9 @@ static int Port_traverse(PortObject *p, visitproc visit, void *arg)
     Py_VISIT(p->rx_target);
     Py_VISIT(p->rng_random);
     for (Py_ssize_t i = 0; i < p->data.len; i++)
-        Py_VISIT(p->data.buf[(p->data.head + i) % p->data.cap]);
+        Py_VISIT(ring_at(&p->data, i));
     for (Py_ssize_t i = 0; i < p->prio.len; i++)
-        Py_VISIT(p->prio.buf[(p->prio.head + i) % p->prio.cap]);
+        Py_VISIT(ring_at(&p->prio, i));
     return 0;
 }
 
@@ -2370,12 +2570,28 @@ static int generic_int_attr(PyObject *o, const char *name, PyObject **out)
 /* The native test applies to a native port whose class does not replace drain_time. */
 static PyObject *S_drain_time = NULL, *native_drain_time = NULL;
 
+/* The last port subclass found not to replace drain_time (a strong reference),
+ * valid while its version tag (which CPython changes when the class or a base
+ * is modified) is the one it had then. */
+static PyTypeObject *native_drain_tp = NULL;
+static unsigned int native_drain_version = 0;
+
 static int native_drain(PyObject *o)
 {
-    if (Py_IS_TYPE(o, &PortType))
+    PyTypeObject *tp = Py_TYPE(o);
+    if (tp == &PortType)
         return 1;
-    return PyObject_TypeCheck(o, &PortType) &&
-           _PyType_Lookup(Py_TYPE(o), S_drain_time) == native_drain_time;
+    if (tp == native_drain_tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+        tp->tp_version_tag == native_drain_version)
+        return 1;
+    if (!is_port(o) || _PyType_Lookup(tp, S_drain_time) != native_drain_time)
+        return 0;
+    if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) { /* _PyType_Lookup gives it one */
+        Py_INCREF(tp);
+        Py_XSETREF(native_drain_tp, tp);
+        native_drain_version = tp->tp_version_tag;
+    }
+    return 1;
 }
 
 /* Whether port o (a Python port) is busy: not up, serializing or with a queue. */
@@ -2416,7 +2632,7 @@ static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t na
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
         int b;
-        if (PyObject_TypeCheck(o, &PortType)) {
+        if (is_port(o)) {
             PortObject *p = (PortObject *)o;
             b = !p->up || p->busy_until > now || p->data_bytes || p->prio_bytes;
         }
@@ -2598,17 +2814,10 @@ PyMODINIT_FUNC PyInit__kernel(void)
     PyLong_FFFF = PyLong_FromLong(0xFFFF);
     if (!PyLong_Shift || !PyLong_16 || !PyLong_FFFF)
         return NULL;
-    {
-        unsigned char buf[16];
-        store_le64(buf, 0);
-        store_le64(buf + 8, BLOCK_HI);
-        PyLong_Block = long_from_16(buf);
-        store_le64(buf, ~(uint64_t)0);
-        store_le64(buf + 8, CARRIER_HI);
-        PyLong_Carrier = long_from_16(buf);
-        if (!PyLong_Block || !PyLong_Carrier)
-            return NULL;
-    }
+    PyLong_Block = long_from_u128(0, BLOCK_HI);
+    PyLong_Carrier = long_from_u128(~(uint64_t)0, CARRIER_HI);
+    if (!PyLong_Block || !PyLong_Carrier)
+        return NULL;
     if (check_const("ACTIVE_SHIFT", PyLong_Shift) < 0 || check_const("BLOCK", PyLong_Block) < 0 ||
         check_const("CARRIER_MASK", PyLong_Carrier) < 0)
         return NULL;

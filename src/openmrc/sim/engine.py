@@ -8,7 +8,9 @@ An event is a tuple ``(time_ps, seq, callback, args)`` (tuples compare faster
 than lists in ``heapq``); :meth:`schedule` returns it as a handle that
 :meth:`cancel` disarms (lazy deletion: its ``seq`` goes into a set the loop
 checks only when it is non-empty).  :meth:`push` is :meth:`schedule` without
-its checks and argument packing, for hot paths (Python ports).
+its checks and argument packing, for hot paths (Python ports); :meth:`post` is
+:meth:`schedule` of a one-argument call that returns no handle (the NIC's pump
+and timer).
 
 :class:`Simulator` is the native event loop of :mod:`openmrc.sim._kernel`
 when it is built (see :mod:`openmrc.sim._native`; ``OPENMRC_PURE_PYTHON=1``
@@ -101,6 +103,18 @@ class PySimulator:
         ev = (self.now + delay_ps, next(self.seq), callback, args)
         heappush(self.heap, ev)
         return ev
+
+    def post(self, at_ps: int, callback: Callable[[Any], Any], arg: Any) -> None:
+        """Run ``callback(arg)`` at ``at_ps``, as :meth:`schedule` would, but return no handle.
+
+        For calls that are never cancelled (the NIC's pump and timer): the native
+        simulator then makes neither a handle nor an args tuple.  The event takes
+        its sequence number as :meth:`schedule` would; :meth:`pending_callbacks`
+        lists it as ``(t, seq, callback, (arg,))``, a handle :meth:`cancel` takes.
+        """
+        if at_ps < self.now:
+            raise ValueError(f"post: time {at_ps} ps is in the past (now {self.now} ps)")
+        heappush(self.heap, (at_ps, next(self.seq), callback, (arg,)))
 
     def push(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Event:
         """:meth:`schedule` without the time check and the ``*args`` packing (hot paths)."""

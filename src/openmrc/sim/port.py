@@ -106,8 +106,10 @@ class PyEgressPort(PortReport):
     """
 
     __slots__ = (
+        "_data_wb",
         "_den",
         "_num",
+        "_prio_wb",
         "_push",
         "_rng",
         "busy_until",
@@ -192,6 +194,10 @@ class PyEgressPort(PortReport):
         self.kmax = max(kmin, kmax)
         self.data: deque[Packet] = deque()
         self.prio: deque[Packet] = deque()
+        # the wire bytes each queued packet was counted with at enqueue, beside it
+        # (what the transmitter takes off the queue's count when it sends it)
+        self._data_wb: deque[int] = deque()
+        self._prio_wb: deque[int] = deque()
         self.data_bytes = 0
         self.prio_bytes = 0
         self.busy_until = 0
@@ -264,6 +270,7 @@ class PyEgressPort(PortReport):
                         pkt.ecn = True
                         self.ecn_marks += 1
                 self.data.append(pkt)
+                self._data_wb.append(wb)
                 q += wb
                 self.data_bytes = q
                 q += self.prio_bytes
@@ -283,6 +290,7 @@ class PyEgressPort(PortReport):
             self.drops_header += 1
             return
         self.prio.append(pkt)
+        self._prio_wb.append(wb)
         self.prio_bytes = p
         p += self.data_bytes
         if p > self.max_queue_bytes:
@@ -311,14 +319,18 @@ class PyEgressPort(PortReport):
         self.txev = self._push(at, self._tx_free, ())
 
     def _tx_free(self) -> None:
-        """The transmitter is free: start the next packet, header queue first."""
+        """The transmitter is free: start the next packet, header queue first.
+
+        A packet leaves with the wire bytes it was queued with (the queue's count
+        stays exact even if something changed ``pkt.size`` while it waited).
+        """
         if self.prio:
             pkt = self.prio.popleft()
-            wb = pkt.size + self.framing
+            wb = self._prio_wb.popleft()
             self.prio_bytes -= wb
         elif self.data:
             pkt = self.data.popleft()
-            wb = pkt.size + self.framing
+            wb = self._data_wb.popleft()
             self.data_bytes -= wb
         else:
             self.txev = None
@@ -360,6 +372,8 @@ class PyEgressPort(PortReport):
         self.drops_down += len(self.data) + len(self.prio)
         self.data.clear()
         self.prio.clear()
+        self._data_wb.clear()
+        self._prio_wb.clear()
         self.data_bytes = 0
         self.prio_bytes = 0
         if self.txev is not None:
