@@ -29,7 +29,7 @@ import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from openmrc.wire.packets import (
     DATA_OPCODES,
@@ -78,50 +78,50 @@ class WireError(ValueError):
 # --------------------------------------------------------------------------- sizes
 
 #: Version carried in every MRC header.
-MRC_VERSION = 1
+MRC_VERSION: Final = 1
 #: Largest data payload a packet may carry (a jumbo frame's worth).
-MAX_DATA_PAYLOAD = 9000
+MAX_DATA_PAYLOAD: Final = 9000
 
-BTH_BYTES = 12
-RETH_BYTES = 16
-IMMDT_BYTES = 4
+BTH_BYTES: Final = 12
+RETH_BYTES: Final = 16
+IMMDT_BYTES: Final = 4
 MDH_BYTES = 24
 SACK_HEADER_BYTES = 44
 NACK_HEADER_BYTES = 24
 PROBE_HEADER_BYTES = 20
-ICRC_BYTES = 4
-IPV6_BYTES = 40
-UDP_BYTES = 8
+ICRC_BYTES: Final = 4
+IPV6_BYTES: Final = 40
+UDP_BYTES: Final = 8
 #: Bytes of the frame in front of the UDP payload: outer IPv6 + inner IPv6 + UDP.
-FRAME_HEADER_BYTES = 2 * IPV6_BYTES + UDP_BYTES
+FRAME_HEADER_BYTES: Final = 2 * IPV6_BYTES + UDP_BYTES
 
 #: BTH partition key (the default, full-membership key).
-P_KEY = 0xFFFF
+P_KEY: Final = 0xFFFF
 #: IPv6 next-header values.
-NH_IPV6 = 41
-NH_UDP = 17
-HOP_LIMIT = 64
+NH_IPV6: Final = 41
+NH_UDP: Final = 17
+HOP_LIMIT: Final = 64
 #: ECN codepoints in the low two bits of the IPv6 traffic class.
-ECN_ECT0 = 0b10
-ECN_CE = 0b11
+ECN_ECT0: Final = 0b10
+ECN_CE: Final = 0b11
 #: High bits of the UDP source port; the low 14 bits carry a hash of the EV (udp_sport).
-SPORT_BASE = 0xC000
+SPORT_BASE: Final = 0xC000
 
 # MDH flag bits.
-MDH_RETRANSMIT = 0x01
-MDH_ACK_REQ = 0x02
-MDH_TRIMMED = 0x04
-MDH_TRIMMED_LASTHOP = 0x08
-MDH_WIMM = 0x10
-_MDH_KNOWN = 0x1F
+MDH_RETRANSMIT: Final = 0x01
+MDH_ACK_REQ: Final = 0x02
+MDH_TRIMMED: Final = 0x04
+MDH_TRIMMED_LASTHOP: Final = 0x08
+MDH_WIMM: Final = 0x10
+_MDH_KNOWN: Final = 0x1F
 # SACK / probe flag bits.
-SACK_ECN_SEEN = 0x01
-PROBE_RELIABILITY = 0x01
+SACK_ECN_SEEN: Final = 0x01
+PROBE_RELIABILITY: Final = 0x01
 
-_M24 = 0xFFFFFF
-_M32 = 0xFFFFFFFF
+_M24: Final = 0xFFFFFF
+_M32: Final = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
-_M128 = (1 << 128) - 1
+_M128: Final = (1 << 128) - 1
 
 # --------------------------------------------------------------------------- structs
 # BTH: opcode, SE/M/Pad/TVer, P_Key, (reserved byte + 24-bit dqpn), (AckReq + 24-bit PSN)
@@ -131,19 +131,19 @@ _RETH = "QII"
 # MDH: version, flags, reserved, PSN, EV, MSN, timestamp
 _MDH = "BBHIIIQ"
 
-_DATA = struct.Struct(">" + _BTH + _RETH + _MDH)
-_DATA_IMM = struct.Struct(">" + _BTH + _RETH + "I" + _MDH)
+_DATA: Final = struct.Struct(">" + _BTH + _RETH + _MDH)
+_DATA_IMM: Final = struct.Struct(">" + _BTH + _RETH + "I" + _MDH)
 # SACK: version, flags, penalty, reserved, cack, base offset, ports down, bitmap, EV,
 # rcvd_bytes, ooo_count, ts_echo
-_SACK = struct.Struct(">" + _BTH + "BBBBIHHQIQIQ")
+_SACK: Final = struct.Struct(">" + _BTH + "BBBBIHHQIQIQ")
 # NACK: version, flags, reason, reserved, psn, EV, cack, ts_echo
-_NACK = struct.Struct(">" + _BTH + "BBBBIIIQ")
+_NACK: Final = struct.Struct(">" + _BTH + "BBBBIIIQ")
 # PROBE / PROBE_REPLY: version, flags, reserved, seq, EV, ts
-_PROBE = struct.Struct(">" + _BTH + "BBHIIQ")
-_ICRC = struct.Struct(">I")
+_PROBE: Final = struct.Struct(">" + _BTH + "BBHIIQ")
+_ICRC: Final = struct.Struct(">I")
 _BTH_S = struct.Struct(">" + _BTH)
 # Outer IPv6 + inner IPv6 + UDP, all at once.
-_FRAME = struct.Struct(">IHBB16s16sIHBB16s16sHHHH")
+_FRAME: Final = struct.Struct(">IHBB16s16sIHBB16s16sHHHH")
 
 assert _BTH_S.size == BTH_BYTES
 assert _DATA.size == BTH_BYTES + RETH_BYTES + MDH_BYTES
@@ -153,14 +153,14 @@ assert _NACK.size == BTH_BYTES + NACK_HEADER_BYTES
 assert _PROBE.size == BTH_BYTES + PROBE_HEADER_BYTES
 assert _FRAME.size == FRAME_HEADER_BYTES
 
-_DATA_MIN = _DATA.size + ICRC_BYTES
-_DATA_IMM_MIN = _DATA_IMM.size + ICRC_BYTES
-_SACK_LEN = _SACK.size + ICRC_BYTES
-_NACK_LEN = _NACK.size + ICRC_BYTES
-_PROBE_LEN = _PROBE.size + ICRC_BYTES
+_DATA_MIN: Final = _DATA.size + ICRC_BYTES
+_DATA_IMM_MIN: Final = _DATA_IMM.size + ICRC_BYTES
+_SACK_LEN: Final = _SACK.size + ICRC_BYTES
+_NACK_LEN: Final = _NACK.size + ICRC_BYTES
+_PROBE_LEN: Final = _PROBE.size + ICRC_BYTES
 
-_NACK_REASONS = {int(r): r for r in NackReason}
-_OPCODES = {int(o): o for o in Opcode}
+_NACK_REASONS: Final = {int(r): r for r in NackReason}
+_OPCODES: Final = {int(o): o for o in Opcode}
 _ZERO_CACHE: dict[int, bytes] = {}
 
 

@@ -12,7 +12,12 @@ receiver reads them.  ``route`` and ``meta`` belong to whoever drives the core
 
 When compiled by mypyc, every packet class allows interpreted subclasses: the
 baselines subclass them (``baselines/roce.py``), and only such a class can be
-created bare, as ``copy.copy`` (:func:`copy_packet`) does.
+created bare, as ``copy.copy`` (:func:`copy_packet`) does.  They are also
+``acyclic``: the collector does not track them (a simulation makes and frees
+one per packet, and a tracked object costs a link into and out of the
+collector's list).  A packet's fields hold ints, bytes and the driver's
+``route``/``meta``, which must not refer back to the packet (a cycle through a
+packet would never be collected).
 
 PSNs and message sequence numbers are unbounded Python integers inside the core;
 the wire carries their low 32 bits and the codec's caller unwraps them against
@@ -23,23 +28,23 @@ from __future__ import annotations
 
 import copy
 from enum import IntEnum
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
 #: UDP destination port of RoCEv2, which MRC keeps so RoCE tooling sees the packets.
-ROCE_UDP_PORT = 4791
+ROCE_UDP_PORT: Final = 4791
 
 #: Bytes on the wire below the MRC payload of a data packet, used for sizing in
 #: the simulator: outer IPv6 (40) + inner IPv6 (40) + UDP (8) + BTH (12) +
 #: RETH (16) + MRC data header (24) + ICRC (4).  WRITE_IMM adds 4 for ImmDt.
 #: Ethernet framing (14 + 4 FCS + 20 preamble/IFG) is added by the simulator's links.
-DATA_HEADER_BYTES = 144
-IMM_BYTES = 4
+DATA_HEADER_BYTES: Final = 144
+IMM_BYTES: Final = 4
 #: Wire size of each control packet (IPv6 x2 + UDP + BTH + MRC header + ICRC).
-SACK_BYTES = 40 + 40 + 8 + 12 + 44 + 4
-NACK_BYTES = 40 + 40 + 8 + 12 + 24 + 4
-PROBE_BYTES = 40 + 40 + 8 + 12 + 20 + 4
+SACK_BYTES: Final = 40 + 40 + 8 + 12 + 44 + 4
+NACK_BYTES: Final = 40 + 40 + 8 + 12 + 24 + 4
+PROBE_BYTES: Final = 40 + 40 + 8 + 12 + 20 + 4
 
 
 class Opcode(IntEnum):
@@ -61,7 +66,7 @@ class Opcode(IntEnum):
     PROBE_REPLY = 0xC3
 
 
-DATA_OPCODES = frozenset(
+DATA_OPCODES: Final = frozenset(
     {
         Opcode.WRITE_FIRST,
         Opcode.WRITE_MIDDLE,
@@ -72,13 +77,13 @@ DATA_OPCODES = frozenset(
     }
 )
 #: Opcodes that start a message (carry its first PSN).
-FIRST_OPCODES = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
+FIRST_OPCODES: Final = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
 #: Opcodes that end a message (carry its last PSN).
-LAST_OPCODES = frozenset(
+LAST_OPCODES: Final = frozenset(
     {Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM}
 )
 #: Opcodes that carry immediate data.
-IMM_OPCODES = frozenset({Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM})
+IMM_OPCODES: Final = frozenset({Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM})
 
 
 class NackReason(IntEnum):
@@ -93,7 +98,7 @@ class NackReason(IntEnum):
     QP_NOT_READY = 0x07  # destination QP unknown or not in RTR/RTS
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # see the module doc
 class Packet:
     """Fields common to every MRC packet.
 
@@ -132,7 +137,7 @@ class Packet:
         )
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # see the module doc
 class DataPacket(Packet):
     """One packet of an RDMA WRITE (or WRITE WITH IMMEDIATE) message.
 
@@ -210,7 +215,7 @@ class DataPacket(Packet):
         return ("dqpn", "ev", "opcode", "psn", "msn", "va", "rkey", "length", "trimmed")
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # see the module doc
 class SackPacket(Packet):
     """Cumulative ACK plus selective ACK, with the receiver's congestion state.
 
@@ -269,7 +274,7 @@ class SackPacket(Packet):
         return ("dqpn", "ev", "cack", "sack_base", "bitmap", "ecn_seen", "ports_down")
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # see the module doc
 class NackPacket(Packet):
     """Negative acknowledgement of one PSN, with the reason and the reflected EV."""
 
@@ -290,7 +295,7 @@ class NackPacket(Packet):
         return ("dqpn", "ev", "reason", "psn", "cack")
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # see the module doc
 class ProbePacket(Packet):
     """A probe: consumes no PSN.
 
@@ -314,7 +319,7 @@ class ProbePacket(Packet):
         return ("dqpn", "ev", "seq", "reliability")
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # see the module doc
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # see the module doc
 class ProbeReplyPacket(Packet):
     """The answer to an EV probe, on the probe's EV, echoing its seq and timestamp."""
 
@@ -331,40 +336,16 @@ class ProbeReplyPacket(Packet):
         return ("dqpn", "ev", "seq")
 
 
-#: each packet class's own fields (compiled classes keep no ``__slots__`` to read)
-_OWN_FIELDS: dict[type, tuple[str, ...]] = {
-    Packet: ("dqpn", "ecn", "ev", "meta", "route", "size"),
-    DataPacket: (
-        "ack_req",
-        "imm",
-        "length",
-        "msn",
-        "opcode",
-        "payload",
-        "psn",
-        "retransmit",
-        "rkey",
-        "trimmed",
-        "trimmed_lasthop",
-        "ts",
-        "va",
-        "wimm",
-    ),
-    SackPacket: (
-        "bitmap",
-        "cack",
-        "ecn_seen",
-        "ooo_count",
-        "penalty",
-        "ports_down",
-        "rcvd_bytes",
-        "sack_base",
-        "ts_echo",
-    ),
-    NackPacket: ("cack", "psn", "reason", "ts_echo"),
-    ProbePacket: ("reliability", "seq", "ts"),
-    ProbeReplyPacket: ("seq", "ts_echo"),
-}
+def _own_fields(klass: type) -> tuple[str, ...]:
+    """The fields ``klass`` itself adds: its ``__slots__``, or for a class compiled by
+    mypyc (which keeps no ``__slots__``) the attributes it lists in
+    ``__mypyc_attrs__`` beyond its bases' (sorted, as the slots are written)."""
+    own = klass.__dict__.get("__slots__")
+    if own is not None:
+        return (own,) if isinstance(own, str) else tuple(own)
+    attrs = klass.__dict__.get("__mypyc_attrs__", ())
+    inherited = {a for base in klass.__mro__[1:] for a in getattr(base, "__mypyc_attrs__", ())}
+    return tuple(sorted(a for a in attrs if a not in inherited))
 
 
 def packet_fields(cls: type) -> list[str]:
@@ -374,8 +355,7 @@ def packet_fields(cls: type) -> list[str]:
     """
     names: list[str] = []
     for klass in reversed(cls.__mro__):
-        own = _OWN_FIELDS.get(klass)
-        names.extend(own if own is not None else klass.__dict__.get("__slots__", ()))
+        names.extend(_own_fields(klass))
     return names
 
 
@@ -389,7 +369,7 @@ def copy_packet(pkt: Packet) -> Packet:
 
 AnyPacket = DataPacket | SackPacket | NackPacket | ProbePacket | ProbeReplyPacket
 
-_MASK32 = 0xFFFFFFFF
+_MASK32: Final = 0xFFFFFFFF
 
 
 def unwrap32(value: int, reference: int) -> int:

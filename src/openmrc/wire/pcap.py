@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import struct
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 __all__ = ["LINKTYPE_ETHERNET", "LINKTYPE_RAW", "PCAP_NS_MAGIC", "PcapWriter"]
 
@@ -22,13 +22,13 @@ LINKTYPE_RAW = 101
 #: Link type of records that start with an Ethernet header.
 LINKTYPE_ETHERNET = 1
 #: Magic number of a nanosecond-resolution pcap file.
-PCAP_NS_MAGIC = 0xA1B23C4D
+PCAP_NS_MAGIC: Final = 0xA1B23C4D
 #: Snapshot length written in the file header (no record is cut).
-SNAPLEN = 262144
+SNAPLEN: Final = 262144
 
-_FILE_HEADER = struct.Struct("<IHHiIII")
-_RECORD_HEADER = struct.Struct("<IIII")
-_NS_PER_S = 1_000_000_000
+_FILE_HEADER: Final = struct.Struct("<IHHiIII")
+_RECORD_HEADER: Final = struct.Struct("<IIII")
+_NS_PER_S: Final = 1_000_000_000
 
 
 class PcapWriter:

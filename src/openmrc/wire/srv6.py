@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from typing import Final
 
 __all__ = [
     "DEFAULT_BLOCK",
@@ -43,16 +44,16 @@ __all__ = [
 #: Default 32-bit locator block: fcbb:0000::/32.
 DEFAULT_BLOCK = 0xFCBB0000
 #: uSIDs that fit in one address after a 32-bit block.
-MAX_USIDS = 6
+MAX_USIDS: Final = 6
 #: uSID kinds.
-KIND_T0 = 1  # a T0 (leaf) switch
-KIND_T1 = 2  # a T1 (spine) switch
-KIND_DOWN = 3  # a T0's downlink port towards a host
+KIND_T0: Final = 1  # a T0 (leaf) switch
+KIND_T1: Final = 2  # a T1 (spine) switch
+KIND_DOWN: Final = 3  # a T0's downlink port towards a host
 
-_USID_BITS = 16
-_USID_PART_BITS = MAX_USIDS * _USID_BITS  # 96
-_USID_PART_MASK = (1 << _USID_PART_BITS) - 1
-_ADDR_MASK = (1 << 128) - 1
+_USID_BITS: Final = 16
+_USID_PART_BITS: Final = MAX_USIDS * _USID_BITS  # 96
+_USID_PART_MASK: Final = (1 << _USID_PART_BITS) - 1
+_ADDR_MASK: Final = (1 << 128) - 1
 
 
 def _check_block(block: int) -> None:
