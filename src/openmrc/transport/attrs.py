@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from .errors import InvalidArgument
 from .ev import MAX_PATHS, MAX_PLANES, PATH_BITS, PLANE_BITS, SPARE_BITS
 
 #: Local ACK timeout unit: 1.024 us, in picoseconds.
-TIMEOUT_UNIT_PS = 1_024_000
+TIMEOUT_UNIT_PS: Final = 1_024_000
 #: An exponential retry count of 25 means "retry forever".
-RETRY_INFINITE = 25
+RETRY_INFINITE: Final = 25
 
 
 def _check_int(owner: str, name: str, value: Any, lo: int, hi: int) -> None:
@@ -86,9 +86,9 @@ def _field_values(lo: int, hi: int, mask: int, fixed: int) -> Sequence[int]:
 
 
 #: Widths of the three generated fields in openmrc's EV layout.
-PLANE_FIELD_BITS = PLANE_BITS
-UPLINK_FIELD_BITS = PATH_BITS
-SPARE_FIELD_BITS = SPARE_BITS
+PLANE_FIELD_BITS: Final = PLANE_BITS
+UPLINK_FIELD_BITS: Final = PATH_BITS
+SPARE_FIELD_BITS: Final = SPARE_BITS
 
 
 @dataclass

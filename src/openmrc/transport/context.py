@@ -15,10 +15,10 @@ Randomness comes only from the ``random.Random`` passed in.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import deque
-from heapq import heapify, heappop, heappush
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from ..wire.packets import (
     DataPacket,
@@ -40,7 +40,12 @@ from .verbs import (
     QPCap,
 )
 
-_ADDR_BASE = 0x7F00_0000_0000
+_ADDR_BASE: Final = 0x7F00_0000_0000
+
+# C statics when compiled (a module global is a dict lookup per use)
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+_heapify: Final = heapq.heapify
 
 
 class Datagram(NamedTuple):
@@ -73,23 +78,34 @@ class Context:
         #: (a QP adds itself whenever it takes input, sends, runs a timer or
         #: changes state); only these are re-read, so a wake-up costs O(log QPs).
         self.timer_dirty: dict[QueuePair, None] = {}
-        #: each QP's deadline as last read (QPN -> ps), and a heap of
-        #: ``(deadline, qpn)``; an entry that no longer matches is stale (lazy
-        #: deletion) and is dropped when it reaches the top.
-        self._deadline: dict[int, int] = {}
-        self._timer_heap: list[tuple[int, int]] = []
+        #: each QP's deadline as last read (ps), and a heap of ``(deadline, qpn,
+        #: qp)`` (the QPN breaks ties: QPNs are never reused, so the QP itself is
+        #: never compared); an entry that no longer matches is stale (lazy
+        #: deletion) and is dropped when it reaches the top.  Keyed by the QP
+        #: (an identity hash), not its number: no int boxed per look-up.
+        self._deadline: dict[QueuePair, int] = {}
+        self._timer_heap: list[tuple[int, int, QueuePair]] = []
         self.events: deque[object] = deque()
-        self.stats = {
+        #: the drop counters (see :attr:`stats`); packets delivered are counted
+        #: in an int (once per packet: no dict update on the hot path).
+        self._drops = {
             "rx_malformed": 0,
             "rx_unknown_qp": 0,
             "rx_not_ready": 0,
             "rx_wrong_peer": 0,
-            "rx_packets": 0,
         }
+        self._rx_packets = 0
         #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
         self.ports_down = 0
         #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
         self.controller: Any = None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Input counters (a snapshot): packets delivered to a QP (``rx_packets``) and
+        those dropped, by reason (``rx_malformed``, ``rx_unknown_qp``,
+        ``rx_not_ready``, ``rx_wrong_peer``)."""
+        return {**self._drops, "rx_packets": self._rx_packets}
 
     # -- verbs ----------------------------------------------------------------------
     def alloc_pd(self) -> ProtectionDomain:
@@ -224,7 +240,7 @@ class Context:
         qp = self._match(pkt, peer)
         if qp is None:
             return
-        self.stats["rx_packets"] += 1
+        self._rx_packets += 1
         qp.receive_packet(pkt, now)
 
     def receive_datagram(
@@ -248,7 +264,7 @@ class Context:
         try:
             pkt = decode(data)
         except WireError:
-            self.stats["rx_malformed"] += 1
+            self._drops["rx_malformed"] += 1
             return None
         qp = self._match(pkt, peer)
         if qp is None:
@@ -256,13 +272,13 @@ class Context:
         if ecn:
             pkt.ecn = True
         _unwrap(pkt, qp)
-        self.stats["rx_packets"] += 1
+        self._rx_packets += 1
         qp.receive_packet(pkt, now)
         return pkt
 
     def _match(self, pkt: Packet, peer: object) -> QueuePair | None:
         """The live QP ``pkt`` is for, or None (the drop counted here, by reason)."""
-        stats = self.stats
+        stats = self._drops
         qp = self.qps.get(pkt.dqpn)
         if qp is None:
             stats["rx_unknown_qp"] += 1
@@ -293,7 +309,8 @@ class Context:
         blocked: list[QueuePair] | None = None
         found = None
         while ready:
-            qp = next(iter(ready))
+            for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
+                break
             del ready[qp]
             pkt = qp.poll_packet(now, busy)
             if pkt is not None:
@@ -332,15 +349,15 @@ class Context:
             qpn = qp.qpn
             t = qp.get_timer() if qps.get(qpn) is qp else None
             if t is None:
-                deadline.pop(qpn, None)
-            elif deadline.get(qpn) != t:
-                deadline[qpn] = t
-                heappush(heap, (t, qpn))
+                deadline.pop(qp, None)
+            elif deadline.get(qp, -1) != t:  # (deadlines are >= 0)
+                deadline[qp] = t
+                _heappush(heap, (t, qpn, qp))
         dirty.clear()
         if len(heap) > 2 * len(deadline) + 64:
             # mostly stale entries: rebuild from the live deadlines
-            heap[:] = [(t, qpn) for qpn, t in deadline.items()]
-            heapify(heap)
+            heap[:] = [(t, qp.qpn, qp) for qp, t in deadline.items()]
+            _heapify(heap)
 
     def get_timer(self) -> int | None:
         """The earliest deadline over all QPs, or None."""
@@ -349,10 +366,10 @@ class Context:
         heap = self._timer_heap
         deadline = self._deadline
         while heap:
-            t, qpn = heap[0]
-            if deadline.get(qpn) == t:
+            t, _, qp = heap[0]
+            if deadline.get(qp, -1) == t:
                 return t
-            heappop(heap)
+            _heappop(heap)
         return None
 
     def handle_timer(self, now: int) -> None:
@@ -361,19 +378,18 @@ class Context:
             self._refresh_timers()
         heap = self._timer_heap
         deadline = self._deadline
-        due: list[int] = []
+        due: list[tuple[int, QueuePair]] = []
         while heap and heap[0][0] <= now:
-            t, qpn = heappop(heap)
-            if deadline.get(qpn) == t:
-                del deadline[qpn]  # re-read after it ran (handle_timer marks it dirty)
-                due.append(qpn)
+            t, qpn, qp = _heappop(heap)
+            if deadline.get(qp, -1) == t:
+                del deadline[qp]  # re-read after it ran (handle_timer marks it dirty)
+                due.append((qpn, qp))
         if len(due) > 1:
             due.sort()  # QPN order = creation order: the order the QPs were always run in
         qps = self.qps
-        for qpn in due:
-            qp = qps.get(qpn)
-            if qp is None:
-                continue
+        for qpn, qp in due:
+            if qps.get(qpn) is not qp:
+                continue  # destroyed since
             qt = qp.get_timer()
             if qt is not None and qt <= now:
                 qp.handle_timer(now)

@@ -40,7 +40,7 @@ from collections import deque
 from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .attrs import CCProfile, EVProfile, QPAttr
 from .errors import InvalidArgument, InvalidState
@@ -52,12 +52,12 @@ if TYPE_CHECKING:
     from .qp import QueuePair
 
 #: Event-mask bits: report transitions *to* this state.
-EVENT_GOOD = 1 << EVState.GOOD
-EVENT_SKIP = 1 << EVState.SKIP
-EVENT_ASSUMED_BAD = 1 << EVState.ASSUMED_BAD
-EVENT_DENIED = 1 << EVState.DENIED
+EVENT_GOOD: Final = 1 << EVState.GOOD
+EVENT_SKIP: Final = 1 << EVState.SKIP
+EVENT_ASSUMED_BAD: Final = 1 << EVState.ASSUMED_BAD
+EVENT_DENIED: Final = 1 << EVState.DENIED
 #: The default mask: GOOD and ASSUMED_BAD transitions (what the OCP examples ask for).
-DEFAULT_EVENT_MASK = EVENT_GOOD | EVENT_ASSUMED_BAD
+DEFAULT_EVENT_MASK: Final = EVENT_GOOD | EVENT_ASSUMED_BAD
 
 
 class ProfileState(Enum):

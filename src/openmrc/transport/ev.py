@@ -16,12 +16,14 @@ route with the same functions.
 
 from __future__ import annotations
 
-PLANE_BITS = 4
-PATH_BITS = 12
-SPARE_BITS = 16
-MAX_PLANES = 1 << PLANE_BITS
-MAX_PATHS = 1 << PATH_BITS
-EV_MASK = 0xFFFFFFFF
+from typing import Final
+
+PLANE_BITS: Final = 4
+PATH_BITS: Final = 12
+SPARE_BITS: Final = 16
+MAX_PLANES: Final = 1 << PLANE_BITS
+MAX_PATHS: Final = 1 << PATH_BITS
+EV_MASK: Final = 0xFFFFFFFF
 
 
 def make_ev(plane: int, path: int, spare: int = 0) -> int:

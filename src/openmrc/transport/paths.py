@@ -63,11 +63,11 @@ from .errors import InvalidArgument
 from .ev import PLANE_BITS, ev_path, ev_plane, ev_spare, make_ev
 
 #: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing).
-ECN_REMAP_RUN = 4
+ECN_REMAP_RUN: Final = 4
 #: ...provided the QP's other EVs' mean ECN rate is below this.
-ECN_OTHERS_MAX = 0.25
+ECN_OTHERS_MAX: Final = 0.25
 #: EWMA gain of the per-EV ECN rate, per ACK of that EV.
-ECN_RATE_GAIN = 0.25
+ECN_RATE_GAIN: Final = 0.25
 
 
 class EVState(IntEnum):
@@ -79,10 +79,10 @@ class EVState(IntEnum):
     DENIED = 3
 
 
-GOOD = EVState.GOOD
-SKIP = EVState.SKIP
-BAD = EVState.ASSUMED_BAD
-DENIED = EVState.DENIED
+GOOD: Final = EVState.GOOD
+SKIP: Final = EVState.SKIP
+BAD: Final = EVState.ASSUMED_BAD
+DENIED: Final = EVState.DENIED
 
 # The states as stored in the per-id state bytearray.
 _GOOD: Final = 0
@@ -95,7 +95,7 @@ _NO_RATE: Final = -1.0
 
 #: A plane's backup space up to this many EVs is shuffled once, when its first
 #: backup is drawn; a larger one is sampled (rejection sampling).
-ENUMERATE_LIMIT = 4096
+ENUMERATE_LIMIT: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, fields
 from dataclasses import replace as dc_replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..wire.packets import (
     DataPacket,
@@ -47,8 +47,8 @@ from .verbs import (
 if TYPE_CHECKING:
     from .context import Context
 
-_U32 = 0xFFFFFFFF
-_U64 = (1 << 64) - 1
+_U32: Final = 0xFFFFFFFF
+_U64: Final = (1 << 64) - 1
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ blames nobody); ECN echoes and non-last-hop trims make it SKIP.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..wire.packets import (
     LAST_OPCODES,
@@ -44,13 +44,13 @@ if TYPE_CHECKING:
     from .paths import PathSet
     from .qp import QueuePair
 
-_MASK64 = (1 << 64) - 1
+_MASK64: Final = (1 << 64) - 1
 
 #: ACK events with measured reordering before the reordering estimate sets
 #: RACK's window: a QP's first window meets the start-up queues (every QP of
 #: a collective starting at once) before it has measured anything, so until
 #: then the window is one smoothed RTT (RACK's cap).
-REO_SAMPLES = 8
+REO_SAMPLES: Final = 8
 
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
@@ -523,7 +523,12 @@ class Requester:
 
     def _reo_measured(self) -> int:
         """The floor and the measured reordering, without start-up or spurious widening."""
-        return max(self.reo_floor, self.min_rtt >> 2, self.reo_mean + 4 * self.reo_dev)
+        reo = self.reo_floor
+        quarter = self.min_rtt >> 2
+        if quarter > reo:
+            reo = quarter
+        measured = self.reo_mean + 4 * self.reo_dev
+        return measured if measured > reo else reo  # max() of three: not compiled inline
 
     def reo_window(self) -> int:
         """RACK's reordering window now, in ps.
@@ -723,20 +728,24 @@ class Requester:
 
     def get_timer(self) -> int | None:
         """The earliest deadline among RTO, RACK, tail probe and EV probes."""
-        best = self.paths.next_probe_at
-        if self.flight:
-            tx = next(iter(self.flight.values()))
+        # (an int with -1 for none, not Optional: compiled, no boxing per call)
+        probe = self.paths.next_probe_at
+        best = -1 if probe is None else probe
+        flight = self.flight
+        if flight:
+            for tx in flight.values():  # noqa: B007 -- the oldest in flight
+                break
             rto = tx.sent + self.rto_for(tx)
-            if best is None or rto < best:
+            if best < 0 or rto < best:
                 best = rto
-        if (self.flight or self.held) and not self.retx:
+        if (flight or self.held) and not self.retx:
             tlp = self.last_activity + 2 * self.srtt + self.reo_floor
-            if best is None or tlp < best:
+            if best < 0 or tlp < best:
                 best = tlp
         rack = self.rack_deadline
-        if rack is not None and (best is None or rack < best):
+        if rack is not None and (best < 0 or rack < best):
             best = rack
-        return best
+        return None if best < 0 else best
 
     def handle_timer(self, now: int) -> None:
         """Run every deadline that has passed."""
@@ -744,7 +753,8 @@ class Requester:
         if self.rack_deadline is not None and self.rack_deadline <= now:
             self._detect_losses(now)
         if self.flight:
-            tx = next(iter(self.flight.values()))
+            for tx in self.flight.values():  # noqa: B007 -- the oldest in flight
+                break
             if tx.sent + self.rto_for(tx) <= now:
                 if self.max_retries is not None and tx.retries >= self.max_retries:
                     # the oldest outstanding WR takes the error (verbs order)

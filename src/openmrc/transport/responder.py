@@ -11,9 +11,9 @@ a duplicate; trims and out-of-window packets are NACKed.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+import bisect
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..wire.packets import (
     LAST_OPCODES,
@@ -30,12 +30,15 @@ from .verbs import RecvWR, WCOpcode, WCStatus, WorkCompletion
 if TYPE_CHECKING:
     from .qp import QueuePair
 
-_MASK64 = (1 << 64) - 1
+_MASK64: Final = (1 << 64) - 1
+# C statics when compiled (a module global is a dict lookup per use)
+_bisect_right: Final = bisect.bisect_right
+_insort: Final = bisect.insort
 
 #: Receiver window penalty (the SACK's 7-bit field): none while the PSNs held
 #: out of order above the cumulative point fill at most this share of the
 #: receive window, then rising linearly to 127 when it is full.
-PENALTY_START = 0.5
+PENALTY_START: Final = 0.5
 
 
 def window_penalty(held: int, window: int) -> int:
@@ -156,7 +159,7 @@ class Responder:
         without a receive, and this packet of it is refused with NO_RESOURCE.
         """
         pending = self.wimm_pending
-        i = bisect_right(pending, msn)
+        i = _bisect_right(pending, msn)
         known = i > 0 and pending[i - 1] == msn
         if not known:
             if msn < self.next_msn:
@@ -173,7 +176,7 @@ class Responder:
             self._nack(pkt, NackReason.NO_RESOURCE)
             return False
         if not known:
-            insort(pending, msn)
+            _insort(pending, msn)
         return True
 
     def _complete_messages(self, ev: int, now: int) -> bool:

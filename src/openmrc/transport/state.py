@@ -8,6 +8,7 @@ ERROR flushes its work and accepts nothing new until it is reset.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Final
 
 from .errors import InvalidState
 
@@ -34,10 +35,10 @@ TRANSITIONS: dict[QPState, frozenset[QPState]] = {
 }
 
 #: states in which each capability is available.
-CAN_POST_RECV = frozenset({S.INIT, S.RTR, S.RTS})
-CAN_POST_SEND = frozenset({S.RTS})
-CAN_RECEIVE = frozenset({S.RTR, S.RTS})
-CAN_SEND = frozenset({S.RTS})
+CAN_POST_RECV: Final = frozenset({S.INIT, S.RTR, S.RTS})
+CAN_POST_SEND: Final = frozenset({S.RTS})
+CAN_RECEIVE: Final = frozenset({S.RTR, S.RTS})
+CAN_SEND: Final = frozenset({S.RTS})
 
 
 def check_transition(current: QPState, new: QPState) -> None:

@@ -37,13 +37,13 @@ overridden through ``CCProfile.params``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from ..attrs import CCProfile
 from .base import CongestionControl, param, register_builtin
 
-_REF_BDP = 150_000  # bytes: 100 Gb/s x 12 us, the reference network
-_REF_RTT_PS = 12_000_000
+_REF_BDP: Final = 150_000  # bytes: 100 Gb/s x 12 us, the reference network
+_REF_RTT_PS: Final = 12_000_000
 
 #: ``CCProfile.params`` names, defaults and allowed ranges.
 PARAMS: dict[str, tuple[float, float, float]] = {
