@@ -8,13 +8,14 @@ host has, and that the engine's collector tuning is undone after a run.
 from __future__ import annotations
 
 import gc
+import random
 
 import pytest
 
 from openmrc.sim.engine import GC_THRESHOLD, Simulator
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
-from openmrc.workloads import all_to_all
+from openmrc.workloads import FlowSpec, all_to_all, permutation
 
 
 def test_host_activity_polls_only_the_flows_that_completed_something(
@@ -39,6 +40,55 @@ def test_host_activity_polls_only_the_flows_that_completed_something(
     messages = 56 * 4
     # one look per completion at most (plus one per flow at its start)
     assert polls <= messages + 56
+
+
+def _count_host_hook(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Count the calls of the experiment's host hook ``name`` (set before it is built)."""
+    calls = [0]
+    real = getattr(Experiment, name)
+
+    def counting(self: Experiment, host: object, now: int) -> None:
+        calls[0] += 1
+        real(self, host, now)
+
+    monkeypatch.setattr(Experiment, name, counting)
+    return calls
+
+
+def test_data_arrivals_call_the_experiment_only_while_the_sampler_sleeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No flow is watched at its receiver (no collective waits on it), so a data
+    # arrival matters to the experiment only if it wakes the sleeping sampler,
+    # and here the second flow's start wakes it after the idle gap: no call at
+    # all (there was one per data packet).
+    calls = _count_host_hook(monkeypatch, "_data_arrived")
+    exp = Experiment(ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2), seed=1)
+    exp.add_flows([FlowSpec(0, 3, 256 << 10), FlowSpec(1, 2, 256 << 10, start_ps=2_000_000_000)])
+    result = exp.run()
+    assert result.all_ok
+    assert sum(p.tx_pkts for ports in exp.fabric.host_ports for p in ports) > 100
+    assert calls[0] == 0
+    # and the sampler did sleep through the gap and wake for the second flow
+    assert result.flows[1].goodput_gbps > 0
+
+
+def test_host_input_calls_the_experiment_only_when_a_send_completed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every ACK and timer a host takes used to call the experiment (an
+    # interpreted call), which then found no completion to look at most times.
+    calls = _count_host_hook(monkeypatch, "_activity")
+    exp = Experiment(ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4), seed=1)
+    exp.add_flows(permutation(8, 256 << 10, random.Random(1), message=64 << 10))
+    result = exp.run()
+    assert result.all_ok
+    completions = 8 * 4
+    acks = sum(
+        q.requester.stats.rx_sacks for h in exp.hosts for q in h.ctx.qps.values() if q.requester
+    )
+    assert acks > 4 * completions  # (the calls there were)
+    assert calls[0] <= 2 * completions + 8
 
 
 def test_run_tunes_the_collector_and_restores_it() -> None:

@@ -316,7 +316,7 @@ class BaselineExperiment(Experiment):
         flow.status = "running"
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
-            self._rx_watch.setdefault(spec.dst, []).append(flow)
+            self._watch_rx(flow, spec.dst)
         src.kick(now)
 
     def _roce_for(self, spec: FlowSpec) -> RoceConfig:

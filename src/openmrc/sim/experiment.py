@@ -14,7 +14,6 @@ its inputs: the same scenario and seed give the same result, bit for bit.
 from __future__ import annotations
 
 import csv
-import functools
 import itertools
 import json
 import random
@@ -608,7 +607,7 @@ class Experiment:
         self._ev_series: dict[tuple[int, int], list[float]] = {}
         for host in self.hosts:
             host.on_activity = self._activity
-            host.on_data = self._data_arrived
+            # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
 
     # -- transport hooks (MRC here; openmrc.sim.baseline overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
@@ -965,9 +964,7 @@ class Experiment:
         conn = self._conns.get(key)
         if conn is None:
             conn = _Conn()
-            news = self._news_for(spec.src)
-            active = conn.active
-            pa, pb, qas, qbs = self._open_qps(spec, now, lambda: news.update(active))
+            pa, pb, qas, qbs = self._open_qps(spec, now, self._noter(spec.src, conn.active))
             conn.pa, conn.pb = pa, pb
             self._conns[key] = conn
             conn.qas, conn.qbs = qas, qbs
@@ -979,8 +976,9 @@ class Experiment:
         now = self.sim.now
         conn = self._conn_for(spec, now) if spec.conn else None
         if conn is None:
-            note = functools.partial(self._news_for(spec.src).__setitem__, flow, None)
-            pa, pb, flow.qas, flow.qbs = self._open_qps(spec, now, note)
+            pa, pb, flow.qas, flow.qbs = self._open_qps(
+                spec, now, self._noter(spec.src, {flow: None})
+            )
             seq = 0
         else:
             if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
@@ -1037,9 +1035,10 @@ class Experiment:
         flow.status = "running"
         flow.order = next(self._order)
         self._news_for(spec.src)[flow] = None  # looked at on the next activity, as every flow was
+        self.hosts[spec.src].on_activity = self._activity
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
-            self._rx_watch.setdefault(spec.dst, []).append(flow)
+            self._watch_rx(flow, spec.dst)
         self.hosts[spec.src].kick(now)
         self.hosts[spec.dst].kick(now)
 
@@ -1055,6 +1054,8 @@ class Experiment:
             if news is None or not news:
                 if self._open == 0:
                     self.sim.stop()
+                else:
+                    self._quiet(host)
                 return
             todo = sorted(news, key=_send_order) if len(news) > 1 else list(news)
             news.clear()
@@ -1084,7 +1085,10 @@ class Experiment:
         if finished or todo is flows:
             self._sending[host.index] = [f for f in flows if f.pending]
         if self._open == 0:
+            self._host_hooks(everywhere=False)  # (every host's input stops the run now)
             self.sim.stop()
+        else:
+            self._quiet(host)
 
     def _fail_at_start(self, flow: _Flow, now: int) -> None:
         """``flow`` cannot start (its connection's QPs are in ERROR): it fails now."""
@@ -1093,7 +1097,53 @@ class Experiment:
         self._open -= 1
         self._fail_dependents(flow)
         if self._open == 0:
+            self._host_hooks(everywhere=False)
             self.sim.stop()
+
+    def _noter(self, src: int, flows: dict[_Flow, None]) -> Callable[[], None]:
+        """What a send CQ calls on each completion: ``flows`` (a flow, or a
+        connection's live set of active flows) have news, so ``src`` looks."""
+        news = self._news_for(src)
+        host = self.hosts[src]
+        hook = self._activity
+
+        def note() -> None:
+            news.update(flows)
+            host.on_activity = hook
+
+        return note
+
+    def _quiet(self, host: Any) -> None:
+        """``host`` has no send completion to look at: its input stops calling
+        :meth:`_activity` until a CQ's note turns it on (while the sampler is awake)."""
+        news = self._cq_news
+        if news is not None and self._armed and not news.get(host.index):
+            host.on_activity = None
+
+    def _host_hooks(self, everywhere: bool) -> None:
+        """Which hosts call the experiment back, a call each time, so only where it can matter.
+
+        :meth:`_data_arrived` after a data packet: on every host while the
+        sampler sleeps (any arrival wakes it), otherwise on the hosts that
+        receive a watched flow.  :meth:`_activity` after any other input: on
+        every host while the sampler sleeps, once no flow is open (any input
+        stops the run) and when completions are not reported by the CQs (the
+        baselines poll); otherwise on the hosts whose send CQs have news.
+        """
+        data = self._data_arrived
+        watched = self._rx_watch
+        activity = self._activity
+        news = self._cq_news
+        always = everywhere or news is None or self._open == 0
+        for host in self.hosts:
+            host.on_data = data if everywhere or host.index in watched else None
+            has_news = news is not None and bool(news.get(host.index))
+            host.on_activity = activity if always or has_news else None
+
+    def _watch_rx(self, flow: _Flow, dst: int) -> None:
+        """Check, at each data arrival at ``dst``, whether ``flow`` has fully arrived."""
+        self._rx_watch.setdefault(dst, []).append(flow)
+        self.hosts[dst].on_data = self._data_arrived
 
     def _data_arrived(self, host: Any, now: int) -> None:
         """A data packet reached ``host``: did a watched flow's last byte arrive?"""
@@ -1174,6 +1224,8 @@ class Experiment:
         if self._open and moved:
             self._armed = True
             self.sim.after(interval, self._sample)
+        else:  # asleep: the next arrival or input anywhere wakes it
+            self._host_hooks(everywhere=True)
 
     def _wake(self, now: int) -> None:
         """Something may move again: record the idle ticks as zeros and re-arm the sampler."""
@@ -1194,6 +1246,7 @@ class Experiment:
             self._ticks += skip
             self._skipped += skip
         self._armed = True
+        self._host_hooks(everywhere=False)
         self.sim.schedule(self._t0 + (due + 1) * interval, self._sample)
 
     def track_ev_activity(self) -> None:

@@ -17,12 +17,17 @@ out (or back) and its SACKs carry the ports-down bitmap to the peers.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..transport import Context
 from ..transport.ev import ev_plane
 from ..wire.packets import DataPacket, ProbePacket
 from .port import busy_mask, soonest_drain
+
+# Held in C statics when compiled (a module global is a dict lookup per call), and
+# typed to take the time as an object: kick boxes it once for both calls.
+_busy_mask: Final = cast("Callable[[object, object], int]", busy_mask)
+_soonest_drain: Final = cast("Callable[[object, object], int | None]", soonest_drain)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,6 +58,7 @@ class SimHost:
 
     __slots__ = (
         "_all_busy",
+        "_post",
         "_pump_at",
         "_pump_cb",
         "_routes",
@@ -77,14 +83,18 @@ class SimHost:
         self.ctx = Context(rng, name=f"h{index}")
         self.ports = fabric.host_ports[index]
         self._all_busy = (1 << len(self.ports)) - 1
-        self._pump_at: int | None = None
-        self._timer_at: int | None = None
+        # when the armed pump / timer event fires, -1 if none (an int, not
+        # Optional: compiled, no boxing or object comparison per packet)
+        self._pump_at = -1
+        self._timer_at = -1
         #: the fabric's route cache for this source, by ``peer << 16 | (ev & 0xFFFF)``:
         #: read here without a Python call; ``Fabric.path_for`` fills it on a miss.
         self._routes: dict[int, int] = fabric.routes_from(index)
         # the bound methods kick schedules, made once instead of per schedule
         self._pump_cb: Callable[[int], None] = self._on_pump
         self._timer_cb: Callable[[int], None] = self._on_timer
+        #: sim.post (a one-argument call: no handle, no args tuple), bound once
+        self._post: Callable[[int, Callable[[int], None], int], None] = sim.post
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity: Callable[[SimHost, int], None] | None = None
         #: called after every data packet the host received (the experiment checks
@@ -179,8 +189,8 @@ class SimHost:
     def _on_timer(self, at: int) -> None:
         if self._timer_at != at:
             return  # superseded
-        self._timer_at = None
-        now = self.sim.now
+        self._timer_at = -1
+        now = at  # the event's own time: sim.now
         self.ctx.handle_timer(now)
         self.kick(now)
         if self.on_activity is not None:
@@ -189,8 +199,8 @@ class SimHost:
     def _on_pump(self, at: int) -> None:
         if self._pump_at != at:
             return
-        self._pump_at = None
-        self.kick(self.sim.now, sending_only=True)
+        self._pump_at = -1
+        self.kick(at, sending_only=True)  # the event's own time: sim.now
 
     # -- output ---------------------------------------------------------------------
     def kick(self, now: int, sending_only: bool = False) -> None:
@@ -208,7 +218,8 @@ class SimHost:
         fabric = self.fabric
         src = self.index
         routes = self._routes
-        busy = busy_mask(ports, now)
+        now_o: object = now  # boxed once for the two native calls
+        busy = _busy_mask(ports, now_o)
         while busy != all_busy:
             item = ctx.poll_packet(now, busy)
             if item is None:
@@ -240,14 +251,14 @@ class SimHost:
             busy |= 1 << plane  # only the port just used can have changed
         if ctx.ready and busy:
             # Something is waiting for a port: come back when the first one frees.
-            soonest = soonest_drain(ports, now)
-            if soonest is not None and (self._pump_at is None or soonest < self._pump_at):
+            soonest = _soonest_drain(ports, now_o)
+            if soonest is not None and (self._pump_at < 0 or soonest < self._pump_at):
                 self._pump_at = soonest
-                self.sim.schedule(soonest, self._pump_cb, soonest)
-        if sending_only and self._timer_at is not None:
+                self._post(soonest, self._pump_cb, soonest)
+        if sending_only and self._timer_at >= 0:
             return
         timer = ctx.get_timer()
-        if timer is not None and (self._timer_at is None or timer < self._timer_at):
+        if timer is not None and (self._timer_at < 0 or timer < self._timer_at):
             at = timer if timer > now else now
             self._timer_at = at
-            self.sim.schedule(at, self._timer_cb, at)
+            self._post(at, self._timer_cb, at)
