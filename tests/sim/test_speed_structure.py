@@ -16,6 +16,7 @@ from openmrc.sim.engine import GC_THRESHOLD, Simulator
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
+from openmrc.workloads.collectives import allreduce
 
 
 def test_host_activity_polls_only_the_flows_that_completed_something(
@@ -89,6 +90,38 @@ def test_host_input_calls_the_experiment_only_when_a_send_completed(
     )
     assert acks > 4 * completions  # (the calls there were)
     assert calls[0] <= 2 * completions + 8
+
+
+def test_the_sampler_reads_only_the_flows_that_can_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a ring all-reduce over 8 ranks: 112 transfers, few of them running at any tick;
+    # the sampler used to read every flow at every tick (flows x ticks)
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4)
+    interval = 1_000_000  # 1 us: many ticks
+    exp = Experiment(spec, seed=1, sample_interval_ps=interval)
+    exp.add_collective(allreduce(8, 1 << 20))
+    reads = [0]
+    real = Experiment._received_bytes
+
+    def counting(self: Experiment, flow: object) -> int | None:
+        reads[0] += 1
+        return real(self, flow)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Experiment, "_received_bytes", counting)
+    result = exp.run()
+    assert result.all_ok
+    sampled = reads[0] - len(result.flows)  # collecting the results reads each once
+    # each flow is read at the ticks from its start until the one that sees it full
+    bound = sum(
+        (f.rx_finish_ps - f.started_ps) // interval + 2
+        for f in result.flows
+        if f.rx_finish_ps is not None and f.started_ps is not None
+    )
+    assert sampled <= bound
+    ticks = result.sampling["ticks"]
+    assert bound < len(result.flows) * ticks // 4  # what reading every flow would cost
+    # and every flow's series still has an entry per tick, zeros where it was not read
+    every = ticks + result.sampling["skipped"]
+    assert all(len(v) == every for v in result.goodput_series.values())
 
 
 def test_run_tunes_the_collector_and_restores_it() -> None:

@@ -600,6 +600,12 @@ class Experiment:
         self._t0 = 0
         self._ticks = 0
         self._skipped = 0
+        #: the flows the sampler reads: started, and not yet holding all their bytes.
+        #: Every other flow's series is a run of zeros (its received bytes cannot
+        #: change), appended only when it is next read or the results are collected
+        #: (:meth:`_pad`): a tick costs O(flows moving), not O(flows), which in a
+        #: collective of millions of transfers is the difference that matters.
+        self._live: dict[_Flow, None] = {}
         self._plane_last = [0] * spec.planes
         self._plane_series: list[list[float]] = [[] for _ in range(spec.planes)]
         self._ev_bytes: dict[tuple[int, int], int] | None = None
@@ -910,6 +916,7 @@ class Experiment:
 
     def _launch(self, flow: _Flow) -> None:
         flow.started_at = self.sim.now
+        self._live[flow] = None  # its received bytes may move from now on
         if not self._armed and self._sampling:
             self._wake(self.sim.now)
         # each experiment class is handed back the flow kind its _new_flow made
@@ -1199,13 +1206,22 @@ class Experiment:
         interval = self.sample_interval_ps
         scale = 8 / interval * 1000  # bytes per interval -> Gb/s
         moved = 0
-        for flow in self.flows:
+        ticks = self._ticks
+        live = self._live
+        full: list[_Flow] = []
+        for flow in live:
+            if len(flow.series) < ticks:
+                self._pad(flow, ticks)
             got = self._received_bytes(flow) or 0
             delta = got - flow.last_bytes
             moved |= delta
             flow.series.append(round(delta * scale, 3))
             flow.cum.append(got)
             flow.last_bytes = got
+            if got == flow.spec.size:
+                full.append(flow)  # all its bytes are in: nothing more can move
+        for flow in full:
+            del live[flow]
         for plane in range(self.spec.planes):
             tx = sum(ports[plane].tx_bytes for ports in self.fabric.host_ports)
             delta = tx - self._plane_last[plane]
@@ -1213,7 +1229,6 @@ class Experiment:
             self._plane_series[plane].append(round(delta * scale, 3))
             self._plane_last[plane] = tx
         if self._ev_bytes is not None:
-            ticks = self._ticks
             for key, total in self._ev_bytes.items():
                 series = self._ev_series.get(key)
                 if series is None:
@@ -1227,6 +1242,15 @@ class Experiment:
         else:  # asleep: the next arrival or input anywhere wakes it
             self._host_hooks(everywhere=True)
 
+    @staticmethod
+    def _pad(flow: _Flow, ticks: int) -> None:
+        """Bring ``flow``'s series up to ``ticks`` entries: the ticks it was not read
+        at saw nothing move (it had not started, was full, or the sampler slept)."""
+        n = ticks - len(flow.series)
+        if n > 0:
+            flow.series.extend([0.0] * n)
+            flow.cum.extend([flow.last_bytes] * n)
+
     def _wake(self, now: int) -> None:
         """Something may move again: record the idle ticks as zeros and re-arm the sampler."""
         if not self._open:
@@ -1235,10 +1259,7 @@ class Experiment:
         due = (now - self._t0) // interval  # ticks at or before now
         skip = due - self._ticks
         if skip > 0:
-            zeros = [0.0] * skip
-            for flow in self.flows:
-                flow.series.extend(zeros)
-                flow.cum.extend([flow.last_bytes] * skip)
+            zeros = [0.0] * skip  # (flows' series: padded when next read, _pad)
             for series in self._plane_series:
                 series.extend(zeros)
             for series in self._ev_series.values():
@@ -1357,6 +1378,8 @@ class Experiment:
 
     def _collect(self, wall: float) -> Result:
         ev_events, qp_events = self._events()
+        for flow in self.flows:
+            self._pad(flow, self._ticks)
         flows = []
         verified: bool | None = None
         for flow in self.flows:
