@@ -8,7 +8,8 @@ Cases (``--case``, repeatable; default ``perm-128`` and ``perm-1024``):
   ``perm-8192`` (the memory case);
 * ``allreduce-1024`` - a ring all-reduce of 16 MiB over 1024 ranks (2,095,104
   transfers of 16 KiB on long-lived connections, one per ring neighbour and
-  channel, as NCCL keeps its QPs; about 17x the data of ``perm-1024``);
+  channel, as NCCL keeps its QPs; about 17x the data of ``perm-1024``; about
+  4.5 min and 9.8 GB here, see docs/performance.md);
 * ``alltoall-64`` - every one of 64 hosts sends 64 KiB to every other
   (4032 QPs: the case that measures cost per QP rather than per packet).
 
