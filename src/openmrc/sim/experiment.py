@@ -1210,8 +1210,7 @@ class Experiment:
         live = self._live
         full: list[_Flow] = []
         for flow in live:
-            if len(flow.series) < ticks:
-                self._pad(flow, ticks)
+            self._pad(flow, ticks)
             got = self._received_bytes(flow) or 0
             delta = got - flow.last_bytes
             moved |= delta
@@ -1378,11 +1377,10 @@ class Experiment:
 
     def _collect(self, wall: float) -> Result:
         ev_events, qp_events = self._events()
-        for flow in self.flows:
-            self._pad(flow, self._ticks)
         flows = []
         verified: bool | None = None
         for flow in self.flows:
+            self._pad(flow, self._ticks)  # before _steady reads its cum, and the series
             spec = flow.spec
             ok = flow.status == "ok"
             if self.payloads and flow.src_data is not None:
