@@ -11,13 +11,21 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from openmrc.sim.port import COUNTERS
+from openmrc.sim.port import COUNTERS, EgressPort
 
-if TYPE_CHECKING:
-    from openmrc.sim.fabric import Fabric
-    from openmrc.sim.port import EgressPort
+
+class MeasuredFabric(Protocol):
+    """What :class:`Metrics` reads of a fabric (:class:`openmrc.sim.fabric.Fabric`
+    and the baselines' fabrics): its simulator, egress ports, switches by name and
+    the host ends per host and plane.  A protocol, so that the fabric may own its
+    metrics without the two modules importing each other."""
+
+    sim: Any
+    ports: list[EgressPort]
+    switches: dict[str, Any]
+    host_ends: list[list[Any]]
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -50,7 +58,7 @@ def fct_summary(flows: list[Any]) -> dict[str, Any]:
 class Metrics:
     """Fault log, queue samples and counter snapshots of one :class:`Fabric`."""
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: MeasuredFabric) -> None:
         self.fabric = fabric
         #: ``{"time_ps", "kind", "target", ...detail}`` per fault applied, in time order.
         self.faults: list[dict[str, Any]] = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
 
+from .cc.base import CCProfile
 from .errors import InvalidArgument
 from .ev import MAX_PATHS, MAX_PLANES, PATH_BITS, PLANE_BITS, SPARE_BITS
 
@@ -196,39 +197,6 @@ class EVProfile:
                 f"EVProfile.ev_count: {per_plane} EVs per plane asked, but the uplink and "
                 f"spare fields give only {space} per plane"
             )
-
-
-@dataclass
-class CCProfile:
-    """Which congestion control a QP runs, and the network it is tuned for.
-
-    ``name`` selects from the registry (``nscc`` by default, ``fixed`` for
-    tests); ``link_bps`` is the NIC's total rate and ``base_rtt_ps`` the
-    unloaded round trip, from which NSCC derives its BDP-scaled constants;
-    ``params`` overrides algorithm-specific constants by name.
-    """
-
-    name: str = "nscc"
-    link_bps: float = 800e9
-    base_rtt_ps: int = 12_000_000
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        """Raise :class:`InvalidArgument` naming the first bad field."""
-        if not isinstance(self.name, str) or not self.name:
-            raise InvalidArgument(f"CCProfile.name: must be a non-empty string, got {self.name!r}")
-        from .cc import available  # the registry imports this module
-
-        if self.name not in available():
-            raise InvalidArgument(
-                f"CCProfile.name: unknown congestion control {self.name!r} "
-                f"(available: {', '.join(available())})"
-            )
-        if not isinstance(self.link_bps, int | float) or not 1e6 <= self.link_bps <= 1e14:
-            raise InvalidArgument(
-                f"CCProfile.link_bps: must be in 1e6..1e14, got {self.link_bps!r}"
-            )
-        _check_int("CCProfile", "base_rtt_ps", self.base_rtt_ps, 1, 10**13)
 
 
 @dataclass

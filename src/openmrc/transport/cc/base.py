@@ -10,12 +10,47 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from ..attrs import CCProfile
 from ..errors import InvalidArgument
+
+
+@dataclass
+class CCProfile:
+    """Which congestion control a QP runs, and the network it is tuned for.
+
+    ``name`` selects from the registry (``nscc`` by default, ``fixed`` for
+    tests); ``link_bps`` is the NIC's total rate and ``base_rtt_ps`` the
+    unloaded round trip, from which NSCC derives its BDP-scaled constants;
+    ``params`` overrides algorithm-specific constants by name.
+    """
+
+    name: str = "nscc"
+    link_bps: float = 800e9
+    base_rtt_ps: int = 12_000_000
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidArgument` naming the first bad field."""
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgument(f"CCProfile.name: must be a non-empty string, got {self.name!r}")
+        if self.name not in available():
+            raise InvalidArgument(
+                f"CCProfile.name: unknown congestion control {self.name!r} "
+                f"(available: {', '.join(available())})"
+            )
+        if not isinstance(self.link_bps, int | float) or not 1e6 <= self.link_bps <= 1e14:
+            raise InvalidArgument(
+                f"CCProfile.link_bps: must be in 1e6..1e14, got {self.link_bps!r}"
+            )
+        rtt = self.base_rtt_ps
+        if not isinstance(rtt, int) or isinstance(rtt, bool) or not 1 <= rtt <= 10**13:
+            raise InvalidArgument(
+                f"CCProfile.base_rtt_ps: must be an int in 1..{10**13}, got {rtt!r}"
+            )
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # users register their own algorithms

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..attrs import CCProfile
-from .base import CongestionControl, param, register_builtin
+from .base import CCProfile, CongestionControl, param, register_builtin
 
 
 class FixedWindow(CongestionControl):

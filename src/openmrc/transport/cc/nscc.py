@@ -39,8 +39,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final
 
-from ..attrs import CCProfile
-from .base import CongestionControl, param, register_builtin
+from .base import CCProfile, CongestionControl, param, register_builtin
 
 _REF_BDP: Final = 150_000  # bytes: 100 Gb/s x 12 us, the reference network
 _REF_RTT_PS: Final = 12_000_000
