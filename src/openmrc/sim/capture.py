@@ -11,35 +11,45 @@ Virtual payloads are written as zero bytes of the right length.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..transport.ev import ev_plane
 from ..wire.codec import WireError, encode_frame
 from ..wire.pcap import PcapWriter
 
 if TYPE_CHECKING:
+    from ..topology import Topology
     from ..wire.packets import Packet
-    from .experiment import Experiment
 
 
 class Capture:
-    """Writes a pcap file of the traffic at ``hosts`` (all hosts when None)."""
+    """Writes a pcap file of the traffic at ``hosts`` (all hosts when None).
 
-    def __init__(self, exp: Experiment, path: str | Path, hosts: list[int] | None = None) -> None:
-        spec = exp.spec
-        chosen = list(range(spec.hosts)) if hosts is None else list(hosts)
+    ``nics`` are the experiment's NICs by host index (anything with a ``taps``
+    list the NIC calls per packet), ``topology`` names their addresses.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        nics: Sequence[Any],
+        path: str | Path,
+        hosts: list[int] | None = None,
+    ) -> None:
+        n = len(nics)
+        chosen = list(range(n)) if hosts is None else list(hosts)
         for h in chosen:
-            if not isinstance(h, int) or not 0 <= h < spec.hosts:
-                raise ValueError(f"capture hosts: {h!r} is not a host index in 0..{spec.hosts - 1}")
-        self.exp = exp
-        self.topology = exp.topology
+            if not isinstance(h, int) or not 0 <= h < n:
+                raise ValueError(f"capture hosts: {h!r} is not a host index in 0..{n - 1}")
+        self.topology = topology
         self.writer = PcapWriter(Path(path))
         self.packets = 0
         self.unencodable = 0
         self._hosts = set(chosen)
         for h in chosen:
-            exp.hosts[h].taps.append(self._tap)
+            nics[h].taps.append(self._tap)
 
     def _tap(self, host: int, peer: int, pkt: Packet, sent: bool, now: int) -> None:
         if not isinstance(peer, int) or peer < 0:

@@ -42,14 +42,29 @@ its transport core.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..clustermapper import Localiser, self_probe_address
 from ..topology import Topology
+from ..transport.controller import Controller
 from ..wire.packets import ProbePacket
 
-if TYPE_CHECKING:
-    from .experiment import Experiment
+
+class ProbedExperiment(Protocol):
+    """What :class:`Clustermapper` uses of the experiment it runs in
+    (:class:`openmrc.sim.experiment.Experiment`, which owns it): a protocol, so the
+    two modules do not import each other."""
+
+    sim: Any
+    spec: Any
+    fabric: Any
+    hosts: Any
+    flows: Any
+
+    def controller(self, host: int) -> Controller:
+        """The per-node controller of ``host``."""
+        ...
+
 
 #: The destination QPN of self-probes (no QP has it: QPNs start at 0x100).
 PROBE_QPN = 0
@@ -113,7 +128,7 @@ class Clustermapper:
     probes through the simulated fabric and counts what comes back.
     """
 
-    def __init__(self, exp: Experiment, config: ClustermapperConfig | None = None) -> None:
+    def __init__(self, exp: ProbedExperiment, config: ClustermapperConfig | None = None) -> None:
         self.exp = exp
         self.config = config or ClustermapperConfig()
         self.config.validate()

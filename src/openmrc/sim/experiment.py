@@ -1322,7 +1322,7 @@ class Experiment:
 
     def capture(self, path: str | Path, hosts: list[int] | None = None) -> Capture:
         """Write a pcap of what ``hosts`` (default: all) send and receive during :meth:`run`."""
-        cap = Capture(self, path, hosts)
+        cap = Capture(self.topology, self.hosts, path, hosts)
         self._captures.append(cap)
         return cap
 
