@@ -115,3 +115,21 @@ def test_a_flow_on_a_failed_connection_fails_at_once_and_so_do_its_dependents() 
     assert second.status == "WR_FLUSH_ERR" and second.finish_ps == later
     assert second.bytes_received == 0 and second.timeouts == 0
     assert dependent.status == "dependency_failed"
+
+
+def test_a_flow_of_more_messages_than_the_send_queue_holds_runs() -> None:
+    """WRITEs are posted as the send queue has room (max_send_wr is 1024): a flow of
+    2,500 messages, alone and on a shared connection behind another flow, completes
+    with every byte checked; posting them all up front raised "send queue full"."""
+    exp = Experiment(SPEC, seed=4, payloads=True, transport=TransportConfig(qps=2))
+    size = 2500 * 1024
+    exp.add_flows(
+        [
+            FlowSpec(0, 3, size, message=1024),
+            FlowSpec(1, 2, 64 << 10, message=1024, conn="c"),
+            FlowSpec(1, 2, size, message=1024, conn="c"),
+        ]
+    )
+    res = exp.run()
+    assert res.all_ok and res.verified
+    assert [f.bytes_received for f in res.flows] == [size, 64 << 10, size]

@@ -18,6 +18,7 @@ import itertools
 import json
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -39,6 +40,7 @@ from ..transport import (
     WROpcode,
 )
 from ..transport.controller import Controller
+from ..transport.verbs import MemoryRegion
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES, DataPacket
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
@@ -416,7 +418,18 @@ class _Conn:
     the previous flow on it completed (see :meth:`Experiment._counters`).
     """
 
-    __slots__ = ("active", "flows", "pa", "pb", "posted", "qas", "qbs", "taken", "taken_at")
+    __slots__ = (
+        "active",
+        "flows",
+        "pa",
+        "pb",
+        "posted",
+        "poster",
+        "qas",
+        "qbs",
+        "taken",
+        "taken_at",
+    )
 
     def __init__(self) -> None:
         self.pa: Any = None
@@ -432,6 +445,8 @@ class _Conn:
         #: counter totals already attributed to a flow, and when that was.
         self.taken: dict[str, int] = dict.fromkeys(_COUNTERS[:-1], 0)
         self.taken_at: int | None = None
+        #: posts the flows' WRITEs in start order as the QPs' send queues have room.
+        self.poster = _Poster()
 
     def totals(self) -> dict[str, int]:
         """The QPs' counters so far (FlowResult names, without ``evs_assumed_bad``)."""
@@ -449,6 +464,66 @@ class _Conn:
 _SEQ_SHIFT = 32
 
 
+class _Poster:
+    """Posts the WRITEs of the flows on one set of QPs as their send queues have room.
+
+    A flow's messages go round-robin over its QPs (message ``i`` on stripe
+    ``i % n``); they are posted in flow start order and message order, so each
+    stripe's MSN order is what :meth:`Experiment._start` computed, and a flow of
+    any size runs within the QPs' ``max_send_wr`` (a flow is not posted whole up
+    front).  What is posted is the same as posting everything at once whenever it
+    fits: small flows see no difference.
+    """
+
+    __slots__ = ("next_msg", "queue")
+
+    def __init__(self) -> None:
+        #: flows with messages still to post, in start order.
+        self.queue: deque[_MrcFlow] = deque()
+        #: the next message index of the flow at the head of the queue.
+        self.next_msg = 0
+
+    def add(self, flow: _MrcFlow) -> None:
+        """Queue ``flow``'s messages behind those of the flows before it."""
+        if not self.queue:
+            self.next_msg = 0
+        self.queue.append(flow)
+
+    def fill(self) -> None:
+        """Post queued messages in order until the next one's send queue is full."""
+        queue = self.queue
+        while queue:
+            flow = queue[0]
+            spec = flow.spec
+            nmsgs = flow.nmsgs
+            nq = len(flow.qas)
+            i = self.next_msg
+            mr_a, mr_b = flow.mr_src, flow.mr_dst
+            assert mr_a is not None and mr_b is not None  # registered before it is queued
+            wr_base = flow.wr_base
+            while i < nmsgs:
+                qa = flow.qas[i % nq]
+                if qa.send_queue_room() <= 0:
+                    self.next_msg = i
+                    return
+                off = i * spec.message
+                # the last message on each QP carries the immediate
+                last = i >= nmsgs - nq
+                qa.post_send(
+                    SendWR(
+                        wr_base | i,
+                        WROpcode.RDMA_WRITE_WITH_IMM if last else WROpcode.RDMA_WRITE,
+                        [SGE(mr_a.addr + off, min(spec.message, spec.size - off), mr_a.lkey)],
+                        mr_b.addr + off,
+                        mr_b.rkey,
+                        imm_data=i if last else None,
+                    )
+                )
+                i += 1
+            queue.popleft()
+            self.next_msg = 0
+
+
 class _MrcFlow(_Flow):
     """An MRC flow: its QPs at each end (one per ``qps``) and the two memory regions.
 
@@ -464,20 +539,25 @@ class _MrcFlow(_Flow):
         "inbox",
         "mr_dst",
         "mr_src",
+        "poster",
         "qas",
         "qbs",
         "rx_cum",
         "rx_hi",
         "rx_lo",
+        "wr_base",
     )
 
     def __init__(self, spec: FlowSpec) -> None:
         super().__init__(spec)
         self.qas: list[QueuePair] = []
         self.qbs: list[QueuePair] = []
-        self.mr_src = None
-        self.mr_dst = None
+        self.mr_src: MemoryRegion | None = None
+        self.mr_dst: MemoryRegion | None = None
         self.conn: _Conn | None = None
+        #: what posts its WRITEs (its connection's, or its own), and its WR ids' high bits.
+        self.poster: _Poster | None = None
+        self.wr_base = 0
         self.inbox: list[str | None] = []
         self.rx_lo: list[int] = []
         self.rx_hi: list[int] = []
@@ -1019,26 +1099,15 @@ class Experiment:
             for q in range(nq):
                 conn.posted[q] += len(flow.rx_cum[q]) - 1
             flow.rx_hi = list(conn.posted)
-        wr_base = seq << _SEQ_SHIFT
-        for i, off in enumerate(offsets):
-            length = min(spec.message, spec.size - off)
-            # the last message on each QP carries the immediate
-            last = i >= len(offsets) - nq
-            qa, qb = flow.qas[i % nq], flow.qbs[i % nq]
-            if last:
-                qb.post_recv(RecvWR(wr_base | i))
-            qa.post_send(
-                SendWR(
-                    wr_base | i,
-                    WROpcode.RDMA_WRITE_WITH_IMM if last else WROpcode.RDMA_WRITE,
-                    [SGE(mr_a.addr + off, length, mr_a.lkey)],
-                    mr_b.addr + off,
-                    mr_b.rkey,
-                    imm_data=i if last else None,
-                )
-            )
-        flow.pending = len(offsets)
+        flow.wr_base = seq << _SEQ_SHIFT
         flow.nmsgs = len(offsets)
+        for i in range(max(0, flow.nmsgs - nq), flow.nmsgs):
+            flow.qbs[i % nq].post_recv(RecvWR(flow.wr_base | i))
+        poster = conn.poster if conn is not None else _Poster()
+        flow.poster = poster
+        poster.add(flow)
+        poster.fill()
+        flow.pending = len(offsets)
         flow.status = "running"
         flow.order = next(self._order)
         self._news_for(spec.src)[flow] = None  # looked at on the next activity, as every flow was
@@ -1075,6 +1144,9 @@ class Experiment:
                 flow.finished.append(now)
                 if failure is not None and flow.status == "running":
                     flow.status = failure
+            poster = getattr(flow, "poster", None)
+            if poster is not None and poster.queue:
+                poster.fill()  # completions made room in the send queues
             if flow.pending == 0 and flow.done_at is None:
                 finished = True
                 flow.done_at = now

@@ -251,6 +251,12 @@ class QueuePair:
         self.context.timer_dirty[self] = None
 
     # -- posting ----------------------------------------------------------------------
+    def send_queue_room(self) -> int:
+        """How many more work requests :meth:`post_send` takes now (``max_send_wr``
+        less those posted and not yet completed)."""
+        req = self.requester
+        return self.cap.max_send_wr - (len(req.ops) if req is not None else 0)
+
     def post_send(self, wr: SendWR) -> None:
         """Post an RDMA WRITE or WRITE WITH IMMEDIATE."""
         if not isinstance(wr, SendWR):
