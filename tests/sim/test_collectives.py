@@ -97,7 +97,7 @@ def test_dependency_cycle_and_bad_index_are_refused() -> None:
 
 
 def test_size_sweep_gives_an_nccl_tests_table() -> None:
-    from openmrc.sim.sweep import collective_sweep, nccl_table
+    from openmrc.sim.nccl_tests import collective_sweep, nccl_table
 
     rows = collective_sweep(SPEC, "allreduce", [64 << 10, 2 << 20], ranks=4, channels=2)
     assert [r["size"] for r in rows] == [64 << 10, 2 << 20]
