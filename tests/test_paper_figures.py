@@ -38,6 +38,8 @@ def test_figures_write_both_plots_and_their_points(figures: dict[str, Any]) -> N
     for n in (16, 17):
         png = (out / f"figure{n}.png").read_bytes()
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    page = (out / "figures.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "Figure 17: all-to-all" in page
     doc = json.loads((out / "figures.json").read_text())
     assert [f["figure"] for f in doc["figures"]] == [16, 17]
     assert doc["missing"] == []

@@ -18,7 +18,8 @@ data.  Nothing here is fitted: the curves are what the simulator gives.
 
 The runs go through the same resumable runner as the table
 (:mod:`openmrc.paper_run`): each written under ``OUT/points/`` as it finishes.
-Output: ``figure16.png``, ``figure17.png``, ``figures.json`` and ``figures.csv``.
+Output: ``figure16.png``, ``figure17.png``, ``figures.html`` (both, with their
+numbers), ``figures.json`` and ``figures.csv``.
 """
 
 from __future__ import annotations
@@ -277,7 +278,8 @@ def plot(fig: dict[str, Any], path: Path, quick: bool) -> Path:
 
 
 def write(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> list[Path]:
-    """``figures.json``, ``figures.csv`` and a PNG per figure (when matplotlib is there)."""
+    """``figures.json``, ``figures.csv``, and a PNG per figure and ``figures.html`` (when
+    matplotlib is installed)."""
     doc = collect(out, items, quick)
     js = out / "figures.json"
     js.write_text(json.dumps(doc, indent=1, sort_keys=True))
@@ -308,9 +310,54 @@ def write(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> list[Path]
         _pyplot()
     except ImportError:
         return written
-    for fig in doc["figures"]:
-        written.append(plot(fig, out / f"figure{fig['figure']}.png", quick))
-    return written
+    pngs = [plot(fig, out / f"figure{fig['figure']}.png", quick) for fig in doc["figures"]]
+    page = out / "figures.html"
+    page.write_text(render_html(doc, pngs))
+    return [*written, *pngs, page]
+
+
+def render_html(doc: dict[str, Any], pngs: list[Path]) -> str:
+    """``figures.html``: each figure's plot and its numbers (busbw per size, Gb/s)."""
+    import base64
+    import html
+
+    esc = html.escape
+    parts = []
+    for fig, png in zip(doc["figures"], pngs, strict=True):
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        head = "".join(f"<th>{esc(s)}</th>" for s in fig["sizes"])
+        rows = "\n".join(
+            f"<tr><th scope='row'>{esc(c['label'])}</th><td>{100 * c['loss']:g} %</td>"
+            + "".join(
+                "<td>-</td>" if y is None else f"<td>{y:.0f}{'' if ok else ' (x)'}</td>"
+                for y, ok in zip(c["busbw_gbps"], c["completed"], strict=True)
+            )
+            + "</tr>"
+            for c in fig["curves"]
+        )
+        parts.append(
+            f"<h2>Figure {fig['figure']}: {esc(fig['collective'])}</h2>"
+            f"<img alt='Figure {fig['figure']}' src='data:image/png;base64,{data}'>"
+            f"<table><thead><tr><th>transport</th><th>loss</th>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    size = "quick size" if doc["quick"] else "64 ranks"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>openmrc: the paper's Figures 16 and 17 ({size})</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 80em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }}
+img {{ max-width: 100%; }}
+</style></head>
+<body>
+<h1>The paper's Figures 16 and 17 ({size})</h1>
+<p>busbw (Gb/s) against message size; (x): the run did not complete by its cap
+(plotted at 0). Data: figures.json, figures.csv.</p>
+{chr(10).join(parts)}
+</body></html>
+"""
 
 
 def format_text(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> str:
