@@ -5,14 +5,15 @@ Each :class:`PaperExperiment` names the bundled scenario files it runs
 overrides that make its reduced *quick* size, what the paper published, and a
 *shape check*: a function of the runs' results documents
 (:mod:`openmrc.results`) that says whether openmrc shows the published shape,
-with the numbers it measured.  ``openmrc paper`` runs them and prints and writes
-the table (``paper.md``, ``paper.json``, ``report.html``);
+with the numbers it measured.  ``openmrc paper`` runs them (:mod:`openmrc.paper_run`:
+in parallel, resumably, over seeds) and prints and writes the table
+(``paper.md``, ``paper.json``, ``report.html``);
 ``tests/test_paper_scenarios.py`` asserts the same checks at the quick size, so
 the shapes are defined once, here.
 
 A shape that does not hold is reported as such, with the measured numbers; it
 is never hidden.  Runs shared by several experiments (the loss-free MRC ring,
-the incast victim alone) are run once per :class:`Runner`.
+the incast victim alone) are run once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import html
 import json
 import statistics
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -963,43 +963,6 @@ class Outcome:
         }
 
 
-class Runner:
-    """Runs experiments, each scenario run once per size and overrides (shared runs cached)."""
-
-    def __init__(self, quick: bool) -> None:
-        self.quick = quick
-        self._cache: dict[tuple[str, tuple[str, ...]], Doc] = {}
-
-    def doc(self, run: Run) -> Doc:
-        """The results document of ``run`` (run now, or from an earlier experiment)."""
-        from .sim.cli import execute, load_scenario
-
-        overrides = run.overrides(self.quick)
-        key = (run.file, tuple(overrides))
-        if key not in self._cache:
-            path = run.path()
-            if not path.exists():
-                raise ValueError(f"{path}: the bundled paper scenario is missing")
-            scenario, workload = load_scenario(str(path), overrides)
-            outcome = execute(
-                scenario,
-                scenario_file=f"scenarios/paper/{run.file}.toml",
-                overrides=overrides,
-                workload=workload,
-            )
-            if outcome.partial:
-                raise KeyboardInterrupt
-            self._cache[key] = outcome.doc
-        return self._cache[key]
-
-    def run(self, experiment: PaperExperiment) -> Outcome:
-        """Run one experiment's scenarios and check its shape."""
-        started = time.perf_counter()
-        docs = {role: self.doc(run) for role, run in experiment.runs.items()}
-        verdict = experiment.check(docs)
-        return Outcome(experiment, verdict, docs, time.perf_counter() - started, self.quick)
-
-
 # ----- output --------------------------------------------------------------------
 def shape_word(holds: bool) -> str:
     """The shape column's text."""
@@ -1157,7 +1120,6 @@ __all__ = [
     "Outcome",
     "PaperExperiment",
     "Run",
-    "Runner",
     "Verdict",
     "document",
     "format_markdown",
