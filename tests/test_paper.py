@@ -219,3 +219,11 @@ def test_points_run_longest_first_and_seeds_change_only_the_seed() -> None:
     by_seed = {(p.name, p.overrides, p.seed) for p in plan.points}
     assert {s for *_, s in by_seed} == {1, 2}
     assert len(plan.jobs) == 2 * len(paper.EXPERIMENTS)
+
+
+def test_an_interrupted_table_says_it_is_partial() -> None:
+    o = paper.Outcome(_TINY[0], paper.Verdict(True, "x"), {}, 0.0, True)
+    assert paper.PARTIAL not in paper.format_markdown([o], True)
+    assert paper.format_markdown([o], True, partial=True).splitlines()[2] == paper.PARTIAL
+    assert paper.document([o], True, partial=True)["partial"] is True
+    assert paper.PARTIAL in paper.render_html([o], True, partial=True)

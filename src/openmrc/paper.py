@@ -997,12 +997,20 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def format_markdown(outcomes: list[Outcome], quick: bool) -> str:
+#: The line a table interrupted before every experiment finished starts with.
+PARTIAL = (
+    "Interrupted: only the experiments that finished are here; the same command again "
+    "resumes (finished runs are kept in points/)."
+)
+
+
+def format_markdown(outcomes: list[Outcome], quick: bool, partial: bool = False) -> str:
     """``paper.md``: the table (experiment, published, openmrc, shape, command)."""
     size = "quick (reduced) size" if quick else "full size"
     lines = [
         f"# openmrc against the MRC paper ({size})",
         "",
+        *([PARTIAL, ""] if partial else []),
         "| experiment | published | openmrc | shape | command |",
         "|---|---|---|---|---|",
     ]
@@ -1030,12 +1038,13 @@ def format_markdown(outcomes: list[Outcome], quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def document(outcomes: list[Outcome], quick: bool) -> dict[str, Any]:
+def document(outcomes: list[Outcome], quick: bool, partial: bool = False) -> dict[str, Any]:
     """``paper.json``."""
     from .version import openmrc_version
 
     return {
         "quick": quick,
+        "partial": partial,
         "openmrc_version": openmrc_version(),
         "holds": sum(o.holds for o in outcomes),
         "seeds": max((len(o.seed_verdicts) for o in outcomes), default=1),
@@ -1043,7 +1052,7 @@ def document(outcomes: list[Outcome], quick: bool) -> dict[str, Any]:
     }
 
 
-def render_html(outcomes: list[Outcome], quick: bool) -> str:
+def render_html(outcomes: list[Outcome], quick: bool, partial: bool = False) -> str:
     """``report.html``: the table, then each experiment's goodput plot (openmrc.report)."""
     from . import report
 
@@ -1092,6 +1101,7 @@ figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
 </style></head>
 <body>
 <h1>openmrc against the MRC paper ({size})</h1>
+{f"<p><strong>{esc(PARTIAL)}</strong></p>" if partial else ""}
 <p>{esc(_summary(outcomes))}.</p>
 <table id="paper"><thead><tr><th>experiment</th><th>published</th><th>openmrc</th>
 <th>shape</th></tr></thead>
@@ -1104,14 +1114,15 @@ figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
 """
 
 
-def write(out: Path, outcomes: list[Outcome], quick: bool) -> list[Path]:
-    """Write paper.md, paper.json and report.html into ``out``."""
+def write(out: Path, outcomes: list[Outcome], quick: bool, partial: bool = False) -> list[Path]:
+    """Write paper.md, paper.json and report.html into ``out`` (``partial``: the run was
+    interrupted and they say so)."""
     md = out / "paper.md"
-    md.write_text(format_markdown(outcomes, quick))
+    md.write_text(format_markdown(outcomes, quick, partial))
     js = out / "paper.json"
-    js.write_text(json.dumps(document(outcomes, quick), indent=1, sort_keys=True))
+    js.write_text(json.dumps(document(outcomes, quick, partial), indent=1, sort_keys=True))
     page = out / "report.html"
-    page.write_text(render_html(outcomes, quick))
+    page.write_text(render_html(outcomes, quick, partial))
     return [md, js, page]
 
 

@@ -624,8 +624,10 @@ def _cmd_paper(args: argparse.Namespace) -> int:
         outcomes = result.outcomes
         if outcomes:
             print(paper.format_text(outcomes))
+            if result.interrupted:
+                print(paper.PARTIAL)
         if keep is not None and outcomes:
-            written = paper.write(keep, outcomes, args.quick)
+            written = paper.write(keep, outcomes, args.quick, partial=result.interrupted)
             print(f"  wrote {', '.join(str(p) for p in written)}")
     if result.interrupted:
         print(
