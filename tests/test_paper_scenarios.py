@@ -24,11 +24,10 @@ KNOWN_EXCEPTIONS: dict[str, str] = {}
 
 #: ``OPENMRC_PAPER_SEEDS=10 pytest tests/test_paper_scenarios.py -k seeds`` runs
 #: ``openmrc paper --quick --seeds 10`` (about ten times the quick run) and asserts
-#: every shape holds for at least :data:`SEED_SHARE` of the seeds (issue 18: 9 of 10).
+#: every shape holds at all but one seed in ten, rounded up (issue 18: 9 of 10, 4 of 5).
 #: Not run by default: the quick run alone is the suite's longest.  With
 #: ``OPENMRC_PAPER_OUT=DIR`` it runs into DIR and so reuses any run already there.
 SEEDS = int(os.environ.get("OPENMRC_PAPER_SEEDS", "0") or 0)
-SEED_SHARE = 0.9
 #: Shapes known to hold for fewer seeds than that today, each with why; the test then
 #: xfails with the counts, until it holds (and then passes).
 KNOWN_SEED_EXCEPTIONS: dict[str, str] = {}
@@ -102,7 +101,7 @@ def test_published_shape_holds_over_seeds_at_quick_size(name: str, seeded: dict[
     assert row["seed_count"] == SEEDS and [s["seed"] for s in row["seeds"]] == list(
         range(1, SEEDS + 1)
     )
-    need = math.ceil(SEED_SHARE * SEEDS)
+    need = SEEDS - math.ceil(SEEDS / 10)
     misses = [f"seed {s['seed']}: {s['measured']}" for s in row["seeds"] if not s["holds"]]
     if name in KNOWN_SEED_EXCEPTIONS and row["held"] < need:
         pytest.xfail(f"{KNOWN_SEED_EXCEPTIONS[name]}; held {row['held']}/{SEEDS}: {misses}")
