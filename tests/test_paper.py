@@ -3,6 +3,8 @@ a check says "holds" for the published shape and "does not hold" without it."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +107,123 @@ def test_run_commands_quote_their_overrides() -> None:
     run = paper.Run("t0-down", always=("faults=[]",), quick=('workload.flows[0].size="1MiB"',))
     assert run.command(False) == "openmrc run scenarios/paper/t0-down.toml --set 'faults=[]'"
     assert run.command(True).endswith("--set 'workload.flows[0].size=\"1MiB\"'")
+
+
+# ----- the runner: resume, seeds, parallel == serial --------------------------------
+def _seed_parity(d: dict[str, Any]) -> paper.Verdict:
+    """A check that holds at odd seeds only (to count seeds)."""
+    seed = d["run"]["provenance"]["seed"]
+    return paper.Verdict(seed % 2 == 1, f"seed {seed}", {"seed": seed})
+
+
+_TINY = (
+    paper.PaperExperiment(
+        "tiny-latency",
+        "tiny latency",
+        "published",
+        "seed odd",
+        {"run": paper.Run("latency-p2p")},
+        _seed_parity,
+    ),
+    paper.PaperExperiment(
+        "tiny-shared",
+        "tiny shared run",
+        "published",
+        "latency",
+        {"run": paper.Run("latency-p2p"), "again": paper.Run("latency-p2p")},
+        paper.check_latency,
+    ),
+)
+
+
+def test_a_rerun_resumes_and_runs_nothing_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openmrc import paper_run
+    from openmrc.sweep import runner
+
+    first = paper_run.run(list(_TINY), tmp_path, quick=True, seeds=2)
+    # one distinct run per seed: the experiments share it and it runs once
+    assert (first.ran, first.skipped, first.failed) == (2, 0, 0)
+    assert len(list((tmp_path / "points").glob("*.json"))) == 2
+    assert sorted(p.name for p in (tmp_path / "experiments").iterdir()) == [
+        "tiny-latency.seed1.json",
+        "tiny-latency.seed2.json",
+        "tiny-shared.seed1.json",
+        "tiny-shared.seed2.json",
+    ]
+
+    def no_runs(point: Any) -> dict[str, Any]:
+        raise AssertionError(f"ran {point.label()} again")
+
+    monkeypatch.setattr(runner, "run_point", no_runs)
+    again = paper_run.run(list(_TINY), tmp_path, quick=True, seeds=2)
+    assert (again.ran, again.skipped) == (0, 2)
+    assert [o.seed_verdicts for o in again.outcomes] == [o.seed_verdicts for o in first.outcomes]
+    # a third seed runs only the new seed's run
+    monkeypatch.undo()
+    third = paper_run.run(list(_TINY), tmp_path, quick=True, seeds=3)
+    assert (third.ran, third.skipped) == (1, 2)
+
+
+def test_seeds_table_says_for_how_many_each_shape_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openmrc.cli import main
+
+    monkeypatch.setattr(paper, "EXPERIMENTS", _TINY)
+    code = main(["paper", "--quick", "--seeds", "3", "--workers", "1", "--out", str(tmp_path)])
+    assert code == 1  # a shape that misses a seed is not a pass
+    doc = json.loads((tmp_path / "paper.json").read_text())
+    rows = {r["name"]: r for r in doc["experiments"]}
+    assert [s["seed"] for s in rows["tiny-latency"]["seeds"]] == [1, 2, 3]
+    assert (rows["tiny-latency"]["held"], rows["tiny-latency"]["seed_count"]) == (2, 3)
+    assert rows["tiny-latency"]["holds"] is False
+    assert (rows["tiny-shared"]["held"], rows["tiny-shared"]["holds"]) == (3, True)
+    md = (tmp_path / "paper.md").read_text()
+    assert "| **holds for 2/3 seeds** (seed odd) |" in md
+    assert "| holds for 3/3 seeds (latency) |" in md
+    assert "- tiny-latency, seed 2: seed 2" in md
+    assert "`openmrc paper --quick --only tiny-latency --seeds 3`" in md
+    out = capsys.readouterr().out
+    assert "tiny-latency: HOLDS FOR 2/3 SEEDS" in out and "seed 2:    seed 2" in out
+    assert "1 of 2 published shapes hold at every one of 3 seeds" in out
+
+
+def test_parallel_runs_give_the_serial_results_bit_for_bit(tmp_path: Path) -> None:
+    from openmrc import paper_run
+    from openmrc.sweep.runner import process_pool, read_point
+
+    chosen = [e for e in paper.EXPERIMENTS if e.name in ("latency-p2p", "drop-20pct-one-ev")]
+    serial = paper_run.run(chosen, tmp_path / "serial", quick=True, seeds=1)
+    with process_pool(2) as (pool, _):
+        session = paper_run.Session(chosen, tmp_path / "parallel", quick=True, seeds=1)
+        parallel = session.execute(pool)
+    assert serial.ran == parallel.ran == 3
+    for p in session.plan.points:
+        a, b = read_point(tmp_path / "serial", p), read_point(tmp_path / "parallel", p)
+        assert a is not None and b is not None
+        assert paper_run.without_timing(a) == paper_run.without_timing(b)
+    assert [o.row()["numbers"] for o in serial.outcomes] == [
+        o.row()["numbers"] for o in parallel.outcomes
+    ]
+
+
+def test_points_run_longest_first_and_seeds_change_only_the_seed() -> None:
+    from openmrc import paper_run
+
+    plan = paper_run.plan(list(paper.EXPERIMENTS), quick=True, seeds=2)
+    costs = [plan.costs[p.fingerprint] for p in plan.points]
+    assert costs == sorted(costs, reverse=True)
+    assert len({p.fingerprint for p in plan.points}) == len(plan.points)
+    by_seed = {(p.name, p.overrides, p.seed) for p in plan.points}
+    assert {s for *_, s in by_seed} == {1, 2}
+    assert len(plan.jobs) == 2 * len(paper.EXPERIMENTS)
+
+
+def test_an_interrupted_table_says_it_is_partial() -> None:
+    o = paper.Outcome(_TINY[0], paper.Verdict(True, "x"), {}, 0.0, True)
+    assert paper.PARTIAL not in paper.format_markdown([o], True)
+    assert paper.format_markdown([o], True, partial=True).splitlines()[2] == paper.PARTIAL
+    assert paper.document([o], True, partial=True)["partial"] is True
+    assert paper.PARTIAL in paper.render_html([o], True, partial=True)

@@ -4,6 +4,8 @@ through the CLI entry, and each published shape (the checks of openmrc.paper) ho
 from __future__ import annotations
 
 import json
+import math
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,16 @@ PAPER = Path(__file__).resolve().parent.parent / "scenarios" / "paper"
 #: Published shapes that do not hold in openmrc today; the table says "does not hold"
 #: with the measured numbers.  Each stays here until it holds (the test then passes).
 KNOWN_EXCEPTIONS: dict[str, str] = {}
+
+#: ``OPENMRC_PAPER_SEEDS=10 pytest tests/test_paper_scenarios.py -k seeds`` runs
+#: ``openmrc paper --quick --seeds 10`` (about ten times the quick run) and asserts
+#: every shape holds at all but one seed in ten, rounded up (issue 18: 9 of 10, 4 of 5).
+#: Not run by default: the quick run alone is the suite's longest.  With
+#: ``OPENMRC_PAPER_OUT=DIR`` it runs into DIR and so reuses any run already there.
+SEEDS = int(os.environ.get("OPENMRC_PAPER_SEEDS", "0") or 0)
+#: Shapes known to hold for fewer seeds than that today, each with why; the test then
+#: xfails with the counts, until it holds (and then passes).
+KNOWN_SEED_EXCEPTIONS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [p.stem for p in sorted(PAPER.glob("*.toml"))])
@@ -69,6 +81,33 @@ def test_paper_quick_runs_every_experiment_and_writes_the_table(quick: dict[str,
             assert run["command"].startswith("openmrc run scenarios/paper/")
 
 
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``openmrc paper --quick --seeds N`` (N: ``OPENMRC_PAPER_SEEDS``), once for the module."""
+    if SEEDS < 2:
+        pytest.skip("set OPENMRC_PAPER_SEEDS=N (N >= 2) to run the quick size over N seeds")
+    # OPENMRC_PAPER_OUT=DIR: run into (and resume from) DIR, e.g. an earlier
+    # `openmrc paper --quick --seeds N --out DIR`
+    given = os.environ.get("OPENMRC_PAPER_OUT")
+    out = Path(given) if given else tmp_path_factory.mktemp("paper-seeds")
+    main(["paper", "--quick", "--seeds", str(SEEDS), "--out", str(out)])
+    doc = json.loads((out / "paper.json").read_text())
+    return {"rows": {row["name"]: row for row in doc["experiments"]}}
+
+
+@pytest.mark.parametrize("name", paper.names())
+def test_published_shape_holds_over_seeds_at_quick_size(name: str, seeded: dict[str, Any]) -> None:
+    row = seeded["rows"][name]
+    assert row["seed_count"] == SEEDS and [s["seed"] for s in row["seeds"]] == list(
+        range(1, SEEDS + 1)
+    )
+    need = SEEDS - math.ceil(SEEDS / 10)
+    misses = [f"seed {s['seed']}: {s['measured']}" for s in row["seeds"] if not s["holds"]]
+    if name in KNOWN_SEED_EXCEPTIONS and row["held"] < need:
+        pytest.xfail(f"{KNOWN_SEED_EXCEPTIONS[name]}; held {row['held']}/{SEEDS}: {misses}")
+    assert row["held"] >= need, f"held {row['held']}/{SEEDS}: {misses}"
+
+
 @pytest.mark.parametrize("name", paper.names())
 def test_published_shape_holds_at_quick_size(name: str, quick: dict[str, Any]) -> None:
     row = quick["rows"][name]
@@ -94,6 +133,10 @@ def test_only_runs_one_experiment_and_says_how(
     [
         (["paper", "--only", "nosuch"], "--only: 'nosuch' is not an experiment"),
         (["paper", "--only", ","], "--only: give an experiment name"),
+        (["paper", "--seeds", "0"], "--seeds: must be >= 1, got 0"),
+        (["paper", "--workers", "0"], "--workers: must be >= 1, got 0"),
+        (["paper", "--figures"], "--figures: give --out DIR"),
+        (["paper", "--figures", "--only", "t0-down"], "--only: not with --figures"),
     ],
 )
 def test_bad_paper_flags_are_one_line_naming_the_flag(

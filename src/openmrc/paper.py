@@ -5,14 +5,15 @@ Each :class:`PaperExperiment` names the bundled scenario files it runs
 overrides that make its reduced *quick* size, what the paper published, and a
 *shape check*: a function of the runs' results documents
 (:mod:`openmrc.results`) that says whether openmrc shows the published shape,
-with the numbers it measured.  ``openmrc paper`` runs them and prints and writes
-the table (``paper.md``, ``paper.json``, ``report.html``);
+with the numbers it measured.  ``openmrc paper`` runs them (:mod:`openmrc.paper_run`:
+in parallel, resumably, over seeds) and prints and writes the table
+(``paper.md``, ``paper.json``, ``report.html``);
 ``tests/test_paper_scenarios.py`` asserts the same checks at the quick size, so
 the shapes are defined once, here.
 
 A shape that does not hold is reported as such, with the measured numbers; it
 is never hidden.  Runs shared by several experiments (the loss-free MRC ring,
-the incast victim alone) are run once per :class:`Runner`.
+the incast victim alone) are run once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import html
 import json
 import statistics
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -894,10 +894,41 @@ class Outcome:
     """An experiment run: its verdict, its runs' documents and the wall time."""
 
     experiment: PaperExperiment
+    #: the verdict at the first seed (the scenario files' own): the table's numbers
     verdict: Verdict
+    #: the first seed's runs' documents (the report's plots); may be empty
     docs: dict[str, Doc]
     wall_seconds: float
     quick: bool
+    #: (seed, verdict) for every seed run, the first first; empty: ``verdict`` alone
+    seeds: list[tuple[int, Verdict]] = field(default_factory=list)
+
+    @property
+    def seed_verdicts(self) -> list[tuple[int, Verdict]]:
+        """(seed, verdict) of every seed run."""
+        return self.seeds or [(0, self.verdict)]
+
+    @property
+    def held(self) -> int:
+        """For how many of the seeds the shape holds."""
+        return sum(v.holds for _, v in self.seed_verdicts)
+
+    @property
+    def holds(self) -> bool:
+        """The shape holds at every seed run."""
+        return self.held == len(self.seed_verdicts)
+
+    def shape_text(self) -> str:
+        """``holds`` / ``does not hold``; ``holds for K/N seeds`` when several were run."""
+        n = len(self.seed_verdicts)
+        return f"holds for {self.held}/{n} seeds" if n > 1 else shape_word(self.holds)
+
+    def command(self) -> str:
+        """The ``openmrc paper`` command that runs this experiment alone."""
+        n = len(self.seed_verdicts)
+        return f"openmrc paper{' --quick' if self.quick else ''} --only {self.experiment.name}" + (
+            f" --seeds {n}" if n > 1 else ""
+        )
 
     def row(self) -> dict[str, Any]:
         """The experiment's entry of ``paper.json``."""
@@ -908,7 +939,13 @@ class Outcome:
             "published": e.published,
             "shape": e.shape,
             "measured": self.verdict.measured,
-            "holds": self.verdict.holds,
+            "holds": self.holds,
+            "held": self.held,
+            "seed_count": len(self.seed_verdicts),
+            "seeds": [
+                {"seed": s, "holds": v.holds, "measured": v.measured, "numbers": v.numbers}
+                for s, v in self.seed_verdicts
+            ],
             "numbers": self.verdict.numbers,
             "wall_seconds": round(self.wall_seconds, 2),
             "runs": {
@@ -916,49 +953,14 @@ class Outcome:
                     "file": f"scenarios/paper/{run.file}.toml",
                     "overrides": run.overrides(self.quick),
                     "command": run.command(self.quick),
-                    "warnings": self.docs[role]["provenance"]["warnings"],
+                    "warnings": self.docs[role]["provenance"]["warnings"]
+                    if role in self.docs
+                    else [],
                 }
                 for role, run in e.runs.items()
             },
-            "command": f"openmrc paper{' --quick' if self.quick else ''} --only {e.name}",
+            "command": self.command(),
         }
-
-
-class Runner:
-    """Runs experiments, each scenario run once per size and overrides (shared runs cached)."""
-
-    def __init__(self, quick: bool) -> None:
-        self.quick = quick
-        self._cache: dict[tuple[str, tuple[str, ...]], Doc] = {}
-
-    def doc(self, run: Run) -> Doc:
-        """The results document of ``run`` (run now, or from an earlier experiment)."""
-        from .sim.cli import execute, load_scenario
-
-        overrides = run.overrides(self.quick)
-        key = (run.file, tuple(overrides))
-        if key not in self._cache:
-            path = run.path()
-            if not path.exists():
-                raise ValueError(f"{path}: the bundled paper scenario is missing")
-            scenario, workload = load_scenario(str(path), overrides)
-            outcome = execute(
-                scenario,
-                scenario_file=f"scenarios/paper/{run.file}.toml",
-                overrides=overrides,
-                workload=workload,
-            )
-            if outcome.partial:
-                raise KeyboardInterrupt
-            self._cache[key] = outcome.doc
-        return self._cache[key]
-
-    def run(self, experiment: PaperExperiment) -> Outcome:
-        """Run one experiment's scenarios and check its shape."""
-        started = time.perf_counter()
-        docs = {role: self.doc(run) for role, run in experiment.runs.items()}
-        verdict = experiment.check(docs)
-        return Outcome(experiment, verdict, docs, time.perf_counter() - started, self.quick)
 
 
 # ----- output --------------------------------------------------------------------
@@ -972,37 +974,62 @@ def format_text(outcomes: list[Outcome]) -> str:
     lines = []
     for o in outcomes:
         e = o.experiment
-        lines.append(f"{e.name}: {shape_word(o.verdict.holds).upper()}  ({o.wall_seconds:.1f} s)")
+        lines.append(f"{e.name}: {o.shape_text().upper()}  ({o.wall_seconds:.1f} s)")
         lines.append(f"  published: {e.published}")
         lines.append(f"  openmrc:   {o.verdict.measured}")
+        for seed, v in o.seed_verdicts[1:]:
+            if not v.holds:
+                lines.append(f"  seed {seed}:    {v.measured}")
         lines.append(f"  shape:     {e.shape}")
-    held = sum(o.verdict.holds for o in outcomes)
-    lines.append(f"{held} of {len(outcomes)} published shapes hold")
+    lines.append(_summary(outcomes))
     return "\n".join(lines)
+
+
+def _summary(outcomes: list[Outcome]) -> str:
+    """``N of M published shapes hold`` (at every seed, when several were run)."""
+    held = sum(o.holds for o in outcomes)
+    seeds = {len(o.seed_verdicts) for o in outcomes}
+    every = f" at every one of {seeds.pop()} seeds" if seeds and max(seeds) > 1 else ""
+    return f"{held} of {len(outcomes)} published shapes hold{every}"
 
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def format_markdown(outcomes: list[Outcome], quick: bool) -> str:
+#: The line a table interrupted before every experiment finished starts with.
+PARTIAL = (
+    "Interrupted: only the experiments that finished are here; the same command again "
+    "resumes (finished runs are kept in points/)."
+)
+
+
+def format_markdown(outcomes: list[Outcome], quick: bool, partial: bool = False) -> str:
     """``paper.md``: the table (experiment, published, openmrc, shape, command)."""
     size = "quick (reduced) size" if quick else "full size"
     lines = [
         f"# openmrc against the MRC paper ({size})",
         "",
+        *([PARTIAL, ""] if partial else []),
         "| experiment | published | openmrc | shape | command |",
         "|---|---|---|---|---|",
     ]
     for o in outcomes:
         e = o.experiment
+        shape = o.shape_text()
         lines.append(
             f"| {_md(e.title)} | {_md(e.published)} | {_md(o.verdict.measured)} | "
-            f"{'holds' if o.verdict.holds else '**does not hold**'} ({_md(e.shape)}) | "
-            f"`openmrc paper{' --quick' if quick else ''} --only {e.name}` |"
+            f"{shape if o.holds else f'**{shape}**'} ({_md(e.shape)}) | `{o.command()}` |"
         )
-    held = sum(o.verdict.holds for o in outcomes)
-    lines += ["", f"{held} of {len(outcomes)} published shapes hold.", ""]
+    lines += ["", f"{_summary(outcomes)}.", ""]
+    misses = [
+        f"- {o.experiment.name}, seed {seed}: {v.measured}"
+        for o in outcomes
+        for seed, v in o.seed_verdicts
+        if not v.holds and len(o.seed_verdicts) > 1
+    ]
+    if misses:
+        lines += ["Seeds at which a shape does not hold:", "", *misses, ""]
     lines.append("Scenario runs (each also runs alone with `openmrc run`):")
     lines.append("")
     for o in outcomes:
@@ -1011,27 +1038,29 @@ def format_markdown(outcomes: list[Outcome], quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def document(outcomes: list[Outcome], quick: bool) -> dict[str, Any]:
+def document(outcomes: list[Outcome], quick: bool, partial: bool = False) -> dict[str, Any]:
     """``paper.json``."""
     from .version import openmrc_version
 
     return {
         "quick": quick,
+        "partial": partial,
         "openmrc_version": openmrc_version(),
-        "holds": sum(o.verdict.holds for o in outcomes),
+        "holds": sum(o.holds for o in outcomes),
+        "seeds": max((len(o.seed_verdicts) for o in outcomes), default=1),
         "experiments": [o.row() for o in outcomes],
     }
 
 
-def render_html(outcomes: list[Outcome], quick: bool) -> str:
+def render_html(outcomes: list[Outcome], quick: bool, partial: bool = False) -> str:
     """``report.html``: the table, then each experiment's goodput plot (openmrc.report)."""
     from . import report
 
     esc = html.escape
     rows = "\n".join(
-        f"<tr class='{'holds' if o.verdict.holds else 'fails'}'><th scope='row'>"
+        f"<tr class='{'holds' if o.holds else 'fails'}'><th scope='row'>"
         f"{esc(o.experiment.title)}</th><td>{esc(o.experiment.published)}</td>"
-        f"<td>{esc(o.verdict.measured)}</td><td>{shape_word(o.verdict.holds)}<br>"
+        f"<td>{esc(o.verdict.measured)}</td><td>{esc(o.shape_text())}<br>"
         f"<small>{esc(o.experiment.shape)}</small></td></tr>"
         for o in outcomes
     )
@@ -1046,6 +1075,8 @@ def render_html(outcomes: list[Outcome], quick: bool) -> str:
         import base64
 
         for o in outcomes:
+            if not o.docs:
+                continue
             plot = report.plot_goodput(list(o.docs.values()), plt)
             if plot is None:
                 continue
@@ -1057,7 +1088,6 @@ def render_html(outcomes: list[Outcome], quick: bool) -> str:
                 "</figcaption></figure>"
             )
     size = "quick (reduced) size" if quick else "full size"
-    held = sum(o.verdict.holds for o in outcomes)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>openmrc against the MRC paper ({size})</title>
@@ -1071,7 +1101,8 @@ figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
 </style></head>
 <body>
 <h1>openmrc against the MRC paper ({size})</h1>
-<p>{held} of {len(outcomes)} published shapes hold.</p>
+{f"<p><strong>{esc(PARTIAL)}</strong></p>" if partial else ""}
+<p>{esc(_summary(outcomes))}.</p>
 <table id="paper"><thead><tr><th>experiment</th><th>published</th><th>openmrc</th>
 <th>shape</th></tr></thead>
 <tbody>
@@ -1083,14 +1114,15 @@ figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
 """
 
 
-def write(out: Path, outcomes: list[Outcome], quick: bool) -> list[Path]:
-    """Write paper.md, paper.json and report.html into ``out``."""
+def write(out: Path, outcomes: list[Outcome], quick: bool, partial: bool = False) -> list[Path]:
+    """Write paper.md, paper.json and report.html into ``out`` (``partial``: the run was
+    interrupted and they say so)."""
     md = out / "paper.md"
-    md.write_text(format_markdown(outcomes, quick))
+    md.write_text(format_markdown(outcomes, quick, partial))
     js = out / "paper.json"
-    js.write_text(json.dumps(document(outcomes, quick), indent=1, sort_keys=True))
+    js.write_text(json.dumps(document(outcomes, quick, partial), indent=1, sort_keys=True))
     page = out / "report.html"
-    page.write_text(render_html(outcomes, quick))
+    page.write_text(render_html(outcomes, quick, partial))
     return [md, js, page]
 
 
@@ -1099,7 +1131,6 @@ __all__ = [
     "Outcome",
     "PaperExperiment",
     "Run",
-    "Runner",
     "Verdict",
     "document",
     "format_markdown",

@@ -586,21 +586,94 @@ def _cmd_topology(args: argparse.Namespace) -> int:
 
 
 def _cmd_paper(args: argparse.Namespace) -> int:
-    """``openmrc paper``: every bundled published experiment, the table, paper.md/json, report."""
-    from .. import paper
+    """``openmrc paper``: every bundled published experiment over ``--seeds`` seeds, in
+    parallel and resumably (openmrc.paper_run); the table, paper.md/json, report;
+    with ``--figures``, the paper's Figures 16 and 17 as curves instead."""
+    from .. import paper, paper_run
 
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: must be >= 1, got {args.seeds}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+    if args.figures:
+        return _cmd_paper_figures(args)
     chosen = paper.select(args.only)
+    keep = prepare_out(args.out)
+    with tempfile.TemporaryDirectory(prefix="openmrc-paper-") as scratch:
+        out = keep if keep is not None else Path(scratch)
+
+        def on_job(job: Any, verdict: Any, done: int, total: int) -> None:
+            seed = f" seed {job.seed}" if args.seeds > 1 else ""
+            print(
+                f"[{done}/{total}] {job.experiment.name}{seed}: {paper.shape_word(verdict.holds)}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        session = paper_run.Session(chosen, out, quick=args.quick, seeds=args.seeds, on_job=on_job)
+        with paper_run.executor_for(args.workers, args.dask, len(session.todo)) as (ex, what):
+            print(
+                f"openmrc paper: {len(session.plan.points)} scenario runs for "
+                f"{len(chosen)} experiment{'s' if len(chosen) != 1 else ''} x {args.seeds} "
+                f"seed{'s' if args.seeds != 1 else ''}; {session.skipped} already in "
+                f"{out if keep is not None else 'no --out'}, {len(session.todo)} to run: {what}",
+                file=sys.stderr,
+                flush=True,
+            )
+            result = session.execute(ex, stop_children=not args.dask)
+        outcomes = result.outcomes
+        if outcomes:
+            print(paper.format_text(outcomes))
+            if result.interrupted:
+                print(paper.PARTIAL)
+        if keep is not None and outcomes:
+            written = paper.write(keep, outcomes, args.quick, partial=result.interrupted)
+            print(f"  wrote {', '.join(str(p) for p in written)}")
+    if result.interrupted:
+        print(
+            f"openmrc paper: interrupted: {result.jobs_done} of {result.jobs_total} experiment "
+            "runs checked"
+            + (
+                "; run the same command again to resume"
+                if keep is not None
+                else " (nothing kept: give --out DIR to resume)"
+            ),
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(o.holds for o in outcomes) else EXIT_FLOW_FAILED
+
+
+def _cmd_paper_figures(args: argparse.Namespace) -> int:
+    """``openmrc paper --figures``: Figures 16 and 17 (busbw against message size)."""
+    from .. import paper_figures, paper_run
+
+    if args.only is not None:
+        raise UsageError("--only: not with --figures (the figures are all their runs)")
+    if args.out is None:
+        raise UsageError("--figures: give --out DIR (where the plots and their data go)")
     out = prepare_out(args.out)
-    runner = paper.Runner(args.quick)
-    outcomes = []
-    for i, experiment in enumerate(chosen, 1):
-        print(f"[{i}/{len(chosen)}] {experiment.name} ...", file=sys.stderr, flush=True)
-        outcomes.append(runner.run(experiment))
-    print(paper.format_text(outcomes))
-    if out is not None:
-        written = paper.write(out, outcomes, args.quick)
-        print(f"  wrote {', '.join(str(p) for p in written)}")
-    return EXIT_OK if all(o.verdict.holds for o in outcomes) else EXIT_FLOW_FAILED
+    assert out is not None
+    points = paper_figures.points(args.quick, args.seeds)
+    todo = [p for p in points if not paper_figures.finished(out, p)]
+    with paper_run.executor_for(args.workers, args.dask, len(todo)) as (ex, what):
+        print(
+            f"openmrc paper --figures: {len(points)} scenario runs; "
+            f"{len(points) - len(todo)} already in {out}, {len(todo)} to run: {what}",
+            file=sys.stderr,
+            flush=True,
+        )
+        outcome = paper_figures.run(points, out, ex, stop_children=not args.dask)
+    if outcome.interrupted:
+        print(
+            "openmrc paper --figures: interrupted; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    written = paper_figures.write(out, points, args.quick)
+    print(paper_figures.format_text(out, points, args.quick))
+    print(f"  wrote {', '.join(str(p) for p in written)}")
+    return EXIT_OK if outcome.failed == 0 else EXIT_FLOW_FAILED
 
 
 def _common_run_flags(p: argparse.ArgumentParser) -> None:
@@ -656,7 +729,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pp.add_argument("--quick", action="store_true", help="reduced sizes (the tests' reductions)")
     pp.add_argument("--only", metavar="NAME[,NAME]", help="only these experiments")
-    pp.add_argument("--out", help="directory for paper.md, paper.json, report.html (created first)")
+    pp.add_argument(
+        "--out",
+        help="directory for paper.md, paper.json, report.html and each run as it finishes "
+        "(points/, experiments/); a rerun resumes from it (created first)",
+    )
+    pp.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every experiment at N seeds (each file's seed and the N-1 next); the "
+        "table says for how many each shape holds",
+    )
+    pp.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="runs in parallel on a local process pool (default: the CPU count; 1: in this "
+        "process, one after the other)",
+    )
+    pp.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on Dask distributed: 'local' or a scheduler address (openmrc[cluster])",
+    )
+    pp.add_argument(
+        "--figures",
+        action="store_true",
+        help="the paper's Figures 16 and 17 instead of the table: busbw against message "
+        "size, MRC / RoCE 1 QP / RoCE 16 QPs at 0, 0.1 and 1 %% loss (needs --out)",
+    )
     pp.set_defaults(func=_cmd_paper)
     t = sub.add_parser("topology", help="print a built fabric's address plan or uSID tables")
     t.add_argument(

@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -202,30 +202,51 @@ def pending_points(out: Path, points: list[Point]) -> tuple[list[Point], int]:
     return todo, done
 
 
-def run_sweep(
-    points: list[Point],
-    out: Path,
-    executor: Executor,
-    *,
-    on_done: Callable[[Point, dict[str, Any]], None] | None = None,
-    stop_children: bool = False,
-) -> SweepOutcome:
-    """Run every point of ``points`` not finished in ``out`` on ``executor``, writing
-    each as it finishes; ``on_done`` is called after each.  Ctrl-C cancels the
-    rest (and with ``stop_children`` terminates this process's worker processes,
-    so that a point half-way through does not hold the exit up)."""
-    todo, done = pending_points(out, points)
-    outcome = SweepOutcome(total=len(points), skipped=done)
+#: (point, its result) as each finishes.
+_Results = Generator[tuple[Point, dict[str, Any]], None, None]
+
+
+def _in_process(todo: list[Point]) -> _Results:
+    """Each point of ``todo`` run in this process, one after the other, as asked for."""
+    for p in todo:
+        yield p, run_point(p)
+
+
+def _on_executor(todo: list[Point], executor: Executor) -> _Results:
+    """Every point of ``todo`` submitted to ``executor`` (in order), yielded as each finishes."""
     futures: dict[Future[dict[str, Any]], Point] = {}
     try:
         for p in todo:
             futures[executor.submit(run_point, p)] = p
         for fut in as_completed(futures):
-            p = futures[fut]
             try:
                 result = fut.result()
             except Exception as exc:  # the worker itself died (or the cluster lost it)
                 result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+            yield futures[fut], result
+    finally:  # Ctrl-C (or the caller stopping early): what has not started never will
+        for fut in futures:
+            fut.cancel()
+
+
+def run_sweep(
+    points: list[Point],
+    out: Path,
+    executor: Executor | None,
+    *,
+    on_done: Callable[[Point, dict[str, Any]], None] | None = None,
+    stop_children: bool = False,
+) -> SweepOutcome:
+    """Run every point of ``points`` not finished in ``out`` on ``executor`` (None:
+    in this process, one after the other, in the order given), writing each as it
+    finishes; ``on_done`` is called after each.  Ctrl-C cancels the rest (and with
+    ``stop_children`` terminates this process's worker processes, so that a point
+    half-way through does not hold the exit up)."""
+    todo, done = pending_points(out, points)
+    outcome = SweepOutcome(total=len(points), skipped=done)
+    results = _in_process(todo) if executor is None else _on_executor(todo, executor)
+    try:
+        for p, result in results:
             if result.get("status") == "interrupted":
                 raise KeyboardInterrupt
             write_point(out, p, result)
@@ -237,8 +258,7 @@ def run_sweep(
                 on_done(p, result)
     except KeyboardInterrupt:
         outcome.interrupted = True
-        for fut in futures:
-            fut.cancel()
+        results.close()
         if stop_children:
             for child in multiprocessing.active_children():
                 child.terminate()

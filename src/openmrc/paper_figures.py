@@ -1,0 +1,381 @@
+"""The paper's collective curves (Araujo et al. 2026, 5.2.7, Figures 16 and 17):
+``openmrc paper --figures``.
+
+Figure 16 is the ring all-reduce, Figure 17 the all-to-all, both on 64 ranks with
+400 Gb/s per NIC: MRC on four planes of 100 Gb/s (one QP spraying its EVs),
+RoCE on one 400 Gb/s plane with ECMP, PFC and DCQCN, with 1 QP and with 16 QPs
+per connection.  Each curve is busbw (nccl-tests' bus bandwidth) against the
+message size, one panel per random loss rate at every NIC ingress (0, 0.1 % and
+1 %).  The runs are the bundled scenario files of ``openmrc paper`` (the
+loss-free ``ring-allreduce-64-*`` and ``alltoall-64-*``), with only the message
+size and the loss fault set by ``--set`` overrides, so that every curve runs the
+transports exactly as the table's experiments configure them.
+
+A run that has not completed by its time cap (:data:`LOSS_CAP_US`, lossy runs
+only: a RoCE QP waiting for its retransmission timeout may never finish) has no
+busbw: it is plotted at 0 with a cross and flagged ``completed: false`` in the
+data.  Nothing here is fitted: the curves are what the simulator gives.
+
+The runs go through the same resumable runner as the table
+(:mod:`openmrc.paper_run`): each written under ``OUT/points/`` as it finishes.
+Output: ``figure16.png``, ``figure17.png``, ``figures.html`` (both, with their
+numbers), ``figures.json`` and ``figures.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .paper import Run, busbw
+from .paper_run import parse_run, point_at
+from .sweep.runner import SweepOutcome, read_point, run_sweep
+from .sweep.spec import Point
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One of the paper's figures: a collective, and the scenario file of each curve."""
+
+    number: int
+    collective: str
+    #: curve label -> bundled loss-free scenario file (scenarios/paper/)
+    curves: dict[str, str]
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure(
+        16,
+        "ring all-reduce",
+        {
+            "MRC 1 QP": "ring-allreduce-64-mrc",
+            "RoCE 1 QP": "ring-allreduce-64-roce-1qp",
+            "RoCE 16 QPs": "ring-allreduce-64-roce-16qp",
+        },
+    ),
+    Figure(
+        17,
+        "all-to-all",
+        {
+            "MRC 1 QP": "alltoall-64-mrc",
+            "RoCE 1 QP": "alltoall-64-roce-1qp",
+            "RoCE 16 QPs": "alltoall-64-roce-16qp",
+        },
+    ),
+)
+
+#: Random loss at every NIC ingress (all planes), as a probability: the panels.
+LOSSES: tuple[float, ...] = (0.0, 0.001, 0.01)
+
+#: Message sizes (nccl-tests' size: the buffer per rank), latency- to bandwidth-bound.
+#: Full size, 64 ranks: a ring step moves size / 128 per channel (2 KiB to 128 KiB);
+#: an all-to-all sends size / 64 to every peer (4 KiB to 256 KiB).
+SIZES: tuple[str, ...] = ("256KiB", "1MiB", "4MiB", "16MiB")
+
+#: Quick size (the tests): the table's own reductions (an 8-rank ring on 2 T0s, a
+#: 16-rank all-to-all on 4 T0s) and smaller messages.
+QUICK_SIZES: tuple[str, ...] = ("64KiB", "256KiB", "1MiB", "4MiB")
+QUICK_FABRIC: dict[int, tuple[str, ...]] = {
+    16: (
+        "fabric.t0s=2",
+        "fabric.hosts_per_t0=4",
+        "fabric.t1s=4",
+        "workload.placement=[0, 4, 1, 5, 2, 6, 3, 7]",
+    ),
+    17: ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4"),
+}
+
+#: Simulated-time cap of a lossy run (us), as the bundled loss files use.
+LOSS_CAP_US = {False: 20_000, True: 2_000}
+
+
+def loss_overrides(loss: float, quick: bool) -> tuple[str, ...]:
+    """The ``--set`` overrides of a loss rate: the bundled loss files' fault, and their cap."""
+    if loss == 0:
+        return ()
+    fault = (
+        f'faults=[{{at_us = 0, kind = "link_loss", links = "host", direction = "down", '
+        f"probability = {loss!r}}}]"
+    )
+    return (fault, f"run.until_us={LOSS_CAP_US[quick]}")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of one curve: figure, curve, loss, size (its run at each seed)."""
+
+    figure: int
+    curve: str
+    loss: float
+    size: str
+
+    def run(self, quick: bool) -> Run:
+        """The bundled file with this cell's overrides."""
+        fig = next(f for f in FIGURES if f.number == self.figure)
+        fabric = QUICK_FABRIC[self.figure] if quick else ()
+        return Run(
+            fig.curves[self.curve],
+            always=(f'workload.size="{self.size}"', *loss_overrides(self.loss, quick)),
+            quick=fabric,
+        )
+
+
+def cells(quick: bool) -> list[Cell]:
+    """Every cell of both figures, in plotting order."""
+    sizes = QUICK_SIZES if quick else SIZES
+    return [
+        Cell(f.number, curve, loss, size)
+        for f in FIGURES
+        for curve in f.curves
+        for loss in LOSSES
+        for size in sizes
+    ]
+
+
+def plan(quick: bool, seeds: int = 1) -> list[tuple[Cell, Point]]:
+    """Each cell's point at each seed (the file's seed and the ``seeds - 1`` next)."""
+    if seeds < 1:
+        raise ValueError(f"--seeds: must be >= 1, got {seeds}")
+    out: list[tuple[Cell, Point]] = []
+    for cell in cells(quick):
+        run = cell.run(quick)
+        parsed = parse_run(run, quick)
+        for k in range(seeds):
+            out.append((cell, point_at(parsed, run, parsed.resolved["seed"] + k, len(out))))
+    return out
+
+
+def points(quick: bool, seeds: int = 1) -> list[tuple[Cell, Point]]:
+    """:func:`plan`: the figures' runs."""
+    return plan(quick, seeds)
+
+
+def finished(out: Path, item: tuple[Cell, Point]) -> bool:
+    """Whether ``item``'s run is already written (ok) in ``out``."""
+    stored = read_point(out, item[1])
+    return stored is not None and stored.get("status") == "ok"
+
+
+def run(
+    items: list[tuple[Cell, Point]],
+    out: Path,
+    executor: Executor | None,
+    *,
+    stop_children: bool = False,
+) -> SweepOutcome:
+    """Run the figures' points not yet written in ``out``, largest first."""
+    order = sorted(
+        (p for _, p in items), key=lambda p: (-_size_bytes(p.overrides), -p.seed, p.index)
+    )
+    return run_sweep(order, out, executor, stop_children=stop_children)
+
+
+def _size_bytes(overrides: tuple[str, ...]) -> int:
+    from .units import parse_size
+
+    for o in overrides:
+        if o.startswith("workload.size="):
+            return parse_size(o.split("=", 1)[1].strip('"'), "workload.size")
+    return 0
+
+
+def _summary(doc: dict[str, Any]) -> dict[str, Any]:
+    (c,) = doc["collectives"]
+    return {
+        "busbw_gbps": busbw(doc),
+        "completed": bool(c.get("busbw_gbps")),
+        "sim_end_us": doc["sim_end_us"],
+        "timeouts": sum(int(f.get("timeouts") or 0) for f in doc["flows"]),
+        "evs_assumed_bad": sum(int(f.get("evs_assumed_bad") or 0) for f in doc["flows"]),
+    }
+
+
+def collect(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> dict[str, Any]:
+    """``figures.json``: every figure's curves (mean busbw over seeds per size), with
+    each seed's run summarised; a run not written (failed) is left out and named."""
+    rows: dict[Cell, list[dict[str, Any]]] = {}
+    missing = []
+    for cell, p in items:
+        stored = read_point(out, p)
+        if stored is None or stored.get("status") != "ok":
+            missing.append({"cell": cell.__dict__, "seed": p.seed})
+            continue
+        rows.setdefault(cell, []).append({"seed": p.seed, **_summary(stored["record"])})
+    sizes = list(QUICK_SIZES if quick else SIZES)
+    figs = []
+    for f in FIGURES:
+        curves = []
+        for curve in f.curves:
+            for loss in LOSSES:
+                runs = [rows.get(Cell(f.number, curve, loss, s), []) for s in sizes]
+                curves.append(
+                    {
+                        "label": curve,
+                        "file": f.curves[curve],
+                        "loss": loss,
+                        "busbw_gbps": [
+                            statistics.fmean(r["busbw_gbps"] for r in rs) if rs else None
+                            for rs in runs
+                        ],
+                        "completed": [bool(rs) and all(r["completed"] for r in rs) for rs in runs],
+                        "runs": runs,
+                    }
+                )
+        figs.append(
+            {"figure": f.number, "collective": f.collective, "sizes": sizes, "curves": curves}
+        )
+    return {"quick": quick, "losses": list(LOSSES), "figures": figs, "missing": missing}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+COLOURS = {"MRC 1 QP": "#1f77b4", "RoCE 1 QP": "#d62728", "RoCE 16 QPs": "#ff7f0e"}
+#: RoCE 16 QPs dashed: where it equals RoCE 1 QP the two lines stay visible.
+STYLES = {"RoCE 16 QPs": "--"}
+
+
+def plot(fig: dict[str, Any], path: Path, quick: bool) -> Path:
+    """One figure like the paper's: busbw against message size, a panel per loss rate."""
+    from .units import parse_size
+
+    plt = _pyplot()
+    sizes = [parse_size(s, "size") for s in fig["sizes"]]
+    panels, axes = plt.subplots(1, len(LOSSES), figsize=(4.2 * len(LOSSES), 3.6), sharey=True)
+    for ax, loss in zip(axes, LOSSES, strict=True):
+        for c in (c for c in fig["curves"] if c["loss"] == loss):
+            ys = [0.0 if y is None else y for y in c["busbw_gbps"]]
+            colour = COLOURS.get(c["label"], "#7f7f7f")
+            style = STYLES.get(c["label"], "-")
+            ax.plot(sizes, ys, style, marker="o", color=colour, label=c["label"])
+            bad = [(x, y) for x, y, ok in zip(sizes, ys, c["completed"], strict=True) if not ok]
+            if bad:
+                ax.plot(*zip(*bad, strict=True), "x", color=colour, markersize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, fig["sizes"])
+        ax.set_title(f"{100 * loss:g} % loss")
+        ax.set_xlabel("message size")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("busbw (Gb/s)")
+    axes[0].legend(fontsize="small")
+    where = "quick size" if quick else "64 ranks"
+    panels.suptitle(f"Figure {fig['figure']}: {fig['collective']} ({where}); x: did not complete")
+    panels.tight_layout()
+    panels.savefig(path, dpi=110)
+    plt.close(panels)
+    return path
+
+
+def write(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> list[Path]:
+    """``figures.json``, ``figures.csv``, and a PNG per figure and ``figures.html`` (when
+    matplotlib is installed)."""
+    doc = collect(out, items, quick)
+    js = out / "figures.json"
+    js.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    rows = []
+    for fig in doc["figures"]:
+        for c in fig["curves"]:
+            for size, runs in zip(fig["sizes"], c["runs"], strict=True):
+                for r in runs:
+                    rows.append(
+                        {
+                            "figure": fig["figure"],
+                            "collective": fig["collective"],
+                            "transport": c["label"],
+                            "loss_pct": 100 * c["loss"],
+                            "size": size,
+                            **r,
+                        }
+                    )
+    cs = out / "figures.csv"
+    with cs.open("w", newline="") as fh:
+        fields = ["figure", "collective", "transport", "loss_pct", "size", "seed"]
+        fields += ["busbw_gbps", "completed", "sim_end_us", "timeouts", "evs_assumed_bad"]
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    written = [js, cs]
+    try:
+        _pyplot()
+    except ImportError:
+        return written
+    pngs = [plot(fig, out / f"figure{fig['figure']}.png", quick) for fig in doc["figures"]]
+    page = out / "figures.html"
+    page.write_text(render_html(doc, pngs))
+    return [*written, *pngs, page]
+
+
+def render_html(doc: dict[str, Any], pngs: list[Path]) -> str:
+    """``figures.html``: each figure's plot and its numbers (busbw per size, Gb/s)."""
+    import base64
+    import html
+
+    esc = html.escape
+    parts = []
+    for fig, png in zip(doc["figures"], pngs, strict=True):
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        head = "".join(f"<th>{esc(s)}</th>" for s in fig["sizes"])
+        rows = "\n".join(
+            f"<tr><th scope='row'>{esc(c['label'])}</th><td>{100 * c['loss']:g} %</td>"
+            + "".join(
+                "<td>-</td>" if y is None else f"<td>{y:.0f}{'' if ok else ' (x)'}</td>"
+                for y, ok in zip(c["busbw_gbps"], c["completed"], strict=True)
+            )
+            + "</tr>"
+            for c in fig["curves"]
+        )
+        parts.append(
+            f"<h2>Figure {fig['figure']}: {esc(fig['collective'])}</h2>"
+            f"<img alt='Figure {fig['figure']}' src='data:image/png;base64,{data}'>"
+            f"<table><thead><tr><th>transport</th><th>loss</th>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    size = "quick size" if doc["quick"] else "64 ranks"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>openmrc: the paper's Figures 16 and 17 ({size})</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 80em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }}
+img {{ max-width: 100%; }}
+</style></head>
+<body>
+<h1>The paper's Figures 16 and 17 ({size})</h1>
+<p>busbw (Gb/s) against message size; (x): the run did not complete by its cap
+(plotted at 0). Data: figures.json, figures.csv.</p>
+{chr(10).join(parts)}
+</body></html>
+"""
+
+
+def format_text(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> str:
+    """The curves as text: a line per figure, curve and loss, busbw per size."""
+    doc = collect(out, items, quick)
+    lines = []
+    for fig in doc["figures"]:
+        lines.append(
+            f"Figure {fig['figure']}, {fig['collective']}: busbw (Gb/s) at "
+            + ", ".join(fig["sizes"])
+        )
+        for c in fig["curves"]:
+            vals = [
+                "-" if y is None else (f"{y:.0f}" if ok else f"{y:.0f}*")
+                for y, ok in zip(c["busbw_gbps"], c["completed"], strict=True)
+            ]
+            lines.append(
+                f"  {c['label']:12} {100 * c['loss']:4g} % loss: {' '.join(f'{v:>6}' for v in vals)}"
+            )
+    lines.append("  (*: did not complete within the cap)")
+    return "\n".join(lines)
