@@ -76,7 +76,9 @@ def test_gap_triggers_exactly_one_nak_and_a_rewind() -> None:
 
 
 def test_timeout_rewinds_then_errors_the_qp_after_the_retries() -> None:
-    snd, _rcv, _, _ = _pair(retries=2, timeout_exp=3, dcqcn=DcqcnConfig(enabled=False))
+    snd, _rcv, _, _ = _pair(
+        retries=2, timeout_exp=3, adaptive_retransmission=False, dcqcn=DcqcnConfig(enabled=False)
+    )
     rto = ack_timeout_ps(3)
     assert rto == 4_096_000 * 8
     snd.post(1, 0, 3000)

@@ -12,10 +12,17 @@ NIC does for RDMA WRITEs on one RC queue pair:
   error) carrying the expected PSN and stays silent about later ones until the
   gap is filled; duplicates are re-ACKed.  The sender rewinds to the NAKed PSN
   and resends everything from there.
-* **Local ACK timeout** ``4.096 us x 2**t`` (:func:`ack_timeout_ps`); on expiry
-  the sender rewinds to the oldest unacknowledged PSN; after ``retries``
-  consecutive expiries without progress the QP goes to the error state and its
-  outstanding messages complete in error.
+* **Retransmission timeout.**  On expiry the sender rewinds to the oldest
+  unacknowledged PSN.  With ``adaptive_retransmission`` (the default, as
+  ConnectX NICs ship: NVIDIA's "Adaptive Retransmission") the first timeout is
+  short, ``adp_time_base_ps x 2**k`` with ``k`` drawn per QP from
+  ``adp_init_exp .. adp_init_exp + adp_init_range - 1``; each expiry without
+  progress doubles it, capped at the QP's local ACK timeout ``4.096 us x 2**t``
+  (:func:`ack_timeout_ps`); progress resets it to the initial value; the QP
+  goes to the error state after ``retries x`` the local ACK timeout without
+  progress.  Without it the timeout is the local ACK timeout and the QP errors
+  after ``retries`` consecutive expiries without progress.  Either way the
+  outstanding messages of an errored QP complete in error.
 * **DCQCN** (:class:`Dcqcn`, the reaction point; the notification point is in
   :class:`RoceReceiver`): a CNP at most every ``cnp_interval_ps`` per QP when a
   data packet arrives ECN-marked; the sender cuts ``rc *= 1 - alpha/2``
@@ -31,6 +38,7 @@ Nothing here reads a clock: every method takes ``now`` (integer picoseconds).
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field, fields
 
@@ -237,6 +245,17 @@ class RoceConfig:
     retries: int = 7
     ack_every: int = 16
     window_packets: int = 1 << 22
+    #: NVIDIA ConnectX "Adaptive Retransmission" (``roce_adp_retrans_en``, on by
+    #: default): short first timeouts that double on each expiry without
+    #: progress, capped at the local ACK timeout.  docs/baselines.md gives the
+    #: sources and the choice of the initial value.
+    adaptive_retransmission: bool = True
+    #: ADP ``time_base``: the firmware minimum is 4 us; the IB unit 4.096 us here.
+    adp_time_base_ps: int = 4_096_000
+    #: ADP ``timeout_init_low_bound`` / ``timeout_init_range_size``: the first
+    #: timeout is ``time_base x 2**k``, k uniform in [low, low + range - 1] per QP.
+    adp_init_exp: int = 5
+    adp_init_range: int = 2
     #: Receiver: PSNs up to this far beyond the expected one are placed out of
     #: order and remembered (0: strict go-back-N, every such packet is dropped).
     #: Adaptive-routing InfiniBand NICs place out-of-order packets of RDMA WRITEs.
@@ -255,6 +274,19 @@ class RoceConfig:
         _check_int(o, "retries", self.retries, 0)
         _check_int(o, "ack_every", self.ack_every, 1)
         _check_int(o, "window_packets", self.window_packets, 1)
+        if not isinstance(self.adaptive_retransmission, bool):
+            raise ValueError(
+                f"{o}.adaptive_retransmission: must be true or false, "
+                f"got {self.adaptive_retransmission!r}"
+            )
+        _check_int(o, "adp_time_base_ps", self.adp_time_base_ps, 1)
+        _check_int(o, "adp_init_exp", self.adp_init_exp, 0)
+        _check_int(o, "adp_init_range", self.adp_init_range, 1)
+        if self.adp_init_exp + self.adp_init_range > 32:
+            raise ValueError(
+                f"{o}.adp_init_exp: adp_init_exp + adp_init_range must be at most 32, "
+                f"got {self.adp_init_exp} + {self.adp_init_range}"
+            )
         _check_int(o, "reorder_window", self.reorder_window, 0)
         _check_int(o, "sport_base", self.sport_base, 0)
         if not isinstance(self.dcqcn, DcqcnConfig):
@@ -466,6 +498,7 @@ class RoceSender:
 
     __slots__ = (
         "_pending",
+        "_progress_t",
         "_segs",
         "_timer",
         "_tx_bits",
@@ -482,6 +515,8 @@ class RoceSender:
         "retries_left",
         "rewinds",
         "rto",
+        "rto_init",
+        "rto_max",
         "sent_bytes",
         "sent_pkts",
         "sport",
@@ -503,6 +538,7 @@ class RoceSender:
         data: bytes | bytearray | None = None,
         now: int = 0,
         wire_overhead: int = 38,
+        rng: random.Random | None = None,
     ) -> None:
         cfg.validate()
         self.cfg = cfg
@@ -514,7 +550,19 @@ class RoceSender:
         self.data = data
         self.wire_overhead = wire_overhead
         self.dcqcn = Dcqcn(cfg.dcqcn, line_bps, now) if cfg.dcqcn.enabled else None
-        self.rto = ack_timeout_ps(cfg.timeout_exp)
+        #: the local ACK timeout: the fixed timeout, or the adaptive one's cap
+        self.rto_max = ack_timeout_ps(cfg.timeout_exp)
+        if cfg.adaptive_retransmission:
+            k = cfg.adp_init_exp
+            if rng is not None and cfg.adp_init_range > 1:
+                k += rng.randrange(cfg.adp_init_range)
+            self.rto_init = min(cfg.adp_time_base_ps << k, self.rto_max)
+        else:
+            self.rto_init = self.rto_max
+        #: the current retransmission timeout
+        self.rto = self.rto_init
+        #: when the QP last made progress (ACKed a new PSN)
+        self._progress_t = now
         #: per PSN: (msg_id, offset, length, last)
         self._segs: list[tuple[int, int, int, bool]] = []
         #: messages not yet acknowledged: (end PSN, msg_id)
@@ -603,7 +651,9 @@ class RoceSender:
         wb = pkt.size + self.wire_overhead
         self.sent_bytes += wb
         if self._timer is None:
+            # nothing was outstanding: the no-progress clock starts now
             self._timer = now + self.rto
+            self._progress_t = now
         dc = self.dcqcn
         if dc is not None:
             rate = dc.rate(now)
@@ -629,6 +679,8 @@ class RoceSender:
         if psn > self.una:
             self.una = psn
             self.retries_left = self.cfg.retries
+            self.rto = self.rto_init
+            self._progress_t = now
             pend = self._pending
             while pend and pend[0][0] <= psn:
                 self.completed.append((pend.popleft()[1], True, now))
@@ -643,7 +695,13 @@ class RoceSender:
         return self._timer
 
     def on_timer(self, now: int) -> None:
-        """Local ACK timeout: rewind to the oldest unacknowledged PSN, or fail the QP."""
+        """Retransmission timeout: rewind to the oldest unacknowledged PSN, or fail the QP.
+
+        Adaptive: the QP fails once ``retries`` local ACK timeouts have passed
+        without progress (NVIDIA: "QP.ack_timeout * QP.retry_num"), else the
+        timeout doubles up to the local ACK timeout.  Fixed: it fails after
+        ``retries`` expiries in a row without progress.
+        """
         t = self._timer
         if t is None or now < t or self.state != "ok":
             return
@@ -651,7 +709,11 @@ class RoceSender:
             self._timer = None
             return
         self.timeouts += 1
-        if self.retries_left == 0:
+        if self.cfg.adaptive_retransmission:
+            failed = now - self._progress_t >= self.cfg.retries * self.rto_max
+        else:
+            failed = self.retries_left == 0
+        if failed:
             self.state = "error"
             self._timer = None
             while self._pending:
@@ -660,6 +722,8 @@ class RoceSender:
         self.retries_left -= 1
         self.nxt = self.una
         self.rewinds += 1
+        if self.cfg.adaptive_retransmission:
+            self.rto = min(self.rto * 2, self.rto_max)
         self._timer = now + self.rto
 
 

@@ -226,7 +226,11 @@ class BaselineExperiment(Experiment):
 
     def _build_hosts(self, master: random.Random) -> list[Any]:
         hosts = [BaselineHost(self.sim, self.fabric, h) for h in range(self.spec.hosts)]  # type: ignore[arg-type]
-        self._sport_rng = random.Random(master.getrandbits(64))
+        seed = master.getrandbits(64)
+        self._sport_rng = random.Random(seed)
+        # the ADP initial timeouts get a stream of their own (derived, so that the
+        # source ports, and so the ECMP paths, do not depend on it)
+        self._adp_rng = random.Random(seed ^ 0x5EED_ADB0)
         return hosts
 
     def _new_flow(self, spec: FlowSpec) -> _Flow:
@@ -300,6 +304,7 @@ class BaselineExperiment(Experiment):
                 data=flow.src_data,
                 now=now,
                 wire_overhead=self.fabric.config.framing_bytes,
+                rng=self._adp_rng,
             )
             rcv = RoceReceiver(cfg, qp, spec.dst, spec.src, sport, buffer=flow.dst_buf)
             src.add_sender(snd, i % planes)
