@@ -253,8 +253,10 @@ class RoceConfig:
     #: ADP ``time_base``: the firmware minimum is 4 us; the IB unit 4.096 us here.
     adp_time_base_ps: int = 4_096_000
     #: ADP ``timeout_init_low_bound`` / ``timeout_init_range_size``: the first
-    #: timeout is ``time_base x 2**k``, k uniform in [low, low + range - 1] per QP.
-    adp_init_exp: int = 5
+    #: timeout is ``time_base x 2**k``, k uniform in [low, low + range - 1] per QP:
+    #: 524 us or 1.05 ms.  NVIDIA does not publish its default profile; this is the
+    #: smallest range with no spurious expiry in lossless PFC runs (docs/baselines.md).
+    adp_init_exp: int = 7
     adp_init_range: int = 2
     #: Receiver: PSNs up to this far beyond the expected one are placed out of
     #: order and remembered (0: strict go-back-N, every such packet is dropped).
