@@ -251,6 +251,28 @@ def test_receiver_sends_cnps_at_most_every_interval() -> None:
     assert len(cnps) == 5  # at 0, 4, 8, 12, 16 us
 
 
+def test_cnp_spacing_per_qp_or_shared_by_the_receiving_port() -> None:
+    """Per QP (default), each QP gets a CNP per 4 us; with ``cnp_per_port`` (a literal
+    reading of ConnectX min_time_between_cnps, "from the port") seven QPs marked
+    together into one port get one CNP per 4 us between them."""
+    from openmrc.baselines.roce import CnpPacer
+
+    def cnps(cfg: RoceConfig) -> int:
+        pacer = CnpPacer()
+        rcvs = [RoceReceiver(cfg, q, 0, q, 50000 + q, cnp_pacer=pacer) for q in range(1, 8)]
+        n = 0
+        for psn in range(8):  # 8 rounds 1 us apart, every QP's packet marked
+            for q, rcv in enumerate(rcvs, 1):
+                p = RoceData(q, psn, 0, psn * 1000, 1000, False, q, 0, 50000 + q)
+                p.ecn = True
+                n += sum(isinstance(x, Cnp) for x in rcv.receive(p, psn * US))
+        return n
+
+    assert cnps(RoceConfig(mtu=1000)) == 14  # each QP at 0 and 4 us
+    per_port = RoceConfig(mtu=1000, dcqcn=DcqcnConfig(cnp_per_port=True))
+    assert cnps(per_port) == 2  # at 0 and 4 us, for the whole port
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="g"):
         DcqcnConfig(g=0).validate()

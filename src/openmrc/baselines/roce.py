@@ -24,8 +24,8 @@ NIC does for RDMA WRITEs on one RC queue pair:
   after ``retries`` consecutive expiries without progress.  Either way the
   outstanding messages of an errored QP complete in error.
 * **DCQCN** (:class:`Dcqcn`, the reaction point; the notification point is in
-  :class:`RoceReceiver`): a CNP at most every ``cnp_interval_ps`` per QP when a
-  data packet arrives ECN-marked; the sender cuts ``rc *= 1 - alpha/2``
+  :class:`RoceReceiver`): a CNP when a data packet arrives ECN-marked, at most
+  every ``cnp_interval_ps`` per QP (``cnp_per_port``: per receiving NIC port); the sender cuts ``rc *= 1 - alpha/2``
   (remembering the target ``rt = rc``), updates ``alpha`` as an EWMA with gain
   ``g`` on a timer, and raises the rate on a rate-increase timer: fast recovery
   (``rc = (rc + rt)/2``), then additive (``rt += R_AI``), then hyper
@@ -173,6 +173,12 @@ class DcqcnConfig:
     min_rate_25g_bps: float = 1e6
     byte_counter_bytes: int = 32767
     cnp_interval_ps: int = 4_000_000
+    #: True: the CNP spacing holds per receiving NIC port, shared by all its QPs (a
+    #: literal reading of ConnectX ``min_time_between_cnps``, "Minimum time between
+    #: sending cnps from the port"); False (default): per QP, as the DCQCN paper's
+    #: NP.  Per port, 7 flows into one port already fall into PFC, against the
+    #: paper's "about 10" held by the default profile (docs/baselines.md).
+    cnp_per_port: bool = False
     #: On every CNP set the target rate to the current rate (the DCQCN paper).
     #: NVIDIA ConnectX (``clamp_tgt_rate`` = 0) does not: a burst of CNPs with no
     #: increase in between keeps the target at the rate from before the burst.  The
@@ -223,6 +229,7 @@ class DcqcnConfig:
             "clamp_after_byte_increase",
             "scale_rates",
             "enabled",
+            "cnp_per_port",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{o}.{name}: must be true or false, got {getattr(self, name)!r}")
@@ -730,6 +737,23 @@ class RoceSender:
 
 
 # ----- responder (receiver) side of a QP -------------------------------------------------
+class CnpPacer:
+    """When the notification point last sent a CNP: one per QP, or one shared per NIC port."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def allow(self, now: int, interval: int) -> bool:
+        """Whether a CNP may go at ``now`` (and if so, count it as sent)."""
+        last = self.last
+        if last is None or now - last >= interval:
+            self.last = now
+            return True
+        return False
+
+
 class RoceReceiver:
     """The receiving half of one QP: in-order acceptance, ACK/NAK, CNP generation.
 
@@ -738,7 +762,7 @@ class RoceReceiver:
     """
 
     __slots__ = (
-        "_last_cnp",
+        "_cnp",
         "_ooo",
         "_since_ack",
         "buffer",
@@ -765,6 +789,7 @@ class RoceReceiver:
         peer: int,
         sport: int,
         buffer: bytearray | None = None,
+        cnp_pacer: CnpPacer | None = None,
     ) -> None:
         self.cfg = cfg
         self.qp = qp
@@ -777,7 +802,8 @@ class RoceReceiver:
         #: PSN -> last-of-message flag, for packets placed beyond ``expected``
         self._ooo: dict[int, bool] = {}
         self._since_ack = 0
-        self._last_cnp: int | None = None
+        #: the CNP spacing: the port's shared pacer (``cnp_per_port``) or this QP's own
+        self._cnp = cnp_pacer if cnp_pacer is not None and cfg.dcqcn.cnp_per_port else CnpPacer()
         self.rcvd_bytes = 0
         self.messages = 0
         self.naks = 0
@@ -788,12 +814,10 @@ class RoceReceiver:
     def receive(self, pkt: RoceData, now: int) -> list[Packet]:
         """Accept or refuse one data packet; return the replies."""
         out: list[Packet] = []
-        if pkt.ecn and self.cfg.dcqcn.enabled:
-            last = self._last_cnp
-            if last is None or now - last >= self.cfg.dcqcn.cnp_interval_ps:
-                self._last_cnp = now
-                self.cnps += 1
-                out.append(Cnp(self.qp, self.host, self.peer, self.sport))
+        dc = self.cfg.dcqcn
+        if pkt.ecn and dc.enabled and self._cnp.allow(now, dc.cnp_interval_ps):
+            self.cnps += 1
+            out.append(Cnp(self.qp, self.host, self.peer, self.sport))
         psn = pkt.psn
         exp = self.expected
         if psn == exp or exp < psn < exp + self.cfg.reorder_window:

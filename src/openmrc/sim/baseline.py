@@ -26,7 +26,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..baselines.roce import Cnp, RoceAck, RoceConfig, RoceData, RoceReceiver, RoceSender
+from ..baselines.roce import (
+    Cnp,
+    CnpPacer,
+    RoceAck,
+    RoceConfig,
+    RoceData,
+    RoceReceiver,
+    RoceSender,
+)
 from ..topology import ClosSpec
 from ..workloads import FlowSpec
 from .baseline_fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
@@ -52,6 +60,8 @@ class BaselineHost:
         self.plane_senders: list[list[RoceSender]] = [[] for _ in self.ports]
         self._rr = [0] * len(self.ports)
         self.receivers: dict[int, RoceReceiver] = {}
+        #: per port: the notification point's CNP spacing, shared by its QPs
+        self.cnp_pacers = [CnpPacer() for _ in self.ports]
         self._pump_at: int | None = None
         self._timer_at: int | None = None
         self.on_activity: Callable[[BaselineHost, int], None] | None = None
@@ -306,7 +316,15 @@ class BaselineExperiment(Experiment):
                 wire_overhead=self.fabric.config.framing_bytes,
                 rng=self._adp_rng,
             )
-            rcv = RoceReceiver(cfg, qp, spec.dst, spec.src, sport, buffer=flow.dst_buf)
+            rcv = RoceReceiver(
+                cfg,
+                qp,
+                spec.dst,
+                spec.src,
+                sport,
+                buffer=flow.dst_buf,
+                cnp_pacer=dst.cnp_pacers[i % planes],
+            )
             src.add_sender(snd, i % planes)
             dst.add_receiver(rcv)
             flow.senders.append(snd)
