@@ -12,13 +12,20 @@ NIC does for RDMA WRITEs on one RC queue pair:
   error) carrying the expected PSN and stays silent about later ones until the
   gap is filled; duplicates are re-ACKed.  The sender rewinds to the NAKed PSN
   and resends everything from there.
-* **Local ACK timeout** ``4.096 us x 2**t`` (:func:`ack_timeout_ps`); on expiry
-  the sender rewinds to the oldest unacknowledged PSN; after ``retries``
-  consecutive expiries without progress the QP goes to the error state and its
-  outstanding messages complete in error.
+* **Retransmission timeout.**  On expiry the sender rewinds to the oldest
+  unacknowledged PSN.  With ``adaptive_retransmission`` (the default, as
+  ConnectX NICs ship: NVIDIA's "Adaptive Retransmission") the first timeout is
+  short, ``adp_time_base_ps x 2**k`` with ``k`` drawn per QP from
+  ``adp_init_exp .. adp_init_exp + adp_init_range - 1``; each expiry without
+  progress doubles it, capped at the QP's local ACK timeout ``4.096 us x 2**t``
+  (:func:`ack_timeout_ps`); progress resets it to the initial value; the QP
+  goes to the error state after ``retries x`` the local ACK timeout without
+  progress.  Without it the timeout is the local ACK timeout and the QP errors
+  after ``retries`` consecutive expiries without progress.  Either way the
+  outstanding messages of an errored QP complete in error.
 * **DCQCN** (:class:`Dcqcn`, the reaction point; the notification point is in
-  :class:`RoceReceiver`): a CNP at most every ``cnp_interval_ps`` per QP when a
-  data packet arrives ECN-marked; the sender cuts ``rc *= 1 - alpha/2``
+  :class:`RoceReceiver`): a CNP when a data packet arrives ECN-marked, at most
+  every ``cnp_interval_ps`` per QP (``cnp_per_port``: per receiving NIC port); the sender cuts ``rc *= 1 - alpha/2``
   (remembering the target ``rt = rc``), updates ``alpha`` as an EWMA with gain
   ``g`` on a timer, and raises the rate on a rate-increase timer: fast recovery
   (``rc = (rc + rt)/2``), then additive (``rt += R_AI``), then hyper
@@ -31,6 +38,7 @@ Nothing here reads a clock: every method takes ``now`` (integer picoseconds).
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field, fields
 
@@ -165,6 +173,12 @@ class DcqcnConfig:
     min_rate_25g_bps: float = 1e6
     byte_counter_bytes: int = 32767
     cnp_interval_ps: int = 4_000_000
+    #: True: the CNP spacing holds per receiving NIC port, shared by all its QPs (a
+    #: literal reading of ConnectX ``min_time_between_cnps``, "Minimum time between
+    #: sending cnps from the port"); False (default): per QP, as the DCQCN paper's
+    #: NP.  Per port, 7 flows into one port already fall into PFC, against the
+    #: paper's "about 10" held by the default profile (docs/baselines.md).
+    cnp_per_port: bool = False
     #: On every CNP set the target rate to the current rate (the DCQCN paper).
     #: NVIDIA ConnectX (``clamp_tgt_rate`` = 0) does not: a burst of CNPs with no
     #: increase in between keeps the target at the rate from before the burst.  The
@@ -215,6 +229,7 @@ class DcqcnConfig:
             "clamp_after_byte_increase",
             "scale_rates",
             "enabled",
+            "cnp_per_port",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{o}.{name}: must be true or false, got {getattr(self, name)!r}")
@@ -237,6 +252,19 @@ class RoceConfig:
     retries: int = 7
     ack_every: int = 16
     window_packets: int = 1 << 22
+    #: NVIDIA ConnectX "Adaptive Retransmission" (``roce_adp_retrans_en``, on by
+    #: default): short first timeouts that double on each expiry without
+    #: progress, capped at the local ACK timeout.  docs/baselines.md gives the
+    #: sources and the choice of the initial value.
+    adaptive_retransmission: bool = True
+    #: ADP ``time_base``: the firmware minimum is 4 us; the IB unit 4.096 us here.
+    adp_time_base_ps: int = 4_096_000
+    #: ADP ``timeout_init_low_bound`` / ``timeout_init_range_size``: the first
+    #: timeout is ``time_base x 2**k``, k uniform in [low, low + range - 1] per QP:
+    #: 524 us or 1.05 ms.  NVIDIA does not publish its default profile; this is the
+    #: smallest range with no spurious expiry in lossless PFC runs (docs/baselines.md).
+    adp_init_exp: int = 7
+    adp_init_range: int = 2
     #: Receiver: PSNs up to this far beyond the expected one are placed out of
     #: order and remembered (0: strict go-back-N, every such packet is dropped).
     #: Adaptive-routing InfiniBand NICs place out-of-order packets of RDMA WRITEs.
@@ -255,6 +283,19 @@ class RoceConfig:
         _check_int(o, "retries", self.retries, 0)
         _check_int(o, "ack_every", self.ack_every, 1)
         _check_int(o, "window_packets", self.window_packets, 1)
+        if not isinstance(self.adaptive_retransmission, bool):
+            raise ValueError(
+                f"{o}.adaptive_retransmission: must be true or false, "
+                f"got {self.adaptive_retransmission!r}"
+            )
+        _check_int(o, "adp_time_base_ps", self.adp_time_base_ps, 1)
+        _check_int(o, "adp_init_exp", self.adp_init_exp, 0)
+        _check_int(o, "adp_init_range", self.adp_init_range, 1)
+        if self.adp_init_exp + self.adp_init_range > 32:
+            raise ValueError(
+                f"{o}.adp_init_exp: adp_init_exp + adp_init_range must be at most 32, "
+                f"got {self.adp_init_exp} + {self.adp_init_range}"
+            )
         _check_int(o, "reorder_window", self.reorder_window, 0)
         _check_int(o, "sport_base", self.sport_base, 0)
         if not isinstance(self.dcqcn, DcqcnConfig):
@@ -466,6 +507,7 @@ class RoceSender:
 
     __slots__ = (
         "_pending",
+        "_progress_t",
         "_segs",
         "_timer",
         "_tx_bits",
@@ -482,6 +524,8 @@ class RoceSender:
         "retries_left",
         "rewinds",
         "rto",
+        "rto_init",
+        "rto_max",
         "sent_bytes",
         "sent_pkts",
         "sport",
@@ -503,6 +547,7 @@ class RoceSender:
         data: bytes | bytearray | None = None,
         now: int = 0,
         wire_overhead: int = 38,
+        rng: random.Random | None = None,
     ) -> None:
         cfg.validate()
         self.cfg = cfg
@@ -514,7 +559,19 @@ class RoceSender:
         self.data = data
         self.wire_overhead = wire_overhead
         self.dcqcn = Dcqcn(cfg.dcqcn, line_bps, now) if cfg.dcqcn.enabled else None
-        self.rto = ack_timeout_ps(cfg.timeout_exp)
+        #: the local ACK timeout: the fixed timeout, or the adaptive one's cap
+        self.rto_max = ack_timeout_ps(cfg.timeout_exp)
+        if cfg.adaptive_retransmission:
+            k = cfg.adp_init_exp
+            if rng is not None and cfg.adp_init_range > 1:
+                k += rng.randrange(cfg.adp_init_range)
+            self.rto_init = min(cfg.adp_time_base_ps << k, self.rto_max)
+        else:
+            self.rto_init = self.rto_max
+        #: the current retransmission timeout
+        self.rto = self.rto_init
+        #: when the QP last made progress (ACKed a new PSN)
+        self._progress_t = now
         #: per PSN: (msg_id, offset, length, last)
         self._segs: list[tuple[int, int, int, bool]] = []
         #: messages not yet acknowledged: (end PSN, msg_id)
@@ -603,7 +660,9 @@ class RoceSender:
         wb = pkt.size + self.wire_overhead
         self.sent_bytes += wb
         if self._timer is None:
+            # nothing was outstanding: the no-progress clock starts now
             self._timer = now + self.rto
+            self._progress_t = now
         dc = self.dcqcn
         if dc is not None:
             rate = dc.rate(now)
@@ -629,6 +688,8 @@ class RoceSender:
         if psn > self.una:
             self.una = psn
             self.retries_left = self.cfg.retries
+            self.rto = self.rto_init
+            self._progress_t = now
             pend = self._pending
             while pend and pend[0][0] <= psn:
                 self.completed.append((pend.popleft()[1], True, now))
@@ -643,7 +704,13 @@ class RoceSender:
         return self._timer
 
     def on_timer(self, now: int) -> None:
-        """Local ACK timeout: rewind to the oldest unacknowledged PSN, or fail the QP."""
+        """Retransmission timeout: rewind to the oldest unacknowledged PSN, or fail the QP.
+
+        Adaptive: the QP fails once ``retries`` local ACK timeouts have passed
+        without progress (NVIDIA: "QP.ack_timeout * QP.retry_num"), else the
+        timeout doubles up to the local ACK timeout.  Fixed: it fails after
+        ``retries`` expiries in a row without progress.
+        """
         t = self._timer
         if t is None or now < t or self.state != "ok":
             return
@@ -651,7 +718,11 @@ class RoceSender:
             self._timer = None
             return
         self.timeouts += 1
-        if self.retries_left == 0:
+        if self.cfg.adaptive_retransmission:
+            failed = now - self._progress_t >= self.cfg.retries * self.rto_max
+        else:
+            failed = self.retries_left == 0
+        if failed:
             self.state = "error"
             self._timer = None
             while self._pending:
@@ -660,10 +731,29 @@ class RoceSender:
         self.retries_left -= 1
         self.nxt = self.una
         self.rewinds += 1
+        if self.cfg.adaptive_retransmission:
+            self.rto = min(self.rto * 2, self.rto_max)
         self._timer = now + self.rto
 
 
 # ----- responder (receiver) side of a QP -------------------------------------------------
+class CnpPacer:
+    """When the notification point last sent a CNP: one per QP, or one shared per NIC port."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def allow(self, now: int, interval: int) -> bool:
+        """Whether a CNP may go at ``now`` (and if so, count it as sent)."""
+        last = self.last
+        if last is None or now - last >= interval:
+            self.last = now
+            return True
+        return False
+
+
 class RoceReceiver:
     """The receiving half of one QP: in-order acceptance, ACK/NAK, CNP generation.
 
@@ -672,7 +762,7 @@ class RoceReceiver:
     """
 
     __slots__ = (
-        "_last_cnp",
+        "_cnp",
         "_ooo",
         "_since_ack",
         "buffer",
@@ -699,6 +789,7 @@ class RoceReceiver:
         peer: int,
         sport: int,
         buffer: bytearray | None = None,
+        cnp_pacer: CnpPacer | None = None,
     ) -> None:
         self.cfg = cfg
         self.qp = qp
@@ -711,7 +802,8 @@ class RoceReceiver:
         #: PSN -> last-of-message flag, for packets placed beyond ``expected``
         self._ooo: dict[int, bool] = {}
         self._since_ack = 0
-        self._last_cnp: int | None = None
+        #: the CNP spacing: the port's shared pacer (``cnp_per_port``) or this QP's own
+        self._cnp = cnp_pacer if cnp_pacer is not None and cfg.dcqcn.cnp_per_port else CnpPacer()
         self.rcvd_bytes = 0
         self.messages = 0
         self.naks = 0
@@ -722,12 +814,10 @@ class RoceReceiver:
     def receive(self, pkt: RoceData, now: int) -> list[Packet]:
         """Accept or refuse one data packet; return the replies."""
         out: list[Packet] = []
-        if pkt.ecn and self.cfg.dcqcn.enabled:
-            last = self._last_cnp
-            if last is None or now - last >= self.cfg.dcqcn.cnp_interval_ps:
-                self._last_cnp = now
-                self.cnps += 1
-                out.append(Cnp(self.qp, self.host, self.peer, self.sport))
+        dc = self.cfg.dcqcn
+        if pkt.ecn and dc.enabled and self._cnp.allow(now, dc.cnp_interval_ps):
+            self.cnps += 1
+            out.append(Cnp(self.qp, self.host, self.peer, self.sport))
         psn = pkt.psn
         exp = self.expected
         if psn == exp or exp < psn < exp + self.cfg.reorder_window:

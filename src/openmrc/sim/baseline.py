@@ -26,7 +26,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..baselines.roce import Cnp, RoceAck, RoceConfig, RoceData, RoceReceiver, RoceSender
+from ..baselines.roce import (
+    Cnp,
+    CnpPacer,
+    RoceAck,
+    RoceConfig,
+    RoceData,
+    RoceReceiver,
+    RoceSender,
+)
 from ..topology import ClosSpec
 from ..workloads import FlowSpec
 from .baseline_fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
@@ -52,6 +60,8 @@ class BaselineHost:
         self.plane_senders: list[list[RoceSender]] = [[] for _ in self.ports]
         self._rr = [0] * len(self.ports)
         self.receivers: dict[int, RoceReceiver] = {}
+        #: per port: the notification point's CNP spacing, shared by its QPs
+        self.cnp_pacers = [CnpPacer() for _ in self.ports]
         self._pump_at: int | None = None
         self._timer_at: int | None = None
         self.on_activity: Callable[[BaselineHost, int], None] | None = None
@@ -226,7 +236,11 @@ class BaselineExperiment(Experiment):
 
     def _build_hosts(self, master: random.Random) -> list[Any]:
         hosts = [BaselineHost(self.sim, self.fabric, h) for h in range(self.spec.hosts)]  # type: ignore[arg-type]
-        self._sport_rng = random.Random(master.getrandbits(64))
+        seed = master.getrandbits(64)
+        self._sport_rng = random.Random(seed)
+        # the ADP initial timeouts get a stream of their own (derived, so that the
+        # source ports, and so the ECMP paths, do not depend on it)
+        self._adp_rng = random.Random(seed ^ 0x5EED_ADB0)
         return hosts
 
     def _new_flow(self, spec: FlowSpec) -> _Flow:
@@ -300,8 +314,17 @@ class BaselineExperiment(Experiment):
                 data=flow.src_data,
                 now=now,
                 wire_overhead=self.fabric.config.framing_bytes,
+                rng=self._adp_rng,
             )
-            rcv = RoceReceiver(cfg, qp, spec.dst, spec.src, sport, buffer=flow.dst_buf)
+            rcv = RoceReceiver(
+                cfg,
+                qp,
+                spec.dst,
+                spec.src,
+                sport,
+                buffer=flow.dst_buf,
+                cnp_pacer=dst.cnp_pacers[i % planes],
+            )
             src.add_sender(snd, i % planes)
             dst.add_receiver(rcv)
             flow.senders.append(snd)

@@ -654,7 +654,7 @@ SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "roce": ({"routing": "ecmp", "flow_control": "pfc", "ecn": True}, {"dcqcn": True}),
     "ib": (
         {"routing": "adaptive", "flow_control": "credit", "ecn": False},
-        {"dcqcn": False, "reorder_window": 1024},
+        {"dcqcn": False, "reorder_window": 1024, "adaptive_retransmission": False},
     ),
 }
 
