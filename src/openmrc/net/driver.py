@@ -489,6 +489,11 @@ class Connection:
         attr = attr or self.ep.attr
         self.ep.check_path_mtu(peer, attr.mtu)
         self.qp.connect(remote_qpn, attr, peer=peer, now=now_ps())
+        req = self.qp.requester
+        if req is not None:
+            # A SACK must echo a timestamp this QP sent (docs/security.md); the
+            # random sub-nanosecond part comes from the OS, not from the seed.
+            req.require_ack_proof(random.Random(os.urandom(32)))
         self._sources = self.ep.peer_sources(peer)
         self.ep._kick()
 
