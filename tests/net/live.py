@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,34 +44,45 @@ def fds(pid: int) -> int:
 class Server:
     """A running ``openmrc serve``: its process, data port, control address and secret."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[bytes]
     port: int
     control: ControlAddress
     secret: bytes
+    log: Path
 
     def output(self) -> str:
         """Stop the server (if still running) and return everything it printed."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            out, _ = self.proc.communicate(timeout=20)
+            self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate()
-        return out or ""
+            self.proc.wait()
+        return self.log.read_text(errors="replace")
 
 
 @contextmanager
-def serve(tmp_path: Path, *extra: str, size: int = 16 << 20) -> Iterator[Server]:
-    """Run ``openmrc serve`` on ``::1`` for the ``with`` block (killed afterwards)."""
+def serve(
+    tmp_path: Path,
+    *extra: str,
+    size: int = 16 << 20,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Iterator[Server]:
+    """Run ``openmrc serve`` on ``::1`` for the ``with`` block (killed afterwards).
+
+    ``extra``: more command-line arguments; ``preexec_fn``: run in the child
+    before it starts (e.g. to lower its open-file limit)."""
     token = tmp_path / "token"
     secret = ensure_token(token)
     port, ctl = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "openmrc.cli", "serve", "--bind", "::1", "--port", str(port),
-         "--control-port", str(ctl), "--size", str(size), "--token-file", str(token), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    log = tmp_path / "serve.log"  # a file, not a pipe: a full pipe would block the server
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "openmrc.cli", "serve", "--bind", "::1", "--port", str(port),
+             "--control-port", str(ctl), "--size", str(size), "--token-file", str(token), *extra],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=preexec_fn,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while True:  # wait for the control port to accept
@@ -80,9 +91,9 @@ def serve(tmp_path: Path, *extra: str, size: int = 16 << 20) -> Iterator[Server]
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"serve did not start: {proc.communicate()[0]}") from None
+                    raise AssertionError(f"serve did not start: {log.read_text()}") from None
                 time.sleep(0.05)
-        yield Server(proc, port, ControlAddress(host="::1", port=ctl), secret)
+        yield Server(proc, port, ControlAddress(host="::1", port=ctl), secret, log)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import hashlib
 import ipaddress
+import mmap
 import sys
 import time
 from collections import deque
@@ -201,7 +202,11 @@ class _ServerSession:
         self.client_mr = client_mr
         # A protection domain per session: its rkey works only for its own QPs.
         self.pd = server.ep.alloc_pd()
-        self.buffer = bytearray(server.size)
+        # An anonymous mapping of its own, not the heap: unmapped when the session
+        # closes, so the memory goes back to the system at once (a freed
+        # bytearray of this size can stay in malloc's heap).
+        self._map = mmap.mmap(-1, server.size)
+        self.buffer = memoryview(self._map)
         self.mr: LocalMR = server.ep.reg_mr(self.buffer, self.pd)
         self.conns: list[Connection] = []
         self.imms: list[dict[int, Any]] = []
@@ -277,6 +282,18 @@ class _ServerSession:
         for conn in self.conns:
             self.server.ep.destroy_connection(conn)
         self.server.ep.dereg_mr(self.mr)
+        self.conns.clear()
+        self.imms.clear()
+        # Unmap the region now (its QPs are gone and its rkey no longer works), not
+        # whenever the garbage collector finds the session's reference cycles.
+        view = self.mr.mr.view
+        if view is not None:
+            view.release()
+        self.buffer.release()
+        try:
+            self._map.close()
+        except BufferError:  # a view still exported somewhere: unmapped with it
+            self.server.unmap_late += 1
 
 
 class MemoryServer:
@@ -313,6 +330,9 @@ class MemoryServer:
         self.results: list[VerifyResult] = []
         self.sessions: set[_ServerSession] = set()
         self.sessions_done = 0
+        #: closed sessions whose region could not be unmapped at once (a view of it
+        #: was still exported); it goes when that view does.
+        self.unmap_late = 0
         self.refused = 0
         self.session_closed = asyncio.Event()
         self._log = RateLimitedLog(on_log)
