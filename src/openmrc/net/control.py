@@ -140,6 +140,11 @@ class ControlChannel:
         name = self.writer.get_extra_info("peername")
         return name[0] if isinstance(name, tuple) else None
 
+    def abort(self) -> None:
+        """Drop the connection at once (the handler reading it sees the end)."""
+        with contextlib.suppress(Exception):
+            self.writer.transport.abort()
+
     async def close(self) -> None:
         """Close the connection (errors while closing are ignored)."""
         self.writer.close()

@@ -139,12 +139,25 @@ class ServerLimits:
     """
 
     max_sessions: int = 4
+    #: sessions one source address may hold (None: ``max_sessions``).
+    max_sessions_per_source: int | None = None
     max_qps: int = 16
     max_evs_per_qp: int = 1024
     max_evs_per_session: int = 4096
     max_line: int = 64 << 10
+    #: the handshake deadline: from accept to a checked hello (challenge sent,
+    #: hello received), whatever the client sends meanwhile.
     hello_timeout: float = 10.0
     max_verify_timeout: float = 600.0
+    #: connections not yet authenticated, in all and per source address.  A new
+    #: connection beyond either evicts the oldest such connection (of that
+    #: source, when the source is over its share), so connections held open
+    #: without a hello never lock a legitimate client out.
+    max_unauthenticated: int = 256
+    max_unauthenticated_per_source: int = 128
+    #: an authenticated session with no control message and no data on its QPs
+    #: for this long is ended (its QPs and region freed).
+    idle_timeout: float = 120.0
 
 
 class HelloError(ValueError):
@@ -337,6 +350,13 @@ class MemoryServer:
         self.session_closed = asyncio.Event()
         self._log = RateLimitedLog(on_log)
         self._server: asyncio.AbstractServer | None = None
+        #: connections not yet authenticated -> (their source, accept time), oldest first.
+        self._unauth: dict[ControlChannel, tuple[str, float]] = {}
+        #: sessions per source address.
+        self._by_source: dict[str, int] = {}
+        #: unauthenticated connections dropped to make room; sessions ended idle.
+        self.evicted = 0
+        self.idled = 0
 
     async def listen(self, addr: ControlAddress) -> None:
         """Start accepting control connections at ``addr``."""
@@ -460,13 +480,57 @@ class MemoryServer:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ch.send(_error(field, message)), 5.0)
 
+    def _admit(self, ch: ControlChannel, source: str) -> None:
+        """Count ``ch`` as unauthenticated, within the caps: over one, the oldest
+        such connection (of ``ch``'s source when that source is over its share)
+        is dropped.  (Refusing the newcomer instead was measured worse: under a
+        slowloris that reconnects, every slot is always young and a real client
+        never gets one.)"""
+        unauth = self._unauth
+        now = time.monotonic()
+        lim = self.limits
+        same = [c for c, (s, _t) in unauth.items() if s == source]
+        if len(same) >= lim.max_unauthenticated_per_source:
+            victim: ControlChannel | None = same[0]
+        elif len(unauth) >= lim.max_unauthenticated:
+            victim = next(iter(unauth))
+        else:
+            victim = None
+        if victim is not None:
+            self.evicted += 1
+            del unauth[victim]
+            victim.abort()
+        unauth[ch] = (source, now)
+
+    def _activity(self, session: _ServerSession) -> int:
+        """Data packets moved so far on ``session``'s QPs (both directions)."""
+        return sum(c.qp.stats.rx_data_packets + c.qp.stats.tx_data_packets for c in session.conns)
+
+    async def _next_request(self, ch: ControlChannel, session: _ServerSession) -> dict[str, Any]:
+        """The session's next control message; raises :class:`TimeoutError` once the
+        session has been idle (no message, no data) for ``limits.idle_timeout``."""
+        idle = self.limits.idle_timeout
+        seen = self._activity(session)
+        while True:
+            try:
+                return await asyncio.wait_for(ch.recv(), idle)
+            except TimeoutError:
+                now = self._activity(session)
+                if now == seen:
+                    raise
+                seen = now
+
     async def handle(self, ch: ControlChannel) -> None:
         """Serve one control connection (one client session); never raises."""
         session: _ServerSession | None = None
+        source = ch.peer_address() or "unix"
+        self._admit(ch, source)
+        counted = False
         try:
             nonce = new_nonce()
-            await ch.send({"op": "challenge", "version": PROTOCOL_VERSION, "nonce": nonce})
-            hello = await ch.recv(self.limits.hello_timeout)
+            async with asyncio.timeout(self.limits.hello_timeout):
+                await ch.send({"op": "challenge", "version": PROTOCOL_VERSION, "nonce": nonce})
+                hello = await ch.recv()
             if hello["op"] != "hello":
                 return await self._refuse(ch, "op", f"expected hello, got {hello['op'][:40]!r}")
             if hello.get("version") != PROTOCOL_VERSION:
@@ -481,10 +545,18 @@ class MemoryServer:
                 h = self.check_hello(hello, ch.peer_address())
             except HelloError as exc:
                 return await self._refuse(ch, exc.field, str(exc).split(": ", 1)[-1])
+            self._unauth.pop(ch, None)  # authenticated: no longer evictable
             if len(self.sessions) >= self.limits.max_sessions:
                 return await self._refuse(
                     ch, "sessions", f"this server already has {self.limits.max_sessions} sessions"
                 )
+            per_source = self.limits.max_sessions_per_source
+            if per_source is not None and self._by_source.get(source, 0) >= per_source:
+                return await self._refuse(
+                    ch, "sessions", f"{source} already has {per_source} sessions here"
+                )
+            self._by_source[source] = self._by_source.get(source, 0) + 1
+            counted = True
             session = _ServerSession(self, h.mode, h.client_mr)
             self.sessions.add(session)
             for i, qpn in enumerate(h.qpns):
@@ -512,7 +584,13 @@ class MemoryServer:
                 }
             )
             while True:
-                msg = await ch.recv()
+                try:
+                    msg = await self._next_request(ch, session)
+                except TimeoutError:
+                    self.idled += 1
+                    return await self._refuse(
+                        ch, "session", f"idle for {self.limits.idle_timeout:g} s: ended"
+                    )
                 op = msg["op"]
                 if op == "verify":
                     await ch.send(await self._verify(session, msg))
@@ -536,13 +614,20 @@ class MemoryServer:
                     await ch.send(_error("op", f"unknown op {op[:40]!r}"))
         except BadMessage as exc:
             await self._refuse(ch, exc.field, exc.reason)
-        except (ControlError, ConnectionError, OSError):
+        except (ControlError, ConnectionError, OSError, TimeoutError):
             return
         except Exception as exc:  # never let one connection take the server down
             self._log(f"control: internal error: {exc!r}")
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ch.send(_error("server", "internal error")), 5.0)
         finally:
+            self._unauth.pop(ch, None)
+            if counted:
+                left = self._by_source.get(source, 1) - 1
+                if left > 0:
+                    self._by_source[source] = left
+                else:
+                    self._by_source.pop(source, None)
             if session is not None:
                 session.close()
                 self.sessions.discard(session)
