@@ -171,3 +171,41 @@ def test_random_psn_flood_costs_at_most_2x(tmp_path: Path) -> None:
     assert fd1 <= fd0 + 64, (fd0, fd1)
     assert rss1 - rss0 < 20 * 1024, (rss0, rss1)
     assert isinstance(stats["rx_psn_far"], int) and stats["rx_psn_far"] > 1000
+
+
+def test_nacks_to_a_peer_are_rate_limited() -> None:
+    """3,000 forged out-of-window data packets in a burst: the endpoint answers at
+    most its reply bucket (REPLY_BURST + REPLY_RATE per second), not each one."""
+    import socket
+    import time
+
+    from openmrc.net import driver as drv
+    from openmrc.net.driver import PlainPeer
+    from openmrc.wire.codec import encode
+    from openmrc.wire.packets import DataPacket, Opcode
+
+    async def main() -> tuple[int, int, float]:
+        async with NetEndpoint("::1", 0) as a, NetEndpoint("::1", 0) as b:
+            ca, cb = a.create_connection(), b.create_connection()
+            ca.connect(cb.qpn, b.local_peer)
+            cb.connect(ca.qpn, PlainPeer("::1", a.port))
+            assert cb.qp.responder is not None
+            w = cb.qp.responder.window
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                s.setsockopt(socket.IPPROTO_UDP, 101, 1)
+                t0 = time.monotonic()
+                for i in range(3000):
+                    psn = w + 1 + i % (2 * w)  # beyond the window, not far: a NACK each
+                    pkt = DataPacket(cb.qpn, 1, Opcode.WRITE_ONLY, psn, 0, 0, 1, 8, bytes(8))
+                    s.sendto(encode(pkt), ("::1", b.port))
+                    if i % 200 == 0:
+                        await asyncio.sleep(0)
+                await asyncio.sleep(0.3)
+                dt = time.monotonic() - t0
+            st = b.stats()
+            nacks = st["qps"][cb.qpn]["tx_nacks"]
+            return nacks - st["tx_replies_limited"], st["tx_replies_limited"], dt
+
+    sent, limited, dt = run(main())
+    assert limited > 0
+    assert sent <= drv.REPLY_BURST + drv.REPLY_RATE * dt + 1, (sent, limited, dt)
