@@ -185,3 +185,35 @@ def test_genuine_port_status_is_still_believed() -> None:
     assert ok
     assert down == 1 << 2
     assert on_plane2 < 64
+
+
+def test_session_qps_start_at_random_psns(tmp_path: Path) -> None:
+    """Each session QP starts at the random 24-bit PSN it told the peer (as RoCE's
+    sq_psn): a transfer over two sessions is byte-exact, and their first PSNs differ
+    from 0 and from each other (with probability 1 - 3 x 2^-24)."""
+
+    async def main() -> list[tuple[int, int, int]]:
+        data = bytearray(random.Random(9).randbytes(1 << 20))
+        seen = []
+        with serve(tmp_path, size=1 << 20) as srv:
+            for imm in (1, 2):
+                async with (
+                    NetEndpoint("::1", 0) as ep,
+                    await Session.open(ep, srv.control, secret=srv.secret) as session,
+                ):
+                    conn = session.conns[0]
+                    req = conn.qp.requester
+                    assert req is not None
+                    first = req.next_psn
+                    local = ep.reg_mr(data)
+                    res = await write_buffer(session, local, len(data), imm=imm)
+                    verdict = await session.verify(imm, len(data), hashlib.sha256(data).hexdigest())
+                    assert res.ok and verdict["ok"]
+                    seen.append((conn.initial_psn, first, req.snd_una))
+        return seen
+
+    seen = run(main())
+    (a0, a1, a_end), (b0, b1, b_end) = seen
+    assert a0 == a1 and b0 == b1  # the requester started where it told the server
+    assert a_end == a1 + 256 and b_end == b1 + 256  # 1 MiB in 4 KiB packets, all acked
+    assert a0 != b0 and 0 not in (a0, b0)

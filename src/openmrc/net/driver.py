@@ -444,6 +444,11 @@ def send_socket_cap() -> int:
     return max(8, min(MAX_SEND_SOCKETS, soft // 4))
 
 
+def new_psn() -> int:
+    """A random initial PSN (24 bits, as RoCE's ``sq_psn``), from the OS."""
+    return int.from_bytes(os.urandom(3), "big")
+
+
 def _path_mtu(addr: str, port: int) -> int:
     """The kernel's path MTU towards ``addr`` (a connected UDP socket's ``IPV6_MTU``)."""
     with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
@@ -505,6 +510,9 @@ class Connection:
         self._space_waiter: asyncio.Future[None] | None = None
         #: Source addresses the peer sends from (set by :meth:`connect`).
         self._sources: set[str] = set()
+        #: This QP's random initial send PSN, to give the peer (with the QPN)
+        #: when the out-of-band exchange carries PSNs; see :meth:`connect`.
+        self.initial_psn = new_psn()
 
     @property
     def qpn(self) -> int:
@@ -516,8 +524,24 @@ class Connection:
         """Signaled WRITEs posted and not yet completed."""
         return len(self._outstanding)
 
-    def connect(self, remote_qpn: int, peer: Peer, attr: QPAttr | None = None) -> None:
-        """RESET -> RTS towards ``remote_qpn`` at ``peer`` (with the endpoint's attributes)."""
+    def connect(
+        self,
+        remote_qpn: int,
+        peer: Peer,
+        attr: QPAttr | None = None,
+        *,
+        send_psn: int = 0,
+        recv_psn: int = 0,
+    ) -> None:
+        """RESET -> RTS towards ``remote_qpn`` at ``peer`` (with the endpoint's attributes).
+
+        ``send_psn``: this QP's first PSN (normally :attr:`initial_psn`, told to
+        the peer); ``recv_psn``: the peer's.  Both ends must agree; 0 and 0 (the
+        default, and the simulator's) when nothing was exchanged.
+        """
+        for name, psn in (("send_psn", send_psn), ("recv_psn", recv_psn)):
+            if isinstance(psn, bool) or not isinstance(psn, int) or not 0 <= psn < 1 << 24:
+                raise InvalidArgument(f"{name}: must be an int in 0..2^24-1, got {psn!r}")
         if not isinstance(peer, PlainPeer | LabPeer):
             raise InvalidArgument(f"peer: must be a PlainPeer or LabPeer, got {peer!r}")
         if isinstance(peer, LabPeer) and self.ep.lab is None:
@@ -530,8 +554,28 @@ class Connection:
             # A SACK must echo a timestamp this QP sent (docs/security.md); the
             # random sub-nanosecond part comes from the OS, not from the seed.
             req.require_ack_proof(random.Random(os.urandom(32)))
+        if send_psn or recv_psn:
+            self._start_psns(send_psn, recv_psn)
         self._sources = self.ep.peer_sources(peer)
         self.ep._kick()
+
+    def _start_psns(self, send_psn: int, recv_psn: int) -> None:
+        """Start the fresh QP's sequences at ``send_psn`` (what it sends) and
+        ``recv_psn`` (what it expects), as RoCE's ``sq_psn``/``rq_psn`` do.
+
+        The core numbers PSNs from 0 and has no such attribute yet, so the
+        driver moves the (public) starting points of the just-connected
+        requester and responder, before any packet: PSNs are unbounded ints
+        inside the core and the wire carries their low bits, so nothing else
+        depends on where they start.
+        """
+        req, rsp = self.qp.requester, self.qp.responder
+        if req is not None:
+            assert req.next_psn == 0 and not req.unacked, "PSNs move only on a fresh QP"
+            req.next_psn = req.snd_una = send_psn
+        if rsp is not None:
+            assert rsp.base == 0 and rsp.highest < 0, "PSNs move only on a fresh QP"
+            rsp.base = recv_psn
 
     def accepts_source(self, addr: str) -> bool:
         """True if a datagram from ``addr`` may be this QP's peer (its address(es))."""

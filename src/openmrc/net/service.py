@@ -168,7 +168,7 @@ class HelloError(ValueError):
         self.field = field
 
 
-_HELLO_FIELDS = frozenset({"op", "version", "auth", "peer", "qpns", "attr", "mode", "mr"})
+_HELLO_FIELDS = frozenset({"op", "version", "auth", "peer", "qpns", "psns", "attr", "mode", "mr"})
 
 
 @dataclass
@@ -180,6 +180,22 @@ class Hello:
     attr: QPAttr
     mode: str
     client_mr: RemoteMR | None
+    #: the client QPs' initial send PSNs (None: the hello has none, every PSN
+    #: starts at 0 both ways).
+    psns: list[int] | None = None
+
+
+def _psn_list(value: Any, n: int, name: str) -> list[int] | None:
+    """The ``n`` initial PSNs of a hello or welcome (RoCE-style random 24-bit
+    values); None when the message has none (PSNs then start at 0 both ways)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != n:
+        raise HelloError(name, f"must list {n} initial PSNs, one per QP")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 24:
+            raise HelloError(name, f"each must be an int in 0..2^24-1, got {v!r}")
+    return list(value)
 
 
 def _error(field: str, message: str) -> dict[str, Any]:
@@ -435,6 +451,7 @@ class MemoryServer:
                 raise HelloError("qpns", f"each must be an int in 1..2^24-1, got {q!r}")
         if len(set(qpns)) != len(qpns):
             raise HelloError("qpns", "must be distinct")
+        psns = _psn_list(hello.get("psns"), len(qpns), "psns")
         # attr
         try:
             attr = attr_from_json(hello.get("attr", {}))
@@ -472,7 +489,7 @@ class MemoryServer:
                 raise HelloError("mr", "addr/rkey/length out of range")
         if mode in ("pingpong", "bidir") and client_mr is None:
             raise HelloError("mr", f"{mode} needs the client's region")
-        return Hello(peer, list(qpns), attr, mode, client_mr)
+        return Hello(peer, list(qpns), attr, mode, client_mr, psns)
 
     async def _refuse(self, ch: ControlChannel, field: str, message: str) -> None:
         self.refused += 1
@@ -563,7 +580,13 @@ class MemoryServer:
                 conn = self.ep.create_connection(pd=session.pd)
                 session.conns.append(conn)
                 try:
-                    conn.connect(qpn, h.peer, h.attr)
+                    conn.connect(
+                        qpn,
+                        h.peer,
+                        h.attr,
+                        send_psn=conn.initial_psn if h.psns is not None else 0,
+                        recv_psn=h.psns[i] if h.psns is not None else 0,
+                    )
                 except InvalidArgument as exc:  # e.g. the path MTU is too small
                     field = "attr.mtu" if str(exc).startswith("mtu") else "peer"
                     return await self._refuse(ch, field, str(exc).split(": ", 1)[-1])
@@ -578,6 +601,7 @@ class MemoryServer:
                 {
                     "op": "welcome",
                     "qpns": [c.qpn for c in session.conns],
+                    "psns": [c.initial_psn if h.psns is not None else 0 for c in session.conns],
                     "mr": session.mr.remote().to_json(),
                     "peer": self._my_peer(ch),
                     "auth": {"mac": auth_mac(self.secret, "server", nonce, cnonce)},
@@ -784,6 +808,7 @@ class Session:
                 "auth": {"nonce": cnonce, "mac": auth_mac(secret, "client", snonce, cnonce)},
                 "peer": me,
                 "qpns": [c.qpn for c in conns],
+                "psns": [c.initial_psn for c in conns],
                 "attr": attr_to_json(ep.attr),
                 "mode": mode,
                 "mr": local.remote().to_json() if local is not None else None,
@@ -801,8 +826,15 @@ class Session:
             qpns = welcome["qpns"]
             if not isinstance(qpns, list) or len(qpns) != qps:
                 raise ControlError(f"control: asked for {qps} QPs, the server gave {qpns!r}")
-            for conn, qpn in zip(conns, qpns, strict=True):
-                conn.connect(int(qpn), server_peer)
+            try:
+                psns = _psn_list(welcome.get("psns"), qps, "psns")
+            except HelloError as exc:
+                raise ControlError(f"control: welcome {exc}") from None
+            for i, (conn, qpn) in enumerate(zip(conns, qpns, strict=True)):
+                if psns is None:  # a server that exchanges no PSNs: 0 both ways
+                    conn.connect(int(qpn), server_peer)
+                else:
+                    conn.connect(int(qpn), server_peer, send_psn=conn.initial_psn, recv_psn=psns[i])
         except BaseException:
             await channel.close()
             for conn in conns:
