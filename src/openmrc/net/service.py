@@ -6,17 +6,19 @@ The control protocol (one JSON object per line, see :mod:`openmrc.net.control`):
     ``{"op": "challenge", "version": 1, "nonce": hex}``.
 ``hello`` (client -> server)
     ``{"op": "hello", "version": 1, "auth": {"nonce": hex, "mac": hex},
-    "peer": {...}, "qpns": [..], "attr": {...}, "mode": "write" | "pingpong",
-    "mr": {...} | null}``: ``auth.mac`` is HMAC-SHA256(secret, role "client",
+    "peer": {...}, "qpns": [..], "psns": [..], "attr": {...}, "mode": "write" |
+    "pingpong", "mr": {...} | null}``: ``auth.mac`` is HMAC-SHA256(secret, role "client",
     both nonces), so the secret never crosses the wire; the client's identity
     (a lab host index, or a UDP port: a plain peer's address is the TCP source
-    address), its QP numbers, the QP attributes both ends use (EV profile
+    address), its QP numbers and their random initial PSNs (24 bits, as
+    RoCE's ``sq_psn``; absent: 0 both ways), the QP attributes both ends use (EV profile
     planes, MTU...), and, for ``pingpong``, the client region the server
     writes back into.  Every field is checked (:meth:`MemoryServer.check_hello`)
     against :class:`ServerLimits`.
 ``welcome`` (server -> client)
-    ``{"op": "welcome", "qpns": [..], "mr": {"addr", "rkey", "length"},
-    "peer": {...}, "auth": {"mac": hex}}``: one server QP per client QP,
+    ``{"op": "welcome", "qpns": [..], "psns": [..], "mr": {"addr", "rkey",
+    "length"}, "peer": {...}, "auth": {"mac": hex}}``: one server QP per client QP
+    (with its initial PSN),
     already connected, with receives posted for WRITE_WITH_IMMs, and the
     session's own region (its own rkey); ``auth.mac`` (role "server") proves
     the server knows the secret too.
