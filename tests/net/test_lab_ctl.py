@@ -273,6 +273,7 @@ def test_only_root_or_the_owner_gets_in_and_one_endpoint_per_host_serves(
         # even with the file opened up, another user is refused by its credentials
         os.chmod(path, 0o666)
         os.chmod(path.parent, 0o755)
+        os.chmod(path.parent.parent, 0o755)  # the state directory (0700: lab.ensure_state_dir)
         # a refused client is told at once; an accepted one hears nothing until it asks
         code = CHILD.replace("PATH", repr(str(path)))
         loop = asyncio.get_running_loop()

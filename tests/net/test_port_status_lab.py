@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from openmrc.net.control import ControlAddress
 from openmrc.net.driver import NetEndpoint, plane_ports_down
 from openmrc.net.lab import Lab
+from openmrc.net.service import MemoryServer, Session, write_buffer
+from openmrc.net.sockets import ROCE_PORT
+from openmrc.transport.ev import make_ev
+from openmrc.wire.codec import encode
+from openmrc.wire.packets import SackPacket
 
 pytestmark = pytest.mark.lab
 
@@ -42,3 +51,69 @@ async def _wait(cond: Callable[[], bool], timeout: float = 10.0) -> int:
             return 1
         await asyncio.sleep(0.05)
     return 0
+
+
+SECRET = b"lab-test-secret-0123456789"
+
+
+def test_forged_sack_with_a_silent_plane(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
+    """One plane silently black-holed, then forged SACKs on the idle client QP (sent
+    from the server host over a working plane, from its real address) that mark
+    every other plane down, then a 64 MiB WRITE: byte-exact and at least half as
+    fast as with the black hole alone.  (Before SACK proof: only the dead plane
+    was left, no genuine SACK ever came back to clear the bitmap, and the WRITE
+    failed.)"""
+    lab = make_lab("planes=4,t0s=2,hosts_per_t0=1,t1s=2")
+    plane = 2
+    t0 = lab.topology.t0_name(plane, 0)
+
+    def forge(qpn: int) -> None:
+        with lab.udp_socket(1, 0, plane=0) as s:
+            dest = lab.path_address(1, 0, make_ev(0, 1))
+            for i in range(20):
+                pkt = SackPacket(
+                    qpn, make_ev(plane, i), 0, 0, 0,
+                    ts_echo=time.monotonic_ns() * 1000, ports_down=0xFFFF & ~(1 << plane),
+                )  # fmt: skip
+                s.sendto(encode(pkt), (dest, ROCE_PORT))
+
+    async def transfer(attack: bool) -> tuple[bool, float, int, int]:
+        size = 64 << 20
+        data = bytearray(os.urandom(size))
+        ctl = ControlAddress(path=str(tmp_path / f"h1{attack}.sock"))
+        h0 = NetEndpoint(netns=lab.host_netns(0), lab=lab, host=0)
+        h1 = NetEndpoint(netns=lab.host_netns(1), lab=lab, host=1)
+        loop = asyncio.get_running_loop()
+        async with h0, h1:
+            server = MemoryServer(h1, size, secret=SECRET)
+            await server.listen(ctl)
+            try:
+                async with await Session.open(h0, ctl, secret=SECRET) as session:
+                    conn = session.conns[0]
+                    await loop.run_in_executor(None, lab.fail, t0, "silent")
+                    if attack:
+                        await loop.run_in_executor(None, forge, conn.qpn)
+                    await asyncio.sleep(0.3)
+                    req = conn.qp.requester
+                    assert conn.qp.paths is not None and req is not None
+                    down = conn.qp.paths.remote_down
+                    local = h0.reg_mr(data)
+                    t = time.perf_counter()
+                    res = await write_buffer(session, local, size, imm=9)
+                    ok = res.ok and bool(
+                        (await session.verify(9, size, hashlib.sha256(data).hexdigest()))["ok"]
+                    )
+                    return ok, time.perf_counter() - t, down, req.forged_acks
+            finally:
+                await server.close()
+                await loop.run_in_executor(None, lab.restore, t0)
+
+    def run_one(attack: bool) -> tuple[bool, float, int, int]:
+        return asyncio.run(asyncio.wait_for(transfer(attack), 120))
+
+    ok0, clean, _, _ = run_one(False)
+    ok1, attacked, down, forged = run_one(True)
+    assert ok0
+    assert down == 0 and forged > 0, (down, forged)
+    assert ok1
+    assert attacked <= 2 * clean + 2.0, (clean, attacked)

@@ -185,6 +185,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         where = _Where({"bind": bind, "port": port, "attr": driver_attr(args.planes)}, f"[{bind}]")
         control = ControlAddress(host=listen, port=_port("--control-port", args.control_port))
     _positive("--max-sessions", args.max_sessions)
+    _positive("--max-unauthenticated", args.max_unauthenticated)
+    for flag, value in (
+        ("--idle-timeout", args.idle_timeout),
+        ("--handshake-timeout", args.handshake_timeout),
+    ):
+        if not 0 < value <= 86400:
+            raise InvalidArgument(f"{flag}: must be 0 < S <= 86400 seconds, got {value:g}")
     secret = _server_secret(args)
     return run(_serve(args, where, control, size, secret))
 
@@ -241,7 +248,13 @@ async def _serve(
             ep,
             size,
             secret=secret,
-            limits=ServerLimits(max_sessions=args.max_sessions),
+            limits=ServerLimits(
+                max_sessions=args.max_sessions,
+                idle_timeout=args.idle_timeout,
+                hello_timeout=args.handshake_timeout,
+                max_unauthenticated=args.max_unauthenticated,
+                max_unauthenticated_per_source=max(1, args.max_unauthenticated // 2),
+            ),
             on_verify=_report_verify,
         )
         await server.listen(control)
@@ -669,6 +682,27 @@ def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
         )
         p.add_argument(
             "--max-sessions", type=int, default=4, help="concurrent client sessions (default 4)"
+        )
+        p.add_argument(
+            "--idle-timeout",
+            type=float,
+            default=120.0,
+            metavar="S",
+            help="end a session with no control message and no data for S seconds (120)",
+        )
+        p.add_argument(
+            "--handshake-timeout",
+            type=float,
+            default=10.0,
+            metavar="S",
+            help="seconds a new control connection has to authenticate (10)",
+        )
+        p.add_argument(
+            "--max-unauthenticated",
+            type=int,
+            default=256,
+            metavar="N",
+            help="control connections not yet authenticated; more evict the oldest (256)",
         )
     else:
         p.add_argument("--to", required=True, metavar="HOST", help="lab host (h1) or IPv6 address")

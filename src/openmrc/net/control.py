@@ -140,6 +140,11 @@ class ControlChannel:
         name = self.writer.get_extra_info("peername")
         return name[0] if isinstance(name, tuple) else None
 
+    def abort(self) -> None:
+        """Drop the connection at once (the handler reading it sees the end)."""
+        with contextlib.suppress(Exception):
+            self.writer.transport.abort()
+
     async def close(self) -> None:
         """Close the connection (errors while closing are ignored)."""
         self.writer.close()
@@ -324,8 +329,12 @@ async def start_control_server(
             await channel.close()
 
     if addr.path is not None:
+        from openmrc.net.lab import ensure_state_dir, private_dir, state_dir
+
         path = Path(addr.path)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.parent.parent == state_dir():
+            ensure_state_dir()  # a lab host's socket: the state directory is 0700 too
+        private_dir(path.parent)
         with contextlib.suppress(FileNotFoundError):
             if path.is_socket():
                 path.unlink()

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openmrc.net.lab import LabError, state_dir
+from openmrc.net.lab import LabError, ensure_state_dir, private_dir, state_dir
 from openmrc.transport.controller import Controller, ProbeResult
 from openmrc.transport.errors import MrcError
 from openmrc.transport.ev import ev_path, ev_plane
@@ -204,7 +204,8 @@ class NodeControl:
         loop = asyncio.get_running_loop()
         self._loop = loop
         path = self.path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_state_dir()
+        private_dir(path.parent)
         if path.exists():
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:

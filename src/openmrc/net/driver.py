@@ -100,6 +100,27 @@ _RX_BATCH = 64
 #: Most distinct EVs the per-EV counters keep (more are only counted in
 #: ``rx_ev_overflow`` / ``tx_ev_overflow``): memory stays bounded whatever arrives.
 MAX_EV_COUNTERS = 4096
+#: Most send sockets an endpoint holds, whatever arrives (one per UDP source
+#: port in use; the default EV set needs about 256 per peer).  Beyond it, or when
+#: a socket cannot be opened (the process's file limit), an EV's datagrams go
+#: out on a socket of the pool picked by its port (counted in ``sport_shared``),
+#: so their source port is not ``udp_sport(ev)``; the flow label still carries
+#: the EV.  Sockets no live connection's routes use are closed when a
+#: connection is destroyed.
+MAX_SEND_SOCKETS = 512
+#: NACKs and probe replies to one peer: a token bucket refilled at this many
+#: per second, holding at most :data:`REPLY_BURST`; the rest are not sent
+#: (``tx_replies_limited``).  A flood of forged data or probes cannot make the
+#: endpoint answer each one.
+REPLY_RATE = 2000
+REPLY_BURST = 256
+#: A data packet whose PSN is more than one receive window below the QP's
+#: cumulative point, or more than this many windows above it, is dropped
+#: silently before the core (``rx_psn_far``): no sender that is in step with
+#: the QP sends such a PSN, and answering it (a duplicate's SACK, an
+#: out-of-window NACK) would let a random-PSN flood make the endpoint reply to
+#: every datagram.
+PSN_FAR_WINDOWS = 4
 #: Bytes a datagram adds to its payload: BTH, RETH, ImmDt, MDH, ICRC (60), UDP (8), IPv6 (40).
 PACKET_OVERHEAD = 108
 #: ``IPV6_MTU`` / ``IPV6_DONTFRAG`` (linux/in6.h).
@@ -408,6 +429,26 @@ def _open_udp(
     return sock
 
 
+def send_socket_cap() -> int:
+    """Most send sockets one endpoint opens: :data:`MAX_SEND_SOCKETS`, and at most a
+    quarter of the process's open-file limit (at least 8), so that sockets never
+    crowd out the control channel's connections."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_SEND_SOCKETS
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return MAX_SEND_SOCKETS
+    return max(8, min(MAX_SEND_SOCKETS, soft // 4))
+
+
+def new_psn() -> int:
+    """A random initial PSN (24 bits, as RoCE's ``sq_psn``), from the OS."""
+    return int.from_bytes(os.urandom(3), "big")
+
+
 def _path_mtu(addr: str, port: int) -> int:
     """The kernel's path MTU towards ``addr`` (a connected UDP socket's ``IPV6_MTU``)."""
     with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
@@ -469,6 +510,9 @@ class Connection:
         self._space_waiter: asyncio.Future[None] | None = None
         #: Source addresses the peer sends from (set by :meth:`connect`).
         self._sources: set[str] = set()
+        #: This QP's random initial send PSN, to give the peer (with the QPN)
+        #: when the out-of-band exchange carries PSNs; see :meth:`connect`.
+        self.initial_psn = new_psn()
 
     @property
     def qpn(self) -> int:
@@ -480,8 +524,24 @@ class Connection:
         """Signaled WRITEs posted and not yet completed."""
         return len(self._outstanding)
 
-    def connect(self, remote_qpn: int, peer: Peer, attr: QPAttr | None = None) -> None:
-        """RESET -> RTS towards ``remote_qpn`` at ``peer`` (with the endpoint's attributes)."""
+    def connect(
+        self,
+        remote_qpn: int,
+        peer: Peer,
+        attr: QPAttr | None = None,
+        *,
+        send_psn: int = 0,
+        recv_psn: int = 0,
+    ) -> None:
+        """RESET -> RTS towards ``remote_qpn`` at ``peer`` (with the endpoint's attributes).
+
+        ``send_psn``: this QP's first PSN (normally :attr:`initial_psn`, told to
+        the peer); ``recv_psn``: the peer's.  Both ends must agree; 0 and 0 (the
+        default, and the simulator's) when nothing was exchanged.
+        """
+        for name, psn in (("send_psn", send_psn), ("recv_psn", recv_psn)):
+            if isinstance(psn, bool) or not isinstance(psn, int) or not 0 <= psn < 1 << 24:
+                raise InvalidArgument(f"{name}: must be an int in 0..2^24-1, got {psn!r}")
         if not isinstance(peer, PlainPeer | LabPeer):
             raise InvalidArgument(f"peer: must be a PlainPeer or LabPeer, got {peer!r}")
         if isinstance(peer, LabPeer) and self.ep.lab is None:
@@ -489,8 +549,33 @@ class Connection:
         attr = attr or self.ep.attr
         self.ep.check_path_mtu(peer, attr.mtu)
         self.qp.connect(remote_qpn, attr, peer=peer, now=now_ps())
+        req = self.qp.requester
+        if req is not None:
+            # A SACK must echo a timestamp this QP sent (docs/security.md); the
+            # random sub-nanosecond part comes from the OS, not from the seed.
+            req.require_ack_proof(random.Random(os.urandom(32)))
+        if send_psn or recv_psn:
+            self._start_psns(send_psn, recv_psn)
         self._sources = self.ep.peer_sources(peer)
         self.ep._kick()
+
+    def _start_psns(self, send_psn: int, recv_psn: int) -> None:
+        """Start the fresh QP's sequences at ``send_psn`` (what it sends) and
+        ``recv_psn`` (what it expects), as RoCE's ``sq_psn``/``rq_psn`` do.
+
+        The core numbers PSNs from 0 and has no such attribute yet, so the
+        driver moves the (public) starting points of the just-connected
+        requester and responder, before any packet: PSNs are unbounded ints
+        inside the core and the wire carries their low bits, so nothing else
+        depends on where they start.
+        """
+        req, rsp = self.qp.requester, self.qp.responder
+        if req is not None:
+            assert req.next_psn == 0 and not req.unacked, "PSNs move only on a fresh QP"
+            req.next_psn = req.snd_una = send_psn
+        if rsp is not None:
+            assert rsp.base == 0 and rsp.highest < 0, "PSNs move only on a fresh QP"
+            rsp.base = recv_psn
 
     def accepts_source(self, addr: str) -> bool:
         """True if a datagram from ``addr`` may be this QP's peer (its address(es))."""
@@ -682,6 +767,15 @@ class _Counters:
     timer_fires: int = 0
     sport_fallbacks: int = 0
     last_tx_error: str = ""
+    #: Datagrams sent on a shared socket of the pool (see MAX_SEND_SOCKETS).
+    sport_shared: int = 0
+    #: Data packets dropped for a PSN far outside the QP's window (PSN_FAR_WINDOWS).
+    rx_psn_far: int = 0
+    #: NACKs and probe replies not sent: over a peer's rate (REPLY_RATE).
+    tx_replies_limited: int = 0
+    #: Exceptions caught in the receive, send or timer path (never fatal).
+    internal_errors: int = 0
+    last_internal_error: str = ""
 
 
 class NetEndpoint:
@@ -749,6 +843,8 @@ class NetEndpoint:
         self.port = port
         self._rx: socket.socket | None = None
         self._tx: dict[int, socket.socket] = {}
+        #: per peer: (tokens, last refill in ns) of the NACK / probe-reply bucket
+        self._reply_bucket: dict[Peer, tuple[float, int]] = {}
         self._routes: dict[tuple[Peer, int], tuple[Callable[..., int], tuple[str, int, int, int]]]
         self._routes = {}
         self._pending: deque[tuple[bytes, int, Peer]] = deque()
@@ -909,8 +1005,31 @@ class NetEndpoint:
         if self.connections.pop(conn.qpn, None) is None:
             return
         conn._abort(ConnectionAbortedError(f"QP {conn.qpn} destroyed"))
+        peer = conn.qp.peer
         self.ctx.destroy_qp(conn.qp)
+        self._forget_peer(peer)
         self._arm_timer()
+
+    def _forget_peer(self, peer: object) -> None:
+        """Drop the routes, reply bucket and send sockets only ``peer`` used, once no
+        live connection talks to it (file descriptors come back when sessions end)."""
+        if peer is None or any(c.qp.peer == peer for c in self.connections.values()):
+            return
+        self._reply_bucket.pop(peer, None)  # type: ignore[call-overload]
+        routes = self._routes
+        for key in [k for k in routes if k[0] == peer]:
+            del routes[key]
+        if any(p == peer for _d, _e, p in self._pending):
+            return  # still sending to it: its sockets stay until the next reclaim
+        used = {id(entry[0].__self__) for entry in routes.values()}  # type: ignore[attr-defined]
+        for sport, sock in list(self._tx.items()):
+            if id(sock) in used:
+                continue
+            if self._blocked_fd == sock.fileno():
+                self._loop.remove_writer(sock.fileno())
+                self._blocked_fd = None
+            del self._tx[sport]
+            sock.close()
 
     def check_path_mtu(self, peer: Peer, mtu: int) -> None:
         """Raise :class:`InvalidArgument` if ``mtu``-byte packets to ``peer`` would fragment.
@@ -981,6 +1100,11 @@ class NetEndpoint:
             "rx_ev_overflow": c.rx_ev_overflow,
             "timer_fires": c.timer_fires,
             "sport_fallbacks": c.sport_fallbacks,
+            "sport_shared": c.sport_shared,
+            "rx_psn_far": c.rx_psn_far,
+            "tx_replies_limited": c.tx_replies_limited,
+            "internal_errors": c.internal_errors,
+            "last_internal_error": c.last_internal_error,
             "tx_by_plane": dict(sorted(tx_plane.items())),
             "rx_by_plane": dict(sorted(rx_plane.items())),
             "tx_by_ev": dict(sorted(self.tx_by_ev.items())),
@@ -1039,11 +1163,25 @@ class NetEndpoint:
             if conn is None or not conn.accepts_source(src[0]):
                 c.rx_foreign += 1
                 continue
+            if buf[0] < 0xC0:  # a data packet: is its PSN anywhere near the window?
+                rsp = conn.qp.responder
+                if rsp is not None:
+                    off = (int.from_bytes(buf[9:12], "big") - rsp.base) & 0xFFFFFF
+                    if off >= 0x800000:
+                        off -= 0x1000000
+                    if off < -rsp.window or off >= PSN_FAR_WINDOWS * rsp.window:
+                        c.rx_psn_far += 1
+                        continue
             ce = False
             for level, kind, data in anc:
                 if kind == _IPV6_TCLASS and level == socket.IPPROTO_IPV6 and len(data) >= 4:
                     ce = int.from_bytes(data[:4], sys.byteorder) & 3 == _ECN_CE
-            pkt = receive(view[:n], time.monotonic_ns() * 1000, ecn=ce)
+            try:
+                pkt = receive(view[:n], time.monotonic_ns() * 1000, ecn=ce)
+            except Exception as exc:  # counted, never fatal to the other sessions
+                self._note_error(exc)
+                c.rx_dropped += 1
+                continue
             if pkt is None:
                 c.rx_dropped += 1
                 continue
@@ -1061,7 +1199,17 @@ class NetEndpoint:
         self._after_input()
 
     def _after_input(self) -> None:
-        """After any input: drain events, send, reap completions, re-arm the timer."""
+        """After any input: drain events, send, reap completions, re-arm the timer.
+
+        An exception here is counted (``internal_errors``), never raised into the
+        event loop: one bad moment must not stop the endpoint for every session.
+        """
+        try:
+            self._after_input_once()
+        except Exception as exc:
+            self._note_error(exc)
+
+    def _after_input_once(self) -> None:
         ctx = self.ctx
         if ctx.events:
             self._drain_events()
@@ -1096,13 +1244,47 @@ class NetEndpoint:
         sport = udp_sport(ev)
         sock = self._tx.get(sport)
         if sock is None:
-            sock, exact = self._in_ns(_open_send, sport, self._sockbuf, self.tclass)
-            if not exact:
-                self.counters.sport_fallbacks += 1
-            self._tx[sport] = sock
+            sock = self._new_send_socket(sport)
         entry = (sock.sendto, (addr, peer.port, ev & 0xFFFFF, 0))
         self._routes[(peer, ev)] = entry
         return entry
+
+    def _new_send_socket(self, sport: int) -> socket.socket:
+        """A send socket for ``sport``: a new one while the pool has room and the
+        process can open one, else a socket of the pool (``sport_shared``)."""
+        pool = self._tx
+        if len(pool) < send_socket_cap():
+            try:
+                sock, exact = self._in_ns(_open_send, sport, self._sockbuf, self.tclass)
+            except OSError as exc:  # e.g. EMFILE: the process's file limit
+                self._note_error(exc)
+            else:
+                if not exact:
+                    self.counters.sport_fallbacks += 1
+                pool[sport] = sock
+                return sock
+        self.counters.sport_shared += 1
+        if pool:
+            socks = list(pool.values())
+            return socks[sport % len(socks)]
+        assert self._rx is not None
+        return self._rx  # nothing else can be opened: the receive socket sends too
+
+    def _note_error(self, exc: BaseException) -> None:
+        c = self.counters
+        c.internal_errors += 1
+        c.last_internal_error = f"{type(exc).__name__}: {exc}"[:200]
+
+    def _reply_allowed(self, peer: Peer) -> bool:
+        """Take a token from ``peer``'s NACK / probe-reply bucket (REPLY_RATE)."""
+        now = time.monotonic_ns()
+        tokens, last = self._reply_bucket.get(peer, (float(REPLY_BURST), now))
+        tokens = min(float(REPLY_BURST), tokens + (now - last) * REPLY_RATE / 1e9)
+        if tokens < 1.0:
+            self._reply_bucket[peer] = (tokens, now)
+            return False
+        self._reply_bucket[peer] = (tokens - 1.0, now)
+        return True
 
     def _flush(self) -> None:
         """Send everything the core has now (the pending backlog first)."""
@@ -1127,9 +1309,19 @@ class NetEndpoint:
         nbytes = 0
         while pending:
             data, ev, peer = pending[0]
+            if (data[0] == 0xC1 or data[0] == 0xC3) and not self._reply_allowed(peer):
+                c.tx_replies_limited += 1  # a NACK or probe reply over the peer's rate
+                pending.popleft()
+                continue
             entry = routes.get((peer, ev))
             if entry is None:
-                entry = self._route(peer, ev)
+                try:
+                    entry = self._route(peer, ev)
+                except Exception as exc:  # never stall every session on one datagram
+                    self._note_error(exc)
+                    c.tx_errors += 1
+                    pending.popleft()
+                    continue
             if drop_every:
                 self._tx_seen += 1
                 if self._tx_seen % drop_every == 0:
@@ -1201,5 +1393,8 @@ class NetEndpoint:
             return
         self._timer_at = None
         self.counters.timer_fires += 1
-        self.ctx.handle_timer(now)
+        try:
+            self.ctx.handle_timer(now)
+        except Exception as exc:
+            self._note_error(exc)
         self._after_input()

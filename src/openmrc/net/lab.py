@@ -99,6 +99,43 @@ def state_dir() -> Path:
     return Path(os.environ.get("OPENMRC_LAB_STATE_DIR", "/run/openmrc-lab"))
 
 
+def ensure_state_dir() -> Path:
+    """Create the state directory (and any missing parent) mode 0700 and return it.
+
+    An existing state directory is made 0700 too (docs/security.md): the state
+    files name every namespace, link and fault of the labs, and the control
+    sockets live below it.
+    """
+    path = private_dir(state_dir())
+    with contextlib.suppress(PermissionError):
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+    return path
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents, each mode 0700 (whatever the umask;
+    directories that already exist are left as they are); return it."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+            d.chmod(0o700)
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a new file of mode 0600 (whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
 def state_path(name: str) -> Path:
     """The state file of lab ``name``."""
     return state_dir() / f"{name}.json"
@@ -493,8 +530,8 @@ class Lab:
                 self._lock_depth -= 1
             return
         path = state_path(self.plan.name).with_suffix(".lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as fh:
+        ensure_state_dir()
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, KeyError):
                 data = json.loads(state_path(self.plan.name).read_text())
@@ -589,9 +626,9 @@ class Lab:
             "nft_tables": [t for f in self.faults for t in f.nft],
         }
         path = state_path(plan.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_state_dir()
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
+        _write_private(tmp, json.dumps(data, indent=1))
         tmp.replace(path)
 
     # ----- names and addresses -----------------------------------------------------

@@ -6,17 +6,19 @@ The control protocol (one JSON object per line, see :mod:`openmrc.net.control`):
     ``{"op": "challenge", "version": 1, "nonce": hex}``.
 ``hello`` (client -> server)
     ``{"op": "hello", "version": 1, "auth": {"nonce": hex, "mac": hex},
-    "peer": {...}, "qpns": [..], "attr": {...}, "mode": "write" | "pingpong",
-    "mr": {...} | null}``: ``auth.mac`` is HMAC-SHA256(secret, role "client",
+    "peer": {...}, "qpns": [..], "psns": [..], "attr": {...}, "mode": "write" |
+    "pingpong", "mr": {...} | null}``: ``auth.mac`` is HMAC-SHA256(secret, role "client",
     both nonces), so the secret never crosses the wire; the client's identity
     (a lab host index, or a UDP port: a plain peer's address is the TCP source
-    address), its QP numbers, the QP attributes both ends use (EV profile
+    address), its QP numbers and their random initial PSNs (24 bits, as
+    RoCE's ``sq_psn``; absent: 0 both ways), the QP attributes both ends use (EV profile
     planes, MTU...), and, for ``pingpong``, the client region the server
     writes back into.  Every field is checked (:meth:`MemoryServer.check_hello`)
     against :class:`ServerLimits`.
 ``welcome`` (server -> client)
-    ``{"op": "welcome", "qpns": [..], "mr": {"addr", "rkey", "length"},
-    "peer": {...}, "auth": {"mac": hex}}``: one server QP per client QP,
+    ``{"op": "welcome", "qpns": [..], "psns": [..], "mr": {"addr", "rkey",
+    "length"}, "peer": {...}, "auth": {"mac": hex}}``: one server QP per client QP
+    (with its initial PSN),
     already connected, with receives posted for WRITE_WITH_IMMs, and the
     session's own region (its own rkey); ``auth.mac`` (role "server") proves
     the server knows the secret too.
@@ -43,6 +45,7 @@ import asyncio
 import contextlib
 import hashlib
 import ipaddress
+import mmap
 import sys
 import time
 from collections import deque
@@ -138,12 +141,25 @@ class ServerLimits:
     """
 
     max_sessions: int = 4
+    #: sessions one source address may hold (None: ``max_sessions``).
+    max_sessions_per_source: int | None = None
     max_qps: int = 16
     max_evs_per_qp: int = 1024
     max_evs_per_session: int = 4096
     max_line: int = 64 << 10
+    #: the handshake deadline: from accept to a checked hello (challenge sent,
+    #: hello received), whatever the client sends meanwhile.
     hello_timeout: float = 10.0
     max_verify_timeout: float = 600.0
+    #: connections not yet authenticated, in all and per source address.  A new
+    #: connection beyond either evicts the oldest such connection (of that
+    #: source, when the source is over its share), so connections held open
+    #: without a hello never lock a legitimate client out.
+    max_unauthenticated: int = 256
+    max_unauthenticated_per_source: int = 128
+    #: an authenticated session with no control message and no data on its QPs
+    #: for this long is ended (its QPs and region freed).
+    idle_timeout: float = 120.0
 
 
 class HelloError(ValueError):
@@ -154,7 +170,7 @@ class HelloError(ValueError):
         self.field = field
 
 
-_HELLO_FIELDS = frozenset({"op", "version", "auth", "peer", "qpns", "attr", "mode", "mr"})
+_HELLO_FIELDS = frozenset({"op", "version", "auth", "peer", "qpns", "psns", "attr", "mode", "mr"})
 
 
 @dataclass
@@ -166,6 +182,22 @@ class Hello:
     attr: QPAttr
     mode: str
     client_mr: RemoteMR | None
+    #: the client QPs' initial send PSNs (None: the hello has none, every PSN
+    #: starts at 0 both ways).
+    psns: list[int] | None = None
+
+
+def _psn_list(value: Any, n: int, name: str) -> list[int] | None:
+    """The ``n`` initial PSNs of a hello or welcome (RoCE-style random 24-bit
+    values); None when the message has none (PSNs then start at 0 both ways)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != n:
+        raise HelloError(name, f"must list {n} initial PSNs, one per QP")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 24:
+            raise HelloError(name, f"each must be an int in 0..2^24-1, got {v!r}")
+    return list(value)
 
 
 def _error(field: str, message: str) -> dict[str, Any]:
@@ -201,7 +233,11 @@ class _ServerSession:
         self.client_mr = client_mr
         # A protection domain per session: its rkey works only for its own QPs.
         self.pd = server.ep.alloc_pd()
-        self.buffer = bytearray(server.size)
+        # An anonymous mapping of its own, not the heap: unmapped when the session
+        # closes, so the memory goes back to the system at once (a freed
+        # bytearray of this size can stay in malloc's heap).
+        self._map = mmap.mmap(-1, server.size)
+        self.buffer = memoryview(self._map)
         self.mr: LocalMR = server.ep.reg_mr(self.buffer, self.pd)
         self.conns: list[Connection] = []
         self.imms: list[dict[int, Any]] = []
@@ -277,6 +313,18 @@ class _ServerSession:
         for conn in self.conns:
             self.server.ep.destroy_connection(conn)
         self.server.ep.dereg_mr(self.mr)
+        self.conns.clear()
+        self.imms.clear()
+        # Unmap the region now (its QPs are gone and its rkey no longer works), not
+        # whenever the garbage collector finds the session's reference cycles.
+        view = self.mr.mr.view
+        if view is not None:
+            view.release()
+        self.buffer.release()
+        try:
+            self._map.close()
+        except BufferError:  # a view still exported somewhere: unmapped with it
+            self.server.unmap_late += 1
 
 
 class MemoryServer:
@@ -313,10 +361,20 @@ class MemoryServer:
         self.results: list[VerifyResult] = []
         self.sessions: set[_ServerSession] = set()
         self.sessions_done = 0
+        #: closed sessions whose region could not be unmapped at once (a view of it
+        #: was still exported); it goes when that view does.
+        self.unmap_late = 0
         self.refused = 0
         self.session_closed = asyncio.Event()
         self._log = RateLimitedLog(on_log)
         self._server: asyncio.AbstractServer | None = None
+        #: connections not yet authenticated -> (their source, accept time), oldest first.
+        self._unauth: dict[ControlChannel, tuple[str, float]] = {}
+        #: sessions per source address.
+        self._by_source: dict[str, int] = {}
+        #: unauthenticated connections dropped to make room; sessions ended idle.
+        self.evicted = 0
+        self.idled = 0
 
     async def listen(self, addr: ControlAddress) -> None:
         """Start accepting control connections at ``addr``."""
@@ -395,6 +453,7 @@ class MemoryServer:
                 raise HelloError("qpns", f"each must be an int in 1..2^24-1, got {q!r}")
         if len(set(qpns)) != len(qpns):
             raise HelloError("qpns", "must be distinct")
+        psns = _psn_list(hello.get("psns"), len(qpns), "psns")
         # attr
         try:
             attr = attr_from_json(hello.get("attr", {}))
@@ -432,7 +491,7 @@ class MemoryServer:
                 raise HelloError("mr", "addr/rkey/length out of range")
         if mode in ("pingpong", "bidir") and client_mr is None:
             raise HelloError("mr", f"{mode} needs the client's region")
-        return Hello(peer, list(qpns), attr, mode, client_mr)
+        return Hello(peer, list(qpns), attr, mode, client_mr, psns)
 
     async def _refuse(self, ch: ControlChannel, field: str, message: str) -> None:
         self.refused += 1
@@ -440,13 +499,57 @@ class MemoryServer:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ch.send(_error(field, message)), 5.0)
 
+    def _admit(self, ch: ControlChannel, source: str) -> None:
+        """Count ``ch`` as unauthenticated, within the caps: over one, the oldest
+        such connection (of ``ch``'s source when that source is over its share)
+        is dropped.  (Refusing the newcomer instead was measured worse: under a
+        slowloris that reconnects, every slot is always young and a real client
+        never gets one.)"""
+        unauth = self._unauth
+        now = time.monotonic()
+        lim = self.limits
+        same = [c for c, (s, _t) in unauth.items() if s == source]
+        if len(same) >= lim.max_unauthenticated_per_source:
+            victim: ControlChannel | None = same[0]
+        elif len(unauth) >= lim.max_unauthenticated:
+            victim = next(iter(unauth))
+        else:
+            victim = None
+        if victim is not None:
+            self.evicted += 1
+            del unauth[victim]
+            victim.abort()
+        unauth[ch] = (source, now)
+
+    def _activity(self, session: _ServerSession) -> int:
+        """Data packets moved so far on ``session``'s QPs (both directions)."""
+        return sum(c.qp.stats.rx_data_packets + c.qp.stats.tx_data_packets for c in session.conns)
+
+    async def _next_request(self, ch: ControlChannel, session: _ServerSession) -> dict[str, Any]:
+        """The session's next control message; raises :class:`TimeoutError` once the
+        session has been idle (no message, no data) for ``limits.idle_timeout``."""
+        idle = self.limits.idle_timeout
+        seen = self._activity(session)
+        while True:
+            try:
+                return await asyncio.wait_for(ch.recv(), idle)
+            except TimeoutError:
+                now = self._activity(session)
+                if now == seen:
+                    raise
+                seen = now
+
     async def handle(self, ch: ControlChannel) -> None:
         """Serve one control connection (one client session); never raises."""
         session: _ServerSession | None = None
+        source = ch.peer_address() or "unix"
+        self._admit(ch, source)
+        counted = False
         try:
             nonce = new_nonce()
-            await ch.send({"op": "challenge", "version": PROTOCOL_VERSION, "nonce": nonce})
-            hello = await ch.recv(self.limits.hello_timeout)
+            async with asyncio.timeout(self.limits.hello_timeout):
+                await ch.send({"op": "challenge", "version": PROTOCOL_VERSION, "nonce": nonce})
+                hello = await ch.recv()
             if hello["op"] != "hello":
                 return await self._refuse(ch, "op", f"expected hello, got {hello['op'][:40]!r}")
             if hello.get("version") != PROTOCOL_VERSION:
@@ -461,17 +564,31 @@ class MemoryServer:
                 h = self.check_hello(hello, ch.peer_address())
             except HelloError as exc:
                 return await self._refuse(ch, exc.field, str(exc).split(": ", 1)[-1])
+            self._unauth.pop(ch, None)  # authenticated: no longer evictable
             if len(self.sessions) >= self.limits.max_sessions:
                 return await self._refuse(
                     ch, "sessions", f"this server already has {self.limits.max_sessions} sessions"
                 )
+            per_source = self.limits.max_sessions_per_source
+            if per_source is not None and self._by_source.get(source, 0) >= per_source:
+                return await self._refuse(
+                    ch, "sessions", f"{source} already has {per_source} sessions here"
+                )
+            self._by_source[source] = self._by_source.get(source, 0) + 1
+            counted = True
             session = _ServerSession(self, h.mode, h.client_mr)
             self.sessions.add(session)
             for i, qpn in enumerate(h.qpns):
                 conn = self.ep.create_connection(pd=session.pd)
                 session.conns.append(conn)
                 try:
-                    conn.connect(qpn, h.peer, h.attr)
+                    conn.connect(
+                        qpn,
+                        h.peer,
+                        h.attr,
+                        send_psn=conn.initial_psn if h.psns is not None else 0,
+                        recv_psn=h.psns[i] if h.psns is not None else 0,
+                    )
                 except InvalidArgument as exc:  # e.g. the path MTU is too small
                     field = "attr.mtu" if str(exc).startswith("mtu") else "peer"
                     return await self._refuse(ch, field, str(exc).split(": ", 1)[-1])
@@ -486,13 +603,20 @@ class MemoryServer:
                 {
                     "op": "welcome",
                     "qpns": [c.qpn for c in session.conns],
+                    "psns": [c.initial_psn if h.psns is not None else 0 for c in session.conns],
                     "mr": session.mr.remote().to_json(),
                     "peer": self._my_peer(ch),
                     "auth": {"mac": auth_mac(self.secret, "server", nonce, cnonce)},
                 }
             )
             while True:
-                msg = await ch.recv()
+                try:
+                    msg = await self._next_request(ch, session)
+                except TimeoutError:
+                    self.idled += 1
+                    return await self._refuse(
+                        ch, "session", f"idle for {self.limits.idle_timeout:g} s: ended"
+                    )
                 op = msg["op"]
                 if op == "verify":
                     await ch.send(await self._verify(session, msg))
@@ -516,13 +640,20 @@ class MemoryServer:
                     await ch.send(_error("op", f"unknown op {op[:40]!r}"))
         except BadMessage as exc:
             await self._refuse(ch, exc.field, exc.reason)
-        except (ControlError, ConnectionError, OSError):
+        except (ControlError, ConnectionError, OSError, TimeoutError):
             return
         except Exception as exc:  # never let one connection take the server down
             self._log(f"control: internal error: {exc!r}")
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ch.send(_error("server", "internal error")), 5.0)
         finally:
+            self._unauth.pop(ch, None)
+            if counted:
+                left = self._by_source.get(source, 1) - 1
+                if left > 0:
+                    self._by_source[source] = left
+                else:
+                    self._by_source.pop(source, None)
             if session is not None:
                 session.close()
                 self.sessions.discard(session)
@@ -679,6 +810,7 @@ class Session:
                 "auth": {"nonce": cnonce, "mac": auth_mac(secret, "client", snonce, cnonce)},
                 "peer": me,
                 "qpns": [c.qpn for c in conns],
+                "psns": [c.initial_psn for c in conns],
                 "attr": attr_to_json(ep.attr),
                 "mode": mode,
                 "mr": local.remote().to_json() if local is not None else None,
@@ -696,8 +828,15 @@ class Session:
             qpns = welcome["qpns"]
             if not isinstance(qpns, list) or len(qpns) != qps:
                 raise ControlError(f"control: asked for {qps} QPs, the server gave {qpns!r}")
-            for conn, qpn in zip(conns, qpns, strict=True):
-                conn.connect(int(qpn), server_peer)
+            try:
+                psns = _psn_list(welcome.get("psns"), qps, "psns")
+            except HelloError as exc:
+                raise ControlError(f"control: welcome {exc}") from None
+            for i, (conn, qpn) in enumerate(zip(conns, qpns, strict=True)):
+                if psns is None:  # a server that exchanges no PSNs: 0 both ways
+                    conn.connect(int(qpn), server_peer)
+                else:
+                    conn.connect(int(qpn), server_peer, send_psn=conn.initial_psn, recv_psn=psns[i])
         except BaseException:
             await channel.close()
             for conn in conns:

@@ -39,6 +39,8 @@ from ..wire.packets import (
 from .verbs import MemoryRegion, WCStatus
 
 if TYPE_CHECKING:
+    import random
+
     from .attrs import QPAttr
     from .cc import CongestionControl
     from .paths import PathSet
@@ -51,6 +53,12 @@ _MASK64: Final = (1 << 64) - 1
 #: a collective starting at once) before it has measured anything, so until
 #: then the window is one smoothed RTT (RACK's cap).
 REO_SAMPLES: Final = 8
+
+#: With ACK proof on (:meth:`Requester.require_ack_proof`, the real network):
+#: how many of the newest send timestamps a SACK may echo.  An echo of an older
+#: packet is refused like a forged one (a later SACK carries the same cumulative
+#: news), so memory stays bounded.
+ACK_PROOF_KEEP: Final = 65536
 
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
@@ -240,6 +248,16 @@ class Requester:
         self.probe_seq = 0
         #: set when the last next_packet() found only busy planes' EVs usable.
         self.port_blocked = False
+        # ACK proof (off in the simulator; see require_ack_proof): send timestamp
+        # -> the EV it went on, for the newest ACK_PROOF_KEEP packets sent.
+        self.sent_ts: dict[int, int] | None = None
+        self.sent_order: deque[int] = deque()
+        self.ts_rng: random.Random | None = None
+        self.last_stamp = 0
+        #: SACKs refused for lack of proof (no echo of a packet sent on their EV).
+        self.forged_acks = 0
+        #: bitmask of the planes this QP's EVs use (0: not computed yet).
+        self.plane_mask = 0
 
     def apply_attr(self, attr: QPAttr) -> None:
         """Take the send-side attributes (at RTS, and again on RTS -> RTS)."""
@@ -329,6 +347,8 @@ class Requester:
         self.qp.queue_control(self.probe(now, reliability=True))
 
     def _emit(self, tx: Tx, ev: int, now: int, retransmit: bool) -> DataPacket:
+        if self.sent_ts is not None:
+            now = self._stamp(now, ev)
         op = tx.op
         tx.ev = ev
         tx.sent = now
@@ -382,7 +402,76 @@ class Requester:
         if ev is None:
             ev = self.paths.next_ev()
         self.stats.probes_sent += 1
-        return ProbePacket(self.qp.remote_qpn, ev, seq, now, reliability)
+        ts = now if self.sent_ts is None else self._stamp(now, ev)
+        return ProbePacket(self.qp.remote_qpn, ev, seq, ts, reliability)
+
+    # -- ACK proof (the real network) -------------------------------------------------
+    def require_ack_proof(self, rng: random.Random) -> None:
+        """Accept a SACK only when it echoes the timestamp of a packet this QP sent
+        on the SACK's EV (a real NIC's check; the network driver turns it on).
+
+        Every packet sent from now on carries ``now`` plus a random sub-nanosecond
+        part from ``rng`` (10 bits, < 1.024 ns: no RTT changes measurably), unique
+        and increasing per QP; the newest :data:`ACK_PROOF_KEEP` are remembered
+        with their EV.  An off-path sender must guess a timestamp to the
+        picosecond *and* its EV.  Off in the simulator, whose results stay as
+        they were (every SACK there is genuine).
+        """
+        self.sent_ts = {}
+        self.sent_order = deque()
+        self.ts_rng = rng
+
+    def _stamp(self, now: int, ev: int) -> int:
+        """The timestamp of a packet sent now on ``ev``, remembered for the proof."""
+        rng = self.ts_rng
+        sent = self.sent_ts
+        assert rng is not None and sent is not None
+        ts = now + rng.getrandbits(10)
+        if ts <= self.last_stamp:
+            ts = self.last_stamp + 1
+        self.last_stamp = ts
+        sent[ts] = ev
+        order = self.sent_order
+        order.append(ts)
+        if len(order) > ACK_PROOF_KEEP:
+            del sent[order.popleft()]
+        return ts
+
+    def ack_proven(self, sack: SackPacket) -> bool:
+        """True when ``sack`` may change state: with ACK proof on, it must echo the
+        timestamp of a packet this QP sent, and carry that packet's EV (so its
+        port-status bits and EV feedback are about a path really used).  A
+        refused SACK is counted in :attr:`forged_acks`."""
+        sent = self.sent_ts
+        if sent is None:
+            return True
+        if sent.get(sack.ts_echo, -1) != sack.ev:
+            self.forged_acks += 1
+            return False
+        return True
+
+    def _take_port_status(self, sack: SackPacket) -> None:
+        """Take the peer's ports-down bitmap from a (proven) SACK.
+
+        The plane this SACK came back on is up whatever the bitmap says, and no
+        bitmap, forged or stale, may leave no usable plane: if the planes down
+        here, denied, and down at the peer would cover every plane this QP
+        uses, the bitmap is ignored.
+        """
+        paths = self.paths
+        down = sack.ports_down & ~(1 << (sack.ev & 15))
+        if down == paths.remote_down:
+            return
+        if down:
+            planes = self.plane_mask
+            if not planes:
+                for ev in paths.known_evs():
+                    planes |= 1 << (ev & 15)
+                self.plane_mask = planes
+            if not planes & ~(down | paths.local_down | paths.denied_planes):
+                self.stats.rx_invalid += 1
+                return
+        paths.set_ports_down(remote=down)
 
     # -- input ----------------------------------------------------------------------
     def on_sack(self, sack: SackPacket, now: int) -> None:
@@ -390,7 +479,7 @@ class Requester:
         stats = self.stats
         next_psn = self.next_psn
         cack = sack.cack
-        if cack > next_psn or sack.sack_base < cack:
+        if cack > next_psn or sack.sack_base < cack or not self.ack_proven(sack):
             stats.rx_invalid += 1
             return
         stats.rx_sacks += 1
@@ -450,11 +539,7 @@ class Requester:
             if ts > self.rack_xmit:
                 self.rack_xmit = ts
                 self.rack_rtt = rtt
-        # The peer's port status.  The plane this SACK came back on is up whatever
-        # the bitmap says: a bitmap (forged or stale) can never take every plane.
-        down = sack.ports_down & ~(1 << (sack.ev & 15))
-        if down != self.paths.remote_down:
-            self.paths.set_ports_down(remote=down)
+        self._take_port_status(sack)
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev, now)
             stats.ecn_echoes += 1

@@ -1,0 +1,219 @@
+"""Forged SACKs against a live ``openmrc serve`` on ``::1`` (no root needed).
+
+The attacker sends from ``::1`` (the peers' own address, as an on-path spoofer
+or a local user would) to the client's data port, with the client's QP number:
+
+* a SACK whose ports-down bitmap marks every plane down must change nothing
+  (it echoes no timestamp the client sent); the transfer after it stays
+  byte-exact and at least half as fast as a clean one;
+* a sweep of forged SACKs acknowledging every PSN, while the client loses 1
+  packet in 97, must not complete a WRITE whose data never arrived;
+* a genuine SACK's port status is still believed (the peer's port really down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import socket
+import time
+from pathlib import Path
+
+from openmrc.net.driver import NetEndpoint, PlainPeer, run
+from openmrc.net.service import Session, write_buffer
+from openmrc.transport.ev import ev_plane, make_ev
+from openmrc.wire.codec import encode
+from openmrc.wire.packets import SackPacket
+
+from .live import serve
+
+SIZE = 8 << 20
+
+
+def _forger() -> socket.socket:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_UDP, 101, 1)  # zero checksum, like the driver
+    s.setblocking(False)
+    return s
+
+
+def _guess_ts() -> int:
+    """The attacker's best guess of a recent send timestamp: the same machine's
+    monotonic clock (the driver's clock), a millisecond ago."""
+    return time.monotonic_ns() * 1000 - 1_000_000_000
+
+
+async def _send_once(ep: NetEndpoint, session: Session, data: bytearray, imm: int) -> float:
+    local = ep.reg_mr(data)
+    try:
+        res = await write_buffer(session, local, SIZE, imm=imm, chunk=1 << 20)
+        assert res.ok, res.failed
+        verdict = await session.verify(imm, SIZE, hashlib.sha256(data).hexdigest(), timeout=60)
+        assert verdict["ok"], verdict
+        return res.seconds
+    finally:
+        ep.dereg_mr(local)
+
+
+def test_forged_port_status_changes_nothing(tmp_path: Path) -> None:
+    async def main() -> tuple[float, float, int, int]:
+        data = bytearray(random.Random(3).randbytes(SIZE))
+        with serve(tmp_path, size=SIZE) as srv:
+            async with (
+                NetEndpoint("::1", 0) as ep,
+                await Session.open(ep, srv.control, secret=srv.secret) as session,
+            ):
+                conn = session.conns[0]
+                clean = await _send_once(ep, session, data, 1)
+                req = conn.qp.requester
+                assert req is not None
+                planes = ep.attr.ev_profile.planes
+                with _forger() as s:
+                    # one SACK per plane as "the plane it came back on": every
+                    # other plane marked down, no timestamp of ours echoed
+                    for plane in range(planes):
+                        pkt = SackPacket(
+                                conn.qpn, make_ev(plane, 1), req.snd_una, req.snd_una, 0,
+                                ts_echo=_guess_ts(), ports_down=0x7FFF,
+                            )  # fmt: skip
+                        s.sendto(encode(pkt), ("::1", ep.port))
+                    await asyncio.sleep(0.2)
+                    down = conn.qp.paths.remote_down if conn.qp.paths else -1
+                    # and a stream of them during the next transfer
+                    stop = asyncio.Event()
+
+                    async def storm() -> None:
+                        i = 0
+                        while not stop.is_set():
+                            pkt = SackPacket(
+                                    conn.qpn, make_ev(i % planes, i), req.snd_una, req.snd_una,
+                                    0, ts_echo=_guess_ts(), ports_down=0x7FFF,
+                                )  # fmt: skip
+                            s.sendto(encode(pkt), ("::1", ep.port))
+                            i += 1
+                            await asyncio.sleep(0.002)
+
+                    task = asyncio.create_task(storm())
+                    try:
+                        attacked = await _send_once(ep, session, data, 2)
+                    finally:
+                        stop.set()
+                        await task
+                return clean, attacked, down, req.forged_acks
+
+    clean, attacked, down, forged = run(main())
+    assert down == 0, f"a forged SACK marked planes down: {down:#x}"
+    assert forged > 0
+    # at least half the clean speed (plus slack for a busy machine)
+    assert attacked <= 2 * clean + 1.0, (clean, attacked)
+
+
+def test_forged_completions_are_refused(tmp_path: Path) -> None:
+    """A sweep of forged SACKs acknowledging every PSN, while 1 packet in 97 is
+    lost, must not make the client report success for data that never arrived."""
+
+    async def main() -> tuple[bool, bool, int, int]:
+        data = bytearray(os.urandom(SIZE))
+        with serve(tmp_path, size=SIZE) as srv:
+            async with (
+                NetEndpoint("::1", 0, tx_drop_every=97) as ep,
+                await Session.open(ep, srv.control, secret=srv.secret) as session,
+            ):
+                conn = session.conns[0]
+                req = conn.qp.requester
+                assert req is not None
+                local = ep.reg_mr(data)
+                stop = asyncio.Event()
+                sent = 0
+
+                async def sweep() -> None:
+                    nonlocal sent
+                    with _forger() as s:
+                        cack = 0
+                        while not stop.is_set():
+                            pkt = SackPacket(
+                                    conn.qpn, make_ev(cack % 8, 0), cack, cack, (1 << 64) - 1,
+                                    ts_echo=_guess_ts(),
+                                )  # fmt: skip
+                            s.sendto(encode(pkt), ("::1", ep.port))
+                            sent += 1
+                            cack = cack + 64 if cack < 4096 else 0
+                            await asyncio.sleep(0.001)
+
+                task = asyncio.create_task(sweep())
+                try:
+                    res = await write_buffer(session, local, SIZE, imm=5, chunk=1 << 20)
+                finally:
+                    stop.set()
+                    await task
+                verdict = await session.verify(
+                    5, SIZE, hashlib.sha256(data).hexdigest(), timeout=30
+                )
+                return res.ok, bool(verdict["ok"]), req.forged_acks, sent
+
+    ok, exact, forged, sent = run(main())
+    # completed means completed: the server holds every byte
+    assert ok and exact, (ok, exact, sent)
+    assert forged > 0 and sent >= 10
+
+
+def test_genuine_port_status_is_still_believed() -> None:
+    """A proven SACK's ports-down bit (the peer's plane-2 port really down) is taken."""
+
+    async def main() -> tuple[int, int, bool]:
+        size = 2 << 20
+        data = random.Random(5).randbytes(size)
+        async with NetEndpoint("::1", 0) as a, NetEndpoint("::1", 0) as b:
+            ca, cb = a.create_connection(), b.create_connection()
+            ca.connect(cb.qpn, b.local_peer)
+            cb.connect(ca.qpn, PlainPeer("::1", a.port))
+            b.ctx.set_port_state(2, False, 0)
+            src, dst = a.reg_mr(bytearray(data)), b.reg_mr(bytearray(size))
+            cb.post_recv(1)
+            wr = ca.post_write(src, 0, size, dst.remote(), imm=1)
+            wc = await asyncio.wait_for(ca.wait_send(wr), 60)
+            await asyncio.wait_for(cb.wait_recv(), 60)
+            assert ca.qp.paths is not None and ca.qp.requester is not None
+            late = sum(
+                n for ev, n in a.tx_by_ev.items() if ev_plane(ev) == 2
+            )  # sent on plane 2 (only before the first SACK)
+            return ca.qp.paths.remote_down, late, wc.ok and bytes(dst.buffer) == data
+
+    down, on_plane2, ok = run(main())
+    assert ok
+    assert down == 1 << 2
+    assert on_plane2 < 64
+
+
+def test_session_qps_start_at_random_psns(tmp_path: Path) -> None:
+    """Each session QP starts at the random 24-bit PSN it told the peer (as RoCE's
+    sq_psn): a transfer over two sessions is byte-exact, and their first PSNs differ
+    from 0 and from each other (with probability 1 - 3 x 2^-24)."""
+
+    async def main() -> list[tuple[int, int, int]]:
+        data = bytearray(random.Random(9).randbytes(1 << 20))
+        seen = []
+        with serve(tmp_path, size=1 << 20) as srv:
+            for imm in (1, 2):
+                async with (
+                    NetEndpoint("::1", 0) as ep,
+                    await Session.open(ep, srv.control, secret=srv.secret) as session,
+                ):
+                    conn = session.conns[0]
+                    req = conn.qp.requester
+                    assert req is not None
+                    first = req.next_psn
+                    local = ep.reg_mr(data)
+                    res = await write_buffer(session, local, len(data), imm=imm)
+                    verdict = await session.verify(imm, len(data), hashlib.sha256(data).hexdigest())
+                    assert res.ok and verdict["ok"]
+                    seen.append((conn.initial_psn, first, req.snd_una))
+        return seen
+
+    seen = run(main())
+    (a0, a1, a_end), (b0, b1, b_end) = seen
+    assert a0 == a1 and b0 == b1  # the requester started where it told the server
+    assert a_end == a1 + 256 and b_end == b1 + 256  # 1 MiB in 4 KiB packets, all acked
+    assert a0 != b0 and 0 not in (a0, b0)
