@@ -67,6 +67,21 @@ def now_utc() -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` with only JSON's types (dataclasses as dicts, non-finite floats as None).
+
+    The exact built-in types come first: a 64-rank ring's document has over a
+    million values, nearly all floats, ints and lists, and the general checks
+    below cost several times as much per value (about a third of a small run's
+    wall time, measured).  Anything else takes the general path, unchanged."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int or kind is str or kind is bool or value is None:
+        return value
+    if kind is list or kind is tuple:
+        return [_jsonable(v) for v in value]
+    if kind is dict:
+        return {str(k): _jsonable(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _jsonable(dataclasses.asdict(value))
     if isinstance(value, dict):
