@@ -64,6 +64,7 @@ from openmrc.net.service import (
     write_buffer,
 )
 from openmrc.net.sockets import ROCE_PORT
+from openmrc.net.wireshark import dissector_path, tshark_hint
 from openmrc.transport.errors import InvalidArgument
 
 _Handler = Callable[[argparse.Namespace], int]
@@ -608,11 +609,6 @@ async def _perf_lat(
 # ----- wireshark --------------------------------------------------------------------------
 
 
-def dissector_path() -> Path:
-    """The Lua dissector shipped with the package (``openmrc/net/openmrc.lua``)."""
-    return Path(__file__).with_name("openmrc.lua")
-
-
 def personal_plugins_dir() -> Path:
     """Wireshark's personal Lua plugins folder on Linux (``~/.local/lib/wireshark/plugins``)."""
     return Path.home() / ".local" / "lib" / "wireshark" / "plugins"
@@ -623,7 +619,8 @@ def _cmd_wireshark(args: argparse.Namespace) -> int:
     src = dissector_path()
     if not args.install:
         _print(str(src))
-        _print(f"use: tshark -X lua_script:{src} -r FILE.pcap   (or openmrc wireshark --install)")
+        _print(f"use: {tshark_hint()}   (or openmrc wireshark --install)")
+        _print("(the zero UDP checksum is deliberate: switches rewrite the address it covers)")
         return 0
     dest_dir = Path(args.dir) if args.dir else personal_plugins_dir()
     try:
