@@ -88,6 +88,38 @@ def test_compare_runs_each_transport_on_the_same_scenario(
     assert (out / "summary.csv").read_text().startswith("measure,mrc,roce,ib\n")
 
 
+def test_compare_gives_every_transport_the_same_nic_bandwidth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scenario that leaves the baselines' QPs unset: RoCE and IB striped over every plane."""
+    out = tmp_path / "cmp"
+    argv = ["compare", LINK, *SMALL, "--transports", "mrc,roce,ib", "--out", str(out)]
+    argv += ["--set", "workload.message=64KiB"]  # 8 messages a flow: one per QP
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "warning" not in text
+    rows = {line.split("  ")[1]: line.split()[-3:] for line in text.splitlines() if "  " in line}
+    assert rows["QPs per connection"] == ["1", "8", "8"]
+    assert text.count(" 8 of 8") == 3  # the planes-used row: every plane, every transport
+    docs = {n: json.loads((out / n / "results.json").read_text()) for n in ("mrc", "roce", "ib")}
+    assert "transport.roce.qps=8" in docs["roce"]["provenance"]["overrides"]
+    assert "transport.roce.qps=8" not in docs["mrc"]["provenance"]["overrides"]
+    # the same aggregate NIC bandwidth: each flow's ideal (alone on an idle fabric, at
+    # the rate of the NIC ports its QPs use) within the transports' header differences
+    for i, mrc_flow in enumerate(docs["mrc"]["flows"]):
+        for name in ("roce", "ib"):
+            ideal = docs[name]["flows"][i]["ideal_fct_us"]
+            assert ideal == pytest.approx(mrc_flow["ideal_fct_us"], rel=0.03), (name, i)
+    # and the bytes do cross every plane
+    for name, doc in docs.items():
+        assert all(sum(v) > 0 for v in doc["plane_tx_gbps_series"].values()), name
+    # one message a flow: RoCE's 8 QPs cannot all carry it, and the table says so
+    capsys.readouterr()
+    assert main(["compare", LINK, *SMALL, "--transports", "mrc,roce"]) == 0
+    text = capsys.readouterr().out
+    assert "1 of 8" in text and "warning [roce]: its QPs have 8 planes but only 1" in text
+
+
 @pytest.mark.parametrize(
     ("sets", "message"),
     [

@@ -7,7 +7,7 @@ Subcommands (``--name`` picks the lab, default ``lab``)::
 
     lab up TOPOLOGY               TOPOLOGY: file (.json/.toml) or planes=4,t0s=2,...
     lab status [--json]
-    lab down [--name N]           without --name: every lab and every omrc-* namespace
+    lab down [--name N | --all]   without --name: the default lab; --all: every omrc-* namespace
     lab fail LINK|SWITCH [--silent | --loss P]
     lab restore [LINK|SWITCH]     without a target: every fault
     lab exec HOST -- CMD...
