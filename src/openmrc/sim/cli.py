@@ -515,11 +515,27 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
             for name, cells in rows:
                 fh.write(name + "," + ",".join(c.replace(",", "") for c in cells) + "\n")
         written.append(str(table))
-    written.append(str(_report(out, outcomes)))
+    copy = _copy_scenario(out, outcomes[0].doc["provenance"].get("scenario_file"))
+    if copy is not None:
+        written.append(str(copy))
+    written.append(str(_report(out, outcomes, copy)))
     return written
 
 
-def _report(out: Path, outcomes: list[RunOutcome]) -> Path:
+def _copy_scenario(out: Path, source: str | None) -> Path | None:
+    """Copy the scenario file into ``out`` (same name), so the folder reproduces the run
+    and the report can name a file that stays; None when there is no file to copy."""
+    import shutil
+
+    if not source or not Path(source).is_file():
+        return None
+    copy = out / Path(source).name
+    if copy.resolve() != Path(source).resolve():
+        shutil.copyfile(source, copy)
+    return copy
+
+
+def _report(out: Path, outcomes: list[RunOutcome], scenario_copy: Path | None = None) -> Path:
     """report.html (the table; plots when the report extra, matplotlib, is installed)."""
     from ..report import have_plots, write_report
 
@@ -528,7 +544,7 @@ def _report(out: Path, outcomes: list[RunOutcome]) -> Path:
             "openmrc: note: report.html has no plots (pip install 'openmrc[report]')",
             file=sys.stderr,
         )
-    return write_report(out, [o.doc for o in outcomes])
+    return write_report(out, [o.doc for o in outcomes], scenario_copy)
 
 
 def _progress_enabled(args: argparse.Namespace) -> bool:
