@@ -126,7 +126,7 @@ def test_compare_gives_every_transport_the_same_nic_bandwidth(
         (["fabric.wheels=4"], "fabric.wheels: unknown key"),
         (["workload.size=lots"], "workload.size: 'lots' is not a size"),
         (["fabric.planes=two"], "fabric.planes: expected int, got str 'two'"),
-        (["transport.mtu=10"], "QPAttr.mtu"),
+        (["transport.mtu=10"], "transport.mtu: must be an int in 256..9000"),
         (["seed.x=1"], "--set seed.x: seed is not a table"),
         (["faults[3].at_us=1"], "--set faults[3].at_us: faults[3] does not exist"),
         (["nothing"], "--set nothing: expected key.path=value"),
@@ -197,7 +197,7 @@ def test_errors_of_sim_and_topology_go_to_stderr(
     assert "cannot read" in _one_error_line(captured.err) and captured.out == ""
     assert main(["topology", "planes=0"]) == 2
     captured = capsys.readouterr()
-    assert "ClosSpec.planes" in _one_error_line(captured.err) and captured.out == ""
+    assert "fabric.planes" in _one_error_line(captured.err) and captured.out == ""
 
 
 def test_bad_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -335,3 +335,9 @@ def test_run_finds_a_cm_file_beside_the_scenario(
     )
     monkeypatch.chdir(tmp_path)  # not the scenario's folder
     assert main(["run", "scen/s.toml"]) == 0, capsys.readouterr().err
+
+
+def test_counts_are_plural_only_when_more_than_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topology", "planes=1,t0s=1,hosts_per_t0=1,t1s=1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 host, 1 plane, 2 switches, ") and "1 planes" not in out

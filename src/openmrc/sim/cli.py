@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from ..topology import ClosSpec, Topology
+from ..units import plural
 
 #: Exit codes (docs/cli.md).
 EXIT_OK = 0
@@ -456,8 +457,9 @@ def header(outcome: RunOutcome, scenario_file: str) -> str:
     spec = sc.spec
     return (
         f"scenario {sc.name or scenario_file} [transport {sc.transport.name}]: "
-        f"{spec.hosts} hosts, {spec.planes} planes, {spec.t0s} T0 x {spec.t1s} T1 per plane, "
-        f"{outcome.doc['summary']['flows']} flows, seed {sc.seed}"
+        f"{plural(spec.hosts, 'host')}, {plural(spec.planes, 'plane')}, "
+        f"{spec.t0s} T0 x {spec.t1s} T1 per plane, "
+        f"{plural(outcome.doc['summary']['flows'], 'flow')}, seed {sc.seed}"
         + (" - INTERRUPTED, partial results" if outcome.partial else "")
     )
 
@@ -716,7 +718,8 @@ def _cmd_topology(args: argparse.Namespace) -> int:
         print(topo.format_tables())
     else:
         print(
-            f"{spec.hosts} hosts, {spec.planes} planes, {len(topo.switches)} switches, {len(topo.links)} links"
+            f"{plural(spec.hosts, 'host')}, {plural(spec.planes, 'plane')}, "
+            f"{plural(len(topo.switches), 'switch', 'switches')}, {plural(len(topo.links), 'link')}"
         )
         for sw in topo.switches[: args.limit]:
             print(f"  {sw.name:14} tier T{sw.tier}  plane {sw.plane}  uSID {sw.usid:#06x}")
