@@ -244,3 +244,18 @@ def test_without_matplotlib_the_report_has_the_table_and_says_why(
     page = write_report(tmp_path, [mrc]).read_text()
     assert '<table id="summary">' in page and "data:image/png" not in page
     assert "pip install &#x27;openmrc[report]&#x27;" in page
+
+
+def test_table_tails_count_unfinished_flows(compared: Path) -> None:
+    """FCT/slowdown percentiles over all flows: an unfinished flow at its time so far."""
+    from openmrc.results import summary_rows
+
+    doc = json.loads((compared / "roce" / "results.json").read_text())
+    rows = dict(summary_rows([doc]))
+    assert not rows["FCT p99 us"][0].startswith(">=")  # everything finished
+    for f in doc["flows"][:2]:  # two of 16 never finish: the p99 falls on one of them
+        f["fct_us"] = f["slowdown"] = None
+    rows = dict(summary_rows([doc]))
+    so_far = doc["sim_end_us"] - min(f["start_ps"] for f in doc["flows"][:2]) / 1e6
+    assert rows["FCT p99 us"][0] == f">={so_far:,.1f}"
+    assert not rows["FCT median us"][0].startswith(">=")
