@@ -137,10 +137,12 @@ def _points(artist: Any) -> list[tuple[float, float]]:
     from matplotlib.patches import Rectangle
 
     if isinstance(artist, Line2D):
-        xs, ys = artist.get_xdata(), artist.get_ydata()
+        xs: Any = artist.get_xdata()
+        ys: Any = artist.get_ydata()
         return [(float(x), float(y)) for x, y in zip(xs, ys, strict=False)]
     if isinstance(artist, Collection):
-        return [(float(x), float(y)) for x, y in artist.get_offsets()]
+        offsets: Any = artist.get_offsets()
+        return [(float(x), float(y)) for x, y in offsets]
     if isinstance(artist, Rectangle):
         return [(artist.get_x() + artist.get_width() / 2, artist.get_y() + artist.get_height())]
     if isinstance(artist, AxesImage):
@@ -409,12 +411,12 @@ def plot_ev_timeline(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
         _mark_faults(axes[i + 1][0], doc, numbering)
     axes[-1][0].set_xlabel("simulated time (us)")
     _legend_outside(fig, [row[0] for row in axes[1:]])
-    key = _fault_key(have)
+    fault_key = _fault_key(have)
     return (
         "ev",
         "EV state changes around the faults: each row of dots is one EV of one QP "
         "(x ASSUMED_BAD, o back to GOOD, . SKIP), to the end of the run"
-        + (f"; dashed lines: {key}" if key else ""),
+        + (f"; dashed lines: {fault_key}" if fault_key else ""),
         _png(fig, plt),
     )
 
