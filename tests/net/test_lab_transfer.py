@@ -269,7 +269,7 @@ def test_cli_send_serve_in_lab_then_down_leaves_nothing(
     )  # fmt: skip
     try:
         send = subprocess.run(
-            _cli("send", str(blob), "--lab", name, "--from", "h0", "--to", "h1"),
+            _cli("send", str(blob), "--lab", name, "--from", "h0", "--to", "h1", "-v"),
             capture_output=True,
             text=True,
             timeout=60,
