@@ -20,8 +20,9 @@ from openmrc.report import (
     render_plots,
     write_report,
 )
-from tests.browser import CHROMIUM, chromium, probe_page
+from tests.browser import chromium, probe_page
 from tests.figures import layout, page_images, problems
+from tests.tools import needs_tool
 
 needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
 
@@ -43,7 +44,7 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @needs_mpl
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+@needs_tool("chromium")
 def test_report_renders_in_headless_chromium(compared: Path, tmp_path: Path) -> None:
     report = compared / "report.html"
     probe = probe_page(report, tmp_path, "summary")

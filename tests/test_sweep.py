@@ -23,7 +23,8 @@ from openmrc.sweep import build_points, run_sweep, split_values, toml_value
 from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
 from openmrc.sweep.spec import load_spec
-from tests.browser import CHROMIUM, probe_page
+from tests.browser import probe_page
+from tests.tools import needs_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "scenarios" / "sweeps"
@@ -313,7 +314,7 @@ def test_csv_and_report_have_a_row_per_point_and_a_plot_per_metric_and_axis(
     assert "ran 0, skipped 8 finished" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+@needs_tool("chromium")
 def test_sweep_page_renders_in_headless_chromium(
     swept: tuple[list[str], Path, str], tmp_path: Path
 ) -> None:

@@ -1,9 +1,11 @@
 """Optional external tools the suite can use: a test needing one skips, naming it, when absent.
 
 The README's test command must pass on a fresh machine that lacks them (root without
-nftables, tshark or Chromium): mark such a test ``@needs_tool("nft")``.  The lookup
-follows ``PATH`` at collection time, so hiding a tool from ``PATH`` (``.ci/run`` does)
-skips its tests.
+nftables, tshark or Chromium): mark such a test ``@needs_tool("nft")`` (or give it
+``marks=needs_tool("nft")`` in a parametrize).  ``tests/conftest.py`` turns the mark
+into a skip naming the tool and its package when the tool is not on ``PATH`` at
+collection; ``-m needs_tool`` selects exactly these tests (``.ci/run`` runs them once
+with the tools hidden from ``PATH``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ def have_tool(name: str) -> bool:
 
 
 def needs_tool(name: str) -> pytest.MarkDecorator:
-    """Skip the test, naming the tool and its package, when ``name`` is not on PATH."""
-    package = PACKAGES.get(name, name)
-    return pytest.mark.skipif(
-        not have_tool(name), reason=f"needs {name} (package {package}), not found on PATH"
-    )
+    """Mark a test as needing executable ``name``; skipped, naming it, when absent."""
+    return pytest.mark.needs_tool(name)
+
+
+def skip_reason(name: str) -> str | None:
+    """Why a test needing ``name`` cannot run here, or None if it can."""
+    if have_tool(name):
+        return None
+    return f"needs {name} (package {PACKAGES.get(name, name)}), not found on PATH"

@@ -289,6 +289,7 @@ def test_cli_send_serve_in_lab_then_down_leaves_nothing(
     assert not state_path(name).exists()
 
 
+@needs_tool("tshark")
 def test_tshark_decodes_a_lab_capture_of_mrc(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     """Capture plane 1 at the receiver during a real transfer; tshark reads BTH opcode and PSN."""
     import shutil
