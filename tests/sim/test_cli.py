@@ -28,6 +28,16 @@ SMALL = [
     "faults[0].at_us=5",
     "--no-progress",
 ]
+#: RoCE/IB timers scaled down as in the demo scenario: a baseline that meets the failed
+#: link stalls ~1 ms instead of 4.3 s (the ACK timeout of timeout_exp 20).
+FAST_BASELINE = [
+    "--set",
+    "transport.roce.timeout_exp=7",
+    "--set",
+    "transport.baseline_fabric.convergence_delay_ps=300000000",
+    "--set",
+    "transport.baseline_fabric.hold_time_ps=1000000000",
+]
 
 
 def _one_error_line(err: str) -> str:
@@ -75,14 +85,16 @@ def test_compare_runs_each_transport_on_the_same_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cmp"
-    argv = ["compare", LINK, *SMALL, "--transports", "mrc,roce,ib", "--out", str(out)]
-    assert main(argv) == 0
+    argv = ["compare", LINK, *SMALL, *FAST_BASELINE, "--transports", "mrc,roce,ib"]
+    assert main([*argv, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     for name in ("mrc", "roce", "ib"):
         assert f"[transport {name}]" in text
         doc = json.loads((out / name / "results.json").read_text())
         assert doc["provenance"]["transport"] == name
-        assert doc["summary"]["flows"] == 16 and doc["summary"]["faults"] == 1
+        # (striped over every plane, RoCE and IB meet the failed link: their routing's
+        # withdrawal of it is recorded as a fault event of their own)
+        assert doc["summary"]["flows"] == 16 and doc["summary"]["faults"] >= 1
     table_head = next(line for line in text.splitlines() if line.strip().startswith("mrc"))
     assert table_head.split() == ["mrc", "roce", "ib"]
     assert (out / "summary.csv").read_text().startswith("measure,mrc,roce,ib\n")
@@ -93,8 +105,8 @@ def test_compare_gives_every_transport_the_same_nic_bandwidth(
 ) -> None:
     """A scenario that leaves the baselines' QPs unset: RoCE and IB striped over every plane."""
     out = tmp_path / "cmp"
-    argv = ["compare", LINK, *SMALL, "--transports", "mrc,roce,ib", "--out", str(out)]
-    argv += ["--set", "workload.message=64KiB"]  # 8 messages a flow: one per QP
+    argv = ["compare", LINK, *SMALL, *FAST_BASELINE, "--transports", "mrc,roce,ib"]
+    argv += ["--out", str(out), "--set", "workload.message=64KiB"]  # 8 messages a flow
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "warning" not in text
@@ -115,7 +127,7 @@ def test_compare_gives_every_transport_the_same_nic_bandwidth(
         assert all(sum(v) > 0 for v in doc["plane_tx_gbps_series"].values()), name
     # one message a flow: RoCE's 8 QPs cannot all carry it, and the table says so
     capsys.readouterr()
-    assert main(["compare", LINK, *SMALL, "--transports", "mrc,roce"]) == 0
+    assert main(["compare", LINK, *SMALL, *FAST_BASELINE, "--transports", "mrc,roce"]) == 0
     text = capsys.readouterr().out
     assert "1 of 8" in text and "warning [roce]: its QPs have 8 planes but only 1" in text
 

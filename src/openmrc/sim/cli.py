@@ -613,6 +613,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             overrides.append(stripe)
             scenario, workload = load_scenario(args.scenario, overrides, args.seed, name)
         loaded.append((scenario, workload, overrides))
+    out = prepare_out(args.out)
     striped = [sc.transport.name for sc, _, ov in loaded if ov != list(args.set or [])]
     if striped:
         planes = loaded[0][0].spec.planes
@@ -621,7 +622,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             f"(NCCL-style), so every transport has the whole NIC; "
             f"--set transport.roce.qps=1 for one QP on one plane"
         )
-    out = prepare_out(args.out)
     outcomes: list[RunOutcome] = []
     for scenario, workload, overrides in loaded:
         outcome = execute(
