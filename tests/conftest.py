@@ -1,4 +1,5 @@
-"""Suite-wide checks: every ``results.json`` a test writes follows the shipped schema."""
+"""Suite-wide checks: every ``results.json`` a test writes follows the shipped schema; a
+test marked ``needs_tool(NAME)`` skips, naming the tool, when NAME is not on PATH."""
 
 from __future__ import annotations
 
@@ -9,9 +10,27 @@ from pathlib import Path
 import pytest
 
 from openmrc.results import validate
+from tests.tools import skip_reason
 
 #: results.json files checked so far (tests/test_results.py checks the check ran).
 VALIDATED: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``needs_tool`` marker."""
+    config.addinivalue_line(
+        "markers", "needs_tool(name): needs executable NAME on PATH (skipped, named, without it)"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip each test whose ``needs_tool`` names a tool missing from PATH."""
+    for item in items:
+        for mark in item.iter_markers("needs_tool"):
+            reason = skip_reason(str(mark.args[0]))
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,8 @@ from openmrc.cli import main
 from openmrc.fabric_demo import scenario_path
 from openmrc.report import have_plots
 from openmrc.scenario import load
-from tests.browser import CHROMIUM, chromium, probe_page
+from tests.browser import chromium, probe_page
+from tests.tools import needs_tool
 
 #: The quick demo, moving and checking real bytes.
 DEMO = ["demo", "--quick", "--no-progress", "--set", "run.payloads=true"]
@@ -105,7 +106,7 @@ def test_demo_report_has_the_table_and_plots(demo: DemoRun) -> None:
 
 
 @needs_mpl
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+@needs_tool("chromium")
 def test_demo_report_renders_in_headless_chromium(demo: DemoRun, tmp_path: Path) -> None:
     probe = probe_page(demo.folder / "report.html", tmp_path, "summary")
     assert len(probe["images"]) >= 5

@@ -63,7 +63,7 @@ def test_same_scenario_same_seed_same_result() -> None:
     ("patch", "message"),
     [
         ({"colour": 1}, "colour: unknown top-level key"),
-        ({"fabric": {"planes": 0}}, "ClosSpec.planes"),
+        ({"fabric": {"planes": 0}}, "fabric.planes: must be between 1 and 16"),
         ({"fabric": {"planes": "two"}}, "fabric.planes: expected int"),
         ({"fabric": {"wheels": 4}}, "fabric.wheels: unknown key"),
         ({"workload": {"kind": "broadcast"}}, "workload.kind: 'broadcast'"),
@@ -76,8 +76,16 @@ def test_same_scenario_same_seed_same_result() -> None:
             {"workload": {"kind": "incast", "senders": [1, 2], "target": 1}},
             "target 1 is also a sender",
         ),
-        ({"transport": {"mtu": 10}}, "QPAttr.mtu"),
-        ({"transport": {"cc": "reno"}}, "unknown congestion control 'reno'"),
+        ({"transport": {"mtu": 10}}, "transport.mtu: must be an int in 256..9000"),
+        ({"transport": {"cc": "reno"}}, "transport.cc: unknown congestion control 'reno'"),
+        # the scenario's keys, not the classes behind them (EVProfile.ev_count, RoceConfig.qps)
+        ({"transport": {"ev_count": 0}}, "transport.ev_count: must be an int in 1..65536"),
+        ({"transport": {"retry_exp": 99}}, "transport.retry_exp: must be an int in 0..25"),
+        (
+            {"transport": {"name": "roce", "roce": {"qps": 0}}},
+            "transport.roce.qps: must be an integer >= 1",
+        ),
+        ({"fabric": {"host_gbps": 0}}, "fabric.host_gbps: must be positive"),
         ({"switches": {"trimming": "yes"}}, "switches"),
         ({"switches": {"fast": True}}, "switches.fast: unknown key"),
         (
@@ -123,7 +131,7 @@ def test_topology_command(capsys: pytest.CaptureFixture[str]) -> None:
     plan = json.loads(capsys.readouterr().out)
     assert plan
     assert main(["topology", "planes=0"]) == 2
-    assert "ClosSpec.planes" in capsys.readouterr().err
+    assert "fabric.planes" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("transport", ["roce", "ib", "mrc"])

@@ -109,7 +109,7 @@ def test_flow_dependencies_qps_and_settings() -> None:
         ),
         (
             {"kind": "sendrecv", "size": "1MiB", "settings": {"timeout": 99}},
-            "QPAttr.timeout",
+            "workload settings.timeout: must be an int in 0..24, got 99",
         ),
         (
             {"kind": "allreduce", "size": "1MiB", "start_us": float("nan")},

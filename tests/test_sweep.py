@@ -23,7 +23,8 @@ from openmrc.sweep import build_points, run_sweep, split_values, toml_value
 from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
 from openmrc.sweep.spec import load_spec
-from tests.browser import CHROMIUM, probe_page
+from tests.browser import probe_page
+from tests.tools import needs_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "scenarios" / "sweeps"
@@ -313,7 +314,7 @@ def test_csv_and_report_have_a_row_per_point_and_a_plot_per_metric_and_axis(
     assert "ran 0, skipped 8 finished" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+@needs_tool("chromium")
 def test_sweep_page_renders_in_headless_chromium(
     swept: tuple[list[str], Path, str], tmp_path: Path
 ) -> None:
@@ -387,8 +388,36 @@ def test_summary_marks_points_where_some_seeds_had_no_value(tmp_path: Path) -> N
                 "status": "ok",
                 "record": {"summary": {"fct_us": {"p99": value}}},
             }
-    headers, rows = summary_table(spec, points, stored, ["fct_p99_us"])
-    assert headers == ["fabric.t1s", "transport", "fct_p99_us"]
+    headers, rows = summary_table(spec, points, stored, ["fct_p99_finished_us"])
+    assert headers == ["fabric.t1s", "transport", "fct_p99_finished_us"]
     half = t975(1) * statistics.stdev([11.0, 12.0]) / 2**0.5
     assert rows[0] == ["1", "mrc", f"11.5 ± {half:.4g}"]
     assert rows[1] == ["2", "mrc", "21 (1 of 2)"]
+
+
+def test_tail_percentiles_count_unfinished_flows_and_wide_intervals_say_so(
+    tmp_path: Path,
+) -> None:
+    """fct_p99_us counts a flow that did not finish at its time so far (a lower bound),
+    not only the finished ones; an interval wider than its mean is marked."""
+    spec = load_spec(_scenario(tmp_path), params=["fabric.t1s=1,2"], seeds=2)
+    points = build_points(spec)
+    stored: dict[str, Any] = {}
+    for p in points:
+        # 98 flows finish in 10 us; the last two take 10 + 90 * seed us with one T1, and
+        # never finish with two (the run ends at 5000 us)
+        flows = [{"start_ps": 0, "fct_us": 10.0, "slowdown": 1.0, "ideal_fct_us": 10.0}] * 98
+        tail = {"start_ps": 0, "fct_us": None, "slowdown": None, "ideal_fct_us": 10.0}
+        if p.params["fabric.t1s"] == 1:
+            tail = {**tail, "fct_us": 10.0 + p.seed * 90, "slowdown": 1.0 + p.seed * 9}
+        record = {
+            "flows": [*flows, tail, tail],
+            "sim_end_us": 5000.0,
+            "summary": {"fct_us": {"p99": 10.0}},
+        }
+        stored[p.fingerprint] = {"status": "ok", "record": record}
+    metrics = ["fct_p99_us", "fct_p99_finished_us", "slowdown_p99"]
+    _, rows = summary_table(spec, points, stored, metrics)
+    # the unfinished flows at 5000 us so far (the finished-only p99 saw 10 us)
+    assert rows[1][2:] == ["5,000 ± 0", "10 ± 0", "500 ± 0"]
+    assert rows[0][2].startswith("145 ± ") and rows[0][2].endswith(" (wide)")  # 100, 190 us

@@ -49,118 +49,330 @@ def _colour(doc: dict[str, Any]) -> str:
     return COLOURS.get(_label(doc), "#7f7f7f")
 
 
-def _faults(docs: list[dict[str, Any]]) -> list[tuple[float, str]]:
+#: PNG text chunk holding each figure's layout (see :func:`figure_layout`).
+LAYOUT_KEY = "openmrc:layout"
+
+#: Above this ratio of the longest to the shortest run, per-transport panels get
+#: their own time axis (a 4 s RoCE stall would otherwise squash a 200 us MRC run
+#: into one pixel); below it they share it.
+SHARED_X_RATIO = 10.0
+
+
+def _fault_list(doc: dict[str, Any]) -> list[tuple[float, str]]:
+    """One run's own faults (and a baseline's route withdrawals): ``(time us, label)``."""
     seen: dict[tuple[float, str], None] = {}
-    for doc in docs:
-        for f in doc.get("fabric", {}).get("faults", []):
-            seen[(f["time_ps"] / 1e6, f"{f['kind']} {f.get('target', '')}".strip())] = None
+    for f in doc.get("fabric", {}).get("faults", []):
+        seen[(f["time_ps"] / 1e6, f"{f['kind']} {f.get('target', '')}".strip())] = None
     return sorted(seen)
 
 
-def _mark_faults(ax: Any, faults: list[tuple[float, str]]) -> None:
-    for i, (t, text) in enumerate(faults):
-        ax.axvline(t, color="#555555", linestyle="--", linewidth=1)
-        ax.annotate(
-            text,
-            (t, 1.0),
-            xycoords=("data", "axes fraction"),
-            xytext=(3, -12 - 11 * (i % 3)),
-            textcoords="offset points",
+def _faults(docs: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """The faults of all ``docs`` (for numbering: F1, F2... in time order)."""
+    return sorted({f for doc in docs for f in _fault_list(doc)})
+
+
+def _fault_key(docs: list[dict[str, Any]]) -> str:
+    """The caption's key to the fault markers: ``F1 60 us link_down ... (mrc, roce)``."""
+    parts = []
+    for i, fault in enumerate(_faults(docs)):
+        whose = [_label(d) for d in docs if fault in _fault_list(d)]
+        who = f" ({', '.join(whose)})" if len(whose) < len(docs) else ""
+        parts.append(f"F{i + 1} at {fault[0]:,.1f} us: {fault[1]}{who}")
+    return "; ".join(parts)
+
+
+def _mark_faults(ax: Any, doc_or_docs: Any, numbering: list[tuple[float, str]]) -> None:
+    """Dashed lines at the faults of ``doc_or_docs`` only, labelled F<n> inside the axes."""
+    docs = doc_or_docs if isinstance(doc_or_docs, list) else [doc_or_docs]
+    own = sorted({f for d in docs for f in _fault_list(d)})
+    lo, hi = ax.get_xlim()
+    for fault in own:
+        t = fault[0]
+        if not lo <= t <= hi:
+            continue
+        ax.axvline(t, color="#555555", linestyle="--", linewidth=1, label="_marker")
+        ax.text(
+            t,
+            0.98,
+            f" F{numbering.index(fault) + 1}",
+            transform=ax.get_xaxis_transform(),
+            ha="left" if t < lo + 0.85 * (hi - lo) else "right",
+            va="top",
             fontsize=7,
             color="#333333",
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1},
+            clip_on=True,
         )
 
 
+def _figure(plt: Any, rows: int, cols: int, height: float, **kwargs: Any) -> tuple[Any, Any]:
+    """A figure with constrained layout (nothing clipped, no tight-layout warnings)."""
+    return plt.subplots(
+        rows, cols, figsize=(8, height), squeeze=False, layout="constrained", **kwargs
+    )
+
+
+def _legend_outside(fig: Any, axes: Any) -> None:
+    """One legend for the figure, above the axes (never on the data)."""
+    handles: dict[str, Any] = {}
+    for ax in axes.flat if hasattr(axes, "flat") else axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside upper center",
+            ncol=min(len(handles), 6),
+            fontsize=8,
+            frameon=False,
+        )
+
+
+def _points(artist: Any) -> list[tuple[float, float]]:
+    """The data points an artist draws (lines, scatter offsets, bar tops), data coords."""
+    from matplotlib.collections import Collection
+    from matplotlib.image import AxesImage
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    if isinstance(artist, Line2D):
+        xs: Any = artist.get_xdata()
+        ys: Any = artist.get_ydata()
+        return [(float(x), float(y)) for x, y in zip(xs, ys, strict=False)]
+    if isinstance(artist, Collection):
+        offsets: Any = artist.get_offsets()
+        return [(float(x), float(y)) for x, y in offsets]
+    if isinstance(artist, Rectangle):
+        return [(artist.get_x() + artist.get_width() / 2, artist.get_y() + artist.get_height())]
+    if isinstance(artist, AxesImage):
+        x0, x1, y0, y1 = artist.get_extent()
+        return [(x0, y0), (x1, y1)]
+    return []
+
+
+def figure_layout(fig: Any) -> dict[str, Any]:
+    """Where everything landed in ``fig`` (pixels, origin bottom left), after layout.
+
+    Per axes: its box, its box with tick labels and titles (``tight``), how many
+    data points it draws (lines, markers, bars, images; markers such as fault
+    lines are not data), its legend's box and how many data points that legend
+    covers, and the boxes of its texts.  Saved in every PNG (``LAYOUT_KEY``) so a
+    test can check the figures for overlapping, empty or one-point axes.
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+
+    def box(bb: Any) -> list[float]:
+        return [round(bb.x0, 1), round(bb.y0, 1), round(bb.x1, 1), round(bb.y1, 1)]
+
+    axes = []
+    for ax in fig.axes:
+        is_colorbar = hasattr(ax, "_colorbar")
+        data = [
+            a
+            for a in [*ax.lines, *ax.collections, *ax.patches, *ax.images]
+            if a.get_label() != "_marker"
+        ]
+        points = [pt for a in data for pt in _points(a)]
+        legend = ax.get_legend()
+        covered = 0
+        legend_box = None
+        if legend is not None:
+            lb = legend.get_window_extent(renderer)
+            legend_box = box(lb)
+            for x, y in ax.transData.transform(points) if points else []:
+                covered += int(lb.x0 <= x <= lb.x1 and lb.y0 <= y <= lb.y1)
+        axes.append(
+            {
+                "label": ax.get_ylabel() or ax.get_label(),
+                "colorbar": is_colorbar,
+                "box": box(ax.get_window_extent(renderer)),
+                "tight": box(ax.get_tightbbox(renderer)),
+                "points": len(points),
+                "distinct_x": len({round(x, 9) for x, _ in points}),
+                "legend": legend_box,
+                "legend_covers": covered,
+                "xlim": [float(v) for v in ax.get_xlim()],
+                "ylim": [float(v) for v in ax.get_ylim()],
+                "texts": [
+                    {"text": t.get_text(), "box": box(t.get_window_extent(renderer))}
+                    for t in ax.texts
+                    if t.get_text()
+                ],
+            }
+        )
+    figure_texts = [box(t.get_window_extent(renderer)) for t in fig.legends]
+    width, height = fig.get_size_inches() * fig.dpi
+    return {
+        "size": [round(float(width), 1), round(float(height), 1)],
+        "axes": axes,
+        "legends": figure_texts,
+    }
+
+
 def _png(fig: Any, plt: Any) -> bytes:
+    """``fig`` as PNG at 100 dpi, its :func:`figure_layout` in a text chunk; closes it."""
+    import json
+
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")
+    fig.set_dpi(100)
+    layout = figure_layout(fig)
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=100, metadata={LAYOUT_KEY: json.dumps(layout)})
     plt.close(fig)
     return buf.getvalue()
 
 
+#: At most this many time bins per plotted series: a long run (a 4 s RoCE stall
+#: sampled every 5 us is 860,000 samples) is averaged into bins first.
+MAX_BINS = 1500
+
+
+def _bin(values: list[float], bins: int) -> list[float]:
+    """``values`` averaged into ``bins`` consecutive bins of equal length (the last may
+    be shorter); unchanged when there are no more values than bins."""
+    n = len(values)
+    if n <= bins:
+        return list(values)
+    width = -(-n // bins)
+    return [sum(values[i : i + width]) / len(values[i : i + width]) for i in range(0, n, width)]
+
+
 def _aggregate(doc: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """Total goodput over time (Gb/s), averaged into at most :data:`MAX_BINS` steps."""
     series = list(doc.get("goodput_gbps_series", {}).values())
     interval = doc.get("sample_interval_us", 0.0)
     length = max((len(s) for s in series), default=0)
-    xs = [(i + 1) * interval for i in range(length)]
-    ys = [sum(s[i] for s in series if i < len(s)) for i in range(length)]
+    width = max(1, -(-length // MAX_BINS))
+    bins = -(-length // width)
+    sums = [0.0] * bins
+    for values in series:
+        for j in range(0, len(values), width):
+            sums[j // width] += sum(values[j : j + width])
+    ys = [total / min(width, length - j * width) for j, total in enumerate(sums)]
+    xs = [min((j + 1) * width, length) * interval for j in range(bins)]
     return xs, ys
 
 
-def plot_goodput(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
-    """Aggregate goodput over time per transport, fault times marked.
+def _end_us(doc: dict[str, Any]) -> float:
+    """When the run ended (its last flow finished, or it was stopped), us."""
+    return float(doc.get("sim_end_us") or 0.0)
 
-    Overlaid on one axis, or one axis per transport when their run lengths
-    differ by more than 3x (a slow baseline would squash a fast run to a spike).
-    """
+
+def _share_x(docs: list[dict[str, Any]]) -> bool:
+    """Whether per-transport panels share one time axis (runs of similar length)."""
+    ends = [_end_us(d) for d in docs if _end_us(d) > 0]
+    return not ends or max(ends) <= SHARED_X_RATIO * min(ends)
+
+
+def _time_axes(axes: list[Any], docs: list[dict[str, Any]], shared: bool) -> None:
+    """x from 0 to the run's end (the longest run's when shared); a run that ended
+    earlier than the shared axis gets a dotted line at its end."""
+    longest = max((_end_us(d) for d in docs), default=0.0)
+    for ax, doc in zip(axes, docs, strict=True):
+        end = longest if shared else _end_us(doc)
+        if end > 0:
+            ax.set_xlim(0, end)
+        if shared and 0 < _end_us(doc) < longest:
+            ax.axvline(_end_us(doc), color="#999999", linestyle=":", linewidth=1, label="_marker")
+
+
+def plot_goodput(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
+    """Aggregate goodput over time, one panel per transport (same Gb/s scale), each
+    with its own faults; panels share the time axis unless the run lengths differ
+    by more than :data:`SHARED_X_RATIO`."""
     curves = [(d, *_aggregate(d)) for d in docs if _aggregate(d)[0]]
     if not curves:
         return None
-    ends = [xs[-1] for _, xs, _ in curves]
-    separate = len(curves) > 1 and max(ends) > 3 * min(ends)
-    n = len(curves) if separate else 1
-    fig, axes = plt.subplots(n, 1, figsize=(8, 0.6 + (2.2 if separate else 2.8) * n), squeeze=False)
-    faults = _faults(docs)
-    for i, (doc, xs, ys) in enumerate(curves):
-        ax = axes[i if separate else 0][0]
-        ax.step(xs, ys, where="post", label=_label(doc), color=_colour(doc))
-    for row in axes:
-        ax = row[0]
-        _mark_faults(ax, faults)
-        ax.set_ylabel("goodput (Gb/s)")
+    have = [d for d, _, _ in curves]
+    shared = _share_x(have)
+    fig, axes = _figure(plt, len(curves), 1, 0.8 + 1.9 * len(curves), sharey=True, sharex=shared)
+    numbering = _faults(have)
+    flat = [row[0] for row in axes]
+    for ax, (doc, xs, ys) in zip(flat, curves, strict=True):
+        ax.step(xs, ys, where="post", color=_colour(doc))
+        ax.set_ylabel(f"{_label(doc)}\nGb/s")
         ax.set_ylim(bottom=0)
-        ax.legend(loc="lower right", fontsize=8)
         ax.grid(alpha=0.3)
-    axes[-1][0].set_xlabel("simulated time (us)")
+    _time_axes(flat, have, shared)
+    for ax, doc in zip(flat, have, strict=True):
+        _mark_faults(ax, doc, numbering)
+    flat[-1].set_xlabel("simulated time (us)")
+    key = _fault_key(have)
     return (
         "goodput",
-        "Goodput over time (sum over flows); dashed lines: faults",
+        "Goodput over time (sum over flows), one panel per transport on the same Gb/s scale"
+        + ("" if shared or len(curves) == 1 else " (each on its own time scale)")
+        + (f"; dashed lines: each run's own faults: {key}" if key else ""),
         _png(fig, plt),
     )
 
 
-def _cdf(ax: Any, values: list[float], doc: dict[str, Any]) -> None:
+def _cdf(ax: Any, values: list[float], doc: dict[str, Any], total: int) -> None:
+    """CDF over ``total`` flows: unfinished flows keep the curve below 1."""
     values = sorted(values)
-    n = len(values)
+    if not values:
+        return
     ax.step(
-        values, [(i + 1) / n for i in range(n)], where="post", label=_label(doc), color=_colour(doc)
+        values,
+        [(i + 1) / total for i in range(len(values))],
+        where="post",
+        label=_label(doc),
+        color=_colour(doc),
+        marker="." if len(values) == 1 else None,
     )
 
 
 def plot_fct(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
-    """CDFs of flow completion time and of slowdown per transport."""
+    """CDFs of flow completion time and of slowdown per transport, over all flows."""
     have = [d for d in docs if any(f.get("fct_us") is not None for f in d["flows"])]
     if not have:
         return None
-    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.2))
+    fig, axes = _figure(plt, 1, 2, 3.4, sharey=True)
+    a, b = axes[0]
     for doc in have:
-        _cdf(a, [f["fct_us"] for f in doc["flows"] if f.get("fct_us") is not None], doc)
+        total = len(doc["flows"])
+        _cdf(a, [f["fct_us"] for f in doc["flows"] if f.get("fct_us") is not None], doc, total)
         slow = [f["slowdown"] for f in doc["flows"] if f.get("slowdown") is not None]
-        if slow:
-            _cdf(b, slow, doc)
+        _cdf(b, slow, doc, total)
+    for ax in (a, b):
+        lo, hi = ax.dataLim.x0, ax.dataLim.x1
+        if lo > 0 and hi > 100 * lo:  # runs orders of magnitude apart: all visible
+            ax.set_xscale("log")
     a.set_xlabel("flow completion time (us)")
     b.set_xlabel("slowdown (FCT / ideal)")
+    a.set_ylabel("fraction of flows")
     for ax in (a, b):
-        ax.set_ylabel("fraction of flows")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
-    return "fct", "Flow completion time and slowdown, CDF over completed flows", _png(fig, plt)
+    _legend_outside(fig, axes)
+    return (
+        "fct",
+        "Flow completion time and slowdown, CDF over all flows (a curve that stops "
+        "below 1: flows that did not finish)",
+        _png(fig, plt),
+    )
 
 
 def plot_ev_timeline(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     """EV state changes over time (one row per EV that changed), with the count of
-    EVs ASSUMED_BAD above, around the faults."""
+    EVs ASSUMED_BAD above, around the faults of the runs that have EVs."""
     have = [d for d in docs if d.get("ev_events")]
     if not have:
         return None
-    faults = _faults(docs)
-    fig, axes = plt.subplots(
-        len(have) + 1, 1, figsize=(8, 1.8 + 1.6 * len(have)), sharex=True, squeeze=False
+    numbering = _faults(have)
+    fig, axes = _figure(
+        plt,
+        len(have) + 1,
+        1,
+        1.9 + 1.7 * len(have),
+        sharex=True,
+        height_ratios=[1] + [1.5] * len(have),
     )
     top = axes[0][0]
-    t_end = max(d.get("sim_end_us", 0.0) for d in have)
+    t_end = max(_end_us(d) for d in have)
     for i, doc in enumerate(have):
         events = doc["ev_events"]
         rows: dict[tuple[Any, Any, Any], int] = {}
@@ -179,30 +391,32 @@ def plot_ev_timeline(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
             xs, ys = by_state.setdefault(e["new"], ([], []))
             xs.append(e["time_us"])
             ys.append(row)
-        times.append(t_end)
+        times.append(max(t_end, times[-1]))
         counts.append(len(bad))
         top.step(times, counts, where="post", label=_label(doc), color=_colour(doc))
         ax = axes[i + 1][0]
         for state, (xs, ys) in sorted(by_state.items()):
             colour, marker = STATE_STYLE.get(state, ("#7f7f7f", "+"))
             ax.scatter(xs, ys, s=10, c=colour, marker=marker, label=state, linewidths=1)
-        ax.set_ylabel(f"{_label(doc)}: EV #")
-        ax.legend(fontsize=7, loc="upper right", ncol=4)
-        _mark_faults(ax, faults)
+        ax.set_ylabel(f"{_label(doc)}\nEV #")
         ax.grid(alpha=0.3)
-    top.set_ylabel("EVs ASSUMED_BAD")
-    top.legend(fontsize=8, loc="upper left")
+    top.set_ylabel("EVs\nASSUMED_BAD")
+    top.set_ylim(bottom=0)
     top.grid(alpha=0.3)
-    _mark_faults(top, faults)
-    if faults:
-        first = faults[0][0]
-        span = max(t_end - first, 1e-3)
-        top.set_xlim(max(0.0, first - 0.25 * span), t_end)
+    first = numbering[0][0] if numbering else 0.0
+    span = max(t_end - first, 1e-3)
+    top.set_xlim(max(0.0, first - 0.25 * span), t_end)
+    _mark_faults(top, have, numbering)
+    for i, doc in enumerate(have):
+        _mark_faults(axes[i + 1][0], doc, numbering)
     axes[-1][0].set_xlabel("simulated time (us)")
+    _legend_outside(fig, [row[0] for row in axes[1:]])
+    fault_key = _fault_key(have)
     return (
         "ev",
         "EV state changes around the faults: each row of dots is one EV of one QP "
-        "(x ASSUMED_BAD, o back to GOOD, . SKIP)",
+        "(x ASSUMED_BAD, o back to GOOD, . SKIP), to the end of the run"
+        + (f"; dashed lines: {fault_key}" if fault_key else ""),
         _png(fig, plt),
     )
 
@@ -225,7 +439,8 @@ def plot_planes(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     if not loads:
         return None
     planes = sorted({p for _, per in loads for p in per})
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, axes = _figure(plt, 1, 1, 3.2)
+    ax = axes[0][0]
     width = 0.8 / len(loads)
     for i, (doc, per) in enumerate(loads):
         xs = [p + (i - (len(loads) - 1) / 2) * width for p in planes]
@@ -235,38 +450,61 @@ def plot_planes(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     ax.set_xticks(planes)
     ax.set_xlabel("plane")
     ax.set_ylabel("MB sent by the NICs")
-    ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
+    if len(loads) > 1:
+        _legend_outside(fig, axes)
     return (
         "planes",
-        "Per-plane load: bytes the hosts' NIC ports sent into each plane",
+        "Per-plane load: bytes the hosts' NIC ports sent into each plane"
+        + ("" if len(loads) > 1 else f" ({_label(loads[0][0])})"),
         _png(fig, plt),
     )
 
 
 def plot_plane_series(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
-    """NIC egress Gb/s per plane over time, when the results carry ``plane_tx_gbps_series``."""
+    """NIC egress Gb/s per plane over time, a heatmap per transport (plane x time, one
+    colour scale), when the results carry ``plane_tx_gbps_series``."""
     have = [d for d in docs if any((d.get("plane_tx_gbps_series") or {}).values())]
     if not have:
         return None
-    faults = _faults(docs)
-    fig, axes = plt.subplots(len(have), 1, figsize=(8, 0.6 + 2.2 * len(have)), squeeze=False)
-    for ax, doc in zip((row[0] for row in axes), have, strict=True):
-        interval = doc.get("sample_interval_us", 0.0)
+    shared = _share_x(have)
+    numbering = _faults(have)
+    fig, axes = _figure(plt, len(have), 1, 0.9 + 1.8 * len(have), sharex=shared)
+    flat = [row[0] for row in axes]
+    grids = []
+    for doc in have:
         series = doc["plane_tx_gbps_series"]
-        for name in sorted(series, key=lambda n: (len(n), n)):
-            values = series[name]
-            xs = [(i + 1) * interval for i in range(len(values))]
-            ax.step(xs, values, where="post", label=name, linewidth=1)
-        _mark_faults(ax, faults)
-        ax.set_ylabel(f"{_label(doc)}: Gb/s")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=8, loc="lower center")
-    axes[-1][0].set_xlabel("simulated time (us)")
+        names = sorted(series, key=lambda n: (len(n), n))
+        grids.append((names, [series[n] for n in names]))
+    vmax = max((max(v, default=0.0) for _, rows in grids for v in rows), default=0.0) or 1.0
+    image = None
+    for ax, doc, (names, rows) in zip(flat, have, grids, strict=True):
+        interval = doc.get("sample_interval_us", 0.0)
+        length = max(len(r) for r in rows)
+        padded = [_bin(list(r) + [0.0] * (length - len(r)), MAX_BINS) for r in rows]
+        image = ax.imshow(
+            padded,
+            aspect="auto",
+            origin="lower",
+            interpolation="nearest",
+            extent=(0.0, length * interval, -0.5, len(rows) - 0.5),
+            cmap="viridis",
+            vmin=0.0,
+            vmax=vmax,
+        )
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([n.replace("plane", "") for n in names], fontsize=7)
+        ax.set_ylabel(f"{_label(doc)}\nplane")
+    _time_axes(flat, have, shared)
+    for ax, doc in zip(flat, have, strict=True):
+        _mark_faults(ax, doc, numbering)
+    flat[-1].set_xlabel("simulated time (us)")
+    fig.colorbar(image, ax=flat, label="Gb/s into the plane", shrink=0.9)
+    key = _fault_key(have)
     return (
         "plane-series",
-        "Per-plane load over time: NIC egress Gb/s into each plane",
+        "Per-plane load over time: NIC egress Gb/s into each plane (one row per plane)"
+        + (f"; dashed lines: {key}" if key else ""),
         _png(fig, plt),
     )
 
@@ -274,7 +512,8 @@ def plot_plane_series(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
 def plot_queues(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     """Queue depth: the deepest queue over time when sampled, else each port's maximum."""
     sampled = [d for d in docs if d.get("fabric", {}).get("queue_samples")]
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, axes = _figure(plt, 1, 1, 3.2)
+    ax = axes[0][0]
     if sampled:
         for doc in sampled:
             deepest: dict[int, int] = {}
@@ -288,7 +527,8 @@ def plot_queues(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
                 label=_label(doc),
                 color=_colour(doc),
             )
-        _mark_faults(ax, _faults(docs))
+        ax.set_xlim(0, max(_end_us(d) for d in sampled) or None)
+        _mark_faults(ax, sampled, _faults(sampled))
         ax.set_xlabel("simulated time (us)")
         ax.set_ylabel("deepest data queue (KB)")
         caption = "Queue depth: the deepest egress data queue in the fabric at each sample"
@@ -299,8 +539,8 @@ def plot_queues(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
                 p.get("max_queue_bytes", 0) / 1e3 for p in doc.get("fabric", {}).get("ports", [])
             ]
             peaks = [p for p in peaks if p > 0]
-            if peaks:
-                _cdf(ax, peaks, doc)
+            if len(peaks) > 1:
+                _cdf(ax, peaks, doc, len(peaks))
                 drawn = True
         if not drawn:
             plt.close(fig)
@@ -312,8 +552,8 @@ def plot_queues(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
             "Queue depth: each egress port's largest queue, CDF over ports that queued "
             "(set run.queue_sample_us for depth over time)"
         )
-    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    _legend_outside(fig, axes)
     return "queues", caption, _png(fig, plt)
 
 
@@ -340,20 +580,21 @@ def _step_times(doc: dict[str, Any]) -> list[float]:
 
 
 def plot_collectives(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
-    """Collective step times (and iteration times) per transport, when the run had collectives."""
+    """Collective step times (and iteration times, from two iterations on) per transport,
+    when the run had collectives; a single value is in the headline, not plotted."""
     steps = [(d, _step_times(d)) for d in docs]
-    steps = [(d, s) for d, s in steps if s]
+    steps = [(d, s) for d, s in steps if len(s) > 1]
     iters = [
         (d, [t for c in d.get("collectives") or [] for t in (c.get("iteration_us") or [])])
         for d in docs
     ]
-    iters = [(d, t) for d, t in iters if t]
+    iters = [(d, t) for d, t in iters if len(t) > 1]
     if not steps and not iters:
         return None
     panels = [
         (data, label) for data, label in ((steps, "collective step"), (iters, "iteration")) if data
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(8, 3), squeeze=False)
+    fig, axes = _figure(plt, 1, len(panels), 3.2)
     for ax, (data, xlabel) in zip(axes[0], panels, strict=True):
         for doc, values in data:
             ax.plot(
@@ -367,8 +608,8 @@ def plot_collectives(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("time (us)")
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+    _legend_outside(fig, axes)
     return "collectives", "Collective step (and iteration) times", _png(fig, plt)
 
 
@@ -394,12 +635,110 @@ def render_plots(docs: list[dict[str, Any]]) -> list[Plot]:
     return out
 
 
+def _first_blame(doc: dict[str, Any]) -> str:
+    """Who noticed the first fault first, and how soon: an EV ASSUMED_BAD, a
+    self-probe localisation, or (baselines) a route withdrawn and ACK timeouts."""
+    faults = [
+        f
+        for f in doc.get("fabric", {}).get("faults", [])
+        if f.get("kind") not in ("route_withdrawn", "switch_up", "link_up")
+    ]
+    first = min(faults, key=lambda f: f["time_ps"]) if faults else None
+    t0 = None if first is None else first["time_ps"] / 1e6
+
+    def after(t: float) -> str:
+        if t0 is None or first is None:
+            return f"at {t:,.1f} us"
+        what = f"{first['kind']} {first.get('target', '')}".strip()
+        return f"at {t:,.1f} us, {t - t0:,.1f} us after the first fault ({what} at {t0:,.1f} us)"
+
+    s = doc["summary"]
+    parts = []
+    if s.get("first_bad_us") is not None:
+        parts.append(f"first blame: a path (EV) marked ASSUMED_BAD {after(s['first_bad_us'])}")
+    localised = doc.get("localised") or []
+    if localised:
+        loc = min(localised, key=lambda r: r["time_us"])
+        parts.append(
+            f"self-probes localised {loc['kind']} {loc['element']} {after(loc['time_us'])}"
+        )
+    withdrawn = [
+        f["time_ps"] / 1e6
+        for f in doc.get("fabric", {}).get("faults", [])
+        if f.get("kind") == "route_withdrawn"
+    ]
+    if withdrawn:
+        parts.append(f"first blame: routes withdrawn {after(min(withdrawn))}")
+    if not parts and t0 is not None:
+        parts.append("no path was blamed")
+    if s.get("timeouts"):
+        parts.append(f"{s['timeouts']:,} timeout{'s' * (s['timeouts'] != 1)}")
+    return "; ".join(parts)
+
+
+def headline(docs: list[dict[str, Any]]) -> list[str]:
+    """The story in a few sentences: who finished how fast (collective time and busbw
+    when there is a collective), how much longer the others took, and what noticed
+    the first fault first."""
+    lines = []
+    durations: dict[str, float] = {}
+    for doc in docs:
+        name, s = _label(doc), doc["summary"]
+        coll = (doc.get("collectives") or [None])[0]
+        if coll is not None and coll.get("time_us") is not None:
+            t = float(coll["time_us"])
+            text = (
+                f"{name}: the {coll.get('kind', 'collective')} over {coll.get('ranks', '?')} ranks "
+                f"took {t:,.1f} us, busbw {coll.get('busbw_gbps', 0.0):,.1f} Gb/s"
+            )
+            durations[name] = t
+        elif s["completed"] == s["flows"]:
+            t = float(s["sim_end_us"])
+            text = (
+                f"{name}: all {s['flows']:,} flows finished in {t:,.1f} us "
+                f"({s['aggregate_gbps']:,.1f} Gb/s aggregate)"
+            )
+            durations[name] = t
+        else:
+            missing = s["flows"] - s["completed"]
+            text = (
+                f"{name}: {missing:,} of {s['flows']:,} flows did not finish "
+                f"in {s['sim_end_us']:,.1f} us"
+            )
+        if not s["all_ok"] and s["completed"] == s["flows"]:
+            text += " (NOT all ok)"
+        if doc.get("partial"):
+            text += " (interrupted: partial results)"
+        blame = _first_blame(doc)
+        lines.append(text + (f"; {blame}" if blame else ""))
+    if len(durations) > 1:
+        best = min(durations, key=lambda n: durations[n])
+        slower = [
+            f"{n} took {durations[n] / durations[best]:,.1f} x as long"
+            for n in durations
+            if n != best and durations[best] > 0
+        ]
+        unfinished = [_label(d) for d in docs if _label(d) not in durations]
+        lines.insert(
+            0,
+            f"Outcome: {best} was fastest"
+            + (f"; {', '.join(slower)}" if slower else "")
+            + (f"; {' and '.join(unfinished)} did not finish" if unfinished else ""),
+        )
+    return lines
+
+
 def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def render_html(docs: list[dict[str, Any]], plots: list[Plot]) -> str:
-    """The page: provenance, the summary table, the plots (embedded PNGs)."""
+def render_html(
+    docs: list[dict[str, Any]], plots: list[Plot], scenario_copy: str | Path | None = None
+) -> str:
+    """The page: the headline, provenance, the summary table, the plots (embedded PNGs).
+
+    ``scenario_copy``: the copy of the scenario file in the output folder, which the
+    page names (the file the run read may be a temporary or packaged one)."""
     first = docs[0]["provenance"]
     name = first.get("scenario_name") or first.get("scenario_file") or "scenario"
     transports = [_label(d) for d in docs]
@@ -417,10 +756,18 @@ def render_html(docs: list[dict[str, Any]], plots: list[Plot]) -> str:
     partial = [t for t, d in zip(transports, docs, strict=True) if d.get("partial")]
     warnings = [f"{_label(d)}: {w}" for d in docs for w in d["provenance"].get("warnings", [])]
     overrides = first.get("overrides") or []
+    story = "".join(f"<p>{_esc(line)}</p>" for line in headline(docs))
+    source = first.get("scenario_file")
+    where = (
+        f"scenario file {_esc(scenario_copy)} (a copy of {_esc(source)})"
+        if scenario_copy is not None
+        else f"scenario file {_esc(source)}"
+    )
     body = f"""<h1>{_esc(title)}</h1>
-<p class="meta">scenario file {_esc(first.get("scenario_file"))}{
-        (" with --set " + _esc(" ".join(overrides))) if overrides else ""
-    }; seed {_esc(first.get("seed"))}; openmrc {_esc(first.get("openmrc_version"))};
+<div id="headline" class="headline">{story}</div>
+<p class="meta">{where}{(" with --set " + _esc(" ".join(overrides))) if overrides else ""}; seed {
+        _esc(first.get("seed"))
+    }; openmrc {_esc(first.get("openmrc_version"))};
 started {_esc(first.get("start_time"))}</p>
 {
         f'<p class="partial">Interrupted ({_esc(", ".join(partial))}): these are partial results.</p>'
@@ -463,6 +810,7 @@ th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 th[scope=row] {{ text-align: left; font-weight: normal; }}
 thead th {{ background: #f0f0f0; }}
 .partial {{ background: #fff3cd; border: 1px solid #e0c060; padding: 0.5em; }}
+.headline {{ font-size: 1.05em; border-left: 4px solid #1f77b4; padding: 0.1em 0.8em; }}
 figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
 figcaption {{ color: #444; font-size: 0.9em; }}
 </style></head>
@@ -478,7 +826,8 @@ def pyplot() -> Any:
 
 
 def png(fig: Any, plt: Any) -> bytes:
-    """``fig`` as PNG bytes (tight layout, 100 dpi); the figure is closed."""
+    """``fig`` as PNG bytes (constrained layout, 100 dpi, its layout in a text chunk);
+    the figure is closed."""
     return _png(fig, plt)
 
 
@@ -487,8 +836,11 @@ def esc(value: Any) -> str:
     return _esc(value)
 
 
-def write_report(directory: str | Path, docs: list[dict[str, Any]]) -> Path:
-    """Write ``report.html`` for ``docs`` into ``directory``.
+def write_report(
+    directory: str | Path, docs: list[dict[str, Any]], scenario_copy: str | Path | None = None
+) -> Path:
+    """Write ``report.html`` for ``docs`` into ``directory`` (``scenario_copy``: see
+    :func:`render_html`).
 
     Without matplotlib (the ``report`` extra) the page has the table and a note
     instead of the plots.
@@ -500,7 +852,7 @@ def write_report(directory: str | Path, docs: list[dict[str, Any]]) -> Path:
         plots = []
         note = "No plots: matplotlib is not installed (pip install 'openmrc[report]')."
     path = Path(directory) / "report.html"
-    page = render_html(docs, plots)
+    page = render_html(docs, plots, scenario_copy)
     if note:
         page = page.replace("</body>", f"<p class='meta'>{_esc(note)}</p>\n</body>")
     path.write_text(page)

@@ -58,6 +58,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,8 +87,53 @@ from .workloads.htsim import CmError, load_cm
 US = 1_000_000
 
 
+#: ``<where>: <Class>.<field>: reason`` from a validator deeper down, and the scenario
+#: table each class's fields are written in (relative to ``<where>``).
+_CLASS_FIELD = re.compile(
+    r"^(?P<where>[\w.\[\]]+): (?P<cls>ClosSpec|FabricConfig|QPAttr|EVProfile|CCProfile|"
+    r"RoceConfig|BaselineFabricConfig)\.(?P<field>\w+): (?P<reason>.*)$",
+    re.DOTALL,
+)
+#: the keys of a [transport] table (and of a flow's settings)
+_TRANSPORT_KEYS = frozenset(f.name for f in dataclasses.fields(TransportConfig))
+_CLASS_TABLE = {
+    "RoceConfig": "roce",
+    "BaselineFabricConfig": "baseline_fabric",
+    "CCProfile": "cc_params",
+}
+
+
+def _scenario_key(where: str, cls: str, field: str) -> str | None:
+    """The scenario key of ``cls.field`` reported under ``where``, or None if it has none."""
+    if cls in ("QPAttr", "EVProfile"):
+        # the transport table (or a flow's settings) holds these fields directly
+        if where == "workload" and field in _TRANSPORT_KEYS:
+            return f"workload settings.{field}"  # a flow's or a collective's settings
+        if where.endswith(".ev_profile") or field in _TRANSPORT_KEYS:
+            return f"{where}.{field}"
+        return None
+    if cls == "CCProfile" and field == "name":
+        return f"{where}.cc"
+    if cls in _CLASS_TABLE:
+        return f"{where}.{_CLASS_TABLE[cls]}.{field}"
+    return f"{where}.{field}"  # ClosSpec under fabric, FabricConfig under switches
+
+
 class ScenarioError(ValueError):
-    """A scenario file is wrong; the message names the key and the reason."""
+    """A scenario file is wrong; the message names the key and the reason.
+
+    A message passed up from a dataclass's validation (``fabric: ClosSpec.planes:
+    must be ...``) is rewritten with the scenario key (``fabric.planes: must be ...``),
+    the name the user wrote.
+    """
+
+    def __init__(self, message: str) -> None:
+        m = _CLASS_FIELD.match(message)
+        if m is not None:
+            key = _scenario_key(m["where"], m["cls"], m["field"])
+            if key is not None:
+                message = f"{key}: {m['reason']}"
+        super().__init__(message)
 
 
 def parse_size(value: Any, key: str) -> int:

@@ -33,6 +33,7 @@ from openmrc.net.lab import (
 from openmrc.net.sockets import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX, udp_socket_nocheck
 from openmrc.topology import ClosSpec, Topology, format_address, shift_address
 from openmrc.transport.ev import make_ev
+from tests.tools import needs_tool
 
 PORT = 4791
 SPEC2 = "planes=2,t0s=2,hosts_per_t0=1,t1s=2"
@@ -254,7 +255,7 @@ def test_checksums_need_no_check6_options(make_lab: MakeLab) -> None:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("mode", ["down", "silent"])
+@pytest.mark.parametrize("mode", ["down", pytest.param("silent", marks=needs_tool("nft"))])
 def test_link_failure_and_restore(make_lab: MakeLab, mode: str) -> None:
     lab = make_lab(SPEC2)
     paths = all_paths(lab)
@@ -279,6 +280,7 @@ def test_link_failure_and_restore(make_lab: MakeLab, mode: str) -> None:
 
 
 @pytest.mark.lab
+@needs_tool("nft")
 def test_random_loss(make_lab: MakeLab) -> None:
     lab = make_lab(SPEC2)
     lab.fail("p1t0x0-p1t1x0", "loss", 50)
@@ -293,7 +295,7 @@ def test_random_loss(make_lab: MakeLab) -> None:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("mode", ["down", "silent"])
+@pytest.mark.parametrize("mode", ["down", pytest.param("silent", marks=needs_tool("nft"))])
 def test_switch_failure(make_lab: MakeLab, mode: str) -> None:
     lab = make_lab(SPEC2)
     paths = all_paths(lab)
@@ -312,6 +314,7 @@ def test_switch_failure(make_lab: MakeLab, mode: str) -> None:
 
 
 @pytest.mark.lab
+@needs_tool("nft")
 def test_host_link_failure_and_call_in_host(make_lab: MakeLab) -> None:
     lab = make_lab(SPEC2)
     names = {n for _, n in lab.call(1, socket.if_nameindex)}
@@ -330,6 +333,7 @@ def _root_links() -> set[str]:
 
 
 @pytest.mark.lab
+@needs_tool("nft")
 def test_down_leaves_nothing(make_lab: MakeLab, lab_name: str) -> None:
     before = _root_links()
     lab = make_lab("planes=2,t0s=2,hosts_per_t0=2,t1s=2")
@@ -365,6 +369,7 @@ def test_down_after_crash(lab_name: str) -> None:
 
 
 @pytest.mark.lab
+@needs_tool("nft")
 def test_cli_end_to_end(lab_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     lab_cli.register(parser.add_subparsers(dest="command"))
@@ -461,3 +466,28 @@ def test_cli_down_without_name_removes_the_default_lab_only(
         assert lab_cli.main(["lab", "down", "--all", "--name", "x"]) == 2  # not both
     finally:
         down_lab(default)
+
+
+@pytest.mark.lab
+def test_fail_without_nft_is_one_line_and_records_nothing(
+    make_lab: MakeLab,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without nftables, ``lab fail --silent`` says so in one line (exit 1), no traceback."""
+    import shutil
+
+    lab = make_lab(SPEC2)
+    bare = tmp_path / "bin"  # a PATH with ip and nothing else: nft is missing
+    bare.mkdir()
+    ip = shutil.which("ip")
+    assert ip is not None
+    (bare / "ip").symlink_to(ip)
+    monkeypatch.setenv("PATH", str(bare))
+    for mode in ("--silent", "--loss=5", "--ecn=100"):
+        assert lab_cli.main(["lab", "fail", "p0t0x0-p0t1x1", mode, "--name", lab.name]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "nft" in err and "nftables" in err, err
+    assert Lab.load(lab.name).faults == []  # nothing recorded that cannot be restored
+    assert lab_cli.main(["lab", "fail", "p0t0x0-p0t1x1", "--name", lab.name]) == 0  # down: ip only

@@ -23,6 +23,7 @@ from openmrc.net.driver import Connection, NetEndpoint, driver_attr
 from openmrc.net.lab import Lab
 from openmrc.transport.ev import ev_plane, make_ev
 from openmrc.transport.paths import EVState
+from tests.tools import needs_tool
 
 pytestmark = pytest.mark.lab
 
@@ -134,6 +135,7 @@ def test_events_follow_the_mask_and_deny_allow_ev(make_lab: Callable[..., Lab]) 
     _run(make_lab(SPEC), body)
 
 
+@needs_tool("nft")
 def test_probes_return_an_rtt_or_a_timeout(make_lab: Callable[..., Lab]) -> None:
     async def body(lab: Lab, h0: NetEndpoint, h1: NetEndpoint, ca: Connection, cb: Connection):
         ok = await _ctl(lab, "h0", op="probe", dest="h1", ev=make_ev(1, 0), timeout=5)

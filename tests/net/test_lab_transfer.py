@@ -30,6 +30,7 @@ from openmrc.net.driver import Connection, NetEndpoint, loop_factory
 from openmrc.net.lab import Lab, ns_prefix, state_dir, state_path
 from openmrc.net.service import MemoryServer, Session, by_plane, write_buffer
 from openmrc.transport.paths import EVEvent, EVState
+from tests.tools import needs_tool
 
 pytestmark = pytest.mark.lab
 
@@ -133,6 +134,7 @@ def test_64mib_over_every_plane(make_lab: Callable[..., Lab], tmp_path: Path) ->
     print(f"64 MiB in {out.seconds:.2f} s ({(64 << 20) * 8 / out.seconds / 1e9:.2f} Gb/s)")
 
 
+@needs_tool("nft")
 def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     lab = make_lab(SPEC)
     plane = 2
@@ -180,6 +182,7 @@ def _snmp6(ns: str, counter: str) -> int:
     raise AssertionError(f"{counter} not in {ns}'s /proc/net/snmp6")
 
 
+@needs_tool("nft")
 def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     lab = make_lab(SPEC)
     link = "h0-" + lab.topology.t0_name(0, 0)
@@ -196,6 +199,7 @@ def test_random_loss_on_one_link(make_lab: Callable[..., Lab], tmp_path: Path) -
     assert _snmp6(lab.host_netns(1), "Ip6ReasmFails") == 0
 
 
+@needs_tool("nft")
 def test_ecn_marked_path_is_skipped(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     """nftables marks CE on one host link; the marks reach the core, which skips those EVs."""
     lab = make_lab(SPEC)
@@ -265,7 +269,7 @@ def test_cli_send_serve_in_lab_then_down_leaves_nothing(
     )  # fmt: skip
     try:
         send = subprocess.run(
-            _cli("send", str(blob), "--lab", name, "--from", "h0", "--to", "h1"),
+            _cli("send", str(blob), "--lab", name, "--from", "h0", "--to", "h1", "-v"),
             capture_output=True,
             text=True,
             timeout=60,
@@ -285,6 +289,7 @@ def test_cli_send_serve_in_lab_then_down_leaves_nothing(
     assert not state_path(name).exists()
 
 
+@needs_tool("tshark")
 def test_tshark_decodes_a_lab_capture_of_mrc(make_lab: Callable[..., Lab], tmp_path: Path) -> None:
     """Capture plane 1 at the receiver during a real transfer; tshark reads BTH opcode and PSN."""
     import shutil

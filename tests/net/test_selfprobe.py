@@ -15,6 +15,7 @@ import pytest
 from openmrc.net import lab_cli
 from openmrc.net.lab import Lab
 from openmrc.net.selfprobe import SelfProber
+from tests.tools import needs_tool
 
 pytestmark = pytest.mark.lab
 
@@ -33,7 +34,8 @@ def _named(lab: Lab, rounds: int = 2) -> list[tuple[str, str]]:
         ("h0-p1t0x0", "down", "nic_t0_link"),  # NIC-T0 link: both ends admin-down
         ("p0t0x1-p0t1x0", "down", "t0_t1_link"),
         ("p1t1x1", "down", "t1"),  # a T1 down: every port admin-down
-        ("p0t1x0", "silent", "t1"),  # a T1 up but dropping everything (nftables)
+        # a T1 up but dropping everything (nftables)
+        pytest.param("p0t1x0", "silent", "t1", marks=needs_tool("nft")),
     ],
 )
 def test_self_probes_name_the_broken_element(
@@ -45,6 +47,7 @@ def test_self_probes_name_the_broken_element(
     assert _named(lab) == [(kind, target)]
 
 
+@needs_tool("nft")
 def test_a_silent_t0_t1_link_and_repair(make_lab: Callable[..., Lab]) -> None:
     lab = make_lab(SPEC)
     prober = SelfProber(lab)
@@ -64,6 +67,7 @@ def test_a_silent_t0_t1_link_and_repair(make_lab: Callable[..., Lab]) -> None:
     assert res.localised[0]["cleared_ps"] is not None
 
 
+@needs_tool("nft")
 def test_lab_localise_cli(lab_name: str, capsys: pytest.CaptureFixture[str]) -> None:
     lab = Lab.up(SPEC, lab_name)
     lab.fail("p1t1x0", "silent")
@@ -91,6 +95,7 @@ def test_lab_localise_bad_flags_are_named(
         assert "Traceback" not in err
 
 
+@needs_tool("nft")
 def test_a_lossy_nic_link_is_named_and_its_plane_denied_at_the_host(
     make_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,14 +7,12 @@ every field back (and the WRITE_LAST_IMM's immediate, not its RETH).
 
 from __future__ import annotations
 
-import shutil
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from openmrc.net.cli import dissector_path
+from openmrc.net.wireshark import dissector_path, tshark_hint
 from openmrc.wire.codec import encode_frame
 from openmrc.wire.packets import (
     DataPacket,
@@ -26,8 +24,9 @@ from openmrc.wire.packets import (
     SackPacket,
 )
 from openmrc.wire.pcap import PcapWriter
+from tests.tools import needs_tool
 
-pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
+pytestmark = needs_tool("tshark")
 
 SRC, DST = 0xFD00 << 112 | 1, 0xFD00 << 112 | 2
 
@@ -105,3 +104,21 @@ def test_cli_wireshark_install(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert (tmp_path / "plugins" / "openmrc.lua").read_bytes() == dissector_path().read_bytes()
     assert "installed" in done.stdout
+
+
+def test_the_printed_hint_decodes_with_the_dissector_and_accepts_zero_checksums(
+    tmp_path: Path,
+) -> None:
+    """``openmrc wireshark``'s tshark line: openmrc's dissector, no "Illegal checksum" (0)."""
+    pcap = tmp_path / "zero.pcap"
+    frame = bytearray(encode_frame(ProbePacket(0x789, 0x44, 31, 777), SRC, DST))
+    frame[86:88] = bytes(2)  # the UDP checksum, zero as the real network sends it
+    with PcapWriter(pcap) as w:
+        w.write(bytes(frame), 0)
+    shown = subprocess.run([sys.executable, "-m", "openmrc.cli", "wireshark"],
+                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert tshark_hint() in shown.stdout and "zero UDP checksum" in shown.stdout
+    argv = shlex.split(tshark_hint(str(pcap)))
+    out = subprocess.run([*argv, "-V"], capture_output=True, text=True, timeout=120, check=True)
+    assert "Illegal checksum" not in out.stdout
+    assert "openmrc" in out.stdout.lower() and "777" in out.stdout, out.stdout

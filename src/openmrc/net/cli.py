@@ -64,7 +64,9 @@ from openmrc.net.service import (
     write_buffer,
 )
 from openmrc.net.sockets import ROCE_PORT
+from openmrc.net.wireshark import dissector_path, tshark_hint
 from openmrc.transport.errors import InvalidArgument
+from openmrc.units import format_size, plural
 
 _Handler = Callable[[argparse.Namespace], int]
 
@@ -311,39 +313,17 @@ async def _send(
     assert where.control is not None
     async with NetEndpoint(**where.ep_kwargs) as ep:
         local = ep.reg_mr(data if length else bytearray(1))
-        _print(f"openmrc send: {args.file} ({length} bytes, sha256 {digest[:16]}...) {where.label}")
+        _print(
+            f"openmrc send: {args.file} ({format_size(length)}, sha256 {digest[:16]}...) "
+            f"{where.label}"
+        )
         session = await Session.open(ep, where.control, secret=secret, timeout=args.connect_timeout)
         async with session:
             result = await write_buffer(session, local, length, imm=args.seq, chunk=chunk)
             verdict = await session.verify(args.seq, length, digest, timeout=args.timeout)
         conn = session.conns[0]
-        st = conn.qp.stats
-        _print(
-            f"  wrote {length} bytes in {result.writes} WRITEs (last WRITE_WITH_IMM, imm "
-            f"{args.seq}) in {result.seconds:.3f} s: goodput {result.goodput_bps / 1e9:.3f} Gb/s"
-        )
-        _print(
-            f"  data packets {st.tx_data_packets}, retransmissions {st.retransmits} "
-            f"(losses detected {st.losses_detected}, timeouts {st.timeouts}, trims {st.trims}, "
-            f"spurious {st.spurious_retransmits}), probes {st.probes_sent}, SACKs {st.rx_sacks}, "
-            f"NACKs {st.rx_nacks}"
-        )
-        counts = conn.qp.paths.counts() if conn.qp.paths else {}
-        _print("  EV states: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        _print("  per plane (datagrams tx/rx, active EVs by state):")
-        for plane, row in conn.plane_table().items():
-            _print(
-                f"    plane {plane}: tx {row['tx']:>7} rx {row['rx']:>7}  GOOD {row['GOOD']} "
-                f"SKIP {row['SKIP']} ASSUMED_BAD {row['ASSUMED_BAD']} DENIED {row['DENIED']}"
-            )
-        rows = conn.ev_table()
-        _print(f"  per EV ({len(rows)}; ev plane/path state tx/rx):")
-        cells = [
-            f"{r['ev']:#07x} {r['plane']}/{r['path']:<3} {r['state'][:4]:<4} {r['tx']:>5}/{r['rx']:<5}"
-            for r in rows
-        ]
-        for i in range(0, len(cells), 3):
-            _print("    " + "   ".join(cells[i : i + 3]))
+        for line in _send_lines(conn, length, result, args.seq, verbose=args.verbose):
+            _print(line)
         stats = ep.stats()
         if stats["tx_errors"]:
             _print(f"  send errors: {stats['tx_errors']} ({stats['last_tx_error']})")
@@ -357,6 +337,56 @@ async def _send(
         else:
             _print(f"  server: hash MISMATCH (server has {verdict.get('sha256')})")
         return 0 if ok else 1
+
+
+def _send_lines(conn: Any, length: int, result: Any, seq: int, *, verbose: bool) -> list[str]:
+    """What ``send`` prints after the transfer: a few lines, per plane and per EV with -v.
+
+    Every count says what it counts: packets resent against the events that
+    declared packets lost (a timeout or a detected loss marks a packet lost; it is
+    resent only if no ACK covers it first), and the EVs of the profile (active)
+    apart from those that carried datagrams before they left it.
+    """
+    st = conn.qp.stats
+    lines = [
+        f"  wrote {format_size(length)} in {plural(result.writes, 'WRITE')} (the last a "
+        f"WRITE_WITH_IMM, imm {seq}) in {result.seconds:.3f} s: "
+        f"{result.goodput_bps / 1e9:.3f} Gb/s",
+        f"  data packets {st.tx_data_packets:,}, resent {st.retransmits:,} "
+        f"(of {st.losses_detected + st.timeouts:,} declared lost: {st.losses_detected:,} by "
+        f"SACK/RACK, {st.timeouts:,} by timeout; {st.spurious_retransmits:,} resent needlessly), "
+        f"trimmed {st.trims:,}, probes {st.probes_sent:,}, SACKs {st.rx_sacks:,}, "
+        f"NACKs {st.rx_nacks:,}",
+    ]
+    counts = conn.qp.paths.counts() if conn.qp.paths else {}
+    rows = conn.ev_table()
+    active = sum(counts.values())
+    retired = sum(1 for r in rows if not r["active"])
+    lines.append(
+        f"  paths: {plural(active, 'active EV')}: "
+        + ", ".join(f"{k} {v}" for k, v in counts.items())
+        + (f"; {retired} more carried datagrams before they left the profile" if retired else "")
+    )
+    if not verbose:
+        return lines
+    lines.append("  per plane (datagrams tx/rx, active EVs by state):")
+    for plane, row in conn.plane_table().items():
+        lines.append(
+            f"    plane {plane}: tx {row['tx']:>7} rx {row['rx']:>7}  GOOD {row['GOOD']} "
+            f"SKIP {row['SKIP']} ASSUMED_BAD {row['ASSUMED_BAD']} DENIED {row['DENIED']}"
+        )
+    lines.append(
+        f"  per EV ({plural(len(rows), 'EV')}: {active} active, {retired} no longer; "
+        "ev plane/path state tx/rx, * not active):"
+    )
+    cells = [
+        f"{r['ev']:#07x} {r['plane']}/{r['path']:<3} {r['state'][:4]:<4}"
+        f"{' ' if r['active'] else '*'}{r['tx']:>5}/{r['rx']:<5}"
+        for r in rows
+    ]
+    for i in range(0, len(cells), 3):
+        lines.append("    " + "   ".join(cells[i : i + 3]))
+    return lines
 
 
 # ----- perf -----------------------------------------------------------------------------
@@ -428,19 +458,23 @@ async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
                 )
             if not args.json:
                 _print(
-                    f"openmrc perf: {args.mode} {where.label}, {args.qps} QP(s), "
+                    f"openmrc perf: {args.mode} {where.label}, {plural(args.qps, 'QP')}, "
                     f"{'sizes ' + str(sizes[0]) + '..' + str(sizes[-1]) if args.all_sizes else str(sizes[0]) + ' B messages'}"
                     f"{', bidirectional' if args.bidir else ''}"
                 )
             ok = True
             if args.mode == "bw":
-                if not args.json:
+                if not args.json and not args.interval:
                     _bw_header()
                 for size in sizes:
+                    if not args.json and args.interval:
+                        _interval_header(size)
                     row = await _perf_bw(session, local, size, args)
                     report["results"].append(row)
                     ok = ok and row["failures"] == 0
                     if not args.json:
+                        if args.interval:
+                            _bw_header()  # the whole run's line, under its own header
                         _bw_row(row)
                 if not args.json:
                     _print("-" * 86)
@@ -473,6 +507,22 @@ def _bw_header() -> None:
         f" {'#bytes':<10} {'#iterations':<12} {'BW peak[Gb/sec]':<18} "
         f"{'BW average[Gb/sec]':<20} {'MsgRate[Mpps]':<14}"
     )
+
+
+#: ``-i``: the columns of an interval line (:func:`_interval_row`), iperf3-like.
+_INTERVAL_COLUMNS = f" {'Interval[sec]':<19} {'Transfer[bytes]':>15} {'BW[Gb/sec]':>12}"
+
+
+def _interval_header(size: int) -> None:
+    _print("-" * 86)
+    _print(f" {size}-byte WRITEs, one line per interval:")
+    _print(_INTERVAL_COLUMNS)
+
+
+def _interval_row(item: dict[str, float]) -> str:
+    """One ``-i`` line, under :data:`_INTERVAL_COLUMNS`."""
+    span = f"{item['start']:.2f}-{item['end']:.2f}"
+    return f" {span:<19} {int(item['bytes']):>15} {item['gbps']:>12.3f}"
 
 
 def _bw_row(row: dict[str, Any]) -> None:
@@ -527,10 +577,7 @@ async def _perf_bw(
                     "gbps": gbps}  # fmt: skip
             intervals.append(item)
             if not args.json:
-                _print(
-                    f" [{item['start']:7.2f}-{item['end']:7.2f} s] {item['bytes']:>12} bytes "
-                    f"{gbps:9.3f} Gb/s"
-                )
+                _print(_interval_row(item))
             start, seen = now, count
 
     if duration is not None:
@@ -621,11 +668,6 @@ async def _perf_lat(
 # ----- wireshark --------------------------------------------------------------------------
 
 
-def dissector_path() -> Path:
-    """The Lua dissector shipped with the package (``openmrc/net/openmrc.lua``)."""
-    return Path(__file__).with_name("openmrc.lua")
-
-
 def personal_plugins_dir() -> Path:
     """Wireshark's personal Lua plugins folder on Linux (``~/.local/lib/wireshark/plugins``)."""
     return Path.home() / ".local" / "lib" / "wireshark" / "plugins"
@@ -636,7 +678,8 @@ def _cmd_wireshark(args: argparse.Namespace) -> int:
     src = dissector_path()
     if not args.install:
         _print(str(src))
-        _print(f"use: tshark -X lua_script:{src} -r FILE.pcap   (or openmrc wireshark --install)")
+        _print(f"use: {tshark_hint()}   (or openmrc wireshark --install)")
+        _print("(the zero UDP checksum is deliberate: switches rewrite the address it covers)")
         return 0
     dest_dir = Path(args.dir) if args.dir else personal_plugins_dir()
     try:
@@ -763,6 +806,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--chunk", type=parse_size, default=1 << 20, help="bytes per WRITE (1M)")
     p.add_argument("--seq", type=int, default=1, help="immediate of the last WRITE (1)")
     p.add_argument("--timeout", type=float, default=60.0, help="verification timeout (60 s)")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="also print per-plane and per-EV counters"
+    )
     p.set_defaults(func=_guard(_cmd_send))
 
     p = subparsers.add_parser(

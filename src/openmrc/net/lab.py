@@ -794,6 +794,8 @@ class Lab:
                 raise LabError(f"ecn rate: must be 1..10^9 packets/s, got {rate!r}")
         else:
             rate = None
+        if mode != "down" and not nsmod.have_tool("nft"):
+            raise LabError(f"fault mode {mode}: needs nft (package nftables), not found on PATH")
         with self._locked():
             kind, name = self._canonical(target)
             if self.fault(name) is not None:

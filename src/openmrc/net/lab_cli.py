@@ -7,7 +7,7 @@ Subcommands (``--name`` picks the lab, default ``lab``)::
 
     lab up TOPOLOGY               TOPOLOGY: file (.json/.toml) or planes=4,t0s=2,...
     lab status [--json]
-    lab down [--name N]           without --name: every lab and every omrc-* namespace
+    lab down [--name N | --all]   without --name: the default lab; --all: every omrc-* namespace
     lab fail LINK|SWITCH [--silent | --loss P]
     lab restore [LINK|SWITCH]     without a target: every fault
     lab exec HOST -- CMD...
@@ -38,6 +38,8 @@ from openmrc.net.lab import (
     list_labs,
     parse_spec,
 )
+from openmrc.net.netns import CommandError
+from openmrc.net.wireshark import tshark_hint
 
 _Handler = Callable[[argparse.Namespace], int]
 
@@ -58,7 +60,7 @@ def _guard(fn: _Handler) -> _Handler:
         except NotRootError as exc:
             _err(str(exc))
             return 2
-        except (LabError, ValueError, OSError, subprocess.SubprocessError) as exc:
+        except (LabError, CommandError, ValueError, OSError, subprocess.SubprocessError) as exc:
             _err(str(exc))
             return 1
 
@@ -164,7 +166,8 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     if proc.returncode not in (0, -2, -15):
         _err(f"capture failed ({proc.returncode}): {err.decode(errors='replace').strip()}")
         return 1
-    print(f"wrote {args.write} (read it with: tshark -r {args.write} -d udp.port==4791,infiniband)")
+    print(f"wrote {args.write}; read it with openmrc's dissector:")
+    print(f"  {tshark_hint(str(args.write))}")
     return 0
 
 

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from ..topology import ClosSpec, Topology
+from ..units import plural
 
 #: Exit codes (docs/cli.md).
 EXIT_OK = 0
@@ -329,11 +330,111 @@ def _host_list(text: str | None, hosts: int) -> list[int] | None:
 
 
 # ----- printing ------------------------------------------------------------------
-def format_table(headers: list[str], docs: list[dict[str, Any]]) -> str:
-    """The summary table as aligned text."""
+def _workload_sets_qps(node: Any) -> bool:
+    """Whether a workload table (or any table or list inside it) sets ``qps``."""
+    if isinstance(node, dict):
+        return "qps" in node or any(_workload_sets_qps(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_workload_sets_qps(v) for v in node)
+    return False
+
+
+def fair_striping(scenario: Any, workload: dict[str, Any]) -> str | None:
+    """The ``--set`` that gives a baseline the whole NIC in a comparison, or None.
+
+    MRC sprays one QP over every plane; a RoCE/IB connection with one QP is pinned
+    to one plane, an eighth of an 8-plane NIC.  When the scenario leaves the
+    baseline's QP count unset (``transport.qps``, ``transport.roce.qps`` and the
+    workload's ``qps``), ``compare`` runs it with one QP per plane, messages
+    striped round-robin over them (what NCCL does, and what the demo scenario
+    sets), so every transport has the same aggregate NIC bandwidth.
+    """
+    t = scenario.transport
+    planes = scenario.spec.planes
+    if t.name == "mrc" or planes == 1:
+        return None
+    if t.qps is not None or "qps" in t.roce or _workload_sets_qps(workload):
+        return None
+    return f"transport.roce.qps={planes}"
+
+
+def transport_shape(scenario: Any) -> tuple[int, int, float]:
+    """``(QPs per connection, planes they use, ideal Gb/s)`` of a scenario's transport.
+
+    The ideal is the payload rate one connection can reach alone on an idle
+    fabric: the NIC ports its QPs use, minus headers and Ethernet framing (what
+    the runs' ``ideal_fct_us`` and slowdown are measured against).
+    """
+    from ..sim.config import ETHERNET_FRAMING_BYTES
+    from ..wire.packets import DATA_HEADER_BYTES
+
+    t = scenario.transport
+    spec = scenario.spec
+    if t.name == "mrc":
+        qps = t.qps or 1
+        planes = spec.planes  # every QP sprays over every plane
+        mtu, header_bytes = t.mtu, DATA_HEADER_BYTES
+    else:
+        from ..sim.baseline_fabric import baseline_configs
+
+        cfg, _ = baseline_configs(t.name, t)
+        qps, mtu, header_bytes = cfg.qps, cfg.mtu, 80  # QP i on plane i % planes
+        planes = min(qps, spec.planes)
+    ideal = planes * spec.host_gbps * mtu / (mtu + header_bytes + ETHERNET_FRAMING_BYTES)
+    return qps, planes, ideal
+
+
+def planes_carrying(doc: dict[str, Any]) -> int | None:
+    """How many planes carried any bytes in a run (None: no per-plane series recorded)."""
+    series = doc.get("plane_tx_gbps_series")
+    if not series:
+        return None
+    return sum(1 for values in series.values() if any(v > 0 for v in values))
+
+
+def shape_row(outcome: RunOutcome) -> tuple[str, str, str]:
+    """The table's QPs, planes and ideal cells for one transport's run.
+
+    Planes used are those that carried bytes when the run recorded per-plane
+    series (a flow of fewer messages than QPs leaves QPs, and their planes, idle),
+    else the planes its QPs are given.
+    """
+    qps, planes, ideal = transport_shape(outcome.scenario)
+    used = planes_carrying(outcome.doc)
+    return (
+        str(qps),
+        f"{planes if used is None else used} of {outcome.scenario.spec.planes}",
+        (f"{ideal:,.1f}"),
+    )
+
+
+def _idle_planes_warning(outcome: RunOutcome) -> str | None:
+    """A warning when a transport's QPs were given more planes than carried bytes."""
+    _, planes, _ = transport_shape(outcome.scenario)
+    used = planes_carrying(outcome.doc)
+    if used is None or used >= planes:
+        return None
+    return (
+        f"its QPs have {planes} planes but only {used} carried bytes: a flow has fewer "
+        f"messages than QPs (lower workload.message to stripe it)"
+    )
+
+
+def format_table(
+    headers: list[str],
+    docs: list[dict[str, Any]],
+    first: list[tuple[str, str, str]] | None = None,
+) -> str:
+    """The summary table as aligned text; ``first``: each column's QPs, planes, ideal."""
     from ..results import summary_rows
 
     rows = summary_rows(docs)
+    if first is not None:
+        rows[:0] = [
+            ("QPs per connection", [f[0] for f in first]),
+            ("planes used", [f[1] for f in first]),
+            ("ideal Gb/s per flow", [f[2] for f in first]),
+        ]
     rows.append(("wall s", [f"{d['provenance']['wall_seconds']:.2f}" for d in docs]))
     w0 = max(len(r[0]) for r in rows)
     widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(headers)]
@@ -356,8 +457,9 @@ def header(outcome: RunOutcome, scenario_file: str) -> str:
     spec = sc.spec
     return (
         f"scenario {sc.name or scenario_file} [transport {sc.transport.name}]: "
-        f"{spec.hosts} hosts, {spec.planes} planes, {spec.t0s} T0 x {spec.t1s} T1 per plane, "
-        f"{outcome.doc['summary']['flows']} flows, seed {sc.seed}"
+        f"{plural(spec.hosts, 'host')}, {plural(spec.planes, 'plane')}, "
+        f"{spec.t0s} T0 x {spec.t1s} T1 per plane, "
+        f"{plural(outcome.doc['summary']['flows'], 'flow')}, seed {sc.seed}"
         + (" - INTERRUPTED, partial results" if outcome.partial else "")
     )
 
@@ -415,11 +517,27 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
             for name, cells in rows:
                 fh.write(name + "," + ",".join(c.replace(",", "") for c in cells) + "\n")
         written.append(str(table))
-    written.append(str(_report(out, outcomes)))
+    copy = _copy_scenario(out, outcomes[0].doc["provenance"].get("scenario_file"))
+    if copy is not None:
+        written.append(str(copy))
+    written.append(str(_report(out, outcomes, copy)))
     return written
 
 
-def _report(out: Path, outcomes: list[RunOutcome]) -> Path:
+def _copy_scenario(out: Path, source: str | None) -> Path | None:
+    """Copy the scenario file into ``out`` (same name), so the folder reproduces the run
+    and the report can name a file that stays; None when there is no file to copy."""
+    import shutil
+
+    if not source or not Path(source).is_file():
+        return None
+    copy = out / Path(source).name
+    if copy.resolve() != Path(source).resolve():
+        shutil.copyfile(source, copy)
+    return copy
+
+
+def _report(out: Path, outcomes: list[RunOutcome], scenario_copy: Path | None = None) -> Path:
     """report.html (the table; plots when the report extra, matplotlib, is installed)."""
     from ..report import have_plots, write_report
 
@@ -428,7 +546,7 @@ def _report(out: Path, outcomes: list[RunOutcome]) -> Path:
             "openmrc: note: report.html has no plots (pip install 'openmrc[report]')",
             file=sys.stderr,
         )
-    return write_report(out, [o.doc for o in outcomes])
+    return write_report(out, [o.doc for o in outcomes], scenario_copy)
 
 
 def _progress_enabled(args: argparse.Namespace) -> bool:
@@ -486,16 +604,30 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         )
     if len(set(names)) != len(names):
         raise UsageError(f"--transports: {args.transports} names a transport twice")
-    loaded = [
-        load_scenario(args.scenario, args.set or [], args.seed, name) for name in names
-    ]  # every transport's settings are checked before anything runs
+    loaded: list[tuple[Any, dict[str, Any], list[str]]] = []
+    for name in names:  # every transport's settings are checked before anything runs
+        overrides = list(args.set or [])
+        scenario, workload = load_scenario(args.scenario, overrides, args.seed, name)
+        stripe = fair_striping(scenario, workload)
+        if stripe is not None:
+            overrides.append(stripe)
+            scenario, workload = load_scenario(args.scenario, overrides, args.seed, name)
+        loaded.append((scenario, workload, overrides))
     out = prepare_out(args.out)
+    striped = [sc.transport.name for sc, _, ov in loaded if ov != list(args.set or [])]
+    if striped:
+        planes = loaded[0][0].spec.planes
+        print(
+            f"  {' and '.join(striped)}: one QP per plane, striped over all {planes} planes "
+            f"(NCCL-style), so every transport has the whole NIC; "
+            f"--set transport.roce.qps=1 for one QP on one plane"
+        )
     outcomes: list[RunOutcome] = []
-    for scenario, workload in loaded:
+    for scenario, workload, overrides in loaded:
         outcome = execute(
             scenario,
             scenario_file=args.scenario,
-            overrides=args.set or [],
+            overrides=overrides,
             workload=workload,
             progress=_progress_enabled(args),
         )
@@ -504,7 +636,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if outcome.partial:
             break
     print()
-    print(format_table([o.scenario.transport.name for o in outcomes], [o.doc for o in outcomes]))
+    print(
+        format_table(
+            [o.scenario.transport.name for o in outcomes],
+            [o.doc for o in outcomes],
+            first=[shape_row(o) for o in outcomes],
+        )
+    )
+    for o in outcomes:
+        idle = _idle_planes_warning(o)
+        if idle is not None:
+            print(f"  warning [{o.scenario.transport.name}]: {idle}")
     for o in outcomes:
         for line in _collective_lines(o.doc) + _localised_lines(o.doc):
             print(f"{line} [{o.scenario.transport.name}]")
@@ -576,7 +718,8 @@ def _cmd_topology(args: argparse.Namespace) -> int:
         print(topo.format_tables())
     else:
         print(
-            f"{spec.hosts} hosts, {spec.planes} planes, {len(topo.switches)} switches, {len(topo.links)} links"
+            f"{plural(spec.hosts, 'host')}, {plural(spec.planes, 'plane')}, "
+            f"{plural(len(topo.switches), 'switch', 'switches')}, {plural(len(topo.links), 'link')}"
         )
         for sw in topo.switches[: args.limit]:
             print(f"  {sw.name:14} tier T{sw.tier}  plane {sw.plane}  uSID {sw.usid:#06x}")

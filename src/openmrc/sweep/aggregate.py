@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..results import percentile_so_far
 from ..sim.cli import UsageError
 from .spec import Point, SweepSpec, display, toml_value
 
@@ -57,6 +58,19 @@ def _at(path: str) -> Callable[[Record], Any]:
     return lambda doc: _path(doc, path)
 
 
+def _so_far(key: str, p: float) -> Callable[[Record], Any]:
+    """The ``p``-th percentile of ``key`` over all flows, unfinished ones at their time
+    so far (:func:`openmrc.results.percentile_so_far`)."""
+
+    def read(doc: Record) -> float | None:
+        if not isinstance(doc.get("flows"), list):
+            return None
+        got = percentile_so_far(doc, key, p)
+        return None if got is None else round(got[0], 4)
+
+    return read
+
+
 #: Named metrics: name -> (what it is, how to read it from a results record).
 METRICS: dict[str, tuple[str, Callable[[Record], Any]]] = {
     "aggregate_gbps": (
@@ -75,15 +89,35 @@ METRICS: dict[str, tuple[str, Callable[[Record], Any]]] = {
         "median goodput of completed flows, Gb/s",
         _at("summary.goodput_gbps.median"),
     ),
-    "fct_median_us": ("median flow completion time, us", _at("summary.fct_us.median")),
+    "fct_median_us": (
+        "median flow completion time over all flows (unfinished: time so far), us",
+        _so_far("fct_us", 50),
+    ),
     "fct_p99_us": (
-        "99th-percentile flow completion time (nearest rank), us",
+        "99th-percentile flow completion time over all flows, nearest rank; a flow that "
+        "did not finish counts with its time so far at the run's end (a lower bound), us",
+        _so_far("fct_us", 99),
+    ),
+    "fct_p99_finished_us": (
+        "99th-percentile flow completion time of the finished flows only, us",
         _at("summary.fct_us.p99"),
     ),
-    "fct_max_us": ("the longest flow completion time, us", _at("summary.fct_us.max")),
-    "slowdown_median": ("median slowdown (FCT / ideal FCT)", _at("summary.slowdown.median")),
-    "slowdown_p99": ("99th-percentile slowdown (nearest rank)", _at("summary.slowdown.p99")),
-    "slowdown_max": ("the largest slowdown", _at("summary.slowdown.max")),
+    "fct_max_us": (
+        "the longest flow completion time (unfinished: time so far), us",
+        _so_far("fct_us", 100),
+    ),
+    "slowdown_median": (
+        "median slowdown (FCT / ideal FCT) over all flows (unfinished: time so far)",
+        _so_far("slowdown", 50),
+    ),
+    "slowdown_p99": (
+        "99th-percentile slowdown over all flows, nearest rank (unfinished: time so far)",
+        _so_far("slowdown", 99),
+    ),
+    "slowdown_max": (
+        "the largest slowdown (unfinished: time so far)",
+        _so_far("slowdown", 100),
+    ),
     "completed": ("flows completed", _at("summary.completed")),
     "retransmits": ("retransmissions, summed over flows", _at("summary.retransmits")),
     "trims": ("trimmed packets, summed over flows", _at("summary.trims")),
@@ -356,7 +390,8 @@ def summary_table(
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the summary: per swept values and transport, each metric's
     mean over seeds ± the half-width of its 95 % Student-t interval ("-": no value;
-    "(k of n)": only k of the n seeds had a value)."""
+    "(wide)": the interval is wider than the mean, the seeds disagree more than the
+    mean says; "(k of n)": only k of the n seeds had a value)."""
     headers = [a.name for a in spec.axes] + ["transport"] + list(metrics)
     per_metric = {m: groups(spec, points, stored, m) for m in metrics}
     keys = list(groups(spec, points, stored, metrics[0])) if metrics else []
@@ -372,6 +407,7 @@ def summary_table(
             row.append(
                 _fmt(mean)
                 + ("" if half is None else f" ± {_fmt(half)}")
+                + (" (wide)" if half is not None and half > abs(mean) else "")
                 + (
                     f" ({len(values)} of {len(spec.seeds)})"
                     if len(values) < len(spec.seeds)
@@ -440,8 +476,13 @@ seeds {esc(", ".join(str(s) for s in spec.seeds))}; openmrc {esc(openmrc_version
 <p class="meta">{ok} of {len(points)} points finished{
         f", {len(failed)} failed" if failed else ""
     }. Cells: mean over seeds{
-        " ± the half-width of its 95 % Student-t confidence interval" if len(spec.seeds) > 1 else ""
-    }.</p>
+        " ± the half-width of its 95 % Student-t confidence interval; (wide): an interval "
+        "wider than its mean, where the seeds disagree more than the mean says (read each "
+        "seed's value in sweep.csv, or run more seeds)"
+        if len(spec.seeds) > 1
+        else ""
+    }. FCT and slowdown percentiles count every flow: one that did not finish counts
+with its time so far at the run's end (a lower bound).</p>
 <table id="sweep-summary"><thead><tr>{head}</tr></thead>
 <tbody>
 {chr(10).join(rows)}
