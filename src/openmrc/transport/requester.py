@@ -70,6 +70,9 @@ REO_SAMPLES: Final = 8
 #: many packets sit in queues.
 PROBE_SCAN: Final = 8
 
+#: Answered EV probes before their measured round trips set the probe wait.
+PROBE_SAMPLES: Final = 4
+
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
     NackReason.REMOTE_ACCESS_ERROR: WCStatus.REM_ACCESS_ERR,
@@ -244,8 +247,14 @@ class Requester:
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
         #: EV probes out on EVs RACK suspects: EV -> (probe seq, answer deadline,
-        #: the overdue PSN's record, and the send time of its transmission on the EV).
-        self.ev_probes: dict[int, tuple[int, int, Tx, int]] = {}
+        #: the overdue PSN's record, the send time of its transmission on the EV,
+        #: the probe's send time).
+        self.ev_probes: dict[int, tuple[int, int, Tx, int, int]] = {}
+        #: round trips of answered EV probes: mean and mean deviation (EWMA,
+        #: gains 1/8 and 1/4), and how many were measured (see probe_wait).
+        self.probe_rtt = 0
+        self.probe_dev = 0
+        self.probe_samples = 0
         #: EVs blamed on order evidence, on unanswered probes; probes sent.
         self.gap_blames = 0
         self.probe_blames = 0
@@ -537,15 +546,25 @@ class Requester:
         """How long an EV probe sent on a suspect EV may take to be answered.
 
         A probe and its reply are control packets (header priority): they wait
-        in no data queue, so their round trip is at most about the minimum RTT
-        of a full-size packet plus a data packet's serialisation per hop: the
-        margin is half a minimum RTT (at least ``QPAttr.reorder_window_ps``).
-        A probe that is late on a working path blames nothing if the overdue
-        packet it was sent for turns out to have arrived (see
-        :meth:`_check_evidence`).
+        in no data queue, so their round trip is about the minimum RTT of a
+        full-size packet plus a data packet's serialisation per hop, and the
+        least wait is that plus half a minimum RTT (at least
+        ``QPAttr.reorder_window_ps``).  But the hosts at either end may hold a
+        control packet behind other QPs' packets (a NIC serving dozens of QPs),
+        so the wait also covers the probe round trips this QP has measured,
+        mean + 4 deviations; until ``PROBE_SAMPLES`` were measured, at least
+        one smoothed RTT plus the margin.  A probe that is late on a working
+        path blames nothing if the overdue packet it was sent for turns out to
+        have arrived (see :meth:`_check_evidence`).
         """
         half = self.min_rtt >> 1
-        return self.min_rtt + (half if half > self.reo_floor else self.reo_floor)
+        margin = half if half > self.reo_floor else self.reo_floor
+        least = self.min_rtt + margin
+        if self.probe_samples < PROBE_SAMPLES:
+            early = self.srtt + margin
+            return early if early > least else least
+        measured = self.probe_rtt + 4 * self.probe_dev
+        return measured if measured > least else least
 
     def _on_order(self, tx: Tx, now: int) -> None:
         """``tx``'s one transmission (on ``tx.ev``, at ``tx.sent``) was acknowledged.
@@ -691,7 +710,7 @@ class Requester:
                     best = due
         probes = self.ev_probes
         if probes:
-            for ev, (_seq, due, tx, sent) in list(probes.items()):
+            for ev, (_seq, due, tx, sent, _at) in list(probes.items()):
                 if due <= now:
                     del probes[ev]
                     if tx.acked and (tx.sent == sent or tx.acked_early):
@@ -713,7 +732,7 @@ class Requester:
             return  # out of use already: nothing to learn
         seq = self.probe_seq
         due = now + self.probe_wait()
-        self.ev_probes[ev] = (seq, due, tx, tx.sent)
+        self.ev_probes[ev] = (seq, due, tx, tx.sent, now)
         if self.rack_deadline is None or due < self.rack_deadline:
             self.rack_deadline = due
         self.suspect_probes += 1
@@ -841,6 +860,15 @@ class Requester:
         out = self.ev_probes.get(ev)
         if out is not None and out[0] == reply.seq:
             del self.ev_probes[ev]  # the path delivers: what RACK declared lost was queued
+            rtt = now - out[4]
+            if self.probe_samples == 0:
+                self.probe_rtt = rtt
+                self.probe_dev = rtt >> 1
+            else:
+                err = rtt - self.probe_rtt
+                self.probe_rtt += err >> 3
+                self.probe_dev += (abs(err) - self.probe_dev) >> 2
+            self.probe_samples += 1
             return
         self.paths.on_probe_reply(ev, reply.seq, now)
 
