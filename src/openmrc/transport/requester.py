@@ -70,9 +70,6 @@ REO_SAMPLES: Final = 8
 #: many packets sit in queues.
 PROBE_SCAN: Final = 8
 
-#: Answered EV probes before their measured round trips set the probe wait.
-PROBE_SAMPLES: Final = 4
-
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
     NackReason.REMOTE_ACCESS_ERROR: WCStatus.REM_ACCESS_ERR,
@@ -552,16 +549,16 @@ class Requester:
         ``QPAttr.reorder_window_ps``).  But the hosts at either end may hold a
         control packet behind other QPs' packets (a NIC serving dozens of QPs),
         so the wait also covers the probe round trips this QP has measured,
-        mean + 4 deviations; until ``PROBE_SAMPLES`` were measured, at least
-        one smoothed RTT plus the margin.  A probe that is late on a working
+        mean + 4 deviations (the first sample sets the deviation to an eighth
+        of it); before any was measured, one smoothed RTT plus one minimum RTT.  A probe that is late on a working
         path blames nothing if the overdue packet it was sent for turns out to
         have arrived (see :meth:`_check_evidence`).
         """
         half = self.min_rtt >> 1
         margin = half if half > self.reo_floor else self.reo_floor
         least = self.min_rtt + margin
-        if self.probe_samples < PROBE_SAMPLES:
-            early = self.srtt + margin
+        if not self.probe_samples:
+            early = self.srtt + (self.min_rtt if self.min_rtt > margin else margin)
             return early if early > least else least
         measured = self.probe_rtt + 4 * self.probe_dev
         return measured if measured > least else least
@@ -863,7 +860,7 @@ class Requester:
             rtt = now - out[4]
             if self.probe_samples == 0:
                 self.probe_rtt = rtt
-                self.probe_dev = rtt >> 1
+                self.probe_dev = rtt >> 3
             else:
                 err = rtt - self.probe_rtt
                 self.probe_rtt += err >> 3
