@@ -39,7 +39,7 @@ def test_get_timer_is_the_earliest_deadline_of_any_qp_at_every_step() -> None:
 
     lb.trace = check
     lb.run(until=200_000_000_000)
-    assert checked > 150
+    assert checked > 100  # packets seen: enough steps to exercise the heap
     for qa, _ in pairs:
         wcs = qa.send_cq.poll(10)
         assert len(wcs) == 1 and wcs[0].ok

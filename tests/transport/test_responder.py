@@ -48,6 +48,17 @@ def test_late_packets_far_below_the_highest_psn_are_still_sacked() -> None:
     assert late, "no SACK window reached back to the late packets"
 
 
+def test_a_duplicate_below_the_sack_window_is_acknowledged() -> None:
+    # PSN 0 is missing; 1..200 arrive, then 5 again: the sender resent it because
+    # the SACKs that reported it were lost.  The duplicate's ACK must report 5
+    # (the window at the highest PSN, 137..200, would not), or the sender never
+    # learns it arrived and keeps resending it.
+    sacks = _feed([*range(1, 201), 5])
+    dup = [s for s in sacks if s.ts_echo == 201]  # the duplicate's own ACK
+    assert dup, "the duplicate was not acknowledged at once"
+    assert 5 in _reported(dup)
+
+
 def test_one_window_when_everything_fits() -> None:
     sacks = _feed(list(range(1, 17)))
     # 16 packets of 1 KiB = one coalesced ACK, in one window; then the probe's ACK.

@@ -15,10 +15,22 @@ window, and recovers losses:
   ``retry_linear`` retries at that timeout and ``retry_exp`` doubling ones;
   when they run out the QP goes to ERROR.
 
-Losses without a trim and timeouts mark the packet's EV ASSUMED_BAD (a RACK
-loss once confirmed: by the retransmission's ACK, or by the original still
-missing one more reordering window later; an original that arrives after all
-blames nobody); ECN echoes and non-last-hop trims make it SKIP.
+Retransmission is recovery; blame is separate, and needs evidence that a
+packet sent *on that EV* was lost without a trim (docs/loss-recovery.md):
+
+* order on the EV: a path is FIFO, so when a packet sent later on the same EV
+  is acknowledged and an earlier one on it is still not (nor NACKed) a
+  reordering allowance later, the earlier one was lost on that path;
+* a failed probe: when RACK declares a packet lost and its EV has shown no
+  such order evidence, one EV probe (a control packet, at the switches'
+  header priority, so no data queue delays it) goes out on the EV; no answer
+  within a probe wait blames it;
+* a timeout (the local ACK timeout) blames the EV of the timed-out packet.
+
+A packet declared lost by RACK while it still sits in a queue, or whose
+resend waits for the window, therefore blames nobody: the queued original is
+acknowledged (or trimmed and NACKed), and the probe comes back.  ECN echoes
+and non-last-hop trims make the EV SKIP.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from ..wire.packets import (
     ProbeReplyPacket,
     SackPacket,
 )
+from .paths import EVState
 from .verbs import MemoryRegion, WCStatus
 
 if TYPE_CHECKING:
@@ -59,6 +72,11 @@ REO_SAMPLES: Final = 8
 #: packet is refused like a forged one (a later SACK carries the same cumulative
 #: news), so memory stays bounded.
 ACK_PROOF_KEEP: Final = 65536
+
+#: Overdue packets (past the gap allowance, not yet past RACK's window) looked
+#: at per loss-detection pass for EV probing: bounds the pass's cost while
+#: many packets sit in queues.
+PROBE_SCAN: Final = 8
 
 #: NACK reasons that end the QP, and the status the failed work request gets.
 FATAL_NACKS: dict[NackReason, WCStatus] = {
@@ -141,6 +159,8 @@ class Tx:
     __slots__ = (
         "ack_req",
         "acked",
+        "acked_early",
+        "dup_risk",
         "ev",
         "in_flight",
         "length",
@@ -148,12 +168,11 @@ class Tx:
         "oow",
         "op",
         "opcode",
+        "probed",
         "psn",
         "resent",
         "retries",
         "sent",
-        "suspect_at",
-        "suspect_ev",
     )
 
     def __init__(self, psn: int, op: SendOp, offset: int, length: int, opcode: Opcode) -> None:
@@ -174,11 +193,15 @@ class Tx:
         self.oow = False
         #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
         self.resent = False
-        #: the EV of a transmission RACK declared lost, not yet blamed: the ACK
-        #: of the PSN settles it (see Requester._settle), -1 when none.
-        self.suspect_ev = -1
-        #: when that EV is blamed anyway if the PSN is still unacknowledged.
-        self.suspect_at = 0
+        #: a transmission of this PSN was given up (RACK or a timeout) without a
+        #: NACK, so it may still arrive: an ACK of the PSN no longer says which
+        #: transmission arrived, and is no order evidence (see Requester._on_order).
+        self.dup_risk = False
+        #: acknowledged sooner after its last retransmission than a round trip:
+        #: an earlier transmission arrived.
+        self.acked_early = False
+        #: this transmission's EV was probed as overdue (see Requester._detect_losses).
+        self.probed = False
 
 
 class Requester:
@@ -222,9 +245,25 @@ class Requester:
         #: the timestamp echo of the last RTT sample taken (one per ACK event)
         self.last_sample_ts = -1
         self.rack_deadline: int | None = None
-        #: PSNs declared lost by RACK whose EV is not blamed yet (Tx.suspect_ev),
-        #: in the order they were declared.
-        self.suspects: dict[int, Tx] = {}
+        #: per EV, its transmissions not yet resolved, (PSN, send time) in send
+        #: order: the order evidence of loss on that EV (see :meth:`_on_order`).
+        self.ev_sent: dict[int, deque[tuple[int, int]]] = {}
+        #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
+        #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
+        self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
+        #: EV probes out on EVs RACK suspects: EV -> (probe seq, answer deadline,
+        #: the overdue PSN's record, the send time of its transmission on the EV,
+        #: the probe's send time).
+        self.ev_probes: dict[int, tuple[int, int, Tx, int, int]] = {}
+        #: round trips of answered EV probes: mean and mean deviation (EWMA,
+        #: gains 1/8 and 1/4), and how many were measured (see probe_wait).
+        self.probe_rtt = 0
+        self.probe_dev = 0
+        self.probe_samples = 0
+        #: EVs blamed on order evidence, on unanswered probes; probes sent.
+        self.gap_blames = 0
+        self.probe_blames = 0
+        self.suspect_probes = 0
         #: RACK reordering window multiplier: grows on each spurious
         #: retransmission (the network reorders more than assumed).
         self.reo_steps = 1
@@ -353,10 +392,15 @@ class Requester:
         tx.ev = ev
         tx.sent = now
         tx.in_flight = True
+        tx.probed = False
         if retransmit:
             tx.resent = True
         self.flight[tx.psn] = tx
         self.inflight += tx.length
+        q = self.ev_sent.get(ev)
+        if q is None:
+            q = self.ev_sent[ev] = deque()
+        q.append((tx.psn, now))
         last = tx.opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
         # last thing to send): coalescing at the receiver would otherwise hold
@@ -554,33 +598,87 @@ class Requester:
         if self.retx or self.to_segment:
             self.qp.wake()  # the window may have opened
 
-    def _settle(self, tx: Tx, now: int) -> None:
-        """Blame (or not) the EV of ``tx``'s transmission that RACK declared lost.
-
-        ``tx`` is being acknowledged.  When its retransmission has not gone out
-        yet, or went out less than a minimum RTT ago (so it cannot be what
-        arrived), the original arrived, late: reordering beyond the window,
-        not loss, and its EV is left alone.  Otherwise the loss stands and the
-        EV becomes ASSUMED_BAD (notes, section 4).
-        """
-        ev = tx.suspect_ev
-        tx.suspect_ev = -1
-        del self.suspects[tx.psn]
-        if tx.in_flight and now - tx.sent >= self.min_rtt:
-            self.paths.on_loss(ev, now, "loss without trim")
-
     def _ack_sacked(self, tx: Tx, now: int, late_base: int, rack_xmit: int) -> int:
         """Acknowledge ``tx`` (cumulatively or selectively) and return its newly acked
-        bytes; settle a suspected loss, count a spurious retransmission, and note how
-        late an original arrived behind a later-sent packet (RACK's reordering)."""
-        if tx.suspect_ev >= 0:
-            self._settle(tx, now)
+        bytes; take the order evidence it gives on its EV, count a spurious
+        retransmission, and note how late an original arrived behind a later-sent
+        packet (RACK's reordering)."""
+        if tx.in_flight and not tx.dup_risk:
+            self._on_order(tx, now)
         if tx.resent:
             if now - tx.sent < self.min_rtt:
                 self.sack_spurious += 1
+                tx.acked_early = True
         elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > self.sack_late:
             self.sack_late = late_base - tx.sent
         return self._ack(tx)
+
+    def gap_allowance(self) -> int:
+        """How long an EV's overtaken packet may still be acknowledged or NACKed.
+
+        Its SACK or NACK may come back on another reverse path than the ACK of
+        the later packet: control packets travel at the switches' header
+        priority, so the skew is small.  At least ``QPAttr.reorder_window_ps``
+        and a quarter of the minimum RTT (RACK's least window).
+        """
+        quarter = self.min_rtt >> 2
+        return quarter if quarter > self.reo_floor else self.reo_floor
+
+    def probe_wait(self) -> int:
+        """How long an EV probe sent on a suspect EV may take to be answered.
+
+        A probe and its reply are control packets (header priority): they wait
+        in no data queue, so their round trip is about the minimum RTT of a
+        full-size packet plus a data packet's serialisation per hop, and the
+        least wait is that plus half a minimum RTT (at least
+        ``QPAttr.reorder_window_ps``).  But the hosts at either end may hold a
+        control packet behind other QPs' packets (a NIC serving dozens of QPs),
+        so the wait also covers the probe round trips this QP has measured,
+        mean + 4 deviations (the first sample sets the deviation to an eighth
+        of it); before any was measured, one smoothed RTT plus one minimum RTT.  A probe that is late on a working
+        path blames nothing if the overdue packet it was sent for turns out to
+        have arrived (see :meth:`_check_evidence`).
+        """
+        half = self.min_rtt >> 1
+        margin = half if half > self.reo_floor else self.reo_floor
+        least = self.min_rtt + margin
+        if not self.probe_samples:
+            early = self.srtt + (self.min_rtt if self.min_rtt > margin else margin)
+            return early if early > least else least
+        measured = self.probe_rtt + 4 * self.probe_dev
+        return measured if measured > least else least
+
+    def _on_order(self, tx: Tx, now: int) -> None:
+        """``tx``'s one transmission (on ``tx.ev``, at ``tx.sent``) was acknowledged.
+
+        Paths are FIFO: every transmission sent before it on the same EV
+        arrived first, or was trimmed (and NACKed), or was lost.  Those still
+        unacknowledged become *gaps*: unless their ACK or NACK comes within
+        :meth:`gap_allowance`, the EV lost them (see :meth:`_check_evidence`).
+        """
+        q = self.ev_sent.get(tx.ev)
+        if not q:
+            return
+        me = (tx.psn, tx.sent)
+        if q[0] == me:
+            q.popleft()
+            return
+        if me not in q:
+            return
+        unacked = self.unacked
+        gaps = self.gaps
+        due = -1
+        while True:
+            rec = q.popleft()
+            if rec == me:
+                break
+            if rec[0] in unacked:
+                if due < 0:
+                    due = now + self.gap_allowance()
+                    if self.rack_deadline is None or due < self.rack_deadline:
+                        self.rack_deadline = due
+                gaps[rec] = (tx.ev, due)
+        self.ev_probes.pop(tx.ev, None)  # the EV delivers: no probe needed
 
     def _ack(self, tx: Tx) -> int:
         if tx.oow:
@@ -635,55 +733,100 @@ class Requester:
     def _detect_losses(self, now: int) -> None:
         # (one assignment: mypyc trusts the type an attribute was narrowed to, and a
         # None stored before a call that stores an int would be read back as None)
-        self.rack_deadline = self._blame_overdue(now) if self.suspects else None
+        self.rack_deadline = self._check_evidence(now) if (self.gaps or self.ev_probes) else None
         rack_xmit = self.rack_xmit
         if rack_xmit < 0 or not self.flight:
             return
         reo = self.reo_window()
         horizon = self.rack_rtt + reo
+        # A packet overdue by more than the gap allowance gets its EV probed
+        # (cheap, and blames nothing while the path delivers) before RACK,
+        # which waits for the whole reordering window, resends it: a dead path
+        # is found about one probe round trip after its first loss is overdue.
+        probe_h = self.rack_rtt + self.gap_allowance()
         lost = []
+        band = 0
         for tx in self.flight.values():
             if tx.sent >= rack_xmit:
                 break
             deadline = tx.sent + horizon
             if deadline <= now:
                 lost.append(tx)
-            else:
-                if self.rack_deadline is None or deadline < self.rack_deadline:
-                    self.rack_deadline = deadline
+                continue
+            if self.rack_deadline is None or deadline < self.rack_deadline:
+                self.rack_deadline = deadline
+            due = tx.sent + probe_h
+            if due > now:
+                if due < self.rack_deadline:
+                    self.rack_deadline = due
+                break
+            if not tx.probed:
+                tx.probed = True
+                self._suspect(tx, now)
+            band += 1
+            if band == PROBE_SCAN:
                 break
         for tx in lost:
             self.stats.losses_detected += 1
-            self._mark_lost(
-                tx, now, "loss without trim", horizon=horizon + min(reo, self._reo_measured())
-            )
-            if self.rack_deadline is None or tx.suspect_at < self.rack_deadline:
-                self.rack_deadline = tx.suspect_at
+            self._mark_lost(tx, now, "rack")
 
-    def _blame_overdue(self, now: int) -> int | None:
-        """Blame the suspect EVs whose PSN is still unacknowledged at its deadline.
+    def _check_evidence(self, now: int) -> int | None:
+        """Blame the EVs whose loss evidence is due: a gap still unacknowledged
+        (and not NACKed) after its allowance, an EV probe unanswered in time.
 
-        Returns the earliest deadline of the suspects left (None: none left).
+        Returns the earliest deadline left (None: none left).
         """
-        due = [tx for tx in self.suspects.values() if tx.suspect_at <= now]
-        for tx in due:
-            ev = tx.suspect_ev
-            tx.suspect_ev = -1
-            del self.suspects[tx.psn]
-            self.paths.on_loss(ev, now, "loss without trim")
-        if self.suspects:
-            return min(tx.suspect_at for tx in self.suspects.values())
-        return None
+        unacked = self.unacked
+        paths = self.paths
+        best = -1
+        gaps = self.gaps
+        if gaps:
+            for rec, (ev, due) in list(gaps.items()):
+                if due <= now:
+                    del gaps[rec]
+                    if rec[0] in unacked:
+                        self.gap_blames += 1
+                        self.ev_probes.pop(ev, None)
+                        paths.on_loss(ev, now, "loss without trim")
+                elif best < 0 or due < best:
+                    best = due
+        probes = self.ev_probes
+        if probes:
+            for ev, (_seq, due, tx, sent, _at) in list(probes.items()):
+                if due <= now:
+                    del probes[ev]
+                    if tx.acked and (tx.sent == sent or tx.acked_early):
+                        continue  # the overdue transmission arrived: the path delivers
+                    self.probe_blames += 1
+                    paths.on_loss(ev, now, "probe unanswered")
+                elif best < 0 or due < best:
+                    best = due
+        return None if best < 0 else best
 
-    def _mark_lost(
-        self, tx: Tx, now: int, reason: str | None, front: bool = False, horizon: int = 0
-    ) -> None:
+    def _suspect(self, tx: Tx, now: int) -> None:
+        """``tx``'s transmission on its EV is overdue: probe the EV (once at a
+        time), unless it is already out of use."""
+        ev = tx.ev
+        if ev in self.ev_probes:
+            return
+        state = self.paths.state_of(ev)
+        if state is None or state is EVState.ASSUMED_BAD or state is EVState.DENIED:
+            return  # out of use already: nothing to learn
+        seq = self.probe_seq
+        due = now + self.probe_wait()
+        self.ev_probes[ev] = (seq, due, tx, tx.sent, now)
+        if self.rack_deadline is None or due < self.rack_deadline:
+            self.rack_deadline = due
+        self.suspect_probes += 1
+        self.qp.queue_control(self.probe(now, reliability=False, ev=ev))
+
+    def _mark_lost(self, tx: Tx, now: int, reason: str | None, front: bool = False) -> None:
         """Take ``tx`` out of flight and queue it for retransmission.
 
-        ``reason`` None means congestion (a trim): the EV is not blamed here.
-        A RACK loss (``horizon``: the original's extended deadline, one more
-        reordering window, the measured one) makes the EV a suspect, blamed when the PSN's ACK
-        or that deadline confirms the loss; a timeout blames at once.
+        ``reason`` None means congestion (a trim NACK): nobody is blamed.
+        ``"rack"``: RACK inferred the loss, which may be a packet still in a
+        queue: the transmission may yet arrive (``Tx.dup_risk``), and its EV is
+        only probed (:meth:`_suspect`).  ``"timeout"`` blames the EV at once.
         """
         if tx.in_flight:
             del self.flight[tx.psn]
@@ -696,24 +839,12 @@ class Requester:
         else:
             self.retx.append(tx)
         if reason is not None:
-            suspect = tx.suspect_ev
+            tx.dup_risk = True
             if reason == "timeout":
-                if suspect >= 0:  # no ACK at all since: that loss was real too
-                    self.paths.on_loss(suspect, now, "loss without trim")
-                    tx.suspect_ev = -1
-                    del self.suspects[tx.psn]
                 self.paths.on_loss(tx.ev, now, reason)
                 self.cc.on_timeout(tx.length, now)
             else:
-                # RACK's inference may be reordering beyond the window: the EV
-                # is blamed when the PSN's ACK confirms the loss (_settle), or
-                # at once if this PSN was already declared lost once before.
-                if suspect >= 0:
-                    self.paths.on_loss(suspect, now, reason)
-                    del self.suspects[tx.psn]
-                tx.suspect_ev = tx.ev
-                tx.suspect_at = tx.sent + horizon
-                self.suspects[tx.psn] = tx
+                self._suspect(tx, now)
                 self.cc.on_loss(tx.length, now)
         self.qp.wake()
 
@@ -739,6 +870,7 @@ class Requester:
             stats.fatal_nacks += 1
             self.qp.fail(fatal, tx.op, now, f"NACK {reason.name} for PSN {nack.psn}")
             return
+        self._nacked(nack)
         if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
             stats.stale_nacks += 1  # already acked, or about an older transmission
             return
@@ -768,6 +900,16 @@ class Requester:
         self.last_activity = now
         self._mark_lost(tx, now, None, front=True)
 
+    def _nacked(self, nack: NackPacket) -> None:
+        """The transmission a NACK names (PSN, echoed send time, EV) reached the
+        receiver, trimmed or refused: it was not lost, so it is no gap."""
+        rec = (nack.psn, nack.ts_echo)
+        if self.gaps.pop(rec, None) is not None:
+            return
+        q = self.ev_sent.get(nack.ev)
+        if q and rec in q:
+            q.remove(rec)
+
     def _learn_peer_window(self, nack: NackPacket) -> None:
         """Shrink the send PSN window to what a PSN_OUT_OF_WINDOW NACK proves.
 
@@ -796,7 +938,21 @@ class Requester:
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
         """An EV probe came back."""
         self.stats.probe_replies += 1
-        self.paths.on_probe_reply(reply.ev, reply.seq, now)
+        ev = reply.ev
+        out = self.ev_probes.get(ev)
+        if out is not None and out[0] == reply.seq:
+            del self.ev_probes[ev]  # the path delivers: what RACK declared lost was queued
+            rtt = now - out[4]
+            if self.probe_samples == 0:
+                self.probe_rtt = rtt
+                self.probe_dev = rtt >> 3
+            else:
+                err = rtt - self.probe_rtt
+                self.probe_rtt += err >> 3
+                self.probe_dev += (abs(err) - self.probe_dev) >> 2
+            self.probe_samples += 1
+            return
+        self.paths.on_probe_reply(ev, reply.seq, now)
 
     # -- timers ---------------------------------------------------------------------
     def rto_for(self, tx: Tx) -> int:

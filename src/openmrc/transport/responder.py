@@ -6,7 +6,8 @@ it arrives.  PSNs are tracked as a cumulative point (``base``: every PSN below
 it received) plus a bitmap of what arrived above it.  WRITE_IMM completions go
 out in message order, once the whole message and every earlier one is placed.
 ACKs are coalesced by bytes, and sent at once on ECN, on an ACK request, or on
-a duplicate; trims and out-of-window packets are NACKed.
+a duplicate (whose PSN the SACK then covers, wherever it lies: see
+:meth:`Responder.on_data`); trims and out-of-window packets are NACKed.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ class Responder:
         off = psn - self.base
         if off < 0 or (off < self.window and (self.bits >> off) & 1):
             stats.rx_duplicates += 1
+            if off > 0:
+                # Held above the cumulative point: the SACK that reported it
+                # may have been lost, and the sender resent it.  The ACK must
+                # cover this PSN, even far below the usual window at the
+                # highest PSN, or the sender never learns it arrived.
+                self.unreported.append(psn)
             self._ack(pkt, now)
             return
         if off >= self.window:
