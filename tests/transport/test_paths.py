@@ -498,3 +498,63 @@ def test_more_than_65535_known_evs() -> None:
     (backup,) = set(ps.slots) - set(slots)
     assert ps.state[backup] is EVState.GOOD and len(ps.state) == 65537
     assert all(ps.state.get(ev) is EVState.GOOD for ev in slots[:-1:97])
+
+
+def _uniform_marks(ps: PathSet, p: float, rounds: int, seed: int, hot: int | None = None) -> None:
+    """ACK every active EV ``rounds`` times, each ACK echoing ECN with probability
+    ``p`` (``hot``, if given, echoes every time)."""
+    r = random.Random(seed)
+    t = 0
+    for _ in range(rounds):
+        for ev in ps.slots:
+            t += 1
+            if ev == hot or r.random() < p:
+                ps.on_ecn(ev, t)
+            else:
+                ps.on_clean_ack(ev)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_uniform_ecn_marking_moves_no_flow(seed: int) -> None:
+    # 256 EVs all marked at p = 0.2: no EV is worse than the QP's others, so none
+    # is mapped out (the old run-of-4 rule made 59-81 pointless swaps here).
+    ps = PathSet(EVProfile(), random.Random(seed), qpn=1)
+    before = list(ps.slots)
+    _uniform_marks(ps, 0.2, 200, seed)
+    assert ps.stats_ecn_remaps == 0 and ps.slots == before
+
+
+def test_a_path_marked_above_the_qps_average_is_moved_off() -> None:
+    ps = PathSet(EVProfile(), random.Random(4), qpn=1)
+    hot = ps.slots[17]
+    _uniform_marks(ps, 0.2, 40, 4, hot=hot)
+    assert hot not in ps.slots and ps.stats_ecn_remaps == 1
+    assert ev_plane(ps.slots[17]) == ev_plane(hot)
+
+
+def test_ecn_remap_is_not_reported_to_the_controller_as_a_transition() -> None:
+    from openmrc.transport import CCProfile, EVRemap
+    from openmrc.transport.controller import EVENT_GOOD, Controller
+    from openmrc.transport.paths import ECN_REMAP_RUN
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    c = Controller()
+    c.create_ev_profile(1, prof, event_mask=EVENT_GOOD)
+    c.create_cc_profile(1, CCProfile(name="fixed"))
+    c.set_ev_profile_online(1)
+    c.set_cc_profile_online(1)
+    t = setup_transfer(attr=c.qp_attr(1, 1), count=0)
+    c.add_context(t.lb.a)
+    ps = t.qa.paths
+    assert ps is not None
+    for ev in ps.slots:
+        ps.on_clean_ack(ev)
+    hot = ps.slots[2]
+    for _ in range(ECN_REMAP_RUN):
+        ps.on_ecn(hot, 5)
+    assert ps.stats_ecn_remaps == 1
+    logged = [e for e in t.lb.a.events if isinstance(e, EVRemap)]
+    assert [(e.ev, e.replacement, e.reason) for e in logged] == [
+        (hot, ps.slots[2], "mapped out: ECN")
+    ]
+    assert c.poll_events() == []  # no GOOD -> GOOD "transition"

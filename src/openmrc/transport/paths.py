@@ -20,14 +20,19 @@ without being blamed; the rotation spreads over the other planes.  The plane
 returns when its port does (:meth:`PathSet.set_ports_down`).
 
 ECN rebalancing: a single ECN echo only SKIPs its EV for one rotation (the
-mark is a load-balancing hint: ECN is off on the last hop).  An EV whose
-ACKs echo ECN ``ECN_REMAP_RUN`` times in a row (no clean ACK for it between)
-while the mean ECN rate of the QP's other EVs stays below ``ECN_OTHERS_MAX``
-(or the QP has no other EV with ACKs) is *mapped out*: a backup of the same
-plane takes its slot and the EV goes back to the end of the plane's backup pool,
-still GOOD (it is congested, not broken).  Per-EV ECN rates are EWMAs over that
-EV's ACKs with gain ``ECN_RATE_GAIN``.  When every EV is marked, the congestion
-is shared (an incast): remapping would not help, NSCC handles it.
+mark is a load-balancing hint: ECN is off on the last hop).  A flow moves off
+a path only when that path is *worse than the QP's others*: an EV whose ACKs
+echo ECN ``k`` times in a row (no clean ACK for it between) is *mapped out*,
+where ``k`` is ``ECN_REMAP_RUN`` when the QP's other EVs draw no marks and
+grows with their mean ECN rate ``p`` so that ``p ** k <= ECN_CHANCE`` (a run
+an EV marked at the QP's average would reach only by rare chance; see
+:func:`ecn_remap_run`).  At ``p >= ECN_OTHERS_MAX`` nothing is mapped out: the
+congestion is shared (an incast), remapping would not help, NSCC handles it.
+A backup of the same plane takes the slot and the EV goes back to the end of
+the plane's backup pool, still GOOD (it is congested, not broken): the move is
+logged as an :class:`EVRemap`, not as a state transition, so the controller's
+EV event queue does not see it.  Per-EV ECN rates are EWMAs over that EV's
+ACKs with gain ``ECN_RATE_GAIN``.
 
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
@@ -62,12 +67,33 @@ from .attrs import EVProfile
 from .errors import InvalidArgument
 from .ev import PLANE_BITS, ev_path, ev_plane, ev_spare, make_ev
 
-#: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing).
+#: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing),
+#: when the QP's other EVs draw no marks at all.
 ECN_REMAP_RUN: Final = 4
-#: ...provided the QP's other EVs' mean ECN rate is below this.
+#: ...never when the QP's other EVs' mean ECN rate is this or more (shared
+#: congestion: NSCC's business, a remap cannot help).
 ECN_OTHERS_MAX: Final = 0.25
+#: When the other EVs are marked at a mean rate ``p`` (0 < p < ECN_OTHERS_MAX),
+#: an EV is mapped out only after a run of ``k`` marks with ``p ** k`` at most
+#: this: a run that an EV marked no more than its QP's average would draw by
+#: chance about once in a million ACKs (``k`` = 9 at p = 0.2, 10 at p = 0.24;
+#: never fewer than ECN_REMAP_RUN).  So under uniform marking an EV is not
+#: worse than the others and stays; a path marked far more often than the
+#: QP's average still draws the run within a few of its ACKs.
+ECN_CHANCE: Final = 1e-6
 #: EWMA gain of the per-EV ECN rate, per ACK of that EV.
 ECN_RATE_GAIN: Final = 0.25
+
+
+def ecn_remap_run(others: float) -> int:
+    """The run of ECN marks that maps an EV out when the QP's other EVs are
+    marked at the mean rate ``others`` (see :data:`ECN_CHANCE`); a run that
+    cannot be reached (65536) when ``others`` is ECN_OTHERS_MAX or more."""
+    if others >= ECN_OTHERS_MAX:
+        return 1 << 16
+    if others <= 0.0:
+        return ECN_REMAP_RUN
+    return max(ECN_REMAP_RUN, math.ceil(math.log(ECN_CHANCE) / math.log(others)))
 
 
 class EVState(IntEnum):
@@ -107,6 +133,20 @@ class EVEvent:
     ev: int
     old: EVState
     new: EVState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EVRemap:
+    """An active EV left its slot for another EV of its plane without any state
+    change (ECN rebalancing; a controller's replace).  Logged on the context's
+    event queue for the application and the results, never handed to the
+    controller's EV event queue: that reports state transitions only."""
+
+    time: int
+    qpn: int
+    ev: int
+    replacement: int
     reason: str
 
 
@@ -703,8 +743,9 @@ class PathSet:
         if run < ECN_REMAP_RUN or not self._inslot[i] or st in (_BAD, _DENIED):
             return
         n = self._ecn_n - 1
-        if n > 0 and (self._ecn_sum - rate) / n >= ECN_OTHERS_MAX:
-            return  # the whole QP is marked: congestion for NSCC, not an imbalance
+        others = (self._ecn_sum - rate) / n if n > 0 else 0.0
+        if run < ecn_remap_run(others):
+            return  # not clearly worse than the QP's other EVs (or all are marked)
         self._run[i] = 0
         self._remap_ecn(i, now)
 
@@ -768,7 +809,7 @@ class PathSet:
             self._returned.append(ev)
             self._forget_ecn(i)
             self.stats_ecn_remaps += 1
-            self.events.append(EVEvent(now, self.qpn, ev, GOOD, GOOD, "mapped out: ECN"))
+            self.events.append(EVRemap(now, self.qpn, ev, self._evs[c], "mapped out: ECN"))
             return
 
     def on_loss(self, ev: int, now: int, reason: str) -> None:
