@@ -558,3 +558,27 @@ def test_ecn_remap_is_not_reported_to_the_controller_as_a_transition() -> None:
         (hot, ps.slots[2], "mapped out: ECN")
     ]
     assert c.poll_events() == []  # no GOOD -> GOOD "transition"
+
+
+def test_denying_an_active_ev_refills_its_slot_from_the_same_plane() -> None:
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    ps = PathSet(prof, random.Random(3), qpn=1)
+    ev = ps.slots[5]
+    ps.deny(ev, 1)
+    assert ev not in ps.slots and ps.usable == 8  # not a dead slot
+    assert ev_plane(ps.slots[5]) == ev_plane(ev) and ps.stats_replacements == 1
+    ps.allow(ev, 2)
+    assert ev not in ps.slots and ps.usable == 8  # back among the backups
+
+
+def test_a_denied_backup_passed_over_rejoins_the_pool_when_allowed() -> None:
+    a = [make_ev(0, p) for p in range(4)]
+    denied, spare = make_ev(0, 4), make_ev(0, 5)
+    prof = EVProfile(explicit=[*a, denied, spare], ev_count=4, floor=0, plane_down_fraction=1.0)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    ps.deny(denied, 0)
+    ps.on_loss(a[0], 1, "test")  # passes over the denied backup, takes the spare
+    assert ps.slots[0] == spare
+    ps.allow(denied, 2)
+    ps.on_loss(a[1], 3, "test")  # the allowed backup is still there
+    assert ps.slots[1] == denied and ps.usable == 4

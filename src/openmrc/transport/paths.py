@@ -11,7 +11,8 @@ SKIP       ECN echoed, or trimmed away from the last hop: skipped for one
 ASSUMED_BAD a packet was lost without a trim, or timed out: out of the
            rotation at once, replaced by a backup EV of the same plane, and
            probed in the background until enough probes come back
-DENIED     administratively removed (controller deny list)
+DENIED     administratively removed (controller deny list); an active EV's slot
+           is refilled from a backup of its plane, as for ASSUMED_BAD
 ========== ==================================================================
 
 Port status: when a NIC port goes down (here, or at the peer as the ports-down
@@ -801,7 +802,7 @@ class PathSet:
             c = self._pool_pop(plane)
             if c < 0:
                 return
-            if self._st[c] != _GOOD or self._inslot[c]:
+            if not self._take_backup(c):
                 continue
             self._put_in_slot(i, c)
             if self._st[i] == _SKIP:
@@ -847,12 +848,24 @@ class PathSet:
             c = self._pool_pop(plane)
             if c < 0:
                 return
-            if self._st[c] == _GOOD:
+            if self._take_backup(c):
                 self._forget_ecn(bad)
                 self._put_in_slot(bad, c)
                 self.usable += 1
                 self.stats_replacements += 1
                 return
+
+    def _take_backup(self, c: int) -> bool:
+        """Whether the backup ``c`` just popped from the pool can fill a slot (then
+        it is GOOD).  One that cannot is left out of the pool without being lost:
+        a DENIED one comes back to it when allowed, an ASSUMED_BAD one when its
+        probes bring it back; a SKIP one (a late ECN echo after it left its slot)
+        is usable."""
+        st = self._st[c]
+        if self._inslot[c] or st in (_BAD, _DENIED):
+            return False
+        self._st[c] = _GOOD
+        return True
 
     def _pool_any(self, plane: int) -> bool:
         """Whether the plane has a backup left (given back, or never drawn)."""
@@ -1022,7 +1035,10 @@ class PathSet:
         )
 
     def deny(self, ev: int, now: int) -> None:
-        """Take ``ev`` out of use (controller deny list)."""
+        """Take ``ev`` out of use (controller deny list).  An active EV's slot is
+        refilled at once from its plane's backups (as for a failed EV, and not
+        when the plane looks down); a backup is skipped by replacements while
+        denied and rejoins the pool when allowed (:meth:`allow`)."""
         if not isinstance(ev, int):
             raise InvalidArgument(f"ev: {ev!r} is not in this QP's EV set")
         i = self._id(ev)
@@ -1040,16 +1056,21 @@ class PathSet:
         self.probe_due.pop(ev, None)
         self.probe_backoff.pop(ev, None)
         self._set(i, _DENIED, now, "denied")
+        if self._inslot[i]:
+            self._replace(i)  # a backup of the plane takes the denied EV's slot
 
     def allow(self, ev: int, now: int) -> None:
-        """Return a denied ``ev`` to use."""
+        """Return a denied ``ev`` to use: to its slot if it still holds one (none
+        was free to refill it), else to its plane's backups."""
         i = self._id(ev) if isinstance(ev, int) else -1
         if i < 0 or self._st[i] != _DENIED:
             shown = f"{ev:#x}" if isinstance(ev, int) else repr(ev)
             raise InvalidArgument(f"ev: {shown} is not denied")
         self._set(i, _GOOD, now, "allowed")
         if self._inslot[i]:
-            self.usable += 1
+            self.usable += 1  # its slot found no backup while it was denied
+        elif ev not in self._returned:
+            self._returned.append(ev)  # back among its plane's backups
 
     def counts(self) -> dict[str, int]:
         """How many active EVs are in each state."""
