@@ -582,3 +582,73 @@ def test_a_denied_backup_passed_over_rejoins_the_pool_when_allowed() -> None:
     ps.allow(denied, 2)
     ps.on_loss(a[1], 3, "test")  # the allowed backup is still there
     assert ps.slots[1] == denied and ps.usable == 4
+
+
+def _flap(
+    ps: PathSet, ev: int, up: int, down: int, cycles: int, stable: int, start: int = 0
+) -> tuple[int, int]:
+    """Drive ``ev`` over a path that is up ``up`` probe intervals and down
+    ``down``, ``cycles`` times, then up for ``stable`` intervals: a packet is
+    lost on it whenever it is GOOD while the path is down; probes are answered
+    while it is up.  Time starts after interval ``start``.  Returns (failures
+    while flapping, interval it was last brought back, or -1)."""
+    step = ps.profile.probe_interval_ps
+    seq = 0
+    failures = 0
+    back_at = -1
+    for k in range(cycles * (up + down) + stable):
+        now = (start + k + 1) * step
+        path_up = k >= cycles * (up + down) or k % (up + down) < up
+        if not path_up and ps.state[ev] is EVState.GOOD:
+            ps.on_loss(ev, now, "test")
+            failures += 1
+        for pev, s in ps.due_probes(now, seq):
+            seq = s + 1
+            if path_up:
+                was = ps.state[pev]
+                ps.on_probe_reply(pev, s, now)
+                if was is not EVState.GOOD and ps.state[pev] is EVState.GOOD:
+                    back_at = k
+    return failures, back_at
+
+
+def test_a_flapping_path_is_kept_out_longer_each_time_then_returns() -> None:
+    from openmrc.transport.paths import FLAP_MAX_DOUBLINGS
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    ev = ps.slots[0]
+    # Up 30 intervals, down 10, 40 times: without memory the EV came back after
+    # 3 probes every cycle and lost a packet on every flap (40 failures).
+    failures, _ = _flap(ps, ev, up=30, down=10, cycles=40, stable=0)
+    assert failures <= 4
+    assert ps.state[ev] is EVState.ASSUMED_BAD
+    assert ps.probes_needed(ev) >= 4 * prof.probe_successes  # held down longer each time
+    assert ps.probes_needed(ev) <= prof.probe_successes << FLAP_MAX_DOUBLINGS
+    # Once it stops flapping it returns (within the longest hold-down and backoff).
+    _, back = _flap(ps, ev, up=1, down=0, cycles=0, stable=400, start=40 * 40)
+    assert ps.state[ev] is EVState.GOOD and 0 <= back <= 200
+
+
+def test_flap_memory_decays_after_a_stable_period() -> None:
+    from openmrc.transport.paths import FLAP_DECAY_INTERVALS
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    ev = ps.slots[0]
+    step = prof.probe_interval_ps
+    ps.on_loss(ev, 0, "test")
+    assert ps.probes_needed(ev) == prof.probe_successes  # a first failure: as before
+    _flap(ps, ev, up=1, down=0, cycles=0, stable=10)  # three probes: back
+    assert ps.state[ev] is EVState.GOOD
+    ps.on_loss(ev, 11 * step, "test")  # again at once: twice the probes
+    assert ps.probes_needed(ev) == 2 * prof.probe_successes
+    ps.probing[ev] = 0
+    for k in range(2 * prof.probe_successes):
+        (probe,) = ps.due_probes(10**15 + k * 64 * step, k)
+        ps.on_probe_reply(ev, probe[1], 10**15 + k * 64 * step)
+    assert ps.state[ev] is EVState.GOOD
+    # Two stable periods later both failures are forgiven: a new one counts as the first.
+    later = 10**15 + 2 * FLAP_DECAY_INTERVALS * step + 64 * 64 * step
+    ps.on_loss(ev, later, "test")
+    assert ps.probes_needed(ev) == prof.probe_successes

@@ -35,6 +35,12 @@ logged as an :class:`EVRemap`, not as a state transition, so the controller's
 EV event queue does not see it.  Per-EV ECN rates are EWMAs over that EV's
 ACKs with gain ``ECN_RATE_GAIN``.
 
+Flap hold-down: an ASSUMED_BAD EV comes back after ``probe_successes``
+answered probes in a row the first time; each further failure soon after it
+came back doubles that (``FLAP_MAX_DOUBLINGS``), and each stable period
+(``FLAP_DECAY_INTERVALS`` probe intervals GOOD) forgives one failure.  So a
+flapping path is kept out while it flaps and returns once it holds.
+
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
 down; its EVs are probed and come back when it does).
@@ -119,6 +125,19 @@ _DENIED: Final = 3
 _STATES: Final = (GOOD, SKIP, BAD, DENIED)
 #: the ECN rate of an EV without one (rates are EWMAs of 0s and 1s).
 _NO_RATE: Final = -1.0
+
+#: Flap hold-down.  An EV that fails again soon after its probes brought it back
+#: needs twice as many answered probes in a row as the last time, at most
+#: ``2 ** FLAP_MAX_DOUBLINGS`` times ``EVProfile.probe_successes`` (96 probe
+#: intervals with the defaults, about 3 ms at 32 us): enough that a path which
+#: flaps faster than that stays out ("not used when too unreliable", paper 3),
+#: while a path that was repaired returns within a few ms at worst.
+FLAP_MAX_DOUBLINGS: Final = 5
+#: ...and every ``FLAP_DECAY_INTERVALS`` probe intervals an EV stays GOOD forgive
+#: it one failure.  Longer than the longest hold-down (96 intervals), so a path
+#: failing with any period shorter than its hold-down keeps its count; a path
+#: that stays up for 4 ms (defaults) per failure is forgotten step by step.
+FLAP_DECAY_INTERVALS: Final = 128
 
 #: A plane's backup space up to this many EVs is shuffled once, when its first
 #: backup is drawn; a larger one is sampled (rejection sampling).
@@ -469,6 +488,8 @@ class PathSet:
         "denied_planes",
         "down",
         "events",
+        "flap_good_since",
+        "flaps",
         "local_down",
         "next_probe_at",
         "probe_backoff",
@@ -540,6 +561,10 @@ class PathSet:
         #: EV -> when it is next probed, and how many times its interval has doubled.
         self.probe_due: dict[int, int] = {}
         self.probe_backoff: dict[int, int] = {}
+        #: flap hold-down: EV -> its recent failures (decayed at its next one),
+        #: and EV -> when its probes last brought it back.
+        self.flaps: dict[int, int] = {}
+        self.flap_good_since: dict[int, int] = {}
         self.stats_probes: int = 0
         self.usable: int = 0
         self.stats_skips: int = 0
@@ -830,6 +855,7 @@ class PathSet:
             return
         self._set(i, _BAD, now, reason)
         self.stats_bad += 1
+        self._note_failure(ev, now)
         self.probing[ev] = 0
         due = now + self.profile.probe_interval_ps
         self.probe_due[ev] = due
@@ -839,6 +865,22 @@ class PathSet:
         if in_slot:
             self.usable -= 1
             self._replace(i)
+
+    def _note_failure(self, ev: int, now: int) -> None:
+        """Flap hold-down: count ``ev``'s failure, after forgiving one per
+        ``FLAP_DECAY_INTERVALS`` probe intervals it stayed GOOD since it came back."""
+        n = self.flaps.get(ev, 0)
+        since = self.flap_good_since.pop(ev, None)
+        if n and since is not None:
+            n = max(0, n - (now - since) // (self.profile.probe_interval_ps * FLAP_DECAY_INTERVALS))
+        self.flaps[ev] = n + 1
+
+    def probes_needed(self, ev: int) -> int:
+        """Answered probes in a row that bring ASSUMED_BAD ``ev`` back: the
+        profile's ``probe_successes``, doubled per earlier failure still
+        remembered (flap hold-down, at most ``2 ** FLAP_MAX_DOUBLINGS`` times)."""
+        n = self.flaps.get(ev, 1)
+        return self.profile.probe_successes << min(max(n - 1, 0), FLAP_MAX_DOUBLINGS)
 
     def _replace(self, bad: int) -> None:
         plane = self._evs[bad] & 15
@@ -999,7 +1041,8 @@ class PathSet:
         return out
 
     def on_probe_reply(self, ev: int, seq: int, now: int) -> None:
-        """A probe on ``ev`` came back: after enough in a row, the EV is GOOD again."""
+        """A probe on ``ev`` came back: after enough in a row (:meth:`probes_needed`:
+        more for an EV that keeps failing), the EV is GOOD again."""
         if self.probe_wait.get(ev) != seq:
             return
         del self.probe_wait[ev]
@@ -1008,11 +1051,12 @@ class PathSet:
             return
         self.probe_backoff[ev] = 0
         count += 1
-        if count < self.profile.probe_successes:
+        if count < self.probes_needed(ev):
             self.probing[ev] = count
             return
         del self.probing[ev]
         del self.probe_due[ev], self.probe_backoff[ev]
+        self.flap_good_since[ev] = now
         i = self._id(ev)
         self._set(i, _GOOD, now, "probes answered")
         self.stats_recovered += 1
