@@ -1116,6 +1116,91 @@ class PathSet:
         elif ev not in self._returned:
             self._returned.append(ev)  # back among its plane's backups
 
+    def replace(self, old: int, new: int, now: int) -> None:
+        """Put ``new`` in the slot of the active EV ``old`` (the controller's
+        replace).  ``new`` must be of the same plane (planes stay equally
+        loaded, paper 4), not active and not denied; it starts GOOD (an
+        ASSUMED_BAD one stops being probed and forgets its flaps).  ``old``
+        keeps its state: a GOOD one becomes a backup of its plane.  Logged as
+        an :class:`EVRemap`; only a real state change of ``new`` is an event."""
+        i = self._id(old) if isinstance(old, int) else -1
+        if i < 0 or not self._inslot[i]:
+            shown = f"{old:#x}" if isinstance(old, int) else repr(old)
+            raise InvalidArgument(f"ev: {shown} is not an active EV of this QP")
+        if not isinstance(new, int) or isinstance(new, bool) or not 0 <= new <= 0xFFFFFFFF:
+            raise InvalidArgument(f"new_ev: must be a 32-bit EV, got {new!r}")
+        if new & 15 != old & 15:
+            raise InvalidArgument(f"new_ev: {new:#x} is not in the plane of {old:#x}")
+        j = self._id(new)
+        if j >= 0 and self._inslot[j]:
+            raise InvalidArgument(f"new_ev: {new:#x} is already active")
+        if j >= 0 and self._st[j] == _DENIED:
+            raise InvalidArgument(f"new_ev: {new:#x} is denied")
+        if j < 0:
+            j = self._add(new)
+        else:
+            self._drop_backup(new)
+            if self._st[j] == _BAD:
+                self._stop_probing(new)
+                self._set(j, _GOOD, now, "replaced by controller")
+            self._st[j] = _GOOD
+        old_usable = self._st[i] in (_GOOD, _SKIP)
+        self._forget_ecn(i)
+        self._put_in_slot(i, j)
+        if not old_usable:
+            self.usable += 1
+        if old_usable:
+            self._st[i] = _GOOD
+            self._returned.append(old)
+        self.events.append(EVRemap(now, self.qpn, old, new, "replaced by controller"))
+
+    def force_good(self, ev: int, now: int) -> bool:
+        """The controller sets ``ev`` GOOD: a denied EV is allowed, an ASSUMED_BAD
+        one is back at once (no probes needed) with its flap history forgotten.
+        Returns whether the state changed."""
+        i = self._id(ev) if isinstance(ev, int) else -1
+        if i < 0:
+            shown = f"{ev:#x}" if isinstance(ev, int) else repr(ev)
+            raise InvalidArgument(f"ev: {shown} is not in this QP's EV set")
+        st = self._st[i]
+        if st == _DENIED:
+            self.allow(ev, now)
+            return True
+        self.flaps.pop(ev, None)
+        self.flap_good_since.pop(ev, None)
+        if st != _BAD:
+            return False
+        self._stop_probing(ev)
+        self._set(i, _GOOD, now, "set GOOD by controller")
+        if self._inslot[i]:
+            self.usable += 1
+        else:
+            self._returned.append(ev)
+        return True
+
+    def _stop_probing(self, ev: int) -> None:
+        """Forget ``ev``'s probing and flap history (it is GOOD by decree)."""
+        self.probing.pop(ev, None)
+        self.probe_wait.pop(ev, None)
+        self.probe_due.pop(ev, None)
+        self.probe_backoff.pop(ev, None)
+        self.flaps.pop(ev, None)
+        self.flap_good_since.pop(ev, None)
+        if not self.probing:
+            self.next_probe_at = None
+
+    def _drop_backup(self, ev: int) -> None:
+        """Take ``ev`` out of the backups given back (every copy)."""
+        returned = self._returned
+        while ev in returned:
+            returned.remove(ev)
+
+    def ev_array(self) -> list[tuple[int, EVState]]:
+        """(EV, state) of every slot, in rotation order."""
+        evs = self._evs
+        st = self._st
+        return [(evs[i], _STATES[st[i]]) for i in self._slots]
+
     def counts(self) -> dict[str, int]:
         """How many active EVs are in each state."""
         out = {s.name: 0 for s in EVState}
