@@ -76,3 +76,27 @@ def test_an_inbound_only_qp_confirms_reverse_evs_with_probes() -> None:
     # Once a reverse EV is confirmed, control packets use it: a few SACKs at
     # the start were lost, not the transfer's.
     assert t.lb.stats("ba").blackholed < t.lb.stats("ba").sent // 4
+
+
+def test_probes_stop_once_every_plane_is_confirmed_and_resume_on_a_duplicate() -> None:
+    import random
+
+    from openmrc.transport import EVProfile, PathSet
+    from openmrc.transport.reverse import REVERSE_PROBE_SEQ, ReversePaths
+
+    paths = PathSet(EVProfile(planes=2, paths_per_plane=4, ev_count=8), random.Random(1), qpn=1)
+    rev = ReversePaths(paths, interval_ps=10)
+    assert rev.on_inbound(0, 7) is None  # an RTT of inbound activity first
+    sent = []
+    for now in range(10, 400, 10):
+        probe = rev.on_inbound(now, 7)
+        if probe is not None:
+            sent.append(probe)
+            assert probe.seq & REVERSE_PROBE_SEQ and not probe.reliability
+            assert rev.on_probe_reply(probe.ev, probe.seq, now + 5)
+    assert len(sent) == 2 and {ev_plane(p.ev) for p in sent} == {0, 1}  # one per plane
+    assert rev.route(sent[0].ev ^ 0x10) == sent[0].ev  # a confirmed EV carries the SACKs
+    rev.suspect(1, 400)  # a duplicate came in on plane 1
+    again = rev.on_inbound(400, 7)
+    assert again is not None and ev_plane(again.ev) == 1 and again.ev != sent[1].ev
+    assert not rev.on_probe_reply(again.ev, 3, 401)  # a requester's probe: not ours

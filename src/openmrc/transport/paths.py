@@ -699,8 +699,13 @@ class PathSet:
         return [p for p in range(1 << PLANE_BITS) if self._active[p]]
 
     def usable_ev(self, ev: int) -> bool:
-        """Whether ``ev`` is neither ASSUMED_BAD nor DENIED here (unknown: usable)."""
-        i = self._id(ev)
+        """Whether ``ev`` is neither ASSUMED_BAD nor DENIED here (unknown: usable).
+        Never makes the EV -> id map: without it no EV has left GOOD yet (a QP
+        that only receives asks this for every control packet it sends)."""
+        ids = self._ids
+        if ids is None:
+            return True
+        i = ids.get(ev, -1)
         return i < 0 or self._st[i] < _BAD
 
     def good_evs(self, plane: int) -> list[int]:

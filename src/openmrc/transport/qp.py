@@ -368,8 +368,13 @@ class QueuePair:
             return
         kind = type(pkt)
         if kind is DataPacket:
+            stats = self.stats
+            dups = stats.rx_duplicates
             self.responder.on_data(pkt, now)  # type: ignore[union-attr,arg-type]
-            if now >= self.reverse.next_probe_at:  # type: ignore[union-attr]
+            rev = self.reverse
+            if stats.rx_duplicates != dups:  # the peer resent: it missed our SACKs?
+                rev.suspect(pkt.ev & 15, now)  # type: ignore[union-attr]
+            if now >= rev.next_probe_at:  # type: ignore[union-attr]
                 self._reverse_inbound(now)
         elif kind is SackPacket:
             if self.requester is not None:
@@ -381,7 +386,7 @@ class QueuePair:
         elif kind is ProbePacket:
             self.responder.on_probe(pkt, now)  # type: ignore[union-attr,arg-type]
         elif kind is ProbeReplyPacket:
-            if self.reverse.on_probe_reply(pkt.ev, pkt.seq):  # type: ignore[union-attr,attr-defined]
+            if self.reverse.on_probe_reply(pkt.ev, pkt.seq, now):  # type: ignore[union-attr,attr-defined]
                 pass  # a reverse-EV probe's answer
             elif self.requester is not None:
                 self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]
