@@ -652,3 +652,18 @@ def test_flap_memory_decays_after_a_stable_period() -> None:
     later = 10**15 + 2 * FLAP_DECAY_INTERVALS * step + 64 * 64 * step
     ps.on_loss(ev, later, "test")
     assert ps.probes_needed(ev) == prof.probe_successes
+
+
+def test_ports_freeing_in_a_steady_pattern_still_use_every_ev_of_a_plane() -> None:
+    # 16 EVs, two per plane; one port frees at a time, in a repeating order.
+    # Before, the rotation reached the same EV of planes 0, 1, 2, 4 and 6 every
+    # time and never used their other EV.
+    evs = [make_ev(p, 0) for p in range(8)] + [make_ev(p, 1) for p in range(8)]
+    ps = PathSet(EVProfile(explicit=evs), random.Random(1), qpn=1)
+    pattern = [1, 3, 0, 3, 6, 4, 2, 6]
+    use = dict.fromkeys(evs, 0)
+    for t in range(800):
+        use[ps.next_ev(0xFF & ~(1 << pattern[t % len(pattern)]))] += 1
+    for p in set(pattern):
+        a, b = use[make_ev(p, 0)], use[make_ev(p, 1)]
+        assert abs(a - b) <= 1, (p, a, b)
