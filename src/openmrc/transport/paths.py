@@ -535,8 +535,9 @@ class PathSet:
         #: ids below 256 are shared small ints).
         self._slots: list[int] = []
         self._idx: int = 0
-        #: per plane, where :meth:`_plane_next` looks next (made when first needed).
-        self._pcur: list[int] | None = None
+        #: per plane, its slots and where its own rotation is (see
+        #: :meth:`_plane_index`; made when first needed).
+        self._pcur: array[int] | None = None
         #: per plane (0..15): how many EVs of the plane the QP knows.
         self._known: array[int] = array("I", bytes(4 << PLANE_BITS))
         #: per plane: how many slots hold an EV of the plane (fixed: a slot's EV is
@@ -744,7 +745,7 @@ class PathSet:
 
         While some planes are passed over (busy, or down), the rotation picks
         the plane and the EV sent is that plane's next in its own rotation
-        (:meth:`_plane_next`), not simply the first one reached: ports that
+        (the index :meth:`_plane_index` makes), not simply the first one reached: ports that
         free up one at a time in a steady pattern would otherwise reach the
         same EV of a plane every time and leave the plane's others unused
         (seen: 8 of 16 EVs unused for 45 us in the paper's 16-EV drop scenario).
@@ -763,9 +764,25 @@ class PathSet:
             if s == _GOOD:
                 ev: int = self._evs[k]
                 if skip:
-                    if skip >> (ev & 15) & 1:
+                    plane = ev & 15
+                    if skip >> plane & 1:
                         continue
-                    ev = self._plane_next(ev & 15, ev)
+                    # The plane's next GOOD EV in its own rotation (_plane_index).
+                    pcur = self._pcur
+                    if pcur is None:
+                        pcur = self._plane_index()
+                    lo = pcur[plane]
+                    m = pcur[plane + 1] - lo
+                    c = pcur[17 + plane]
+                    for _ in range(m):
+                        kk = slots[pcur[lo + 33 + c]]
+                        c += 1
+                        if c == m:
+                            c = 0
+                        if st[kk] == _GOOD:
+                            pcur[17 + plane] = c
+                            ev = self._evs[kk]
+                            break
                 self._idx = i
                 return ev
             if s == _SKIP:
@@ -777,26 +794,21 @@ class PathSet:
         self._idx = i + 1 if i + 1 < n else 0
         return int(self._evs[slots[i]])
 
-    def _plane_next(self, plane: int, ev: int) -> int:
-        """The plane's next GOOD EV in its own rotation (slot order, after the
-        one this path picked last), or ``ev`` when it has no other."""
-        pcur = self._pcur
-        if pcur is None:
-            pcur = self._pcur = [0] * (1 << PLANE_BITS)
-        slots = self._slots
-        st = self._st
+    def _plane_index(self) -> array[int]:
+        """The per-plane rotation index of :meth:`next_ev` (made when first
+        needed, 4 bytes per slot): the offsets of each plane's run ([0..16]),
+        each plane's cursor into its run ([17..32]), then every slot position
+        grouped by plane (a slot keeps its plane: replacements come from it)."""
         evs = self._evs
-        n = len(slots)
-        j = pcur[plane] % n if n else 0
-        for _ in range(n):
-            k = slots[j]
-            j += 1
-            if j == n:
-                j = 0
-            if st[k] == _GOOD and evs[k] & 15 == plane:
-                pcur[plane] = j
-                return int(evs[k])
-        return ev
+        slots = self._slots
+        order = sorted(range(len(slots)), key=lambda j: (evs[slots[j]] & 15, j))
+        offs = [0] * 17
+        for j in order:
+            offs[(evs[slots[j]] & 15) + 1] += 1
+        for p in range(16):
+            offs[p + 1] += offs[p]
+        pcur = self._pcur = array("I", offs + [0] * 16 + order)
+        return pcur
 
     def other_ev(self, avoid: int, busy: int = 0) -> int:
         """A usable EV different from ``avoid`` when one exists (for retransmissions)."""
