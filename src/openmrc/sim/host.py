@@ -226,7 +226,7 @@ class SimHost:
                 break
             qp, pkt = item
             peer = qp.peer
-            ev = pkt.path_ev  # a control packet's reverse EV, else its own
+            ev = pkt.ev
             if type(peer) is int:
                 key = peer << 16 | (ev & 0xFFFF)
                 route = routes.get(key)

@@ -29,7 +29,6 @@ from .errors import InvalidArgument, InvalidState, ResourceExhausted
 from .paths import PathSet
 from .requester import Requester, SendOp
 from .responder import Responder
-from .reverse import ReversePaths
 from .state import CAN_POST_RECV, CAN_POST_SEND, QPState, check_transition
 from .verbs import (
     SGE,
@@ -138,8 +137,6 @@ class QueuePair:
         self.peer: object = None
         self.stats = QPStats()
         self.paths: PathSet | None = None
-        #: the reverse EV set its control packets travel on (from RTR).
-        self.reverse: ReversePaths | None = None
         self.cc: cc_registry.CongestionControl | None = None
         self.requester: Requester | None = None
         self.responder: Responder | None = None
@@ -212,7 +209,6 @@ class QueuePair:
             if self.context.controller is not None:
                 self.context.controller.qp_ready(self)  # its profile's deny lists
             self.cc = cc_registry.create(self.attr.cc_profile, self.attr.mtu)
-            self.reverse = ReversePaths(self.paths, self.attr.cc_profile.base_rtt_ps)
             self.responder = Responder(self)
             self.responder.recv_queue.extend(self._early_recvs)
             self._early_recvs.clear()
@@ -245,7 +241,6 @@ class QueuePair:
 
     def _reset(self) -> None:
         self.paths = None
-        self.reverse = None
         self.requester = None
         self.responder = None
         self.control.clear()
@@ -368,27 +363,17 @@ class QueuePair:
             return
         kind = type(pkt)
         if kind is DataPacket:
-            stats = self.stats
-            dups = stats.rx_duplicates
             self.responder.on_data(pkt, now)  # type: ignore[union-attr,arg-type]
-            rev = self.reverse
-            if stats.rx_duplicates != dups:  # the peer resent: it missed our SACKs?
-                rev.suspect(pkt.ev & 15, now)  # type: ignore[union-attr]
-            if now >= rev.next_probe_at:  # type: ignore[union-attr]
-                self._reverse_inbound(now)
         elif kind is SackPacket:
             if self.requester is not None:
                 self.requester.on_sack(pkt, now)  # type: ignore[arg-type]
-                self.reverse.on_delivered(pkt.ev)  # type: ignore[union-attr]
         elif kind is NackPacket:
             if self.requester is not None:
                 self.requester.on_nack(pkt, now)  # type: ignore[arg-type]
         elif kind is ProbePacket:
             self.responder.on_probe(pkt, now)  # type: ignore[union-attr,arg-type]
         elif kind is ProbeReplyPacket:
-            if self.reverse.on_probe_reply(pkt.ev, pkt.seq, now):  # type: ignore[union-attr,attr-defined]
-                pass  # a reverse-EV probe's answer
-            elif self.requester is not None:
+            if self.requester is not None:
                 self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]
         else:
             self.stats.rx_invalid += 1
@@ -410,12 +395,6 @@ class QueuePair:
         self.queue_control(
             NackPacket(self.remote_qpn, pkt.ev, NackReason.QP_NOT_READY, pkt.psn, rsp.base, pkt.ts)
         )
-
-    def _reverse_inbound(self, now: int) -> None:
-        """Data arrived: the reverse EV set may probe one more EV (see :mod:`.reverse`)."""
-        probe = self.reverse.on_inbound(now, self.remote_qpn)  # type: ignore[union-attr]
-        if probe is not None:
-            self.queue_control(probe)
 
     def handle_timer(self, now: int) -> None:
         """Run whatever deadlines have passed (RTO, loss detection, probes)."""
@@ -441,11 +420,8 @@ class QueuePair:
             return self.control.popleft()
         if self.state is QPState.RTS:
             pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
-            if pkt is None:
-                if self.control:  # the window closed: a probe was queued
-                    return self.control.popleft()
-                return None
-            self.reverse.last_out = now  # type: ignore[union-attr]  # its SACKs keep the set fresh
+            if pkt is None and self.control:  # the window closed: a probe was queued
+                return self.control.popleft()
             return pkt
         return None
 
@@ -466,15 +442,7 @@ class QueuePair:
         self.context.timer_dirty[self] = None
 
     def queue_control(self, pkt: Packet) -> None:
-        """Queue a control packet (SACK, NACK, probe) to go out before data.
-
-        An answer (SACK, NACK, probe reply) travels on the reverse EV set's
-        choice, keeping the EV it reflects (see :mod:`.reverse`)."""
-        kind = type(pkt)
-        if (kind is SackPacket or kind is NackPacket or kind is ProbeReplyPacket) and (
-            self.reverse is not None
-        ):
-            pkt.path_ev = self.reverse.route(pkt.ev)
+        """Queue a control packet (SACK, NACK, probe) to go out before data."""
         self.control.append(pkt)
         self.context.ready[self] = None
 
