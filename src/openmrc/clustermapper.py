@@ -19,17 +19,44 @@ T1 ``k`` probes from one T0 only   the T0-T1 link (``p1t0x0-p1t1x2``)
 T1 ``k`` probes from every T0      the T1 switch (``p1t1x2``): down or up-but-silent
 some (not most) of a host's T0     a lossy NIC-T0 link (kind ``lossy_nic_t0_link``)
 probes
+some of T1 ``k`` probes from one   a lossy T0-T1 link (kind ``lossy_t0_t1_link``)
+T0 only
+some of T1 ``k`` probes from every a lossy T1 (kind ``lossy_t1``)
+T0
 ================================  =================================================
 
-Verdicts use the last ``window`` rounds per probe target: it *fails* when
-its loss rate is at least ``fail_rate`` or the last two rounds lost every
-probe (four or more); it is *lossy* when its loss rate is at least
-``lossy_rate`` over two or more rounds without the last round being a total
-loss (that may be the start of a failure: the verdict waits a round).  A T0
-whose hosts all fail is named only when it has two or more probing hosts
-(with one, a NIC-T0 link and a T0 failure look the same; it is then named as
-the link).  Each element is reported once, when first localised, and again
-with ``cleared_ps`` when its probes succeed again.
+Verdicts use the last ``window`` rounds per probe target.  It *fails* when
+its loss rate over a whole window is at least ``fail_rate`` (0.9: nearly
+nothing gets through), or
+when its trailing run of totally lost rounds holds ``n`` probes, at least
+:data:`MIN_DEAD_PROBES`, that the target's loss rate ``p`` in the window's
+rounds before the run (Laplace's estimate: one loss and one success added)
+would explain only by rare chance: ``p ** n`` at most :data:`FAIL_CHANCE`.
+So a link clean for five rounds that stops answering fails after four lost
+probes (two rounds of two), as before; a link that was already losing some
+probes must lose many more in a row; and a target already judged *lossy*
+fails only by losing ``fail_rate`` of a whole window (a 20 % lossy link
+loses 36 % of its probes, which cross it twice: 15 of 16 lost by chance is
+about 2e-6 per round).
+A target that never had a probe back (lost since its first round, as in a
+one-shot ``lab localise``) fails at once; should it be a lossy link after all,
+the next rounds' partial losses change its verdict and its reported kind.
+It is *lossy* when its loss rate is at least ``lossy_rate`` and two or more
+rounds lost some, not all, of their probes (rounds that lost everything are
+a failure's, not a lossy link's: a repaired link is not called lossy while its
+dead rounds age out of the window); once lossy it stays lossy until a whole
+window comes back clean (no flicker between named and cleared on a lossy
+link's quiet rounds).  While the last round is a total loss that is not yet a failure, the
+target keeps its previous verdict (it may be the start of a failure, or a
+lossy link's bad round: wait and see).  Before, a 20 % lossy T0-T1 link was
+named by chance, as failed, after 57 to 95 rounds (8 seeds) when its window's
+loss crossed 0.5; and there was no lossy verdict for T0-T1 links at all.
+
+A T0 whose hosts all fail is named only when it has two or more probing
+hosts (with one, a NIC-T0 link and a T0 failure look the same; it is then
+named as the link).  Each element is reported once, when first localised,
+and again with ``cleared_ps`` when its probes succeed again (or anew when its
+kind changes, say from failed to lossy).
 
 This module is pure (no clock, no I/O): :class:`Localiser` takes the probe
 counts of each round and names elements.  The simulator
@@ -49,7 +76,23 @@ from openmrc.topology import KIND_DOWN, Topology, pack_address, usid
 T0_TARGET = -1
 
 #: Element kinds, as reported.
-KINDS = ("nic_t0_link", "t0", "t0_t1_link", "t1", "lossy_nic_t0_link")
+KINDS = (
+    "nic_t0_link",
+    "t0",
+    "t0_t1_link",
+    "t1",
+    "lossy_nic_t0_link",
+    "lossy_t0_t1_link",
+    "lossy_t1",
+)
+
+#: A trailing run of totally lost rounds names a failure only with at least this
+#: many probes (two rounds of two: one unlucky round is not a failure).
+MIN_DEAD_PROBES = 4
+#: ...and only when the target's loss rate before the run, ``p``, would give a run
+#: of ``n`` lost probes with probability ``p ** n`` at most this (1 in 10,000
+#: rounds: a lossy link is not named as failed by a run of bad luck).
+FAIL_CHANCE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -111,7 +154,7 @@ class Localiser:
         *,
         t1_subset: int | None = None,
         window: int = 8,
-        fail_rate: float = 0.5,
+        fail_rate: float = 0.9,
         lossy_rate: float = 0.05,
     ) -> None:
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
@@ -131,6 +174,8 @@ class Localiser:
         self.t1s_of = t1_subsets(topology, t1_subset)
         self._hist: dict[tuple[int, int, int], deque[tuple[int, int]]] = {}
         self._round: dict[tuple[int, int, int], list[int]] = {}
+        #: each target's verdict as of the last closed round.
+        self._verdicts: dict[tuple[int, int, int], str | None] = {}
         #: element name -> its report (kind, element, plane, time_ps, cleared_ps).
         self.found: dict[str, dict[str, Any]] = {}
         self.rounds = 0
@@ -158,27 +203,55 @@ class Localiser:
         self.rounds += 1
         if not self._hist:
             return []
+        verdicts = self._verdicts
+        for key, hist in self._hist.items():
+            v = self._judge(hist, verdicts.get(key))
+            if v != "wait":
+                verdicts[key] = v
         return self._update(self.current(), now)
 
     # -- verdicts --------------------------------------------------------------------
     def verdict(self, h: int, plane: int, target: int) -> str | None:
-        """ "fail", "lossy", "ok", or None (no data yet, or wait a round) for one target."""
+        """ "fail", "lossy", "ok", or None (no data yet) for one target, as of
+        the last closed round."""
+        return self._verdicts.get((h, plane, target))
+
+    def _clean(self, h: int, plane: int, target: int) -> bool:
+        """Whether every probe of the target's window came back."""
         hist = self._hist.get((h, plane, target))
-        if not hist:
-            return None
+        return hist is not None and len(hist) > 0 and all(s == b for s, b in hist)
+
+    def _judge(self, hist: deque[tuple[int, int]], last: str | None) -> str | None:
+        """One target's verdict from its window and its ``last`` verdict (see the
+        module docstring): "fail", "lossy", "ok", None (nothing sent), or
+        "wait" (keep the last)."""
         sent = sum(s for s, _ in hist)
         back = sum(b for _, b in hist)
         if not sent:
             return None
-        rate = 1 - back / sent
-        dead = [s > 0 and b == 0 for s, b in hist]
-        recent = sum(s for s, _ in list(hist)[-2:])
-        if rate >= self.fail_rate or (len(dead) >= 2 and dead[-1] and dead[-2] and recent >= 4):
+        if len(hist) == self.window and 1 - back / sent >= self.fail_rate:
             return "fail"
-        if dead[-1]:
-            return None  # maybe the start of a failure: wait for the next round
-        if rate >= self.lossy_rate and sum(1 for s, b in hist if b < s) >= 2:
+        rounds = list(hist)
+        dead = 0  # probes in the trailing run of totally lost rounds
+        while rounds and rounds[-1][0] > 0 and rounds[-1][1] == 0:
+            dead += rounds.pop()[0]
+        if dead:
+            before = sum(s for s, _ in rounds)
+            if not before:
+                return "fail"  # nothing ever came back (a one-shot ``lab localise``)
+            if last == "lossy":
+                return "wait"  # a lossy link fails only by losing nearly a whole window
+            # The loss rate before the run, a little pessimistic on few probes
+            # (Laplace's rule: one loss and one success more than seen).
+            p = (before - sum(b for _, b in rounds) + 1) / (before + 2)
+            if dead >= MIN_DEAD_PROBES and p**dead <= FAIL_CHANCE * (1 + 1e-9):
+                return "fail"
+            return "wait"  # the start of a failure, or a lossy link's bad round
+        partial = sum(1 for s, b in hist if 0 < b < s)
+        if partial >= 2 and 1 - back / sent >= self.lossy_rate:
             return "lossy"
+        if last == "lossy" and back < sent:
+            return "lossy"  # until a whole window comes back clean
         return "ok"
 
     def current(self) -> dict[str, tuple[str, int, int | None]]:
@@ -204,7 +277,9 @@ class Localiser:
                         current[topo.host_link(h, plane).name] = ("lossy_nic_t0_link", plane, h)
             # T1 probes, from hosts whose own NIC-T0 link and T0 are fine.
             for k in range(spec.t1s):
-                failing_t0s, probed_t0s = set(), set()
+                failing_t0s: set[int] = set()
+                lossy_t0s: set[int] = set()
+                probed_t0s: set[int] = set()
                 for h in range(spec.hosts):
                     if k not in self.t1s_of[h] or not t0_ok.get(h):
                         continue
@@ -215,21 +290,28 @@ class Localiser:
                     probed_t0s.add(a)
                     if v == "fail":
                         failing_t0s.add(a)
-                if not failing_t0s:
-                    continue
-                if failing_t0s == probed_t0s and len(probed_t0s) > 1:
-                    current[topo.t1_name(plane, k)] = ("t1", plane, None)
-                else:
-                    for a in sorted(failing_t0s):
+                    elif v == "lossy" and self._clean(h, plane, T0_TARGET):
+                        # Only a host whose own T0 probes lost nothing in the window
+                        # blames a T0-T1 link for partial loss: a lossy NIC-T0 link
+                        # loses some T1 probes before its T0 verdict says so.
+                        lossy_t0s.add(a)
+                lossy_t0s -= failing_t0s
+                for kind, t0s in (("", failing_t0s), ("lossy_", lossy_t0s)):
+                    if not t0s:
+                        continue
+                    if t0s == probed_t0s and len(probed_t0s) > 1:
+                        current[topo.t1_name(plane, k)] = (kind + "t1", plane, None)
+                        continue
+                    for a in sorted(t0s):
                         name = topo.link_between(topo.t0_name(plane, a), topo.t1_name(plane, k))
-                        current[name.name] = ("t0_t1_link", plane, None)
+                        current[name.name] = (kind + "t0_t1_link", plane, None)
         return current
 
     def _update(self, current: dict[str, tuple[str, int, int | None]], now: int) -> list[Finding]:
         new: list[Finding] = []
         for name, (kind, plane, host) in current.items():
             rep = self.found.get(name)
-            if rep is None or rep["cleared_ps"] is not None:
+            if rep is None or rep["cleared_ps"] is not None or rep["kind"] != kind:
                 self.found[name] = {
                     "kind": kind,
                     "element": name,

@@ -35,9 +35,11 @@
     #   kind = "link_loss", links = "host", direction = "down", probability = 0.01
     [[controller]]              # a host's MRC controller, at a given time:
     at_us = 80                  # deny_ev | allow_ev | deny_plane | allow_plane
-    host = 0                    # on EV profile `profile` (0: [transport]'s,
-    action = "deny_plane"       # i+1: workload.flows[i].ev_profile); with
-    plane = 3                   # `plane` or `ev` (int or "0x13")
+    host = 0                    # | replace_ev (ev -> new_ev, same plane) |
+    action = "deny_plane"       # set_ev_state (ev, state "GOOD" | "DENIED");
+    plane = 3                   # on EV profile `profile` (0: [transport]'s, i+1:
+                                # workload.flows[i].ev_profile); `plane` or `ev`
+                                # (int or "0x13")
     [clustermapper]             # self-probe fault localisation (sim.clustermapper):
     interval_us = 20            # t1_subset, t0_probes, t1_probes, window, fail_rate,
     deny_lossy = false          # lossy_rate, start_us, stop_us; results: "localised"
@@ -243,9 +245,20 @@ class ControllerAction:
     profile: int = 0
     ev: Any = None
     plane: int = -1
+    #: replace_ev: the EV that takes ``ev``'s slot.
+    new_ev: Any = None
+    #: set_ev_state: "GOOD" or "DENIED".
+    state: str = ""
 
 
-CONTROLLER_ACTIONS = ("deny_ev", "allow_ev", "deny_plane", "allow_plane")
+CONTROLLER_ACTIONS = (
+    "deny_ev",
+    "allow_ev",
+    "deny_plane",
+    "allow_plane",
+    "replace_ev",
+    "set_ev_state",
+)
 
 
 FAULT_KINDS = {
@@ -634,6 +647,54 @@ def _htsim(w: dict[str, Any], hosts: int, base_dir: Path | None) -> list[FlowSpe
         raise ScenarioError(f"workload.file: {path}: {exc}") from None
 
 
+def _ctl_ev(ctl: Any, profile: int, value: Any, key: str) -> int:
+    """An EV of a [[controller]] entry (int or "0x13"), checked against the profile."""
+    try:
+        ev = int(value, 0) if isinstance(value, str) else value
+        ctl.check_ev(profile, ev)
+    except (ValueError, InvalidArgument) as exc:
+        raise ScenarioError(f"{key}: {exc}") from None
+    return int(ev)
+
+
+def _schedule_ev_op(
+    exp: Experiment, ctl: Any, a: ControllerAction, key: str, denied: set[tuple[int, int, str, int]]
+) -> None:
+    """Check and schedule a replace_ev (``ev`` -> ``new_ev``) or set_ev_state
+    (``ev``, ``state`` GOOD or DENIED) action (the OCP controller operations)."""
+    from .transport.paths import EVState
+
+    ev = _ctl_ev(ctl, a.profile, a.ev, f"{key}.ev")
+    args: tuple[Any, ...]
+    if a.action == "replace_ev":
+        try:
+            new = int(a.new_ev, 0) if isinstance(a.new_ev, str) else a.new_ev
+            if not isinstance(new, int) or isinstance(new, bool) or not 0 <= new <= 0xFFFFFFFF:
+                raise ValueError(f"must be a 32-bit EV, got {a.new_ev!r}")
+        except ValueError as exc:
+            raise ScenarioError(f"{key}.new_ev: {exc}") from None
+        if new & 15 != ev & 15:
+            raise ScenarioError(f"{key}.new_ev: {new:#x} is not in the plane of {ev:#x}")
+        args = (ev, new)
+        value = new
+    else:
+        if a.state not in ("GOOD", "DENIED"):
+            raise ScenarioError(f'{key}.state: must be "GOOD" or "DENIED", got {a.state!r}')
+        state = EVState[a.state]
+        item = (a.host, a.profile, "ev", ev)
+        (denied.add if state is EVState.DENIED else denied.discard)(item)
+        args = (ev, state)
+        value = ev
+
+    def act(ctl: Any = ctl, a: ControllerAction = a, args: tuple[Any, ...] = args) -> None:
+        getattr(ctl, a.action)(a.profile, *args, exp.sim.now)
+        exp.fabric.metrics.record_fault(
+            f"controller_{a.action}", f"h{a.host}", profile=a.profile, value=value
+        )
+
+    exp.sim.schedule(int(a.at_us * US), act)
+
+
 def _apply_controller(exp: Experiment, actions: list[ControllerAction]) -> None:
     """Check and schedule the ``[[controller]]`` actions (errors name the key)."""
     denied: set[tuple[int, int, str, int]] = set()
@@ -659,6 +720,9 @@ def _apply_controller(exp: Experiment, actions: list[ControllerAction]) -> None:
                 f"{key}.profile: no EV profile {a.profile!r} (0 is [transport]'s, "
                 "i+1 is workload.flows[i].ev_profile)"
             ) from None
+        if a.action in ("replace_ev", "set_ev_state"):
+            _schedule_ev_op(exp, ctl, a, key, denied)
+            continue
         kind, what = a.action.split("_")
         if what == "ev":
             ev = a.ev

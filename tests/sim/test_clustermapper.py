@@ -141,3 +141,17 @@ def test_controller_probes_return_an_rtt_or_a_timeout_on_the_fabric() -> None:
     assert set(got) == {ok, dead, nowhere}
     assert got[ok] is not None and 0 < got[ok] < 20 * US
     assert got[dead] is None and got[nowhere] is None
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_lossy_t0_t1_link_is_named_lossy_within_ten_rounds(seed: int) -> None:
+    cfg = ClustermapperConfig(interval_ps=20 * US, stop_ps=FAULT_AT + 40 * 20 * US)
+    exp = Experiment(SPEC, seed=seed)
+    cm = exp.enable_clustermapper(cfg)
+    exp.faults.link_loss("p0t0x2-p0t1x1", 0.2, at_ps=FAULT_AT)
+    exp.sim.run()
+    rep = cm.report()
+    assert [(r["kind"], r["element"], r["cleared_ps"]) for r in rep] == [
+        ("lossy_t0_t1_link", "p0t0x2-p0t1x1", None)
+    ]
+    assert rep[0]["time_ps"] <= FAULT_AT + 10 * cfg.interval_ps

@@ -65,3 +65,45 @@ def test_deny_plane_at_a_time_then_allow_it() -> None:
 def test_bad_controller_actions_name_the_key(action: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         parse(_data([action]))
+
+
+def test_replace_ev_and_set_ev_state_actions() -> None:
+    from openmrc.transport.paths import EVState
+
+    sc = parse(_data([]))
+    exp = sc.build()
+    exp.run(until_ps=1)  # the QPs exist
+    qa = exp.flows[0].qa  # type: ignore[attr-defined]
+    old = qa.paths.slots[2]
+    new = next(old ^ (s << 16) for s in range(1, 64) if qa.paths.state.get(old ^ (s << 16)) is None)
+    sc = parse(
+        _data(
+            [
+                {"at_us": 20, "host": 0, "action": "replace_ev", "ev": hex(old), "new_ev": new},
+                {"at_us": 30, "host": 0, "action": "set_ev_state", "ev": new, "state": "DENIED"},
+                {"at_us": 40, "host": 0, "action": "set_ev_state", "ev": new, "state": "GOOD"},
+            ]
+        )
+    )
+    exp = sc.build()
+    r = exp.run()
+    assert r.all_ok
+    qa = exp.flows[0].qa  # type: ignore[attr-defined]
+    # new_ev took old's slot; denied, its slot was refilled from the plane's
+    # backups (old, given back first); allowed, it is a backup itself.
+    assert qa.paths.state[new] is EVState.GOOD and not qa.paths.in_slot(new)
+    assert qa.paths.slots[2] == old
+    kinds = [f["kind"] for f in r.fabric["faults"]]
+    assert kinds == [
+        "controller_replace_ev",
+        "controller_set_ev_state",
+        "controller_set_ev_state",
+    ]
+    with pytest.raises(ScenarioError, match=r"controller\[0\]\.state"):
+        parse(
+            _data([{"at_us": 1, "host": 0, "action": "set_ev_state", "ev": old, "state": "BAD"}])
+        ).build()
+    with pytest.raises(ScenarioError, match=r"controller\[0\]\.new_ev: .* not in the plane"):
+        parse(
+            _data([{"at_us": 1, "host": 0, "action": "replace_ev", "ev": old, "new_ev": old ^ 1}])
+        ).build()

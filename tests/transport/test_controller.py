@@ -195,3 +195,97 @@ def test_deliver_event_takes_events_a_driver_drained_itself() -> None:
     got = c.poll_events()
     assert [(e.event.ev, e.event.new, e.profile_id) for e in got] == [(ev, EVState.ASSUMED_BAD, 1)]
     assert c.ev_profile_ids() == [1] and c.event_mask(1) == EVENT_ASSUMED_BAD | 1 << EVState.GOOD
+
+
+def _online() -> tuple[Controller, object]:
+    c = _controller()
+    c.set_ev_profile_online(7)
+    c.set_cc_profile_online(3)
+    return c, c.qp_attr(7, 3)
+
+
+def test_replace_ev_puts_a_same_plane_ev_in_the_slot_now_and_in_later_qps() -> None:
+    from openmrc.transport.ev import make_ev
+
+    c, attr = _online()
+    t = setup_transfer(attr=attr, count=20)  # type: ignore[arg-type]
+    c.add_context(t.lb.a)
+    paths = t.qa.paths
+    assert paths is not None
+    old = paths.slots[6]
+    new = next(
+        make_ev(ev_plane(old), u, s)
+        for u in range(4)
+        for s in range(8)
+        if paths.state.get(make_ev(ev_plane(old), u, s)) is None
+    )
+    assert c.replace_ev(7, old, new, now=5) == 1
+    assert paths.slots[6] == new and paths.state[new] is EVState.GOOD
+    assert paths.state[old] is EVState.GOOD and not paths.in_slot(old)  # now a backup
+    assert c.poll_events() == []  # a slot change, not a state transition
+    run_transfer(t)
+    assert_exact(t)
+    assert new in t.lb.stats("ab").evs_used and old not in t.lb.stats("ab").evs_used
+    with pytest.raises(InvalidArgument, match="new_ev: .* is not in the plane"):
+        c.replace_ev(7, new, new ^ 1)
+    with pytest.raises(InvalidArgument, match="new_ev: .* is not in EV profile 7"):
+        c.replace_ev(7, new, new | 0xF0)  # uplink 15: the profile has 4
+
+
+def test_replace_ev_of_an_explicit_profile_reaches_qps_made_later() -> None:
+    c = Controller()
+    evs = [0x10, 0x21, 0x30, 0x41]
+    c.create_ev_profile(2, EVProfile(explicit=evs, floor=0))
+    c.create_cc_profile(3, CCProfile(name="fixed"))
+    c.set_ev_profile_online(2)
+    c.set_cc_profile_online(3)
+    attr = c.qp_attr(2, 3)
+    t = setup_transfer(attr=attr, count=0)
+    c.add_context(t.lb.a)
+    assert c.replace_ev(2, 0x21, 0x7771) == 1
+    late = t.lb.a.alloc_pd().create_qp(t.lb.a.create_cq())
+    late.connect(0x999, attr, peer="b")
+    assert late.paths is not None and late.paths.slots == [0x10, 0x7771, 0x30, 0x41]
+    c.deny_ev(2, 0x7771)  # the replacement belongs to the profile now
+    assert late.paths.state[0x7771] is EVState.DENIED
+
+
+def test_set_ev_state_good_brings_an_assumed_bad_ev_back_without_probes() -> None:
+    c, attr = _online()
+    t = setup_transfer(attr=attr, count=0)  # type: ignore[arg-type]
+    c.add_context(t.lb.a)
+    paths = t.qa.paths
+    assert paths is not None
+    ev = paths.slots[3]
+    paths.on_loss(ev, 10, "test")
+    paths.flaps[ev] = 3  # it flapped: held down for 4x the probes
+    assert paths.probes_needed(ev) == 4 * attr.ev_profile.probe_successes  # type: ignore[attr-defined]
+    assert paths.state[ev] is EVState.ASSUMED_BAD and ev in paths.probing
+    c.set_ev_state(7, ev, EVState.GOOD, 20)
+    assert paths.state[ev] is EVState.GOOD and ev not in paths.probing
+    assert paths.probes_needed(ev) == attr.ev_profile.probe_successes  # type: ignore[attr-defined]
+    c.set_ev_state(7, ev, EVState.DENIED, 30)
+    assert paths.state[ev] is EVState.DENIED and ev in c.denied(7)[0]
+    c.set_ev_state(7, ev, EVState.GOOD, 40)
+    assert paths.state[ev] is EVState.GOOD and ev not in c.denied(7)[0]
+    with pytest.raises(InvalidArgument, match="state: only GOOD or DENIED"):
+        c.set_ev_state(7, ev, EVState.SKIP)
+
+
+def test_queries_report_each_qps_ev_array_and_an_evs_state() -> None:
+    c, attr = _online()
+    t = setup_transfer(attr=attr, count=0)  # type: ignore[arg-type]
+    c.add_context(t.lb.a)
+    paths = t.qa.paths
+    assert paths is not None
+    bad = paths.slots[4]
+    paths.on_loss(bad, 10, "test")
+    array = c.query_ev_array(7)
+    assert [(e.qpn, e.slot, e.ev) for e in array] == [
+        (t.qa.qpn, i, ev) for i, ev in enumerate(paths.slots)
+    ]
+    assert all(e.state is EVState.GOOD and e.context == 0 for e in array)
+    (entry,) = c.query_ev_state(7, bad)
+    assert (entry.qpn, entry.slot, entry.state) == (t.qa.qpn, None, EVState.ASSUMED_BAD)
+    (entry,) = c.query_ev_state(7, paths.slots[4])
+    assert (entry.slot, entry.state) == (4, EVState.GOOD)

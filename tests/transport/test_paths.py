@@ -498,3 +498,172 @@ def test_more_than_65535_known_evs() -> None:
     (backup,) = set(ps.slots) - set(slots)
     assert ps.state[backup] is EVState.GOOD and len(ps.state) == 65537
     assert all(ps.state.get(ev) is EVState.GOOD for ev in slots[:-1:97])
+
+
+def _uniform_marks(ps: PathSet, p: float, rounds: int, seed: int, hot: int | None = None) -> None:
+    """ACK every active EV ``rounds`` times, each ACK echoing ECN with probability
+    ``p`` (``hot``, if given, echoes every time)."""
+    r = random.Random(seed)
+    t = 0
+    for _ in range(rounds):
+        for ev in ps.slots:
+            t += 1
+            if ev == hot or r.random() < p:
+                ps.on_ecn(ev, t)
+            else:
+                ps.on_clean_ack(ev)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_uniform_ecn_marking_moves_no_flow(seed: int) -> None:
+    # 256 EVs all marked at p = 0.2: no EV is worse than the QP's others, so none
+    # is mapped out (the old run-of-4 rule made 59-81 pointless swaps here).
+    ps = PathSet(EVProfile(), random.Random(seed), qpn=1)
+    before = list(ps.slots)
+    _uniform_marks(ps, 0.2, 200, seed)
+    assert ps.stats_ecn_remaps == 0 and ps.slots == before
+
+
+def test_a_path_marked_above_the_qps_average_is_moved_off() -> None:
+    ps = PathSet(EVProfile(), random.Random(4), qpn=1)
+    hot = ps.slots[17]
+    _uniform_marks(ps, 0.2, 40, 4, hot=hot)
+    assert hot not in ps.slots and ps.stats_ecn_remaps == 1
+    assert ev_plane(ps.slots[17]) == ev_plane(hot)
+
+
+def test_ecn_remap_is_not_reported_to_the_controller_as_a_transition() -> None:
+    from openmrc.transport import CCProfile, EVRemap
+    from openmrc.transport.controller import EVENT_GOOD, Controller
+    from openmrc.transport.paths import ECN_REMAP_RUN
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    c = Controller()
+    c.create_ev_profile(1, prof, event_mask=EVENT_GOOD)
+    c.create_cc_profile(1, CCProfile(name="fixed"))
+    c.set_ev_profile_online(1)
+    c.set_cc_profile_online(1)
+    t = setup_transfer(attr=c.qp_attr(1, 1), count=0)
+    c.add_context(t.lb.a)
+    ps = t.qa.paths
+    assert ps is not None
+    for ev in ps.slots:
+        ps.on_clean_ack(ev)
+    hot = ps.slots[2]
+    for _ in range(ECN_REMAP_RUN):
+        ps.on_ecn(hot, 5)
+    assert ps.stats_ecn_remaps == 1
+    logged = [e for e in t.lb.a.events if isinstance(e, EVRemap)]
+    assert [(e.ev, e.replacement, e.reason) for e in logged] == [
+        (hot, ps.slots[2], "mapped out: ECN")
+    ]
+    assert c.poll_events() == []  # no GOOD -> GOOD "transition"
+
+
+def test_denying_an_active_ev_refills_its_slot_from_the_same_plane() -> None:
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8)
+    ps = PathSet(prof, random.Random(3), qpn=1)
+    ev = ps.slots[5]
+    ps.deny(ev, 1)
+    assert ev not in ps.slots and ps.usable == 8  # not a dead slot
+    assert ev_plane(ps.slots[5]) == ev_plane(ev) and ps.stats_replacements == 1
+    ps.allow(ev, 2)
+    assert ev not in ps.slots and ps.usable == 8  # back among the backups
+
+
+def test_a_denied_backup_passed_over_rejoins_the_pool_when_allowed() -> None:
+    a = [make_ev(0, p) for p in range(4)]
+    denied, spare = make_ev(0, 4), make_ev(0, 5)
+    prof = EVProfile(explicit=[*a, denied, spare], ev_count=4, floor=0, plane_down_fraction=1.0)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    ps.deny(denied, 0)
+    ps.on_loss(a[0], 1, "test")  # passes over the denied backup, takes the spare
+    assert ps.slots[0] == spare
+    ps.allow(denied, 2)
+    ps.on_loss(a[1], 3, "test")  # the allowed backup is still there
+    assert ps.slots[1] == denied and ps.usable == 4
+
+
+def _flap(
+    ps: PathSet, ev: int, up: int, down: int, cycles: int, stable: int, start: int = 0
+) -> tuple[int, int]:
+    """Drive ``ev`` over a path that is up ``up`` probe intervals and down
+    ``down``, ``cycles`` times, then up for ``stable`` intervals: a packet is
+    lost on it whenever it is GOOD while the path is down; probes are answered
+    while it is up.  Time starts after interval ``start``.  Returns (failures
+    while flapping, interval it was last brought back, or -1)."""
+    step = ps.profile.probe_interval_ps
+    seq = 0
+    failures = 0
+    back_at = -1
+    for k in range(cycles * (up + down) + stable):
+        now = (start + k + 1) * step
+        path_up = k >= cycles * (up + down) or k % (up + down) < up
+        if not path_up and ps.state[ev] is EVState.GOOD:
+            ps.on_loss(ev, now, "test")
+            failures += 1
+        for pev, s in ps.due_probes(now, seq):
+            seq = s + 1
+            if path_up:
+                was = ps.state[pev]
+                ps.on_probe_reply(pev, s, now)
+                if was is not EVState.GOOD and ps.state[pev] is EVState.GOOD:
+                    back_at = k
+    return failures, back_at
+
+
+def test_a_flapping_path_is_kept_out_longer_each_time_then_returns() -> None:
+    from openmrc.transport.paths import FLAP_MAX_DOUBLINGS
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    ev = ps.slots[0]
+    # Up 30 intervals, down 10, 40 times: without memory the EV came back after
+    # 3 probes every cycle and lost a packet on every flap (40 failures).
+    failures, _ = _flap(ps, ev, up=30, down=10, cycles=40, stable=0)
+    assert failures <= 4
+    assert ps.state[ev] is EVState.ASSUMED_BAD
+    assert ps.probes_needed(ev) >= 4 * prof.probe_successes  # held down longer each time
+    assert ps.probes_needed(ev) <= prof.probe_successes << FLAP_MAX_DOUBLINGS
+    # Once it stops flapping it returns (within the longest hold-down and backoff).
+    _, back = _flap(ps, ev, up=1, down=0, cycles=0, stable=400, start=40 * 40)
+    assert ps.state[ev] is EVState.GOOD and 0 <= back <= 200
+
+
+def test_flap_memory_decays_after_a_stable_period() -> None:
+    from openmrc.transport.paths import FLAP_DECAY_INTERVALS
+
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    ev = ps.slots[0]
+    step = prof.probe_interval_ps
+    ps.on_loss(ev, 0, "test")
+    assert ps.probes_needed(ev) == prof.probe_successes  # a first failure: as before
+    _flap(ps, ev, up=1, down=0, cycles=0, stable=10)  # three probes: back
+    assert ps.state[ev] is EVState.GOOD
+    ps.on_loss(ev, 11 * step, "test")  # again at once: twice the probes
+    assert ps.probes_needed(ev) == 2 * prof.probe_successes
+    ps.probing[ev] = 0
+    for k in range(2 * prof.probe_successes):
+        (probe,) = ps.due_probes(10**15 + k * 64 * step, k)
+        ps.on_probe_reply(ev, probe[1], 10**15 + k * 64 * step)
+    assert ps.state[ev] is EVState.GOOD
+    # Two stable periods later both failures are forgiven: a new one counts as the first.
+    later = 10**15 + 2 * FLAP_DECAY_INTERVALS * step + 64 * 64 * step
+    ps.on_loss(ev, later, "test")
+    assert ps.probes_needed(ev) == prof.probe_successes
+
+
+def test_ports_freeing_in_a_steady_pattern_still_use_every_ev_of_a_plane() -> None:
+    # 16 EVs, two per plane; one port frees at a time, in a repeating order.
+    # Before, the rotation reached the same EV of planes 0, 1, 2, 4 and 6 every
+    # time and never used their other EV.
+    evs = [make_ev(p, 0) for p in range(8)] + [make_ev(p, 1) for p in range(8)]
+    ps = PathSet(EVProfile(explicit=evs), random.Random(1), qpn=1)
+    pattern = [1, 3, 0, 3, 6, 4, 2, 6]
+    use = dict.fromkeys(evs, 0)
+    for t in range(800):
+        use[ps.next_ev(0xFF & ~(1 << pattern[t % len(pattern)]))] += 1
+    for p in set(pattern):
+        a, b = use[make_ev(p, 0)], use[make_ev(p, 1)]
+        assert abs(a - b) <= 1, (p, a, b)

@@ -87,7 +87,7 @@ class SelfProber:
         timeout: float = 0.5,
         t1_subset: int | None = None,
         window: int = 8,
-        fail_rate: float = 0.5,
+        fail_rate: float = 0.9,
         lossy_rate: float = 0.05,
     ) -> None:
         for name, v in (("t0_probes", t0_probes), ("t1_probes", t1_probes)):

@@ -20,17 +20,21 @@ some (not most) of a host's T0     a lossy NIC-T0 link (kind ``lossy_nic_t0_link
 probes                            with ``deny_lossy`` the host's controller denies
                                   that plane (MRC itself cannot tell whether loss
                                   on a plane is at its end or the far end: paper 4)
+some of T1 ``k`` probes from one   a lossy T0-T1 link (``lossy_t0_t1_link``)
+T0 only
+some of T1 ``k`` probes from every a lossy T1 (``lossy_t1``)
+T0
 ================================  =================================================
 
-Verdicts use the last ``window`` rounds per probe target: it *fails* when
-its loss rate is at least ``fail_rate`` (0.5) or the last two rounds lost
-every probe (four or more); it is *lossy* when its loss rate is at least ``lossy_rate`` over
-two or more rounds without the last round being a total loss (that may be
-the start of a failure: the verdict waits a round).  A T0 whose hosts all
-fail is named only when it has two or more probing hosts (with one, a NIC-T0
-link and a T0 failure look the same; it is then named as the link).  Each
-element is reported once, when first localised (``time_ps``), and again with
-``cleared_ps`` when its probes succeed again.
+Verdicts (fail, lossy, ok) use the last ``window`` rounds per probe target;
+the rule and its constants are :mod:`openmrc.clustermapper`'s: a failure is
+a run of lost rounds the target's earlier loss cannot explain (four probes
+after clean rounds), or ``fail_rate`` (0.9) of a whole window; lossy is
+``lossy_rate`` with two or more rounds losing some, not all, probes.  A T0
+whose hosts all fail is named only when it has two or more probing hosts
+(with one, a NIC-T0 link and a T0 failure look the same; it is then named as
+the link).  Each element is reported once, when first localised
+(``time_ps``), and again with ``cleared_ps`` when its probes succeed again.
 
 The verdicts and the naming live in :mod:`openmrc.clustermapper` (shared with
 the lab's :mod:`openmrc.net.selfprobe`); this module sends the probes.  The
@@ -82,7 +86,7 @@ class ClustermapperConfig:
     #: Probes per host, plane, probed T1 and round.
     t1_probes: int = 2
     window: int = 8
-    fail_rate: float = 0.5
+    fail_rate: float = 0.9
     lossy_rate: float = 0.05
     #: Deny a plane (controller, EV profile 0) at a host whose NIC-T0 link is lossy.
     deny_lossy: bool = False

@@ -30,6 +30,7 @@ from ..transport import (
     CCProfile,
     EVEvent,
     EVProfile,
+    EVRemap,
     QPAttr,
     QPEvent,
     QPState,
@@ -797,6 +798,18 @@ class Experiment:
                             "ev": ev.ev,
                             "old": ev.old.name,
                             "new": ev.new.name,
+                            "reason": ev.reason,
+                        }
+                    )
+                elif isinstance(ev, EVRemap):  # a move, not a transition: the EV stays GOOD
+                    ev_events.append(
+                        {
+                            "time_us": ev.time / 1e6,
+                            "host": host.index,
+                            "qpn": ev.qpn,
+                            "ev": ev.ev,
+                            "old": "GOOD",
+                            "new": "GOOD",
                             "reason": ev.reason,
                         }
                     )

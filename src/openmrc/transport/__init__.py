@@ -9,7 +9,7 @@ from .attrs import RETRY_INFINITE, TIMEOUT_UNIT_PS, CCProfile, EVField, EVProfil
 from .context import Context, Datagram
 from .errors import InvalidArgument, InvalidState, MrcError, ResourceExhausted
 from .ev import ev_path, ev_plane, make_ev
-from .paths import EVEvent, EVState, PathSet, PortEvent
+from .paths import EVEvent, EVRemap, EVState, PathSet, PortEvent
 from .qp import QPEvent, QPStats, QueuePair
 from .state import QPState
 from .verbs import (
@@ -39,6 +39,7 @@ __all__ = [
     "EVEvent",
     "EVField",
     "EVProfile",
+    "EVRemap",
     "EVState",
     "InvalidArgument",
     "InvalidState",

@@ -114,7 +114,8 @@ class EVProfile:
     ``floor`` is the fewest usable EVs kept: below it, losses no longer disable
     EVs.  An ASSUMED_BAD EV is probed every ``probe_interval_ps`` (doubling per
     unanswered probe, up to ``probe_backoff_max``, see :mod:`.paths`) and is
-    GOOD again after ``probe_successes`` answered probes in a row.
+    GOOD again after ``probe_successes`` answered probes in a row (more for an
+    EV that keeps failing: the flap hold-down of :mod:`.paths`).
     """
 
     planes: int = 8

@@ -11,6 +11,14 @@ MRC splits a QP's attributes in two: the application sets the verbs ones
 * **Deny / allow** of single EVs and of whole planes, per EV profile: one deny
   covers every QP of the node using that profile, now and created later.
   A denied plane's EVs leave the rotation as a down port's do.
+* **Replace, set state, query** (``mrc_ctl_replace_ev``, ``modify_ev_state``,
+  ``query_ev_state`` and the EV array of ``query_ev_profile``):
+  :meth:`Controller.replace_ev` puts another EV of the same plane in an EV's
+  slot in every QP of the profile (and in QPs made later),
+  :meth:`Controller.set_ev_state` sets an EV GOOD (an ASSUMED_BAD one is back
+  without probes) or DENIED, :meth:`Controller.query_ev_state` and
+  :meth:`Controller.query_ev_array` read the states.  An openmrc QP draws its
+  own EVs and keeps per-QP states, so the queries answer per QP.
 * **An EV event queue** with a per-profile event mask (which new states are
   reported) and a bounded depth: an event that does not fit is counted in
   :attr:`Controller.events_dropped` and in the next delivered event's
@@ -75,6 +83,8 @@ class _EVEntry:
     event_mask: int = DEFAULT_EVENT_MASK
     denied_evs: set[int] = field(default_factory=set)
     denied_planes: int = 0
+    #: replace_ev's replacements (old EV -> new), applied to QPs made later too.
+    replaced: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,6 +102,20 @@ class ControllerEvent:
     profile_id: int | None
     event: EVEvent
     dropped: int
+
+
+@dataclass(frozen=True, slots=True)
+class EVEntry:
+    """One EV of one QP, as the controller's queries report it: the QP (its
+    context's index in :attr:`Controller.contexts` and its QPN), its slot in
+    the rotation (None: a backup or a denied EV out of the rotation), the EV
+    and its state."""
+
+    context: int
+    qpn: int
+    slot: int | None
+    ev: int
+    state: EVState
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +306,101 @@ class Controller:
             assert qp.paths is not None
             qp.paths.set_ports_down(denied=entry.denied_planes)
 
+    # -- replace / set state / query (OCP: replace_ev, modify_ev_state, queries) ------
+    def replace_ev(self, profile_id: int, ev: int, new_ev: int, now: int = 0) -> int:
+        """In every QP of the profile whose active EVs include ``ev``, put
+        ``new_ev`` in its slot (GOOD; ``ev`` keeps its state and, if GOOD,
+        becomes a backup); QPs made later get the same replacement.  ``new_ev``
+        must be in the profile (any 32-bit EV for an explicit one) and in the
+        same plane as ``ev``.  Returns how many QPs changed."""
+        entry = self._ev_entry(profile_id)
+        self._check_ev_in_profile(entry, ev)
+        if not isinstance(new_ev, int) or isinstance(new_ev, bool) or not 0 <= new_ev <= 0xFFFFFFFF:
+            raise InvalidArgument(f"new_ev: must be a 32-bit EV, got {new_ev!r}")
+        if entry.profile.explicit is None:
+            try:
+                self._check_ev_in_profile(entry, new_ev)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"new_{exc}") from None
+        if ev_plane(new_ev) != ev_plane(ev):
+            raise InvalidArgument(f"new_ev: {new_ev:#x} is not in the plane of {ev:#x}")
+        if new_ev in entry.denied_evs:
+            raise InvalidArgument(f"new_ev: {new_ev:#x} is denied in EV profile {profile_id}")
+        for old, new in list(entry.replaced.items()):
+            if new == ev:  # a chain: old -> ev -> new_ev
+                entry.replaced[old] = new_ev
+        entry.replaced[ev] = new_ev
+        entry.replaced.pop(new_ev, None)
+        changed = 0
+        for qp in self.qps_using(profile_id):
+            if self._replace_on(qp, ev, new_ev, now):
+                changed += 1
+        return changed
+
+    def set_ev_state(self, profile_id: int, ev: int, state: EVState, now: int = 0) -> None:
+        """Set ``ev``'s state in every QP of the profile: DENIED (as
+        :meth:`deny_ev`) or GOOD (undoes a deny; an ASSUMED_BAD EV is back at
+        once, without waiting for its probes, its flap history forgotten).  As
+        OCP's ``modify_ev_state``, only those two states can be set."""
+        entry = self._ev_entry(profile_id)
+        self._check_ev_in_profile(entry, ev)
+        if state is EVState.DENIED:
+            self.deny_ev(profile_id, ev, now)
+            return
+        if state is not EVState.GOOD:
+            raise InvalidArgument(f"state: only GOOD or DENIED can be set, got {state!r}")
+        entry.denied_evs.discard(ev)
+        for qp in self.qps_using(profile_id):
+            assert qp.paths is not None
+            if qp.paths.state.get(ev) is not None:
+                qp.paths.force_good(ev, now)
+
+    def query_ev_state(self, profile_id: int, ev: int) -> list[EVEntry]:
+        """``ev``'s state in each QP of the profile that knows it (active, a
+        backup drawn or listed, or denied)."""
+        entry = self._ev_entry(profile_id)
+        self._check_ev_in_profile(entry, ev)
+        out = []
+        for c, qp in self._qps_of(profile_id):
+            assert qp.paths is not None
+            st = qp.paths.state.get(ev)
+            if st is not None:
+                slots = qp.paths.slots
+                slot = slots.index(ev) if ev in slots else None
+                out.append(EVEntry(c, qp.qpn, slot, ev, st))
+        return out
+
+    def query_ev_array(self, profile_id: int) -> list[EVEntry]:
+        """The active EVs and their states of every QP of the profile, slot by
+        slot (QPs in context, then QPN order)."""
+        out = []
+        for c, qp in self._qps_of(profile_id):
+            assert qp.paths is not None
+            for slot, (ev, st) in enumerate(qp.paths.ev_array()):
+                out.append(EVEntry(c, qp.qpn, slot, ev, st))
+        return out
+
+    def _qps_of(self, profile_id: int) -> list[tuple[int, QueuePair]]:
+        """(context index, QP) of the profile's QPs, in context then QPN order."""
+        qps = {id(qp) for qp in self.qps_using(profile_id)}
+        return [
+            (c, qp)
+            for c, ctx in enumerate(self.contexts)
+            for qp in sorted(ctx.qps.values(), key=lambda q: q.qpn)
+            if id(qp) in qps
+        ]
+
+    @staticmethod
+    def _replace_on(qp: QueuePair, ev: int, new_ev: int, now: int) -> bool:
+        paths = qp.paths
+        assert paths is not None
+        if not paths.in_slot(ev) or paths.in_slot(new_ev):
+            return False
+        if paths.state.get(new_ev) is EVState.DENIED:
+            return False
+        paths.replace(ev, new_ev, now)
+        return True
+
     def denied(self, profile_id: int) -> tuple[set[int], int]:
         """(denied EVs, denied-planes bitmask) of an EV profile."""
         entry = self._ev_entry(profile_id)
@@ -304,6 +423,8 @@ class Controller:
         entry = self._entry_for(qp.paths.profile if qp.paths is not None else None)
         if entry is None or qp.paths is None:
             return
+        for ev, new_ev in entry.replaced.items():
+            self._replace_on(qp, ev, new_ev, 0)
         for ev in entry.denied_evs:
             self._deny_on(qp, ev, 0)
         if entry.denied_planes:
@@ -470,7 +591,7 @@ class Controller:
             raise InvalidArgument(f"ev: must be a 32-bit EV, got {ev!r}")
         prof = entry.profile
         if prof.explicit is not None:
-            ok = ev in prof.explicit
+            ok = ev in prof.explicit or ev in entry.replaced.values()
         else:
             ok = (
                 ev_plane(ev) in prof.plane_values()

@@ -11,7 +11,8 @@ SKIP       ECN echoed, or trimmed away from the last hop: skipped for one
 ASSUMED_BAD a packet was lost without a trim, or timed out: out of the
            rotation at once, replaced by a backup EV of the same plane, and
            probed in the background until enough probes come back
-DENIED     administratively removed (controller deny list)
+DENIED     administratively removed (controller deny list); an active EV's slot
+           is refilled from a backup of its plane, as for ASSUMED_BAD
 ========== ==================================================================
 
 Port status: when a NIC port goes down (here, or at the peer as the ports-down
@@ -20,14 +21,25 @@ without being blamed; the rotation spreads over the other planes.  The plane
 returns when its port does (:meth:`PathSet.set_ports_down`).
 
 ECN rebalancing: a single ECN echo only SKIPs its EV for one rotation (the
-mark is a load-balancing hint: ECN is off on the last hop).  An EV whose
-ACKs echo ECN ``ECN_REMAP_RUN`` times in a row (no clean ACK for it between)
-while the mean ECN rate of the QP's other EVs stays below ``ECN_OTHERS_MAX``
-(or the QP has no other EV with ACKs) is *mapped out*: a backup of the same
-plane takes its slot and the EV goes back to the end of the plane's backup pool,
-still GOOD (it is congested, not broken).  Per-EV ECN rates are EWMAs over that
-EV's ACKs with gain ``ECN_RATE_GAIN``.  When every EV is marked, the congestion
-is shared (an incast): remapping would not help, NSCC handles it.
+mark is a load-balancing hint: ECN is off on the last hop).  A flow moves off
+a path only when that path is *worse than the QP's others*: an EV whose ACKs
+echo ECN ``k`` times in a row (no clean ACK for it between) is *mapped out*,
+where ``k`` is ``ECN_REMAP_RUN`` when the QP's other EVs draw no marks and
+grows with their mean ECN rate ``p`` so that ``p ** k <= ECN_CHANCE`` (a run
+an EV marked at the QP's average would reach only by rare chance; see
+:func:`ecn_remap_run`).  At ``p >= ECN_OTHERS_MAX`` nothing is mapped out: the
+congestion is shared (an incast), remapping would not help, NSCC handles it.
+A backup of the same plane takes the slot and the EV goes back to the end of
+the plane's backup pool, still GOOD (it is congested, not broken): the move is
+logged as an :class:`EVRemap`, not as a state transition, so the controller's
+EV event queue does not see it.  Per-EV ECN rates are EWMAs over that EV's
+ACKs with gain ``ECN_RATE_GAIN``.
+
+Flap hold-down: an ASSUMED_BAD EV comes back after ``probe_successes``
+answered probes in a row the first time; each further failure soon after it
+came back doubles that (``FLAP_MAX_DOUBLINGS``), and each stable period
+(``FLAP_DECAY_INTERVALS`` probe intervals GOOD) forgives one failure.  So a
+flapping path is kept out while it flaps and returns once it holds.
 
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
@@ -62,12 +74,33 @@ from .attrs import EVProfile
 from .errors import InvalidArgument
 from .ev import PLANE_BITS, ev_path, ev_plane, ev_spare, make_ev
 
-#: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing).
+#: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing),
+#: when the QP's other EVs draw no marks at all.
 ECN_REMAP_RUN: Final = 4
-#: ...provided the QP's other EVs' mean ECN rate is below this.
+#: ...never when the QP's other EVs' mean ECN rate is this or more (shared
+#: congestion: NSCC's business, a remap cannot help).
 ECN_OTHERS_MAX: Final = 0.25
+#: When the other EVs are marked at a mean rate ``p`` (0 < p < ECN_OTHERS_MAX),
+#: an EV is mapped out only after a run of ``k`` marks with ``p ** k`` at most
+#: this: a run that an EV marked no more than its QP's average would draw by
+#: chance about once in a million ACKs (``k`` = 9 at p = 0.2, 10 at p = 0.24;
+#: never fewer than ECN_REMAP_RUN).  So under uniform marking an EV is not
+#: worse than the others and stays; a path marked far more often than the
+#: QP's average still draws the run within a few of its ACKs.
+ECN_CHANCE: Final = 1e-6
 #: EWMA gain of the per-EV ECN rate, per ACK of that EV.
 ECN_RATE_GAIN: Final = 0.25
+
+
+def ecn_remap_run(others: float) -> int:
+    """The run of ECN marks that maps an EV out when the QP's other EVs are
+    marked at the mean rate ``others`` (see :data:`ECN_CHANCE`); a run that
+    cannot be reached (65536) when ``others`` is ECN_OTHERS_MAX or more."""
+    if others >= ECN_OTHERS_MAX:
+        return 1 << 16
+    if others <= 0.0:
+        return ECN_REMAP_RUN
+    return max(ECN_REMAP_RUN, math.ceil(math.log(ECN_CHANCE) / math.log(others)))
 
 
 class EVState(IntEnum):
@@ -93,6 +126,19 @@ _STATES: Final = (GOOD, SKIP, BAD, DENIED)
 #: the ECN rate of an EV without one (rates are EWMAs of 0s and 1s).
 _NO_RATE: Final = -1.0
 
+#: Flap hold-down.  An EV that fails again soon after its probes brought it back
+#: needs twice as many answered probes in a row as the last time, at most
+#: ``2 ** FLAP_MAX_DOUBLINGS`` times ``EVProfile.probe_successes`` (96 probe
+#: intervals with the defaults, about 3 ms at 32 us): enough that a path which
+#: flaps faster than that stays out ("not used when too unreliable", paper 3),
+#: while a path that was repaired returns within a few ms at worst.
+FLAP_MAX_DOUBLINGS: Final = 5
+#: ...and every ``FLAP_DECAY_INTERVALS`` probe intervals an EV stays GOOD forgive
+#: it one failure.  Longer than the longest hold-down (96 intervals), so a path
+#: failing with any period shorter than its hold-down keeps its count; a path
+#: that stays up for 4 ms (defaults) per failure is forgotten step by step.
+FLAP_DECAY_INTERVALS: Final = 128
+
 #: A plane's backup space up to this many EVs is shuffled once, when its first
 #: backup is drawn; a larger one is sampled (rejection sampling).
 ENUMERATE_LIMIT: Final = 4096
@@ -107,6 +153,20 @@ class EVEvent:
     ev: int
     old: EVState
     new: EVState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EVRemap:
+    """An active EV left its slot for another EV of its plane without any state
+    change (ECN rebalancing; a controller's replace).  Logged on the context's
+    event queue for the application and the results, never handed to the
+    controller's EV event queue: that reports state transitions only."""
+
+    time: int
+    qpn: int
+    ev: int
+    replacement: int
     reason: str
 
 
@@ -416,6 +476,7 @@ class PathSet:
         "_idx",
         "_inslot",
         "_known",
+        "_pcur",
         "_pool_rngs",
         "_rate",
         "_returned",
@@ -428,6 +489,8 @@ class PathSet:
         "denied_planes",
         "down",
         "events",
+        "flap_good_since",
+        "flaps",
         "local_down",
         "next_probe_at",
         "probe_backoff",
@@ -472,6 +535,9 @@ class PathSet:
         #: ids below 256 are shared small ints).
         self._slots: list[int] = []
         self._idx: int = 0
+        #: per plane, its slots and where its own rotation is (see
+        #: :meth:`_plane_index`; made when first needed).
+        self._pcur: array[int] | None = None
         #: per plane (0..15): how many EVs of the plane the QP knows.
         self._known: array[int] = array("I", bytes(4 << PLANE_BITS))
         #: per plane: how many slots hold an EV of the plane (fixed: a slot's EV is
@@ -499,6 +565,10 @@ class PathSet:
         #: EV -> when it is next probed, and how many times its interval has doubled.
         self.probe_due: dict[int, int] = {}
         self.probe_backoff: dict[int, int] = {}
+        #: flap hold-down: EV -> its recent failures (decayed at its next one),
+        #: and EV -> when its probes last brought it back.
+        self.flaps: dict[int, int] = {}
+        self.flap_good_since: dict[int, int] = {}
         self.stats_probes: int = 0
         self.usable: int = 0
         self.stats_skips: int = 0
@@ -643,6 +713,13 @@ class PathSet:
         ``busy`` is a bitmask of planes whose NIC port cannot take a packet now;
         EVs of those planes are passed over (they keep their state).  Returns
         -1 when every usable EV is on a busy plane.
+
+        While some planes are passed over (busy, or down), the rotation picks
+        the plane and the EV sent is that plane's next in its own rotation
+        (the index :meth:`_plane_index` makes), not simply the first one reached: ports that
+        free up one at a time in a steady pattern would otherwise reach the
+        same EV of a plane every time and leave the plane's others unused
+        (seen: 8 of 16 EVs unused for 45 us in the paper's 16-EV drop scenario).
         """
         slots = self._slots
         st = self._st
@@ -657,8 +734,26 @@ class PathSet:
             s = st[k]
             if s == _GOOD:
                 ev: int = self._evs[k]
-                if skip and skip >> (ev & 15) & 1:
-                    continue
+                if skip:
+                    plane = ev & 15
+                    if skip >> plane & 1:
+                        continue
+                    # The plane's next GOOD EV in its own rotation (_plane_index).
+                    pcur = self._pcur
+                    if pcur is None:
+                        pcur = self._plane_index()
+                    lo = pcur[plane]
+                    m = pcur[plane + 1] - lo
+                    c = pcur[17 + plane]
+                    for _ in range(m):
+                        kk = slots[pcur[lo + 33 + c]]
+                        c += 1
+                        if c == m:
+                            c = 0
+                        if st[kk] == _GOOD:
+                            pcur[17 + plane] = c
+                            ev = self._evs[kk]
+                            break
                 self._idx = i
                 return ev
             if s == _SKIP:
@@ -669,6 +764,22 @@ class PathSet:
         # on the rotation anyway rather than stall; the RTO bounds the damage.
         self._idx = i + 1 if i + 1 < n else 0
         return int(self._evs[slots[i]])
+
+    def _plane_index(self) -> array[int]:
+        """The per-plane rotation index of :meth:`next_ev` (made when first
+        needed, 4 bytes per slot): the offsets of each plane's run ([0..16]),
+        each plane's cursor into its run ([17..32]), then every slot position
+        grouped by plane (a slot keeps its plane: replacements come from it)."""
+        evs = self._evs
+        slots = self._slots
+        order = sorted(range(len(slots)), key=lambda j: (evs[slots[j]] & 15, j))
+        offs = [0] * 17
+        for j in order:
+            offs[(evs[slots[j]] & 15) + 1] += 1
+        for p in range(16):
+            offs[p + 1] += offs[p]
+        pcur = self._pcur = array("I", offs + [0] * 16 + order)
+        return pcur
 
     def other_ev(self, avoid: int, busy: int = 0) -> int:
         """A usable EV different from ``avoid`` when one exists (for retransmissions)."""
@@ -703,8 +814,9 @@ class PathSet:
         if run < ECN_REMAP_RUN or not self._inslot[i] or st in (_BAD, _DENIED):
             return
         n = self._ecn_n - 1
-        if n > 0 and (self._ecn_sum - rate) / n >= ECN_OTHERS_MAX:
-            return  # the whole QP is marked: congestion for NSCC, not an imbalance
+        others = (self._ecn_sum - rate) / n if n > 0 else 0.0
+        if run < ecn_remap_run(others):
+            return  # not clearly worse than the QP's other EVs (or all are marked)
         self._run[i] = 0
         self._remap_ecn(i, now)
 
@@ -760,7 +872,7 @@ class PathSet:
             c = self._pool_pop(plane)
             if c < 0:
                 return
-            if self._st[c] != _GOOD or self._inslot[c]:
+            if not self._take_backup(c):
                 continue
             self._put_in_slot(i, c)
             if self._st[i] == _SKIP:
@@ -768,7 +880,7 @@ class PathSet:
             self._returned.append(ev)
             self._forget_ecn(i)
             self.stats_ecn_remaps += 1
-            self.events.append(EVEvent(now, self.qpn, ev, GOOD, GOOD, "mapped out: ECN"))
+            self.events.append(EVRemap(now, self.qpn, ev, self._evs[c], "mapped out: ECN"))
             return
 
     def on_loss(self, ev: int, now: int, reason: str) -> None:
@@ -788,6 +900,7 @@ class PathSet:
             return
         self._set(i, _BAD, now, reason)
         self.stats_bad += 1
+        self._note_failure(ev, now)
         self.probing[ev] = 0
         due = now + self.profile.probe_interval_ps
         self.probe_due[ev] = due
@@ -798,6 +911,22 @@ class PathSet:
             self.usable -= 1
             self._replace(i)
 
+    def _note_failure(self, ev: int, now: int) -> None:
+        """Flap hold-down: count ``ev``'s failure, after forgiving one per
+        ``FLAP_DECAY_INTERVALS`` probe intervals it stayed GOOD since it came back."""
+        n = self.flaps.get(ev, 0)
+        since = self.flap_good_since.pop(ev, None)
+        if n and since is not None:
+            n = max(0, n - (now - since) // (self.profile.probe_interval_ps * FLAP_DECAY_INTERVALS))
+        self.flaps[ev] = n + 1
+
+    def probes_needed(self, ev: int) -> int:
+        """Answered probes in a row that bring ASSUMED_BAD ``ev`` back: the
+        profile's ``probe_successes``, doubled per earlier failure still
+        remembered (flap hold-down, at most ``2 ** FLAP_MAX_DOUBLINGS`` times)."""
+        n = self.flaps.get(ev, 1)
+        return self.profile.probe_successes << min(max(n - 1, 0), FLAP_MAX_DOUBLINGS)
+
     def _replace(self, bad: int) -> None:
         plane = self._evs[bad] & 15
         if not self._pool_any(plane) or self.plane_looks_down(plane):
@@ -806,12 +935,24 @@ class PathSet:
             c = self._pool_pop(plane)
             if c < 0:
                 return
-            if self._st[c] == _GOOD:
+            if self._take_backup(c):
                 self._forget_ecn(bad)
                 self._put_in_slot(bad, c)
                 self.usable += 1
                 self.stats_replacements += 1
                 return
+
+    def _take_backup(self, c: int) -> bool:
+        """Whether the backup ``c`` just popped from the pool can fill a slot (then
+        it is GOOD).  One that cannot is left out of the pool without being lost:
+        a DENIED one comes back to it when allowed, an ASSUMED_BAD one when its
+        probes bring it back; a SKIP one (a late ECN echo after it left its slot)
+        is usable."""
+        st = self._st[c]
+        if self._inslot[c] or st in (_BAD, _DENIED):
+            return False
+        self._st[c] = _GOOD
+        return True
 
     def _pool_any(self, plane: int) -> bool:
         """Whether the plane has a backup left (given back, or never drawn)."""
@@ -945,7 +1086,8 @@ class PathSet:
         return out
 
     def on_probe_reply(self, ev: int, seq: int, now: int) -> None:
-        """A probe on ``ev`` came back: after enough in a row, the EV is GOOD again."""
+        """A probe on ``ev`` came back: after enough in a row (:meth:`probes_needed`:
+        more for an EV that keeps failing), the EV is GOOD again."""
         if self.probe_wait.get(ev) != seq:
             return
         del self.probe_wait[ev]
@@ -954,11 +1096,12 @@ class PathSet:
             return
         self.probe_backoff[ev] = 0
         count += 1
-        if count < self.profile.probe_successes:
+        if count < self.probes_needed(ev):
             self.probing[ev] = count
             return
         del self.probing[ev]
         del self.probe_due[ev], self.probe_backoff[ev]
+        self.flap_good_since[ev] = now
         i = self._id(ev)
         self._set(i, _GOOD, now, "probes answered")
         self.stats_recovered += 1
@@ -981,7 +1124,10 @@ class PathSet:
         )
 
     def deny(self, ev: int, now: int) -> None:
-        """Take ``ev`` out of use (controller deny list)."""
+        """Take ``ev`` out of use (controller deny list).  An active EV's slot is
+        refilled at once from its plane's backups (as for a failed EV, and not
+        when the plane looks down); a backup is skipped by replacements while
+        denied and rejoins the pool when allowed (:meth:`allow`)."""
         if not isinstance(ev, int):
             raise InvalidArgument(f"ev: {ev!r} is not in this QP's EV set")
         i = self._id(ev)
@@ -999,16 +1145,106 @@ class PathSet:
         self.probe_due.pop(ev, None)
         self.probe_backoff.pop(ev, None)
         self._set(i, _DENIED, now, "denied")
+        if self._inslot[i]:
+            self._replace(i)  # a backup of the plane takes the denied EV's slot
 
     def allow(self, ev: int, now: int) -> None:
-        """Return a denied ``ev`` to use."""
+        """Return a denied ``ev`` to use: to its slot if it still holds one (none
+        was free to refill it), else to its plane's backups."""
         i = self._id(ev) if isinstance(ev, int) else -1
         if i < 0 or self._st[i] != _DENIED:
             shown = f"{ev:#x}" if isinstance(ev, int) else repr(ev)
             raise InvalidArgument(f"ev: {shown} is not denied")
         self._set(i, _GOOD, now, "allowed")
         if self._inslot[i]:
+            self.usable += 1  # its slot found no backup while it was denied
+        elif ev not in self._returned:
+            self._returned.append(ev)  # back among its plane's backups
+
+    def replace(self, old: int, new: int, now: int) -> None:
+        """Put ``new`` in the slot of the active EV ``old`` (the controller's
+        replace).  ``new`` must be of the same plane (planes stay equally
+        loaded, paper 4), not active and not denied; it starts GOOD (an
+        ASSUMED_BAD one stops being probed and forgets its flaps).  ``old``
+        keeps its state: a GOOD one becomes a backup of its plane.  Logged as
+        an :class:`EVRemap`; only a real state change of ``new`` is an event."""
+        i = self._id(old) if isinstance(old, int) else -1
+        if i < 0 or not self._inslot[i]:
+            shown = f"{old:#x}" if isinstance(old, int) else repr(old)
+            raise InvalidArgument(f"ev: {shown} is not an active EV of this QP")
+        if not isinstance(new, int) or isinstance(new, bool) or not 0 <= new <= 0xFFFFFFFF:
+            raise InvalidArgument(f"new_ev: must be a 32-bit EV, got {new!r}")
+        if new & 15 != old & 15:
+            raise InvalidArgument(f"new_ev: {new:#x} is not in the plane of {old:#x}")
+        j = self._id(new)
+        if j >= 0 and self._inslot[j]:
+            raise InvalidArgument(f"new_ev: {new:#x} is already active")
+        if j >= 0 and self._st[j] == _DENIED:
+            raise InvalidArgument(f"new_ev: {new:#x} is denied")
+        if j < 0:
+            j = self._add(new)
+        else:
+            self._drop_backup(new)
+            if self._st[j] == _BAD:
+                self._stop_probing(new)
+                self._set(j, _GOOD, now, "replaced by controller")
+            self._st[j] = _GOOD
+        old_usable = self._st[i] in (_GOOD, _SKIP)
+        self._forget_ecn(i)
+        self._put_in_slot(i, j)
+        if not old_usable:
             self.usable += 1
+        if old_usable:
+            self._st[i] = _GOOD
+            self._returned.append(old)
+        self.events.append(EVRemap(now, self.qpn, old, new, "replaced by controller"))
+
+    def force_good(self, ev: int, now: int) -> bool:
+        """The controller sets ``ev`` GOOD: a denied EV is allowed, an ASSUMED_BAD
+        one is back at once (no probes needed) with its flap history forgotten.
+        Returns whether the state changed."""
+        i = self._id(ev) if isinstance(ev, int) else -1
+        if i < 0:
+            shown = f"{ev:#x}" if isinstance(ev, int) else repr(ev)
+            raise InvalidArgument(f"ev: {shown} is not in this QP's EV set")
+        st = self._st[i]
+        if st == _DENIED:
+            self.allow(ev, now)
+            return True
+        self.flaps.pop(ev, None)
+        self.flap_good_since.pop(ev, None)
+        if st != _BAD:
+            return False
+        self._stop_probing(ev)
+        self._set(i, _GOOD, now, "set GOOD by controller")
+        if self._inslot[i]:
+            self.usable += 1
+        else:
+            self._returned.append(ev)
+        return True
+
+    def _stop_probing(self, ev: int) -> None:
+        """Forget ``ev``'s probing and flap history (it is GOOD by decree)."""
+        self.probing.pop(ev, None)
+        self.probe_wait.pop(ev, None)
+        self.probe_due.pop(ev, None)
+        self.probe_backoff.pop(ev, None)
+        self.flaps.pop(ev, None)
+        self.flap_good_since.pop(ev, None)
+        if not self.probing:
+            self.next_probe_at = None
+
+    def _drop_backup(self, ev: int) -> None:
+        """Take ``ev`` out of the backups given back (every copy)."""
+        returned = self._returned
+        while ev in returned:
+            returned.remove(ev)
+
+    def ev_array(self) -> list[tuple[int, EVState]]:
+        """(EV, state) of every slot, in rotation order."""
+        evs = self._evs
+        st = self._st
+        return [(evs[i], _STATES[st[i]]) for i in self._slots]
 
     def counts(self) -> dict[str, int]:
         """How many active EVs are in each state."""
