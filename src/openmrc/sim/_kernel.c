@@ -102,6 +102,9 @@ typedef struct {
     Event *heap;
     Py_ssize_t n, cap;
     PyObject *rng;
+    /* rng.random, bound once and shared by every port made while rng stays the
+     * same (a bound method per port was 2 million objects in a large fabric) */
+    PyObject *rng_random;
     PyObject *cancelled; /* set of seq (ints) */
     /* now, when run(until_ps=...) left it past int64 (as Python does); then
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
@@ -1299,6 +1302,7 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     s->stopped = 0;
     Py_CLEAR(s->now_big);
     Py_SETREF(s->rng, rng);
+    Py_CLEAR(s->rng_random);
     Py_SETREF(s->cancelled, cancelled);
     heap_clear_all(s); /* last: releasing the events can run Python code */
     return 0;
@@ -1324,6 +1328,7 @@ static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
         Py_VISIT(s->heap[i].b);
     }
     Py_VISIT(s->rng);
+    Py_VISIT(s->rng_random);
     Py_VISIT(s->cancelled);
     return 0;
 }
@@ -1332,6 +1337,7 @@ static int Sim_clear(SimObject *s)
 {
     heap_clear_all(s);
     Py_CLEAR(s->rng);
+    Py_CLEAR(s->rng_random);
     Py_CLEAR(s->cancelled);
     Py_CLEAR(s->now_big);
     return 0;
@@ -1714,6 +1720,7 @@ static int Sim_set_rng(SimObject *s, PyObject *v, void *c)
     }
     Py_INCREF(v);
     Py_SETREF(s->rng, v);
+    Py_CLEAR(s->rng_random); /* ports made from now on take the new rng's */
     return 0;
 }
 
@@ -1818,9 +1825,14 @@ static int Port_init(PortObject *p, PyObject *args, PyObject *kw)
         (fr_o && as_i64(fr_o, &framing) < 0))
         return -1;
     /* everything that can fail is done: from here on the port is (re)written */
-    PyObject *rng_random = PyObject_GetAttr(((SimObject *)sim)->rng, S_random);
-    if (rng_random == NULL)
-        return -1;
+    SimObject *so = (SimObject *)sim;
+    if (so->rng_random == NULL) {
+        so->rng_random = PyObject_GetAttr(so->rng, S_random);
+        if (so->rng_random == NULL)
+            return -1;
+    }
+    PyObject *rng_random = so->rng_random;
+    Py_INCREF(rng_random);
     if (peer == NULL)
         peer = PyUnicode_FromString("");
     else

@@ -48,7 +48,7 @@ from .baseline_fabric import baseline_configs
 from .capture import Capture
 from .clustermapper import Clustermapper, ClustermapperConfig
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
-from .engine import Simulator
+from .engine import Simulator, paused_gc
 from .fabric import Fabric
 from .faults import FaultInjector
 from .host import SimHost
@@ -635,10 +635,11 @@ class Experiment:
             fabric_config.path_latency_ps() if fabric_config is not None else 0,
         )
         self.sim = Simulator(seed)
-        self.fabric = self._build_fabric(fabric_config)
-        self.faults = FaultInjector(self.fabric)
-        master = random.Random(seed ^ 0x5EED)
-        self.hosts = self._build_hosts(master)
+        with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
+            self.fabric = self._build_fabric(fabric_config)
+            self.faults = FaultInjector(self.fabric)
+            master = random.Random(seed ^ 0x5EED)
+            self.hosts = self._build_hosts(master)
         for host in self.hosts:
             host.faults = self.faults  # per-EV loss is applied where packets leave
         self.payloads = payloads

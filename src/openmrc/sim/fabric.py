@@ -64,6 +64,22 @@ if TYPE_CHECKING:
 HostLinkListener = Callable[[int, bool, int], None]
 
 
+class _PlaneWatcher:
+    """A host's link listener for one plane: ``on_link(plane, up, now)``.
+
+    (A slotted object: a lambda per host link was a function object each.)
+    """
+
+    __slots__ = ("on_link", "plane")
+
+    def __init__(self, on_link: HostLinkListener, plane: int) -> None:
+        self.on_link = on_link
+        self.plane = plane
+
+    def __call__(self, _link: Link, up: bool, now: int) -> None:
+        self.on_link(self.plane, up, now)
+
+
 class Fabric:
     """Switches, links and ports of one topology, driven by one simulator."""
 
@@ -234,8 +250,7 @@ class Fabric:
             end.on_receive = on_receive
         if on_link is not None:
             for plane, link in enumerate(self._host_links[h]):
-                # mypy cannot type a lambda with a default argument (the bound plane)
-                link.watch(lambda _link, up, now, _p=plane: on_link(_p, up, now))  # type: ignore[misc]
+                link.watch(_PlaneWatcher(on_link, plane))
 
     def path_for(self, src: int, dst: int, ev: int) -> int:
         """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached)."""
