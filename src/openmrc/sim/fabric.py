@@ -46,7 +46,7 @@ link going down also loses what is in the NIC's pipeline).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from openmrc.sim.config import FabricConfig
 from openmrc.sim.link import Link
@@ -136,10 +136,10 @@ class Fabric:
         host_rate = round(spec.host_gbps * 1e9)
         fabric_rate = round(spec.fabric_gbps * 1e9)
         hq = config.host_queue_bytes
-        nic_kw = {"data_limit": hq, "prio_limit": hq, "trim": False, "framing": fr}
+        nic_kw: dict[str, Any] = {"data_limit": hq, "prio_limit": hq, "trim": False, "framing": fr}
         nic_delay = delay + lat + config.nic_tx_latency_ps
         queue, header, kmin, kmax = config.port_params(host_rate)
-        lasthop_kw = {
+        lasthop_kw: dict[str, Any] = {
             "data_limit": queue,
             "prio_limit": header,
             "trim": config.trimming,
@@ -151,7 +151,7 @@ class Fabric:
         }
         lasthop_delay = delay + config.nic_rx_latency_ps
         queue, header, kmin, kmax = config.port_params(fabric_rate)
-        fabric_kw = {
+        fabric_kw: dict[str, Any] = {
             "data_limit": queue,
             "prio_limit": header,
             "trim": config.trimming,
@@ -230,8 +230,8 @@ class Fabric:
                     ports.append(down_port)
             for tier, group in ((0, t0), (1, t1)):
                 table = topology.table(tier, p)
-                for sw in group:
-                    sw.install(table)
+                for switch in group:
+                    switch.install(table)
 
     # ----- NIC-facing interface --------------------------------------------------
     def host_port(self, h: int, plane: int) -> EgressPort:
