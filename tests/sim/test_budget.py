@@ -67,3 +67,22 @@ def test_estimate_counts_the_fabric_and_the_qps() -> None:
     assert est.memory_bytes > est.qps * BYTES_PER_QP
     assert est.events > 131_072 * 1024  # 1024 MTU packets per host
     assert "131,072 hosts x 8 planes" in est.line()
+
+
+def test_a_run_says_what_it_will_cost_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openmrc.sim import cli
+
+    root = Path(__file__).resolve().parents[2]
+    scenario, _ = cli.load_scenario(str(root / "scenarios/permutation-64.toml"), [])
+    est = cli.announce(scenario, progress=True)
+    err = capsys.readouterr().err
+    assert est.hosts == 64 and est.qps == 2 * 64
+    assert "64 hosts x 8 planes, 2,048 ports, 128 QPs" in err
+    assert "warning" not in err
+    monkeypatch.setattr(cli, "available_bytes", lambda: 1 << 20)  # 1 MiB free
+    cli.announce(scenario, progress=False)
+    err = capsys.readouterr().err
+    assert "64 hosts x 8 planes" in err
+    assert "warning: the estimate" in err and "0.0 GiB available" in err

@@ -2624,6 +2624,57 @@ static int py_port_busy(PyObject *o, PyObject *nowo)
     return 0;
 }
 
+/* port_totals(ports): (the COUNTERS of port.py summed over ports, max_queue_bytes the
+ * max; the indices of the ports that are down, have sent, dropped or lost something
+ * or hold a queue).  Native ports only (TypeError otherwise: metrics.py then reads
+ * them in Python).  A million ports in milliseconds, for a fabric's snapshot. */
+static PyObject *k_port_totals(PyObject *mod, PyObject *ports)
+{
+    PyObject *seq = PySequence_Fast(ports, "port_totals: ports must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    int64_t t[10] = {0};
+    PyObject *active = PyList_New(0), *res = NULL;
+    if (active == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!is_port(o)) {
+            PyErr_SetString(PyExc_TypeError, "port_totals: not a native port");
+            goto done;
+        }
+        PortObject *p = (PortObject *)o;
+        t[0] += p->tx_pkts;
+        t[1] += p->tx_bytes;
+        t[2] += p->trims;
+        t[3] += p->ecn_marks;
+        t[4] += p->drops_full;
+        t[5] += p->drops_header;
+        t[6] += p->drops_down;
+        t[7] += p->lost;
+        t[8] += p->lost_silent;
+        if (p->max_queue_bytes > t[9])
+            t[9] = p->max_queue_bytes;
+        if (!p->up || p->tx_pkts || p->drops_full || p->drops_header || p->drops_down ||
+            p->lost || p->lost_silent || p->data_bytes || p->prio_bytes) {
+            PyObject *k = PyLong_FromSsize_t(i);
+            if (k == NULL || PyList_Append(active, k) < 0) {
+                Py_XDECREF(k);
+                goto done;
+            }
+            Py_DECREF(k);
+        }
+    }
+    res = Py_BuildValue("(LLLLLLLLLL)O", (long long)t[0], (long long)t[1], (long long)t[2],
+                        (long long)t[3], (long long)t[4], (long long)t[5], (long long)t[6],
+                        (long long)t[7], (long long)t[8], (long long)t[9], active);
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(active);
+    return res;
+}
+
 /* busy_mask(ports, now): bit p set when port p is down, serializing or has a queue */
 static PyObject *k_busy_mask(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2753,6 +2804,8 @@ fail:
 }
 
 static PyMethodDef kernel_functions[] = {
+    {"port_totals", (PyCFunction)k_port_totals, METH_O,
+     "port_totals(ports): (counters summed, max queue the max), indices of active ports"},
     {"busy_mask", (PyCFunction)(void (*)(void))k_busy_mask, METH_FASTCALL,
      "busy_mask(ports, now): bit p set when port p is down, serializing or has a queue"},
     {"soonest_drain", (PyCFunction)(void (*)(void))k_soonest_drain, METH_FASTCALL,

@@ -20,7 +20,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,8 +215,12 @@ class FlowResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        out = asdict(self)
-        out.pop("_end_ps")
+        # what asdict gives, without its deep copies (a flow's lists are ints and floats)
+        out = {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), list | tuple) else v
+            for f in fields(self)
+            if f.name != "_end_ps"
+        }
         out["fct_us"] = None if self.fct_ps is None else self.fct_ps / 1e6
         out["goodput_gbps"] = round(self.goodput_gbps, 3)
         out["partial_goodput_gbps"] = round(self.partial_goodput_gbps, 3)
