@@ -11,7 +11,14 @@ Cases (``--case``, repeatable; default ``perm-128`` and ``perm-1024``):
   channel, as NCCL keeps its QPs; about 17x the data of ``perm-1024``; about
   4.5 min and 9.8 GB here, see docs/performance.md);
 * ``alltoall-64`` - every one of 64 hosts sends 64 KiB to every other
-  (4032 QPs: the case that measures cost per QP rather than per packet).
+  (4032 QPs: the case that measures cost per QP rather than per packet);
+* ``sendrecv-N`` - the paper's NCCL-tests sendrecv (5.2.6, Fig. 15) on N hosts x 8
+  planes (T0s of 256 down / 256 up from 8192 hosts): every host sends 4 MiB to
+  host + 1, in 1 MiB messages, and T1 0 of plane 0 goes down at 20 us;
+  ``sendrecv-42k`` is 43,008 hosts (168 T0s), ``sendrecv-131072`` the paper's
+  whole cluster (512 T0s, T1s of 512 ports).  The JSON adds ``per_nic_gbps``
+  (median goodput per NIC, all planes), ``budget_mib`` (the memory budget's
+  estimate for the run) and ``qps``.
 
 Each run is a fresh process (so peak RSS is that run's own) and prints one JSON
 object: wall seconds (the event loop), build seconds, total (both), simulated
@@ -29,6 +36,7 @@ wall time includes its set-up too) and peak RSS to htsim's.
 
     python benchmarks/sim_speed.py                                  # 128 then 1024 hosts
     python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
+    python benchmarks/sim_speed.py --case sendrecv-8192 --case sendrecv-131072
     python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
 """
 
@@ -49,6 +57,7 @@ import time
 from pathlib import Path
 
 from openmrc.sim import _native
+from openmrc.sim.budget import bytes_per_host, estimate
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
@@ -94,7 +103,44 @@ def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str
         exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(all_to_all(list(range(64)), 64 << 10))
         return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair"
-    raise SystemExit(f"--case: unknown case {case!r} (perm-N, allreduce-1024, alltoall-64)")
+    if case.startswith("sendrecv-"):
+        hosts = SENDRECV_HOSTS.get(case[9:]) or (int(case[9:]) if case[9:].isdigit() else 0)
+        spec = sendrecv_fabric(hosts)
+        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp.add_flows(
+            [FlowSpec(h, (h + 1) % hosts, SENDRECV_BYTES, message=1 << 20) for h in range(hosts)]
+        )
+        # a T1 of plane 0 goes down mid-run (about a third of the way at full rate)
+        exp.faults.switch_down(exp.topology.t1_name(0, 0), at_ps=SENDRECV_T1_DOWN_PS)
+        return exp, (
+            f"NCCL-tests sendrecv: every host sends {SENDRECV_BYTES >> 20} MiB to host + 1; "
+            f"T1 p0t1x0 down at {SENDRECV_T1_DOWN_PS / US:g} us"
+        )
+    raise SystemExit(
+        f"--case: unknown case {case!r} (perm-N, allreduce-1024, alltoall-64, sendrecv-N, "
+        "sendrecv-42k, sendrecv-131072)"
+    )
+
+
+#: The paper's sendrecv (5.2.6, Fig. 15): bytes per rank.
+SENDRECV_BYTES = 4 << 20
+#: When a T1 of plane 0 goes down in the sendrecv cases.
+SENDRECV_T1_DOWN_PS = 20 * US
+#: Named sizes: the paper's 42K GPUs (168 T0s of 256) and its whole cluster.
+SENDRECV_HOSTS = {"42k": 168 * 256}
+
+
+def sendrecv_fabric(hosts: int) -> ClosSpec:
+    """The paper's cluster shape cut to ``hosts`` hosts: 8 planes of 100 Gb/s, T0s of 256
+    hosts down and 256 T1s up (T1s of 512 ports at 131,072 hosts), 1 us links; fewer
+    than 8192 hosts: T0s of 32 hosts and 32 T1s."""
+    per_t0 = 256 if hosts >= 8192 else 32
+    if hosts < 2 * per_t0 or hosts % per_t0 or hosts // per_t0 > 1024:
+        raise SystemExit(
+            f"--case sendrecv-{hosts}: the host count must be a multiple of {per_t0} "
+            f"(at least {2 * per_t0}, at most {1024 * per_t0})"
+        )
+    return ClosSpec(planes=8, t0s=hosts // per_t0, hosts_per_t0=per_t0, t1s=per_t0)
 
 
 def run_openmrc(
@@ -111,6 +157,13 @@ def run_openmrc(
     rss_kb = usage.ru_maxrss
     fct = sorted(f.fct_ps for f in result.flows if f.fct_ps is not None)
     spec = exp.spec
+    rates = sorted(f.goodput_gbps for f in result.flows if f.fct_ps is not None)
+    est = estimate(
+        spec,
+        [f.size for f in result.flows],
+        senders=len({f.src for f in result.flows}),
+        qps=sum(len(h.ctx.qps) for h in exp.hosts),
+    )
     return {
         "case": case,
         "simulator": "openmrc",
@@ -135,6 +188,15 @@ def run_openmrc(
         "traversals_per_wall_second": round(traversals / wall) if wall else None,
         "median_fct_us": round(fct[len(fct) // 2] / 1e6, 1) if fct else None,
         "peak_rss_mib": round(rss_kb / 1024, 1),
+        # the memory budget (openmrc.sim.budget, docs/performance.md) for this run
+        "budget_mib": round(est.memory_bytes / 2**20, 1),
+        "budget_bytes_per_host": round(bytes_per_host(spec)),
+        "qps": est.qps,
+        # per NIC (all its planes): median and lowest goodput of the finished flows, Gb/s
+        # (the paper's Fig. 15 is in GB/s: divide by 8)
+        "per_nic_gbps": round(rates[len(rates) // 2], 1) if rates else None,
+        "min_nic_gbps": round(rates[0], 1) if rates else None,
+        "flows_finished": len(fct),
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpus": os.cpu_count(),

@@ -26,9 +26,10 @@ index`` with kind 1 = T0, 2 = T1, 3 = host downlink.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, overload
 
 from openmrc.transport.ev import ev_path, ev_plane
 
@@ -180,7 +181,7 @@ class SwitchInfo:
     usid: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinkInfo:
     """One full-duplex link; ``a`` is the lower-tier end (host or T0), ``b`` the upper."""
 
@@ -193,6 +194,57 @@ class LinkInfo:
     delay_ps: int
 
 
+#: ``h<host>-p<plane>t0x<i>`` or ``p<plane>t0x<i>-p<plane>t1x<k>``.
+_LINK_NAME = re.compile(
+    r"(?:h(0|[1-9][0-9]*)-)?p(0|[1-9][0-9]*)t0x(0|[1-9][0-9]*)(?:-p(0|[1-9][0-9]*)t1x(0|[1-9][0-9]*))?"
+)
+
+
+class LinkList(Sequence[LinkInfo]):
+    """The links of a :class:`Topology`, made when read: a list of two million
+    :class:`LinkInfo` (131,072 hosts on 8 planes) would be 600 MB.
+
+    Per plane ``p``: the ``hosts`` host links (``h<h>-p<p>t0x<h // hosts_per_t0>``, port
+    ``p`` to T0 port ``h % hosts_per_t0``), then the ``t0s * t1s`` T0-T1 links, T0 major.
+    """
+
+    __slots__ = ("_topo",)
+
+    def __init__(self, topo: Topology) -> None:
+        self._topo = topo
+
+    def __len__(self) -> int:
+        spec = self._topo.spec
+        return spec.planes * (spec.hosts + spec.t0s * spec.t1s)
+
+    @overload
+    def __getitem__(self, index: int) -> LinkInfo: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[LinkInfo]: ...
+    def __getitem__(self, index: int | slice) -> LinkInfo | list[LinkInfo]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("link index out of range")
+        topo = self._topo
+        spec = topo.spec
+        hpt = spec.hosts_per_t0
+        p, rest = divmod(index, spec.hosts + spec.t0s * spec.t1s)
+        if rest < spec.hosts:
+            a, b = topo.host_name(rest), topo.t0_name(p, rest // hpt)
+            return LinkInfo(f"{a}-{b}", a, p, b, rest % hpt, spec.host_gbps, spec.link_delay_ps)
+        i, k = divmod(rest - spec.hosts, spec.t1s)
+        a, b = topo.t0_name(p, i), topo.t1_name(p, k)
+        return LinkInfo(f"{a}-{b}", a, hpt + k, b, i, spec.fabric_gbps, spec.link_delay_ps)
+
+    def __iter__(self) -> Iterator[LinkInfo]:
+        for i in range(len(self)):
+            yield self[i]
+
+
 class Topology:
     """Names, ports, uSIDs, tables and addresses of a :class:`ClosSpec` fabric."""
 
@@ -202,7 +254,6 @@ class Topology:
         self.spec = spec
         self.hosts: list[str] = [self.host_name(h) for h in range(spec.hosts)]
         self.switches: list[SwitchInfo] = []
-        self.links: list[LinkInfo] = []
         self._switch_by_name: dict[str, SwitchInfo] = {}
         hpt = spec.hosts_per_t0
         for p in range(spec.planes):
@@ -210,19 +261,11 @@ class Topology:
                 self._add_switch(SwitchInfo(self.t0_name(p, i), 0, p, i, usid(KIND_T0, p, i)))
             for k in range(spec.t1s):
                 self._add_switch(SwitchInfo(self.t1_name(p, k), 1, p, k, usid(KIND_T1, p, k)))
-        for p in range(spec.planes):
-            for h in range(spec.hosts):
-                a, b = self.host_name(h), self.t0_name(p, h // hpt)
-                self.links.append(
-                    LinkInfo(f"{a}-{b}", a, p, b, h % hpt, spec.host_gbps, spec.link_delay_ps)
-                )
-            for i in range(spec.t0s):
-                for k in range(spec.t1s):
-                    a, b = self.t0_name(p, i), self.t1_name(p, k)
-                    self.links.append(
-                        LinkInfo(f"{a}-{b}", a, hpt + k, b, i, spec.fabric_gbps, spec.link_delay_ps)
-                    )
-        self._link_by_name = {link.name: link for link in self.links}
+        #: every link, computed from its index when read (a fabric of 131,072 hosts on
+        #: 8 planes has 2 million): per plane, the host links (host order), then the
+        #: T0-T1 links (T0 major)
+        self.links: LinkList = LinkList(self)
+        self._tables: dict[tuple[int, int], dict[int, int]] = {}
         # uSIDs per plane, for fast path computation
         self._t0_usids = [
             [usid(KIND_T0, p, i) for i in range(spec.t0s)] for p in range(spec.planes)
@@ -257,22 +300,49 @@ class Topology:
         return self._switch_by_name[name]
 
     def link(self, name: str) -> LinkInfo:
-        """The link called ``name`` (``"<a>-<b>"``, lower tier first)."""
-        return self._link_by_name[name]
+        """The link called ``name`` (``"<a>-<b>"``, lower tier first; ``KeyError`` if none)."""
+        index = self.link_index(name)
+        if index is None:
+            raise KeyError(name)
+        return self.links[index]
+
+    def link_index(self, name: str) -> int | None:
+        """The position of the link called ``name`` in :attr:`links`, or None if there is none."""
+        m = _LINK_NAME.fullmatch(name) if isinstance(name, str) else None
+        if m is None:
+            return None
+        spec = self.spec
+        host, p1, i, p2, k = m.groups()
+        p, t0 = int(p1), int(i)
+        per_plane = spec.hosts + spec.t0s * spec.t1s
+        if not 0 <= p < spec.planes or not 0 <= t0 < spec.t0s:
+            return None
+        if host is not None:
+            h = int(host)
+            if not 0 <= h < spec.hosts or h // spec.hosts_per_t0 != t0 or p2 is not None:
+                return None
+            return p * per_plane + h
+        if p2 is None or int(p2) != p or not 0 <= int(k) < spec.t1s:
+            return None
+        return p * per_plane + spec.hosts + t0 * spec.t1s + int(k)
 
     def link_between(self, a: str, b: str) -> LinkInfo:
         """The link joining nodes ``a`` and ``b`` (either order)."""
-        link = self._link_by_name.get(f"{a}-{b}") or self._link_by_name.get(f"{b}-{a}")
-        if link is None:
+        index = self.link_index(f"{a}-{b}")
+        if index is None:
+            index = self.link_index(f"{b}-{a}")
+        if index is None:
             raise KeyError(f"no link between {a} and {b}")
-        return link
+        return self.links[index]
 
     def host_link(self, h: int, plane: int) -> LinkInfo:
         """The link from host ``h``'s plane-``plane`` NIC port to its T0."""
         spec = self.spec
-        return self._link_by_name[
-            f"{self.host_name(h)}-{self.t0_name(plane, h // spec.hosts_per_t0)}"
-        ]
+        if not isinstance(h, int) or not 0 <= h < spec.hosts:
+            raise KeyError(f"host_link: no host {h!r}")
+        if not isinstance(plane, int) or not 0 <= plane < spec.planes:
+            raise KeyError(f"host_link: no plane {plane!r}")
+        return self.links[plane * (spec.hosts + spec.t0s * spec.t1s) + h]
 
     # ----- uSIDs and addresses ---------------------------------------------------
     def usid_of(self, switch_name: str) -> int:
@@ -338,18 +408,28 @@ class Topology:
         T0(p, i): ``T1(p, k) -> hosts_per_t0 + k`` and ``DOWN(p, d) -> d``;
         T1(p, k): ``T0(p, i) -> i``.
         """
-        spec = self.spec
-        hpt = spec.hosts_per_t0
         out: dict[str, dict[int, int]] = {}
         for sw in self.switches:
-            p = sw.plane
-            if sw.tier == 0:
-                table = {usid(KIND_T1, p, k): hpt + k for k in range(spec.t1s)}
-                table.update({usid(KIND_DOWN, p, d): d for d in range(hpt)})
-            else:
-                table = {usid(KIND_T0, p, i): i for i in range(spec.t0s)}
-            out[sw.name] = table
+            out[sw.name] = self.table(sw.tier, sw.plane)
         return out
+
+    def table(self, tier: int, plane: int) -> dict[int, int]:
+        """The forwarding table every switch of ``tier`` in ``plane`` has (see :meth:`tables`).
+
+        One dict per (tier, plane), shared: all T0s of a plane forward alike, as do its T1s.
+        """
+        key = (tier, plane)
+        table = self._tables.get(key)
+        if table is None:
+            spec = self.spec
+            hpt = spec.hosts_per_t0
+            if tier == 0:
+                table = {usid(KIND_T1, plane, k): hpt + k for k in range(spec.t1s)}
+                table.update({usid(KIND_DOWN, plane, d): d for d in range(hpt)})
+            else:
+                table = {usid(KIND_T0, plane, i): i for i in range(spec.t0s)}
+            self._tables[key] = table
+        return dict(table)
 
     # ----- export ----------------------------------------------------------------
     def address_plan(self) -> dict[str, Any]:

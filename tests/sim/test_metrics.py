@@ -98,3 +98,24 @@ def test_per_plane_and_per_ev_activity() -> None:
     roce.add_flow(FlowSpec(0, 3, 1 << 20))
     res = roce.run()
     assert sum(res.plane_series["plane1"]) == 0 < sum(res.plane_series["plane0"])
+
+
+def test_a_large_fabric_lists_only_its_active_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    from openmrc.sim import metrics
+
+    exp = Experiment(ClosSpec(planes=2, t0s=2, hosts_per_t0=2, t1s=2), seed=1)
+    exp.add_flows([FlowSpec(0, 3, 64 << 10)])
+    exp.run()
+    full = exp.fabric.metrics.snapshot()
+    monkeypatch.setattr(metrics, "FULL_ROWS_LIMIT", 0)  # as if it had a million ports
+    small = exp.fabric.metrics.snapshot()
+    active = [row for row in full["ports"] if row["tx_pkts"] or not row["up"]]
+    assert 0 < len(active) < len(full["ports"])
+    assert small["ports"] == active
+    assert small["port_rows"] == "active"
+    assert small["totals"] == full["totals"]
+    assert small["hosts"] == []
+    assert small["host_totals"]["received"] == sum(r["received"] for r in full["hosts"]) > 0
+    # the native totals (when built) and the Python ones agree
+    monkeypatch.setattr(metrics, "kernel", None)
+    assert exp.fabric.metrics.snapshot() == small

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import itertools
 import json
 import re
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..topology import ClosSpec, Topology
 from ..units import plural
+from .budget import Estimate, available_bytes, estimate
 
 #: Exit codes (docs/cli.md).
 EXIT_OK = 0
@@ -184,6 +186,7 @@ class RunProgress:
         delay_s: float = 1.0,
         console: Any = None,
     ) -> None:
+        #: the experiment, or None while it is being built (the bar then says so)
         self.exp = exp
         self.label = label
         self.enabled = enabled
@@ -209,12 +212,17 @@ class RunProgress:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def _counts(self) -> tuple[int, int, float]:
-        flows = list(self.exp.flows)
+    def _counts(self) -> tuple[int, int, float | None]:
+        """(flows done, flows, simulated us); simulated us is None while setting up."""
+        exp = self.exp
+        if exp is None:
+            return 0, 0, None
+        flows = list(exp.flows)
         done = sum(1 for f in flows if f.done_at is not None)
-        return done, len(flows), self.exp.sim.now / 1e6
+        return done, len(flows), exp.sim.now / 1e6
 
     def _loop(self) -> None:
+        """Show the bar after ``delay_s`` (set-up included), refresh it 5 times a second."""
         if self._stop.wait(self.delay_s):
             return
         from rich.console import Console
@@ -230,15 +238,14 @@ class RunProgress:
             console=console,
             transient=True,
         )
-        done, total, sim_us = self._counts()
-        task = progress.add_task(self.label, total=total, completed=done, sim="")
+        done, total, _sim_us = self._counts()
+        task = progress.add_task(self.label, total=total or None, completed=done, sim="")
         self.shown = True
         with progress:
             while True:
                 done, total, sim_us = self._counts()
-                progress.update(
-                    task, completed=done, total=total, sim=f"{sim_us:,.1f} us simulated"
-                )
+                what = "setting up" if sim_us is None else f"{sim_us:,.1f} us simulated"
+                progress.update(task, completed=done, total=total or None, sim=what)
                 if self._stop.wait(0.2):
                     break
 
@@ -252,6 +259,55 @@ class RunOutcome:
         self.scenario = scenario
         self.doc = doc
         self.partial = partial
+
+
+def run_estimate(scenario: Any) -> Estimate:
+    """What ``scenario`` will cost (:func:`openmrc.sim.budget.estimate`), from its
+    spec and workload, before anything is built."""
+    from .experiment import base_rtt_ps
+
+    spec = scenario.spec
+    default_qps = scenario.transport.qps or 1
+    sizes = [f.size for f in scenario.flows]
+    senders = {f.src for f in scenario.flows}
+    qps = 2 * sum((f.qps or default_qps) for f in scenario.flows)
+    for run in scenario.collectives:
+        coll = run.collective
+        sizes.extend(t.size for t in coll.transfers)
+        pairs = {(t.src, t.dst, t.channel) for t in coll.transfers}
+        senders.update(range(coll.ranks))
+        qps += 2 * len(pairs) * (run.qps or default_qps)
+    return estimate(
+        spec,
+        sizes,
+        senders=len(senders),
+        qps=qps,
+        mtu=scenario.transport.mtu,
+        base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu),
+    )
+
+
+#: A run this big (events) says what it will cost even without a progress bar.
+ANNOUNCE_EVENTS = 50_000_000
+
+
+def announce(scenario: Any, progress: bool) -> Estimate:
+    """Say on stderr what the run will cost (when it shows progress, or is big), and
+    warn when its memory estimate is more than the machine has available."""
+    est = run_estimate(scenario)
+    free = available_bytes()
+    short = free is not None and est.memory_bytes > free
+    if progress or short or est.events >= ANNOUNCE_EVENTS:
+        print(f"openmrc: {est.line()}", file=sys.stderr, flush=True)
+    if short and free is not None:
+        print(
+            f"openmrc: warning: the estimate ({est.memory_bytes / 2**30:.1f} GiB) is more "
+            f"than the {free / 2**30:.1f} GiB available: the run may fail or swap "
+            "(docs/performance.md has the budget)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return est
 
 
 def execute(
@@ -269,24 +325,33 @@ def execute(
     from ..scenario import ScenarioError
 
     start_time = now_utc()
-    exp = scenario.build()
-    if pcap:
-        try:
-            exp.capture(pcap, _host_list(pcap_hosts, exp.spec.hosts))
-        except ScenarioError:
-            raise
-        except ValueError as exc:
-            raise ScenarioError(str(exc)) from None
-    until = None if scenario.until_us is None else int(scenario.until_us * 1_000_000)
+    announce(scenario, progress)
     label = f"{scenario.name or scenario_file} [{scenario.transport.name}]"
-    started = time.perf_counter()
     partial = False
-    try:
-        with RunProgress(exp, label, progress):
+    with RunProgress(None, label, progress) as bar:
+        try:
+            exp = scenario.build()
+        except KeyboardInterrupt:
+            print(
+                "openmrc: interrupted while setting up: nothing was simulated, no results",
+                file=sys.stderr,
+            )
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        if pcap:
+            try:
+                exp.capture(pcap, _host_list(pcap_hosts, exp.spec.hosts))
+            except ScenarioError:
+                raise
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
+        until = None if scenario.until_us is None else int(scenario.until_us * 1_000_000)
+        bar.exp = exp
+        started = time.perf_counter()
+        try:
             result = exp.run(until)
-    except KeyboardInterrupt:
-        partial = True
-        result = exp.collect(round(time.perf_counter() - started, 3))
+        except KeyboardInterrupt:
+            partial = True
+            result = exp.collect(round(time.perf_counter() - started, 3))
     wall = time.perf_counter() - started
     warnings: list[str] = []
     if partial:
@@ -309,6 +374,12 @@ def execute(
         warnings=warnings,
         partial=partial,
     )
+    # The fabric is millions of objects in reference cycles: left to the collector, the
+    # interpreter's exit would spend seconds freeing them one by one (4 s at 8192 hosts
+    # x 8 planes, most of a Ctrl-C's wait).  Frozen, they are left to the operating
+    # system; the next run in this process (quiet_gc) unfreezes them for the collector.
+    del exp, bar, result
+    gc.freeze()
     return RunOutcome(label, scenario, doc, partial)
 
 
@@ -541,11 +612,19 @@ def _report(out: Path, outcomes: list[RunOutcome], scenario_copy: Path | None = 
     """report.html (the table; plots when the report extra, matplotlib, is installed)."""
     from ..report import have_plots, write_report
 
-    if not have_plots():
+    if not have_plots() and not any(o.partial for o in outcomes):
         print(
             "openmrc: note: report.html has no plots (pip install 'openmrc[report]')",
             file=sys.stderr,
         )
+    if any(o.partial for o in outcomes):
+        # interrupted: Ctrl-C should end the program at once, and the plots (matplotlib)
+        # take seconds: the page has the table only
+        from ..report import render_html
+
+        path = out / "report.html"
+        path.write_text(render_html([o.doc for o in outcomes], [], scenario_copy))
+        return path
     return write_report(out, [o.doc for o in outcomes], scenario_copy)
 
 

@@ -20,7 +20,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from .baseline_fabric import baseline_configs
 from .capture import Capture
 from .clustermapper import Clustermapper, ClustermapperConfig
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
-from .engine import Simulator
+from .engine import Simulator, paused_gc
 from .fabric import Fabric
 from .faults import FaultInjector
 from .host import SimHost
@@ -216,8 +216,12 @@ class FlowResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        out = asdict(self)
-        out.pop("_end_ps")
+        # what asdict gives, without its deep copies (a flow's lists are ints and floats)
+        out = {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), list | tuple) else v
+            for f in fields(self)
+            if f.name != "_end_ps"
+        }
         out["fct_us"] = None if self.fct_ps is None else self.fct_ps / 1e6
         out["goodput_gbps"] = round(self.goodput_gbps, 3)
         out["partial_goodput_gbps"] = round(self.partial_goodput_gbps, 3)
@@ -636,10 +640,11 @@ class Experiment:
             fabric_config.path_latency_ps() if fabric_config is not None else 0,
         )
         self.sim = Simulator(seed)
-        self.fabric = self._build_fabric(fabric_config)
-        self.faults = FaultInjector(self.fabric)
-        master = random.Random(seed ^ 0x5EED)
-        self.hosts = self._build_hosts(master)
+        with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
+            self.fabric = self._build_fabric(fabric_config)
+            self.faults = FaultInjector(self.fabric)
+            master = random.Random(seed ^ 0x5EED)
+            self.hosts = self._build_hosts(master)
         for host in self.hosts:
             host.faults = self.faults  # per-EV loss is applied where packets leave
         self.payloads = payloads

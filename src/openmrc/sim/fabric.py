@@ -46,14 +46,14 @@ link going down also loses what is in the NIC's pipeline).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from openmrc.sim.config import FabricConfig
 from openmrc.sim.link import Link
 from openmrc.sim.metrics import Metrics
 from openmrc.sim.port import EgressPort
 from openmrc.sim.switch import HostEnd, HostReceiver, Switch
-from openmrc.topology import BLOCK, Topology
+from openmrc.topology import BLOCK, LinkInfo, Topology
 from openmrc.transport.ev import ev_plane
 
 if TYPE_CHECKING:
@@ -62,6 +62,22 @@ if TYPE_CHECKING:
 
 #: ``on_link(plane, up, now)``.
 HostLinkListener = Callable[[int, bool, int], None]
+
+
+class _PlaneWatcher:
+    """A host's link listener for one plane: ``on_link(plane, up, now)``.
+
+    (A slotted object: a lambda per host link was a function object each.)
+    """
+
+    __slots__ = ("on_link", "plane")
+
+    def __init__(self, on_link: HostLinkListener, plane: int) -> None:
+        self.on_link = on_link
+        self.plane = plane
+
+    def __call__(self, _link: Link, up: bool, now: int) -> None:
+        self.on_link(self.plane, up, now)
 
 
 class Fabric:
@@ -93,89 +109,129 @@ class Fabric:
         #: (what a route depends on); :meth:`routes_from` hands a host its own
         self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
         self.metrics = Metrics(self)
-        hpt, t1s = spec.hosts_per_t0, spec.t1s
+        self._build()
+
+    def _build(self) -> None:
+        """Make every switch, port and link, in :attr:`Topology.links` order.
+
+        Written for size (131,072 hosts on 8 planes are 2 million links): the port
+        parameters are worked out once per kind of port, each switch's and host
+        end's receive method is bound once, names are made once per node, and the
+        forwarding tables are one per (tier, plane).
+        """
+        sim, topology, config = self.sim, self.topology, self.config
+        spec = topology.spec
+        hpt, t0s, t1s, hosts = spec.hosts_per_t0, spec.t0s, spec.t1s, spec.hosts
+        switch_class, port_class = self.switch_class, self.port_class
+        switches = self.switches
+        t0_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
+        t1_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
         for sw in topology.switches:
-            nports = hpt + t1s if sw.tier == 0 else spec.t0s
-            self.switches[sw.name] = self.switch_class(sw, nports)
-        host_index = {name: h for h, name in enumerate(topology.hosts)}
+            obj = switch_class(sw, hpt + t1s if sw.tier == 0 else t0s)
+            switches[sw.name] = obj
+            (t0_of if sw.tier == 0 else t1_of)[sw.plane].append(obj)
         lat = config.switch_latency_ps
         fr = config.framing_bytes
-        for info in topology.links:
-            rate = round(info.gbps * 1e9)
-            upper = self.switches[info.b]
-            if info.a in host_index:
-                h = host_index[info.a]
-                plane = info.a_port
-                end = self.host_ends[h][plane]
-                up_port = self.port_class(
+        delay = spec.link_delay_ps
+        host_rate = round(spec.host_gbps * 1e9)
+        fabric_rate = round(spec.fabric_gbps * 1e9)
+        hq = config.host_queue_bytes
+        nic_kw: dict[str, Any] = {"data_limit": hq, "prio_limit": hq, "trim": False, "framing": fr}
+        nic_delay = delay + lat + config.nic_tx_latency_ps
+        queue, header, kmin, kmax = config.port_params(host_rate)
+        lasthop_kw: dict[str, Any] = {
+            "data_limit": queue,
+            "prio_limit": header,
+            "trim": config.trimming,
+            "lasthop": True,
+            "ecn": config.ecn and config.ecn_lasthop,
+            "kmin": kmin,
+            "kmax": kmax,
+            "framing": fr,
+        }
+        lasthop_delay = delay + config.nic_rx_latency_ps
+        queue, header, kmin, kmax = config.port_params(fabric_rate)
+        fabric_kw: dict[str, Any] = {
+            "data_limit": queue,
+            "prio_limit": header,
+            "trim": config.trimming,
+            "lasthop": False,
+            "ecn": config.ecn,
+            "kmin": kmin,
+            "kmax": kmax,
+            "framing": fr,
+        }
+        fabric_delay = delay + lat
+        links, ports = self.links, self.ports
+        host_names = topology.hosts
+        for p in range(spec.planes):
+            t0 = t0_of[p]
+            t0_names = [sw.name for sw in t0]
+            t0_rx = [sw.receive for sw in t0]
+            for h in range(hosts):
+                i, d = divmod(h, hpt)
+                a, b = host_names[h], t0_names[i]
+                lower = t0[i]
+                up_port = port_class(
+                    sim, f"{a}:{p}->{b}", host_rate, nic_delay, t0_rx[i], peer=b, **nic_kw
+                )
+                down_port = port_class(
                     sim,
-                    f"{info.a}:{info.a_port}->{info.b}",
-                    rate,
-                    info.delay_ps + lat + config.nic_tx_latency_ps,
-                    upper.receive,
-                    data_limit=config.host_queue_bytes,
-                    prio_limit=config.host_queue_bytes,
-                    trim=False,
-                    framing=fr,
-                    peer=info.b,
+                    f"{b}:{d}->{a}",
+                    host_rate,
+                    lasthop_delay,
+                    self.host_ends[h][p].receive,
+                    peer=a,
+                    **lasthop_kw,
                 )
-                down_port = self._switch_port(
-                    info.b,
-                    info.b_port,
-                    info.a,
-                    rate,
-                    info.delay_ps + config.nic_rx_latency_ps,
-                    end.receive,
-                    lasthop=True,
+                lower.ports[d] = down_port
+                name = f"{a}-{b}"
+                link = Link(
+                    sim, LinkInfo(name, a, p, b, d, spec.host_gbps, delay), up_port, down_port
                 )
+                links[name] = link
+                ports.append(up_port)
+                ports.append(down_port)
                 self.host_ports[h].append(up_port)
-            else:
-                lower = self.switches[info.a]
-                up_port = self._switch_port(
-                    info.a, info.a_port, info.b, rate, info.delay_ps + lat, upper.receive
-                )
-                down_port = self._switch_port(
-                    info.b, info.b_port, info.a, rate, info.delay_ps + lat, lower.receive
-                )
-                lower.ports[info.a_port] = up_port
-            upper.ports[info.b_port] = down_port
-            link = Link(sim, info, up_port, down_port)
-            self.links[info.name] = link
-            self.ports.append(up_port)
-            self.ports.append(down_port)
-            if info.a in host_index:
-                self._host_links[host_index[info.a]].append(link)
-        for name, table in topology.tables().items():
-            self.switches[name].install(table)
-
-    def _switch_port(
-        self,
-        node: str,
-        port_no: int,
-        peer: str,
-        rate: int,
-        delay: int,
-        rx: Callable[..., None],
-        lasthop: bool = False,
-    ) -> EgressPort:
-        config = self.config
-        queue, header, kmin, kmax = config.port_params(rate)
-        return self.port_class(
-            self.sim,
-            f"{node}:{port_no}->{peer}",
-            rate,
-            delay,
-            rx,
-            data_limit=queue,
-            prio_limit=header,
-            trim=config.trimming,
-            lasthop=lasthop,
-            ecn=config.ecn and (config.ecn_lasthop or not lasthop),
-            kmin=kmin,
-            kmax=kmax,
-            framing=config.framing_bytes,
-            peer=peer,
-        )
+                self._host_links[h].append(link)
+            t1 = t1_of[p]
+            t1_names = [sw.name for sw in t1]
+            t1_rx = [sw.receive for sw in t1]
+            for i in range(t0s):
+                a = t0_names[i]
+                lower = t0[i]
+                lower_ports = lower.ports
+                rx_a = t0_rx[i]
+                for k in range(t1s):
+                    b = t1_names[k]
+                    up_port = port_class(
+                        sim,
+                        f"{a}:{hpt + k}->{b}",
+                        fabric_rate,
+                        fabric_delay,
+                        t1_rx[k],
+                        peer=b,
+                        **fabric_kw,
+                    )
+                    down_port = port_class(
+                        sim, f"{b}:{i}->{a}", fabric_rate, fabric_delay, rx_a, peer=a, **fabric_kw
+                    )
+                    lower_ports[hpt + k] = up_port
+                    t1[k].ports[i] = down_port
+                    name = f"{a}-{b}"
+                    link = Link(
+                        sim,
+                        LinkInfo(name, a, hpt + k, b, i, spec.fabric_gbps, delay),
+                        up_port,
+                        down_port,
+                    )
+                    links[name] = link
+                    ports.append(up_port)
+                    ports.append(down_port)
+            for tier, group in ((0, t0), (1, t1)):
+                table = topology.table(tier, p)
+                for switch in group:
+                    switch.install(table)
 
     # ----- NIC-facing interface --------------------------------------------------
     def host_port(self, h: int, plane: int) -> EgressPort:
@@ -194,8 +250,7 @@ class Fabric:
             end.on_receive = on_receive
         if on_link is not None:
             for plane, link in enumerate(self._host_links[h]):
-                # mypy cannot type a lambda with a default argument (the bound plane)
-                link.watch(lambda _link, up, now, _p=plane: on_link(_p, up, now))  # type: ignore[misc]
+                link.watch(_PlaneWatcher(on_link, plane))
 
     def path_for(self, src: int, dst: int, ev: int) -> int:
         """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached)."""

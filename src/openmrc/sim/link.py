@@ -39,7 +39,9 @@ class Link:
         down_port.link = self
         self.admin_up = True
         self._holds = 0
-        self.listeners: list[LinkListener] = []
+        #: who hears of up/down changes (a tuple: most links have none, and the
+        #: empty tuple costs nothing per link)
+        self.listeners: tuple[LinkListener, ...] = ()
 
     @property
     def up(self) -> bool:
@@ -53,7 +55,7 @@ class Link:
 
     def watch(self, listener: LinkListener) -> None:
         """Call ``listener(link, up, now)`` whenever the link goes up or down."""
-        self.listeners.append(listener)
+        self.listeners = (*self.listeners, listener)
 
     def set_admin(self, up: bool) -> None:
         """Apply (``up=False``) or clear a link fault at ``sim.now``."""

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from openmrc.sim._native import kernel
 from openmrc.sim.port import COUNTERS, EgressPort
 
 
@@ -53,6 +54,13 @@ def fct_summary(flows: list[Any]) -> dict[str, Any]:
             "max": max(values) if values else None,
         }
     return out
+
+
+#: Above this many ports a snapshot lists only the ports that did something (sent,
+#: trimmed, marked, dropped or lost a packet, or are down) and no per-host-end rows
+#: (their totals instead): a row per port of 131,072 hosts on 8 planes is 4 million
+#: dicts, minutes to make and gigabytes to write.  The totals still cover every port.
+FULL_ROWS_LIMIT = 100_000
 
 
 class Metrics:
@@ -103,11 +111,12 @@ class Metrics:
         sim.schedule(sim.now, tick)
 
     # ----- snapshots -------------------------------------------------------------
-    def port_rows(self) -> list[dict[str, Any]]:
-        """One dict per egress port: name, link, rate, counters, utilisation so far."""
+    def port_rows(self, ports: list[EgressPort] | None = None) -> list[dict[str, Any]]:
+        """One dict per egress port (of ``ports``, default all): name, link, rate,
+        counters, utilisation so far."""
         elapsed = self.fabric.sim.now
         rows = []
-        for port in self.fabric.ports:
+        for port in self.fabric.ports if ports is None else ports:
             row: dict[str, Any] = {
                 "port": port.name,
                 "link": port.link.name if port.link is not None else "",
@@ -121,29 +130,19 @@ class Metrics:
         return rows
 
     def snapshot(self, include_samples: bool = True) -> dict[str, Any]:
-        """Everything as a JSON-able dict."""
+        """Everything as a JSON-able dict.
+
+        A fabric of more than :data:`FULL_ROWS_LIMIT` ports lists only its active
+        ports (``port_rows`` is then ``"active"``) and, instead of a row per host
+        end (``hosts`` is then empty), their totals (``host_totals``).
+        """
         fabric = self.fabric
-        totals = dict.fromkeys(COUNTERS, 0)
-        rows = self.port_rows()
-        for row in rows:
-            for name in COUNTERS:
-                if name == "max_queue_bytes":
-                    totals[name] = max(totals[name], row[name])
-                else:
-                    totals[name] += row[name]
+        full = len(fabric.ports) <= FULL_ROWS_LIMIT
+        totals, active = _totals(fabric.ports)
+        rows = self.port_rows(ports=None if full else [fabric.ports[i] for i in active])
         switches = [
             {"switch": sw.name, "state": sw.state, **sw.counters()}
             for sw in fabric.switches.values()
-        ]
-        hosts = [
-            {
-                "host": h,
-                "plane": end.plane,
-                "received": end.received,
-                "undelivered": end.undelivered,
-            }
-            for h, ends in enumerate(fabric.host_ends)
-            for end in ends
         ]
         out: dict[str, Any] = {
             "time_ps": fabric.sim.now,
@@ -153,9 +152,26 @@ class Metrics:
             "discarded": sum(sw.discarded for sw in fabric.switches.values()),
             "ports": rows,
             "switches": switches,
-            "hosts": hosts,
             "faults": list(self.faults),
         }
+        if full:
+            out["hosts"] = [
+                {
+                    "host": h,
+                    "plane": end.plane,
+                    "received": end.received,
+                    "undelivered": end.undelivered,
+                }
+                for h, ends in enumerate(fabric.host_ends)
+                for end in ends
+            ]
+        else:
+            out["hosts"] = []
+            out["port_rows"] = "active"
+            out["host_totals"] = {
+                "received": sum(end.received for ends in fabric.host_ends for end in ends),
+                "undelivered": sum(end.undelivered for ends in fabric.host_ends for end in ends),
+            }
         if include_samples:
             out["queue_samples"] = [list(s) for s in self.queue_samples]
         return out
@@ -183,6 +199,43 @@ class Metrics:
         for name, rows in tables.items():
             written.append(write_csv_rows(d / f"{prefix}{name}.csv", rows))
         return written
+
+
+def _totals(ports: list[EgressPort]) -> tuple[dict[str, int], list[int]]:
+    """The counters summed over ``ports`` (``max_queue_bytes``: the max), and the
+    indices of the ports that are down, sent, dropped or lost something, or hold a
+    queue (natively when they are all native ports: a million in milliseconds)."""
+    if kernel is not None:
+        try:
+            sums, active = kernel.port_totals(ports)
+        except TypeError:
+            pass
+        else:
+            return dict(zip(COUNTERS, sums, strict=True)), active
+    totals = dict.fromkeys(COUNTERS, 0)
+    active = []
+    for i, port in enumerate(ports):
+        for name in COUNTERS:
+            value = getattr(port, name)
+            if name == "max_queue_bytes":
+                totals[name] = max(totals[name], value)
+            else:
+                totals[name] += value
+        if not port.up or any(
+            getattr(port, name)
+            for name in (
+                "tx_pkts",
+                "drops_full",
+                "drops_header",
+                "drops_down",
+                "lost",
+                "lost_silent",
+                "data_bytes",
+                "prio_bytes",
+            )
+        ):
+            active.append(i)
+    return totals, active
 
 
 def write_csv_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
