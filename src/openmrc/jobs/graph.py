@@ -210,6 +210,7 @@ def build_iteration(job: JobSpec) -> JobGraph:
     sent_grad: dict[tuple[int, int, int, int], int] = {}
     bwd_parts: dict[tuple[int, int, int], list[int]] = {}  # (stage, dp, tp) -> last B parts
     after: dict[int, int] = {}
+    zero_prev: dict[tuple[int, int], int] = {}
     opt_ps = [0] * p
     bucket_counts = [_buckets(par, a.params_rank) for a in arith]
     progress = True
@@ -225,7 +226,7 @@ def build_iteration(job: JobSpec) -> JobGraph:
                 _emit_op(
                     g, job, arith[s], s, kind, mb, micro,
                     fwd_ps[s] if kind == "F" else bwd_ps[s], compute, after,
-                    sent_act, sent_grad, bwd_parts, bucket_counts[s],
+                    sent_act, sent_grad, bwd_parts, bucket_counts[s], zero_prev,
                 )  # fmt: skip
                 pos[s] += 1
                 progress = True
@@ -279,7 +280,7 @@ def build_iteration(job: JobSpec) -> JobGraph:
                     rank, opt_ps[s], f"optimizer s{s}", "opt", tuple(done_by_rank.get(rank, ()))
                 )
                 done_by_rank[rank] = [step]
-            if par.zero >= 1 and d > 1:
+            if par.zero in (1, 2) and d > 1:
                 ranks = [rank_of(par, ti, di, s) for di in range(d)]
                 deps = tuple(sorted(done_by_rank[r][0] for r in ranks))
                 g.add(
@@ -310,6 +311,7 @@ def _emit_op(
     sent_grad: dict[tuple[int, int, int, int], int],
     bwd_parts: dict[tuple[int, int, int], list[int]],
     buckets: int,
+    zero_prev: dict[tuple[int, int], int],
 ) -> None:
     """Add the tasks of one 1F1B op (F or B of micro-batch ``mb``) on every rank of stage ``s``.
 
@@ -326,16 +328,18 @@ def _emit_op(
         # (prefetched: the gather waits for nothing but the previous one).
         for ti in range(t):
             ranks = tuple(rank_of(par, ti, di, s) for di in range(d))
+            prev_gather = zero_prev.get((s, ti))
             gathered[ti] = g.add(
                 Task(
                     "allgather",
                     ranks,
-                    (),
+                    () if prev_gather is None else (prev_gather,),
                     size=a.params_rank * job.model.dtype_bytes,
                     label=f"zero3 gather s{s} {kind}{mb}",
                     phase="zero",
                 )
             )
+            zero_prev[(s, ti)] = gathered[ti]
     first: dict[int, list[int]] = {}
     for ti in range(t):
         for di in range(d):
