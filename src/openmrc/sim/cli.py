@@ -268,6 +268,8 @@ def execute(
     from ..scenario import ScenarioError
 
     start_time = now_utc()
+    if getattr(scenario, "mode", "packet") == "flow":
+        return _execute_flow(scenario, scenario_file, overrides, workload, start_time)
     exp = scenario.build()
     if pcap:
         try:
@@ -308,7 +310,44 @@ def execute(
         warnings=warnings,
         partial=partial,
     )
+    if getattr(scenario, "jobs", None) and scenario.job_state is not None:
+        from ..jobrun import packet_rows
+
+        jobs, lowered = scenario.job_state
+        doc["jobs"] = packet_rows(scenario.spec, jobs, lowered, result)
     return RunOutcome(label, scenario, doc, partial)
+
+
+def _execute_flow(
+    scenario: Any, scenario_file: str, overrides: list[str], workload: dict[str, Any], start: str
+) -> RunOutcome:
+    """Run a scenario's training jobs in the flow-level model (``run.mode = "flow"``)."""
+    from ..jobrun import flow_result, placed, run_flow
+    from ..results import build
+
+    jobs = (
+        scenario.job_state[0] if scenario.job_state else placed(scenario.jobs, scenario.job_hosts)
+    )
+    res, rows, wall = run_flow(
+        scenario.spec, scenario.transport, scenario.seed, jobs, scenario.faults, scenario.until_us
+    )
+    result = flow_result(res, wall, scenario.sample_us)
+    warnings = [] if all(r["complete"] for r in rows) else ["a job did not finish its iteration"]
+    doc = build(
+        result,
+        scenario,
+        scenario_file=scenario_file,
+        overrides=overrides,
+        workload=workload,
+        start_time=start,
+        wall_seconds=wall,
+        warnings=warnings,
+        partial=False,
+    )
+    doc["jobs"] = rows
+    doc["all_ok"] = all(r["complete"] for r in rows)
+    label = f"{scenario.name or scenario_file} [{scenario.transport.name}, flow level]"
+    return RunOutcome(label, scenario, doc, False)
 
 
 def _host_list(text: str | None, hosts: int) -> list[int] | None:
@@ -371,6 +410,12 @@ def _status_line(doc: dict[str, Any]) -> str:
 
 
 def _collective_lines(doc: dict[str, Any]) -> list[str]:
+    from ..jobrun import step_lines
+
+    return step_lines(doc) + _coll_lines(doc)
+
+
+def _coll_lines(doc: dict[str, Any]) -> list[str]:
     """One line per collective, when the results have any."""
     out = []
     for c in doc.get("collectives") or []:

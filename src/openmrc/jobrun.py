@@ -1,0 +1,226 @@
+"""Running a scenario's training jobs: packet level or flow level, and their step times.
+
+A scenario with ``[job]`` / ``[[jobs]]`` (openmrc.jobs.config) runs its jobs'
+iterations either in the packet simulator (``run.mode = "packet"``, the
+default: the task graph lowered to flows by openmrc.jobs.lower) or in the
+flow-level model (``run.mode = "flow"``, openmrc.sim.fluid).  Either way the
+results document gets ``jobs``: one row per job (docs/training.md,
+"Step time"):
+
+* ``step_time_us``: from the job's start to the end of its last task;
+* ``compute_us``: the busiest rank's compute (forward, backward, optimizer,
+  and TP's NVLink time);
+* ``exposed_comm_us``: step time minus the critical path with every transfer
+  taking no time (communication not hidden behind compute);
+* ``idle_us``: mean over ranks of step time minus the rank's compute (bubbles
+  and waiting for the network);
+* ``slowdown``: step time over the same job alone on a failure-free fabric in
+  the flow-level model with MRC (contention-free but for its own traffic).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .jobs.config import JobConfig
+from .jobs.graph import JobGraph, build_iteration
+from .jobs.lower import Lowered, lower, times
+from .sim.experiment import Experiment, Result
+from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
+from .topology import ClosSpec
+
+US = 1_000_000
+
+
+@dataclass
+class PlacedJob:
+    """A job of a scenario with its graph and hosts."""
+
+    config: JobConfig
+    graph: JobGraph
+    hosts: list[int]
+
+    @property
+    def start_ps(self) -> int:
+        """When the job starts."""
+        return int(self.config.start_us * US)
+
+
+def placed(configs: list[JobConfig], hosts: list[list[int]]) -> list[PlacedJob]:
+    """Build every job's iteration graph."""
+    return [PlacedJob(c, build_iteration(c.spec), h) for c, h in zip(configs, hosts, strict=True)]
+
+
+def add_packet_jobs(
+    exp: Experiment, jobs: list[PlacedJob], message: int
+) -> list[tuple[int, Lowered]]:
+    """Add the jobs' flows to ``exp``; per job (index of its first flow, lowering)."""
+    out = []
+    for job in jobs:
+        base = len(exp.flows)
+        low = lower(job.graph, job.hosts, job.start_ps, message, job.config.spec.name, 0)
+        if low.flows:
+            exp.add_flows(low.flows, watch=True)
+        out.append((base, low))
+    return out
+
+
+def fluid_model(
+    spec: ClosSpec, transport: Any, seed: int, jobs: list[PlacedJob], faults: list[Any]
+) -> FluidModel:
+    """The flow-level model of a scenario's fabric, transport, jobs and faults."""
+    name = transport.name
+    qps = transport.qps or int(transport.roce.get("qps", 1)) if name != "mrc" else 1
+    conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
+    g = jobs[0].config.spec.gpu if jobs else None
+    model = FluidModel(
+        spec,
+        name,
+        qps=qps,
+        convergence_ps=conv,
+        mtu=transport.mtu,
+        seed=seed,
+        gpus_per_server=g.gpus_per_server if g else 8,
+        nvlink_bytes_per_ps=g.nvlink_gbytes_s / 1000 if g else 0.45,
+    )
+    for job in jobs:
+        model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))
+    for i, f in enumerate(faults):
+        if f.links or f.switches:
+            raise ValueError(f"faults[{i}]: the flow-level model takes one target, not a group")
+        try:
+            model.add_fault(FluidFault(int(f.at_us * US), f.kind, f.target, f.host, f.plane))
+        except ValueError as exc:
+            raise ValueError(f"faults[{i}].{exc}") from None
+    return model
+
+
+def ideal_step_ps(spec: ClosSpec, job: PlacedJob) -> float | None:
+    """The job alone on a failure-free fabric, flow level, MRC: its step time."""
+    g = job.config.spec.gpu
+    model = FluidModel(
+        spec, "mrc", gpus_per_server=g.gpus_per_server, nvlink_bytes_per_ps=g.nvlink_gbytes_s / 1000
+    )
+    model.add_job(FluidJob(job.graph, job.hosts, 0))
+    r = model.run()
+    ends = r.jobs[0].end
+    if any(e is None for e in ends):
+        return None
+    return max((e for e in ends if e is not None), default=0.0)
+
+
+def job_row(
+    job: PlacedJob, start: list[Any], end: list[Any], ideal_ps: float | None
+) -> dict[str, Any]:
+    """One ``jobs`` entry of the results (see the module docstring)."""
+    g = job.graph
+    busy = g.compute_busy_ps()
+    done = all(e is not None for e in end)
+    row: dict[str, Any] = {
+        "name": job.config.spec.name,
+        "gpus": g.ranks,
+        "hosts": [min(job.hosts), max(job.hosts)],
+        "start_us": job.config.start_us,
+        "complete": done,
+        "tasks": len(g.tasks),
+        "compute_us": round(max(busy) / 1e6, 3),
+        "params": job.config.spec.model.params(),
+    }
+    if not done:
+        row.update(step_time_us=None, exposed_comm_us=None, idle_us=None, slowdown=None)
+        return row
+    step = max((e for e in end if e is not None), default=0.0) - job.start_ps
+    crit = g.critical_compute_ps()
+    row["step_time_us"] = round(step / 1e6, 3)
+    row["exposed_comm_us"] = round(max(0.0, step - crit) / 1e6, 3)
+    row["idle_us"] = round(sum(step - b for b in busy) / len(busy) / 1e6, 3)
+    row["ideal_step_us"] = None if ideal_ps is None else round(ideal_ps / 1e6, 3)
+    row["slowdown"] = None if not ideal_ps else round(step / ideal_ps, 4)
+    comm: dict[str, float] = {}
+    for t, s, e in zip(g.tasks, start, end, strict=True):
+        if t.kind != "compute" and s is not None and e is not None:
+            comm[t.phase] = comm.get(t.phase, 0.0) + (e - s)
+    row["comm_time_us_by_phase"] = {k: round(v / 1e6, 3) for k, v in sorted(comm.items())}
+    return row
+
+
+def packet_rows(
+    spec: ClosSpec, jobs: list[PlacedJob], lowered: list[tuple[int, Lowered]], result: Result
+) -> list[dict[str, Any]]:
+    """The ``jobs`` rows of a packet-level run."""
+    rows = []
+    for job, (base, low) in zip(jobs, lowered, strict=True):
+        arrived = [f.rx_finish_ps for f in result.flows[base : base + len(low.flows)]]
+        start, end = times(job.graph, low, arrived)
+        rows.append(job_row(job, start, end, ideal_step_ps(spec, job)))
+    return rows
+
+
+def run_flow(
+    spec: ClosSpec,
+    transport: Any,
+    seed: int,
+    jobs: list[PlacedJob],
+    faults: list[Any],
+    until_us: float | None = None,
+) -> tuple[FluidResult, list[dict[str, Any]], float]:
+    """Run the jobs in the flow-level model: (raw result, ``jobs`` rows, wall seconds)."""
+    started = time.perf_counter()
+    model = fluid_model(spec, transport, seed, jobs, faults)
+    res = model.run(None if until_us is None else until_us * US)
+    wall = time.perf_counter() - started
+    rows = [
+        job_row(job, t.start, t.end, ideal_step_ps(spec, job))
+        for job, t in zip(jobs, res.jobs, strict=True)
+    ]
+    return res, rows, wall
+
+
+def flow_result(res: FluidResult, wall: float, sample_us: float) -> Result:
+    """A packet-style Result (no flows) carrying the flow-level run's end, events and faults."""
+    return Result(
+        flows=[],
+        sim_end_ps=int(res.end_ps),
+        wall_seconds=round(wall, 3),
+        events=res.events,
+        ev_events=[],
+        qp_events=[],
+        goodput_series={},
+        sample_interval_ps=int(sample_us * US),
+        fabric={"faults": res.faults, "model": "flow", "rate_recomputes": res.recomputes},
+        verified=None,
+    )
+
+
+def step_lines(doc: dict[str, Any]) -> list[str]:
+    """The CLI's step-time lines, one per job."""
+    out = []
+    for j in doc.get("jobs") or []:
+        if j.get("step_time_us") is None:
+            out.append(f"  job {j['name']}: did not finish ({j['gpus']} GPUs)")
+            continue
+        sd = j.get("slowdown")
+        out.append(
+            f"  job {j['name']}: step time {j['step_time_us'] / 1000:,.3f} ms, "
+            f"compute {j['compute_us'] / 1000:,.3f} ms, exposed comm "
+            f"{j['exposed_comm_us'] / 1000:,.3f} ms, idle {j['idle_us'] / 1000:,.3f} ms"
+            + ("" if sd is None else f", slowdown {sd:.3f}")
+            + f" ({j['gpus']} GPUs)"
+        )
+    return out
+
+
+__all__ = [
+    "PlacedJob",
+    "add_packet_jobs",
+    "flow_result",
+    "fluid_model",
+    "ideal_step_ps",
+    "job_row",
+    "packet_rows",
+    "placed",
+    "run_flow",
+    "step_lines",
+]
