@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import pytest
@@ -162,3 +163,45 @@ def test_bad_jobs_name_the_field(patch: dict[str, Any], message: str) -> None:
             data[key] = value
     with pytest.raises(ScenarioError, match=message):
         parse(data)
+
+
+def _execute(data: dict[str, Any]) -> Any:
+    from openmrc.sim.cli import execute
+
+    sc = parse(copy.deepcopy(data), name="t")
+    return execute(sc, scenario_file="t.toml", overrides=[], workload={})
+
+
+@pytest.mark.parametrize("mode", ["flow", "packet"])
+def test_results_carry_jobs_and_a_valid_trace(mode: str) -> None:
+    from openmrc.results import validate
+
+    data = copy.deepcopy(SMALL)
+    data["run"] = {"mode": mode}
+    data["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p1t0x1-p1t1x0"}]
+    out = _execute(data)
+    validate(out.doc)
+    (job,) = out.doc["jobs"]
+    assert job["name"] == "small" and job["complete"] and job["step_time_us"] > 0
+    assert job["compute_us"] <= job["step_time_us"]
+    trace = out.trace
+    events = trace["traceEvents"]
+    assert {e["ph"] for e in events} <= {"M", "X", "b", "e", "i"}
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert sorted(names) == list(range(8))  # one track per rank
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        if e["ph"] in ("X", "b", "e", "i"):
+            assert isinstance(e["ts"], float) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+            spans.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    # microseconds: the last compute span ends at the step time
+    last = max(end for v in spans.values() for _s, end in v)
+    assert abs(last - job["step_time_us"]) < 0.01
+    for v in spans.values():  # a GPU computes one thing at a time
+        v.sort()
+        assert all(a[1] <= b[0] + 1e-6 for a, b in itertools.pairwise(v))
+    begins = sum(1 for e in events if e["ph"] == "b")
+    assert begins == sum(1 for e in events if e["ph"] == "e") > 0
+    assert any(e["ph"] == "i" and e["cat"] == "fault" for e in events)

@@ -27,6 +27,7 @@ from typing import Any
 from .jobs.config import JobConfig
 from .jobs.graph import JobGraph, build_iteration
 from .jobs.lower import Lowered, lower, times
+from .jobs.trace import chrome_trace
 from .sim.experiment import Experiment, Result
 from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
 from .topology import ClosSpec
@@ -146,16 +147,35 @@ def job_row(
     return row
 
 
+def packet_times(
+    jobs: list[PlacedJob], lowered: list[tuple[int, Lowered]], result: Result
+) -> list[tuple[list[Any], list[Any]]]:
+    """Every job's task (starts, ends) in ps from a packet-level run."""
+    out = []
+    for job, (base, low) in zip(jobs, lowered, strict=True):
+        arrived = [f.rx_finish_ps for f in result.flows[base : base + len(low.flows)]]
+        start, end = times(job.graph, low, arrived)
+        out.append((list(start), list(end)))
+    return out
+
+
 def packet_rows(
     spec: ClosSpec, jobs: list[PlacedJob], lowered: list[tuple[int, Lowered]], result: Result
 ) -> list[dict[str, Any]]:
     """The ``jobs`` rows of a packet-level run."""
-    rows = []
-    for job, (base, low) in zip(jobs, lowered, strict=True):
-        arrived = [f.rx_finish_ps for f in result.flows[base : base + len(low.flows)]]
-        start, end = times(job.graph, low, arrived)
-        rows.append(job_row(job, start, end, ideal_step_ps(spec, job)))
-    return rows
+    return [
+        job_row(job, start, end, ideal_step_ps(spec, job))
+        for job, (start, end) in zip(jobs, packet_times(jobs, lowered, result), strict=True)
+    ]
+
+
+def trace(
+    jobs: list[PlacedJob], job_times: list[tuple[list[Any], list[Any]]], faults: list[Any]
+) -> dict[str, Any]:
+    """The Chrome / Perfetto trace of a run's jobs (openmrc.jobs.trace)."""
+    return chrome_trace(
+        [(j.graph, j.hosts, s, e) for j, (s, e) in zip(jobs, job_times, strict=True)], faults
+    )
 
 
 def run_flow(
@@ -189,7 +209,17 @@ def flow_result(res: FluidResult, wall: float, sample_us: float) -> Result:
         qp_events=[],
         goodput_series={},
         sample_interval_ps=int(sample_us * US),
-        fabric={"faults": res.faults, "model": "flow", "rate_recomputes": res.recomputes},
+        fabric={
+            "time_ps": int(res.end_ps),
+            "events": res.events,
+            "totals": {},
+            "ports": [],
+            "switches": [],
+            "hosts": [],
+            "faults": res.faults,
+            "model": "flow",
+            "rate_recomputes": res.recomputes,
+        },
         verified=None,
     )
 
@@ -220,7 +250,9 @@ __all__ = [
     "ideal_step_ps",
     "job_row",
     "packet_rows",
+    "packet_times",
     "placed",
     "run_flow",
     "step_lines",
+    "trace",
 ]

@@ -251,6 +251,8 @@ class RunOutcome:
         self.scenario = scenario
         self.doc = doc
         self.partial = partial
+        #: training jobs: the Chrome / Perfetto trace written as trace.json (openmrc.jobs.trace).
+        self.trace: dict[str, Any] | None = None
 
 
 def execute(
@@ -310,19 +312,25 @@ def execute(
         warnings=warnings,
         partial=partial,
     )
+    outcome = RunOutcome(label, scenario, doc, partial)
     if getattr(scenario, "jobs", None) and scenario.job_state is not None:
-        from ..jobrun import packet_rows
+        from ..jobrun import ideal_step_ps, job_row, packet_times, trace
 
         jobs, lowered = scenario.job_state
-        doc["jobs"] = packet_rows(scenario.spec, jobs, lowered, result)
-    return RunOutcome(label, scenario, doc, partial)
+        job_times = packet_times(jobs, lowered, result)
+        doc["jobs"] = [
+            job_row(j, s, e, ideal_step_ps(scenario.spec, j))
+            for j, (s, e) in zip(jobs, job_times, strict=True)
+        ]
+        outcome.trace = trace(jobs, job_times, doc.get("fabric", {}).get("faults", []))
+    return outcome
 
 
 def _execute_flow(
     scenario: Any, scenario_file: str, overrides: list[str], workload: dict[str, Any], start: str
 ) -> RunOutcome:
     """Run a scenario's training jobs in the flow-level model (``run.mode = "flow"``)."""
-    from ..jobrun import flow_result, placed, run_flow
+    from ..jobrun import flow_result, placed, run_flow, trace
     from ..results import build
 
     jobs = (
@@ -347,7 +355,9 @@ def _execute_flow(
     doc["jobs"] = rows
     doc["all_ok"] = all(r["complete"] for r in rows)
     label = f"{scenario.name or scenario_file} [{scenario.transport.name}, flow level]"
-    return RunOutcome(label, scenario, doc, False)
+    outcome = RunOutcome(label, scenario, doc, False)
+    outcome.trace = trace(jobs, [(t.start, t.end) for t in res.jobs], res.faults)
+    return outcome
 
 
 def _host_list(text: str | None, hosts: int) -> list[int] | None:
@@ -452,6 +462,9 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
         d = out / o.scenario.transport.name if compare else out
         paths = write(o.doc, d)
         written.append(str(paths[0]))
+        if o.trace is not None:
+            (d / "trace.json").write_text(json.dumps(o.trace))
+            written.append(str(d / "trace.json"))
     if compare:
         table = out / "summary.csv"
         rows = summary_rows([o.doc for o in outcomes])

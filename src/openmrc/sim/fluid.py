@@ -499,7 +499,7 @@ class FluidModel:
                         seq += 1
                         fault_log.append(
                             {
-                                "at_us": now / 1e6,
+                                "time_ps": int(now),
                                 "kind": f.kind,
                                 "target": f.target or f"h{f.host}/p{f.plane}",
                             }
@@ -512,7 +512,7 @@ class FluidModel:
                         self._update_caps()
                         fault_log.append(
                             {
-                                "at_us": now / 1e6,
+                                "time_ps": int(now),
                                 "kind": f"{f.kind} seen",
                                 "target": f.target or f"h{f.host}/p{f.plane}",
                             }
