@@ -183,6 +183,7 @@ class FluidModel:
         self._update_caps()
         self.jobs: list[FluidJob] = []
         self._faults: list[FluidFault] = []
+        self._route_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -278,7 +279,17 @@ class FluidModel:
         )
 
     def _route(self, fl: _Flow) -> None:
-        """Set a flow's resources, weights and efficiency from the known and true states."""
+        """Set a flow's resources, weights and efficiency (cached until the state changes)."""
+        key = (fl.src, fl.dst) if self.transport == "mrc" else (fl.src, fl.dst, fl.conn, fl.qp)
+        hit = self._route_cache.get(key)
+        if hit is None:
+            self._route_new(fl)
+            self._route_cache[key] = (fl.res, fl.w, fl.eff)
+        else:
+            fl.res, fl.w, fl.eff = hit
+
+    def _route_new(self, fl: _Flow) -> None:
+        """Compute a flow's resources, weights and efficiency from the known and true states."""
         spec, P, K = self.spec, self.P, self.K
         s, d = fl.src, fl.dst
         G = self.gpus_per_server
@@ -517,6 +528,7 @@ class FluidModel:
                                 "target": f.target or f"h{f.host}/p{f.plane}",
                             }
                         )
+                    self._route_cache.clear()
                     for fl in flows:
                         self._route(fl)
                     dirty = True
