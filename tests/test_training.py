@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from openmrc.jobrun import packet_rows, placed, run_flow
+from openmrc.jobrun import packet_rows, run_flow
 from openmrc.scenario import ScenarioError, parse
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
@@ -37,8 +37,7 @@ def _packet_step(data: dict[str, Any]) -> float:
     sc = parse(copy.deepcopy(data))
     exp = sc.build()
     result = exp.run()
-    jobs, lowered = sc.job_state
-    rows = packet_rows(sc.spec, jobs, lowered, result)
+    rows = packet_rows(sc.spec, sc.jobs, sc.job_state, result)
     assert rows[0]["complete"]
     return float(rows[0]["step_time_us"])
 
@@ -47,9 +46,7 @@ def _flow_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     d = copy.deepcopy(data)
     d.setdefault("run", {})["mode"] = "flow"
     sc = parse(d)
-    _res, rows, _wall = run_flow(
-        sc.spec, sc.transport, sc.seed, placed(sc.jobs, sc.job_hosts), sc.faults
-    )
+    _res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
     return rows
 
 

@@ -21,10 +21,11 @@ results document gets ``jobs``: one row per job (docs/training.md,
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .jobs.config import JobConfig
+from .jobs.config import FileJob, JobConfig
 from .jobs.graph import JobGraph, build_iteration
 from .jobs.lower import Lowered, lower, times
 from .jobs.trace import chrome_trace
@@ -37,21 +38,31 @@ US = 1_000_000
 
 @dataclass
 class PlacedJob:
-    """A job of a scenario with its graph and hosts."""
+    """A job of a scenario: its iteration graph, hosts and start."""
 
-    config: JobConfig
+    name: str
     graph: JobGraph
     hosts: list[int]
+    start_us: float = 0.0
+    #: the model's parameters (None for a job read from workload files).
+    params: int | None = None
 
     @property
     def start_ps(self) -> int:
         """When the job starts."""
-        return int(self.config.start_us * US)
+        return int(self.start_us * US)
 
 
-def placed(configs: list[JobConfig], hosts: list[list[int]]) -> list[PlacedJob]:
-    """Build every job's iteration graph."""
-    return [PlacedJob(c, build_iteration(c.spec), h) for c, h in zip(configs, hosts, strict=True)]
+def placed(configs: Sequence[JobConfig | FileJob], hosts: list[list[int]]) -> list[PlacedJob]:
+    """Every job's iteration graph on its hosts."""
+    out = []
+    for c, h in zip(configs, hosts, strict=True):
+        if isinstance(c, JobConfig):
+            graph, params = build_iteration(c.spec), c.spec.model.params()
+        else:
+            graph, params = c.graph, None
+        out.append(PlacedJob(c.name, graph, h, c.start_us, params))
+    return out
 
 
 def add_packet_jobs(
@@ -61,7 +72,7 @@ def add_packet_jobs(
     out = []
     for job in jobs:
         base = len(exp.flows)
-        low = lower(job.graph, job.hosts, job.start_ps, message, job.config.spec.name, 0)
+        low = lower(job.graph, job.hosts, job.start_ps, message, job.name, 0)
         if low.flows:
             exp.add_flows(low.flows, watch=True)
         out.append((base, low))
@@ -75,7 +86,7 @@ def fluid_model(
     name = transport.name
     qps = transport.qps or int(transport.roce.get("qps", 1)) if name != "mrc" else 1
     conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
-    g = jobs[0].config.spec.gpu if jobs else None
+    g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
         name,
@@ -84,7 +95,7 @@ def fluid_model(
         mtu=transport.mtu,
         seed=seed,
         gpus_per_server=g.gpus_per_server if g else 8,
-        nvlink_bytes_per_ps=g.nvlink_gbytes_s / 1000 if g else 0.45,
+        nvlink_bytes_per_ps=g.nvlink_bytes_per_ps if g else 0.45,
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))
@@ -100,9 +111,9 @@ def fluid_model(
 
 def ideal_step_ps(spec: ClosSpec, job: PlacedJob) -> float | None:
     """The job alone on a failure-free fabric, flow level, MRC: its step time."""
-    g = job.config.spec.gpu
+    g = job.graph
     model = FluidModel(
-        spec, "mrc", gpus_per_server=g.gpus_per_server, nvlink_bytes_per_ps=g.nvlink_gbytes_s / 1000
+        spec, "mrc", gpus_per_server=g.gpus_per_server, nvlink_bytes_per_ps=g.nvlink_bytes_per_ps
     )
     model.add_job(FluidJob(job.graph, job.hosts, 0))
     r = model.run()
@@ -120,14 +131,14 @@ def job_row(
     busy = g.compute_busy_ps()
     done = all(e is not None for e in end)
     row: dict[str, Any] = {
-        "name": job.config.spec.name,
+        "name": job.name,
         "gpus": g.ranks,
         "hosts": [min(job.hosts), max(job.hosts)],
-        "start_us": job.config.start_us,
+        "start_us": job.start_us,
         "complete": done,
         "tasks": len(g.tasks),
         "compute_us": round(max(busy) / 1e6, 3),
-        "params": job.config.spec.model.params(),
+        "params": job.params,
     }
     if not done:
         row.update(step_time_us=None, exposed_comm_us=None, idle_us=None, slowdown=None)

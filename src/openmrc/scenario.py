@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from . import units
-from .jobs.config import JobConfig, parse_jobs, place
+from .jobs.config import FileJob, JobConfig, parse_file_workload, parse_jobs, place
 from .jobs.model import JobError
 from .sim.clustermapper import ClustermapperConfig
 from .sim.config import FabricConfig
@@ -251,12 +251,12 @@ class Scenario:
     collectives: list[CollectiveRun] = field(default_factory=list)
     #: the part of each flow's life left out of its steady-state goodput.
     steady_skip: float = 0.1
-    #: training jobs (``[job]`` / ``[[jobs]]``, openmrc.jobs.config) and their hosts.
-    jobs: list[JobConfig] = field(default_factory=list)
-    job_hosts: list[list[int]] = field(default_factory=list)
+    #: training jobs (``[job]`` / ``[[jobs]]`` or an aicb / chakra workload):
+    #: openmrc.jobrun.PlacedJob s, graphs built and ranks placed.
+    jobs: list[Any] = field(default_factory=list)
     #: "packet" (the packet simulator) or "flow" (openmrc.sim.fluid; jobs only).
     mode: str = "packet"
-    #: set by :meth:`build`: the jobs' graphs and where their flows are (openmrc.jobrun).
+    #: set by :meth:`build` at packet level: where each job's flows are (openmrc.jobrun).
     job_state: Any = None
 
     def build(self) -> Experiment:
@@ -292,11 +292,10 @@ class Scenario:
         except ValueError as exc:
             raise ScenarioError(f"workload: {exc}") from None
         if self.jobs:
-            from .jobrun import add_packet_jobs, placed
+            from .jobrun import add_packet_jobs
 
             try:
-                jobs = placed(self.jobs, self.job_hosts)
-                self.job_state = (jobs, add_packet_jobs(exp, jobs, 1 << 20))
+                self.job_state = add_packet_jobs(exp, self.jobs, 1 << 20)
             except (JobError, ValueError) as exc:
                 raise ScenarioError(f"job: {exc}") from None
         for i, f in enumerate(self.faults):
@@ -844,8 +843,13 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         raise ScenarioError(f"transport: {exc}") from None
     workload = _table(data, "workload")
     try:
-        jobs = parse_jobs(data)
-        job_hosts = place(jobs, spec)
+        configs: list[JobConfig | FileJob] = list(parse_jobs(data))
+        if workload.get("kind") in ("aicb", "chakra"):
+            configs.append(parse_file_workload(workload, base_dir))
+            workload = {**workload, "kind": "jobs"}
+        from .jobrun import placed
+
+        jobs = placed(configs, place(configs, spec))
     except JobError as exc:
         raise ScenarioError(str(exc)) from None
     if not workload and jobs:
@@ -943,20 +947,17 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         collectives=collectives,
         steady_skip=steady_skip,
         jobs=jobs,
-        job_hosts=job_hosts,
         mode=mode,
     )
     if mode == "packet":
         scenario.build()  # resolve fault targets and switch settings now, with clear errors
     else:
-        from .jobrun import fluid_model, placed
+        from .jobrun import fluid_model
 
         try:
-            built = placed(jobs, job_hosts)
-            fluid_model(spec, transport, seed, built, faults)
+            fluid_model(spec, transport, seed, jobs, faults)
         except (JobError, ValueError) as exc:
             raise ScenarioError(str(exc)) from None
-        scenario.job_state = (built, None)
     return scenario
 
 

@@ -22,11 +22,13 @@ simulator host is a GPU's NIC), so a server sits under one T0.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..topology import ClosSpec
-from .graph import JobSpec
+from .graph import JobGraph, JobSpec
 from .model import GpuSpec, JobError, ModelSpec, Parallelism
 
 JOB_KEYS = ("name", "start_us", "placement", "model", "parallel", "gpu")
@@ -39,6 +41,45 @@ class JobConfig:
     spec: JobSpec
     placement: str | list[int] = "packed"
     start_us: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """The job's name."""
+        return self.spec.name
+
+    @property
+    def gpus(self) -> int:
+        """GPUs (hosts) it needs."""
+        return self.spec.gpus
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs per server."""
+        return self.spec.gpu.gpus_per_server
+
+
+@dataclass
+class FileJob:
+    """A job read from a workload file (AICB text, Chakra traces): its graph is given."""
+
+    graph: JobGraph
+    placement: str | list[int] = "packed"
+    start_us: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """The job's name."""
+        return self.graph.name
+
+    @property
+    def gpus(self) -> int:
+        """GPUs (hosts) it needs."""
+        return self.graph.ranks
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs per server."""
+        return self.graph.gpus_per_server
 
 
 def _dataclass(cls: type, raw: Any, key: str) -> Any:
@@ -107,7 +148,7 @@ def parse_jobs(data: dict[str, Any]) -> list[JobConfig]:
     return out
 
 
-def place(jobs: list[JobConfig], spec: ClosSpec) -> list[list[int]]:
+def place(jobs: Sequence[JobConfig | FileJob], spec: ClosSpec) -> list[list[int]]:
     """Hosts of every rank of every job (explicit lists first, then packed / spread)."""
     taken: set[int] = set()
     out: list[list[int] | None] = [None] * len(jobs)
@@ -115,10 +156,8 @@ def place(jobs: list[JobConfig], spec: ClosSpec) -> list[list[int]]:
         key = f"jobs[{i}]" if len(jobs) > 1 else "job"
         if isinstance(job.placement, list):
             hosts = job.placement
-            if len(hosts) != job.spec.gpus:
-                raise JobError(
-                    f"{key}.placement: {len(hosts)} hosts for {job.spec.gpus} ranks (tp x pp x dp)"
-                )
+            if len(hosts) != job.gpus:
+                raise JobError(f"{key}.placement: {len(hosts)} hosts for {job.gpus} ranks")
             for h in hosts:
                 if not 0 <= h < spec.hosts:
                     raise JobError(f"{key}.placement: host {h} is not in 0..{spec.hosts - 1}")
@@ -130,7 +169,7 @@ def place(jobs: list[JobConfig], spec: ClosSpec) -> list[list[int]]:
         if out[i] is not None:
             continue
         key = f"jobs[{i}]" if len(jobs) > 1 else "job"
-        g = job.spec.gpu.gpus_per_server
+        g = job.gpus_per_server
         if spec.hosts_per_t0 % g:
             raise JobError(
                 f"{key}.gpu.gpus_per_server: {g} does not divide fabric.hosts_per_t0 = "
@@ -141,15 +180,75 @@ def place(jobs: list[JobConfig], spec: ClosSpec) -> list[list[int]]:
         if job.placement == "spread":
             servers = [a * per_t0 + j for j in range(per_t0) for a in range(spec.t0s)]
         free = [s for s in servers if not any(h in taken for h in range(s * g, s * g + g))]
-        need = -(-job.spec.gpus // g)
+        need = -(-job.gpus // g)
         if len(free) < need:
             raise JobError(
                 f"{key}: needs {need} servers of {g} GPUs, {len(free)} are free on this fabric"
             )
-        hosts = [s * g + x for s in free[:need] for x in range(g)][: job.spec.gpus]
+        hosts = [s * g + x for s in free[:need] for x in range(g)][: job.gpus]
         taken.update(hosts)
         out[i] = hosts
     return [h for h in out if h is not None]
 
 
-__all__ = ["JOB_KEYS", "JobConfig", "parse_job", "parse_jobs", "place"]
+FILE_KEYS = {
+    "aicb": ("file", "gpus", "gpus_per_server", "placement", "start_us", "name"),
+    "chakra": ("files", "gpus_per_server", "placement", "start_us", "name"),
+}
+
+
+def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
+    """``[workload] kind = "aicb"`` (``file``, ``gpus``) or ``"chakra"`` (``files``: a
+    folder, a glob or one file, one trace per rank): a job read from files."""
+    from . import aicb, chakra
+
+    kind = w.get("kind")
+    known = FILE_KEYS[str(kind)]
+    for k in w:
+        if k != "kind" and k not in known:
+            raise JobError(
+                f"workload.{k}: not a key of a {kind} workload (known: {', '.join(known)})"
+            )
+    g = w.get("gpus_per_server", 8)
+    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+        raise JobError(f"workload.gpus_per_server: must be a positive integer, got {g!r}")
+    if kind == "aicb":
+        name = w.get("file")
+        if not isinstance(name, str) or not name:
+            raise JobError("workload.file: the path of an AICB / SimAI workload .txt file")
+        path = Path(name)
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        gpus = w.get("gpus")
+        if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
+            raise JobError(f"workload.gpus: must be a positive integer, got {gpus!r}")
+        graph = aicb.read(path, gpus, g)
+    else:
+        spec = w.get("files")
+        if not isinstance(spec, str) or not spec:
+            raise JobError("workload.files: a folder, a glob or a file of Chakra traces (*.et)")
+        files = chakra.trace_files(spec, base)
+        graph = chakra.read(files, Path(spec).name.split("*")[0].strip(".") or "chakra", g)
+    if isinstance(w.get("name"), str) and w["name"]:
+        graph.name = w["name"]
+    placement = w.get("placement", "packed")
+    if not isinstance(placement, list) and placement not in ("packed", "spread"):
+        raise JobError(
+            f"workload.placement: must be 'packed', 'spread' or a list, got {placement!r}"
+        )
+    start = w.get("start_us", 0)
+    if isinstance(start, bool) or not isinstance(start, int | float) or start < 0:
+        raise JobError(f"workload.start_us: must be a number >= 0, got {start!r}")
+    return FileJob(graph, placement, float(start))
+
+
+__all__ = [
+    "FILE_KEYS",
+    "JOB_KEYS",
+    "FileJob",
+    "JobConfig",
+    "parse_file_workload",
+    "parse_job",
+    "parse_jobs",
+    "place",
+]

@@ -316,7 +316,7 @@ def execute(
     if getattr(scenario, "jobs", None) and scenario.job_state is not None:
         from ..jobrun import ideal_step_ps, job_row, packet_times, trace
 
-        jobs, lowered = scenario.job_state
+        jobs, lowered = scenario.jobs, scenario.job_state
         job_times = packet_times(jobs, lowered, result)
         doc["jobs"] = [
             job_row(j, s, e, ideal_step_ps(scenario.spec, j))
@@ -330,12 +330,10 @@ def _execute_flow(
     scenario: Any, scenario_file: str, overrides: list[str], workload: dict[str, Any], start: str
 ) -> RunOutcome:
     """Run a scenario's training jobs in the flow-level model (``run.mode = "flow"``)."""
-    from ..jobrun import flow_result, placed, run_flow, trace
+    from ..jobrun import flow_result, run_flow, trace
     from ..results import build
 
-    jobs = (
-        scenario.job_state[0] if scenario.job_state else placed(scenario.jobs, scenario.job_hosts)
-    )
+    jobs = scenario.jobs
     res, rows, wall = run_flow(
         scenario.spec, scenario.transport, scenario.seed, jobs, scenario.faults, scenario.until_us
     )
