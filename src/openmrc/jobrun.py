@@ -86,6 +86,8 @@ def fluid_model(
     name = transport.name
     qps = transport.qps or int(transport.roce.get("qps", 1)) if name != "mrc" else 1
     conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
+    rto = round(4.096e6 * 2 ** int(transport.roce.get("timeout_exp", 20)))
+    retries = int(transport.roce.get("retries", 7))
     g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
@@ -96,6 +98,8 @@ def fluid_model(
         seed=seed,
         gpus_per_server=g.gpus_per_server if g else 8,
         nvlink_bytes_per_ps=g.nvlink_bytes_per_ps if g else 0.45,
+        rto_ps=rto,
+        retries=retries,
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))

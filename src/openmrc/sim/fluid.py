@@ -18,9 +18,11 @@ Transports (docs/training.md, "Flow-level model"):
   between, the share of a flow sprayed onto dead paths is lost.
 * ``roce`` / ``ib``: a flow is ``qps`` QPs, each ECMP-hashed onto one path
   (QP ``i`` in plane ``i % planes``, a T1 by a hash of the connection), each
-  carrying ``1/qps`` of the bytes.  A QP on a dead path delivers nothing until
-  routing converges ``convergence_ps`` after the failure and the hash picks
-  again among the live T1s.
+  carrying ``1/qps`` of the bytes.  A QP on a dead path keeps sending and
+  everything it sends is lost; when routing converges (``convergence_ps``
+  after the failure) the hash picks again among the live T1s and go-back-N
+  resends what was lost; a QP that sent all its bytes before that waits for
+  its ACK timeout (``rto_ps``) to rewind, up to ``retries`` times.
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
@@ -87,7 +89,20 @@ class FluidResult:
 
 
 class _Flow:
-    __slots__ = ("conn", "dst", "eff", "qp", "rem", "res", "src", "transfer", "w")
+    __slots__ = (
+        "conn",
+        "dead",
+        "dst",
+        "eff",
+        "lost",
+        "qp",
+        "rem",
+        "res",
+        "src",
+        "transfer",
+        "tries",
+        "w",
+    )
 
     def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
         self.transfer = transfer
@@ -97,6 +112,10 @@ class _Flow:
         self.conn = conn
         self.qp = qp
         self.eff = 1.0
+        #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
+        self.dead = False
+        self.lost = 0.0
+        self.tries = 0
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
 
@@ -145,6 +164,8 @@ class FluidModel:
         seed: int = 1,
         gpus_per_server: int = 8,
         nvlink_bytes_per_ps: float = 0.45,
+        rto_ps: int = 4_294_967_296_000,
+        retries: int = 7,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -153,6 +174,9 @@ class FluidModel:
         self.qps = qps
         self.detect_ps = detect_ps
         self.convergence_ps = convergence_ps
+        #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
+        self.rto_ps = rto_ps
+        self.retries = retries
         self.seed = seed
         self.gpus_per_server = gpus_per_server
         self.latency_ps = one_way_ps(spec, mtu)
@@ -183,7 +207,7 @@ class FluidModel:
         self._update_caps()
         self.jobs: list[FluidJob] = []
         self._faults: list[FluidFault] = []
-        self._route_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float]] = {}
+        self._route_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -284,9 +308,9 @@ class FluidModel:
         hit = self._route_cache.get(key)
         if hit is None:
             self._route_new(fl)
-            self._route_cache[key] = (fl.res, fl.w, fl.eff)
+            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead)
         else:
-            fl.res, fl.w, fl.eff = hit
+            fl.res, fl.w, fl.eff, fl.dead = hit
 
     def _route_new(self, fl: _Flow) -> None:
         """Compute a flow's resources, weights and efficiency from the known and true states."""
@@ -336,7 +360,7 @@ class FluidModel:
         if a != b:
             live = [k for k in range(K) if self.fab_known[p, a, k] and self.fab_known[p, b, k]]
             if not live:
-                fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.ones(2), 0.0
+                fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
             h = zlib.crc32(f"{self.seed}:{s}:{d}:{fl.conn}:{fl.qp}".encode())
             k = live[h % len(live)]
@@ -345,7 +369,13 @@ class FluidModel:
                 self._link_down0 + (p * K + k) * self.A + b,
             ]
             ok = ok and bool(self.fab_true[p, a, k] and self.fab_true[p, b, k])
-        fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.ones(len(res)), 1.0 if ok else 0.0
+        # A QP on a dead path keeps sending at its rate; what it sends is lost.
+        fl.res, fl.w, fl.eff, fl.dead = (
+            np.array(res, dtype=np.int64),
+            np.ones(len(res)),
+            1.0,
+            not ok,
+        )
 
     # ----- max-min fair rates -----------------------------------------------------------
     def _rates(self, flows: list[_Flow]) -> np.ndarray:
@@ -411,6 +441,7 @@ class FluidModel:
             heapq.heappush(heap, (float(f.at_ps), seq, 2, fi))
             seq += 1
         flows: list[_Flow] = []
+        parked: list[_Flow] = []  # RoCE QPs waiting for their ACK timeout
         rates = np.zeros(0)
         pending: dict[int, int] = {}
         now = 0.0
@@ -440,13 +471,24 @@ class FluidModel:
                 dt = t - now
                 done_idx = []
                 for i, f in enumerate(flows):
-                    f.rem -= eff_rate[i] * dt
+                    moved = eff_rate[i] * dt
+                    f.rem -= moved
+                    if f.dead:
+                        f.lost += moved
                     if f.rem <= 1e-3 or (eff_rate[i] > 0 and f.rem / eff_rate[i] <= 1.0):
                         done_idx.append(i)
                 if done_idx:
                     dead = set(done_idx)
                     for i in done_idx:
-                        tr = flows[i].transfer
+                        fl = flows[i]
+                        if fl.lost > 0:
+                            # all sent, some of it lost: the ACK timeout rewinds the QP
+                            fl.rem = 0.0
+                            heapq.heappush(heap, (t + self.rto_ps, seq, 4, len(parked)))
+                            parked.append(fl)
+                            seq += 1
+                            continue
+                        tr = fl.transfer
                         pending[tr] -= 1
                         if pending[tr] == 0:
                             del pending[tr]
@@ -485,6 +527,19 @@ class FluidModel:
                     else:
                         heapq.heappush(heap, (now, seq, 1, x))
                         seq += 1
+                elif kind == 4:
+                    fl = parked[x]
+                    self._route(fl)
+                    fl.tries += 1
+                    if fl.dead and fl.tries <= self.retries:
+                        heapq.heappush(heap, (now + self.rto_ps, seq, 4, x))
+                        seq += 1
+                    elif not fl.dead:
+                        fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
+                        flows.append(fl)
+                        rates = np.append(rates, 0.0)
+                        dirty = True
+                    # else: retries exhausted, the QP is in error; its transfer never ends
                 elif kind == 1:
                     end[x] = now
                     for u in users[x]:
@@ -530,7 +585,12 @@ class FluidModel:
                         )
                     self._route_cache.clear()
                     for fl in flows:
+                        was = fl.dead
                         self._route(fl)
+                        if was and not fl.dead and fl.lost > 0:
+                            # rerouted: the receiver sees the gap, NAKs, the QP resends
+                            fl.rem += fl.lost
+                            fl.lost = 0.0
                     dirty = True
             if dirty:
                 rates = self._rates(flows)
