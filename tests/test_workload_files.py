@@ -66,13 +66,13 @@ def test_aicb_file_read_by_hand() -> None:
     # ga = 16 / (8 x 1) = 2 passes x 4 layers x (fwd + input grad) x 8 TP groups of 2
     assert len(tp) == 2 * 4 * 2 * 8
     assert {len(t.ranks) for t in tp} == {2}
-    # activation b s h w = 1024 x 1024 x 2 bytes
-    assert {t.size for t in tp} == {2 * 1024 * 1024}
+    # activation b s h w = 512 x 512 x 2 bytes
+    assert {t.size for t in tp} == {512 * 512 * 2}
     # weight gradients on the last pass: 4 layers x 2 DP groups of 8, a layer's
     # gradient bytes / TP: (12 h^2 + 13 h) / 2 x 2 bytes
     assert len(dp) == 4 * 2
     assert {len(t.ranks) for t in dp} == {8}
-    assert {t.size for t in dp} == {(12 * 1024 * 1024 + 13 * 1024) // 2 * 2}
+    assert {t.size for t in dp} == {(12 * 512 * 512 + 13 * 512) // 2 * 2}
 
 
 def _write(tmp_path: Path, text: str) -> Path:

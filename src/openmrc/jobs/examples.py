@@ -4,7 +4,7 @@
 writes:
 
 * ``gpt-small-16.aicb.txt``: an AICB / SimAI workload text file of a
-  4-layer GPT (hidden 1024) on 16 GPUs, TP 2 x DP 8;
+  4-layer GPT (hidden 512) on 16 GPUs, TP 2 x DP 8;
 * ``gpt-small-8-et/gpt-small-8.<rank>.et``: Chakra execution traces, one per
   rank, of the same model on 8 GPUs, PP 2 x DP 4 (1F1B, DP buckets).
 
@@ -22,7 +22,7 @@ from . import aicb, chakra
 from .graph import JobSpec, build_iteration
 from .model import GpuSpec, ModelSpec, Parallelism
 
-SMALL = ModelSpec(layers=4, hidden=1024, heads=8, seq_len=1024, vocab=32000, global_batch=16)
+SMALL = ModelSpec(layers=4, hidden=512, heads=8, seq_len=512, vocab=8192, global_batch=16)
 AICB_JOB = JobSpec("gpt-small-16", SMALL, Parallelism(tp=2, dp=8), GpuSpec(gpus_per_server=2))
 CHAKRA_JOB = JobSpec(
     "gpt-small-8", SMALL, Parallelism(pp=2, dp=4, buckets=2), GpuSpec(gpus_per_server=1)
