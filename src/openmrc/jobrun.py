@@ -84,6 +84,11 @@ def fluid_model(
 ) -> FluidModel:
     """The flow-level model of a scenario's fabric, transport, jobs and faults."""
     name = transport.name
+    if name not in ("mrc", "roce"):
+        raise ValueError(
+            f"transport.name: the flow-level model runs mrc and roce, not {name!r} "
+            "(IB's adaptive routing is not modelled there)"
+        )
     qps = transport.qps or int(transport.roce.get("qps", 1)) if name != "mrc" else 1
     conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
     rto = round(4.096e6 * 2 ** int(transport.roce.get("timeout_exp", 20)))

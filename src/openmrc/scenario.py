@@ -859,11 +859,11 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
             'workload: missing (e.g. [workload] kind = "permutation", size = "8MiB")'
         )
     collectives = []
+    flows: list[FlowSpec] = []
     if workload.get("kind") == "jobs":
-        flows = []
+        pass
     elif workload.get("kind") in (*coll.KINDS, "training"):
         collectives.append(_collective(workload, spec.hosts))
-        flows: list[FlowSpec] = []
     elif workload.get("kind") == "htsim":
         flows = _htsim(workload, spec.hosts, base_dir)
     else:

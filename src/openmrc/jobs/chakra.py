@@ -83,6 +83,7 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
         num, wt = key >> 3, key & 7
         if num == 0:
             raise _Bad("field number 0")
+        val: int | bytes
         if wt == 0:
             val, pos = _varint(buf, pos)
         elif wt == 1:

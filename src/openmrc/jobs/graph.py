@@ -282,12 +282,12 @@ def build_iteration(job: JobSpec) -> JobGraph:
                 done_by_rank[rank] = [step]
             if par.zero in (1, 2) and d > 1:
                 ranks = [rank_of(par, ti, di, s) for di in range(d)]
-                deps = tuple(sorted(done_by_rank[r][0] for r in ranks))
+                gather_deps = tuple(sorted(done_by_rank[r][0] for r in ranks))
                 g.add(
                     Task(
                         "allgather",
                         tuple(ranks),
-                        deps,
+                        gather_deps,
                         size=a.params_rank * db,
                         label=f"allgather params s{s} t{ti}",
                         phase="zero",
@@ -360,18 +360,18 @@ def _emit_op(
     prev: dict[int, int] = {}
     for i, piece in enumerate(pieces):
         for rank, deps0 in first.items():
-            deps = tuple(deps0) if i == 0 else (prev[rank],)
+            waits = tuple(deps0) if i == 0 else (prev[rank],)
             if last_b and i == len(pieces) - 1:
                 # The last backward pass fills the gradient buckets one after another.
                 parts = [
-                    compute(rank, sub, f"B{mb} s{s} bucket {b}", "bwd", deps if b == 0 else ())
+                    compute(rank, sub, f"B{mb} s{s} bucket {b}", "bwd", waits if b == 0 else ())
                     for b, sub in enumerate(_split(piece, buckets))
                 ]
                 bwd_parts[(s, rank // t % d, rank % t)] = parts
                 prev[rank] = parts[-1]
             else:
                 label = f"{kind}{mb} s{s}" + (f" L{i // 2}.{i % 2}" if moe else "")
-                prev[rank] = compute(rank, piece, label, phase, deps)
+                prev[rank] = compute(rank, piece, label, phase, waits)
         if moe and e > 1:
             # MoE: all-to-all dispatch after the attention part, combine after the experts.
             what = "dispatch" if i % 2 == 0 else "combine"

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
+from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
 
 from ..jobs.graph import JobGraph, Task
 from ..topology import ClosSpec
@@ -420,25 +420,25 @@ class FluidModel:
         base: list[int] = []
         for j, job in enumerate(self.jobs):
             base.append(len(tasks))
-            tasks.extend((j, i, t) for i, t in enumerate(job.graph.tasks))
+            tasks.extend((j, i, tk) for i, tk in enumerate(job.graph.tasks))
         n = len(tasks)
         left = np.zeros(n, dtype=np.int64)
         users: list[list[int]] = [[] for _ in range(n)]
-        for gi, (j, _i, t) in enumerate(tasks):
-            left[gi] = len(t.deps)
-            for dep in t.deps:
+        for gi, (j, _i, tk) in enumerate(tasks):
+            left[gi] = len(tk.deps)
+            for dep in tk.deps:
                 users[base[j] + dep].append(gi)
         start: list[float | None] = [None] * n
         end: list[float | None] = [None] * n
         heap: list[tuple[float, int, int, int]] = []  # (time, order, kind, payload)
         seq = 0
         # kinds: 0 task ready, 1 task done, 2 fault (true state), 3 fault known
-        for gi, (j, _i, _t) in enumerate(tasks):
+        for gi, (j, _i, _tk) in enumerate(tasks):
             if left[gi] == 0:
                 heapq.heappush(heap, (float(self.jobs[j].start_ps), seq, 0, gi))
                 seq += 1
-        for fi, f in enumerate(self._faults):
-            heapq.heappush(heap, (float(f.at_ps), seq, 2, fi))
+        for fi, flt in enumerate(self._faults):
+            heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
             seq += 1
         flows: list[_Flow] = []
         parked: list[_Flow] = []  # RoCE QPs waiting for their ACK timeout
@@ -550,9 +550,9 @@ class FluidModel:
                             heapq.heappush(heap, (at, seq, 0, u))
                             seq += 1
                 else:
-                    f = self._faults[x]
-                    hl, fl_links = self._targets(f)
-                    alive = f.kind.endswith("_up")
+                    fault = self._faults[x]
+                    hl, fl_links = self._targets(fault)
+                    alive = fault.kind.endswith("_up")
                     if kind == 2:
                         for h, p in hl:
                             self.host_true[h, p] = alive
@@ -566,8 +566,8 @@ class FluidModel:
                         fault_log.append(
                             {
                                 "time_ps": int(now),
-                                "kind": f.kind,
-                                "target": f.target or f"h{f.host}/p{f.plane}",
+                                "kind": fault.kind,
+                                "target": fault.target or f"h{fault.host}/p{fault.plane}",
                             }
                         )
                     else:
@@ -579,8 +579,8 @@ class FluidModel:
                         fault_log.append(
                             {
                                 "time_ps": int(now),
-                                "kind": f"{f.kind} seen",
-                                "target": f.target or f"h{f.host}/p{f.plane}",
+                                "kind": f"{fault.kind} seen",
+                                "target": fault.target or f"h{fault.host}/p{fault.plane}",
                             }
                         )
                     self._route_cache.clear()
