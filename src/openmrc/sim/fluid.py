@@ -441,7 +441,21 @@ class FluidModel:
             heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
             seq += 1
         flows: list[_Flow] = []
-        parked: list[_Flow] = []  # RoCE QPs waiting for their ACK timeout
+        parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
+        waiting: dict[tuple[int, int, str, int], list[int]] = {}  # connection -> parked
+
+        def unpark(key: tuple[int, int, str, int]) -> list[_Flow]:
+            """A live packet on the same connection: the receiver NAKs, the QP resends."""
+            out = []
+            for i in waiting.pop(key, []):
+                fl = parked[i]
+                if fl is not None:
+                    parked[i] = None
+                    self._route(fl)
+                    fl.rem, fl.lost = fl.lost, 0.0
+                    out.append(fl)
+            return out
+
         rates = np.zeros(0)
         pending: dict[int, int] = {}
         now = 0.0
@@ -485,6 +499,9 @@ class FluidModel:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem = 0.0
                             heapq.heappush(heap, (t + self.rto_ps, seq, 4, len(parked)))
+                            waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
+                                len(parked)
+                            )
                             parked.append(fl)
                             seq += 1
                             continue
@@ -516,10 +533,16 @@ class FluidModel:
                             continue
                         nq = 1 if self.transport == "mrc" else self.qps
                         for q in range(nq):
-                            fl = _Flow(x, s, d, size / nq, f"{j}/{task.phase}", q)
+                            # one connection per job and host pair, as the packet level keeps it
+                            fl = _Flow(x, s, d, size / nq, str(j), q)
                             self._route(fl)
                             flows.append(fl)
                             made += 1
+                            if waiting and not fl.dead:
+                                back = unpark((s, d, fl.conn, q))
+                                flows.extend(back)
+                                made_extra = len(back)
+                                rates = np.append(rates, np.zeros(made_extra))
                     if made:
                         pending[x] = made
                         rates = np.append(rates, np.zeros(made))
@@ -528,13 +551,17 @@ class FluidModel:
                         heapq.heappush(heap, (now, seq, 1, x))
                         seq += 1
                 elif kind == 4:
-                    fl = parked[x]
+                    parked_fl = parked[x]
+                    if parked_fl is None:
+                        continue  # already resent after a NAK
+                    fl = parked_fl
                     self._route(fl)
                     fl.tries += 1
                     if fl.dead and fl.tries <= self.retries:
                         heapq.heappush(heap, (now + self.rto_ps, seq, 4, x))
                         seq += 1
                     elif not fl.dead:
+                        parked[x] = None
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
                         flows.append(fl)
                         rates = np.append(rates, 0.0)
@@ -591,6 +618,13 @@ class FluidModel:
                             # rerouted: the receiver sees the gap, NAKs, the QP resends
                             fl.rem += fl.lost
                             fl.lost = 0.0
+                    if waiting:
+                        back = []
+                        for fl in flows:
+                            if not fl.dead:
+                                back += unpark((fl.src, fl.dst, fl.conn, fl.qp))
+                        flows.extend(back)
+                        rates = np.append(rates, np.zeros(len(back)))
                     dirty = True
             if dirty:
                 rates = self._rates(flows)
