@@ -42,7 +42,7 @@ class Lowered:
     nodes: list[tuple[str, int, tuple[int, ...]]]
     #: per task: its lowered nodes that nothing else of the task waits for
     sinks: list[tuple[int, ...]]
-    #: per task: its nodes' external dependencies (sinks of the tasks it depends on)
+    #: the job's start (ps)
     start_ps: int
 
 
@@ -80,8 +80,6 @@ def lower(
                 sinks.append(ext)
                 continue
             transfers = list(coll.build(task.kind, n, task.size).transfers)
-            if task.kind in ("allreduce", "allgather", "reducescatter"):
-                pass
         ranks = task.ranks
         first = len(nodes)
         used: set[int] = set()
