@@ -27,7 +27,7 @@ def test_every_shipped_scenario_parses() -> None:
     assert files
     for path in files:
         scenario = load(path)
-        assert scenario.flows or scenario.collectives
+        assert scenario.flows or scenario.collectives or scenario.jobs
 
 
 def test_small_scenario_runs_and_exports(

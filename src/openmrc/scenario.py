@@ -67,6 +67,8 @@ from pathlib import Path
 from typing import Any
 
 from . import units
+from .jobs.config import FileJob, JobConfig, parse_file_workload, parse_jobs, place
+from .jobs.model import JobError
 from .sim.clustermapper import ClustermapperConfig
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
@@ -308,6 +310,13 @@ class Scenario:
     collectives: list[CollectiveRun] = field(default_factory=list)
     #: the part of each flow's life left out of its steady-state goodput.
     steady_skip: float = 0.1
+    #: training jobs (``[job]`` / ``[[jobs]]`` or an aicb / chakra workload):
+    #: openmrc.jobrun.PlacedJob s, graphs built and ranks placed.
+    jobs: list[Any] = field(default_factory=list)
+    #: "packet" (the packet simulator) or "flow" (openmrc.sim.fluid; jobs only).
+    mode: str = "packet"
+    #: set by :meth:`build` at packet level: where each job's flows are (openmrc.jobrun).
+    job_state: Any = None
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -341,6 +350,13 @@ class Scenario:
                 )
         except ValueError as exc:
             raise ScenarioError(f"workload: {exc}") from None
+        if self.jobs:
+            from .jobrun import add_packet_jobs
+
+            try:
+                self.job_state = add_packet_jobs(exp, self.jobs, 1 << 20)
+            except (JobError, ValueError) as exc:
+                raise ScenarioError(f"job: {exc}") from None
         for i, f in enumerate(self.faults):
             _apply_fault(exp, f, f"faults[{i}]")
         _apply_controller(exp, self.controller)
@@ -914,6 +930,8 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         "run",
         "name",
         "description",
+        "job",
+        "jobs",
     }
     for key in data:
         if key not in allowed:
@@ -934,14 +952,28 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
     except ValueError as exc:
         raise ScenarioError(f"transport: {exc}") from None
     workload = _table(data, "workload")
+    try:
+        configs: list[JobConfig | FileJob] = list(parse_jobs(data))
+        if workload.get("kind") in ("aicb", "chakra"):
+            configs.append(parse_file_workload(workload, base_dir))
+            workload = {**workload, "kind": "jobs"}
+        from .jobrun import placed
+
+        jobs = placed(configs, place(configs, spec))
+    except JobError as exc:
+        raise ScenarioError(str(exc)) from None
+    if not workload and jobs:
+        workload = {"kind": "jobs"}
     if not workload:
         raise ScenarioError(
             'workload: missing (e.g. [workload] kind = "permutation", size = "8MiB")'
         )
     collectives = []
-    if workload.get("kind") in (*coll.KINDS, "training"):
+    flows: list[FlowSpec] = []
+    if workload.get("kind") == "jobs":
+        pass
+    elif workload.get("kind") in (*coll.KINDS, "training"):
         collectives.append(_collective(workload, spec.hosts))
-        flows: list[FlowSpec] = []
     elif workload.get("kind") == "htsim":
         flows = _htsim(workload, spec.hosts, base_dir)
     else:
@@ -977,11 +1009,26 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
     clustermapper = _clustermapper(data.get("clustermapper"))
     run = _table(data, "run")
     for key in run:
-        if key not in {"until_us", "sample_us", "payloads", "queue_sample_us", "steady_skip"}:
+        if key not in {
+            "until_us",
+            "sample_us",
+            "payloads",
+            "queue_sample_us",
+            "steady_skip",
+            "mode",
+        }:
             raise ScenarioError(
                 f"run.{key}: unknown key "
-                "(known: payloads, queue_sample_us, sample_us, steady_skip, until_us)"
+                "(known: mode, payloads, queue_sample_us, sample_us, steady_skip, until_us)"
             )
+    mode = run.get("mode", "packet")
+    if mode not in ("packet", "flow"):
+        raise ScenarioError(f"run.mode: must be 'packet' or 'flow', got {mode!r}")
+    if mode == "flow" and (flows or collectives or not jobs):
+        raise ScenarioError(
+            "run.mode: the flow-level model runs training jobs ([job] or [[jobs]]) only, "
+            "without a [workload]"
+        )
     until = run.get("until_us")
     if until is not None:
         _num(until, "run.until_us", 0.001)
@@ -1009,8 +1056,18 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         clustermapper=clustermapper,
         collectives=collectives,
         steady_skip=steady_skip,
+        jobs=jobs,
+        mode=mode,
     )
-    scenario.build()  # resolve fault targets and switch settings now, with clear errors
+    if mode == "packet":
+        scenario.build()  # resolve fault targets and switch settings now, with clear errors
+    else:
+        from .jobrun import fluid_model
+
+        try:
+            fluid_model(spec, transport, seed, jobs, faults)
+        except (JobError, ValueError) as exc:
+            raise ScenarioError(str(exc)) from None
     return scenario
 
 

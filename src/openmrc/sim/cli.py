@@ -259,6 +259,8 @@ class RunOutcome:
         self.scenario = scenario
         self.doc = doc
         self.partial = partial
+        #: training jobs: the Chrome / Perfetto trace written as trace.json (openmrc.jobs.trace).
+        self.trace: dict[str, Any] | None = None
 
 
 def run_estimate(scenario: Any) -> Estimate:
@@ -325,6 +327,8 @@ def execute(
     from ..scenario import ScenarioError
 
     start_time = now_utc()
+    if getattr(scenario, "mode", "packet") == "flow":
+        return _execute_flow(scenario, scenario_file, overrides, workload, start_time)
     announce(scenario, progress)
     label = f"{scenario.name or scenario_file} [{scenario.transport.name}]"
     partial = False
@@ -374,13 +378,56 @@ def execute(
         warnings=warnings,
         partial=partial,
     )
+    outcome = RunOutcome(label, scenario, doc, partial)
+    if getattr(scenario, "jobs", None) and scenario.job_state is not None:
+        from ..jobrun import ideal_step_ps, job_row, packet_times, trace
+
+        jobs, lowered = scenario.jobs, scenario.job_state
+        job_times = packet_times(jobs, lowered, result)
+        doc["jobs"] = [
+            job_row(j, s, e, ideal_step_ps(scenario.spec, j))
+            for j, (s, e) in zip(jobs, job_times, strict=True)
+        ]
+        outcome.trace = trace(jobs, job_times, doc.get("fabric", {}).get("faults", []))
     # The fabric is millions of objects in reference cycles: left to the collector, the
     # interpreter's exit would spend seconds freeing them one by one (4 s at 8192 hosts
     # x 8 planes, most of a Ctrl-C's wait).  Frozen, they are left to the operating
     # system; the next run in this process (quiet_gc) unfreezes them for the collector.
     del exp, bar, result
     gc.freeze()
-    return RunOutcome(label, scenario, doc, partial)
+    return outcome
+
+
+def _execute_flow(
+    scenario: Any, scenario_file: str, overrides: list[str], workload: dict[str, Any], start: str
+) -> RunOutcome:
+    """Run a scenario's training jobs in the flow-level model (``run.mode = "flow"``)."""
+    from ..jobrun import flow_result, run_flow, trace
+    from ..results import build
+
+    jobs = scenario.jobs
+    res, rows, wall = run_flow(
+        scenario.spec, scenario.transport, scenario.seed, jobs, scenario.faults, scenario.until_us
+    )
+    result = flow_result(res, wall, scenario.sample_us)
+    warnings = [] if all(r["complete"] for r in rows) else ["a job did not finish its iteration"]
+    doc = build(
+        result,
+        scenario,
+        scenario_file=scenario_file,
+        overrides=overrides,
+        workload=workload,
+        start_time=start,
+        wall_seconds=wall,
+        warnings=warnings,
+        partial=False,
+    )
+    doc["jobs"] = rows
+    doc["all_ok"] = all(r["complete"] for r in rows)
+    label = f"{scenario.name or scenario_file} [{scenario.transport.name}, flow level]"
+    outcome = RunOutcome(label, scenario, doc, False)
+    outcome.trace = trace(jobs, [(t.start, t.end) for t in res.jobs], res.faults)
+    return outcome
 
 
 def _host_list(text: str | None, hosts: int) -> list[int] | None:
@@ -544,6 +591,12 @@ def _status_line(doc: dict[str, Any]) -> str:
 
 
 def _collective_lines(doc: dict[str, Any]) -> list[str]:
+    from ..jobrun import step_lines
+
+    return step_lines(doc) + _coll_lines(doc)
+
+
+def _coll_lines(doc: dict[str, Any]) -> list[str]:
     """One line per collective, when the results have any."""
     out = []
     for c in doc.get("collectives") or []:
@@ -580,6 +633,9 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
         d = out / o.scenario.transport.name if compare else out
         paths = write(o.doc, d)
         written.append(str(paths[0]))
+        if o.trace is not None:
+            (d / "trace.json").write_text(json.dumps(o.trace))
+            written.append(str(d / "trace.json"))
     if compare:
         table = out / "summary.csv"
         rows = summary_rows([o.doc for o in outcomes])

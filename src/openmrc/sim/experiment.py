@@ -362,6 +362,7 @@ class _Flow:
 
     __slots__ = (
         "cum",
+        "dep_gaps",
         "dependents",
         "deps_left",
         "deps_spare",
@@ -371,6 +372,7 @@ class _Flow:
         "nmsgs",
         "order",
         "pending",
+        "ready_at",
         "rx_done",
         "send_dependents",
         "series",
@@ -387,6 +389,10 @@ class _Flow:
         self.dependents: list[_Flow] = []
         self.send_dependents: list[_Flow] = []
         self.deps_left = 0
+        #: per-dependency waits (FlowSpec.dep_gaps by dependency flow), and when the
+        #: flow is ready for the dependencies met so far.
+        self.dep_gaps: dict[_Flow, int] | None = None
+        self.ready_at = 0
         #: dependencies that may still fail without stranding this flow.
         self.deps_spare = 0
         self.nmsgs = 0
@@ -946,8 +952,11 @@ class Experiment:
         return self.transport.qps or 1
 
     # -- set-up ---------------------------------------------------------------------
-    def add_flows(self, specs: list[FlowSpec]) -> list[int]:
+    def add_flows(self, specs: list[FlowSpec], watch: bool = False) -> list[int]:
         """Add flows (validated); return their indices in :attr:`flows`.
+
+        ``watch``: record when each flow's data has all arrived (``rx_finish_ps``),
+        as for collectives (a training job reads its transfers' arrival times).
 
         A flow without dependencies starts at its ``start_ps``.  One with
         ``deps`` / ``send_deps`` (indices into ``specs``) starts ``gap_ps``
@@ -967,6 +976,9 @@ class Experiment:
         check_dependencies(specs)
         base = len(self.flows)
         new = [self._new_flow(spec) for spec in specs]
+        if watch:
+            for flow in new:
+                flow.watch_rx = True
         for flow in new:
             spec = flow.spec
             ndeps = len(spec.deps) + len(spec.send_deps)
@@ -980,6 +992,8 @@ class Experiment:
             for d in spec.deps:
                 new[d].dependents.append(flow)
                 new[d].watch_rx = True
+            if spec.dep_gaps:
+                flow.dep_gaps = {new[d]: g for d, g in zip(spec.deps, spec.dep_gaps, strict=True)}
             for d in spec.send_deps:
                 new[d].send_dependents.append(flow)
         return list(range(base, base + n))
@@ -1255,17 +1269,22 @@ class Experiment:
         self._rx_watch[host.index] = [f for f in flows if f.rx_done is None and f not in done]
         for flow in done:
             flow.rx_done = now
-            self._release(flow.dependents, now)
+            self._release(flow.dependents, now, flow)
 
-    def _release(self, dependents: list[_Flow], now: int) -> None:
-        """One dependency of each of ``dependents`` is met: start those now free."""
+    def _release(self, dependents: list[_Flow], now: int, source: _Flow | None = None) -> None:
+        """One dependency (``source``) of each of ``dependents`` is met: start those now free."""
         for dep in dependents:
             if dep.status != "not started" or dep.deps_left <= 0:
                 continue
+            ready = now
+            if dep.dep_gaps is not None and source is not None:
+                ready += dep.dep_gaps.get(source, 0)
+            if ready > dep.ready_at:
+                dep.ready_at = ready
             dep.deps_left -= 1
             if dep.deps_left == 0:
                 dep.status = "waiting"
-                at = max(now + dep.spec.gap_ps, dep.spec.start_ps)
+                at = max(dep.ready_at + dep.spec.gap_ps, dep.spec.start_ps)
                 self.sim.schedule(at, self._launch, dep)
 
     def _fail_dependents(self, flow: _Flow) -> None:

@@ -38,6 +38,11 @@ class FlowSpec:
     deps_needed: int = 0
     #: Wait this long after the dependencies are met (compute time).
     gap_ps: int = 0
+    #: Per-dependency waits, aligned with ``deps`` (empty: none): the flow is ready
+    #: ``dep_gaps[i]`` after ``deps[i]`` arrived, and starts when it is ready for
+    #: every dependency (then ``gap_ps`` later).  A training job's compute spans
+    #: between transfers fold into these (openmrc.jobs.lower).
+    dep_gaps: tuple[int, ...] = ()
     #: Connection key: flows with the same (src, dst, conn) model one long-lived
     #: connection (a baseline keeps its UDP source ports, hence its ECMP paths).
     conn: str = ""
@@ -72,6 +77,14 @@ class FlowSpec:
             not isinstance(self.qps, int) or isinstance(self.qps, bool) or not 1 <= self.qps <= 256
         ):
             raise ValueError(f"flow.qps: must be an integer in 1..256, got {self.qps!r}")
+        if self.dep_gaps and (
+            len(self.dep_gaps) != len(self.deps)
+            or any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in self.dep_gaps)
+        ):
+            raise ValueError(
+                "flow.dep_gaps: must hold one non-negative int per entry of deps, "
+                f"got {self.dep_gaps!r} for {len(self.deps)} deps"
+            )
         ndeps = len(self.deps) + len(self.send_deps)
         if not isinstance(self.deps_needed, int) or not 0 <= self.deps_needed <= ndeps:
             raise ValueError(

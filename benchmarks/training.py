@@ -1,0 +1,150 @@
+"""Training jobs: flow level against packet level, and how long the bundled iterations take.
+
+Cases (``--case``, repeatable; default ``agreement``):
+
+* ``agreement`` - every small job both models can run (the 8-GPU calibration
+  job of tests/test_training.py, scenarios/training/chakra-8.toml and
+  aicb-16.toml), MRC and RoCE, without and with a T0-T1 link failure: step time
+  at packet level, at flow level, and their difference (docs/training.md
+  publishes the table);
+* ``packet-64`` - scenarios/training/gpt-1b-64.toml at packet level with MRC
+  (the issue's budget: under 10 minutes);
+* ``flow-1024`` - scenarios/training/gpt3-175b-1024.toml at flow level with MRC
+  (budget: under 1 minute for the iteration).
+
+Each case prints JSON lines: the case, transport, fault, step times, wall
+seconds.  Not a test: it takes minutes.
+
+    python benchmarks/training.py
+    python benchmarks/training.py --case flow-1024 --case packet-64
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from openmrc.jobrun import packet_rows, run_flow  # noqa: E402
+from openmrc.scenario import parse, read_data  # noqa: E402
+
+SMALL: dict[str, Any] = {
+    "seed": 1,
+    "fabric": {"planes": 2, "t0s": 2, "hosts_per_t0": 4, "t1s": 2},
+    "job": {
+        "name": "small-8",
+        "model": {
+            "layers": 2,
+            "hidden": 256,
+            "heads": 4,
+            "seq_len": 256,
+            "vocab": 4096,
+            "global_batch": 8,
+        },
+        "parallel": {"pp": 2, "dp": 4},
+        "gpu": {"gpus_per_server": 1, "tflops": 50.0},
+    },
+}
+
+
+def _scenario_data(name: str) -> tuple[dict[str, Any], Path]:
+    p = ROOT / "scenarios" / "training" / name
+    return read_data(p), p.parent
+
+
+def packet_step(data: dict[str, Any], base: Path | None) -> tuple[float | None, float]:
+    """Step time (us) of the scenario's first job at packet level, and wall seconds."""
+    d = copy.deepcopy(data)
+    d.setdefault("run", {})["mode"] = "packet"
+    sc = parse(d, base_dir=base)
+    t = time.perf_counter()
+    exp = sc.build()
+    res = exp.run()
+    rows = packet_rows(sc.spec, sc.jobs, sc.job_state, res)
+    return rows[0]["step_time_us"], time.perf_counter() - t
+
+
+def flow_step(data: dict[str, Any], base: Path | None) -> tuple[float | None, float]:
+    """Step time (us) of the scenario's first job at flow level, and wall seconds."""
+    d = copy.deepcopy(data)
+    d.setdefault("run", {})["mode"] = "flow"
+    sc = parse(d, base_dir=base)
+    _res, rows, wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+    return rows[0]["step_time_us"], wall
+
+
+def agreement() -> None:
+    """Packet vs flow on the small jobs, MRC and RoCE, with and without a link failure."""
+    cases: list[tuple[str, dict[str, Any], Path | None]] = [("small-8", SMALL, None)]
+    for name in ("chakra-8.toml", "aicb-16.toml"):
+        data, base = _scenario_data(name)
+        cases.append((name, data, base))
+    for label, data, base in cases:
+        for transport in ("mrc", "roce"):
+            for fault in (False, True):
+                d = copy.deepcopy(data)
+                d["transport"] = {"name": transport}
+                if transport == "roce":
+                    # a convergence the packet run can afford (the default is 200 ms)
+                    d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
+                if fault:
+                    d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
+                p, pw = packet_step(d, base)
+                f, fw = flow_step(d, base)
+                diff = None if p is None or f is None else round(100 * (f - p) / p, 2)
+                print(
+                    json.dumps(
+                        {
+                            "case": label,
+                            "transport": transport,
+                            "fault": fault,
+                            "packet_step_us": p,
+                            "flow_step_us": f,
+                            "diff_pct": diff,
+                            "packet_wall_s": round(pw, 2),
+                            "flow_wall_s": round(fw, 3),
+                        }
+                    ),
+                    flush=True,
+                )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", action="append", choices=["agreement", "packet-64", "flow-1024"])
+    args = ap.parse_args()
+    for case in args.case or ["agreement"]:
+        if case == "agreement":
+            agreement()
+        elif case == "packet-64":
+            data, base = _scenario_data("gpt-1b-64.toml")
+            step, wall = packet_step(data, base)
+            print(json.dumps({"case": case, "step_us": step, "wall_s": round(wall, 1)}), flush=True)
+        else:
+            data, base = _scenario_data("gpt3-175b-1024.toml")
+            t = time.perf_counter()
+            step, wall = flow_step(data, base)
+            total = time.perf_counter() - t
+            print(
+                json.dumps(
+                    {
+                        "case": case,
+                        "step_us": step,
+                        "run_s": round(wall, 1),
+                        "total_s": round(total, 1),
+                    }
+                ),
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,278 @@
+"""Running a scenario's training jobs: packet level or flow level, and their step times.
+
+A scenario with ``[job]`` / ``[[jobs]]`` (openmrc.jobs.config) runs its jobs'
+iterations either in the packet simulator (``run.mode = "packet"``, the
+default: the task graph lowered to flows by openmrc.jobs.lower) or in the
+flow-level model (``run.mode = "flow"``, openmrc.sim.fluid).  Either way the
+results document gets ``jobs``: one row per job (docs/training.md,
+"Step time"):
+
+* ``step_time_us``: from the job's start to the end of its last task;
+* ``compute_us``: the busiest rank's compute (forward, backward, optimizer,
+  and TP's NVLink time);
+* ``exposed_comm_us``: step time minus the critical path with every transfer
+  taking no time (communication not hidden behind compute);
+* ``idle_us``: mean over ranks of step time minus the rank's compute (bubbles
+  and waiting for the network);
+* ``slowdown``: step time over the same job alone on a failure-free fabric in
+  the flow-level model with MRC (contention-free but for its own traffic).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .jobs.config import FileJob, JobConfig
+from .jobs.graph import JobGraph, build_iteration
+from .jobs.lower import Lowered, lower, times
+from .jobs.trace import chrome_trace
+from .sim.experiment import Experiment, Result
+from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
+from .topology import ClosSpec
+
+US = 1_000_000
+
+
+@dataclass
+class PlacedJob:
+    """A job of a scenario: its iteration graph, hosts and start."""
+
+    name: str
+    graph: JobGraph
+    hosts: list[int]
+    start_us: float = 0.0
+    #: the model's parameters (None for a job read from workload files).
+    params: int | None = None
+
+    @property
+    def start_ps(self) -> int:
+        """When the job starts."""
+        return int(self.start_us * US)
+
+
+def placed(configs: Sequence[JobConfig | FileJob], hosts: list[list[int]]) -> list[PlacedJob]:
+    """Every job's iteration graph on its hosts."""
+    out = []
+    for c, h in zip(configs, hosts, strict=True):
+        if isinstance(c, JobConfig):
+            graph, params = build_iteration(c.spec), c.spec.model.params()
+        else:
+            graph, params = c.graph, None
+        out.append(PlacedJob(c.name, graph, h, c.start_us, params))
+    return out
+
+
+def add_packet_jobs(
+    exp: Experiment, jobs: list[PlacedJob], message: int
+) -> list[tuple[int, Lowered]]:
+    """Add the jobs' flows to ``exp``; per job (index of its first flow, lowering)."""
+    out = []
+    for job in jobs:
+        base = len(exp.flows)
+        low = lower(job.graph, job.hosts, job.start_ps, message, job.name, 0)
+        if low.flows:
+            exp.add_flows(low.flows, watch=True)
+        out.append((base, low))
+    return out
+
+
+def fluid_model(
+    spec: ClosSpec, transport: Any, seed: int, jobs: list[PlacedJob], faults: list[Any]
+) -> FluidModel:
+    """The flow-level model of a scenario's fabric, transport, jobs and faults."""
+    name = transport.name
+    if name not in ("mrc", "roce"):
+        raise ValueError(
+            f"transport.name: the flow-level model runs mrc and roce, not {name!r} "
+            "(IB's adaptive routing is not modelled there)"
+        )
+    qps = transport.qps or int(transport.roce.get("qps", 1)) if name != "mrc" else 1
+    conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
+    rto = round(4.096e6 * 2 ** int(transport.roce.get("timeout_exp", 20)))
+    retries = int(transport.roce.get("retries", 7))
+    g = jobs[0].graph if jobs else None
+    model = FluidModel(
+        spec,
+        name,
+        qps=qps,
+        convergence_ps=conv,
+        mtu=transport.mtu,
+        seed=seed,
+        gpus_per_server=g.gpus_per_server if g else 8,
+        nvlink_bytes_per_ps=g.nvlink_bytes_per_ps if g else 0.45,
+        rto_ps=rto,
+        retries=retries,
+    )
+    for job in jobs:
+        model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))
+    for i, f in enumerate(faults):
+        if f.links or f.switches:
+            raise ValueError(f"faults[{i}]: the flow-level model takes one target, not a group")
+        try:
+            model.add_fault(FluidFault(int(f.at_us * US), f.kind, f.target, f.host, f.plane))
+        except ValueError as exc:
+            raise ValueError(f"faults[{i}].{exc}") from None
+    return model
+
+
+def ideal_step_ps(spec: ClosSpec, job: PlacedJob) -> float | None:
+    """The job alone on a failure-free fabric, flow level, MRC: its step time."""
+    g = job.graph
+    model = FluidModel(
+        spec, "mrc", gpus_per_server=g.gpus_per_server, nvlink_bytes_per_ps=g.nvlink_bytes_per_ps
+    )
+    model.add_job(FluidJob(job.graph, job.hosts, 0))
+    r = model.run()
+    ends = r.jobs[0].end
+    if any(e is None for e in ends):
+        return None
+    return max((e for e in ends if e is not None), default=0.0)
+
+
+def job_row(
+    job: PlacedJob, start: list[Any], end: list[Any], ideal_ps: float | None
+) -> dict[str, Any]:
+    """One ``jobs`` entry of the results (see the module docstring)."""
+    g = job.graph
+    busy = g.compute_busy_ps()
+    done = all(e is not None for e in end)
+    row: dict[str, Any] = {
+        "name": job.name,
+        "gpus": g.ranks,
+        "hosts": [min(job.hosts), max(job.hosts)],
+        "start_us": job.start_us,
+        "complete": done,
+        "tasks": len(g.tasks),
+        "compute_us": round(max(busy) / 1e6, 3),
+        "params": job.params,
+    }
+    if not done:
+        row.update(step_time_us=None, exposed_comm_us=None, idle_us=None, slowdown=None)
+        return row
+    step = max((e for e in end if e is not None), default=0.0) - job.start_ps
+    crit = g.critical_compute_ps()
+    row["step_time_us"] = round(step / 1e6, 3)
+    row["exposed_comm_us"] = round(max(0.0, step - crit) / 1e6, 3)
+    row["idle_us"] = round(sum(step - b for b in busy) / len(busy) / 1e6, 3)
+    row["ideal_step_us"] = None if ideal_ps is None else round(ideal_ps / 1e6, 3)
+    row["slowdown"] = None if not ideal_ps else round(step / ideal_ps, 4)
+    comm: dict[str, float] = {}
+    for t, s, e in zip(g.tasks, start, end, strict=True):
+        if t.kind != "compute" and s is not None and e is not None:
+            comm[t.phase] = comm.get(t.phase, 0.0) + (e - s)
+    row["comm_time_us_by_phase"] = {k: round(v / 1e6, 3) for k, v in sorted(comm.items())}
+    return row
+
+
+def packet_times(
+    jobs: list[PlacedJob], lowered: list[tuple[int, Lowered]], result: Result
+) -> list[tuple[list[Any], list[Any]]]:
+    """Every job's task (starts, ends) in ps from a packet-level run."""
+    out = []
+    for job, (base, low) in zip(jobs, lowered, strict=True):
+        arrived = [f.rx_finish_ps for f in result.flows[base : base + len(low.flows)]]
+        start, end = times(job.graph, low, arrived)
+        out.append((list(start), list(end)))
+    return out
+
+
+def packet_rows(
+    spec: ClosSpec, jobs: list[PlacedJob], lowered: list[tuple[int, Lowered]], result: Result
+) -> list[dict[str, Any]]:
+    """The ``jobs`` rows of a packet-level run."""
+    return [
+        job_row(job, start, end, ideal_step_ps(spec, job))
+        for job, (start, end) in zip(jobs, packet_times(jobs, lowered, result), strict=True)
+    ]
+
+
+def trace(
+    jobs: list[PlacedJob], job_times: list[tuple[list[Any], list[Any]]], faults: list[Any]
+) -> dict[str, Any]:
+    """The Chrome / Perfetto trace of a run's jobs (openmrc.jobs.trace)."""
+    return chrome_trace(
+        [(j.graph, j.hosts, s, e) for j, (s, e) in zip(jobs, job_times, strict=True)], faults
+    )
+
+
+def run_flow(
+    spec: ClosSpec,
+    transport: Any,
+    seed: int,
+    jobs: list[PlacedJob],
+    faults: list[Any],
+    until_us: float | None = None,
+) -> tuple[FluidResult, list[dict[str, Any]], float]:
+    """Run the jobs in the flow-level model: (raw result, ``jobs`` rows, wall seconds)."""
+    started = time.perf_counter()
+    model = fluid_model(spec, transport, seed, jobs, faults)
+    res = model.run(None if until_us is None else until_us * US)
+    wall = time.perf_counter() - started
+    rows = [
+        job_row(job, t.start, t.end, ideal_step_ps(spec, job))
+        for job, t in zip(jobs, res.jobs, strict=True)
+    ]
+    return res, rows, wall
+
+
+def flow_result(res: FluidResult, wall: float, sample_us: float) -> Result:
+    """A packet-style Result (no flows) carrying the flow-level run's end, events and faults."""
+    return Result(
+        flows=[],
+        sim_end_ps=int(res.end_ps),
+        wall_seconds=round(wall, 3),
+        events=res.events,
+        ev_events=[],
+        qp_events=[],
+        goodput_series={},
+        sample_interval_ps=int(sample_us * US),
+        fabric={
+            "time_ps": int(res.end_ps),
+            "events": res.events,
+            "totals": {},
+            "ports": [],
+            "switches": [],
+            "hosts": [],
+            "faults": res.faults,
+            "model": "flow",
+            "rate_recomputes": res.recomputes,
+        },
+        verified=None,
+    )
+
+
+def step_lines(doc: dict[str, Any]) -> list[str]:
+    """The CLI's step-time lines, one per job."""
+    out = []
+    for j in doc.get("jobs") or []:
+        if j.get("step_time_us") is None:
+            out.append(f"  job {j['name']}: did not finish ({j['gpus']} GPUs)")
+            continue
+        sd = j.get("slowdown")
+        out.append(
+            f"  job {j['name']}: step time {j['step_time_us'] / 1000:,.3f} ms, "
+            f"compute {j['compute_us'] / 1000:,.3f} ms, exposed comm "
+            f"{j['exposed_comm_us'] / 1000:,.3f} ms, idle {j['idle_us'] / 1000:,.3f} ms"
+            + ("" if sd is None else f", slowdown {sd:.3f}")
+            + f" ({j['gpus']} GPUs)"
+        )
+    return out
+
+
+__all__ = [
+    "PlacedJob",
+    "add_packet_jobs",
+    "flow_result",
+    "fluid_model",
+    "ideal_step_ps",
+    "job_row",
+    "packet_rows",
+    "packet_times",
+    "placed",
+    "run_flow",
+    "step_lines",
+    "trace",
+]

@@ -1,0 +1,54 @@
+"""The example workload files shipped in scenarios/training/, generated from openmrc's own jobs.
+
+``python -m openmrc.jobs.examples [DIR]`` (default ``scenarios/training``)
+writes:
+
+* ``gpt-small-16.aicb.txt``: an AICB / SimAI workload text file of a
+  4-layer GPT (hidden 512) on 16 GPUs, TP 2 x DP 8;
+* ``gpt-small-8-et/gpt-small-8.<rank>.et``: Chakra execution traces, one per
+  rank, of the same model on 8 GPUs, PP 2 x DP 4 (1F1B, DP buckets).
+
+Both are what :mod:`openmrc.jobs.aicb` and :mod:`openmrc.jobs.chakra` write
+from the job descriptions below; tests check the shipped files are exactly
+what this module writes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import aicb, chakra
+from .graph import JobSpec, build_iteration
+from .model import GpuSpec, ModelSpec, Parallelism
+
+SMALL = ModelSpec(layers=4, hidden=512, heads=8, seq_len=512, vocab=8192, global_batch=16)
+AICB_JOB = JobSpec("gpt-small-16", SMALL, Parallelism(tp=2, dp=8), GpuSpec(gpus_per_server=2))
+CHAKRA_JOB = JobSpec(
+    "gpt-small-8", SMALL, Parallelism(pp=2, dp=4, buckets=2), GpuSpec(gpus_per_server=1)
+)
+
+
+def write_examples(directory: str | Path) -> list[Path]:
+    """Write the example files into ``directory``; their paths."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    layers, tp, gpus, ga = aicb.layers_of(AICB_JOB)
+    out = [aicb.write(layers, d / "gpt-small-16.aicb.txt", tp, gpus, ga)]
+    out += chakra.write(build_iteration(CHAKRA_JOB), d / "gpt-small-8-et", "gpt-small-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the examples (into the folder given, default scenarios/training)."""
+    args = sys.argv[1:] if argv is None else argv
+    for p in write_examples(args[0] if args else "scenarios/training"):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
+
+__all__ = ["AICB_JOB", "CHAKRA_JOB", "main", "write_examples"]

@@ -1,0 +1,659 @@
+"""Flow-level (fluid, max-min fair) model of the multi-plane Clos fabric, for training jobs.
+
+The packet simulator moves every packet; one iteration of a large model moves
+gigabytes per GPU, which is hours packet by packet.  This model moves rates
+instead: every transfer is one or more *fluid flows* with fixed shares on the
+fabric's resources, the rates are the max-min fair allocation (weighted
+progressive filling) recomputed whenever the set of flows or a capacity
+changes, and a flow's bytes drain at its rate.  It runs the task graphs of
+:mod:`openmrc.jobs.graph` (compute spans take their time, transfers take what
+the network gives them), several jobs at once, and faults as capacity changes.
+
+Transports (docs/training.md, "Flow-level model"):
+
+* ``mrc``: a flow sprays over all usable planes evenly and, in a plane, over
+  all usable T1s.  The T0-T1 links of one T0 and one plane are one pooled
+  resource (up and down separately): MRC's load-aware EV choice uses them as
+  one pool.  A failure is seen ``detect_ps`` later (MRC's loss detection); in
+  between, the share of a flow sprayed onto dead paths is lost.
+* ``roce`` / ``ib``: a flow is ``qps`` QPs, each ECMP-hashed onto one path
+  (QP ``i`` in plane ``i % planes``, a T1 by a hash of the connection), each
+  carrying ``1/qps`` of the bytes.  A QP on a dead path keeps sending and
+  everything it sends is lost; when routing converges (``convergence_ps``
+  after the failure) the hash picks again among the live T1s and go-back-N
+  resends what was lost; a QP that sent all its bytes before that waits for
+  its ACK timeout (``rto_ps``) to rewind, up to ``retries`` times.
+* Scale-up: a transfer between two GPUs of one server moves over NVLink (a
+  per-GPU out and in resource), never the fabric.
+
+Each transfer ends ``steps`` one-way base latencies after its last flow
+drained (a ring all-reduce has ``2(n-1)`` steps).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
+
+from ..jobs.graph import JobGraph, Task
+from ..topology import ClosSpec
+
+#: fault kinds the flow-level model applies.
+FLUID_FAULTS = ("link_down", "link_up", "switch_down", "switch_up", "nic_port_down", "nic_port_up")
+
+
+@dataclass
+class FluidJob:
+    """A job graph on the fabric: rank ``r`` on host ``hosts[r]``, starting at ``start_ps``."""
+
+    graph: JobGraph
+    hosts: list[int]
+    start_ps: int = 0
+
+
+@dataclass
+class FluidFault:
+    """A fault at ``at_ps``: a link (``target`` 'h5-p0t0x1' or 'p0t0x1-p0t1x3'),
+    a switch (``target`` 'p0t1x3'), or a NIC port (``host``, ``plane``)."""
+
+    at_ps: int
+    kind: str
+    target: str = ""
+    host: int = -1
+    plane: int = -1
+
+
+@dataclass
+class JobTimes:
+    """When each task of a job started and ended (ps; None: never)."""
+
+    start: list[float | None]
+    end: list[float | None]
+
+
+@dataclass
+class FluidResult:
+    """The outcome of a flow-level run."""
+
+    jobs: list[JobTimes]
+    end_ps: float
+    events: int
+    recomputes: int
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Flow:
+    __slots__ = (
+        "conn",
+        "dead",
+        "dst",
+        "eff",
+        "lost",
+        "qp",
+        "rem",
+        "res",
+        "src",
+        "transfer",
+        "tries",
+        "w",
+    )
+
+    def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
+        self.transfer = transfer
+        self.src = src
+        self.dst = dst
+        self.rem = float(size)
+        self.conn = conn
+        self.qp = qp
+        self.eff = 1.0
+        #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
+        self.dead = False
+        self.lost = 0.0
+        self.tries = 0
+        self.res: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.w: np.ndarray = np.zeros(0)
+
+
+def one_way_ps(spec: ClosSpec, mtu: int = 4096) -> int:
+    """One-way latency across the fabric: 4 links' propagation and one MTU's serialisation each."""
+    ser = mtu * 8 * (2 * 1000 / spec.host_gbps + 2 * 1000 / spec.fabric_gbps)
+    return int(4 * spec.link_delay_ps + ser)
+
+
+def steps_of(task: Task) -> int:
+    """Latency steps of a transfer: ring collectives step ``n-1`` or ``2(n-1)`` times."""
+    n = len(task.ranks)
+    if task.kind == "allreduce":
+        return 2 * (n - 1)
+    if task.kind in ("allgather", "reducescatter"):
+        return n - 1
+    return 1
+
+
+def flows_of(task: Task, hosts: list[int]) -> list[tuple[int, int, float]]:
+    """(src host, dst host, bytes) of the fluid flows of a transfer: rings as NCCL runs them."""
+    n = len(task.ranks)
+    h = [hosts[r] for r in task.ranks]
+    if task.kind == "p2p":
+        return [(h[0], h[1], float(task.size))]
+    if task.kind == "alltoall":
+        per = task.size / n
+        return [(h[i], h[j], per) for i in range(n) for j in range(n) if i != j]
+    factor = 2 * (n - 1) / n if task.kind == "allreduce" else (n - 1) / n
+    return [(h[i], h[(i + 1) % n], task.size * factor) for i in range(n)]
+
+
+class FluidModel:
+    """The fabric of ``spec`` carrying jobs' task graphs as fluid flows (see the module doc)."""
+
+    def __init__(
+        self,
+        spec: ClosSpec,
+        transport: str = "mrc",
+        *,
+        qps: int = 1,
+        detect_ps: int = 30_000_000,
+        convergence_ps: int = 200_000_000_000,
+        mtu: int = 4096,
+        seed: int = 1,
+        gpus_per_server: int = 8,
+        nvlink_bytes_per_ps: float = 0.45,
+        rto_ps: int = 4_294_967_296_000,
+        retries: int = 7,
+    ) -> None:
+        if transport not in ("mrc", "roce", "ib"):
+            raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
+        self.spec = spec
+        self.transport = transport
+        self.qps = qps
+        self.detect_ps = detect_ps
+        self.convergence_ps = convergence_ps
+        #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
+        self.rto_ps = rto_ps
+        self.retries = retries
+        self.seed = seed
+        self.gpus_per_server = gpus_per_server
+        self.latency_ps = one_way_ps(spec, mtu)
+        P, A, K, H = spec.planes, spec.t0s, spec.t1s, spec.hosts
+        self.P, self.A, self.K, self.H = P, A, K, H
+        # resource layout
+        self._up0 = 0  # host_up[h, p]
+        self._down0 = H * P  # host_down[h, p]
+        self._pool_up0 = 2 * H * P  # pool_up[p, a]
+        self._pool_down0 = self._pool_up0 + P * A
+        self._link_up0 = self._pool_down0 + P * A  # link_up[p, a, k]
+        self._link_down0 = self._link_up0 + P * A * K  # link_down[p, k, b]
+        self._nvl_out0 = self._link_down0 + P * A * K
+        self._nvl_in0 = self._nvl_out0 + H
+        self.R = self._nvl_in0 + H
+        host_c = spec.host_gbps / 8000  # bytes per ps
+        fab_c = spec.fabric_gbps / 8000
+        self._fab_c = fab_c
+        self.cap = np.zeros(self.R)
+        self.cap[: 2 * H * P] = host_c
+        self.cap[self._link_up0 : self._nvl_out0] = fab_c
+        self.cap[self._nvl_out0 :] = nvlink_bytes_per_ps
+        # alive state: true (what the wires do) and known (what the transport acts on)
+        self.host_true = np.ones((H, P), dtype=bool)
+        self.fab_true = np.ones((P, A, K), dtype=bool)
+        self.host_known = self.host_true.copy()
+        self.fab_known = self.fab_true.copy()
+        self._update_caps()
+        self.jobs: list[FluidJob] = []
+        self._faults: list[FluidFault] = []
+        self._route_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool]] = {}
+
+    # ----- set-up -------------------------------------------------------------------
+    def add_job(self, job: FluidJob) -> int:
+        """Add a job (its ranks' hosts must be distinct hosts of the fabric); return its index."""
+        g = job.graph
+        if len(job.hosts) != g.ranks:
+            raise ValueError(
+                f"job {g.name}: placement has {len(job.hosts)} hosts for {g.ranks} ranks"
+            )
+        if len(set(job.hosts)) != len(job.hosts):
+            raise ValueError(f"job {g.name}: two ranks on one host (one NIC per GPU)")
+        for h in job.hosts:
+            if not 0 <= h < self.H:
+                raise ValueError(f"job {g.name}: host {h} is not in 0..{self.H - 1}")
+        self.jobs.append(job)
+        return len(self.jobs) - 1
+
+    def add_fault(self, fault: FluidFault) -> None:
+        """Schedule a fault (checked now: an unknown target is a ValueError naming it)."""
+        if fault.kind not in FLUID_FAULTS:
+            raise ValueError(
+                f"kind: the flow-level model applies {', '.join(FLUID_FAULTS)}, not {fault.kind!r}"
+            )
+        self._targets(fault)
+        self._faults.append(fault)
+
+    def _targets(self, f: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
+        """(host links (h, p), fabric links (p, a, k)) a fault acts on."""
+        if f.kind.startswith("nic_port"):
+            if not (0 <= f.host < self.H and 0 <= f.plane < self.P):
+                raise ValueError(f"host/plane: no NIC port h{f.host} plane {f.plane}")
+            return [(f.host, f.plane)], []
+        name = f.target
+        try:
+            if f.kind.startswith("switch"):
+                p_s, rest = name[1:].split("t", 1)
+                tier, idx = rest.split("x")
+                p, i = int(p_s), int(idx)
+                if tier == "1" and 0 <= p < self.P and 0 <= i < self.K:
+                    return [], [(p, a, i) for a in range(self.A)]
+                if tier == "0" and 0 <= p < self.P and 0 <= i < self.A:
+                    hpt = self.spec.hosts_per_t0
+                    hl = [(h, p) for h in range(i * hpt, (i + 1) * hpt)]
+                    return hl, [(p, i, k) for k in range(self.K)]
+                raise ValueError
+            a_s, b_s = name.split("-")
+            if a_s.startswith("h"):
+                h = int(a_s[1:])
+                p = int(b_s[1:].split("t")[0])
+                if (
+                    0 <= h < self.H
+                    and 0 <= p < self.P
+                    and b_s == f"p{p}t0x{h // self.spec.hosts_per_t0}"
+                ):
+                    return [(h, p)], []
+                raise ValueError
+            p = int(a_s[1:].split("t")[0])
+            a = int(a_s.split("x")[1])
+            k = int(b_s.split("x")[1])
+            if (
+                a_s == f"p{p}t0x{a}"
+                and b_s == f"p{p}t1x{k}"
+                and 0 <= p < self.P
+                and 0 <= a < self.A
+                and 0 <= k < self.K
+            ):
+                return [], [(p, a, k)]
+            raise ValueError
+        except (ValueError, IndexError):
+            what = (
+                "switch ('p0t1x3')"
+                if f.kind.startswith("switch")
+                else "link ('p0t0x1-p0t1x3' or 'h5-p0t0x1')"
+            )
+            raise ValueError(f"target: no {what} {name!r} in this fabric") from None
+
+    # ----- capacities and paths ------------------------------------------------------
+    def _update_caps(self) -> None:
+        """Capacities from the *known* state (pools: live links x link rate)."""
+        P, A = self.P, self.A
+        hk = self.host_known
+        host_c = self.spec.host_gbps / 8000
+        self.cap[self._up0 : self._up0 + self.H * P] = np.where(hk.reshape(-1), host_c, 0.0)
+        self.cap[self._down0 : self._down0 + self.H * P] = np.where(hk.reshape(-1), host_c, 0.0)
+        fk = self.fab_known
+        self.cap[self._pool_up0 : self._pool_up0 + P * A] = fk.sum(axis=2).reshape(-1) * self._fab_c
+        self.cap[self._pool_down0 : self._pool_down0 + P * A] = (
+            fk.sum(axis=2).reshape(-1) * self._fab_c
+        )
+        self.cap[self._link_up0 : self._link_down0] = np.where(fk.reshape(-1), self._fab_c, 0.0)
+        self.cap[self._link_down0 : self._nvl_out0] = np.where(
+            fk.transpose(0, 2, 1).reshape(-1), self._fab_c, 0.0
+        )
+
+    def _route(self, fl: _Flow) -> None:
+        """Set a flow's resources, weights and efficiency (cached until the state changes)."""
+        key = (fl.src, fl.dst) if self.transport == "mrc" else (fl.src, fl.dst, fl.conn, fl.qp)
+        hit = self._route_cache.get(key)
+        if hit is None:
+            self._route_new(fl)
+            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead)
+        else:
+            fl.res, fl.w, fl.eff, fl.dead = hit
+
+    def _route_new(self, fl: _Flow) -> None:
+        """Compute a flow's resources, weights and efficiency from the known and true states."""
+        spec, P, K = self.spec, self.P, self.K
+        s, d = fl.src, fl.dst
+        G = self.gpus_per_server
+        if s // G == d // G:
+            fl.res = np.array([self._nvl_out0 + s, self._nvl_in0 + d], dtype=np.int64)
+            fl.w = np.ones(2)
+            fl.eff = 1.0
+            return
+        a, b = s // spec.hosts_per_t0, d // spec.hosts_per_t0
+        res: list[int] = []
+        w: list[float] = []
+        if self.transport == "mrc":
+            planes = []
+            for p in range(P):
+                if not (self.host_known[s, p] and self.host_known[d, p]):
+                    continue
+                if a != b and not (self.fab_known[p, a] & self.fab_known[p, b]).any():
+                    continue
+                planes.append(p)
+            if not planes:
+                fl.res, fl.w, fl.eff = np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
+                return
+            share = 1.0 / len(planes)
+            lost = 0.0
+            for p in planes:
+                res += [self._up0 + s * P + p, self._down0 + d * P + p]
+                w += [share, share]
+                if not (self.host_true[s, p] and self.host_true[d, p]):
+                    lost += share
+                    continue
+                if a != b:
+                    res += [self._pool_up0 + p * self.A + a, self._pool_down0 + p * self.A + b]
+                    w += [share, share]
+                    known = self.fab_known[p, a] & self.fab_known[p, b]
+                    true = self.fab_true[p, a] & self.fab_true[p, b]
+                    dead = int((known & ~true).sum())
+                    lost += share * dead / int(known.sum())
+            fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.array(w), max(0.0, 1.0 - lost)
+            return
+        # RoCE / IB: one QP, one path.
+        p = fl.qp % P
+        res = [self._up0 + s * P + p, self._down0 + d * P + p]
+        ok = bool(self.host_true[s, p] and self.host_true[d, p])
+        if a != b:
+            live = [k for k in range(K) if self.fab_known[p, a, k] and self.fab_known[p, b, k]]
+            if not live:
+                fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
+                return
+            h = zlib.crc32(f"{self.seed}:{s}:{d}:{fl.conn}:{fl.qp}".encode())
+            k = live[h % len(live)]
+            res += [
+                self._link_up0 + (p * self.A + a) * K + k,
+                self._link_down0 + (p * K + k) * self.A + b,
+            ]
+            ok = ok and bool(self.fab_true[p, a, k] and self.fab_true[p, b, k])
+        # A QP on a dead path keeps sending at its rate; what it sends is lost.
+        fl.res, fl.w, fl.eff, fl.dead = (
+            np.array(res, dtype=np.int64),
+            np.ones(len(res)),
+            1.0,
+            not ok,
+        )
+
+    # ----- max-min fair rates -----------------------------------------------------------
+    def _rates(self, flows: list[_Flow]) -> np.ndarray:
+        """Weighted progressive filling: every flow's max-min fair rate (bytes/ps)."""
+        n = len(flows)
+        if not n:
+            return np.zeros(0)
+        lens = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=n)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        cols = np.concatenate([f.res for f in flows]) if ptr[-1] else np.zeros(0, dtype=np.int64)
+        vals = np.concatenate([f.w for f in flows]) if ptr[-1] else np.zeros(0)
+        used_res, inv = np.unique(cols, return_inverse=True)
+        m = csr_matrix((vals, inv, ptr), shape=(n, len(used_res)))
+        mt = m.T.tocsr()
+        cap = self.cap[used_res]
+        rate = np.zeros(n)
+        active = lens > 0
+        used = np.zeros(len(used_res))
+        for _ in range(len(used_res) + 1):
+            if not active.any():
+                break
+            load = mt @ active.astype(float)
+            mask = load > 1e-15
+            if not mask.any():
+                break
+            head = np.maximum(cap - used, 0.0)
+            inc = float((head[mask] / load[mask]).min())
+            rate[active] += inc
+            used += load * inc
+            sat = mask & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
+            hit = (m @ sat.astype(float)) > 0
+            if not (active & hit).any():
+                break
+            active &= ~hit
+        return rate
+
+    # ----- run ----------------------------------------------------------------------------
+    def run(self, until_ps: float | None = None) -> FluidResult:
+        """Run every job to its end (or ``until_ps``); the task times of each job."""
+        tasks: list[tuple[int, int, Task]] = []  # (job, index in job, task)
+        base: list[int] = []
+        for j, job in enumerate(self.jobs):
+            base.append(len(tasks))
+            tasks.extend((j, i, tk) for i, tk in enumerate(job.graph.tasks))
+        n = len(tasks)
+        left = np.zeros(n, dtype=np.int64)
+        users: list[list[int]] = [[] for _ in range(n)]
+        for gi, (j, _i, tk) in enumerate(tasks):
+            left[gi] = len(tk.deps)
+            for dep in tk.deps:
+                users[base[j] + dep].append(gi)
+        start: list[float | None] = [None] * n
+        end: list[float | None] = [None] * n
+        heap: list[tuple[float, int, int, int]] = []  # (time, order, kind, payload)
+        seq = 0
+        # kinds: 0 task ready, 1 task done, 2 fault (true state), 3 fault known
+        for gi, (j, _i, _tk) in enumerate(tasks):
+            if left[gi] == 0:
+                heapq.heappush(heap, (float(self.jobs[j].start_ps), seq, 0, gi))
+                seq += 1
+        for fi, flt in enumerate(self._faults):
+            heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
+            seq += 1
+        flows: list[_Flow] = []
+        parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
+        waiting: dict[tuple[int, int, str, int], list[int]] = {}  # connection -> parked
+
+        def unpark(key: tuple[int, int, str, int]) -> list[_Flow]:
+            """A live packet on the same connection: the receiver NAKs, the QP resends."""
+            out = []
+            for i in waiting.pop(key, []):
+                fl = parked[i]
+                if fl is not None:
+                    parked[i] = None
+                    self._route(fl)
+                    fl.rem, fl.lost = fl.lost, 0.0
+                    out.append(fl)
+            return out
+
+        rates = np.zeros(0)
+        pending: dict[int, int] = {}
+        now = 0.0
+        dirty = False
+        events = 0
+        recomputes = 0
+        fault_log: list[dict[str, Any]] = []
+        limit = math.inf if until_ps is None else float(until_ps)
+        while True:
+            # next flow completion
+            t_flow = math.inf
+            if flows:
+                eff_rate = rates * np.fromiter(
+                    (f.eff for f in flows), dtype=float, count=len(flows)
+                )
+                rem = np.fromiter((f.rem for f in flows), dtype=float, count=len(flows))
+                with np.errstate(divide="ignore"):
+                    ttf = np.where(eff_rate > 0, rem / np.maximum(eff_rate, 1e-300), math.inf)
+                t_flow = now + float(ttf.min())
+            t_ev = heap[0][0] if heap else math.inf
+            t = min(t_flow, t_ev)
+            if t == math.inf or t > limit:
+                if flows and limit < math.inf:
+                    now = limit
+                break
+            if flows:
+                dt = t - now
+                done_idx = []
+                for i, f in enumerate(flows):
+                    moved = eff_rate[i] * dt
+                    f.rem -= moved
+                    if f.dead:
+                        f.lost += moved
+                    if f.rem <= 1e-3 or (eff_rate[i] > 0 and f.rem / eff_rate[i] <= 1.0):
+                        done_idx.append(i)
+                if done_idx:
+                    dead = set(done_idx)
+                    for i in done_idx:
+                        fl = flows[i]
+                        if fl.lost > 0:
+                            # all sent, some of it lost: the ACK timeout rewinds the QP
+                            fl.rem = 0.0
+                            heapq.heappush(heap, (t + self.rto_ps, seq, 4, len(parked)))
+                            waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
+                                len(parked)
+                            )
+                            parked.append(fl)
+                            seq += 1
+                            continue
+                        tr = fl.transfer
+                        pending[tr] -= 1
+                        if pending[tr] == 0:
+                            del pending[tr]
+                            lat = steps_of(tasks[tr][2]) * self._latency(tasks[tr], self.jobs)
+                            heapq.heappush(heap, (t + lat, seq, 1, tr))
+                            seq += 1
+                    flows = [f for i, f in enumerate(flows) if i not in dead]
+                    rates = np.delete(rates, sorted(dead))
+                    dirty = True
+            now = t
+            while heap and heap[0][0] <= now:
+                _t, _o, kind, x = heapq.heappop(heap)
+                events += 1
+                if kind == 0:
+                    start[x] = now
+                    j, _i, task = tasks[x]
+                    if task.kind == "compute":
+                        heapq.heappush(heap, (now + task.dur_ps, seq, 1, x))
+                        seq += 1
+                        continue
+                    hosts = self.jobs[j].hosts
+                    made = 0
+                    for s, d, size in flows_of(task, hosts):
+                        if size <= 0:
+                            continue
+                        nq = 1 if self.transport == "mrc" else self.qps
+                        for q in range(nq):
+                            # one connection per job and host pair, as the packet level keeps it
+                            fl = _Flow(x, s, d, size / nq, str(j), q)
+                            self._route(fl)
+                            flows.append(fl)
+                            made += 1
+                            if waiting and not fl.dead:
+                                back = unpark((s, d, fl.conn, q))
+                                flows.extend(back)
+                                made_extra = len(back)
+                                rates = np.append(rates, np.zeros(made_extra))
+                    if made:
+                        pending[x] = made
+                        rates = np.append(rates, np.zeros(made))
+                        dirty = True
+                    else:
+                        heapq.heappush(heap, (now, seq, 1, x))
+                        seq += 1
+                elif kind == 4:
+                    parked_fl = parked[x]
+                    if parked_fl is None:
+                        continue  # already resent after a NAK
+                    fl = parked_fl
+                    self._route(fl)
+                    fl.tries += 1
+                    if fl.dead and fl.tries <= self.retries:
+                        heapq.heappush(heap, (now + self.rto_ps, seq, 4, x))
+                        seq += 1
+                    elif not fl.dead:
+                        parked[x] = None
+                        fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
+                        flows.append(fl)
+                        rates = np.append(rates, 0.0)
+                        dirty = True
+                    # else: retries exhausted, the QP is in error; its transfer never ends
+                elif kind == 1:
+                    end[x] = now
+                    for u in users[x]:
+                        left[u] -= 1
+                        if left[u] == 0:
+                            j = tasks[u][0]
+                            at = max(now, float(self.jobs[j].start_ps))
+                            heapq.heappush(heap, (at, seq, 0, u))
+                            seq += 1
+                else:
+                    fault = self._faults[x]
+                    hl, fl_links = self._targets(fault)
+                    alive = fault.kind.endswith("_up")
+                    if kind == 2:
+                        for h, p in hl:
+                            self.host_true[h, p] = alive
+                        for p, a, k in fl_links:
+                            self.fab_true[p, a, k] = alive
+                        delay = self.detect_ps if self.transport == "mrc" else self.convergence_ps
+                        if hl and self.transport != "mrc":
+                            delay = 0  # a NIC port down is seen by the NIC at once
+                        heapq.heappush(heap, (now + delay, seq, 3, x))
+                        seq += 1
+                        fault_log.append(
+                            {
+                                "time_ps": int(now),
+                                "kind": fault.kind,
+                                "target": fault.target or f"h{fault.host}/p{fault.plane}",
+                            }
+                        )
+                    else:
+                        for h, p in hl:
+                            self.host_known[h, p] = alive
+                        for p, a, k in fl_links:
+                            self.fab_known[p, a, k] = alive
+                        self._update_caps()
+                        fault_log.append(
+                            {
+                                "time_ps": int(now),
+                                "kind": f"{fault.kind} seen",
+                                "target": fault.target or f"h{fault.host}/p{fault.plane}",
+                            }
+                        )
+                    self._route_cache.clear()
+                    for fl in flows:
+                        was = fl.dead
+                        self._route(fl)
+                        if was and not fl.dead and fl.lost > 0:
+                            # rerouted: the receiver sees the gap, NAKs, the QP resends
+                            fl.rem += fl.lost
+                            fl.lost = 0.0
+                    if waiting:
+                        back = []
+                        for fl in flows:
+                            if not fl.dead:
+                                back += unpark((fl.src, fl.dst, fl.conn, fl.qp))
+                        flows.extend(back)
+                        rates = np.append(rates, np.zeros(len(back)))
+                    dirty = True
+            if dirty:
+                rates = self._rates(flows)
+                recomputes += 1
+                dirty = False
+        out = []
+        for j, job in enumerate(self.jobs):
+            b = base[j]
+            k = len(job.graph.tasks)
+            out.append(JobTimes(start[b : b + k], end[b : b + k]))
+        return FluidResult(out, now, events, recomputes, fault_log)
+
+    def _latency(self, entry: tuple[int, int, Task], jobs: list[FluidJob]) -> float:
+        """One step's latency of a transfer: the fabric's one-way latency (0 inside a server)."""
+        j, _i, task = entry
+        hosts = jobs[j].hosts
+        G = self.gpus_per_server
+        servers = {hosts[r] // G for r in task.ranks}
+        return 0.0 if len(servers) == 1 else float(self.latency_ps)
+
+
+__all__ = [
+    "FLUID_FAULTS",
+    "FluidFault",
+    "FluidJob",
+    "FluidModel",
+    "FluidResult",
+    "JobTimes",
+    "flows_of",
+    "one_way_ps",
+    "steps_of",
+]
