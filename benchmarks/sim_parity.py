@@ -66,7 +66,7 @@ CASES: dict[str, tuple[str, list[str], str | None]] = {
 
 def run_case(name: str) -> str:
     """Run one case; its results as canonical JSON (wall time removed)."""
-    from openmrc.sim.cli import load_scenario
+    from openmrc.run import load_scenario
 
     path, overrides, transport = CASES[name]
     scenario, _ = load_scenario(str(ROOT / path), overrides, transport=transport)

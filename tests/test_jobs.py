@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from openmrc.jobs import GpuSpec, JobError, JobSpec, ModelSpec, Parallelism, build_iteration
-from openmrc.jobs.graph import one_f_one_b
-from openmrc.jobs.model import stage_arithmetic
+from openmrc.workloads.jobs import (
+    GpuSpec,
+    JobError,
+    JobSpec,
+    ModelSpec,
+    Parallelism,
+    build_iteration,
+)
+from openmrc.workloads.jobs.graph import one_f_one_b
+from openmrc.workloads.jobs.model import stage_arithmetic
 
 # A tiny model worked by hand (docs/training.md has the formulas):
 #   h = 64, f = 4h = 256, s = 32, V = 100, L = 2, b = 2, B = 8, bf16 (2 bytes)

@@ -25,15 +25,9 @@ KNOWN: frozenset[str] = frozenset(
     {
         "openmrc.transport.context <-> openmrc.transport.qp <-> openmrc.transport.requester"
         " <-> openmrc.transport.responder <-> openmrc.transport.verbs",
-        "openmrc.paper <-> openmrc.sim.cli",
         "openmrc.net.ctl <-> openmrc.net.driver",
-        "openmrc.fabric_demo -> openmrc.sim.cli",
         "openmrc.net.selfprobe -> openmrc.clustermapper",
-        "openmrc.paper -> openmrc.sim.cli",
         "openmrc.sim.clustermapper -> openmrc.clustermapper",
-        "openmrc.sweep.aggregate -> openmrc.sim.cli",
-        "openmrc.sweep.runner -> openmrc.sim.cli",
-        "openmrc.sweep.spec -> openmrc.sim.cli",
     }
 )
 

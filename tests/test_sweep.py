@@ -18,7 +18,7 @@ import pytest
 
 from openmrc.cli import main
 from openmrc.results import validate
-from openmrc.sim.cli import parse_value
+from openmrc.run import parse_value
 from openmrc.sweep import build_points, run_sweep, split_values, toml_value
 from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
@@ -218,7 +218,7 @@ def test_interrupted_sweep_reruns_only_the_missing_points(tmp_path: Path) -> Non
 def test_failed_point_is_recorded_and_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import openmrc.sim.cli as sim_cli
+    import openmrc.run as sim_cli
 
     spec = load_spec(_scenario(tmp_path), params=["fabric.t1s=1,2"], seeds=1)
     points = build_points(spec)

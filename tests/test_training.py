@@ -163,7 +163,7 @@ def test_bad_jobs_name_the_field(patch: dict[str, Any], message: str) -> None:
 
 
 def _execute(data: dict[str, Any]) -> Any:
-    from openmrc.sim.cli import execute
+    from openmrc.run import execute
 
     sc = parse(copy.deepcopy(data), name="t")
     return execute(sc, scenario_file="t.toml", overrides=[], workload={})

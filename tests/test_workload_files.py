@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.jobs import (
+from openmrc.scenario import ScenarioError, parse
+from openmrc.sim.fluid import FluidJob, FluidModel
+from openmrc.topology import ClosSpec
+from openmrc.workloads.jobs import (
     GpuSpec,
     JobError,
     JobSpec,
@@ -16,10 +19,7 @@ from openmrc.jobs import (
     build_iteration,
     chakra,
 )
-from openmrc.jobs.examples import CHAKRA_JOB, write_examples
-from openmrc.scenario import ScenarioError, parse
-from openmrc.sim.fluid import FluidJob, FluidModel
-from openmrc.topology import ClosSpec
+from openmrc.workloads.jobs.examples import CHAKRA_JOB, write_examples
 
 SHIPPED = Path(__file__).resolve().parent.parent / "scenarios" / "training"
 

@@ -140,7 +140,7 @@ def run(
 ) -> int:
     """Run the demo, print it, write the results and report into ``out``; the exit code
     (that of ``openmrc compare``, docs/cli.md)."""
-    from .sim.cli import compare_scenario, load_scenario, prepare_out
+    from .run import compare_scenario, load_scenario, prepare_out
 
     sets = (QUICK if quick else []) + list(overrides or [])
     folder = out if out is not None else DEFAULT_OUT

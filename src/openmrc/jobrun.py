@@ -1,8 +1,8 @@
 """Running a scenario's training jobs: packet level or flow level, and their step times.
 
-A scenario with ``[job]`` / ``[[jobs]]`` (openmrc.jobs.config) runs its jobs'
+A scenario with ``[job]`` / ``[[jobs]]`` (openmrc.workloads.jobs.config) runs its jobs'
 iterations either in the packet simulator (``run.mode = "packet"``, the
-default: the task graph lowered to flows by openmrc.jobs.lower) or in the
+default: the task graph lowered to flows by openmrc.workloads.jobs.lower) or in the
 flow-level model (``run.mode = "flow"``, openmrc.sim.fluid).  Either way the
 results document gets ``jobs``: one row per job (docs/training.md,
 "Step time"):
@@ -25,13 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .jobs.config import FileJob, JobConfig
-from .jobs.graph import JobGraph, build_iteration
-from .jobs.lower import Lowered, lower, times
-from .jobs.trace import chrome_trace
 from .sim.experiment import Experiment, Result
 from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
 from .topology import ClosSpec
+from .workloads.jobs.config import FileJob, JobConfig
+from .workloads.jobs.graph import JobGraph, build_iteration
+from .workloads.jobs.lower import Lowered, lower, times
+from .workloads.jobs.trace import chrome_trace
 
 US = 1_000_000
 
@@ -192,7 +192,7 @@ def packet_rows(
 def trace(
     jobs: list[PlacedJob], job_times: list[tuple[list[Any], list[Any]]], faults: list[Any]
 ) -> dict[str, Any]:
-    """The Chrome / Perfetto trace of a run's jobs (openmrc.jobs.trace)."""
+    """The Chrome / Perfetto trace of a run's jobs (openmrc.workloads.jobs.trace)."""
     return chrome_trace(
         [(j.graph, j.hosts, s, e) for j, (s, e) in zip(jobs, job_times, strict=True)], faults
     )

@@ -61,7 +61,7 @@ class ParsedRun:
 
 def parse_run(run: Run, quick: bool) -> ParsedRun:
     from .results import resolved
-    from .sim.cli import read_scenario_data, scenario_from_data
+    from .run import read_scenario_data, scenario_from_data
 
     path = run.path()
     if not path.exists():

@@ -15,7 +15,7 @@ fabric counters; its keys stay at the top level) plus:
   the sender's payload line rate plus the path's propagation round trip) and
   ``slowdown`` (FCT / ideal).
 
-Nothing here runs a simulation; :mod:`openmrc.sim.cli` does, then calls
+Nothing here runs a simulation; :mod:`openmrc.run` does, then calls
 :func:`build` and :func:`write`.
 """
 

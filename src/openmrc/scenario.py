@@ -67,8 +67,6 @@ from pathlib import Path
 from typing import Any
 
 from . import units
-from .jobs.config import FileJob, JobConfig, parse_file_workload, parse_jobs, place
-from .jobs.model import JobError
 from .sim.clustermapper import ClustermapperConfig
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
@@ -87,6 +85,8 @@ from .workloads import (
 )
 from .workloads import collectives as coll
 from .workloads.htsim import CmError, load_cm
+from .workloads.jobs.config import FileJob, JobConfig, parse_file_workload, parse_jobs, place
+from .workloads.jobs.model import JobError
 
 US = 1_000_000
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
+from openmrc.run import RunProgress, apply_override, load_scenario, parse_value
 from openmrc.scenario import ScenarioError
-from openmrc.sim.cli import RunProgress, apply_override, load_scenario, parse_value
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 LINK = str(SCENARIOS / "t0-t1-link-failure.toml")
@@ -184,7 +184,7 @@ def test_set_values_are_toml(tmp_path: Path) -> None:
 def test_unwritable_out_is_an_error_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import openmrc.sim.cli as sim_cli
+    import openmrc.run as sim_cli
 
     def no_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("the scenario ran although --out is unusable")
@@ -318,7 +318,7 @@ def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
 
 
 def test_collectives_are_printed_when_the_results_have_them() -> None:
-    from openmrc.sim.cli import _collective_lines
+    from openmrc.run import _collective_lines
 
     assert _collective_lines({"flows": []}) == []
     doc = {

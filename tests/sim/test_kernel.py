@@ -132,7 +132,7 @@ _RUN = textwrap.dedent(
     """
     import json, sys
     from openmrc.sim import _native
-    from openmrc.sim.cli import load_scenario
+    from openmrc.run import load_scenario
     scenario, _ = load_scenario(sys.argv[1], [])
     exp = scenario.build()
     doc = exp.run().as_dict()

@@ -6,7 +6,7 @@ instead: every transfer is one or more *fluid flows* with fixed shares on the
 fabric's resources, the rates are the max-min fair allocation (weighted
 progressive filling) recomputed whenever the set of flows or a capacity
 changes, and a flow's bytes drain at its rate.  It runs the task graphs of
-:mod:`openmrc.jobs.graph` (compute spans take their time, transfers take what
+:mod:`openmrc.workloads.jobs.graph` (compute spans take their time, transfers take what
 the network gives them), several jobs at once, and faults as capacity changes.
 
 Transports (docs/training.md, "Flow-level model"):
@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
 
-from ..jobs.graph import JobGraph, Task
 from ..topology import ClosSpec
+from ..workloads.jobs.graph import JobGraph, Task
 
 #: fault kinds the flow-level model applies.
 FLUID_FAULTS = ("link_down", "link_up", "switch_down", "switch_up", "nic_port_down", "nic_port_up")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results import percentile_so_far
-from ..sim.cli import UsageError
+from ..run import UsageError
 from .spec import Point, SweepSpec, display, toml_value
 
 Record = dict[str, Any]

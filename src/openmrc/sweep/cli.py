@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from ..sim.cli import EXIT_INTERRUPTED, EXIT_OK, UsageError, prepare_out
+from ..run import EXIT_INTERRUPTED, EXIT_OK, UsageError, prepare_out
 
 #: Exit code when at least one point failed (the others were written).
 EXIT_POINT_FAILED = 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sim.cli import UsageError
+from ..run import UsageError
 from .spec import Point
 
 POINTS_DIR = "points"
@@ -38,7 +38,7 @@ def run_point(point: Point) -> dict[str, Any]:
     """Run one point: ``{"status": "ok", "record": results document}``, or
     ``{"status": "error", "error": one line, "traceback": ...}``, or
     ``{"status": "interrupted"}`` when the run was cut short by Ctrl-C (not a result)."""
-    from ..sim.cli import execute, scenario_from_data
+    from ..run import execute, scenario_from_data
 
     try:
         scenario, workload = scenario_from_data(

@@ -41,7 +41,7 @@ class FlowSpec:
     #: Per-dependency waits, aligned with ``deps`` (empty: none): the flow is ready
     #: ``dep_gaps[i]`` after ``deps[i]`` arrived, and starts when it is ready for
     #: every dependency (then ``gap_ps`` later).  A training job's compute spans
-    #: between transfers fold into these (openmrc.jobs.lower).
+    #: between transfers fold into these (openmrc.workloads.jobs.lower).
     dep_gaps: tuple[int, ...] = ()
     #: Connection key: flows with the same (src, dst, conn) model one long-lived
     #: connection (a baseline keeps its UDP source ports, hence its ECMP paths).

@@ -1,10 +1,10 @@
 """Training jobs as the workload: a model description in, one iteration's tasks out.
 
-:mod:`openmrc.jobs.model` holds the model arithmetic (parameters, FLOPs, bytes,
-the roofline), :mod:`openmrc.jobs.graph` builds one iteration's task graph
-(1F1B, DP buckets, ZeRO, EP all-to-all), :mod:`openmrc.jobs.place` puts ranks
-on hosts, :mod:`openmrc.jobs.lower` turns a graph into the packet simulator's
-flows, and :mod:`openmrc.jobs.report` reads the step time back.  The
+:mod:`openmrc.workloads.jobs.model` holds the model arithmetic (parameters, FLOPs, bytes,
+the roofline), :mod:`openmrc.workloads.jobs.graph` builds one iteration's task graph
+(1F1B, DP buckets, ZeRO, EP all-to-all), :mod:`openmrc.workloads.jobs.place` puts ranks
+on hosts, :mod:`openmrc.workloads.jobs.lower` turns a graph into the packet simulator's
+flows, and :mod:`openmrc.workloads.jobs.report` reads the step time back.  The
 flow-level model that runs the same graphs is :mod:`openmrc.sim.fluid`.
 Formulas and choices: docs/training.md.
 """

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..topology import ClosSpec
+from ...topology import ClosSpec
 from .graph import JobGraph, JobSpec
 from .model import GpuSpec, JobError, ModelSpec, Parallelism
 

@@ -1,7 +1,7 @@
 """A job's task graph as the packet simulator's flows, and the step time read back.
 
 The packet simulator runs flows, not compute.  :func:`lower` turns a
-:class:`~openmrc.jobs.graph.JobGraph` into :class:`~openmrc.workloads.FlowSpec` s:
+:class:`~openmrc.workloads.jobs.graph.JobGraph` into :class:`~openmrc.workloads.FlowSpec` s:
 
 * a p2p transfer is one flow; a collective is NCCL's ring (or all-to-all) of
   transfers from :mod:`openmrc.workloads.collectives`, its first transfers
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..workloads import FlowSpec
-from ..workloads import collectives as coll
+from .. import FlowSpec
+from .. import collectives as coll
 from .graph import JobGraph
 from .model import JobError
 

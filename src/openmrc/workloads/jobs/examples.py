@@ -1,6 +1,6 @@
 """The example workload files shipped in scenarios/training/, generated from openmrc's own jobs.
 
-``python -m openmrc.jobs.examples [DIR]`` (default ``scenarios/training``)
+``python -m openmrc.workloads.jobs.examples [DIR]`` (default ``scenarios/training``)
 writes:
 
 * ``gpt-small-16.aicb.txt``: an AICB / SimAI workload text file of a
@@ -8,7 +8,7 @@ writes:
 * ``gpt-small-8-et/gpt-small-8.<rank>.et``: Chakra execution traces, one per
   rank, of the same model on 8 GPUs, PP 2 x DP 4 (1F1B, DP buckets).
 
-Both are what :mod:`openmrc.jobs.aicb` and :mod:`openmrc.jobs.chakra` write
+Both are what :mod:`openmrc.workloads.jobs.aicb` and :mod:`openmrc.workloads.jobs.chakra` write
 from the job descriptions below; tests check the shipped files are exactly
 what this module writes.
 """
