@@ -34,24 +34,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from openmrc.jobrun import packet_rows, run_flow  # noqa: E402
 from openmrc.scenario import parse, read_data  # noqa: E402
+from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO  # noqa: E402
 
-SMALL: dict[str, Any] = {
-    "seed": 1,
-    "fabric": {"planes": 2, "t0s": 2, "hosts_per_t0": 4, "t1s": 2},
-    "job": {
-        "name": "small-8",
-        "model": {
-            "layers": 2,
-            "hidden": 256,
-            "heads": 4,
-            "seq_len": 256,
-            "vocab": 4096,
-            "global_batch": 8,
-        },
-        "parallel": {"pp": 2, "dp": 4},
-        "gpu": {"gpus_per_server": 1, "tflops": 50.0},
-    },
-}
+SMALL: dict[str, Any] = CALIBRATION_SCENARIO
 
 
 def _scenario_data(name: str) -> tuple[dict[str, Any], Path]:

@@ -13,24 +13,9 @@ from openmrc.scenario import ScenarioError, parse
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
+from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO
 
-SMALL: dict[str, Any] = {
-    "seed": 1,
-    "fabric": {"planes": 2, "t0s": 2, "hosts_per_t0": 4, "t1s": 2},
-    "job": {
-        "name": "small",
-        "model": {
-            "layers": 2,
-            "hidden": 256,
-            "heads": 4,
-            "seq_len": 256,
-            "vocab": 4096,
-            "global_batch": 8,
-        },
-        "parallel": {"pp": 2, "dp": 4},
-        "gpu": {"gpus_per_server": 1, "tflops": 50.0},
-    },
-}
+SMALL: dict[str, Any] = CALIBRATION_SCENARIO
 
 
 def _packet_step(data: dict[str, Any]) -> float:

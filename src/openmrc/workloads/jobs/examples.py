@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import aicb, chakra
 from .graph import JobSpec, build_iteration
@@ -27,6 +28,28 @@ AICB_JOB = JobSpec("gpt-small-16", SMALL, Parallelism(tp=2, dp=8), GpuSpec(gpus_
 CHAKRA_JOB = JobSpec(
     "gpt-small-8", SMALL, Parallelism(pp=2, dp=4, buckets=2), GpuSpec(gpus_per_server=1)
 )
+
+#: The scenario (as parsed data) of the small job on which the flow-level model is
+#: calibrated against the packet simulator: 8 GPUs, PP 2 x DP 4, runs in seconds at
+#: packet level.  ``tests/test_training.py`` checks the agreement on it and
+#: ``benchmarks/training.py`` puts it first in its agreement table.
+CALIBRATION_SCENARIO: dict[str, Any] = {
+    "seed": 1,
+    "fabric": {"planes": 2, "t0s": 2, "hosts_per_t0": 4, "t1s": 2},
+    "job": {
+        "name": "small",
+        "model": {
+            "layers": 2,
+            "hidden": 256,
+            "heads": 4,
+            "seq_len": 256,
+            "vocab": 4096,
+            "global_batch": 8,
+        },
+        "parallel": {"pp": 2, "dp": 4},
+        "gpu": {"gpus_per_server": 1, "tflops": 50.0},
+    },
+}
 
 
 def write_examples(directory: str | Path) -> list[Path]:
