@@ -226,7 +226,8 @@ def test_more_evs_than_paths_use_spare_entropy_and_differ_per_qp() -> None:
 
 
 def test_backups_replace_failed_evs_from_the_same_plane() -> None:
-    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=32)
+    # one EV per path (8 per plane over 8 uplinks): no sibling fails with a victim
+    prof = EVProfile(planes=4, paths_per_plane=8, ev_count=32)
     ps = PathSet(prof, random.Random(3), qpn=1)
     victims = [ev for ev in ps.slots if ev_plane(ev) == 2][:3]
     for i, ev in enumerate(victims):
@@ -468,7 +469,8 @@ def test_pathset_memory_stays_compact() -> None:
 
 def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
     # Every replacement draws a backup the QP then knows: the EV -> id map grows.
-    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    # (many uplinks: a backup is seldom on the one failed path and passed over)
+    prof = EVProfile(planes=2, paths_per_plane=4096, ev_count=8, floor=0, plane_down_fraction=1.0)
     ps = PathSet(prof, random.Random(4), qpn=1)
     for _ in range(200):
         for ev in ps.slots:
@@ -493,10 +495,15 @@ def test_more_than_65535_known_evs() -> None:
     ps = PathSet(prof, random.Random(2), qpn=1)
     slots = ps.slots
     victim = slots[-1]
-    ps.on_loss(victim, 0, "test")  # draws a backup: the QP's 65,537th EV
-    assert ps.state[victim] is EVState.ASSUMED_BAD and ps.stats_replacements == 1
-    (backup,) = set(ps.slots) - set(slots)
-    assert ps.state[backup] is EVState.GOOD and len(ps.state) == 65537
+    # 16 EVs per path: the victim and its siblings on its path fail together, and
+    # each draws a backup (on another path): the QP's 65,537th EV and on.
+    siblings = [ev for ev in slots if ev & 0xFFFF == victim & 0xFFFF]
+    ps.on_loss(victim, 0, "test")
+    assert all(ps.state[ev] is EVState.ASSUMED_BAD for ev in siblings)
+    assert ps.stats_replacements == len(siblings) > 1
+    backups = set(ps.slots) - set(slots)
+    assert len(backups) == len(siblings) and len(ps.state) == 65536 + len(siblings)
+    assert all(ps.state[ev] is EVState.GOOD and ev & 0xFFFF != victim & 0xFFFF for ev in backups)
     assert all(ps.state.get(ev) is EVState.GOOD for ev in slots[:-1:97])
 
 
