@@ -43,17 +43,18 @@ flapping path is kept out while it flaps and returns once it holds.
 
 Failure-proportional plane shares (a documented departure, docs/paths.md):
 slots stay split equally over the planes (paper 4: a replacement comes from
-the failed EV's plane), but while some of a plane's paths have an
-ASSUMED_BAD EV the rotation sends on that plane only in proportion to its
-paths still working: with ``U`` uplink values and ``k`` of them failed, a
-plane's turns are taken ``(U - k) / U`` of the time (a credit per plane), and
-a turn passed over is given to the plane anyway when no other plane can take
-the packet (the rotation stays work-conserving: a NIC-bound flow loses
-nothing).  So a plane that lost a quarter of its T0-T1 paths carries a
-quarter less, and a failure costs the capacity it removes rather than a
-quarter of every plane (the slowest plane no longer sets the pace of all).
-Backups drawn for a slot pass over EVs on a path (plane, uplink) that has an
-ASSUMED_BAD EV, while the plane has others.
+the failed EV's plane), but while some of a plane's paths (plane, uplink)
+have an ASSUMED_BAD EV, and the plane's EVs show congestion (an ECN echo or a
+trim within the last ``HOT_ROTATIONS`` rotations' worth of packets), the
+plane sends only in proportion to its paths still working: with ``U`` uplink
+values and ``k`` of them failed, ``(U - k) / U`` of a full plane's packets.
+So a plane that lost a quarter of its T0-T1 paths and is the bottleneck
+carries a quarter less, and a failure costs the capacity it removes rather
+than a quarter of every plane; a plane with room left is not held back.
+When an EV is blamed its siblings in the rotation (same plane and uplink,
+other spare entropy: the same physical path) are blamed with it, and
+backups drawn for slots pass over EVs on a failed path while the plane has
+others.
 
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
@@ -978,13 +979,13 @@ class PathSet:
         # probed back like it (module docstring).
         key = ev & PATH_KEY_MASK
         evs = self._evs
-        st = self._st
+        states = self._st
         failed = [i] if self._inslot[i] else []
         for j in self._slots:
             if (
                 j != i
                 and evs[j] & PATH_KEY_MASK == key
-                and st[j] < _BAD
+                and states[j] < _BAD
                 and self._fail(j, now, "path failed: sibling EV lost")
             ):
                 failed.append(j)
