@@ -160,7 +160,11 @@ SHARE_SLACK: Final = 2.0
 #: A plane's share is enforced for this many rotations' worth of packets after
 #: its paths last showed congestion (an ECN echo or a trim): while the plane's
 #: remaining paths are not congested, its lost capacity costs nothing.
-HOT_ROTATIONS: Final = 2
+HOT_ROTATIONS: Final = 32
+#: ...and for this many rotations right after a new failure in the plane (its
+#: queues have not had time to mark yet; short: a plane with room left, such as
+#: a NIC-bound flow's on a fabric with spare uplinks, is held back only briefly).
+HOT_AT_FAILURE: Final = 2
 #: Backups on a failed path passed over before one is taken anyway (bounds the
 #: work of a draw when most of a plane's paths have failed).
 FAILED_PATH_PASSES: Final = 16
@@ -1094,6 +1098,11 @@ class PathSet:
         failed |= keys
         total = len(self._uplinks)
         weight = 1.0 if total == 0 else max(0.0, (total - len(keys)) / total)
+        if weight < self._weight[plane]:
+            # a new failure: enforce the share at once, for HOT_AT_FAILURE
+            # rotations unless the plane shows congestion meanwhile
+            hot = self._tx + HOT_AT_FAILURE * len(self._slots)
+            self._hot[plane] = max(self._hot[plane], hot)
         self._weight[plane] = weight
         if weight < 1.0:
             self._wmask |= 1 << plane
