@@ -633,8 +633,8 @@ class PathSet:
         self._ecn_sum: float = 0.0
         self._ecn_n: int = 0
         # Failure-proportional plane shares (module docstring): per plane, the
-        # share of its turns it takes (1.0 unless some of its paths failed) and
-        # its credit; the bitmask of planes below 1.0; the failed path keys.
+        # share of a full plane's packets it sends (1.0 unless some of its paths
+        # failed); the bitmask of planes below 1.0; the failed path keys.
         self._weight: array[float] = array("d", [1.0]) * (1 << PLANE_BITS)
         #: packets sent per weighted plane, and on the full planes (``_nref`` of
         #: them), since the shares last changed.
