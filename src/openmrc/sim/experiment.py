@@ -643,7 +643,7 @@ class Experiment:
         self.base_rtt_ps = base_rtt_ps(
             spec,
             self.transport.mtu,
-            fabric_config.path_latency_ps() if fabric_config is not None else 0,
+            (fabric_config or FabricConfig()).path_latency_ps(),
         )
         self.sim = Simulator(seed)
         with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
@@ -1447,6 +1447,11 @@ class Experiment:
         started = time.perf_counter()
         try:
             self.sim.run(until_ps)
+            if self._open == 0 and self._armed:
+                # the run stopped at the last completion, inside a sampling interval:
+                # record that last (partial) interval, or the bytes that arrived since
+                # the last tick would be missing from the series
+                self._sample()
         finally:
             self._sampling = False
             for cap in self._captures:
