@@ -92,3 +92,15 @@ def test_latencies_enter_the_base_rtt() -> None:
 def test_negative_latency_is_refused() -> None:
     with pytest.raises(ValueError, match="nic_rx_latency_ps"):
         FabricConfig(nic_rx_latency_ps=-1).validate()
+
+
+def test_resolved_base_rtt_is_the_one_the_run_used() -> None:
+    """The provenance's ``switches.base_rtt_ps`` (which `openmrc paper` reads for its
+    "within 4 base RTTs" checks) counts the NIC and switch latencies, as the run does."""
+    from openmrc.results import resolved
+
+    sc = load(PAPER)
+    exp = sc.build()
+    rtt = resolved(sc, {})["switches"]["base_rtt_ps"]
+    assert rtt == exp.fabric.config.base_rtt_ps == exp.base_rtt_ps
+    assert rtt > 2 * FabricConfig().path_latency_ps()
