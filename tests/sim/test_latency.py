@@ -104,3 +104,24 @@ def test_resolved_base_rtt_is_the_one_the_run_used() -> None:
     rtt = resolved(sc, {})["switches"]["base_rtt_ps"]
     assert rtt == exp.fabric.config.base_rtt_ps == exp.base_rtt_ps
     assert rtt > 2 * FabricConfig().path_latency_ps()
+
+
+def test_flow_level_one_way_latency_matches_the_packet_fabric() -> None:
+    """The flow-level model's per-step latency is what one MTU packet takes across T1
+    in the packet simulator at its defaults (NICs and switches included)."""
+    from openmrc.sim import Fabric, Simulator
+    from openmrc.sim.fluid import one_way_ps
+    from openmrc.topology import Topology
+    from openmrc.transport.ev import make_ev
+    from openmrc.wire.packets import DataPacket, Opcode
+
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    sim = Simulator(1)
+    fabric = Fabric(sim, Topology(spec))
+    got: list[int] = []
+    for h in range(spec.hosts):
+        fabric.attach_host(h, lambda pkt, plane, now: got.append(now))
+    fabric.send(0, DataPacket(1, make_ev(0, 1), Opcode.WRITE_MIDDLE, 0, 0, 0, 0, 4096), dst=3)
+    sim.run()
+    (arrival,) = got
+    assert one_way_ps(spec) == pytest.approx(arrival, rel=0.05)
