@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.sim.experiment import TransportConfig
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
 
@@ -19,7 +20,7 @@ def _permutation_steady(roce: dict[str, object], seed: int) -> list[float]:
     """Per-flow goodput (Gb/s, sorted) over 1.5-3 ms of hosts 0-7 -> 8-15 with 8 QPs
     each, the flows far longer than the run (every QP sends throughout)."""
     tc = TransportConfig(name="roce", roce={"qps": 8, **roce})
-    exp = Experiment(RACKS, transport=tc, seed=seed)
+    exp = make_experiment(RACKS, transport=tc, seed=seed)
     exp.steady_skip = 0.5
     exp.add_flows([FlowSpec(i, 8 + i, 1 << 30) for i in range(8)])
     res = exp.run(3000 * US)
