@@ -613,6 +613,12 @@ class Experiment:
             if name is None:
                 transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
                 name = getattr(transport, "name", "mrc")
+            # a partitioned run (openmrc.sim.partition) builds its own kind of experiment
+            from .partition import partitioned_class
+
+            part = partitioned_class(name)
+            if part is not None:
+                return super().__new__(part)
             if name != "mrc":
                 other = _TRANSPORTS.get(name) if isinstance(name, str) else None
                 if other is None:
@@ -645,7 +651,7 @@ class Experiment:
             self.transport.mtu,
             fabric_config.path_latency_ps() if fabric_config is not None else 0,
         )
-        self.sim = Simulator(seed)
+        self.sim = self._new_simulator(seed)
         with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
             self.fabric = self._build_fabric(fabric_config)
             self.faults = FaultInjector(self.fabric)
@@ -706,6 +712,10 @@ class Experiment:
         for host in self.hosts:
             host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
+
+    def _new_simulator(self, seed: int) -> Simulator:
+        """The event loop the experiment runs on (a partitioned run has its own)."""
+        return Simulator(seed)
 
     # -- transport hooks (MRC here; openmrc.sim.baseline overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
