@@ -745,9 +745,16 @@ def _run_file(
     progress: bool,
     worker: bool,
 ) -> int:
+    from .sim import partition
+
     scenario, workload = load_scenario(scenario_file, list(overrides or []), seed, transport)
+    if getattr(scenario, "mode", "packet") == "flow" and partition.active_comm() is not None:
+        raise partition.PartitionError(
+            "partitioned run: run.mode = 'flow' (the flow-level model) is not partitioned"
+        )
     if worker:  # a rank other than 0 of a partitioned run: simulate, write nothing
-        execute(scenario, scenario_file=scenario_file, overrides=[], workload=workload)
+        exp = scenario.build()
+        exp.run(None if scenario.until_us is None else int(scenario.until_us * 1_000_000))
         return EXIT_OK
     out_dir = prepare_out(out)
     outcome = execute(

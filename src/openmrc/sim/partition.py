@@ -134,6 +134,9 @@ def mpi_comm() -> Comm | None:
 
     if not any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
         return None
+    # waiting ranks yield the core (Open MPI spins otherwise: with more ranks than
+    # cores, a spinning rank takes the time of the one that works)
+    os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -688,8 +691,21 @@ def _make_class() -> type[Experiment]:  # noqa: C901
             return asleep, None
 
         # -- running ----------------------------------------------------------------------
-        def run(self, until_ps: int | None = None) -> Any:  # noqa: C901
-            """Run this rank's part in windows; rank 0 returns the merged result."""
+        def run(self, until_ps: int | None = None) -> Any:
+            """Run this rank's part in windows; rank 0 returns the merged result
+            (the other ranks None).  An error on one rank of several ends them all."""
+            try:
+                return self._run(until_ps)
+            except Exception as exc:
+                if self._comm.size == 1:
+                    raise
+                import sys
+
+                print(f"openmrc: error: rank {self._comm.rank}: {exc}", file=sys.stderr, flush=True)
+                self._comm.Abort(2)
+                raise
+
+        def _run(self, until_ps: int | None) -> Any:  # noqa: C901
             comm = self._comm
             sim = self.sim
             assert isinstance(sim, PartitionedSimulator)
@@ -792,7 +808,7 @@ def _make_class() -> type[Experiment]:  # noqa: C901
             frag = self._fragment(mine_stats)
             frags = comm.gather(frag, root=0)
             if rank != 0 or frags is None:
-                return self._collect(wall)
+                return None  # rank 0 has the result
             self._merge(frags)
             self.parallel_stats = {
                 "ranks": nranks,
@@ -801,6 +817,9 @@ def _make_class() -> type[Experiment]:  # noqa: C901
                 "windows": windows,
                 "per_rank": [f["stats"] for f in frags],
             }
+            import sys
+
+            print(f"openmrc: {format_stats(self.parallel_stats)}", file=sys.stderr, flush=True)
             result = self._collect(wall)
             result.warnings.extend(self._warnings(until_ps))
             return result
@@ -969,6 +988,19 @@ def _make_class() -> type[Experiment]:  # noqa: C901
             return super()._delivered(flow)
 
     return PartitionedExperiment
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """One line: ranks, windows, and per rank events, CPU, idle time and packets sent."""
+    ranks = "; ".join(
+        f"rank {r['rank']}: {r['events']:,} events, {r['cpu_s']:.2f} s CPU, "
+        f"{r['idle_s']:.2f} s waiting, {r['packets_sent']:,} packets out"
+        for r in stats["per_rank"]
+    )
+    return (
+        f"partitioned over {stats['ranks']} rank(s), {stats['windows']:,} windows of "
+        f"{stats['window_ps'] / 1e6:g} us: {ranks}"
+    )
 
 
 def _portable(items: list[Any]) -> list[Any]:
