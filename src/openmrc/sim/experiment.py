@@ -600,6 +600,17 @@ def register_transport(name: str, cls: type[Experiment]) -> None:
     _TRANSPORTS[name] = cls
 
 
+#: What :mod:`openmrc.sim.partition` registers: given the transport name, the class
+#: to build while a partitioned run is requested (else None).
+_PARTITIONED: Callable[[Any], type[Experiment] | None] | None = None
+
+
+def register_partitioned(factory: Callable[[Any], type[Experiment] | None]) -> None:
+    """Let ``factory(transport_name)`` choose the class of experiments built from now on."""
+    global _PARTITIONED
+    _PARTITIONED = factory
+
+
 class Experiment:
     """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator.
 
@@ -614,9 +625,7 @@ class Experiment:
                 transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
                 name = getattr(transport, "name", "mrc")
             # a partitioned run (openmrc.sim.partition) builds its own kind of experiment
-            from .partition import partitioned_class
-
-            part = partitioned_class(name)
+            part = _PARTITIONED(name) if _PARTITIONED is not None else None
             if part is not None:
                 return super().__new__(part)
             if name != "mrc":

@@ -46,13 +46,11 @@ import random
 import time
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..transport import QPState, RecvWR
 from .engine import PySimulator, quiet_gc
-
-if TYPE_CHECKING:
-    from .experiment import Experiment
+from .experiment import _SEQ_SHIFT, Experiment, _Poster, register_partitioned
 
 #: Entity of the experiment's global actions (set-up, faults): runs on every rank.
 GLOBAL = 0
@@ -74,13 +72,13 @@ class Comm(Protocol):
     rank: int
     size: int
 
-    def allgather(self, obj: Any) -> list[Any]: ...  # noqa: D102
+    def allgather(self, obj: Any) -> list[Any]: ...
 
-    def alltoall(self, objs: list[Any]) -> list[Any]: ...  # noqa: D102
+    def alltoall(self, objs: list[Any]) -> list[Any]: ...
 
-    def gather(self, obj: Any, root: int = 0) -> list[Any] | None: ...  # noqa: D102
+    def gather(self, obj: Any, root: int = 0) -> list[Any] | None: ...
 
-    def Abort(self, errorcode: int = 0) -> None: ...  # noqa: D102,N802
+    def Abort(self, errorcode: int = 0) -> None: ...
 
 
 class LocalComm:
@@ -101,7 +99,7 @@ class LocalComm:
         """``[obj]``."""
         return [obj]
 
-    def Abort(self, errorcode: int = 0) -> None:  # noqa: N802
+    def Abort(self, errorcode: int = 0) -> None:
         """End the process."""
         raise SystemExit(errorcode)
 
@@ -162,7 +160,7 @@ def partitioned_class(transport_name: Any) -> type[Experiment] | None:
             "partitioned run: needs the pure-Python simulator (set OPENMRC_PURE_PYTHON=1); "
             "the native kernel has no partition-independent event order yet"
         )
-    return _experiment_class()
+    return PartitionedExperiment
 
 
 # ----- the event loop ------------------------------------------------------------------
@@ -177,6 +175,7 @@ class PartitionedSimulator(PySimulator):
     """
 
     __slots__ = (
+        "_seed",
         "counters",
         "cur",
         "global_events",
@@ -190,7 +189,6 @@ class PartitionedSimulator(PySimulator):
         "rank",
         "rank_of",
         "sent",
-        "_seed",
     )
 
     def __init__(self, seed: int, rank: int, nranks: int) -> None:
@@ -245,7 +243,7 @@ class PartitionedSimulator(PySimulator):
         target = self.target(callback, args)
         ev = (at_ps, key, callback, args, target)
         if self.owned[target]:
-            heappush(self.heap, ev)
+            heappush(self.heap, ev)  # type: ignore[misc]
         elif cur > SAMPLER:
             via = args[1] if len(args) == 3 else None
             i = self.port_index.get(id(via))
@@ -272,7 +270,8 @@ class PartitionedSimulator(PySimulator):
         """A packet another rank sent over port ``port_no``: its arrival, with its key."""
         port = self.ports[port_no]
         rx = port.rx
-        heappush(self.heap, (at_ps, key, rx, (pkt, port, epoch), self.target(rx, ())))
+        ev = (at_ps, key, rx, (pkt, port, epoch), self.target(rx, ()))
+        heappush(self.heap, ev)  # type: ignore[misc]
 
     def schedule(self, at_ps: int, callback: Callable[..., Any], *args: Any) -> Any:
         """As :meth:`PySimulator.schedule`."""
@@ -315,7 +314,7 @@ class PartitionedSimulator(PySimulator):
         g = 0
         try:
             while heap:
-                ev = heap[0]
+                ev: Any = heap[0]
                 if stop_at is None:
                     if ev[0] >= end_ps:
                         break
@@ -373,16 +372,6 @@ def window_ps(lookahead_ps: int | None, interval_ps: int) -> int:
     return interval_ps // n
 
 
-_CLASS: type[Experiment] | None = None
-
-
-def _experiment_class() -> type[Experiment]:
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS
-
-
 class _Listener:
     """A host's link listener, called only on the host's rank, as the host."""
 
@@ -405,589 +394,591 @@ class _Listener:
             sim.cur = saved
 
 
-def _make_class() -> type[Experiment]:  # noqa: C901
-    from .experiment import _SEQ_SHIFT, Experiment, _Poster
+class PartitionedExperiment(Experiment):
+    """An MRC experiment run on one rank of a partitioned simulation (see the module)."""
 
-    class PartitionedExperiment(Experiment):
-        """An MRC experiment run on one rank of a partitioned simulation (see the module)."""
+    def _new_simulator(self, seed: int) -> PartitionedSimulator:
+        comm = active_comm()
+        assert comm is not None
+        self._comm = comm
+        return PartitionedSimulator(seed, comm.rank, comm.size)
 
-        def _new_simulator(self, seed: int) -> PartitionedSimulator:
-            comm = active_comm()
-            assert comm is not None
-            self._comm = comm
-            return PartitionedSimulator(seed, comm.rank, comm.size)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.queue_sample_interval_ps is not None:
+            raise PartitionError("partitioned run: queue sampling is not supported yet")
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        spec = self.spec
+        k = self._comm.size
+        hpt = spec.hosts_per_t0
+        self._host_entity = []
+        for h in range(spec.hosts):
+            r = rank_of_t0(h // hpt, spec.t0s, k)
+            objs = [self.hosts[h], *self.fabric.host_ends[h], *self.fabric.host_ports[h]]  # type: ignore[has-type]
+            self._host_entity.append(sim.add_entity(r, objs))
+        for sw in self.fabric.switches.values():
+            info = sw.info
+            if info.tier == 0:
+                r = rank_of_t0(info.index, spec.t0s, k)
+            else:
+                r = rank_of_t1(info.plane, info.index, spec.t1s, k)
+            sim.add_entity(r, [sw, *[p for p in sw.ports if p is not None]])
+        sim.ports = list(self.fabric.ports)
+        sim.port_index = {id(p): i for i, p in enumerate(sim.ports)}
+        sim.place = self._place
+        # the lookahead: the least delay of a link between ranks
+        look = None
+        for port in sim.ports:
+            a = sim.objects[id(port)]
+            b = sim.target(port.rx, ())
+            if sim.rank_of[a] != sim.rank_of[b]:
+                look = port.delay if look is None else min(look, port.delay)
+        self.lookahead_ps = look
+        for h in range(spec.hosts):
+            for plane in range(spec.planes):
+                link = self.fabric.host_link(h, plane)
+                e = self._host_entity[h]
+                link.listeners = tuple(_Listener(sim, e, x) for x in link.listeners)
+        self._first_wake: int | None = None
+        self._tick: tuple[int, int, int] | None = None
+        self._plane_raw: list[list[int]] = [[] for _ in range(spec.planes)]
+        self._merged: dict[str, Any] | None = None
+        self._index: dict[Any, int] = {}
+        self.parallel_stats: dict[str, Any] = {}
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            if self.queue_sample_interval_ps is not None:
-                raise PartitionError("partitioned run: queue sampling is not supported yet")
-            sim = self.sim
-            assert isinstance(sim, PartitionedSimulator)
-            spec = self.spec
-            k = self._comm.size
-            hpt = spec.hosts_per_t0
-            self._host_entity = []
-            for h in range(spec.hosts):
-                r = rank_of_t0(h // hpt, spec.t0s, k)
-                objs = [self.hosts[h], *self.fabric.host_ends[h], *self.fabric.host_ports[h]]
-                self._host_entity.append(sim.add_entity(r, objs))
-            for sw in self.fabric.switches.values():
-                info = sw.info
-                if info.tier == 0:
-                    r = rank_of_t0(info.index, spec.t0s, k)
-                else:
-                    r = rank_of_t1(info.plane, info.index, spec.t1s, k)
-                sim.add_entity(r, [sw, *[p for p in sw.ports if p is not None]])
-            sim.ports = list(self.fabric.ports)
-            sim.port_index = {id(p): i for i, p in enumerate(sim.ports)}
-            sim.place = self._place
-            # the lookahead: the least delay of a link between ranks
-            look = None
-            for port in sim.ports:
-                a = sim.objects[id(port)]
-                b = sim.target(port.rx, ())
-                if sim.rank_of[a] != sim.rank_of[b]:
-                    look = port.delay if look is None else min(look, port.delay)
-            self.lookahead_ps = look
-            for h in range(spec.hosts):
-                for plane in range(spec.planes):
-                    link = self.fabric.host_link(h, plane)
-                    e = self._host_entity[h]
-                    link.listeners = tuple(_Listener(sim, e, x) for x in link.listeners)
-            self._first_wake: int | None = None
-            self._tick: tuple[int, int, int] | None = None
-            self._plane_raw: list[list[int]] = [[] for _ in range(spec.planes)]
-            self._merged: dict[str, Any] | None = None
-            self._index: dict[Any, int] = {}
-            self.parallel_stats: dict[str, Any] = {}
+    # -- placement ----------------------------------------------------------------
+    def _place(self, callback: Any, args: tuple[Any, ...]) -> int:
+        owner = getattr(callback, "__self__", None)
+        name = getattr(callback, "__name__", "")
+        if owner is self and name == "_launch":
+            return self._host_entity[args[0].spec.src]
+        if owner is self and name == "_sample":
+            return SAMPLER
+        if owner is self.faults:
+            return GLOBAL
+        raise PartitionError(f"partitioned run: cannot place the event {callback!r}")
 
-        # -- placement ----------------------------------------------------------------
-        def _place(self, callback: Any, args: tuple[Any, ...]) -> int:
-            owner = getattr(callback, "__self__", None)
-            name = getattr(callback, "__name__", "")
-            if owner is self and name == "_launch":
-                return self._host_entity[args[0].spec.src]
-            if owner is self and name == "_sample":
-                return SAMPLER
-            if owner is self.faults:
-                return GLOBAL
-            raise PartitionError(f"partitioned run: cannot place the event {callback!r}")
+    def _mine(self, host: int) -> bool:
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        return sim.owned[self._host_entity[host]]
 
-        def _mine(self, host: int) -> bool:
-            sim = self.sim
-            assert isinstance(sim, PartitionedSimulator)
-            return sim.owned[self._host_entity[host]]
+    def _rank(self, host: int) -> int:
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        return sim.rank_of[self._host_entity[host]]
 
-        def _rank(self, host: int) -> int:
-            sim = self.sim
-            assert isinstance(sim, PartitionedSimulator)
-            return sim.rank_of[self._host_entity[host]]
+    # -- what is not supported yet --------------------------------------------------
+    def controller(self, host: int) -> Any:
+        """Refused: the controller does not run in a partitioned run yet."""
+        raise PartitionError("partitioned run: the controller is not supported yet")
 
-        # -- what is not supported yet --------------------------------------------------
-        def controller(self, host: int) -> Any:
-            """Refused: the controller does not run in a partitioned run yet."""
-            raise PartitionError("partitioned run: the controller is not supported yet")
+    def enable_clustermapper(self, config: Any = None) -> Any:
+        """Refused: the clustermapper does not run in a partitioned run yet."""
+        raise PartitionError("partitioned run: the clustermapper is not supported yet")
 
-        def enable_clustermapper(self, config: Any = None) -> Any:
-            """Refused: the clustermapper does not run in a partitioned run yet."""
-            raise PartitionError("partitioned run: the clustermapper is not supported yet")
+    def capture(self, path: Any, hosts: Any = None) -> Any:
+        """Refused: packet capture does not run in a partitioned run yet."""
+        raise PartitionError("partitioned run: packet capture (--pcap) is not supported yet")
 
-        def capture(self, path: Any, hosts: Any = None) -> Any:
-            """Refused: packet capture does not run in a partitioned run yet."""
-            raise PartitionError("partitioned run: packet capture (--pcap) is not supported yet")
-
-        def add_flows(self, specs: list[Any], watch: bool = False) -> list[int]:
-            """As :meth:`Experiment.add_flows`; a dependency must be met where its dependent starts."""
-            idx = super().add_flows(specs, watch)
-            base = idx[0] if idx else 0
-            for i, spec in enumerate(specs):
-                for d in spec.deps:
-                    if self._rank(specs[d].dst) != self._rank(spec.src):
-                        raise PartitionError(
-                            f"partitioned run: flow {base + i} ({spec.src}->{spec.dst}) waits "
-                            f"for flow {base + d}'s data at host {specs[d].dst}, on another "
-                            "rank than its source: not supported yet"
-                        )
-                for d in spec.send_deps:
-                    if self._rank(specs[d].src) != self._rank(spec.src):
-                        raise PartitionError(
-                            f"partitioned run: flow {base + i} ({spec.src}->{spec.dst}) waits "
-                            f"for flow {base + d}'s sender, host {specs[d].src}, on another "
-                            "rank than its source: not supported yet"
-                        )
-            return idx
-
-        def _fail_dependents(self, flow: Any) -> None:
-            stack = [*flow.dependents, *flow.send_dependents]
-            seen = set()
-            while stack:
-                dep = stack.pop()
-                if id(dep) in seen:
-                    continue
-                seen.add(id(dep))
-                if not self._mine(dep.spec.src):
+    def add_flows(self, specs: list[Any], watch: bool = False) -> list[int]:
+        """As :meth:`Experiment.add_flows`; a dependency must be met where its dependent starts."""
+        idx = super().add_flows(specs, watch)
+        base = idx[0] if idx else 0
+        for i, spec in enumerate(specs):
+            for d in spec.deps:
+                if self._rank(specs[d].dst) != self._rank(spec.src):
                     raise PartitionError(
-                        f"partitioned run: flow {dep.spec.src}->{dep.spec.dst} depends on a "
-                        "failed flow whose failure was seen on another rank: not supported yet"
+                        f"partitioned run: flow {base + i} ({spec.src}->{spec.dst}) waits "
+                        f"for flow {base + d}'s data at host {specs[d].dst}, on another "
+                        "rank than its source: not supported yet"
                     )
-                stack.extend(dep.dependents)
-                stack.extend(dep.send_dependents)
-            super()._fail_dependents(flow)
-
-        # -- flows: both ends made before the run ---------------------------------------
-        def _prepare_flows(self) -> None:
-            """QPs, memory regions, payloads and receives of every flow, in flow order."""
-            seqs: dict[int, int] = {}
-            for i, flow in enumerate(self.flows):
-                self._index[flow] = i
-                spec = flow.spec
-                if spec.conn:
-                    conn = self._conn_for(spec, 0)
-                    pa, pb = conn.pa, conn.pb
-                    flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
-                    flow.conn = conn
-                    seq = seqs.get(id(conn), 0)
-                    seqs[id(conn)] = seq + 1
-                else:
-                    pa, pb, flow.qas, flow.qbs = self._open_qps(
-                        spec, 0, self._noter(spec.src, {flow: None})
+            for d in spec.send_deps:
+                if self._rank(specs[d].src) != self._rank(spec.src):
+                    raise PartitionError(
+                        f"partitioned run: flow {base + i} ({spec.src}->{spec.dst}) waits "
+                        f"for flow {base + d}'s sender, host {specs[d].src}, on another "
+                        "rank than its source: not supported yet"
                     )
-                    seq = 0
-                    conn = None
-                nq = len(flow.qas)
-                if self.payloads:
-                    data = bytearray(self._payload_rng.randbytes(spec.size))
-                    flow.src_data = data
-                    mr_a = pa.reg_mr(spec.size, buffer=data)
-                    mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
-                else:
-                    mr_a = pa.reg_mr(spec.size)
-                    mr_b = pb.reg_mr(spec.size)
-                flow.mr_src, flow.mr_dst = mr_a, mr_b
-                offsets = list(range(0, spec.size, spec.message))
-                if conn is not None:
-                    flow.rx_lo = list(conn.posted)
-                    flow.rx_cum = [[0] for _ in range(nq)]
-                    for j, off in enumerate(offsets):
-                        cum = flow.rx_cum[j % nq]
-                        cum.append(cum[-1] + min(spec.message, spec.size - off))
-                    for q in range(nq):
-                        conn.posted[q] += len(flow.rx_cum[q]) - 1
-                    flow.rx_hi = list(conn.posted)
-                flow.wr_base = seq << _SEQ_SHIFT
-                flow.nmsgs = len(offsets)
-                for j in range(max(0, flow.nmsgs - nq), flow.nmsgs):
-                    flow.qbs[j % nq].post_recv(RecvWR(flow.wr_base | j))
-                if flow.watch_rx:
-                    self._watch_rx(flow, spec.dst)
+        return idx
 
-        def _start(self, flow: Any) -> None:
-            """The source's half of a flow's start (its QPs and receives exist already)."""
+    def _fail_dependents(self, flow: Any) -> None:
+        stack = [*flow.dependents, *flow.send_dependents]
+        seen = set()
+        while stack:
+            dep = stack.pop()
+            if id(dep) in seen:
+                continue
+            seen.add(id(dep))
+            if not self._mine(dep.spec.src):
+                raise PartitionError(
+                    f"partitioned run: flow {dep.spec.src}->{dep.spec.dst} depends on a "
+                    "failed flow whose failure was seen on another rank: not supported yet"
+                )
+            stack.extend(dep.dependents)
+            stack.extend(dep.send_dependents)
+        super()._fail_dependents(flow)
+
+    # -- flows: both ends made before the run ---------------------------------------
+    def _prepare_flows(self) -> None:
+        """QPs, memory regions, payloads and receives of every flow, in flow order."""
+        seqs: dict[int, int] = {}
+        flow: Any
+        for i, flow in enumerate(self.flows):
+            self._index[flow] = i
             spec = flow.spec
-            now = self.sim.now
-            conn = flow.conn
+            if spec.conn:
+                conn = self._conn_for(spec, 0)
+                pa, pb = conn.pa, conn.pb
+                flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
+                flow.conn = conn
+                seq = seqs.get(id(conn), 0)
+                seqs[id(conn)] = seq + 1
+            else:
+                pa, pb, flow.qas, flow.qbs = self._open_qps(
+                    spec, 0, self._noter(spec.src, {flow: None})
+                )
+                seq = 0
+                conn = None
+            nq = len(flow.qas)
+            if self.payloads:
+                data = bytearray(self._payload_rng.randbytes(spec.size))
+                flow.src_data = data
+                mr_a = pa.reg_mr(spec.size, buffer=data)
+                mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
+            else:
+                mr_a = pa.reg_mr(spec.size)
+                mr_b = pb.reg_mr(spec.size)
+            flow.mr_src, flow.mr_dst = mr_a, mr_b
+            offsets = list(range(0, spec.size, spec.message))
             if conn is not None:
-                if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
-                    self._fail_at_start(flow, now)
-                    return
-                if len(conn.flows) != flow.wr_base >> _SEQ_SHIFT:
-                    raise PartitionError(
-                        f"partitioned run: flow {spec.src}->{spec.dst} started before an "
-                        "earlier flow of its connection: not supported yet"
-                    )
-                conn.flows.append(flow)
-                conn.active[flow] = None
-            poster = conn.poster if conn is not None else _Poster()
-            flow.poster = poster
-            poster.add(flow)
-            poster.fill()
-            flow.pending = flow.nmsgs
-            flow.status = "running"
-            flow.order = next(self._order)
-            self._news_for(spec.src)[flow] = None
-            self.hosts[spec.src].on_activity = self._activity
-            self._sending.setdefault(spec.src, []).append(flow)
-            self.hosts[spec.src].kick(now)
+                flow.rx_lo = list(conn.posted)
+                flow.rx_cum = [[0] for _ in range(nq)]
+                for j, off in enumerate(offsets):
+                    cum = flow.rx_cum[j % nq]
+                    cum.append(cum[-1] + min(spec.message, spec.size - off))
+                for q in range(nq):
+                    conn.posted[q] += len(flow.rx_cum[q]) - 1
+                flow.rx_hi = list(conn.posted)
+            flow.wr_base = seq << _SEQ_SHIFT
+            flow.nmsgs = len(offsets)
+            for j in range(max(0, flow.nmsgs - nq), flow.nmsgs):
+                flow.qbs[j % nq].post_recv(RecvWR(flow.wr_base | j))
+            if flow.watch_rx:
+                self._watch_rx(flow, spec.dst)
 
-        # -- the sampler: each rank its part, decisions at window boundaries ------------
-        def _host_hooks(self, everywhere: bool) -> None:
-            super()._host_hooks(True)
+    def _start(self, flow: Any) -> None:
+        """The source's half of a flow's start (its QPs and receives exist already)."""
+        spec = flow.spec
+        now = self.sim.now
+        conn = flow.conn
+        if conn is not None:
+            if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
+                self._fail_at_start(flow, now)
+                return
+            if len(conn.flows) != flow.wr_base >> _SEQ_SHIFT:
+                raise PartitionError(
+                    f"partitioned run: flow {spec.src}->{spec.dst} started before an "
+                    "earlier flow of its connection: not supported yet"
+                )
+            conn.flows.append(flow)
+            conn.active[flow] = None
+        poster = conn.poster if conn is not None else _Poster()
+        flow.poster = poster
+        poster.add(flow)
+        poster.fill()
+        flow.pending = flow.nmsgs
+        flow.status = "running"
+        flow.order = next(self._order)
+        self._news_for(spec.src)[flow] = None
+        self.hosts[spec.src].on_activity = self._activity  # type: ignore[has-type]
+        self._sending.setdefault(spec.src, []).append(flow)
+        self.hosts[spec.src].kick(now)  # type: ignore[has-type]
 
-        def _wake(self, now: int) -> None:
-            # a sleeping sampler would wake here: noted, decided at the window's end
-            fw = self._first_wake
-            if fw is None or now < fw:
-                self._first_wake = now
+    # -- the sampler: each rank its part, decisions at window boundaries ------------
+    def _host_hooks(self, everywhere: bool) -> None:
+        super()._host_hooks(True)
 
-        def _sample(self) -> None:
-            interval = self.sample_interval_ps
-            scale = 8 / interval * 1000
-            moved = 0
-            ticks = self._ticks
-            full = []
-            for flow in self._rx_flows:
-                self._pad(flow, ticks)
-                got = self._received_bytes(flow) or 0
-                delta = got - flow.last_bytes
-                moved |= delta
-                flow.series.append(round(delta * scale, 3))
-                flow.cum.append(got)
-                flow.last_bytes = got
-                if got == flow.spec.size:
-                    full.append(flow)
-            for flow in full:
-                del self._rx_flows[flow]
-            for plane in range(self.spec.planes):
-                tx = sum(self.fabric.host_ports[h][plane].tx_bytes for h in self._my_hosts)
-                delta = tx - self._plane_last[plane]
-                moved |= delta
-                self._plane_raw[plane].append(delta)
-                self._plane_last[plane] = tx
-            if self._ev_bytes is not None:
-                for key, total in self._ev_bytes.items():
-                    series = self._ev_series.get(key)
-                    if series is None:
-                        series = self._ev_series[key] = [0.0] * ticks
-                    series.append(round((total - self._ev_last.get(key, 0)) * scale, 3))
-                    self._ev_last[key] = total
-            self._ticks += 1
-            self._tick = (self.sim.now, 1 if moved else 0, self._open)
-            self._first_wake = None
+    def _wake(self, now: int) -> None:
+        # a sleeping sampler would wake here: noted, decided at the window's end
+        fw = self._first_wake
+        if fw is None or now < fw:
+            self._first_wake = now
 
-        def _decide(self, statuses: list[Any], asleep: bool) -> tuple[bool, int | None]:
-            """The sampler's decisions of a window, the same on every rank: whether it
-            sleeps after, and when its next tick is scheduled (None: none now)."""
-            interval = self.sample_interval_ps
-            sim = self.sim
-            assert isinstance(sim, PartitionedSimulator)
-            ticks = [s[0] for s in statuses if s[0] is not None]
-            nxt = None
-            if ticks:
-                t = ticks[0][0]
-                moved = any(x[1] for x in ticks)
-                opened = sum(x[2] for x in ticks)
-                if opened and moved:
-                    nxt = t + interval
-                    sim.push_as(SAMPLER, nxt, self._sample)
-                    return False, nxt
-                asleep = True
-            if asleep:
-                wakes = [s[1] for s in statuses if s[1] is not None]
-                if wakes:
-                    now = min(wakes)
-                    due = (now - self._t0) // interval
-                    skip = due - self._ticks
-                    if skip > 0:
-                        for series in self._plane_raw:
-                            series.extend([0] * skip)
-                        for ev_series in self._ev_series.values():
-                            ev_series.extend([0.0] * skip)
-                        self._ticks += skip
-                        self._skipped += skip
-                    nxt = self._t0 + (due + 1) * interval
-                    sim.push_as(SAMPLER, nxt, self._sample)
-                    self._first_wake = None
-                    return False, nxt
-            return asleep, None
+    def _sample(self) -> None:
+        interval = self.sample_interval_ps
+        scale = 8 / interval * 1000
+        moved = 0
+        ticks = self._ticks
+        full = []
+        for flow in self._rx_flows:
+            self._pad(flow, ticks)
+            got = self._received_bytes(flow) or 0
+            delta = got - flow.last_bytes
+            moved |= delta
+            flow.series.append(round(delta * scale, 3))
+            flow.cum.append(got)
+            flow.last_bytes = got
+            if got == flow.spec.size:
+                full.append(flow)
+        for flow in full:
+            del self._rx_flows[flow]
+        for plane in range(self.spec.planes):
+            tx = sum(self.fabric.host_ports[h][plane].tx_bytes for h in self._my_hosts)
+            delta = tx - self._plane_last[plane]
+            moved |= delta
+            self._plane_raw[plane].append(delta)
+            self._plane_last[plane] = tx
+        if self._ev_bytes is not None:
+            for key, total in self._ev_bytes.items():
+                series = self._ev_series.get(key)
+                if series is None:
+                    series = self._ev_series[key] = [0.0] * ticks
+                series.append(round((total - self._ev_last.get(key, 0)) * scale, 3))
+                self._ev_last[key] = total
+        self._ticks += 1
+        self._tick = (self.sim.now, 1 if moved else 0, self._open)
+        self._first_wake = None
 
-        # -- running ----------------------------------------------------------------------
-        def run(self, until_ps: int | None = None) -> Any:
-            """Run this rank's part in windows; rank 0 returns the merged result
-            (the other ranks None).  An error on one rank of several ends them all."""
-            try:
-                return self._run(until_ps)
-            except Exception as exc:
-                if self._comm.size == 1:
-                    raise
-                import sys
+    def _decide(self, statuses: list[Any], asleep: bool) -> tuple[bool, int | None]:
+        """The sampler's decisions of a window, the same on every rank: whether it
+        sleeps after, and when its next tick is scheduled (None: none now)."""
+        interval = self.sample_interval_ps
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        ticks = [s[0] for s in statuses if s[0] is not None]
+        nxt = None
+        if ticks:
+            t = ticks[0][0]
+            moved = any(x[1] for x in ticks)
+            opened = sum(x[2] for x in ticks)
+            if opened and moved:
+                nxt = t + interval
+                sim.push_as(SAMPLER, nxt, self._sample)
+                return False, nxt
+            asleep = True
+        if asleep:
+            wakes = [s[1] for s in statuses if s[1] is not None]
+            if wakes:
+                now = min(wakes)
+                due = (now - self._t0) // interval
+                skip = due - self._ticks
+                if skip > 0:
+                    for series in self._plane_raw:
+                        series.extend([0] * skip)
+                    for ev_series in self._ev_series.values():
+                        ev_series.extend([0.0] * skip)
+                    self._ticks += skip
+                    self._skipped += skip
+                nxt = self._t0 + (due + 1) * interval
+                sim.push_as(SAMPLER, nxt, self._sample)
+                self._first_wake = None
+                return False, nxt
+        return asleep, None
 
-                print(f"openmrc: error: rank {self._comm.rank}: {exc}", file=sys.stderr, flush=True)
-                self._comm.Abort(2)
+    # -- running ----------------------------------------------------------------------
+    def run(self, until_ps: int | None = None) -> Any:
+        """Run this rank's part in windows; rank 0 returns the merged result
+        (the other ranks None).  An error on one rank of several ends them all."""
+        try:
+            return self._run(until_ps)
+        except Exception as exc:
+            if self._comm.size == 1:
                 raise
-
-        def _run(self, until_ps: int | None) -> Any:  # noqa: C901
-            comm = self._comm
-            sim = self.sim
-            assert isinstance(sim, PartitionedSimulator)
-            nranks = comm.size
-            rank = comm.rank
-            if self.faults.ev_drop or any(
-                getattr(ev[2], "__name__", "") == "_set_ev_loss" for ev in sim.pending_callbacks()
-            ):
-                raise PartitionError("partitioned run: per-EV loss faults are not supported yet")
-            self._prepare_flows()
-            self._my_hosts = [h for h in range(self.spec.hosts) if self._mine(h)]
-            self._rx_flows: dict[Any, None] = {
-                f: None for f in self.flows if self._mine(f.spec.dst)
-            }
-            self._open = sum(1 for f in self.flows if self._mine(f.spec.src))
-            self._t0 = sim.now
-            self._sampling = True
-            self._armed = False
-            self._host_hooks(True)
-            interval = self.sample_interval_ps
-            sim.push_as(SAMPLER, self._t0 + interval, self._sample)
-            width = window_ps(self.lookahead_ps, interval)
-            start = self._t0
-            asleep = False
-            windows = 0
-            idle = 0.0
-            stop: tuple[int, int] | None = None
-            end_time = start
-            cpu0 = time.process_time()
-            wall0 = time.perf_counter()
-            before = (-1, -1)
-            with quiet_gc():
-                while True:
-                    windows += 1
-                    end = start + width
-                    if until_ps is not None:
-                        end = min(end, until_ps + 1)
-                    pause: tuple[int, int] | None = before
-                    if self._open > 0:
-                        pause = sim.run_window(end)
-                    w = time.perf_counter()
-                    everyone = comm.allgather((self._open, pause))
-                    idle += time.perf_counter() - w
-                    if sum(o for o, _ in everyone) == 0:
-                        stop = max(p for _, p in everyone if p is not None)
-                        if pause is None or pause < stop:
-                            sim.run_window(end, stop_at=stop, honor_stop=False)
-                        end_time = stop[0]
-                        break
-                    if pause is not None:
-                        sim.run_window(end, honor_stop=False)
-                    out = sim.take_outbox()
-                    sent_first = min((p[0] for o in out for p in o), default=None)
-                    status = (
-                        self._tick,
-                        self._first_wake,
-                        sim.next_time(),
-                        sim.last_t,
-                        sent_first,
-                    )
-                    self._tick = None
-                    sends = [
-                        (pickle.dumps(_portable(out[j]), pickle.HIGHEST_PROTOCOL), status)
-                        for j in range(nranks)
-                    ]
-                    w = time.perf_counter()
-                    got = comm.alltoall(sends)
-                    idle += time.perf_counter() - w
-                    statuses = []
-                    for blob, st in got:
-                        for item in pickle.loads(blob):
-                            sim.arrive(*item)
-                        statuses.append(st)
-                    asleep, nxt = self._decide(statuses, asleep)
-                    # the next event anywhere: each rank's own (before it received what
-                    # was sent in this window), what was sent, the sampler's next tick
-                    nexts = [t for st in statuses for t in (st[2], st[4]) if t is not None]
-                    if nxt is not None:
-                        nexts.append(nxt)
-                    if not nexts:
-                        end_time = max(st[3] for st in statuses)
-                        if until_ps is not None:
-                            end_time = max(end_time, until_ps)
-                        break
-                    first_t = min(nexts)
-                    if until_ps is not None and first_t > until_ps:
-                        end_time = until_ps
-                        break
-                    start = max(end, self._t0 + (first_t - self._t0) // width * width)
-            wall = time.perf_counter() - wall0
-            cpu = time.process_time() - cpu0
-            sim.now = end_time
-            mine_stats = {
-                "rank": rank,
-                "events": sim.events_run - (sim.global_events if rank else 0),
-                "cpu_s": round(cpu, 3),
-                "idle_s": round(idle, 3),
-                "packets_sent": sim.sent,
-            }
-            frag = self._fragment(mine_stats)
-            frags = comm.gather(frag, root=0)
-            if rank != 0 or frags is None:
-                return None  # rank 0 has the result
-            self._merge(frags)
-            self.parallel_stats = {
-                "ranks": nranks,
-                "window_ps": width,
-                "lookahead_ps": self.lookahead_ps,
-                "windows": windows,
-                "per_rank": [f["stats"] for f in frags],
-            }
             import sys
 
-            print(f"openmrc: {format_stats(self.parallel_stats)}", file=sys.stderr, flush=True)
-            result = self._collect(wall)
-            result.warnings.extend(self._warnings(until_ps))
-            return result
+            print(f"openmrc: error: rank {self._comm.rank}: {exc}", file=sys.stderr, flush=True)
+            self._comm.Abort(2)
+            raise
 
-        # -- results ---------------------------------------------------------------------
-        def _local_events(self) -> dict[int, tuple[list[Any], list[Any]]]:
-            saved = self.hosts
-            out = {}
-            for h in self._my_hosts:
-                self.hosts = [saved[h]]
-                try:
-                    out[h] = super()._events()
-                finally:
-                    self.hosts = saved
+    def _run(self, until_ps: int | None) -> Any:
+        comm = self._comm
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        nranks = comm.size
+        rank = comm.rank
+        if self.faults.ev_drop or any(
+            getattr(ev[2], "__name__", "") == "_set_ev_loss" for ev in sim.pending_callbacks()
+        ):
+            raise PartitionError("partitioned run: per-EV loss faults are not supported yet")
+        self._prepare_flows()
+        self._my_hosts = [h for h in range(self.spec.hosts) if self._mine(h)]
+        self._rx_flows: dict[Any, None] = {f: None for f in self.flows if self._mine(f.spec.dst)}
+        self._open = sum(1 for f in self.flows if self._mine(f.spec.src))
+        self._t0 = sim.now
+        self._sampling = True
+        self._armed = False
+        self._host_hooks(True)
+        interval = self.sample_interval_ps
+        sim.push_as(SAMPLER, self._t0 + interval, self._sample)
+        width = window_ps(self.lookahead_ps, interval)
+        start = self._t0
+        asleep = False
+        windows = 0
+        idle = 0.0
+        stop: tuple[int, int] | None = None
+        end_time = start
+        cpu0 = time.process_time()
+        wall0 = time.perf_counter()
+        before = (-1, -1)
+        with quiet_gc():
+            while True:
+                windows += 1
+                end = start + width
+                if until_ps is not None:
+                    end = min(end, until_ps + 1)
+                pause: tuple[int, int] | None = before
+                if self._open > 0:
+                    pause = sim.run_window(end)
+                w = time.perf_counter()
+                everyone = comm.allgather((self._open, pause))
+                idle += time.perf_counter() - w
+                if sum(o for o, _ in everyone) == 0:
+                    stop = max(p for _, p in everyone if p is not None)
+                    if pause is None or pause < stop:
+                        sim.run_window(end, stop_at=stop, honor_stop=False)
+                    end_time = stop[0]
+                    break
+                if pause is not None:
+                    sim.run_window(end, honor_stop=False)
+                out = sim.take_outbox()
+                sent_first = min((p[0] for o in out for p in o), default=None)
+                status = (
+                    self._tick,
+                    self._first_wake,
+                    sim.next_time(),
+                    sim.last_t,
+                    sent_first,
+                )
+                self._tick = None
+                sends = [
+                    (pickle.dumps(_portable(out[j]), pickle.HIGHEST_PROTOCOL), status)
+                    for j in range(nranks)
+                ]
+                w = time.perf_counter()
+                got = comm.alltoall(sends)
+                idle += time.perf_counter() - w
+                statuses = []
+                for blob, st in got:
+                    for item in pickle.loads(blob):
+                        sim.arrive(*item)
+                    statuses.append(st)
+                asleep, nxt = self._decide(statuses, asleep)
+                # the next event anywhere: each rank's own (before it received what
+                # was sent in this window), what was sent, the sampler's next tick
+                nexts = [t for st in statuses for t in (st[2], st[4]) if t is not None]
+                if nxt is not None:
+                    nexts.append(nxt)
+                if not nexts:
+                    end_time = max(st[3] for st in statuses)
+                    if until_ps is not None:
+                        end_time = max(end_time, until_ps)
+                    break
+                first_t = min(nexts)
+                if until_ps is not None and first_t > until_ps:
+                    end_time = until_ps
+                    break
+                start = max(end, self._t0 + (first_t - self._t0) // width * width)
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() - cpu0
+        sim.now = end_time
+        mine_stats = {
+            "rank": rank,
+            "events": sim.events_run - (sim.global_events if rank else 0),
+            "cpu_s": round(cpu, 3),
+            "idle_s": round(idle, 3),
+            "packets_sent": sim.sent,
+        }
+        frag = self._fragment(mine_stats)
+        frags = comm.gather(frag, root=0)
+        if rank != 0 or frags is None:
+            return None  # rank 0 has the result
+        self._merge(frags)
+        self.parallel_stats = {
+            "ranks": nranks,
+            "window_ps": width,
+            "lookahead_ps": self.lookahead_ps,
+            "windows": windows,
+            "per_rank": [f["stats"] for f in frags],
+        }
+        import sys
+
+        print(f"openmrc: {format_stats(self.parallel_stats)}", file=sys.stderr, flush=True)
+        result = self._collect(wall)
+        result.warnings.extend(self._warnings(until_ps))
+        return result
+
+    # -- results ---------------------------------------------------------------------
+    def _local_events(self) -> dict[int, tuple[list[Any], list[Any]]]:
+        saved: list[Any] = self.hosts  # type: ignore[has-type]
+        out = {}
+        for h in self._my_hosts:
+            self.hosts = [saved[h]]
+            try:
+                out[h] = super()._events()
+            finally:
+                self.hosts = saved
+        return out
+
+    def _fragment(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """What this rank measured of what it holds (for rank 0 to merge)."""
+        events = self._local_events()
+        rows: list[Any] = []
+        for h in sorted(events):
+            rows.extend(events[h][0])
+        rows.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        src: dict[int, Any] = {}
+        dst: dict[int, Any] = {}
+        for i, flow in enumerate(self.flows):
+            spec = flow.spec
+            if self._mine(spec.src):
+                src[i] = {
+                    "status": flow.status,
+                    "done_at": flow.done_at,
+                    "finished": flow.finished,
+                    "started_at": flow.started_at,
+                    "counters": self._counters(flow, rows),
+                }
+            if self._mine(spec.dst):
+                self._pad(flow, self._ticks)
+                got = self._delivered(flow) if self.payloads else None
+                dst[i] = {
+                    "rx_done": flow.rx_done,
+                    "series": flow.series,
+                    "cum": flow.cum,
+                    "last_bytes": flow.last_bytes,
+                    "received": self._received_bytes(flow),
+                    "exact": None if got is None else got == flow.src_data,
+                }
+
+        def nonzero(objs: Any, names: tuple[str, ...]) -> list[Any]:
+            out = []
+            for i, obj in enumerate(objs):
+                vals = tuple(getattr(obj, n) for n in names)
+                if any(vals):
+                    out.append((i, vals))
             return out
 
-        def _fragment(self, stats: dict[str, Any]) -> dict[str, Any]:
-            """What this rank measured of what it holds (for rank 0 to merge)."""
-            events = self._local_events()
-            rows: list[Any] = []
-            for h in sorted(events):
-                rows.extend(events[h][0])
-            rows.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
-            src: dict[int, Any] = {}
-            dst: dict[int, Any] = {}
-            for i, flow in enumerate(self.flows):
-                spec = flow.spec
-                if self._mine(spec.src):
-                    src[i] = {
-                        "status": flow.status,
-                        "done_at": flow.done_at,
-                        "finished": flow.finished,
-                        "started_at": flow.started_at,
-                        "counters": self._counters(flow, rows),
-                    }
-                if self._mine(spec.dst):
-                    self._pad(flow, self._ticks)
-                    got = self._delivered(flow) if self.payloads else None
-                    dst[i] = {
-                        "rx_done": flow.rx_done,
-                        "series": flow.series,
-                        "cum": flow.cum,
-                        "last_bytes": flow.last_bytes,
-                        "received": self._received_bytes(flow),
-                        "exact": None if got is None else got == flow.src_data,
-                    }
+        from .port import COUNTERS
 
-            def nonzero(objs: Any, names: tuple[str, ...]) -> list[Any]:
-                out = []
-                for i, obj in enumerate(objs):
-                    vals = tuple(getattr(obj, n) for n in names)
-                    if any(vals):
-                        out.append((i, vals))
-                return out
+        return {
+            "stats": stats,
+            "open": self._open,
+            "events": {h: e for h, e in events.items()},
+            "src": src,
+            "dst": dst,
+            "ports": nonzero(self.fabric.ports, (*COUNTERS, "data_bytes", "prio_bytes")),
+            "switches": nonzero(
+                list(self.fabric.switches.values()), ("forwarded", "bad_route", "discarded")
+            ),
+            "ends": nonzero(
+                [e for ends in self.fabric.host_ends for e in ends], ("received", "undelivered")
+            ),
+            "plane_raw": self._plane_raw,
+            "ev_series": {k: v for k, v in self._ev_series.items()},
+            "stats_events": stats["events"],
+        }
 
-            from .port import COUNTERS
+    def _merge(self, frags: list[dict[str, Any]]) -> None:
+        """Rank 0: put every rank's measurements on this rank's copies."""
+        from .port import COUNTERS
 
-            return {
-                "stats": stats,
-                "open": self._open,
-                "events": {h: e for h, e in events.items()},
-                "src": src,
-                "dst": dst,
-                "ports": nonzero(self.fabric.ports, (*COUNTERS, "data_bytes", "prio_bytes")),
-                "switches": nonzero(
-                    list(self.fabric.switches.values()), ("forwarded", "bad_route", "discarded")
+        me = 0
+        sim = self.sim
+        sim.events_run = sum(f["stats_events"] for f in frags)
+        self._open = sum(f["open"] for f in frags)
+        names = (*COUNTERS, "data_bytes", "prio_bytes")
+        for r, f in enumerate(frags):
+            if r == me:
+                continue
+            for objs, key, fields in (
+                (self.fabric.ports, "ports", names),
+                (
+                    list(self.fabric.switches.values()),
+                    "switches",
+                    ("forwarded", "bad_route", "discarded"),
                 ),
-                "ends": nonzero(
-                    [e for ends in self.fabric.host_ends for e in ends], ("received", "undelivered")
+                (
+                    [e for ends in self.fabric.host_ends for e in ends],
+                    "ends",
+                    ("received", "undelivered"),
                 ),
-                "plane_raw": self._plane_raw,
-                "ev_series": {k: v for k, v in self._ev_series.items()},
-                "stats_events": stats["events"],
-            }
+            ):
+                for i, vals in f[key]:
+                    obj = objs[i]
+                    for n, v in zip(fields, vals, strict=True):
+                        if n == "max_queue_bytes":
+                            setattr(obj, n, max(getattr(obj, n), v))
+                        else:
+                            setattr(obj, n, getattr(obj, n) + v)
+        ev_rows: list[Any] = []
+        qp_rows: list[Any] = []
+        per_host: dict[int, Any] = {}
+        for f in frags:
+            per_host.update(f["events"])
+        for h in sorted(per_host):
+            ev_rows.extend(per_host[h][0])
+            qp_rows.extend(per_host[h][1])
+        ev_rows.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        counters: dict[int, Any] = {}
+        received: dict[int, Any] = {}
+        exact: dict[int, Any] = {}
+        for f in frags:
+            for i, d in f["src"].items():
+                flow = self.flows[i]
+                flow.status = d["status"]
+                flow.done_at = d["done_at"]
+                flow.finished = d["finished"]
+                flow.started_at = d["started_at"]
+                counters[i] = d["counters"]
+            for i, d in f["dst"].items():
+                flow = self.flows[i]
+                flow.rx_done = d["rx_done"]
+                flow.series = d["series"]
+                flow.cum = d["cum"]
+                flow.last_bytes = d["last_bytes"]
+                received[i] = d["received"]
+                exact[i] = d["exact"]
+        scale = 8 / self.sample_interval_ps * 1000
+        planes = []
+        for p in range(self.spec.planes):
+            raw = [sum(vals) for vals in zip(*(f["plane_raw"][p] for f in frags), strict=True)]
+            planes.append([round(v * scale, 3) for v in raw])
+        self._plane_series = planes
+        ev_series: dict[Any, Any] = {}
+        for f in frags:
+            ev_series.update(f["ev_series"])
+        self._ev_series = ev_series
+        self._merged = {
+            "events": (ev_rows, qp_rows),
+            "counters": counters,
+            "received": received,
+            "exact": exact,
+        }
 
-        def _merge(self, frags: list[dict[str, Any]]) -> None:
-            """Rank 0: put every rank's measurements on this rank's copies."""
-            from .port import COUNTERS
+    def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if self._merged is not None:
+            return self._merged["events"]  # type: ignore[no-any-return]
+        return super()._events()
 
-            me = 0
-            sim = self.sim
-            sim.events_run = sum(f["stats_events"] for f in frags)
-            self._open = sum(f["open"] for f in frags)
-            names = (*COUNTERS, "data_bytes", "prio_bytes")
-            for r, f in enumerate(frags):
-                if r == me:
-                    continue
-                for objs, key, fields in (
-                    (self.fabric.ports, "ports", names),
-                    (list(self.fabric.switches.values()), "switches", ("forwarded", "bad_route", "discarded")),
-                    ([e for ends in self.fabric.host_ends for e in ends], "ends", ("received", "undelivered")),
-                ):
-                    for i, vals in f[key]:
-                        obj = objs[i]
-                        for n, v in zip(fields, vals, strict=True):
-                            if n == "max_queue_bytes":
-                                setattr(obj, n, max(getattr(obj, n), v))
-                            else:
-                                setattr(obj, n, getattr(obj, n) + v)
-            ev_rows: list[Any] = []
-            qp_rows: list[Any] = []
-            per_host: dict[int, Any] = {}
-            for f in frags:
-                per_host.update(f["events"])
-            for h in sorted(per_host):
-                ev_rows.extend(per_host[h][0])
-                qp_rows.extend(per_host[h][1])
-            ev_rows.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
-            counters: dict[int, Any] = {}
-            received: dict[int, Any] = {}
-            exact: dict[int, Any] = {}
-            for f in frags:
-                for i, d in f["src"].items():
-                    flow = self.flows[i]
-                    flow.status = d["status"]
-                    flow.done_at = d["done_at"]
-                    flow.finished = d["finished"]
-                    flow.started_at = d["started_at"]
-                    counters[i] = d["counters"]
-                for i, d in f["dst"].items():
-                    flow = self.flows[i]
-                    flow.rx_done = d["rx_done"]
-                    flow.series = d["series"]
-                    flow.cum = d["cum"]
-                    flow.last_bytes = d["last_bytes"]
-                    received[i] = d["received"]
-                    exact[i] = d["exact"]
-            scale = 8 / self.sample_interval_ps * 1000
-            planes = []
-            for p in range(self.spec.planes):
-                raw = [sum(vals) for vals in zip(*(f["plane_raw"][p] for f in frags), strict=True)]
-                planes.append([round(v * scale, 3) for v in raw])
-            self._plane_series = planes
-            ev_series: dict[Any, Any] = {}
-            for f in frags:
-                ev_series.update(f["ev_series"])
-            self._ev_series = ev_series
-            self._merged = {
-                "events": (ev_rows, qp_rows),
-                "counters": counters,
-                "received": received,
-                "exact": exact,
-            }
+    def _counters(self, flow: Any, ev_events: list[dict[str, Any]]) -> dict[str, int]:
+        if self._merged is not None:
+            return self._merged["counters"][self._index[flow]]  # type: ignore[no-any-return]
+        return super()._counters(flow, ev_events)
 
-        def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            if self._merged is not None:
-                return self._merged["events"]  # type: ignore[no-any-return]
-            return super()._events()
+    def _received_bytes(self, flow: Any) -> int | None:
+        if self._merged is not None:
+            return self._merged["received"][self._index[flow]]  # type: ignore[no-any-return]
+        return super()._received_bytes(flow)
 
-        def _counters(self, flow: Any, ev_events: list[dict[str, Any]]) -> dict[str, int]:
-            if self._merged is not None:
-                return self._merged["counters"][self._index[flow]]  # type: ignore[no-any-return]
-            return super()._counters(flow, ev_events)
-
-        def _received_bytes(self, flow: Any) -> int | None:
-            if self._merged is not None:
-                return self._merged["received"][self._index[flow]]  # type: ignore[no-any-return]
-            return super()._received_bytes(flow)
-
-        def _delivered(self, flow: Any) -> bytes | bytearray | None:
-            if self._merged is not None:
-                ok = self._merged["exact"][self._index[flow]]
-                if ok is None:
-                    return None
-                return flow.src_data if ok else b""  # type: ignore[no-any-return]
-            return super()._delivered(flow)
-
-    return PartitionedExperiment
+    def _delivered(self, flow: Any) -> bytes | bytearray | None:
+        if self._merged is not None:
+            ok = self._merged["exact"][self._index[flow]]
+            if ok is None:
+                return None
+            return flow.src_data if ok else b""  # type: ignore[no-any-return]
+        return super()._delivered(flow)
 
 
 def format_stats(stats: dict[str, Any]) -> str:
@@ -1011,3 +1002,6 @@ def _portable(items: list[Any]) -> list[Any]:
         if isinstance(payload, memoryview):
             pkt.payload = bytes(payload)
     return items
+
+
+register_partitioned(partitioned_class)
