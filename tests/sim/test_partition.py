@@ -208,3 +208,28 @@ def test_refusals_name_what_is_not_supported(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "partitioned run: the clustermapper is not supported yet" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_window_divides_the_sample_interval_within_the_lookahead() -> None:
+    """Sample ticks fall on window boundaries, and no window is wider than the lookahead."""
+    from openmrc.sim.partition import PartitionError, window_ps
+
+    for look, interval in [(1_200_000, 5_000_000), (1_000_000, 100_000_000), (7, 10), (3, 3)]:
+        w = window_ps(look, interval)
+        assert interval % w == 0 and 0 < w <= look
+    assert window_ps(None, 5_000_000) == 5_000_000  # one rank: nothing crosses
+    with pytest.raises(PartitionError, match="no delay"):
+        window_ps(0, 5_000_000)
+
+
+def test_rack_groups_keep_hosts_with_their_t0s_and_spread_t1s() -> None:
+    """Rack groups are contiguous and balanced; every rank gets T1s of every plane."""
+    from openmrc.sim.partition import rank_of_t0, rank_of_t1
+
+    t0s, t1s, planes = 16, 8, 4
+    for k in (1, 2, 4):
+        racks = [rank_of_t0(i, t0s, k) for i in range(t0s)]
+        assert racks == sorted(racks) and all(racks.count(r) == t0s // k for r in range(k))
+        for p in range(planes):
+            spread = {rank_of_t1(p, j, t1s, k) for j in range(t1s)}
+            assert spread == set(range(k))
