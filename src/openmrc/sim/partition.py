@@ -647,7 +647,7 @@ class PartitionedExperiment(Experiment):
         interval = self.sample_interval_ps
         sim = self.sim
         assert isinstance(sim, PartitionedSimulator)
-        ticks = [s[0] for s in statuses if s[0] is not None]
+        ticks = [s[2] for s in statuses if s[2] is not None]
         nxt = None
         if ticks:
             t = ticks[0][0]
@@ -659,7 +659,7 @@ class PartitionedExperiment(Experiment):
                 return False, nxt
             asleep = True
         if asleep:
-            wakes = [s[1] for s in statuses if s[1] is not None]
+            wakes = [s[3] for s in statuses if s[3] is not None]
             if wakes:
                 now = min(wakes)
                 due = (now - self._t0) // interval
@@ -731,47 +731,32 @@ class PartitionedExperiment(Experiment):
                 pause: tuple[int, int] | None = before
                 if self._open > 0:
                     pause = sim.run_window(end)
+                # one exchange per window: the packets, and each rank's state (a rank
+                # that paused at its last flow's end sends a second, after the rest)
                 w = time.perf_counter()
-                everyone = comm.allgather((self._open, pause))
+                statuses = self._exchange(sim, comm, (self._open, pause))
                 idle += time.perf_counter() - w
-                if sum(o for o, _ in everyone) == 0:
-                    stop = max(p for _, p in everyone if p is not None)
+                if sum(st[0] for st in statuses) == 0:
+                    stop = max(st[1] for st in statuses if st[1] is not None)
                     if pause is None or pause < stop:
                         sim.run_window(end, stop_at=stop, honor_stop=False)
                     end_time = stop[0]
                     break
-                if pause is not None:
-                    sim.run_window(end, honor_stop=False)
-                out = sim.take_outbox()
-                sent_first = min((p[0] for o in out for p in o), default=None)
-                status = (
-                    self._tick,
-                    self._first_wake,
-                    sim.next_time(),
-                    sim.last_t,
-                    sent_first,
-                )
+                if any(st[1] is not None for st in statuses):
+                    if pause is not None:
+                        sim.run_window(end, honor_stop=False)
+                    w = time.perf_counter()
+                    statuses = self._exchange(sim, comm, (self._open, None))
+                    idle += time.perf_counter() - w
                 self._tick = None
-                sends = [
-                    (pickle.dumps(_portable(out[j]), pickle.HIGHEST_PROTOCOL), status)
-                    for j in range(nranks)
-                ]
-                w = time.perf_counter()
-                got = comm.alltoall(sends)
-                idle += time.perf_counter() - w
-                statuses = []
-                for blob, st in got:
-                    for item in pickle.loads(blob):
-                        sim.arrive(*item)
-                    statuses.append(st)
                 asleep, nxt = self._decide(statuses, asleep)
                 # the next event anywhere: each rank's own (before it received what
-                # was sent in this window), what was sent, the sampler's next tick
-                nexts = [t for st in statuses for t in (st[2], st[4]) if t is not None]
+                # was sent in the last exchange), what was sent, the sampler's next tick
+                nexts = [t for st in statuses for t in (st[4], st[6]) if t is not None]
                 if nxt is not None:
                     nexts.append(nxt)
                 if not nexts:
-                    end_time = max(st[3] for st in statuses)
+                    end_time = max(st[5] for st in statuses)
                     if until_ps is not None:
                         end_time = max(end_time, until_ps)
                     break
@@ -808,6 +793,21 @@ class PartitionedExperiment(Experiment):
         result = self._collect(wall)
         result.warnings.extend(self._warnings(until_ps))
         return result
+
+    def _exchange(self, sim: PartitionedSimulator, comm: Comm, head: tuple[Any, ...]) -> list[Any]:
+        """Send the packets for each rank with this rank's state, receive theirs; every
+        rank's state ``(*head, tick, first wake, next event, last event, first sent)``."""
+        out = sim.take_outbox()
+        sent_first = min((p[0] for o in out for p in o), default=None)
+        status = (*head, self._tick, self._first_wake, sim.next_time(), sim.last_t, sent_first)
+        blobs = [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) for o in out]
+        got = comm.alltoall([(blob, status) for blob in blobs])
+        statuses = []
+        for blob, st in got:
+            for item in pickle.loads(blob):
+                sim.arrive(*item)
+            statuses.append(st)
+        return statuses
 
     # -- results ---------------------------------------------------------------------
     def _local_events(self) -> dict[int, tuple[list[Any], list[Any]]]:
