@@ -3,9 +3,10 @@
 The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (a partitioned run needs
 the pure-Python event loop), so these tests run the same in the compiled and the
 interpreted suite.  The scenarios are small (a few seconds each) and cover a link
-failure, a blackholed-then-restored T1 (switch faults) and a ring all-reduce with
+failure, a blackholed-then-restored T1 (switch faults), a ring all-reduce with
 random loss at every NIC ingress (dependencies, shared connections, per-port
-random generators).  Each process runs all of them (one ``mpirun`` per rank
+random generators) and a NIC port down and up beside flapping T0-T1 links (the
+host's reaction to its link runs on its rank only).  Each process runs all of them (one ``mpirun`` per rank
 count, for the CI budget).
 """
 
@@ -84,6 +85,45 @@ kind = "link_loss"
 links = "host"
 direction = "down"
 probability = 0.01
+[run]
+sample_us = 2
+""",
+    "nic-port-flap": """
+seed = 1
+[fabric]
+planes = 4
+t0s = 2
+hosts_per_t0 = 2
+t1s = 2
+host_gbps = 100
+fabric_gbps = 100
+[switches]
+nic_port_status_delay_ps = 5_000_000
+[workload]
+kind = "flows"
+flows = [
+    { src = 0, dst = 2, size = "1MiB", qps = 2, message = "32KiB" },
+    { src = 3, dst = 1, size = "1MiB", qps = 2, message = "32KiB" },
+]
+[[faults]]
+at_us = 10
+kind = "nic_port_down"
+host = 0
+plane = 0
+[[faults]]
+at_us = 15
+kind = "nic_port_up"
+host = 0
+plane = 0
+[[faults]]
+at_us = 12
+kind = "flap"
+links = "fabric"
+planes = [1]
+t0s = [1]
+period_us = 6
+down_us = 3
+count = 2
 [run]
 sample_us = 2
 """,
