@@ -66,6 +66,7 @@ from pathlib import Path
 from openmrc.sim import _native
 from openmrc.sim.budget import bytes_per_host, estimate
 from openmrc.sim.experiment import Experiment
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
 from openmrc.workloads.collectives import allreduce
@@ -97,23 +98,23 @@ def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str
     if case.startswith("perm-"):
         hosts = int(case[5:])
         spec = fabric_for(hosts, planes)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(perm_flows(hosts, size, seed))
         return exp, f"permutation, {size} B per flow"
     if case == "allreduce-1024":
         spec = fabric_for(1024, planes)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_collective(allreduce(1024, 16 << 20))
         return exp, "ring all-reduce of 16 MiB over 1024 ranks"
     if case == "alltoall-64":
         spec = fabric_for(64, planes)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(all_to_all(list(range(64)), 64 << 10))
         return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair"
     if case.startswith("sendrecv-"):
         hosts = SENDRECV_HOSTS.get(case[9:]) or (int(case[9:]) if case[9:].isdigit() else 0)
         spec = sendrecv_fabric(hosts)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(
             [FlowSpec(h, (h + 1) % hosts, SENDRECV_BYTES, message=1 << 20) for h in range(hosts)]
         )

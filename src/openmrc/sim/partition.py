@@ -50,7 +50,9 @@ from typing import Any, Protocol
 
 from ..transport import QPState, RecvWR
 from .engine import PySimulator, quiet_gc
-from .experiment import _SEQ_SHIFT, Experiment, _Poster, register_partitioned
+from .experiment import Experiment
+from .flows import SEQ_SHIFT, Poster
+from .sampling import Sampler
 
 #: Entity of the experiment's global actions (set-up, faults): runs on every rank.
 GLOBAL = 0
@@ -372,6 +374,115 @@ def window_ps(lookahead_ps: int | None, interval_ps: int) -> int:
     return interval_ps // n
 
 
+class PartitionedSampler(Sampler):
+    """The sampler of one rank of a partitioned run.
+
+    A tick (a global event: every rank runs it) reads what this rank holds: the
+    flows whose receiver is here, the planes' bytes sent by its hosts (kept as
+    byte counts, summed over the ranks before rounding).  Whether the sampler
+    sleeps after a tick, and when it wakes, are decided at the next window
+    boundary from every rank's report (:meth:`decide`), the same on all.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        #: the flows whose receiver this rank holds, until they hold all their bytes
+        self.rx_flows: dict[Any, None] = {}
+        #: the NIC ports of this rank's hosts
+        self.my_ports: list[list[Any]] = []
+        #: plane bytes sent per tick by this rank's hosts (rank 0 sums and rounds)
+        self.plane_raw: list[list[int]] = [[] for _ in self.plane_series]
+        #: the first host input since the last tick (what would wake a sleeping sampler)
+        self.first_wake: int | None = None
+        #: (time, moved, open flows here) of the tick run in this window, if one ran
+        self.tick: tuple[int, int, int] | None = None
+        self.asleep = False
+
+    def start(self) -> None:
+        """Start ticking; ``armed`` stays False, so every host input reports to :meth:`wake`."""
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        self.t0 = sim.now
+        self.sampling = True
+        self.armed = False
+        sim.push_as(SAMPLER, self.t0 + self.interval_ps, self.sample)
+
+    def wake(self, now: int) -> None:
+        """A host input: noted (the first since the last tick); decided at the boundary."""
+        fw = self.first_wake
+        if fw is None or now < fw:
+            self.first_wake = now
+
+    def sample(self) -> None:
+        """This rank's part of a tick."""
+        interval = self.interval_ps
+        scale = 8 / interval * 1000
+        moved = 0
+        ticks = self.ticks
+        received = self.received
+        full = []
+        for flow in self.rx_flows:
+            self.pad(flow, ticks)
+            got = received(flow) or 0
+            delta = got - flow.last_bytes
+            moved |= delta
+            flow.series.append(round(delta * scale, 3))
+            flow.cum.append(got)
+            flow.last_bytes = got
+            if got == flow.spec.size:
+                full.append(flow)
+        for flow in full:
+            del self.rx_flows[flow]
+        for plane in range(len(self.plane_raw)):
+            tx = sum(ports[plane].tx_bytes for ports in self.my_ports)
+            delta = tx - self.plane_last[plane]
+            moved |= delta
+            self.plane_raw[plane].append(delta)
+            self.plane_last[plane] = tx
+        if self.ev_bytes is not None:
+            for key, total in self.ev_bytes.items():
+                series = self.ev_series.get(key)
+                if series is None:
+                    series = self.ev_series[key] = [0.0] * ticks
+                series.append(round((total - self.ev_last.get(key, 0)) * scale, 3))
+                self.ev_last[key] = total
+        self.ticks += 1
+        self.tick = (self.sim.now, 1 if moved else 0, self.busy())
+        self.first_wake = None
+
+    def decide(self, ticks: list[Any], wakes: list[Any]) -> int | None:
+        """From every rank's tick report and first input: re-arm, sleep or wake, as the
+        sequential sampler would have; the time of the tick scheduled, if any."""
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        interval = self.interval_ps
+        done = [t for t in ticks if t is not None]
+        if done:
+            if sum(t[2] for t in done) and any(t[1] for t in done):
+                nxt = done[0][0] + interval
+                sim.push_as(SAMPLER, nxt, self.sample)
+                return nxt
+            self.asleep = True
+        woken = [w for w in wakes if w is not None]
+        if not self.asleep or not woken:
+            return None
+        now = min(woken)
+        due = (now - self.t0) // interval
+        skip = due - self.ticks
+        if skip > 0:
+            for raw in self.plane_raw:
+                raw.extend([0] * skip)
+            for series in self.ev_series.values():
+                series.extend([0.0] * skip)
+            self.ticks += skip
+            self.skipped += skip
+        nxt = self.t0 + (due + 1) * interval
+        sim.push_as(SAMPLER, nxt, self.sample)
+        self.first_wake = None
+        self.asleep = False
+        return nxt
+
+
 class _Listener:
     """A host's link listener, called only on the host's rank, as the host."""
 
@@ -440,9 +551,15 @@ class PartitionedExperiment(Experiment):
                 link = self.fabric.host_link(h, plane)
                 e = self._host_entity[h]
                 link.listeners = tuple(_Listener(sim, e, x) for x in link.listeners)
-        self._first_wake: int | None = None
-        self._tick: tuple[int, int, int] | None = None
-        self._plane_raw: list[list[int]] = [[] for _ in range(spec.planes)]
+        self.sampler = PartitionedSampler(
+            sim,
+            self.sample_interval_ps,
+            self.fabric.host_ports,
+            self._received_bytes,
+            self._open_flows,
+            self._host_hooks,
+        )
+        sim.objects[id(self.sampler)] = SAMPLER
         self._merged: dict[str, Any] | None = None
         self._index: dict[Any, int] = {}
         self.parallel_stats: dict[str, Any] = {}
@@ -453,10 +570,11 @@ class PartitionedExperiment(Experiment):
         name = getattr(callback, "__name__", "")
         if owner is self and name == "_launch":
             return self._host_entity[args[0].spec.src]
-        if owner is self and name == "_sample":
-            return SAMPLER
         if owner is self.faults:
             return GLOBAL
+        module = getattr(owner if owner is not None else callback, "__module__", "") or ""
+        if "clustermapper" in module:
+            raise PartitionError("partitioned run: the clustermapper is not supported yet")
         raise PartitionError(f"partitioned run: cannot place the event {callback!r}")
 
     def _mine(self, host: int) -> bool:
@@ -473,10 +591,6 @@ class PartitionedExperiment(Experiment):
     def controller(self, host: int) -> Any:
         """Refused: the controller does not run in a partitioned run yet."""
         raise PartitionError("partitioned run: the controller is not supported yet")
-
-    def enable_clustermapper(self, config: Any = None) -> Any:
-        """Refused: the clustermapper does not run in a partitioned run yet."""
-        raise PartitionError("partitioned run: the clustermapper is not supported yet")
 
     def capture(self, path: Any, hosts: Any = None) -> Any:
         """Refused: packet capture does not run in a partitioned run yet."""
@@ -561,7 +675,7 @@ class PartitionedExperiment(Experiment):
                 for q in range(nq):
                     conn.posted[q] += len(flow.rx_cum[q]) - 1
                 flow.rx_hi = list(conn.posted)
-            flow.wr_base = seq << _SEQ_SHIFT
+            flow.wr_base = seq << SEQ_SHIFT
             flow.nmsgs = len(offsets)
             for j in range(max(0, flow.nmsgs - nq), flow.nmsgs):
                 flow.qbs[j % nq].post_recv(RecvWR(flow.wr_base | j))
@@ -577,14 +691,14 @@ class PartitionedExperiment(Experiment):
             if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
                 self._fail_at_start(flow, now)
                 return
-            if len(conn.flows) != flow.wr_base >> _SEQ_SHIFT:
+            if len(conn.flows) != flow.wr_base >> SEQ_SHIFT:
                 raise PartitionError(
                     f"partitioned run: flow {spec.src}->{spec.dst} started before an "
                     "earlier flow of its connection: not supported yet"
                 )
             conn.flows.append(flow)
             conn.active[flow] = None
-        poster = conn.poster if conn is not None else _Poster()
+        poster = conn.poster if conn is not None else Poster()
         flow.poster = poster
         poster.add(flow)
         poster.fill()
@@ -598,84 +712,8 @@ class PartitionedExperiment(Experiment):
 
     # -- the sampler: each rank its part, decisions at window boundaries ------------
     def _host_hooks(self, everywhere: bool) -> None:
+        # every host reports its input: a sleeping sampler's wake is decided from them
         super()._host_hooks(True)
-
-    def _wake(self, now: int) -> None:
-        # a sleeping sampler would wake here: noted, decided at the window's end
-        fw = self._first_wake
-        if fw is None or now < fw:
-            self._first_wake = now
-
-    def _sample(self) -> None:
-        interval = self.sample_interval_ps
-        scale = 8 / interval * 1000
-        moved = 0
-        ticks = self._ticks
-        full = []
-        for flow in self._rx_flows:
-            self._pad(flow, ticks)
-            got = self._received_bytes(flow) or 0
-            delta = got - flow.last_bytes
-            moved |= delta
-            flow.series.append(round(delta * scale, 3))
-            flow.cum.append(got)
-            flow.last_bytes = got
-            if got == flow.spec.size:
-                full.append(flow)
-        for flow in full:
-            del self._rx_flows[flow]
-        for plane in range(self.spec.planes):
-            tx = sum(self.fabric.host_ports[h][plane].tx_bytes for h in self._my_hosts)
-            delta = tx - self._plane_last[plane]
-            moved |= delta
-            self._plane_raw[plane].append(delta)
-            self._plane_last[plane] = tx
-        if self._ev_bytes is not None:
-            for key, total in self._ev_bytes.items():
-                series = self._ev_series.get(key)
-                if series is None:
-                    series = self._ev_series[key] = [0.0] * ticks
-                series.append(round((total - self._ev_last.get(key, 0)) * scale, 3))
-                self._ev_last[key] = total
-        self._ticks += 1
-        self._tick = (self.sim.now, 1 if moved else 0, self._open)
-        self._first_wake = None
-
-    def _decide(self, statuses: list[Any], asleep: bool) -> tuple[bool, int | None]:
-        """The sampler's decisions of a window, the same on every rank: whether it
-        sleeps after, and when its next tick is scheduled (None: none now)."""
-        interval = self.sample_interval_ps
-        sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
-        ticks = [s[2] for s in statuses if s[2] is not None]
-        nxt = None
-        if ticks:
-            t = ticks[0][0]
-            moved = any(x[1] for x in ticks)
-            opened = sum(x[2] for x in ticks)
-            if opened and moved:
-                nxt = t + interval
-                sim.push_as(SAMPLER, nxt, self._sample)
-                return False, nxt
-            asleep = True
-        if asleep:
-            wakes = [s[3] for s in statuses if s[3] is not None]
-            if wakes:
-                now = min(wakes)
-                due = (now - self._t0) // interval
-                skip = due - self._ticks
-                if skip > 0:
-                    for series in self._plane_raw:
-                        series.extend([0] * skip)
-                    for ev_series in self._ev_series.values():
-                        ev_series.extend([0.0] * skip)
-                    self._ticks += skip
-                    self._skipped += skip
-                nxt = self._t0 + (due + 1) * interval
-                sim.push_as(SAMPLER, nxt, self._sample)
-                self._first_wake = None
-                return False, nxt
-        return asleep, None
 
     # -- running ----------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Any:
@@ -703,18 +741,20 @@ class PartitionedExperiment(Experiment):
         ):
             raise PartitionError("partitioned run: per-EV loss faults are not supported yet")
         self._prepare_flows()
+        if self.clustermapper is not None:
+            raise PartitionError("partitioned run: the clustermapper is not supported yet")
         self._my_hosts = [h for h in range(self.spec.hosts) if self._mine(h)]
-        self._rx_flows: dict[Any, None] = {f: None for f in self.flows if self._mine(f.spec.dst)}
+        sampler = self.sampler
+        assert isinstance(sampler, PartitionedSampler)
+        sampler.rx_flows = {f: None for f in self.flows if self._mine(f.spec.dst)}
+        sampler.my_ports = [self.fabric.host_ports[h] for h in self._my_hosts]
         self._open = sum(1 for f in self.flows if self._mine(f.spec.src))
-        self._t0 = sim.now
-        self._sampling = True
-        self._armed = False
         self._host_hooks(True)
         interval = self.sample_interval_ps
-        sim.push_as(SAMPLER, self._t0 + interval, self._sample)
+        sampler.start()
+        t0 = sampler.t0
         width = window_ps(self.lookahead_ps, interval)
-        start = self._t0
-        asleep = False
+        start = t0
         windows = 0
         idle = 0.0
         stop: tuple[int, int] | None = None
@@ -748,8 +788,8 @@ class PartitionedExperiment(Experiment):
                     w = time.perf_counter()
                     statuses = self._exchange(sim, comm, (self._open, None))
                     idle += time.perf_counter() - w
-                self._tick = None
-                asleep, nxt = self._decide(statuses, asleep)
+                sampler.tick = None
+                nxt = sampler.decide([st[2] for st in statuses], [st[3] for st in statuses])
                 # the next event anywhere: each rank's own (before it received what
                 # was sent in the last exchange), what was sent, the sampler's next tick
                 nexts = [t for st in statuses for t in (st[4], st[6]) if t is not None]
@@ -764,7 +804,7 @@ class PartitionedExperiment(Experiment):
                 if until_ps is not None and first_t > until_ps:
                     end_time = until_ps
                     break
-                start = max(end, self._t0 + (first_t - self._t0) // width * width)
+                start = max(end, t0 + (first_t - t0) // width * width)
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
         sim.now = end_time
@@ -799,7 +839,9 @@ class PartitionedExperiment(Experiment):
         rank's state ``(*head, tick, first wake, next event, last event, first sent)``."""
         out = sim.take_outbox()
         sent_first = min((p[0] for o in out for p in o), default=None)
-        status = (*head, self._tick, self._first_wake, sim.next_time(), sim.last_t, sent_first)
+        sampler = self.sampler
+        assert isinstance(sampler, PartitionedSampler)
+        status = (*head, sampler.tick, sampler.first_wake, sim.next_time(), sim.last_t, sent_first)
         blobs = [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) for o in out]
         got = comm.alltoall([(blob, status) for blob in blobs])
         statuses = []
@@ -823,6 +865,8 @@ class PartitionedExperiment(Experiment):
 
     def _fragment(self, stats: dict[str, Any]) -> dict[str, Any]:
         """What this rank measured of what it holds (for rank 0 to merge)."""
+        sampler = self.sampler
+        assert isinstance(sampler, PartitionedSampler)
         events = self._local_events()
         rows: list[Any] = []
         for h in sorted(events):
@@ -841,7 +885,7 @@ class PartitionedExperiment(Experiment):
                     "counters": self._counters(flow, rows),
                 }
             if self._mine(spec.dst):
-                self._pad(flow, self._ticks)
+                self.sampler.pad(flow, self.sampler.ticks)
                 got = self._delivered(flow) if self.payloads else None
                 dst[i] = {
                     "rx_done": flow.rx_done,
@@ -875,8 +919,8 @@ class PartitionedExperiment(Experiment):
             "ends": nonzero(
                 [e for ends in self.fabric.host_ends for e in ends], ("received", "undelivered")
             ),
-            "plane_raw": self._plane_raw,
-            "ev_series": {k: v for k, v in self._ev_series.items()},
+            "plane_raw": sampler.plane_raw,
+            "ev_series": dict(self.sampler.ev_series),
             "stats_events": stats["events"],
         }
 
@@ -945,11 +989,11 @@ class PartitionedExperiment(Experiment):
         for p in range(self.spec.planes):
             raw = [sum(vals) for vals in zip(*(f["plane_raw"][p] for f in frags), strict=True)]
             planes.append([round(v * scale, 3) for v in raw])
-        self._plane_series = planes
+        self.sampler.plane_series = planes
         ev_series: dict[Any, Any] = {}
         for f in frags:
             ev_series.update(f["ev_series"])
-        self._ev_series = ev_series
+        self.sampler.ev_series = ev_series
         self._merged = {
             "events": (ev_rows, qp_rows),
             "counters": counters,
@@ -1002,6 +1046,3 @@ def _portable(items: list[Any]) -> list[Any]:
         if isinstance(payload, memoryview):
             pkt.payload = bytes(payload)
     return items
-
-
-register_partitioned(partitioned_class)
