@@ -796,6 +796,13 @@ def compare_scenario(
     """``openmrc compare`` from Python (what ``openmrc demo`` runs): every transport's
     settings checked before anything runs, the runs, the printed table and the files
     in ``out``; returns the exit code."""
+    from .sim import partition
+
+    if partition.mpi_comm() is not None:
+        raise partition.PartitionError(
+            "partitioned run: openmrc compare is not partitioned (run each transport with "
+            "openmrc run under mpirun)"
+        )
     given = ",".join(transports)
     base = list(overrides or [])
     names = [t.strip() for t in transports if t.strip()]

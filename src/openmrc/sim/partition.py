@@ -834,6 +834,12 @@ class PartitionedExperiment(Experiment):
         result.warnings.extend(self._warnings(until_ps))
         return result
 
+    def collect(self, wall_seconds: float = 0.0) -> Any:
+        """Refused: after an interruption each rank holds only its part of the state."""
+        raise PartitionError(
+            "partitioned run: interrupted; no partial results (each rank holds part of the state)"
+        )
+
     def _exchange(self, sim: PartitionedSimulator, comm: Comm, head: tuple[Any, ...]) -> list[Any]:
         """Send the packets for each rank with this rank's state, receive theirs; every
         rank's state ``(*head, tick, first wake, next event, last event, first sent)``."""
