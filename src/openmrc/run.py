@@ -754,6 +754,8 @@ def _run_file(
         )
     if worker:  # a rank other than 0 of a partitioned run: simulate, write nothing
         exp = scenario.build()
+        if pcap:  # its part of the capture (rank 0 writes the file)
+            exp.capture(pcap, _host_list(pcap_hosts, exp.spec.hosts))
         exp.run(None if scenario.until_us is None else int(scenario.until_us * 1_000_000))
         return EXIT_OK
     out_dir = prepare_out(out)

@@ -6,7 +6,7 @@ interpreted suite.  The scenarios are small (a few seconds each) and cover a lin
 failure, a blackholed-then-restored T1 (switch faults), a ring all-reduce with
 random loss at every NIC ingress (dependencies, shared connections, per-port
 random generators) and a NIC port down and up beside flapping T0-T1 links (the
-host's reaction to its link runs on its rank only).  Each process runs all of them (one ``mpirun`` per rank
+host's reaction to its link runs on its rank only; captured to a pcap file).  Each process runs all of them (one ``mpirun`` per rank
 count, for the CI budget).
 """
 
@@ -130,14 +130,19 @@ sample_us = 2
 }
 
 #: Run under mpirun (or alone): every scenario file given, its results document printed
-#: after a marker line by rank 0.
+#: after a marker line by rank 0; the NIC scenario's packets captured into the directory
+#: named first, in a file named after the number of ranks.
 DRIVER = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
 from openmrc.run import run_file
-for path in sys.argv[1:]:
+ranks = os.environ.get("OMPI_COMM_WORLD_SIZE", "1")
+for path in sys.argv[2:]:
     buf = io.StringIO()
+    pcap = None
+    if path.endswith("nic-port-flap.toml"):
+        pcap = os.path.join(sys.argv[1], "nic-port-flap-" + ranks + ".pcap")
     with contextlib.redirect_stdout(buf):
-        rc = run_file(path, as_json=True, partitioned=True)
+        rc = run_file(path, as_json=True, partitioned=True, pcap=pcap)
     if buf.getvalue().strip():
         print("@@@ " + path + " " + str(rc))
         print(buf.getvalue())
@@ -168,7 +173,7 @@ def _env() -> dict[str, str]:
 
 def _run(ranks: int, files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]]:
     """Each scenario's (exit code, results document) on ``ranks`` processes (1: no MPI)."""
-    cmd = [sys.executable, "-c", DRIVER, *map(str, files)]
+    cmd = [sys.executable, "-c", DRIVER, str(files[0].parent), *map(str, files)]
     if ranks > 1:
         cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
@@ -227,11 +232,16 @@ def test_ranks_give_the_one_rank_results(
     scenario_files: list[Path],
     one_rank: dict[str, tuple[int, dict[str, Any]]],
 ) -> None:
-    """K = 2 and 4 ranks: every results document equals the one-rank one but wall time."""
+    """K = 2 and 4 ranks: every results document equals the one-rank one but wall time,
+    and the packet capture is the same file byte for byte."""
     got = _run(ranks, scenario_files)
     for name, (rc, doc) in got.items():
         assert rc == one_rank[name][0], name
         assert _strip(doc) == _strip(one_rank[name][1]), name
+    d = scenario_files[0].parent
+    one = (d / "nic-port-flap-1.pcap").read_bytes()
+    assert len(one) > 100_000  # (thousands of packets)
+    assert (d / f"nic-port-flap-{ranks}.pcap").read_bytes() == one
 
 
 def test_refusals_name_what_is_not_supported(tmp_path: Path) -> None:

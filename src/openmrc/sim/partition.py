@@ -34,21 +34,25 @@ makes them when each flow starts).  A flow released by a dependency starts on
 the rank that saw the dependency met: its source must be there.
 
 Not supported yet (refused with one line): the controller, the clustermapper,
-packet capture, queue sampling, per-EV loss faults, the RoCE/IB baselines, the
+queue sampling, per-EV loss faults, the RoCE/IB baselines, the
 native kernel (``OPENMRC_PURE_PYTHON=1`` is required), flow dependencies whose
 release and start are on different ranks.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
 import time
 from collections.abc import Callable
 from heapq import heappop, heappush
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..transport import QPState, RecvWR
+from ..wire.pcap import PcapWriter
+from .capture import Capture
 from .engine import PySimulator, quiet_gc
 from .experiment import Experiment
 from .flows import SEQ_SHIFT, Poster
@@ -130,7 +134,6 @@ def active_comm() -> Comm | None:
 def mpi_comm() -> Comm | None:
     """``MPI.COMM_WORLD`` when this process was started by ``mpirun`` with more than one
     rank (and mpi4py imports), else None."""
-    import os
 
     if not any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
         return None
@@ -180,6 +183,7 @@ class PartitionedSimulator(PySimulator):
         "_seed",
         "counters",
         "cur",
+        "cur_key",
         "global_events",
         "last_t",
         "objects",
@@ -191,6 +195,7 @@ class PartitionedSimulator(PySimulator):
         "rank",
         "rank_of",
         "sent",
+        "sub",
     )
 
     def __init__(self, seed: int, rank: int, nranks: int) -> None:
@@ -198,6 +203,10 @@ class PartitionedSimulator(PySimulator):
         self._seed = seed
         self.rank = rank
         self.cur = GLOBAL
+        #: the running event's key, and how many host link listeners it has called
+        #: so far (a capture's records are ordered by both)
+        self.cur_key = -1
+        self.sub = 0
         self.counters: list[int] = [0, 0]
         self.rank_of: list[int] = [-1, -1]
         self.owned: list[bool] = [True, True]
@@ -329,6 +338,8 @@ class PartitionedSimulator(PySimulator):
                     continue
                 self.now = t
                 self.cur = target
+                self.cur_key = key
+                self.sub = 0
                 n += 1
                 if target <= SAMPLER:
                     g += 1
@@ -483,6 +494,30 @@ class PartitionedSampler(Sampler):
         return nxt
 
 
+class _NoTaps:
+    """A host of another rank, as a capture sees it: its taps are never called."""
+
+    def __init__(self) -> None:
+        self.taps: list[Any] = []
+
+
+class _Recorder:
+    """A capture's writer on one rank: frames kept with the key of the event that
+    made them (time, event key, host reaction, order), for rank 0 to merge."""
+
+    def __init__(self, sim: PartitionedSimulator) -> None:
+        self.sim = sim
+        self.records: list[tuple[int, int, int, int, bytes]] = []
+
+    def write(self, frame: bytes | bytearray | memoryview, ts_ps: int) -> None:
+        """Keep ``frame`` captured at ``ts_ps``."""
+        sim = self.sim
+        self.records.append((ts_ps, sim.cur_key, sim.sub, len(self.records), bytes(frame)))
+
+    def close(self) -> None:
+        """Nothing to flush: rank 0 writes the file."""
+
+
 class _Listener:
     """A host's link listener, called only on the host's rank, as the host."""
 
@@ -495,6 +530,7 @@ class _Listener:
 
     def __call__(self, link: Any, up: bool, now: int) -> None:
         sim = self.sim
+        sim.sub += 1  # on every rank: the order of the hosts' reactions to one event
         if not sim.owned[self.entity]:
             return
         saved = sim.cur
@@ -560,6 +596,7 @@ class PartitionedExperiment(Experiment):
             self._host_hooks,
         )
         sim.objects[id(self.sampler)] = SAMPLER
+        self._capture_paths: list[Path] = []
         self._merged: dict[str, Any] | None = None
         self._index: dict[Any, int] = {}
         self.parallel_stats: dict[str, Any] = {}
@@ -593,8 +630,18 @@ class PartitionedExperiment(Experiment):
         raise PartitionError("partitioned run: the controller is not supported yet")
 
     def capture(self, path: Any, hosts: Any = None) -> Any:
-        """Refused: packet capture does not run in a partitioned run yet."""
-        raise PartitionError("partitioned run: packet capture (--pcap) is not supported yet")
+        """As :meth:`Experiment.capture`: each rank records what its hosts send and
+        receive, rank 0 writes the file in event order after the run."""
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        nics = [h if self._mine(i) else _NoTaps() for i, h in enumerate(self.hosts)]
+        # (only rank 0 writes the file: the others open nothing of it)
+        cap = Capture(self.topology, nics, path if self._comm.rank == 0 else os.devnull, hosts)
+        cap.writer.close()  # (the file is written by rank 0 at the end)
+        cap.writer = _Recorder(sim)  # type: ignore[assignment]
+        self._captures.append(cap)
+        self._capture_paths.append(Path(path))
+        return cap
 
     def add_flows(self, specs: list[Any], watch: bool = False) -> list[int]:
         """As :meth:`Experiment.add_flows`; a dependency must be met where its dependent starts."""
@@ -820,6 +867,7 @@ class PartitionedExperiment(Experiment):
         if rank != 0 or frags is None:
             return None  # rank 0 has the result
         self._merge(frags)
+        self._write_captures(frags)
         self.parallel_stats = {
             "ranks": nranks,
             "window_ps": width,
@@ -839,6 +887,16 @@ class PartitionedExperiment(Experiment):
         raise PartitionError(
             "partitioned run: interrupted; no partial results (each rank holds part of the state)"
         )
+
+    def _write_captures(self, frags: list[dict[str, Any]]) -> None:
+        """Rank 0: every capture's records from all ranks, in event order, to its file."""
+        for i, cap in enumerate(self._captures):
+            records = sorted(r for f in frags for r in f["captures"][i])
+            writer = PcapWriter(self._capture_paths[i])
+            for t, _key, _sub, _n, frame in records:
+                writer.write(frame, t)
+            writer.close()
+            cap.packets = len(records)
 
     def _exchange(self, sim: PartitionedSimulator, comm: Comm, head: tuple[Any, ...]) -> list[Any]:
         """Send the packets for each rank with this rank's state, receive theirs; every
@@ -925,6 +983,7 @@ class PartitionedExperiment(Experiment):
             "ends": nonzero(
                 [e for ends in self.fabric.host_ends for e in ends], ("received", "undelivered")
             ),
+            "captures": [cap.writer.records for cap in self._captures],  # type: ignore[attr-defined]
             "plane_raw": sampler.plane_raw,
             "ev_series": dict(self.sampler.ev_series),
             "stats_events": stats["events"],
