@@ -3,7 +3,7 @@
 The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (a partitioned run needs
 the pure-Python event loop), so these tests run the same in the compiled and the
 interpreted suite.  The scenarios are small (a few seconds each) and cover a link
-failure, a blackholed-then-restored T1 (switch faults), a ring all-reduce with
+failure, a blackholed-then-restored T1 (switch faults) with per-EV loss, a ring all-reduce with
 random loss at every NIC ingress (dependencies, shared connections, per-port
 random generators) and a NIC port down and up beside flapping T0-T1 links (the
 host's reaction to its link runs on its rank only; captured to a pcap file).  Each process runs all of them (one ``mpirun`` per rank
@@ -62,6 +62,11 @@ target = "p0t1x1"
 at_us = 40
 kind = "switch_up"
 target = "p0t1x1"
+[[faults]]
+at_us = 3
+kind = "ev_loss"
+evs = ["0x1230010", "0x1d40010", "0x2020010", "0x30c0010", "0x3bc0010"]
+probability = 0.3
 [run]
 sample_us = 2
 """,

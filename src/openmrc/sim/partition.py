@@ -34,7 +34,7 @@ makes them when each flow starts).  A flow released by a dependency starts on
 the rank that saw the dependency met: its source must be there.
 
 Not supported yet (refused with one line): the controller, the clustermapper,
-queue sampling, per-EV loss faults, the RoCE/IB baselines, the
+queue sampling, the RoCE/IB baselines, the
 native kernel (``OPENMRC_PURE_PYTHON=1`` is required), flow dependencies whose
 release and start are on different ranks.
 """
@@ -494,6 +494,31 @@ class PartitionedSampler(Sampler):
         return nxt
 
 
+class _HostEvLoss:
+    """Per-EV loss as one host applies it: the injector's settings (set by fault
+    events on every rank), the host's own generator (the sequential run shares one
+    across the hosts, whose draws would interleave differently per partition)."""
+
+    __slots__ = ("faults", "rng")
+
+    def __init__(self, faults: Any, host: int) -> None:
+        self.faults = faults
+        self.rng = random.Random(f"ev-loss:{host}")
+
+    @property
+    def ev_drop(self) -> dict[int, float]:
+        """The EVs losing packets now, with their probability."""
+        return self.faults.ev_drop  # type: ignore[no-any-return]
+
+    def drops(self, ev: int) -> bool:
+        """Whether a data packet on ``ev`` is dropped now (called by the sending host)."""
+        p = self.faults.ev_drop.get(ev)
+        if p is None or self.rng.random() >= p:
+            return False
+        self.faults.ev_dropped += 1
+        return True
+
+
 class _NoTaps:
     """A host of another rank, as a capture sees it: its taps are never called."""
 
@@ -596,6 +621,8 @@ class PartitionedExperiment(Experiment):
             self._host_hooks,
         )
         sim.objects[id(self.sampler)] = SAMPLER
+        for h, host in enumerate(self.hosts):  # type: ignore[has-type]
+            host.faults = _HostEvLoss(self.faults, h)
         self._capture_paths: list[Path] = []
         self._merged: dict[str, Any] | None = None
         self._index: dict[Any, int] = {}
@@ -783,10 +810,6 @@ class PartitionedExperiment(Experiment):
         assert isinstance(sim, PartitionedSimulator)
         nranks = comm.size
         rank = comm.rank
-        if self.faults.ev_drop or any(
-            getattr(ev[2], "__name__", "") == "_set_ev_loss" for ev in sim.pending_callbacks()
-        ):
-            raise PartitionError("partitioned run: per-EV loss faults are not supported yet")
         self._prepare_flows()
         if self.clustermapper is not None:
             raise PartitionError("partitioned run: the clustermapper is not supported yet")
