@@ -25,7 +25,6 @@ KNOWN: frozenset[str] = frozenset(
     {
         "openmrc.transport.context <-> openmrc.transport.qp <-> openmrc.transport.requester"
         " <-> openmrc.transport.responder <-> openmrc.transport.verbs",
-        "openmrc.net.ctl <-> openmrc.net.driver",
     }
 )
 
