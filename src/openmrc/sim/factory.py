@@ -15,6 +15,7 @@ from ..baselines.experiment import BaselineExperiment
 from ..topology import ClosSpec
 from .config import FabricConfig
 from .experiment import Experiment, TransportConfig
+from .partition import partitioned_class
 
 #: The experiment class of each transport name (``TransportConfig.name``).
 EXPERIMENTS: dict[str, type[Experiment]] = {
@@ -37,7 +38,8 @@ def make_experiment(
     """The experiment running ``transport_name`` (default ``transport.name``, else MRC);
     the arguments are :class:`~openmrc.sim.experiment.Experiment`'s."""
     name = transport_name if transport_name is not None else getattr(transport, "name", "mrc")
-    cls = EXPERIMENTS.get(name) if isinstance(name, str) else None
+    # a partitioned run (openmrc.sim.partition) builds its own kind (or refuses)
+    cls = partitioned_class(name) or (EXPERIMENTS.get(name) if isinstance(name, str) else None)
     if cls is None:
         raise ValueError(f"transport name: must be one of {', '.join(EXPERIMENTS)}, got {name!r}")
     return cls(
