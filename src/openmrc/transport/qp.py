@@ -248,6 +248,7 @@ class QueuePair:
         self.stats = QPStats()
         self.error_reason = ""
         self.context.ready.pop(self, None)
+        self.context.control_ready.pop(self, None)
         self.context.timer_dirty[self] = None
 
     # -- posting ----------------------------------------------------------------------
@@ -451,6 +452,7 @@ class QueuePair:
         """Queue a control packet (SACK, NACK, probe) to go out before data."""
         self.control.append(pkt)
         self.context.ready[self] = None
+        self.context.control_ready[self] = None
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""
