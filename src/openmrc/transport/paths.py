@@ -480,7 +480,6 @@ class PathSet:
         "_pool_rngs",
         "_rate",
         "_returned",
-        "_round",
         "_run",
         "_seeds",
         "_slots",
@@ -536,9 +535,6 @@ class PathSet:
         #: ids below 256 are shared small ints).
         self._slots: list[int] = []
         self._idx: int = 0
-        #: bitmask of the planes that have carried a packet in the current round
-        #: (see :meth:`next_ev`): each usable plane carries one per round.
-        self._round: int = 0
         #: per plane, its slots and where its own rotation is (see
         #: :meth:`_plane_index`; made when first needed).
         self._pcur: array[int] | None = None
@@ -716,97 +712,58 @@ class PathSet:
 
         ``busy`` is a bitmask of planes whose NIC port cannot take a packet now;
         EVs of those planes are passed over (they keep their state).  Returns
-        -1 when every usable EV is on a busy plane, or when the planes not busy
-        have had their packet of the current round.
+        -1 when every usable EV is on a busy plane.
 
-        Planes take turns in rounds: each plane with a usable EV carries one
-        packet per round, so a QP loads its planes equally whatever the ports
-        do (paper 4: the EV set is split equally between planes and kept so,
-        to "avoid false incast at the destination").  A busy port delays its
-        plane's packet instead of handing it to another plane: were it handed
-        over, a QP's packets to one destination would reach its planes in
-        unequal numbers (with 63 peers, 2-5 packets apart out of 16), and the
-        destination's busiest downlink would set the collective's end
-        (docs/loss-recovery.md).  While some planes are passed over (busy,
-        down, or done for the round), the rotation picks the plane and the EV
-        sent is that plane's next in its own rotation (the index
-        :meth:`_plane_index` makes), not simply the first one reached: ports
-        that free up one at a time in a steady pattern would otherwise reach
-        the same EV of a plane every time and leave the plane's others unused
+        While some planes are passed over (busy, or down), the rotation picks
+        the plane and the EV sent is that plane's next in its own rotation
+        (the index :meth:`_plane_index` makes), not simply the first one reached: ports that
+        free up one at a time in a steady pattern would otherwise reach the
+        same EV of a plane every time and leave the plane's others unused
         (seen: 8 of 16 EVs unused for 45 us in the paper's 16-EV drop scenario).
-        """
-        ev = self._next_in_round(busy | self.down, self._round)
-        if ev >= 0:
-            return ev
-        if ev == -2:  # every usable plane had its packet: a new round
-            self._round = 0
-            ev = self._next_in_round(busy | self.down, 0)
-            if ev >= 0:
-                return ev
-        if busy and self.usable:
-            return -1
-        # Nothing usable (everything denied or bad and the floor is 0): keep sending
-        # on the rotation anyway rather than stall; the RTO bounds the damage.
-        slots = self._slots
-        i = self._idx
-        self._idx = i + 1 if i + 1 < len(slots) else 0
-        return int(self._evs[slots[i]])
-
-    def _next_in_round(self, skip: int, used: int) -> int:
-        """The next GOOD EV of a plane neither in ``skip`` nor in ``used``; -2 when
-        every plane with a GOOD EV not in ``skip`` is in ``used`` (the round is
-        over), -1 when none is left for another reason.
-
-        The rotation over the slots picks the plane; the EV is that plane's
-        next GOOD one in its own rotation, and a SKIP EV met there is passed
-        over (once: it is GOOD again).
         """
         slots = self._slots
         st = self._st
-        evs = self._evs
         n = len(slots)
         i = self._idx
-        down = self.down
-        pcur = self._pcur
-        if pcur is None:
-            pcur = self._plane_index()
-        seen = 0
-        avoid = skip | used
+        skip = busy | self.down
         for _ in range(n):
             k = slots[i]
             i += 1
             if i == n:
                 i = 0
             s = st[k]
-            if s != _GOOD and s != _SKIP:
-                continue
-            plane = evs[k] & 15
-            bit = 1 << plane
-            if avoid & bit:
-                if not down & bit:
-                    seen |= bit
-                continue
-            lo = pcur[plane]
-            m = pcur[plane + 1] - lo
-            c = pcur[17 + plane]
-            for _ in range(m):
-                kk = slots[pcur[lo + 33 + c]]
-                c += 1
-                if c == m:
-                    c = 0
-                t = st[kk]
-                if t == _GOOD:
-                    pcur[17 + plane] = c
-                    self._idx = i
-                    self._round = used | bit
-                    return int(evs[kk])
-                if t == _SKIP:
-                    st[kk] = _GOOD
-            pcur[17 + plane] = c
-            avoid |= bit  # only SKIPs: passed over this time (they are GOOD again)
-        if used and not seen & ~used:
-            return -2
-        return -1
+            if s == _GOOD:
+                ev: int = self._evs[k]
+                if skip:
+                    plane = ev & 15
+                    if skip >> plane & 1:
+                        continue
+                    # The plane's next GOOD EV in its own rotation (_plane_index).
+                    pcur = self._pcur
+                    if pcur is None:
+                        pcur = self._plane_index()
+                    lo = pcur[plane]
+                    m = pcur[plane + 1] - lo
+                    c = pcur[17 + plane]
+                    for _ in range(m):
+                        kk = slots[pcur[lo + 33 + c]]
+                        c += 1
+                        if c == m:
+                            c = 0
+                        if st[kk] == _GOOD:
+                            pcur[17 + plane] = c
+                            ev = self._evs[kk]
+                            break
+                self._idx = i
+                return ev
+            if s == _SKIP:
+                st[k] = _GOOD
+        if busy and self.usable:
+            return -1
+        # Nothing usable (everything denied or bad and the floor is 0): keep sending
+        # on the rotation anyway rather than stall; the RTO bounds the damage.
+        self._idx = i + 1 if i + 1 < n else 0
+        return int(self._evs[slots[i]])
 
     def _plane_index(self) -> array[int]:
         """The per-plane rotation index of :meth:`next_ev` (made when first
