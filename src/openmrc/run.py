@@ -266,9 +266,11 @@ class RunOutcome:
 def run_estimate(scenario: Any) -> Estimate:
     """What ``scenario`` will cost (:func:`openmrc.sim.budget.estimate`), from its
     spec and workload, before anything is built."""
+    from .sim.config import FabricConfig
     from .sim.experiment import base_rtt_ps
 
     spec = scenario.spec
+    latency = FabricConfig(**scenario.switches).path_latency_ps()
     default_qps = scenario.transport.qps or 1
     sizes = [f.size for f in scenario.flows]
     senders = {f.src for f in scenario.flows}
@@ -285,7 +287,7 @@ def run_estimate(scenario: Any) -> Estimate:
         senders=len(senders),
         qps=qps,
         mtu=scenario.transport.mtu,
-        base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu),
+        base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu, latency),
     )
 
 
@@ -493,7 +495,7 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
         planes = spec.planes  # every QP sprays over every plane
         mtu, header_bytes = t.mtu, DATA_HEADER_BYTES
     else:
-        from .sim.baseline_fabric import baseline_configs
+        from .baselines.fabric import baseline_configs
 
         cfg, _ = baseline_configs(t.name, t)
         qps, mtu, header_bytes = cfg.qps, cfg.mtu, 80  # QP i on plane i % planes
