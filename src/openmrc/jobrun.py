@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .sim.experiment import Experiment, Result
+from .sim.experiment import Experiment
 from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
+from .sim.result import Result
 from .topology import ClosSpec
 from .workloads.jobs.config import FileJob, JobConfig
 from .workloads.jobs.graph import JobGraph, build_iteration

@@ -10,7 +10,8 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from openmrc.sim.experiment import Experiment, _MrcFlow
+from openmrc.sim.experiment import Experiment
+from openmrc.sim.flows import MrcFlow
 from openmrc.sim.folding import STEP_COUNTERS, FoldedCollective
 from openmrc.topology import ClosSpec
 from openmrc.workloads.collectives import allreduce, training
@@ -24,7 +25,7 @@ def _run(fold: bool) -> tuple[Any, int]:
     exp.faults.link_loss(exp.topology.host_link(5, 0).name, 0.02)
     result = exp.run()
     gc.collect()
-    alive = sum(1 for o in gc.get_objects() if isinstance(o, _MrcFlow))
+    alive = sum(1 for o in gc.get_objects() if isinstance(o, MrcFlow))
     del exp
     return result, alive
 
