@@ -86,3 +86,14 @@ def test_training_iterations_are_timed_from_folded_arrivals() -> None:
     assert len(plain["iteration_us"]) == 2 and plain["complete"]
     for key in ("time_us", "iteration_us", "algbw_gbps", "busbw_gbps", "complete"):
         assert folded[key] == plain[key], key
+
+
+def test_a_folded_run_cut_short_is_not_all_ok_and_says_what_is_unfinished() -> None:
+    exp = Experiment(ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2), seed=1)
+    exp.add_collective(allreduce(4, 1 << 20), fold=True)
+    result = exp.run(until_ps=5_000_000)  # 5 us: the first step is still moving
+    assert result.flows == []
+    assert not result.all_ok
+    records = result.collectives[0]["step_records"]
+    assert sum(r["unfinished"] for r in records) > 0
+    assert all(r["ok"] + r["failed"] + r["unfinished"] == r["transfers"] for r in records)
