@@ -199,9 +199,9 @@ class Experiment:
         self.base_rtt_ps = base_rtt_ps(
             spec,
             self.transport.mtu,
-            fabric_config.path_latency_ps() if fabric_config is not None else 0,
+            (fabric_config or FabricConfig()).path_latency_ps(),
         )
-        self.sim = Simulator(seed)
+        self.sim = self._new_simulator(seed)
         with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
             self.fabric = self._build_fabric(fabric_config)
             self.faults = FaultInjector(self.fabric)
@@ -257,6 +257,10 @@ class Experiment:
         for host in self.hosts:
             host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
+
+    def _new_simulator(self, seed: int) -> Simulator:
+        """The event loop the experiment runs on (a partitioned run has its own)."""
+        return Simulator(seed)
 
     # -- transport hooks (MRC here; openmrc.baselines.experiment overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
@@ -1027,6 +1031,8 @@ class Experiment:
         started = time.perf_counter()
         try:
             self.sim.run(until_ps)
+            if self._open == 0:
+                self.sampler.finish()
         finally:
             self.sampler.stop()
             for cap in self._captures:
