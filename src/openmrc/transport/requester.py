@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .attrs import QPAttr
     from .cc import CongestionControl
     from .paths import PathSet
-    from .qp import QueuePair
+    from .qpbase import QPBase
 
 _MASK64: Final = (1 << 64) - 1
 
@@ -207,7 +207,7 @@ class Tx:
 class Requester:
     """Send-side state of one QP."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: QPBase) -> None:
         self.qp = qp
         attr = qp.attr
         self.mtu = attr.mtu
