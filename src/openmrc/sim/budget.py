@@ -35,9 +35,10 @@ BYTES_PER_HOST = 6_500
 #: its flow starts), then what sending adds besides the packets themselves: the EV
 #: ids and ECN state, the records of its transmissions in flight (``Tx``, per-PSN
 #: and per-EV), and its host's route cache entries (one per EV and peer).  A
-#: sendrecv of 512 hosts x 8 planes added 110 KB of peak RSS per QP over its run,
-#: of which about 59 KB is this budget's packets in flight (docs/performance.md).
-BYTES_PER_QP = 64_000
+#: sendrecv of 512 hosts x 8 planes added 162 KB of peak RSS per QP over its run
+#: (with the simulator's default switch latency), of which about 89 KB is this
+#: budget's packets in flight (docs/performance.md).
+BYTES_PER_QP = 90_000
 #: One packet in flight (on a wire or in a queue): the packet object (192 B) and
 #: its event in the heap (32 B), rounded up.
 BYTES_PER_PACKET = 256
