@@ -765,12 +765,14 @@ class PartitionedExperiment(Experiment):
             if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
                 self._fail_at_start(flow, now)
                 return
-            if len(conn.flows) != flow.wr_base >> SEQ_SHIFT:
+            seq = conn.started
+            if seq != flow.wr_base >> SEQ_SHIFT:
                 raise PartitionError(
                     f"partitioned run: flow {spec.src}->{spec.dst} started before an "
                     "earlier flow of its connection: not supported yet"
                 )
-            conn.flows.append(flow)
+            conn.flows[seq] = flow
+            conn.started = seq + 1
             conn.active[flow] = None
         poster = conn.poster if conn is not None else Poster()
         flow.poster = poster
