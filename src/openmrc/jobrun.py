@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .sim.experiment import Experiment, Result
-from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
+from .sim.fluid import FluidJob, FluidModel, FluidResult
+from .sim.fluid_faults import expand
 from .topology import ClosSpec
 from .workloads.jobs.config import FileJob, JobConfig
 from .workloads.jobs.graph import JobGraph, build_iteration
@@ -93,6 +94,7 @@ def fluid_model(
     conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
     rto = round(4.096e6 * 2 ** int(transport.roce.get("timeout_exp", 20)))
     retries = int(transport.roce.get("retries", 7))
+    hold = int(transport.baseline_fabric.get("hold_time_ps", 3_000_000_000_000))
     g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
@@ -105,16 +107,16 @@ def fluid_model(
         nvlink_bytes_per_ps=g.nvlink_bytes_per_ps if g else 0.45,
         rto_ps=rto,
         retries=retries,
+        hold_ps=hold,
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))
     for i, f in enumerate(faults):
-        if f.links or f.switches:
-            raise ValueError(f"faults[{i}]: the flow-level model takes one target, not a group")
-        try:
-            model.add_fault(FluidFault(int(f.at_us * US), f.kind, f.target, f.host, f.plane))
-        except ValueError as exc:
-            raise ValueError(f"faults[{i}].{exc}") from None
+        for fault in expand(f, spec, f"faults[{i}]"):
+            try:
+                model.add_fault(fault)
+            except ValueError as exc:
+                raise ValueError(f"faults[{i}].{exc}") from None
     return model
 
 

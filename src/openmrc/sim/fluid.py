@@ -45,7 +45,20 @@ from ..topology import ClosSpec
 from ..workloads.jobs.graph import JobGraph, Task
 
 #: fault kinds the flow-level model applies.
-FLUID_FAULTS = ("link_down", "link_up", "switch_down", "switch_up", "nic_port_down", "nic_port_up")
+FLUID_FAULTS = (
+    "link_down",
+    "link_up",
+    "link_silent",
+    "switch_down",
+    "switch_up",
+    "switch_blackhole",
+    "nic_port_down",
+    "nic_port_up",
+)
+
+#: silent failures: the wires drop everything but no link goes down, so routing (RoCE / IB)
+#: withdraws a fabric link only at its hold timer and never sees a host link's.
+SILENT_FAULTS = ("link_silent", "switch_blackhole")
 
 
 @dataclass
@@ -166,6 +179,7 @@ class FluidModel:
         nvlink_bytes_per_ps: float = 0.45,
         rto_ps: int = 4_294_967_296_000,
         retries: int = 7,
+        hold_ps: int = 3_000_000_000_000,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -174,6 +188,8 @@ class FluidModel:
         self.qps = qps
         self.detect_ps = detect_ps
         self.convergence_ps = convergence_ps
+        #: RoCE / IB: when routing withdraws a silently failed fabric link (hold timer).
+        self.hold_ps = hold_ps
         #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
         self.rto_ps = rto_ps
         self.retries = retries
@@ -441,6 +457,8 @@ class FluidModel:
             heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
             seq += 1
         flows: list[_Flow] = []
+        #: when the transport learns of a fault: (fault, host links, fabric links, alive)
+        known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
         waiting: dict[tuple[int, int, str, int], list[int]] = {}  # connection -> parked
 
@@ -577,19 +595,18 @@ class FluidModel:
                             heapq.heappush(heap, (at, seq, 0, u))
                             seq += 1
                 else:
-                    fault = self._faults[x]
-                    hl, fl_links = self._targets(fault)
-                    alive = fault.kind.endswith("_up")
                     if kind == 2:
+                        fault = self._faults[x]
+                        hl, fl_links = self._targets(fault)
+                        alive = fault.kind.endswith("_up")
                         for h, p in hl:
                             self.host_true[h, p] = alive
                         for p, a, k in fl_links:
                             self.fab_true[p, a, k] = alive
-                        delay = self.detect_ps if self.transport == "mrc" else self.convergence_ps
-                        if hl and self.transport != "mrc":
-                            delay = 0  # a NIC port down is seen by the NIC at once
-                        heapq.heappush(heap, (now + delay, seq, 3, x))
-                        seq += 1
+                        for delay, part_h, part_f in self._seen_after(fault.kind, hl, fl_links):
+                            heapq.heappush(heap, (now + delay, seq, 3, len(known)))
+                            known.append((x, part_h, part_f, alive))
+                            seq += 1
                         fault_log.append(
                             {
                                 "time_ps": int(now),
@@ -598,9 +615,11 @@ class FluidModel:
                             }
                         )
                     else:
-                        for h, p in hl:
+                        fi, part_h, part_f, alive = known[x]
+                        fault = self._faults[fi]
+                        for h, p in part_h:
                             self.host_known[h, p] = alive
-                        for p, a, k in fl_links:
+                        for p, a, k in part_f:
                             self.fab_known[p, a, k] = alive
                         self._update_caps()
                         fault_log.append(
@@ -636,6 +655,26 @@ class FluidModel:
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
         return FluidResult(out, now, events, recomputes, fault_log)
+
+    def _seen_after(
+        self, kind: str, hl: list[tuple[int, int]], fl: list[tuple[int, int, int]]
+    ) -> list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]]]]:
+        """(delay, host links, fabric links): when the transport acts on a fault's parts.
+
+        MRC: its loss detection (``detect_ps``) for every part.  RoCE / IB: a NIC
+        sees its own port at once (a link that goes down), never a silent one;
+        routing withdraws a fabric link at convergence, a silent one at the hold
+        timer (as :class:`~openmrc.sim.baseline_fabric.BaselineFabric` does).
+        """
+        if self.transport == "mrc":
+            return [(self.detect_ps, hl, fl)]
+        silent = kind in SILENT_FAULTS
+        out: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]]]] = []
+        if hl and not silent:
+            out.append((0, hl, []))
+        if fl:
+            out.append((self.hold_ps if silent else self.convergence_ps, [], fl))
+        return out
 
     def _latency(self, entry: tuple[int, int, Task], jobs: list[FluidJob]) -> float:
         """One step's latency of a transfer: the fabric's one-way latency (0 inside a server)."""
