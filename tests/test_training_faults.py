@@ -76,10 +76,16 @@ def test_roce_withdraws_a_silent_link_only_at_the_hold_timer() -> None:
     roce = {
         "name": "roce",
         "baseline_fabric": {"convergence_delay_ps": 10_000_000, "hold_time_ps": 3_000_000_000},
+        # a 65 us ACK timeout, retried until the path is back
+        "roce": {"timeout_exp": 4, "retries": 1000},
     }
-    # every T0-T1 link of plane 0 from T0 0 but one: any QP hashed there is cut
-    _r, loud = _flow([{"at_us": 50, "kind": "link_down", "target": "p0t0x0-p0t1x0"}], roce)
-    _r, silent = _flow([{"at_us": 50, "kind": "link_silent", "target": "p0t0x0-p0t1x0"}], roce)
+    from openmrc.sim.fluid import ecmp_hash
+
+    # the T0-T1 link that host 0's QP to host 4 (the DP ring, plane 0) is hashed onto
+    k = ecmp_hash(CALIBRATION_SCENARIO["seed"], 0, 4, "0", 0) % 2
+    link = f"p0t0x0-p0t1x{k}"
+    _r, loud = _flow([{"at_us": 50, "kind": "link_down", "target": link}], roce)
+    _r, silent = _flow([{"at_us": 50, "kind": "link_silent", "target": link}], roce)
     assert loud["complete"] and silent["complete"]
     assert silent["step_time_us"] > loud["step_time_us"] + 2000  # waited for the 3 ms hold
 
@@ -110,3 +116,39 @@ def test_faults_the_flow_level_cannot_run_are_one_clear_error(
     d["faults"] = [{"at_us": 10, **fault}]
     with pytest.raises(ScenarioError, match=message):
         parse(d)
+
+
+def test_roce_ecmp_collisions_change_with_the_seed() -> None:
+    """The fluid model's ECMP draws are random per seed (a CRC32 hash gave every seed the
+    same collisions: CRC is linear)."""
+    from openmrc.sim.fluid import ecmp_hash
+
+    patterns = {
+        tuple(ecmp_hash(seed, s, s + 4, "0", 0) % 2 for s in range(4)) for seed in range(1, 9)
+    }
+    assert len(patterns) > 2
+
+
+def test_two_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
+    """DCQCN on a shared bottleneck: the fluid model's shared efficiency, against packets."""
+    from openmrc.jobrun import PlacedJob
+    from openmrc.sim.experiment import Experiment, TransportConfig
+    from openmrc.sim.fluid import FluidJob, FluidModel
+    from openmrc.topology import ClosSpec
+    from openmrc.workloads import FlowSpec
+    from openmrc.workloads.jobs.graph import JobGraph, Task
+
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1)
+    size = 4 << 20
+    exp = Experiment(spec, transport=TransportConfig(name="roce"))
+    exp.add_flows([FlowSpec(0, 2, size), FlowSpec(1, 3, size)], watch=True)
+    packet = max(f.rx_finish_ps or 0 for f in exp.run().flows)
+    g = JobGraph("two", 4, gpus_per_server=1)
+    g.add(Task("p2p", (0, 2), size=size))
+    g.add(Task("p2p", (1, 3), size=size))
+    job = PlacedJob("two", g, [0, 1, 2, 3])
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    model.add_job(FluidJob(job.graph, job.hosts))
+    ends = model.run().jobs[0].end
+    flow = max(e or 0.0 for e in ends)
+    assert abs(flow - packet) / packet < 0.10, (packet, flow)

@@ -32,9 +32,9 @@ drained (a ring all-reduce has ``2(n-1)`` steps).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,10 @@ FLUID_FAULTS = (
     "nic_port_down",
     "nic_port_up",
 )
+
+#: RoCE with DCQCN: the share of a bottleneck link shared by two or more QPs that they
+#: use, measured on the packet model (benchmarks/training.py --case dcqcn).
+ROCE_SHARED_EFFICIENCY = 0.75
 
 #: silent failures: the wires drop everything but no link goes down, so routing (RoCE / IB)
 #: withdraws a fabric link only at its hold timer and never sees a host link's.
@@ -133,6 +137,17 @@ class _Flow:
         self.w: np.ndarray = np.zeros(0)
 
 
+def ecmp_hash(seed: int, src: int, dst: int, conn: str, qp: int) -> int:
+    """A QP's ECMP hash: 64 well-mixed bits of (seed, hosts, connection, QP).
+
+    Not CRC32: CRC is linear, so which of two connections' hashes differ in
+    their low bits would not depend on the seed, and every seed would give the
+    same collisions.
+    """
+    key = f"{seed}:{src}:{dst}:{conn}:{qp}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+
+
 def one_way_ps(spec: ClosSpec, mtu: int = 4096) -> int:
     """One-way latency across the fabric: 4 links' propagation and one MTU's serialisation each."""
     ser = mtu * 8 * (2 * 1000 / spec.host_gbps + 2 * 1000 / spec.fabric_gbps)
@@ -180,6 +195,7 @@ class FluidModel:
         rto_ps: int = 4_294_967_296_000,
         retries: int = 7,
         hold_ps: int = 3_000_000_000_000,
+        shared_efficiency: float | None = None,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -190,6 +206,14 @@ class FluidModel:
         self.convergence_ps = convergence_ps
         #: RoCE / IB: when routing withdraws a silently failed fabric link (hold timer).
         self.hold_ps = hold_ps
+        #: RoCE: the share of a bottleneck two or more QPs share that DCQCN uses
+        #: (its rate cuts and timer-paced recovery leave the rest idle; measured on the
+        #: packet model, docs/training.md).  MRC and a lone QP: 1.
+        self.shared_efficiency = (
+            (ROCE_SHARED_EFFICIENCY if transport == "roce" else 1.0)
+            if shared_efficiency is None
+            else shared_efficiency
+        )
         #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
         self.rto_ps = rto_ps
         self.retries = retries
@@ -378,7 +402,7 @@ class FluidModel:
             if not live:
                 fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
-            h = zlib.crc32(f"{self.seed}:{s}:{d}:{fl.conn}:{fl.qp}".encode())
+            h = ecmp_hash(self.seed, s, d, fl.conn, fl.qp)
             k = live[h % len(live)]
             res += [
                 self._link_up0 + (p * self.A + a) * K + k,
@@ -427,6 +451,13 @@ class FluidModel:
             if not (active & hit).any():
                 break
             active &= ~hit
+        if self.shared_efficiency < 1.0:
+            # DCQCN on a shared bottleneck: the QPs that share it use only part of it
+            fabric = used_res < self._nvl_out0
+            count = (m > 0).astype(float).T.tocsr() @ np.ones(n)
+            shared = fabric & (count >= 2) & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
+            slowed = ((m > 0).astype(float) @ shared.astype(float)) > 0
+            rate[slowed] *= self.shared_efficiency
         return rate
 
     # ----- run ----------------------------------------------------------------------------
