@@ -7,7 +7,7 @@ Cases (``--case``, repeatable; default ``agreement``):
   aicb-16.toml), MRC and RoCE, without and with a T0-T1 link failure: step time
   at packet level, at flow level, and their difference (docs/training.md
   publishes the table);
-* ``roce-seeds`` - RoCE without a fault on the same jobs over seeds 1-6 (the
+* ``roce-seeds`` - RoCE without and with the fault on the same jobs over seeds 1-6 (the
   ECMP draws differ between the models, so RoCE is compared as a mean over
   seeds): per seed and the means;
 * ``dcqcn`` - the microbenchmark behind the flow level's RoCE shared-bottleneck
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import sys
 import time
@@ -108,17 +109,20 @@ def agreement() -> None:
 
 
 def roce_seeds(seeds: range = range(1, 7)) -> None:
-    """RoCE, no fault: packet and flow step per seed and their means (docs/training.md)."""
+    """RoCE without and with the link failure: packet and flow step per seed, their means."""
     cases: list[tuple[str, dict[str, Any], Path | None]] = [("small-8", SMALL, None)]
     for name in ("chakra-8.toml", "aicb-16.toml"):
         data, base = _scenario_data(name)
         cases.append((name, data, base))
-    for label, data, base in cases:
+    for (label, data, base), fault in itertools.product(cases, (False, True)):
         packet, flow = [], []
         for seed in seeds:
             d = copy.deepcopy(data)
             d["seed"] = seed
             d["transport"] = {"name": "roce"}
+            if fault:
+                d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
+                d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
             packet.append(packet_step(d, base)[0])
             flow.append(flow_step(d, base)[0])
         pm = sum(p for p in packet if p) / len(packet)
@@ -127,6 +131,7 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
             json.dumps(
                 {
                     "case": label,
+                    "fault": fault,
                     "seeds": list(seeds),
                     "packet_step_us": packet,
                     "flow_step_us": flow,

@@ -152,3 +152,33 @@ def test_two_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
     ends = model.run().jobs[0].end
     flow = max(e or 0.0 for e in ends)
     assert abs(flow - packet) / packet < 0.10, (packet, flow)
+
+
+def test_roce_at_flow_level_retransmits_adaptively_as_the_packet_baseline() -> None:
+    """A QP whose tail was dropped on the dead link waits for NVIDIA's adaptive first
+    timeout (about 0.5-1 ms, as the packet baseline), not the 4.3 s ACK timeout."""
+    from pathlib import Path
+
+    from openmrc.scenario import read_data
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / "chakra-8.toml"
+
+    def step(roce: dict[str, Any], fault: bool) -> float:
+        d = read_data(path)
+        d["run"] = {"mode": "flow"}
+        d["transport"] = {
+            "name": "roce",
+            "baseline_fabric": {"convergence_delay_ps": 200_000_000},
+            "roce": roce,
+        }
+        if fault:
+            d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
+        sc = parse(d, base_dir=path.parent)
+        _res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+        return float(rows[0]["step_time_us"])
+
+    clean = step({}, False)
+    adaptive = step({}, True)
+    fixed = step({"adaptive_retransmission": False}, True)
+    assert clean < adaptive < clean + 5_000  # a timeout of about a millisecond
+    assert fixed > 4_000_000  # the 4.3 s local ACK timeout

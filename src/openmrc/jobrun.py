@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .baselines.roce import RoceConfig
 from .sim.experiment import Experiment, Result
 from .sim.fluid import FluidJob, FluidModel, FluidResult
 from .sim.fluid_faults import expand
@@ -36,6 +37,9 @@ from .workloads.jobs.lower import Lowered, lower, times
 from .workloads.jobs.trace import chrome_trace
 
 US = 1_000_000
+
+#: the RoCE settings of the packet baseline that the flow level reads (retransmission).
+ROCE_ADP_KEYS = ("adaptive_retransmission", "adp_time_base_ps", "adp_init_exp", "adp_init_range")
 
 
 @dataclass
@@ -97,6 +101,7 @@ def fluid_model(
     rto = round(4.096e6 * 2 ** int(transport.roce.get("timeout_exp", 20)))
     retries = int(transport.roce.get("retries", 7))
     hold = int(transport.baseline_fabric.get("hold_time_ps", 3_000_000_000_000))
+    rc = RoceConfig(**{k: v for k, v in transport.roce.items() if k in ROCE_ADP_KEYS})
     g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
@@ -110,6 +115,9 @@ def fluid_model(
         rto_ps=rto,
         retries=retries,
         hold_ps=hold,
+        adp_base_ps=rc.adp_time_base_ps if rc.adaptive_retransmission else None,
+        adp_init_exp=rc.adp_init_exp,
+        adp_init_range=rc.adp_init_range,
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))

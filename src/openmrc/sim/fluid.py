@@ -22,7 +22,9 @@ Transports (docs/training.md, "Flow-level model"):
   everything it sends is lost; when routing converges (``convergence_ps``
   after the failure) the hash picks again among the live T1s and go-back-N
   resends what was lost; a QP that sent all its bytes before that waits for
-  its ACK timeout (``rto_ps``) to rewind, up to ``retries`` times.
+  its retransmission timeout to rewind: NVIDIA's adaptive retransmission
+  (first timeout 524 us or 1 ms, doubling up to the ACK timeout ``rto_ps``)
+  as the packet baseline, or the fixed ``rto_ps`` up to ``retries`` times.
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
@@ -115,10 +117,12 @@ class _Flow:
         "qp",
         "rem",
         "res",
+        "rto",
         "src",
         "transfer",
         "tries",
         "w",
+        "waited",
     )
 
     def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
@@ -133,6 +137,9 @@ class _Flow:
         self.dead = False
         self.lost = 0.0
         self.tries = 0
+        #: the QP's current retransmission timeout and how long it has waited without progress
+        self.rto = 0
+        self.waited = 0
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
 
@@ -196,6 +203,9 @@ class FluidModel:
         retries: int = 7,
         hold_ps: int = 3_000_000_000_000,
         shared_efficiency: float | None = None,
+        adp_base_ps: int | None = None,
+        adp_init_exp: int = 7,
+        adp_init_range: int = 2,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -217,6 +227,13 @@ class FluidModel:
         #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
         self.rto_ps = rto_ps
         self.retries = retries
+        #: NVIDIA's adaptive retransmission (the packet baseline's default): a QP's first
+        #: timeout is ``adp_base_ps x 2^k``, k in adp_init_exp + [0, adp_init_range) per
+        #: QP, doubling on each expiry without progress up to ``rto_ps``; the QP errors
+        #: after ``retries x rto_ps`` without progress.  None: the fixed ``rto_ps``.
+        self.adp_base_ps = adp_base_ps
+        self.adp_init_exp = adp_init_exp
+        self.adp_init_range = adp_init_range
         self.seed = seed
         self.gpus_per_server = gpus_per_server
         self.latency_ps = one_way_ps(spec, mtu)
@@ -547,7 +564,8 @@ class FluidModel:
                         if fl.lost > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem = 0.0
-                            heapq.heappush(heap, (t + self.rto_ps, seq, 4, len(parked)))
+                            fl.rto, fl.waited = self._first_rto(fl), 0
+                            heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
                             waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
                                 len(parked)
                             )
@@ -606,8 +624,11 @@ class FluidModel:
                     fl = parked_fl
                     self._route(fl)
                     fl.tries += 1
-                    if fl.dead and fl.tries <= self.retries:
-                        heapq.heappush(heap, (now + self.rto_ps, seq, 4, x))
+                    fl.waited += fl.rto
+                    if fl.dead and self._may_retry(fl):
+                        if self.adp_base_ps is not None:
+                            fl.rto = min(2 * fl.rto, self.rto_ps)
+                        heapq.heappush(heap, (now + fl.rto, seq, 4, x))
                         seq += 1
                     elif not fl.dead:
                         parked[x] = None
@@ -686,6 +707,21 @@ class FluidModel:
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
         return FluidResult(out, now, events, recomputes, fault_log)
+
+    def _first_rto(self, fl: _Flow) -> int:
+        """A parked QP's first retransmission timeout (adaptive: drawn per QP by its hash)."""
+        if self.adp_base_ps is None:
+            return self.rto_ps
+        k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, fl.conn, fl.qp) % max(
+            1, self.adp_init_range
+        )
+        return min(self.adp_base_ps << k, self.rto_ps)
+
+    def _may_retry(self, fl: _Flow) -> bool:
+        """Whether a QP whose timeout expired without progress may time out again."""
+        if self.adp_base_ps is None:
+            return fl.tries <= self.retries
+        return fl.waited < self.retries * self.rto_ps
 
     def _seen_after(
         self, kind: str, hl: list[tuple[int, int]], fl: list[tuple[int, int, int]]
