@@ -146,7 +146,8 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
 
 def dcqcn() -> None:
     """n RoCE QPs through one link at packet level: the share of the link they used."""
-    from openmrc.sim.experiment import Experiment, TransportConfig
+    from openmrc.sim.experiment import TransportConfig
+    from openmrc.sim.factory import make_experiment
     from openmrc.topology import ClosSpec
     from openmrc.workloads import FlowSpec
 
@@ -154,7 +155,7 @@ def dcqcn() -> None:
         used = {}
         for n in (1, 2, 4, 8):
             spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=8, t1s=1)
-            exp = Experiment(spec, transport=TransportConfig(name="roce"))
+            exp = make_experiment(spec, transport=TransportConfig(name="roce"))
             exp.add_flows([FlowSpec(i, 8 + i, size) for i in range(n)], watch=True)
             end = max(f.rx_finish_ps or 0 for f in exp.run().flows)
             used[n] = round(n * size * 8 / (spec.fabric_gbps * 1e9) / (end / 1e12), 3)

@@ -1,4 +1,4 @@
-"""The shared self-probe localisation logic (openmrc.clustermapper), without any fabric."""
+"""The shared self-probe localisation logic (openmrc.clustermapper.localise), without any fabric."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import openmrc.clustermapper as cm
-from openmrc.clustermapper import T0_TARGET, Localiser, self_probe_usids
+import openmrc.clustermapper.localise as cm
+from openmrc.clustermapper.localise import T0_TARGET, Localiser, self_probe_usids
 from openmrc.topology import ClosSpec, Topology, usid_str
 
 TOPO = Topology(ClosSpec(planes=2, t0s=3, hosts_per_t0=2, t1s=4))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.fabric_demo import scenario_path
+from openmrc.demo.fabric import scenario_path
 from openmrc.report import have_plots
 from openmrc.scenario import load
 from tests.browser import chromium, probe_page

@@ -26,8 +26,6 @@ KNOWN: frozenset[str] = frozenset(
         "openmrc.transport.context <-> openmrc.transport.qp <-> openmrc.transport.requester"
         " <-> openmrc.transport.responder <-> openmrc.transport.verbs",
         "openmrc.net.ctl <-> openmrc.net.driver",
-        "openmrc.net.selfprobe -> openmrc.clustermapper",
-        "openmrc.sim.clustermapper -> openmrc.clustermapper",
     }
 )
 

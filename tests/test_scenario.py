@@ -20,14 +20,36 @@ SMALL = {
 
 
 def test_every_shipped_scenario_parses() -> None:
-    # scenarios/sweeps/ holds sweep files, not scenarios (tests/test_sweep.py checks them)
+    # scenarios/sweeps/ holds sweep files, not scenarios (tests/test_sweep.py checks them);
+    # scenarios/scale/ holds the paper-size fabrics, checked below at a reduced size.
     files = sorted(
-        p for p in SCENARIOS.glob("**/*.toml") if p.relative_to(SCENARIOS).parts[0] != "sweeps"
+        p
+        for p in SCENARIOS.glob("**/*.toml")
+        if p.relative_to(SCENARIOS).parts[0] not in ("sweeps", "scale")
     )
     assert files
     for path in files:
         scenario = load(path)
         assert scenario.flows or scenario.collectives or scenario.jobs
+
+
+def test_scale_scenarios_parse_with_a_small_fabric() -> None:
+    """Every key of the paper-size scenarios is checked, on a small fabric of the same
+    kind: parsing builds the experiment to check fault targets, and at 131,072 hosts
+    that build alone costs about 20 CPU s and 4 GB compiled (17 GB interpreted).  The
+    full-size build is what ``benchmarks/sim_speed.py --case sendrecv-131072`` runs and
+    tests/sim/test_budget.py measures at 16,384 x 8."""
+    from openmrc.scenario import read_data
+
+    files = sorted((SCENARIOS / "scale").glob("*.toml"))
+    assert files
+    for path in files:
+        data = read_data(path)
+        fabric = data["fabric"]
+        assert fabric["t0s"] * fabric["hosts_per_t0"] >= 40_000, path
+        data["fabric"] = {**fabric, "t0s": 4, "hosts_per_t0": 4, "t1s": 4}
+        scenario = parse(data, name=path.stem, base_dir=path.parent)
+        assert len(scenario.flows) == 16, path
 
 
 def test_small_scenario_runs_and_exports(

@@ -132,7 +132,8 @@ def test_roce_ecmp_collisions_change_with_the_seed() -> None:
 def test_two_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
     """DCQCN on a shared bottleneck: the fluid model's shared efficiency, against packets."""
     from openmrc.jobrun import PlacedJob
-    from openmrc.sim.experiment import Experiment, TransportConfig
+    from openmrc.sim.experiment import TransportConfig
+    from openmrc.sim.factory import make_experiment
     from openmrc.sim.fluid import FluidJob, FluidModel
     from openmrc.topology import ClosSpec
     from openmrc.workloads import FlowSpec
@@ -140,7 +141,7 @@ def test_two_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
 
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1)
     size = 4 << 20
-    exp = Experiment(spec, transport=TransportConfig(name="roce"))
+    exp = make_experiment(spec, transport=TransportConfig(name="roce"))
     exp.add_flows([FlowSpec(0, 2, size), FlowSpec(1, 3, size)], watch=True)
     packet = max(f.rx_finish_ps or 0 for f in exp.run().flows)
     g = JobGraph("two", 4, gpus_per_server=1)

@@ -77,7 +77,7 @@ def _plane(text: str) -> int | None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .fabric_demo import run
+    from .demo.fabric import run
 
     return run(
         out=args.out,
@@ -96,7 +96,7 @@ def _stderr_is_tty() -> bool:
 
 
 def _cmd_demo_loopback(args: argparse.Namespace) -> int:
-    from .demo import DemoConfig, format_report, run_demo
+    from .demo.loopback import DemoConfig, format_report, run_demo
 
     cfg = DemoConfig(
         size=args.size,
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    from .fabric_demo import DEFAULT_OUT
+    from .demo.fabric import DEFAULT_OUT
 
     demo = sub.add_parser(
         "demo",

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .baselines.roce import RoceConfig
-from .sim.experiment import Experiment, Result
+from .sim.experiment import Experiment
 from .sim.fluid import FluidJob, FluidModel, FluidResult
 from .sim.fluid_faults import expand
+from .sim.result import Result
 from .topology import ClosSpec
 from .workloads.jobs.config import FileJob, JobConfig
 from .workloads.jobs.graph import JobGraph, build_iteration

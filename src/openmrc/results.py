@@ -1,7 +1,7 @@
 """``results.json`` and its CSVs: what a simulation run measured, and what made it.
 
 A results document is the simulator's :meth:`Result.as_dict
-<openmrc.sim.experiment.Result.as_dict>` (flows, EV events, goodput series,
+<openmrc.sim.result.Result.as_dict>` (flows, EV events, goodput series,
 fabric counters; its keys stay at the top level) plus:
 
 - ``schema_version``: the version of ``openmrc/schemas/results.schema.json``
@@ -32,8 +32,9 @@ from typing import Any
 
 from .scenario import Scenario
 from .sim.config import ETHERNET_FRAMING_BYTES, FabricConfig
-from .sim.experiment import Result, base_rtt_ps
+from .sim.experiment import base_rtt_ps
 from .sim.metrics import write_csv_rows
+from .sim.result import Result
 from .version import openmrc_version
 from .wire.packets import DATA_HEADER_BYTES
 

@@ -497,7 +497,7 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
         planes = spec.planes  # every QP sprays over every plane
         mtu, header_bytes = t.mtu, DATA_HEADER_BYTES
     else:
-        from .sim.baseline_fabric import baseline_configs
+        from .baselines.fabric import baseline_configs
 
         cfg, _ = baseline_configs(t.name, t)
         qps, mtu, header_bytes = cfg.qps, cfg.mtu, 80  # QP i on plane i % planes

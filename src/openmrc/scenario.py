@@ -40,7 +40,7 @@
     plane = 3                   # on EV profile `profile` (0: [transport]'s, i+1:
                                 # workload.flows[i].ev_profile); `plane` or `ev`
                                 # (int or "0x13")
-    [clustermapper]             # self-probe fault localisation (sim.clustermapper):
+    [clustermapper]             # self-probe fault localisation (openmrc.clustermapper):
     interval_us = 20            # t1_subset, t0_probes, t1_probes, window, fail_rate,
     deny_lossy = false          # lossy_rate, start_us, stop_us; results: "localised"
     [run]
@@ -67,10 +67,12 @@ from pathlib import Path
 from typing import Any
 
 from . import units
-from .sim.clustermapper import ClustermapperConfig
+from .clustermapper.sim_agent import ClustermapperConfig, enable_clustermapper
 from .sim.config import FabricConfig
-from .sim.experiment import Experiment, Result, TransportConfig, base_rtt_ps, check_flow_settings
+from .sim.experiment import Experiment, TransportConfig, base_rtt_ps, check_flow_settings
+from .sim.factory import make_experiment
 from .sim.fault_select import select_links, select_switches
+from .sim.result import Result
 from .topology import ClosSpec
 from .transport.attrs import ev_profile_from_dict
 from .transport.errors import InvalidArgument
@@ -331,7 +333,7 @@ class Scenario:
             cfg.validate()
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"switches: {exc}") from None
-        exp: Experiment = Experiment(
+        exp: Experiment = make_experiment(
             self.spec,
             fabric_config=cfg,
             transport=self.transport,
@@ -363,7 +365,7 @@ class Scenario:
             _apply_fault(exp, f, f"faults[{i}]")
         _apply_controller(exp, self.controller)
         if self.clustermapper is not None:
-            exp.enable_clustermapper(self.clustermapper)
+            enable_clustermapper(exp, self.clustermapper)
         return exp
 
     def run(self) -> Result:
@@ -784,7 +786,7 @@ _CM_KEYS = (
 
 
 def _clustermapper(raw: Any) -> ClustermapperConfig | None:
-    """The ``[clustermapper]`` table: self-probe fault localisation (sim.clustermapper)."""
+    """The ``[clustermapper]`` table: self-probe fault localisation (openmrc.clustermapper)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):

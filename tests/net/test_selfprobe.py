@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
+from openmrc.clustermapper.lab_agent import SelfProber
 from openmrc.net import lab_cli
 from openmrc.net.lab import Lab
-from openmrc.net.selfprobe import SelfProber
 from tests.tools import needs_tool
 
 pytestmark = pytest.mark.lab

@@ -12,6 +12,14 @@ from typing import Any
 
 import pytest
 
+from openmrc.baselines.experiment import BaselineExperiment
+from openmrc.baselines.fabric import (
+    FC_PFC,
+    BaselineFabric,
+    BaselineFabricConfig,
+    BaselinePort,
+    DestSwitch,
+)
 from openmrc.baselines.roce import (
     Cnp,
     Dcqcn,
@@ -23,16 +31,10 @@ from openmrc.baselines.roce import (
     RoceSender,
     ack_timeout_ps,
 )
-from openmrc.sim.baseline import BaselineExperiment
-from openmrc.sim.baseline_fabric import (
-    FC_PFC,
-    BaselineFabric,
-    BaselineFabricConfig,
-    BaselinePort,
-    DestSwitch,
-)
 from openmrc.sim.engine import Simulator
-from openmrc.sim.experiment import Experiment, Result, TransportConfig
+from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.sim.factory import make_experiment
+from openmrc.sim.result import Result
 from openmrc.topology import ClosSpec, Topology
 from openmrc.workloads import FlowSpec, permutation
 
@@ -148,7 +150,7 @@ def test_roce_ring_recovers_tail_losses_fast_at_0_1_percent() -> None:
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4, host_gbps=400, fabric_gbps=400)
 
     def busbw(loss: float) -> tuple[float, int]:
-        exp = Experiment(spec, transport=TransportConfig(name="roce"), seed=1)
+        exp = make_experiment(spec, transport=TransportConfig(name="roce"), seed=1)
         ring = C.allreduce(8, 16 << 20, channels=2, chunks=8)  # 1792 transfers, each a tail
         exp.add_collective(ring, placement=[0, 4, 1, 5, 2, 6, 3, 7])
         if loss:
@@ -171,7 +173,7 @@ def test_roce_ring_recovers_tail_losses_fast_at_0_1_percent() -> None:
 def test_byte_exact_delivery_with_random_loss(name: str) -> None:
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
     tc = TransportConfig(name=name, roce={"timeout_exp": 5, "qps": 2})
-    exp = Experiment(spec, transport=tc, payloads=True, seed=4)
+    exp = make_experiment(spec, transport=tc, payloads=True, seed=4)
     assert isinstance(exp, BaselineExperiment)
     exp.add_flows([FlowSpec(0, 3, 3 << 20, message=256 << 10, name="f")])
     exp.faults.link_loss(exp.fabric.host_link(0, 0), 0.01)
@@ -285,7 +287,7 @@ def test_config_validation() -> None:
     with pytest.raises(ValueError, match="routing"):
         BaselineFabricConfig(routing="spray").validate()
     with pytest.raises(ValueError, match="transport name"):
-        Experiment(ClosSpec(planes=1), transport_name="tcp")
+        make_experiment(ClosSpec(planes=1), transport_name="tcp")
 
 
 # ----- PFC -------------------------------------------------------------------------------
@@ -345,7 +347,7 @@ def _incast(
     name: str, roce: dict[str, Any] | None = None, incast: bool = True
 ) -> tuple[Experiment, Result]:
     tc = TransportConfig(name=name, roce=roce or {})
-    exp = Experiment(SMALL, transport=tc, seed=1, sample_interval_ps=10 * US)
+    exp = make_experiment(SMALL, transport=tc, seed=1, sample_interval_ps=10 * US)
     flows = [FlowSpec(s, 0, 2 << 20, message=256 << 10, name=f"in{s}") for s in INCAST_SENDERS]
     exp.add_flows([*flows, VICTIM] if incast else [VICTIM])
     return exp, exp.run()
@@ -456,7 +458,7 @@ PERM = ClosSpec(planes=1, t0s=8, hosts_per_t0=8, t1s=8)
 
 def _perm(name: str, **roce: Any) -> list[float]:
     tc = TransportConfig(name=name, roce=roce)
-    exp = Experiment(PERM, transport=tc, seed=1, sample_interval_ps=10 * US)
+    exp = make_experiment(PERM, transport=tc, seed=1, sample_interval_ps=10 * US)
     exp.add_flows(permutation(64, 2 << 20, random.Random(1)))
     r = exp.run()
     assert r.all_ok
@@ -494,7 +496,7 @@ def _failure_run(name: str) -> tuple[Result, int]:
         roce={"timeout_exp": 7},  # RTO 524 us
         baseline_fabric={"convergence_delay_ps": 300 * US},
     )
-    exp = Experiment(spec, transport=tc, seed=1, sample_interval_ps=5 * US)
+    exp = make_experiment(spec, transport=tc, seed=1, sample_interval_ps=5 * US)
     exp.add_flows([FlowSpec(0, 3, 12 << 20, message=1 << 20, name="f")])
     fail_at = 100 * US
 

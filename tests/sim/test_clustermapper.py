@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from openmrc.sim.clustermapper import ClustermapperConfig
+from openmrc.clustermapper.sim_agent import ClustermapperConfig, enable_clustermapper
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import single
@@ -21,7 +21,7 @@ def _localise(
     fault: Callable[[Experiment], None], cfg: ClustermapperConfig = CFG
 ) -> tuple[Experiment, list[dict]]:
     exp = Experiment(SPEC, seed=1)
-    cm = exp.enable_clustermapper(cfg)
+    cm = enable_clustermapper(exp, cfg)
     fault(exp)
     exp.sim.run()
     assert cm.probes_sent > 0
@@ -68,7 +68,7 @@ def test_lossy_nic_t0_link_is_named_and_its_plane_denied() -> None:
     cfg = ClustermapperConfig(interval_ps=20 * US, deny_lossy=True)
     exp = Experiment(SPEC, seed=1)
     exp.add_flows(single(4, 0, 24 << 20))
-    cm = exp.enable_clustermapper(cfg)
+    cm = enable_clustermapper(exp, cfg)
     exp.faults.link_loss("h4-p0t0x2", 0.2, at_ps=FAULT_AT)
     r = exp.run()
     assert r.all_ok
@@ -147,7 +147,7 @@ def test_controller_probes_return_an_rtt_or_a_timeout_on_the_fabric() -> None:
 def test_a_lossy_t0_t1_link_is_named_lossy_within_ten_rounds(seed: int) -> None:
     cfg = ClustermapperConfig(interval_ps=20 * US, stop_ps=FAULT_AT + 40 * 20 * US)
     exp = Experiment(SPEC, seed=seed)
-    cm = exp.enable_clustermapper(cfg)
+    cm = enable_clustermapper(exp, cfg)
     exp.faults.link_loss("p0t0x2-p0t1x1", 0.2, at_ps=FAULT_AT)
     exp.sim.run()
     rep = cm.report()

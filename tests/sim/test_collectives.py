@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
 from openmrc.workloads import collectives as C
@@ -24,7 +25,7 @@ def _payload_gbps(transport: str) -> float:
 @pytest.mark.parametrize("transport", ["mrc", "roce"])
 @pytest.mark.parametrize("kind", C.KINDS)
 def test_collective_completes_in_order_with_busbw_near_line_rate(kind: str, transport: str) -> None:
-    exp = Experiment(SPEC, transport=TransportConfig(name=transport))
+    exp = make_experiment(SPEC, transport=TransportConfig(name=transport))
     coll = C.build(kind, 8, 4 << 20, channels=2)
     exp.add_collective(coll, message=256 << 10)
     res = exp.run()

@@ -6,7 +6,8 @@ import pytest
 
 from openmrc.baselines.roce import DCQCN_PROFILES, Dcqcn, DcqcnConfig, RoceConfig, RoceSender
 from openmrc.scenario import ScenarioError, parse
-from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.sim.experiment import TransportConfig
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import collectives as C
 from openmrc.workloads import incast
@@ -90,7 +91,7 @@ def test_profile_by_name_in_config_and_scenario() -> None:
 
 
 def _ring_busbw(roce: dict) -> float:
-    exp = Experiment(SPEC, transport=TransportConfig(name="roce", roce=roce))
+    exp = make_experiment(SPEC, transport=TransportConfig(name="roce", roce=roce))
     # consecutive ranks on different T0s: every ring hop crosses the hashed uplinks
     exp.add_collective(C.allreduce(8, 16 << 20), placement=[0, 4, 1, 5, 2, 6, 3, 7])
     res = exp.run()
@@ -122,7 +123,7 @@ def test_a_cnp_after_a_byte_counter_increase_clamps_the_target() -> None:
 
 
 def test_ecn_profiles_mark_before_pfc_pauses() -> None:
-    from openmrc.sim.baseline_fabric import ECN_PROFILES, BaselineFabric, BaselineFabricConfig
+    from openmrc.baselines.fabric import ECN_PROFILES, BaselineFabric, BaselineFabricConfig
     from openmrc.sim.engine import Simulator
     from openmrc.topology import Topology
 
@@ -154,7 +155,7 @@ def _incast_at_400g(roce: dict, fabric: dict, settle_us: int) -> tuple[int, int,
     """7-to-1 incast of 40 MiB flows at 400G: PAUSE frames sent before and after
     ``settle_us``, and the total goodput (Gb/s)."""
     tc = TransportConfig(name="roce", roce=roce, baseline_fabric=fabric)
-    exp = Experiment(SPEC, transport=tc)
+    exp = make_experiment(SPEC, transport=tc)
     exp.add_flows(incast([1, 2, 3, 4, 5, 6, 7], 0, 40 << 20))
     seen: list[int] = []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openmrc.sim.experiment import Experiment, TransportConfig, flow_settings_keys
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
 from openmrc.workloads import collectives as C
@@ -27,7 +28,7 @@ def test_mrc_qps_per_connection_stripe_messages() -> None:
 
 
 def test_roce_qps_and_settings_per_flow() -> None:
-    exp = Experiment(SPEC, transport=TransportConfig(name="roce"))
+    exp = make_experiment(SPEC, transport=TransportConfig(name="roce"))
     exp.add_flows(
         [
             FlowSpec(0, 3, 1 << 16),
@@ -43,14 +44,14 @@ def test_roce_qps_and_settings_per_flow() -> None:
 
 
 def test_transport_qps_sets_the_roce_qp_count() -> None:
-    exp = Experiment(SPEC, transport=TransportConfig(name="roce", qps=3))
+    exp = make_experiment(SPEC, transport=TransportConfig(name="roce", qps=3))
     exp.add_flow(FlowSpec(0, 3, 1 << 16))
     assert exp.run().all_ok
     assert len(exp.flows[0].senders) == 3
 
 
 def test_a_connection_key_keeps_its_ecmp_paths() -> None:
-    exp = Experiment(SPEC, transport=TransportConfig(name="roce"))
+    exp = make_experiment(SPEC, transport=TransportConfig(name="roce"))
     exp.add_flows(
         [
             FlowSpec(0, 3, 4096, conn="x", qps=2),

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from openmrc.sim.experiment import Experiment, Result, base_rtt_ps
+from openmrc.sim.experiment import Experiment, base_rtt_ps
+from openmrc.sim.result import Result
 from openmrc.topology import ClosSpec
 from openmrc.transport.ev import ev_path, ev_plane
 from openmrc.workloads import incast, permutation

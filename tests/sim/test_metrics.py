@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.sim.factory import make_experiment
 from openmrc.sim.metrics import percentile
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
@@ -48,7 +49,7 @@ def test_steady_state_goodput_leaves_out_start_up_and_records_its_window() -> No
 
 
 def test_unfinished_flows_report_partial_bytes() -> None:
-    exp = Experiment(SPEC, transport=TransportConfig(name="roce"))
+    exp = make_experiment(SPEC, transport=TransportConfig(name="roce"))
     exp.add_flow(FlowSpec(0, 3, 64 << 20))
     res = exp.run(300_000_000)
     (f,) = res.flows
@@ -94,7 +95,7 @@ def test_per_plane_and_per_ev_activity() -> None:
     assert len(evs) >= 4 and all(k.startswith("h0:ev") for k in evs)
     # every payload byte sent was on some EV (retransmissions would only add)
     assert sum(evs.values()) * 10 / 8 * 1000 >= (1 << 20) * 0.999
-    roce = Experiment(SPEC, transport=TransportConfig(name="roce"))
+    roce = make_experiment(SPEC, transport=TransportConfig(name="roce"))
     roce.add_flow(FlowSpec(0, 3, 1 << 20))
     res = roce.run()
     assert sum(res.plane_series["plane1"]) == 0 < sum(res.plane_series["plane0"])

@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from openmrc.sim.experiment import Experiment, Result
+from openmrc.sim.experiment import Experiment
+from openmrc.sim.result import Result
 from openmrc.topology import ClosSpec
 from openmrc.transport.ev import ev_path, ev_plane
 from openmrc.wire.packets import DATA_HEADER_BYTES

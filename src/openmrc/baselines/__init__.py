@@ -1,8 +1,13 @@
-"""Baseline transports to compare MRC with: RoCEv2 (go-back-N + DCQCN) and InfiniBand-style RC.
+"""Baseline transports to compare MRC with, end to end: RoCEv2 (go-back-N + DCQCN)
+and InfiniBand-style RC.
 
-:mod:`openmrc.baselines.roce` is sans-IO like the MRC core: it builds and
-consumes packet objects and never touches a clock or a socket; the simulator's
-:class:`openmrc.sim.baseline.BaselineHost` drives it.
+* :mod:`openmrc.baselines.roce` -- the transport, sans-IO like the MRC core: it builds
+  and consumes packet objects and never touches a clock or a socket;
+* :mod:`openmrc.baselines.fabric` -- the conventional fabric they run on (destination
+  routing, ECMP or adaptive routing, PFC or credits, DCQCN marking), built on
+  :mod:`openmrc.sim`;
+* :mod:`openmrc.baselines.experiment` -- the simulated NIC (:class:`BaselineHost`) that
+  drives the QPs, and :class:`BaselineExperiment`.
 """
 
 from .roce import (

@@ -173,7 +173,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 def _cmd_localise(args: argparse.Namespace) -> int:
     """Self-probe from every host (the paper's Clustermapper); name the broken element."""
-    from openmrc.net.selfprobe import SelfProber, deny_lossy_planes, format_result
+    from openmrc.clustermapper.lab_agent import SelfProber, deny_lossy_planes, format_result
 
     lab = Lab.load(args.name)
     try:
@@ -449,7 +449,7 @@ def _add_localise(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="self-probe from every host and name the broken link or switch",
         description="Every host sends probes to itself by source route, to its T0 and back "
         "and through T1s and back, in every plane; which probes fail names the broken "
-        "NIC-T0 link, T0, T0-T1 link or T1 (openmrc.clustermapper).",
+        "NIC-T0 link, T0, T0-T1 link or T1 (openmrc.clustermapper.localise).",
     )
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="probe rounds (3)")
     p.add_argument(

@@ -19,10 +19,6 @@ from openmrc.sim.metrics import Metrics
 from openmrc.sim.port import EgressPort
 from openmrc.sim.switch import HostEnd, Switch
 
-# Loaded last, for its side effect: the RoCE/IB baselines register themselves with
-# Experiment (the experiment module keeps a registry rather than importing them).
-from openmrc.sim import baseline as _baseline  # noqa: F401  # isort: skip
-
 __all__ = [
     "MS",
     "NS",

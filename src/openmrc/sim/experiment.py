@@ -13,20 +13,18 @@ its inputs: the same scenario and seed give the same result, bit for bit.
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import random
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..baselines.fabric import baseline_configs
 from ..topology import ClosSpec, Topology
 from ..transport import (
-    SGE,
     CCProfile,
     EVEvent,
     EVProfile,
@@ -34,26 +32,23 @@ from ..transport import (
     QPAttr,
     QPEvent,
     QPState,
-    QueuePair,
     RecvWR,
-    SendWR,
     WCStatus,
-    WROpcode,
 )
 from ..transport.controller import Controller
-from ..transport.verbs import MemoryRegion
-from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES, DataPacket
+from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
-from .baseline_fabric import baseline_configs
 from .capture import Capture
-from .clustermapper import Clustermapper, ClustermapperConfig
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator, paused_gc
 from .fabric import Fabric
 from .faults import FaultInjector
+from .flows import COUNTERS, SEQ_SHIFT, Conn, Flow, MrcFlow, Poster, send_order
 from .host import SimHost
 from .metrics import fct_summary
+from .result import FlowResult, Result
+from .sampling import Sampler
 
 
 @dataclass
@@ -78,13 +73,13 @@ class TransportConfig:
     #: random loss cost about three RTTs before it was resent.
     reorder_window_ps: int | None = None
     #: Which transport runs: "mrc" (this core), or a baseline of
-    #: :mod:`openmrc.sim.baseline`: "roce" (ECMP, PFC, DCQCN, go-back-N) or "ib"
+    #: :mod:`openmrc.baselines.experiment`: "roce" (ECMP, PFC, DCQCN, go-back-N) or "ib"
     #: (adaptive routing, credits, go-back-N).
     name: str = "mrc"
     #: Baselines only: :class:`openmrc.baselines.roce.RoceConfig` keys (``qps``,
     #: ``timeout_exp``, ``retries``, ``dcqcn``, ``dcqcn_<DcqcnConfig field>``...).
     roce: dict[str, Any] = field(default_factory=dict)
-    #: Baselines only: :class:`openmrc.sim.baseline_fabric.BaselineFabricConfig` fields.
+    #: Baselines only: :class:`openmrc.baselines.fabric.BaselineFabricConfig` fields.
     baseline_fabric: dict[str, Any] = field(default_factory=dict)
     #: QPs per connection, messages striped over them round-robin (as NCCL's
     #: NCCL_IB_QPS_PER_CONNECTION).  None: 1 for MRC, ``roce["qps"]`` (default 1)
@@ -166,460 +161,17 @@ def base_rtt_ps(spec: ClosSpec, mtu: int, latency_ps: int = 0) -> int:
     return int(8 * spec.link_delay_ps + ser + 2 * latency_ps)
 
 
-@dataclass
-class FlowResult:
-    """What happened to one flow."""
-
-    name: str
-    src: int
-    dst: int
-    size: int
-    start_ps: int
-    finish_ps: int | None
-    ok: bool
-    status: str
-    message_finish_ps: list[int]
-    retransmits: int
-    trims: int
-    nacks: int
-    timeouts: int
-    ecn_echoes: int
-    evs_assumed_bad: int
-    #: when the receiver had all the data (only tracked for flows others wait for,
-    #: and collective flows; None otherwise or when it never did).
-    rx_finish_ps: int | None = None
-    #: when the flow actually started (later than ``start_ps`` if it waited for others).
-    started_ps: int | None = None
-    #: payload bytes the receiver took (all of them when finished; partial otherwise).
-    bytes_received: int = 0
-    #: goodput over the steady-state window (start-up excluded; None when the flow
-    #: lasted too few sample intervals), and that window in us.
-    steady_goodput_gbps: float | None = None
-    steady_window_us: tuple[float, float] | None = None
-    #: unloaded FCT: size at the connection's payload rate plus the path's base RTT.
-    ideal_fct_ps: int | None = None
-    #: the end of the run (for the partial goodput of unfinished flows).
-    _end_ps: int | None = field(default=None, repr=False)
-
-    @property
-    def fct_ps(self) -> int | None:
-        """Flow completion time (ps), None when it did not finish."""
-        if self.finish_ps is None:
-            return None
-        return self.finish_ps - (self.start_ps if self.started_ps is None else self.started_ps)
-
-    @property
-    def goodput_gbps(self) -> float:
-        """Bytes over completion time, in Gb/s (0 when unfinished)."""
-        fct = self.fct_ps
-        return self.size * 8 / fct * 1000 if fct else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        # what asdict gives, without its deep copies (a flow's lists are ints and floats)
-        out = {
-            f.name: list(v) if isinstance(v := getattr(self, f.name), list | tuple) else v
-            for f in fields(self)
-            if f.name != "_end_ps"
-        }
-        out["fct_us"] = None if self.fct_ps is None else self.fct_ps / 1e6
-        out["goodput_gbps"] = round(self.goodput_gbps, 3)
-        out["partial_goodput_gbps"] = round(self.partial_goodput_gbps, 3)
-        out["slowdown"] = self.slowdown
-        if self.steady_window_us is not None:
-            out["steady_window_us"] = list(self.steady_window_us)
-        return out
-
-    @property
-    def partial_goodput_gbps(self) -> float:
-        """Bytes received over the time since the flow started (for unfinished flows)."""
-        if self.finish_ps is not None:
-            return self.goodput_gbps
-        if self.started_ps is None or self._end_ps is None or self._end_ps <= self.started_ps:
-            return 0.0
-        return self.bytes_received * 8 / (self._end_ps - self.started_ps) * 1000
-
-    @property
-    def slowdown(self) -> float | None:
-        """FCT over the ideal FCT (None when unfinished)."""
-        fct = self.fct_ps
-        if fct is None or not self.ideal_fct_ps:
-            return None
-        return round(fct / self.ideal_fct_ps, 4)
-
-
-@dataclass
-class Result:
-    """Everything an experiment measured."""
-
-    flows: list[FlowResult]
-    sim_end_ps: int
-    wall_seconds: float
-    events: int
-    ev_events: list[dict[str, Any]]
-    qp_events: list[dict[str, Any]]
-    goodput_series: dict[str, list[float]]
-    sample_interval_ps: int
-    fabric: dict[str, Any]
-    verified: bool | None
-    #: what self-probe fault localisation named, and when (see sim.clustermapper).
-    localised: list[dict[str, Any]] = field(default_factory=list)
-    #: one summary per collective added (:meth:`Collective.summary`).
-    collectives: list[dict[str, Any]] = field(default_factory=list)
-    #: things the user should know: faults that never fired, a run cut by its time cap.
-    warnings: list[str] = field(default_factory=list)
-    #: FCT and slowdown percentiles over the finished flows (:func:`metrics.fct_summary`).
-    fct_summary: dict[str, Any] = field(default_factory=dict)
-    #: NIC egress Gb/s per plane per sample interval (all hosts), "plane0", ...
-    plane_series: dict[str, list[float]] = field(default_factory=dict)
-    #: data Gb/s sent per (host, EV) per sample interval, "h0:ev0x12"; only after
-    #: :meth:`Experiment.track_ev_activity` (MRC).
-    ev_series: dict[str, list[float]] = field(default_factory=dict)
-    #: sampling cost: ticks run, and ticks skipped while nothing moved.
-    sampling: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def all_ok(self) -> bool:
-        """Every flow completed successfully (and verified, when payloads are real)."""
-        return all(f.ok for f in self.flows) and self.verified is not False
-
-    def aggregate_series(self) -> list[float]:
-        """Total goodput (Gb/s) per sample interval, over all flows."""
-        series = list(self.goodput_series.values())
-        if not series:
-            return []
-        return [sum(v[i] for v in series if i < len(v)) for i in range(max(map(len, series)))]
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "all_ok": self.all_ok,
-            "sim_end_us": self.sim_end_ps / 1e6,
-            "wall_seconds": self.wall_seconds,
-            "events": self.events,
-            "verified": self.verified,
-            "flows": [f.as_dict() for f in self.flows],
-            "ev_events": self.ev_events,
-            "qp_events": self.qp_events,
-            "sample_interval_us": self.sample_interval_ps / 1e6,
-            "goodput_gbps_series": self.goodput_series,
-            "fabric": self.fabric,
-            "localised": self.localised,
-            "collectives": self.collectives,
-            "warnings": self.warnings,
-            "fct_summary": self.fct_summary,
-            "plane_tx_gbps_series": self.plane_series,
-            "ev_tx_gbps_series": self.ev_series,
-            "sampling": self.sampling,
-        }
-
-    def to_json(self, path: str | Path) -> None:
-        """Write :meth:`as_dict` as JSON."""
-        Path(path).write_text(json.dumps(self.as_dict(), indent=1, sort_keys=True))
-
-    def to_csv(self, directory: str | Path) -> list[Path]:
-        """Write flows.csv, goodput.csv and ev_events.csv into ``directory``."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        written = []
-        rows = [f.as_dict() for f in self.flows]
-        for row in rows:
-            row.pop("message_finish_ps")
-        for name, data in (("flows.csv", rows), ("ev_events.csv", self.ev_events)):
-            path = d / name
-            with path.open("w", newline="") as fh:
-                if data:
-                    writer = csv.DictWriter(fh, fieldnames=list(data[0]))
-                    writer.writeheader()
-                    writer.writerows(data)
-            written.append(path)
-        path = d / "goodput.csv"
-        with path.open("w", newline="") as fh:
-            out = csv.writer(fh)
-            names = list(self.goodput_series)
-            out.writerow(["time_us", *names])
-            length = max((len(v) for v in self.goodput_series.values()), default=0)
-            for i in range(length):
-                t = (i + 1) * self.sample_interval_ps / 1e6
-                out.writerow(
-                    [
-                        t,
-                        *(
-                            self.goodput_series[n][i] if i < len(self.goodput_series[n]) else ""
-                            for n in names
-                        ),
-                    ]
-                )
-        written.append(path)
-        return written
-
-
-_COUNTERS = ("retransmits", "trims", "nacks", "timeouts", "ecn_echoes", "evs_assumed_bad")
-
-
-class _Flow:
-    """What an experiment tracks of every flow, whatever the transport."""
-
-    __slots__ = (
-        "cum",
-        "dep_gaps",
-        "dependents",
-        "deps_left",
-        "deps_spare",
-        "done_at",
-        "finished",
-        "last_bytes",
-        "nmsgs",
-        "order",
-        "pending",
-        "ready_at",
-        "rx_done",
-        "send_dependents",
-        "series",
-        "spec",
-        "src_data",
-        "started_at",
-        "status",
-        "watch_rx",
-    )
-
-    def __init__(self, spec: FlowSpec) -> None:
-        self.spec = spec
-        #: flows waiting for this one's data to arrive / for its sender to complete.
-        self.dependents: list[_Flow] = []
-        self.send_dependents: list[_Flow] = []
-        self.deps_left = 0
-        #: per-dependency waits (FlowSpec.dep_gaps by dependency flow), and when the
-        #: flow is ready for the dependencies met so far.
-        self.dep_gaps: dict[_Flow, int] | None = None
-        self.ready_at = 0
-        #: dependencies that may still fail without stranding this flow.
-        self.deps_spare = 0
-        self.nmsgs = 0
-        self.rx_done: int | None = None
-        self.started_at: int | None = None
-        self.watch_rx = False
-        #: bytes received at each sample tick (the steady-state window is cut from it).
-        self.cum: list[int] = []
-        self.pending = 0
-        #: when it joined its sender's list (completions are handled in this order).
-        self.order = 0
-        self.finished: list[int] = []
-        self.done_at: int | None = None
-        self.status = "not started"
-        self.last_bytes = 0
-        self.series: list[float] = []
-        self.src_data: bytearray | None = None
-
-
-def _send_order(flow: _Flow) -> int:
-    return flow.order
-
-
-class _Conn:
-    """One long-lived MRC connection: the QPs (one per stripe) that the flows of a
-    ``FlowSpec.conn`` key share, their protection domains, and the bookkeeping
-    that splits the QPs' counters and completions among those flows.
-
-    A flow's messages on stripe ``i`` are the MSNs ``posted[i]`` had reached when
-    it posted them (post order is MSN order), so what it has received is exact:
-    its completed messages (completions are in MSN order) plus the bytes placed
-    of its messages still open.  Transport counters cannot be split by message,
-    so each flow takes, when it completes, whatever the connection counted since
-    the previous flow on it completed (see :meth:`Experiment._counters`).
-    """
-
-    __slots__ = (
-        "active",
-        "flows",
-        "pa",
-        "pb",
-        "posted",
-        "poster",
-        "qas",
-        "qbs",
-        "taken",
-        "taken_at",
-    )
-
-    def __init__(self) -> None:
-        self.pa: Any = None
-        self.pb: Any = None
-        self.qas: list[QueuePair] = []
-        self.qbs: list[QueuePair] = []
-        #: messages posted so far on each stripe (the next flow's first MSN there).
-        self.posted: list[int] = []
-        #: the flows started on it, by sequence number (the high bits of their WR ids).
-        self.flows: list[_MrcFlow] = []
-        #: those of them still waiting for completions (told when the shared CQ has news).
-        self.active: dict[_Flow, None] = {}
-        #: counter totals already attributed to a flow, and when that was.
-        self.taken: dict[str, int] = dict.fromkeys(_COUNTERS[:-1], 0)
-        self.taken_at: int | None = None
-        #: posts the flows' WRITEs in start order as the QPs' send queues have room.
-        self.poster = _Poster()
-
-    def totals(self) -> dict[str, int]:
-        """The QPs' counters so far (FlowResult names, without ``evs_assumed_bad``)."""
-        qas = self.qas
-        return {
-            "retransmits": sum(qa.stats.retransmits for qa in qas),
-            "trims": sum(qa.stats.trims for qa in qas),
-            "nacks": sum(qa.stats.rx_nacks for qa in qas),
-            "timeouts": sum(qa.stats.timeouts for qa in qas),
-            "ecn_echoes": sum(qa.stats.ecn_echoes for qa in qas),
-        }
-
-
-#: WR ids of a flow on a shared connection: its sequence number there, shifted.
-_SEQ_SHIFT = 32
-
-
-class _Poster:
-    """Posts the WRITEs of the flows on one set of QPs as their send queues have room.
-
-    A flow's messages go round-robin over its QPs (message ``i`` on stripe
-    ``i % n``); they are posted in flow start order and message order, so each
-    stripe's MSN order is what :meth:`Experiment._start` computed, and a flow of
-    any size runs within the QPs' ``max_send_wr`` (a flow is not posted whole up
-    front).  What is posted is the same as posting everything at once whenever it
-    fits: small flows see no difference.
-    """
-
-    __slots__ = ("next_msg", "queue")
-
-    def __init__(self) -> None:
-        #: flows with messages still to post, in start order.
-        self.queue: deque[_MrcFlow] = deque()
-        #: the next message index of the flow at the head of the queue.
-        self.next_msg = 0
-
-    def add(self, flow: _MrcFlow) -> None:
-        """Queue ``flow``'s messages behind those of the flows before it."""
-        if not self.queue:
-            self.next_msg = 0
-        self.queue.append(flow)
-
-    def fill(self) -> None:
-        """Post queued messages in order until the next one's send queue is full."""
-        queue = self.queue
-        while queue:
-            flow = queue[0]
-            spec = flow.spec
-            nmsgs = flow.nmsgs
-            nq = len(flow.qas)
-            i = self.next_msg
-            mr_a, mr_b = flow.mr_src, flow.mr_dst
-            assert mr_a is not None and mr_b is not None  # registered before it is queued
-            wr_base = flow.wr_base
-            while i < nmsgs:
-                qa = flow.qas[i % nq]
-                if qa.send_queue_room() <= 0:
-                    self.next_msg = i
-                    return
-                off = i * spec.message
-                # the last message on each QP carries the immediate
-                last = i >= nmsgs - nq
-                qa.post_send(
-                    SendWR(
-                        wr_base | i,
-                        WROpcode.RDMA_WRITE_WITH_IMM if last else WROpcode.RDMA_WRITE,
-                        [SGE(mr_a.addr + off, min(spec.message, spec.size - off), mr_a.lkey)],
-                        mr_b.addr + off,
-                        mr_b.rkey,
-                        imm_data=i if last else None,
-                    )
-                )
-                i += 1
-            queue.popleft()
-            self.next_msg = 0
-
-
-class _MrcFlow(_Flow):
-    """An MRC flow: its QPs at each end (one per ``qps``) and the two memory regions.
-
-    A flow with a ``conn`` key shares its QPs with the other flows of that
-    connection (``conn``); ``rx_lo``/``rx_hi``/``rx_cum`` locate its messages
-    on each stripe, ``inbox`` holds its completions drained from the shared CQ.
-    """
-
-    __slots__ = (
-        "conn",
-        "counts",
-        "ev_window",
-        "inbox",
-        "mr_dst",
-        "mr_src",
-        "poster",
-        "qas",
-        "qbs",
-        "rx_cum",
-        "rx_hi",
-        "rx_lo",
-        "wr_base",
-    )
-
-    def __init__(self, spec: FlowSpec) -> None:
-        super().__init__(spec)
-        self.qas: list[QueuePair] = []
-        self.qbs: list[QueuePair] = []
-        self.mr_src: MemoryRegion | None = None
-        self.mr_dst: MemoryRegion | None = None
-        self.conn: _Conn | None = None
-        #: what posts its WRITEs (its connection's, or its own), and its WR ids' high bits.
-        self.poster: _Poster | None = None
-        self.wr_base = 0
-        self.inbox: list[str | None] = []
-        self.rx_lo: list[int] = []
-        self.rx_hi: list[int] = []
-        #: per stripe, the bytes of the flow's first k messages there, k = 0, 1, ...
-        self.rx_cum: list[list[int]] = []
-        #: the connection's counters this flow took when it completed, and the
-        #: (exclusive, inclusive) time window of the EV events it took.
-        self.counts: dict[str, int] | None = None
-        self.ev_window: tuple[int | None, int | None] = (None, None)
-
-    @property
-    def qa(self) -> QueuePair | None:
-        """The (first) sending QP."""
-        return self.qas[0] if self.qas else None
-
-    @property
-    def qb(self) -> QueuePair | None:
-        """The (first) receiving QP."""
-        return self.qbs[0] if self.qbs else None
-
-
-#: Experiment classes of the other transports, by name (``openmrc.sim.baseline``
-#: registers "roce" and "ib"; importing :mod:`openmrc.sim` loads it).
-_TRANSPORTS: dict[str, type[Experiment]] = {}
-
-
-def register_transport(name: str, cls: type[Experiment]) -> None:
-    """Make ``Experiment(..., transport_name=name)`` build a ``cls`` (a subclass)."""
-    _TRANSPORTS[name] = cls
-
-
 class Experiment:
     """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator.
 
-    ``transport_name`` (or ``transport.name``) ``"roce"`` or ``"ib"`` builds a
-    :class:`openmrc.sim.baseline.BaselineExperiment` instead (same interface).
+    Another transport's experiment subclasses it and supplies the transport hooks
+    (:class:`openmrc.baselines.experiment.BaselineExperiment` for ``"roce"`` and
+    ``"ib"``); :func:`openmrc.sim.factory.make_experiment` builds the class that
+    runs ``transport.name``.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Experiment:
-        if cls is Experiment:
-            name = kwargs.get("transport_name")
-            if name is None:
-                transport = kwargs.get("transport", args[2] if len(args) > 2 else None)
-                name = getattr(transport, "name", "mrc")
-            if name != "mrc":
-                other = _TRANSPORTS.get(name) if isinstance(name, str) else None
-                if other is None:
-                    known = ", ".join(["mrc", *sorted(_TRANSPORTS)])
-                    raise ValueError(f"transport name: must be one of {known}, got {name!r}")
-                return super().__new__(other)
-        return super().__new__(cls)
+    #: the transport names (``TransportConfig.name``) this class runs.
+    transport_names: tuple[str, ...] = ("mrc",)
 
     def __init__(
         self,
@@ -632,14 +184,17 @@ class Experiment:
         queue_sample_interval_ps: int | None = None,
         transport_name: str | None = None,
     ) -> None:
-        if transport_name not in (None, "mrc"):
+        self.transport = transport or TransportConfig()
+        name = self.transport.name if transport_name is None else transport_name
+        if name not in self.transport_names:
             raise ValueError(
-                f"transport_name: must be 'mrc', 'roce' or 'ib', got {transport_name!r}"
+                f"transport name: {type(self).__name__} runs {', '.join(self.transport_names)},"
+                f" not {name!r} (openmrc.sim.factory.make_experiment builds the experiment"
+                " of any transport)"
             )
         spec.validate()
         self.spec = spec
         self.topology = Topology(spec)
-        self.transport = transport or TransportConfig()
         self.base_rtt_ps = base_rtt_ps(
             spec,
             self.transport.mtu,
@@ -655,23 +210,25 @@ class Experiment:
             host.faults = self.faults  # per-EV loss is applied where packets leave
         self.payloads = payloads
         self._payload_rng = random.Random(master.getrandbits(64))
-        self.flows: list[_Flow] = []
+        self.flows: list[Flow] = []
         self._controllers: dict[int, Controller] = {}
-        self.clustermapper: Clustermapper | None = None
-        self._sending: dict[int, list[_Flow]] = {}
+        #: self-probe fault localisation, when attached (``openmrc.clustermapper.sim_agent.
+        #: enable_clustermapper``): its ``report()`` becomes ``Result.localised``.
+        self.clustermapper: Any | None = None
+        self._sending: dict[int, list[Flow]] = {}
         #: flows whose send CQ got a completion since their host's last activity,
         #: by sending host (filled by the CQs' ``on_push``; MRC only: a host's
         #: activity then looks at these, not at every flow it sends).
-        self._cq_news: dict[int, dict[_Flow, None]] | None = None
+        self._cq_news: dict[int, dict[Flow, None]] | None = None
         self._order = itertools.count()
         self._open = 0
         self._captures: list[Capture] = []
         #: flows whose arrival at their receiver something waits for, by receiving host.
-        self._rx_watch: dict[int, list[_Flow]] = {}
+        self._rx_watch: dict[int, list[Flow]] = {}
         self._collectives: list[tuple[Collective, int, int, int]] = []
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
-        self._conns: dict[tuple[Any, ...], _Conn] = {}
+        self._conns: dict[tuple[Any, ...], Conn] = {}
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -687,27 +244,20 @@ class Experiment:
         self.queue_sample_interval_ps = queue_sample_interval_ps
         #: the part of a flow's life left out of its steady-state goodput (start-up).
         self.steady_skip = 0.1
-        self._sampling = False
-        self._armed = False
-        self._t0 = 0
-        self._ticks = 0
-        self._skipped = 0
-        #: the flows the sampler reads: started, and not yet holding all their bytes.
-        #: Every other flow's series is a run of zeros (its received bytes cannot
-        #: change), appended only when it is next read or the results are collected
-        #: (:meth:`_pad`): a tick costs O(flows moving), not O(flows), which in a
-        #: collective of millions of transfers is the difference that matters.
-        self._live: dict[_Flow, None] = {}
-        self._plane_last = [0] * spec.planes
-        self._plane_series: list[list[float]] = [[] for _ in range(spec.planes)]
-        self._ev_bytes: dict[tuple[int, int], int] | None = None
-        self._ev_last: dict[tuple[int, int], int] = {}
-        self._ev_series: dict[tuple[int, int], list[float]] = {}
+        #: the sampling clock and the goodput, plane and EV series (sim.sampling).
+        self.sampler = Sampler(
+            self.sim,
+            sample_interval_ps,
+            self.fabric.host_ports,
+            self._received_bytes,
+            self._open_flows,
+            self._host_hooks,
+        )
         for host in self.hosts:
             host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
 
-    # -- transport hooks (MRC here; openmrc.sim.baseline overrides them) --------------
+    # -- transport hooks (MRC here; openmrc.baselines.experiment overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
         """The fabric: SRv6 uSID switches with trimming, no ECN on the last hop."""
         cfg = config or FabricConfig(base_rtt_ps=self.base_rtt_ps, ecn_lasthop=False)
@@ -722,10 +272,10 @@ class Experiment:
         self.attr = self.transport.attr(self.spec, self.base_rtt_ps)
         return hosts
 
-    def _new_flow(self, spec: FlowSpec) -> _Flow:
-        return _MrcFlow(spec)
+    def _new_flow(self, spec: FlowSpec) -> Flow:
+        return MrcFlow(spec)
 
-    def _drain_completions(self, flow: _Flow) -> list[str | None]:
+    def _drain_completions(self, flow: Flow) -> list[str | None]:
         """Completions that arrived for ``flow``: None for success, else the status."""
         conn = flow.conn  # type: ignore[attr-defined]
         if conn is not None:
@@ -734,7 +284,7 @@ class Experiment:
                 cq = qa.send_cq
                 if len(cq):
                     for wc in cq.poll(1 << 20):
-                        conn.flows[wc.wr_id >> _SEQ_SHIFT].inbox.append(
+                        conn.flows[wc.wr_id >> SEQ_SHIFT].inbox.append(
                             None if wc.status is WCStatus.SUCCESS else wc.status.value
                         )
             out = flow.inbox  # type: ignore[attr-defined]
@@ -750,7 +300,7 @@ class Experiment:
                 )
         return out
 
-    def _rx_complete(self, flow: _Flow) -> bool:
+    def _rx_complete(self, flow: Flow) -> bool:
         """Whether every message of ``flow`` has been placed at its receiver."""
         conn = flow.conn  # type: ignore[attr-defined]
         if conn is not None:
@@ -766,7 +316,7 @@ class Experiment:
             return done
         return sum(qb.stats.rx_messages for qb in flow.qbs) >= flow.nmsgs  # type: ignore[attr-defined]
 
-    def _received_bytes(self, flow: _Flow) -> int | None:
+    def _received_bytes(self, flow: Flow) -> int | None:
         """Payload bytes the receiving end has taken (None before the flow starts)."""
         qbs = flow.qbs  # type: ignore[attr-defined]
         if not qbs or any(qb.responder is None for qb in qbs):
@@ -776,7 +326,7 @@ class Experiment:
         return sum(qb.responder.rcvd_bytes for qb in qbs)
 
     @staticmethod
-    def _conn_received(flow: _MrcFlow) -> int:
+    def _conn_received(flow: MrcFlow) -> int:
         """Bytes placed of a shared-connection flow's own messages (exact)."""
         total = 0
         for qb, lo, hi, cum in zip(flow.qbs, flow.rx_lo, flow.rx_hi, flow.rx_cum, strict=True):
@@ -789,7 +339,7 @@ class Experiment:
                 total += sum(n for msn, n in resp.msg_bytes.items() if first <= msn < hi)
         return total
 
-    def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
+    def _delivered(self, flow: Flow) -> bytes | bytearray | None:
         """The destination buffer, when payloads are real."""
         mr = flow.mr_dst  # type: ignore[attr-defined]
         return None if mr is None or mr.buffer is None else bytes(mr.buffer)
@@ -838,11 +388,11 @@ class Experiment:
         ev_events.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
         return ev_events, qp_events
 
-    def _counters(self, flow: _Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
+    def _counters(self, flow: Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
         """The per-flow counters of :class:`FlowResult`."""
         qas = flow.qas  # type: ignore[attr-defined]
         if not qas:
-            return dict.fromkeys(_COUNTERS, 0)
+            return dict.fromkeys(COUNTERS, 0)
         qpns = {qa.qpn for qa in qas}
         conn = flow.conn  # type: ignore[attr-defined]
         if conn is not None:
@@ -862,7 +412,7 @@ class Experiment:
         }
 
     def _conn_counters(
-        self, flow: _MrcFlow, conn: _Conn, qpns: set[int], ev_events: list[dict[str, Any]]
+        self, flow: MrcFlow, conn: Conn, qpns: set[int], ev_events: list[dict[str, Any]]
     ) -> dict[str, int]:
         """Counters of a flow on a shared connection (attribution rule).
 
@@ -882,7 +432,7 @@ class Experiment:
             counts = {k: now[k] - conn.taken[k] for k in now}
             lo, hi = conn.taken_at, None
         else:
-            return dict.fromkeys(_COUNTERS, 0)
+            return dict.fromkeys(COUNTERS, 0)
         lo_us = None if lo is None else lo / 1e6
         hi_us = None if hi is None else hi / 1e6
         counts["evs_assumed_bad"] = sum(
@@ -896,7 +446,7 @@ class Experiment:
         )
         return counts
 
-    def _flow_done(self, flow: _Flow, now: int) -> None:
+    def _flow_done(self, flow: Flow, now: int) -> None:
         """``flow`` completed (or failed): a shared-connection flow takes its counters."""
         conn = getattr(flow, "conn", None)
         if conn is None:
@@ -926,11 +476,6 @@ class Experiment:
                     ctl.set_ev_profile_online(i + 1)
             self._controllers[host] = ctl
         return ctl
-
-    def enable_clustermapper(self, config: ClustermapperConfig | None = None) -> Clustermapper:
-        """Self-probe fault localisation on every host (reported in ``Result.localised``)."""
-        self.clustermapper = Clustermapper(self, config)
-        return self.clustermapper
 
     def _attr_for(self, spec: FlowSpec) -> QPAttr:
         """The QPAttr of a flow: the experiment's, or with the flow's own settings."""
@@ -1026,11 +571,12 @@ class Experiment:
         self._collectives.append((collective, start_ps, idx[0], idx[-1] + 1))
         return len(self._collectives) - 1
 
-    def _launch(self, flow: _Flow) -> None:
+    def _launch(self, flow: Flow) -> None:
         flow.started_at = self.sim.now
-        self._live[flow] = None  # its received bytes may move from now on
-        if not self._armed and self._sampling:
-            self._wake(self.sim.now)
+        sampler = self.sampler
+        sampler.live[flow] = None  # its received bytes may move from now on
+        if not sampler.armed and sampler.sampling:
+            sampler.wake(self.sim.now)
         # each experiment class is handed back the flow kind its _new_flow made
         self._start(flow)  # type: ignore[arg-type]
 
@@ -1057,13 +603,13 @@ class Experiment:
             qbs.append(qb)
         return pa, pb, qas, qbs
 
-    def _news_for(self, host: int) -> dict[_Flow, None]:
+    def _news_for(self, host: int) -> dict[Flow, None]:
         """The flows of sending host ``host`` with send completions not yet polled."""
         if self._cq_news is None:
             self._cq_news = {}
         return self._cq_news.setdefault(host, {})
 
-    def _conn_for(self, spec: FlowSpec, now: int) -> _Conn:
+    def _conn_for(self, spec: FlowSpec, now: int) -> Conn:
         """The long-lived connection of a flow with a ``conn`` key, opened on first use.
 
         Flows with the same (src, dst, conn) share it, as NCCL keeps one set of
@@ -1082,7 +628,7 @@ class Experiment:
         )
         conn = self._conns.get(key)
         if conn is None:
-            conn = _Conn()
+            conn = Conn()
             pa, pb, qas, qbs = self._open_qps(spec, now, self._noter(spec.src, conn.active))
             conn.pa, conn.pb = pa, pb
             self._conns[key] = conn
@@ -1090,7 +636,7 @@ class Experiment:
             conn.posted = [0] * len(qas)
         return conn
 
-    def _start(self, flow: _MrcFlow) -> None:  # type: ignore[override]
+    def _start(self, flow: MrcFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
         conn = self._conn_for(spec, now) if spec.conn else None
@@ -1131,11 +677,11 @@ class Experiment:
             for q in range(nq):
                 conn.posted[q] += len(flow.rx_cum[q]) - 1
             flow.rx_hi = list(conn.posted)
-        flow.wr_base = seq << _SEQ_SHIFT
+        flow.wr_base = seq << SEQ_SHIFT
         flow.nmsgs = len(offsets)
         for i in range(max(0, flow.nmsgs - nq), flow.nmsgs):
             flow.qbs[i % nq].post_recv(RecvWR(flow.wr_base | i))
-        poster = conn.poster if conn is not None else _Poster()
+        poster = conn.poster if conn is not None else Poster()
         flow.poster = poster
         poster.add(flow)
         poster.fill()
@@ -1151,12 +697,13 @@ class Experiment:
         self.hosts[spec.dst].kick(now)
 
     def _activity(self, host: Any, now: int) -> None:
-        if not self._armed and self._sampling:
-            self._wake(now)
+        sampler = self.sampler
+        if not sampler.armed and sampler.sampling:
+            sampler.wake(now)
         flows = self._sending.get(host.index)
         if not flows:
             return
-        todo: list[_Flow] = flows
+        todo: list[Flow] = flows
         if self._cq_news is not None:
             news = self._cq_news.get(host.index)
             if news is None or not news:
@@ -1165,7 +712,7 @@ class Experiment:
                 else:
                     self._quiet(host)
                 return
-            todo = sorted(news, key=_send_order) if len(news) > 1 else list(news)
+            todo = sorted(news, key=send_order) if len(news) > 1 else list(news)
             news.clear()
         finished = False
         for flow in todo:
@@ -1201,7 +748,7 @@ class Experiment:
         else:
             self._quiet(host)
 
-    def _fail_at_start(self, flow: _Flow, now: int) -> None:
+    def _fail_at_start(self, flow: Flow, now: int) -> None:
         """``flow`` cannot start (its connection's QPs are in ERROR): it fails now."""
         flow.status = WCStatus.WR_FLUSH_ERR.value
         flow.done_at = now
@@ -1211,7 +758,7 @@ class Experiment:
             self._host_hooks(everywhere=False)
             self.sim.stop()
 
-    def _noter(self, src: int, flows: dict[_Flow, None]) -> Callable[[], None]:
+    def _noter(self, src: int, flows: dict[Flow, None]) -> Callable[[], None]:
         """What a send CQ calls on each completion: ``flows`` (a flow, or a
         connection's live set of active flows) have news, so ``src`` looks."""
         news = self._news_for(src)
@@ -1228,7 +775,7 @@ class Experiment:
         """``host`` has no send completion to look at: its input stops calling
         :meth:`_activity` until a CQ's note turns it on (while the sampler is awake)."""
         news = self._cq_news
-        if news is not None and self._armed and not news.get(host.index):
+        if news is not None and self.sampler.armed and not news.get(host.index):
             host.on_activity = None
 
     def _host_hooks(self, everywhere: bool) -> None:
@@ -1251,15 +798,16 @@ class Experiment:
             has_news = news is not None and bool(news.get(host.index))
             host.on_activity = activity if always or has_news else None
 
-    def _watch_rx(self, flow: _Flow, dst: int) -> None:
+    def _watch_rx(self, flow: Flow, dst: int) -> None:
         """Check, at each data arrival at ``dst``, whether ``flow`` has fully arrived."""
         self._rx_watch.setdefault(dst, []).append(flow)
         self.hosts[dst].on_data = self._data_arrived
 
     def _data_arrived(self, host: Any, now: int) -> None:
         """A data packet reached ``host``: did a watched flow's last byte arrive?"""
-        if not self._armed and self._sampling:
-            self._wake(now)
+        sampler = self.sampler
+        if not sampler.armed and sampler.sampling:
+            sampler.wake(now)
         flows = self._rx_watch.get(host.index)
         if not flows:
             return
@@ -1271,7 +819,7 @@ class Experiment:
             flow.rx_done = now
             self._release(flow.dependents, now, flow)
 
-    def _release(self, dependents: list[_Flow], now: int, source: _Flow | None = None) -> None:
+    def _release(self, dependents: list[Flow], now: int, source: Flow | None = None) -> None:
         """One dependency (``source``) of each of ``dependents`` is met: start those now free."""
         for dep in dependents:
             if dep.status != "not started" or dep.deps_left <= 0:
@@ -1287,7 +835,7 @@ class Experiment:
                 at = max(dep.ready_at + dep.spec.gap_ps, dep.spec.start_ps)
                 self.sim.schedule(at, self._launch, dep)
 
-    def _fail_dependents(self, flow: _Flow) -> None:
+    def _fail_dependents(self, flow: Flow) -> None:
         """``flow`` failed: whatever waits for it will never start."""
         stack = [*flow.dependents, *flow.send_dependents]
         while stack:
@@ -1303,103 +851,21 @@ class Experiment:
             stack.extend(dep.dependents)
             stack.extend(dep.send_dependents)
 
-    def _sample(self) -> None:
-        """One sampling tick: every flow's, plane's (and EV's) Gb/s over the last interval.
-
-        Every flow gets an entry at every tick.  A tick that saw nothing move
-        puts the sampler to sleep; the next packet, timer or flow start wakes it
-        (:meth:`_wake`), which records the ticks slept through as zeros without
-        running them, so idle time costs no events.
-        """
-        self._armed = False
-        interval = self.sample_interval_ps
-        scale = 8 / interval * 1000  # bytes per interval -> Gb/s
-        moved = 0
-        ticks = self._ticks
-        live = self._live
-        full: list[_Flow] = []
-        for flow in live:
-            self._pad(flow, ticks)
-            got = self._received_bytes(flow) or 0
-            delta = got - flow.last_bytes
-            moved |= delta
-            flow.series.append(round(delta * scale, 3))
-            flow.cum.append(got)
-            flow.last_bytes = got
-            if got == flow.spec.size:
-                full.append(flow)  # all its bytes are in: nothing more can move
-        for flow in full:
-            del live[flow]
-        for plane in range(self.spec.planes):
-            tx = sum(ports[plane].tx_bytes for ports in self.fabric.host_ports)
-            delta = tx - self._plane_last[plane]
-            moved |= delta
-            self._plane_series[plane].append(round(delta * scale, 3))
-            self._plane_last[plane] = tx
-        if self._ev_bytes is not None:
-            for key, total in self._ev_bytes.items():
-                series = self._ev_series.get(key)
-                if series is None:
-                    series = self._ev_series[key] = [0.0] * ticks
-                series.append(round((total - self._ev_last.get(key, 0)) * scale, 3))
-                self._ev_last[key] = total
-        self._ticks += 1
-        if self._open and moved:
-            self._armed = True
-            self.sim.after(interval, self._sample)
-        else:  # asleep: the next arrival or input anywhere wakes it
-            self._host_hooks(everywhere=True)
-
-    @staticmethod
-    def _pad(flow: _Flow, ticks: int) -> None:
-        """Bring ``flow``'s series up to ``ticks`` entries: the ticks it was not read
-        at saw nothing move (it had not started, was full, or the sampler slept)."""
-        n = ticks - len(flow.series)
-        if n > 0:
-            flow.series.extend([0.0] * n)
-            flow.cum.extend([flow.last_bytes] * n)
-
-    def _wake(self, now: int) -> None:
-        """Something may move again: record the idle ticks as zeros and re-arm the sampler."""
-        if not self._open:
-            return
-        interval = self.sample_interval_ps
-        due = (now - self._t0) // interval  # ticks at or before now
-        skip = due - self._ticks
-        if skip > 0:
-            zeros = [0.0] * skip  # (flows' series: padded when next read, _pad)
-            for series in self._plane_series:
-                series.extend(zeros)
-            for series in self._ev_series.values():
-                series.extend(zeros)
-            self._ticks += skip
-            self._skipped += skip
-        self._armed = True
-        self._host_hooks(everywhere=False)
-        self.sim.schedule(self._t0 + (due + 1) * interval, self._sample)
-
     def track_ev_activity(self) -> None:
         """Record data bytes sent per (host, EV) per sample interval (MRC; call before run)."""
-        if self._ev_bytes is not None:
-            return
-        counts: dict[tuple[int, int], int] = {}
-        self._ev_bytes = counts
+        self.sampler.track_ev(self.hosts)
 
-        def tap(host: int, _peer: int, pkt: Any, sent: bool, _now: int) -> None:
-            if sent and isinstance(pkt, DataPacket):
-                key = (host, pkt.ev)
-                counts[key] = counts.get(key, 0) + pkt.length
+    def _open_flows(self) -> int:
+        """How many flows are still open (not finished, failed or stranded)."""
+        return self._open
 
-        for host in self.hosts:
-            host.taps.append(tap)
-
-    def _ideal_rate_bps(self, flow: _Flow) -> float:
+    def _ideal_rate_bps(self, flow: Flow) -> float:
         """Payload rate of a flow's connection alone on an idle fabric."""
         mtu = self.transport.mtu
         wire = mtu + DATA_HEADER_BYTES + self.fabric.config.framing_bytes
         return self.spec.planes * self.spec.host_gbps * 1e9 * mtu / wire
 
-    def _ideal_fct_ps(self, flow: _Flow) -> int:
+    def _ideal_fct_ps(self, flow: Flow) -> int:
         """Unloaded FCT: the flow at its connection's payload rate, plus its path's base RTT."""
         spec = flow.spec
         cfg = self.fabric.config
@@ -1413,22 +879,6 @@ class Experiment:
             rtt -= int(2 * bits * 1000 / self.spec.fabric_gbps)
         return int(spec.size * 8 / self._ideal_rate_bps(flow) * 1e12) + rtt
 
-    def _steady(self, flow: _Flow, end: int) -> tuple[float, tuple[float, float]] | None:
-        """Goodput over the sample ticks from ``steady_skip`` of the flow's life to its end."""
-        start = flow.started_at
-        if start is None or end <= start:
-            return None
-        interval = self.sample_interval_ps
-        t0 = self._t0
-        lo = start + int(self.steady_skip * (end - start))
-        i0 = max(1, -(-(lo - t0) // interval))  # first tick at or after lo
-        i1 = min(len(flow.cum), (end - t0) // interval)  # last tick at or before end
-        if i1 - i0 < 1:
-            return None
-        nbytes = flow.cum[i1 - 1] - flow.cum[i0 - 1]
-        gbps = nbytes * 8 / ((i1 - i0) * interval) * 1000
-        return round(gbps, 3), ((t0 + i0 * interval) / 1e6, (t0 + i1 * interval) / 1e6)
-
     def capture(self, path: str | Path, hosts: list[int] | None = None) -> Capture:
         """Write a pcap of what ``hosts`` (default: all) send and receive during :meth:`run`."""
         cap = Capture(self.topology, self.hosts, path, hosts)
@@ -1438,17 +888,14 @@ class Experiment:
     # -- running --------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
-        self._t0 = self.sim.now
-        self._sampling = True
-        self._armed = True
-        self.sim.after(self.sample_interval_ps, self._sample)
+        self.sampler.start()
         if self.queue_sample_interval_ps is not None:
             self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)
         started = time.perf_counter()
         try:
             self.sim.run(until_ps)
         finally:
-            self._sampling = False
+            self.sampler.stop()
             for cap in self._captures:
                 cap.close()
         wall = time.perf_counter() - started
@@ -1486,10 +933,11 @@ class Experiment:
 
     def _collect(self, wall: float) -> Result:
         ev_events, qp_events = self._events()
+        sampler = self.sampler
         flows = []
         verified: bool | None = None
         for flow in self.flows:
-            self._pad(flow, self._ticks)  # before _steady reads its cum, and the series
+            sampler.pad(flow, sampler.ticks)  # before steady() reads its cum, and the series
             spec = flow.spec
             ok = flow.status == "ok"
             if self.payloads and flow.src_data is not None:
@@ -1523,7 +971,8 @@ class Experiment:
                     _end_ps=self.sim.now,
                 )
             )
-            steady = self._steady(flow, flow.done_at if flow.done_at is not None else self.sim.now)
+            end = flow.done_at if flow.done_at is not None else self.sim.now
+            steady = sampler.steady(flow, end, self.steady_skip)
             if steady is not None:
                 flows[-1].steady_goodput_gbps, flows[-1].steady_window_us = steady
         series = {f.spec.name or f"{f.spec.src}->{f.spec.dst}": f.series for f in self.flows}
@@ -1546,7 +995,7 @@ class Experiment:
                 for coll, start, a, b in self._collectives
             ],
             fct_summary=fct_summary(flows),
-            plane_series={f"plane{p}": s for p, s in enumerate(self._plane_series)},
-            ev_series={f"h{h}:ev{ev:#x}": s for (h, ev), s in sorted(self._ev_series.items())},
-            sampling={"ticks": self._ticks - self._skipped, "skipped": self._skipped},
+            plane_series={f"plane{p}": s for p, s in enumerate(sampler.plane_series)},
+            ev_series={f"h{h}:ev{ev:#x}": s for (h, ev), s in sorted(sampler.ev_series.items())},
+            sampling=sampler.stats(),
         )

@@ -84,7 +84,7 @@ class Fabric:
     """Switches, links and ports of one topology, driven by one simulator."""
 
     #: Classes used to build switches and ports (subclasses, e.g. the baseline
-    #: fabric of :mod:`openmrc.sim.baseline_fabric`, substitute their own).
+    #: fabric of :mod:`openmrc.baselines.fabric`, substitute their own).
     switch_class: type[Switch] = Switch
     port_class: type[EgressPort] = EgressPort
 

@@ -731,7 +731,7 @@ class FluidModel:
         MRC: its loss detection (``detect_ps``) for every part.  RoCE / IB: a NIC
         sees its own port at once (a link that goes down), never a silent one;
         routing withdraws a fabric link at convergence, a silent one at the hold
-        timer (as :class:`~openmrc.sim.baseline_fabric.BaselineFabric` does).
+        timer (as :class:`~openmrc.baselines.fabric.BaselineFabric` does).
         """
         if self.transport == "mrc":
             return [(self.detect_ps, hl, fl)]

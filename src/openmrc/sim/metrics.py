@@ -41,7 +41,7 @@ def percentile(values: list[float], p: float) -> float | None:
 def fct_summary(flows: list[Any]) -> dict[str, Any]:
     """FCT (us) and slowdown percentiles (p50, p99, max) over the finished flows.
 
-    ``flows`` are :class:`~openmrc.sim.experiment.FlowResult` s (anything with
+    ``flows`` are :class:`~openmrc.sim.result.FlowResult` s (anything with
     ``fct_ps`` and ``slowdown``).
     """
     fcts = [f.fct_ps / 1e6 for f in flows if f.fct_ps is not None]

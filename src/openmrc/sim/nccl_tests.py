@@ -15,7 +15,8 @@ from typing import Any
 from ..topology import ClosSpec
 from ..workloads import collectives as coll
 from .config import FabricConfig
-from .experiment import Experiment, TransportConfig
+from .experiment import TransportConfig
+from .factory import make_experiment
 
 
 def collective_sweep(
@@ -37,7 +38,7 @@ def collective_sweep(
     n = ranks if ranks is not None else (len(placement) if placement else spec.hosts)
     rows = []
     for size in sizes:
-        exp = Experiment(spec, fabric_config=fabric_config, transport=transport, seed=seed)
+        exp = make_experiment(spec, fabric_config=fabric_config, transport=transport, seed=seed)
         exp.add_collective(
             coll.build(kind, n, size, channels, chunks),
             placement,

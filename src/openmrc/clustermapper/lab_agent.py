@@ -9,7 +9,7 @@ T0 uSIDs to its down ports), so no route is added: the datagram climbs,
 each switch shifts the uSID carrier, and it comes back to the host as the
 host's arrival address ``fcbb:0:DOWN(p,d)::``.  Which probes do not come back
 names the broken NIC-T0 link, T0, T0-T1 link or T1, or a lossy NIC-T0 link;
-:class:`openmrc.clustermapper.Localiser` (shared with the simulator) decides.
+:class:`openmrc.clustermapper.localise.Localiser` (shared with the simulator) decides.
 :func:`deny_lossy_planes` then denies a lossy link's plane at its host's
 node controller (``openmrc lab localise --deny-lossy``).
 
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from openmrc.clustermapper import Finding, Localiser, self_probe_address
+from openmrc.clustermapper.localise import Finding, Localiser, self_probe_address
 from openmrc.net.lab import Lab
 from openmrc.topology import format_address
 

@@ -60,7 +60,7 @@ kind changes, say from failed to lossy).
 
 This module is pure (no clock, no I/O): :class:`Localiser` takes the probe
 counts of each round and names elements.  The simulator
-(:mod:`openmrc.sim.clustermapper`) and the lab (:mod:`openmrc.net.selfprobe`)
+(:mod:`openmrc.clustermapper.sim_agent`) and the lab (:mod:`openmrc.clustermapper.lab_agent`)
 both send the probes their own way and share this logic.
 """
 

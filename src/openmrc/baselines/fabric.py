@@ -48,18 +48,18 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..baselines.roce import RoceConfig
+from ..sim.config import FabricConfig
+from ..sim.fabric import Fabric
+from ..sim.port import EgressPort, PyEgressPort
+from ..sim.switch import HostEnd, PySwitch, Switch
 from ..wire.packets import DataPacket
-from .config import FabricConfig
-from .fabric import Fabric
-from .port import EgressPort, PyEgressPort
-from .switch import HostEnd, PySwitch, Switch
+from .roce import RoceConfig
 
 if TYPE_CHECKING:
+    from ..sim.engine import Simulator
+    from ..sim.link import Link
     from ..topology import SwitchInfo, Topology
     from ..wire.packets import Packet
-    from .engine import Simulator
-    from .link import Link
 
 FC_NONE = 0
 FC_PFC = 1

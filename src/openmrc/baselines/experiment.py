@@ -1,7 +1,8 @@
 """RoCEv2 and InfiniBand-style hosts and experiments on the conventional fabric.
 
-``Experiment(spec, transport_name="roce")`` (or ``TransportConfig(name="roce")``)
-builds a :class:`BaselineExperiment`: a :class:`~openmrc.sim.baseline_fabric.BaselineFabric`
+``BaselineExperiment(spec, transport_name="roce")`` (or
+``openmrc.sim.factory.make_experiment(spec, transport=TransportConfig(name="roce"))``)
+builds a :class:`~openmrc.baselines.fabric.BaselineFabric`
 and one :class:`BaselineHost` per host, each driving the sans-IO
 :mod:`openmrc.baselines.roce` QPs.  The two named setups:
 
@@ -26,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..baselines.roce import (
+from ..sim.config import FabricConfig
+from ..sim.engine import Simulator
+from ..sim.experiment import Experiment, TransportConfig
+from ..sim.flows import Flow
+from ..topology import ClosSpec
+from ..workloads import FlowSpec
+from .fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
+from .roce import (
     Cnp,
     CnpPacer,
     RoceAck,
@@ -35,16 +43,10 @@ from ..baselines.roce import (
     RoceReceiver,
     RoceSender,
 )
-from ..topology import ClosSpec
-from ..workloads import FlowSpec
-from .baseline_fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
-from .config import FabricConfig
-from .engine import Simulator
-from .experiment import Experiment, TransportConfig, _Flow, register_transport
 
 if TYPE_CHECKING:
+    from ..sim.port import EgressPort
     from ..wire.packets import Packet
-    from .port import EgressPort
 
 
 class BaselineHost:
@@ -194,7 +196,7 @@ class BaselineHost:
             self.sim.schedule(at, self._on_timer, at)
 
 
-class _BFlow(_Flow):
+class _BFlow(Flow):
     """A RoCE/IB connection: its sending and receiving QPs, and the receive buffer."""
 
     __slots__ = ("dst_buf", "receivers", "senders")
@@ -209,13 +211,15 @@ class _BFlow(_Flow):
 class BaselineExperiment(Experiment):
     """An experiment running RoCEv2 (``roce``) or InfiniBand-style (``ib``) connections.
 
-    Same interface and :class:`~openmrc.sim.experiment.Result` as
+    Same interface and :class:`~openmrc.sim.result.Result` as
     :class:`~openmrc.sim.experiment.Experiment`, which runs it; this class only
     supplies the transport's hooks.  A flow is one connection of
     ``RoceConfig.qps`` QPs.  ``FlowResult.retransmits`` counts go-back-N
     rewinds, ``nacks`` NAKs sent, ``timeouts`` local ACK timeouts,
     ``ecn_echoes`` CNPs.
     """
+
+    transport_names = ("roce", "ib")
 
     def __init__(
         self,
@@ -266,10 +270,10 @@ class BaselineExperiment(Experiment):
         self._adp_rng = random.Random(seed ^ 0x5EED_ADB0)
         return hosts
 
-    def _new_flow(self, spec: FlowSpec) -> _Flow:
+    def _new_flow(self, spec: FlowSpec) -> Flow:
         return _BFlow(spec)
 
-    def _drain_completions(self, flow: _Flow) -> list[str | None]:
+    def _drain_completions(self, flow: Flow) -> list[str | None]:
         out: list[str | None] = []
         for snd in flow.senders:  # type: ignore[attr-defined]
             if snd.completed:
@@ -277,20 +281,20 @@ class BaselineExperiment(Experiment):
                 snd.completed.clear()
         return out
 
-    def _rx_complete(self, flow: _Flow) -> bool:
+    def _rx_complete(self, flow: Flow) -> bool:
         return sum(r.messages for r in flow.receivers) >= flow.nmsgs  # type: ignore[attr-defined]
 
-    def _received_bytes(self, flow: _Flow) -> int | None:
+    def _received_bytes(self, flow: Flow) -> int | None:
         receivers = flow.receivers  # type: ignore[attr-defined]
         return sum(r.rcvd_bytes for r in receivers) if receivers else None
 
-    def _delivered(self, flow: _Flow) -> bytes | bytearray | None:
+    def _delivered(self, flow: Flow) -> bytes | bytearray | None:
         return flow.dst_buf  # type: ignore[attr-defined,no-any-return]
 
     def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return [], []  # RoCE and IB QPs have no EV set
 
-    def _counters(self, flow: _Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
+    def _counters(self, flow: Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
         snd, rcv = flow.senders, flow.receivers  # type: ignore[attr-defined]
         return {
             "retransmits": sum(s.rewinds for s in snd),
@@ -381,7 +385,7 @@ class BaselineExperiment(Experiment):
             self._roce_cfgs[key] = cfg
         return cfg
 
-    def _ideal_rate_bps(self, flow: _Flow) -> float:
+    def _ideal_rate_bps(self, flow: Flow) -> float:
         """One plane per QP (QP i on plane i % planes), WRITE headers of 80 B."""
         cfg = self._roce_for(flow.spec)
         wire = cfg.mtu + 80 + self.fabric.config.framing_bytes
@@ -390,10 +394,5 @@ class BaselineExperiment(Experiment):
     def _attr_for(self, spec: FlowSpec) -> Any:
         return self._roce_for(spec)  # validates a flow's settings for the baselines
 
-
-# Experiment(..., transport_name="roce" | "ib") builds a BaselineExperiment: the
-# experiment module keeps a registry instead of importing this (higher) module.
-register_transport("roce", BaselineExperiment)
-register_transport("ib", BaselineExperiment)
 
 __all__ = ["SETUPS", "BaselineExperiment", "BaselineHost", "baseline_configs"]

@@ -27,7 +27,7 @@ T0
 ================================  =================================================
 
 Verdicts (fail, lossy, ok) use the last ``window`` rounds per probe target;
-the rule and its constants are :mod:`openmrc.clustermapper`'s: a failure is
+the rule and its constants are :mod:`openmrc.clustermapper.localise`'s: a failure is
 a run of lost rounds the target's earlier loss cannot explain (four probes
 after clean rounds), or ``fail_rate`` (0.9) of a whole window; lossy is
 ``lossy_rate`` with two or more rounds losing some, not all, probes.  A T0
@@ -36,8 +36,8 @@ whose hosts all fail is named only when it has two or more probing hosts
 the link).  Each element is reported once, when first localised
 (``time_ps``), and again with ``cleared_ps`` when its probes succeed again.
 
-The verdicts and the naming live in :mod:`openmrc.clustermapper` (shared with
-the lab's :mod:`openmrc.net.selfprobe`); this module sends the probes.  The
+The verdicts and the naming live in :mod:`openmrc.clustermapper.localise` (shared
+with the lab's :mod:`openmrc.clustermapper.lab_agent`); this module sends the probes.  The
 simulator delivers them with :class:`~openmrc.wire.packets.ProbePacket`
 objects addressed to QPN 0 (no QP): the host hands them to this agent instead of
 its transport core.
@@ -48,10 +48,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..clustermapper import Localiser, self_probe_address
 from ..topology import Topology
 from ..transport.controller import Controller
 from ..wire.packets import ProbePacket
+from .localise import Localiser, self_probe_address
 
 
 class ProbedExperiment(Protocol):
@@ -64,6 +64,7 @@ class ProbedExperiment(Protocol):
     fabric: Any
     hosts: Any
     flows: Any
+    clustermapper: Any
 
     def controller(self, host: int) -> Controller:
         """The per-node controller of ``host``."""
@@ -127,8 +128,8 @@ class ClustermapperConfig:
 class Clustermapper:
     """Self-probing agents on every host of an experiment, and the central verdicts.
 
-    The verdicts and the naming are :class:`openmrc.clustermapper.Localiser`'s
-    (shared with the lab's :mod:`openmrc.net.selfprobe`); this class sends the
+    The verdicts and the naming are :class:`openmrc.clustermapper.localise.Localiser`'s
+    (shared with the lab's :mod:`openmrc.clustermapper.lab_agent`); this class sends the
     probes through the simulated fabric and counts what comes back.
     """
 
@@ -211,3 +212,12 @@ class Clustermapper:
     def report(self) -> list[dict[str, Any]]:
         """What was localised, in order of first localisation (times in us and ps)."""
         return self.localiser.report()
+
+
+def enable_clustermapper(
+    exp: ProbedExperiment, config: ClustermapperConfig | None = None
+) -> Clustermapper:
+    """Self-probe fault localisation on every host of ``exp`` (reported in its
+    ``Result.localised``): the agents, attached as ``exp.clustermapper``."""
+    exp.clustermapper = Clustermapper(exp, config)
+    return exp.clustermapper

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .loopback import Faults, Loopback
-from .transport import (
+from ..loopback import Faults, Loopback
+from ..transport import (
     SGE,
     CCProfile,
     EVEvent,
@@ -25,8 +25,8 @@ from .transport import (
     SendWR,
     WROpcode,
 )
-from .transport.errors import InvalidArgument
-from .transport.ev import ev_plane
+from ..transport.errors import InvalidArgument
+from ..transport.ev import ev_plane
 
 
 @dataclass
