@@ -227,3 +227,14 @@ def test_an_interrupted_table_says_it_is_partial() -> None:
     assert paper.format_markdown([o], True, partial=True).splitlines()[2] == paper.PARTIAL
     assert paper.document([o], True, partial=True)["partial"] is True
     assert paper.PARTIAL in paper.render_html([o], True, partial=True)
+
+
+def test_dcqcn_one_qp_incast_runs_at_the_papers_400g_even_quick() -> None:
+    """DCQCN's constants are absolute (Mb/s steps, a 32 KB byte counter, a 300 us
+    timer), so a 100 G reduction is another operating point, not a scaled copy: the
+    DCQCN 1-QP incast runs at its full size, 400 G, in ``--quick`` too
+    (docs/baselines.md, "At the deployed latency, over seeds")."""
+    (exp,) = [e for e in paper.EXPERIMENTS if e.name == "incast-victim-dcqcn-1qp"]
+    for run in exp.runs.values():
+        assert run.overrides(quick=True) == run.overrides(quick=False)
+        assert not any("gbps" in o for o in run.overrides(quick=True))

@@ -30,7 +30,14 @@ KNOWN_EXCEPTIONS: dict[str, str] = {}
 SEEDS = int(os.environ.get("OPENMRC_PAPER_SEEDS", "0") or 0)
 #: Shapes known to hold for fewer seeds than that today, each with why; the test then
 #: xfails with the counts, until it holds (and then passes).
-KNOWN_SEED_EXCEPTIONS: dict[str, str] = {}
+KNOWN_SEED_EXCEPTIONS: dict[str, str] = {
+    "incast-victim-dcqcn-1qp": (
+        "the victim's one QP shares its spine link with k of the 7 incast QPs, k drawn by "
+        "ECMP per seed (P(k <= 1) = 44 %); with k = 0 nothing touches it (1.00), with k = 1 "
+        "it loses 7-9 % at 400 G, so at most about 6 seeds in 10 fall in 0.6-0.9 "
+        "(docs/baselines.md)"
+    ),
+}
 
 
 @pytest.mark.parametrize("name", [p.stem for p in sorted(PAPER.glob("*.toml"))])

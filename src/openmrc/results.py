@@ -102,7 +102,9 @@ def resolved(scenario: Scenario, workload: dict[str, Any]) -> dict[str, Any]:
     ``workload`` is the scenario's (overridden) ``[workload]`` table as given;
     the flows it expands to are in the results' ``flows``.
     """
-    rtt = base_rtt_ps(scenario.spec, scenario.transport.mtu)
+    # as Scenario.build resolves it: the base RTT counts the NIC and switch latencies
+    latency = FabricConfig(**scenario.switches).path_latency_ps()
+    rtt = base_rtt_ps(scenario.spec, scenario.transport.mtu, latency)
     fabric_config = FabricConfig(**{"base_rtt_ps": rtt, "ecn_lasthop": False, **scenario.switches})
     return _jsonable(
         {

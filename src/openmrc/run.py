@@ -266,9 +266,11 @@ class RunOutcome:
 def run_estimate(scenario: Any) -> Estimate:
     """What ``scenario`` will cost (:func:`openmrc.sim.budget.estimate`), from its
     spec and workload, before anything is built."""
+    from .sim.config import FabricConfig
     from .sim.experiment import base_rtt_ps
 
     spec = scenario.spec
+    latency = FabricConfig(**scenario.switches).path_latency_ps()
     default_qps = scenario.transport.qps or 1
     sizes = [f.size for f in scenario.flows]
     senders = {f.src for f in scenario.flows}
@@ -285,7 +287,7 @@ def run_estimate(scenario: Any) -> Estimate:
         senders=len(senders),
         qps=qps,
         mtu=scenario.transport.mtu,
-        base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu),
+        base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu, latency),
     )
 
 

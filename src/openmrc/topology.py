@@ -127,11 +127,18 @@ def active_usid(addr: int) -> int:
     return (addr >> ACTIVE_SHIFT) & 0xFFFF
 
 
+#: Propagation delay of a link in the deployed latency model: 20 m of fibre at 5 ns/m
+#: (docs/latency.md).  ``openmrc.sim.config`` re-exports it beside the NIC and switch
+#: constants.
+DEPLOYED_LINK_DELAY_PS = 100_000
+
+
 @dataclass(frozen=True)
 class ClosSpec:
     """Dimensions of a multi-plane two-tier Clos fabric.
 
-    ``link_delay_ps`` is the propagation delay of every link.  Rates are per
+    ``link_delay_ps`` is the propagation delay of every link (default
+    :data:`DEPLOYED_LINK_DELAY_PS`, 20 m of fibre: docs/latency.md).  Rates are per
     link, in Gb/s; host links connect NIC ports to T0s, fabric links T0s to T1s.
     """
 
@@ -141,7 +148,7 @@ class ClosSpec:
     t1s: int = 4
     host_gbps: float = 100.0
     fabric_gbps: float = 100.0
-    link_delay_ps: int = 1_000_000
+    link_delay_ps: int = DEPLOYED_LINK_DELAY_PS
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field and why it is bad."""

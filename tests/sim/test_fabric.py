@@ -55,8 +55,10 @@ def test_cross_t0_timing_and_t1(path: int) -> None:
     assert len(sink.got) == 1
     h, got, plane, now = sink.got[0]
     assert (h, plane) == (5, 1) and got is pkt
-    hop = (4096 + 144 + FRAMING) * PS_PER_BYTE_100G + 1_000_000
-    assert now == 4 * hop
+    # four links (serialisation + propagation), three switches, the NIC both ends:
+    # the default latency model (docs/latency.md), read from the fabric's config
+    hop = (4096 + 144 + FRAMING) * PS_PER_BYTE_100G + fabric.topology.spec.link_delay_ps
+    assert now == 4 * hop + fabric.config.path_latency_ps(3)
     k = path % 3
     for name, sw in fabric.switches.items():
         expected = name in ("p1t0x0", f"p1t1x{k}", "p1t0x2")
@@ -73,7 +75,8 @@ def test_same_t0_timing() -> None:
     sim.run()
     (h, _, plane, now) = sink.got[0]
     assert (h, plane) == (3, 0)
-    assert now == 2 * ((1000 + 144 + FRAMING) * 80 + 1_000_000)
+    delay = fabric.topology.spec.link_delay_ps
+    assert now == 2 * ((1000 + 144 + FRAMING) * 80 + delay) + fabric.config.path_latency_ps(1)
     assert fabric.switches["p0t0x1"].forwarded == 1
     assert sum(sw.forwarded for sw in fabric.switches.values()) == 1
 
@@ -84,9 +87,10 @@ def test_rates_latency_and_framing() -> None:
     sim, fabric, sink = build(spec, cfg)
     fabric.send(0, data(length=856), dst=1)  # 1000 bytes
     sim.run()
-    host_hop = 1000 * 20 + 1_000_000
-    fab_hop = 1000 * 80 + 1_000_000
-    assert sink.got[0][3] == 2 * host_hop + 2 * fab_hop + 3 * 500
+    host_hop = 1000 * 20 + spec.link_delay_ps
+    fab_hop = 1000 * 80 + spec.link_delay_ps
+    nic = cfg.nic_tx_latency_ps + cfg.nic_rx_latency_ps  # the defaults: docs/latency.md
+    assert sink.got[0][3] == 2 * host_hop + 2 * fab_hop + 3 * 500 + nic
 
 
 def test_bad_routes_dropped_and_counted() -> None:

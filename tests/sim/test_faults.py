@@ -10,7 +10,7 @@ from openmrc.transport.ev import make_ev
 from openmrc.wire.packets import DataPacket, Opcode, Packet
 
 US = 1_000_000
-HOP = (4096 + 144 + 38) * 80 + US  # serialization + propagation of a 4 KiB packet
+SER = (4096 + 144 + 38) * 80  # serialization of a 4 KiB packet at 100 Gb/s
 
 
 def data(i: int = 0, ev: int = 0) -> DataPacket:
@@ -61,9 +61,14 @@ def test_in_flight_and_queued_packets_lost_on_down() -> None:
     ev = make_ev(0, 0)
     for i in range(3):
         w.send_at(0, 0, 5, ev, i)
-    # first packet reaches T1 0 at 2 HOP; take the T0 uplink down while packet 0 is
-    # on the wire to the T1 and packets 1, 2 wait or serialize behind it
-    t_down = HOP + HOP // 2 + 1
+    # packet 0 starts on the T0 uplink at t1 (one hop, the sender NIC's and the T0's
+    # latency; derived from the fabric's latency model, docs/latency.md) and is on the
+    # wire to the T1 from t1 + SER to t1 + SER + delay; packet 1 serializes behind it
+    # from t1 + SER and packet 2 is still on its way.  Take the uplink down then.
+    cfg, delay = w.fabric.config, w.fabric.topology.spec.link_delay_ps
+    t1 = SER + delay + cfg.nic_tx_latency_ps + cfg.switch_latency_ps
+    t_down = t1 + SER + delay // 2 + 1
+    assert delay // 2 + 1 < SER  # packet 1 is still serializing
     w.faults.link_down("p0t0x0-p0t1x0", at_ps=t_down)
     w.sim.run()
     assert w.got == []

@@ -38,15 +38,20 @@ def test_paper_point_to_point_latency_within_ten_percent() -> None:
     assert cross == pytest.approx(6.54, rel=0.10)
 
 
-#: No NIC or switch latency: the links alone.
-IDEAL = {"nic_tx_latency_ps": 0, "nic_rx_latency_ps": 0, "switch_latency_ps": 0}
+def test_the_defaults_are_the_sourced_constants() -> None:
+    """The simulator's defaults are the deployed latency model (docs/latency.md)."""
+    cfg = FabricConfig()
+    assert ClosSpec().link_delay_ps == DEPLOYED_LINK_DELAY_PS == 100_000
+    assert cfg.switch_latency_ps == DEPLOYED_SWITCH_LATENCY_PS == 600_000
+    assert cfg.nic_tx_latency_ps == cfg.nic_rx_latency_ps == DEPLOYED_NIC_LATENCY_PS == 2_100_000
+    assert FabricConfig.deployed_latency() == cfg
 
 
-def test_paper_latency_comes_from_the_sourced_constants() -> None:
-    """The paper's 5.09 / 6.54 us from the deployed constants, and the bundled
-    scenario uses exactly those (not numbers of its own)."""
-    spec = ClosSpec(planes=8, t0s=2, hosts_per_t0=2, t1s=2, link_delay_ps=DEPLOYED_LINK_DELAY_PS)
-    exp = Experiment(spec, fabric_config=FabricConfig.deployed_latency())
+def test_paper_latency_comes_from_the_defaults() -> None:
+    """The paper's 5.09 / 6.54 us from the simulator's defaults (the sourced
+    constants), and the bundled scenario sets no latency of its own."""
+    spec = ClosSpec(planes=8, t0s=2, hosts_per_t0=2, t1s=2)
+    exp = Experiment(spec)
     exp.add_flows([FlowSpec(0, 1, 2, message=2), FlowSpec(0, 2, 2, message=2, deps=(0,))])
     res = exp.run()
     assert res.all_ok
@@ -55,27 +60,26 @@ def test_paper_latency_comes_from_the_sourced_constants() -> None:
     assert cross == pytest.approx(6.54, rel=0.05)
     sc = load(PAPER)
     assert sc.spec.link_delay_ps == DEPLOYED_LINK_DELAY_PS
-    assert sc.switches["switch_latency_ps"] == DEPLOYED_SWITCH_LATENCY_PS
-    assert sc.switches["nic_tx_latency_ps"] == DEPLOYED_NIC_LATENCY_PS
-    assert sc.switches["nic_rx_latency_ps"] == DEPLOYED_NIC_LATENCY_PS
+    assert not {"switch_latency_ps", "nic_tx_latency_ps", "nic_rx_latency_ps"} & set(sc.switches)
+    assert "link_delay_ps" not in PAPER.read_text()
 
 
 def test_each_latency_adds_where_it_should() -> None:
-    base_local, base_cross = _half_rtts(FabricConfig())
+    base_local, base_cross = _half_rtts(FabricConfig.ideal_latency())
     # NIC processing: once per packet leaving (tx) or reaching (rx) a host, data and ACK
-    local, cross = _half_rtts(FabricConfig(**{**IDEAL, "nic_tx_latency_ps": 1_000_000}))
+    local, cross = _half_rtts(FabricConfig.ideal_latency(nic_tx_latency_ps=1_000_000))
     assert local - base_local == pytest.approx(1.0, abs=1e-6)
     assert cross - base_cross == pytest.approx(1.0, abs=1e-6)
-    local, cross = _half_rtts(FabricConfig(**{**IDEAL, "nic_rx_latency_ps": 500_000}))
+    local, cross = _half_rtts(FabricConfig.ideal_latency(nic_rx_latency_ps=500_000))
     assert local - base_local == pytest.approx(0.5, abs=1e-6)
     # a switch: one on the way within a T0, three across T1
-    local, cross = _half_rtts(FabricConfig(**{**IDEAL, "switch_latency_ps": 200_000}))
+    local, cross = _half_rtts(FabricConfig.ideal_latency(switch_latency_ps=200_000))
     assert local - base_local == pytest.approx(0.2, abs=1e-6)
     assert cross - base_cross == pytest.approx(0.6, abs=1e-6)
 
 
 def test_latencies_enter_the_base_rtt() -> None:
-    plain = Experiment(SPEC, fabric_config=FabricConfig(**IDEAL)).base_rtt_ps
+    plain = Experiment(SPEC, fabric_config=FabricConfig.ideal_latency()).base_rtt_ps
     slow = Experiment(
         SPEC,
         fabric_config=FabricConfig(
@@ -88,3 +92,36 @@ def test_latencies_enter_the_base_rtt() -> None:
 def test_negative_latency_is_refused() -> None:
     with pytest.raises(ValueError, match="nic_rx_latency_ps"):
         FabricConfig(nic_rx_latency_ps=-1).validate()
+
+
+def test_resolved_base_rtt_is_the_one_the_run_used() -> None:
+    """The provenance's ``switches.base_rtt_ps`` (which `openmrc paper` reads for its
+    "within 4 base RTTs" checks) counts the NIC and switch latencies, as the run does."""
+    from openmrc.results import resolved
+
+    sc = load(PAPER)
+    exp = sc.build()
+    rtt = resolved(sc, {})["switches"]["base_rtt_ps"]
+    assert rtt == exp.fabric.config.base_rtt_ps == exp.base_rtt_ps
+    assert rtt > 2 * FabricConfig().path_latency_ps()
+
+
+def test_flow_level_one_way_latency_matches_the_packet_fabric() -> None:
+    """The flow-level model's per-step latency is what one MTU packet takes across T1
+    in the packet simulator at its defaults (NICs and switches included)."""
+    from openmrc.sim import Fabric, Simulator
+    from openmrc.sim.fluid import one_way_ps
+    from openmrc.topology import Topology
+    from openmrc.transport.ev import make_ev
+    from openmrc.wire.packets import DataPacket, Opcode
+
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    sim = Simulator(1)
+    fabric = Fabric(sim, Topology(spec))
+    got: list[int] = []
+    for h in range(spec.hosts):
+        fabric.attach_host(h, lambda pkt, plane, now: got.append(now))
+    fabric.send(0, DataPacket(1, make_ev(0, 1), Opcode.WRITE_MIDDLE, 0, 0, 0, 0, 4096), dst=3)
+    sim.run()
+    (arrival,) = got
+    assert one_way_ps(spec) == pytest.approx(arrival, rel=0.05)

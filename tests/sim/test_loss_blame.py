@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from openmrc.sim.experiment import Experiment, base_rtt_ps
+from openmrc.sim.experiment import Experiment
 from openmrc.sim.result import Result
 from openmrc.topology import ClosSpec
 from openmrc.transport.ev import ev_path, ev_plane
@@ -71,7 +71,7 @@ def test_fabric_failures_blame_the_right_evs_within_a_few_base_rtts(kind: str, s
     else:
         exp.faults.switch_down("p2t0x1", at_ps=FAIL_AT)
     r = exp.run(FAIL_AT + 60 * US)
-    rtt = base_rtt_ps(SPEC, 4096)
+    rtt = exp.base_rtt_ps  # the run's own (NIC and switch latencies included)
     flows = {f.src: f for f in r.flows}
     bad = _blamed(r)
     wrong = [e for e in bad if not _through(kind, e["ev"], e["host"], flows[e["host"]].dst)]

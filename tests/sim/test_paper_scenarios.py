@@ -6,7 +6,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from openmrc.scenario import load
-from openmrc.sim.experiment import base_rtt_ps
 from openmrc.wire.packets import DATA_HEADER_BYTES
 
 US = 1_000_000
@@ -51,7 +50,7 @@ def test_20pct_drop_on_one_of_16_evs_replaces_it_and_goodput_holds() -> None:
     assert {0x10003, 0x10013} & set(paths.slots)  # a plane-3 backup took its place
     bad = [e for e in r.ev_events if e["new"] == "ASSUMED_BAD"]
     assert [e["ev"] for e in bad] == [0x13]
-    rtt = base_rtt_ps(sc.spec, 4096)
+    rtt = exp.base_rtt_ps  # the run's own (NIC and switch latencies included)
     fault_at = int(sc.faults[0].at_us * US)
     assert bad[0]["time_us"] * US - fault_at <= 4 * rtt
     # Goodput within 2 % of the same run without the fault.

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..topology import DEPLOYED_LINK_DELAY_PS
+
 #: Ethernet bytes a link adds to a packet's IP size: header 14 + FCS 4 + preamble/IFG 20.
 ETHERNET_FRAMING_BYTES = 38
 
-#: The deployed latency model (docs/latency.md gives the sources): a 51.2 Tb/s
-#: Tomahawk-5-class switch forwards in about 600 ns; 20 m of fibre at 5 ns/m;
-#: NIC transmit and receive processing (PCIe doorbell and DMA, completion) 2.1 us
-#: per side, the remainder of the paper's 5.09 us within one T0.  Not (yet) the
-#: defaults: see docs/latency.md, "Why these are not the defaults".
+#: The deployed latency model, the simulator's defaults (docs/latency.md gives the
+#: sources): a 51.2 Tb/s Tomahawk-5-class switch forwards in about 600 ns; 20 m of
+#: fibre at 5 ns/m; NIC transmit and receive processing (PCIe doorbell and DMA,
+#: completion) 2.1 us per side, the remainder of the paper's 5.09 us within one T0.
 DEPLOYED_SWITCH_LATENCY_PS = 600_000
-DEPLOYED_LINK_DELAY_PS = 100_000
 DEPLOYED_NIC_LATENCY_PS = 2_100_000
+
+__all__ = [
+    "DEPLOYED_LINK_DELAY_PS",
+    "DEPLOYED_NIC_LATENCY_PS",
+    "DEPLOYED_SWITCH_LATENCY_PS",
+    "ETHERNET_FRAMING_BYTES",
+    "FabricConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,9 @@ class FabricConfig:
     #: Data queue limit of a host NIC egress port (the NIC is expected to pace itself).
     host_queue_bytes: int = 64 * 1024 * 1024
     framing_bytes: int = ETHERNET_FRAMING_BYTES
-    #: Fixed forwarding latency of a switch, added to the arrival time of every packet.
-    switch_latency_ps: int = 0
+    #: Fixed forwarding latency of a switch, added to the arrival time of every packet
+    #: (default: the deployed 600 ns, docs/latency.md).
+    switch_latency_ps: int = DEPLOYED_SWITCH_LATENCY_PS
     #: Port status: from a host's NIC port going down (or up) to its MRC NIC
     #: acting on it (remapping that plane's EVs and setting the SACK ports-down
     #: bitmap).  Default 1 s: the paper's testbed (5.2.2) shows "a brief
@@ -58,18 +67,31 @@ class FabricConfig:
     nic_port_status_delay_ps: int = 1_000_000_000_000
     #: NIC transmit processing (post / ACK generation to the wire) and receive
     #: processing (wire to memory and completion), added to every packet leaving /
-    #: reaching a host.  0 by default (an ideal NIC, as before the latency model);
-    #: :meth:`deployed_latency` and docs/latency.md give the sourced values.
-    nic_tx_latency_ps: int = 0
-    nic_rx_latency_ps: int = 0
+    #: reaching a host.  Default: the deployed 2.1 us each (docs/latency.md);
+    #: :meth:`ideal_latency` gives an ideal NIC and switch (0).
+    nic_tx_latency_ps: int = DEPLOYED_NIC_LATENCY_PS
+    nic_rx_latency_ps: int = DEPLOYED_NIC_LATENCY_PS
 
     @classmethod
     def deployed_latency(cls, **overrides: object) -> FabricConfig:
-        """A config with the deployed NIC and switch latencies (links: ``DEPLOYED_LINK_DELAY_PS``)."""
+        """A config with the deployed NIC and switch latencies: the defaults, spelled out
+        (links: ``DEPLOYED_LINK_DELAY_PS``, the default ``ClosSpec.link_delay_ps``)."""
         kw: dict[str, object] = {
             "switch_latency_ps": DEPLOYED_SWITCH_LATENCY_PS,
             "nic_tx_latency_ps": DEPLOYED_NIC_LATENCY_PS,
             "nic_rx_latency_ps": DEPLOYED_NIC_LATENCY_PS,
+            **overrides,
+        }
+        return cls(**kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def ideal_latency(cls, **overrides: object) -> FabricConfig:
+        """A config with no NIC or switch processing latency (the defaults before the
+        deployed latency model): for tests and studies that want links and queues only."""
+        kw: dict[str, object] = {
+            "switch_latency_ps": 0,
+            "nic_tx_latency_ps": 0,
+            "nic_rx_latency_ps": 0,
             **overrides,
         }
         return cls(**kw)  # type: ignore[arg-type]

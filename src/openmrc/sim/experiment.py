@@ -198,7 +198,7 @@ class Experiment:
         self.base_rtt_ps = base_rtt_ps(
             spec,
             self.transport.mtu,
-            fabric_config.path_latency_ps() if fabric_config is not None else 0,
+            (fabric_config or FabricConfig()).path_latency_ps(),
         )
         self.sim = Simulator(seed)
         with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
@@ -894,6 +894,8 @@ class Experiment:
         started = time.perf_counter()
         try:
             self.sim.run(until_ps)
+            if self._open == 0:
+                self.sampler.finish()
         finally:
             self.sampler.stop()
             for cap in self._captures:

@@ -45,6 +45,7 @@ from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
 
 from ..topology import ClosSpec
 from ..workloads.jobs.graph import JobGraph, Task
+from .config import FabricConfig
 
 #: fault kinds the flow-level model applies.
 FLUID_FAULTS = (
@@ -156,9 +157,11 @@ def ecmp_hash(seed: int, src: int, dst: int, conn: str, qp: int) -> int:
 
 
 def one_way_ps(spec: ClosSpec, mtu: int = 4096) -> int:
-    """One-way latency across the fabric: 4 links' propagation and one MTU's serialisation each."""
+    """One-way latency across the fabric: 4 links' propagation and one MTU's serialisation
+    each, plus the NIC and switch processing of the packet simulator's default latency
+    model (both NICs and three switches; docs/latency.md)."""
     ser = mtu * 8 * (2 * 1000 / spec.host_gbps + 2 * 1000 / spec.fabric_gbps)
-    return int(4 * spec.link_delay_ps + ser)
+    return int(4 * spec.link_delay_ps + ser + FabricConfig().path_latency_ps(3))
 
 
 def steps_of(task: Task) -> int:

@@ -70,6 +70,13 @@ class Sampler:
         self.armed = True
         self.sim.after(self.interval_ps, self.sample)
 
+    def finish(self) -> None:
+        """The run stopped at its last completion, inside a sampling interval: record
+        that last (partial) interval, or the bytes that arrived since the last tick
+        would be missing from the series."""
+        if self.armed:
+            self.sample()
+
     def stop(self) -> None:
         """The run ended: nothing wakes the sampler any more."""
         self.sampling = False
