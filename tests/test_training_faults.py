@@ -129,7 +129,7 @@ def test_roce_ecmp_collisions_change_with_the_seed() -> None:
     assert len(patterns) > 2
 
 
-def test_two_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
+def test_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
     """DCQCN on a shared bottleneck: the fluid model's shared efficiency, against packets."""
     from openmrc.jobrun import PlacedJob
     from openmrc.sim.experiment import TransportConfig
@@ -139,15 +139,15 @@ def test_two_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
     from openmrc.workloads import FlowSpec
     from openmrc.workloads.jobs.graph import JobGraph, Task
 
-    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1)
-    size = 4 << 20
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=1)
+    size = 16 << 20
     exp = make_experiment(spec, transport=TransportConfig(name="roce"))
-    exp.add_flows([FlowSpec(0, 2, size), FlowSpec(1, 3, size)], watch=True)
+    exp.add_flows([FlowSpec(i, 4 + i, size) for i in range(4)], watch=True)
     packet = max(f.rx_finish_ps or 0 for f in exp.run().flows)
-    g = JobGraph("two", 4, gpus_per_server=1)
-    g.add(Task("p2p", (0, 2), size=size))
-    g.add(Task("p2p", (1, 3), size=size))
-    job = PlacedJob("two", g, [0, 1, 2, 3])
+    g = JobGraph("four", 8, gpus_per_server=1)
+    for i in range(4):
+        g.add(Task("p2p", (i, 4 + i), size=size))
+    job = PlacedJob("four", g, list(range(8)))
     model = FluidModel(spec, "roce", gpus_per_server=1)
     model.add_job(FluidJob(job.graph, job.hosts))
     ends = model.run().jobs[0].end

@@ -61,7 +61,7 @@ FLUID_FAULTS = (
 
 #: RoCE with DCQCN: the share of a bottleneck link shared by two or more QPs that they
 #: use, measured on the packet model (benchmarks/training.py --case dcqcn).
-ROCE_SHARED_EFFICIENCY = 0.75
+ROCE_SHARED_EFFICIENCY = 0.7
 
 #: silent failures: the wires drop everything but no link goes down, so routing (RoCE / IB)
 #: withdraws a fabric link only at its hold timer and never sees a host link's.
