@@ -196,7 +196,7 @@ class FluidModel:
         transport: str = "mrc",
         *,
         qps: int = 1,
-        detect_ps: int = 30_000_000,
+        detect_ps: int = 47_000_000,
         convergence_ps: int = 200_000_000_000,
         mtu: int = 4096,
         seed: int = 1,
