@@ -10,6 +10,11 @@ byte and names every case that differs.
     python benchmarks/sim_parity.py --save /tmp/parity-base      # before a change
     python benchmarks/sim_parity.py --check /tmp/parity-base     # after it
     python benchmarks/sim_parity.py --list
+    python benchmarks/sim_parity.py --ranks 2    # partitioned: 2 MPI ranks = 1 rank
+
+``--ranks K`` runs the MRC cases partitioned (:mod:`openmrc.sim.partition`, pure
+Python) on one rank and on K under ``mpirun``, and names any case whose results
+differ (they must not: docs/parallel.md).
 
 (Run it from the repository root.  ``--only NAME`` runs one case.)
 """
@@ -64,17 +69,68 @@ CASES: dict[str, tuple[str, list[str], str | None]] = {
 }
 
 
-def run_case(name: str) -> str:
-    """Run one case; its results as canonical JSON (wall time removed)."""
+def run_case(name: str) -> str | None:
+    """Run one case; its results as canonical JSON (wall time removed).  In a
+    partitioned run (``openmrc.sim.partition.request``), None on ranks other than 0."""
     from openmrc.run import load_scenario
 
     path, overrides, transport = CASES[name]
     scenario, _ = load_scenario(str(ROOT / path), overrides, transport=transport)
     exp = scenario.build()
     until = None if scenario.until_us is None else int(scenario.until_us * 1_000_000)
-    doc = exp.run(until).as_dict()
+    result = exp.run(until)
+    if result is None:
+        return None
+    doc = result.as_dict()
     doc.pop("wall_seconds")
     return json.dumps(doc, sort_keys=True, indent=0)
+
+
+#: The cases a partitioned run supports (MRC; see openmrc.sim.partition).
+PARTITIONED = [name for name, (_, _, transport) in CASES.items() if transport is None]
+PARTITIONED = [n for n in PARTITIONED if n not in ("permutation-64-roce", "ring-allreduce-16-roce")]
+
+MARK = "@@@parity "
+
+
+def partitioned_child(names: list[str]) -> None:
+    """Run ``names`` partitioned over this process's MPI ranks (or alone); rank 0
+    prints each case's canonical JSON after a marker line."""
+    from openmrc.sim import partition
+
+    partition.request(partition.mpi_comm() or partition.LocalComm())
+    for name in names:
+        text = run_case(name)
+        if text is not None:
+            print(MARK + name)
+            print(text, flush=True)
+
+
+def check_ranks(ranks: int, names: list[str]) -> list[str]:
+    """Each case partitioned on 1 rank and on ``ranks`` (mpirun): the cases that differ."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "OPENMRC_PURE_PYTHON": "1"}
+    out = {}
+    for k in (1, ranks):
+        cmd = [sys.executable, __file__, "--partitioned-child", ",".join(names)]
+        if k > 1:
+            cmd = ["mpirun", "--oversubscribe", "-n", str(k), *cmd]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"{k} rank(s): the run failed:\n{proc.stderr.strip()[-2000:]}")
+        got = {}
+        for part in proc.stdout.split(MARK)[1:]:
+            name, _, text = part.partition("\n")
+            got[name] = text.strip()
+        out[k] = got
+        print(f"{k} rank(s): {len(got)} cases ({time.perf_counter() - t0:.1f} s)", flush=True)
+    bad = [n for n in names if out[1].get(n) is None or out[1].get(n) != out[ranks].get(n)]
+    for n in names:
+        print(f"{n}: {'DIFFERS' if n in bad else 'identical'} on {ranks} ranks and on 1")
+    return bad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,8 +142,24 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--save", type=Path, help="write each case's results into this directory")
     mode.add_argument("--check", type=Path, help="compare each case with this saved directory")
     mode.add_argument("--list", action="store_true", help="list the cases")
+    mode.add_argument(
+        "--ranks",
+        type=int,
+        metavar="K",
+        help="partitioned over K MPI ranks (mpirun) against 1 rank, pure Python: the MRC cases "
+        "must be identical (docs/parallel.md)",
+    )
+    mode.add_argument("--partitioned-child", help=argparse.SUPPRESS)
     ap.add_argument("--only", action="append", choices=sorted(CASES), help="run only this case")
     args = ap.parse_args(argv)
+    if args.partitioned_child:
+        partitioned_child(args.partitioned_child.split(","))
+        return 0
+    if args.ranks is not None:
+        if args.ranks < 2:
+            ap.error("--ranks: compare at least 2 ranks with 1")
+        names = [n for n in (args.only or PARTITIONED) if n in PARTITIONED]
+        return 1 if check_ranks(args.ranks, names) else 0
     if args.list:
         for name, (path, overrides, transport) in CASES.items():
             print(f"{name}: {path} {' '.join(overrides)} {transport or ''}".rstrip())
@@ -97,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         t0 = time.perf_counter()
         text = run_case(name)
+        assert text is not None
         wall = time.perf_counter() - t0
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,13 @@ wall time includes its set-up too) and peak RSS to htsim's.
     python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
     python benchmarks/sim_speed.py --case sendrecv-8192 --case sendrecv-131072
     python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
+    python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs 1
+
+``--ranks K`` runs each case partitioned (:mod:`openmrc.sim.partition`, pure
+Python) on one rank and on K ranks under ``mpirun`` in the same invocation, and
+prints the speed-up with the synchronisation overhead: windows, and per rank
+events, CPU seconds, seconds waiting at window boundaries, packets sent to
+other ranks.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from pathlib import Path
 from openmrc.sim import _native
 from openmrc.sim.budget import bytes_per_host, estimate
 from openmrc.sim.experiment import Experiment
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
 from openmrc.workloads.collectives import allreduce
@@ -90,23 +98,23 @@ def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str
     if case.startswith("perm-"):
         hosts = int(case[5:])
         spec = fabric_for(hosts, planes)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(perm_flows(hosts, size, seed))
         return exp, f"permutation, {size} B per flow"
     if case == "allreduce-1024":
         spec = fabric_for(1024, planes)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_collective(allreduce(1024, 16 << 20))
         return exp, "ring all-reduce of 16 MiB over 1024 ranks"
     if case == "alltoall-64":
         spec = fabric_for(64, planes)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(all_to_all(list(range(64)), 64 << 10))
         return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair"
     if case.startswith("sendrecv-"):
         hosts = SENDRECV_HOSTS.get(case[9:]) or (int(case[9:]) if case[9:].isdigit() else 0)
         spec = sendrecv_fabric(hosts)
-        exp = Experiment(spec, seed=seed, sample_interval_ps=100_000_000)
+        exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(
             [FlowSpec(h, (h + 1) % hosts, SENDRECV_BYTES, message=1 << 20) for h in range(hosts)]
         )
@@ -144,13 +152,27 @@ def sendrecv_fabric(hosts: int) -> ClosSpec:
 
 
 def run_openmrc(
-    case: str, size: int, seed: int, planes: int, until_us: float | None = None
-) -> dict[str, object]:
-    """One run in this process; returns its figures."""
+    case: str,
+    size: int,
+    seed: int,
+    planes: int,
+    until_us: float | None = None,
+    ranks: int | None = None,
+) -> dict[str, object] | None:
+    """One run in this process (one rank of it with ``ranks``); returns its figures
+    (None on ranks other than 0)."""
+    comm = None
+    if ranks is not None:
+        from openmrc.sim import partition
+
+        comm = partition.mpi_comm() or partition.LocalComm()
+        partition.request(comm)
     t0 = time.perf_counter()
     exp, workload = build(case, size, seed, planes)
     build_s = time.perf_counter() - t0
     result = exp.run(None if until_us is None else int(until_us * US))
+    if result is None:
+        return None  # another rank than 0 of a partitioned run
     wall = result.wall_seconds
     traversals = sum(p.tx_pkts for p in exp.fabric.ports)
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -200,18 +222,34 @@ def run_openmrc(
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpus": os.cpu_count(),
+        # a partitioned run (--ranks): ranks, windows, and per rank events, CPU, idle, packets
+        "parallel": getattr(exp, "parallel_stats", None) or None,
     }
 
 
 def run_child(
-    case: str, size: int, seed: int, planes: int, until_us: float | None = None
+    case: str,
+    size: int,
+    seed: int,
+    planes: int,
+    until_us: float | None = None,
+    ranks: int | None = None,
 ) -> dict[str, object]:
-    """Run one case in a fresh interpreter (its own peak RSS); its figures."""
+    """Run one case in a fresh interpreter (its own peak RSS); its figures.
+
+    With ``ranks``: partitioned, on that many MPI ranks (``mpirun`` when more than
+    one), pure Python (what a partitioned run needs)."""
     argv = [sys.executable, __file__, "--child", case, "--size", str(size), "--seed", str(seed),
             "--planes", str(planes)]  # fmt: skip
     if until_us is not None:
         argv += ["--until-us", str(until_us)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    env = None
+    if ranks is not None:
+        argv += ["--ranks", str(ranks)]
+        env = {**os.environ, "OPENMRC_PURE_PYTHON": "1"}
+        if ranks > 1:
+            argv = ["mpirun", "--oversubscribe", "-n", str(ranks), *argv]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         raise SystemExit(f"{case}: the openmrc run failed:\n{out.stderr.strip()}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -273,6 +311,43 @@ def run_htsim(binary: str, hosts: int, size: int, seed: int) -> dict[str, object
     }
 
 
+def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
+    """``case`` partitioned on 1 rank and on ``args.ranks``: both figures, and the
+    speed-up line (event loop and total) with the synchronisation overhead."""
+    runs = []
+    for k in sorted({1, args.ranks}):
+        got = run_child(case, args.size, args.seed, args.planes, args.until_us, k)
+        runs.append(got)
+        print(json.dumps(got), flush=True)
+    one, many = runs[0], runs[-1]
+    if len(runs) > 1:
+        loop = float(one["wall_seconds"]) / max(float(many["wall_seconds"]), 1e-9)  # type: ignore[arg-type]
+        total = float(one["total_seconds"]) / max(float(many["total_seconds"]), 1e-9)  # type: ignore[arg-type]
+        par = many["parallel"]
+        assert isinstance(par, dict)
+        ranks = "; ".join(
+            f"rank {r['rank']} {r['events']:,} events, {r['cpu_s']} s CPU, {r['idle_s']} s idle, "
+            f"{r['packets_sent']:,} packets out"
+            for r in par["per_rank"]
+        )
+        print(
+            f"{case}: {args.ranks} ranks vs 1 (pure Python, same invocation): event loop "
+            f"{one['wall_seconds']} s -> {many['wall_seconds']} s = {loop:.2f}x, total "
+            f"{one['total_seconds']} s -> {many['total_seconds']} s = {total:.2f}x; "
+            f"{par['windows']:,} windows of {par['window_ps'] / 1e6:g} us; {ranks}; "
+            f"results equal: {_same(one, many)}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return runs
+
+
+def _same(a: dict[str, object], b: dict[str, object]) -> bool:
+    """Whether two runs measured the same (events, traversals, simulated time, FCTs)."""
+    keys = ("events", "packet_link_traversals", "simulated_us", "median_fct_us", "all_ok")
+    return all(a[k] == b[k] for k in keys)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print JSON lines (and write them with ``--out``)."""
     parser = argparse.ArgumentParser(
@@ -289,10 +364,21 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="stop each openmrc run at this simulated time (set-up memory of a big case)",
     )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        metavar="K",
+        help="partitioned over K MPI ranks (mpirun, pure Python), and again on 1 rank in the "
+        "same invocation: prints both and the speed-up (docs/parallel.md)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.ranks is not None and args.ranks < 1:
+        parser.error("--ranks: must be at least 1")
     if args.child:
-        print(json.dumps(run_openmrc(args.child, args.size, args.seed, args.planes, args.until_us)))
+        got = run_openmrc(args.child, args.size, args.seed, args.planes, args.until_us, args.ranks)
+        if got is not None:
+            print(json.dumps(got))
         return 0
     if args.vs_htsim and not Path(args.vs_htsim).is_file():
         print(f"--vs-htsim: no such file: {args.vs_htsim}", file=sys.stderr)
@@ -303,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--case {case}: perm-N needs a host count N >= 2")
         if args.until_us is not None and args.vs_htsim:
             parser.error("--until-us: not with --vs-htsim (htsim runs to the end)")
+        if args.ranks is not None:
+            if args.vs_htsim:
+                parser.error("--ranks: not with --vs-htsim")
+            results.extend(speedup(case, args))
+            continue
         mine = run_child(case, args.size, args.seed, args.planes, args.until_us)
         results.append(mine)
         print(json.dumps(mine), flush=True)

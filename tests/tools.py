@@ -21,6 +21,7 @@ PACKAGES: dict[str, str] = {
     "chromium": "chromium",
     "dumpcap": "wireshark-common",
     "tcpdump": "tcpdump",
+    "mpirun": "openmpi-bin",
 }
 
 

@@ -707,10 +707,63 @@ def run_file(
     pcap_hosts: str | None = None,
     as_json: bool = False,
     progress: bool = False,
+    partitioned: bool = False,
 ) -> int:
     """``openmrc run`` from Python: load and check the scenario, run it, write ``out``
-    and print the summary (or the whole document with ``as_json``); returns the exit code."""
+    and print the summary (or the whole document with ``as_json``); returns the exit code.
+
+    Under ``mpirun -n K`` (K > 1), or with ``partitioned``, the simulation is
+    partitioned over the ranks (:mod:`openmrc.sim.partition`); rank 0 writes and
+    prints, the others only simulate."""
+    from .sim import partition
+
+    comm = partition.mpi_comm()
+    if comm is None and partitioned:
+        comm = partition.LocalComm()
+    partition.request(comm)
+    try:
+        return _run_file(
+            scenario_file,
+            overrides=overrides,
+            seed=seed,
+            transport=transport,
+            out=out,
+            pcap=pcap,
+            pcap_hosts=pcap_hosts,
+            as_json=as_json,
+            progress=progress,
+            worker=comm is not None and comm.rank != 0,
+        )
+    finally:
+        partition.request(None)
+
+
+def _run_file(
+    scenario_file: str,
+    *,
+    overrides: list[str] | None,
+    seed: int | None,
+    transport: str | None,
+    out: str | None,
+    pcap: str | None,
+    pcap_hosts: str | None,
+    as_json: bool,
+    progress: bool,
+    worker: bool,
+) -> int:
+    from .sim import partition
+
     scenario, workload = load_scenario(scenario_file, list(overrides or []), seed, transport)
+    if getattr(scenario, "mode", "packet") == "flow" and partition.active_comm() is not None:
+        raise partition.PartitionError(
+            "partitioned run: run.mode = 'flow' (the flow-level model) is not partitioned"
+        )
+    if worker:  # a rank other than 0 of a partitioned run: simulate, write nothing
+        exp = scenario.build()
+        if pcap:  # its part of the capture (rank 0 writes the file)
+            exp.capture(pcap, _host_list(pcap_hosts, exp.spec.hosts))
+        exp.run(None if scenario.until_us is None else int(scenario.until_us * 1_000_000))
+        return EXIT_OK
     out_dir = prepare_out(out)
     outcome = execute(
         scenario,
@@ -751,6 +804,13 @@ def compare_scenario(
     """``openmrc compare`` from Python (what ``openmrc demo`` runs): every transport's
     settings checked before anything runs, the runs, the printed table and the files
     in ``out``; returns the exit code."""
+    from .sim import partition
+
+    if partition.mpi_comm() is not None:
+        raise partition.PartitionError(
+            "partitioned run: openmrc compare is not partitioned (run each transport with "
+            "openmrc run under mpirun)"
+        )
     given = ",".join(transports)
     base = list(overrides or [])
     names = [t.strip() for t in transports if t.strip()]

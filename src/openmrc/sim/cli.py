@@ -48,6 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         pcap_hosts=args.pcap_hosts,
         as_json=args.json,
         progress=_progress_enabled(args),
+        partitioned=args.partitioned,
     )
 
 
@@ -233,6 +234,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--pcap", help="write a pcap of the hosts' traffic (tshark/Wireshark read it)"
         )
         p.add_argument("--pcap-hosts", help="comma-separated hosts to capture (default: all)")
+        p.add_argument(
+            "--partitioned",
+            action="store_true",
+            help="run as a partitioned simulation (the event order of mpirun -n K, here on "
+            "one process; implied under mpirun with several ranks): docs/parallel.md",
+        )
         p.set_defaults(func=_cmd_run)
     c = sub.add_parser(
         "compare",

@@ -200,7 +200,7 @@ class Experiment:
             self.transport.mtu,
             (fabric_config or FabricConfig()).path_latency_ps(),
         )
-        self.sim = Simulator(seed)
+        self.sim = self._new_simulator(seed)
         with paused_gc():  # the fabric and hosts are long-lived: see paused_gc
             self.fabric = self._build_fabric(fabric_config)
             self.faults = FaultInjector(self.fabric)
@@ -256,6 +256,10 @@ class Experiment:
         for host in self.hosts:
             host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
+
+    def _new_simulator(self, seed: int) -> Simulator:
+        """The event loop the experiment runs on (a partitioned run has its own)."""
+        return Simulator(seed)
 
     # -- transport hooks (MRC here; openmrc.baselines.experiment overrides them) --------------
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:

@@ -16,6 +16,7 @@ from typing import Any
 from ..baselines.experiment import BaselineExperiment
 from ..topology import ClosSpec
 from .experiment import Experiment, TransportConfig
+from .partition import partitioned_class
 
 #: The experiment class of each transport name (``TransportConfig.name``).
 EXPERIMENTS: dict[str, type[Experiment]] = {
@@ -35,7 +36,8 @@ def make_experiment(
     """The experiment running ``transport_name`` (default ``transport.name``, else MRC);
     the other arguments are the class's (:class:`~openmrc.sim.experiment.Experiment`)."""
     name = transport_name if transport_name is not None else getattr(transport, "name", "mrc")
-    cls = EXPERIMENTS.get(name) if isinstance(name, str) else None
+    # a partitioned run (openmrc.sim.partition) builds its own kind (or refuses)
+    cls = partitioned_class(name) or (EXPERIMENTS.get(name) if isinstance(name, str) else None)
     if cls is None:
         raise ValueError(f"transport name: must be one of {', '.join(EXPERIMENTS)}, got {name!r}")
     return cls(spec, *args, transport=transport, transport_name=transport_name, **kwargs)

@@ -174,7 +174,10 @@ class PyEgressPort(PortReport):
             raise ValueError(f"EgressPort {name}: delay must not be negative, got {delay_ps}")
         self.sim = sim
         self._push = sim.push
-        self._rng = sim.rng
+        # one generator for the whole fabric, or the port's own where the simulator
+        # gives each its own (a partitioned run: openmrc.sim.partition)
+        rng_for = getattr(sim, "rng_for", None)
+        self._rng = sim.rng if rng_for is None else rng_for(name)
         self.name = name
         self.peer = peer
         self.link: Any = None

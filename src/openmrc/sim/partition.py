@@ -1,0 +1,1136 @@
+"""One simulation partitioned over K processes (MPI ranks), the same results for every K.
+
+How it works (docs/parallel.md has the reasons):
+
+* **Entities and the event key.**  Every host (its NIC, ports and transport
+  context) and every switch (with its egress ports) is an *entity*; two more are
+  the experiment's global actions (faults, flow starts set up before the run) and
+  the sampler.  An event runs on behalf of one entity (the one whose state it
+  changes: a packet's arrival, the receiving switch or host) and is keyed
+  ``(time, scheduling entity << 40 | that entity's counter)``: the key of every
+  event is the same whichever process runs it, so events at equal times run in
+  the same order for K = 1, 2, 4 ...  (The ordinary sequential run orders ties
+  by one global insertion counter, which no partition can reproduce: a
+  partitioned run is therefore compared with a partitioned run on one process,
+  ``openmrc run --partitioned``; see docs/parallel.md.)
+* **Randomness** is per entity: each port draws its ECN marks and losses from its
+  own generator (the sequential run shares one across the fabric).
+* **Partitioning**: by rack groups: T0 index ``i`` of every plane with its hosts
+  goes to rank ``i * K // t0s``; T1 ``k`` of plane ``p`` to rank
+  ``(p * t1s + k) % K``.  Only T0-T1 links cross ranks; their delay (link delay
+  plus switch latency) is the lookahead.
+* **Conservative windows** no wider than the lookahead (and dividing the sample
+  interval): each rank runs its own events of a window, then packets that
+  crossed are exchanged (``alltoall``) with their keys.  Global actions (faults,
+  sample ticks) run on every rank, each on its own part of the state.
+* **Stopping** when the last flow completes: a rank whose own flows are all done
+  pauses at that event; when every rank has, the stop is the latest of those
+  points and the others run up to it (so the state is the sequential one's).
+* **Results** are gathered at rank 0 and merged into one :class:`Result`.
+
+Flows need their QPs, memory regions and receives at both ends: a partitioned
+run makes them for every flow before the run, in flow order (the sequential run
+makes them when each flow starts).  A flow released by a dependency starts on
+the rank that saw the dependency met: its source must be there.
+
+Not supported yet (refused with one line): the controller, the clustermapper,
+queue sampling, the RoCE/IB baselines, the
+native kernel (``OPENMRC_PURE_PYTHON=1`` is required), flow dependencies whose
+release and start are on different ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import time
+from collections.abc import Callable
+from heapq import heappop, heappush
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..transport import QPState, RecvWR
+from ..wire.pcap import PcapWriter
+from .capture import Capture
+from .engine import PySimulator, quiet_gc
+from .experiment import Experiment
+from .flows import SEQ_SHIFT, Poster
+from .sampling import Sampler
+
+#: Entity of the experiment's global actions (set-up, faults): runs on every rank.
+GLOBAL = 0
+#: Entity of the sampler's ticks: runs on every rank.
+SAMPLER = 1
+#: Entity number of host 0 (switches follow the hosts).
+FIRST_HOST = 2
+#: Bits of the per-entity counter in an event key.
+KEY_SHIFT = 40
+
+
+class PartitionError(ValueError):
+    """What a partitioned run cannot do (yet); the message names it."""
+
+
+class Comm(Protocol):
+    """The part of an MPI communicator a partitioned run uses (mpi4py's lower-case API)."""
+
+    rank: int
+    size: int
+
+    def allgather(self, obj: Any) -> list[Any]: ...
+
+    def alltoall(self, objs: list[Any]) -> list[Any]: ...
+
+    def gather(self, obj: Any, root: int = 0) -> list[Any] | None: ...
+
+    def Abort(self, errorcode: int = 0) -> None: ...
+
+
+class LocalComm:
+    """A communicator of one process (K = 1, no MPI needed)."""
+
+    rank = 0
+    size = 1
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """``[obj]``."""
+        return [obj]
+
+    def alltoall(self, objs: list[Any]) -> list[Any]:
+        """What this rank sent itself."""
+        return list(objs)
+
+    def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
+        """``[obj]``."""
+        return [obj]
+
+    def Abort(self, errorcode: int = 0) -> None:
+        """End the process."""
+        raise SystemExit(errorcode)
+
+
+class _Request:
+    """A partitioned run asked for: the communicator."""
+
+    def __init__(self, comm: Comm) -> None:
+        self.comm = comm
+
+
+_ACTIVE: _Request | None = None
+
+
+def request(comm: Comm | None) -> None:
+    """Make the experiments built from now on partitioned over ``comm`` (None: stop)."""
+    global _ACTIVE
+    _ACTIVE = None if comm is None else _Request(comm)
+
+
+def active_comm() -> Comm | None:
+    """The communicator of the requested partitioned run, if any."""
+    return None if _ACTIVE is None else _ACTIVE.comm
+
+
+def mpi_comm() -> Comm | None:
+    """``MPI.COMM_WORLD`` when this process was started by ``mpirun`` with more than one
+    rank (and mpi4py imports), else None."""
+
+    if not any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
+        return None
+    # waiting ranks yield the core (Open MPI spins otherwise: with more ranks than
+    # cores, a spinning rank takes the time of the one that works)
+    os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise PartitionError(
+            "partitioned run: mpi4py is not installed (pip install 'openmrc[mpi]')"
+        ) from exc
+    comm = MPI.COMM_WORLD
+    return comm if comm.Get_size() > 1 else None  # type: ignore[no-any-return]
+
+
+def partitioned_class(transport_name: Any) -> type[Experiment] | None:
+    """The experiment class to build when a partitioned run is requested, else None."""
+    if _ACTIVE is None:
+        return None
+    if transport_name not in (None, "mrc"):
+        raise PartitionError(
+            f"partitioned run: transport {transport_name!r} is not supported (only mrc)"
+        )
+    from ._native import NATIVE
+
+    if NATIVE:
+        raise PartitionError(
+            "partitioned run: needs the pure-Python simulator (set OPENMRC_PURE_PYTHON=1); "
+            "the native kernel has no partition-independent event order yet"
+        )
+    return PartitionedExperiment
+
+
+# ----- the event loop ------------------------------------------------------------------
+class PartitionedSimulator(PySimulator):
+    """The pure-Python event loop of one rank: events keyed by entity, not by insertion.
+
+    An event is ``(time, key, callback, args, target)``; ``key`` is
+    ``entity << KEY_SHIFT | counter`` of the entity that scheduled it (:attr:`cur`
+    while it ran), ``target`` the entity it runs for.  Events for entities of
+    other ranks are dropped (global actions, which every rank schedules) or, when
+    they are a packet's arrival over a link between ranks, put in :attr:`outbox`.
+    """
+
+    __slots__ = (
+        "_seed",
+        "counters",
+        "cur",
+        "cur_key",
+        "global_events",
+        "last_t",
+        "objects",
+        "outbox",
+        "owned",
+        "place",
+        "port_index",
+        "ports",
+        "rank",
+        "rank_of",
+        "sent",
+        "sub",
+    )
+
+    def __init__(self, seed: int, rank: int, nranks: int) -> None:
+        super().__init__(seed)
+        self._seed = seed
+        self.rank = rank
+        self.cur = GLOBAL
+        #: the running event's key, and how many host link listeners it has called
+        #: so far (a capture's records are ordered by both)
+        self.cur_key = -1
+        self.sub = 0
+        self.counters: list[int] = [0, 0]
+        self.rank_of: list[int] = [-1, -1]
+        self.owned: list[bool] = [True, True]
+        #: id(object) -> entity, for callbacks bound to fabric objects
+        self.objects: dict[int, int] = {}
+        #: other callbacks' placement: (callback, args) -> entity
+        self.place: Callable[[Any, tuple[Any, ...]], int] | None = None
+        self.port_index: dict[int, int] = {}
+        self.ports: list[Any] = []
+        self.outbox: list[list[Any]] = [[] for _ in range(nranks)]
+        self.global_events = 0
+        self.last_t = 0
+        self.sent = 0
+
+    def rng_for(self, name: str) -> random.Random:
+        """A port's own generator (same draws whichever rank holds the port)."""
+        return random.Random(f"{self._seed}:{name}")
+
+    def add_entity(self, rank: int, objects: list[Any]) -> int:
+        """A new entity held by ``rank``; events bound to ``objects`` run for it."""
+        e = len(self.counters)
+        self.counters.append(0)
+        self.rank_of.append(rank)
+        self.owned.append(rank == self.rank)
+        for obj in objects:
+            self.objects[id(obj)] = e
+        return e
+
+    def target(self, callback: Any, args: tuple[Any, ...]) -> int:
+        """The entity an event of ``callback(*args)`` runs for."""
+        e = self.objects.get(id(getattr(callback, "__self__", None)))
+        if e is not None:
+            return e
+        if self.place is not None:
+            return self.place(callback, args)
+        raise PartitionError(f"partitioned run: cannot place the event {callback!r}")
+
+    def push(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Schedule ``callback(*args)`` at ``at_ps`` with the current entity's next key."""
+        cur = self.cur
+        counters = self.counters
+        c = counters[cur]
+        counters[cur] = c + 1
+        key = cur << KEY_SHIFT | c
+        target = self.target(callback, args)
+        ev = (at_ps, key, callback, args, target)
+        if self.owned[target]:
+            heappush(self.heap, ev)  # type: ignore[misc]
+        elif cur > SAMPLER:
+            via = args[1] if len(args) == 3 else None
+            i = self.port_index.get(id(via))
+            if i is None:
+                raise PartitionError(
+                    f"partitioned run: entity {cur} scheduled {callback!r} for entity "
+                    f"{target} of rank {self.rank_of[target]} (only packets cross ranks)"
+                )
+            self.outbox[self.rank_of[target]].append((at_ps, key, i, args[2], args[0]))
+            self.sent += 1
+        # else: a global action's event for an entity of another rank, which runs it
+        return ev
+
+    def push_as(self, entity: int, at_ps: int, callback: Callable[..., Any]) -> None:
+        """Schedule ``callback()`` with ``entity``'s next key (the driver, between windows)."""
+        saved = self.cur
+        self.cur = entity
+        try:
+            self.push(at_ps, callback, ())
+        finally:
+            self.cur = saved
+
+    def arrive(self, at_ps: int, key: int, port_no: int, epoch: int, pkt: Any) -> None:
+        """A packet another rank sent over port ``port_no``: its arrival, with its key."""
+        port = self.ports[port_no]
+        rx = port.rx
+        ev = (at_ps, key, rx, (pkt, port, epoch), self.target(rx, ()))
+        heappush(self.heap, ev)  # type: ignore[misc]
+
+    def schedule(self, at_ps: int, callback: Callable[..., Any], *args: Any) -> Any:
+        """As :meth:`PySimulator.schedule`."""
+        if at_ps < self.now:
+            raise ValueError(f"schedule: time {at_ps} ps is in the past (now {self.now} ps)")
+        return self.push(at_ps, callback, args)
+
+    def after(self, delay_ps: int, callback: Callable[..., Any], *args: Any) -> Any:
+        """As :meth:`PySimulator.after`."""
+        if delay_ps < 0:
+            raise ValueError(f"after: negative delay {delay_ps} ps")
+        return self.push(self.now + delay_ps, callback, args)
+
+    def post(self, at_ps: int, callback: Callable[[Any], Any], arg: Any) -> None:
+        """As :meth:`PySimulator.post`."""
+        if at_ps < self.now:
+            raise ValueError(f"post: time {at_ps} ps is in the past (now {self.now} ps)")
+        self.push(at_ps, callback, (arg,))
+
+    def pending_callbacks(self) -> list[Any]:
+        """The scheduled calls not yet run nor cancelled, as ``(t, key, fn, args)``."""
+        cancelled = self.cancelled
+        return [ev[:4] for ev in self.heap if ev[1] not in cancelled]
+
+    def next_time(self) -> int | None:
+        """When this rank's next event is (None: nothing scheduled)."""
+        return self.heap[0][0] if self.heap else None
+
+    def run_window(
+        self, end_ps: int, stop_at: tuple[int, int] | None = None, honor_stop: bool = True
+    ) -> tuple[int, int] | None:
+        """Run events before ``end_ps`` (or up to the key ``stop_at``, inclusive).
+
+        Returns ``(time, key)`` of the event that called :meth:`stop` (when
+        ``honor_stop``), else None.
+        """
+        heap = self.heap
+        cancelled = self.cancelled
+        n = 0
+        g = 0
+        try:
+            while heap:
+                ev: Any = heap[0]
+                if stop_at is None:
+                    if ev[0] >= end_ps:
+                        break
+                elif (ev[0], ev[1]) > stop_at:
+                    break
+                heappop(heap)
+                t, key, fn, args, target = ev
+                if cancelled and key in cancelled:
+                    cancelled.discard(key)
+                    continue
+                self.now = t
+                self.cur = target
+                self.cur_key = key
+                self.sub = 0
+                n += 1
+                if target <= SAMPLER:
+                    g += 1
+                fn(*args)
+                self.last_t = t
+                if self._stopped:
+                    self._stopped = False
+                    if honor_stop:
+                        return (t, key)
+            return None
+        finally:
+            self.cur = GLOBAL
+            self.events_run += n
+            self.global_events += g
+
+    def take_outbox(self) -> list[list[Any]]:
+        """The packets for each rank since the last call."""
+        out = self.outbox
+        self.outbox = [[] for _ in out]
+        return out
+
+
+# ----- the partition -------------------------------------------------------------------
+def rank_of_t0(i: int, t0s: int, nranks: int) -> int:
+    """The rank of T0 index ``i`` (every plane's) and its hosts: contiguous rack groups."""
+    return i * nranks // t0s
+
+
+def rank_of_t1(plane: int, k: int, t1s: int, nranks: int) -> int:
+    """The rank of T1 ``k`` of ``plane``: spread round robin."""
+    return (plane * t1s + k) % nranks
+
+
+def window_ps(lookahead_ps: int | None, interval_ps: int) -> int:
+    """The window: at most ``lookahead_ps`` and a divisor of the sample interval."""
+    if lookahead_ps is None or lookahead_ps >= interval_ps:
+        return interval_ps
+    if lookahead_ps < 1:
+        raise PartitionError("partitioned run: a link between ranks has no delay (no lookahead)")
+    n = -(-interval_ps // lookahead_ps)
+    while interval_ps % n:
+        n += 1
+    return interval_ps // n
+
+
+class PartitionedSampler(Sampler):
+    """The sampler of one rank of a partitioned run.
+
+    A tick (a global event: every rank runs it) reads what this rank holds: the
+    flows whose receiver is here, the planes' bytes sent by its hosts (kept as
+    byte counts, summed over the ranks before rounding).  Whether the sampler
+    sleeps after a tick, and when it wakes, are decided at the next window
+    boundary from every rank's report (:meth:`decide`), the same on all.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        #: the flows whose receiver this rank holds, until they hold all their bytes
+        self.rx_flows: dict[Any, None] = {}
+        #: the NIC ports of this rank's hosts
+        self.my_ports: list[list[Any]] = []
+        #: plane bytes sent per tick by this rank's hosts (rank 0 sums and rounds)
+        self.plane_raw: list[list[int]] = [[] for _ in self.plane_series]
+        #: the first host input since the last tick (what would wake a sleeping sampler)
+        self.first_wake: int | None = None
+        #: (time, moved, open flows here) of the tick run in this window, if one ran
+        self.tick: tuple[int, int, int] | None = None
+        self.asleep = False
+
+    def start(self) -> None:
+        """Start ticking; ``armed`` stays False, so every host input reports to :meth:`wake`."""
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        self.t0 = sim.now
+        self.sampling = True
+        self.armed = False
+        sim.push_as(SAMPLER, self.t0 + self.interval_ps, self.sample)
+
+    def wake(self, now: int) -> None:
+        """A host input: noted (the first since the last tick); decided at the boundary."""
+        fw = self.first_wake
+        if fw is None or now < fw:
+            self.first_wake = now
+
+    def sample(self) -> None:
+        """This rank's part of a tick."""
+        interval = self.interval_ps
+        scale = 8 / interval * 1000
+        moved = 0
+        ticks = self.ticks
+        received = self.received
+        full = []
+        for flow in self.rx_flows:
+            self.pad(flow, ticks)
+            got = received(flow) or 0
+            delta = got - flow.last_bytes
+            moved |= delta
+            flow.series.append(round(delta * scale, 3))
+            flow.cum.append(got)
+            flow.last_bytes = got
+            if got == flow.spec.size:
+                full.append(flow)
+        for flow in full:
+            del self.rx_flows[flow]
+        for plane in range(len(self.plane_raw)):
+            tx = sum(ports[plane].tx_bytes for ports in self.my_ports)
+            delta = tx - self.plane_last[plane]
+            moved |= delta
+            self.plane_raw[plane].append(delta)
+            self.plane_last[plane] = tx
+        if self.ev_bytes is not None:
+            for key, total in self.ev_bytes.items():
+                series = self.ev_series.get(key)
+                if series is None:
+                    series = self.ev_series[key] = [0.0] * ticks
+                series.append(round((total - self.ev_last.get(key, 0)) * scale, 3))
+                self.ev_last[key] = total
+        self.ticks += 1
+        self.tick = (self.sim.now, 1 if moved else 0, self.busy())
+        self.first_wake = None
+
+    def decide(self, ticks: list[Any], wakes: list[Any]) -> int | None:
+        """From every rank's tick report and first input: re-arm, sleep or wake, as the
+        sequential sampler would have; the time of the tick scheduled, if any."""
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        interval = self.interval_ps
+        done = [t for t in ticks if t is not None]
+        if done:
+            if sum(t[2] for t in done) and any(t[1] for t in done):
+                nxt = done[0][0] + interval
+                sim.push_as(SAMPLER, nxt, self.sample)
+                return nxt
+            self.asleep = True
+        woken = [w for w in wakes if w is not None]
+        if not self.asleep or not woken:
+            return None
+        now = min(woken)
+        due = (now - self.t0) // interval
+        skip = due - self.ticks
+        if skip > 0:
+            for raw in self.plane_raw:
+                raw.extend([0] * skip)
+            for series in self.ev_series.values():
+                series.extend([0.0] * skip)
+            self.ticks += skip
+            self.skipped += skip
+        nxt = self.t0 + (due + 1) * interval
+        sim.push_as(SAMPLER, nxt, self.sample)
+        self.first_wake = None
+        self.asleep = False
+        return nxt
+
+
+class _HostEvLoss:
+    """Per-EV loss as one host applies it: the injector's settings (set by fault
+    events on every rank), the host's own generator (the sequential run shares one
+    across the hosts, whose draws would interleave differently per partition)."""
+
+    __slots__ = ("faults", "rng")
+
+    def __init__(self, faults: Any, host: int) -> None:
+        self.faults = faults
+        self.rng = random.Random(f"ev-loss:{host}")
+
+    @property
+    def ev_drop(self) -> dict[int, float]:
+        """The EVs losing packets now, with their probability."""
+        return self.faults.ev_drop  # type: ignore[no-any-return]
+
+    def drops(self, ev: int) -> bool:
+        """Whether a data packet on ``ev`` is dropped now (called by the sending host)."""
+        p = self.faults.ev_drop.get(ev)
+        if p is None or self.rng.random() >= p:
+            return False
+        self.faults.ev_dropped += 1
+        return True
+
+
+class _NoTaps:
+    """A host of another rank, as a capture sees it: its taps are never called."""
+
+    def __init__(self) -> None:
+        self.taps: list[Any] = []
+
+
+class _Recorder:
+    """A capture's writer on one rank: frames kept with the key of the event that
+    made them (time, event key, host reaction, order), for rank 0 to merge."""
+
+    def __init__(self, sim: PartitionedSimulator) -> None:
+        self.sim = sim
+        self.records: list[tuple[int, int, int, int, bytes]] = []
+
+    def write(self, frame: bytes | bytearray | memoryview, ts_ps: int) -> None:
+        """Keep ``frame`` captured at ``ts_ps``."""
+        sim = self.sim
+        self.records.append((ts_ps, sim.cur_key, sim.sub, len(self.records), bytes(frame)))
+
+    def close(self) -> None:
+        """Nothing to flush: rank 0 writes the file."""
+
+
+class _Listener:
+    """A host's link listener, called only on the host's rank, as the host."""
+
+    __slots__ = ("entity", "inner", "sim")
+
+    def __init__(self, sim: PartitionedSimulator, entity: int, inner: Any) -> None:
+        self.sim = sim
+        self.entity = entity
+        self.inner = inner
+
+    def __call__(self, link: Any, up: bool, now: int) -> None:
+        sim = self.sim
+        sim.sub += 1  # on every rank: the order of the hosts' reactions to one event
+        if not sim.owned[self.entity]:
+            return
+        saved = sim.cur
+        sim.cur = self.entity
+        try:
+            self.inner(link, up, now)
+        finally:
+            sim.cur = saved
+
+
+class PartitionedExperiment(Experiment):
+    """An MRC experiment run on one rank of a partitioned simulation (see the module)."""
+
+    def _new_simulator(self, seed: int) -> PartitionedSimulator:
+        comm = active_comm()
+        assert comm is not None
+        self._comm = comm
+        return PartitionedSimulator(seed, comm.rank, comm.size)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.queue_sample_interval_ps is not None:
+            raise PartitionError("partitioned run: queue sampling is not supported yet")
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        spec = self.spec
+        k = self._comm.size
+        hpt = spec.hosts_per_t0
+        self._host_entity = []
+        for h in range(spec.hosts):
+            r = rank_of_t0(h // hpt, spec.t0s, k)
+            objs = [self.hosts[h], *self.fabric.host_ends[h], *self.fabric.host_ports[h]]  # type: ignore[has-type]
+            self._host_entity.append(sim.add_entity(r, objs))
+        for sw in self.fabric.switches.values():
+            info = sw.info
+            if info.tier == 0:
+                r = rank_of_t0(info.index, spec.t0s, k)
+            else:
+                r = rank_of_t1(info.plane, info.index, spec.t1s, k)
+            sim.add_entity(r, [sw, *[p for p in sw.ports if p is not None]])
+        sim.ports = list(self.fabric.ports)
+        sim.port_index = {id(p): i for i, p in enumerate(sim.ports)}
+        sim.place = self._place
+        # the lookahead: the least delay of a link between ranks
+        look = None
+        for port in sim.ports:
+            a = sim.objects[id(port)]
+            b = sim.target(port.rx, ())
+            if sim.rank_of[a] != sim.rank_of[b]:
+                look = port.delay if look is None else min(look, port.delay)
+        self.lookahead_ps = look
+        for h in range(spec.hosts):
+            for plane in range(spec.planes):
+                link = self.fabric.host_link(h, plane)
+                e = self._host_entity[h]
+                link.listeners = tuple(_Listener(sim, e, x) for x in link.listeners)
+        self.sampler = PartitionedSampler(
+            sim,
+            self.sample_interval_ps,
+            self.fabric.host_ports,
+            self._received_bytes,
+            self._open_flows,
+            self._host_hooks,
+        )
+        sim.objects[id(self.sampler)] = SAMPLER
+        for h, host in enumerate(self.hosts):  # type: ignore[has-type]
+            host.faults = _HostEvLoss(self.faults, h)
+        self._capture_paths: list[Path] = []
+        self._merged: dict[str, Any] | None = None
+        self._index: dict[Any, int] = {}
+        self.parallel_stats: dict[str, Any] = {}
+
+    # -- placement ----------------------------------------------------------------
+    def _place(self, callback: Any, args: tuple[Any, ...]) -> int:
+        owner = getattr(callback, "__self__", None)
+        name = getattr(callback, "__name__", "")
+        if owner is self and name == "_launch":
+            return self._host_entity[args[0].spec.src]
+        if owner is self.faults:
+            return GLOBAL
+        module = getattr(owner if owner is not None else callback, "__module__", "") or ""
+        if "clustermapper" in module:
+            raise PartitionError("partitioned run: the clustermapper is not supported yet")
+        raise PartitionError(f"partitioned run: cannot place the event {callback!r}")
+
+    def _mine(self, host: int) -> bool:
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        return sim.owned[self._host_entity[host]]
+
+    def _rank(self, host: int) -> int:
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        return sim.rank_of[self._host_entity[host]]
+
+    # -- what is not supported yet --------------------------------------------------
+    def controller(self, host: int) -> Any:
+        """Refused: the controller does not run in a partitioned run yet."""
+        raise PartitionError("partitioned run: the controller is not supported yet")
+
+    def capture(self, path: Any, hosts: Any = None) -> Any:
+        """As :meth:`Experiment.capture`: each rank records what its hosts send and
+        receive, rank 0 writes the file in event order after the run."""
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        nics = [h if self._mine(i) else _NoTaps() for i, h in enumerate(self.hosts)]
+        # (only rank 0 writes the file: the others open nothing of it)
+        cap = Capture(self.topology, nics, path if self._comm.rank == 0 else os.devnull, hosts)
+        cap.writer.close()  # (the file is written by rank 0 at the end)
+        cap.writer = _Recorder(sim)  # type: ignore[assignment]
+        self._captures.append(cap)
+        self._capture_paths.append(Path(path))
+        return cap
+
+    def add_flows(self, specs: list[Any], watch: bool = False) -> list[int]:
+        """As :meth:`Experiment.add_flows`; a dependency must be met where its dependent starts."""
+        idx = super().add_flows(specs, watch)
+        base = idx[0] if idx else 0
+        for i, spec in enumerate(specs):
+            for d in spec.deps:
+                if self._rank(specs[d].dst) != self._rank(spec.src):
+                    raise PartitionError(
+                        f"partitioned run: flow {base + i} ({spec.src}->{spec.dst}) waits "
+                        f"for flow {base + d}'s data at host {specs[d].dst}, on another "
+                        "rank than its source: not supported yet"
+                    )
+            for d in spec.send_deps:
+                if self._rank(specs[d].src) != self._rank(spec.src):
+                    raise PartitionError(
+                        f"partitioned run: flow {base + i} ({spec.src}->{spec.dst}) waits "
+                        f"for flow {base + d}'s sender, host {specs[d].src}, on another "
+                        "rank than its source: not supported yet"
+                    )
+        return idx
+
+    def _fail_dependents(self, flow: Any) -> None:
+        stack = [*flow.dependents, *flow.send_dependents]
+        seen = set()
+        while stack:
+            dep = stack.pop()
+            if id(dep) in seen:
+                continue
+            seen.add(id(dep))
+            if not self._mine(dep.spec.src):
+                raise PartitionError(
+                    f"partitioned run: flow {dep.spec.src}->{dep.spec.dst} depends on a "
+                    "failed flow whose failure was seen on another rank: not supported yet"
+                )
+            stack.extend(dep.dependents)
+            stack.extend(dep.send_dependents)
+        super()._fail_dependents(flow)
+
+    # -- flows: both ends made before the run ---------------------------------------
+    def _prepare_flows(self) -> None:
+        """QPs, memory regions, payloads and receives of every flow, in flow order."""
+        seqs: dict[int, int] = {}
+        flow: Any
+        for i, flow in enumerate(self.flows):
+            self._index[flow] = i
+            spec = flow.spec
+            if spec.conn:
+                conn = self._conn_for(spec, 0)
+                pa, pb = conn.pa, conn.pb
+                flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
+                flow.conn = conn
+                seq = seqs.get(id(conn), 0)
+                seqs[id(conn)] = seq + 1
+            else:
+                pa, pb, flow.qas, flow.qbs = self._open_qps(
+                    spec, 0, self._noter(spec.src, {flow: None})
+                )
+                seq = 0
+                conn = None
+            nq = len(flow.qas)
+            if self.payloads:
+                data = bytearray(self._payload_rng.randbytes(spec.size))
+                flow.src_data = data
+                mr_a = pa.reg_mr(spec.size, buffer=data)
+                mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
+            else:
+                mr_a = pa.reg_mr(spec.size)
+                mr_b = pb.reg_mr(spec.size)
+            flow.mr_src, flow.mr_dst = mr_a, mr_b
+            offsets = list(range(0, spec.size, spec.message))
+            if conn is not None:
+                flow.rx_lo = list(conn.posted)
+                flow.rx_cum = [[0] for _ in range(nq)]
+                for j, off in enumerate(offsets):
+                    cum = flow.rx_cum[j % nq]
+                    cum.append(cum[-1] + min(spec.message, spec.size - off))
+                for q in range(nq):
+                    conn.posted[q] += len(flow.rx_cum[q]) - 1
+                flow.rx_hi = list(conn.posted)
+            flow.wr_base = seq << SEQ_SHIFT
+            flow.nmsgs = len(offsets)
+            for j in range(max(0, flow.nmsgs - nq), flow.nmsgs):
+                flow.qbs[j % nq].post_recv(RecvWR(flow.wr_base | j))
+            if flow.watch_rx:
+                self._watch_rx(flow, spec.dst)
+
+    def _start(self, flow: Any) -> None:
+        """The source's half of a flow's start (its QPs and receives exist already)."""
+        spec = flow.spec
+        now = self.sim.now
+        conn = flow.conn
+        if conn is not None:
+            if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
+                self._fail_at_start(flow, now)
+                return
+            if len(conn.flows) != flow.wr_base >> SEQ_SHIFT:
+                raise PartitionError(
+                    f"partitioned run: flow {spec.src}->{spec.dst} started before an "
+                    "earlier flow of its connection: not supported yet"
+                )
+            conn.flows.append(flow)
+            conn.active[flow] = None
+        poster = conn.poster if conn is not None else Poster()
+        flow.poster = poster
+        poster.add(flow)
+        poster.fill()
+        flow.pending = flow.nmsgs
+        flow.status = "running"
+        flow.order = next(self._order)
+        self._news_for(spec.src)[flow] = None
+        self.hosts[spec.src].on_activity = self._activity  # type: ignore[has-type]
+        self._sending.setdefault(spec.src, []).append(flow)
+        self.hosts[spec.src].kick(now)  # type: ignore[has-type]
+
+    # -- the sampler: each rank its part, decisions at window boundaries ------------
+    def _host_hooks(self, everywhere: bool) -> None:
+        # every host reports its input: a sleeping sampler's wake is decided from them
+        super()._host_hooks(True)
+
+    # -- running ----------------------------------------------------------------------
+    def run(self, until_ps: int | None = None) -> Any:
+        """Run this rank's part in windows; rank 0 returns the merged result
+        (the other ranks None).  An error on one rank of several ends them all."""
+        try:
+            return self._run(until_ps)
+        except Exception as exc:
+            if self._comm.size == 1:
+                raise
+            import sys
+
+            print(f"openmrc: error: rank {self._comm.rank}: {exc}", file=sys.stderr, flush=True)
+            self._comm.Abort(2)
+            raise
+
+    def _run(self, until_ps: int | None) -> Any:
+        comm = self._comm
+        sim = self.sim
+        assert isinstance(sim, PartitionedSimulator)
+        nranks = comm.size
+        rank = comm.rank
+        self._prepare_flows()
+        if self.clustermapper is not None:
+            raise PartitionError("partitioned run: the clustermapper is not supported yet")
+        self._my_hosts = [h for h in range(self.spec.hosts) if self._mine(h)]
+        sampler = self.sampler
+        assert isinstance(sampler, PartitionedSampler)
+        sampler.rx_flows = {f: None for f in self.flows if self._mine(f.spec.dst)}
+        sampler.my_ports = [self.fabric.host_ports[h] for h in self._my_hosts]
+        self._open = sum(1 for f in self.flows if self._mine(f.spec.src))
+        self._host_hooks(True)
+        interval = self.sample_interval_ps
+        sampler.start()
+        t0 = sampler.t0
+        width = window_ps(self.lookahead_ps, interval)
+        start = t0
+        windows = 0
+        idle = 0.0
+        stop: tuple[int, int] | None = None
+        end_time = start
+        cpu0 = time.process_time()
+        wall0 = time.perf_counter()
+        before = (-1, -1)
+        with quiet_gc():
+            while True:
+                windows += 1
+                end = start + width
+                if until_ps is not None:
+                    end = min(end, until_ps + 1)
+                pause: tuple[int, int] | None = before
+                if self._open > 0:
+                    pause = sim.run_window(end)
+                # one exchange per window: the packets, and each rank's state (a rank
+                # that paused at its last flow's end sends a second, after the rest)
+                w = time.perf_counter()
+                statuses = self._exchange(sim, comm, (self._open, pause))
+                idle += time.perf_counter() - w
+                if sum(st[0] for st in statuses) == 0:
+                    stop = max(st[1] for st in statuses if st[1] is not None)
+                    if pause is None or pause < stop:
+                        sim.run_window(end, stop_at=stop, honor_stop=False)
+                    end_time = stop[0]
+                    break
+                if any(st[1] is not None for st in statuses):
+                    if pause is not None:
+                        sim.run_window(end, honor_stop=False)
+                    w = time.perf_counter()
+                    statuses = self._exchange(sim, comm, (self._open, None))
+                    idle += time.perf_counter() - w
+                sampler.tick = None
+                nxt = sampler.decide([st[2] for st in statuses], [st[3] for st in statuses])
+                # the next event anywhere: each rank's own (before it received what
+                # was sent in the last exchange), what was sent, the sampler's next tick
+                nexts = [t for st in statuses for t in (st[4], st[6]) if t is not None]
+                if nxt is not None:
+                    nexts.append(nxt)
+                if not nexts:
+                    end_time = max(st[5] for st in statuses)
+                    if until_ps is not None:
+                        end_time = max(end_time, until_ps)
+                    break
+                first_t = min(nexts)
+                if until_ps is not None and first_t > until_ps:
+                    end_time = until_ps
+                    break
+                start = max(end, t0 + (first_t - t0) // width * width)
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() - cpu0
+        sim.now = end_time
+        mine_stats = {
+            "rank": rank,
+            "events": sim.events_run - (sim.global_events if rank else 0),
+            "cpu_s": round(cpu, 3),
+            "idle_s": round(idle, 3),
+            "packets_sent": sim.sent,
+        }
+        frag = self._fragment(mine_stats)
+        frags = comm.gather(frag, root=0)
+        if rank != 0 or frags is None:
+            return None  # rank 0 has the result
+        self._merge(frags)
+        self._write_captures(frags)
+        self.parallel_stats = {
+            "ranks": nranks,
+            "window_ps": width,
+            "lookahead_ps": self.lookahead_ps,
+            "windows": windows,
+            "per_rank": [f["stats"] for f in frags],
+        }
+        import sys
+
+        print(f"openmrc: {format_stats(self.parallel_stats)}", file=sys.stderr, flush=True)
+        result = self._collect(wall)
+        result.warnings.extend(self._warnings(until_ps))
+        return result
+
+    def collect(self, wall_seconds: float = 0.0) -> Any:
+        """Refused: after an interruption each rank holds only its part of the state."""
+        raise PartitionError(
+            "partitioned run: interrupted; no partial results (each rank holds part of the state)"
+        )
+
+    def _write_captures(self, frags: list[dict[str, Any]]) -> None:
+        """Rank 0: every capture's records from all ranks, in event order, to its file."""
+        for i, cap in enumerate(self._captures):
+            records = sorted(r for f in frags for r in f["captures"][i])
+            writer = PcapWriter(self._capture_paths[i])
+            for t, _key, _sub, _n, frame in records:
+                writer.write(frame, t)
+            writer.close()
+            cap.packets = len(records)
+
+    def _exchange(self, sim: PartitionedSimulator, comm: Comm, head: tuple[Any, ...]) -> list[Any]:
+        """Send the packets for each rank with this rank's state, receive theirs; every
+        rank's state ``(*head, tick, first wake, next event, last event, first sent)``."""
+        out = sim.take_outbox()
+        sent_first = min((p[0] for o in out for p in o), default=None)
+        sampler = self.sampler
+        assert isinstance(sampler, PartitionedSampler)
+        status = (*head, sampler.tick, sampler.first_wake, sim.next_time(), sim.last_t, sent_first)
+        blobs = [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) for o in out]
+        got = comm.alltoall([(blob, status) for blob in blobs])
+        statuses = []
+        for blob, st in got:
+            for item in pickle.loads(blob):
+                sim.arrive(*item)
+            statuses.append(st)
+        return statuses
+
+    # -- results ---------------------------------------------------------------------
+    def _local_events(self) -> dict[int, tuple[list[Any], list[Any]]]:
+        saved: list[Any] = self.hosts  # type: ignore[has-type]
+        out = {}
+        for h in self._my_hosts:
+            self.hosts = [saved[h]]
+            try:
+                out[h] = super()._events()
+            finally:
+                self.hosts = saved
+        return out
+
+    def _fragment(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """What this rank measured of what it holds (for rank 0 to merge)."""
+        sampler = self.sampler
+        assert isinstance(sampler, PartitionedSampler)
+        events = self._local_events()
+        rows: list[Any] = []
+        for h in sorted(events):
+            rows.extend(events[h][0])
+        rows.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        src: dict[int, Any] = {}
+        dst: dict[int, Any] = {}
+        for i, flow in enumerate(self.flows):
+            spec = flow.spec
+            if self._mine(spec.src):
+                src[i] = {
+                    "status": flow.status,
+                    "done_at": flow.done_at,
+                    "finished": flow.finished,
+                    "started_at": flow.started_at,
+                    "counters": self._counters(flow, rows),
+                }
+            if self._mine(spec.dst):
+                self.sampler.pad(flow, self.sampler.ticks)
+                got = self._delivered(flow) if self.payloads else None
+                dst[i] = {
+                    "rx_done": flow.rx_done,
+                    "series": flow.series,
+                    "cum": flow.cum,
+                    "last_bytes": flow.last_bytes,
+                    "received": self._received_bytes(flow),
+                    "exact": None if got is None else got == flow.src_data,
+                }
+
+        def nonzero(objs: Any, names: tuple[str, ...]) -> list[Any]:
+            out = []
+            for i, obj in enumerate(objs):
+                vals = tuple(getattr(obj, n) for n in names)
+                if any(vals):
+                    out.append((i, vals))
+            return out
+
+        from .port import COUNTERS
+
+        return {
+            "stats": stats,
+            "open": self._open,
+            "events": {h: e for h, e in events.items()},
+            "src": src,
+            "dst": dst,
+            "ports": nonzero(self.fabric.ports, (*COUNTERS, "data_bytes", "prio_bytes")),
+            "switches": nonzero(
+                list(self.fabric.switches.values()), ("forwarded", "bad_route", "discarded")
+            ),
+            "ends": nonzero(
+                [e for ends in self.fabric.host_ends for e in ends], ("received", "undelivered")
+            ),
+            "captures": [cap.writer.records for cap in self._captures],  # type: ignore[attr-defined]
+            "plane_raw": sampler.plane_raw,
+            "ev_series": dict(self.sampler.ev_series),
+            "stats_events": stats["events"],
+        }
+
+    def _merge(self, frags: list[dict[str, Any]]) -> None:
+        """Rank 0: put every rank's measurements on this rank's copies."""
+        from .port import COUNTERS
+
+        me = 0
+        sim = self.sim
+        sim.events_run = sum(f["stats_events"] for f in frags)
+        self._open = sum(f["open"] for f in frags)
+        names = (*COUNTERS, "data_bytes", "prio_bytes")
+        for r, f in enumerate(frags):
+            if r == me:
+                continue
+            for objs, key, fields in (
+                (self.fabric.ports, "ports", names),
+                (
+                    list(self.fabric.switches.values()),
+                    "switches",
+                    ("forwarded", "bad_route", "discarded"),
+                ),
+                (
+                    [e for ends in self.fabric.host_ends for e in ends],
+                    "ends",
+                    ("received", "undelivered"),
+                ),
+            ):
+                for i, vals in f[key]:
+                    obj = objs[i]
+                    for n, v in zip(fields, vals, strict=True):
+                        if n == "max_queue_bytes":
+                            setattr(obj, n, max(getattr(obj, n), v))
+                        else:
+                            setattr(obj, n, getattr(obj, n) + v)
+        ev_rows: list[Any] = []
+        qp_rows: list[Any] = []
+        per_host: dict[int, Any] = {}
+        for f in frags:
+            per_host.update(f["events"])
+        for h in sorted(per_host):
+            ev_rows.extend(per_host[h][0])
+            qp_rows.extend(per_host[h][1])
+        ev_rows.sort(key=lambda e: (e["time_us"], e["host"], e["qpn"], e["ev"]))
+        counters: dict[int, Any] = {}
+        received: dict[int, Any] = {}
+        exact: dict[int, Any] = {}
+        for f in frags:
+            for i, d in f["src"].items():
+                flow = self.flows[i]
+                flow.status = d["status"]
+                flow.done_at = d["done_at"]
+                flow.finished = d["finished"]
+                flow.started_at = d["started_at"]
+                counters[i] = d["counters"]
+            for i, d in f["dst"].items():
+                flow = self.flows[i]
+                flow.rx_done = d["rx_done"]
+                flow.series = d["series"]
+                flow.cum = d["cum"]
+                flow.last_bytes = d["last_bytes"]
+                received[i] = d["received"]
+                exact[i] = d["exact"]
+        scale = 8 / self.sample_interval_ps * 1000
+        planes = []
+        for p in range(self.spec.planes):
+            raw = [sum(vals) for vals in zip(*(f["plane_raw"][p] for f in frags), strict=True)]
+            planes.append([round(v * scale, 3) for v in raw])
+        self.sampler.plane_series = planes
+        ev_series: dict[Any, Any] = {}
+        for f in frags:
+            ev_series.update(f["ev_series"])
+        self.sampler.ev_series = ev_series
+        self._merged = {
+            "events": (ev_rows, qp_rows),
+            "counters": counters,
+            "received": received,
+            "exact": exact,
+        }
+
+    def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if self._merged is not None:
+            return self._merged["events"]  # type: ignore[no-any-return]
+        return super()._events()
+
+    def _counters(self, flow: Any, ev_events: list[dict[str, Any]]) -> dict[str, int]:
+        if self._merged is not None:
+            return self._merged["counters"][self._index[flow]]  # type: ignore[no-any-return]
+        return super()._counters(flow, ev_events)
+
+    def _received_bytes(self, flow: Any) -> int | None:
+        if self._merged is not None:
+            return self._merged["received"][self._index[flow]]  # type: ignore[no-any-return]
+        return super()._received_bytes(flow)
+
+    def _delivered(self, flow: Any) -> bytes | bytearray | None:
+        if self._merged is not None:
+            ok = self._merged["exact"][self._index[flow]]
+            if ok is None:
+                return None
+            return flow.src_data if ok else b""  # type: ignore[no-any-return]
+        return super()._delivered(flow)
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """One line: ranks, windows, and per rank events, CPU, idle time and packets sent."""
+    ranks = "; ".join(
+        f"rank {r['rank']}: {r['events']:,} events, {r['cpu_s']:.2f} s CPU, "
+        f"{r['idle_s']:.2f} s waiting, {r['packets_sent']:,} packets out"
+        for r in stats["per_rank"]
+    )
+    return (
+        f"partitioned over {stats['ranks']} rank(s), {stats['windows']:,} windows of "
+        f"{stats['window_ps'] / 1e6:g} us: {ranks}"
+    )
+
+
+def _portable(items: list[Any]) -> list[Any]:
+    """Packets as pickle takes them (a payload that is a memoryview becomes bytes)."""
+    for item in items:
+        pkt = item[4]
+        payload = getattr(pkt, "payload", None)
+        if isinstance(payload, memoryview):
+            pkt.payload = bytes(payload)
+    return items
