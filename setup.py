@@ -34,6 +34,7 @@ MYPYC_MODULES = [
     "src/openmrc/transport/errors.py",
     "src/openmrc/transport/ev.py",
     "src/openmrc/transport/qp.py",
+    "src/openmrc/transport/qpbase.py",
     "src/openmrc/transport/requester.py",
     "src/openmrc/transport/responder.py",
     "src/openmrc/transport/state.py",

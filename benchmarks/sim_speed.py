@@ -8,8 +8,9 @@ Cases (``--case``, repeatable; default ``perm-128`` and ``perm-1024``):
   ``perm-8192`` (the memory case);
 * ``allreduce-1024`` - a ring all-reduce of 16 MiB over 1024 ranks (2,095,104
   transfers of 16 KiB on long-lived connections, one per ring neighbour and
-  channel, as NCCL keeps its QPs; about 17x the data of ``perm-1024``; about
-  4.5 min and 9.8 GB here, see docs/performance.md);
+  channel, as NCCL keeps its QPs; about 17x the data of ``perm-1024``); its
+  transfers fold into per-step records as they finish (openmrc.sim.folding), so
+  the JSON's flow figures are empty and ``collective`` holds its time and busbw;
 * ``alltoall-64`` - every one of 64 hosts sends 64 KiB to every other
   (4032 QPs: the case that measures cost per QP rather than per packet);
 * ``sendrecv-N`` - the paper's NCCL-tests sendrecv (5.2.6, Fig. 15) on N hosts x 8
@@ -69,7 +70,7 @@ from openmrc.sim.experiment import Experiment
 from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
-from openmrc.workloads.collectives import allreduce
+from openmrc.workloads.collectives import Collective, allreduce
 
 US = 1_000_000
 
@@ -93,24 +94,27 @@ def perm_flows(hosts: int, size: int, seed: int) -> list[FlowSpec]:
     return permutation(hosts, size, random.Random(seed))
 
 
-def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str]:
-    """The experiment of one case, and a description of its workload."""
+def build(
+    case: str, size: int, seed: int, planes: int
+) -> tuple[Experiment, str, Collective | None]:
+    """The experiment of one case, a description of its workload, and its collective."""
     if case.startswith("perm-"):
         hosts = int(case[5:])
         spec = fabric_for(hosts, planes)
         exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(perm_flows(hosts, size, seed))
-        return exp, f"permutation, {size} B per flow"
+        return exp, f"permutation, {size} B per flow", None
     if case == "allreduce-1024":
         spec = fabric_for(1024, planes)
         exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
-        exp.add_collective(allreduce(1024, 16 << 20))
-        return exp, "ring all-reduce of 16 MiB over 1024 ranks"
+        coll = allreduce(1024, 16 << 20)
+        exp.add_collective(coll)
+        return exp, "ring all-reduce of 16 MiB over 1024 ranks", coll
     if case == "alltoall-64":
         spec = fabric_for(64, planes)
         exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(all_to_all(list(range(64)), 64 << 10))
-        return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair"
+        return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair", None
     if case.startswith("sendrecv-"):
         hosts = SENDRECV_HOSTS.get(case[9:]) or (int(case[9:]) if case[9:].isdigit() else 0)
         spec = sendrecv_fabric(hosts)
@@ -120,9 +124,13 @@ def build(case: str, size: int, seed: int, planes: int) -> tuple[Experiment, str
         )
         # a T1 of plane 0 goes down mid-run (about a third of the way at full rate)
         exp.faults.switch_down(exp.topology.t1_name(0, 0), at_ps=SENDRECV_T1_DOWN_PS)
-        return exp, (
-            f"NCCL-tests sendrecv: every host sends {SENDRECV_BYTES >> 20} MiB to host + 1; "
-            f"T1 p0t1x0 down at {SENDRECV_T1_DOWN_PS / US:g} us"
+        return (
+            exp,
+            (
+                f"NCCL-tests sendrecv: every host sends {SENDRECV_BYTES >> 20} MiB to host + 1; "
+                f"T1 p0t1x0 down at {SENDRECV_T1_DOWN_PS / US:g} us"
+            ),
+            None,
         )
     raise SystemExit(
         f"--case: unknown case {case!r} (perm-N, allreduce-1024, alltoall-64, sendrecv-N, "
@@ -168,7 +176,7 @@ def run_openmrc(
         comm = partition.mpi_comm() or partition.LocalComm()
         partition.request(comm)
     t0 = time.perf_counter()
-    exp, workload = build(case, size, seed, planes)
+    exp, workload, coll = build(case, size, seed, planes)
     build_s = time.perf_counter() - t0
     result = exp.run(None if until_us is None else int(until_us * US))
     if result is None:
@@ -180,12 +188,12 @@ def run_openmrc(
     fct = sorted(f.fct_ps for f in result.flows if f.fct_ps is not None)
     spec = exp.spec
     rates = sorted(f.goodput_gbps for f in result.flows if f.fct_ps is not None)
-    est = estimate(
-        spec,
-        [f.size for f in result.flows],
-        senders=len({f.src for f in result.flows}),
-        qps=sum(len(h.ctx.qps) for h in exp.hosts),
-    )
+    sizes = [f.size for f in result.flows]
+    senders = {f.src for f in result.flows}
+    if coll is not None:  # a folded collective: its transfers are not result flows
+        sizes += [t.size for t in coll.transfers]
+        senders.update(range(coll.ranks))
+    est = estimate(spec, sizes, senders=len(senders), qps=sum(len(h.ctx.qps) for h in exp.hosts))
     return {
         "case": case,
         "simulator": "openmrc",
@@ -219,6 +227,12 @@ def run_openmrc(
         "per_nic_gbps": round(rates[len(rates) // 2], 1) if rates else None,
         "min_nic_gbps": round(rates[0], 1) if rates else None,
         "flows_finished": len(fct),
+        # the collective's summary (time, algbw, busbw), without its step records
+        "collective": (
+            {k: v for k, v in result.collectives[0].items() if k != "step_records"}
+            if result.collectives
+            else None
+        ),
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpus": os.cpu_count(),

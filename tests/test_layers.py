@@ -21,13 +21,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PKG = "openmrc"
 
 #: circles (sorted members joined by " <-> ") and upward imports ("a -> b") not yet removed.
-KNOWN: frozenset[str] = frozenset(
-    {
-        "openmrc.transport.context <-> openmrc.transport.qp <-> openmrc.transport.requester"
-        " <-> openmrc.transport.responder <-> openmrc.transport.verbs",
-        "openmrc.net.ctl <-> openmrc.net.driver",
-    }
-)
+KNOWN: frozenset[str] = frozenset()
 
 
 def _modname(path: Path) -> str:

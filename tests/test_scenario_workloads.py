@@ -76,6 +76,49 @@ def test_flow_dependencies_qps_and_settings() -> None:
     assert exp.flows[1].qas[0].attr.ev_profile.ev_count == 2
 
 
+def test_a_flows_ev_profile_is_given_in_its_settings() -> None:
+    """One table for a flow's own transport settings: its EV profile is
+    ``settings.ev_profile``; the old flow key is refused with one line naming it."""
+    flow = {"src": 0, "dst": 1, "size": "64KiB"}
+    profile = {"explicit": ["0x00", "0x10"], "ev_count": 1, "floor": 0}
+    sc = parse(
+        {
+            "fabric": FABRIC,
+            "workload": {
+                "kind": "flows",
+                "flows": [{**flow, "settings": {"ev_profile": profile, "timeout": 8}}],
+            },
+        }
+    )
+    (spec,) = sc.flows
+    assert spec.ev_profile is not None and spec.ev_profile.explicit == [0x00, 0x10]
+    assert spec.settings == {"timeout": 8}
+    exp = sc.build()
+    assert exp.run().all_ok
+    assert exp.flows[0].qas[0].attr.ev_profile.explicit == [0x00, 0x10]
+    with pytest.raises(ScenarioError) as err:
+        parse(
+            {
+                "fabric": FABRIC,
+                "workload": {"kind": "flows", "flows": [{**flow, "ev_profile": profile}]},
+            }
+        )
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("workload.flows[0].ev_profile: ")
+    assert "workload.flows[0].settings.ev_profile" in msg
+    with pytest.raises(ScenarioError, match=r"settings\.ev_profile\.ev_count"):
+        parse(
+            {
+                "fabric": FABRIC,
+                "workload": {
+                    "kind": "flows",
+                    "flows": [{**flow, "settings": {"ev_profile": {"ev_count": -1}}}],
+                },
+            }
+        )
+
+
 @pytest.mark.parametrize(
     ("workload", "message"),
     [

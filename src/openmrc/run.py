@@ -217,9 +217,13 @@ class RunProgress:
         exp = self.exp
         if exp is None:
             return 0, 0, None
-        flows = list(exp.flows)
-        done = sum(1 for f in flows if f.done_at is not None)
-        return done, len(flows), exp.sim.now / 1e6
+        counts = getattr(exp, "flow_counts", None)  # (folded collectives included)
+        if counts is not None:
+            done, total = counts()
+        else:
+            flows = list(exp.flows)
+            done, total = sum(1 for f in flows if f.done_at is not None), len(flows)
+        return done, total, exp.sim.now / 1e6
 
     def _loop(self) -> None:
         """Show the bar after ``delay_s`` (set-up included), refresh it 5 times a second."""

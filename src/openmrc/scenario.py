@@ -16,8 +16,9 @@
     [workload]
     kind = "permutation"        # permutation | shift | incast | single | all_to_all | flows
                                 # flows: [[workload.flows]] src, dst, size, start_us,
-                                # message, after, gap_us, qps, settings,
-                                # ev_profile = {EVProfile fields} (per flow)
+                                # message, after, gap_us, qps, settings (the
+                                # flow's own [transport] fields, and ev_profile =
+                                # {EVProfile fields}: its own EV profile)
     size = "8MiB"               # or a collective: allreduce | allgather | reducescatter |
                                 # alltoall | sendrecv | training (docs/collectives.md)
                                 # or htsim (file = "x.cm": a uet-htsim connection matrix)
@@ -38,7 +39,7 @@
     host = 0                    # | replace_ev (ev -> new_ev, same plane) |
     action = "deny_plane"       # set_ev_state (ev, state "GOOD" | "DENIED");
     plane = 3                   # on EV profile `profile` (0: [transport]'s, i+1:
-                                # workload.flows[i].ev_profile); `plane` or `ev`
+                                # workload.flows[i].settings.ev_profile); `plane` or `ev`
                                 # (int or "0x13")
     [clustermapper]             # self-probe fault localisation (openmrc.clustermapper):
     interval_us = 20            # t1_subset, t0_probes, t1_probes, window, fail_rate,
@@ -525,7 +526,6 @@ FLOW_KEYS = {
     "gap_us",
     "qps",
     "settings",
-    "ev_profile",
 }
 
 COLLECTIVE_KEYS = {
@@ -738,7 +738,7 @@ def _apply_controller(exp: Experiment, actions: list[ControllerAction]) -> None:
         except InvalidArgument:
             raise ScenarioError(
                 f"{key}.profile: no EV profile {a.profile!r} (0 is [transport]'s, "
-                "i+1 is workload.flows[i].ev_profile)"
+                "i+1 is workload.flows[i].settings.ev_profile)"
             ) from None
         if a.action in ("replace_ev", "set_ev_state"):
             _schedule_ev_op(exp, ctl, a, key, denied)
@@ -839,6 +839,11 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
             k = f"workload.flows[{i}]"
             if not isinstance(item, dict):
                 raise ScenarioError(f"{k}: must be a table")
+            if "ev_profile" in item:
+                raise ScenarioError(
+                    f"{k}.ev_profile: no longer a flow key; give the flow's EV profile in its"
+                    f" settings: {k}.settings.ev_profile = {{...}}"
+                )
             extra = set(item) - FLOW_KEYS
             if extra:
                 raise ScenarioError(
@@ -854,13 +859,20 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
                         f"{k}.after: {d} is not another flow index (0..{len(raw) - 1})"
                     )
             qps = item.get("qps")
-            settings = _settings(item.get("settings"), f"{k}.settings")
+            raw_settings = item.get("settings")
             profile = None
-            if "ev_profile" in item:
+            if isinstance(raw_settings, dict) and "ev_profile" in raw_settings:
+                raw_settings = dict(
+                    raw_settings
+                )  # the flow's own EV profile, not a transport field
                 try:
-                    profile = ev_profile_from_dict(item["ev_profile"], f"{k}.ev_profile")
+                    profile = ev_profile_from_dict(
+                        raw_settings.pop("ev_profile"), f"{k}.settings.ev_profile"
+                    )
                 except InvalidArgument as exc:
                     raise ScenarioError(str(exc)) from None
+                raw_settings = raw_settings or None  # nothing but the EV profile
+            settings = _settings(raw_settings, f"{k}.settings")
             out.append(
                 FlowSpec(
                     _int(item.get("src"), f"{k}.src", 0),

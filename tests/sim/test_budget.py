@@ -57,6 +57,55 @@ def test_16384_hosts_on_8_planes_fit_the_budget_per_host() -> None:
     assert got["per_host"] <= budget, (got["per_host"], budget)
 
 
+# Runs the sendrecv of benchmarks/sim_speed.py (every host sends 4 MiB to host + 1 in
+# 1 MiB messages) and prints the peak resident memory the run added beyond the
+# fabric's build, and the budget's QPs and packets in flight for it.
+_RUN = """
+import json, resource, sys
+from openmrc.sim.budget import BYTES_PER_PACKET, BYTES_PER_QP, estimate
+from openmrc.sim.experiment import Experiment
+from openmrc.topology import ClosSpec
+from openmrc.workloads import FlowSpec
+
+def rss():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) * 1024
+
+spec = ClosSpec(**json.loads(sys.argv[1]))
+n = spec.hosts
+exp = Experiment(spec, seed=1, sample_interval_ps=100_000_000)
+exp.add_flows([FlowSpec(h, (h + 1) % n, 4 << 20, message=1 << 20) for h in range(n)])
+built = rss()
+result = exp.run()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+qps = sum(len(h.ctx.qps) for h in exp.hosts)
+est = estimate(spec, [4 << 20] * n, senders=n, qps=qps, base_rtt_ps=exp.base_rtt_ps)
+budget = qps * BYTES_PER_QP + est.packets_in_flight * BYTES_PER_PACKET
+print(json.dumps({"ok": result.all_ok, "qps": qps, "run": peak - built, "budget": budget}))
+"""
+
+
+@pytest.mark.skipif(not _native.NATIVE, reason="the budget is the compiled build's")
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
+def test_a_sendrecv_run_fits_the_budget_per_qp_and_packet_in_flight() -> None:
+    # 512 hosts x 8 planes: 1024 QPs spraying over 256 EVs each
+    shape = {"planes": 8, "t0s": 16, "hosts_per_t0": 32, "t1s": 32}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN, json.dumps(shape)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=True,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ok"] and got["qps"] == 1024
+    assert got["run"] <= got["budget"], got
+
+
 def test_estimate_counts_the_fabric_and_the_qps() -> None:
     spec = ClosSpec(planes=8, t0s=512, hosts_per_t0=256, t1s=256)
     est = estimate(spec, [4 << 20] * spec.hosts, senders=spec.hosts, qps=2 * spec.hosts)

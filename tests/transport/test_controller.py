@@ -105,7 +105,7 @@ def test_ev_deny_reaches_existing_and_new_qps_and_allow_undoes_it() -> None:
 
 def test_event_queue_masks_and_counts_drops() -> None:
     c = Controller(event_depth=2)
-    c.create_ev_profile(1, EVProfile(planes=4, paths_per_plane=4, ev_count=32, floor=0))
+    c.create_ev_profile(1, EVProfile(planes=4, paths_per_plane=8, ev_count=32, floor=0))
     c.create_cc_profile(1, CCProfile(name="fixed"))
     c.set_ev_profile_online(1)
     c.set_cc_profile_online(1)
@@ -178,7 +178,7 @@ def test_match_equal_covers_qps_with_an_equal_profile_object() -> None:
 
 def test_deliver_event_takes_events_a_driver_drained_itself() -> None:
     c = Controller()
-    c.create_ev_profile(1, EVProfile(planes=4, paths_per_plane=4, ev_count=32, floor=0))
+    c.create_ev_profile(1, EVProfile(planes=4, paths_per_plane=8, ev_count=32, floor=0))
     c.create_cc_profile(1, CCProfile(name="fixed"))
     c.set_ev_profile_online(1)
     c.set_cc_profile_online(1)

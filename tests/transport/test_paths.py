@@ -226,7 +226,8 @@ def test_more_evs_than_paths_use_spare_entropy_and_differ_per_qp() -> None:
 
 
 def test_backups_replace_failed_evs_from_the_same_plane() -> None:
-    prof = EVProfile(planes=4, paths_per_plane=2, ev_count=32)
+    # one EV per path (8 per plane over 8 uplinks): no sibling fails with a victim
+    prof = EVProfile(planes=4, paths_per_plane=8, ev_count=32)
     ps = PathSet(prof, random.Random(3), qpn=1)
     victims = [ev for ev in ps.slots if ev_plane(ev) == 2][:3]
     for i, ev in enumerate(victims):
@@ -468,7 +469,8 @@ def test_pathset_memory_stays_compact() -> None:
 
 def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
     # Every replacement draws a backup the QP then knows: the EV -> id map grows.
-    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=8, floor=0)
+    # (many uplinks: a backup is seldom on the one failed path and passed over)
+    prof = EVProfile(planes=2, paths_per_plane=4096, ev_count=8, floor=0, plane_down_fraction=1.0)
     ps = PathSet(prof, random.Random(4), qpn=1)
     for _ in range(200):
         for ev in ps.slots:
@@ -493,10 +495,15 @@ def test_more_than_65535_known_evs() -> None:
     ps = PathSet(prof, random.Random(2), qpn=1)
     slots = ps.slots
     victim = slots[-1]
-    ps.on_loss(victim, 0, "test")  # draws a backup: the QP's 65,537th EV
-    assert ps.state[victim] is EVState.ASSUMED_BAD and ps.stats_replacements == 1
-    (backup,) = set(ps.slots) - set(slots)
-    assert ps.state[backup] is EVState.GOOD and len(ps.state) == 65537
+    # 16 EVs per path: the victim and its siblings on its path fail together, and
+    # each draws a backup (on another path): the QP's 65,537th EV and on.
+    siblings = [ev for ev in slots if ev & 0xFFFF == victim & 0xFFFF]
+    ps.on_loss(victim, 0, "test")
+    assert all(ps.state[ev] is EVState.ASSUMED_BAD for ev in siblings)
+    assert ps.stats_replacements == len(siblings) > 1
+    backups = set(ps.slots) - set(slots)
+    assert len(backups) == len(siblings) and len(ps.state) == 65536 + len(siblings)
+    assert all(ps.state[ev] is EVState.GOOD and ev & 0xFFFF != victim & 0xFFFF for ev in backups)
     assert all(ps.state.get(ev) is EVState.GOOD for ev in slots[:-1:97])
 
 
@@ -667,3 +674,50 @@ def test_ports_freeing_in_a_steady_pattern_still_use_every_ev_of_a_plane() -> No
     for p in set(pattern):
         a, b = use[make_ev(p, 0)], use[make_ev(p, 1)]
         assert abs(a - b) <= 1, (p, a, b)
+
+
+def _plane_counts(ps: PathSet, packets: int) -> list[int]:
+    counts = [0, 0]
+    for _ in range(packets):
+        counts[ev_plane(ps.next_ev())] += 1
+    return counts
+
+
+def test_a_failed_path_takes_its_siblings_and_backups_avoid_it() -> None:
+    # 16 EVs per plane over 4 uplinks: 4 EVs (siblings) on each physical path.
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=32)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    victim = ps.slots[0]
+    path = victim & 0xFFFF
+    siblings = [ev for ev in ps.slots if ev & 0xFFFF == path]
+    assert len(siblings) == 4
+    ps.on_loss(victim, 0, "test")
+    bad = [e for e in ps.events if isinstance(e, EVEvent) and e.new is EVState.ASSUMED_BAD]
+    assert sorted(e.ev for e in bad) == sorted(siblings)
+    assert {e.reason for e in bad if e.ev != victim} == {"path failed: sibling EV lost"}
+    # every slot refilled, none on the failed path, the plane still 16 EVs
+    assert ps.usable == 32 and not [ev for ev in ps.slots if ev & 0xFFFF == path]
+    assert sum(1 for ev in ps.slots if ev_plane(ev) == ev_plane(victim)) == 16
+    # the plane's share: 3 of its 4 uplinks
+    assert ps.plane_shares()[ev_plane(victim)] == 0.75
+    assert ps.plane_shares()[1 - ev_plane(victim)] == 1.0
+
+
+def test_a_degraded_plane_sends_its_share_while_it_shows_congestion() -> None:
+    prof = EVProfile(planes=2, paths_per_plane=4, ev_count=32)
+    ps = PathSet(prof, random.Random(1), qpn=1)
+    assert _plane_counts(ps, 640) == [320, 320]
+    victim = next(ev for ev in ps.slots if ev_plane(ev) == 0)
+    ps.on_loss(victim, 0, "test")
+    _plane_counts(ps, 200)  # past the hold right after the failure
+    # no congestion on the degraded plane: it keeps its full share (room left)
+    assert _plane_counts(ps, 640) == [320, 320]
+    # congestion on it: 3/4 of the other plane's packets for 32 rotations
+    ps.on_ecn(next(ev for ev in ps.slots if ev_plane(ev) == 0))
+    a, b = _plane_counts(ps, 700)
+    assert abs(a / b - 0.75) < 0.02, (a, b)
+    # the failed path answers its probes again: equal shares
+    for ev in list(ps.probing):
+        ps.force_good(ev, 10)
+    assert ps.plane_shares()[0] == 1.0
+    assert _plane_counts(ps, 640) == [320, 320]

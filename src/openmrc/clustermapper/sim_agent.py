@@ -70,6 +70,10 @@ class ProbedExperiment(Protocol):
         """The per-node controller of ``host``."""
         ...
 
+    def folded_open(self) -> bool:
+        """Whether a folded collective still has a transfer that is not over."""
+        ...
+
 
 #: The destination QPN of self-probes (no QP has it: QPNs start at 0x100).
 PROBE_QPN = 0
@@ -183,7 +187,10 @@ class Clustermapper:
         if cfg.stop_ps is not None:
             if nxt <= cfg.stop_ps:
                 self.exp.sim.schedule(nxt, self._round_start)
-        elif any(f.status in ("not started", "running") for f in self.exp.flows):
+        elif (
+            any(f.status in ("not started", "running") for f in self.exp.flows)
+            or self.exp.folded_open()
+        ):
             self.exp.sim.schedule(nxt, self._round_start)
 
     def _on_probe(self, host: int, pkt: object, now: int) -> None:

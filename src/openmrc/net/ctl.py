@@ -50,7 +50,7 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from openmrc.net.lab import LabError, ensure_state_dir, private_dir, state_dir
 from openmrc.transport.controller import Controller, ProbeResult
@@ -59,7 +59,20 @@ from openmrc.transport.ev import ev_path, ev_plane
 from openmrc.transport.paths import EVState
 
 if TYPE_CHECKING:
-    from openmrc.net.driver import NetEndpoint
+    from openmrc.net.lab import Lab
+    from openmrc.transport import Context, QPAttr
+
+
+class ControlledEndpoint(Protocol):
+    """What :class:`NodeControl` uses of the endpoint it serves
+    (:class:`openmrc.net.driver.NetEndpoint`, which starts it): a protocol, so the
+    controller does not import the driver built on it."""
+
+    lab: Lab | None
+    host: int | None
+    ctx: Context
+    attr: QPAttr
+
 
 #: UDP port the node controllers' probe sockets use (send and answer).
 PROBE_PORT = 4793
@@ -150,7 +163,7 @@ def mask_names(mask: int) -> list[str]:
 class NodeControl:
     """A lab endpoint's controller and the server of its ``.ctl`` socket."""
 
-    def __init__(self, ep: NetEndpoint) -> None:
+    def __init__(self, ep: ControlledEndpoint) -> None:
         if ep.lab is None or ep.host is None:
             raise ValueError("ep: a NodeControl needs a lab endpoint (lab= and host=)")
         self.ep = ep
@@ -613,7 +626,7 @@ def _line(msg: dict[str, Any]) -> bytes:
     return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
 
 
-def start_node_control(ep: NetEndpoint) -> NodeControl | None:
+def start_node_control(ep: ControlledEndpoint) -> NodeControl | None:
     """Start the controller socket of a lab endpoint (None if another endpoint of the
     host already serves it, or it cannot be created)."""
     try:

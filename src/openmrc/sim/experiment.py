@@ -45,6 +45,7 @@ from .engine import Simulator, paused_gc
 from .fabric import Fabric
 from .faults import FaultInjector
 from .flows import COUNTERS, SEQ_SHIFT, Conn, Flow, MrcFlow, Poster, send_order
+from .folding import FOLD_TRANSFERS, FoldedCollective
 from .host import SimHost
 from .metrics import fct_summary
 from .result import FlowResult, Result
@@ -225,7 +226,7 @@ class Experiment:
         self._captures: list[Capture] = []
         #: flows whose arrival at their receiver something waits for, by receiving host.
         self._rx_watch: dict[int, list[Flow]] = {}
-        self._collectives: list[tuple[Collective, int, int, int]] = []
+        self._collectives: list[tuple[Collective, int, int, int] | FoldedCollective] = []
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
         self._conns: dict[tuple[Any, ...], Conn] = {}
@@ -288,9 +289,11 @@ class Experiment:
                 cq = qa.send_cq
                 if len(cq):
                     for wc in cq.poll(1 << 20):
-                        conn.flows[wc.wr_id >> SEQ_SHIFT].inbox.append(
-                            None if wc.status is WCStatus.SUCCESS else wc.status.value
-                        )
+                        owner = conn.flows.get(wc.wr_id >> SEQ_SHIFT)
+                        if owner is not None:  # (a folded transfer has had all of its)
+                            owner.inbox.append(
+                                None if wc.status is WCStatus.SUCCESS else wc.status.value
+                            )
             out = flow.inbox  # type: ignore[attr-defined]
             flow.inbox = []  # type: ignore[attr-defined]
             return out  # type: ignore[no-any-return]
@@ -431,7 +434,7 @@ class Experiment:
         if flow.counts is not None:
             counts = dict(flow.counts)
             lo, hi = flow.ev_window
-        elif next(f for f in conn.flows if f.counts is None) is flow:
+        elif next(f for f in conn.flows.values() if f.counts is None) is flow:
             now = conn.totals()
             counts = {k: now[k] - conn.taken[k] for k in now}
             lo, hi = conn.taken_at, None
@@ -560,6 +563,7 @@ class Experiment:
         name: str = "",
         qps: int | None = None,
         settings: dict[str, Any] | None = None,
+        fold: bool | None = None,
     ) -> int:
         """Run ``collective`` with rank ``r`` on host ``placement[r]`` (default host ``r``).
 
@@ -567,7 +571,15 @@ class Experiment:
         transport settings); a transfer starts once the data it needs arrived.
         The result's ``collectives`` holds its completion time, algbw and busbw.
         Returns the collective's index there.
+
+        ``fold``: keep per-step records instead of a flow result per transfer
+        (:mod:`openmrc.sim.folding`); None folds collectives of more than
+        ``FOLD_TRANSFERS`` transfers.
         """
+        if fold is None:
+            fold = len(collective.transfers) > FOLD_TRANSFERS
+        if fold:
+            return self._add_folded(collective, placement, message, start_ps, name, qps, settings)
         flows = collective.flows(placement, message, start_ps, name, qps, settings)
         idx = self.add_flows(flows)
         for i in idx:
@@ -575,10 +587,124 @@ class Experiment:
         self._collectives.append((collective, start_ps, idx[0], idx[-1] + 1))
         return len(self._collectives) - 1
 
+    # -- folded collectives (openmrc.sim.folding) ---------------------------------------
+    def _add_folded(
+        self,
+        collective: Collective,
+        placement: list[int] | None,
+        message: int,
+        start_ps: int,
+        name: str,
+        qps: int | None,
+        settings: dict[str, Any] | None,
+    ) -> int:
+        """:meth:`add_collective` folded: flows made as transfers may start (validated
+        here, once: every transfer's flow differs only in hosts, size and timing)."""
+        hosts = collective.check_placement(placement)
+        for h in hosts:
+            if not isinstance(h, int) or not 0 <= h < self.spec.hosts:
+                raise ValueError(
+                    f"placement: must hold host indices in 0..{self.spec.hosts - 1}, got {h!r}"
+                )
+        merged = {**collective.settings, **(settings or {})}
+        folder = FoldedCollective(
+            collective, hosts, message, start_ps, name or collective.kind, qps, merged
+        )
+        if folder.size:
+            first = collective.flow(0, hosts, message, start_ps, folder.prefix, qps, merged)
+            first.validate(self.spec.hosts)
+            check_flow_settings(first.settings, "collective.settings")
+            if first.settings:
+                try:
+                    self._attr_for(first)
+                except TypeError as exc:
+                    raise ValueError(f"collective.settings: {exc}") from None
+        self._open += folder.size
+        for i in folder.initial():
+            flow = self._folded_flow(folder, i)
+            self.sim.schedule(flow.spec.start_ps, self._launch, flow)
+        self._collectives.append(folder)
+        return len(self._collectives) - 1
+
+    def _folded_flow(self, folder: FoldedCollective, i: int) -> Flow:
+        """Transfer ``i`` of ``folder`` as a flow (made when it may start)."""
+        flow = self._new_flow(folder.spec(i))
+        flow.watch_rx = True
+        flow.fold = folder
+        flow.fold_i = i
+        return flow
+
+    def _fold_arrived(self, flow: Flow, now: int) -> None:
+        """A folded transfer's data arrived: start what waited for it; fold it if done."""
+        folder = flow.fold
+        assert folder is not None
+        for j, at in folder.arrived(flow.fold_i, now):
+            dep = self._folded_flow(folder, j)
+            dep.status = "waiting"
+            self.sim.schedule(at, self._launch, dep)
+        if flow.done_at is not None:
+            self._fold(flow)
+
+    def _fold_done(self, flow: Flow) -> None:
+        """A folded transfer's sender is done (or it failed): fold it once its data arrived."""
+        folder = flow.fold
+        assert folder is not None
+        if flow.status != "ok":
+            self._open -= folder.failed(flow.fold_i)
+            self._fold(flow)
+        elif flow.rx_done is not None:
+            self._fold(flow)
+
+    def _fold(self, flow: Flow) -> None:
+        """Add a folded transfer to its step's record and let go of its flow."""
+        folder = flow.fold
+        assert folder is not None
+        ok = flow.status == "ok"
+        received = flow.spec.size if ok else self._received_bytes(flow) or 0
+        folder.fold(
+            flow.fold_i,
+            flow.status,
+            flow.started_at,
+            flow.rx_done,
+            flow.done_at,
+            received,
+            self._counters(flow, []),
+        )
+        self._forget(flow)
+
+    def _forget(self, flow: Flow) -> None:
+        """Drop what the transport keeps of a folded flow: its place on its connection and,
+        when it finished, its memory regions (a late duplicate of its data is recognised
+        as a duplicate by its PSN before its rkey is looked at)."""
+        conn = getattr(flow, "conn", None)
+        if conn is not None:
+            conn.flows.pop(flow.wr_base >> SEQ_SHIFT, None)  # type: ignore[attr-defined]
+        if flow.status == "ok":
+            for mr in (flow.mr_src, flow.mr_dst):  # type: ignore[attr-defined]
+                if mr is not None:
+                    mr.pd.dereg_mr(mr)
+            flow.mr_src = flow.mr_dst = None  # type: ignore[attr-defined]
+
+    def flow_counts(self) -> tuple[int, int]:
+        """(flows done, flows), folded collectives' transfers included (for progress)."""
+        flows = list(self.flows)
+        done = sum(1 for f in flows if f.done_at is not None)
+        total = len(flows)
+        for c in list(self._collectives):
+            if isinstance(c, FoldedCollective):
+                done += c.over
+                total += c.size
+        return done, total
+
+    def folded_open(self) -> bool:
+        """Whether a folded collective still has a transfer that is not over."""
+        return any(isinstance(c, FoldedCollective) and c.open for c in self._collectives)
+
     def _launch(self, flow: Flow) -> None:
         flow.started_at = self.sim.now
         sampler = self.sampler
-        sampler.live[flow] = None  # its received bytes may move from now on
+        if flow.fold is None:  # (a folded transfer has no goodput series)
+            sampler.live[flow] = None  # its received bytes may move from now on
         if not sampler.armed and sampler.sampling:
             sampler.wake(self.sim.now)
         # each experiment class is handed back the flow kind its _new_flow made
@@ -657,8 +783,9 @@ class Experiment:
             pa, pb = conn.pa, conn.pb
             flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
             flow.conn = conn
-            seq = len(conn.flows)
-            conn.flows.append(flow)
+            seq = conn.started
+            conn.started += 1
+            conn.flows[seq] = flow
             conn.active[flow] = None
         nq = len(flow.qas)
         if self.payloads:
@@ -744,6 +871,8 @@ class Experiment:
                     self._fail_dependents(flow)
                 else:
                     self._release(flow.send_dependents, now)
+                if flow.fold is not None:
+                    self._fold_done(flow)
         if finished or todo is flows:
             self._sending[host.index] = [f for f in flows if f.pending]
         if self._open == 0:
@@ -758,6 +887,8 @@ class Experiment:
         flow.done_at = now
         self._open -= 1
         self._fail_dependents(flow)
+        if flow.fold is not None:
+            self._fold_done(flow)
         if self._open == 0:
             self._host_hooks(everywhere=False)
             self.sim.stop()
@@ -822,6 +953,8 @@ class Experiment:
         for flow in done:
             flow.rx_done = now
             self._release(flow.dependents, now, flow)
+            if flow.fold is not None:
+                self._fold_arrived(flow, now)
 
     def _release(self, dependents: list[Flow], now: int, source: Flow | None = None) -> None:
         """One dependency (``source``) of each of ``dependents`` is met: start those now free."""
@@ -925,7 +1058,7 @@ class Experiment:
         if until_ps is not None and self._open > 0:
             out.append(
                 f"run cut short by its time cap (until_us = {until_ps / 1e6:g}): "
-                f"{self._open} of {len(self.flows)} flows unfinished"
+                f"{self._open} of {self.flow_counts()[1]} flows unfinished"
             )
         return out
 
@@ -936,6 +1069,13 @@ class Experiment:
         ``not started``; the front end marks such a result partial.
         """
         return self._collect(wall_seconds)
+
+    def _summary(self, c: tuple[Collective, int, int, int] | FoldedCollective) -> dict[str, Any]:
+        """A collective's entry of ``Result.collectives``."""
+        if isinstance(c, FoldedCollective):
+            return c.summary()
+        coll, start, a, b = c
+        return coll.summary(start, [self.flows[i].rx_done for i in range(a, b)])
 
     def _collect(self, wall: float) -> Result:
         ev_events, qp_events = self._events()
@@ -996,10 +1136,7 @@ class Experiment:
             ),
             verified=verified,
             localised=self.clustermapper.report() if self.clustermapper is not None else [],
-            collectives=[
-                coll.summary(start, [self.flows[i].rx_done for i in range(a, b)])
-                for coll, start, a, b in self._collectives
-            ],
+            collectives=[self._summary(c) for c in self._collectives],
             fct_summary=fct_summary(flows),
             plane_series={f"plane{p}": s for p, s in enumerate(sampler.plane_series)},
             ev_series={f"h{h}:ev{ev:#x}": s for (h, ev), s in sorted(sampler.ev_series.items())},

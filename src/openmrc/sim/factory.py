@@ -11,10 +11,9 @@ names in ``transport_names``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..baselines.experiment import BaselineExperiment
 from ..topology import ClosSpec
+from .config import FabricConfig
 from .experiment import Experiment, TransportConfig
 from .partition import partitioned_class
 
@@ -28,16 +27,28 @@ EXPERIMENTS: dict[str, type[Experiment]] = {
 
 def make_experiment(
     spec: ClosSpec,
-    *args: Any,
+    fabric_config: FabricConfig | None = None,
     transport: TransportConfig | None = None,
+    seed: int = 1,
+    payloads: bool = False,
+    sample_interval_ps: int = 10_000_000,
+    queue_sample_interval_ps: int | None = None,
     transport_name: str | None = None,
-    **kwargs: Any,
 ) -> Experiment:
     """The experiment running ``transport_name`` (default ``transport.name``, else MRC);
-    the other arguments are the class's (:class:`~openmrc.sim.experiment.Experiment`)."""
+    the arguments are :class:`~openmrc.sim.experiment.Experiment`'s."""
     name = transport_name if transport_name is not None else getattr(transport, "name", "mrc")
     # a partitioned run (openmrc.sim.partition) builds its own kind (or refuses)
     cls = partitioned_class(name) or (EXPERIMENTS.get(name) if isinstance(name, str) else None)
     if cls is None:
         raise ValueError(f"transport name: must be one of {', '.join(EXPERIMENTS)}, got {name!r}")
-    return cls(spec, *args, transport=transport, transport_name=transport_name, **kwargs)
+    return cls(
+        spec,
+        fabric_config=fabric_config,
+        transport=transport,
+        seed=seed,
+        payloads=payloads,
+        sample_interval_ps=sample_interval_ps,
+        queue_sample_interval_ps=queue_sample_interval_ps,
+        transport_name=transport_name,
+    )

@@ -20,6 +20,7 @@ from typing import Any
 from ..transport import SGE, QueuePair, SendWR, WROpcode
 from ..transport.verbs import MemoryRegion
 from ..workloads import FlowSpec
+from .folding import FoldedCollective
 
 #: The per-flow transport counters of :class:`~openmrc.sim.result.FlowResult`.
 COUNTERS = ("retransmits", "trims", "nacks", "timeouts", "ecn_echoes", "evs_assumed_bad")
@@ -36,6 +37,8 @@ class Flow:
         "deps_spare",
         "done_at",
         "finished",
+        "fold",
+        "fold_i",
         "last_bytes",
         "nmsgs",
         "order",
@@ -78,6 +81,10 @@ class Flow:
         self.last_bytes = 0
         self.series: list[float] = []
         self.src_data: bytearray | None = None
+        #: the folded collective this flow is a transfer of (openmrc.sim.folding), and
+        #: its index there; None for a flow of its own.
+        self.fold: FoldedCollective | None = None
+        self.fold_i = 0
 
 
 def send_order(flow: Flow) -> int:
@@ -107,6 +114,7 @@ class Conn:
         "poster",
         "qas",
         "qbs",
+        "started",
         "taken",
         "taken_at",
     )
@@ -118,8 +126,11 @@ class Conn:
         self.qbs: list[QueuePair] = []
         #: messages posted so far on each stripe (the next flow's first MSN there).
         self.posted: list[int] = []
-        #: the flows started on it, by sequence number (the high bits of their WR ids).
-        self.flows: list[MrcFlow] = []
+        #: the flows started on it, by sequence number (the high bits of their WR ids);
+        #: a folded collective's transfers leave once folded.
+        self.flows: dict[int, MrcFlow] = {}
+        #: how many flows started on it (the next one's sequence number).
+        self.started = 0
         #: those of them still waiting for completions (told when the shared CQ has news).
         self.active: dict[Flow, None] = {}
         #: counter totals already attributed to a flow, and when that was.

@@ -129,8 +129,14 @@ class Result:
 
     @property
     def all_ok(self) -> bool:
-        """Every flow completed successfully (and verified, when payloads are real)."""
-        return all(f.ok for f in self.flows) and self.verified is not False
+        """Every flow completed successfully (and verified, when payloads are real),
+        folded collectives' transfers included (their step records count them)."""
+        folded_ok = all(
+            rec["ok"] == rec["transfers"]
+            for c in self.collectives
+            for rec in c.get("step_records", ())
+        )
+        return folded_ok and all(f.ok for f in self.flows) and self.verified is not False
 
     def aggregate_series(self) -> list[float]:
         """Total goodput (Gb/s) per sample interval, over all flows."""

@@ -6,18 +6,18 @@ No sockets, no clocks, no global randomness: time (integer picoseconds) and a
 
 from . import cc
 from .attrs import RETRY_INFINITE, TIMEOUT_UNIT_PS, CCProfile, EVField, EVProfile, QPAttr
-from .context import Context, Datagram
+from .context import Context, Datagram, ProtectionDomain
 from .errors import InvalidArgument, InvalidState, MrcError, ResourceExhausted
 from .ev import ev_path, ev_plane, make_ev
 from .paths import EVEvent, EVRemap, EVState, PathSet, PortEvent
-from .qp import QPEvent, QPStats, QueuePair
+from .qp import QPEvent, QueuePair
+from .qpbase import QPStats
 from .state import QPState
 from .verbs import (
     SGE,
     Access,
     CompletionQueue,
     MemoryRegion,
-    ProtectionDomain,
     QPCap,
     RecvWR,
     SendWR,

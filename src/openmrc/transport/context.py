@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
 from typing import Any, Final, NamedTuple
 
 from ..wire.packets import (
@@ -31,12 +30,13 @@ from ..wire.packets import (
 from .errors import InvalidArgument, InvalidState
 from .paths import PortEvent
 from .qp import QueuePair
+from .qpbase import ContextBase, QPBase
 from .state import QPState
 from .verbs import (
     Access,
     CompletionQueue,
     MemoryRegion,
-    ProtectionDomain,
+    PDBase,
     QPCap,
 )
 
@@ -57,35 +57,76 @@ class Datagram(NamedTuple):
     qpn: int
 
 
-class Context:
+class ProtectionDomain(PDBase):
+    """Groups memory regions and queue pairs: a QP may only touch its own PD's MRs.
+
+    A plain class, not a dataclass: a compiled dataclass needs its field types
+    at import time.  Made by :meth:`Context.alloc_pd`.
+    """
+
+    def __init__(self, context: Context, handle: int) -> None:
+        super().__init__(handle)
+        self.context = context
+
+    def __repr__(self) -> str:
+        return f"ProtectionDomain(handle={self.handle}, mrs={len(self.mrs)})"
+
+    def reg_mr(
+        self,
+        length: int,
+        access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+        buffer: bytearray | memoryview | None = None,
+        addr: int | None = None,
+    ) -> MemoryRegion:
+        """Register a memory region of ``length`` bytes.
+
+        With ``buffer`` the region holds real bytes (its length must match);
+        without, it is virtual.  ``addr`` defaults to a fresh address in the
+        context's address space.
+        """
+        return self.context.register_mr(self, length, access, buffer, addr)
+
+    def dereg_mr(self, mr: MemoryRegion) -> None:
+        """Deregister a region; packets naming its rkey are refused afterwards."""
+        self.context.deregister_mr(self, mr)
+
+    def create_qp(
+        self,
+        send_cq: CompletionQueue,
+        recv_cq: CompletionQueue | None = None,
+        cap: QPCap | None = None,
+    ) -> QueuePair:
+        """Create a queue pair in RESET."""
+        return self.context.create_qp_for(
+            self,
+            send_cq,
+            recv_cq if recv_cq is not None else send_cq,
+            cap if cap is not None else QPCap(),
+        )
+
+
+class Context(ContextBase):
     """A device context (an MRC NIC's verbs context)."""
 
     def __init__(self, rng: random.Random | None = None, name: str = "") -> None:
         if rng is not None and not isinstance(rng, random.Random):
             raise InvalidArgument(f"rng: must be a random.Random, got {type(rng).__name__}")
-        self.rng = rng if rng is not None else random.Random(0)
+        # rng, the key tables, the ready and timer-dirty sets, events, ports_down and
+        # controller: ContextBase's (what the QPs use). Only the QPs in timer_dirty
+        # are re-read by get_timer, so a wake-up costs O(log QPs).
+        super().__init__(rng if rng is not None else random.Random(0))
         self.name = name
         self.qps: dict[int, QueuePair] = {}
-        #: registered memory regions by lkey (local access) and by rkey (remote access).
-        self.lkeys: dict[int, MemoryRegion] = {}
-        self.rkeys_by_key: dict[int, MemoryRegion] = {}
         self._next_qpn = 0x100
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
-        #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
-        self.ready: dict[QueuePair, None] = {}
-        #: QPs whose deadline may have changed since :meth:`get_timer` last looked
-        #: (a QP adds itself whenever it takes input, sends, runs a timer or
-        #: changes state); only these are re-read, so a wake-up costs O(log QPs).
-        self.timer_dirty: dict[QueuePair, None] = {}
         #: each QP's deadline as last read (ps), and a heap of ``(deadline, qpn,
         #: qp)`` (the QPN breaks ties: QPNs are never reused, so the QP itself is
         #: never compared); an entry that no longer matches is stale (lazy
         #: deletion) and is dropped when it reaches the top.  Keyed by the QP
         #: (an identity hash), not its number: no int boxed per look-up.
-        self._deadline: dict[QueuePair, int] = {}
-        self._timer_heap: list[tuple[int, int, QueuePair]] = []
-        self.events: deque[object] = deque()
+        self._deadline: dict[QPBase, int] = {}
+        self._timer_heap: list[tuple[int, int, QPBase]] = []
         #: the drop counters (see :attr:`stats`); packets delivered are counted
         #: in an int (once per packet: no dict update on the hot path).
         self._drops = {
@@ -95,10 +136,6 @@ class Context:
             "rx_wrong_peer": 0,
         }
         self._rx_packets = 0
-        #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
-        self.ports_down = 0
-        #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
-        self.controller: Any = None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -192,6 +229,7 @@ class Context:
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self.ready.pop(qp, None)
+        self.control_ready.pop(qp, None)
         self.timer_dirty[qp] = None
 
     # -- controller -------------------------------------------------------------------
@@ -298,15 +336,36 @@ class Context:
             return None
         return qp
 
-    def poll_packet(self, now: int, busy: int = 0) -> tuple[QueuePair, Packet] | None:
+    def poll_packet(self, now: int, busy: int = 0) -> tuple[QPBase, Packet] | None:
         """The next packet to send from any QP (round robin), with its QP.
+
+        Control packets (SACKs, NACKs, probes, probe replies) of every QP go
+        first, in the order they were queued: a NIC sends its acknowledgements
+        ahead of data, as the switches forward them at header priority.  Were
+        they served in the QPs' data round robin, a NIC sending to dozens of
+        peers would hold each ACK and probe reply behind a packet of every
+        other QP (about 5 us at 400 Gb/s with 63 QPs), inflating every RTT
+        sample, RACK's horizon and the EV probes' round trips
+        (docs/loss-recovery.md).
 
         ``busy`` is a bitmask of planes whose NIC port cannot take a packet now
         (a multi-port driver passes it so data goes to free ports).  A QP that
         has data only for busy planes stays ready.
         """
+        control = self.control_ready
+        while control:
+            for qp in control:  # noqa: B007 -- the oldest; compiled, cheaper than next(iter())
+                break
+            queue = qp.control
+            if queue:
+                first = queue.popleft()
+                if not queue:
+                    del control[qp]
+                self.timer_dirty[qp] = None
+                return (qp, first)
+            del control[qp]
         ready = self.ready
-        blocked: list[QueuePair] | None = None
+        blocked: list[QPBase] | None = None
         found = None
         while ready:
             for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
@@ -378,7 +437,7 @@ class Context:
             self._refresh_timers()
         heap = self._timer_heap
         deadline = self._deadline
-        due: list[tuple[int, QueuePair]] = []
+        due: list[tuple[int, QPBase]] = []
         while heap and heap[0][0] <= now:
             t, qpn, qp = _heappop(heap)
             if deadline.get(qp, -1) == t:

@@ -41,6 +41,21 @@ came back doubles that (``FLAP_MAX_DOUBLINGS``), and each stable period
 (``FLAP_DECAY_INTERVALS`` probe intervals GOOD) forgives one failure.  So a
 flapping path is kept out while it flaps and returns once it holds.
 
+Failure-proportional plane shares (a documented departure, docs/paths.md):
+slots stay split equally over the planes (paper 4: a replacement comes from
+the failed EV's plane), but while some of a plane's paths (plane, uplink)
+have an ASSUMED_BAD EV, and the plane's EVs show congestion (an ECN echo or a
+trim within the last ``HOT_ROTATIONS`` rotations' worth of packets), the
+plane sends only in proportion to its paths still working: with ``U`` uplink
+values and ``k`` of them failed, ``(U - k) / U`` of a full plane's packets.
+So a plane that lost a quarter of its T0-T1 paths and is the bottleneck
+carries a quarter less, and a failure costs the capacity it removes rather
+than a quarter of every plane; a plane with room left is not held back.
+When an EV is blamed its siblings in the rotation (same plane and uplink,
+other spare entropy: the same physical path) are blamed with it, and
+backups drawn for slots pass over EVs on a failed path while the plane has
+others.
+
 A floor of usable EVs stops a storm from disabling them all, and a plane whose
 active EVs are mostly bad stops consuming its backups (the plane is presumed
 down; its EVs are probed and come back when it does).
@@ -138,6 +153,24 @@ FLAP_MAX_DOUBLINGS: Final = 5
 #: failing with any period shorter than its hold-down keeps its count; a path
 #: that stays up for 4 ms (defaults) per failure is forgotten step by step.
 FLAP_DECAY_INTERVALS: Final = 128
+
+#: How many packets a plane with failed paths may send ahead of its share
+#: (failure-proportional plane shares, module docstring).
+SHARE_SLACK: Final = 2.0
+#: A plane's share is enforced for this many rotations' worth of packets after
+#: its paths last showed congestion (an ECN echo or a trim): while the plane's
+#: remaining paths are not congested, its lost capacity costs nothing.
+HOT_ROTATIONS: Final = 32
+#: ...and for this many rotations right after a new failure in the plane (its
+#: queues have not had time to mark yet; short: a plane with room left, such as
+#: a NIC-bound flow's on a fabric with spare uplinks, is held back only briefly).
+HOT_AT_FAILURE: Final = 2
+#: Backups on a failed path passed over before one is taken anyway (bounds the
+#: work of a draw when most of a plane's paths have failed).
+FAILED_PATH_PASSES: Final = 16
+#: The EV bits that name its physical path (plane and uplink; not the spare
+#: entropy): EVs equal in these bits fail together.
+PATH_KEY_MASK: Final = 0xFFFF
 
 #: A plane's backup space up to this many EVs is shuffled once, when its first
 #: backup is drawn; a larger one is sampled (rejection sampling).
@@ -470,22 +503,30 @@ class PathSet:
         "_ecn_n",
         "_ecn_sum",
         "_evs",
+        "_failed",
         "_fresh",
         "_gen_planes",
+        "_hot",
         "_ids",
         "_idx",
         "_inslot",
         "_known",
+        "_nref",
         "_pcur",
         "_pool_rngs",
         "_rate",
         "_returned",
         "_run",
         "_seeds",
+        "_sent",
         "_slots",
         "_spares",
+        "_sref",
         "_st",
+        "_tx",
         "_uplinks",
+        "_weight",
+        "_wmask",
         "denied_planes",
         "down",
         "events",
@@ -591,6 +632,21 @@ class PathSet:
         self._run: array[int] = array("H")
         self._ecn_sum: float = 0.0
         self._ecn_n: int = 0
+        # Failure-proportional plane shares (module docstring): per plane, the
+        # share of a full plane's packets it sends (1.0 unless some of its paths
+        # failed); the bitmask of planes below 1.0; the failed path keys.
+        self._weight: array[float] = array("d", [1.0]) * (1 << PLANE_BITS)
+        #: packets sent per weighted plane, and on the full planes (``_nref`` of
+        #: them), since the shares last changed.
+        self._sent: array[int] = array("q", bytes(8 << PLANE_BITS))
+        self._sref: int = 0
+        self._nref: int = 0
+        #: packets sent while some plane is weighted; per plane, the count up to
+        #: which its share is enforced (it showed congestion: ECN or a trim).
+        self._tx: int = 0
+        self._hot: array[int] = array("q", bytes(8 << PLANE_BITS))
+        self._wmask: int = 0
+        self._failed: set[int] = set()
         self._build(rng)
 
     # -- construction -----------------------------------------------------------------
@@ -726,6 +782,9 @@ class PathSet:
         n = len(slots)
         i = self._idx
         skip = busy | self.down
+        # Failure-proportional shares, while some full plane is in use to weigh against.
+        wmask = self._wmask if self._nref else 0
+        gated = -1  # the first EV passed over for its plane's share
         for _ in range(n):
             k = slots[i]
             i += 1
@@ -754,10 +813,28 @@ class PathSet:
                             pcur[17 + plane] = c
                             ev = self._evs[kk]
                             break
+                if wmask:
+                    plane = ev & 15
+                    self._tx += 1
+                    if wmask >> plane & 1 and self._tx <= self._hot[plane]:
+                        # A weighted plane that shows congestion sends only while
+                        # it lags the full planes' mean by its share (a burst of
+                        # SHARE_SLACK).
+                        sent = self._sent[plane]
+                        if sent >= self._weight[plane] * self._sref / self._nref + SHARE_SLACK:
+                            if gated < 0:
+                                gated = ev
+                            self._tx -= 1
+                            continue
+                        self._sent[plane] = sent + 1
+                    elif not wmask >> plane & 1:
+                        self._sref += 1
                 self._idx = i
                 return ev
             if s == _SKIP:
                 st[k] = _GOOD
+        if gated >= 0 and not busy:
+            return gated  # no full plane had a usable EV: never stall on a share
         if busy and self.usable:
             return -1
         # Nothing usable (everything denied or bad and the floor is 0): keep sending
@@ -796,6 +873,8 @@ class PathSet:
         i = self._id(ev)
         if i < 0:
             return
+        if self._wmask >> (ev & 15) & 1:
+            self._congested(ev & 15)
         st = self._st[i]
         if st == _GOOD:
             self._st[i] = _SKIP
@@ -843,6 +922,8 @@ class PathSet:
 
     def on_trim(self, ev: int) -> None:
         """A trim away from the last hop: skip ``ev`` for one rotation."""
+        if self._wmask >> (ev & 15) & 1:
+            self._congested(ev & 15)
         i = self._id(ev)
         if i >= 0 and self._st[i] == _GOOD:
             self._st[i] = _SKIP
@@ -869,7 +950,7 @@ class PathSet:
         ev = self._evs[i]
         plane = ev & 15
         while True:
-            c = self._pool_pop(plane)
+            c = self._pop_backup(plane)
             if c < 0:
                 return
             if not self._take_backup(c):
@@ -894,10 +975,36 @@ class PathSet:
         st = self._st[i]
         if st in (_BAD, _DENIED) or self.down >> (ev & 15) & 1:
             return
+        if not self._fail(i, now, reason):
+            return
+        # The EV's siblings (EVs on the same physical path: equal plane and
+        # uplink bits, other spare entropy) lose their packets too: they are
+        # out of the rotation at once rather than one lost packet each, and
+        # probed back like it (module docstring).
+        key = ev & PATH_KEY_MASK
+        evs = self._evs
+        states = self._st
+        failed = [i] if self._inslot[i] else []
+        for j in self._slots:
+            if (
+                j != i
+                and evs[j] & PATH_KEY_MASK == key
+                and states[j] < _BAD
+                and self._fail(j, now, "path failed: sibling EV lost")
+            ):
+                failed.append(j)
+        self._reweigh(ev & 15)
+        for j in failed:
+            self._replace(j)
+
+    def _fail(self, i: int, now: int, reason: str) -> bool:
+        """Make id ``i`` ASSUMED_BAD and schedule its probes (not past the floor);
+        whether it was done.  The caller refills its slot."""
+        ev = self._evs[i]
         in_slot = self._inslot[i] == 1
         if in_slot and self.usable <= self.profile.floor:
             self.stats_floor_hits += 1
-            return
+            return False
         self._set(i, _BAD, now, reason)
         self.stats_bad += 1
         self._note_failure(ev, now)
@@ -909,7 +1016,7 @@ class PathSet:
             self.next_probe_at = due
         if in_slot:
             self.usable -= 1
-            self._replace(i)
+        return True
 
     def _note_failure(self, ev: int, now: int) -> None:
         """Flap hold-down: count ``ev``'s failure, after forgiving one per
@@ -932,7 +1039,7 @@ class PathSet:
         if not self._pool_any(plane) or self.plane_looks_down(plane):
             return  # keep its backups for when it returns
         while True:
-            c = self._pool_pop(plane)
+            c = self._pop_backup(plane)
             if c < 0:
                 return
             if self._take_backup(c):
@@ -954,6 +1061,81 @@ class PathSet:
         self._st[c] = _GOOD
         return True
 
+    def _pop_backup(self, plane: int) -> int:
+        """The plane's next backup (as :meth:`_pool_pop`), passing over those on
+        a failed path while the plane has others: the first one given back on a
+        working path, else a fresh draw (one on a failed path joins the given
+        back, at most ``FAILED_PATH_PASSES`` times), else a failed-path one; -1
+        when the plane has none."""
+        failed = self._failed
+        if not failed:
+            return self._pool_pop(plane)
+        returned = self._returned
+        for j in range(len(returned)):
+            ev = returned[j]
+            if ev & 15 == plane and ev & PATH_KEY_MASK not in failed:
+                del returned[j]
+                i = self._id(ev)
+                return self._add(ev) if i < 0 else i
+        for _ in range(FAILED_PATH_PASSES):
+            c = self._draw_fresh(plane)
+            if c < 0:
+                break
+            if self._evs[c] & PATH_KEY_MASK not in failed:
+                return c
+            returned.append(self._evs[c])
+        return self._pool_pop(plane)  # only failed paths left: take one anyway
+
+    def _reweigh(self, plane: int) -> None:
+        """Recompute ``plane``'s share of its turns from its failed paths: the
+        paths (plane, uplink) with an ASSUMED_BAD EV (the EVs being probed), out
+        of the profile's uplink values (module docstring).  An explicit EV list
+        names no uplink space: its planes keep equal shares."""
+        failed = self._failed
+        for key in [k for k in failed if k & 15 == plane]:
+            failed.discard(key)
+        keys = {ev & PATH_KEY_MASK for ev in self.probing if ev & 15 == plane}
+        failed |= keys
+        total = len(self._uplinks)
+        weight = 1.0 if total == 0 else max(0.0, (total - len(keys)) / total)
+        if weight < self._weight[plane]:
+            # a new failure: enforce the share at once, for HOT_AT_FAILURE
+            # rotations unless the plane shows congestion meanwhile
+            hot = self._tx + HOT_AT_FAILURE * len(self._slots)
+            self._hot[plane] = max(self._hot[plane], hot)
+        self._weight[plane] = weight
+        if weight < 1.0:
+            self._wmask |= 1 << plane
+        else:
+            self._wmask &= ~(1 << plane)
+        self._restart_shares()
+
+    def _congested(self, plane: int) -> None:
+        """A plane with failed paths drew a congestion signal: enforce its share
+        for the next ``HOT_ROTATIONS`` rotations' worth of packets (counted
+        afresh if it was not enforced)."""
+        if self._tx > self._hot[plane]:
+            self._restart_shares()
+        self._hot[plane] = self._tx + HOT_ROTATIONS * len(self._slots)
+
+    def _restart_shares(self) -> None:
+        """Start counting the planes' sends afresh (the shares or the planes in
+        use changed); no weighting while no full plane is in use."""
+        wmask = self._wmask
+        full = 0
+        for plane in range(1 << PLANE_BITS):
+            if self._active[plane] and not (wmask | self.down) >> plane & 1:
+                full += 1
+        self._nref = full
+        for plane in range(1 << PLANE_BITS):
+            self._sent[plane] = 0
+        self._sref = 0
+
+    def plane_shares(self) -> list[float]:
+        """Per plane (0..15), the share of its turns in the rotation it takes:
+        1.0, or less while some of its paths have failed (module docstring)."""
+        return self._weight.tolist()
+
     def _pool_any(self, plane: int) -> bool:
         """Whether the plane has a backup left (given back, or never drawn)."""
         if self._gen_planes >> plane & 1 and self._known[plane] < len(self._uplinks) * len(
@@ -972,6 +1154,11 @@ class PathSet:
                 del returned[j]
                 i = self._id(ev)
                 return self._add(ev) if i < 0 else i
+        return self._draw_fresh(plane)
+
+    def _draw_fresh(self, plane: int) -> int:
+        """The id of a backup of the plane never known before, drawn from its
+        space, or -1 when it has none left."""
         if not self._gen_planes >> plane & 1:
             return -1
         uplinks = self._uplinks
@@ -1028,6 +1215,8 @@ class PathSet:
         self.down = self.local_down | self.remote_down | self.denied_planes
         if self.down != old:
             self.stats_port_changes += 1
+            if self._failed:
+                self._restart_shares()
             return True
         return False
 
@@ -1101,6 +1290,7 @@ class PathSet:
             return
         del self.probing[ev]
         del self.probe_due[ev], self.probe_backoff[ev]
+        self._reweigh(ev & 15)
         self.flap_good_since[ev] = now
         i = self._id(ev)
         self._set(i, _GOOD, now, "probes answered")
@@ -1144,6 +1334,8 @@ class PathSet:
         self.probe_wait.pop(ev, None)
         self.probe_due.pop(ev, None)
         self.probe_backoff.pop(ev, None)
+        if st == _BAD:
+            self._reweigh(ev & 15)
         self._set(i, _DENIED, now, "denied")
         if self._inslot[i]:
             self._replace(i)  # a backup of the plane takes the denied EV's slot
@@ -1231,6 +1423,7 @@ class PathSet:
         self.probe_backoff.pop(ev, None)
         self.flaps.pop(ev, None)
         self.flap_good_since.pop(ev, None)
+        self._reweigh(ev & 15)
         if not self.probing:
             self.next_probe_at = None
 

@@ -10,9 +10,9 @@ integer number of picoseconds given by the caller.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from dataclasses import replace as dc_replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..wire.packets import (
     DataPacket,
@@ -27,6 +27,7 @@ from . import cc as cc_registry
 from .attrs import STAGES, QPAttr
 from .errors import InvalidArgument, InvalidState, ResourceExhausted
 from .paths import PathSet
+from .qpbase import ContextBase, QPBase, QPStats
 from .requester import Requester, SendOp
 from .responder import Responder
 from .state import CAN_POST_RECV, CAN_POST_SEND, QPState, check_transition
@@ -34,7 +35,7 @@ from .verbs import (
     SGE,
     CompletionQueue,
     MemoryRegion,
-    ProtectionDomain,
+    PDBase,
     QPCap,
     RecvWR,
     SendWR,
@@ -44,59 +45,8 @@ from .verbs import (
     WROpcode,
 )
 
-if TYPE_CHECKING:
-    from .context import Context
-
 _U32: Final = 0xFFFFFFFF
 _U64: Final = (1 << 64) - 1
-
-
-@dataclass(slots=True)
-class QPStats:
-    """Counters of one QP (both halves)."""
-
-    tx_data_packets: int = 0
-    tx_data_bytes: int = 0
-    retransmits: int = 0
-    spurious_retransmits: int = 0
-    timeouts: int = 0
-    losses_detected: int = 0
-    tail_probes: int = 0
-    #: reliability probes sent because the window closed with no ACK requested.
-    window_probes: int = 0
-    probes_sent: int = 0
-    probe_replies: int = 0
-    window_stalls: int = 0
-    rx_sacks: int = 0
-    rx_nacks: int = 0
-    fatal_nacks: int = 0
-    #: fatal NACKs dropped: not about an outstanding transmission (stale or forged).
-    ignored_fatal_nacks: int = 0
-    stale_nacks: int = 0
-    oow_nacks: int = 0
-    #: times a PSN_OUT_OF_WINDOW NACK showed the receiver's window smaller than ours.
-    peer_window_shrinks: int = 0
-    trims: int = 0
-    trims_lasthop: int = 0
-    ecn_echoes: int = 0
-    rx_data_packets: int = 0
-    rx_duplicates: int = 0
-    rx_out_of_window: int = 0
-    rx_trimmed: int = 0
-    rx_access_errors: int = 0
-    rx_no_resource: int = 0
-    rx_invalid: int = 0
-    rx_messages: int = 0
-    rx_probes: int = 0
-    tx_sacks: int = 0
-    tx_nacks: int = 0
-    dropped_not_ready: int = 0
-    #: NACKs (QP_NOT_READY) sent while in ERROR, answering the peer's data.
-    error_nacks: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters as a plain dict."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,37 +60,23 @@ class QPEvent:
     reason: str
 
 
-class QueuePair:
+class QueuePair(QPBase):
     """An MRC reliable connection: a requester and a responder sharing one QPN."""
 
     def __init__(
         self,
-        context: Context,
-        pd: ProtectionDomain,
+        context: ContextBase,
+        pd: PDBase,
         qpn: int,
         send_cq: CompletionQueue,
         recv_cq: CompletionQueue,
         cap: QPCap,
     ) -> None:
         cap.validate()
-        self.context = context
-        self.pd = pd
-        self.qpn = qpn
-        self.send_cq = send_cq
-        self.recv_cq = recv_cq
+        super().__init__(context, pd, qpn, send_cq, recv_cq)
         self.cap = cap
-        self.state = QPState.RESET
-        self.attr = QPAttr()
-        self.remote_qpn = 0
-        #: the driver's name for the remote host (the simulator's host index,
-        #: the socket driver's address); the core never looks inside it.
-        self.peer: object = None
-        self.stats = QPStats()
-        self.paths: PathSet | None = None
-        self.cc: cc_registry.CongestionControl | None = None
         self.requester: Requester | None = None
         self.responder: Responder | None = None
-        self.control: deque[Packet] = deque()
         self._early_recvs: deque[RecvWR] = deque()
         self.error_reason = ""
 
@@ -248,6 +184,7 @@ class QueuePair:
         self.stats = QPStats()
         self.error_reason = ""
         self.context.ready.pop(self, None)
+        self.context.control_ready.pop(self, None)
         self.context.timer_dirty[self] = None
 
     # -- posting ----------------------------------------------------------------------
@@ -451,6 +388,7 @@ class QueuePair:
         """Queue a control packet (SACK, NACK, probe) to go out before data."""
         self.control.append(pkt)
         self.context.ready[self] = None
+        self.context.control_ready[self] = None
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""
@@ -474,7 +412,7 @@ class QueuePair:
                     )
                 )
 
-    def fail(self, status: WCStatus, failed_op: SendOp | None, now: int, reason: str) -> None:
+    def fail(self, status: WCStatus, failed_op: object, now: int, reason: str) -> None:
         """Go to ERROR: complete what finished, fail ``failed_op``, flush the rest."""
         if self.state is QPState.ERROR:
             return

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .attrs import QPAttr
     from .cc import CongestionControl
     from .paths import PathSet
-    from .qp import QueuePair
+    from .qpbase import QPBase
 
 _MASK64: Final = (1 << 64) - 1
 
@@ -207,7 +207,7 @@ class Tx:
 class Requester:
     """Send-side state of one QP."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: QPBase) -> None:
         self.qp = qp
         attr = qp.attr
         self.mtu = attr.mtu
@@ -247,7 +247,10 @@ class Requester:
         self.rack_deadline: int | None = None
         #: per EV, its transmissions not yet resolved, (PSN, send time) in send
         #: order: the order evidence of loss on that EV (see :meth:`_on_order`).
-        self.ev_sent: dict[int, deque[tuple[int, int]]] = {}
+        #: Only EVs with some are keys, and each holds a list, not a deque: a QP
+        #: sprays over hundreds of EVs with a few packets each in flight, and an
+        #: empty deque is 600 bytes (docs/performance.md, the memory budget).
+        self.ev_sent: dict[int, list[tuple[int, int]]] = {}
         #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
@@ -399,7 +402,7 @@ class Requester:
         self.inflight += tx.length
         q = self.ev_sent.get(ev)
         if q is None:
-            q = self.ev_sent[ev] = deque()
+            q = self.ev_sent[ev] = []
         q.append((tx.psn, now))
         last = tx.opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
@@ -661,17 +664,23 @@ class Requester:
             return
         me = (tx.psn, tx.sent)
         if q[0] == me:
-            q.popleft()
+            if len(q) == 1:
+                del self.ev_sent[tx.ev]
+            else:
+                del q[0]
             return
         if me not in q:
             return
         unacked = self.unacked
         gaps = self.gaps
         due = -1
-        while True:
-            rec = q.popleft()
-            if rec == me:
-                break
+        k = q.index(me)
+        before = q[:k]
+        if k + 1 == len(q):
+            del self.ev_sent[tx.ev]
+        else:
+            del q[: k + 1]
+        for rec in before:
             if rec[0] in unacked:
                 if due < 0:
                     due = now + self.gap_allowance()
@@ -908,7 +917,10 @@ class Requester:
             return
         q = self.ev_sent.get(nack.ev)
         if q and rec in q:
-            q.remove(rec)
+            if len(q) == 1:
+                del self.ev_sent[nack.ev]
+            else:
+                q.remove(rec)
 
     def _learn_peer_window(self, nack: NackPacket) -> None:
         """Shrink the send PSN window to what a PSN_OUT_OF_WINDOW NACK proves.

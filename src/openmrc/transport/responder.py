@@ -29,7 +29,7 @@ from .state import QPState
 from .verbs import RecvWR, WCOpcode, WCStatus, WorkCompletion
 
 if TYPE_CHECKING:
-    from .qp import QueuePair
+    from .qpbase import QPBase
 
 _MASK64: Final = (1 << 64) - 1
 # C statics when compiled (a module global is a dict lookup per use)
@@ -59,7 +59,7 @@ def window_penalty(held: int, window: int) -> int:
 class Responder:
     """Receive-side state of one QP."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: QPBase) -> None:
         self.qp = qp
         attr = qp.attr
         self.window = attr.recv_window_psns

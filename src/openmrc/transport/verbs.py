@@ -21,9 +21,6 @@ from .errors import InvalidArgument, ResourceExhausted
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .context import Context
-    from .qp import QueuePair
-
 
 class Access(IntFlag):
     """Memory region access flags (as in verbs)."""
@@ -165,7 +162,7 @@ class MemoryRegion:
 
     def __init__(
         self,
-        pd: ProtectionDomain,
+        pd: PDBase,
         addr: int,
         length: int,
         access: Access,
@@ -221,21 +218,16 @@ class QPCap:
                 )
 
 
-class ProtectionDomain:
-    """Groups memory regions and queue pairs: a QP may only touch its own PD's MRs.
+class PDBase:
+    """A protection domain as the objects below the context see it: its handle, its
+    regions, and their (de)registration.  The one class is
+    :class:`openmrc.transport.context.ProtectionDomain` (the context creates it);
+    memory regions and queue pairs hold it by this type, so this module need not
+    import the context."""
 
-    A plain class, not a dataclass: a compiled dataclass needs its field types
-    at import time, and :class:`~openmrc.transport.context.Context` (which
-    imports this module) is not defined yet then.
-    """
-
-    def __init__(self, context: Context, handle: int) -> None:
-        self.context = context
+    def __init__(self, handle: int) -> None:
         self.handle = handle
         self.mrs: list[MemoryRegion] = []
-
-    def __repr__(self) -> str:
-        return f"ProtectionDomain(handle={self.handle}, mrs={len(self.mrs)})"
 
     def reg_mr(
         self,
@@ -244,31 +236,12 @@ class ProtectionDomain:
         buffer: bytearray | memoryview | None = None,
         addr: int | None = None,
     ) -> MemoryRegion:
-        """Register a memory region of ``length`` bytes.
-
-        With ``buffer`` the region holds real bytes (its length must match);
-        without, it is virtual.  ``addr`` defaults to a fresh address in the
-        context's address space.
-        """
-        return self.context.register_mr(self, length, access, buffer, addr)
+        """Register a memory region of ``length`` bytes (see ``ProtectionDomain``)."""
+        raise NotImplementedError
 
     def dereg_mr(self, mr: MemoryRegion) -> None:
-        """Deregister a region; packets naming its rkey are refused afterwards."""
-        self.context.deregister_mr(self, mr)
-
-    def create_qp(
-        self,
-        send_cq: CompletionQueue,
-        recv_cq: CompletionQueue | None = None,
-        cap: QPCap | None = None,
-    ) -> QueuePair:
-        """Create a queue pair in RESET."""
-        return self.context.create_qp_for(
-            self,
-            send_cq,
-            recv_cq if recv_cq is not None else send_cq,
-            cap if cap is not None else QPCap(),
-        )
+        """Deregister a region (see ``ProtectionDomain``)."""
+        raise NotImplementedError
 
 
 def check_queue_room(name: str, used: int, limit: int) -> None:

@@ -48,7 +48,7 @@ BUSBW_FACTORS = {
 KINDS = tuple(BUSBW_FACTORS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transfer:
     """``size`` bytes from rank ``src`` to rank ``dst`` once ``deps`` (indices) have arrived."""
 
@@ -99,31 +99,49 @@ class Collective:
         connection, as NCCL keeps its QPs for the whole job (MRC: the same QPs,
         so EV and congestion state persist; a baseline: the same ECMP paths).
         """
+        hosts = self.check_placement(placement)
+        prefix = name or self.kind
+        merged = {**self.settings, **(settings or {})}
+        return [
+            self.flow(i, hosts, message, start_ps, prefix, qps, merged)
+            for i in range(len(self.transfers))
+        ]
+
+    def check_placement(self, placement: Sequence[int] | None) -> list[int]:
+        """The host of each rank (default: host ``r``); ValueError if ``placement`` is bad."""
         hosts = list(range(self.ranks)) if placement is None else list(placement)
         if len(hosts) != self.ranks:
             raise ValueError(f"placement: needs one host per rank ({self.ranks}), got {len(hosts)}")
         if len(set(hosts)) != len(hosts):
             raise ValueError("placement: two ranks on one host (one rank per NIC)")
-        prefix = name or self.kind
-        merged = {**self.settings, **(settings or {})}
-        out = []
-        for i, t in enumerate(self.transfers):
-            out.append(
-                FlowSpec(
-                    hosts[t.src],
-                    hosts[t.dst],
-                    t.size,
-                    start_ps=start_ps + (t.gap_ps if not t.deps else 0),
-                    message=message,
-                    name=f"{prefix}#{i}:r{t.src}->r{t.dst}:s{t.step}c{t.channel}k{t.chunk}",
-                    deps=t.deps,
-                    gap_ps=t.gap_ps if t.deps else 0,
-                    conn=f"{prefix}/ch{t.channel}",
-                    qps=qps,
-                    settings=dict(merged) if merged else None,
-                )
-            )
-        return out
+        return hosts
+
+    def flow(
+        self,
+        i: int,
+        hosts: Sequence[int],
+        message: int,
+        start_ps: int,
+        prefix: str,
+        qps: int | None,
+        merged: dict[str, Any],
+    ) -> FlowSpec:
+        """Transfer ``i`` as a flow (one item of :meth:`flows`; ``prefix`` names it,
+        ``merged`` is the collective's settings updated with the run's)."""
+        t = self.transfers[i]
+        return FlowSpec(
+            hosts[t.src],
+            hosts[t.dst],
+            t.size,
+            start_ps=start_ps + (t.gap_ps if not t.deps else 0),
+            message=message,
+            name=f"{prefix}#{i}:r{t.src}->r{t.dst}:s{t.step}c{t.channel}k{t.chunk}",
+            deps=t.deps,
+            gap_ps=t.gap_ps if t.deps else 0,
+            conn=f"{prefix}/ch{t.channel}",
+            qps=qps,
+            settings=dict(merged) if merged else None,
+        )
 
     def summary(self, start_ps: int, arrived_ps: Sequence[int | None]) -> dict[str, Any]:
         """Completion time, algbw and busbw from each transfer's arrival time (None: never).
@@ -131,6 +149,16 @@ class Collective:
         ``time_us`` runs from ``start_ps`` to the last arrival (per iteration in
         ``iteration_us``: each ends when its slowest rank received its last byte).
         """
+        done = all(a is not None for a in arrived_ps)
+        if not done or not arrived_ps:
+            return self.summary_of(start_ps, None)
+        arrived = [a for a in arrived_ps if a is not None]  # all of them: done
+        return self.summary_of(
+            start_ps, [max(arrived[a:b]) for a, b in self.iterations] or [max(arrived)]
+        )
+
+    def summary_of(self, start_ps: int, ends: Sequence[int] | None) -> dict[str, Any]:
+        """:meth:`summary` from the last arrival of each iteration (None: not complete)."""
         out: dict[str, Any] = {
             "kind": self.kind,
             "ranks": self.ranks,
@@ -139,13 +167,10 @@ class Collective:
             "transfers": len(self.transfers),
             "busbw_factor": round(self.busbw_factor, 6),
         }
-        done = all(a is not None for a in arrived_ps)
-        out["complete"] = done
-        if not done or not arrived_ps:
+        out["complete"] = ends is not None
+        if ends is None:
             out.update(time_us=None, algbw_gbps=0.0, busbw_gbps=0.0, iteration_us=[])
             return out
-        arrived = [a for a in arrived_ps if a is not None]  # all of them: done
-        ends = [max(arrived[a:b]) for a, b in self.iterations] or [max(arrived)]
         end = max(ends)
         elapsed = end - start_ps
         iters = []

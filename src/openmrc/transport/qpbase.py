@@ -1,0 +1,169 @@
+"""The queue pair and the context as the transport's own parts see each other.
+
+:class:`QPBase` is what the two halves of a queue pair (:mod:`.requester`,
+:mod:`.responder`) and its context use of it; :class:`ContextBase` is what a
+queue pair uses of its context.  :class:`~openmrc.transport.qp.QueuePair` and
+:class:`~openmrc.transport.context.Context` are the one implementation of each.
+They sit below :mod:`.qp` and :mod:`.context`, so those modules and the halves
+import each other in no circle.  Native base classes, not protocols: compiled
+with mypyc, the halves still read a QP's attributes at fixed offsets and call its
+methods through its vtable, as when they named ``QueuePair`` itself.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..wire.packets import Packet
+from .attrs import QPAttr
+from .cc.base import CongestionControl
+from .paths import PathSet
+from .state import QPState
+from .verbs import CompletionQueue, MemoryRegion, PDBase, WCStatus
+
+
+@dataclass(slots=True)
+class QPStats:
+    """Counters of one QP (both halves)."""
+
+    tx_data_packets: int = 0
+    tx_data_bytes: int = 0
+    retransmits: int = 0
+    spurious_retransmits: int = 0
+    timeouts: int = 0
+    losses_detected: int = 0
+    tail_probes: int = 0
+    #: reliability probes sent because the window closed with no ACK requested.
+    window_probes: int = 0
+    probes_sent: int = 0
+    probe_replies: int = 0
+    window_stalls: int = 0
+    rx_sacks: int = 0
+    rx_nacks: int = 0
+    fatal_nacks: int = 0
+    #: fatal NACKs dropped: not about an outstanding transmission (stale or forged).
+    ignored_fatal_nacks: int = 0
+    stale_nacks: int = 0
+    oow_nacks: int = 0
+    #: times a PSN_OUT_OF_WINDOW NACK showed the receiver's window smaller than ours.
+    peer_window_shrinks: int = 0
+    trims: int = 0
+    trims_lasthop: int = 0
+    ecn_echoes: int = 0
+    rx_data_packets: int = 0
+    rx_duplicates: int = 0
+    rx_out_of_window: int = 0
+    rx_trimmed: int = 0
+    rx_access_errors: int = 0
+    rx_no_resource: int = 0
+    rx_invalid: int = 0
+    rx_messages: int = 0
+    rx_probes: int = 0
+    tx_sacks: int = 0
+    tx_nacks: int = 0
+    dropped_not_ready: int = 0
+    #: NACKs (QP_NOT_READY) sent while in ERROR, answering the peer's data.
+    error_nacks: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a plain dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class ContextBase:
+    """What a queue pair uses of its context: keys, the ready and timer sets, events."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        #: registered memory regions by lkey (local access) and by rkey (remote access).
+        self.lkeys: dict[int, MemoryRegion] = {}
+        self.rkeys_by_key: dict[int, MemoryRegion] = {}
+        #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
+        self.ready: dict[QPBase, None] = {}
+        #: QPs whose deadline may have changed since the context last looked (a QP
+        #: adds itself whenever it takes input, sends, runs a timer or changes state).
+        self.timer_dirty: dict[QPBase, None] = {}
+        #: QPs with a control packet (SACK, NACK, probe, probe reply) queued, in the
+        #: order they queued one: control goes out before any QP's data (see
+        #: :meth:`openmrc.transport.context.Context.poll_packet`).  A QP whose control
+        #: queue has emptied meanwhile (its own poll sent it) is dropped when reached.
+        self.control_ready: dict[QPBase, None] = {}
+        self.events: deque[object] = deque()
+        #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
+        self.ports_down = 0
+        #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
+        self.controller: Any = None
+
+
+class QPBase:
+    """What a queue pair's halves and its context use of it (see the module's docstring).
+
+    The methods are :class:`~openmrc.transport.qp.QueuePair`'s; here they only
+    name the interface.
+    """
+
+    def __init__(
+        self,
+        context: ContextBase,
+        pd: PDBase,
+        qpn: int,
+        send_cq: CompletionQueue,
+        recv_cq: CompletionQueue,
+    ) -> None:
+        self.context = context
+        self.pd = pd
+        self.qpn = qpn
+        self.send_cq = send_cq
+        self.recv_cq = recv_cq
+        self.state = QPState.RESET
+        self.attr = QPAttr()
+        self.remote_qpn = 0
+        #: the driver's name for the remote host (the simulator's host index,
+        #: the socket driver's address); the core never looks inside it.
+        self.peer: object = None
+        self.stats = QPStats()
+        self.paths: PathSet | None = None
+        self.cc: CongestionControl | None = None
+        #: control packets (SACK, NACK, probe, probe reply) waiting to go out before data.
+        self.control: deque[Packet] = deque()
+
+    # -- used by the requester and responder halves ----------------------------------
+    def wake(self) -> None:
+        """The QP may have output now and its deadline may have moved."""
+        raise NotImplementedError
+
+    def queue_control(self, pkt: Packet) -> None:
+        """Queue a control packet (SACK, NACK, probe) to go out before data."""
+        raise NotImplementedError
+
+    def complete_sends(self) -> None:
+        """Push the send completions of the WRs now fully acknowledged, in order."""
+        raise NotImplementedError
+
+    def fail(self, status: WCStatus, failed_op: object, now: int, reason: str) -> None:
+        """Go to ERROR: complete what finished, fail ``failed_op`` (a send op or None)."""
+        raise NotImplementedError
+
+    # -- used by the context ----------------------------------------------------------
+    def poll_packet(self, now: int, busy: int = 0) -> Packet | None:
+        """The next packet to send, or None."""
+        raise NotImplementedError
+
+    def has_output(self) -> bool:
+        """Whether the QP may have a packet to send."""
+        raise NotImplementedError
+
+    def port_blocked(self) -> bool:
+        """Whether its output waits only for busy ports."""
+        raise NotImplementedError
+
+    def get_timer(self) -> int | None:
+        """The QP's earliest deadline, or None."""
+        raise NotImplementedError
+
+    def handle_timer(self, now: int) -> None:
+        """Run the deadlines that have passed."""
+        raise NotImplementedError
