@@ -25,16 +25,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .baselines.roce import RoceConfig
 from .sim.experiment import Experiment
-from .sim.fluid import FluidFault, FluidJob, FluidModel, FluidResult
+from .sim.fluid import FluidJob, FluidModel, FluidResult
+from .sim.fluid_faults import expand
 from .sim.result import Result
 from .topology import ClosSpec
 from .workloads.jobs.config import FileJob, JobConfig
 from .workloads.jobs.graph import JobGraph, build_iteration
+from .workloads.jobs.iterations import iteration_ends, percentile, repeat
 from .workloads.jobs.lower import Lowered, lower, times
 from .workloads.jobs.trace import chrome_trace
 
 US = 1_000_000
+
+#: the RoCE settings of the packet baseline that the flow level reads (retransmission).
+ROCE_ADP_KEYS = ("adaptive_retransmission", "adp_time_base_ps", "adp_init_exp", "adp_init_range")
 
 
 @dataclass
@@ -62,6 +68,7 @@ def placed(configs: Sequence[JobConfig | FileJob], hosts: list[list[int]]) -> li
             graph, params = build_iteration(c.spec), c.spec.model.params()
         else:
             graph, params = c.graph, None
+        graph = repeat(graph, c.iterations)
         out.append(PlacedJob(c.name, graph, h, c.start_us, params))
     return out
 
@@ -94,6 +101,8 @@ def fluid_model(
     conv = int(transport.baseline_fabric.get("convergence_delay_ps", 200_000_000_000))
     rto = round(4.096e6 * 2 ** int(transport.roce.get("timeout_exp", 20)))
     retries = int(transport.roce.get("retries", 7))
+    hold = int(transport.baseline_fabric.get("hold_time_ps", 3_000_000_000_000))
+    rc = RoceConfig(**{k: v for k, v in transport.roce.items() if k in ROCE_ADP_KEYS})
     g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
@@ -106,16 +115,19 @@ def fluid_model(
         nvlink_bytes_per_ps=g.nvlink_bytes_per_ps if g else 0.45,
         rto_ps=rto,
         retries=retries,
+        hold_ps=hold,
+        adp_base_ps=rc.adp_time_base_ps if rc.adaptive_retransmission else None,
+        adp_init_exp=rc.adp_init_exp,
+        adp_init_range=rc.adp_init_range,
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))
     for i, f in enumerate(faults):
-        if f.links or f.switches:
-            raise ValueError(f"faults[{i}]: the flow-level model takes one target, not a group")
-        try:
-            model.add_fault(FluidFault(int(f.at_us * US), f.kind, f.target, f.host, f.plane))
-        except ValueError as exc:
-            raise ValueError(f"faults[{i}].{exc}") from None
+        for fault in expand(f, spec, f"faults[{i}]"):
+            try:
+                model.add_fault(fault)
+            except ValueError as exc:
+                raise ValueError(f"faults[{i}].{exc}") from None
     return model
 
 
@@ -138,6 +150,7 @@ def job_row(
 ) -> dict[str, Any]:
     """One ``jobs`` entry of the results (see the module docstring)."""
     g = job.graph
+    n = g.iterations
     busy = g.compute_busy_ps()
     done = all(e is not None for e in end)
     row: dict[str, Any] = {
@@ -147,25 +160,59 @@ def job_row(
         "start_us": job.start_us,
         "complete": done,
         "tasks": len(g.tasks),
-        "compute_us": round(max(busy) / 1e6, 3),
+        "compute_us": round(max(busy) / n / 1e6, 3),
         "params": job.params,
     }
+    if n > 1:
+        row.update(iteration_rows(job, end, ideal_ps))
     if not done:
         row.update(step_time_us=None, exposed_comm_us=None, idle_us=None, slowdown=None)
         return row
-    step = max((e for e in end if e is not None), default=0.0) - job.start_ps
-    crit = g.critical_compute_ps()
+    # per iteration (the mean when the job runs several)
+    step = (max((e for e in end if e is not None), default=0.0) - job.start_ps) / n
+    crit = g.critical_compute_ps() / n
+    ideal = None if ideal_ps is None else ideal_ps / n
     row["step_time_us"] = round(step / 1e6, 3)
     row["exposed_comm_us"] = round(max(0.0, step - crit) / 1e6, 3)
-    row["idle_us"] = round(sum(step - b for b in busy) / len(busy) / 1e6, 3)
-    row["ideal_step_us"] = None if ideal_ps is None else round(ideal_ps / 1e6, 3)
-    row["slowdown"] = None if not ideal_ps else round(step / ideal_ps, 4)
+    row["idle_us"] = round(sum(step - b / n for b in busy) / len(busy) / 1e6, 3)
+    row["ideal_step_us"] = None if ideal is None else round(ideal / 1e6, 3)
+    row["slowdown"] = None if not ideal else round(step / ideal, 4)
     comm: dict[str, float] = {}
     for t, s, e in zip(g.tasks, start, end, strict=True):
         if t.kind != "compute" and s is not None and e is not None:
             comm[t.phase] = comm.get(t.phase, 0.0) + (e - s)
-    row["comm_time_us_by_phase"] = {k: round(v / 1e6, 3) for k, v in sorted(comm.items())}
+    row["comm_time_us_by_phase"] = {k: round(v / n / 1e6, 3) for k, v in sorted(comm.items())}
     return row
+
+
+def iteration_rows(job: PlacedJob, end: list[Any], ideal_ps: float | None) -> dict[str, Any]:
+    """A several-iteration job's per-iteration step times and their headline (docs/training.md).
+
+    ``step_times_us``: every iteration that ended (in order); ``mean_step_us``,
+    ``p99_step_us`` (nearest rank: the maximum below 100 iterations),
+    ``max_step_us`` over them; ``p99_slowdown``: the p99 over the ideal fabric's
+    mean step.
+    """
+    g = job.graph
+    steps: list[float] = []
+    prev = float(job.start_ps)
+    for e in iteration_ends(g, end):
+        if e is None:
+            break
+        steps.append(e - prev)
+        prev = e
+    out: dict[str, Any] = {
+        "iterations": g.iterations,
+        "step_times_us": [round(x / 1e6, 3) for x in steps],
+    }
+    if steps:
+        p99 = percentile(steps, 99)
+        out["mean_step_us"] = round(sum(steps) / len(steps) / 1e6, 3)
+        out["p99_step_us"] = round(p99 / 1e6, 3)
+        out["max_step_us"] = round(max(steps) / 1e6, 3)
+        if ideal_ps:
+            out["p99_slowdown"] = round(p99 / (ideal_ps / g.iterations), 4)
+    return out
 
 
 def packet_times(
@@ -260,6 +307,17 @@ def step_lines(doc: dict[str, Any]) -> list[str]:
             + ("" if sd is None else f", slowdown {sd:.3f}")
             + f" ({j['gpus']} GPUs)"
         )
+        if j.get("iterations", 1) > 1 and j.get("p99_step_us") is not None:
+            p99 = j.get("p99_slowdown")
+            out.append(
+                f"    {len(j['step_times_us'])} of {j['iterations']} iterations: mean step "
+                f"{j['mean_step_us'] / 1000:,.3f} ms, p99 {j['p99_step_us'] / 1000:,.3f} ms"
+                + (
+                    ""
+                    if p99 is None
+                    else f" (slowdown {j['slowdown'] or 0:.3f} mean, {p99:.3f} p99)"
+                )
+            )
     return out
 
 

@@ -395,6 +395,8 @@ def execute(
             for j, (s, e) in zip(jobs, job_times, strict=True)
         ]
         outcome.trace = trace(jobs, job_times, doc.get("fabric", {}).get("faults", []))
+    if getattr(scenario, "failures", None) is not None:
+        doc["failures"] = scenario.failures
     # The fabric is millions of objects in reference cycles: left to the collector, the
     # interpreter's exit would spend seconds freeing them one by one (4 s at 8192 hosts
     # x 8 planes, most of a Ctrl-C's wait).  Frozen, they are left to the operating
@@ -430,6 +432,8 @@ def _execute_flow(
     )
     doc["jobs"] = rows
     doc["all_ok"] = all(r["complete"] for r in rows)
+    if scenario.failures is not None:
+        doc["failures"] = scenario.failures
     label = f"{scenario.name or scenario_file} [{scenario.transport.name}, flow level]"
     outcome = RunOutcome(label, scenario, doc, False)
     outcome.trace = trace(jobs, [(t.start, t.end) for t in res.jobs], res.faults)

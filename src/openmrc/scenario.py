@@ -320,6 +320,8 @@ class Scenario:
     mode: str = "packet"
     #: set by :meth:`build` at packet level: where each job's flows are (openmrc.jobrun).
     job_state: Any = None
+    #: ``[failures]``: the rates, the window and the drawn faults (openmrc.failures).
+    failures: dict[str, Any] | None = None
 
     def build(self) -> Experiment:
         """The experiment this scenario describes (not yet run)."""
@@ -946,6 +948,7 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         "description",
         "job",
         "jobs",
+        "failures",
     }
     for key in data:
         if key not in allowed:
@@ -1009,6 +1012,11 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         fault = _fill(FaultSpec, item, f"faults[{i}]")
         _num(fault.at_us, f"faults[{i}].at_us")
         faults.append(fault)
+    drawn = _draw_failures(data, spec, seed, jobs)
+    if drawn is not None:
+        for i, d in enumerate(drawn["drawn"]):
+            faults.append(_fill(FaultSpec, d.fault(), f"failures (drawn fault {i})"))
+        drawn["drawn"] = [{**d.fault(), "component": d.component} for d in drawn["drawn"]]
     raw_ctl = data.get("controller", [])
     if not isinstance(raw_ctl, list):
         raise ScenarioError("controller: must be an array of tables ([[controller]])")
@@ -1072,6 +1080,7 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         steady_skip=steady_skip,
         jobs=jobs,
         mode=mode,
+        failures=drawn,
     )
     if mode == "packet":
         scenario.build()  # resolve fault targets and switch settings now, with clear errors
@@ -1083,6 +1092,34 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         except (JobError, ValueError) as exc:
             raise ScenarioError(str(exc)) from None
     return scenario
+
+
+def _draw_failures(
+    data: dict[str, Any], spec: ClosSpec, seed: int, jobs: list[Any]
+) -> dict[str, Any] | None:
+    """``[failures]``: random faults from component failure rates (openmrc.failures)."""
+    if "failures" not in data:
+        return None
+    from .failures import FailureError, draw, expected, parse_rates
+
+    try:
+        rates = parse_rates(data["failures"])
+    except FailureError as exc:
+        raise ScenarioError(str(exc)) from None
+    window = rates.window_us
+    if window <= 0:
+        if not jobs:
+            raise ScenarioError(
+                "failures.window_us: needed without a job (the default is the jobs' "
+                "iterations' compute critical path)"
+            )
+        window = max(j.start_us + j.graph.critical_compute_ps() / US for j in jobs)
+    return {
+        "scale": rates.scale,
+        "window_us": round(window, 6),
+        "expected": expected(rates, spec, window),
+        "drawn": draw(rates, spec, window, seed),
+    }
 
 
 def read_data(path: str | Path) -> dict[str, Any]:

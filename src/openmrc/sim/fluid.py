@@ -22,7 +22,9 @@ Transports (docs/training.md, "Flow-level model"):
   everything it sends is lost; when routing converges (``convergence_ps``
   after the failure) the hash picks again among the live T1s and go-back-N
   resends what was lost; a QP that sent all its bytes before that waits for
-  its ACK timeout (``rto_ps``) to rewind, up to ``retries`` times.
+  its retransmission timeout to rewind: NVIDIA's adaptive retransmission
+  (first timeout 524 us or 1 ms, doubling up to the ACK timeout ``rto_ps``)
+  as the packet baseline, or the fixed ``rto_ps`` up to ``retries`` times.
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
@@ -32,9 +34,9 @@ drained (a ring all-reduce has ``2(n-1)`` steps).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +48,24 @@ from ..workloads.jobs.graph import JobGraph, Task
 from .config import FabricConfig
 
 #: fault kinds the flow-level model applies.
-FLUID_FAULTS = ("link_down", "link_up", "switch_down", "switch_up", "nic_port_down", "nic_port_up")
+FLUID_FAULTS = (
+    "link_down",
+    "link_up",
+    "link_silent",
+    "switch_down",
+    "switch_up",
+    "switch_blackhole",
+    "nic_port_down",
+    "nic_port_up",
+)
+
+#: RoCE with DCQCN: the share of a bottleneck link shared by two or more QPs that they
+#: use, measured on the packet model (benchmarks/training.py --case dcqcn).
+ROCE_SHARED_EFFICIENCY = 0.7
+
+#: silent failures: the wires drop everything but no link goes down, so routing (RoCE / IB)
+#: withdraws a fabric link only at its hold timer and never sees a host link's.
+SILENT_FAULTS = ("link_silent", "switch_blackhole")
 
 
 @dataclass
@@ -99,10 +118,12 @@ class _Flow:
         "qp",
         "rem",
         "res",
+        "rto",
         "src",
         "transfer",
         "tries",
         "w",
+        "waited",
     )
 
     def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
@@ -117,8 +138,22 @@ class _Flow:
         self.dead = False
         self.lost = 0.0
         self.tries = 0
+        #: the QP's current retransmission timeout and how long it has waited without progress
+        self.rto = 0
+        self.waited = 0
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
+
+
+def ecmp_hash(seed: int, src: int, dst: int, conn: str, qp: int) -> int:
+    """A QP's ECMP hash: 64 well-mixed bits of (seed, hosts, connection, QP).
+
+    Not CRC32: CRC is linear, so which of two connections' hashes differ in
+    their low bits would not depend on the seed, and every seed would give the
+    same collisions.
+    """
+    key = f"{seed}:{src}:{dst}:{conn}:{qp}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
 
 
 def one_way_ps(spec: ClosSpec, mtu: int = 4096) -> int:
@@ -161,7 +196,7 @@ class FluidModel:
         transport: str = "mrc",
         *,
         qps: int = 1,
-        detect_ps: int = 30_000_000,
+        detect_ps: int = 47_000_000,
         convergence_ps: int = 200_000_000_000,
         mtu: int = 4096,
         seed: int = 1,
@@ -169,6 +204,11 @@ class FluidModel:
         nvlink_bytes_per_ps: float = 0.45,
         rto_ps: int = 4_294_967_296_000,
         retries: int = 7,
+        hold_ps: int = 3_000_000_000_000,
+        shared_efficiency: float | None = None,
+        adp_base_ps: int | None = None,
+        adp_init_exp: int = 7,
+        adp_init_range: int = 2,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -177,9 +217,26 @@ class FluidModel:
         self.qps = qps
         self.detect_ps = detect_ps
         self.convergence_ps = convergence_ps
+        #: RoCE / IB: when routing withdraws a silently failed fabric link (hold timer).
+        self.hold_ps = hold_ps
+        #: RoCE: the share of a bottleneck two or more QPs share that DCQCN uses
+        #: (its rate cuts and timer-paced recovery leave the rest idle; measured on the
+        #: packet model, docs/training.md).  MRC and a lone QP: 1.
+        self.shared_efficiency = (
+            (ROCE_SHARED_EFFICIENCY if transport == "roce" else 1.0)
+            if shared_efficiency is None
+            else shared_efficiency
+        )
         #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
         self.rto_ps = rto_ps
         self.retries = retries
+        #: NVIDIA's adaptive retransmission (the packet baseline's default): a QP's first
+        #: timeout is ``adp_base_ps x 2^k``, k in adp_init_exp + [0, adp_init_range) per
+        #: QP, doubling on each expiry without progress up to ``rto_ps``; the QP errors
+        #: after ``retries x rto_ps`` without progress.  None: the fixed ``rto_ps``.
+        self.adp_base_ps = adp_base_ps
+        self.adp_init_exp = adp_init_exp
+        self.adp_init_range = adp_init_range
         self.seed = seed
         self.gpus_per_server = gpus_per_server
         self.latency_ps = one_way_ps(spec, mtu)
@@ -365,7 +422,7 @@ class FluidModel:
             if not live:
                 fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
-            h = zlib.crc32(f"{self.seed}:{s}:{d}:{fl.conn}:{fl.qp}".encode())
+            h = ecmp_hash(self.seed, s, d, fl.conn, fl.qp)
             k = live[h % len(live)]
             res += [
                 self._link_up0 + (p * self.A + a) * K + k,
@@ -414,6 +471,13 @@ class FluidModel:
             if not (active & hit).any():
                 break
             active &= ~hit
+        if self.shared_efficiency < 1.0:
+            # DCQCN on a shared bottleneck: the QPs that share it use only part of it
+            fabric = used_res < self._nvl_out0
+            count = (m > 0).astype(float).T.tocsr() @ np.ones(n)
+            shared = fabric & (count >= 2) & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
+            slowed = ((m > 0).astype(float) @ shared.astype(float)) > 0
+            rate[slowed] *= self.shared_efficiency
         return rate
 
     # ----- run ----------------------------------------------------------------------------
@@ -444,6 +508,8 @@ class FluidModel:
             heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
             seq += 1
         flows: list[_Flow] = []
+        #: when the transport learns of a fault: (fault, host links, fabric links, alive)
+        known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
         waiting: dict[tuple[int, int, str, int], list[int]] = {}  # connection -> parked
 
@@ -501,7 +567,8 @@ class FluidModel:
                         if fl.lost > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem = 0.0
-                            heapq.heappush(heap, (t + self.rto_ps, seq, 4, len(parked)))
+                            fl.rto, fl.waited = self._first_rto(fl), 0
+                            heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
                             waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
                                 len(parked)
                             )
@@ -560,8 +627,11 @@ class FluidModel:
                     fl = parked_fl
                     self._route(fl)
                     fl.tries += 1
-                    if fl.dead and fl.tries <= self.retries:
-                        heapq.heappush(heap, (now + self.rto_ps, seq, 4, x))
+                    fl.waited += fl.rto
+                    if fl.dead and self._may_retry(fl):
+                        if self.adp_base_ps is not None:
+                            fl.rto = min(2 * fl.rto, self.rto_ps)
+                        heapq.heappush(heap, (now + fl.rto, seq, 4, x))
                         seq += 1
                     elif not fl.dead:
                         parked[x] = None
@@ -580,19 +650,18 @@ class FluidModel:
                             heapq.heappush(heap, (at, seq, 0, u))
                             seq += 1
                 else:
-                    fault = self._faults[x]
-                    hl, fl_links = self._targets(fault)
-                    alive = fault.kind.endswith("_up")
                     if kind == 2:
+                        fault = self._faults[x]
+                        hl, fl_links = self._targets(fault)
+                        alive = fault.kind.endswith("_up")
                         for h, p in hl:
                             self.host_true[h, p] = alive
                         for p, a, k in fl_links:
                             self.fab_true[p, a, k] = alive
-                        delay = self.detect_ps if self.transport == "mrc" else self.convergence_ps
-                        if hl and self.transport != "mrc":
-                            delay = 0  # a NIC port down is seen by the NIC at once
-                        heapq.heappush(heap, (now + delay, seq, 3, x))
-                        seq += 1
+                        for delay, part_h, part_f in self._seen_after(fault.kind, hl, fl_links):
+                            heapq.heappush(heap, (now + delay, seq, 3, len(known)))
+                            known.append((x, part_h, part_f, alive))
+                            seq += 1
                         fault_log.append(
                             {
                                 "time_ps": int(now),
@@ -601,9 +670,11 @@ class FluidModel:
                             }
                         )
                     else:
-                        for h, p in hl:
+                        fi, part_h, part_f, alive = known[x]
+                        fault = self._faults[fi]
+                        for h, p in part_h:
                             self.host_known[h, p] = alive
-                        for p, a, k in fl_links:
+                        for p, a, k in part_f:
                             self.fab_known[p, a, k] = alive
                         self._update_caps()
                         fault_log.append(
@@ -639,6 +710,41 @@ class FluidModel:
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
         return FluidResult(out, now, events, recomputes, fault_log)
+
+    def _first_rto(self, fl: _Flow) -> int:
+        """A parked QP's first retransmission timeout (adaptive: drawn per QP by its hash)."""
+        if self.adp_base_ps is None:
+            return self.rto_ps
+        k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, fl.conn, fl.qp) % max(
+            1, self.adp_init_range
+        )
+        return min(self.adp_base_ps << k, self.rto_ps)
+
+    def _may_retry(self, fl: _Flow) -> bool:
+        """Whether a QP whose timeout expired without progress may time out again."""
+        if self.adp_base_ps is None:
+            return fl.tries <= self.retries
+        return fl.waited < self.retries * self.rto_ps
+
+    def _seen_after(
+        self, kind: str, hl: list[tuple[int, int]], fl: list[tuple[int, int, int]]
+    ) -> list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]]]]:
+        """(delay, host links, fabric links): when the transport acts on a fault's parts.
+
+        MRC: its loss detection (``detect_ps``) for every part.  RoCE / IB: a NIC
+        sees its own port at once (a link that goes down), never a silent one;
+        routing withdraws a fabric link at convergence, a silent one at the hold
+        timer (as :class:`~openmrc.baselines.fabric.BaselineFabric` does).
+        """
+        if self.transport == "mrc":
+            return [(self.detect_ps, hl, fl)]
+        silent = kind in SILENT_FAULTS
+        out: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]]]] = []
+        if hl and not silent:
+            out.append((0, hl, []))
+        if fl:
+            out.append((self.hold_ps if silent else self.convergence_ps, [], fl))
+        return out
 
     def _latency(self, entry: tuple[int, int, Task], jobs: list[FluidJob]) -> float:
         """One step's latency of a transfer: the fabric's one-way latency (0 inside a server)."""

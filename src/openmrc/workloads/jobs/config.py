@@ -31,7 +31,7 @@ from ...topology import ClosSpec
 from .graph import JobGraph, JobSpec
 from .model import GpuSpec, JobError, ModelSpec, Parallelism
 
-JOB_KEYS = ("name", "start_us", "placement", "model", "parallel", "gpu")
+JOB_KEYS = ("name", "start_us", "placement", "iterations", "model", "parallel", "gpu")
 
 
 @dataclass
@@ -41,6 +41,8 @@ class JobConfig:
     spec: JobSpec
     placement: str | list[int] = "packed"
     start_us: float = 0.0
+    #: iterations run back to back (openmrc.workloads.jobs.iterations).
+    iterations: int = 1
 
     @property
     def name(self) -> str:
@@ -65,6 +67,8 @@ class FileJob:
     graph: JobGraph
     placement: str | list[int] = "packed"
     start_us: float = 0.0
+    #: iterations run back to back (openmrc.workloads.jobs.iterations).
+    iterations: int = 1
 
     @property
     def name(self) -> str:
@@ -128,7 +132,13 @@ def parse_job(raw: Any, key: str, index: int = 0) -> JobConfig:
         raise JobError(
             f"{key}.placement: must be 'packed', 'spread' or a list of hosts, got {placement!r}"
         )
-    return JobConfig(spec, placement, float(start))
+    return JobConfig(spec, placement, float(start), _iterations(raw.get("iterations", 1), key))
+
+
+def _iterations(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise JobError(f"{key}.iterations: must be a positive integer, got {value!r}")
+    return value
 
 
 def parse_jobs(data: dict[str, Any]) -> list[JobConfig]:
@@ -192,8 +202,8 @@ def place(jobs: Sequence[JobConfig | FileJob], spec: ClosSpec) -> list[list[int]
 
 
 FILE_KEYS = {
-    "aicb": ("file", "gpus", "gpus_per_server", "placement", "start_us", "name"),
-    "chakra": ("files", "gpus_per_server", "placement", "start_us", "name"),
+    "aicb": ("file", "gpus", "gpus_per_server", "placement", "start_us", "name", "iterations"),
+    "chakra": ("files", "gpus_per_server", "placement", "start_us", "name", "iterations"),
 }
 
 
@@ -239,7 +249,7 @@ def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
     start = w.get("start_us", 0)
     if isinstance(start, bool) or not isinstance(start, int | float) or start < 0:
         raise JobError(f"workload.start_us: must be a number >= 0, got {start!r}")
-    return FileJob(graph, placement, float(start))
+    return FileJob(graph, placement, float(start), _iterations(w.get("iterations", 1), "workload"))
 
 
 __all__ = [

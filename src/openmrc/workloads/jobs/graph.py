@@ -60,6 +60,13 @@ class JobGraph:
     gpus_per_server: int = 8
     #: NVLink bytes per picosecond per GPU per direction (same-server transfers).
     nvlink_bytes_per_ps: float = 0.45
+    #: several iterations (openmrc.workloads.jobs.iterations.repeat): where each copy starts.
+    iteration_starts: list[int] = field(default_factory=list)
+
+    @property
+    def iterations(self) -> int:
+        """How many iterations the graph holds."""
+        return max(1, len(self.iteration_starts))
 
     def add(self, task: Task) -> int:
         """Append ``task`` (its deps must be earlier tasks); return its index."""
