@@ -23,11 +23,14 @@ import json, sys
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 
-def rss():
+def status(key):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
+
+def rss():
+    return status("VmRSS")
 
 spec = ClosSpec(**json.loads(sys.argv[1]))
 before = rss()
@@ -61,17 +64,20 @@ def test_16384_hosts_on_8_planes_fit_the_budget_per_host() -> None:
 # 1 MiB messages) and prints the peak resident memory the run added beyond the
 # fabric's build, and the budget's QPs and packets in flight for it.
 _RUN = """
-import json, resource, sys
+import json, sys
 from openmrc.sim.budget import BYTES_PER_PACKET, BYTES_PER_QP, estimate
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
 
-def rss():
+def status(key):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
+
+def rss():
+    return status("VmRSS")
 
 spec = ClosSpec(**json.loads(sys.argv[1]))
 n = spec.hosts
@@ -79,7 +85,9 @@ exp = Experiment(spec, seed=1, sample_interval_ps=100_000_000)
 exp.add_flows([FlowSpec(h, (h + 1) % n, 4 << 20, message=1 << 20) for h in range(n)])
 built = rss()
 result = exp.run()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of a large
+# process (pytest late in the suite) would report its parent's size
+peak = status("VmHWM")
 qps = sum(len(h.ctx.qps) for h in exp.hosts)
 est = estimate(spec, [4 << 20] * n, senders=n, qps=qps, base_rtt_ps=exp.base_rtt_ps)
 budget = qps * BYTES_PER_QP + est.packets_in_flight * BYTES_PER_PACKET
