@@ -853,6 +853,14 @@ class PartitionedExperiment(Experiment):
                     if pause is None or pause < stop:
                         sim.run_window(end, stop_at=stop, honor_stop=False)
                     end_time = stop[0]
+                    # the sequential sampler acts on a tick or an input at once; here
+                    # that waits for a window boundary, and the stop came first: what
+                    # every rank saw up to the stop is decided now, or a wake-up before
+                    # the stop would count on K ranks and not on one (whose window is
+                    # wider) -- the same document for every K
+                    final = comm.allgather((sampler.tick, sampler.first_wake))
+                    sampler.tick = None
+                    sampler.decide([f[0] for f in final], [f[1] for f in final])
                     break
                 if any(st[1] is not None for st in statuses):
                     if pause is not None:
