@@ -77,7 +77,6 @@ class QueuePair(QPBase):
         self.cap = cap
         self.requester: Requester | None = None
         self.responder: Responder | None = None
-        self.control: deque[Packet] = deque()
         self._early_recvs: deque[RecvWR] = deque()
         self.error_reason = ""
 
@@ -185,6 +184,7 @@ class QueuePair(QPBase):
         self.stats = QPStats()
         self.error_reason = ""
         self.context.ready.pop(self, None)
+        self.context.control_ready.pop(self, None)
         self.context.timer_dirty[self] = None
 
     # -- posting ----------------------------------------------------------------------
@@ -388,6 +388,7 @@ class QueuePair(QPBase):
         """Queue a control packet (SACK, NACK, probe) to go out before data."""
         self.control.append(pkt)
         self.context.ready[self] = None
+        self.context.control_ready[self] = None
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""

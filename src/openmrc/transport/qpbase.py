@@ -86,6 +86,11 @@ class ContextBase:
         #: QPs whose deadline may have changed since the context last looked (a QP
         #: adds itself whenever it takes input, sends, runs a timer or changes state).
         self.timer_dirty: dict[QPBase, None] = {}
+        #: QPs with a control packet (SACK, NACK, probe, probe reply) queued, in the
+        #: order they queued one: control goes out before any QP's data (see
+        #: :meth:`openmrc.transport.context.Context.poll_packet`).  A QP whose control
+        #: queue has emptied meanwhile (its own poll sent it) is dropped when reached.
+        self.control_ready: dict[QPBase, None] = {}
         self.events: deque[object] = deque()
         #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
         self.ports_down = 0
@@ -122,6 +127,8 @@ class QPBase:
         self.stats = QPStats()
         self.paths: PathSet | None = None
         self.cc: CongestionControl | None = None
+        #: control packets (SACK, NACK, probe, probe reply) waiting to go out before data.
+        self.control: deque[Packet] = deque()
 
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:
