@@ -428,35 +428,14 @@ class PartitionedSampler(Sampler):
         """This rank's part of a tick."""
         interval = self.interval_ps
         scale = 8 / interval * 1000
-        moved = 0
-        ticks = self.ticks
-        received = self.received
-        full = []
-        for flow in self.rx_flows:
-            self.pad(flow, ticks)
-            got = received(flow) or 0
-            delta = got - flow.last_bytes
-            moved |= delta
-            flow.series.append(round(delta * scale, 3))
-            flow.cum.append(got)
-            flow.last_bytes = got
-            if got == flow.spec.size:
-                full.append(flow)
-        for flow in full:
-            del self.rx_flows[flow]
+        moved = self.read_flows(self.rx_flows, scale)
         for plane in range(len(self.plane_raw)):
             tx = sum(ports[plane].tx_bytes for ports in self.my_ports)
             delta = tx - self.plane_last[plane]
             moved |= delta
             self.plane_raw[plane].append(delta)
             self.plane_last[plane] = tx
-        if self.ev_bytes is not None:
-            for key, total in self.ev_bytes.items():
-                series = self.ev_series.get(key)
-                if series is None:
-                    series = self.ev_series[key] = [0.0] * ticks
-                series.append(round((total - self.ev_last.get(key, 0)) * scale, 3))
-                self.ev_last[key] = total
+        self.read_evs(scale)
         self.ticks += 1
         self.tick = (self.sim.now, 1 if moved else 0, self.busy())
         self.first_wake = None

@@ -90,12 +90,29 @@ class Sampler:
         self.armed = False
         interval = self.interval_ps
         scale = 8 / interval * 1000  # bytes per interval -> Gb/s
+        moved = self.read_flows(self.live, scale)
+        for plane in range(len(self.plane_series)):
+            tx = sum(ports[plane].tx_bytes for ports in self.host_ports)
+            delta = tx - self.plane_last[plane]
+            moved |= delta
+            self.plane_series[plane].append(round(delta * scale, 3))
+            self.plane_last[plane] = tx
+        self.read_evs(scale)
+        self.ticks += 1
+        if self.busy() and moved:
+            self.armed = True
+            self.sim.after(interval, self.sample)
+        else:  # asleep: the next arrival or input anywhere wakes it
+            self.hooks(True)
+
+    def read_flows(self, flows: dict[Flow, None], scale: float) -> int:
+        """This tick's entry of each of ``flows`` (Gb/s at ``scale`` per byte); a flow
+        that holds all its bytes leaves ``flows``.  Non-zero if any bytes moved."""
         moved = 0
         ticks = self.ticks
-        live = self.live
         received = self.received
         full: list[Flow] = []
-        for flow in live:
+        for flow in flows:
             self.pad(flow, ticks)
             got = received(flow) or 0
             delta = got - flow.last_bytes
@@ -106,26 +123,20 @@ class Sampler:
             if got == flow.spec.size:
                 full.append(flow)  # all its bytes are in: nothing more can move
         for flow in full:
-            del live[flow]
-        for plane in range(len(self.plane_series)):
-            tx = sum(ports[plane].tx_bytes for ports in self.host_ports)
-            delta = tx - self.plane_last[plane]
-            moved |= delta
-            self.plane_series[plane].append(round(delta * scale, 3))
-            self.plane_last[plane] = tx
-        if self.ev_bytes is not None:
-            for key, total in self.ev_bytes.items():
-                series = self.ev_series.get(key)
-                if series is None:
-                    series = self.ev_series[key] = [0.0] * ticks
-                series.append(round((total - self.ev_last.get(key, 0)) * scale, 3))
-                self.ev_last[key] = total
-        self.ticks += 1
-        if self.busy() and moved:
-            self.armed = True
-            self.sim.after(interval, self.sample)
-        else:  # asleep: the next arrival or input anywhere wakes it
-            self.hooks(True)
+            del flows[flow]
+        return moved
+
+    def read_evs(self, scale: float) -> None:
+        """This tick's entry of each EV's series, when EV bytes are counted."""
+        if self.ev_bytes is None:
+            return
+        ticks = self.ticks
+        for key, total in self.ev_bytes.items():
+            series = self.ev_series.get(key)
+            if series is None:
+                series = self.ev_series[key] = [0.0] * ticks
+            series.append(round((total - self.ev_last.get(key, 0)) * scale, 3))
+            self.ev_last[key] = total
 
     @staticmethod
     def pad(flow: Flow, ticks: int) -> None:
