@@ -787,6 +787,26 @@ class Experiment:
             conn.started += 1
             conn.flows[seq] = flow
             conn.active[flow] = None
+        self._post_buffers(flow, pa, pb, conn, seq)
+        poster = conn.poster if conn is not None else Poster()
+        flow.poster = poster
+        poster.add(flow)
+        poster.fill()
+        flow.pending = flow.nmsgs
+        flow.status = "running"
+        flow.order = next(self._order)
+        self._news_for(spec.src)[flow] = None  # looked at on the next activity, as every flow was
+        self.hosts[spec.src].on_activity = self._activity
+        self._sending.setdefault(spec.src, []).append(flow)
+        if flow.watch_rx:
+            self._watch_rx(flow, spec.dst)
+        self.hosts[spec.src].kick(now)
+        self.hosts[spec.dst].kick(now)
+
+    def _post_buffers(self, flow: Any, pa: Any, pb: Any, conn: Any, seq: int) -> None:
+        """A flow's memory regions (with its payload), where its messages sit in each of
+        its connection's stripes, its WR ids, and the receives its last messages need."""
+        spec = flow.spec
         nq = len(flow.qas)
         if self.payloads:
             data = bytearray(self._payload_rng.randbytes(spec.size))
@@ -812,20 +832,6 @@ class Experiment:
         flow.nmsgs = len(offsets)
         for i in range(max(0, flow.nmsgs - nq), flow.nmsgs):
             flow.qbs[i % nq].post_recv(RecvWR(flow.wr_base | i))
-        poster = conn.poster if conn is not None else Poster()
-        flow.poster = poster
-        poster.add(flow)
-        poster.fill()
-        flow.pending = len(offsets)
-        flow.status = "running"
-        flow.order = next(self._order)
-        self._news_for(spec.src)[flow] = None  # looked at on the next activity, as every flow was
-        self.hosts[spec.src].on_activity = self._activity
-        self._sending.setdefault(spec.src, []).append(flow)
-        if flow.watch_rx:
-            self._watch_rx(flow, spec.dst)
-        self.hosts[spec.src].kick(now)
-        self.hosts[spec.dst].kick(now)
 
     def _activity(self, host: Any, now: int) -> None:
         sampler = self.sampler

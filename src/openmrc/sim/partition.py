@@ -50,7 +50,7 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..transport import QPState, RecvWR
+from ..transport import QPState
 from ..wire.pcap import PcapWriter
 from .capture import Capture
 from .engine import PySimulator, quiet_gc
@@ -708,30 +708,7 @@ class PartitionedExperiment(Experiment):
                 )
                 seq = 0
                 conn = None
-            nq = len(flow.qas)
-            if self.payloads:
-                data = bytearray(self._payload_rng.randbytes(spec.size))
-                flow.src_data = data
-                mr_a = pa.reg_mr(spec.size, buffer=data)
-                mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
-            else:
-                mr_a = pa.reg_mr(spec.size)
-                mr_b = pb.reg_mr(spec.size)
-            flow.mr_src, flow.mr_dst = mr_a, mr_b
-            offsets = list(range(0, spec.size, spec.message))
-            if conn is not None:
-                flow.rx_lo = list(conn.posted)
-                flow.rx_cum = [[0] for _ in range(nq)]
-                for j, off in enumerate(offsets):
-                    cum = flow.rx_cum[j % nq]
-                    cum.append(cum[-1] + min(spec.message, spec.size - off))
-                for q in range(nq):
-                    conn.posted[q] += len(flow.rx_cum[q]) - 1
-                flow.rx_hi = list(conn.posted)
-            flow.wr_base = seq << SEQ_SHIFT
-            flow.nmsgs = len(offsets)
-            for j in range(max(0, flow.nmsgs - nq), flow.nmsgs):
-                flow.qbs[j % nq].post_recv(RecvWR(flow.wr_base | j))
+            self._post_buffers(flow, pa, pb, conn, seq)
             if flow.watch_rx:
                 self._watch_rx(flow, spec.dst)
 
