@@ -4,12 +4,14 @@
  * Native versions of the event loop (Simulator), the egress port (EgressPort),
  * the SRv6 uSID switch (Switch) and the host end of a host link (HostEnd).
  * They behave exactly as the pure-Python classes in engine.py, port.py and
- * switch.py (which stay the fallback): every event consumes one sequence
- * number at the same point as there, ties are broken by that number, and the
- * random generator (the Python random.Random of the simulator) is called at
- * the same points, so a run gives the same result bit for bit.
+ * switch.py (which stay the fallback): every event takes its key from the
+ * running entity's counter at the same point as there (engine.py explains the
+ * key: time, then scheduling entity << KEY_SHIFT | its counter), runs for the
+ * same target entity, and each port's random generator (made on its first
+ * draw by Simulator.rng_for) is called at the same points, so a run gives the
+ * same result bit for bit.
  *
- * Events are C structs in a binary heap keyed on (time, seq).  An event is
+ * Events are C structs in a 4-ary heap keyed on (time, key).  An event is
  * either a Python call (callable + args tuple), a packet arriving at the far
  * end of a port, or a port's "transmitter free".  Arrivals at a native Switch
  * or HostEnd, and the switch's enqueue onto a native port, involve no Python
@@ -41,7 +43,7 @@ static PyObject *PyLong_Carrier = NULL; /* CARRIER_MASK */
 static PyObject *PyLong_16 = NULL;
 static PyObject *PyLong_FFFF = NULL;
 static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_epoch,
-    *S_lost_in_flight, *S_enqueue;
+    *S_lost_in_flight, *S_enqueue, *S_rng_for;
 
 #define BLOCK_PREFIX 0xFCBB0000ULL
 #define ACTIVE_SHIFT 80
@@ -57,18 +59,21 @@ static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_ep
 enum { EV_CALL = 0, EV_ARRIVE = 1, EV_TXFREE = 2, EV_CALL1 = 3, EV_ARRIVE_BIG = 4 };
 enum { RX_PY = 0, RX_SWITCH = 1, RX_HOST = 2 };
 
-/* An event is 32 bytes: sk packs the sequence number (high bits, so that (t, sk)
- * orders as (t, seq): numbers are unique), an arrival's epoch and the kind. */
+/* An event is 40 bytes: its key (entity << KEY_SHIFT | that entity's counter:
+ * unique, so (t, key) orders every event), and meta, which packs the target
+ * entity (high 32 bits), an arrival's epoch and the kind. */
 #define SK_KIND_BITS 3
 #define SK_EPOCH_BITS 17
-#define SK_SHIFT (SK_KIND_BITS + SK_EPOCH_BITS)
-#define SEQ_LIMIT ((int64_t)1 << (64 - SK_SHIFT)) /* 2**44 events per simulator */
 #define EPOCH_SMALL ((int64_t)1 << SK_EPOCH_BITS)
+#define KEY_SHIFT 40                                      /* engine.KEY_SHIFT */
+#define COUNTER_LIMIT ((int64_t)1 << KEY_SHIFT)           /* events one entity schedules */
+#define ENTITY_LIMIT ((int64_t)1 << (64 - KEY_SHIFT - 1)) /* entities (keys stay < 2**63) */
 
 #define T_BIAS 0x8000000000000000ULL
 typedef struct {
-    uint64_t sk; /* seq << SK_SHIFT | epoch << SK_KIND_BITS | kind */
-    uint64_t tk; /* the time, biased (t ^ T_BIAS) so that it orders as unsigned */
+    uint64_t key;  /* entity << KEY_SHIFT | counter */
+    uint64_t tk;   /* the time, biased (t ^ T_BIAS) so that it orders as unsigned */
+    uint64_t meta; /* target << 32 | epoch << SK_KIND_BITS | kind */
     PyObject *a; /* EV_CALL, EV_CALL1: callable; else the port */
     PyObject *b; /* EV_CALL: args tuple; EV_CALL1: the argument; EV_ARRIVE: the packet;
                     EV_ARRIVE_BIG: (packet, epoch); EV_TXFREE: NULL */
@@ -81,31 +86,41 @@ static inline int64_t ev_time(const Event *e)
 
 static inline int ev_kind(const Event *e)
 {
-    return (int)(e->sk & ((1u << SK_KIND_BITS) - 1));
+    return (int)(e->meta & ((1u << SK_KIND_BITS) - 1));
 }
 
-static inline int64_t ev_seq(const Event *e)
+static inline int64_t ev_key(const Event *e)
 {
-    return (int64_t)(e->sk >> SK_SHIFT);
+    return (int64_t)e->key;
+}
+
+static inline int64_t ev_target(const Event *e)
+{
+    return (int64_t)(e->meta >> 32);
 }
 
 static inline int64_t ev_epoch(const Event *e)
 {
-    return (int64_t)((e->sk >> SK_KIND_BITS) & (uint64_t)(EPOCH_SMALL - 1));
+    return (int64_t)((e->meta >> SK_KIND_BITS) & (uint64_t)(EPOCH_SMALL - 1));
 }
 
 typedef struct {
     PyObject_HEAD
     int64_t now;
-    int64_t seq;
     int64_t events_run;
     Event *heap;
     Py_ssize_t n, cap;
-    PyObject *rng;
-    /* rng.random, bound once and shared by every port made while rng stays the
-     * same (a bound method per port was 2 million objects in a large fabric) */
-    PyObject *rng_random;
-    PyObject *cancelled; /* set of seq (ints) */
+    PyObject *rng;  /* for code outside the fabric (the ports have their own) */
+    PyObject *seed; /* what rng_for seeds the ports' generators from */
+    PyObject *cancelled; /* set of keys (ints) */
+    int64_t cur;         /* the running event's entity (GLOBAL, 0, between runs) */
+    int64_t *counters;   /* each entity's next counter */
+    Py_ssize_t nent, capent;
+    /* registered objects (by address, as id() in Python) -> entity: open addressing */
+    uintptr_t *ekeys; /* 0: empty */
+    int32_t *evals;
+    Py_ssize_t ecap, ecount; /* ecap a power of two or 0 */
+    PyObject *place;         /* None or place(callback, args) -> entity or None */
     /* now, when run(until_ps=...) left it past int64 (as Python does); then
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
@@ -134,7 +149,7 @@ typedef struct {
     char trim, lasthop, ecn, up, silent, impaired, has_txev;
     double loss;
     Ring data, prio;
-    int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_seq, epoch;
+    int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_key, epoch;
     int64_t tx_pkts, tx_bytes, trims, ecn_marks, drops_full, drops_header, drops_down, lost,
         lost_silent, max_queue_bytes;
 } PortObject;
@@ -175,31 +190,154 @@ static inline int is_port(PyObject *o)
 /* ------------------------------------------------------------------------ */
 /* the heap                                                                 */
 
-/* (time, seq) order; 1 or 0, without branches where the compiler has 128-bit
- * integers (seq is never negative): the heap picks the smallest of four
+/* (time, key) order; 1 or 0, without branches where the compiler has 128-bit
+ * integers (keys are never negative): the heap picks the smallest of four
  * children by index arithmetic on these, which no misprediction can stall */
 static inline int ev_less(const Event *x, const Event *y)
 {
 #ifdef HAVE_INT128
-    unsigned __int128 kx = ((unsigned __int128)x->tk << 64) | x->sk;
-    unsigned __int128 ky = ((unsigned __int128)y->tk << 64) | y->sk;
+    unsigned __int128 kx = ((unsigned __int128)x->tk << 64) | x->key;
+    unsigned __int128 ky = ((unsigned __int128)y->tk << 64) | y->key;
     return kx < ky;
 #else
-    return x->tk < y->tk || (x->tk == y->tk && x->sk < y->sk);
+    return x->tk < y->tk || (x->tk == y->tk && x->key < y->key);
 #endif
 }
 
-/* Push with a sequence number the caller took (s->seq++) beforehand; steals
- * the references a and b. Returns -1 (refs released) on no memory, or past
- * SEQ_LIMIT events (OverflowError). */
-static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObject *a,
-                         PyObject *b, int64_t epoch)
+/* The key of the next event the running entity schedules (the one place keys
+ * are made, as PySimulator.push does); -1 past COUNTER_LIMIT (OverflowError). */
+static inline int64_t sim_next_key(SimObject *s)
 {
-    if (seq < 0 || seq >= SEQ_LIMIT) {
+    int64_t c = s->counters[s->cur]++;
+    if (c >= COUNTER_LIMIT) {
+        s->counters[s->cur]--;
+        PyErr_SetString(PyExc_OverflowError,
+                        "more than 2**40 events scheduled by one entity (the kernel's limit)");
+        return -1;
+    }
+    return s->cur << KEY_SHIFT | c;
+}
+
+/* The entity registered for object o (by address), or -1. */
+static inline int64_t ent_lookup(SimObject *s, PyObject *o)
+{
+    if (s->ecap == 0 || o == NULL)
+        return -1;
+    uintptr_t k = (uintptr_t)o;
+    size_t mask = (size_t)s->ecap - 1;
+    size_t i = (size_t)(((uint64_t)k >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    for (;;) {
+        uintptr_t e = s->ekeys[i];
+        if (e == k)
+            return s->evals[i];
+        if (e == 0)
+            return -1;
+        i = (i + 1) & mask;
+    }
+}
+
+static int ent_insert(uintptr_t *keys, int32_t *vals, Py_ssize_t cap, uintptr_t k, int32_t v)
+{
+    size_t mask = (size_t)cap - 1;
+    size_t i = (size_t)(((uint64_t)k >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    while (keys[i] != 0 && keys[i] != k)
+        i = (i + 1) & mask;
+    int added = keys[i] == 0;
+    keys[i] = k;
+    vals[i] = v;
+    return added;
+}
+
+/* Register o (by address) for entity e; -1 on no memory. */
+static int ent_set(SimObject *s, PyObject *o, int32_t e)
+{
+    if (2 * (s->ecount + 1) > s->ecap) {
+        Py_ssize_t cap = s->ecap ? s->ecap * 2 : 1024;
+        uintptr_t *keys = PyMem_Calloc((size_t)cap, sizeof(uintptr_t));
+        int32_t *vals = PyMem_Calloc((size_t)cap, sizeof(int32_t));
+        if (keys == NULL || vals == NULL) {
+            PyMem_Free(keys);
+            PyMem_Free(vals);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < s->ecap; i++)
+            if (s->ekeys[i])
+                ent_insert(keys, vals, cap, s->ekeys[i], s->evals[i]);
+        PyMem_Free(s->ekeys);
+        PyMem_Free(s->evals);
+        s->ekeys = keys;
+        s->evals = vals;
+        s->ecap = cap;
+    }
+    s->ecount += ent_insert(s->ekeys, s->evals, s->ecap, (uintptr_t)o, e);
+    return 0;
+}
+
+/* The object a callable is bound to (a method's self, a built-in's), else NULL:
+ * what getattr(callback, "__self__", None) gives in PySimulator.target. */
+static inline PyObject *callable_self(PyObject *fn)
+{
+    if (PyMethod_Check(fn))
+        return PyMethod_GET_SELF(fn);
+    if (PyCFunction_Check(fn))
+        return PyCFunction_GET_SELF(fn);
+    return NULL;
+}
+
+/* The entity an event of fn(*args) runs for (PySimulator.target): the one
+ * registered for its object, else place(fn, args), else the scheduler.  args
+ * is a tuple, or NULL with arg1 the only argument (post).  -1 on error. */
+static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *arg1)
+{
+    int64_t e = ent_lookup(s, callable_self(fn));
+    if (e >= 0)
+        return e;
+    if (s->place == NULL || s->place == Py_None)
+        return s->cur;
+    PyObject *t = args;
+    if (t == NULL) {
+        t = PyTuple_Pack(1, arg1);
+        if (t == NULL)
+            return -1;
+    }
+    else
+        Py_INCREF(t);
+    PyObject *r = PyObject_CallFunctionObjArgs(s->place, fn, t, NULL);
+    Py_DECREF(t);
+    if (r == NULL)
+        return -1;
+    if (r == Py_None) {
+        Py_DECREF(r);
+        return s->cur;
+    }
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "place: no entity %lld", v);
+        return -1;
+    }
+    return v;
+}
+
+/* A port event's target: the entity registered for obj, else the scheduler (a
+ * port event never asks place: an experiment registers every port and receiver). */
+static inline int64_t port_target(SimObject *s, PyObject *obj)
+{
+    int64_t e = ent_lookup(s, obj);
+    return e >= 0 ? e : s->cur;
+}
+
+/* Push with a key the caller took (sim_next_key) beforehand; steals the
+ * references a and b. Returns -1 (refs released) on no memory. */
+static int heap_push_key(SimObject *s, int64_t t, int64_t key, int kind, int64_t target,
+                         PyObject *a, PyObject *b, int64_t epoch)
+{
+    if (key < 0) {
         Py_XDECREF(a);
         Py_XDECREF(b);
-        PyErr_SetString(PyExc_OverflowError,
-                        "more than 2**44 events scheduled (the native kernel's limit)");
         return -1;
     }
     if (kind == EV_ARRIVE && (epoch < 0 || epoch >= EPOCH_SMALL)) {
@@ -228,8 +366,8 @@ static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObjec
         s->heap = h;
         s->cap = cap;
     }
-    Event ev = {(uint64_t)seq << SK_SHIFT | (uint64_t)epoch << SK_KIND_BITS | (uint64_t)kind,
-                (uint64_t)t ^ T_BIAS, a, b};
+    Event ev = {(uint64_t)key, (uint64_t)t ^ T_BIAS,
+                (uint64_t)target << 32 | (uint64_t)epoch << SK_KIND_BITS | (uint64_t)kind, a, b};
     Event *h = s->heap;
     Py_ssize_t i = s->n++;
     while (i > 0) {
@@ -243,11 +381,11 @@ static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObjec
     return 0;
 }
 
-/* Push, taking the next sequence number (no Python code runs in between). */
-static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b,
-                            int64_t epoch)
+/* Push, taking the running entity's next key (no Python code runs in between). */
+static inline int heap_push(SimObject *s, int64_t t, int kind, int64_t target, PyObject *a,
+                            PyObject *b, int64_t epoch)
 {
-    return heap_push_seq(s, t, s->seq++, kind, a, b, epoch);
+    return heap_push_key(s, t, sim_next_key(s), kind, target, a, b, epoch);
 }
 
 /* Pop the smallest event into *out (references move to the caller).
@@ -255,7 +393,7 @@ static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyOb
  * heap.  Bottom-up: the hole left at the root goes down along the smallest
  * children to a leaf, then the last event rises from there (usually a level or
  * none): fewer comparisons than the classic sift-down.  The layout differs from
- * a binary heap's, but keys (time, seq) are unique, so the order in which events
+ * a binary heap's, but keys (time, key) are unique, so the order in which events
  * come out is the same. */
 static void heap_pop(SimObject *s, Event *out)
 {
@@ -291,9 +429,9 @@ static void heap_pop(SimObject *s, Event *out)
     h[i] = *last;
 }
 
-static int sim_cancel_seq(SimObject *s, int64_t seq)
+static int sim_cancel_key(SimObject *s, int64_t key)
 {
-    PyObject *k = PyLong_FromLongLong(seq);
+    PyObject *k = PyLong_FromLongLong(key);
     if (k == NULL)
         return -1;
     int r = PySet_Add(s->cancelled, k);
@@ -725,6 +863,29 @@ static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
 #endif
 }
 
+/* The next draw of the port's own generator (made by sim.rng_for(name) on the
+ * first draw, as PyEgressPort does) into *x; -1 on error. */
+static int port_draw(PortObject *p, double *x)
+{
+    if (p->rng_random == NULL) {
+        PyObject *rng = PyObject_CallMethodOneArg((PyObject *)p->sim, S_rng_for, p->name);
+        if (rng == NULL)
+            return -1;
+        p->rng_random = PyObject_GetAttr(rng, S_random);
+        Py_DECREF(rng);
+        if (p->rng_random == NULL)
+            return -1;
+    }
+    PyObject *r = PyObject_CallNoArgs(p->rng_random);
+    if (r == NULL)
+        return -1;
+    *x = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    if (*x == -1.0 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
 /* 1: lost by the wire, 0: not, -1: error */
 static int port_impair(PortObject *p)
 {
@@ -733,12 +894,8 @@ static int port_impair(PortObject *p)
         return 1;
     }
     if (p->loss != 0.0) {
-        PyObject *r = PyObject_CallNoArgs(p->rng_random);
-        if (r == NULL)
-            return -1;
-        double x = PyFloat_AsDouble(r);
-        Py_DECREF(r);
-        if (x == -1.0 && PyErr_Occurred())
+        double x;
+        if (port_draw(p, &x) < 0)
             return -1;
         if (x < p->loss) {
             p->lost++;
@@ -764,9 +921,13 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
         if (r)
             return r < 0 ? -1 : 0;
     }
+    SimObject *s = p->sim;
+    int64_t key = sim_next_key(s);
+    int64_t target =
+        port_target(s, p->rx_target != NULL ? p->rx_target : callable_self(p->rx));
     Py_INCREF(p);
     Py_INCREF(pkt);
-    if (heap_push(p->sim, arrive, EV_ARRIVE, (PyObject *)p, pkt, p->epoch) < 0)
+    if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, p->epoch) < 0)
         return -1;
     return 1;
 }
@@ -775,12 +936,15 @@ static int port_arm(PortObject *p)
 {
     int64_t now = p->sim->now;
     int64_t at = p->busy_until > now ? p->busy_until : now;
-    int64_t seq = p->sim->seq++;
+    int64_t key = sim_next_key(p->sim);
+    if (key < 0)
+        return -1;
     p->txev_t = at;
-    p->txev_seq = seq;
+    p->txev_key = key;
     p->has_txev = 1;
     Py_INCREF(p);
-    return heap_push_seq(p->sim, at, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
+    return heap_push_key(p->sim, at, key, EV_TXFREE, port_target(p->sim, (PyObject *)p),
+                         (PyObject *)p, NULL, 0);
 }
 
 static int port_enqueue(PortObject *p, PyObject *pkt)
@@ -814,12 +978,8 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
                     int64_t kmax = p->kmax;
                     int mark = q >= kmax;
                     if (!mark) {
-                        PyObject *r = PyObject_CallNoArgs(p->rng_random);
-                        if (r == NULL)
-                            return -1;
-                        double x = PyFloat_AsDouble(r);
-                        Py_DECREF(r);
-                        if (x == -1.0 && PyErr_Occurred())
+                        double x;
+                        if (port_draw(p, &x) < 0)
                             return -1;
                         mark = x * (double)(kmax - p->kmin) < (double)(q - p->kmin);
                     }
@@ -896,12 +1056,15 @@ static int port_tx_free(PortObject *p)
     if (r < 0)
         return -1;
     if (p->prio.len || p->data.len) {
-        int64_t seq = p->sim->seq++;
+        int64_t key = sim_next_key(p->sim);
+        if (key < 0)
+            return -1;
         p->txev_t = p->busy_until;
-        p->txev_seq = seq;
+        p->txev_key = key;
         p->has_txev = 1;
         Py_INCREF(p);
-        return heap_push_seq(p->sim, p->busy_until, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
+        return heap_push_key(p->sim, p->busy_until, key, EV_TXFREE,
+                             port_target(p->sim, (PyObject *)p), (PyObject *)p, NULL, 0);
     }
     p->has_txev = 0;
     return 0;
@@ -1268,6 +1431,15 @@ static PyObject *Sim_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     s->rng = Py_None;
     Py_INCREF(Py_None);
+    s->seed = Py_None;
+    Py_INCREF(Py_None);
+    s->counters = PyMem_Calloc(2, sizeof(int64_t));
+    if (s->counters == NULL) {
+        Py_DECREF(s);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    s->nent = s->capent = 2;
     return (PyObject *)s;
 }
 
@@ -1287,22 +1459,40 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
         seed = one;
     }
     PyObject *rng = PyObject_CallOneArg(RandomClass, seed);
-    Py_XDECREF(one);
-    if (rng == NULL)
-        return -1;
-    /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
-    PyObject *cancelled = PySet_New(NULL);
-    if (cancelled == NULL) {
-        Py_DECREF(rng);
+    if (rng == NULL) {
+        Py_XDECREF(one);
         return -1;
     }
+    /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
+    PyObject *cancelled = PySet_New(NULL);
+    int64_t *counters = PyMem_Calloc(2, sizeof(int64_t));
+    if (cancelled == NULL || counters == NULL) {
+        Py_XDECREF(one);
+        Py_DECREF(rng);
+        Py_XDECREF(cancelled);
+        PyMem_Free(counters);
+        if (counters == NULL)
+            PyErr_NoMemory();
+        return -1;
+    }
+    Py_INCREF(seed);
+    Py_SETREF(s->seed, seed);
+    Py_XDECREF(one);
     s->now = 0;
-    s->seq = 0;
     s->events_run = 0;
     s->stopped = 0;
+    s->cur = 0;
+    PyMem_Free(s->counters);
+    s->counters = counters;
+    s->nent = s->capent = 2;
+    PyMem_Free(s->ekeys);
+    PyMem_Free(s->evals);
+    s->ekeys = NULL;
+    s->evals = NULL;
+    s->ecap = s->ecount = 0;
+    Py_CLEAR(s->place);
     Py_CLEAR(s->now_big);
     Py_SETREF(s->rng, rng);
-    Py_CLEAR(s->rng_random);
     Py_SETREF(s->cancelled, cancelled);
     heap_clear_all(s); /* last: releasing the events can run Python code */
     return 0;
@@ -1328,7 +1518,8 @@ static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
         Py_VISIT(s->heap[i].b);
     }
     Py_VISIT(s->rng);
-    Py_VISIT(s->rng_random);
+    Py_VISIT(s->seed);
+    Py_VISIT(s->place);
     Py_VISIT(s->cancelled);
     return 0;
 }
@@ -1337,7 +1528,8 @@ static int Sim_clear(SimObject *s)
 {
     heap_clear_all(s);
     Py_CLEAR(s->rng);
-    Py_CLEAR(s->rng_random);
+    Py_CLEAR(s->seed);
+    Py_CLEAR(s->place);
     Py_CLEAR(s->cancelled);
     Py_CLEAR(s->now_big);
     return 0;
@@ -1348,13 +1540,16 @@ static void Sim_dealloc(SimObject *s)
     PyTypeObject *tp = Py_TYPE(s);
     PyObject_GC_UnTrack(s);
     Sim_clear(s);
+    PyMem_Free(s->counters);
+    PyMem_Free(s->ekeys);
+    PyMem_Free(s->evals);
     tp->tp_free((PyObject *)s);
 }
 
-static PyObject *make_handle(int64_t t, int64_t seq, PyObject *fn, PyObject *args)
+static PyObject *make_handle(int64_t t, int64_t key, PyObject *fn, PyObject *args)
 {
     PyObject *pt = PyLong_FromLongLong(t);
-    PyObject *ps = PyLong_FromLongLong(seq);
+    PyObject *ps = PyLong_FromLongLong(key);
     if (pt == NULL || ps == NULL) {
         Py_XDECREF(pt);
         Py_XDECREF(ps);
@@ -1389,15 +1584,20 @@ static PyObject *tuple_from(PyObject *const *items, Py_ssize_t n)
 
 static PyObject *sim_push_call(SimObject *s, int64_t t, PyObject *fn, PyObject *cargs)
 {
-    /* take the number before make_handle allocates: a collection there can run
-     * a __del__ that schedules (and so takes a number) too */
-    int64_t seq = s->seq++;
-    PyObject *h = make_handle(t, seq, fn, cargs);
+    /* take the key before anything allocates: a collection there can run a
+     * __del__ that schedules (and so takes a key) too */
+    int64_t key = sim_next_key(s);
+    if (key < 0)
+        return NULL;
+    int64_t target = sim_target(s, fn, cargs, NULL);
+    if (target < 0)
+        return NULL;
+    PyObject *h = make_handle(t, key, fn, cargs);
     if (h == NULL)
         return NULL;
     Py_INCREF(fn);
     Py_INCREF(cargs);
-    if (heap_push_seq(s, t, seq, EV_CALL, fn, cargs, 0) < 0) {
+    if (heap_push_key(s, t, key, EV_CALL, target, fn, cargs, 0) < 0) {
         Py_DECREF(h);
         return NULL;
     }
@@ -1493,11 +1693,117 @@ static PyObject *Sim_post(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
                      (long long)at, (long long)s->now);
         return NULL;
     }
+    int64_t key = sim_next_key(s);
+    if (key < 0)
+        return NULL;
+    int64_t target = sim_target(s, args[1], NULL, args[2]);
+    if (target < 0)
+        return NULL;
     Py_INCREF(args[1]);
     Py_INCREF(args[2]);
-    if (heap_push(s, at, EV_CALL1, args[1], args[2], 0) < 0)
+    if (heap_push_key(s, at, key, EV_CALL1, target, args[1], args[2], 0) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* push_as(entity, at_ps, callback): callback() at at_ps, keyed as if entity ran */
+static PyObject *Sim_push_as(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "push_as(entity, at_ps, callback)");
+        return NULL;
+    }
+    int64_t e, at;
+    if (as_i64(args[0], &e) < 0 || as_i64(args[1], &at) < 0)
+        return NULL;
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "push_as: no entity %lld", (long long)e);
+        return NULL;
+    }
+    if (s->now_big || at < s->now) {
+        PyErr_Format(PyExc_ValueError, "push_as: time %lld ps is in the past (now %lld ps)",
+                     (long long)at, (long long)s->now);
+        return NULL;
+    }
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL)
+        return NULL;
+    int64_t saved = s->cur;
+    s->cur = e;
+    PyObject *h = sim_push_call(s, at, args[2], empty);
+    s->cur = saved;
+    Py_DECREF(empty);
+    if (h == NULL)
+        return NULL;
+    Py_DECREF(h);
+    Py_RETURN_NONE;
+}
+
+/* add_entity(objects): a new entity; events of callbacks bound to objects run for it */
+static PyObject *Sim_add_entity(SimObject *s, PyObject *objects)
+{
+    if (s->nent >= ENTITY_LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "add_entity: too many entities");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(objects, "add_entity: objects must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    if (s->nent == s->capent) {
+        Py_ssize_t cap = s->capent * 2;
+        int64_t *c = PyMem_Realloc(s->counters, (size_t)cap * sizeof(int64_t));
+        if (c == NULL) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        s->counters = c;
+        s->capent = cap;
+    }
+    int64_t e = s->nent;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+        if (ent_set(s, PySequence_Fast_GET_ITEM(seq, i), (int32_t)e) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    Py_DECREF(seq);
+    s->counters[e] = 0;
+    s->nent++;
+    return PyLong_FromLongLong(e);
+}
+
+/* set_entity(obj, entity): events of callbacks bound to obj run for entity */
+static PyObject *Sim_set_entity(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_entity(obj, entity)");
+        return NULL;
+    }
+    int64_t e;
+    if (as_i64(args[1], &e) < 0)
+        return NULL;
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "set_entity: no entity %lld", (long long)e);
+        return NULL;
+    }
+    if (ent_set(s, args[0], (int32_t)e) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Sim_entities(SimObject *s, PyObject *unused)
+{
+    return PyLong_FromSsize_t(s->nent);
+}
+
+/* rng_for(name): the port's generator, random.Random(f"{seed}:{name}") (engine.port_rng) */
+static PyObject *Sim_rng_for(SimObject *s, PyObject *name)
+{
+    PyObject *text = PyUnicode_FromFormat("%S:%S", s->seed, name);
+    if (text == NULL)
+        return NULL;
+    PyObject *rng = PyObject_CallOneArg(RandomClass, text);
+    Py_DECREF(text);
+    return rng;
 }
 
 static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
@@ -1506,18 +1812,18 @@ static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
         PyErr_SetString(PyExc_TypeError, "cancel: expected an event handle from schedule()");
         return NULL;
     }
-    int64_t t, seq;
-    if (as_i64(PyTuple_GET_ITEM(ev, 0), &t) < 0 || as_i64(PyTuple_GET_ITEM(ev, 1), &seq) < 0)
+    int64_t t, key;
+    if (as_i64(PyTuple_GET_ITEM(ev, 0), &t) < 0 || as_i64(PyTuple_GET_ITEM(ev, 1), &key) < 0)
         return NULL;
     int pending = !s->now_big && t > s->now;
     if (!pending && !s->now_big && t == s->now) {
         for (Py_ssize_t i = 0; i < s->n; i++)
-            if (ev_seq(&s->heap[i]) == seq) {
+            if (ev_key(&s->heap[i]) == key) {
                 pending = 1;
                 break;
             }
     }
-    if (pending && sim_cancel_seq(s, seq) < 0)
+    if (pending && sim_cancel_key(s, key) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1543,7 +1849,7 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
         int kind = ev_kind(e);
         if (kind != EV_CALL && kind != EV_CALL1)
             continue;
-        PyObject *k = PyLong_FromLongLong(ev_seq(e));
+        PyObject *k = PyLong_FromLongLong(ev_key(e));
         if (k == NULL)
             goto fail;
         int c = PySet_Contains(s->cancelled, k);
@@ -1557,11 +1863,11 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
             PyObject *t1 = PyTuple_Pack(1, e->b);
             if (t1 == NULL)
                 goto fail;
-            h = make_handle(ev_time(e), ev_seq(e), e->a, t1);
+            h = make_handle(ev_time(e), ev_key(e), e->a, t1);
             Py_DECREF(t1);
         }
         else
-            h = make_handle(ev_time(e), ev_seq(e), e->a, e->b);
+            h = make_handle(ev_time(e), ev_key(e), e->a, e->b);
         if (h == NULL)
             goto fail;
         int r = PyList_Append(l, h);
@@ -1625,7 +1931,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         }
         heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
-            PyObject *k = PyLong_FromLongLong(ev_seq(&ev));
+            PyObject *k = PyLong_FromLongLong(ev_key(&ev));
             if (k == NULL)
                 goto fail_ev;
             int c = PySet_Discard(s->cancelled, k);
@@ -1642,6 +1948,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         if (s->now_big) /* an event push()ed (unchecked) while now was past int64 */
             Py_CLEAR(s->now_big);
         n++;
+        s->cur = ev_target(&ev);
         int r = dispatch(&ev);
         Py_XDECREF(ev.a);
         Py_XDECREF(ev.b);
@@ -1650,6 +1957,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         if (s->stopped) {
             Py_XDECREF(until_big);
             s->events_run += n;
+            s->cur = 0;
             return PyLong_FromLongLong(n);
         }
     }
@@ -1667,6 +1975,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         s->now = limit;
     Py_XDECREF(until_big);
     s->events_run += n;
+    s->cur = 0;
     return PyLong_FromLongLong(n);
 fail_ev:
     Py_XDECREF(ev.a);
@@ -1674,6 +1983,7 @@ fail_ev:
 fail:
     Py_XDECREF(until_big);
     s->events_run += n;
+    s->cur = 0;
     return NULL;
 }
 
@@ -1720,7 +2030,31 @@ static int Sim_set_rng(SimObject *s, PyObject *v, void *c)
     }
     Py_INCREF(v);
     Py_SETREF(s->rng, v);
-    Py_CLEAR(s->rng_random); /* ports made from now on take the new rng's */
+    return 0;
+}
+
+static PyObject *Sim_get_seed(SimObject *s, void *c)
+{
+    Py_INCREF(s->seed);
+    return s->seed;
+}
+
+static PyObject *Sim_get_cur(SimObject *s, void *c)
+{
+    return PyLong_FromLongLong(s->cur);
+}
+
+static PyObject *Sim_get_place(SimObject *s, void *c)
+{
+    PyObject *v = s->place ? s->place : Py_None;
+    Py_INCREF(v);
+    return v;
+}
+
+static int Sim_set_place(SimObject *s, PyObject *v, void *c)
+{
+    Py_XINCREF(v);
+    Py_XSETREF(s->place, v);
     return 0;
 }
 
@@ -1733,12 +2067,20 @@ static PyMethodDef Sim_methods[] = {
      "post(at_ps, callback, arg): run callback(arg) at at_ps; no handle (returns None)"},
     {"push", (PyCFunction)(void (*)(void))Sim_push, METH_FASTCALL,
      "push(at_ps, callback, args): schedule without checks (the ports' hot path)"},
+    {"push_as", (PyCFunction)(void (*)(void))Sim_push_as, METH_FASTCALL,
+     "push_as(entity, at_ps, callback): schedule callback() keyed as if entity ran"},
+    {"add_entity", (PyCFunction)Sim_add_entity, METH_O,
+     "add_entity(objects): a new entity, for callbacks bound to objects; its number"},
+    {"set_entity", (PyCFunction)(void (*)(void))Sim_set_entity, METH_FASTCALL,
+     "set_entity(obj, entity): callbacks bound to obj run for entity"},
+    {"entities", (PyCFunction)Sim_entities, METH_NOARGS, "how many entities there are"},
+    {"rng_for", (PyCFunction)Sim_rng_for, METH_O, "rng_for(name): a port's own generator"},
     {"cancel", (PyCFunction)Sim_cancel, METH_O, "cancel(handle): disarm a scheduled event"},
     {"stop", (PyCFunction)Sim_stop, METH_NOARGS, "make run() return after the current event"},
     {"pending", (PyCFunction)Sim_pending, METH_NOARGS,
      "number of entries in the heap (cancelled ones included)"},
     {"pending_callbacks", (PyCFunction)Sim_pending_callbacks, METH_NOARGS,
-     "the scheduled Python calls not yet run or cancelled, as (t, seq, fn, args)"},
+     "the scheduled Python calls not yet run or cancelled, as (t, key, fn, args)"},
     {"run", (PyCFunction)(void (*)(void))Sim_run, METH_VARARGS | METH_KEYWORDS,
      "run(until_ps=None): run events in order; returns the number run"},
     {NULL}};
@@ -1749,9 +2091,14 @@ static PyMemberDef Sim_members[] = {
 
 static PyGetSetDef Sim_getset[] = {
     {"now", (getter)Sim_get_now, (setter)Sim_set_now, "simulated time, ps", NULL},
-    {"cancelled", (getter)Sim_get_cancelled, NULL, "seq of cancelled events still queued",
+    {"cancelled", (getter)Sim_get_cancelled, NULL, "keys of cancelled events still queued",
      NULL},
-    {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "the random generator", NULL},
+    {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "a generator for code outside the fabric",
+     NULL},
+    {"seed", (getter)Sim_get_seed, NULL, "the seed (of rng and of the ports' generators)", NULL},
+    {"cur", (getter)Sim_get_cur, NULL, "the running event's entity (0 between runs)", NULL},
+    {"place", (getter)Sim_get_place, (setter)Sim_set_place,
+     "None or place(callback, args) -> the entity of a callback no object registers", NULL},
     {NULL}};
 
 static PyTypeObject SimType = {
@@ -1825,25 +2172,15 @@ static int Port_init(PortObject *p, PyObject *args, PyObject *kw)
         (fr_o && as_i64(fr_o, &framing) < 0))
         return -1;
     /* everything that can fail is done: from here on the port is (re)written */
-    SimObject *so = (SimObject *)sim;
-    if (so->rng_random == NULL) {
-        so->rng_random = PyObject_GetAttr(so->rng, S_random);
-        if (so->rng_random == NULL)
-            return -1;
-    }
-    PyObject *rng_random = so->rng_random;
-    Py_INCREF(rng_random);
     if (peer == NULL)
         peer = PyUnicode_FromString("");
     else
         Py_INCREF(peer);
-    if (peer == NULL) {
-        Py_DECREF(rng_random);
+    if (peer == NULL)
         return -1;
-    }
     p->data_limit = data_limit;
     p->prio_limit = prio_limit;
-    Py_XSETREF(p->rng_random, rng_random);
+    Py_CLEAR(p->rng_random); /* made on the first draw (port_draw) */
     Py_INCREF(sim);
     Py_XSETREF(p->sim, (SimObject *)sim);
     Py_INCREF(name);
@@ -2029,7 +2366,7 @@ static PyObject *Port_set_up(PortObject *p, PyObject *arg)
     p->prio_bytes = 0;
     if (p->has_txev) {
         /* the pending transmitter-free event is in the heap: cancel it */
-        if (sim_cancel_seq(p->sim, p->txev_seq) < 0)
+        if (sim_cancel_key(p->sim, p->txev_key) < 0)
             return NULL;
         p->has_txev = 0;
     }
@@ -2069,7 +2406,7 @@ static PyObject *Port_get_txev(PortObject *p, void *c)
 {
     if (!p->has_txev)
         Py_RETURN_NONE;
-    return Py_BuildValue("(LL)", (long long)p->txev_t, (long long)p->txev_seq);
+    return Py_BuildValue("(LL)", (long long)p->txev_t, (long long)p->txev_key);
 }
 
 static PyObject *Port_get_data(PortObject *p, void *c)
@@ -2871,6 +3208,7 @@ PyMODINIT_FUNC PyInit__kernel(void)
     INTERN(S_trim, "trim");
     INTERN(S_route, "route");
     INTERN(S_random, "random");
+    INTERN(S_rng_for, "rng_for");
     INTERN(S_epoch, "epoch");
     INTERN(S_lost_in_flight, "lost_in_flight");
     INTERN(S_enqueue, "enqueue");

@@ -40,6 +40,7 @@ from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
 from .capture import Capture
+from . import entities
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator, paused_gc
 from .fabric import Fabric
@@ -257,6 +258,16 @@ class Experiment:
         for host in self.hosts:
             host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
+        #: each host's entity: events are keyed by entity (sim.entities, sim.engine)
+        self._host_entity = entities.register(self.sim, self.fabric, self.hosts, self.sampler)
+        self.sim.place = self._place
+
+    def _place(self, callback: Any, args: tuple[Any, ...]) -> int | None:
+        """The entity of an event no registered object owns (``sim.place``): a flow's
+        start runs for its source host; anything else for whoever scheduled it."""
+        if getattr(callback, "__self__", None) is self and callback.__name__ == "_launch":
+            return self._host_entity[args[0].spec.src]
+        return None
 
     def _new_simulator(self, seed: int) -> Simulator:
         """The event loop the experiment runs on (a partitioned run has its own)."""
@@ -766,14 +777,36 @@ class Experiment:
             conn.posted = [0] * len(qas)
         return conn
 
+    def _open_all_qps(self) -> None:
+        """Every MRC flow's QPs (or its connection's), in flow order, before the run.
+
+        Opened when each flow starts, they would be numbered in start order, which a
+        partitioned run cannot know before the run (:mod:`openmrc.sim.partition`);
+        a folded collective's transfers, made as they may start, open theirs then."""
+        for flow in self.flows:
+            if isinstance(flow, MrcFlow) and not flow.qas:
+                self._open_qps_of(flow, self.sim.now)
+
+    def _open_qps_of(self, flow: MrcFlow, now: int) -> None:
+        """``flow``'s QPs: its connection's, or its own."""
+        spec = flow.spec
+        if spec.conn:
+            conn = self._conn_for(spec, now)
+            flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
+            flow.conn = conn
+        else:
+            _pa, _pb, flow.qas, flow.qbs = self._open_qps(
+                spec, now, self._noter(spec.src, {flow: None})
+            )
+
     def _start(self, flow: MrcFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
-        conn = self._conn_for(spec, now) if spec.conn else None
+        if not flow.qas:
+            self._open_qps_of(flow, now)
+        conn = flow.conn
         if conn is None:
-            pa, pb, flow.qas, flow.qbs = self._open_qps(
-                spec, now, self._noter(spec.src, {flow: None})
-            )
+            pa, pb = flow.qas[0].pd, flow.qbs[0].pd
             seq = 0
         else:
             if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
@@ -781,8 +814,6 @@ class Experiment:
                 self._fail_at_start(flow, now)
                 return
             pa, pb = conn.pa, conn.pb
-            flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
-            flow.conn = conn
             seq = conn.started
             conn.started += 1
             conn.flows[seq] = flow
@@ -800,8 +831,9 @@ class Experiment:
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
             self._watch_rx(flow, spec.dst)
+        # (the source only: what the receiver needs was posted above, and the
+        # partitioned run, whose receiver may be on another rank, kicks only it)
         self.hosts[spec.src].kick(now)
-        self.hosts[spec.dst].kick(now)
 
     def _post_buffers(self, flow: Any, pa: Any, pb: Any, conn: Any, seq: int) -> None:
         """A flow's memory regions (with its payload), where its messages sit in each of
@@ -1031,6 +1063,7 @@ class Experiment:
     # -- running --------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
+        self._open_all_qps()
         self.sampler.start()
         if self.queue_sample_interval_ps is not None:
             self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)
