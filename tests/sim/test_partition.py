@@ -1,4 +1,5 @@
-"""A simulation partitioned over MPI ranks gives the same results.json as on one rank.
+"""A simulation partitioned over MPI ranks gives the same results.json as the ordinary
+sequential run (``openmrc run``), for 1, 2 and 4 ranks.
 
 The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (a partitioned run needs
 the pure-Python event loop), so these tests run the same in the compiled and the
@@ -7,11 +8,17 @@ failure, a blackholed-then-restored T1 (switch faults) with per-EV loss, a ring 
 random loss at every NIC ingress (dependencies, shared connections, per-port
 random generators) and a NIC port down and up beside flapping T0-T1 links (the
 host's reaction to its link runs on its rank only; captured to a pcap file).  Each process runs all of them (one ``mpirun`` per rank
-count, for the CI budget).
+count, for the CI budget).  The sequential reference runs in the test's process
+(on the native kernel when it is built): the event order and the random draws
+are the same in both (entity keys, per-port and per-host generators;
+:mod:`openmrc.sim.engine`).  ``scenarios/t0-t1-link-failure.toml`` is also run
+through the command line, ``mpirun -n 2 openmrc run ... --out X``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -216,37 +223,77 @@ def one_rank(scenario_files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]
     return _run(1, scenario_files)
 
 
-def test_one_rank_runs_are_complete_and_deterministic(
-    scenario_files: list[Path], one_rank: dict[str, tuple[int, dict[str, Any]]]
+@pytest.fixture(scope="module")
+def sequential(scenario_files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Each scenario's (exit code, results document) from the ordinary sequential run."""
+    from openmrc.run import run_file
+
+    out = {}
+    for path in scenario_files:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = run_file(str(path), as_json=True)
+        out[path.stem] = (rc, json.loads(buf.getvalue()))
+    return out
+
+
+def test_one_rank_runs_are_complete_and_equal_the_sequential_run(
+    scenario_files: list[Path],
+    one_rank: dict[str, tuple[int, dict[str, Any]]],
+    sequential: dict[str, tuple[int, dict[str, Any]]],
 ) -> None:
-    """On one process every scenario completes; a second run gives the same document."""
+    """On one process every scenario completes, with the sequential run's document."""
     for name, (rc, doc) in one_rank.items():
         assert rc == 0, name
         assert doc["all_ok"], name
         assert doc["fabric"]["faults"], name  # the faults were applied
-    again = _run(1, scenario_files[:1])
-    name = scenario_files[0].stem
-    assert _strip(again[name][1]) == _strip(one_rank[name][1])
+        assert (rc, _strip(doc)) == (sequential[name][0], _strip(sequential[name][1])), name
 
 
 @needs_tool("mpirun")
 @pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_ranks_give_the_one_rank_results(
+def test_ranks_give_the_sequential_results(
     ranks: int,
     scenario_files: list[Path],
     one_rank: dict[str, tuple[int, dict[str, Any]]],
+    sequential: dict[str, tuple[int, dict[str, Any]]],
 ) -> None:
-    """K = 2 and 4 ranks: every results document equals the one-rank one but wall time,
-    and the packet capture is the same file byte for byte."""
+    """K = 2 and 4 ranks: every results document equals the ordinary sequential run's
+    but wall time, and the packet capture is the one-rank file byte for byte."""
     got = _run(ranks, scenario_files)
     for name, (rc, doc) in got.items():
-        assert rc == one_rank[name][0], name
-        assert _strip(doc) == _strip(one_rank[name][1]), name
+        assert rc == sequential[name][0], name
+        assert _strip(doc) == _strip(sequential[name][1]), name
     d = scenario_files[0].parent
     one = (d / "nic-port-flap-1.pcap").read_bytes()
     assert len(one) > 100_000  # (thousands of packets)
     assert (d / f"nic-port-flap-{ranks}.pcap").read_bytes() == one
+
+
+@needs_tool("mpirun")
+@pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
+def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -> None:
+    """``mpirun -n 2 openmrc run scenarios/t0-t1-link-failure.toml --out X`` writes the
+    results.json (and CSV files) of ``openmrc run ... --out Y``, but wall time."""
+    scenario = ROOT / "scenarios" / "t0-t1-link-failure.toml"
+    seq_env = _env()
+    seq_env.pop("OPENMRC_PURE_PYTHON")  # the ordinary run, native when built
+    outs = {}
+    for ranks, env in ((1, seq_env), (2, _env())):
+        out = tmp_path / f"out{ranks}"
+        cmd = [sys.executable, "-c", CLI, "run", str(scenario), "--out", str(out)]
+        if ranks > 1:
+            cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert ("partitioned over 2 rank(s)" in proc.stderr) == (ranks == 2)
+        outs[ranks] = out
+    docs = [json.loads((outs[k] / "results.json").read_text()) for k in (1, 2)]
+    assert docs[0]["all_ok"] and docs[0]["fabric"]["faults"]
+    assert _strip(docs[1]) == _strip(docs[0])
+    for name in ("flows.csv", "goodput.csv", "ev_events.csv"):
+        assert (outs[2] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 
 def test_refusals_name_what_is_not_supported(tmp_path: Path) -> None:
