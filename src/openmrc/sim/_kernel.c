@@ -152,6 +152,7 @@ typedef struct {
     int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_key, epoch;
     int64_t tx_pkts, tx_bytes, trims, ecn_marks, drops_full, drops_header, drops_down, lost,
         lost_silent, max_queue_bytes;
+    int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
 } PortObject;
 
 typedef struct {
@@ -166,6 +167,7 @@ typedef struct {
     int64_t match;
     char forwarding;
     int64_t forwarded, bad_route, discarded;
+    int32_t ent1; /* its entity + 1 (0: none) */
     UsidTable lut;
 } SwitchObject;
 
@@ -174,6 +176,7 @@ typedef struct {
     SimObject *sim;
     PyObject *host, *plane, *on_receive;
     int64_t received, undelivered;
+    int32_t ent1; /* its entity + 1 (0: none) */
 } HostEndObject;
 
 static PyTypeObject SimType, PortType, SwitchType, HostEndType;
@@ -218,10 +221,28 @@ static inline int64_t sim_next_key(SimObject *s)
     return s->cur << KEY_SHIFT | c;
 }
 
-/* The entity registered for object o (by address), or -1. */
+/* Where a native port, switch or host end keeps its entity (a fabric has
+ * millions of them: a table entry each would be 24 bytes more per object), or NULL. */
+static inline int32_t *ent_slot(PyObject *o)
+{
+    if (is_port(o))
+        return &((PortObject *)o)->ent1;
+    if (PyObject_TypeCheck(o, &SwitchType))
+        return &((SwitchObject *)o)->ent1;
+    if (PyObject_TypeCheck(o, &HostEndType))
+        return &((HostEndObject *)o)->ent1;
+    return NULL;
+}
+
+/* The entity registered for object o (by address, or in the native object), or -1. */
 static inline int64_t ent_lookup(SimObject *s, PyObject *o)
 {
-    if (s->ecap == 0 || o == NULL)
+    if (o == NULL)
+        return -1;
+    int32_t *slot = ent_slot(o);
+    if (slot != NULL)
+        return (int64_t)*slot - 1;
+    if (s->ecap == 0)
         return -1;
     uintptr_t k = (uintptr_t)o;
     size_t mask = (size_t)s->ecap - 1;
@@ -251,6 +272,11 @@ static int ent_insert(uintptr_t *keys, int32_t *vals, Py_ssize_t cap, uintptr_t 
 /* Register o (by address) for entity e; -1 on no memory. */
 static int ent_set(SimObject *s, PyObject *o, int32_t e)
 {
+    int32_t *slot = ent_slot(o);
+    if (slot != NULL) {
+        *slot = e + 1;
+        return 0;
+    }
     if (2 * (s->ecount + 1) > s->ecap) {
         Py_ssize_t cap = s->ecap ? s->ecap * 2 : 1024;
         uintptr_t *keys = PyMem_Calloc((size_t)cap, sizeof(uintptr_t));
@@ -322,13 +348,9 @@ static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *
     return v;
 }
 
-/* A port event's target: the entity registered for obj, else the scheduler (a
- * port event never asks place: an experiment registers every port and receiver). */
-static inline int64_t port_target(SimObject *s, PyObject *obj)
-{
-    int64_t e = ent_lookup(s, obj);
-    return e >= 0 ? e : s->cur;
-}
+/* A port event (arrival, transmitter free) runs for the entity of the receiver or
+ * of the port, else for the scheduler: it never asks place (an experiment
+ * registers every port and receiver). */
 
 /* Push with a key the caller took (sim_next_key) beforehand; steals the
  * references a and b. Returns -1 (refs released) on no memory. */
@@ -923,8 +945,15 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
     }
     SimObject *s = p->sim;
     int64_t key = sim_next_key(s);
-    int64_t target =
-        port_target(s, p->rx_target != NULL ? p->rx_target : callable_self(p->rx));
+    int64_t target;
+    if (p->rx_kind == RX_SWITCH)
+        target = (int64_t)((SwitchObject *)p->rx_target)->ent1 - 1;
+    else if (p->rx_kind == RX_HOST)
+        target = (int64_t)((HostEndObject *)p->rx_target)->ent1 - 1;
+    else
+        target = ent_lookup(s, callable_self(p->rx));
+    if (target < 0)
+        target = s->cur;
     Py_INCREF(p);
     Py_INCREF(pkt);
     if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, p->epoch) < 0)
@@ -943,7 +972,7 @@ static int port_arm(PortObject *p)
     p->txev_key = key;
     p->has_txev = 1;
     Py_INCREF(p);
-    return heap_push_key(p->sim, at, key, EV_TXFREE, port_target(p->sim, (PyObject *)p),
+    return heap_push_key(p->sim, at, key, EV_TXFREE, p->ent1 ? p->ent1 - 1 : p->sim->cur,
                          (PyObject *)p, NULL, 0);
 }
 
@@ -1064,7 +1093,7 @@ static int port_tx_free(PortObject *p)
         p->has_txev = 1;
         Py_INCREF(p);
         return heap_push_key(p->sim, p->busy_until, key, EV_TXFREE,
-                             port_target(p->sim, (PyObject *)p), (PyObject *)p, NULL, 0);
+                             p->ent1 ? p->ent1 - 1 : p->sim->cur, (PyObject *)p, NULL, 0);
     }
     p->has_txev = 0;
     return 0;
