@@ -231,6 +231,9 @@ class Experiment:
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
         self._conns: dict[tuple[Any, ...], Conn] = {}
+        #: flows and folded collectives in the order they were added, until the run
+        #: opens their QPs (_open_all_qps)
+        self._to_open: list[Any] = []
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -335,9 +338,10 @@ class Experiment:
         return sum(qb.stats.rx_messages for qb in flow.qbs) >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: Flow) -> int | None:
-        """Payload bytes the receiving end has taken (None before the flow starts)."""
+        """Payload bytes the receiving end has taken (None before the flow's buffers are
+        posted: when it starts, or before a partitioned run)."""
         qbs = flow.qbs  # type: ignore[attr-defined]
-        if not qbs or any(qb.responder is None for qb in qbs):
+        if not flow.nmsgs or not qbs or any(qb.responder is None for qb in qbs):
             return None
         if flow.conn is not None:  # type: ignore[attr-defined]
             return self._conn_received(flow)  # type: ignore[arg-type]
@@ -409,10 +413,14 @@ class Experiment:
     def _counters(self, flow: Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
         """The per-flow counters of :class:`FlowResult`."""
         qas = flow.qas  # type: ignore[attr-defined]
-        if not qas:
-            return dict.fromkeys(COUNTERS, 0)
-        qpns = {qa.qpn for qa in qas}
         conn = flow.conn  # type: ignore[attr-defined]
+        if (
+            not qas
+            or not flow.nmsgs
+            or (conn is not None and conn.flows.get(flow.wr_base >> SEQ_SHIFT) is not flow)  # type: ignore[attr-defined]
+        ):
+            return dict.fromkeys(COUNTERS, 0)  # never started (its QPs may be open)
+        qpns = {qa.qpn for qa in qas}
         if conn is not None:
             return self._conn_counters(flow, conn, qpns, ev_events)  # type: ignore[arg-type]
         bad = sum(
@@ -542,6 +550,7 @@ class Experiment:
         if watch:
             for flow in new:
                 flow.watch_rx = True
+        self._to_open.extend(new)
         for flow in new:
             spec = flow.spec
             ndeps = len(spec.deps) + len(spec.send_deps)
@@ -635,6 +644,7 @@ class Experiment:
             flow = self._folded_flow(folder, i)
             self.sim.schedule(flow.spec.start_ps, self._launch, flow)
         self._collectives.append(folder)
+        self._to_open.append(folder)
         return len(self._collectives) - 1
 
     def _folded_flow(self, folder: FoldedCollective, i: int) -> Flow:
@@ -778,14 +788,23 @@ class Experiment:
         return conn
 
     def _open_all_qps(self) -> None:
-        """Every MRC flow's QPs (or its connection's), in flow order, before the run.
+        """Every MRC flow's QPs (or its connection's), and every folded collective's
+        connections, in the order they were added, before the run.
 
         Opened when each flow starts, they would be numbered in start order, which a
         partitioned run cannot know before the run (:mod:`openmrc.sim.partition`);
-        a folded collective's transfers, made as they may start, open theirs then."""
-        for flow in self.flows:
-            if isinstance(flow, MrcFlow) and not flow.qas:
-                self._open_qps_of(flow, self.sim.now)
+        a folded collective's connections open in the order its unfolded flows
+        would open them, so that folding changes no result."""
+        now = self.sim.now
+        todo, self._to_open = self._to_open, []
+        if "mrc" not in self.transport_names:
+            return
+        for item in todo:
+            if isinstance(item, FoldedCollective):
+                for spec in item.conn_specs():
+                    self._conn_for(spec, now)
+            elif isinstance(item, MrcFlow) and not item.qas:
+                self._open_qps_of(item, now)
 
     def _open_qps_of(self, flow: MrcFlow, now: int) -> None:
         """``flow``'s QPs: its connection's, or its own."""
