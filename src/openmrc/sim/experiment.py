@@ -231,9 +231,6 @@ class Experiment:
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
         self._conns: dict[tuple[Any, ...], Conn] = {}
-        #: flows and folded collectives in the order they were added, until the run
-        #: opens their QPs (_open_all_qps)
-        self._to_open: list[Any] = []
         if not isinstance(sample_interval_ps, int) or sample_interval_ps <= 0:
             raise ValueError(
                 f"sample_interval_ps: must be a positive int, got {sample_interval_ps!r}"
@@ -550,7 +547,9 @@ class Experiment:
         if watch:
             for flow in new:
                 flow.watch_rx = True
-        self._to_open.extend(new)
+        for flow in new:
+            if isinstance(flow, MrcFlow):
+                self._open_qps_of(flow, self.sim.now)
         for flow in new:
             spec = flow.spec
             ndeps = len(spec.deps) + len(spec.send_deps)
@@ -643,8 +642,11 @@ class Experiment:
         for i in folder.initial():
             flow = self._folded_flow(folder, i)
             self.sim.schedule(flow.spec.start_ps, self._launch, flow)
+        if "mrc" in self.transport_names:
+            # its connections now, in the order its unfolded flows would open them
+            for spec in folder.conn_specs():
+                self._conn_for(spec, self.sim.now)
         self._collectives.append(folder)
-        self._to_open.append(folder)
         return len(self._collectives) - 1
 
     def _folded_flow(self, folder: FoldedCollective, i: int) -> Flow:
@@ -787,27 +789,13 @@ class Experiment:
             conn.posted = [0] * len(qas)
         return conn
 
-    def _open_all_qps(self) -> None:
-        """Every MRC flow's QPs (or its connection's), and every folded collective's
-        connections, in the order they were added, before the run.
-
-        Opened when each flow starts, they would be numbered in start order, which a
-        partitioned run cannot know before the run (:mod:`openmrc.sim.partition`);
-        a folded collective's connections open in the order its unfolded flows
-        would open them, so that folding changes no result."""
-        now = self.sim.now
-        todo, self._to_open = self._to_open, []
-        if "mrc" not in self.transport_names:
-            return
-        for item in todo:
-            if isinstance(item, FoldedCollective):
-                for spec in item.conn_specs():
-                    self._conn_for(spec, now)
-            elif isinstance(item, MrcFlow) and not item.qas:
-                self._open_qps_of(item, now)
-
     def _open_qps_of(self, flow: MrcFlow, now: int) -> None:
-        """``flow``'s QPs: its connection's, or its own."""
+        """``flow``'s QPs: its connection's, or its own.
+
+        Opened when the flow is added (a folded collective's transfer: when it
+        starts, but its connection was opened when the collective was added).
+        Opened when each flow starts, they would be numbered in start order, which a
+        partitioned run cannot know before the run (:mod:`openmrc.sim.partition`)."""
         spec = flow.spec
         if spec.conn:
             conn = self._conn_for(spec, now)
@@ -1082,7 +1070,6 @@ class Experiment:
     # -- running --------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Result:
         """Run until every flow finished (or ``until_ps``), and collect the results."""
-        self._open_all_qps()
         self.sampler.start()
         if self.queue_sample_interval_ps is not None:
             self.fabric.metrics.sample_queues(self.queue_sample_interval_ps)

@@ -587,9 +587,8 @@ class PartitionedExperiment(Experiment):
 
     # -- flows: both ends made before the run ---------------------------------------
     def _prepare_flows(self) -> None:
-        """QPs (as the sequential run opens them), memory regions, payloads and
-        receives of every flow, in flow order."""
-        self._open_all_qps()
+        """Memory regions, payloads and receives of every flow, in flow order (its QPs
+        were opened when it was added, as in the sequential run)."""
         seqs: dict[int, int] = {}
         flow: Any
         for i, flow in enumerate(self.flows):
