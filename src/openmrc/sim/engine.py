@@ -72,6 +72,7 @@ def port_rng(seed: int, name: str) -> random.Random:
     """The random generator of the port named ``name`` in a simulator seeded ``seed``."""
     return random.Random(f"{seed}:{name}")
 
+
 #: The garbage collector's thresholds while :meth:`Simulator.run` runs.  With
 #: the defaults (a generation-0 collection every 700 allocations) the collector
 #: was 19 % of a 1024-host permutation's time, under 1 % with these (see

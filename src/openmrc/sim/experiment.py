@@ -39,8 +39,8 @@ from ..transport.controller import Controller
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
-from .capture import Capture
 from . import entities
+from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator, paused_gc
 from .fabric import Fabric

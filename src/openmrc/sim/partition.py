@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import time
 from collections.abc import Callable
 from heapq import heappop, heappush
