@@ -1,9 +1,9 @@
 """A simulation partitioned over MPI ranks gives the same results.json as the ordinary
 sequential run (``openmrc run``), for 1, 2 and 4 ranks.
 
-The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (a partitioned run needs
-the pure-Python event loop), so these tests run the same in the compiled and the
-interpreted suite.  The scenarios are small (a few seconds each) and cover a link
+The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (the pure-Python event
+loop), so these tests run the same in the compiled and the interpreted suite;
+where the native kernel is built, 2 ranks run on it too.  The scenarios are small (a few seconds each) and cover a link
 failure, a blackholed-then-restored T1 (switch faults) with per-EV loss, a ring all-reduce with
 random loss at every NIC ingress (dependencies, shared connections, per-port
 random generators) and a NIC port down and up beside flapping T0-T1 links (the
@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from openmrc.sim import _native
 from tests.tools import needs_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,21 +175,22 @@ def _strip(doc: Any) -> Any:
     return doc
 
 
-def _env() -> dict[str, str]:
+def _env(pure: bool = True) -> dict[str, str]:
     env = dict(os.environ)
-    env["OPENMRC_PURE_PYTHON"] = "1"
+    env["OPENMRC_PURE_PYTHON"] = "1" if pure else "0"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     return env
 
 
-def _run(ranks: int, files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]]:
-    """Each scenario's (exit code, results document) on ``ranks`` processes (1: no MPI)."""
+def _run(ranks: int, files: list[Path], pure: bool = True) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Each scenario's (exit code, results document) on ``ranks`` processes (1: no MPI),
+    pure Python or on the native kernel."""
     cmd = [sys.executable, "-c", DRIVER, str(files[0].parent), *map(str, files)]
     if ranks > 1:
         cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(pure), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out: dict[str, tuple[int, dict[str, Any]]] = {}
     for part in proc.stdout.split("@@@ ")[1:]:
@@ -273,14 +275,32 @@ def test_ranks_give_the_sequential_results(
 
 @needs_tool("mpirun")
 @pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
+@pytest.mark.skipif(not _native.NATIVE, reason="the native kernel is not built")
+def test_native_ranks_give_the_sequential_results(
+    scenario_files: list[Path],
+    one_rank: dict[str, tuple[int, dict[str, Any]]],
+    sequential: dict[str, tuple[int, dict[str, Any]]],
+) -> None:
+    """2 ranks on the native kernel (its C event loop routes packets for the other
+    rank to an outbox): the sequential documents, and the same pcap bytes."""
+    got = _run(2, scenario_files, pure=False)
+    for name, (rc, doc) in got.items():
+        assert rc == sequential[name][0], name
+        assert _strip(doc) == _strip(sequential[name][1]), name
+    d = scenario_files[0].parent
+    assert (d / "nic-port-flap-2.pcap").read_bytes() == (d / "nic-port-flap-1.pcap").read_bytes()
+
+
+@needs_tool("mpirun")
+@pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
 def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -> None:
     """``mpirun -n 2 openmrc run scenarios/t0-t1-link-failure.toml --out X`` writes the
     results.json (and CSV files) of ``openmrc run ... --out Y``, but wall time."""
     scenario = ROOT / "scenarios" / "t0-t1-link-failure.toml"
-    seq_env = _env()
-    seq_env.pop("OPENMRC_PURE_PYTHON")  # the ordinary run, native when built
+    env = _env()
+    env.pop("OPENMRC_PURE_PYTHON")  # as a user runs them: native when built
     outs = {}
-    for ranks, env in ((1, seq_env), (2, _env())):
+    for ranks in (1, 2):
         out = tmp_path / f"out{ranks}"
         cmd = [sys.executable, "-c", CLI, "run", str(scenario), "--out", str(out)]
         if ranks > 1:

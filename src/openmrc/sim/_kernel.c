@@ -121,6 +121,12 @@ typedef struct {
     int32_t *evals;
     Py_ssize_t ecap, ecount; /* ecap a power of two or 0 */
     PyObject *place;         /* None or place(callback, args) -> entity or None */
+    /* a rank of a partitioned run (openmrc.sim.partition): which entities it holds
+     * (NULL: all), where events for the others go, and what run_window reports */
+    uint8_t *owned;
+    Py_ssize_t nowned;
+    PyObject *outbox; /* list of (rank-less) (target, t, key, port, epoch, packet) */
+    int64_t cur_key, sub, global_events, last_t, sent;
     /* now, when run(until_ps=...) left it past int64 (as Python does); then
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
@@ -352,6 +358,39 @@ static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *
  * of the port, else for the scheduler: it never asks place (an experiment
  * registers every port and receiver). */
 
+/* An event for an entity another rank holds (a partitioned run): a packet's
+ * arrival goes to the outbox, a global action's event is dropped (that rank
+ * schedules its own), anything else is an error.  Steals a and b. */
+static int sim_route_out(SimObject *s, int64_t t, int64_t key, int kind, int64_t target,
+                         PyObject *a, PyObject *b, int64_t epoch)
+{
+    int r = 0;
+    if (s->cur <= 1) /* GLOBAL or SAMPLER: every rank runs it for its own entities */
+        goto done;
+    if (kind != EV_ARRIVE || s->outbox == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "partitioned run: entity %lld scheduled an event for entity %lld of "
+                     "another rank (only packets cross ranks)",
+                     (long long)s->cur, (long long)target);
+        r = -1;
+        goto done;
+    }
+    PyObject *item = Py_BuildValue("(LLLOLO)", (long long)target, (long long)t, (long long)key,
+                                   a, (long long)epoch, b);
+    if (item == NULL) {
+        r = -1;
+        goto done;
+    }
+    r = PyList_Append(s->outbox, item);
+    Py_DECREF(item);
+    if (r == 0)
+        s->sent++;
+done:
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return r;
+}
+
 /* Push with a key the caller took (sim_next_key) beforehand; steals the
  * references a and b. Returns -1 (refs released) on no memory. */
 static int heap_push_key(SimObject *s, int64_t t, int64_t key, int kind, int64_t target,
@@ -362,6 +401,8 @@ static int heap_push_key(SimObject *s, int64_t t, int64_t key, int kind, int64_t
         Py_XDECREF(b);
         return -1;
     }
+    if (s->owned != NULL && target < s->nowned && !s->owned[target])
+        return sim_route_out(s, t, key, kind, target, a, b, epoch);
     if (kind == EV_ARRIVE && (epoch < 0 || epoch >= EPOCH_SMALL)) {
         /* (before the heap is looked at: allocating can run Python code) */
         PyObject *eo = PyLong_FromLongLong(epoch);
@@ -1520,6 +1561,12 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     s->evals = NULL;
     s->ecap = s->ecount = 0;
     Py_CLEAR(s->place);
+    PyMem_Free(s->owned);
+    s->owned = NULL;
+    s->nowned = 0;
+    Py_CLEAR(s->outbox);
+    s->cur_key = -1;
+    s->sub = s->global_events = s->last_t = s->sent = 0;
     Py_CLEAR(s->now_big);
     Py_SETREF(s->rng, rng);
     Py_SETREF(s->cancelled, cancelled);
@@ -1549,6 +1596,7 @@ static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
     Py_VISIT(s->rng);
     Py_VISIT(s->seed);
     Py_VISIT(s->place);
+    Py_VISIT(s->outbox);
     Py_VISIT(s->cancelled);
     return 0;
 }
@@ -1559,6 +1607,7 @@ static int Sim_clear(SimObject *s)
     Py_CLEAR(s->rng);
     Py_CLEAR(s->seed);
     Py_CLEAR(s->place);
+    Py_CLEAR(s->outbox);
     Py_CLEAR(s->cancelled);
     Py_CLEAR(s->now_big);
     return 0;
@@ -1572,6 +1621,7 @@ static void Sim_dealloc(SimObject *s)
     PyMem_Free(s->counters);
     PyMem_Free(s->ekeys);
     PyMem_Free(s->evals);
+    PyMem_Free(s->owned);
     tp->tp_free((PyObject *)s);
 }
 
@@ -1824,6 +1874,87 @@ static PyObject *Sim_entities(SimObject *s, PyObject *unused)
     return PyLong_FromSsize_t(s->nent);
 }
 
+/* set_owned(flags): bytes, one per entity, non-zero where this rank holds it; and
+ * from now on events for the others go to the outbox (a partitioned run) */
+static PyObject *Sim_set_owned(SimObject *s, PyObject *flags)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(flags, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint8_t *o = PyMem_Malloc(view.len ? (size_t)view.len : 1);
+    if (o == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    memcpy(o, view.buf, (size_t)view.len);
+    PyMem_Free(s->owned);
+    s->owned = o;
+    s->nowned = view.len;
+    PyBuffer_Release(&view);
+    if (s->outbox == NULL && (s->outbox = PyList_New(0)) == NULL)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* take_outbox(): the (target, t, key, port, epoch, packet) sent since the last call */
+static PyObject *Sim_take_outbox(SimObject *s, PyObject *unused)
+{
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL)
+        return NULL;
+    PyObject *out = s->outbox;
+    s->outbox = fresh;
+    if (out == NULL)
+        return PyList_New(0);
+    return out;
+}
+
+/* arrive(at_ps, key, port, epoch, packet): a packet another rank put on port, with its key */
+static PyObject *Sim_arrive(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !is_port(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "arrive(at_ps, key, port, epoch, packet)");
+        return NULL;
+    }
+    int64_t at, key, epoch;
+    if (as_i64(args[0], &at) < 0 || as_i64(args[1], &key) < 0 || as_i64(args[3], &epoch) < 0)
+        return NULL;
+    PortObject *p = (PortObject *)args[2];
+    int64_t target;
+    if (p->rx_kind == RX_SWITCH)
+        target = (int64_t)((SwitchObject *)p->rx_target)->ent1 - 1;
+    else if (p->rx_kind == RX_HOST)
+        target = (int64_t)((HostEndObject *)p->rx_target)->ent1 - 1;
+    else
+        target = ent_lookup(s, callable_self(p->rx));
+    if (target < 0) {
+        PyErr_SetString(PyExc_ValueError, "arrive: the port's receiver has no entity");
+        return NULL;
+    }
+    Py_INCREF(args[2]);
+    Py_INCREF(args[4]);
+    if (heap_push_key(s, at, key, EV_ARRIVE, target, args[2], args[4], epoch) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* next_time(): the time of the next event (None: none) */
+static PyObject *Sim_next_time(SimObject *s, PyObject *unused)
+{
+    if (s->n == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(ev_time(&s->heap[0]));
+}
+
+/* entity_of(obj): the entity registered for obj, or None */
+static PyObject *Sim_entity_of(SimObject *s, PyObject *obj)
+{
+    int64_t e = ent_lookup(s, obj);
+    if (e < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(e);
+}
+
 /* rng_for(name): the port's generator, random.Random(f"{seed}:{name}") (engine.port_rng) */
 static PyObject *Sim_rng_for(SimObject *s, PyObject *name)
 {
@@ -2016,6 +2147,105 @@ fail:
     return NULL;
 }
 
+/* run_window(end_ps, stop_at=None, honor_stop=True): a partitioned rank's window:
+ * events before end_ps (or up to the (time, key) stop_at, inclusive); returns the
+ * (time, key) of the event that called stop() when honor_stop, else None
+ * (PartitionedSimulator.run_window) */
+static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"end_ps", "stop_at", "honor_stop", NULL};
+    PyObject *end_o, *stop_o = Py_None;
+    int honor = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op:run_window", kwlist, &end_o, &stop_o,
+                                     &honor))
+        return NULL;
+    int64_t end, stop_t = 0, stop_k = 0;
+    if (as_i64(end_o, &end) < 0)
+        return NULL;
+    int has_stop = stop_o != Py_None;
+    if (has_stop) {
+        if (!PyTuple_Check(stop_o) || PyTuple_GET_SIZE(stop_o) != 2) {
+            PyErr_SetString(PyExc_TypeError, "run_window: stop_at must be (time, key)");
+            return NULL;
+        }
+        if (as_i64(PyTuple_GET_ITEM(stop_o, 0), &stop_t) < 0 ||
+            as_i64(PyTuple_GET_ITEM(stop_o, 1), &stop_k) < 0)
+            return NULL;
+    }
+    int64_t n = 0, g = 0;
+    int tick = 0;
+    PyObject *result = Py_None;
+    Py_INCREF(result);
+    s->stopped = 0;
+    Event ev;
+    while (s->n) {
+        int64_t t0 = ev_time(&s->heap[0]);
+        if (!has_stop) {
+            if (t0 >= end)
+                break;
+        }
+        else if (t0 > stop_t || (t0 == stop_t && ev_key(&s->heap[0]) > stop_k))
+            break;
+        if (++tick == SIGNAL_CHECK_EVENTS) {
+            tick = 0;
+            if (PyErr_CheckSignals() < 0)
+                goto fail;
+        }
+        heap_pop(s, &ev);
+        if (PySet_GET_SIZE(s->cancelled)) {
+            PyObject *k = PyLong_FromLongLong(ev_key(&ev));
+            if (k == NULL)
+                goto fail_ev;
+            int c = PySet_Discard(s->cancelled, k);
+            Py_DECREF(k);
+            if (c < 0)
+                goto fail_ev;
+            if (c) {
+                Py_XDECREF(ev.a);
+                Py_XDECREF(ev.b);
+                continue;
+            }
+        }
+        s->now = ev_time(&ev);
+        Py_CLEAR(s->now_big);
+        s->cur = ev_target(&ev);
+        s->cur_key = ev_key(&ev);
+        s->sub = 0;
+        n++;
+        if (s->cur <= 1)
+            g++;
+        int r = dispatch(&ev);
+        Py_XDECREF(ev.a);
+        Py_XDECREF(ev.b);
+        if (r < 0)
+            goto fail;
+        s->last_t = s->now;
+        if (s->stopped) {
+            s->stopped = 0;
+            if (honor) {
+                Py_SETREF(result, Py_BuildValue("(LL)", (long long)s->now,
+                                                (long long)s->cur_key));
+                if (result == NULL)
+                    goto fail;
+                break;
+            }
+        }
+    }
+    s->cur = 0;
+    s->events_run += n;
+    s->global_events += g;
+    return result;
+fail_ev:
+    Py_XDECREF(ev.a);
+    Py_XDECREF(ev.b);
+fail:
+    Py_XDECREF(result);
+    s->cur = 0;
+    s->events_run += n;
+    s->global_events += g;
+    return NULL;
+}
+
 static PyObject *Sim_get_now(SimObject *s, void *c)
 {
     if (s->now_big) {
@@ -2073,6 +2303,22 @@ static PyObject *Sim_get_cur(SimObject *s, void *c)
     return PyLong_FromLongLong(s->cur);
 }
 
+static int Sim_set_cur(SimObject *s, PyObject *v, void *c)
+{
+    int64_t e;
+    if (v == NULL || as_i64(v, &e) < 0) {
+        if (v == NULL)
+            PyErr_SetString(PyExc_AttributeError, "cannot delete cur");
+        return -1;
+    }
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "cur: no entity %lld", (long long)e);
+        return -1;
+    }
+    s->cur = e;
+    return 0;
+}
+
 static PyObject *Sim_get_place(SimObject *s, void *c)
 {
     PyObject *v = s->place ? s->place : Py_None;
@@ -2104,6 +2350,17 @@ static PyMethodDef Sim_methods[] = {
      "set_entity(obj, entity): callbacks bound to obj run for entity"},
     {"entities", (PyCFunction)Sim_entities, METH_NOARGS, "how many entities there are"},
     {"rng_for", (PyCFunction)Sim_rng_for, METH_O, "rng_for(name): a port's own generator"},
+    {"entity_of", (PyCFunction)Sim_entity_of, METH_O,
+     "entity_of(obj): the entity registered for obj, or None"},
+    {"set_owned", (PyCFunction)Sim_set_owned, METH_O,
+     "set_owned(flags): which entities this rank holds (a partitioned run)"},
+    {"take_outbox", (PyCFunction)Sim_take_outbox, METH_NOARGS,
+     "the (target, t, key, port, epoch, packet) for other ranks since the last call"},
+    {"arrive", (PyCFunction)(void (*)(void))Sim_arrive, METH_FASTCALL,
+     "arrive(at_ps, key, port, epoch, packet): a packet from another rank"},
+    {"next_time", (PyCFunction)Sim_next_time, METH_NOARGS, "the next event's time, or None"},
+    {"run_window", (PyCFunction)(void (*)(void))Sim_run_window, METH_VARARGS | METH_KEYWORDS,
+     "run_window(end_ps, stop_at=None, honor_stop=True): a partitioned rank's window"},
     {"cancel", (PyCFunction)Sim_cancel, METH_O, "cancel(handle): disarm a scheduled event"},
     {"stop", (PyCFunction)Sim_stop, METH_NOARGS, "make run() return after the current event"},
     {"pending", (PyCFunction)Sim_pending, METH_NOARGS,
@@ -2116,6 +2373,14 @@ static PyMethodDef Sim_methods[] = {
 
 static PyMemberDef Sim_members[] = {
     {"events_run", T_LONGLONG, offsetof(SimObject, events_run), 0, "events run so far"},
+    {"cur_key", T_LONGLONG, offsetof(SimObject, cur_key), READONLY,
+     "the running event's key (run_window)"},
+    {"sub", T_LONGLONG, offsetof(SimObject, sub), 0,
+     "host reactions so far to the running event (a partitioned capture's order)"},
+    {"global_events", T_LONGLONG, offsetof(SimObject, global_events), 0,
+     "events of GLOBAL and SAMPLER run by run_window"},
+    {"last_t", T_LONGLONG, offsetof(SimObject, last_t), 0, "the last event's time (run_window)"},
+    {"sent", T_LONGLONG, offsetof(SimObject, sent), 0, "packets put in the outbox"},
     {NULL}};
 
 static PyGetSetDef Sim_getset[] = {
@@ -2125,7 +2390,8 @@ static PyGetSetDef Sim_getset[] = {
     {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "a generator for code outside the fabric",
      NULL},
     {"seed", (getter)Sim_get_seed, NULL, "the seed (of rng and of the ports' generators)", NULL},
-    {"cur", (getter)Sim_get_cur, NULL, "the running event's entity (0 between runs)", NULL},
+    {"cur", (getter)Sim_get_cur, (setter)Sim_set_cur,
+     "the running event's entity (0 between runs)", NULL},
     {"place", (getter)Sim_get_place, (setter)Sim_set_place,
      "None or place(callback, args) -> the entity of a callback no object registers", NULL},
     {NULL}};
@@ -2403,6 +2669,27 @@ static PyObject *Port_set_up(PortObject *p, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* report_queued(data_bytes, prio_bytes): after a partitioned run, the bytes another
+ * rank reported queued at this port (rank 0 merges them; nothing runs afterwards,
+ * and the port's own queues are empty: its events ran on that rank) */
+static PyObject *Port_report_queued(PortObject *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t d, q;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "report_queued(data_bytes, prio_bytes)");
+        return NULL;
+    }
+    if (as_i64(args[0], &d) < 0 || as_i64(args[1], &q) < 0)
+        return NULL;
+    if (p->data.len || p->prio.len) {
+        PyErr_SetString(PyExc_ValueError, "report_queued: the port has packets queued");
+        return NULL;
+    }
+    p->data_bytes = d;
+    p->prio_bytes = q;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Port_set_impairment(PortObject *p, PyObject *args, PyObject *kw)
 {
     PORT_READY(p);
@@ -2484,6 +2771,8 @@ static PyMethodDef Port_methods[] = {
     {"set_up", (PyCFunction)Port_set_up, METH_O, "bring this direction up or down now"},
     {"set_impairment", (PyCFunction)(void (*)(void))Port_set_impairment,
      METH_VARARGS | METH_KEYWORDS, "set_impairment(silent=None, loss=None)"},
+    {"report_queued", (PyCFunction)(void (*)(void))Port_report_queued, METH_FASTCALL,
+     "report_queued(data_bytes, prio_bytes): another rank's queued bytes (a merge)"},
     {NULL}};
 
 #define PM(nm, field, flags) {nm, T_LONGLONG, offsetof(PortObject, field), flags, NULL}

@@ -184,6 +184,10 @@ class PySimulator:
             raise ValueError(f"set_entity: no entity {entity}")
         self.objects[id(obj)] = entity
 
+    def entity_of(self, obj: Any) -> int | None:
+        """The entity registered for ``obj``, or None."""
+        return self.objects.get(id(obj))
+
     def entities(self) -> int:
         """How many entities there are (:data:`GLOBAL` and :data:`SAMPLER` included)."""
         return len(self.counters)

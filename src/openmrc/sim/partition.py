@@ -33,9 +33,12 @@ same when a connection's flows start in flow order; a partitioned run refuses
 the others).  A flow released by a dependency starts on
 the rank that saw the dependency met: its source must be there.
 
+A rank runs the native kernel when it is built (:class:`NativePartitionedSimulator`:
+the kernel routes events for other ranks' entities to its outbox), else pure
+Python (:class:`PartitionedSimulator`); the same results either way.
+
 Not supported yet (refused with one line): the controller, the clustermapper,
-queue sampling, the RoCE/IB baselines, the
-native kernel (``OPENMRC_PURE_PYTHON=1`` is required), flow dependencies whose
+queue sampling, the RoCE/IB baselines, flow dependencies whose
 release and start are on different ranks.
 """
 
@@ -51,8 +54,9 @@ from typing import Any, Protocol
 
 from ..transport import QPState
 from ..wire.pcap import PcapWriter
+from ._native import NATIVE
 from .capture import Capture
-from .engine import GLOBAL, SAMPLER, PySimulator, quiet_gc
+from .engine import GLOBAL, SAMPLER, PySimulator, Simulator, quiet_gc
 from .experiment import Experiment
 from .flows import SEQ_SHIFT, Poster
 from .sampling import Sampler
@@ -147,13 +151,6 @@ def partitioned_class(transport_name: Any) -> type[Experiment] | None:
     if transport_name not in (None, "mrc"):
         raise PartitionError(
             f"partitioned run: transport {transport_name!r} is not supported (only mrc)"
-        )
-    from ._native import NATIVE
-
-    if NATIVE:
-        raise PartitionError(
-            "partitioned run: needs the pure-Python simulator (set OPENMRC_PURE_PYTHON=1); "
-            "the native kernel has no partition-independent event order yet"
         )
     return PartitionedExperiment
 
@@ -288,6 +285,50 @@ class PartitionedSimulator(PySimulator):
         return out
 
 
+class NativePartitionedSimulator(Simulator):
+    """A rank's event loop on the native kernel: the same keys, entities and routing as
+    :class:`PartitionedSimulator` (the kernel routes an event for an entity of another
+    rank to its outbox: ``set_owned``, ``take_outbox``, ``arrive``, ``run_window``)."""
+
+    __slots__ = ("nranks", "owned", "port_index", "ports", "rank", "rank_of")
+
+    def __init__(self, seed: int, rank: int, nranks: int) -> None:
+        super().__init__(seed)
+        self.rank = rank
+        self.nranks = nranks
+        self.rank_of: list[int] = [-1, -1]
+        self.owned: list[bool] = [True, True]
+        self.port_index: dict[int, int] = {}
+        self.ports: list[Any] = []
+
+    def set_ranks(self, ranks: list[int]) -> None:
+        """The rank of each entity past :data:`SAMPLER`, in entity order."""
+        self.rank_of = [-1, -1, *ranks]
+        self.owned = [True, True, *(r == self.rank for r in ranks)]
+        self.set_owned(bytes(self.owned))  # type: ignore[attr-defined]
+
+    def take_outbox(self) -> list[list[Any]]:  # type: ignore[override]
+        """The packets for each rank since the last call (as PartitionedSimulator's)."""
+        out: list[list[Any]] = [[] for _ in range(self.nranks)]
+        rank_of = self.rank_of
+        index = self.port_index
+        for target, t, key, port, epoch, pkt in super().take_outbox():  # type: ignore[misc]
+            out[rank_of[target]].append((t, key, index[id(port)], epoch, pkt))
+        return out
+
+    def arrive(self, at_ps: int, key: int, port_no: int, epoch: int, pkt: Any) -> None:  # type: ignore[override]
+        """A packet another rank sent over port ``port_no``: its arrival, with its key."""
+        super().arrive(at_ps, key, self.ports[port_no], epoch, pkt)  # type: ignore[misc]
+
+
+#: A rank's event loop: pure Python or on the native kernel (type-checked as the first,
+#: whose API the second has).
+RANK_SIMULATORS: tuple[type[PartitionedSimulator], ...] = (
+    PartitionedSimulator,
+    NativePartitionedSimulator,  # type: ignore[assignment]
+)
+
+
 # ----- the partition -------------------------------------------------------------------
 def rank_of_t0(i: int, t0s: int, nranks: int) -> int:
     """The rank of T0 index ``i`` (every plane's) and its hosts: contiguous rack groups."""
@@ -338,7 +379,7 @@ class PartitionedSampler(Sampler):
     def start(self) -> None:
         """Start ticking; ``armed`` stays False, so every host input reports to :meth:`wake`."""
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         self.t0 = sim.now
         self.sampling = True
         self.armed = False
@@ -370,7 +411,7 @@ class PartitionedSampler(Sampler):
         """From every rank's tick report and first input: re-arm, sleep or wake, as the
         sequential sampler would have; the time of the tick scheduled, if any."""
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         interval = self.interval_ps
         done = [t for t in ticks if t is not None]
         if done:
@@ -410,7 +451,7 @@ class _Recorder:
     """A capture's writer on one rank: frames kept with the key of the event that
     made them (time, event key, host reaction, order), for rank 0 to merge."""
 
-    def __init__(self, sim: PartitionedSimulator) -> None:
+    def __init__(self, sim: Any) -> None:
         self.sim = sim
         self.records: list[tuple[int, int, int, int, bytes]] = []
 
@@ -449,18 +490,19 @@ class _Listener:
 class PartitionedExperiment(Experiment):
     """An MRC experiment run on one rank of a partitioned simulation (see the module)."""
 
-    def _new_simulator(self, seed: int) -> PartitionedSimulator:
+    def _new_simulator(self, seed: int) -> Any:
         comm = active_comm()
         assert comm is not None
         self._comm = comm
-        return PartitionedSimulator(seed, comm.rank, comm.size)
+        cls = NativePartitionedSimulator if NATIVE else PartitionedSimulator
+        return cls(seed, comm.rank, comm.size)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.queue_sample_interval_ps is not None:
             raise PartitionError("partitioned run: queue sampling is not supported yet")
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         spec = self.spec
         k = self._comm.size
         hpt = spec.hosts_per_t0
@@ -480,8 +522,9 @@ class PartitionedExperiment(Experiment):
         # the lookahead: the least delay of a link between ranks
         look = None
         for port in sim.ports:
-            a = sim.objects[id(port)]
-            b = sim.objects[id(port.rx.__self__)]
+            a = sim.entity_of(port)
+            b = sim.entity_of(port.rx.__self__)
+            assert a is not None and b is not None  # (every port and receiver has one)
             if sim.rank_of[a] != sim.rank_of[b]:
                 look = port.delay if look is None else min(look, port.delay)
         self.lookahead_ps = look
@@ -519,12 +562,12 @@ class PartitionedExperiment(Experiment):
 
     def _mine(self, host: int) -> bool:
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         return sim.owned[self._host_entity[host]]
 
     def _rank(self, host: int) -> int:
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         return sim.rank_of[self._host_entity[host]]
 
     # -- what is not supported yet --------------------------------------------------
@@ -536,7 +579,7 @@ class PartitionedExperiment(Experiment):
         """As :meth:`Experiment.capture`: each rank records what its hosts send and
         receive, rank 0 writes the file in event order after the run."""
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         nics = [h if self._mine(i) else _NoTaps() for i, h in enumerate(self.hosts)]
         # (only rank 0 writes the file: the others open nothing of it)
         cap = Capture(self.topology, nics, path if self._comm.rank == 0 else os.devnull, hosts)
@@ -657,7 +700,7 @@ class PartitionedExperiment(Experiment):
     def _run(self, until_ps: int | None) -> Any:
         comm = self._comm
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         nranks = comm.size
         rank = comm.rank
         self._prepare_flows()
@@ -902,11 +945,16 @@ class PartitionedExperiment(Experiment):
             ):
                 for i, vals in f[key]:
                     obj = objs[i]
+                    queued = []
                     for n, v in zip(fields, vals, strict=True):
                         if n == "max_queue_bytes":
                             setattr(obj, n, max(getattr(obj, n), v))
+                        elif n in ("data_bytes", "prio_bytes"):
+                            queued.append(getattr(obj, n) + v)
                         else:
                             setattr(obj, n, getattr(obj, n) + v)
+                    if queued:  # (read-only on a native port)
+                        obj.report_queued(*queued)
         ev_rows: list[Any] = []
         qp_rows: list[Any] = []
         per_host: dict[int, Any] = {}

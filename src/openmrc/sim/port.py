@@ -390,6 +390,14 @@ class PyEgressPort(PortReport):
             self.txev = None
         self.busy_until = self.sim.now
 
+    def report_queued(self, data_bytes: int, prio_bytes: int) -> None:
+        """After a partitioned run: the bytes another rank reported queued at this port
+        (rank 0 merges them; its own queues are empty, the port's events ran there)."""
+        if self.data or self.prio:
+            raise ValueError("report_queued: the port has packets queued")
+        self.data_bytes = data_bytes
+        self.prio_bytes = prio_bytes
+
     def set_impairment(self, silent: bool | None = None, loss: float | None = None) -> None:
         """Set the silent flag and/or the random loss probability of this direction."""
         if silent is not None:
