@@ -327,7 +327,8 @@ elif kernel is not None:
     class Simulator(kernel.Simulator):
         """The native event loop (:mod:`openmrc.sim._kernel`); the API of :class:`PySimulator`.
 
-        ``heap`` and ``seq`` are internal to it (C structs and a C counter).
+        ``heap``, the entity counters and table are internal to it (C structs;
+        native ports, switches and host ends hold their own entity).
         Times are whole picoseconds in 64 bits: a float with a whole value is
         taken as that int, a fraction raises TypeError, an event time past
         2**63-1 ps raises OverflowError (Python would accept both); a
