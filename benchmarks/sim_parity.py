@@ -10,6 +10,14 @@ byte and names every case that differs.
     python benchmarks/sim_parity.py --save /tmp/parity-base      # before a change
     python benchmarks/sim_parity.py --check /tmp/parity-base     # after it
     python benchmarks/sim_parity.py --list
+    python benchmarks/sim_parity.py --check-digests   # against the repository's baseline
+
+The repository keeps one baseline as SHA-256 digests of each case's canonical
+JSON (``benchmarks/parity-digests.json``, with the commit and the reason it was
+last re-baselined): ``--check-digests`` names the cases whose results moved from
+it (the JSON itself is large; save a directory with ``--save`` to see what
+moved).  ``--save-digests REASON`` rewrites it, once per deliberate change of
+behaviour, and says why.
     python benchmarks/sim_parity.py --ranks 2    # partitioned on 2 MPI ranks = sequential
 
 ``--ranks K`` runs the MRC cases in the ordinary sequential run (native when
@@ -23,7 +31,9 @@ docs/parallel.md).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -141,6 +151,26 @@ def check_ranks(ranks: int, names: list[str]) -> list[str]:
     return bad
 
 
+#: The repository's parity baseline: each case's digest, the commit and the reason.
+DIGESTS = ROOT / "benchmarks" / "parity-digests.json"
+
+
+def digest(text: str) -> str:
+    """The SHA-256 of one case's canonical JSON (hex)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _head() -> str:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout.strip() or "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Save or check the parity set."""
     ap = argparse.ArgumentParser(
@@ -150,6 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--save", type=Path, help="write each case's results into this directory")
     mode.add_argument("--check", type=Path, help="compare each case with this saved directory")
     mode.add_argument("--list", action="store_true", help="list the cases")
+    mode.add_argument(
+        "--check-digests",
+        action="store_true",
+        help=f"compare each case with the repository's baseline ({DIGESTS.name})",
+    )
+    mode.add_argument(
+        "--save-digests",
+        metavar="REASON",
+        help=f"rewrite the repository's baseline ({DIGESTS.name}), saying why",
+    )
     mode.add_argument(
         "--ranks",
         type=int,
@@ -177,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {path} {' '.join(overrides)} {transport or ''}".rstrip())
         return 0
     names = args.only or list(CASES)
+    if args.check_digests or args.save_digests:
+        return _digests(names, args.save_digests)
     bad = []
     for name in names:
         t0 = time.perf_counter()
@@ -196,6 +238,35 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {'identical' if same else 'DIFFERS'} ({wall:.1f} s)", flush=True)
     if bad:
         print(f"differ: {', '.join(bad)} (new results beside the saved ones, *.new.json)")
+        return 1
+    return 0
+
+
+def _digests(names: list[str], reason: str | None) -> int:
+    """Check ``names`` against :data:`DIGESTS`, or (``reason``) rewrite it."""
+    base = json.loads(DIGESTS.read_text()) if DIGESTS.exists() else {"cases": {}}
+    got = {}
+    bad = []
+    for name in names:
+        t0 = time.perf_counter()
+        text = run_case(name)
+        assert text is not None
+        got[name] = digest(text)
+        wall = time.perf_counter() - t0
+        if reason is None:
+            same = base["cases"].get(name) == got[name]
+            if not same:
+                bad.append(name)
+            print(f"{name}: {'identical' if same else 'DIFFERS'} ({wall:.1f} s)", flush=True)
+        else:
+            print(f"{name}: {got[name][:16]} ({wall:.1f} s)", flush=True)
+    if reason is not None:
+        doc = {"commit": _head(), "reason": reason, "cases": {**base["cases"], **got}}
+        DIGESTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {DIGESTS}")
+        return 0
+    if bad:
+        print(f"differ from {DIGESTS.name} ({base.get('commit')}): {', '.join(bad)}")
         return 1
     return 0
 
