@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
 
+from ..baselines.roce import ROCE_DATA_HEADER_BYTES
 from ..topology import ClosSpec
+from ..wire.packets import DATA_HEADER_BYTES
 from ..workloads.jobs.graph import JobGraph, Task
 from .config import FabricConfig
 
@@ -114,12 +115,17 @@ class _Flow:
         "dead",
         "dst",
         "eff",
+        "gap",
+        "grp",
         "lost",
+        "path",
         "qp",
         "rem",
         "res",
         "rto",
         "src",
+        "steps",
+        "total",
         "transfer",
         "tries",
         "w",
@@ -134,6 +140,15 @@ class _Flow:
         self.conn = conn
         self.qp = qp
         self.eff = 1.0
+        #: the rate the flow gets with its path to itself (bytes/ps; FluidModel._path_rate)
+        self.path = 0.0
+        #: a ring collective's flow moves its bytes in ``steps`` steps, each waiting ``gap``
+        #: (one fabric latency) for the previous rank's step to arrive (FluidModel.pace)
+        self.total = float(size)
+        self.steps = 1
+        self.gap = 0.0
+        #: the resource group: flows of two groups never share a resource (FluidModel._group)
+        self.grp = 0
         #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
         self.dead = False
         self.lost = 0.0
@@ -209,6 +224,8 @@ class FluidModel:
         adp_base_ps: int | None = None,
         adp_init_exp: int = 7,
         adp_init_range: int = 2,
+        pace_rings: bool = True,
+        header_bytes: int | None = None,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -238,6 +255,9 @@ class FluidModel:
         self.adp_init_exp = adp_init_exp
         self.adp_init_range = adp_init_range
         self.seed = seed
+        #: ring collectives' flows are paced by their step chain (``pace``) and end one
+        #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
+        self.pace_rings = pace_rings
         self.gpus_per_server = gpus_per_server
         self.latency_ps = one_way_ps(spec, mtu)
         P, A, K, H = spec.planes, spec.t0s, spec.t1s, spec.hosts
@@ -252,8 +272,16 @@ class FluidModel:
         self._nvl_out0 = self._link_down0 + P * A * K
         self._nvl_in0 = self._nvl_out0 + H
         self.R = self._nvl_in0 + H
-        host_c = spec.host_gbps / 8000  # bytes per ps
-        fab_c = spec.fabric_gbps / 8000
+        #: the share of a link's bits that is payload: every packet of ``mtu`` payload
+        #: bytes carries the transport's headers (MRC: DATA_HEADER_BYTES; RoCE:
+        #: ROCE_DATA_HEADER_BYTES) and the Ethernet framing, as at packet level
+        hdr = header_bytes
+        if hdr is None:
+            hdr = DATA_HEADER_BYTES if transport == "mrc" else ROCE_DATA_HEADER_BYTES
+        self.payload_share = mtu / (mtu + hdr + FabricConfig().framing_bytes)
+        host_c = spec.host_gbps / 8000 * self.payload_share  # payload bytes per ps
+        fab_c = spec.fabric_gbps / 8000 * self.payload_share
+        self._host_c = host_c
         self._fab_c = fab_c
         self.cap = np.zeros(self.R)
         self.cap[: 2 * H * P] = host_c
@@ -267,7 +295,9 @@ class FluidModel:
         self._update_caps()
         self.jobs: list[FluidJob] = []
         self._faults: list[FluidFault] = []
-        self._route_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool]] = {}
+        self._route_cache: dict[
+            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float]
+        ] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -349,7 +379,7 @@ class FluidModel:
         """Capacities from the *known* state (pools: live links x link rate)."""
         P, A = self.P, self.A
         hk = self.host_known
-        host_c = self.spec.host_gbps / 8000
+        host_c = self._host_c
         self.cap[self._up0 : self._up0 + self.H * P] = np.where(hk.reshape(-1), host_c, 0.0)
         self.cap[self._down0 : self._down0 + self.H * P] = np.where(hk.reshape(-1), host_c, 0.0)
         fk = self.fab_known
@@ -368,9 +398,54 @@ class FluidModel:
         hit = self._route_cache.get(key)
         if hit is None:
             self._route_new(fl)
-            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead)
+            fl.grp = self._group(fl)
+            fl.path = self._path_rate(fl)
+            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path)
         else:
-            fl.res, fl.w, fl.eff, fl.dead = hit
+            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path = hit
+
+    def _path_rate(self, fl: _Flow) -> float:
+        """The rate a flow gets alone on its route: its tightest resource (bytes/ps)."""
+        if not len(fl.res):
+            return 0.0
+        return float((self.cap[fl.res] / fl.w).min())
+
+    @staticmethod
+    def pace(fl: _Flow) -> float:
+        """The rate a ring collective's flow cannot exceed: its step chain's (bytes/ps).
+
+        A ring of ``S`` steps sends ``c = total / S`` bytes per step, and each step
+        but the first waits for the previous rank's step to arrive: one fabric
+        latency ``gap``.  Alone on its path (rate ``B``) the flow takes
+        ``S c / B + (S - 1) gap`` to send everything, and its last step arrives one
+        ``gap`` later: ``S (c / B + gap)``, as the packet level's chain of step flows.
+        So its average rate is at most ``S c / (S c / B + (S - 1) gap)``: when the
+        flow has its path to itself it drains at that rate; when it shares a
+        bottleneck and its max-min share is lower, the other flows' bytes fill its
+        waits (the packet level's links are work-conserving) and only the share
+        counts.  1-step transfers (point to point, all-to-all) and transfers inside a
+        server (no fabric latency) are not paced (inf).
+        """
+        if fl.steps <= 1 or fl.gap <= 0.0 or fl.path <= 0.0:
+            return math.inf
+        return fl.total / (fl.total / fl.path + (fl.steps - 1) * fl.gap)
+
+    def _group(self, fl: _Flow) -> int:
+        """The flow's resource group: groups share no resource, so their max-min rates
+        are independent and a change in one leaves the others' rates as they are.
+
+        A RoCE / IB QP uses only resources of its plane (group = plane); an MRC flow
+        sprays over the planes (one group, ``P``, for every fabric flow); a transfer
+        inside a server uses its NVLink only (one group per server, ``P + 1 + server``).
+        """
+        if not len(fl.res):
+            return self.P
+        r0 = int(fl.res[0])
+        if r0 >= self._nvl_out0:
+            return self.P + 1 + fl.src // self.gpus_per_server
+        if self.transport == "mrc":
+            return self.P
+        return fl.qp % self.P
 
     def _route_new(self, fl: _Flow) -> None:
         """Compute a flow's resources, weights and efficiency from the known and true states."""
@@ -439,26 +514,54 @@ class FluidModel:
 
     # ----- max-min fair rates -----------------------------------------------------------
     def _rates(self, flows: list[_Flow]) -> np.ndarray:
-        """Weighted progressive filling: every flow's max-min fair rate (bytes/ps)."""
+        """Weighted progressive filling: every flow's max-min fair rate (bytes/ps).
+
+        The flows' resource groups (``_Flow.grp``) share no resource, so each group
+        is filled on its own (``_fill``) and its rates depend only on its own flows,
+        in their order, and capacities: the run recomputes only the groups whose
+        flows or capacities changed, and gets the rates a full recomputation gives.
+        """
         n = len(flows)
-        if not n:
-            return np.zeros(0)
-        lens = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=n)
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        cols = np.concatenate([f.res for f in flows]) if ptr[-1] else np.zeros(0, dtype=np.int64)
-        vals = np.concatenate([f.w for f in flows]) if ptr[-1] else np.zeros(0)
-        used_res, inv = np.unique(cols, return_inverse=True)
-        m = csr_matrix((vals, inv, ptr), shape=(n, len(used_res)))
-        mt = m.T.tocsr()
-        cap = self.cap[used_res]
         rate = np.zeros(n)
+        by_group: dict[int, list[int]] = {}
+        for i, f in enumerate(flows):
+            by_group.setdefault(f.grp, []).append(i)
+        for idx in by_group.values():
+            rate[idx] = self._fill([flows[i] for i in idx])
+        return rate
+
+    def _fill(self, flows: list[_Flow]) -> np.ndarray:
+        """Max-min fair rates of one resource group's flows (weighted progressive filling).
+
+        Every unfrozen flow's rate rises by the largest step no resource overflows;
+        the flows on a resource that saturates freeze; until every flow is frozen.
+        """
+        n = len(flows)
+        lens = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=n)
+        rate = np.zeros(n)
+        if not lens.any():
+            return rate
+        cols = np.concatenate([f.res for f in flows])
+        vals = np.concatenate([f.w for f in flows])
+        fe = np.repeat(np.arange(n), lens)  # the flow of every (flow, resource) entry
+        pace = np.fromiter((self.pace(f) for f in flows), dtype=float, count=n)
+        paced = np.flatnonzero(np.isfinite(pace) & (lens > 0))
+        if len(paced):
+            # a paced flow's own resource (id R + its index), of capacity its pace
+            cols = np.concatenate((cols, self.R + paced))
+            vals = np.concatenate((vals, np.ones(len(paced))))
+            fe = np.concatenate((fe, paced))
+        used_res, inv = np.unique(cols, return_inverse=True)
+        m = len(used_res)
+        own = used_res >= self.R
+        cap = np.where(
+            own, pace[np.maximum(used_res - self.R, 0)], self.cap[np.minimum(used_res, self.R - 1)]
+        )
+        tol = 1e-9 * np.maximum(cap, 1e-12)
         active = lens > 0
-        used = np.zeros(len(used_res))
-        for _ in range(len(used_res) + 1):
-            if not active.any():
-                break
-            load = mt @ active.astype(float)
+        used = np.zeros(m)
+        for _ in range(m + 1):
+            load = np.bincount(inv, weights=vals * active[fe], minlength=m)
             mask = load > 1e-15
             if not mask.any():
                 break
@@ -466,23 +569,33 @@ class FluidModel:
             inc = float((head[mask] / load[mask]).min())
             rate[active] += inc
             used += load * inc
-            sat = mask & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
-            hit = (m @ sat.astype(float)) > 0
+            sat = mask & (cap - used <= tol)
+            hit = np.zeros(n, dtype=bool)
+            hit[fe[sat[inv]]] = True
             if not (active & hit).any():
                 break
             active &= ~hit
+            if not active.any():
+                break
         if self.shared_efficiency < 1.0:
             # DCQCN on a shared bottleneck: the QPs that share it use only part of it
             fabric = used_res < self._nvl_out0
-            count = (m > 0).astype(float).T.tocsr() @ np.ones(n)
-            shared = fabric & (count >= 2) & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
-            slowed = ((m > 0).astype(float) @ shared.astype(float)) > 0
+            count = np.bincount(inv, weights=vals > 0, minlength=m)
+            shared = fabric & (count >= 2) & (cap - used <= tol)
+            slowed = np.zeros(n, dtype=bool)
+            slowed[fe[shared[inv]]] = True
             rate[slowed] *= self.shared_efficiency
         return rate
 
     # ----- run ----------------------------------------------------------------------------
     def run(self, until_ps: float | None = None) -> FluidResult:
-        """Run every job to its end (or ``until_ps``); the task times of each job."""
+        """Run every job to its end (or ``until_ps``); the task times of each job.
+
+        The flows in flight live in ``flows`` and, index for index, in numpy arrays
+        (remaining and lost bytes, rate, efficiency, dead, group), so advancing time
+        is vectorised; after an event only the resource groups whose flows or
+        capacities changed get new rates (``_rates``).
+        """
         tasks: list[tuple[int, int, Task]] = []  # (job, index in job, task)
         base: list[int] = []
         for j, job in enumerate(self.jobs):
@@ -507,7 +620,19 @@ class FluidModel:
         for fi, flt in enumerate(self._faults):
             heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
             seq += 1
+        # the flows in flight; their remaining and lost bytes, rates, efficiencies, whether
+        # their path is dead and their groups, index for index (the arrays are the truth
+        # for a flow in flight, the _Flow's rem / lost for one waiting to be added)
         flows: list[_Flow] = []
+        rem_a = np.zeros(0)
+        lost_a = np.zeros(0)
+        rate_a = np.zeros(0)
+        eff_a = np.zeros(0)
+        dead_a = np.zeros(0, dtype=bool)
+        grp_a = np.zeros(0, dtype=np.int64)
+        added: list[_Flow] = []  # flows started by this instant's events, not yet in flows
+        dirty: set[int] = set()  # groups whose rates must be recomputed
+        dirty_all = False
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
@@ -525,24 +650,47 @@ class FluidModel:
                     out.append(fl)
             return out
 
-        rates = np.zeros(0)
+        def merge() -> None:
+            """Put the added flows in flight (their groups' rates are recomputed)."""
+            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a
+            k = len(added)
+            flows = flows + added
+            rem_a = np.concatenate((rem_a, np.fromiter((f.rem for f in added), float, k)))
+            lost_a = np.concatenate((lost_a, np.fromiter((f.lost for f in added), float, k)))
+            rate_a = np.concatenate((rate_a, np.zeros(k)))
+            eff_a = np.concatenate((eff_a, np.fromiter((f.eff for f in added), float, k)))
+            dead_a = np.concatenate((dead_a, np.fromiter((f.dead for f in added), bool, k)))
+            grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
+            dirty.update(f.grp for f in added)
+            added.clear()
+
         pending: dict[int, int] = {}
         now = 0.0
-        dirty = False
         events = 0
         recomputes = 0
         fault_log: list[dict[str, Any]] = []
         limit = math.inf if until_ps is None else float(until_ps)
+        eff_rate = np.zeros(0)
         while True:
+            if added:
+                merge()
+            if dirty_all or dirty:
+                sel = (
+                    np.arange(len(flows))
+                    if dirty_all
+                    else np.flatnonzero(np.isin(grp_a, np.fromiter(dirty, np.int64, len(dirty))))
+                )
+                if len(sel):
+                    rate_a[sel] = self._rates([flows[i] for i in sel])
+                recomputes += 1
+                dirty.clear()
+                dirty_all = False
             # next flow completion
             t_flow = math.inf
             if flows:
-                eff_rate = rates * np.fromiter(
-                    (f.eff for f in flows), dtype=float, count=len(flows)
-                )
-                rem = np.fromiter((f.rem for f in flows), dtype=float, count=len(flows))
+                eff_rate = rate_a * eff_a
                 with np.errstate(divide="ignore"):
-                    ttf = np.where(eff_rate > 0, rem / np.maximum(eff_rate, 1e-300), math.inf)
+                    ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
             t_ev = heap[0][0] if heap else math.inf
             t = min(t_flow, t_ev)
@@ -552,21 +700,18 @@ class FluidModel:
                 break
             if flows:
                 dt = t - now
-                done_idx = []
-                for i, f in enumerate(flows):
-                    moved = eff_rate[i] * dt
-                    f.rem -= moved
-                    if f.dead:
-                        f.lost += moved
-                    if f.rem <= 1e-3 or (eff_rate[i] > 0 and f.rem / eff_rate[i] <= 1.0):
-                        done_idx.append(i)
-                if done_idx:
-                    dead = set(done_idx)
-                    for i in done_idx:
+                moved = eff_rate * dt
+                rem_a -= moved
+                lost_a[dead_a] += moved[dead_a]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
+                if done.any():
+                    for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
-                        if fl.lost > 0:
+                        dirty.add(fl.grp)
+                        if lost_a[i] > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
-                            fl.rem = 0.0
+                            fl.rem, fl.lost = 0.0, float(lost_a[i])
                             fl.rto, fl.waited = self._first_rto(fl), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
                             waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
@@ -579,12 +724,16 @@ class FluidModel:
                         pending[tr] -= 1
                         if pending[tr] == 0:
                             del pending[tr]
-                            lat = steps_of(tasks[tr][2]) * self._latency(tasks[tr], self.jobs)
+                            # paced rings: the steps' waits are in the pace, the last remains
+                            lat = self._latency(tasks[tr], self.jobs) * (
+                                1 if self.pace_rings else steps_of(tasks[tr][2])
+                            )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
-                    flows = [f for i, f in enumerate(flows) if i not in dead]
-                    rates = np.delete(rates, sorted(dead))
-                    dirty = True
+                    keep = ~done
+                    flows = [f for f, k in zip(flows, keep.tolist(), strict=True) if k]
+                    rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
+                    eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
             now = t
             while heap and heap[0][0] <= now:
                 _t, _o, kind, x = heapq.heappop(heap)
@@ -598,6 +747,8 @@ class FluidModel:
                         continue
                     hosts = self.jobs[j].hosts
                     made = 0
+                    steps = steps_of(task) if self.pace_rings else 1
+                    gap = self._latency(tasks[x], self.jobs)
                     for s, d, size in flows_of(task, hosts):
                         if size <= 0:
                             continue
@@ -605,18 +756,14 @@ class FluidModel:
                         for q in range(nq):
                             # one connection per job and host pair, as the packet level keeps it
                             fl = _Flow(x, s, d, size / nq, str(j), q)
+                            fl.steps, fl.gap = steps, gap
                             self._route(fl)
-                            flows.append(fl)
+                            added.append(fl)
                             made += 1
                             if waiting and not fl.dead:
-                                back = unpark((s, d, fl.conn, q))
-                                flows.extend(back)
-                                made_extra = len(back)
-                                rates = np.append(rates, np.zeros(made_extra))
+                                added.extend(unpark((s, d, fl.conn, q)))
                     if made:
                         pending[x] = made
-                        rates = np.append(rates, np.zeros(made))
-                        dirty = True
                     else:
                         heapq.heappush(heap, (now, seq, 1, x))
                         seq += 1
@@ -636,9 +783,7 @@ class FluidModel:
                     elif not fl.dead:
                         parked[x] = None
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
-                        flows.append(fl)
-                        rates = np.append(rates, 0.0)
-                        dirty = True
+                        added.append(fl)
                     # else: retries exhausted, the QP is in error; its transfer never ends
                 elif kind == 1:
                     end[x] = now
@@ -685,25 +830,21 @@ class FluidModel:
                             }
                         )
                     self._route_cache.clear()
-                    for fl in flows:
-                        was = fl.dead
+                    if added:
+                        merge()
+                    for i, fl in enumerate(flows):
+                        was = bool(dead_a[i])
                         self._route(fl)
-                        if was and not fl.dead and fl.lost > 0:
+                        eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
+                        if was and not fl.dead and lost_a[i] > 0:
                             # rerouted: the receiver sees the gap, NAKs, the QP resends
-                            fl.rem += fl.lost
-                            fl.lost = 0.0
+                            rem_a[i] += lost_a[i]
+                            lost_a[i] = 0.0
                     if waiting:
-                        back = []
                         for fl in flows:
                             if not fl.dead:
-                                back += unpark((fl.src, fl.dst, fl.conn, fl.qp))
-                        flows.extend(back)
-                        rates = np.append(rates, np.zeros(len(back)))
-                    dirty = True
-            if dirty:
-                rates = self._rates(flows)
-                recomputes += 1
-                dirty = False
+                                added.extend(unpark((fl.src, fl.dst, fl.conn, fl.qp)))
+                    dirty_all = True
         out = []
         for j, job in enumerate(self.jobs):
             b = base[j]
