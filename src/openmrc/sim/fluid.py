@@ -513,38 +513,27 @@ class FluidModel:
         )
 
     # ----- max-min fair rates -----------------------------------------------------------
-    def _rates(self, flows: list[_Flow]) -> np.ndarray:
-        """Weighted progressive filling: every flow's max-min fair rate (bytes/ps).
+    def _fill(
+        self, n: int, fe: np.ndarray, cols: np.ndarray, vals: np.ndarray, pace: np.ndarray
+    ) -> np.ndarray:
+        """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
 
-        The flows' resource groups (``_Flow.grp``) share no resource, so each group
-        is filled on its own (``_fill``) and its rates depend only on its own flows,
-        in their order, and capacities: the run recomputes only the groups whose
-        flows or capacities changed, and gets the rates a full recomputation gives.
+        ``fe``, ``cols``, ``vals``: the flows' (flow, resource, weight) entries, flow
+        by flow in their order; ``pace``: each flow's pace (inf: none).  Groups
+        share no resource, so a group's rates depend only on its own flows and
+        capacities: the run refills only the groups whose flows or capacities
+        changed and gets the rates a full recomputation gives.
+
+        Weighted max-min fairness: a resource's level is the rate its unfrozen
+        flows reach when it saturates; levels only rise as flows freeze, so a
+        resource whose level none of its flows sees undercut on another resource is
+        a bottleneck, and its flows freeze at that level, every such resource in one
+        round (the progressive filling's result in a few rounds, not one per level).
         """
-        n = len(flows)
         rate = np.zeros(n)
-        by_group: dict[int, list[int]] = {}
-        for i, f in enumerate(flows):
-            by_group.setdefault(f.grp, []).append(i)
-        for idx in by_group.values():
-            rate[idx] = self._fill([flows[i] for i in idx])
-        return rate
-
-    def _fill(self, flows: list[_Flow]) -> np.ndarray:
-        """Max-min fair rates of one resource group's flows (weighted progressive filling).
-
-        Every unfrozen flow's rate rises by the largest step no resource overflows;
-        the flows on a resource that saturates freeze; until every flow is frozen.
-        """
-        n = len(flows)
-        lens = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=n)
-        rate = np.zeros(n)
-        if not lens.any():
+        lens = np.bincount(fe, minlength=n)
+        if not len(fe):
             return rate
-        cols = np.concatenate([f.res for f in flows])
-        vals = np.concatenate([f.w for f in flows])
-        fe = np.repeat(np.arange(n), lens)  # the flow of every (flow, resource) entry
-        pace = np.fromiter((self.pace(f) for f in flows), dtype=float, count=n)
         paced = np.flatnonzero(np.isfinite(pace) & (lens > 0))
         if len(paced):
             # a paced flow's own resource (id R + its index), of capacity its pace
@@ -559,29 +548,52 @@ class FluidModel:
         )
         tol = 1e-9 * np.maximum(cap, 1e-12)
         active = lens > 0
-        used = np.zeros(m)
+        act_e = active[fe]
+        weight = np.bincount(inv, weights=vals, minlength=m)  # the unfrozen flows' weight
+        used = np.zeros(m)  # what the frozen flows use
         for _ in range(m + 1):
-            load = np.bincount(inv, weights=vals * active[fe], minlength=m)
-            mask = load > 1e-15
-            if not mask.any():
+            # a resource's level: the rate its unfrozen flows reach when it saturates
+            level = np.full(m, math.inf)
+            np.divide(np.maximum(cap - used, 0.0), weight, out=level, where=weight > 1e-12)
+            # an unfrozen flow's lowest level, and the lowest of those among a resource's flows
+            low = np.full(n, math.inf)
+            np.minimum.at(low, fe[act_e], level[inv[act_e]])
+            low_r = np.full(m, math.inf)
+            np.minimum.at(low_r, inv[act_e], low[fe[act_e]])
+            # a resource whose level no flow of it sees undercut elsewhere is a bottleneck:
+            # levels only rise as flows freeze, so its flows freeze at its level (every
+            # such resource at once, not one level per round)
+            ready = level <= low_r * (1.0 + 1e-9)
+            frz = np.zeros(n, dtype=bool)
+            frz[fe[act_e & ready[inv]]] = True
+            if not frz.any():
                 break
-            head = np.maximum(cap - used, 0.0)
-            inc = float((head[mask] / load[mask]).min())
-            rate[active] += inc
-            used += load * inc
-            sat = mask & (cap - used <= tol)
-            hit = np.zeros(n, dtype=bool)
-            hit[fe[sat[inv]]] = True
-            if not (active & hit).any():
-                break
-            active &= ~hit
-            if not active.any():
+            rate[frz] = low[frz]
+            fz = frz[fe]
+            used += np.bincount(inv[fz], weights=vals[fz] * rate[fe[fz]], minlength=m)
+            weight -= np.bincount(inv[fz], weights=vals[fz], minlength=m)
+            active &= ~frz
+            act_e = active[fe]
+            if not act_e.any():
                 break
         if self.shared_efficiency < 1.0:
-            # DCQCN on a shared bottleneck: the QPs that share it use only part of it
-            fabric = used_res < self._nvl_out0
+            # DCQCN on a congested switch queue: the QPs that share it use only part of
+            # it.  A queue is congested when the QPs offer it more than it carries: each
+            # QP offers its sending NIC's share of the port (the NIC divides its line
+            # among its QPs without marks; DCQCN starts every QP at line rate), so
+            # QPs that their own NIC already holds to what the queue drains do not
+            # congest it and are not cut.
+            up = (used_res >= self._up0) & (used_res < self._down0)
+            whole = np.bincount(inv, weights=vals, minlength=m)  # every flow's weight
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per_w = np.where(up & (whole > 0), cap / whole, math.inf)
+            offer = np.full(n, math.inf)
+            np.minimum.at(offer, fe, per_w[inv] / np.where(vals > 0, 1.0, math.inf))
+            offer[np.isinf(offer)] = 0.0  # no NIC port (inside a server): offers nothing
+            offered = np.bincount(inv, weights=vals * offer[fe], minlength=m)
+            switch = (used_res < self._nvl_out0) & ~up & (used_res < self.R)
             count = np.bincount(inv, weights=vals > 0, minlength=m)
-            shared = fabric & (count >= 2) & (cap - used <= tol)
+            shared = switch & (count >= 2) & (cap - used <= tol) & (offered > cap + tol)
             slowed = np.zeros(n, dtype=bool)
             slowed[fe[shared[inv]]] = True
             rate[slowed] *= self.shared_efficiency
@@ -623,13 +635,18 @@ class FluidModel:
         # the flows in flight; their remaining and lost bytes, rates, efficiencies, whether
         # their path is dead and their groups, index for index (the arrays are the truth
         # for a flow in flight, the _Flow's rem / lost for one waiting to be added)
-        flows: list[_Flow] = []
+        flows = np.zeros(0, dtype=object)  # the _Flow of every slot
         rem_a = np.zeros(0)
         lost_a = np.zeros(0)
         rate_a = np.zeros(0)
         eff_a = np.zeros(0)
         dead_a = np.zeros(0, dtype=bool)
         grp_a = np.zeros(0, dtype=np.int64)
+        pace_a = np.zeros(0)
+        # the flows' (slot, resource, weight) entries, flow by flow in slot order
+        ent_slot = np.zeros(0, dtype=np.int64)
+        ent_res = np.zeros(0, dtype=np.int64)
+        ent_w = np.zeros(0)
         added: list[_Flow] = []  # flows started by this instant's events, not yet in flows
         dirty: set[int] = set()  # groups whose rates must be recomputed
         dirty_all = False
@@ -650,11 +667,31 @@ class FluidModel:
                     out.append(fl)
             return out
 
+        def entries(fls: Any, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The (slot, resource, weight) entries of flows in slots first, first + 1, ..."""
+            if not len(fls):
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+            lens = [len(f.res) for f in fls]
+            slots = np.repeat(np.arange(first, first + len(fls)), lens)
+            return (
+                slots,
+                np.concatenate([f.res for f in fls]),
+                np.concatenate([f.w for f in fls]),
+            )
+
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
-            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a
+            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a
+            nonlocal ent_slot, ent_res, ent_w
             k = len(added)
-            flows = flows + added
+            new = np.empty(k, dtype=object)
+            new[:] = added
+            es, er, ew = entries(added, len(flows))
+            ent_slot = np.concatenate((ent_slot, es))
+            ent_res = np.concatenate((ent_res, er))
+            ent_w = np.concatenate((ent_w, ew))
+            flows = np.concatenate((flows, new))
+            pace_a = np.concatenate((pace_a, np.fromiter((self.pace(f) for f in added), float, k)))
             rem_a = np.concatenate((rem_a, np.fromiter((f.rem for f in added), float, k)))
             lost_a = np.concatenate((lost_a, np.fromiter((f.lost for f in added), float, k)))
             rate_a = np.concatenate((rate_a, np.zeros(k)))
@@ -675,19 +712,24 @@ class FluidModel:
             if added:
                 merge()
             if dirty_all or dirty:
-                sel = (
-                    np.arange(len(flows))
-                    if dirty_all
-                    else np.flatnonzero(np.isin(grp_a, np.fromiter(dirty, np.int64, len(dirty))))
-                )
-                if len(sel):
-                    rate_a[sel] = self._rates([flows[i] for i in sel])
+                todo = np.unique(grp_a) if dirty_all else sorted(dirty)
+                ent_grp = grp_a[ent_slot]
+                for g in todo:
+                    mine = grp_a == g
+                    idx = np.flatnonzero(mine)
+                    if not len(idx):
+                        continue
+                    local = np.cumsum(mine) - 1  # slot -> index in the group
+                    em = ent_grp == g
+                    rate_a[idx] = self._fill(
+                        len(idx), local[ent_slot[em]], ent_res[em], ent_w[em], pace_a[idx]
+                    )
                 recomputes += 1
                 dirty.clear()
                 dirty_all = False
             # next flow completion
             t_flow = math.inf
-            if flows:
+            if len(flows):
                 eff_rate = rate_a * eff_a
                 with np.errstate(divide="ignore"):
                     ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
@@ -695,10 +737,10 @@ class FluidModel:
             t_ev = heap[0][0] if heap else math.inf
             t = min(t_flow, t_ev)
             if t == math.inf or t > limit:
-                if flows and limit < math.inf:
+                if len(flows) and limit < math.inf:
                     now = limit
                 break
-            if flows:
+            if len(flows):
                 dt = t - now
                 moved = eff_rate * dt
                 rem_a -= moved
@@ -731,9 +773,13 @@ class FluidModel:
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
                     keep = ~done
-                    flows = [f for f, k in zip(flows, keep.tolist(), strict=True) if k]
+                    flows = flows[keep]
                     rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
                     eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
+                    pace_a = pace_a[keep]
+                    ekeep = keep[ent_slot]
+                    ent_slot = (np.cumsum(keep) - 1)[ent_slot[ekeep]]
+                    ent_res, ent_w = ent_res[ekeep], ent_w[ekeep]
             now = t
             while heap and heap[0][0] <= now:
                 _t, _o, kind, x = heapq.heappop(heap)
@@ -836,10 +882,12 @@ class FluidModel:
                         was = bool(dead_a[i])
                         self._route(fl)
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
+                        pace_a[i] = self.pace(fl)
                         if was and not fl.dead and lost_a[i] > 0:
                             # rerouted: the receiver sees the gap, NAKs, the QP resends
                             rem_a[i] += lost_a[i]
                             lost_a[i] = 0.0
+                    ent_slot, ent_res, ent_w = entries(flows, 0)
                     if waiting:
                         for fl in flows:
                             if not fl.dead:
