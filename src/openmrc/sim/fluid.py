@@ -202,6 +202,54 @@ def flows_of(task: Task, hosts: list[int]) -> list[tuple[int, int, float]]:
     return [(h[i], h[(i + 1) % n], task.size * factor) for i in range(n)]
 
 
+def maxmin(
+    n: int, fe: np.ndarray, inv: np.ndarray, vals: np.ndarray, cap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted max-min fair rates of ``n`` flows on ``len(cap)`` resources.
+
+    Entry ``e`` says flow ``fe[e]`` puts weight ``vals[e] > 0`` on resource
+    ``inv[e]`` (a flow at rate ``x`` uses ``vals[e] x`` of it); ``cap`` the
+    resources' capacities.  Returns every flow's rate (0 for a flow without
+    entries) and what the flows use of every resource.
+
+    A resource's *level* is the rate its unfrozen flows reach when it saturates.
+    Levels only rise as flows freeze (a flow frozen at or below a level frees
+    what it would have taken), so a resource whose level none of its unfrozen
+    flows sees undercut on another of their resources is their bottleneck: they
+    freeze at that level.  Every such resource is settled in the same round, so
+    the rounds follow the chain of bottlenecks, not one round per distinct level
+    as in progressive filling; the rates are progressive filling's.
+    """
+    m = len(cap)
+    rate = np.zeros(n)
+    used = np.zeros(m)  # what the frozen flows use
+    active = np.bincount(fe, minlength=n) > 0
+    act_e = active[fe]
+    weight = np.bincount(inv, weights=vals, minlength=m)  # the unfrozen flows' weight
+    for _ in range(m + 1):
+        if not act_e.any():
+            break
+        level = np.full(m, math.inf)
+        np.divide(np.maximum(cap - used, 0.0), weight, out=level, where=weight > 1e-12)
+        # an unfrozen flow's lowest level, and the lowest of those among a resource's flows
+        low = np.full(n, math.inf)
+        np.minimum.at(low, fe[act_e], level[inv[act_e]])
+        low_r = np.full(m, math.inf)
+        np.minimum.at(low_r, inv[act_e], low[fe[act_e]])
+        ready = level <= low_r * (1.0 + 1e-9)
+        frz = np.zeros(n, dtype=bool)
+        frz[fe[act_e & ready[inv]]] = True
+        if not frz.any():
+            break
+        rate[frz] = low[frz]
+        fz = frz[fe]
+        used += np.bincount(inv[fz], weights=vals[fz] * rate[fe[fz]], minlength=m)
+        weight -= np.bincount(inv[fz], weights=vals[fz], minlength=m)
+        active &= ~frz
+        act_e = active[fe]
+    return rate, used
+
+
 class FluidModel:
     """The fabric of ``spec`` carrying jobs' task graphs as fluid flows (see the module doc)."""
 
@@ -547,35 +595,7 @@ class FluidModel:
             own, pace[np.maximum(used_res - self.R, 0)], self.cap[np.minimum(used_res, self.R - 1)]
         )
         tol = 1e-9 * np.maximum(cap, 1e-12)
-        active = lens > 0
-        act_e = active[fe]
-        weight = np.bincount(inv, weights=vals, minlength=m)  # the unfrozen flows' weight
-        used = np.zeros(m)  # what the frozen flows use
-        for _ in range(m + 1):
-            # a resource's level: the rate its unfrozen flows reach when it saturates
-            level = np.full(m, math.inf)
-            np.divide(np.maximum(cap - used, 0.0), weight, out=level, where=weight > 1e-12)
-            # an unfrozen flow's lowest level, and the lowest of those among a resource's flows
-            low = np.full(n, math.inf)
-            np.minimum.at(low, fe[act_e], level[inv[act_e]])
-            low_r = np.full(m, math.inf)
-            np.minimum.at(low_r, inv[act_e], low[fe[act_e]])
-            # a resource whose level no flow of it sees undercut elsewhere is a bottleneck:
-            # levels only rise as flows freeze, so its flows freeze at its level (every
-            # such resource at once, not one level per round)
-            ready = level <= low_r * (1.0 + 1e-9)
-            frz = np.zeros(n, dtype=bool)
-            frz[fe[act_e & ready[inv]]] = True
-            if not frz.any():
-                break
-            rate[frz] = low[frz]
-            fz = frz[fe]
-            used += np.bincount(inv[fz], weights=vals[fz] * rate[fe[fz]], minlength=m)
-            weight -= np.bincount(inv[fz], weights=vals[fz], minlength=m)
-            active &= ~frz
-            act_e = active[fe]
-            if not act_e.any():
-                break
+        rate, used = maxmin(n, fe, inv, vals, cap)
         if self.shared_efficiency < 1.0:
             # DCQCN on a congested switch queue: the QPs that share it use only part of
             # it.  A queue is congested when the QPs offer it more than it carries: each
@@ -952,6 +972,7 @@ __all__ = [
     "FluidResult",
     "JobTimes",
     "flows_of",
+    "maxmin",
     "one_way_ps",
     "steps_of",
 ]
