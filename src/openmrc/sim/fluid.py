@@ -117,9 +117,12 @@ class _Flow:
         "eff",
         "gap",
         "grp",
+        "held",
+        "hop",
         "lost",
         "path",
         "qp",
+        "redo",
         "rem",
         "res",
         "rto",
@@ -149,6 +152,11 @@ class _Flow:
         self.gap = 0.0
         #: the resource group: flows of two groups never share a resource (FluidModel._group)
         self.grp = 0
+        #: a ring's hop (rank ``hop`` to ``hop + 1``); bytes it may not send yet (the ring
+        #: is stalled behind a lost step); whether it resends a ring's lost steps
+        self.hop = 0
+        self.held = 0.0
+        self.redo = False
         #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
         self.dead = False
         self.lost = 0.0
@@ -672,20 +680,15 @@ class FluidModel:
         dirty_all = False
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
-        parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
-        waiting: dict[tuple[int, int, str, int], list[int]] = {}  # connection -> parked
+        # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
+        # packet level, every transfer is a message on QPs of its own (the connection
+        # keeps only their ECMP path), so a later message's packets NAK nothing of it.
+        parked: list[_Flow | None] = []
 
-        def unpark(key: tuple[int, int, str, int]) -> list[_Flow]:
-            """A live packet on the same connection: the receiver NAKs, the QP resends."""
-            out = []
-            for i in waiting.pop(key, []):
-                fl = parked[i]
-                if fl is not None:
-                    parked[i] = None
-                    self._route(fl)
-                    fl.rem, fl.lost = fl.lost, 0.0
-                    out.append(fl)
-            return out
+        #: rings stalled behind lost steps: how many resends each waits for, and its flows
+        #: that sent all they could meanwhile
+        stalls: dict[int, int] = {}
+        stalled: dict[int, list[_Flow]] = {}
 
         def entries(fls: Any, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             """The (slot, resource, weight) entries of flows in slots first, first + 1, ..."""
@@ -776,13 +779,25 @@ class FluidModel:
                             fl.rem, fl.lost = 0.0, float(lost_a[i])
                             fl.rto, fl.waited = self._first_rto(fl), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
-                            waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
-                                len(parked)
-                            )
                             parked.append(fl)
                             seq += 1
                             continue
                         tr = fl.transfer
+                        if fl.held > 0:
+                            stalled.setdefault(tr, []).append(fl)  # waits for the lost step
+                            continue
+                        if fl.redo:
+                            stalls[tr] -= 1
+                            if not stalls[tr]:
+                                # the lost steps arrived: the ring moves again
+                                del stalls[tr]
+                                for f in stalled.pop(tr, []):
+                                    f.rem, f.held = f.held, 0.0
+                                    added.append(f)
+                                for k, f in enumerate(flows):
+                                    if f.transfer == tr and f.held > 0 and not done[k]:
+                                        rem_a[k] += f.held
+                                        f.held = 0.0
                         pending[tr] -= 1
                         if pending[tr] == 0:
                             del pending[tr]
@@ -815,19 +830,17 @@ class FluidModel:
                     made = 0
                     steps = steps_of(task) if self.pace_rings else 1
                     gap = self._latency(tasks[x], self.jobs)
-                    for s, d, size in flows_of(task, hosts):
+                    for hop, (s, d, size) in enumerate(flows_of(task, hosts)):
                         if size <= 0:
                             continue
                         nq = 1 if self.transport == "mrc" else self.qps
                         for q in range(nq):
                             # one connection per job and host pair, as the packet level keeps it
                             fl = _Flow(x, s, d, size / nq, str(j), q)
-                            fl.steps, fl.gap = steps, gap
+                            fl.steps, fl.gap, fl.hop = steps, gap, hop
                             self._route(fl)
                             added.append(fl)
                             made += 1
-                            if waiting and not fl.dead:
-                                added.extend(unpark((s, d, fl.conn, q)))
                     if made:
                         pending[x] = made
                     else:
@@ -836,7 +849,7 @@ class FluidModel:
                 elif kind == 4:
                     parked_fl = parked[x]
                     if parked_fl is None:
-                        continue  # already resent after a NAK
+                        continue  # no longer parked
                     fl = parked_fl
                     self._route(fl)
                     fl.tries += 1
@@ -904,14 +917,36 @@ class FluidModel:
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
                         pace_a[i] = self.pace(fl)
                         if was and not fl.dead and lost_a[i] > 0:
-                            # rerouted: the receiver sees the gap, NAKs, the QP resends
-                            rem_a[i] += lost_a[i]
+                            # rerouted: the receiver sees the gap in the step being sent,
+                            # NAKs, the QP resends it; a ring's steps sent whole on the
+                            # dead path were messages of their own: no packet of theirs
+                            # follows to provoke a NAK, they wait for their timeout
+                            whole, partial, k0 = self._lost_steps(
+                                fl, float(rem_a[i]) + fl.held, float(lost_a[i])
+                            )
+                            if whole > 0:
+                                redo = _Flow(fl.transfer, fl.src, fl.dst, 0.0, fl.conn, fl.qp)
+                                redo.rem, redo.lost, redo.redo = 0.0, whole, True
+                                self._route(redo)
+                                er = float(rate_a[i] * eff_a[i])
+                                sent_at = now - (partial / er if er > 0 else 0.0)
+                                redo.rto, redo.waited = self._first_rto(redo), 0
+                                fire = sent_at + redo.rto
+                                while fire <= now:  # expired on the dead path: lost again
+                                    redo.tries += 1
+                                    redo.waited += redo.rto
+                                    if self.adp_base_ps is not None:
+                                        redo.rto = min(2 * redo.rto, self.rto_ps)
+                                    fire += redo.rto
+                                heapq.heappush(heap, (fire, seq, 4, len(parked)))
+                                seq += 1
+                                parked.append(redo)
+                                pending[fl.transfer] += 1
+                                stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
+                                self._stall_ring(fl, k0, tasks, flows, rem_a)
+                            rem_a[i] += lost_a[i] - whole
                             lost_a[i] = 0.0
                     ent_slot, ent_res, ent_w = entries(flows, 0)
-                    if waiting:
-                        for fl in flows:
-                            if not fl.dead:
-                                added.extend(unpark((fl.src, fl.dst, fl.conn, fl.qp)))
                     dirty_all = True
         out = []
         for j, job in enumerate(self.jobs):
@@ -919,6 +954,44 @@ class FluidModel:
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
         return FluidResult(out, now, events, recomputes, fault_log)
+
+    @staticmethod
+    def _lost_steps(fl: _Flow, rem: float, lost: float) -> tuple[float, float, int]:
+        """(bytes of whole ring steps among the lost bytes, bytes of the step being sent,
+        the first whole step lost).
+
+        The flow's ``total`` bytes are ``steps`` steps of ``total / steps``; the last
+        ``lost`` bytes it sent (``total - rem`` so far) went to a dead path.  A
+        transfer of one step has no whole step to lose while it still sends.
+        """
+        if fl.steps <= 1:
+            return 0.0, 0.0, 0
+        c = fl.total / fl.steps
+        sent = min(fl.total - rem, fl.total)
+        first = math.ceil((sent - lost) / c - 1e-9)
+        last = math.floor(sent / c + 1e-9)
+        return max(0, last - first) * c, max(0.0, sent - last * c), first
+
+    @staticmethod
+    def _stall_ring(
+        dead: _Flow, k0: int, tasks: list[tuple[int, int, Task]], flows: Any, rem_a: np.ndarray
+    ) -> None:
+        """Hold back what a ring's hops cannot send while its step ``k0`` on ``dead``'s hop
+        is lost: rank ``r`` sends step ``k + 1`` only after step ``k`` from ``r - 1``
+        arrived, so the hop ``d`` places after the dead one stops after step
+        ``k0 + d - 1`` (the dead hop itself after ``k0 + n - 1``)."""
+        n = len(tasks[dead.transfer][2].ranks)
+        for k, f in enumerate(flows):
+            if f.transfer != dead.transfer or f.steps <= 1:
+                continue
+            d = (f.hop - dead.hop) % n or n
+            c = f.total / f.steps
+            cap = min(f.total, (k0 + d) * c)
+            sent = f.total - float(rem_a[k]) - f.held
+            hold = min(float(rem_a[k]), max(0.0, f.total - max(cap, sent)))
+            if hold > 0:
+                rem_a[k] -= hold
+                f.held += hold
 
     def _first_rto(self, fl: _Flow) -> int:
         """A parked QP's first retransmission timeout (adaptive: drawn per QP by its hash)."""
