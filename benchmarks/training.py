@@ -4,25 +4,28 @@ Cases (``--case``, repeatable; default ``agreement``):
 
 * ``agreement`` - every small job both models can run (the 8-GPU calibration
   job of tests/test_training.py, scenarios/training/chakra-8.toml and
-  aicb-16.toml), MRC and RoCE, without and with a T0-T1 link failure: step time
-  at packet level, at flow level, and their difference (docs/training.md
-  publishes the table);
-* ``roce-seeds`` - RoCE without and with the fault on the same jobs over seeds 1-6 (the
-  ECMP draws differ between the models, so RoCE is compared as a mean over
-  seeds): per seed and the means;
+  aicb-16.toml; ``--big`` adds gpt-1b-64.toml), MRC and RoCE, without and with
+  a T0-T1 link failure, per seed (``--seeds``, default 1-2): step time at
+  packet level and at flow level, and every kind of transfer's mean duration
+  in both (docs/training.md publishes the tables);
+* ``roce-seeds`` - RoCE without and with the fault on the same jobs over
+  ``--seeds`` (the ECMP draws differ between the models, so RoCE is compared
+  as a mean over seeds): per seed and the means;
 * ``dcqcn`` - the microbenchmark behind the flow level's RoCE shared-bottleneck
   efficiency: ``n`` RoCE QPs of one size through one T0-T1 link at packet level,
   the share of the link they used (n = 1, 2, 4, 8; 1 to 16 MiB);
 * ``packet-64`` - scenarios/training/gpt-1b-64.toml at packet level with MRC
   (the issue's budget: under 10 minutes);
-* ``flow-1024`` - scenarios/training/gpt3-175b-1024.toml at flow level with MRC
-  (budget: under 1 minute for the iteration).
+* ``flow-1024`` / ``flow-1024-roce`` - scenarios/training/gpt3-175b-1024.toml
+  at flow level with MRC / RoCE (budget: under 1 minute for the iteration);
+* ``flow-moe`` / ``flow-moe-roce`` - scenarios/training/moe-ep-128.toml at flow
+  level.
 
-Each case prints JSON lines: the case, transport, fault, step times, wall
-seconds.  Not a test: it takes minutes.
+Each case prints JSON lines (step times, wall and CPU seconds); ``--out FILE``
+also writes them all to one JSON file.  Not a test: it takes minutes.
 
-    python benchmarks/training.py
-    python benchmarks/training.py --case flow-1024 --case packet-64
+    python benchmarks/training.py --case agreement --seeds 1-2
+    python benchmarks/training.py --case flow-1024 --case packet-64 --out timing.json
 """
 
 from __future__ import annotations
