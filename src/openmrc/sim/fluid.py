@@ -784,7 +784,11 @@ class FluidModel:
                             continue
                         tr = fl.transfer
                         if fl.held > 0:
-                            stalled.setdefault(tr, []).append(fl)  # waits for the lost step
+                            if tr in stalls:
+                                stalled.setdefault(tr, []).append(fl)  # waits for the step
+                            else:  # the lost steps arrived meanwhile: go on
+                                fl.rem, fl.held = fl.held, 0.0
+                                added.append(fl)
                             continue
                         if fl.redo:
                             stalls[tr] -= 1
