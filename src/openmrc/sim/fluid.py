@@ -735,15 +735,18 @@ class FluidModel:
             if added:
                 merge()
             if dirty_all or dirty:
-                todo = np.unique(grp_a) if dirty_all else sorted(dirty)
-                ent_grp = grp_a[ent_slot]
-                for g in todo:
-                    mine = grp_a == g
-                    idx = np.flatnonzero(mine)
-                    if not len(idx):
-                        continue
-                    local = np.cumsum(mine) - 1  # slot -> index in the group
-                    em = ent_grp == g
+                # every changed group in one filling: the groups share no resource and
+                # every step of the filling is per resource or per flow, so each group
+                # gets the rates it gets alone
+                mine = (
+                    np.ones(len(flows), dtype=bool)
+                    if dirty_all
+                    else np.isin(grp_a, np.fromiter(dirty, np.int64, len(dirty)))
+                )
+                idx = np.flatnonzero(mine)
+                if len(idx):
+                    local = np.cumsum(mine) - 1  # slot -> index among the refilled
+                    em = mine[ent_slot]
                     rate_a[idx] = self._fill(
                         len(idx), local[ent_slot[em]], ent_res[em], ent_w[em], pace_a[idx]
                     )
