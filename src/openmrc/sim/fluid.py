@@ -25,11 +25,18 @@ Transports (docs/training.md, "Flow-level model"):
   its retransmission timeout to rewind: NVIDIA's adaptive retransmission
   (first timeout 524 us or 1 ms, doubling up to the ACK timeout ``rto_ps``)
   as the packet baseline, or the fixed ``rto_ps`` up to ``retries`` times.
+  Only its timeout wakes it: at packet level every transfer is a message on
+  QPs of its own, so a later message NAKs nothing of it.  A ring's steps
+  lost whole stall the ring until their timeout (``_stall_ring``).  QPs
+  that meet in a congested switch queue get ``shared_efficiency`` (DCQCN).
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
-Each transfer ends ``steps`` one-way base latencies after its last flow
-drained (a ring all-reduce has ``2(n-1)`` steps).
+Capacities are payload rates (headers and framing off, as at packet level).
+A ring collective's flow is paced by its chain of steps (``pace``) and ends
+one one-way latency after its last byte drained; other transfers end one
+latency after theirs.  Rates are computed per resource group (``_group``),
+only for the groups that changed, by bottleneck rounds (``maxmin``).
 """
 
 from __future__ import annotations
