@@ -4,25 +4,28 @@ Cases (``--case``, repeatable; default ``agreement``):
 
 * ``agreement`` - every small job both models can run (the 8-GPU calibration
   job of tests/test_training.py, scenarios/training/chakra-8.toml and
-  aicb-16.toml), MRC and RoCE, without and with a T0-T1 link failure: step time
-  at packet level, at flow level, and their difference (docs/training.md
-  publishes the table);
-* ``roce-seeds`` - RoCE without and with the fault on the same jobs over seeds 1-6 (the
-  ECMP draws differ between the models, so RoCE is compared as a mean over
-  seeds): per seed and the means;
+  aicb-16.toml; ``--big`` adds gpt-1b-64.toml), MRC and RoCE, without and with
+  a T0-T1 link failure, per seed (``--seeds``, default 1-2): step time at
+  packet level and at flow level, and every kind of transfer's mean duration
+  in both (docs/training.md publishes the tables);
+* ``roce-seeds`` - RoCE without and with the fault on the same jobs over
+  ``--seeds`` (the ECMP draws differ between the models, so RoCE is compared
+  as a mean over seeds): per seed and the means;
 * ``dcqcn`` - the microbenchmark behind the flow level's RoCE shared-bottleneck
   efficiency: ``n`` RoCE QPs of one size through one T0-T1 link at packet level,
   the share of the link they used (n = 1, 2, 4, 8; 1 to 16 MiB);
 * ``packet-64`` - scenarios/training/gpt-1b-64.toml at packet level with MRC
   (the issue's budget: under 10 minutes);
-* ``flow-1024`` - scenarios/training/gpt3-175b-1024.toml at flow level with MRC
-  (budget: under 1 minute for the iteration).
+* ``flow-1024`` / ``flow-1024-roce`` - scenarios/training/gpt3-175b-1024.toml
+  at flow level with MRC / RoCE (budget: under 1 minute for the iteration);
+* ``flow-moe`` / ``flow-moe-roce`` - scenarios/training/moe-ep-128.toml at flow
+  level.
 
-Each case prints JSON lines: the case, transport, fault, step times, wall
-seconds.  Not a test: it takes minutes.
+Each case prints JSON lines (step times, wall and CPU seconds); ``--out FILE``
+also writes them all to one JSON file.  Not a test: it takes minutes.
 
-    python benchmarks/training.py
-    python benchmarks/training.py --case flow-1024 --case packet-64
+    python benchmarks/training.py --case agreement --seeds 1-2
+    python benchmarks/training.py --case flow-1024 --case packet-64 --out timing.json
 """
 
 from __future__ import annotations
@@ -72,40 +75,95 @@ def flow_step(data: dict[str, Any], base: Path | None) -> tuple[float | None, fl
     return rows[0]["step_time_us"], wall
 
 
-def agreement() -> None:
-    """Packet vs flow on the small jobs, MRC and RoCE, with and without a link failure."""
+def _per_collective(
+    graph: Any, packet: tuple[list[Any], list[Any]], flow: tuple[list[Any], list[Any]]
+) -> dict[str, dict[str, float]]:
+    """Mean duration (us) of every kind of transfer (kind, ranks, bytes) in both models."""
+    acc: dict[str, list[float]] = {}
+    for i, t in enumerate(graph.tasks):
+        if t.kind == "compute":
+            continue
+        ps, pe = packet[0][i], packet[1][i]
+        fs, fe = flow[0][i], flow[1][i]
+        if None in (ps, pe, fs, fe):
+            continue
+        key = f"{t.kind} n={len(t.ranks)} {t.size} B"
+        a = acc.setdefault(key, [0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += (pe - ps) / 1e6
+        a[2] += (fe - fs) / 1e6
+    return {
+        k: {
+            "count": c,
+            "packet_us": round(p / c, 3),
+            "flow_us": round(f / c, 3),
+            "diff_pct": round(100 * (f - p) / p, 2) if p else 0.0,
+        }
+        for k, (c, p, f) in sorted(acc.items())
+    }
+
+
+def compare_one(
+    data: dict[str, Any], base: Path | None, transport: str, fault: bool, seed: int
+) -> dict[str, Any]:
+    """One job, transport, fault and seed at packet and at flow level: step and collectives."""
+    from openmrc.jobrun import fluid_model, packet_times
+
+    d = copy.deepcopy(data)
+    d["seed"] = seed
+    d["transport"] = {**d.get("transport", {}), "name": transport}
+    if transport == "roce":
+        # a convergence the packet run can afford (the default is 200 ms)
+        d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
+    d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}] if fault else []
+    d.setdefault("run", {})["mode"] = "packet"
+    sc = parse(d, base_dir=base)
+    t = time.perf_counter()
+    res = sc.build().run()
+    pw = time.perf_counter() - t
+    (pkt,) = packet_times(sc.jobs, sc.job_state, res)
+    d["run"]["mode"] = "flow"
+    sc = parse(d, base_dir=base)
+    t = time.perf_counter()
+    fr = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults).run()
+    fw = time.perf_counter() - t
+    flw = (fr.jobs[0].start, fr.jobs[0].end)
+    p = max((e for e in pkt[1] if e is not None), default=None)
+    f = max((e for e in flw[1] if e is not None), default=None)
+    p_us = None if p is None or None in pkt[1] else round(p / 1e6, 3)
+    f_us = None if f is None or None in flw[1] else round(f / 1e6, 3)
+    return {
+        "transport": transport,
+        "fault": fault,
+        "seed": seed,
+        "packet_step_us": p_us,
+        "flow_step_us": f_us,
+        "diff_pct": None if not p_us or f_us is None else round(100 * (f_us - p_us) / p_us, 2),
+        "collectives": _per_collective(sc.jobs[0].graph, pkt, flw),
+        "packet_wall_s": round(pw, 2),
+        "flow_wall_s": round(fw, 3),
+    }
+
+
+def _small_jobs(big: bool) -> list[tuple[str, dict[str, Any], Path | None]]:
     cases: list[tuple[str, dict[str, Any], Path | None]] = [("small-8", SMALL, None)]
-    for name in ("chakra-8.toml", "aicb-16.toml"):
+    for name in ("chakra-8.toml", "aicb-16.toml") + (("gpt-1b-64.toml",) if big else ()):
         data, base = _scenario_data(name)
         cases.append((name, data, base))
-    for label, data, base in cases:
+    return cases
+
+
+def agreement(seeds: list[int], big: bool, out: list[dict[str, Any]]) -> None:
+    """Packet vs flow on every job both run, MRC and RoCE, with and without a link failure,
+    per seed: step times and every kind of collective's mean duration."""
+    for label, data, base in _small_jobs(big):
         for transport in ("mrc", "roce"):
             for fault in (False, True):
-                d = copy.deepcopy(data)
-                d["transport"] = {"name": transport}
-                if transport == "roce":
-                    # a convergence the packet run can afford (the default is 200 ms)
-                    d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
-                if fault:
-                    d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
-                p, pw = packet_step(d, base)
-                f, fw = flow_step(d, base)
-                diff = None if p is None or f is None else round(100 * (f - p) / p, 2)
-                print(
-                    json.dumps(
-                        {
-                            "case": label,
-                            "transport": transport,
-                            "fault": fault,
-                            "packet_step_us": p,
-                            "flow_step_us": f,
-                            "diff_pct": diff,
-                            "packet_wall_s": round(pw, 2),
-                            "flow_wall_s": round(fw, 3),
-                        }
-                    ),
-                    flush=True,
-                )
+                for seed in seeds:
+                    row = {"case": "agreement", "job": label}
+                    row.update(compare_one(data, base, transport, fault, seed))
+                    print(json.dumps(row), flush=True)
+                    out.append(row)
 
 
 def roce_seeds(seeds: range = range(1, 7)) -> None:
@@ -162,41 +220,67 @@ def dcqcn() -> None:
         print(json.dumps({"case": "dcqcn", "size": size, "link_share_used": used}), flush=True)
 
 
+def _timed(case: str, name: str, transport: str, mode: str) -> dict[str, Any]:
+    """One bundled scenario's iteration: step time, wall and CPU seconds."""
+    data, base = _scenario_data(name)
+    d = copy.deepcopy(data)
+    d["transport"] = {**d.get("transport", {}), "name": transport}
+    t, c = time.perf_counter(), time.process_time()
+    if mode == "flow":
+        step, run_s = flow_step(d, base)
+    else:
+        step, run_s = packet_step(d, base)
+    return {
+        "case": case,
+        "scenario": name,
+        "transport": transport,
+        "mode": mode,
+        "step_us": step,
+        "run_s": round(run_s, 1),
+        "total_wall_s": round(time.perf_counter() - t, 1),
+        "cpu_s": round(time.process_time() - c, 1),
+    }
+
+
+TIMED = {
+    "packet-64": ("gpt-1b-64.toml", "mrc", "packet"),
+    "flow-1024": ("gpt3-175b-1024.toml", "mrc", "flow"),
+    "flow-1024-roce": ("gpt3-175b-1024.toml", "roce", "flow"),
+    "flow-moe": ("moe-ep-128.toml", "mrc", "flow"),
+    "flow-moe-roce": ("moe-ep-128.toml", "roce", "flow"),
+}
+
+
+def _seeds(text: str) -> list[int]:
+    a, _, b = text.partition("-")
+    return list(range(int(a), int(b or a) + 1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--case",
         action="append",
-        choices=["agreement", "roce-seeds", "dcqcn", "packet-64", "flow-1024"],
+        choices=["agreement", "roce-seeds", "dcqcn", *TIMED],
     )
+    ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
+    ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
+    ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
     args = ap.parse_args()
+    out: list[dict[str, Any]] = []
     for case in args.case or ["agreement"]:
         if case == "agreement":
-            agreement()
+            agreement(_seeds(args.seeds), args.big, out)
         elif case == "roce-seeds":
-            roce_seeds()
+            roce_seeds(range(_seeds(args.seeds)[0], _seeds(args.seeds)[-1] + 1))
         elif case == "dcqcn":
             dcqcn()
-        elif case == "packet-64":
-            data, base = _scenario_data("gpt-1b-64.toml")
-            step, wall = packet_step(data, base)
-            print(json.dumps({"case": case, "step_us": step, "wall_s": round(wall, 1)}), flush=True)
         else:
-            data, base = _scenario_data("gpt3-175b-1024.toml")
-            t = time.perf_counter()
-            step, wall = flow_step(data, base)
-            total = time.perf_counter() - t
-            print(
-                json.dumps(
-                    {
-                        "case": case,
-                        "step_us": step,
-                        "run_s": round(wall, 1),
-                        "total_s": round(total, 1),
-                    }
-                ),
-                flush=True,
-            )
+            row = _timed(case, *TIMED[case])
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

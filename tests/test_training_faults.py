@@ -141,9 +141,14 @@ def test_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
 
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=1)
     size = 16 << 20
-    exp = make_experiment(spec, transport=TransportConfig(name="roce"))
-    exp.add_flows([FlowSpec(i, 4 + i, size) for i in range(4)], watch=True)
-    packet = max(f.rx_finish_ps or 0 for f in exp.run().flows)
+    # DCQCN's share of the link moves from seed to seed at packet level (7.1 to 7.6 ms
+    # here): compare with the mean over four seeds
+    ends = []
+    for seed in (1, 2, 3, 4):
+        exp = make_experiment(spec, transport=TransportConfig(name="roce"), seed=seed)
+        exp.add_flows([FlowSpec(i, 4 + i, size) for i in range(4)], watch=True)
+        ends.append(max(f.rx_finish_ps or 0 for f in exp.run().flows))
+    packet = sum(ends) / len(ends)
     g = JobGraph("four", 8, gpus_per_server=1)
     for i in range(4):
         g.add(Task("p2p", (i, 4 + i), size=size))

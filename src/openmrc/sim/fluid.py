@@ -25,11 +25,18 @@ Transports (docs/training.md, "Flow-level model"):
   its retransmission timeout to rewind: NVIDIA's adaptive retransmission
   (first timeout 524 us or 1 ms, doubling up to the ACK timeout ``rto_ps``)
   as the packet baseline, or the fixed ``rto_ps`` up to ``retries`` times.
+  Only its timeout wakes it: at packet level every transfer is a message on
+  QPs of its own, so a later message NAKs nothing of it.  A ring's steps
+  lost whole stall the ring until their timeout (``_stall_ring``).  QPs
+  that meet in a congested switch queue get ``shared_efficiency`` (DCQCN).
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
-Each transfer ends ``steps`` one-way base latencies after its last flow
-drained (a ring all-reduce has ``2(n-1)`` steps).
+Capacities are payload rates (headers and framing off, as at packet level).
+A ring collective's flow is paced by its chain of steps (``pace``) and ends
+one one-way latency after its last byte drained; other transfers end one
+latency after theirs.  Rates are computed per resource group (``_group``),
+only for the groups that changed, by bottleneck rounds (``maxmin``).
 """
 
 from __future__ import annotations
@@ -41,9 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
 
+from ..baselines.roce import ROCE_DATA_HEADER_BYTES
 from ..topology import ClosSpec
+from ..wire.packets import DATA_HEADER_BYTES
 from ..workloads.jobs.graph import JobGraph, Task
 from .config import FabricConfig
 
@@ -114,12 +122,20 @@ class _Flow:
         "dead",
         "dst",
         "eff",
+        "gap",
+        "grp",
+        "held",
+        "hop",
         "lost",
+        "path",
         "qp",
+        "redo",
         "rem",
         "res",
         "rto",
         "src",
+        "steps",
+        "total",
         "transfer",
         "tries",
         "w",
@@ -134,6 +150,20 @@ class _Flow:
         self.conn = conn
         self.qp = qp
         self.eff = 1.0
+        #: the rate the flow gets with its path to itself (bytes/ps; FluidModel._path_rate)
+        self.path = 0.0
+        #: a ring collective's flow moves its bytes in ``steps`` steps, each waiting ``gap``
+        #: (one fabric latency) for the previous rank's step to arrive (FluidModel.pace)
+        self.total = float(size)
+        self.steps = 1
+        self.gap = 0.0
+        #: the resource group: flows of two groups never share a resource (FluidModel._group)
+        self.grp = 0
+        #: a ring's hop (rank ``hop`` to ``hop + 1``); bytes it may not send yet (the ring
+        #: is stalled behind a lost step); whether it resends a ring's lost steps
+        self.hop = 0
+        self.held = 0.0
+        self.redo = False
         #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
         self.dead = False
         self.lost = 0.0
@@ -187,6 +217,54 @@ def flows_of(task: Task, hosts: list[int]) -> list[tuple[int, int, float]]:
     return [(h[i], h[(i + 1) % n], task.size * factor) for i in range(n)]
 
 
+def maxmin(
+    n: int, fe: np.ndarray, inv: np.ndarray, vals: np.ndarray, cap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted max-min fair rates of ``n`` flows on ``len(cap)`` resources.
+
+    Entry ``e`` says flow ``fe[e]`` puts weight ``vals[e] > 0`` on resource
+    ``inv[e]`` (a flow at rate ``x`` uses ``vals[e] x`` of it); ``cap`` the
+    resources' capacities.  Returns every flow's rate (0 for a flow without
+    entries) and what the flows use of every resource.
+
+    A resource's *level* is the rate its unfrozen flows reach when it saturates.
+    Levels only rise as flows freeze (a flow frozen at or below a level frees
+    what it would have taken), so a resource whose level none of its unfrozen
+    flows sees undercut on another of their resources is their bottleneck: they
+    freeze at that level.  Every such resource is settled in the same round, so
+    the rounds follow the chain of bottlenecks, not one round per distinct level
+    as in progressive filling; the rates are progressive filling's.
+    """
+    m = len(cap)
+    rate = np.zeros(n)
+    used = np.zeros(m)  # what the frozen flows use
+    active = np.bincount(fe, minlength=n) > 0
+    act_e = active[fe]
+    weight = np.bincount(inv, weights=vals, minlength=m)  # the unfrozen flows' weight
+    for _ in range(m + 1):
+        if not act_e.any():
+            break
+        level = np.full(m, math.inf)
+        np.divide(np.maximum(cap - used, 0.0), weight, out=level, where=weight > 1e-12)
+        # an unfrozen flow's lowest level, and the lowest of those among a resource's flows
+        low = np.full(n, math.inf)
+        np.minimum.at(low, fe[act_e], level[inv[act_e]])
+        low_r = np.full(m, math.inf)
+        np.minimum.at(low_r, inv[act_e], low[fe[act_e]])
+        ready = level <= low_r * (1.0 + 1e-9)
+        frz = np.zeros(n, dtype=bool)
+        frz[fe[act_e & ready[inv]]] = True
+        if not frz.any():
+            break
+        rate[frz] = low[frz]
+        fz = frz[fe]
+        used += np.bincount(inv[fz], weights=vals[fz] * rate[fe[fz]], minlength=m)
+        weight -= np.bincount(inv[fz], weights=vals[fz], minlength=m)
+        active &= ~frz
+        act_e = active[fe]
+    return rate, used
+
+
 class FluidModel:
     """The fabric of ``spec`` carrying jobs' task graphs as fluid flows (see the module doc)."""
 
@@ -209,6 +287,8 @@ class FluidModel:
         adp_base_ps: int | None = None,
         adp_init_exp: int = 7,
         adp_init_range: int = 2,
+        pace_rings: bool = True,
+        header_bytes: int | None = None,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -238,6 +318,9 @@ class FluidModel:
         self.adp_init_exp = adp_init_exp
         self.adp_init_range = adp_init_range
         self.seed = seed
+        #: ring collectives' flows are paced by their step chain (``pace``) and end one
+        #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
+        self.pace_rings = pace_rings
         self.gpus_per_server = gpus_per_server
         self.latency_ps = one_way_ps(spec, mtu)
         P, A, K, H = spec.planes, spec.t0s, spec.t1s, spec.hosts
@@ -252,8 +335,16 @@ class FluidModel:
         self._nvl_out0 = self._link_down0 + P * A * K
         self._nvl_in0 = self._nvl_out0 + H
         self.R = self._nvl_in0 + H
-        host_c = spec.host_gbps / 8000  # bytes per ps
-        fab_c = spec.fabric_gbps / 8000
+        #: the share of a link's bits that is payload: every packet of ``mtu`` payload
+        #: bytes carries the transport's headers (MRC: DATA_HEADER_BYTES; RoCE:
+        #: ROCE_DATA_HEADER_BYTES) and the Ethernet framing, as at packet level
+        hdr = header_bytes
+        if hdr is None:
+            hdr = DATA_HEADER_BYTES if transport == "mrc" else ROCE_DATA_HEADER_BYTES
+        self.payload_share = mtu / (mtu + hdr + FabricConfig().framing_bytes)
+        host_c = spec.host_gbps / 8000 * self.payload_share  # payload bytes per ps
+        fab_c = spec.fabric_gbps / 8000 * self.payload_share
+        self._host_c = host_c
         self._fab_c = fab_c
         self.cap = np.zeros(self.R)
         self.cap[: 2 * H * P] = host_c
@@ -267,7 +358,9 @@ class FluidModel:
         self._update_caps()
         self.jobs: list[FluidJob] = []
         self._faults: list[FluidFault] = []
-        self._route_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool]] = {}
+        self._route_cache: dict[
+            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float]
+        ] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -349,7 +442,7 @@ class FluidModel:
         """Capacities from the *known* state (pools: live links x link rate)."""
         P, A = self.P, self.A
         hk = self.host_known
-        host_c = self.spec.host_gbps / 8000
+        host_c = self._host_c
         self.cap[self._up0 : self._up0 + self.H * P] = np.where(hk.reshape(-1), host_c, 0.0)
         self.cap[self._down0 : self._down0 + self.H * P] = np.where(hk.reshape(-1), host_c, 0.0)
         fk = self.fab_known
@@ -368,9 +461,54 @@ class FluidModel:
         hit = self._route_cache.get(key)
         if hit is None:
             self._route_new(fl)
-            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead)
+            fl.grp = self._group(fl)
+            fl.path = self._path_rate(fl)
+            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path)
         else:
-            fl.res, fl.w, fl.eff, fl.dead = hit
+            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path = hit
+
+    def _path_rate(self, fl: _Flow) -> float:
+        """The rate a flow gets alone on its route: its tightest resource (bytes/ps)."""
+        if not len(fl.res):
+            return 0.0
+        return float((self.cap[fl.res] / fl.w).min())
+
+    @staticmethod
+    def pace(fl: _Flow) -> float:
+        """The rate a ring collective's flow cannot exceed: its step chain's (bytes/ps).
+
+        A ring of ``S`` steps sends ``c = total / S`` bytes per step, and each step
+        but the first waits for the previous rank's step to arrive: one fabric
+        latency ``gap``.  Alone on its path (rate ``B``) the flow takes
+        ``S c / B + (S - 1) gap`` to send everything, and its last step arrives one
+        ``gap`` later: ``S (c / B + gap)``, as the packet level's chain of step flows.
+        So its average rate is at most ``S c / (S c / B + (S - 1) gap)``: when the
+        flow has its path to itself it drains at that rate; when it shares a
+        bottleneck and its max-min share is lower, the other flows' bytes fill its
+        waits (the packet level's links are work-conserving) and only the share
+        counts.  1-step transfers (point to point, all-to-all) and transfers inside a
+        server (no fabric latency) are not paced (inf).
+        """
+        if fl.steps <= 1 or fl.gap <= 0.0 or fl.path <= 0.0:
+            return math.inf
+        return fl.total / (fl.total / fl.path + (fl.steps - 1) * fl.gap)
+
+    def _group(self, fl: _Flow) -> int:
+        """The flow's resource group: groups share no resource, so their max-min rates
+        are independent and a change in one leaves the others' rates as they are.
+
+        A RoCE / IB QP uses only resources of its plane (group = plane); an MRC flow
+        sprays over the planes (one group, ``P``, for every fabric flow); a transfer
+        inside a server uses its NVLink only (one group per server, ``P + 1 + server``).
+        """
+        if not len(fl.res):
+            return self.P
+        r0 = int(fl.res[0])
+        if r0 >= self._nvl_out0:
+            return self.P + 1 + fl.src // self.gpus_per_server
+        if self.transport == "mrc":
+            return self.P
+        return fl.qp % self.P
 
     def _route_new(self, fl: _Flow) -> None:
         """Compute a flow's resources, weights and efficiency from the known and true states."""
@@ -438,51 +576,73 @@ class FluidModel:
         )
 
     # ----- max-min fair rates -----------------------------------------------------------
-    def _rates(self, flows: list[_Flow]) -> np.ndarray:
-        """Weighted progressive filling: every flow's max-min fair rate (bytes/ps)."""
-        n = len(flows)
-        if not n:
-            return np.zeros(0)
-        lens = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=n)
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        cols = np.concatenate([f.res for f in flows]) if ptr[-1] else np.zeros(0, dtype=np.int64)
-        vals = np.concatenate([f.w for f in flows]) if ptr[-1] else np.zeros(0)
-        used_res, inv = np.unique(cols, return_inverse=True)
-        m = csr_matrix((vals, inv, ptr), shape=(n, len(used_res)))
-        mt = m.T.tocsr()
-        cap = self.cap[used_res]
+    def _fill(
+        self, n: int, fe: np.ndarray, cols: np.ndarray, vals: np.ndarray, pace: np.ndarray
+    ) -> np.ndarray:
+        """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
+
+        ``fe``, ``cols``, ``vals``: the flows' (flow, resource, weight) entries, flow
+        by flow in their order; ``pace``: each flow's pace (inf: none).  Groups
+        share no resource, so a group's rates depend only on its own flows and
+        capacities: the run refills only the groups whose flows or capacities
+        changed and gets the rates a full recomputation gives.
+
+        Weighted max-min fairness: a resource's level is the rate its unfrozen
+        flows reach when it saturates; levels only rise as flows freeze, so a
+        resource whose level none of its flows sees undercut on another resource is
+        a bottleneck, and its flows freeze at that level, every such resource in one
+        round (the progressive filling's result in a few rounds, not one per level).
+        """
         rate = np.zeros(n)
-        active = lens > 0
-        used = np.zeros(len(used_res))
-        for _ in range(len(used_res) + 1):
-            if not active.any():
-                break
-            load = mt @ active.astype(float)
-            mask = load > 1e-15
-            if not mask.any():
-                break
-            head = np.maximum(cap - used, 0.0)
-            inc = float((head[mask] / load[mask]).min())
-            rate[active] += inc
-            used += load * inc
-            sat = mask & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
-            hit = (m @ sat.astype(float)) > 0
-            if not (active & hit).any():
-                break
-            active &= ~hit
+        lens = np.bincount(fe, minlength=n)
+        if not len(fe):
+            return rate
+        paced = np.flatnonzero(np.isfinite(pace) & (lens > 0))
+        if len(paced):
+            # a paced flow's own resource (id R + its index), of capacity its pace
+            cols = np.concatenate((cols, self.R + paced))
+            vals = np.concatenate((vals, np.ones(len(paced))))
+            fe = np.concatenate((fe, paced))
+        used_res, inv = np.unique(cols, return_inverse=True)
+        m = len(used_res)
+        own = used_res >= self.R
+        cap = np.where(
+            own, pace[np.maximum(used_res - self.R, 0)], self.cap[np.minimum(used_res, self.R - 1)]
+        )
+        tol = 1e-9 * np.maximum(cap, 1e-12)
+        rate, used = maxmin(n, fe, inv, vals, cap)
         if self.shared_efficiency < 1.0:
-            # DCQCN on a shared bottleneck: the QPs that share it use only part of it
-            fabric = used_res < self._nvl_out0
-            count = (m > 0).astype(float).T.tocsr() @ np.ones(n)
-            shared = fabric & (count >= 2) & (cap - used <= 1e-9 * np.maximum(cap, 1e-12))
-            slowed = ((m > 0).astype(float) @ shared.astype(float)) > 0
+            # DCQCN on a congested switch queue: the QPs that share it use only part of
+            # it.  A queue is congested when the QPs offer it more than it carries: each
+            # QP offers its sending NIC's share of the port (the NIC divides its line
+            # among its QPs without marks; DCQCN starts every QP at line rate), so
+            # QPs that their own NIC already holds to what the queue drains do not
+            # congest it and are not cut.
+            up = (used_res >= self._up0) & (used_res < self._down0)
+            whole = np.bincount(inv, weights=vals, minlength=m)  # every flow's weight
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per_w = np.where(up & (whole > 0), cap / whole, math.inf)
+            offer = np.full(n, math.inf)
+            np.minimum.at(offer, fe, per_w[inv] / np.where(vals > 0, 1.0, math.inf))
+            offer[np.isinf(offer)] = 0.0  # no NIC port (inside a server): offers nothing
+            offered = np.bincount(inv, weights=vals * offer[fe], minlength=m)
+            switch = (used_res < self._nvl_out0) & ~up & (used_res < self.R)
+            count = np.bincount(inv, weights=vals > 0, minlength=m)
+            shared = switch & (count >= 2) & (cap - used <= tol) & (offered > cap + tol)
+            slowed = np.zeros(n, dtype=bool)
+            slowed[fe[shared[inv]]] = True
             rate[slowed] *= self.shared_efficiency
         return rate
 
     # ----- run ----------------------------------------------------------------------------
     def run(self, until_ps: float | None = None) -> FluidResult:
-        """Run every job to its end (or ``until_ps``); the task times of each job."""
+        """Run every job to its end (or ``until_ps``); the task times of each job.
+
+        The flows in flight live in ``flows`` and, index for index, in numpy arrays
+        (remaining and lost bytes, rate, efficiency, dead, group), so advancing time
+        is vectorised; after an event only the resource groups whose flows or
+        capacities changed get new rates (``_rates``).
+        """
         tasks: list[tuple[int, int, Task]] = []  # (job, index in job, task)
         base: list[int] = []
         for j, job in enumerate(self.jobs):
@@ -507,84 +667,168 @@ class FluidModel:
         for fi, flt in enumerate(self._faults):
             heapq.heappush(heap, (float(flt.at_ps), seq, 2, fi))
             seq += 1
-        flows: list[_Flow] = []
+        # the flows in flight; their remaining and lost bytes, rates, efficiencies, whether
+        # their path is dead and their groups, index for index (the arrays are the truth
+        # for a flow in flight, the _Flow's rem / lost for one waiting to be added)
+        flows = np.zeros(0, dtype=object)  # the _Flow of every slot
+        rem_a = np.zeros(0)
+        lost_a = np.zeros(0)
+        rate_a = np.zeros(0)
+        eff_a = np.zeros(0)
+        dead_a = np.zeros(0, dtype=bool)
+        grp_a = np.zeros(0, dtype=np.int64)
+        pace_a = np.zeros(0)
+        # the flows' (slot, resource, weight) entries, flow by flow in slot order
+        ent_slot = np.zeros(0, dtype=np.int64)
+        ent_res = np.zeros(0, dtype=np.int64)
+        ent_w = np.zeros(0)
+        added: list[_Flow] = []  # flows started by this instant's events, not yet in flows
+        dirty: set[int] = set()  # groups whose rates must be recomputed
+        dirty_all = False
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
-        parked: list[_Flow | None] = []  # RoCE QPs waiting for their ACK timeout
-        waiting: dict[tuple[int, int, str, int], list[int]] = {}  # connection -> parked
+        # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
+        # packet level, every transfer is a message on QPs of its own (the connection
+        # keeps only their ECMP path), so a later message's packets NAK nothing of it.
+        parked: list[_Flow | None] = []
 
-        def unpark(key: tuple[int, int, str, int]) -> list[_Flow]:
-            """A live packet on the same connection: the receiver NAKs, the QP resends."""
-            out = []
-            for i in waiting.pop(key, []):
-                fl = parked[i]
-                if fl is not None:
-                    parked[i] = None
-                    self._route(fl)
-                    fl.rem, fl.lost = fl.lost, 0.0
-                    out.append(fl)
-            return out
+        #: rings stalled behind lost steps: how many resends each waits for, and its flows
+        #: that sent all they could meanwhile
+        stalls: dict[int, int] = {}
+        stalled: dict[int, list[_Flow]] = {}
 
-        rates = np.zeros(0)
+        def entries(fls: Any, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The (slot, resource, weight) entries of flows in slots first, first + 1, ..."""
+            if not len(fls):
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+            lens = [len(f.res) for f in fls]
+            slots = np.repeat(np.arange(first, first + len(fls)), lens)
+            return (
+                slots,
+                np.concatenate([f.res for f in fls]),
+                np.concatenate([f.w for f in fls]),
+            )
+
+        def merge() -> None:
+            """Put the added flows in flight (their groups' rates are recomputed)."""
+            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a
+            nonlocal ent_slot, ent_res, ent_w
+            k = len(added)
+            new = np.empty(k, dtype=object)
+            new[:] = added
+            es, er, ew = entries(added, len(flows))
+            ent_slot = np.concatenate((ent_slot, es))
+            ent_res = np.concatenate((ent_res, er))
+            ent_w = np.concatenate((ent_w, ew))
+            flows = np.concatenate((flows, new))
+            pace_a = np.concatenate((pace_a, np.fromiter((self.pace(f) for f in added), float, k)))
+            rem_a = np.concatenate((rem_a, np.fromiter((f.rem for f in added), float, k)))
+            lost_a = np.concatenate((lost_a, np.fromiter((f.lost for f in added), float, k)))
+            rate_a = np.concatenate((rate_a, np.zeros(k)))
+            eff_a = np.concatenate((eff_a, np.fromiter((f.eff for f in added), float, k)))
+            dead_a = np.concatenate((dead_a, np.fromiter((f.dead for f in added), bool, k)))
+            grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
+            dirty.update(f.grp for f in added)
+            added.clear()
+
         pending: dict[int, int] = {}
         now = 0.0
-        dirty = False
         events = 0
         recomputes = 0
         fault_log: list[dict[str, Any]] = []
         limit = math.inf if until_ps is None else float(until_ps)
+        eff_rate = np.zeros(0)
         while True:
+            if added:
+                merge()
+            if dirty_all or dirty:
+                # every changed group in one filling: the groups share no resource and
+                # every step of the filling is per resource or per flow, so each group
+                # gets the rates it gets alone
+                mine = (
+                    np.ones(len(flows), dtype=bool)
+                    if dirty_all
+                    else np.isin(grp_a, np.fromiter(dirty, np.int64, len(dirty)))
+                )
+                idx = np.flatnonzero(mine)
+                if len(idx):
+                    local = np.cumsum(mine) - 1  # slot -> index among the refilled
+                    em = mine[ent_slot]
+                    rate_a[idx] = self._fill(
+                        len(idx), local[ent_slot[em]], ent_res[em], ent_w[em], pace_a[idx]
+                    )
+                recomputes += 1
+                dirty.clear()
+                dirty_all = False
             # next flow completion
             t_flow = math.inf
-            if flows:
-                eff_rate = rates * np.fromiter(
-                    (f.eff for f in flows), dtype=float, count=len(flows)
-                )
-                rem = np.fromiter((f.rem for f in flows), dtype=float, count=len(flows))
+            if len(flows):
+                eff_rate = rate_a * eff_a
                 with np.errstate(divide="ignore"):
-                    ttf = np.where(eff_rate > 0, rem / np.maximum(eff_rate, 1e-300), math.inf)
+                    ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
             t_ev = heap[0][0] if heap else math.inf
             t = min(t_flow, t_ev)
             if t == math.inf or t > limit:
-                if flows and limit < math.inf:
+                if len(flows) and limit < math.inf:
                     now = limit
                 break
-            if flows:
+            if len(flows):
                 dt = t - now
-                done_idx = []
-                for i, f in enumerate(flows):
-                    moved = eff_rate[i] * dt
-                    f.rem -= moved
-                    if f.dead:
-                        f.lost += moved
-                    if f.rem <= 1e-3 or (eff_rate[i] > 0 and f.rem / eff_rate[i] <= 1.0):
-                        done_idx.append(i)
-                if done_idx:
-                    dead = set(done_idx)
-                    for i in done_idx:
+                moved = eff_rate * dt
+                rem_a -= moved
+                lost_a[dead_a] += moved[dead_a]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
+                if done.any():
+                    for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
-                        if fl.lost > 0:
+                        dirty.add(fl.grp)
+                        if lost_a[i] > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
-                            fl.rem = 0.0
+                            fl.rem, fl.lost = 0.0, float(lost_a[i])
                             fl.rto, fl.waited = self._first_rto(fl), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
-                            waiting.setdefault((fl.src, fl.dst, fl.conn, fl.qp), []).append(
-                                len(parked)
-                            )
                             parked.append(fl)
                             seq += 1
                             continue
                         tr = fl.transfer
+                        if fl.held > 0:
+                            if tr in stalls:
+                                stalled.setdefault(tr, []).append(fl)  # waits for the step
+                            else:  # the lost steps arrived meanwhile: go on
+                                fl.rem, fl.held = fl.held, 0.0
+                                added.append(fl)
+                            continue
+                        if fl.redo:
+                            stalls[tr] -= 1
+                            if not stalls[tr]:
+                                # the lost steps arrived: the ring moves again
+                                del stalls[tr]
+                                for f in stalled.pop(tr, []):
+                                    f.rem, f.held = f.held, 0.0
+                                    added.append(f)
+                                for k, f in enumerate(flows):
+                                    if f.transfer == tr and f.held > 0 and not done[k]:
+                                        rem_a[k] += f.held
+                                        f.held = 0.0
                         pending[tr] -= 1
                         if pending[tr] == 0:
                             del pending[tr]
-                            lat = steps_of(tasks[tr][2]) * self._latency(tasks[tr], self.jobs)
+                            # paced rings: the steps' waits are in the pace, the last remains
+                            lat = self._latency(tasks[tr], self.jobs) * (
+                                1 if self.pace_rings else steps_of(tasks[tr][2])
+                            )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
-                    flows = [f for i, f in enumerate(flows) if i not in dead]
-                    rates = np.delete(rates, sorted(dead))
-                    dirty = True
+                    keep = ~done
+                    flows = flows[keep]
+                    rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
+                    eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
+                    pace_a = pace_a[keep]
+                    ekeep = keep[ent_slot]
+                    ent_slot = (np.cumsum(keep) - 1)[ent_slot[ekeep]]
+                    ent_res, ent_w = ent_res[ekeep], ent_w[ekeep]
             now = t
             while heap and heap[0][0] <= now:
                 _t, _o, kind, x = heapq.heappop(heap)
@@ -598,32 +842,28 @@ class FluidModel:
                         continue
                     hosts = self.jobs[j].hosts
                     made = 0
-                    for s, d, size in flows_of(task, hosts):
+                    steps = steps_of(task) if self.pace_rings else 1
+                    gap = self._latency(tasks[x], self.jobs)
+                    for hop, (s, d, size) in enumerate(flows_of(task, hosts)):
                         if size <= 0:
                             continue
                         nq = 1 if self.transport == "mrc" else self.qps
                         for q in range(nq):
                             # one connection per job and host pair, as the packet level keeps it
                             fl = _Flow(x, s, d, size / nq, str(j), q)
+                            fl.steps, fl.gap, fl.hop = steps, gap, hop
                             self._route(fl)
-                            flows.append(fl)
+                            added.append(fl)
                             made += 1
-                            if waiting and not fl.dead:
-                                back = unpark((s, d, fl.conn, q))
-                                flows.extend(back)
-                                made_extra = len(back)
-                                rates = np.append(rates, np.zeros(made_extra))
                     if made:
                         pending[x] = made
-                        rates = np.append(rates, np.zeros(made))
-                        dirty = True
                     else:
                         heapq.heappush(heap, (now, seq, 1, x))
                         seq += 1
                 elif kind == 4:
                     parked_fl = parked[x]
                     if parked_fl is None:
-                        continue  # already resent after a NAK
+                        continue  # no longer parked
                     fl = parked_fl
                     self._route(fl)
                     fl.tries += 1
@@ -636,9 +876,7 @@ class FluidModel:
                     elif not fl.dead:
                         parked[x] = None
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
-                        flows.append(fl)
-                        rates = np.append(rates, 0.0)
-                        dirty = True
+                        added.append(fl)
                     # else: retries exhausted, the QP is in error; its transfer never ends
                 elif kind == 1:
                     end[x] = now
@@ -685,31 +923,89 @@ class FluidModel:
                             }
                         )
                     self._route_cache.clear()
-                    for fl in flows:
-                        was = fl.dead
+                    if added:
+                        merge()
+                    for i, fl in enumerate(flows):
+                        was = bool(dead_a[i])
                         self._route(fl)
-                        if was and not fl.dead and fl.lost > 0:
-                            # rerouted: the receiver sees the gap, NAKs, the QP resends
-                            fl.rem += fl.lost
-                            fl.lost = 0.0
-                    if waiting:
-                        back = []
-                        for fl in flows:
-                            if not fl.dead:
-                                back += unpark((fl.src, fl.dst, fl.conn, fl.qp))
-                        flows.extend(back)
-                        rates = np.append(rates, np.zeros(len(back)))
-                    dirty = True
-            if dirty:
-                rates = self._rates(flows)
-                recomputes += 1
-                dirty = False
+                        eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
+                        pace_a[i] = self.pace(fl)
+                        if was and not fl.dead and lost_a[i] > 0:
+                            # rerouted: the receiver sees the gap in the step being sent,
+                            # NAKs, the QP resends it; a ring's steps sent whole on the
+                            # dead path were messages of their own: no packet of theirs
+                            # follows to provoke a NAK, they wait for their timeout
+                            whole, partial, k0 = self._lost_steps(
+                                fl, float(rem_a[i]) + fl.held, float(lost_a[i])
+                            )
+                            if whole > 0:
+                                redo = _Flow(fl.transfer, fl.src, fl.dst, 0.0, fl.conn, fl.qp)
+                                redo.rem, redo.lost, redo.redo = 0.0, whole, True
+                                self._route(redo)
+                                er = float(rate_a[i] * eff_a[i])
+                                sent_at = now - (partial / er if er > 0 else 0.0)
+                                redo.rto, redo.waited = self._first_rto(redo), 0
+                                fire = sent_at + redo.rto
+                                while fire <= now:  # expired on the dead path: lost again
+                                    redo.tries += 1
+                                    redo.waited += redo.rto
+                                    if self.adp_base_ps is not None:
+                                        redo.rto = min(2 * redo.rto, self.rto_ps)
+                                    fire += redo.rto
+                                heapq.heappush(heap, (fire, seq, 4, len(parked)))
+                                seq += 1
+                                parked.append(redo)
+                                pending[fl.transfer] += 1
+                                stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
+                                self._stall_ring(fl, k0, tasks, flows, rem_a)
+                            rem_a[i] += lost_a[i] - whole
+                            lost_a[i] = 0.0
+                    ent_slot, ent_res, ent_w = entries(flows, 0)
+                    dirty_all = True
         out = []
         for j, job in enumerate(self.jobs):
             b = base[j]
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
         return FluidResult(out, now, events, recomputes, fault_log)
+
+    @staticmethod
+    def _lost_steps(fl: _Flow, rem: float, lost: float) -> tuple[float, float, int]:
+        """(bytes of whole ring steps among the lost bytes, bytes of the step being sent,
+        the first whole step lost).
+
+        The flow's ``total`` bytes are ``steps`` steps of ``total / steps``; the last
+        ``lost`` bytes it sent (``total - rem`` so far) went to a dead path.  A
+        transfer of one step has no whole step to lose while it still sends.
+        """
+        if fl.steps <= 1:
+            return 0.0, 0.0, 0
+        c = fl.total / fl.steps
+        sent = min(fl.total - rem, fl.total)
+        first = math.ceil((sent - lost) / c - 1e-9)
+        last = math.floor(sent / c + 1e-9)
+        return max(0, last - first) * c, max(0.0, sent - last * c), first
+
+    @staticmethod
+    def _stall_ring(
+        dead: _Flow, k0: int, tasks: list[tuple[int, int, Task]], flows: Any, rem_a: np.ndarray
+    ) -> None:
+        """Hold back what a ring's hops cannot send while its step ``k0`` on ``dead``'s hop
+        is lost: rank ``r`` sends step ``k + 1`` only after step ``k`` from ``r - 1``
+        arrived, so the hop ``d`` places after the dead one stops after step
+        ``k0 + d - 1`` (the dead hop itself after ``k0 + n - 1``)."""
+        n = len(tasks[dead.transfer][2].ranks)
+        for k, f in enumerate(flows):
+            if f.transfer != dead.transfer or f.steps <= 1:
+                continue
+            d = (f.hop - dead.hop) % n or n
+            c = f.total / f.steps
+            cap = min(f.total, (k0 + d) * c)
+            sent = f.total - float(rem_a[k]) - f.held
+            hold = min(float(rem_a[k]), max(0.0, f.total - max(cap, sent)))
+            if hold > 0:
+                rem_a[k] -= hold
+                f.held += hold
 
     def _first_rto(self, fl: _Flow) -> int:
         """A parked QP's first retransmission timeout (adaptive: drawn per QP by its hash)."""
@@ -763,6 +1059,7 @@ __all__ = [
     "FluidResult",
     "JobTimes",
     "flows_of",
+    "maxmin",
     "one_way_ps",
     "steps_of",
 ]

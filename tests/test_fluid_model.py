@@ -1,0 +1,188 @@
+"""The flow-level model's mechanisms, each against the packet level or a reference.
+
+* ``maxmin`` (bottleneck rounds) gives progressive filling's rates;
+* a ring collective's flows are paced by their step chain, so rings sharing their
+  NICs fill each other's waits as at packet level;
+* DCQCN's shared-bottleneck efficiency applies at a congested switch queue, not
+  at a NIC port its own QPs share;
+* rates are recomputed per resource group and only where something changed:
+  the same step times as recomputing everything.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from openmrc.sim.experiment import TransportConfig
+from openmrc.sim.factory import make_experiment
+from openmrc.sim.fluid import FluidJob, FluidModel, maxmin
+from openmrc.topology import ClosSpec
+from openmrc.workloads import FlowSpec, collectives
+from openmrc.workloads.jobs.graph import JobGraph, Task
+
+
+def _progressive_filling(
+    n: int, entries: list[tuple[int, int, float]], cap: list[float]
+) -> list[float]:
+    """The textbook weighted progressive filling, one level per round (the reference)."""
+    rate = [0.0] * n
+    used = [0.0] * len(cap)
+    active = {f for f, _r, _w in entries}
+    while active:
+        load = [0.0] * len(cap)
+        for f, r, w in entries:
+            if f in active:
+                load[r] += w
+        inc = min((cap[r] - used[r]) / load[r] for r in range(len(cap)) if load[r] > 0)
+        for f in active:
+            rate[f] += inc
+        for r in range(len(cap)):
+            used[r] += load[r] * inc
+        full = {r for r in range(len(cap)) if load[r] > 0 and cap[r] - used[r] <= 1e-9 * cap[r]}
+        active -= {f for f, r, _w in entries if r in full}
+    return rate
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_maxmin_bottleneck_rounds_equal_progressive_filling(seed: int) -> None:
+    rng = random.Random(seed)
+    n, m = rng.randint(1, 30), rng.randint(1, 12)
+    cap = [rng.choice([1.0, 2.0, 2.5, 4.0]) for _ in range(m)]
+    entries = []
+    for f in range(n):
+        for r in rng.sample(range(m), rng.randint(1, min(4, m))):
+            entries.append((f, r, rng.choice([1.0, 0.5, 0.25])))
+    fe = np.array([e[0] for e in entries])
+    inv = np.array([e[1] for e in entries])
+    vals = np.array([e[2] for e in entries])
+    rate, used = maxmin(n, fe, inv, vals, np.array(cap))
+    want = _progressive_filling(n, entries, cap)
+    assert rate == pytest.approx(want, rel=1e-9)
+    assert all(u <= c * (1 + 1e-9) for u, c in zip(used, cap, strict=True))
+
+
+def _ring_jobs(k: int, n: int, size: int) -> tuple[float, float, float]:
+    """``k`` all-reduce rings over the same ``n`` NICs at once: packet, paced and unpaced."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=n // 2, t1s=2)
+    hosts = list(range(n))
+    exp = make_experiment(spec, transport=TransportConfig(name="mrc"))
+    for i in range(k):
+        coll = collectives.allreduce(n, size)
+        exp.add_flows(coll.flows(hosts, name=f"ring{i}"), watch=True)
+    packet = max(f.rx_finish_ps or 0 for f in exp.run().flows)
+    out = [float(packet)]
+    for pace in (True, False):
+        g = JobGraph("rings", n, gpus_per_server=1)
+        for _ in range(k):
+            g.add(Task("allreduce", tuple(range(n)), size=size))
+        model = FluidModel(spec, "mrc", gpus_per_server=1, pace_rings=pace)
+        model.add_job(FluidJob(g, hosts))
+        out.append(max(e or 0.0 for e in model.run().jobs[0].end))
+    return out[0], out[1], out[2]
+
+
+def test_rings_sharing_their_nics_fill_each_others_steps_as_at_packet_level() -> None:
+    """Four rings on the same NICs: each ring waits a latency per step, and the others'
+    bytes fill those waits at packet level; the paced fluid rings agree, the old model
+    (every step's latency added after draining) does not."""
+    packet, paced, unpaced = _ring_jobs(4, 4, 256 << 10)
+    assert abs(paced - packet) / packet < 0.10, (packet, paced)
+    assert (unpaced - packet) / packet > 0.15, (packet, unpaced)
+
+
+def test_a_lone_ring_is_paced_by_its_steps_latency() -> None:
+    """Alone, a paced ring takes its steps' bytes plus a latency per step, as before."""
+    _packet, paced, unpaced = _ring_jobs(1, 4, 256 << 10)
+    assert paced == pytest.approx(unpaced, rel=1e-9)
+
+
+def test_qps_sharing_only_their_own_nic_port_keep_the_whole_line() -> None:
+    """DCQCN cuts QPs that meet in a congested switch queue; four QPs of one NIC to four
+    receivers share its port by the NIC's scheduler (no queue, no marks): the flow
+    level gives them the whole line, as the packet level does, not 0.7 of it."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=1)
+    size = 4 << 20
+    exp = make_experiment(spec, transport=TransportConfig(name="roce"))
+    exp.add_flows([FlowSpec(0, 4 + i, size) for i in range(4)], watch=True)
+    packet = max(f.rx_finish_ps or 0 for f in exp.run().flows)
+    g = JobGraph("fan-out", 8, gpus_per_server=1)
+    for i in range(4):
+        g.add(Task("p2p", (0, 4 + i), size=size))
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    model.add_job(FluidJob(g, list(range(8))))
+    flow = max(e or 0.0 for e in model.run().jobs[0].end)
+    assert abs(flow - packet) / packet < 0.10, (packet, flow)
+    # the line's payload share: 4 x size at the port's payload rate, plus a latency
+    line = 4 * size / (spec.host_gbps / 8000 * model.payload_share)
+    assert flow == pytest.approx(line + model.latency_ps, rel=1e-6)
+
+
+def test_rates_recomputed_per_group_equal_a_full_recomputation() -> None:
+    """RoCE QPs in 4 planes (4 groups), flows ending at many different times: the run
+    refills only the groups that changed; filling every group at every change (the
+    reference) gives the same task ends."""
+
+    def run(full: bool) -> list[float | None]:
+        spec = ClosSpec(planes=4, t0s=2, hosts_per_t0=4, t1s=2)
+        g = JobGraph("a2a", 8, gpus_per_server=1)
+        g.add(Task("alltoall", tuple(range(8)), size=1 << 20))
+        g.add(Task("allreduce", tuple(range(8)), size=1 << 20))
+        model = FluidModel(spec, "roce", qps=4, seed=3, gpus_per_server=1)
+        if full:
+            model._group = lambda fl: 0  # type: ignore[method-assign]
+        model.add_job(FluidJob(g, list(range(8))))
+        return model.run().jobs[0].end
+
+    split, whole = run(False), run(True)
+    assert split == pytest.approx(whole, rel=1e-12)
+    assert len({round(e or 0.0) for e in split}) > 1 and not any(math.isnan(e or 0) for e in split)
+
+
+def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:
+    """Seed 1's step time (us) of a small bundled job, packet or flow level."""
+    import copy
+    from pathlib import Path
+
+    from openmrc.jobrun import packet_rows, run_flow
+    from openmrc.scenario import parse, read_data
+    from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO
+
+    if name == "small-8":
+        data, base = copy.deepcopy(CALIBRATION_SCENARIO), None
+    else:
+        path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / name
+        data, base = read_data(path), path.parent
+    data["seed"] = 1
+    data["transport"] = {"name": transport}
+    if transport == "roce":
+        data["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
+    if fault:
+        data["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
+    data["run"] = {"mode": mode}
+    sc = parse(data, base_dir=base)
+    if mode == "flow":
+        _res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+    else:
+        rows = packet_rows(sc.spec, sc.jobs, sc.job_state, sc.build().run())
+    return float(rows[0]["step_time_us"])
+
+
+@pytest.mark.parametrize(
+    ("name", "transport", "fault"),
+    [
+        # 8 DP rings of 8 sharing their NICs (ring pacing): was +11.6 %
+        ("aicb-16.toml", "mrc", False),
+        # p2p messages lost on the dead link wait for their own timeouts (no NAK from a
+        # later message on the connection): was -43 % (one seed: RoCE's step is an ECMP
+        # draw in both models, so a change of the packet level's draws can move it)
+        ("small-8", "roce", True),
+    ],
+)
+def test_small_jobs_agree_with_the_packet_level(name: str, transport: str, fault: bool) -> None:
+    packet = _job_step(name, transport, fault, "packet")
+    flow = _job_step(name, transport, fault, "flow")
+    assert abs(flow - packet) / packet < 0.10, (packet, flow)
