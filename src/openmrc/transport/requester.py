@@ -231,7 +231,10 @@ class Requester:
         self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
         self.to_segment: deque[SendOp] = deque()  # posted, not yet fully segmented
         self.unacked: dict[int, Tx] = {}
-        self.flight: dict[int, Tx] = {}  # in send order (re-inserted on retransmission)
+        #: the transmissions in flight, in send order (re-inserted on retransmission):
+        #: a dict of the records themselves (no value), which costs no PSN object
+        #: per entry (docs/performance.md, the memory budget).
+        self.flight: dict[Tx, None] = {}
         self.retx: deque[Tx] = deque()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
         #: cumulatively: the responder may still refuse such a message (no
@@ -409,7 +412,7 @@ class Requester:
         tx.probed = False
         if retransmit:
             tx.resent = True
-        self.flight[tx.psn] = tx
+        self.flight[tx] = None
         self.inflight += tx.length
         q = self.ev_sent.get(ev)
         if q is None:
@@ -709,7 +712,7 @@ class Requester:
         tx.acked = True
         del self.unacked[tx.psn]
         if tx.in_flight:
-            del self.flight[tx.psn]
+            del self.flight[tx]
             self.inflight -= tx.length
             tx.in_flight = False
             if tx.ack_req:
@@ -768,7 +771,7 @@ class Requester:
         probe_h = self.rack_rtt + self.gap_allowance()
         lost = []
         band = 0
-        for tx in self.flight.values():
+        for tx in self.flight:
             if tx.sent >= rack_xmit:
                 break
             deadline = tx.sent + horizon
@@ -851,7 +854,7 @@ class Requester:
         only probed (:meth:`_suspect`).  ``"timeout"`` blames the EV at once.
         """
         if tx.in_flight:
-            del self.flight[tx.psn]
+            del self.flight[tx]
             self.inflight -= tx.length
             tx.in_flight = False
             if tx.ack_req:
@@ -911,7 +914,7 @@ class Requester:
             # Out of flight (it is not in the network) and held: the window
             # moving releases it; until then the packets below it, in flight,
             # carry the timers.  Never resent at once only to be refused again.
-            del self.flight[tx.psn]
+            del self.flight[tx]
             self.inflight -= tx.length
             tx.in_flight = False
             if tx.ack_req:
@@ -1002,7 +1005,7 @@ class Requester:
         best = -1 if probe is None else probe
         flight = self.flight
         if flight:
-            for tx in flight.values():  # noqa: B007 -- the oldest in flight
+            for tx in flight:  # noqa: B007 -- the oldest in flight
                 break
             rto = tx.sent + self.rto_for(tx)
             if best < 0 or rto < best:
@@ -1022,7 +1025,7 @@ class Requester:
         if self.rack_deadline is not None and self.rack_deadline <= now:
             self._detect_losses(now)
         if self.flight:
-            for tx in self.flight.values():  # noqa: B007 -- the oldest in flight
+            for tx in self.flight:  # noqa: B007 -- the oldest in flight
                 break
             if tx.sent + self.rto_for(tx) <= now:
                 if self.max_retries is not None and tx.retries >= self.max_retries:
