@@ -213,6 +213,69 @@ class Tx:
         self.probed = False
 
 
+class PsnRecords:
+    """The records of the PSNs sent and not yet acknowledged, by PSN: the part of a
+    dict ``{psn: Tx}`` the requester uses, kept as a list over the PSN window.
+
+    The PSNs outstanding are a window from the oldest unacknowledged one, and new ones
+    are added at its end: a list slot (8 bytes) per PSN of the window instead of a
+    dict entry and a boxed PSN (about 60 bytes; docs/performance.md, the memory
+    budget).  Slots of PSNs acknowledged out of order hold None; the front is trimmed
+    as the oldest are acknowledged.
+    """
+
+    __slots__ = ("_base", "_txs")
+
+    def __init__(self) -> None:
+        #: the PSN of ``_txs[0]``.
+        self._base = 0
+        self._txs: list[Tx | None] = []
+
+    def get(self, psn: int) -> Tx | None:
+        """The record of ``psn``, or None when it is not outstanding."""
+        i = psn - self._base
+        if 0 <= i < len(self._txs):
+            return self._txs[i]
+        return None
+
+    def __contains__(self, psn: int) -> bool:
+        return self.get(psn) is not None
+
+    def __setitem__(self, psn: int, tx: Tx) -> None:
+        txs = self._txs
+        if not txs:
+            self._base = psn
+        i = psn - self._base
+        if i < 0:
+            txs[:0] = [None] * -i
+            self._base = psn
+            i = 0
+        while i > len(txs):
+            txs.append(None)
+        if i == len(txs):
+            txs.append(tx)
+        else:
+            txs[i] = tx
+
+    def __delitem__(self, psn: int) -> None:
+        i = psn - self._base
+        txs = self._txs
+        if not 0 <= i < len(txs) or txs[i] is None:
+            raise KeyError(psn)
+        txs[i] = None
+        if i == 0:
+            k = 1
+            n = len(txs)
+            while k < n and txs[k] is None:
+                k += 1
+            del txs[:k]
+            self._base += k
+
+    def clear(self) -> None:
+        """Forget every record."""
+        self._txs.clear()
+
+
 class Requester:
     """Send-side state of one QP."""
 
@@ -230,7 +293,7 @@ class Requester:
         self.snd_una = 0
         self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
         self.to_segment: deque[SendOp] = deque()  # posted, not yet fully segmented
-        self.unacked: dict[int, Tx] = {}
+        self.unacked = PsnRecords()
         #: the transmissions in flight, in send order (re-inserted on retransmission):
         #: a dict of the records themselves (no value), which costs no PSN object
         #: per entry (docs/performance.md, the memory budget).
