@@ -29,6 +29,7 @@ def test_psn_records_act_as_a_dict_of_the_window() -> None:
                 psn = min(ref) if rng.random() < 0.6 else rng.choice(list(ref))
                 del recs[psn]
                 del ref[psn]
+            assert len(recs) == len(ref) and bool(recs) == bool(ref)
             for psn in range(next_psn - 300, next_psn + 2):
                 assert recs.get(psn) is ref.get(psn)
                 assert (psn in recs) == (psn in ref)
@@ -36,6 +37,7 @@ def test_psn_records_act_as_a_dict_of_the_window() -> None:
             del recs[next_psn]
         recs.clear()
         assert next_psn - 1 not in recs
+        assert not recs
 
 
 def test_ev_ids_act_as_the_dict_of_ev_ids() -> None:

@@ -224,12 +224,17 @@ class PsnRecords:
     as the oldest are acknowledged.
     """
 
-    __slots__ = ("_base", "_txs")
+    __slots__ = ("_base", "_count", "_txs")
 
     def __init__(self) -> None:
         #: the PSN of ``_txs[0]``.
         self._base = 0
         self._txs: list[Tx | None] = []
+        #: records held (slots not None).
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
 
     def get(self, psn: int) -> Tx | None:
         """The record of ``psn``, or None when it is not outstanding."""
@@ -254,7 +259,10 @@ class PsnRecords:
             txs.append(None)
         if i == len(txs):
             txs.append(tx)
+            self._count += 1
         else:
+            if txs[i] is None:
+                self._count += 1
             txs[i] = tx
 
     def __delitem__(self, psn: int) -> None:
@@ -263,6 +271,7 @@ class PsnRecords:
         if not 0 <= i < len(txs) or txs[i] is None:
             raise KeyError(psn)
         txs[i] = None
+        self._count -= 1
         if i == 0:
             k = 1
             n = len(txs)
@@ -274,6 +283,7 @@ class PsnRecords:
     def clear(self) -> None:
         """Forget every record."""
         self._txs.clear()
+        self._count = 0
 
 
 class Requester:
