@@ -238,3 +238,49 @@ def test_dcqcn_one_qp_incast_runs_at_the_papers_400g_even_quick() -> None:
     for run in exp.runs.values():
         assert run.overrides(quick=True) == run.overrides(quick=False)
         assert not any("gbps" in o for o in run.overrides(quick=True))
+
+
+def _ring_doc(complete: bool, busbw: float, received: list[int], end_us: float) -> dict[str, Any]:
+    """A results document of a 4-rank ring all-reduce: its summary and flows' bytes."""
+    return {
+        "collectives": [
+            {"kind": "allreduce", "ranks": 4, "complete": complete, "busbw_gbps": busbw}
+        ],
+        "flows": [{"bytes_received": b} for b in received],
+        "sim_end_us": end_us,
+    }
+
+
+def test_moved_busbw_is_the_bytes_each_rank_received_over_the_time_run() -> None:
+    # 4 ranks received 4 x 1 MB in 100 us: 1 MB per rank, 80 Gb/s.
+    capped = _ring_doc(False, 0.0, [1_000_000] * 4, 100.0)
+    assert paper.busbw(capped) == 0.0
+    assert paper.moved_busbw(capped) == pytest.approx(80.0)
+    # A complete run is its own busbw, whatever its flows say.
+    assert paper.moved_busbw(_ring_doc(True, 123.0, [5] * 4, 7.0)) == 123.0
+    assert paper.moved_busbw(_ring_doc(False, 0.0, [0] * 4, 0.0)) == 0.0
+
+
+def test_ring_runs_are_compared_on_one_footing() -> None:
+    mrc_done = _ring_doc(True, 300.0, [1] * 4, 50.0)
+    roce_stuck = _ring_doc(False, 0.0, [1_000_000] * 4, 100.0)
+    # Quick size: the MRC run completed, so a RoCE run that did not finish has no busbw.
+    assert paper.ring_pair(roce_stuck, mrc_done) == (0.0, 300.0)
+    # Full size: both stopped at the same cap; both are the bytes they moved.
+    mrc_capped = _ring_doc(False, 0.0, [4_000_000] * 4, 100.0)
+    assert paper.ring_pair(roce_stuck, mrc_capped) == pytest.approx((80.0, 320.0))
+    v = paper.check_ring_roce_half({"roce-1qp": roce_stuck, "mrc": mrc_capped})
+    assert v.holds and "bytes moved in 100 us" in v.measured
+
+
+def test_full_size_collectives_run_in_the_bandwidth_bound_regime() -> None:
+    """The full-size ring and all-to-all runs use the bandwidth-bound overrides; the
+    quick size keeps its own reductions (and no full-size override)."""
+    by_name = {e.name: e for e in paper.EXPERIMENTS}
+    for name in ("ring-roce-1qp-vs-mrc", "ring-mrc-loss0.1", "ring-loss1"):
+        for run in by_name[name].runs.values():
+            assert run.overrides(False) == list(paper.RING_FULL)
+            assert not set(paper.RING_FULL) & set(run.overrides(True))
+    for run in by_name["alltoall"].runs.values():
+        assert run.overrides(False) == list(paper.A2A_FULL)
+        assert 'workload.size="64MiB"' not in run.overrides(True)

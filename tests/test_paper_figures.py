@@ -79,3 +79,30 @@ def test_loss_overrides_are_the_bundled_loss_files_fault() -> None:
     fault, cap = paper_figures.loss_overrides(0.001, False)
     assert "probability = 0.001" in fault and 'links = "host"' in fault
     assert cap == "run.until_us=20000"
+
+
+def test_full_size_bandwidth_bound_cells_stop_at_the_cap_and_count_bytes_moved() -> None:
+    """Full size: from MOVED_FROM on every cell (each transport and loss) stops at the
+    same cap and is measured by the bytes moved; smaller ones and the quick size run
+    to completion (lossy ones to their loss cap)."""
+    big = paper_figures.Cell(16, "RoCE 1 QP", 0.01, "256MiB")
+    assert big.moved(False) and not big.moved(True)
+    over = big.run(False).overrides(False)
+    assert f"run.until_us={paper_figures.MOVED_CAP_US}" in over
+    assert not any(o == f"run.until_us={paper_figures.LOSS_CAP_US[False]}" for o in over)
+    assert any(o.startswith("faults=") for o in over)
+    clean = paper_figures.Cell(17, "MRC 1 QP", 0.0, "64MiB").run(False).overrides(False)
+    assert clean == ['workload.size="64MiB"', f"run.until_us={paper_figures.MOVED_CAP_US}"]
+    small = paper_figures.Cell(16, "MRC 1 QP", 0.0, "16MiB")
+    assert not small.moved(False)
+    assert small.run(False).overrides(False) == ['workload.size="16MiB"']
+    assert paper_figures.SIZES[-1] == "256MiB"
+    capped = {
+        "collectives": [{"kind": "allreduce", "ranks": 2, "complete": False, "busbw_gbps": 0.0}],
+        "flows": [{"bytes_received": 500_000}, {"bytes_received": 500_000}],
+        "sim_end_us": 100.0,
+        "timeouts": 0,
+    }
+    point = paper_figures.run_summary(capped, True)
+    assert point["completed"] and point["moved"] and point["busbw_gbps"] == 40.0
+    assert paper_figures.run_summary(capped, False)["busbw_gbps"] == 0.0
