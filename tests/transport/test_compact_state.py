@@ -13,7 +13,7 @@ from openmrc.wire.packets import Opcode
 
 def test_psn_records_act_as_a_dict_of_the_window() -> None:
     op = SendOp(1, [], 0, 0, None, True, 0, 4096)
-    for seed in range(20):
+    for seed in range(6):
         rng = random.Random(seed)
         recs = PsnRecords()
         ref: dict[int, Tx] = {}
@@ -30,7 +30,9 @@ def test_psn_records_act_as_a_dict_of_the_window() -> None:
                 del recs[psn]
                 del ref[psn]
             assert len(recs) == len(ref) and bool(recs) == bool(ref)
-            for psn in range(next_psn - 300, next_psn + 2):
+            # every outstanding PSN, and the window's edges
+            lo = min(ref, default=next_psn)
+            for psn in range(lo - 2, next_psn + 2):
                 assert recs.get(psn) is ref.get(psn)
                 assert (psn in recs) == (psn in ref)
         with pytest.raises(KeyError):
