@@ -263,7 +263,7 @@ def test_progress_bar_shows_the_set_up_before_the_run() -> None:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=120)
     with RunProgress(None, "test", True, delay_s=0.0, console=console) as bar:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while "setting up" not in buf.getvalue() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "setting up" in buf.getvalue()
@@ -271,7 +271,8 @@ def test_progress_bar_shows_the_set_up_before_the_run() -> None:
         exp = scenario.build()
         bar.exp = exp
         exp.sim.run(5_000_000)
-        while "us simulated" not in buf.getvalue() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while "5.0 us simulated" not in buf.getvalue() and time.monotonic() < deadline:
             time.sleep(0.05)
     assert bar.shown
     assert "5.0 us simulated" in buf.getvalue()
