@@ -10,11 +10,12 @@ byte and names every case that differs.
     python benchmarks/sim_parity.py --save /tmp/parity-base      # before a change
     python benchmarks/sim_parity.py --check /tmp/parity-base     # after it
     python benchmarks/sim_parity.py --list
-    python benchmarks/sim_parity.py --ranks 2    # partitioned: 2 MPI ranks = 1 rank
+    python benchmarks/sim_parity.py --ranks 2    # partitioned on 2 MPI ranks = sequential
 
-``--ranks K`` runs the MRC cases partitioned (:mod:`openmrc.sim.partition`, pure
-Python) on one rank and on K under ``mpirun``, and names any case whose results
-differ (they must not: docs/parallel.md).
+``--ranks K`` runs the MRC cases in the ordinary sequential run (native when
+built) and partitioned (:mod:`openmrc.sim.partition`, pure Python) on K ranks
+under ``mpirun``, and names any case whose results differ (they must not:
+docs/parallel.md).
 
 (Run it from the repository root.  ``--only NAME`` runs one case.)
 """
@@ -93,12 +94,13 @@ PARTITIONED = [n for n in PARTITIONED if n not in ("permutation-64-roce", "ring-
 MARK = "@@@parity "
 
 
-def partitioned_child(names: list[str]) -> None:
-    """Run ``names`` partitioned over this process's MPI ranks (or alone); rank 0
-    prints each case's canonical JSON after a marker line."""
+def partitioned_child(names: list[str], partitioned: bool = True) -> None:
+    """Run ``names`` partitioned over this process's MPI ranks (or alone), or in the
+    ordinary sequential run; rank 0 prints each case's canonical JSON after a marker line."""
     from openmrc.sim import partition
 
-    partition.request(partition.mpi_comm() or partition.LocalComm())
+    if partitioned:
+        partition.request(partition.mpi_comm() or partition.LocalComm())
     for name in names:
         text = run_case(name)
         if text is not None:
@@ -107,15 +109,19 @@ def partitioned_child(names: list[str]) -> None:
 
 
 def check_ranks(ranks: int, names: list[str]) -> list[str]:
-    """Each case partitioned on 1 rank and on ``ranks`` (mpirun): the cases that differ."""
+    """Each case in the sequential run and partitioned on ``ranks`` (mpirun): the cases
+    that differ."""
     import os
     import subprocess
 
-    env = {**os.environ, "OPENMRC_PURE_PYTHON": "1"}
     out = {}
     for k in (1, ranks):
-        cmd = [sys.executable, __file__, "--partitioned-child", ",".join(names)]
-        if k > 1:
+        env = dict(os.environ)
+        if k == 1:  # the ordinary sequential run (the native kernel when built)
+            cmd = [sys.executable, __file__, "--sequential-child", ",".join(names)]
+        else:
+            env["OPENMRC_PURE_PYTHON"] = "1"
+            cmd = [sys.executable, __file__, "--partitioned-child", ",".join(names)]
             cmd = ["mpirun", "--oversubscribe", "-n", str(k), *cmd]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -126,10 +132,12 @@ def check_ranks(ranks: int, names: list[str]) -> list[str]:
             name, _, text = part.partition("\n")
             got[name] = text.strip()
         out[k] = got
-        print(f"{k} rank(s): {len(got)} cases ({time.perf_counter() - t0:.1f} s)", flush=True)
+        what = "sequential" if k == 1 else f"{k} ranks"
+        print(f"{what}: {len(got)} cases ({time.perf_counter() - t0:.1f} s)", flush=True)
     bad = [n for n in names if out[1].get(n) is None or out[1].get(n) != out[ranks].get(n)]
     for n in names:
-        print(f"{n}: {'DIFFERS' if n in bad else 'identical'} on {ranks} ranks and on 1")
+        verdict = "DIFFERS" if n in bad else "identical"
+        print(f"{n}: {verdict} on {ranks} ranks and in the sequential run")
     return bad
 
 
@@ -146,14 +154,18 @@ def main(argv: list[str] | None = None) -> int:
         "--ranks",
         type=int,
         metavar="K",
-        help="partitioned over K MPI ranks (mpirun) against 1 rank, pure Python: the MRC cases "
-        "must be identical (docs/parallel.md)",
+        help="partitioned over K MPI ranks (mpirun, pure Python) against the sequential run: "
+        "the MRC cases must be identical (docs/parallel.md)",
     )
     mode.add_argument("--partitioned-child", help=argparse.SUPPRESS)
+    mode.add_argument("--sequential-child", help=argparse.SUPPRESS)
     ap.add_argument("--only", action="append", choices=sorted(CASES), help="run only this case")
     args = ap.parse_args(argv)
     if args.partitioned_child:
         partitioned_child(args.partitioned_child.split(","))
+        return 0
+    if args.sequential_child:
+        partitioned_child(args.sequential_child.split(","), partitioned=False)
         return 0
     if args.ranks is not None:
         if args.ranks < 2:

@@ -39,13 +39,14 @@ wall time includes its set-up too) and peak RSS to htsim's.
     python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
     python benchmarks/sim_speed.py --case sendrecv-8192 --case sendrecv-131072
     python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
-    python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs 1
+    python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs sequential
 
-``--ranks K`` runs each case partitioned (:mod:`openmrc.sim.partition`, pure
-Python) on one rank and on K ranks under ``mpirun`` in the same invocation, and
-prints the speed-up with the synchronisation overhead: windows, and per rank
-events, CPU seconds, seconds waiting at window boundaries, packets sent to
-other ranks.
+``--ranks K`` runs each case in the ordinary sequential run and partitioned
+(:mod:`openmrc.sim.partition`) on K ranks under ``mpirun`` in the same
+invocation, both on the native kernel when it is built (``OPENMRC_PURE_PYTHON=1``:
+both pure Python), and prints the speed-up with the synchronisation overhead:
+windows, and per rank events, CPU seconds, seconds waiting at window
+boundaries, packets sent to other ranks.
 """
 
 from __future__ import annotations
@@ -252,18 +253,16 @@ def run_child(
     """Run one case in a fresh interpreter (its own peak RSS); its figures.
 
     With ``ranks``: partitioned, on that many MPI ranks (``mpirun`` when more than
-    one), pure Python (what a partitioned run needs)."""
+    one), with the kernel the environment selects (native when built)."""
     argv = [sys.executable, __file__, "--child", case, "--size", str(size), "--seed", str(seed),
             "--planes", str(planes)]  # fmt: skip
     if until_us is not None:
         argv += ["--until-us", str(until_us)]
-    env = None
     if ranks is not None:
         argv += ["--ranks", str(ranks)]
-        env = {**os.environ, "OPENMRC_PURE_PYTHON": "1"}
         if ranks > 1:
             argv = ["mpirun", "--oversubscribe", "-n", str(ranks), *argv]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{case}: the openmrc run failed:\n{out.stderr.strip()}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -326,33 +325,33 @@ def run_htsim(binary: str, hosts: int, size: int, seed: int) -> dict[str, object
 
 
 def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
-    """``case`` partitioned on 1 rank and on ``args.ranks``: both figures, and the
-    speed-up line (event loop and total) with the synchronisation overhead."""
+    """``case`` in the sequential run and partitioned on ``args.ranks``: both figures,
+    and the speed-up line (event loop and total) with the synchronisation overhead."""
     runs = []
-    for k in sorted({1, args.ranks}):
+    for k in (None, args.ranks):
         got = run_child(case, args.size, args.seed, args.planes, args.until_us, k)
         runs.append(got)
         print(json.dumps(got), flush=True)
     one, many = runs[0], runs[-1]
-    if len(runs) > 1:
-        loop = float(one["wall_seconds"]) / max(float(many["wall_seconds"]), 1e-9)  # type: ignore[arg-type]
-        total = float(one["total_seconds"]) / max(float(many["total_seconds"]), 1e-9)  # type: ignore[arg-type]
-        par = many["parallel"]
-        assert isinstance(par, dict)
-        ranks = "; ".join(
-            f"rank {r['rank']} {r['events']:,} events, {r['cpu_s']} s CPU, {r['idle_s']} s idle, "
-            f"{r['packets_sent']:,} packets out"
-            for r in par["per_rank"]
-        )
-        print(
-            f"{case}: {args.ranks} ranks vs 1 (pure Python, same invocation): event loop "
-            f"{one['wall_seconds']} s -> {many['wall_seconds']} s = {loop:.2f}x, total "
-            f"{one['total_seconds']} s -> {many['total_seconds']} s = {total:.2f}x; "
-            f"{par['windows']:,} windows of {par['window_ps'] / 1e6:g} us; {ranks}; "
-            f"results equal: {_same(one, many)}",
-            file=sys.stderr,
-            flush=True,
-        )
+    loop = float(one["wall_seconds"]) / max(float(many["wall_seconds"]), 1e-9)  # type: ignore[arg-type]
+    total = float(one["total_seconds"]) / max(float(many["total_seconds"]), 1e-9)  # type: ignore[arg-type]
+    par = many["parallel"]
+    assert isinstance(par, dict)
+    ranks = "; ".join(
+        f"rank {r['rank']} {r['events']:,} events, {r['cpu_s']} s CPU, {r['idle_s']} s idle, "
+        f"{r['packets_sent']:,} packets out"
+        for r in par["per_rank"]
+    )
+    print(
+        f"{case}: {args.ranks} ranks vs the sequential run ({many['kernel']}, same "
+        "invocation): event loop "
+        f"{one['wall_seconds']} s -> {many['wall_seconds']} s = {loop:.2f}x, total "
+        f"{one['total_seconds']} s -> {many['total_seconds']} s = {total:.2f}x; "
+        f"{par['windows']:,} windows of {par['window_ps'] / 1e6:g} us; {ranks}; "
+        f"results equal: {_same(one, many)}",
+        file=sys.stderr,
+        flush=True,
+    )
     return runs
 
 
@@ -382,8 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ranks",
         type=int,
         metavar="K",
-        help="partitioned over K MPI ranks (mpirun, pure Python), and again on 1 rank in the "
-        "same invocation: prints both and the speed-up (docs/parallel.md)",
+        help="partitioned over K MPI ranks (mpirun), and the sequential run in the same "
+        "invocation: prints both and the speed-up (docs/parallel.md)",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -26,20 +26,6 @@ from types import ModuleType
 __all__ = ["PURE_PYTHON", "compiled_modules"]
 
 
-def _mpi_ranks() -> int:
-    """How many ranks ``mpirun`` started this process among (1 when not under MPI)."""
-    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 1
-
-
-# A process among several MPI ranks runs a partitioned simulation, which needs the
-# sources (openmrc.sim.partition, docs/parallel.md): unless told otherwise, sources only.
-if _mpi_ranks() > 1:
-    os.environ.setdefault("OPENMRC_PURE_PYTHON", "1")
-
 #: True when ``OPENMRC_PURE_PYTHON`` is set (to anything but "" or "0"): sources only.
 PURE_PYTHON = os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0")
 

@@ -652,7 +652,6 @@ def test_link_down_from_inside_the_running_tx_event_leaves_no_stale_cancel(
     impl: tuple[str, Any, Any, Any, Any],
 ) -> None:
     """Finding 5: set_up(False) while the port's own tx-free event runs cancels nothing."""
-    sim = impl[1](1)
     ports: list[Any] = []
 
     class Rng:
@@ -664,7 +663,15 @@ def test_link_down_from_inside_the_running_tx_event_leaves_no_stale_cancel(
                 ports[0].set_up(False)
             return 0.9
 
-    sim.rng = Rng()
+    rng = Rng()
+
+    class Sim(impl[1]):  # type: ignore[misc,valid-type]
+        __slots__ = ()
+
+        def rng_for(self, name: str) -> Any:  # the port's own generator: the stub
+            return rng
+
+    sim = Sim(1)
     port = impl[2](sim, "p", 10**11, 1000, _Sink(), data_limit=10**6, prio_limit=10**5)
     ports.append(port)
     port.set_impairment(loss=0.5)

@@ -1,17 +1,24 @@
-"""A simulation partitioned over MPI ranks gives the same results.json as on one rank.
+"""A simulation partitioned over MPI ranks gives the same results.json as the ordinary
+sequential run (``openmrc run``), for 1, 2 and 4 ranks.
 
-The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (a partitioned run needs
-the pure-Python event loop), so these tests run the same in the compiled and the
-interpreted suite.  The scenarios are small (a few seconds each) and cover a link
+The runs are subprocesses with ``OPENMRC_PURE_PYTHON=1`` (the pure-Python event
+loop), so these tests run the same in the compiled and the interpreted suite;
+where the native kernel is built, 2 ranks run on it too.  The scenarios are small (a few seconds each) and cover a link
 failure, a blackholed-then-restored T1 (switch faults) with per-EV loss, a ring all-reduce with
 random loss at every NIC ingress (dependencies, shared connections, per-port
 random generators) and a NIC port down and up beside flapping T0-T1 links (the
 host's reaction to its link runs on its rank only; captured to a pcap file).  Each process runs all of them (one ``mpirun`` per rank
-count, for the CI budget).
+count, for the CI budget).  The sequential reference runs in the test's process
+(on the native kernel when it is built): the event order and the random draws
+are the same in both (entity keys, per-port and per-host generators;
+:mod:`openmrc.sim.engine`).  ``scenarios/t0-t1-link-failure.toml`` is also run
+through the command line, ``mpirun -n 2 openmrc run ... --out X``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -21,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from openmrc.sim import _native
 from tests.tools import needs_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,21 +175,22 @@ def _strip(doc: Any) -> Any:
     return doc
 
 
-def _env() -> dict[str, str]:
+def _env(pure: bool = True) -> dict[str, str]:
     env = dict(os.environ)
-    env["OPENMRC_PURE_PYTHON"] = "1"
+    env["OPENMRC_PURE_PYTHON"] = "1" if pure else "0"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     return env
 
 
-def _run(ranks: int, files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]]:
-    """Each scenario's (exit code, results document) on ``ranks`` processes (1: no MPI)."""
+def _run(ranks: int, files: list[Path], pure: bool = True) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Each scenario's (exit code, results document) on ``ranks`` processes (1: no MPI),
+    pure Python or on the native kernel."""
     cmd = [sys.executable, "-c", DRIVER, str(files[0].parent), *map(str, files)]
     if ranks > 1:
         cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(pure), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out: dict[str, tuple[int, dict[str, Any]]] = {}
     for part in proc.stdout.split("@@@ ")[1:]:
@@ -216,37 +225,95 @@ def one_rank(scenario_files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]
     return _run(1, scenario_files)
 
 
-def test_one_rank_runs_are_complete_and_deterministic(
-    scenario_files: list[Path], one_rank: dict[str, tuple[int, dict[str, Any]]]
+@pytest.fixture(scope="module")
+def sequential(scenario_files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Each scenario's (exit code, results document) from the ordinary sequential run."""
+    from openmrc.run import run_file
+
+    out = {}
+    for path in scenario_files:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = run_file(str(path), as_json=True)
+        out[path.stem] = (rc, json.loads(buf.getvalue()))
+    return out
+
+
+def test_one_rank_runs_are_complete_and_equal_the_sequential_run(
+    scenario_files: list[Path],
+    one_rank: dict[str, tuple[int, dict[str, Any]]],
+    sequential: dict[str, tuple[int, dict[str, Any]]],
 ) -> None:
-    """On one process every scenario completes; a second run gives the same document."""
+    """On one process every scenario completes, with the sequential run's document."""
     for name, (rc, doc) in one_rank.items():
         assert rc == 0, name
         assert doc["all_ok"], name
         assert doc["fabric"]["faults"], name  # the faults were applied
-    again = _run(1, scenario_files[:1])
-    name = scenario_files[0].stem
-    assert _strip(again[name][1]) == _strip(one_rank[name][1])
+        assert (rc, _strip(doc)) == (sequential[name][0], _strip(sequential[name][1])), name
 
 
 @needs_tool("mpirun")
 @pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_ranks_give_the_one_rank_results(
+def test_ranks_give_the_sequential_results(
     ranks: int,
     scenario_files: list[Path],
     one_rank: dict[str, tuple[int, dict[str, Any]]],
+    sequential: dict[str, tuple[int, dict[str, Any]]],
 ) -> None:
-    """K = 2 and 4 ranks: every results document equals the one-rank one but wall time,
-    and the packet capture is the same file byte for byte."""
+    """K = 2 and 4 ranks: every results document equals the ordinary sequential run's
+    but wall time, and the packet capture is the one-rank file byte for byte."""
     got = _run(ranks, scenario_files)
     for name, (rc, doc) in got.items():
-        assert rc == one_rank[name][0], name
-        assert _strip(doc) == _strip(one_rank[name][1]), name
+        assert rc == sequential[name][0], name
+        assert _strip(doc) == _strip(sequential[name][1]), name
     d = scenario_files[0].parent
     one = (d / "nic-port-flap-1.pcap").read_bytes()
     assert len(one) > 100_000  # (thousands of packets)
     assert (d / f"nic-port-flap-{ranks}.pcap").read_bytes() == one
+
+
+@needs_tool("mpirun")
+@pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
+@pytest.mark.skipif(not _native.NATIVE, reason="the native kernel is not built")
+def test_native_ranks_give_the_sequential_results(
+    scenario_files: list[Path],
+    one_rank: dict[str, tuple[int, dict[str, Any]]],
+    sequential: dict[str, tuple[int, dict[str, Any]]],
+) -> None:
+    """2 ranks on the native kernel (its C event loop routes packets for the other
+    rank to an outbox): the sequential documents, and the same pcap bytes."""
+    got = _run(2, scenario_files, pure=False)
+    for name, (rc, doc) in got.items():
+        assert rc == sequential[name][0], name
+        assert _strip(doc) == _strip(sequential[name][1]), name
+    d = scenario_files[0].parent
+    assert (d / "nic-port-flap-2.pcap").read_bytes() == (d / "nic-port-flap-1.pcap").read_bytes()
+
+
+@needs_tool("mpirun")
+@pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
+def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -> None:
+    """``mpirun -n 2 openmrc run scenarios/t0-t1-link-failure.toml --out X`` writes the
+    results.json (and CSV files) of ``openmrc run ... --out Y``, but wall time."""
+    scenario = ROOT / "scenarios" / "t0-t1-link-failure.toml"
+    env = _env()
+    env.pop("OPENMRC_PURE_PYTHON")  # as a user runs them: native when built
+    outs = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"out{ranks}"
+        cmd = [sys.executable, "-c", CLI, "run", str(scenario), "--out", str(out)]
+        if ranks > 1:
+            cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert ("partitioned over 2 rank(s)" in proc.stderr) == (ranks == 2)
+        outs[ranks] = out
+    docs = [json.loads((outs[k] / "results.json").read_text()) for k in (1, 2)]
+    assert docs[0]["all_ok"] and docs[0]["fabric"]["faults"]
+    assert _strip(docs[1]) == _strip(docs[0])
+    for name in ("flows.csv", "goodput.csv", "ev_events.csv"):
+        assert (outs[2] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 
 def test_refusals_name_what_is_not_supported(tmp_path: Path) -> None:

@@ -277,7 +277,7 @@ class BaselinePort(PyEgressPort):
                 # marked at dequeue on the queue it leaves behind it (no queueing delay
                 # in the feedback loop, as on shared-buffer switch ASICs)
                 kmin, kmax = self.kmin, self.kmax
-                if q >= kmax or self._rng.random() * (kmax - kmin) < self.pmax * (q - kmin):
+                if q >= kmax or self._draw() * (kmax - kmin) < self.pmax * (q - kmin):
                     pkt.ecn = True
                     self.ecn_marks += 1
             if via is not None:

@@ -4,12 +4,14 @@
  * Native versions of the event loop (Simulator), the egress port (EgressPort),
  * the SRv6 uSID switch (Switch) and the host end of a host link (HostEnd).
  * They behave exactly as the pure-Python classes in engine.py, port.py and
- * switch.py (which stay the fallback): every event consumes one sequence
- * number at the same point as there, ties are broken by that number, and the
- * random generator (the Python random.Random of the simulator) is called at
- * the same points, so a run gives the same result bit for bit.
+ * switch.py (which stay the fallback): every event takes its key from the
+ * running entity's counter at the same point as there (engine.py explains the
+ * key: time, then scheduling entity << KEY_SHIFT | its counter), runs for the
+ * same target entity, and each port's random generator (made on its first
+ * draw by Simulator.rng_for) is called at the same points, so a run gives the
+ * same result bit for bit.
  *
- * Events are C structs in a binary heap keyed on (time, seq).  An event is
+ * Events are C structs in a 4-ary heap keyed on (time, key).  An event is
  * either a Python call (callable + args tuple), a packet arriving at the far
  * end of a port, or a port's "transmitter free".  Arrivals at a native Switch
  * or HostEnd, and the switch's enqueue onto a native port, involve no Python
@@ -41,7 +43,7 @@ static PyObject *PyLong_Carrier = NULL; /* CARRIER_MASK */
 static PyObject *PyLong_16 = NULL;
 static PyObject *PyLong_FFFF = NULL;
 static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_epoch,
-    *S_lost_in_flight, *S_enqueue;
+    *S_lost_in_flight, *S_enqueue, *S_rng_for;
 
 #define BLOCK_PREFIX 0xFCBB0000ULL
 #define ACTIVE_SHIFT 80
@@ -57,18 +59,21 @@ static PyObject *S_size, *S_trimmed, *S_ecn, *S_trim, *S_route, *S_random, *S_ep
 enum { EV_CALL = 0, EV_ARRIVE = 1, EV_TXFREE = 2, EV_CALL1 = 3, EV_ARRIVE_BIG = 4 };
 enum { RX_PY = 0, RX_SWITCH = 1, RX_HOST = 2 };
 
-/* An event is 32 bytes: sk packs the sequence number (high bits, so that (t, sk)
- * orders as (t, seq): numbers are unique), an arrival's epoch and the kind. */
+/* An event is 40 bytes: its key (entity << KEY_SHIFT | that entity's counter:
+ * unique, so (t, key) orders every event), and meta, which packs the target
+ * entity (high 32 bits), an arrival's epoch and the kind. */
 #define SK_KIND_BITS 3
 #define SK_EPOCH_BITS 17
-#define SK_SHIFT (SK_KIND_BITS + SK_EPOCH_BITS)
-#define SEQ_LIMIT ((int64_t)1 << (64 - SK_SHIFT)) /* 2**44 events per simulator */
 #define EPOCH_SMALL ((int64_t)1 << SK_EPOCH_BITS)
+#define KEY_SHIFT 40                                      /* engine.KEY_SHIFT */
+#define COUNTER_LIMIT ((int64_t)1 << KEY_SHIFT)           /* events one entity schedules */
+#define ENTITY_LIMIT ((int64_t)1 << (64 - KEY_SHIFT - 1)) /* entities (keys stay < 2**63) */
 
 #define T_BIAS 0x8000000000000000ULL
 typedef struct {
-    uint64_t sk; /* seq << SK_SHIFT | epoch << SK_KIND_BITS | kind */
-    uint64_t tk; /* the time, biased (t ^ T_BIAS) so that it orders as unsigned */
+    uint64_t key;  /* entity << KEY_SHIFT | counter */
+    uint64_t tk;   /* the time, biased (t ^ T_BIAS) so that it orders as unsigned */
+    uint64_t meta; /* target << 32 | epoch << SK_KIND_BITS | kind */
     PyObject *a; /* EV_CALL, EV_CALL1: callable; else the port */
     PyObject *b; /* EV_CALL: args tuple; EV_CALL1: the argument; EV_ARRIVE: the packet;
                     EV_ARRIVE_BIG: (packet, epoch); EV_TXFREE: NULL */
@@ -81,31 +86,47 @@ static inline int64_t ev_time(const Event *e)
 
 static inline int ev_kind(const Event *e)
 {
-    return (int)(e->sk & ((1u << SK_KIND_BITS) - 1));
+    return (int)(e->meta & ((1u << SK_KIND_BITS) - 1));
 }
 
-static inline int64_t ev_seq(const Event *e)
+static inline int64_t ev_key(const Event *e)
 {
-    return (int64_t)(e->sk >> SK_SHIFT);
+    return (int64_t)e->key;
+}
+
+static inline int64_t ev_target(const Event *e)
+{
+    return (int64_t)(e->meta >> 32);
 }
 
 static inline int64_t ev_epoch(const Event *e)
 {
-    return (int64_t)((e->sk >> SK_KIND_BITS) & (uint64_t)(EPOCH_SMALL - 1));
+    return (int64_t)((e->meta >> SK_KIND_BITS) & (uint64_t)(EPOCH_SMALL - 1));
 }
 
 typedef struct {
     PyObject_HEAD
     int64_t now;
-    int64_t seq;
     int64_t events_run;
     Event *heap;
     Py_ssize_t n, cap;
-    PyObject *rng;
-    /* rng.random, bound once and shared by every port made while rng stays the
-     * same (a bound method per port was 2 million objects in a large fabric) */
-    PyObject *rng_random;
-    PyObject *cancelled; /* set of seq (ints) */
+    PyObject *rng;  /* for code outside the fabric (the ports have their own) */
+    PyObject *seed; /* what rng_for seeds the ports' generators from */
+    PyObject *cancelled; /* set of keys (ints) */
+    int64_t cur;         /* the running event's entity (GLOBAL, 0, between runs) */
+    int64_t *counters;   /* each entity's next counter */
+    Py_ssize_t nent, capent;
+    /* registered objects (by address, as id() in Python) -> entity: open addressing */
+    uintptr_t *ekeys; /* 0: empty */
+    int32_t *evals;
+    Py_ssize_t ecap, ecount; /* ecap a power of two or 0 */
+    PyObject *place;         /* None or place(callback, args) -> entity or None */
+    /* a rank of a partitioned run (openmrc.sim.partition): which entities it holds
+     * (NULL: all), where events for the others go, and what run_window reports */
+    uint8_t *owned;
+    Py_ssize_t nowned;
+    PyObject *outbox; /* list of (rank-less) (target, t, key, port, epoch, packet) */
+    int64_t cur_key, sub, global_events, last_t, sent;
     /* now, when run(until_ps=...) left it past int64 (as Python does); then
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
@@ -134,9 +155,10 @@ typedef struct {
     char trim, lasthop, ecn, up, silent, impaired, has_txev;
     double loss;
     Ring data, prio;
-    int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_seq, epoch;
+    int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_key, epoch;
     int64_t tx_pkts, tx_bytes, trims, ecn_marks, drops_full, drops_header, drops_down, lost,
         lost_silent, max_queue_bytes;
+    int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
 } PortObject;
 
 typedef struct {
@@ -151,6 +173,7 @@ typedef struct {
     int64_t match;
     char forwarding;
     int64_t forwarded, bad_route, discarded;
+    int32_t ent1; /* its entity + 1 (0: none) */
     UsidTable lut;
 } SwitchObject;
 
@@ -159,6 +182,7 @@ typedef struct {
     SimObject *sim;
     PyObject *host, *plane, *on_receive;
     int64_t received, undelivered;
+    int32_t ent1; /* its entity + 1 (0: none) */
 } HostEndObject;
 
 static PyTypeObject SimType, PortType, SwitchType, HostEndType;
@@ -175,33 +199,210 @@ static inline int is_port(PyObject *o)
 /* ------------------------------------------------------------------------ */
 /* the heap                                                                 */
 
-/* (time, seq) order; 1 or 0, without branches where the compiler has 128-bit
- * integers (seq is never negative): the heap picks the smallest of four
+/* (time, key) order; 1 or 0, without branches where the compiler has 128-bit
+ * integers (keys are never negative): the heap picks the smallest of four
  * children by index arithmetic on these, which no misprediction can stall */
 static inline int ev_less(const Event *x, const Event *y)
 {
 #ifdef HAVE_INT128
-    unsigned __int128 kx = ((unsigned __int128)x->tk << 64) | x->sk;
-    unsigned __int128 ky = ((unsigned __int128)y->tk << 64) | y->sk;
+    unsigned __int128 kx = ((unsigned __int128)x->tk << 64) | x->key;
+    unsigned __int128 ky = ((unsigned __int128)y->tk << 64) | y->key;
     return kx < ky;
 #else
-    return x->tk < y->tk || (x->tk == y->tk && x->sk < y->sk);
+    return x->tk < y->tk || (x->tk == y->tk && x->key < y->key);
 #endif
 }
 
-/* Push with a sequence number the caller took (s->seq++) beforehand; steals
- * the references a and b. Returns -1 (refs released) on no memory, or past
- * SEQ_LIMIT events (OverflowError). */
-static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObject *a,
-                         PyObject *b, int64_t epoch)
+/* The key of the next event the running entity schedules (the one place keys
+ * are made, as PySimulator.push does); -1 past COUNTER_LIMIT (OverflowError). */
+static inline int64_t sim_next_key(SimObject *s)
 {
-    if (seq < 0 || seq >= SEQ_LIMIT) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
+    int64_t c = s->counters[s->cur]++;
+    if (c >= COUNTER_LIMIT) {
+        s->counters[s->cur]--;
         PyErr_SetString(PyExc_OverflowError,
-                        "more than 2**44 events scheduled (the native kernel's limit)");
+                        "more than 2**40 events scheduled by one entity (the kernel's limit)");
         return -1;
     }
+    return s->cur << KEY_SHIFT | c;
+}
+
+/* Where a native port, switch or host end keeps its entity (a fabric has
+ * millions of them: a table entry each would be 24 bytes more per object), or NULL. */
+static inline int32_t *ent_slot(PyObject *o)
+{
+    if (is_port(o))
+        return &((PortObject *)o)->ent1;
+    if (PyObject_TypeCheck(o, &SwitchType))
+        return &((SwitchObject *)o)->ent1;
+    if (PyObject_TypeCheck(o, &HostEndType))
+        return &((HostEndObject *)o)->ent1;
+    return NULL;
+}
+
+/* The entity registered for object o (by address, or in the native object), or -1. */
+static inline int64_t ent_lookup(SimObject *s, PyObject *o)
+{
+    if (o == NULL)
+        return -1;
+    int32_t *slot = ent_slot(o);
+    if (slot != NULL)
+        return (int64_t)*slot - 1;
+    if (s->ecap == 0)
+        return -1;
+    uintptr_t k = (uintptr_t)o;
+    size_t mask = (size_t)s->ecap - 1;
+    size_t i = (size_t)(((uint64_t)k >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    for (;;) {
+        uintptr_t e = s->ekeys[i];
+        if (e == k)
+            return s->evals[i];
+        if (e == 0)
+            return -1;
+        i = (i + 1) & mask;
+    }
+}
+
+static int ent_insert(uintptr_t *keys, int32_t *vals, Py_ssize_t cap, uintptr_t k, int32_t v)
+{
+    size_t mask = (size_t)cap - 1;
+    size_t i = (size_t)(((uint64_t)k >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    while (keys[i] != 0 && keys[i] != k)
+        i = (i + 1) & mask;
+    int added = keys[i] == 0;
+    keys[i] = k;
+    vals[i] = v;
+    return added;
+}
+
+/* Register o (by address) for entity e; -1 on no memory. */
+static int ent_set(SimObject *s, PyObject *o, int32_t e)
+{
+    int32_t *slot = ent_slot(o);
+    if (slot != NULL) {
+        *slot = e + 1;
+        return 0;
+    }
+    if (2 * (s->ecount + 1) > s->ecap) {
+        Py_ssize_t cap = s->ecap ? s->ecap * 2 : 1024;
+        uintptr_t *keys = PyMem_Calloc((size_t)cap, sizeof(uintptr_t));
+        int32_t *vals = PyMem_Calloc((size_t)cap, sizeof(int32_t));
+        if (keys == NULL || vals == NULL) {
+            PyMem_Free(keys);
+            PyMem_Free(vals);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < s->ecap; i++)
+            if (s->ekeys[i])
+                ent_insert(keys, vals, cap, s->ekeys[i], s->evals[i]);
+        PyMem_Free(s->ekeys);
+        PyMem_Free(s->evals);
+        s->ekeys = keys;
+        s->evals = vals;
+        s->ecap = cap;
+    }
+    s->ecount += ent_insert(s->ekeys, s->evals, s->ecap, (uintptr_t)o, e);
+    return 0;
+}
+
+/* The object a callable is bound to (a method's self, a built-in's), else NULL:
+ * what getattr(callback, "__self__", None) gives in PySimulator.target. */
+static inline PyObject *callable_self(PyObject *fn)
+{
+    if (PyMethod_Check(fn))
+        return PyMethod_GET_SELF(fn);
+    if (PyCFunction_Check(fn))
+        return PyCFunction_GET_SELF(fn);
+    return NULL;
+}
+
+/* The entity an event of fn(*args) runs for (PySimulator.target): the one
+ * registered for its object, else place(fn, args), else the scheduler.  args
+ * is a tuple, or NULL with arg1 the only argument (post).  -1 on error. */
+static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *arg1)
+{
+    int64_t e = ent_lookup(s, callable_self(fn));
+    if (e >= 0)
+        return e;
+    if (s->place == NULL || s->place == Py_None)
+        return s->cur;
+    PyObject *t = args;
+    if (t == NULL) {
+        t = PyTuple_Pack(1, arg1);
+        if (t == NULL)
+            return -1;
+    }
+    else
+        Py_INCREF(t);
+    PyObject *r = PyObject_CallFunctionObjArgs(s->place, fn, t, NULL);
+    Py_DECREF(t);
+    if (r == NULL)
+        return -1;
+    if (r == Py_None) {
+        Py_DECREF(r);
+        return s->cur;
+    }
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "place: no entity %lld", v);
+        return -1;
+    }
+    return v;
+}
+
+/* A port event (arrival, transmitter free) runs for the entity of the receiver or
+ * of the port, else for the scheduler: it never asks place (an experiment
+ * registers every port and receiver). */
+
+/* An event for an entity another rank holds (a partitioned run): a packet's
+ * arrival goes to the outbox, a global action's event is dropped (that rank
+ * schedules its own), anything else is an error.  Steals a and b. */
+static int sim_route_out(SimObject *s, int64_t t, int64_t key, int kind, int64_t target,
+                         PyObject *a, PyObject *b, int64_t epoch)
+{
+    int r = 0;
+    if (s->cur <= 1) /* GLOBAL or SAMPLER: every rank runs it for its own entities */
+        goto done;
+    if (kind != EV_ARRIVE || s->outbox == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "partitioned run: entity %lld scheduled an event for entity %lld of "
+                     "another rank (only packets cross ranks)",
+                     (long long)s->cur, (long long)target);
+        r = -1;
+        goto done;
+    }
+    PyObject *item = Py_BuildValue("(LLLOLO)", (long long)target, (long long)t, (long long)key,
+                                   a, (long long)epoch, b);
+    if (item == NULL) {
+        r = -1;
+        goto done;
+    }
+    r = PyList_Append(s->outbox, item);
+    Py_DECREF(item);
+    if (r == 0)
+        s->sent++;
+done:
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return r;
+}
+
+/* Push with a key the caller took (sim_next_key) beforehand; steals the
+ * references a and b. Returns -1 (refs released) on no memory. */
+static int heap_push_key(SimObject *s, int64_t t, int64_t key, int kind, int64_t target,
+                         PyObject *a, PyObject *b, int64_t epoch)
+{
+    if (key < 0) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return -1;
+    }
+    if (s->owned != NULL && target < s->nowned && !s->owned[target])
+        return sim_route_out(s, t, key, kind, target, a, b, epoch);
     if (kind == EV_ARRIVE && (epoch < 0 || epoch >= EPOCH_SMALL)) {
         /* (before the heap is looked at: allocating can run Python code) */
         PyObject *eo = PyLong_FromLongLong(epoch);
@@ -228,8 +429,8 @@ static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObjec
         s->heap = h;
         s->cap = cap;
     }
-    Event ev = {(uint64_t)seq << SK_SHIFT | (uint64_t)epoch << SK_KIND_BITS | (uint64_t)kind,
-                (uint64_t)t ^ T_BIAS, a, b};
+    Event ev = {(uint64_t)key, (uint64_t)t ^ T_BIAS,
+                (uint64_t)target << 32 | (uint64_t)epoch << SK_KIND_BITS | (uint64_t)kind, a, b};
     Event *h = s->heap;
     Py_ssize_t i = s->n++;
     while (i > 0) {
@@ -243,11 +444,11 @@ static int heap_push_seq(SimObject *s, int64_t t, int64_t seq, int kind, PyObjec
     return 0;
 }
 
-/* Push, taking the next sequence number (no Python code runs in between). */
-static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyObject *b,
-                            int64_t epoch)
+/* Push, taking the running entity's next key (no Python code runs in between). */
+static inline int heap_push(SimObject *s, int64_t t, int kind, int64_t target, PyObject *a,
+                            PyObject *b, int64_t epoch)
 {
-    return heap_push_seq(s, t, s->seq++, kind, a, b, epoch);
+    return heap_push_key(s, t, sim_next_key(s), kind, target, a, b, epoch);
 }
 
 /* Pop the smallest event into *out (references move to the caller).
@@ -255,7 +456,7 @@ static inline int heap_push(SimObject *s, int64_t t, int kind, PyObject *a, PyOb
  * heap.  Bottom-up: the hole left at the root goes down along the smallest
  * children to a leaf, then the last event rises from there (usually a level or
  * none): fewer comparisons than the classic sift-down.  The layout differs from
- * a binary heap's, but keys (time, seq) are unique, so the order in which events
+ * a binary heap's, but keys (time, key) are unique, so the order in which events
  * come out is the same. */
 static void heap_pop(SimObject *s, Event *out)
 {
@@ -291,9 +492,9 @@ static void heap_pop(SimObject *s, Event *out)
     h[i] = *last;
 }
 
-static int sim_cancel_seq(SimObject *s, int64_t seq)
+static int sim_cancel_key(SimObject *s, int64_t key)
 {
-    PyObject *k = PyLong_FromLongLong(seq);
+    PyObject *k = PyLong_FromLongLong(key);
     if (k == NULL)
         return -1;
     int r = PySet_Add(s->cancelled, k);
@@ -725,6 +926,29 @@ static inline int ser_ps(PortObject *p, int64_t nbytes, int64_t *out)
 #endif
 }
 
+/* The next draw of the port's own generator (made by sim.rng_for(name) on the
+ * first draw, as PyEgressPort does) into *x; -1 on error. */
+static int port_draw(PortObject *p, double *x)
+{
+    if (p->rng_random == NULL) {
+        PyObject *rng = PyObject_CallMethodOneArg((PyObject *)p->sim, S_rng_for, p->name);
+        if (rng == NULL)
+            return -1;
+        p->rng_random = PyObject_GetAttr(rng, S_random);
+        Py_DECREF(rng);
+        if (p->rng_random == NULL)
+            return -1;
+    }
+    PyObject *r = PyObject_CallNoArgs(p->rng_random);
+    if (r == NULL)
+        return -1;
+    *x = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    if (*x == -1.0 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
 /* 1: lost by the wire, 0: not, -1: error */
 static int port_impair(PortObject *p)
 {
@@ -733,12 +957,8 @@ static int port_impair(PortObject *p)
         return 1;
     }
     if (p->loss != 0.0) {
-        PyObject *r = PyObject_CallNoArgs(p->rng_random);
-        if (r == NULL)
-            return -1;
-        double x = PyFloat_AsDouble(r);
-        Py_DECREF(r);
-        if (x == -1.0 && PyErr_Occurred())
+        double x;
+        if (port_draw(p, &x) < 0)
             return -1;
         if (x < p->loss) {
             p->lost++;
@@ -764,9 +984,20 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
         if (r)
             return r < 0 ? -1 : 0;
     }
+    SimObject *s = p->sim;
+    int64_t key = sim_next_key(s);
+    int64_t target;
+    if (p->rx_kind == RX_SWITCH)
+        target = (int64_t)((SwitchObject *)p->rx_target)->ent1 - 1;
+    else if (p->rx_kind == RX_HOST)
+        target = (int64_t)((HostEndObject *)p->rx_target)->ent1 - 1;
+    else
+        target = ent_lookup(s, callable_self(p->rx));
+    if (target < 0)
+        target = s->cur;
     Py_INCREF(p);
     Py_INCREF(pkt);
-    if (heap_push(p->sim, arrive, EV_ARRIVE, (PyObject *)p, pkt, p->epoch) < 0)
+    if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, p->epoch) < 0)
         return -1;
     return 1;
 }
@@ -775,12 +1006,15 @@ static int port_arm(PortObject *p)
 {
     int64_t now = p->sim->now;
     int64_t at = p->busy_until > now ? p->busy_until : now;
-    int64_t seq = p->sim->seq++;
+    int64_t key = sim_next_key(p->sim);
+    if (key < 0)
+        return -1;
     p->txev_t = at;
-    p->txev_seq = seq;
+    p->txev_key = key;
     p->has_txev = 1;
     Py_INCREF(p);
-    return heap_push_seq(p->sim, at, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
+    return heap_push_key(p->sim, at, key, EV_TXFREE, p->ent1 ? p->ent1 - 1 : p->sim->cur,
+                         (PyObject *)p, NULL, 0);
 }
 
 static int port_enqueue(PortObject *p, PyObject *pkt)
@@ -814,12 +1048,8 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
                     int64_t kmax = p->kmax;
                     int mark = q >= kmax;
                     if (!mark) {
-                        PyObject *r = PyObject_CallNoArgs(p->rng_random);
-                        if (r == NULL)
-                            return -1;
-                        double x = PyFloat_AsDouble(r);
-                        Py_DECREF(r);
-                        if (x == -1.0 && PyErr_Occurred())
+                        double x;
+                        if (port_draw(p, &x) < 0)
                             return -1;
                         mark = x * (double)(kmax - p->kmin) < (double)(q - p->kmin);
                     }
@@ -896,12 +1126,15 @@ static int port_tx_free(PortObject *p)
     if (r < 0)
         return -1;
     if (p->prio.len || p->data.len) {
-        int64_t seq = p->sim->seq++;
+        int64_t key = sim_next_key(p->sim);
+        if (key < 0)
+            return -1;
         p->txev_t = p->busy_until;
-        p->txev_seq = seq;
+        p->txev_key = key;
         p->has_txev = 1;
         Py_INCREF(p);
-        return heap_push_seq(p->sim, p->busy_until, seq, EV_TXFREE, (PyObject *)p, NULL, 0);
+        return heap_push_key(p->sim, p->busy_until, key, EV_TXFREE,
+                             p->ent1 ? p->ent1 - 1 : p->sim->cur, (PyObject *)p, NULL, 0);
     }
     p->has_txev = 0;
     return 0;
@@ -1268,6 +1501,15 @@ static PyObject *Sim_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     s->rng = Py_None;
     Py_INCREF(Py_None);
+    s->seed = Py_None;
+    Py_INCREF(Py_None);
+    s->counters = PyMem_Calloc(2, sizeof(int64_t));
+    if (s->counters == NULL) {
+        Py_DECREF(s);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    s->nent = s->capent = 2;
     return (PyObject *)s;
 }
 
@@ -1287,22 +1529,46 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
         seed = one;
     }
     PyObject *rng = PyObject_CallOneArg(RandomClass, seed);
-    Py_XDECREF(one);
-    if (rng == NULL)
-        return -1;
-    /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
-    PyObject *cancelled = PySet_New(NULL);
-    if (cancelled == NULL) {
-        Py_DECREF(rng);
+    if (rng == NULL) {
+        Py_XDECREF(one);
         return -1;
     }
+    /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
+    PyObject *cancelled = PySet_New(NULL);
+    int64_t *counters = PyMem_Calloc(2, sizeof(int64_t));
+    if (cancelled == NULL || counters == NULL) {
+        Py_XDECREF(one);
+        Py_DECREF(rng);
+        Py_XDECREF(cancelled);
+        PyMem_Free(counters);
+        if (counters == NULL)
+            PyErr_NoMemory();
+        return -1;
+    }
+    Py_INCREF(seed);
+    Py_SETREF(s->seed, seed);
+    Py_XDECREF(one);
     s->now = 0;
-    s->seq = 0;
     s->events_run = 0;
     s->stopped = 0;
+    s->cur = 0;
+    PyMem_Free(s->counters);
+    s->counters = counters;
+    s->nent = s->capent = 2;
+    PyMem_Free(s->ekeys);
+    PyMem_Free(s->evals);
+    s->ekeys = NULL;
+    s->evals = NULL;
+    s->ecap = s->ecount = 0;
+    Py_CLEAR(s->place);
+    PyMem_Free(s->owned);
+    s->owned = NULL;
+    s->nowned = 0;
+    Py_CLEAR(s->outbox);
+    s->cur_key = -1;
+    s->sub = s->global_events = s->last_t = s->sent = 0;
     Py_CLEAR(s->now_big);
     Py_SETREF(s->rng, rng);
-    Py_CLEAR(s->rng_random);
     Py_SETREF(s->cancelled, cancelled);
     heap_clear_all(s); /* last: releasing the events can run Python code */
     return 0;
@@ -1328,7 +1594,9 @@ static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
         Py_VISIT(s->heap[i].b);
     }
     Py_VISIT(s->rng);
-    Py_VISIT(s->rng_random);
+    Py_VISIT(s->seed);
+    Py_VISIT(s->place);
+    Py_VISIT(s->outbox);
     Py_VISIT(s->cancelled);
     return 0;
 }
@@ -1337,7 +1605,9 @@ static int Sim_clear(SimObject *s)
 {
     heap_clear_all(s);
     Py_CLEAR(s->rng);
-    Py_CLEAR(s->rng_random);
+    Py_CLEAR(s->seed);
+    Py_CLEAR(s->place);
+    Py_CLEAR(s->outbox);
     Py_CLEAR(s->cancelled);
     Py_CLEAR(s->now_big);
     return 0;
@@ -1348,13 +1618,17 @@ static void Sim_dealloc(SimObject *s)
     PyTypeObject *tp = Py_TYPE(s);
     PyObject_GC_UnTrack(s);
     Sim_clear(s);
+    PyMem_Free(s->counters);
+    PyMem_Free(s->ekeys);
+    PyMem_Free(s->evals);
+    PyMem_Free(s->owned);
     tp->tp_free((PyObject *)s);
 }
 
-static PyObject *make_handle(int64_t t, int64_t seq, PyObject *fn, PyObject *args)
+static PyObject *make_handle(int64_t t, int64_t key, PyObject *fn, PyObject *args)
 {
     PyObject *pt = PyLong_FromLongLong(t);
-    PyObject *ps = PyLong_FromLongLong(seq);
+    PyObject *ps = PyLong_FromLongLong(key);
     if (pt == NULL || ps == NULL) {
         Py_XDECREF(pt);
         Py_XDECREF(ps);
@@ -1389,15 +1663,20 @@ static PyObject *tuple_from(PyObject *const *items, Py_ssize_t n)
 
 static PyObject *sim_push_call(SimObject *s, int64_t t, PyObject *fn, PyObject *cargs)
 {
-    /* take the number before make_handle allocates: a collection there can run
-     * a __del__ that schedules (and so takes a number) too */
-    int64_t seq = s->seq++;
-    PyObject *h = make_handle(t, seq, fn, cargs);
+    /* take the key before anything allocates: a collection there can run a
+     * __del__ that schedules (and so takes a key) too */
+    int64_t key = sim_next_key(s);
+    if (key < 0)
+        return NULL;
+    int64_t target = sim_target(s, fn, cargs, NULL);
+    if (target < 0)
+        return NULL;
+    PyObject *h = make_handle(t, key, fn, cargs);
     if (h == NULL)
         return NULL;
     Py_INCREF(fn);
     Py_INCREF(cargs);
-    if (heap_push_seq(s, t, seq, EV_CALL, fn, cargs, 0) < 0) {
+    if (heap_push_key(s, t, key, EV_CALL, target, fn, cargs, 0) < 0) {
         Py_DECREF(h);
         return NULL;
     }
@@ -1493,11 +1772,198 @@ static PyObject *Sim_post(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
                      (long long)at, (long long)s->now);
         return NULL;
     }
+    int64_t key = sim_next_key(s);
+    if (key < 0)
+        return NULL;
+    int64_t target = sim_target(s, args[1], NULL, args[2]);
+    if (target < 0)
+        return NULL;
     Py_INCREF(args[1]);
     Py_INCREF(args[2]);
-    if (heap_push(s, at, EV_CALL1, args[1], args[2], 0) < 0)
+    if (heap_push_key(s, at, key, EV_CALL1, target, args[1], args[2], 0) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* push_as(entity, at_ps, callback): callback() at at_ps, keyed as if entity ran */
+static PyObject *Sim_push_as(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "push_as(entity, at_ps, callback)");
+        return NULL;
+    }
+    int64_t e, at;
+    if (as_i64(args[0], &e) < 0 || as_i64(args[1], &at) < 0)
+        return NULL;
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "push_as: no entity %lld", (long long)e);
+        return NULL;
+    }
+    if (s->now_big || at < s->now) {
+        PyErr_Format(PyExc_ValueError, "push_as: time %lld ps is in the past (now %lld ps)",
+                     (long long)at, (long long)s->now);
+        return NULL;
+    }
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL)
+        return NULL;
+    int64_t saved = s->cur;
+    s->cur = e;
+    PyObject *h = sim_push_call(s, at, args[2], empty);
+    s->cur = saved;
+    Py_DECREF(empty);
+    if (h == NULL)
+        return NULL;
+    Py_DECREF(h);
+    Py_RETURN_NONE;
+}
+
+/* add_entity(objects): a new entity; events of callbacks bound to objects run for it */
+static PyObject *Sim_add_entity(SimObject *s, PyObject *objects)
+{
+    if (s->nent >= ENTITY_LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "add_entity: too many entities");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(objects, "add_entity: objects must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    if (s->nent == s->capent) {
+        Py_ssize_t cap = s->capent * 2;
+        int64_t *c = PyMem_Realloc(s->counters, (size_t)cap * sizeof(int64_t));
+        if (c == NULL) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        s->counters = c;
+        s->capent = cap;
+    }
+    int64_t e = s->nent;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+        if (ent_set(s, PySequence_Fast_GET_ITEM(seq, i), (int32_t)e) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    Py_DECREF(seq);
+    s->counters[e] = 0;
+    s->nent++;
+    return PyLong_FromLongLong(e);
+}
+
+/* set_entity(obj, entity): events of callbacks bound to obj run for entity */
+static PyObject *Sim_set_entity(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_entity(obj, entity)");
+        return NULL;
+    }
+    int64_t e;
+    if (as_i64(args[1], &e) < 0)
+        return NULL;
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "set_entity: no entity %lld", (long long)e);
+        return NULL;
+    }
+    if (ent_set(s, args[0], (int32_t)e) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Sim_entities(SimObject *s, PyObject *unused)
+{
+    return PyLong_FromSsize_t(s->nent);
+}
+
+/* set_owned(flags): bytes, one per entity, non-zero where this rank holds it; and
+ * from now on events for the others go to the outbox (a partitioned run) */
+static PyObject *Sim_set_owned(SimObject *s, PyObject *flags)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(flags, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint8_t *o = PyMem_Malloc(view.len ? (size_t)view.len : 1);
+    if (o == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    memcpy(o, view.buf, (size_t)view.len);
+    PyMem_Free(s->owned);
+    s->owned = o;
+    s->nowned = view.len;
+    PyBuffer_Release(&view);
+    if (s->outbox == NULL && (s->outbox = PyList_New(0)) == NULL)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* take_outbox(): the (target, t, key, port, epoch, packet) sent since the last call */
+static PyObject *Sim_take_outbox(SimObject *s, PyObject *unused)
+{
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL)
+        return NULL;
+    PyObject *out = s->outbox;
+    s->outbox = fresh;
+    if (out == NULL)
+        return PyList_New(0);
+    return out;
+}
+
+/* arrive(at_ps, key, port, epoch, packet): a packet another rank put on port, with its key */
+static PyObject *Sim_arrive(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !is_port(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "arrive(at_ps, key, port, epoch, packet)");
+        return NULL;
+    }
+    int64_t at, key, epoch;
+    if (as_i64(args[0], &at) < 0 || as_i64(args[1], &key) < 0 || as_i64(args[3], &epoch) < 0)
+        return NULL;
+    PortObject *p = (PortObject *)args[2];
+    int64_t target;
+    if (p->rx_kind == RX_SWITCH)
+        target = (int64_t)((SwitchObject *)p->rx_target)->ent1 - 1;
+    else if (p->rx_kind == RX_HOST)
+        target = (int64_t)((HostEndObject *)p->rx_target)->ent1 - 1;
+    else
+        target = ent_lookup(s, callable_self(p->rx));
+    if (target < 0) {
+        PyErr_SetString(PyExc_ValueError, "arrive: the port's receiver has no entity");
+        return NULL;
+    }
+    Py_INCREF(args[2]);
+    Py_INCREF(args[4]);
+    if (heap_push_key(s, at, key, EV_ARRIVE, target, args[2], args[4], epoch) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* next_time(): the time of the next event (None: none) */
+static PyObject *Sim_next_time(SimObject *s, PyObject *unused)
+{
+    if (s->n == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(ev_time(&s->heap[0]));
+}
+
+/* entity_of(obj): the entity registered for obj, or None */
+static PyObject *Sim_entity_of(SimObject *s, PyObject *obj)
+{
+    int64_t e = ent_lookup(s, obj);
+    if (e < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(e);
+}
+
+/* rng_for(name): the port's generator, random.Random(f"{seed}:{name}") (engine.port_rng) */
+static PyObject *Sim_rng_for(SimObject *s, PyObject *name)
+{
+    PyObject *text = PyUnicode_FromFormat("%S:%S", s->seed, name);
+    if (text == NULL)
+        return NULL;
+    PyObject *rng = PyObject_CallOneArg(RandomClass, text);
+    Py_DECREF(text);
+    return rng;
 }
 
 static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
@@ -1506,18 +1972,18 @@ static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
         PyErr_SetString(PyExc_TypeError, "cancel: expected an event handle from schedule()");
         return NULL;
     }
-    int64_t t, seq;
-    if (as_i64(PyTuple_GET_ITEM(ev, 0), &t) < 0 || as_i64(PyTuple_GET_ITEM(ev, 1), &seq) < 0)
+    int64_t t, key;
+    if (as_i64(PyTuple_GET_ITEM(ev, 0), &t) < 0 || as_i64(PyTuple_GET_ITEM(ev, 1), &key) < 0)
         return NULL;
     int pending = !s->now_big && t > s->now;
     if (!pending && !s->now_big && t == s->now) {
         for (Py_ssize_t i = 0; i < s->n; i++)
-            if (ev_seq(&s->heap[i]) == seq) {
+            if (ev_key(&s->heap[i]) == key) {
                 pending = 1;
                 break;
             }
     }
-    if (pending && sim_cancel_seq(s, seq) < 0)
+    if (pending && sim_cancel_key(s, key) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1543,7 +2009,7 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
         int kind = ev_kind(e);
         if (kind != EV_CALL && kind != EV_CALL1)
             continue;
-        PyObject *k = PyLong_FromLongLong(ev_seq(e));
+        PyObject *k = PyLong_FromLongLong(ev_key(e));
         if (k == NULL)
             goto fail;
         int c = PySet_Contains(s->cancelled, k);
@@ -1557,11 +2023,11 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
             PyObject *t1 = PyTuple_Pack(1, e->b);
             if (t1 == NULL)
                 goto fail;
-            h = make_handle(ev_time(e), ev_seq(e), e->a, t1);
+            h = make_handle(ev_time(e), ev_key(e), e->a, t1);
             Py_DECREF(t1);
         }
         else
-            h = make_handle(ev_time(e), ev_seq(e), e->a, e->b);
+            h = make_handle(ev_time(e), ev_key(e), e->a, e->b);
         if (h == NULL)
             goto fail;
         int r = PyList_Append(l, h);
@@ -1625,7 +2091,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         }
         heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
-            PyObject *k = PyLong_FromLongLong(ev_seq(&ev));
+            PyObject *k = PyLong_FromLongLong(ev_key(&ev));
             if (k == NULL)
                 goto fail_ev;
             int c = PySet_Discard(s->cancelled, k);
@@ -1642,6 +2108,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         if (s->now_big) /* an event push()ed (unchecked) while now was past int64 */
             Py_CLEAR(s->now_big);
         n++;
+        s->cur = ev_target(&ev);
         int r = dispatch(&ev);
         Py_XDECREF(ev.a);
         Py_XDECREF(ev.b);
@@ -1650,6 +2117,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         if (s->stopped) {
             Py_XDECREF(until_big);
             s->events_run += n;
+            s->cur = 0;
             return PyLong_FromLongLong(n);
         }
     }
@@ -1667,6 +2135,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         s->now = limit;
     Py_XDECREF(until_big);
     s->events_run += n;
+    s->cur = 0;
     return PyLong_FromLongLong(n);
 fail_ev:
     Py_XDECREF(ev.a);
@@ -1674,6 +2143,106 @@ fail_ev:
 fail:
     Py_XDECREF(until_big);
     s->events_run += n;
+    s->cur = 0;
+    return NULL;
+}
+
+/* run_window(end_ps, stop_at=None, honor_stop=True): a partitioned rank's window:
+ * events before end_ps (or up to the (time, key) stop_at, inclusive); returns the
+ * (time, key) of the event that called stop() when honor_stop, else None
+ * (PartitionedSimulator.run_window) */
+static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"end_ps", "stop_at", "honor_stop", NULL};
+    PyObject *end_o, *stop_o = Py_None;
+    int honor = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op:run_window", kwlist, &end_o, &stop_o,
+                                     &honor))
+        return NULL;
+    int64_t end, stop_t = 0, stop_k = 0;
+    if (as_i64(end_o, &end) < 0)
+        return NULL;
+    int has_stop = stop_o != Py_None;
+    if (has_stop) {
+        if (!PyTuple_Check(stop_o) || PyTuple_GET_SIZE(stop_o) != 2) {
+            PyErr_SetString(PyExc_TypeError, "run_window: stop_at must be (time, key)");
+            return NULL;
+        }
+        if (as_i64(PyTuple_GET_ITEM(stop_o, 0), &stop_t) < 0 ||
+            as_i64(PyTuple_GET_ITEM(stop_o, 1), &stop_k) < 0)
+            return NULL;
+    }
+    int64_t n = 0, g = 0;
+    int tick = 0;
+    PyObject *result = Py_None;
+    Py_INCREF(result);
+    s->stopped = 0;
+    Event ev;
+    while (s->n) {
+        int64_t t0 = ev_time(&s->heap[0]);
+        if (!has_stop) {
+            if (t0 >= end)
+                break;
+        }
+        else if (t0 > stop_t || (t0 == stop_t && ev_key(&s->heap[0]) > stop_k))
+            break;
+        if (++tick == SIGNAL_CHECK_EVENTS) {
+            tick = 0;
+            if (PyErr_CheckSignals() < 0)
+                goto fail;
+        }
+        heap_pop(s, &ev);
+        if (PySet_GET_SIZE(s->cancelled)) {
+            PyObject *k = PyLong_FromLongLong(ev_key(&ev));
+            if (k == NULL)
+                goto fail_ev;
+            int c = PySet_Discard(s->cancelled, k);
+            Py_DECREF(k);
+            if (c < 0)
+                goto fail_ev;
+            if (c) {
+                Py_XDECREF(ev.a);
+                Py_XDECREF(ev.b);
+                continue;
+            }
+        }
+        s->now = ev_time(&ev);
+        Py_CLEAR(s->now_big);
+        s->cur = ev_target(&ev);
+        s->cur_key = ev_key(&ev);
+        s->sub = 0;
+        n++;
+        if (s->cur <= 1)
+            g++;
+        int r = dispatch(&ev);
+        Py_XDECREF(ev.a);
+        Py_XDECREF(ev.b);
+        if (r < 0)
+            goto fail;
+        s->last_t = s->now;
+        if (s->stopped) {
+            s->stopped = 0;
+            if (honor) {
+                Py_SETREF(result, Py_BuildValue("(LL)", (long long)s->now,
+                                                (long long)s->cur_key));
+                if (result == NULL)
+                    goto fail;
+                break;
+            }
+        }
+    }
+    s->cur = 0;
+    s->events_run += n;
+    s->global_events += g;
+    return result;
+fail_ev:
+    Py_XDECREF(ev.a);
+    Py_XDECREF(ev.b);
+fail:
+    Py_XDECREF(result);
+    s->cur = 0;
+    s->events_run += n;
+    s->global_events += g;
     return NULL;
 }
 
@@ -1720,7 +2289,47 @@ static int Sim_set_rng(SimObject *s, PyObject *v, void *c)
     }
     Py_INCREF(v);
     Py_SETREF(s->rng, v);
-    Py_CLEAR(s->rng_random); /* ports made from now on take the new rng's */
+    return 0;
+}
+
+static PyObject *Sim_get_seed(SimObject *s, void *c)
+{
+    Py_INCREF(s->seed);
+    return s->seed;
+}
+
+static PyObject *Sim_get_cur(SimObject *s, void *c)
+{
+    return PyLong_FromLongLong(s->cur);
+}
+
+static int Sim_set_cur(SimObject *s, PyObject *v, void *c)
+{
+    int64_t e;
+    if (v == NULL || as_i64(v, &e) < 0) {
+        if (v == NULL)
+            PyErr_SetString(PyExc_AttributeError, "cannot delete cur");
+        return -1;
+    }
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "cur: no entity %lld", (long long)e);
+        return -1;
+    }
+    s->cur = e;
+    return 0;
+}
+
+static PyObject *Sim_get_place(SimObject *s, void *c)
+{
+    PyObject *v = s->place ? s->place : Py_None;
+    Py_INCREF(v);
+    return v;
+}
+
+static int Sim_set_place(SimObject *s, PyObject *v, void *c)
+{
+    Py_XINCREF(v);
+    Py_XSETREF(s->place, v);
     return 0;
 }
 
@@ -1733,25 +2342,58 @@ static PyMethodDef Sim_methods[] = {
      "post(at_ps, callback, arg): run callback(arg) at at_ps; no handle (returns None)"},
     {"push", (PyCFunction)(void (*)(void))Sim_push, METH_FASTCALL,
      "push(at_ps, callback, args): schedule without checks (the ports' hot path)"},
+    {"push_as", (PyCFunction)(void (*)(void))Sim_push_as, METH_FASTCALL,
+     "push_as(entity, at_ps, callback): schedule callback() keyed as if entity ran"},
+    {"add_entity", (PyCFunction)Sim_add_entity, METH_O,
+     "add_entity(objects): a new entity, for callbacks bound to objects; its number"},
+    {"set_entity", (PyCFunction)(void (*)(void))Sim_set_entity, METH_FASTCALL,
+     "set_entity(obj, entity): callbacks bound to obj run for entity"},
+    {"entities", (PyCFunction)Sim_entities, METH_NOARGS, "how many entities there are"},
+    {"rng_for", (PyCFunction)Sim_rng_for, METH_O, "rng_for(name): a port's own generator"},
+    {"entity_of", (PyCFunction)Sim_entity_of, METH_O,
+     "entity_of(obj): the entity registered for obj, or None"},
+    {"set_owned", (PyCFunction)Sim_set_owned, METH_O,
+     "set_owned(flags): which entities this rank holds (a partitioned run)"},
+    {"take_outbox", (PyCFunction)Sim_take_outbox, METH_NOARGS,
+     "the (target, t, key, port, epoch, packet) for other ranks since the last call"},
+    {"arrive", (PyCFunction)(void (*)(void))Sim_arrive, METH_FASTCALL,
+     "arrive(at_ps, key, port, epoch, packet): a packet from another rank"},
+    {"next_time", (PyCFunction)Sim_next_time, METH_NOARGS, "the next event's time, or None"},
+    {"run_window", (PyCFunction)(void (*)(void))Sim_run_window, METH_VARARGS | METH_KEYWORDS,
+     "run_window(end_ps, stop_at=None, honor_stop=True): a partitioned rank's window"},
     {"cancel", (PyCFunction)Sim_cancel, METH_O, "cancel(handle): disarm a scheduled event"},
     {"stop", (PyCFunction)Sim_stop, METH_NOARGS, "make run() return after the current event"},
     {"pending", (PyCFunction)Sim_pending, METH_NOARGS,
      "number of entries in the heap (cancelled ones included)"},
     {"pending_callbacks", (PyCFunction)Sim_pending_callbacks, METH_NOARGS,
-     "the scheduled Python calls not yet run or cancelled, as (t, seq, fn, args)"},
+     "the scheduled Python calls not yet run or cancelled, as (t, key, fn, args)"},
     {"run", (PyCFunction)(void (*)(void))Sim_run, METH_VARARGS | METH_KEYWORDS,
      "run(until_ps=None): run events in order; returns the number run"},
     {NULL}};
 
 static PyMemberDef Sim_members[] = {
     {"events_run", T_LONGLONG, offsetof(SimObject, events_run), 0, "events run so far"},
+    {"cur_key", T_LONGLONG, offsetof(SimObject, cur_key), READONLY,
+     "the running event's key (run_window)"},
+    {"sub", T_LONGLONG, offsetof(SimObject, sub), 0,
+     "host reactions so far to the running event (a partitioned capture's order)"},
+    {"global_events", T_LONGLONG, offsetof(SimObject, global_events), 0,
+     "events of GLOBAL and SAMPLER run by run_window"},
+    {"last_t", T_LONGLONG, offsetof(SimObject, last_t), 0, "the last event's time (run_window)"},
+    {"sent", T_LONGLONG, offsetof(SimObject, sent), 0, "packets put in the outbox"},
     {NULL}};
 
 static PyGetSetDef Sim_getset[] = {
     {"now", (getter)Sim_get_now, (setter)Sim_set_now, "simulated time, ps", NULL},
-    {"cancelled", (getter)Sim_get_cancelled, NULL, "seq of cancelled events still queued",
+    {"cancelled", (getter)Sim_get_cancelled, NULL, "keys of cancelled events still queued",
      NULL},
-    {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "the random generator", NULL},
+    {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "a generator for code outside the fabric",
+     NULL},
+    {"seed", (getter)Sim_get_seed, NULL, "the seed (of rng and of the ports' generators)", NULL},
+    {"cur", (getter)Sim_get_cur, (setter)Sim_set_cur,
+     "the running event's entity (0 between runs)", NULL},
+    {"place", (getter)Sim_get_place, (setter)Sim_set_place,
+     "None or place(callback, args) -> the entity of a callback no object registers", NULL},
     {NULL}};
 
 static PyTypeObject SimType = {
@@ -1825,25 +2467,15 @@ static int Port_init(PortObject *p, PyObject *args, PyObject *kw)
         (fr_o && as_i64(fr_o, &framing) < 0))
         return -1;
     /* everything that can fail is done: from here on the port is (re)written */
-    SimObject *so = (SimObject *)sim;
-    if (so->rng_random == NULL) {
-        so->rng_random = PyObject_GetAttr(so->rng, S_random);
-        if (so->rng_random == NULL)
-            return -1;
-    }
-    PyObject *rng_random = so->rng_random;
-    Py_INCREF(rng_random);
     if (peer == NULL)
         peer = PyUnicode_FromString("");
     else
         Py_INCREF(peer);
-    if (peer == NULL) {
-        Py_DECREF(rng_random);
+    if (peer == NULL)
         return -1;
-    }
     p->data_limit = data_limit;
     p->prio_limit = prio_limit;
-    Py_XSETREF(p->rng_random, rng_random);
+    Py_CLEAR(p->rng_random); /* made on the first draw (port_draw) */
     Py_INCREF(sim);
     Py_XSETREF(p->sim, (SimObject *)sim);
     Py_INCREF(name);
@@ -2029,11 +2661,32 @@ static PyObject *Port_set_up(PortObject *p, PyObject *arg)
     p->prio_bytes = 0;
     if (p->has_txev) {
         /* the pending transmitter-free event is in the heap: cancel it */
-        if (sim_cancel_seq(p->sim, p->txev_seq) < 0)
+        if (sim_cancel_key(p->sim, p->txev_key) < 0)
             return NULL;
         p->has_txev = 0;
     }
     p->busy_until = p->sim->now;
+    Py_RETURN_NONE;
+}
+
+/* report_queued(data_bytes, prio_bytes): after a partitioned run, the bytes another
+ * rank reported queued at this port (rank 0 merges them; nothing runs afterwards,
+ * and the port's own queues are empty: its events ran on that rank) */
+static PyObject *Port_report_queued(PortObject *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t d, q;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "report_queued(data_bytes, prio_bytes)");
+        return NULL;
+    }
+    if (as_i64(args[0], &d) < 0 || as_i64(args[1], &q) < 0)
+        return NULL;
+    if (p->data.len || p->prio.len) {
+        PyErr_SetString(PyExc_ValueError, "report_queued: the port has packets queued");
+        return NULL;
+    }
+    p->data_bytes = d;
+    p->prio_bytes = q;
     Py_RETURN_NONE;
 }
 
@@ -2069,7 +2722,7 @@ static PyObject *Port_get_txev(PortObject *p, void *c)
 {
     if (!p->has_txev)
         Py_RETURN_NONE;
-    return Py_BuildValue("(LL)", (long long)p->txev_t, (long long)p->txev_seq);
+    return Py_BuildValue("(LL)", (long long)p->txev_t, (long long)p->txev_key);
 }
 
 static PyObject *Port_get_data(PortObject *p, void *c)
@@ -2118,6 +2771,8 @@ static PyMethodDef Port_methods[] = {
     {"set_up", (PyCFunction)Port_set_up, METH_O, "bring this direction up or down now"},
     {"set_impairment", (PyCFunction)(void (*)(void))Port_set_impairment,
      METH_VARARGS | METH_KEYWORDS, "set_impairment(silent=None, loss=None)"},
+    {"report_queued", (PyCFunction)(void (*)(void))Port_report_queued, METH_FASTCALL,
+     "report_queued(data_bytes, prio_bytes): another rank's queued bytes (a merge)"},
     {NULL}};
 
 #define PM(nm, field, flags) {nm, T_LONGLONG, offsetof(PortObject, field), flags, NULL}
@@ -2871,6 +3526,7 @@ PyMODINIT_FUNC PyInit__kernel(void)
     INTERN(S_trim, "trim");
     INTERN(S_route, "route");
     INTERN(S_random, "random");
+    INTERN(S_rng_for, "rng_for");
     INTERN(S_epoch, "epoch");
     INTERN(S_lost_in_flight, "lost_in_flight");
     INTERN(S_enqueue, "enqueue");

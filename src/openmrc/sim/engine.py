@@ -1,16 +1,34 @@
 """The discrete-event loop: a heap of timed callbacks in integer picoseconds.
 
-Events at the same time run in the order they were scheduled (a sequence
-counter breaks ties, never object identity), so a run is a pure function of its
-inputs and the seed of :attr:`Simulator.rng`.
+Every event runs on behalf of one *entity* (a host with its NIC and ports, a
+switch with its egress ports, the sampler, or :data:`GLOBAL`: set-up and
+faults), and is keyed ``(time, scheduling entity << KEY_SHIFT | that entity's
+counter)``: events at the same time run in the order of the entity that
+scheduled them, then of that entity's own schedule.  The key never depends on
+which other events exist, so a simulation partitioned over processes
+(:mod:`openmrc.sim.partition`) runs events in the same order as this one; a
+run is a pure function of its inputs and the seed.  :meth:`PySimulator.event`
+(and the native kernel's ``sim_next_key``) is the one place keys are made.
 
-An event is a tuple ``(time_ps, seq, callback, args)`` (tuples compare faster
-than lists in ``heapq``); :meth:`schedule` returns it as a handle that
-:meth:`cancel` disarms (lazy deletion: its ``seq`` goes into a set the loop
-checks only when it is non-empty).  :meth:`push` is :meth:`schedule` without
-its checks and argument packing, for hot paths (Python ports); :meth:`post` is
+The entity an event runs for (its *target*, which becomes :attr:`cur` while
+it runs, so that what it schedules is keyed by it) is the one registered for
+the callback's object (:meth:`add_entity`), else what the :attr:`place` hook
+says, else the scheduling entity itself.  An experiment registers its hosts,
+switches and sampler; a bare simulator (tests) has only :data:`GLOBAL`, and
+then the key is the insertion order.
+
+An event is a tuple ``(time_ps, key, callback, args, target)`` (tuples compare
+faster than lists in ``heapq``; keys are unique, so the callback is never
+compared); :meth:`schedule` returns it as a handle that :meth:`cancel`
+disarms (lazy deletion: its ``key`` goes into a set the loop checks only when
+it is non-empty).  :meth:`push` is :meth:`schedule` without its checks and
+argument packing, for hot paths (Python ports); :meth:`post` is
 :meth:`schedule` of a one-argument call that returns no handle (the NIC's pump
 and timer).
+
+Randomness is per entity too: each port draws from its own generator
+(:meth:`rng_for`, made on its first draw), so draws do not interleave across
+the fabric in a partition-dependent way.
 
 :class:`Simulator` is the native event loop of :mod:`openmrc.sim._kernel`
 when it is built (see :mod:`openmrc.sim._native`; ``OPENMRC_PURE_PYTHON=1``
@@ -24,7 +42,6 @@ it only through :meth:`pending`, :meth:`pending_callbacks` and
 from __future__ import annotations
 
 import gc
-import itertools
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,7 +56,22 @@ US = 1_000_000
 MS = 1_000_000_000
 S = 1_000_000_000_000
 
-Event = tuple[int, int, Any, tuple[Any, ...]]
+Event = tuple[int, int, Any, tuple[Any, ...], int]
+
+#: Entity of set-up and the experiment's global actions (faults, scheduled starts).
+GLOBAL = 0
+#: Entity of the sampler's ticks.
+SAMPLER = 1
+#: Entity number of the first one :meth:`PySimulator.add_entity` makes (host 0's).
+FIRST_ENTITY = 2
+#: Bits of the per-entity counter in an event key.
+KEY_SHIFT = 40
+
+
+def port_rng(seed: int, name: str) -> random.Random:
+    """The random generator of the port named ``name`` in a simulator seeded ``seed``."""
+    return random.Random(f"{seed}:{name}")
+
 
 #: The garbage collector's thresholds while :meth:`Simulator.run` runs.  With
 #: the defaults (a generation-0 collection every 700 allocations) the collector
@@ -99,67 +131,142 @@ def paused_gc() -> Iterator[None]:
 
 
 class PySimulator:
-    """Owns simulated time (:attr:`now`, ps), the event heap and the random generator.
+    """Owns simulated time (:attr:`now`, ps), the event heap, the entities and the seed.
 
-    ``rng`` is the only source of randomness the fabric uses (loss, ECN ramp);
-    pass it (or ``random.Random(sim.rng.random())`` children) to anything else
-    random so that the same seed gives the same trace.
+    ``rng`` is a generator for code outside the fabric (tests, examples); the
+    fabric's ports draw from their own (:meth:`rng_for`).
     """
 
-    __slots__ = ("_stopped", "cancelled", "events_run", "heap", "now", "rng", "seq")
+    __slots__ = (
+        "_stopped",
+        "cancelled",
+        "counters",
+        "cur",
+        "events_run",
+        "heap",
+        "now",
+        "objects",
+        "place",
+        "rng",
+        "seed",
+    )
 
     def __init__(self, seed: int = 1) -> None:
         self.now: int = 0
         self.heap: list[Event] = []
-        self.seq = itertools.count()
+        self.seed = seed
         self.rng = random.Random(seed)
         self.events_run = 0
-        #: ``seq`` of cancelled events still in the heap.
+        #: ``key`` of cancelled events still in the heap.
         self.cancelled: set[int] = set()
         self._stopped = False
+        #: the entity of the running event (:data:`GLOBAL` between runs)
+        self.cur = GLOBAL
+        #: each entity's next counter
+        self.counters: list[int] = [0, 0]
+        #: id(object) -> entity, for callbacks bound to registered objects
+        self.objects: dict[int, int] = {}
+        #: the entity of other callbacks: ``place(callback, args)``, None for the scheduler's
+        self.place: Callable[[Any, tuple[Any, ...]], int | None] | None = None
+
+    def add_entity(self, objects: list[Any]) -> int:
+        """A new entity; events of callbacks bound to ``objects`` run for it."""
+        e = len(self.counters)
+        self.counters.append(0)
+        objs = self.objects
+        for obj in objects:
+            objs[id(obj)] = e
+        return e
+
+    def set_entity(self, obj: Any, entity: int) -> None:
+        """Events of callbacks bound to ``obj`` run for ``entity`` (an existing one)."""
+        if not 0 <= entity < len(self.counters):
+            raise ValueError(f"set_entity: no entity {entity}")
+        self.objects[id(obj)] = entity
+
+    def entity_of(self, obj: Any) -> int | None:
+        """The entity registered for ``obj``, or None."""
+        return self.objects.get(id(obj))
+
+    def entities(self) -> int:
+        """How many entities there are (:data:`GLOBAL` and :data:`SAMPLER` included)."""
+        return len(self.counters)
+
+    def rng_for(self, name: str) -> random.Random:
+        """The generator of the port named ``name`` (the same whichever process holds it)."""
+        return port_rng(self.seed, name)
+
+    def target(self, callback: Any, args: tuple[Any, ...]) -> int:
+        """The entity an event of ``callback(*args)`` runs for (see the module)."""
+        e = self.objects.get(id(getattr(callback, "__self__", None)))
+        if e is not None:
+            return e
+        place = self.place
+        if place is not None:
+            e = place(callback, args)
+            if e is not None:
+                return e
+        return self.cur
+
+    def push(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Event:
+        """:meth:`schedule` without the time check and the ``*args`` packing (hot paths)."""
+        ev = self.event(at_ps, callback, args)
+        heappush(self.heap, ev)
+        return ev
+
+    def event(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Event:
+        """A new event of ``callback(*args)`` at ``at_ps``, keyed by the running entity's
+        next counter (the one place keys are made; the native kernel mirrors it)."""
+        cur = self.cur
+        counters = self.counters
+        c = counters[cur]
+        counters[cur] = c + 1
+        return (at_ps, cur << KEY_SHIFT | c, callback, args, self.target(callback, args))
+
+    def push_as(self, entity: int, at_ps: int, callback: Callable[..., Any]) -> None:
+        """Schedule ``callback()`` as if ``entity`` were running (the sampler's ticks,
+        decided outside its own events)."""
+        if at_ps < self.now:
+            raise ValueError(f"push_as: time {at_ps} ps is in the past (now {self.now} ps)")
+        saved = self.cur
+        self.cur = entity
+        try:
+            self.push(at_ps, callback, ())
+        finally:
+            self.cur = saved
 
     def schedule(self, at_ps: int, callback: Callable[..., Any], *args: Any) -> Event:
         """Run ``callback(*args)`` at absolute time ``at_ps`` (not before :attr:`now`)."""
         if at_ps < self.now:
             raise ValueError(f"schedule: time {at_ps} ps is in the past (now {self.now} ps)")
-        ev = (at_ps, next(self.seq), callback, args)
-        heappush(self.heap, ev)
-        return ev
+        return self.push(at_ps, callback, args)
 
     def after(self, delay_ps: int, callback: Callable[..., Any], *args: Any) -> Event:
         """Run ``callback(*args)`` ``delay_ps`` after now."""
         if delay_ps < 0:
             raise ValueError(f"after: negative delay {delay_ps} ps")
-        ev = (self.now + delay_ps, next(self.seq), callback, args)
-        heappush(self.heap, ev)
-        return ev
+        return self.push(self.now + delay_ps, callback, args)
 
     def post(self, at_ps: int, callback: Callable[[Any], Any], arg: Any) -> None:
         """Run ``callback(arg)`` at ``at_ps``, as :meth:`schedule` would, but return no handle.
 
         For calls that are never cancelled (the NIC's pump and timer): the native
         simulator then makes neither a handle nor an args tuple.  The event takes
-        its sequence number as :meth:`schedule` would; :meth:`pending_callbacks`
-        lists it as ``(t, seq, callback, (arg,))``, a handle :meth:`cancel` takes.
+        its key as :meth:`schedule` would; :meth:`pending_callbacks` lists it as
+        ``(t, key, callback, (arg,))``, a handle :meth:`cancel` takes.
         """
         if at_ps < self.now:
             raise ValueError(f"post: time {at_ps} ps is in the past (now {self.now} ps)")
-        heappush(self.heap, (at_ps, next(self.seq), callback, (arg,)))
+        self.push(at_ps, callback, (arg,))
 
-    def push(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Event:
-        """:meth:`schedule` without the time check and the ``*args`` packing (hot paths)."""
-        ev = (at_ps, next(self.seq), callback, args)
-        heappush(self.heap, ev)
-        return ev
-
-    def cancel(self, event: Event) -> None:
+    def cancel(self, event: tuple[Any, ...]) -> None:
         """Disarm a scheduled event (it stays in the heap and is skipped).
 
         Cancelling an event that already ran, or twice, is harmless.
         """
-        t = event[0]
-        if t > self.now or (t == self.now and event in self.heap):
-            self.cancelled.add(event[1])
+        t, key = event[0], event[1]
+        if t > self.now or (t == self.now and any(ev[1] == key for ev in self.heap)):
+            self.cancelled.add(key)
 
     def stop(self) -> None:
         """Make :meth:`run` return after the current event."""
@@ -169,17 +276,17 @@ class PySimulator:
         """Number of entries in the heap (cancelled ones included)."""
         return len(self.heap)
 
-    def pending_callbacks(self) -> list[Event]:
-        """The scheduled calls not yet run nor cancelled, as ``(t, seq, fn, args)``, unordered.
+    def pending_callbacks(self) -> list[tuple[int, int, Any, tuple[Any, ...]]]:
+        """The scheduled calls not yet run nor cancelled, as ``(t, key, fn, args)``, unordered.
 
         (The native simulator lists only calls of Python callables; its own
         port events are not callbacks.)
         """
         cancelled = self.cancelled
-        return [ev for ev in self.heap if ev[1] not in cancelled]
+        return [ev[:4] for ev in self.heap if ev[1] not in cancelled]
 
     def run(self, until_ps: int | None = None) -> int:
-        """Run events in time order until the heap is empty, :meth:`stop`, or ``until_ps``.
+        """Run events in key order until the heap is empty, :meth:`stop`, or ``until_ps``.
 
         Events at exactly ``until_ps`` run; afterwards :attr:`now` is
         ``until_ps`` (if given and reached).  Returns the number of events run.
@@ -195,11 +302,12 @@ class PySimulator:
                 while heap:
                     if heap[0][0] > limit:
                         break
-                    t, seq, fn, args = pop(heap)
-                    if cancelled and seq in cancelled:
-                        cancelled.discard(seq)
+                    t, key, fn, args, target = pop(heap)
+                    if cancelled and key in cancelled:
+                        cancelled.discard(key)
                         continue
                     self.now = t
+                    self.cur = target
                     n += 1
                     fn(*args)
                     if self._stopped:
@@ -208,6 +316,7 @@ class PySimulator:
                     self.now = until_ps
                 return n
             finally:
+                self.cur = GLOBAL
                 self.events_run += n
 
 
@@ -218,7 +327,8 @@ elif kernel is not None:
     class Simulator(kernel.Simulator):
         """The native event loop (:mod:`openmrc.sim._kernel`); the API of :class:`PySimulator`.
 
-        ``heap`` and ``seq`` are internal to it (C structs and a C counter).
+        ``heap``, the entity counters and table are internal to it (C structs;
+        native ports, switches and host ends hold their own entity).
         Times are whole picoseconds in 64 bits: a float with a whole value is
         taken as that int, a fraction raises TypeError, an event time past
         2**63-1 ps raises OverflowError (Python would accept both); a

@@ -39,6 +39,7 @@ from ..transport.controller import Controller
 from ..wire.packets import DATA_HEADER_BYTES, SACK_BYTES
 from ..workloads import FlowSpec, check_dependencies
 from ..workloads.collectives import Collective
+from . import entities
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator, paused_gc
@@ -257,6 +258,16 @@ class Experiment:
         for host in self.hosts:
             host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
+        #: each host's entity: events are keyed by entity (sim.entities, sim.engine)
+        self._host_entity = entities.register(self.sim, self.fabric, self.hosts, self.sampler)
+        self.sim.place = self._place
+
+    def _place(self, callback: Any, args: tuple[Any, ...]) -> int | None:
+        """The entity of an event no registered object owns (``sim.place``): a flow's
+        start runs for its source host; anything else for whoever scheduled it."""
+        if getattr(callback, "__self__", None) is self and callback.__name__ == "_launch":
+            return self._host_entity[args[0].spec.src]
+        return None
 
     def _new_simulator(self, seed: int) -> Simulator:
         """The event loop the experiment runs on (a partitioned run has its own)."""
@@ -324,9 +335,10 @@ class Experiment:
         return sum(qb.stats.rx_messages for qb in flow.qbs) >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: Flow) -> int | None:
-        """Payload bytes the receiving end has taken (None before the flow starts)."""
+        """Payload bytes the receiving end has taken (None before the flow's buffers are
+        posted: when it starts, or before a partitioned run)."""
         qbs = flow.qbs  # type: ignore[attr-defined]
-        if not qbs or any(qb.responder is None for qb in qbs):
+        if not flow.nmsgs or not qbs or any(qb.responder is None for qb in qbs):
             return None
         if flow.conn is not None:  # type: ignore[attr-defined]
             return self._conn_received(flow)  # type: ignore[arg-type]
@@ -398,10 +410,14 @@ class Experiment:
     def _counters(self, flow: Flow, ev_events: list[dict[str, Any]]) -> dict[str, int]:
         """The per-flow counters of :class:`FlowResult`."""
         qas = flow.qas  # type: ignore[attr-defined]
-        if not qas:
-            return dict.fromkeys(COUNTERS, 0)
-        qpns = {qa.qpn for qa in qas}
         conn = flow.conn  # type: ignore[attr-defined]
+        if (
+            not qas
+            or not flow.nmsgs
+            or (conn is not None and conn.flows.get(flow.wr_base >> SEQ_SHIFT) is not flow)  # type: ignore[attr-defined]
+        ):
+            return dict.fromkeys(COUNTERS, 0)  # never started (its QPs may be open)
+        qpns = {qa.qpn for qa in qas}
         if conn is not None:
             return self._conn_counters(flow, conn, qpns, ev_events)  # type: ignore[arg-type]
         bad = sum(
@@ -532,6 +548,9 @@ class Experiment:
             for flow in new:
                 flow.watch_rx = True
         for flow in new:
+            if isinstance(flow, MrcFlow):
+                self._open_qps_of(flow, self.sim.now)
+        for flow in new:
             spec = flow.spec
             ndeps = len(spec.deps) + len(spec.send_deps)
             self.flows.append(flow)
@@ -623,6 +642,10 @@ class Experiment:
         for i in folder.initial():
             flow = self._folded_flow(folder, i)
             self.sim.schedule(flow.spec.start_ps, self._launch, flow)
+        if "mrc" in self.transport_names:
+            # its connections now, in the order its unfolded flows would open them
+            for spec in folder.conn_specs():
+                self._conn_for(spec, self.sim.now)
         self._collectives.append(folder)
         return len(self._collectives) - 1
 
@@ -766,14 +789,31 @@ class Experiment:
             conn.posted = [0] * len(qas)
         return conn
 
+    def _open_qps_of(self, flow: MrcFlow, now: int) -> None:
+        """``flow``'s QPs: its connection's, or its own.
+
+        Opened when the flow is added (a folded collective's transfer: when it
+        starts, but its connection was opened when the collective was added).
+        Opened when each flow starts, they would be numbered in start order, which a
+        partitioned run cannot know before the run (:mod:`openmrc.sim.partition`)."""
+        spec = flow.spec
+        if spec.conn:
+            conn = self._conn_for(spec, now)
+            flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
+            flow.conn = conn
+        else:
+            _pa, _pb, flow.qas, flow.qbs = self._open_qps(
+                spec, now, self._noter(spec.src, {flow: None})
+            )
+
     def _start(self, flow: MrcFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
-        conn = self._conn_for(spec, now) if spec.conn else None
+        if not flow.qas:
+            self._open_qps_of(flow, now)
+        conn = flow.conn
         if conn is None:
-            pa, pb, flow.qas, flow.qbs = self._open_qps(
-                spec, now, self._noter(spec.src, {flow: None})
-            )
+            pa, pb = flow.qas[0].pd, flow.qbs[0].pd
             seq = 0
         else:
             if any(q.state is QPState.ERROR for q in (*conn.qas, *conn.qbs)):
@@ -781,8 +821,6 @@ class Experiment:
                 self._fail_at_start(flow, now)
                 return
             pa, pb = conn.pa, conn.pb
-            flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
-            flow.conn = conn
             seq = conn.started
             conn.started += 1
             conn.flows[seq] = flow
@@ -800,8 +838,9 @@ class Experiment:
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
             self._watch_rx(flow, spec.dst)
+        # (the source only: what the receiver needs was posted above, and the
+        # partitioned run, whose receiver may be on another rank, kicks only it)
         self.hosts[spec.src].kick(now)
-        self.hosts[spec.dst].kick(now)
 
     def _post_buffers(self, flow: Any, pa: Any, pb: Any, conn: Any, seq: int) -> None:
         """A flow's memory regions (with its payload), where its messages sit in each of

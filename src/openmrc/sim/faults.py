@@ -44,7 +44,10 @@ class FaultInjector:
         self.ev_drop: dict[int, float] = {}
         #: data packets dropped by :meth:`ev_loss`.
         self.ev_dropped = 0
-        self._ev_rng = random.Random(0xE7D0)  # fixed: same scenario, same drops
+        #: each sending host's generator for per-EV loss (made on its first draw):
+        #: one per host, so that the draws do not interleave across hosts in an order
+        #: a partitioned run could not reproduce
+        self._ev_rngs: dict[int, random.Random] = {}
 
     def _at(self, at_ps: int | None, fn: Callable[..., None], *args: Any) -> None:
         if at_ps is None:
@@ -219,10 +222,15 @@ class FaultInjector:
             "ev_loss", ",".join(f"{ev:#x}" for ev in evs), probability=probability
         )
 
-    def drops(self, ev: int) -> bool:
-        """Whether a data packet on ``ev`` is dropped now (called by the sending host)."""
+    def drops(self, ev: int, host: int) -> bool:
+        """Whether a data packet on ``ev`` is dropped now (called by the sending ``host``)."""
         p = self.ev_drop.get(ev)
-        if p is None or self._ev_rng.random() >= p:
+        if p is None:
+            return False
+        rng = self._ev_rngs.get(host)
+        if rng is None:
+            rng = self._ev_rngs[host] = random.Random(f"ev-loss:{host}")
+        if rng.random() >= p:
             return False
         self.ev_dropped += 1
         return True

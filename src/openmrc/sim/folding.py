@@ -209,6 +209,29 @@ class FoldedCollective:
             i, self.hosts, self.message, self.start_ps, self.prefix, self.qps, self.merged
         )
 
+    def conn_specs(self) -> list[FlowSpec]:
+        """The first transfer on each connection (a pair of ranks and a channel), in
+        transfer order: what opening the connections before the run needs (the same
+        order as the unfolded collective's flows open them)."""
+        seen: set[tuple[int, int, int]] = set()
+        out = []
+        for i, t in enumerate(self.collective.transfers):
+            k = (t.src, t.dst, t.channel)
+            if k not in seen:
+                seen.add(k)
+                out.append(
+                    self.collective.flow(
+                        i,
+                        self.hosts,
+                        self.message,
+                        self.start_ps,
+                        self.prefix,
+                        self.qps,
+                        self.merged,
+                    )
+                )
+        return out
+
     def arrived(self, i: int, now: int) -> list[tuple[int, int]]:
         """Transfer ``i``'s data all arrived at ``now``: the transfers now free to start,
         with their start times, in index order (the dependency rule of ``add_flows``)."""

@@ -256,7 +256,7 @@ class SimHost:
                 faults is not None
                 and faults.ev_drop
                 and type(pkt) is DataPacket
-                and faults.drops(ev)
+                and faults.drops(ev, src)
             ):
                 continue
             ports[plane].enqueue(pkt)

@@ -2,19 +2,17 @@
 
 How it works (docs/parallel.md has the reasons):
 
-* **Entities and the event key.**  Every host (its NIC, ports and transport
-  context) and every switch (with its egress ports) is an *entity*; two more are
-  the experiment's global actions (faults, flow starts set up before the run) and
-  the sampler.  An event runs on behalf of one entity (the one whose state it
-  changes: a packet's arrival, the receiving switch or host) and is keyed
-  ``(time, scheduling entity << 40 | that entity's counter)``: the key of every
-  event is the same whichever process runs it, so events at equal times run in
-  the same order for K = 1, 2, 4 ...  (The ordinary sequential run orders ties
-  by one global insertion counter, which no partition can reproduce: a
-  partitioned run is therefore compared with a partitioned run on one process,
-  ``openmrc run --partitioned``; see docs/parallel.md.)
-* **Randomness** is per entity: each port draws its ECN marks and losses from its
-  own generator (the sequential run shares one across the fabric).
+* **Entities and the event key** are the sequential run's
+  (:mod:`openmrc.sim.engine`, :mod:`openmrc.sim.entities`): every host (its NIC,
+  ports and transport context) and every switch (with its egress ports) is an
+  entity; two more are the experiment's global actions (faults, flow starts set
+  up before the run) and the sampler.  An event runs on behalf of one entity (the
+  one whose state it changes: a packet's arrival, the receiving switch or host)
+  and is keyed ``(time, scheduling entity << 40 | that entity's counter)``: the
+  key of every event is the same whichever process runs it, so events at equal
+  times run in the same order for K = 1, 2, 4 ... as in ``openmrc run``.
+* **Randomness** is per entity (as in the sequential run): each port draws its
+  ECN marks and losses from its own generator, each host its per-EV losses.
 * **Partitioning**: by rack groups: T0 index ``i`` of every plane with its hosts
   goes to rank ``i * K // t0s``; T1 ``k`` of plane ``p`` to rank
   ``(p * t1s + k) % K``.  Only T0-T1 links cross ranks; their delay (link delay
@@ -30,12 +28,17 @@ How it works (docs/parallel.md has the reasons):
 
 Flows need their QPs, memory regions and receives at both ends: a partitioned
 run makes them for every flow before the run, in flow order (the sequential run
-makes them when each flow starts).  A flow released by a dependency starts on
+opens the QPs so too, and posts the buffers when each flow starts, which is the
+same when a connection's flows start in flow order; a partitioned run refuses
+the others).  A flow released by a dependency starts on
 the rank that saw the dependency met: its source must be there.
 
+A rank runs the native kernel when it is built (:class:`NativePartitionedSimulator`:
+the kernel routes events for other ranks' entities to its outbox), else pure
+Python (:class:`PartitionedSimulator`); the same results either way.
+
 Not supported yet (refused with one line): the controller, the clustermapper,
-queue sampling, the RoCE/IB baselines, the
-native kernel (``OPENMRC_PURE_PYTHON=1`` is required), flow dependencies whose
+queue sampling, the RoCE/IB baselines, flow dependencies whose
 release and start are on different ranks.
 """
 
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import time
 from collections.abc import Callable
 from heapq import heappop, heappush
@@ -52,20 +54,12 @@ from typing import Any, Protocol
 
 from ..transport import QPState
 from ..wire.pcap import PcapWriter
+from ._native import NATIVE
 from .capture import Capture
-from .engine import PySimulator, quiet_gc
+from .engine import GLOBAL, SAMPLER, PySimulator, Simulator, quiet_gc
 from .experiment import Experiment
 from .flows import SEQ_SHIFT, Poster
 from .sampling import Sampler
-
-#: Entity of the experiment's global actions (set-up, faults): runs on every rank.
-GLOBAL = 0
-#: Entity of the sampler's ticks: runs on every rank.
-SAMPLER = 1
-#: Entity number of host 0 (switches follow the hosts).
-FIRST_HOST = 2
-#: Bits of the per-entity counter in an event key.
-KEY_SHIFT = 40
 
 
 class PartitionError(ValueError):
@@ -158,38 +152,26 @@ def partitioned_class(transport_name: Any) -> type[Experiment] | None:
         raise PartitionError(
             f"partitioned run: transport {transport_name!r} is not supported (only mrc)"
         )
-    from ._native import NATIVE
-
-    if NATIVE:
-        raise PartitionError(
-            "partitioned run: needs the pure-Python simulator (set OPENMRC_PURE_PYTHON=1); "
-            "the native kernel has no partition-independent event order yet"
-        )
     return PartitionedExperiment
 
 
 # ----- the event loop ------------------------------------------------------------------
 class PartitionedSimulator(PySimulator):
-    """The pure-Python event loop of one rank: events keyed by entity, not by insertion.
+    """The pure-Python event loop of one rank: the sequential run's keys and entities,
+    and what crosses ranks.
 
-    An event is ``(time, key, callback, args, target)``; ``key`` is
-    ``entity << KEY_SHIFT | counter`` of the entity that scheduled it (:attr:`cur`
-    while it ran), ``target`` the entity it runs for.  Events for entities of
-    other ranks are dropped (global actions, which every rank schedules) or, when
-    they are a packet's arrival over a link between ranks, put in :attr:`outbox`.
+    An event is ``(time, key, callback, args, target)`` as in
+    :class:`PySimulator`.  Events for entities of other ranks are dropped
+    (global actions, which every rank schedules) or, when they are a packet's
+    arrival over a link between ranks, put in :attr:`outbox`.
     """
 
     __slots__ = (
-        "_seed",
-        "counters",
-        "cur",
         "cur_key",
         "global_events",
         "last_t",
-        "objects",
         "outbox",
         "owned",
-        "place",
         "port_index",
         "ports",
         "rank",
@@ -200,20 +182,14 @@ class PartitionedSimulator(PySimulator):
 
     def __init__(self, seed: int, rank: int, nranks: int) -> None:
         super().__init__(seed)
-        self._seed = seed
         self.rank = rank
-        self.cur = GLOBAL
         #: the running event's key, and how many host link listeners it has called
         #: so far (a capture's records are ordered by both)
         self.cur_key = -1
         self.sub = 0
-        self.counters: list[int] = [0, 0]
+        #: each entity's rank (-1: every rank's) and whether this rank holds it
         self.rank_of: list[int] = [-1, -1]
         self.owned: list[bool] = [True, True]
-        #: id(object) -> entity, for callbacks bound to fabric objects
-        self.objects: dict[int, int] = {}
-        #: other callbacks' placement: (callback, args) -> entity
-        self.place: Callable[[Any, tuple[Any, ...]], int] | None = None
         self.port_index: dict[int, int] = {}
         self.ports: list[Any] = []
         self.outbox: list[list[Any]] = [[] for _ in range(nranks)]
@@ -221,41 +197,20 @@ class PartitionedSimulator(PySimulator):
         self.last_t = 0
         self.sent = 0
 
-    def rng_for(self, name: str) -> random.Random:
-        """A port's own generator (same draws whichever rank holds the port)."""
-        return random.Random(f"{self._seed}:{name}")
-
-    def add_entity(self, rank: int, objects: list[Any]) -> int:
-        """A new entity held by ``rank``; events bound to ``objects`` run for it."""
-        e = len(self.counters)
-        self.counters.append(0)
-        self.rank_of.append(rank)
-        self.owned.append(rank == self.rank)
-        for obj in objects:
-            self.objects[id(obj)] = e
-        return e
-
-    def target(self, callback: Any, args: tuple[Any, ...]) -> int:
-        """The entity an event of ``callback(*args)`` runs for."""
-        e = self.objects.get(id(getattr(callback, "__self__", None)))
-        if e is not None:
-            return e
-        if self.place is not None:
-            return self.place(callback, args)
-        raise PartitionError(f"partitioned run: cannot place the event {callback!r}")
+    def set_ranks(self, ranks: list[int]) -> None:
+        """The rank of each entity past :data:`SAMPLER`, in entity order."""
+        self.rank_of = [-1, -1, *ranks]
+        self.owned = [True, True, *(r == self.rank for r in ranks)]
 
     def push(self, at_ps: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Schedule ``callback(*args)`` at ``at_ps`` with the current entity's next key."""
-        cur = self.cur
-        counters = self.counters
-        c = counters[cur]
-        counters[cur] = c + 1
-        key = cur << KEY_SHIFT | c
-        target = self.target(callback, args)
-        ev = (at_ps, key, callback, args, target)
+        ev = self.event(at_ps, callback, args)
+        target = ev[4]
         if self.owned[target]:
-            heappush(self.heap, ev)  # type: ignore[misc]
-        elif cur > SAMPLER:
+            heappush(self.heap, ev)
+            return ev
+        cur = self.cur
+        if cur > SAMPLER:
             via = args[1] if len(args) == 3 else None
             i = self.port_index.get(id(via))
             if i is None:
@@ -263,49 +218,17 @@ class PartitionedSimulator(PySimulator):
                     f"partitioned run: entity {cur} scheduled {callback!r} for entity "
                     f"{target} of rank {self.rank_of[target]} (only packets cross ranks)"
                 )
-            self.outbox[self.rank_of[target]].append((at_ps, key, i, args[2], args[0]))
+            self.outbox[self.rank_of[target]].append((at_ps, ev[1], i, args[2], args[0]))
             self.sent += 1
         # else: a global action's event for an entity of another rank, which runs it
         return ev
-
-    def push_as(self, entity: int, at_ps: int, callback: Callable[..., Any]) -> None:
-        """Schedule ``callback()`` with ``entity``'s next key (the driver, between windows)."""
-        saved = self.cur
-        self.cur = entity
-        try:
-            self.push(at_ps, callback, ())
-        finally:
-            self.cur = saved
 
     def arrive(self, at_ps: int, key: int, port_no: int, epoch: int, pkt: Any) -> None:
         """A packet another rank sent over port ``port_no``: its arrival, with its key."""
         port = self.ports[port_no]
         rx = port.rx
         ev = (at_ps, key, rx, (pkt, port, epoch), self.target(rx, ()))
-        heappush(self.heap, ev)  # type: ignore[misc]
-
-    def schedule(self, at_ps: int, callback: Callable[..., Any], *args: Any) -> Any:
-        """As :meth:`PySimulator.schedule`."""
-        if at_ps < self.now:
-            raise ValueError(f"schedule: time {at_ps} ps is in the past (now {self.now} ps)")
-        return self.push(at_ps, callback, args)
-
-    def after(self, delay_ps: int, callback: Callable[..., Any], *args: Any) -> Any:
-        """As :meth:`PySimulator.after`."""
-        if delay_ps < 0:
-            raise ValueError(f"after: negative delay {delay_ps} ps")
-        return self.push(self.now + delay_ps, callback, args)
-
-    def post(self, at_ps: int, callback: Callable[[Any], Any], arg: Any) -> None:
-        """As :meth:`PySimulator.post`."""
-        if at_ps < self.now:
-            raise ValueError(f"post: time {at_ps} ps is in the past (now {self.now} ps)")
-        self.push(at_ps, callback, (arg,))
-
-    def pending_callbacks(self) -> list[Any]:
-        """The scheduled calls not yet run nor cancelled, as ``(t, key, fn, args)``."""
-        cancelled = self.cancelled
-        return [ev[:4] for ev in self.heap if ev[1] not in cancelled]
+        heappush(self.heap, ev)
 
     def next_time(self) -> int | None:
         """When this rank's next event is (None: nothing scheduled)."""
@@ -362,6 +285,50 @@ class PartitionedSimulator(PySimulator):
         return out
 
 
+class NativePartitionedSimulator(Simulator):
+    """A rank's event loop on the native kernel: the same keys, entities and routing as
+    :class:`PartitionedSimulator` (the kernel routes an event for an entity of another
+    rank to its outbox: ``set_owned``, ``take_outbox``, ``arrive``, ``run_window``)."""
+
+    __slots__ = ("nranks", "owned", "port_index", "ports", "rank", "rank_of")
+
+    def __init__(self, seed: int, rank: int, nranks: int) -> None:
+        super().__init__(seed)
+        self.rank = rank
+        self.nranks = nranks
+        self.rank_of: list[int] = [-1, -1]
+        self.owned: list[bool] = [True, True]
+        self.port_index: dict[int, int] = {}
+        self.ports: list[Any] = []
+
+    def set_ranks(self, ranks: list[int]) -> None:
+        """The rank of each entity past :data:`SAMPLER`, in entity order."""
+        self.rank_of = [-1, -1, *ranks]
+        self.owned = [True, True, *(r == self.rank for r in ranks)]
+        self.set_owned(bytes(self.owned))  # type: ignore[attr-defined]
+
+    def take_outbox(self) -> list[list[Any]]:  # type: ignore[override]
+        """The packets for each rank since the last call (as PartitionedSimulator's)."""
+        out: list[list[Any]] = [[] for _ in range(self.nranks)]
+        rank_of = self.rank_of
+        index = self.port_index
+        for target, t, key, port, epoch, pkt in super().take_outbox():  # type: ignore[misc]
+            out[rank_of[target]].append((t, key, index[id(port)], epoch, pkt))
+        return out
+
+    def arrive(self, at_ps: int, key: int, port_no: int, epoch: int, pkt: Any) -> None:  # type: ignore[override]
+        """A packet another rank sent over port ``port_no``: its arrival, with its key."""
+        super().arrive(at_ps, key, self.ports[port_no], epoch, pkt)  # type: ignore[misc]
+
+
+#: A rank's event loop: pure Python or on the native kernel (type-checked as the first,
+#: whose API the second has).
+RANK_SIMULATORS: tuple[type[PartitionedSimulator], ...] = (
+    PartitionedSimulator,
+    NativePartitionedSimulator,  # type: ignore[assignment]
+)
+
+
 # ----- the partition -------------------------------------------------------------------
 def rank_of_t0(i: int, t0s: int, nranks: int) -> int:
     """The rank of T0 index ``i`` (every plane's) and its hosts: contiguous rack groups."""
@@ -412,7 +379,7 @@ class PartitionedSampler(Sampler):
     def start(self) -> None:
         """Start ticking; ``armed`` stays False, so every host input reports to :meth:`wake`."""
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         self.t0 = sim.now
         self.sampling = True
         self.armed = False
@@ -444,7 +411,7 @@ class PartitionedSampler(Sampler):
         """From every rank's tick report and first input: re-arm, sleep or wake, as the
         sequential sampler would have; the time of the tick scheduled, if any."""
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         interval = self.interval_ps
         done = [t for t in ticks if t is not None]
         if done:
@@ -473,31 +440,6 @@ class PartitionedSampler(Sampler):
         return nxt
 
 
-class _HostEvLoss:
-    """Per-EV loss as one host applies it: the injector's settings (set by fault
-    events on every rank), the host's own generator (the sequential run shares one
-    across the hosts, whose draws would interleave differently per partition)."""
-
-    __slots__ = ("faults", "rng")
-
-    def __init__(self, faults: Any, host: int) -> None:
-        self.faults = faults
-        self.rng = random.Random(f"ev-loss:{host}")
-
-    @property
-    def ev_drop(self) -> dict[int, float]:
-        """The EVs losing packets now, with their probability."""
-        return self.faults.ev_drop  # type: ignore[no-any-return]
-
-    def drops(self, ev: int) -> bool:
-        """Whether a data packet on ``ev`` is dropped now (called by the sending host)."""
-        p = self.faults.ev_drop.get(ev)
-        if p is None or self.rng.random() >= p:
-            return False
-        self.faults.ev_dropped += 1
-        return True
-
-
 class _NoTaps:
     """A host of another rank, as a capture sees it: its taps are never called."""
 
@@ -509,7 +451,7 @@ class _Recorder:
     """A capture's writer on one rank: frames kept with the key of the event that
     made them (time, event key, host reaction, order), for rank 0 to merge."""
 
-    def __init__(self, sim: PartitionedSimulator) -> None:
+    def __init__(self, sim: Any) -> None:
         self.sim = sim
         self.records: list[tuple[int, int, int, int, bytes]] = []
 
@@ -548,41 +490,41 @@ class _Listener:
 class PartitionedExperiment(Experiment):
     """An MRC experiment run on one rank of a partitioned simulation (see the module)."""
 
-    def _new_simulator(self, seed: int) -> PartitionedSimulator:
+    def _new_simulator(self, seed: int) -> Any:
         comm = active_comm()
         assert comm is not None
         self._comm = comm
-        return PartitionedSimulator(seed, comm.rank, comm.size)
+        cls = NativePartitionedSimulator if NATIVE else PartitionedSimulator
+        return cls(seed, comm.rank, comm.size)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.queue_sample_interval_ps is not None:
             raise PartitionError("partitioned run: queue sampling is not supported yet")
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         spec = self.spec
         k = self._comm.size
         hpt = spec.hosts_per_t0
-        self._host_entity = []
-        for h in range(spec.hosts):
-            r = rank_of_t0(h // hpt, spec.t0s, k)
-            objs = [self.hosts[h], *self.fabric.host_ends[h], *self.fabric.host_ports[h]]  # type: ignore[has-type]
-            self._host_entity.append(sim.add_entity(r, objs))
+        # the entities are the sequential run's (made by Experiment, sim.entities):
+        # hosts, then switches in the fabric's order; each gets its rank here
+        ranks = [rank_of_t0(h // hpt, spec.t0s, k) for h in range(spec.hosts)]
         for sw in self.fabric.switches.values():
             info = sw.info
             if info.tier == 0:
-                r = rank_of_t0(info.index, spec.t0s, k)
+                ranks.append(rank_of_t0(info.index, spec.t0s, k))
             else:
-                r = rank_of_t1(info.plane, info.index, spec.t1s, k)
-            sim.add_entity(r, [sw, *[p for p in sw.ports if p is not None]])
+                ranks.append(rank_of_t1(info.plane, info.index, spec.t1s, k))
+        assert sim.entities() == 2 + len(ranks)
+        sim.set_ranks(ranks)
         sim.ports = list(self.fabric.ports)
         sim.port_index = {id(p): i for i, p in enumerate(sim.ports)}
-        sim.place = self._place
         # the lookahead: the least delay of a link between ranks
         look = None
         for port in sim.ports:
-            a = sim.objects[id(port)]
-            b = sim.target(port.rx, ())
+            a = sim.entity_of(port)
+            b = sim.entity_of(port.rx.__self__)
+            assert a is not None and b is not None  # (every port and receiver has one)
             if sim.rank_of[a] != sim.rank_of[b]:
                 look = port.delay if look is None else min(look, port.delay)
         self.lookahead_ps = look
@@ -599,9 +541,7 @@ class PartitionedExperiment(Experiment):
             self._open_flows,
             self._host_hooks,
         )
-        sim.objects[id(self.sampler)] = SAMPLER
-        for h, host in enumerate(self.hosts):  # type: ignore[has-type]
-            host.faults = _HostEvLoss(self.faults, h)
+        sim.set_entity(self.sampler, SAMPLER)
         self._capture_paths: list[Path] = []
         self._merged: dict[str, Any] | None = None
         self._index: dict[Any, int] = {}
@@ -622,12 +562,12 @@ class PartitionedExperiment(Experiment):
 
     def _mine(self, host: int) -> bool:
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         return sim.owned[self._host_entity[host]]
 
     def _rank(self, host: int) -> int:
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         return sim.rank_of[self._host_entity[host]]
 
     # -- what is not supported yet --------------------------------------------------
@@ -639,7 +579,7 @@ class PartitionedExperiment(Experiment):
         """As :meth:`Experiment.capture`: each rank records what its hosts send and
         receive, rank 0 writes the file in event order after the run."""
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         nics = [h if self._mine(i) else _NoTaps() for i, h in enumerate(self.hosts)]
         # (only rank 0 writes the file: the others open nothing of it)
         cap = Capture(self.topology, nics, path if self._comm.rank == 0 else os.devnull, hosts)
@@ -689,28 +629,23 @@ class PartitionedExperiment(Experiment):
 
     # -- flows: both ends made before the run ---------------------------------------
     def _prepare_flows(self) -> None:
-        """QPs, memory regions, payloads and receives of every flow, in flow order."""
+        """Memory regions, payloads and receives of every flow, in flow order (its QPs
+        were opened when it was added, as in the sequential run)."""
         seqs: dict[int, int] = {}
         flow: Any
         for i, flow in enumerate(self.flows):
             self._index[flow] = i
-            spec = flow.spec
-            if spec.conn:
-                conn = self._conn_for(spec, 0)
+            conn = flow.conn
+            if conn is not None:
                 pa, pb = conn.pa, conn.pb
-                flow.qas, flow.qbs = list(conn.qas), list(conn.qbs)
-                flow.conn = conn
                 seq = seqs.get(id(conn), 0)
                 seqs[id(conn)] = seq + 1
             else:
-                pa, pb, flow.qas, flow.qbs = self._open_qps(
-                    spec, 0, self._noter(spec.src, {flow: None})
-                )
+                pa, pb = flow.qas[0].pd, flow.qbs[0].pd
                 seq = 0
-                conn = None
             self._post_buffers(flow, pa, pb, conn, seq)
             if flow.watch_rx:
-                self._watch_rx(flow, spec.dst)
+                self._watch_rx(flow, flow.spec.dst)
 
     def _start(self, flow: Any) -> None:
         """The source's half of a flow's start (its QPs and receives exist already)."""
@@ -765,7 +700,7 @@ class PartitionedExperiment(Experiment):
     def _run(self, until_ps: int | None) -> Any:
         comm = self._comm
         sim = self.sim
-        assert isinstance(sim, PartitionedSimulator)
+        assert isinstance(sim, RANK_SIMULATORS)
         nranks = comm.size
         rank = comm.rank
         self._prepare_flows()
@@ -817,6 +752,11 @@ class PartitionedExperiment(Experiment):
                     final = comm.allgather((sampler.tick, sampler.first_wake))
                     sampler.tick = None
                     sampler.decide([f[0] for f in final], [f[1] for f in final])
+                    if not sampler.asleep:
+                        # the last, partial interval, as the sequential run's
+                        # Sampler.finish records it (every rank its part)
+                        sampler.sample()
+                        sampler.tick = None
                     break
                 if any(st[1] is not None for st in statuses):
                     if pause is not None:
@@ -1005,11 +945,16 @@ class PartitionedExperiment(Experiment):
             ):
                 for i, vals in f[key]:
                     obj = objs[i]
+                    queued = []
                     for n, v in zip(fields, vals, strict=True):
                         if n == "max_queue_bytes":
                             setattr(obj, n, max(getattr(obj, n), v))
+                        elif n in ("data_bytes", "prio_bytes"):
+                            queued.append(getattr(obj, n) + v)
                         else:
                             setattr(obj, n, getattr(obj, n) + v)
+                    if queued:  # (read-only on a native port)
+                        obj.report_queued(*queued)
         ev_rows: list[Any] = []
         qp_rows: list[Any] = []
         per_host: dict[int, Any] = {}

@@ -26,7 +26,7 @@ Byte counts include Ethernet framing (``framing`` bytes per packet).
 built (see :mod:`openmrc.sim._native`), :class:`PyEgressPort` otherwise; the
 same behaviour and attributes.  The native one needs the native
 :class:`~openmrc.sim.engine.Simulator`; its ``data`` / ``prio`` queues read as
-lists (copies) and ``txev`` as ``None`` or ``(time, seq)``.  On the native
+lists (copies) and ``txev`` as ``None`` or ``(time, key)``.  On the native
 port the state it keeps consistent itself is read-only (``busy_until``,
 ``data_bytes``, ``prio_bytes``, ``epoch``, ``up``, ``silent``, ``loss``,
 ``rate_bps``, ``delay``, ``framing``, ``trim``, ``lasthop``, ``ecn``,
@@ -174,10 +174,9 @@ class PyEgressPort(PortReport):
             raise ValueError(f"EgressPort {name}: delay must not be negative, got {delay_ps}")
         self.sim = sim
         self._push = sim.push
-        # one generator for the whole fabric, or the port's own where the simulator
-        # gives each its own (a partitioned run: openmrc.sim.partition)
-        rng_for = getattr(sim, "rng_for", None)
-        self._rng = sim.rng if rng_for is None else rng_for(name)
+        # the port's own generator (sim.rng_for(name)), made on its first draw: most
+        # ports never draw (no loss, no ECN ramp), and a generator is 2.5 KB
+        self._rng: Any = None
         self.name = name
         self.peer = peer
         self.link: Any = None
@@ -269,7 +268,7 @@ class PyEgressPort(PortReport):
             if q + wb <= self.data_limit:
                 if self.ecn and q > self.kmin:
                     kmax = self.kmax
-                    if q >= kmax or self._rng.random() * (kmax - self.kmin) < q - self.kmin:
+                    if q >= kmax or self._draw() * (kmax - self.kmin) < q - self.kmin:
                         pkt.ecn = True
                         self.ecn_marks += 1
                 self.data.append(pkt)
@@ -350,10 +349,17 @@ class PyEgressPort(PortReport):
         if self.silent:
             self.lost_silent += 1
             return True
-        if self.loss and self._rng.random() < self.loss:
+        if self.loss and self._draw() < self.loss:
             self.lost += 1
             return True
         return False
+
+    def _draw(self) -> float:
+        """The next draw of the port's own generator (made on the first)."""
+        rng = self._rng
+        if rng is None:
+            rng = self._rng = self.sim.rng_for(self.name)
+        return rng.random()  # type: ignore[no-any-return]
 
     def lost_in_flight(self, pkt: Packet) -> None:
         """The far end calls this for a packet sent before the link went down."""
@@ -383,6 +389,14 @@ class PyEgressPort(PortReport):
             self.sim.cancel(self.txev)
             self.txev = None
         self.busy_until = self.sim.now
+
+    def report_queued(self, data_bytes: int, prio_bytes: int) -> None:
+        """After a partitioned run: the bytes another rank reported queued at this port
+        (rank 0 merges them; its own queues are empty, the port's events ran there)."""
+        if self.data or self.prio:
+            raise ValueError("report_queued: the port has packets queued")
+        self.data_bytes = data_bytes
+        self.prio_bytes = prio_bytes
 
     def set_impairment(self, silent: bool | None = None, loss: float | None = None) -> None:
         """Set the silent flag and/or the random loss probability of this direction."""

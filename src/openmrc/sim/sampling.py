@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..wire.packets import DataPacket
-from .engine import Simulator
+from .engine import SAMPLER, Simulator
 from .flows import Flow
 
 
@@ -68,7 +68,7 @@ class Sampler:
         self.t0 = self.sim.now
         self.sampling = True
         self.armed = True
-        self.sim.after(self.interval_ps, self.sample)
+        self.sim.push_as(SAMPLER, self.t0 + self.interval_ps, self.sample)
 
     def finish(self) -> None:
         """The run stopped at its last completion, inside a sampling interval: record
@@ -164,7 +164,9 @@ class Sampler:
             self.skipped += skip
         self.armed = True
         self.hooks(False)
-        self.sim.schedule(self.t0 + (due + 1) * interval, self.sample)
+        # keyed as the sampler's own event (not as the host input that woke it), as a
+        # partitioned run, which decides wake-ups between windows, keys it
+        self.sim.push_as(SAMPLER, self.t0 + (due + 1) * interval, self.sample)
 
     def track_ev(self, hosts: list[Any]) -> None:
         """Record data bytes sent per (host, EV) per tick, from taps on ``hosts`` (MRC)."""
