@@ -255,6 +255,29 @@ def test_progress_bar_reads_the_run_without_changing_it() -> None:
     assert with_bar == without
 
 
+def test_progress_bar_shows_the_set_up_before_the_run() -> None:
+    # the CLI starts the bar before it builds the experiment (issue 20: progress
+    # from the first second, set-up included) and hands it the experiment once built
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with RunProgress(None, "test", True, delay_s=0.0, console=console) as bar:
+        deadline = time.monotonic() + 30
+        while "setting up" not in buf.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "setting up" in buf.getvalue()
+        scenario, _ = load_scenario(LINK, SMALL[1:6:2])
+        exp = scenario.build()
+        bar.exp = exp
+        exp.sim.run(5_000_000)
+        deadline = time.monotonic() + 30
+        while "5.0 us simulated" not in buf.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert bar.shown
+    assert "5.0 us simulated" in buf.getvalue()
+
+
 def _cli(*args: str) -> list[str]:
     return [
         sys.executable,

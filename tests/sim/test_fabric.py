@@ -124,6 +124,22 @@ def test_path_for_cached_and_matches_topology() -> None:
     assert fabric.path_for(1, 4, ev) is r
 
 
+def test_route_cache_keeps_one_route_per_peer_plane_and_t1() -> None:
+    # every EV to a peer under the same T0 has the same route on a plane, and between
+    # T0s every EV whose path picks the same T1: the cache keeps one route for them
+    # all, and each is the topology's route for the EV asked for
+    _, fabric, _ = build(ClosSpec(planes=2, t0s=3, hosts_per_t0=2, t1s=3))
+    topo = fabric.topology
+    for dst in (1, 4):  # host 0's T0 neighbour, a host under another T0
+        for plane in range(2):
+            for path in range(40):
+                for spare in (0, 9):
+                    ev = make_ev(plane, path, spare)
+                    assert fabric.path_for(0, dst, ev) == topo.path_address(0, dst, ev)
+    cache = fabric.routes_from(0)
+    assert len(cache) == 2 * 1 + 2 * 3  # same T0: a route per plane; else per plane and T1
+
+
 def test_host_port_send_returns_drain_time() -> None:
     _sim, fabric, _ = build()
     port = fabric.host_port(0, 0)
@@ -302,3 +318,35 @@ def test_queue_sampling_stops_by_itself() -> None:
     assert samples and samples[0][1] == "h0:0->p0t0x0"
     assert max(s[2] for s in samples) > 0
     assert sim.now < 10**8
+
+
+def test_a_nic_finds_its_routes_in_the_cache_by_the_same_key() -> None:
+    # a ring of 256 KiB flows (host h to h + 1) over 8 planes: each host sprays over
+    # 256 EVs to one peer and ACKs another; its NIC (SimHost.kick) looks routes up by
+    # route_key, so the fabric computes each route once, and a host keeps a route per
+    # plane for a peer under its T0 (per plane and T1 for the others)
+    from openmrc.sim.experiment import Experiment
+    from openmrc.workloads import FlowSpec
+
+    spec = ClosSpec(planes=8, t0s=2, hosts_per_t0=4, t1s=4)
+    exp = Experiment(spec, seed=1)
+    n = spec.hosts
+    exp.add_flows([FlowSpec(h, (h + 1) % n, 256 << 10) for h in range(n)])
+    fabric = exp.fabric
+    computed = []
+    path_for = fabric.path_for
+
+    def counting(src: int, dst: int, ev: int) -> int:
+        computed.append((src, dst, ev))
+        return path_for(src, dst, ev)
+
+    fabric.path_for = counting  # type: ignore[method-assign]
+    result = exp.run()
+    assert result.all_ok
+    cached = sum(len(fabric.routes_from(h)) for h in range(n))
+    assert len(computed) == cached  # a miss per route, not per packet
+    # host 1: peers 0 and 2 under its T0, at most a route per plane each (its data
+    # went out on all 8)
+    assert 8 <= len(fabric.routes_from(1)) <= 2 * 8
+    # host 3 sends to host 4 under the other T0: at most a route per plane and T1
+    assert len(fabric.routes_from(3)) <= 8 + 8 * 4

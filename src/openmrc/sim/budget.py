@@ -31,14 +31,15 @@ BYTES_PER_LINK = 600
 #: listeners, route cache and its share of the topology's names.
 BYTES_PER_HOST = 6_500
 #: One MRC queue pair (each connection has two: the sender's and the receiver's)
-#: over its run: its EV table, congestion control state and queues (about 24 KB when
-#: its flow starts), then what sending adds besides the packets themselves: the EV
-#: ids and ECN state, the records of its transmissions in flight (``Tx``, per-PSN
-#: and per-EV), and its host's route cache entries (one per EV and peer).  A
-#: sendrecv of 512 hosts x 8 planes added 162 KB of peak RSS per QP over its run
-#: (with the simulator's default switch latency), of which about 89 KB is this
-#: budget's packets in flight (docs/performance.md).
-BYTES_PER_QP = 90_000
+#: over its run beyond this budget's packets in flight: its EV table, congestion
+#: control state and queues (about 24 KB when its flow starts), then what sending
+#: adds: the EV ids and ECN state, and the records of its transmissions in flight
+#: (``Tx``, ``PsnRecords``, ``flight``, the per-EV send order ``ev_sent``) and its
+#: host's route cache entries.  A sendrecv of 512 hosts x 8 planes added 98 KB of
+#: peak RSS per QP over its run, packets in flight included (this budget: 40 KB
+#: per QP and 89 KB of packets in flight); sendrecv-2048 and sendrecv-42k measured
+#: under the estimate this gives (docs/performance.md).
+BYTES_PER_QP = 40_000
 #: One packet in flight (on a wire or in a queue): the packet object (192 B) and
 #: its event in the heap (32 B), rounded up.
 BYTES_PER_PACKET = 256

@@ -80,6 +80,20 @@ class _PlaneWatcher:
         self.on_link(self.plane, up, now)
 
 
+def route_key(src: int, dst: int, ev: int, hosts_per_t0: int, t1s: int) -> int:
+    """The route cache's key for ``src`` to ``dst`` on ``ev``: only what the route
+    depends on.  Under one T0 that is ``dst`` and the EV's plane; between T0s also the
+    T1 the EV's path picks (its path number modulo ``t1s``).  Every EV with the same
+    key has the same route, so a host keeps a handful of routes per peer and plane,
+    not one per EV (256 per QP): the key is ``dst << 16`` and the canonical EV's low
+    16 bits.  ``SimHost.kick`` computes the same key inline.
+    """
+    plane = ev & 0xF
+    if src // hosts_per_t0 == dst // hosts_per_t0:
+        return dst << 16 | plane
+    return dst << 16 | ((ev >> 4) & 0xFFF) % t1s << 4 | plane
+
+
 class Fabric:
     """Switches, links and ports of one topology, driven by one simulator."""
 
@@ -105,8 +119,8 @@ class Fabric:
             [HostEnd(sim, h, p) for p in range(spec.planes)] for h in range(spec.hosts)
         ]
         self._host_links: list[list[Link]] = [[] for _ in range(spec.hosts)]
-        #: per source host, the routes computed so far, by ``dst << 16 | (ev & 0xFFFF)``
-        #: (what a route depends on); :meth:`routes_from` hands a host its own
+        #: per source host, the routes computed so far, by :func:`route_key` (what a
+        #: route depends on); :meth:`routes_from` hands a host its own
         self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
         self.metrics = Metrics(self)
         self._build()
@@ -257,7 +271,8 @@ class Fabric:
         if type(src) is not int or type(dst) is not int or not 0 <= src < len(self._routes):
             return self._compute_route(src, dst, ev)  # raises the right ValueError
         cache = self._routes[src]
-        key = dst << 16 | (ev & 0xFFFF)
+        spec = self.topology.spec
+        key = route_key(src, dst, ev, spec.hosts_per_t0, spec.t1s)
         route = cache.get(key)
         if route is None:
             route = self._compute_route(src, dst, ev)
@@ -265,7 +280,7 @@ class Fabric:
         return route
 
     def routes_from(self, src: int) -> dict[int, int]:
-        """The route cache of source host ``src``, by ``dst << 16 | (ev & 0xFFFF)``.
+        """The route cache of source host ``src``, by :func:`route_key`.
 
         The NIC reads it directly on its per-packet path and calls :meth:`path_for`
         (which fills it) only on a miss.

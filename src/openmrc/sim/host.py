@@ -58,10 +58,13 @@ class SimHost:
 
     __slots__ = (
         "_all_busy",
+        "_hpt",
         "_post",
         "_pump_at",
         "_pump_cb",
         "_routes",
+        "_t0",
+        "_t1s",
         "_timer_at",
         "_timer_cb",
         "ctx",
@@ -87,9 +90,14 @@ class SimHost:
         # Optional: compiled, no boxing or object comparison per packet)
         self._pump_at = -1
         self._timer_at = -1
-        #: the fabric's route cache for this source, by ``peer << 16 | (ev & 0xFFFF)``:
-        #: read here without a Python call; ``Fabric.path_for`` fills it on a miss.
+        #: the fabric's route cache for this source, by ``fabric.route_key`` (computed
+        #: inline in kick): read here without a Python call; ``Fabric.path_for``
+        #: fills it on a miss.
         self._routes: dict[int, int] = fabric.routes_from(index)
+        spec = fabric.topology.spec
+        self._hpt = spec.hosts_per_t0
+        self._t0 = index // spec.hosts_per_t0
+        self._t1s = spec.t1s
         # the bound methods kick schedules, made once instead of per schedule
         self._pump_cb: Callable[[int], None] = self._on_pump
         self._timer_cb: Callable[[int], None] = self._on_timer
@@ -228,7 +236,11 @@ class SimHost:
             peer = qp.peer
             ev = pkt.ev
             if type(peer) is int:
-                key = peer << 16 | (ev & 0xFFFF)
+                # fabric.route_key: the peer, the plane, and between T0s the T1
+                if peer // self._hpt == self._t0:
+                    key = peer << 16 | (ev & 0xF)
+                else:
+                    key = peer << 16 | ((ev >> 4) & 0xFFF) % self._t1s << 4 | (ev & 0xF)
                 route = routes.get(key)
                 if route is None:
                     route = fabric.path_for(src, peer, ev)

@@ -495,6 +495,71 @@ class _StateView:
 
 
 @final
+class EvIds:
+    """EV -> id (its index in the QP's EV array), as the dict it replaces: ``get``,
+    and item assignment of the next id; a later id for the same EV replaces the
+    earlier one.
+
+    A QP knows hundreds of EVs: a dict of them with a boxed key each is about 17 KB
+    per QP, this open-addressing table over two arrays about 3 KB
+    (docs/performance.md, the memory budget).
+    """
+
+    __slots__ = ("_keys", "_mask", "_tab", "_used")
+
+    def __init__(self, evs: Sequence[int]) -> None:
+        #: the EV of each id (ids are its positions).
+        self._keys: array[int] = array("I")
+        #: slots of the table: an id, -1 when free; at most half are used.
+        self._tab: array[int] = array("i", [-1]) * 16
+        self._mask = 15
+        self._used = 0
+        for i, ev in enumerate(evs):
+            self[ev] = i
+
+    def _find(self, ev: int) -> int:
+        """The slot of ``ev`` in the table, or the free slot where it would go."""
+        mask = self._mask
+        h = (ev ^ (ev >> 16) ^ (ev >> 7)) & mask
+        tab = self._tab
+        keys = self._keys
+        while True:
+            j = tab[h]
+            if j < 0 or keys[j] == ev:
+                return h
+            h = (h + 1) & mask
+
+    def get(self, ev: int, default: int = -1) -> int:
+        """The id of ``ev``, or ``default`` when it has none."""
+        if not 0 <= ev < 1 << 32:
+            return default
+        j = self._tab[self._find(ev)]
+        return default if j < 0 else j
+
+    def __setitem__(self, ev: int, i: int) -> None:
+        keys = self._keys
+        if i != len(keys):
+            raise ValueError(f"EvIds: ids come in order, {len(keys)} next, not {i}")
+        keys.append(ev)
+        h = self._find(ev)
+        if self._tab[h] < 0:
+            self._used += 1
+        self._tab[h] = i
+        if 2 * self._used > self._mask + 1:
+            self._grow()
+
+    def _grow(self) -> None:
+        """Double the table and put every EV back, the later id of an EV last."""
+        self._mask = 2 * self._mask + 1
+        self._tab = array("i", [-1]) * (self._mask + 1)
+        self._used = 0
+        for i, ev in enumerate(self._keys):
+            h = self._find(ev)
+            if self._tab[h] < 0:
+                self._used += 1
+            self._tab[h] = i
+
+
 class PathSet:
     """Active EVs, backups, states, rotation and probing for one QP."""
 
@@ -571,7 +636,7 @@ class PathSet:
         #: EV -> id, made at the first feedback (a QP that never sends never needs
         #: it): a dict, since a lookup runs for every ACK and a dict's is far the
         #: cheapest (an array hash table cost twice the old code's instructions).
-        self._ids: dict[int, int] | None = None
+        self._ids: EvIds | None = None
         #: the rotation: the id in each slot (a list: it is read for every packet, and
         #: ids below 256 are shared small ints).
         self._slots: list[int] = []
@@ -693,12 +758,12 @@ class PathSet:
         self.usable = len(slots)
 
     # -- EV ids -------------------------------------------------------------------------
-    def _lookup(self) -> dict[int, int]:
+    def _lookup(self) -> EvIds:
         """The EV -> id map, made (with the ECN state) at the first feedback."""
         ids = self._ids
         if ids is None:
             n = len(self._evs)
-            ids = self._ids = dict(zip(self._evs, range(n), strict=True))
+            ids = self._ids = EvIds(self._evs)
             self._rate = array("d", [_NO_RATE]) * n
             self._run = array("H", bytes(2 * n))
         return ids

@@ -35,6 +35,7 @@ and non-last-hop trims make the EV SKIP.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
@@ -85,6 +86,14 @@ FATAL_NACKS: dict[NackReason, WCStatus] = {
     NackReason.INVALID_REQUEST: WCStatus.REM_INV_REQ_ERR,
     NackReason.QP_NOT_READY: WCStatus.REM_OP_ERR,
 }
+
+
+def _find_pair(q: array[int], psn: int, sent: int) -> int:
+    """Where the pair ``psn, sent`` first starts in the flat pairs ``q``, or -1."""
+    for i in range(0, len(q), 2):
+        if q[i] == psn and q[i + 1] == sent:
+            return i
+    return -1
 
 
 class SendOp:
@@ -204,6 +213,79 @@ class Tx:
         self.probed = False
 
 
+class PsnRecords:
+    """The records of the PSNs sent and not yet acknowledged, by PSN: the part of a
+    dict ``{psn: Tx}`` the requester uses, kept as a list over the PSN window.
+
+    The PSNs outstanding are a window from the oldest unacknowledged one, and new ones
+    are added at its end: a list slot (8 bytes) per PSN of the window instead of a
+    dict entry and a boxed PSN (about 60 bytes; docs/performance.md, the memory
+    budget).  Slots of PSNs acknowledged out of order hold None; the front is trimmed
+    as the oldest are acknowledged.
+    """
+
+    __slots__ = ("_base", "_count", "_txs")
+
+    def __init__(self) -> None:
+        #: the PSN of ``_txs[0]``.
+        self._base = 0
+        self._txs: list[Tx | None] = []
+        #: records held (slots not None).
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def get(self, psn: int) -> Tx | None:
+        """The record of ``psn``, or None when it is not outstanding."""
+        i = psn - self._base
+        if 0 <= i < len(self._txs):
+            return self._txs[i]
+        return None
+
+    def __contains__(self, psn: int) -> bool:
+        return self.get(psn) is not None
+
+    def __setitem__(self, psn: int, tx: Tx) -> None:
+        txs = self._txs
+        if not txs:
+            self._base = psn
+        i = psn - self._base
+        if i < 0:
+            txs[:0] = [None] * -i
+            self._base = psn
+            i = 0
+        while i > len(txs):
+            txs.append(None)
+        if i == len(txs):
+            txs.append(tx)
+            self._count += 1
+        else:
+            if txs[i] is None:
+                self._count += 1
+            txs[i] = tx
+
+    def __delitem__(self, psn: int) -> None:
+        i = psn - self._base
+        txs = self._txs
+        if not 0 <= i < len(txs) or txs[i] is None:
+            raise KeyError(psn)
+        txs[i] = None
+        self._count -= 1
+        if i == 0:
+            k = 1
+            n = len(txs)
+            while k < n and txs[k] is None:
+                k += 1
+            del txs[:k]
+            self._base += k
+
+    def clear(self) -> None:
+        """Forget every record."""
+        self._txs.clear()
+        self._count = 0
+
+
 class Requester:
     """Send-side state of one QP."""
 
@@ -221,8 +303,11 @@ class Requester:
         self.snd_una = 0
         self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
         self.to_segment: deque[SendOp] = deque()  # posted, not yet fully segmented
-        self.unacked: dict[int, Tx] = {}
-        self.flight: dict[int, Tx] = {}  # in send order (re-inserted on retransmission)
+        self.unacked = PsnRecords()
+        #: the transmissions in flight, in send order (re-inserted on retransmission):
+        #: a dict of the records themselves (no value), which costs no PSN object
+        #: per entry (docs/performance.md, the memory budget).
+        self.flight: dict[Tx, None] = {}
         self.retx: deque[Tx] = deque()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
         #: cumulatively: the responder may still refuse such a message (no
@@ -245,12 +330,14 @@ class Requester:
         #: the timestamp echo of the last RTT sample taken (one per ACK event)
         self.last_sample_ts = -1
         self.rack_deadline: int | None = None
-        #: per EV, its transmissions not yet resolved, (PSN, send time) in send
-        #: order: the order evidence of loss on that EV (see :meth:`_on_order`).
-        #: Only EVs with some are keys, and each holds a list, not a deque: a QP
-        #: sprays over hundreds of EVs with a few packets each in flight, and an
-        #: empty deque is 600 bytes (docs/performance.md, the memory budget).
-        self.ev_sent: dict[int, list[tuple[int, int]]] = {}
+        #: per EV, its transmissions not yet resolved, in send order, as flat
+        #: pairs ``PSN, send time`` in an unsigned 64-bit array (a send time is a
+        #: 64-bit field on the wire): the order evidence of loss on that EV (see
+        #: :meth:`_on_order`).  Only EVs with some are keys.  A
+        #: QP sprays over hundreds of EVs with a few packets each in flight: a
+        #: pair costs 16 bytes here against 136 as a tuple in a list, and an
+        #: empty deque was 600 bytes (docs/performance.md, the memory budget).
+        self.ev_sent: dict[int, array[int]] = {}
         #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
@@ -398,12 +485,13 @@ class Requester:
         tx.probed = False
         if retransmit:
             tx.resent = True
-        self.flight[tx.psn] = tx
+        self.flight[tx] = None
         self.inflight += tx.length
         q = self.ev_sent.get(ev)
         if q is None:
-            q = self.ev_sent[ev] = []
-        q.append((tx.psn, now))
+            q = self.ev_sent[ev] = array("Q")
+        q.append(tx.psn)
+        q.append(now)
         last = tx.opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
         # last thing to send): coalescing at the receiver would otherwise hold
@@ -662,31 +750,32 @@ class Requester:
         q = self.ev_sent.get(tx.ev)
         if not q:
             return
-        me = (tx.psn, tx.sent)
-        if q[0] == me:
-            if len(q) == 1:
+        psn = tx.psn
+        sent = tx.sent
+        if q[0] == psn and q[1] == sent:
+            if len(q) == 2:
                 del self.ev_sent[tx.ev]
             else:
-                del q[0]
+                del q[:2]
             return
-        if me not in q:
+        k = _find_pair(q, psn, sent)
+        if k < 0:
             return
         unacked = self.unacked
         gaps = self.gaps
         due = -1
-        k = q.index(me)
         before = q[:k]
-        if k + 1 == len(q):
+        if k + 2 == len(q):
             del self.ev_sent[tx.ev]
         else:
-            del q[: k + 1]
-        for rec in before:
-            if rec[0] in unacked:
+            del q[: k + 2]
+        for i in range(0, k, 2):
+            if before[i] in unacked:
                 if due < 0:
                     due = now + self.gap_allowance()
                     if self.rack_deadline is None or due < self.rack_deadline:
                         self.rack_deadline = due
-                gaps[rec] = (tx.ev, due)
+                gaps[(before[i], before[i + 1])] = (tx.ev, due)
         self.ev_probes.pop(tx.ev, None)  # the EV delivers: no probe needed
 
     def _ack(self, tx: Tx) -> int:
@@ -696,7 +785,7 @@ class Requester:
         tx.acked = True
         del self.unacked[tx.psn]
         if tx.in_flight:
-            del self.flight[tx.psn]
+            del self.flight[tx]
             self.inflight -= tx.length
             tx.in_flight = False
             if tx.ack_req:
@@ -755,7 +844,7 @@ class Requester:
         probe_h = self.rack_rtt + self.gap_allowance()
         lost = []
         band = 0
-        for tx in self.flight.values():
+        for tx in self.flight:
             if tx.sent >= rack_xmit:
                 break
             deadline = tx.sent + horizon
@@ -838,7 +927,7 @@ class Requester:
         only probed (:meth:`_suspect`).  ``"timeout"`` blames the EV at once.
         """
         if tx.in_flight:
-            del self.flight[tx.psn]
+            del self.flight[tx]
             self.inflight -= tx.length
             tx.in_flight = False
             if tx.ack_req:
@@ -898,7 +987,7 @@ class Requester:
             # Out of flight (it is not in the network) and held: the window
             # moving releases it; until then the packets below it, in flight,
             # carry the timers.  Never resent at once only to be refused again.
-            del self.flight[tx.psn]
+            del self.flight[tx]
             self.inflight -= tx.length
             tx.in_flight = False
             if tx.ack_req:
@@ -916,11 +1005,14 @@ class Requester:
         if self.gaps.pop(rec, None) is not None:
             return
         q = self.ev_sent.get(nack.ev)
-        if q and rec in q:
-            if len(q) == 1:
+        if q:
+            k = _find_pair(q, nack.psn, nack.ts_echo)
+            if k < 0:
+                return
+            if len(q) == 2:
                 del self.ev_sent[nack.ev]
             else:
-                q.remove(rec)
+                del q[k : k + 2]
 
     def _learn_peer_window(self, nack: NackPacket) -> None:
         """Shrink the send PSN window to what a PSN_OUT_OF_WINDOW NACK proves.
@@ -986,7 +1078,7 @@ class Requester:
         best = -1 if probe is None else probe
         flight = self.flight
         if flight:
-            for tx in flight.values():  # noqa: B007 -- the oldest in flight
+            for tx in flight:  # noqa: B007 -- the oldest in flight
                 break
             rto = tx.sent + self.rto_for(tx)
             if best < 0 or rto < best:
@@ -1006,7 +1098,7 @@ class Requester:
         if self.rack_deadline is not None and self.rack_deadline <= now:
             self._detect_losses(now)
         if self.flight:
-            for tx in self.flight.values():  # noqa: B007 -- the oldest in flight
+            for tx in self.flight:  # noqa: B007 -- the oldest in flight
                 break
             if tx.sent + self.rto_for(tx) <= now:
                 if self.max_retries is not None and tx.retries >= self.max_retries:
