@@ -492,6 +492,23 @@ static void heap_pop(SimObject *s, Event *out)
     h[i] = *last;
 }
 
+/* Whether the popped event ``ev`` was cancelled (its key in ``s->cancelled``): 1 and
+ * its references released, 0 if not, -1 on error (ev untouched). Both run loops
+ * call it only while something is cancelled. */
+static int discard_cancelled(SimObject *s, Event *ev)
+{
+    PyObject *k = PyLong_FromLongLong(ev_key(ev));
+    if (k == NULL)
+        return -1;
+    int c = PySet_Discard(s->cancelled, k);
+    Py_DECREF(k);
+    if (c > 0) {
+        Py_XDECREF(ev->a);
+        Py_XDECREF(ev->b);
+    }
+    return c;
+}
+
 static int sim_cancel_key(SimObject *s, int64_t key)
 {
     PyObject *k = PyLong_FromLongLong(key);
@@ -2091,18 +2108,11 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
         }
         heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
-            PyObject *k = PyLong_FromLongLong(ev_key(&ev));
-            if (k == NULL)
-                goto fail_ev;
-            int c = PySet_Discard(s->cancelled, k);
-            Py_DECREF(k);
+            int c = discard_cancelled(s, &ev);
             if (c < 0)
                 goto fail_ev;
-            if (c) {
-                Py_XDECREF(ev.a);
-                Py_XDECREF(ev.b);
+            if (c)
                 continue;
-            }
         }
         s->now = ev_time(&ev);
         if (s->now_big) /* an event push()ed (unchecked) while now was past int64 */
@@ -2193,18 +2203,11 @@ static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
         }
         heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
-            PyObject *k = PyLong_FromLongLong(ev_key(&ev));
-            if (k == NULL)
-                goto fail_ev;
-            int c = PySet_Discard(s->cancelled, k);
-            Py_DECREF(k);
+            int c = discard_cancelled(s, &ev);
             if (c < 0)
                 goto fail_ev;
-            if (c) {
-                Py_XDECREF(ev.a);
-                Py_XDECREF(ev.b);
+            if (c)
                 continue;
-            }
         }
         s->now = ev_time(&ev);
         Py_CLEAR(s->now_big);

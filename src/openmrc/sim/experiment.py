@@ -826,6 +826,18 @@ class Experiment:
             conn.flows[seq] = flow
             conn.active[flow] = None
         self._post_buffers(flow, pa, pb, conn, seq)
+        self._begin_sending(flow, conn)
+        if flow.watch_rx:
+            self._watch_rx(flow, spec.dst)
+        # (the source only: what the receiver needs was posted above, and the
+        # partitioned run, whose receiver may be on another rank, kicks only it)
+        self.hosts[spec.src].kick(now)
+
+    def _begin_sending(self, flow: Any, conn: Any) -> None:
+        """A flow whose buffers are posted starts sending: its WRITEs go to its
+        connection's poster (its own when it has no connection), and its source host
+        looks at it on its next activity."""
+        src = flow.spec.src
         poster = conn.poster if conn is not None else Poster()
         flow.poster = poster
         poster.add(flow)
@@ -833,14 +845,9 @@ class Experiment:
         flow.pending = flow.nmsgs
         flow.status = "running"
         flow.order = next(self._order)
-        self._news_for(spec.src)[flow] = None  # looked at on the next activity, as every flow was
-        self.hosts[spec.src].on_activity = self._activity
-        self._sending.setdefault(spec.src, []).append(flow)
-        if flow.watch_rx:
-            self._watch_rx(flow, spec.dst)
-        # (the source only: what the receiver needs was posted above, and the
-        # partitioned run, whose receiver may be on another rank, kicks only it)
-        self.hosts[spec.src].kick(now)
+        self._news_for(src)[flow] = None  # looked at on the next activity, as every flow was
+        self.hosts[src].on_activity = self._activity
+        self._sending.setdefault(src, []).append(flow)
 
     def _post_buffers(self, flow: Any, pa: Any, pb: Any, conn: Any, seq: int) -> None:
         """A flow's memory regions (with its payload), where its messages sit in each of

@@ -58,7 +58,7 @@ from ._native import NATIVE
 from .capture import Capture
 from .engine import GLOBAL, SAMPLER, PySimulator, Simulator, quiet_gc
 from .experiment import Experiment
-from .flows import SEQ_SHIFT, Poster
+from .flows import SEQ_SHIFT
 from .sampling import Sampler
 
 
@@ -665,16 +665,7 @@ class PartitionedExperiment(Experiment):
             conn.flows[seq] = flow
             conn.started = seq + 1
             conn.active[flow] = None
-        poster = conn.poster if conn is not None else Poster()
-        flow.poster = poster
-        poster.add(flow)
-        poster.fill()
-        flow.pending = flow.nmsgs
-        flow.status = "running"
-        flow.order = next(self._order)
-        self._news_for(spec.src)[flow] = None
-        self.hosts[spec.src].on_activity = self._activity  # type: ignore[has-type]
-        self._sending.setdefault(spec.src, []).append(flow)
+        self._begin_sending(flow, conn)
         self.hosts[spec.src].kick(now)  # type: ignore[has-type]
 
     # -- the sampler: each rank its part, decisions at window boundaries ------------
