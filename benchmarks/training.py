@@ -103,6 +103,28 @@ def _per_collective(
     }
 
 
+def packet_draws(exp: Any, seed: int) -> Any:
+    """The packet run's ECMP draws as the flow level's ``path_hash``: for every RoCE QP,
+    the 64-bit hash its source T0 computes from its 5-tuple (the UDP source port the
+    packet run drew for the connection's QP), keyed by (src, dst, QP index).  One job
+    per scenario here: the flow level's connection is the job, the packet level's the
+    job and host pair, so (src, dst, QP) names the same QP in both."""
+    from openmrc.sim.fluid import ecmp_hash
+
+    fab, spec = exp.fabric, exp.spec
+    table: dict[tuple[int, int, int], int] = {}
+    for flow in exp.flows:
+        for i, snd in enumerate(getattr(flow, "senders", [])):
+            sw = fab.switches[fab.topology.t0_name(i % spec.planes, snd.src // spec.hosts_per_t0)]
+            table[(snd.src, snd.dst, i)] = sw.ecmp_index(snd.src, snd.dst, snd.sport, 1 << 64)
+
+    def path_hash(src: int, dst: int, conn: str, qp: int) -> int:
+        h = table.get((src, dst, qp))
+        return ecmp_hash(seed, src, dst, conn, qp) if h is None else h
+
+    return path_hash
+
+
 def compare_one(
     data: dict[str, Any], base: Path | None, transport: str, fault: bool, seed: int
 ) -> dict[str, Any]:
@@ -119,7 +141,8 @@ def compare_one(
     d.setdefault("run", {})["mode"] = "packet"
     sc = parse(d, base_dir=base)
     t = time.perf_counter()
-    res = sc.build().run()
+    exp = sc.build()
+    res = exp.run()
     pw = time.perf_counter() - t
     (pkt,) = packet_times(sc.jobs, sc.job_state, res)
     d["run"]["mode"] = "flow"
@@ -128,10 +151,19 @@ def compare_one(
     fr = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults).run()
     fw = time.perf_counter() - t
     flw = (fr.jobs[0].start, fr.jobs[0].end)
-    p = max((e for e in pkt[1] if e is not None), default=None)
-    f = max((e for e in flw[1] if e is not None), default=None)
-    p_us = None if p is None or None in pkt[1] else round(p / 1e6, 3)
-    f_us = None if f is None or None in flw[1] else round(f / 1e6, 3)
+    p_us, f_us = _step_us(pkt[1]), _step_us(flw[1])
+    row: dict[str, Any] = {}
+    if transport == "roce":
+        # the same job at flow level on the packet run's ECMP paths
+        model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+        model.path_hash = packet_draws(exp, sc.seed)
+        d_us = _step_us(model.run().jobs[0].end)
+        row = {
+            "flow_packet_draws_step_us": d_us,
+            "draws_diff_pct": None
+            if not p_us or d_us is None
+            else round(100 * (d_us - p_us) / p_us, 2),
+        }
     return {
         "transport": transport,
         "fault": fault,
@@ -139,10 +171,18 @@ def compare_one(
         "packet_step_us": p_us,
         "flow_step_us": f_us,
         "diff_pct": None if not p_us or f_us is None else round(100 * (f_us - p_us) / p_us, 2),
+        **row,
         "collectives": _per_collective(sc.jobs[0].graph, pkt, flw),
         "packet_wall_s": round(pw, 2),
         "flow_wall_s": round(fw, 3),
     }
+
+
+def _step_us(ends: list[Any]) -> float | None:
+    """A job's step (us) from its tasks' ends (None if a task never ended)."""
+    if not ends or None in ends:
+        return None
+    return round(max(ends) / 1e6, 3)
 
 
 def _small_jobs(big: bool) -> list[tuple[str, dict[str, Any], Path | None]]:

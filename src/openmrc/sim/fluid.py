@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,6 +290,7 @@ class FluidModel:
         adp_init_range: int = 2,
         pace_rings: bool = True,
         header_bytes: int | None = None,
+        path_hash: Callable[[int, int, str, int], int] | None = None,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -318,6 +320,11 @@ class FluidModel:
         self.adp_init_exp = adp_init_exp
         self.adp_init_range = adp_init_range
         self.seed = seed
+        #: RoCE / IB: a QP's ECMP hash from (src, dst, connection, QP); its T1 is the hash
+        #: modulo the live T1s, in T1 order (as the packet level's T0 picks among its next
+        #: hops).  None: ``ecmp_hash`` of the seed.  A calibration run gives the packet
+        #: run's own draws here to compare the two models' mechanisms on the same paths.
+        self.path_hash = path_hash
         #: ring collectives' flows are paced by their step chain (``pace``) and end one
         #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
         self.pace_rings = pace_rings
@@ -560,7 +567,10 @@ class FluidModel:
             if not live:
                 fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
-            h = ecmp_hash(self.seed, s, d, fl.conn, fl.qp)
+            if self.path_hash is None:
+                h = ecmp_hash(self.seed, s, d, fl.conn, fl.qp)
+            else:
+                h = self.path_hash(s, d, fl.conn, fl.qp)
             k = live[h % len(live)]
             res += [
                 self._link_up0 + (p * self.A + a) * K + k,
@@ -603,8 +613,16 @@ class FluidModel:
             cols = np.concatenate((cols, self.R + paced))
             vals = np.concatenate((vals, np.ones(len(paced))))
             fe = np.concatenate((fe, paced))
-        used_res, inv = np.unique(cols, return_inverse=True)
+        # the resources used, ascending, and each entry's index among them (what
+        # np.unique(cols, return_inverse=True) gives, by a dense mark: no sort)
+        top = self.R + n
+        present = np.zeros(top, dtype=bool)
+        present[cols] = True
+        used_res = np.flatnonzero(present)
         m = len(used_res)
+        where = np.empty(top, dtype=np.int64)
+        where[used_res] = np.arange(m)
+        inv = where[cols]
         own = used_res >= self.R
         cap = np.where(
             own, pace[np.maximum(used_res - self.R, 0)], self.cap[np.minimum(used_res, self.R - 1)]
@@ -637,6 +655,16 @@ class FluidModel:
     # ----- run ----------------------------------------------------------------------------
     def run(self, until_ps: float | None = None) -> FluidResult:
         """Run every job to its end (or ``until_ps``); the task times of each job.
+
+        Divisions by zero in the run's vectorised steps are expected (rates of 0
+        give infinite times, masked out), so numpy's warnings are off for the run
+        once instead of at every step.
+        """
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._run(until_ps)
+
+    def _run(self, until_ps: float | None) -> FluidResult:
+        """The run (``run``): every job to its end (or ``until_ps``).
 
         The flows in flight live in ``flows`` and, index for index, in numpy arrays
         (remaining and lost bytes, rate, efficiency, dead, group), so advancing time
@@ -738,6 +766,8 @@ class FluidModel:
         fault_log: list[dict[str, Any]] = []
         limit = math.inf if until_ps is None else float(until_ps)
         eff_rate = np.zeros(0)
+        # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
+        dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
         while True:
             if added:
                 merge()
@@ -745,11 +775,12 @@ class FluidModel:
                 # every changed group in one filling: the groups share no resource and
                 # every step of the filling is per resource or per flow, so each group
                 # gets the rates it gets alone
-                mine = (
-                    np.ones(len(flows), dtype=bool)
-                    if dirty_all
-                    else np.isin(grp_a, np.fromiter(dirty, np.int64, len(dirty)))
-                )
+                if dirty_all:
+                    mine = np.ones(len(flows), dtype=bool)
+                else:
+                    dirty_mask[:] = False
+                    dirty_mask[list(dirty)] = True
+                    mine = dirty_mask[grp_a]
                 idx = np.flatnonzero(mine)
                 if len(idx):
                     local = np.cumsum(mine) - 1  # slot -> index among the refilled
@@ -764,8 +795,7 @@ class FluidModel:
             t_flow = math.inf
             if len(flows):
                 eff_rate = rate_a * eff_a
-                with np.errstate(divide="ignore"):
-                    ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
+                ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
             t_ev = heap[0][0] if heap else math.inf
             t = min(t_flow, t_ev)
@@ -778,8 +808,7 @@ class FluidModel:
                 moved = eff_rate * dt
                 rem_a -= moved
                 lost_a[dead_a] += moved[dead_a]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
+                done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
                 if done.any():
                     for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
