@@ -193,10 +193,15 @@ def _small_jobs(big: bool) -> list[tuple[str, dict[str, Any], Path | None]]:
     return cases
 
 
-def agreement(seeds: list[int], big: bool, out: list[dict[str, Any]]) -> None:
-    """Packet vs flow on every job both run, MRC and RoCE, with and without a link failure,
-    per seed: step times and every kind of collective's mean duration."""
+def agreement(
+    seeds: list[int], big: bool, out: list[dict[str, Any]], only: str | None = None
+) -> None:
+    """Packet vs flow on every job both run (or the one named ``only``), MRC and RoCE,
+    with and without a link failure, per seed: step times and every kind of
+    collective's mean duration."""
     for label, data, base in _small_jobs(big):
+        if only is not None and label != only:
+            continue
         for transport in ("mrc", "roce"):
             for fault in (False, True):
                 for seed in seeds:
@@ -305,12 +310,13 @@ def main() -> int:
     )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
+    ap.add_argument("--job", help="agreement: only this job (small-8, chakra-8.toml, ...)")
     ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
     args = ap.parse_args()
     out: list[dict[str, Any]] = []
     for case in args.case or ["agreement"]:
         if case == "agreement":
-            agreement(_seeds(args.seeds), args.big, out)
+            agreement(_seeds(args.seeds), args.big, out, args.job)
         elif case == "roce-seeds":
             roce_seeds(range(_seeds(args.seeds)[0], _seeds(args.seeds)[-1] + 1))
         elif case == "dcqcn":

@@ -248,10 +248,11 @@ def maxmin(
         level = np.full(m, math.inf)
         np.divide(np.maximum(cap - used, 0.0), weight, out=level, where=weight > 1e-12)
         # an unfrozen flow's lowest level, and the lowest of those among a resource's flows
+        fa, ia = fe[act_e], inv[act_e]
         low = np.full(n, math.inf)
-        np.minimum.at(low, fe[act_e], level[inv[act_e]])
+        np.minimum.at(low, fa, level[ia])
         low_r = np.full(m, math.inf)
-        np.minimum.at(low_r, inv[act_e], low[fe[act_e]])
+        np.minimum.at(low_r, ia, low[fa])
         ready = level <= low_r * (1.0 + 1e-9)
         frz = np.zeros(n, dtype=bool)
         frz[fe[act_e & ready[inv]]] = True
@@ -365,6 +366,8 @@ class FluidModel:
         self._update_caps()
         self.jobs: list[FluidJob] = []
         self._faults: list[FluidFault] = []
+        #: _fill's scratch: a resource's index among the resources a fill uses
+        self._where = np.zeros(0, dtype=np.int64)
         self._route_cache: dict[
             tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float]
         ] = {}
@@ -614,13 +617,17 @@ class FluidModel:
             vals = np.concatenate((vals, np.ones(len(paced))))
             fe = np.concatenate((fe, paced))
         # the resources used, ascending, and each entry's index among them (what
-        # np.unique(cols, return_inverse=True) gives, by a dense mark: no sort)
-        top = self.R + n
-        present = np.zeros(top, dtype=bool)
-        present[cols] = True
-        used_res = np.flatnonzero(present)
+        # np.unique(cols, return_inverse=True) gives, with fewer steps: a fill has a
+        # few hundred entries, so numpy's per-call cost is most of its time)
+        srt = np.sort(cols)
+        first = np.empty(len(srt), dtype=bool)
+        first[0] = True
+        np.not_equal(srt[1:], srt[:-1], out=first[1:])
+        used_res = srt[first]
         m = len(used_res)
-        where = np.empty(top, dtype=np.int64)
+        if len(self._where) < self.R + n:
+            self._where = np.empty(2 * (self.R + n), dtype=np.int64)
+        where = self._where
         where[used_res] = np.arange(m)
         inv = where[cols]
         own = used_res >= self.R
@@ -637,16 +644,18 @@ class FluidModel:
             # QPs that their own NIC already holds to what the queue drains do not
             # congest it and are not cut.
             up = (used_res >= self._up0) & (used_res < self._down0)
+            switch = (used_res < self._nvl_out0) & ~up & (used_res < self.R)
+            count = np.bincount(inv, weights=vals > 0, minlength=m)
+            full = switch & (count >= 2) & (cap - used <= tol)
+            if not full.any():
+                return rate  # no saturated switch queue shared by two QPs
             whole = np.bincount(inv, weights=vals, minlength=m)  # every flow's weight
-            with np.errstate(divide="ignore", invalid="ignore"):
-                per_w = np.where(up & (whole > 0), cap / whole, math.inf)
+            per_w = np.where(up & (whole > 0), cap / whole, math.inf)
             offer = np.full(n, math.inf)
             np.minimum.at(offer, fe, per_w[inv] / np.where(vals > 0, 1.0, math.inf))
             offer[np.isinf(offer)] = 0.0  # no NIC port (inside a server): offers nothing
             offered = np.bincount(inv, weights=vals * offer[fe], minlength=m)
-            switch = (used_res < self._nvl_out0) & ~up & (used_res < self.R)
-            count = np.bincount(inv, weights=vals > 0, minlength=m)
-            shared = switch & (count >= 2) & (cap - used <= tol) & (offered > cap + tol)
+            shared = full & (offered > cap + tol)
             slowed = np.zeros(n, dtype=bool)
             slowed[fe[shared[inv]]] = True
             rate[slowed] *= self.shared_efficiency
