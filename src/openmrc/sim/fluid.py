@@ -825,7 +825,7 @@ class FluidModel:
                         if lost_a[i] > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem, fl.lost = 0.0, float(lost_a[i])
-                            fl.rto, fl.waited = self._first_rto(fl), 0
+                            fl.rto, fl.waited = self._first_rto(fl, fl.steps - 1), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
                             parked.append(fl)
                             seq += 1
@@ -982,7 +982,7 @@ class FluidModel:
                                 self._route(redo)
                                 er = float(rate_a[i] * eff_a[i])
                                 sent_at = now - (partial / er if er > 0 else 0.0)
-                                redo.rto, redo.waited = self._first_rto(redo), 0
+                                redo.rto, redo.waited = self._first_rto(redo, k0), 0
                                 fire = sent_at + redo.rto
                                 while fire <= now:  # expired on the dead path: lost again
                                     redo.tries += 1
@@ -1045,11 +1045,21 @@ class FluidModel:
                 rem_a[k] -= hold
                 f.held += hold
 
-    def _first_rto(self, fl: _Flow) -> int:
-        """A parked QP's first retransmission timeout (adaptive: drawn per QP by its hash)."""
+    def _first_rto(self, fl: _Flow, step: int) -> int:
+        """A parked QP's first retransmission timeout (adaptive: drawn per message).
+
+        The packet level draws a QP's first adaptive timeout when the QP is made,
+        and every message (a transfer, or one step of a ring) is on QPs of its own,
+        so every lost message draws again: keyed by the connection's QP, the
+        transfer and the ``step`` (the message of the transfer) that was lost.  One
+        draw per connection's QP made every message of a connection wait as long
+        (aicb-16 RoCE with the failure: the packet level's ring steps waited 0.5 or
+        1 ms each, message by message).
+        """
         if self.adp_base_ps is None:
             return self.rto_ps
-        k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, fl.conn, fl.qp) % max(
+        msg = f"{fl.conn}/{fl.transfer}/{step}"
+        k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, msg, fl.qp) % max(
             1, self.adp_init_range
         )
         return min(self.adp_base_ps << k, self.rto_ps)
