@@ -11,6 +11,9 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``roce-seeds`` - RoCE without and with the fault on the same jobs over
   ``--seeds`` (the ECMP draws differ between the models, so RoCE is compared
   as a mean over seeds): per seed and the means;
+* ``roce-64`` - scenarios/training/gpt-1b-64.toml with RoCE and its own failure at
+  packet and flow level per seed, and the flow level on the packet run's ECMP
+  draws, with the packet run's QPs on the dead link (minutes per seed);
 * ``dcqcn`` - the microbenchmark behind the flow level's RoCE shared-bottleneck
   efficiency: ``n`` RoCE QPs of one size through one T0-T1 link at packet level,
   the share of the link they used (n = 1, 2, 4, 8; 1 to 16 MiB);
@@ -194,7 +197,12 @@ def _small_jobs(big: bool) -> list[tuple[str, dict[str, Any], Path | None]]:
 
 
 def agreement(
-    seeds: list[int], big: bool, out: list[dict[str, Any]], only: str | None = None
+    seeds: list[int],
+    big: bool,
+    out: list[dict[str, Any]],
+    only: str | None = None,
+    transports: tuple[str, ...] = ("mrc", "roce"),
+    faults: tuple[bool, ...] = (False, True),
 ) -> None:
     """Packet vs flow on every job both run (or the one named ``only``), MRC and RoCE,
     with and without a link failure, per seed: step times and every kind of
@@ -202,13 +210,75 @@ def agreement(
     for label, data, base in _small_jobs(big):
         if only is not None and label != only:
             continue
-        for transport in ("mrc", "roce"):
-            for fault in (False, True):
+        for transport in transports:
+            for fault in faults:
                 for seed in seeds:
                     row = {"case": "agreement", "job": label}
                     row.update(compare_one(data, base, transport, fault, seed))
                     print(json.dumps(row), flush=True)
                     out.append(row)
+
+
+def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
+    """scenarios/training/gpt-1b-64.toml with RoCE and its own failure (30 ms in, routing
+    converging 200 ms later) per seed: the packet step (compiled: about 17 minutes a
+    run here), the flow step, the flow step on the packet run's ECMP draws, and the
+    packet run's QPs whose data path crossed the dead link (ECMP's pick at their
+    source T0 before convergence) and rewound (a NAK or a timeout)."""
+    from openmrc.jobrun import fluid_model, packet_times
+
+    data, base = _scenario_data("gpt-1b-64.toml")
+    for seed in seeds:
+        d = copy.deepcopy(data)
+        d["seed"] = seed
+        d["transport"] = {**d.get("transport", {}), "name": "roce"}
+        d.setdefault("run", {})["mode"] = "packet"
+        sc = parse(d, base_dir=base)
+        t = time.perf_counter()
+        exp = sc.build()
+        res = exp.run()
+        wall = time.perf_counter() - t
+        (pkt,) = packet_times(sc.jobs, sc.job_state, res)
+        spec, fab = sc.spec, exp.fabric
+        hpt = spec.hosts_per_t0
+        dead = []
+        for flow, fr in zip(exp.flows, res.flows, strict=True):
+            for i, snd in enumerate(getattr(flow, "senders", [])):
+                a, b = snd.src // hpt, snd.dst // hpt
+                if i % spec.planes or a == b or 0 not in (a, b) or not snd.rewinds:
+                    continue
+                sw = fab.switches[fab.topology.t0_name(0, a)]
+                if sw.ecmp_index(snd.src, snd.dst, snd.sport, spec.t1s) == 0:
+                    dead.append(
+                        {
+                            "flow": fr.name,
+                            "qp": i,
+                            "start_us": round((fr.started_ps or fr.start_ps) / 1e6, 1),
+                            "rx_us": round((fr.rx_finish_ps or 0) / 1e6, 1),
+                            "timeouts": snd.timeouts,
+                            "rewinds": snd.rewinds,
+                            "first_rto_us": round(snd.rto_init / 1e6, 1),
+                        }
+                    )
+        d["run"]["mode"] = "flow"
+        sc = parse(d, base_dir=base)
+        flow_us = _step_us(
+            fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults).run().jobs[0].end
+        )
+        model = fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults)
+        model.path_hash = packet_draws(exp, seed)
+        draws_us = _step_us(model.run().jobs[0].end)
+        row = {
+            "case": "roce-64",
+            "seed": seed,
+            "packet_step_us": _step_us(pkt[1]),
+            "flow_step_us": flow_us,
+            "flow_packet_draws_step_us": draws_us,
+            "packet_wall_s": round(wall, 1),
+            "dead_data_qps": dead,
+        }
+        print(json.dumps(row), flush=True)
+        out.append(row)
 
 
 def roce_seeds(seeds: range = range(1, 7)) -> None:
@@ -306,17 +376,28 @@ def main() -> int:
     ap.add_argument(
         "--case",
         action="append",
-        choices=["agreement", "roce-seeds", "dcqcn", *TIMED],
+        choices=["agreement", "roce-seeds", "roce-64", "dcqcn", *TIMED],
     )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
     ap.add_argument("--job", help="agreement: only this job (small-8, chakra-8.toml, ...)")
+    ap.add_argument("--transport", choices=["mrc", "roce"], help="agreement: only this one")
+    ap.add_argument("--fault", choices=["no", "yes"], help="agreement: only without / with")
     ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
     args = ap.parse_args()
     out: list[dict[str, Any]] = []
     for case in args.case or ["agreement"]:
         if case == "agreement":
-            agreement(_seeds(args.seeds), args.big, out, args.job)
+            agreement(
+                _seeds(args.seeds),
+                args.big,
+                out,
+                args.job,
+                (args.transport,) if args.transport else ("mrc", "roce"),
+                (args.fault == "yes",) if args.fault else (False, True),
+            )
+        elif case == "roce-64":
+            roce_64(_seeds(args.seeds), out)
         elif case == "roce-seeds":
             roce_seeds(range(_seeds(args.seeds)[0], _seeds(args.seeds)[-1] + 1))
         elif case == "dcqcn":
