@@ -282,13 +282,18 @@ def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
 
 
 def roce_seeds(seeds: range = range(1, 7)) -> None:
-    """RoCE without and with the link failure: packet and flow step per seed, their means."""
+    """RoCE without and with the link failure: packet and flow step per seed, the flow
+    step on the packet run's ECMP draws, and their means."""
     cases: list[tuple[str, dict[str, Any], Path | None]] = [("small-8", SMALL, None)]
     for name in ("chakra-8.toml", "aicb-16.toml"):
         data, base = _scenario_data(name)
         cases.append((name, data, base))
+    from openmrc.jobrun import fluid_model, packet_times
+
     for (label, data, base), fault in itertools.product(cases, (False, True)):
-        packet, flow = [], []
+        packet: list[float | None] = []
+        flow: list[float | None] = []
+        draws: list[float | None] = []
         for seed in seeds:
             d = copy.deepcopy(data)
             d["seed"] = seed
@@ -296,10 +301,21 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
             if fault:
                 d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
                 d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
-            packet.append(packet_step(d, base)[0])
+            d.setdefault("run", {})["mode"] = "packet"
+            sc = parse(d, base_dir=base)
+            exp = sc.build()
+            (pkt,) = packet_times(sc.jobs, sc.job_state, exp.run())
+            packet.append(_step_us(pkt[1]))
             flow.append(flow_step(d, base)[0])
+            # the flow level on this packet run's ECMP draws
+            d["run"]["mode"] = "flow"
+            sc = parse(d, base_dir=base)
+            model = fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults)
+            model.path_hash = packet_draws(exp, seed)
+            draws.append(_step_us(model.run().jobs[0].end))
         pm = sum(p for p in packet if p) / len(packet)
         fm = sum(f for f in flow if f) / len(flow)
+        dm = sum(x for x in draws if x) / len(draws)
         print(
             json.dumps(
                 {
@@ -311,6 +327,9 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
                     "packet_mean_us": round(pm, 1),
                     "flow_mean_us": round(fm, 1),
                     "diff_pct": round(100 * (fm - pm) / pm, 2),
+                    "flow_packet_draws_step_us": draws,
+                    "flow_packet_draws_mean_us": round(dm, 1),
+                    "draws_diff_pct": round(100 * (dm - pm) / pm, 2),
                 }
             ),
             flush=True,

@@ -995,7 +995,7 @@ class FluidModel:
                                 parked.append(redo)
                                 pending[fl.transfer] += 1
                                 stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
-                                self._stall_ring(fl, k0, tasks, flows, rem_a)
+                                self._stall_ring(fl, k0, tasks, flows, rem_a, lost_a)
                             rem_a[i] += lost_a[i] - whole
                             lost_a[i] = 0.0
                     ent_slot, ent_res, ent_w = entries(flows, 0)
@@ -1026,12 +1026,24 @@ class FluidModel:
 
     @staticmethod
     def _stall_ring(
-        dead: _Flow, k0: int, tasks: list[tuple[int, int, Task]], flows: Any, rem_a: np.ndarray
+        dead: _Flow,
+        k0: int,
+        tasks: list[tuple[int, int, Task]],
+        flows: Any,
+        rem_a: np.ndarray,
+        lost_a: np.ndarray,
     ) -> None:
         """Hold back what a ring's hops cannot send while its step ``k0`` on ``dead``'s hop
         is lost: rank ``r`` sends step ``k + 1`` only after step ``k`` from ``r - 1``
         arrived, so the hop ``d`` places after the dead one stops after step
-        ``k0 + d - 1`` (the dead hop itself after ``k0 + n - 1``)."""
+        ``k0 + d - 1`` (the dead hop itself after ``k0 + n - 1``).
+
+        The stall is found when routing converges, but it began when step ``k0``
+        was lost: until convergence the flow level let the other hops send on, so
+        a hop that got past its last step is set back to it (the bytes beyond wait
+        with the rest; the packet level's hop never sent them).  A hop whose own
+        path was dead keeps what it sent: its lost bytes are resent on their own.
+        """
         n = len(tasks[dead.transfer][2].ranks)
         for k, f in enumerate(flows):
             if f.transfer != dead.transfer or f.steps <= 1:
@@ -1040,6 +1052,10 @@ class FluidModel:
             c = f.total / f.steps
             cap = min(f.total, (k0 + d) * c)
             sent = f.total - float(rem_a[k]) - f.held
+            if sent > cap and lost_a[k] <= 0:
+                f.held += float(rem_a[k]) + sent - cap
+                rem_a[k] = 0.0
+                continue
             hold = min(float(rem_a[k]), max(0.0, f.total - max(cap, sent)))
             if hold > 0:
                 rem_a[k] -= hold
