@@ -3,8 +3,9 @@
 * ``maxmin`` (bottleneck rounds) gives progressive filling's rates;
 * a ring collective's flows are paced by their step chain, so rings sharing their
   NICs fill each other's waits as at packet level;
-* DCQCN's shared-bottleneck efficiency applies at a congested switch queue, not
-  at a NIC port its own QPs share;
+* DCQCN's cuts apply at a congested switch queue, not at a NIC port its own QPs
+  share, and weigh on a short transfer more than on a long one (the packet
+  level's cut, stall and recovery in time);
 * rates are recomputed per resource group and only where something changed:
   the same step times as recomputing everything.
 """
@@ -119,6 +120,41 @@ def test_qps_sharing_only_their_own_nic_port_keep_the_whole_line() -> None:
     # the line's payload share: 4 x size at the port's payload rate, plus a latency
     line = 4 * size / (spec.host_gbps / 8000 * model.payload_share)
     assert flow == pytest.approx(line + model.latency_ps, rel=1e-6)
+
+
+def _pair_through_one_link(size: int, mode: str) -> float:
+    """Two RoCE QPs (hosts 0, 1 to 2, 3) through one 100 Gb/s T0-T1 link, starting
+    together: when the later ends (ps), at packet or flow level."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1)
+    if mode == "packet":
+        exp = make_experiment(spec, transport=TransportConfig(name="roce"))
+        exp.add_flows([FlowSpec(i, 2 + i, size) for i in range(2)], watch=True)
+        return float(max(f.rx_finish_ps or 0 for f in exp.run().flows))
+    g = JobGraph("pair", 4, gpus_per_server=1)
+    for i in range(2):
+        g.add(Task("p2p", (i, 2 + i), size=size))
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    model.add_job(FluidJob(g, list(range(4))))
+    return max(e or 0.0 for e in model.run().jobs[0].end)
+
+
+def test_dcqcn_weighs_on_a_short_transfer_more_than_on_a_long_one() -> None:
+    """At packet level two QPs that start together into one link get their fair share
+    for about 60 us, nearly nothing until about 300 us (DCQCN cut them to about
+    1 Gb/s; the byte counter or the 300 us timer lifts them), then their fair share:
+    a pair of 512 KiB transfers ends at 393 us, 4.6 times its max-min time; a pair
+    of 16 MiB loses the same stall out of about 3 ms.  The flow level follows the
+    packet model's own DCQCN in time (openmrc.sim.dcqcn_fluid), so its share depends
+    on the size; one fixed factor for every size (0.7 before) fails this."""
+    fair = 100e9 * (4096 / (4096 + 80 + 38)) / 2 / 8e12  # one QP's payload bytes/ps
+    short = 512 << 10
+    packet = _pair_through_one_link(short, "packet")
+    flow = _pair_through_one_link(short, "flow")
+    assert packet > 3 * short / fair  # the stall, at packet level
+    assert flow > 3 * short / fair, (flow, short / fair)
+    assert abs(flow - packet) / packet < 0.25, (packet, flow)
+    long = 16 << 20
+    assert _pair_through_one_link(long, "flow") < 1.25 * long / fair
 
 
 def test_rates_recomputed_per_group_equal_a_full_recomputation() -> None:

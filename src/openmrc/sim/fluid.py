@@ -28,7 +28,9 @@ Transports (docs/training.md, "Flow-level model"):
   Only its timeout wakes it: at packet level every transfer is a message on
   QPs of its own, so a later message NAKs nothing of it.  A ring's steps
   lost whole stall the ring until their timeout (``_stall_ring``).  QPs
-  that meet in a congested switch queue get ``shared_efficiency`` (DCQCN).
+  that meet in a congested switch queue get the mean share DCQCN leaves them over
+  their transfer's length (:mod:`openmrc.sim.dcqcn_fluid`: cut at the first CNPs,
+  stalled until the byte counter or the timer lifts the rate, then the fair share).
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
@@ -50,11 +52,12 @@ from typing import Any
 
 import numpy as np
 
-from ..baselines.roce import ROCE_DATA_HEADER_BYTES
+from ..baselines.roce import ROCE_DATA_HEADER_BYTES, DcqcnConfig
 from ..topology import ClosSpec
 from ..wire.packets import DATA_HEADER_BYTES
 from ..workloads.jobs.graph import JobGraph, Task
 from .config import FabricConfig
+from .dcqcn_fluid import cnp_delay_ps, dcqcn_share
 
 #: fault kinds the flow-level model applies.
 FLUID_FAULTS = (
@@ -67,10 +70,6 @@ FLUID_FAULTS = (
     "nic_port_down",
     "nic_port_up",
 )
-
-#: RoCE with DCQCN: the share of a bottleneck link shared by two or more QPs that they
-#: use, measured on the packet model (benchmarks/training.py --case dcqcn).
-ROCE_SHARED_EFFICIENCY = 0.7
 
 #: silent failures: the wires drop everything but no link goes down, so routing (RoCE / IB)
 #: withdraws a fabric link only at its hold timer and never sees a host link's.
@@ -285,7 +284,7 @@ class FluidModel:
         rto_ps: int = 4_294_967_296_000,
         retries: int = 7,
         hold_ps: int = 3_000_000_000_000,
-        shared_efficiency: float | None = None,
+        dcqcn: DcqcnConfig | None = None,
         adp_base_ps: int | None = None,
         adp_init_exp: int = 7,
         adp_init_range: int = 2,
@@ -302,14 +301,16 @@ class FluidModel:
         self.convergence_ps = convergence_ps
         #: RoCE / IB: when routing withdraws a silently failed fabric link (hold timer).
         self.hold_ps = hold_ps
-        #: RoCE: the share of a bottleneck two or more QPs share that DCQCN uses
-        #: (its rate cuts and timer-paced recovery leave the rest idle; measured on the
-        #: packet model, docs/training.md).  MRC and a lone QP: 1.
-        self.shared_efficiency = (
-            (ROCE_SHARED_EFFICIENCY if transport == "roce" else 1.0)
-            if shared_efficiency is None
-            else shared_efficiency
+        #: RoCE: the DCQCN parameters of its QPs (the packet baseline's default; None
+        #: with MRC).  QPs that meet in a congested switch queue get the mean share
+        #: DCQCN leaves them over their transfer (openmrc.sim.dcqcn_fluid).
+        self.dcqcn: DcqcnConfig | None = (
+            (DcqcnConfig() if dcqcn is None else dcqcn) if transport == "roce" else None
         )
+        if self.dcqcn is not None and not self.dcqcn.enabled:
+            self.dcqcn = None
+        self._cnp_delay_ps = cnp_delay_ps(spec, mtu)
+        self._dcqcn_memo: dict[tuple[int, float, float, float], float] = {}
         #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
         self.rto_ps = rto_ps
         self.retries = retries
@@ -350,6 +351,7 @@ class FluidModel:
         if hdr is None:
             hdr = DATA_HEADER_BYTES if transport == "mrc" else ROCE_DATA_HEADER_BYTES
         self.payload_share = mtu / (mtu + hdr + FabricConfig().framing_bytes)
+        self._wire_packet = mtu + hdr + FabricConfig().framing_bytes
         host_c = spec.host_gbps / 8000 * self.payload_share  # payload bytes per ps
         fab_c = spec.fabric_gbps / 8000 * self.payload_share
         self._host_c = host_c
@@ -590,12 +592,19 @@ class FluidModel:
 
     # ----- max-min fair rates -----------------------------------------------------------
     def _fill(
-        self, n: int, fe: np.ndarray, cols: np.ndarray, vals: np.ndarray, pace: np.ndarray
+        self,
+        n: int,
+        fe: np.ndarray,
+        cols: np.ndarray,
+        vals: np.ndarray,
+        pace: np.ndarray,
+        size: np.ndarray | None = None,
     ) -> np.ndarray:
         """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
 
         ``fe``, ``cols``, ``vals``: the flows' (flow, resource, weight) entries, flow
-        by flow in their order; ``pace``: each flow's pace (inf: none).  Groups
+        by flow in their order; ``pace``: each flow's pace (inf: none); ``size``:
+        each flow's bytes (RoCE: how long DCQCN's cuts weigh on it; None: 1 MiB).  Groups
         share no resource, so a group's rates depend only on its own flows and
         capacities: the run refills only the groups whose flows or capacities
         changed and gets the rates a full recomputation gives.
@@ -636,7 +645,7 @@ class FluidModel:
         )
         tol = 1e-9 * np.maximum(cap, 1e-12)
         rate, used = maxmin(n, fe, inv, vals, cap)
-        if self.shared_efficiency < 1.0:
+        if self.dcqcn is not None:
             # DCQCN on a congested switch queue: the QPs that share it use only part of
             # it.  A queue is congested when the QPs offer it more than it carries: each
             # QP offers its sending NIC's share of the port (the NIC divides its line
@@ -656,10 +665,44 @@ class FluidModel:
             offer[np.isinf(offer)] = 0.0  # no NIC port (inside a server): offers nothing
             offered = np.bincount(inv, weights=vals * offer[fe], minlength=m)
             shared = full & (offered > cap + tol)
-            slowed = np.zeros(n, dtype=bool)
-            slowed[fe[shared[inv]]] = True
-            rate[slowed] *= self.shared_efficiency
+            # each slowed QP's busiest shared queue: how many QPs meet there, its capacity
+            on = shared[inv]
+            nq = np.zeros(n)
+            np.maximum.at(nq, fe[on], count[inv[on]])
+            capq = np.full(n, math.inf)
+            np.minimum.at(capq, fe[on], cap[inv[on]])
+            for f in np.flatnonzero(nq >= 2):
+                rate[f] *= self._dcqcn_factor(
+                    int(nq[f]),
+                    float(capq[f]),
+                    float(offer[f]),
+                    float(size[f]) if size is not None else float(1 << 20),
+                )
         return rate
+
+    def _dcqcn_factor(self, n: int, cap: float, offer: float, size: float) -> float:
+        """The share of its max-min rate DCQCN leaves a QP of ``size`` payload bytes at
+        a congested queue of capacity ``cap`` (bytes/ps) shared by ``n`` QPs that each
+        offer ``offer`` (openmrc.sim.dcqcn_fluid, on the wire: payload / payload_share)."""
+        if offer <= 0:
+            return 1.0  # offers nothing to the queue (inside a server): DCQCN never cuts it
+        key = (n, cap, offer, size)
+        got = self._dcqcn_memo.get(key)
+        if got is None:
+            assert self.dcqcn is not None
+            wire = 8e12 / self.payload_share  # payload bytes/ps -> wire b/s
+            got = dcqcn_share(
+                n,
+                cap * wire,
+                min(offer, self._host_c) * wire,
+                self._host_c * wire,
+                self._cnp_delay_ps,
+                self._wire_packet,
+                size / self.payload_share,
+                self.dcqcn,
+            )
+            self._dcqcn_memo[key] = got
+        return got
 
     # ----- run ----------------------------------------------------------------------------
     def run(self, until_ps: float | None = None) -> FluidResult:
@@ -794,8 +837,13 @@ class FluidModel:
                 if len(idx):
                     local = np.cumsum(mine) - 1  # slot -> index among the refilled
                     em = mine[ent_slot]
+                    sizes = (
+                        None
+                        if self.dcqcn is None
+                        else np.fromiter((fl.total for fl in flows[idx]), float, len(idx))
+                    )
                     rate_a[idx] = self._fill(
-                        len(idx), local[ent_slot[em]], ent_res[em], ent_w[em], pace_a[idx]
+                        len(idx), local[ent_slot[em]], ent_res[em], ent_w[em], pace_a[idx], sizes
                     )
                 recomputes += 1
                 dirty.clear()
