@@ -14,9 +14,13 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``roce-64`` - scenarios/training/gpt-1b-64.toml with RoCE and its own failure at
   packet and flow level per seed, and the flow level on the packet run's ECMP
   draws, with the packet run's QPs on the dead link (minutes per seed);
-* ``dcqcn`` - the microbenchmark behind the flow level's RoCE shared-bottleneck
-  efficiency: ``n`` RoCE QPs of one size through one T0-T1 link at packet level,
-  the share of the link they used (n = 1, 2, 4, 8; 1 to 16 MiB);
+* ``dcqcn`` - ``n`` RoCE QPs of one size through one T0-T1 link: the share of
+  the link they used at packet level and at flow level (n = 1, 2, 4, 8; 1 to
+  16 MiB);
+* ``dcqcn-series`` - two RoCE QPs that start together through one 100 Gb/s
+  T0-T1 link, 512 KiB and 16 MiB each: one QP's goodput per 10 us at packet
+  level (``results.json``'s goodput series) and in the flow level's DCQCN
+  trajectory (openmrc.sim.dcqcn_fluid), and both end times;
 * ``packet-64`` - scenarios/training/gpt-1b-64.toml at packet level with MRC
   (the issue's budget: under 10 minutes);
 * ``flow-1024`` / ``flow-1024-roce`` - scenarios/training/gpt3-175b-1024.toml
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import itertools
 import json
 import sys
@@ -337,21 +342,95 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
 
 
 def dcqcn() -> None:
-    """n RoCE QPs through one link at packet level: the share of the link they used."""
+    """n RoCE QPs through one link: the share of the link they used, packet and flow level."""
     from openmrc.sim.experiment import TransportConfig
     from openmrc.sim.factory import make_experiment
+    from openmrc.sim.fluid import FluidJob, FluidModel
     from openmrc.topology import ClosSpec
     from openmrc.workloads import FlowSpec
+    from openmrc.workloads.jobs.graph import JobGraph, Task
 
     for size in (1 << 20, 4 << 20, 16 << 20):
-        used = {}
+        used: dict[str, dict[int, float]] = {"packet": {}, "flow": {}}
         for n in (1, 2, 4, 8):
             spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=8, t1s=1)
             exp = make_experiment(spec, transport=TransportConfig(name="roce"))
             exp.add_flows([FlowSpec(i, 8 + i, size) for i in range(n)], watch=True)
             end = max(f.rx_finish_ps or 0 for f in exp.run().flows)
-            used[n] = round(n * size * 8 / (spec.fabric_gbps * 1e9) / (end / 1e12), 3)
+            g = JobGraph("n-to-n", 16, gpus_per_server=1)
+            for i in range(n):
+                g.add(Task("p2p", (i, 8 + i), size=size))
+            model = FluidModel(spec, "roce", gpus_per_server=1)
+            model.add_job(FluidJob(g, list(range(16))))
+            fend = max(e or 0.0 for e in model.run().jobs[0].end)
+            for mode, t in (("packet", end), ("flow", fend)):
+                used[mode][n] = round(n * size * 8 / (spec.fabric_gbps * 1e9) / (t / 1e12), 3)
         print(json.dumps({"case": "dcqcn", "size": size, "link_share_used": used}), flush=True)
+
+
+def dcqcn_series() -> None:
+    """Two RoCE QPs into one link: one QP's goodput in time, packet level and the flow
+    level's DCQCN trajectory (the evidence for openmrc.sim.dcqcn_fluid)."""
+    from openmrc.baselines.roce import DcqcnConfig
+    from openmrc.sim.dcqcn_fluid import STEP_PS, cnp_delay_ps, dcqcn_trajectory
+    from openmrc.sim.experiment import TransportConfig
+    from openmrc.sim.factory import make_experiment
+    from openmrc.sim.fluid import FluidModel
+    from openmrc.topology import ClosSpec
+    from openmrc.workloads import FlowSpec
+
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1)
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    wire = 100e9
+    _times, cums = dcqcn_trajectory(
+        2,
+        wire,
+        wire,
+        wire,
+        cnp_delay_ps(spec),
+        round(4096 / model.payload_share),
+        dataclasses.astuple(DcqcnConfig()),
+    )
+    k = 10_000_000 // STEP_PS  # points per 10 us
+    share = model.payload_share
+    flow_series = [
+        round((cums[i + k] - cums[i]) * share * 8 / 10e-6 / 1e9, 1)
+        for i in range(0, min(len(cums) - k, 60 * k), k)
+    ]
+    for size in (512 << 10, 16 << 20):
+        exp = make_experiment(spec, transport=TransportConfig(name="roce"))
+        exp.add_flows([FlowSpec(i, 2 + i, size) for i in range(2)], watch=True)
+        res = exp.run()
+        series = next(iter(res.goodput_series.values()))
+        print(
+            json.dumps(
+                {
+                    "case": "dcqcn-series",
+                    "size": size,
+                    "packet_end_us": [round((f.rx_finish_ps or 0) / 1e6, 1) for f in res.flows],
+                    "flow_end_us": round(
+                        _pair_flow_end(spec, size) / 1e6,
+                        1,
+                    ),
+                    "packet_gbps_per_10us": [round(x, 1) for x in series[:60]],
+                    "flow_gbps_per_10us": flow_series,
+                }
+            ),
+            flush=True,
+        )
+
+
+def _pair_flow_end(spec: Any, size: int) -> float:
+    """Two RoCE QPs (hosts 0, 1 to 2, 3) at flow level: when the later ends (ps)."""
+    from openmrc.sim.fluid import FluidJob, FluidModel
+    from openmrc.workloads.jobs.graph import JobGraph, Task
+
+    g = JobGraph("pair", 4, gpus_per_server=1)
+    for i in range(2):
+        g.add(Task("p2p", (i, 2 + i), size=size))
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    model.add_job(FluidJob(g, list(range(4))))
+    return max(e or 0.0 for e in model.run().jobs[0].end)
 
 
 def _timed(case: str, name: str, transport: str, mode: str) -> dict[str, Any]:
@@ -395,7 +474,7 @@ def main() -> int:
     ap.add_argument(
         "--case",
         action="append",
-        choices=["agreement", "roce-seeds", "roce-64", "dcqcn", *TIMED],
+        choices=["agreement", "roce-seeds", "roce-64", "dcqcn", "dcqcn-series", *TIMED],
     )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
@@ -421,6 +500,8 @@ def main() -> int:
             roce_seeds(range(_seeds(args.seeds)[0], _seeds(args.seeds)[-1] + 1))
         elif case == "dcqcn":
             dcqcn()
+        elif case == "dcqcn-series":
+            dcqcn_series()
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)
