@@ -38,6 +38,7 @@ MYPYC_MODULES = [
     "src/openmrc/transport/requester.py",
     "src/openmrc/transport/responder.py",
     "src/openmrc/transport/state.py",
+    "src/openmrc/transport/txtable.py",
     "src/openmrc/transport/verbs.py",
     "src/openmrc/transport/cc/base.py",
     "src/openmrc/transport/cc/fixed.py",

@@ -428,7 +428,6 @@ class QueuePair(QPBase):
             req.ops.clear()
             req.to_segment.clear()
             req.retx.clear()
-            req.flight.clear()
             req.unacked.clear()
             req.sacked_imm_last.clear()
             req.inflight = 0
