@@ -37,6 +37,7 @@ MYPYC_MODULES = [
     "src/openmrc/transport/qpbase.py",
     "src/openmrc/transport/requester.py",
     "src/openmrc/transport/responder.py",
+    "src/openmrc/transport/sendop.py",
     "src/openmrc/transport/state.py",
     "src/openmrc/transport/txtable.py",
     "src/openmrc/transport/verbs.py",

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from openmrc.transport.requester import SendOp
+from openmrc.transport.sendop import SendOp
 from openmrc.transport.txtable import IN_FLIGHT, EvOrder, TxTable
 
 

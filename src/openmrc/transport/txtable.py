@@ -22,10 +22,9 @@ results do not depend on where anything sits in memory.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from .requester import SendOp
+from .sendop import SendOp
 
 #: Flag bits of a PSN slot (:meth:`TxTable.flags`).
 #: The PSN's last transmission is in flight (in the flight list).
