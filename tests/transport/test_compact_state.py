@@ -45,7 +45,7 @@ def test_tx_table_acts_as_a_dict_of_the_window_with_an_ordered_flight() -> None:
             else:
                 # acknowledge the oldest mostly (cumulative), any outstanding PSN sometimes
                 psn = min(ref) if rng.random() < 0.6 else rng.choice(list(ref))
-                table.remove(psn)
+                table.remove(psn, psn in flight)
                 del ref[psn]
                 flight.pop(psn, None)
             assert len(table) == len(ref)

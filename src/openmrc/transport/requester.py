@@ -498,7 +498,7 @@ class Requester:
             self.sack_late = late_base - sent
         if flags & NAMED:
             self._settle_probes(psn, sent, early)
-        return self._ack(psn, op)
+        return self._ack(psn, op, flags)
 
     def gap_allowance(self) -> int:
         """How long an EV's overtaken packet may still be acknowledged or NACKed.
@@ -572,18 +572,18 @@ class Requester:
             if named == psn and not arrived and (sent == named_sent or early):
                 probes[ev] = (seq, due, named, named_sent, at, True)
 
-    def _ack(self, psn: int, op: SendOp) -> int:
-        """Forget outstanding ``psn`` of ``op``, acknowledged; return its length."""
-        unacked = self.unacked
-        flags = unacked.flags(psn)
+    def _ack(self, psn: int, op: SendOp, flags: int) -> int:
+        """Forget outstanding ``psn`` of ``op`` (``flags``: its flags), acknowledged;
+        return its length."""
         if flags & OOW:
             self.held.discard(psn)
         length = op.length_of(psn, self.mtu)
-        if flags & IN_FLIGHT:
+        in_flight = flags & IN_FLIGHT != 0
+        if in_flight:
             self.inflight -= length
             if flags & ACK_REQ:
                 self.flight_ack_reqs -= 1
-        unacked.remove(psn)
+        self.unacked.remove(psn, in_flight)
         op.acked += 1
         return length
 

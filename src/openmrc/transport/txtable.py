@@ -49,6 +49,8 @@ NAMED: Final = 64
 #: Slots acknowledged at the front of a :class:`TxTable` before they are cut off
 #: (cutting the arrays' front moves them: done in batches, not per PSN).
 TRIM_BATCH: Final = 32
+#: Empty slots a :class:`TxTable` grows by when a new PSN needs one.
+GROW_BATCH: Final = 16
 
 
 class TxTable:
@@ -67,6 +69,7 @@ class TxTable:
     __slots__ = (
         "_base",
         "_count",
+        "_end",
         "_ev",
         "_flags",
         "_head",
@@ -84,6 +87,9 @@ class TxTable:
         self._base = 0
         #: the first slot that may be occupied (those before it are emptied, not cut yet).
         self._lo = 0
+        #: one past the newest PSN's slot (the slots from there on are spare, empty
+        #: and zero: the arrays grow by batches).
+        self._end = 0
         #: records held (slots whose message is not None).
         self._count = 0
         #: per slot: the message (SendOp) the PSN belongs to, None when empty.
@@ -151,37 +157,37 @@ class TxTable:
     def add(self, psn: int, op: SendOp) -> None:
         """Record ``psn`` (of message ``op``), sent for the first time; PSNs come in order."""
         ops = self._ops
-        if not ops:
+        if not self._count:
             self._base = psn
             self._lo = 0
+            self._end = 0
         i = psn - self._base
-        if i < len(ops):
+        if i < self._end:
             raise ValueError(f"TxTable: PSN {psn} is not past the newest")
-        while len(ops) <= i:
-            ops.append(None)
-            self._ev.append(0)
-            self._sent.append(0)
-            self._flags.append(0)
-            self._retries.append(0)
-            self._prev.append(-1)
-            self._next.append(-1)
+        if i >= len(ops):
+            # Grow every array by a batch of empty slots (one call per array per
+            # GROW_BATCH PSNs, not one per PSN: the arrays' calls are the cost).
+            more = i + GROW_BATCH - len(ops)
+            ops.extend([None] * more)
+            for a in (self._ev, self._sent, self._flags, self._retries, self._prev, self._next):
+                a.frombytes(bytes(more * a.itemsize))
         ops[i] = op
+        self._end = i + 1
         self._count += 1
 
-    def remove(self, psn: int) -> None:
-        """Forget outstanding ``psn`` (acknowledged), taking it out of flight first."""
+    def remove(self, psn: int, in_flight: bool) -> None:
+        """Forget outstanding ``psn`` (acknowledged); ``in_flight``: it is in flight
+        (its IN_FLIGHT flag), and is taken out first."""
         i = psn - self._base
-        if self._flags[i] & IN_FLIGHT:
+        if in_flight:
             self._unlink(psn, i)
-        self._ops[i] = None
-        self._flags[i] = 0
-        self._retries[i] = 0
+        ops = self._ops
+        ops[i] = None
         self._count -= 1
         if not self._count:
             self.clear()
             return
         if i == self._lo:
-            ops = self._ops
             lo = i + 1
             while ops[lo] is None:  # a slot past the front is occupied (count > 0)
                 lo += 1
@@ -190,6 +196,7 @@ class TxTable:
                     del a[:lo]
                 del ops[:lo]
                 self._base += lo
+                self._end -= lo
                 lo = 0
             self._lo = lo
 
@@ -200,6 +207,7 @@ class TxTable:
             del a[:]
         self._count = 0
         self._lo = 0
+        self._end = 0
         self._head = -1
         self._tail = -1
 
@@ -296,40 +304,45 @@ class EvOrder:
                 return h
             h = (h + 1) & mask
 
-    def _head_slot(self, ev: int) -> int:
-        """The table slot of ``ev`` when its chain has a pair, else -1."""
+    def _first(self, ev: int) -> int:
+        """The table slot of ``ev`` and its chain's first entry, packed as
+        ``slot << 32 | entry``, or -1 when ``ev`` has no pair."""
         if not 0 <= ev < 1 << 32:
             return -1  # (an EV from the network is any integer)
         h = self._find(ev)
-        return h if self._heads[h] >= 0 else -1
+        e = self._heads[h]
+        return -1 if e < 0 else h << 32 | e
 
     def append(self, ev: int, psn: int, sent: int) -> None:
         """A transmission of ``psn`` went out on ``ev`` at ``sent``: last in its chain."""
         h = self._find(ev)
         heads = self._heads
-        if heads[h] == -2:
+        first = heads[h]
+        if first == -2:
             self._keys[h] = ev
+            first = -1
             heads[h] = -1
             self._used += 1
             if 4 * self._used > 3 * (self._mask + 1):
                 self._grow()
                 h = self._find(ev)
                 heads = self._heads
+        nxt = self._next
         e = self._free
         if e >= 0:
-            self._free = self._next[e]
+            self._free = nxt[e]
             self._psn[e] = psn
             self._sent[e] = sent
-            self._next[e] = -1
+            nxt[e] = -1
         else:
             e = len(self._psn)
             self._psn.append(psn)
             self._sent.append(sent)
-            self._next.append(-1)
-        if heads[h] < 0:
+            nxt.append(-1)
+        if first < 0:
             heads[h] = e
         else:
-            self._next[self._tails[h]] = e
+            nxt[self._tails[h]] = e
         self._tails[h] = e
 
     def _grow(self) -> None:
@@ -356,33 +369,36 @@ class EvOrder:
 
     def pop_first(self, ev: int, psn: int, sent: int) -> bool:
         """When ``psn, sent`` is the oldest pair on ``ev``, drop it and return True."""
-        h = self._head_slot(ev)
-        if h < 0:
+        found = self._first(ev)
+        if found < 0:
             return False
-        e = self._heads[h]
+        e = found & 0xFFFFFFFF
         if self._psn[e] != psn or self._sent[e] != sent:
             return False
-        self._heads[h] = self._next[e]
-        self._release(e)
+        nxt = self._next
+        self._heads[found >> 32] = nxt[e]
+        nxt[e] = self._free
+        self._free = e
         return True
 
     def take_through(self, ev: int, psn: int, sent: int) -> array[int] | None:
         """Drop the pairs of ``ev`` up to the first ``psn, sent`` and return those
         before it, as flat pairs ``PSN, send time`` in send order; None (nothing
         dropped) when ``ev`` has no such pair."""
-        h = self._head_slot(ev)
-        if h < 0:
+        found = self._first(ev)
+        if found < 0:
             return None
+        h = found >> 32
         psns = self._psn
         sents = self._sent
         nxt = self._next
-        e = self._heads[h]
+        e = found & 0xFFFFFFFF
         while e >= 0 and (psns[e] != psn or sents[e] != sent):
             e = nxt[e]
         if e < 0:
             return None
         before: array[int] = array("Q")
-        e = self._heads[h]
+        e = found & 0xFFFFFFFF
         while psns[e] != psn or sents[e] != sent:
             before.append(psns[e])
             before.append(sents[e])
@@ -395,14 +411,15 @@ class EvOrder:
 
     def remove(self, ev: int, psn: int, sent: int) -> None:
         """Drop the first pair ``psn, sent`` of ``ev``, if it has one."""
-        h = self._head_slot(ev)
-        if h < 0:
+        found = self._first(ev)
+        if found < 0:
             return
+        h = found >> 32
         psns = self._psn
         sents = self._sent
         nxt = self._next
         prev = -1
-        e = self._heads[h]
+        e = found & 0xFFFFFFFF
         while e >= 0 and (psns[e] != psn or sents[e] != sent):
             prev = e
             e = nxt[e]
@@ -418,11 +435,11 @@ class EvOrder:
 
     def pairs(self, ev: int) -> list[tuple[int, int]]:
         """The pairs of ``ev`` in send order (for tests and inspection)."""
-        h = self._head_slot(ev)
+        found = self._first(ev)
         out: list[tuple[int, int]] = []
-        if h < 0:
+        if found < 0:
             return out
-        e = self._heads[h]
+        e = found & 0xFFFFFFFF
         while e >= 0:
             out.append((self._psn[e], self._sent[e]))
             e = self._next[e]
