@@ -49,7 +49,18 @@ from ..wire.packets import (
 )
 from .paths import EVState
 from .sendop import SendOp
-from .txtable import ACK_REQ, DUP_RISK, IN_FLIGHT, NAMED, OOW, PROBED, RESENT, EvOrder, TxTable
+from .txtable import (
+    ACK_REQ,
+    DUP_RISK,
+    EV_BITS,
+    IN_FLIGHT,
+    NAMED,
+    OOW,
+    PROBED,
+    RESENT,
+    EvOrder,
+    TxTable,
+)
 from .verbs import WCStatus
 
 if TYPE_CHECKING:
@@ -288,9 +299,9 @@ class Requester:
             or self.inflight + self.mtu > self.cc.cwnd
         )
         # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
-        flags = self.unacked.flags(psn) & ~(PROBED | ACK_REQ)
+        flags = 0  # (a new PSN has none)
         if retransmit:
-            flags |= RESENT
+            flags = self.unacked.flags(psn) & ~(PROBED | ACK_REQ) | RESENT
         if ack_req:
             flags |= ACK_REQ
             self.flight_ack_reqs += 1
@@ -485,10 +496,11 @@ class Requester:
         count a spurious retransmission, and note how late an original arrived
         behind a later-sent packet (RACK's reordering)."""
         unacked = self.unacked
-        flags = unacked.flags(psn)
+        word = unacked.ev_flags(psn)
+        flags = word >> 32
         sent = unacked.sent(psn)
         if flags & IN_FLIGHT and not flags & DUP_RISK:
-            self._on_order(psn, unacked.ev(psn), sent, now)
+            self._on_order(psn, word & EV_BITS, sent, now)
         early = False
         if flags & RESENT:
             if now - sent < self.min_rtt:

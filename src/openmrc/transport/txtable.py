@@ -26,7 +26,12 @@ from typing import Final
 
 from .sendop import SendOp
 
-#: Flag bits of a PSN slot (:meth:`TxTable.flags`).
+#: An EV's bits (32), and a 64-bit word's.
+EV_BITS: Final = 0xFFFFFFFF
+MASK64: Final = (1 << 64) - 1
+
+#: Flag bits of a PSN slot (:meth:`TxTable.flags`; at most 8: they sit above the EV
+#: in one 64-bit word).
 #: The PSN's last transmission is in flight (in the flight list).
 IN_FLIGHT: Final = 1
 #: That transmission asked for an immediate ACK.
@@ -70,10 +75,9 @@ class TxTable:
         "_base",
         "_count",
         "_end",
-        "_ev",
-        "_flags",
         "_head",
         "_lo",
+        "_meta",
         "_next",
         "_ops",
         "_prev",
@@ -94,12 +98,12 @@ class TxTable:
         self._count = 0
         #: per slot: the message (SendOp) the PSN belongs to, None when empty.
         self._ops: list[SendOp | None] = []
-        #: per slot: the EV of the PSN's last transmission (an EV is 32 bits).
-        self._ev: array[int] = array("I")
+        #: per slot: the EV of the PSN's last transmission (an EV is 32 bits) and the
+        #: flag bits (IN_FLIGHT, ACK_REQ, OOW, RESENT, DUP_RISK, PROBED, NAMED) above
+        #: it, ``ev | flags << 32``: one word, read and written together.
+        self._meta: array[int] = array("Q")
         #: per slot: its send time, ps (a 64-bit field on the wire).
         self._sent: array[int] = array("Q")
-        #: per slot: the flag bits (IN_FLIGHT, ACK_REQ, OOW, RESENT, DUP_RISK, PROBED, NAMED).
-        self._flags: array[int] = array("B")
         #: per slot: local ACK timeouts the PSN has had.
         self._retries: array[int] = array("I")
         #: per slot in flight: the PSN sent before and after it in flight, -1 at an end.
@@ -126,7 +130,7 @@ class TxTable:
     # Fields of an outstanding PSN (the caller knows it is outstanding).
     def ev(self, psn: int) -> int:
         """The EV of ``psn``'s last transmission."""
-        return self._ev[psn - self._base]
+        return self._meta[psn - self._base] & EV_BITS
 
     def sent(self, psn: int) -> int:
         """The send time of ``psn``'s last transmission."""
@@ -134,17 +138,21 @@ class TxTable:
 
     def flags(self, psn: int) -> int:
         """``psn``'s flag bits."""
-        return self._flags[psn - self._base]
+        return self._meta[psn - self._base] >> 32
+
+    def ev_flags(self, psn: int) -> int:
+        """``psn``'s EV and flag bits in one read: ``ev | flags << 32``."""
+        return self._meta[psn - self._base]
 
     def set_bits(self, psn: int, bits: int) -> None:
         """Set flag ``bits`` of ``psn``."""
         i = psn - self._base
-        self._flags[i] |= bits
+        self._meta[i] |= bits << 32
 
     def clear_bits(self, psn: int, bits: int) -> None:
         """Clear flag ``bits`` of ``psn``."""
         i = psn - self._base
-        self._flags[i] &= ~bits & 0xFF
+        self._meta[i] &= ~(bits << 32) & MASK64
 
     def retries(self, psn: int) -> int:
         """The local ACK timeouts ``psn`` has had."""
@@ -169,7 +177,7 @@ class TxTable:
             # GROW_BATCH PSNs, not one per PSN: the arrays' calls are the cost).
             more = i + GROW_BATCH - len(ops)
             ops.extend([None] * more)
-            for a in (self._ev, self._sent, self._flags, self._retries, self._prev, self._next):
+            for a in (self._meta, self._sent, self._retries, self._prev, self._next):
                 a.frombytes(bytes(more * a.itemsize))
         ops[i] = op
         self._end = i + 1
@@ -192,7 +200,7 @@ class TxTable:
             while ops[lo] is None:  # a slot past the front is occupied (count > 0)
                 lo += 1
             if lo >= TRIM_BATCH:
-                for a in (self._ev, self._sent, self._flags, self._retries, self._prev, self._next):
+                for a in (self._meta, self._sent, self._retries, self._prev, self._next):
                     del a[:lo]
                 del ops[:lo]
                 self._base += lo
@@ -203,7 +211,7 @@ class TxTable:
     def clear(self) -> None:
         """Forget every record."""
         self._ops.clear()
-        for a in (self._ev, self._sent, self._flags, self._retries, self._prev, self._next):
+        for a in (self._meta, self._sent, self._retries, self._prev, self._next):
             del a[:]
         self._count = 0
         self._lo = 0
@@ -216,9 +224,8 @@ class TxTable:
         """``psn`` (not in flight) is sent now on ``ev`` at ``sent``: set its EV,
         send time and flags (IN_FLIGHT added) and put it last in flight."""
         i = psn - self._base
-        self._ev[i] = ev
+        self._meta[i] = ev | (flags | IN_FLIGHT) << 32
         self._sent[i] = sent
-        self._flags[i] = flags | IN_FLIGHT
         tail = self._tail
         self._prev[i] = tail
         self._next[i] = -1
@@ -231,10 +238,10 @@ class TxTable:
     def land(self, psn: int) -> int:
         """Take ``psn`` (in flight) out of flight; return its flags from before."""
         i = psn - self._base
-        f = self._flags[i]
+        m = self._meta[i]
         self._unlink(psn, i)
-        self._flags[i] = f & ~IN_FLIGHT
-        return f
+        self._meta[i] = m & ~(IN_FLIGHT << 32)
+        return m >> 32
 
     def _unlink(self, psn: int, i: int) -> None:
         base = self._base
@@ -300,7 +307,9 @@ class EvOrder:
         heads = self._heads
         keys = self._keys
         while True:
-            if heads[h] == -2 or keys[h] == ev:
+            # (the key first: a free slot's key is 0, and a free slot comes after
+            # no EV's own slot in its probe sequence, as slots are never freed)
+            if keys[h] == ev or heads[h] == -2:
                 return h
             h = (h + 1) & mask
 
