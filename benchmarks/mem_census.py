@@ -101,9 +101,8 @@ def main() -> None:
         for qp in h.ctx.qps.values():
             rq = qp.requester
             if rq is not None:
-                cat["requester.unacked (with the Tx records)"] += census.size(rq.unacked)
-                cat["requester.ev_sent"] += census.size(rq.ev_sent)
-                cat["requester.flight"] += census.size(rq.flight)
+                cat["requester.unacked (TxTable: PSN slots, flight)"] += census.size(rq.unacked)
+                cat["requester.ev_sent (EvOrder)"] += census.size(rq.ev_sent)
                 cat["requester, the rest"] += census.size(rq)
             if qp.responder is not None:
                 cat["responder"] += census.size(qp.responder)

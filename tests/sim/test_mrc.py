@@ -166,9 +166,9 @@ def test_incast_sends_stay_within_the_window(monkeypatch: pytest.MonkeyPatch) ->
     checked = []
     emit = Requester._emit
 
-    def watched(self: Requester, tx, ev, now, retransmit):  # type: ignore[no-untyped-def]
-        checked.append((self.inflight + tx.length - self.cc.cwnd, retransmit))
-        return emit(self, tx, ev, now, retransmit)
+    def watched(self: Requester, psn, op, length, ev, now, retransmit):  # type: ignore[no-untyped-def]
+        checked.append((self.inflight + length - self.cc.cwnd, retransmit))
+        return emit(self, psn, op, length, ev, now, retransmit)
 
     monkeypatch.setattr(Requester, "_emit", watched)
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from openmrc.loopback import Faults
-from openmrc.transport import EVEvent, EVProfile, EVState, QPAttr
+from openmrc.transport import SGE, EVEvent, EVProfile, EVState, QPAttr, SendWR, WROpcode
+from openmrc.wire.packets import SackPacket
 
 from .helpers import assert_exact, run_transfer, setup_transfer
 
@@ -56,3 +57,54 @@ def test_the_window_follows_the_reordering_measured() -> None:
     req = t.qa.requester
     assert req.reo_mean > 0
     assert req.reo_window() >= req.reo_mean + 4 * req.reo_dev > 1_000_000
+
+
+def _probe_blames_after_overdue_first_packet(ack: str) -> int:
+    """Drive a requester by hand: three packets, the later two acknowledged, so the
+    first is overdue: its EV gets a probe (never answered here) and RACK resends
+    the packet on another EV.  Then the first PSN is acknowledged (``ack``:
+    ``"original"`` before the resend, ``"early"`` sooner after the resend than a
+    round trip, ``"late"`` a round trip after it) and the probe falls due; returns
+    the EV blames of unanswered probes."""
+    t = setup_transfer(count=0)
+    qa = t.qa
+    req = qa.requester
+    assert req is not None
+    mra, mrb = qa.pd.mrs[0], t.qb.pd.mrs[0]
+    qa.post_send(
+        SendWR(0, WROpcode.RDMA_WRITE, [SGE(mra.addr, 3 * req.mtu, mra.lkey)], mrb.addr, mrb.rkey)
+    )
+    first = req.next_packet(0)
+    later = [req.next_packet(1000), req.next_packet(1000)]
+    assert first is not None and all(p is not None and p.ev != first.ev for p in later)
+    now = req.min_rtt
+    req.on_sack(SackPacket(qa.qpn, later[0].ev, 0, 0, 0b110, ts_echo=1000), now)  # type: ignore[union-attr]
+    # the probe goes out first (overdue by the gap allowance), then RACK's window passes
+    while first.ev not in req.ev_probes:
+        now = req.get_timer()
+        req.handle_timer(now)
+    probe_due = req.ev_probes[first.ev][1]
+    if ack == "original":
+        req.on_sack(SackPacket(qa.qpn, first.ev, 3, 3, 0, ts_echo=0), now)
+    else:
+        while not req.retx:
+            now = req.get_timer()
+            req.handle_timer(now)
+        resend = req.next_packet(now)
+        assert resend is not None and resend.psn == 0 and resend.ev != first.ev
+        now += 1 if ack == "early" else req.min_rtt
+        req.on_sack(SackPacket(qa.qpn, first.ev, 3, 3, 0, ts_echo=0), now)
+    assert req.stats.timeouts == 0 and now < probe_due
+    req.handle_timer(probe_due)
+    assert first.ev not in req.ev_probes
+    return req.probe_blames
+
+
+def test_an_unanswered_ev_probe_blames_only_when_its_packet_may_be_lost() -> None:
+    # The transmission the probe was sent for arrived (acknowledged before any
+    # resend, or so soon after the resend that the original must have arrived):
+    # the path delivers, whatever became of the probe.  Acknowledged only a round
+    # trip after the resend, the ACK may be the resend's: the probe's silence blames.
+    assert _probe_blames_after_overdue_first_packet("original") == 0
+    assert _probe_blames_after_overdue_first_packet("early") == 0
+    assert _probe_blames_after_overdue_first_packet("late") == 1

@@ -34,11 +34,12 @@ BYTES_PER_HOST = 6_500
 #: over its run beyond this budget's packets in flight: its EV table, congestion
 #: control state and queues (about 24 KB when its flow starts), then what sending
 #: adds: the EV ids and ECN state, and the records of its transmissions in flight
-#: (``Tx``, ``PsnRecords``, ``flight``, the per-EV send order ``ev_sent``) and its
-#: host's route cache entries.  A sendrecv of 512 hosts x 8 planes added 98 KB of
-#: peak RSS per QP over its run, packets in flight included (this budget: 40 KB
-#: per QP and 89 KB of packets in flight); sendrecv-2048 and sendrecv-42k measured
-#: under the estimate this gives (docs/performance.md).
+#: (the requester's ``TxTable`` and per-EV send order ``EvOrder``) and its host's
+#: route cache entries: about 35 KB per QP counted at the plateau of a sendrecv.
+#: A sendrecv of 512 hosts x 8 planes added 45 KB of peak RSS per QP over its run,
+#: packets in flight included (98 KB before the requester's records went into
+#: arrays; this budget: 40 KB per QP and 89 KB of packets in flight); sendrecv-2048
+#: and sendrecv-42k measured under the estimate this gives (docs/performance.md).
 BYTES_PER_QP = 40_000
 #: One packet in flight (on a wire or in a queue): the packet object (192 B) and
 #: its event in the heap (32 B), rounded up.

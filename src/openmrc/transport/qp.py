@@ -28,8 +28,9 @@ from .attrs import STAGES, QPAttr
 from .errors import InvalidArgument, InvalidState, ResourceExhausted
 from .paths import PathSet
 from .qpbase import ContextBase, QPBase, QPStats
-from .requester import Requester, SendOp
+from .requester import Requester
 from .responder import Responder
+from .sendop import SendOp
 from .state import CAN_POST_RECV, CAN_POST_SEND, QPState, check_transition
 from .verbs import (
     SGE,
@@ -428,7 +429,6 @@ class QueuePair(QPBase):
             req.ops.clear()
             req.to_segment.clear()
             req.retx.clear()
-            req.flight.clear()
             req.unacked.clear()
             req.sacked_imm_last.clear()
             req.inflight = 0

@@ -35,7 +35,6 @@ and non-last-hop trims make the EV SKIP.
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
@@ -44,13 +43,25 @@ from ..wire.packets import (
     DataPacket,
     NackPacket,
     NackReason,
-    Opcode,
     ProbePacket,
     ProbeReplyPacket,
     SackPacket,
 )
 from .paths import EVState
-from .verbs import MemoryRegion, WCStatus
+from .sendop import SendOp
+from .txtable import (
+    ACK_REQ,
+    DUP_RISK,
+    EV_BITS,
+    IN_FLIGHT,
+    NAMED,
+    OOW,
+    PROBED,
+    RESENT,
+    EvOrder,
+    TxTable,
+)
+from .verbs import WCStatus
 
 if TYPE_CHECKING:
     import random
@@ -88,204 +99,6 @@ FATAL_NACKS: dict[NackReason, WCStatus] = {
 }
 
 
-def _find_pair(q: array[int], psn: int, sent: int) -> int:
-    """Where the pair ``psn, sent`` first starts in the flat pairs ``q``, or -1."""
-    for i in range(0, len(q), 2):
-        if q[i] == psn and q[i + 1] == sent:
-            return i
-    return -1
-
-
-class SendOp:
-    """One posted WRITE on its way: its pieces, its PSN range, its progress."""
-
-    __slots__ = (
-        "acked",
-        "first_psn",
-        "imm",
-        "is_imm",
-        "msn",
-        "npkts",
-        "remote_addr",
-        "rkey",
-        "segmented",
-        "segs",
-        "signaled",
-        "total",
-        "virtual",
-        "wr_id",
-    )
-
-    def __init__(
-        self,
-        wr_id: int,
-        segs: list[tuple[MemoryRegion, int, int]],
-        remote_addr: int,
-        rkey: int,
-        imm: int | None,
-        signaled: bool,
-        msn: int,
-        mtu: int,
-    ) -> None:
-        self.wr_id = wr_id
-        self.segs = segs
-        self.total = sum(length for _, _, length in segs)
-        self.remote_addr = remote_addr
-        self.rkey = rkey
-        self.imm = imm
-        self.is_imm = imm is not None
-        self.signaled = signaled
-        self.msn = msn
-        self.npkts = max(1, -(-self.total // mtu))
-        self.acked = 0
-        self.segmented = 0  # packets created so far
-        self.first_psn = -1
-        self.virtual = all(mr.view is None for mr, _, _ in segs)
-
-    def gather(self, offset: int, length: int) -> bytes | None:
-        """The message bytes ``[offset, offset + length)``, read from the local MRs."""
-        if self.virtual:
-            return None
-        out = bytearray()
-        pos = 0
-        for mr, addr, seg_len in self.segs:
-            if length <= 0:
-                break
-            if offset < pos + seg_len:
-                start = max(offset - pos, 0)
-                take = min(seg_len - start, length)
-                chunk = mr.read(addr + start, take)
-                out += chunk if chunk is not None else bytes(take)
-                offset += take
-                length -= take
-            pos += seg_len
-        return bytes(out)
-
-
-class Tx:
-    """The sender's record of one PSN until it is acknowledged."""
-
-    __slots__ = (
-        "ack_req",
-        "acked",
-        "acked_early",
-        "dup_risk",
-        "ev",
-        "in_flight",
-        "length",
-        "offset",
-        "oow",
-        "op",
-        "opcode",
-        "probed",
-        "psn",
-        "resent",
-        "retries",
-        "sent",
-    )
-
-    def __init__(self, psn: int, op: SendOp, offset: int, length: int, opcode: Opcode) -> None:
-        self.psn = psn
-        self.op = op
-        self.offset = offset
-        self.length = length
-        self.opcode = opcode
-        self.ev = 0
-        self.sent = 0
-        self.retries = 0
-        self.in_flight = False
-        self.acked = False
-        #: this transmission asked for an immediate ACK.
-        self.ack_req = False
-        #: refused as beyond the receiver's PSN window: held (out of flight,
-        #: in Requester.held) until the cumulative ACK moves far enough.
-        self.oow = False
-        #: sent more than once (so an early ACK of it may reveal a spurious retransmission).
-        self.resent = False
-        #: a transmission of this PSN was given up (RACK or a timeout) without a
-        #: NACK, so it may still arrive: an ACK of the PSN no longer says which
-        #: transmission arrived, and is no order evidence (see Requester._on_order).
-        self.dup_risk = False
-        #: acknowledged sooner after its last retransmission than a round trip:
-        #: an earlier transmission arrived.
-        self.acked_early = False
-        #: this transmission's EV was probed as overdue (see Requester._detect_losses).
-        self.probed = False
-
-
-class PsnRecords:
-    """The records of the PSNs sent and not yet acknowledged, by PSN: the part of a
-    dict ``{psn: Tx}`` the requester uses, kept as a list over the PSN window.
-
-    The PSNs outstanding are a window from the oldest unacknowledged one, and new ones
-    are added at its end: a list slot (8 bytes) per PSN of the window instead of a
-    dict entry and a boxed PSN (about 60 bytes; docs/performance.md, the memory
-    budget).  Slots of PSNs acknowledged out of order hold None; the front is trimmed
-    as the oldest are acknowledged.
-    """
-
-    __slots__ = ("_base", "_count", "_txs")
-
-    def __init__(self) -> None:
-        #: the PSN of ``_txs[0]``.
-        self._base = 0
-        self._txs: list[Tx | None] = []
-        #: records held (slots not None).
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def get(self, psn: int) -> Tx | None:
-        """The record of ``psn``, or None when it is not outstanding."""
-        i = psn - self._base
-        if 0 <= i < len(self._txs):
-            return self._txs[i]
-        return None
-
-    def __contains__(self, psn: int) -> bool:
-        return self.get(psn) is not None
-
-    def __setitem__(self, psn: int, tx: Tx) -> None:
-        txs = self._txs
-        if not txs:
-            self._base = psn
-        i = psn - self._base
-        if i < 0:
-            txs[:0] = [None] * -i
-            self._base = psn
-            i = 0
-        while i > len(txs):
-            txs.append(None)
-        if i == len(txs):
-            txs.append(tx)
-            self._count += 1
-        else:
-            if txs[i] is None:
-                self._count += 1
-            txs[i] = tx
-
-    def __delitem__(self, psn: int) -> None:
-        i = psn - self._base
-        txs = self._txs
-        if not 0 <= i < len(txs) or txs[i] is None:
-            raise KeyError(psn)
-        txs[i] = None
-        self._count -= 1
-        if i == 0:
-            k = 1
-            n = len(txs)
-            while k < n and txs[k] is None:
-                k += 1
-            del txs[:k]
-            self._base += k
-
-    def clear(self) -> None:
-        """Forget every record."""
-        self._txs.clear()
-        self._count = 0
-
-
 class Requester:
     """Send-side state of one QP."""
 
@@ -303,24 +116,25 @@ class Requester:
         self.snd_una = 0
         self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
         self.to_segment: deque[SendOp] = deque()  # posted, not yet fully segmented
-        self.unacked = PsnRecords()
-        #: the transmissions in flight, in send order (re-inserted on retransmission):
-        #: a dict of the records themselves (no value), which costs no PSN object
-        #: per entry (docs/performance.md, the memory budget).
-        self.flight: dict[Tx, None] = {}
-        self.retx: deque[Tx] = deque()
+        #: the PSNs sent and not yet acknowledged: their message, last transmission
+        #: (EV, send time), timeouts and flags, and which are in flight, in send
+        #: order (a retransmission goes last).
+        self.unacked = TxTable()
+        #: PSNs to resend, in order (one may be acknowledged before its turn).
+        self.retx: deque[int] = deque()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
-        #: cumulatively: the responder may still refuse such a message (no
-        #: receive, found when it completes in order) with a NACK naming one.
-        self.sacked_imm_last: dict[int, Tx] = {}
+        #: cumulatively, PSN -> (send time of the transmission acknowledged, its
+        #: message): the responder may still refuse such a message (no receive,
+        #: found when it completes in order) with a NACK naming one.
+        self.sacked_imm_last: dict[int, tuple[int, SendOp]] = {}
         self.inflight = 0
         #: packets in flight that asked for an immediate ACK.
         self.flight_ack_reqs = 0
         #: a reliability probe went out because the window closed with no ACK
         #: requested in flight; cleared by the next SACK or NACK.
         self.window_probe_out = False
-        #: transmissions held after a PSN_OUT_OF_WINDOW NACK, by PSN (see Tx.oow).
-        self.held: dict[int, Tx] = {}
+        #: PSNs held after a PSN_OUT_OF_WINDOW NACK (see txtable.OOW).
+        self.held: set[int] = set()
         self.wimm_outstanding = 0
         base_rtt = attr.cc_profile.base_rtt_ps
         self.srtt = base_rtt
@@ -330,21 +144,17 @@ class Requester:
         #: the timestamp echo of the last RTT sample taken (one per ACK event)
         self.last_sample_ts = -1
         self.rack_deadline: int | None = None
-        #: per EV, its transmissions not yet resolved, in send order, as flat
-        #: pairs ``PSN, send time`` in an unsigned 64-bit array (a send time is a
-        #: 64-bit field on the wire): the order evidence of loss on that EV (see
-        #: :meth:`_on_order`).  Only EVs with some are keys.  A
-        #: QP sprays over hundreds of EVs with a few packets each in flight: a
-        #: pair costs 16 bytes here against 136 as a tuple in a list, and an
-        #: empty deque was 600 bytes (docs/performance.md, the memory budget).
-        self.ev_sent: dict[int, array[int]] = {}
+        #: per EV, its transmissions (PSN, send time) not yet resolved, in send
+        #: order: the order evidence of loss on that EV (see :meth:`_on_order`).
+        self.ev_sent = EvOrder()
         #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
         #: EV probes out on EVs RACK suspects: EV -> (probe seq, answer deadline,
-        #: the overdue PSN's record, the send time of its transmission on the EV,
-        #: the probe's send time).
-        self.ev_probes: dict[int, tuple[int, int, Tx, int, int]] = {}
+        #: the overdue PSN, the send time of its transmission on the EV, the
+        #: probe's send time, and whether that transmission is known to have
+        #: arrived: set when the PSN is acknowledged, see :meth:`_settle_probes`).
+        self.ev_probes: dict[int, tuple[int, int, int, int, int, bool]] = {}
         #: round trips of answered EV probes: mean and mean deviation (EWMA,
         #: gains 1/8 and 1/4), and how many were measured (see probe_wait).
         self.probe_rtt = 0
@@ -410,20 +220,23 @@ class Requester:
         """
         self.port_blocked = False
         retx = self.retx
+        unacked = self.unacked
         while retx:
-            tx = retx[0]
-            if tx.acked:
+            psn = retx[0]
+            sop = unacked.op(psn)
+            if sop is None:  # acknowledged meanwhile
                 retx.popleft()
                 continue
-            if self.inflight and self.inflight + tx.length > self.cc.cwnd:
+            length = sop.length_of(psn, self.mtu)
+            if self.inflight and self.inflight + length > self.cc.cwnd:
                 self._window_blocked(now)
                 return None
-            ev = self.paths.other_ev(tx.ev, busy)
+            ev = self.paths.other_ev(unacked.ev(psn), busy)
             if ev < 0:
                 self.port_blocked = True
                 return None
             retx.popleft()
-            return self._emit(tx, ev, now, retransmit=True)
+            return self._emit(psn, sop, length, ev, now, retransmit=True)
         if not self.to_segment:
             return None
         op = self.to_segment[0]
@@ -441,24 +254,14 @@ class Requester:
             self.port_blocked = True
             return None
         idx = op.segmented
-        last = idx == op.npkts - 1
-        if op.npkts == 1:
-            opcode = Opcode.WRITE_ONLY_IMM if op.is_imm else Opcode.WRITE_ONLY
-        elif idx == 0:
-            opcode = Opcode.WRITE_FIRST
-        elif last:
-            opcode = Opcode.WRITE_LAST_IMM if op.is_imm else Opcode.WRITE_LAST
-        else:
-            opcode = Opcode.WRITE_MIDDLE
         if idx == 0:
             op.first_psn = psn
         op.segmented = idx + 1
-        if last:
+        if idx == op.npkts - 1:
             self.to_segment.popleft()
-        tx = Tx(psn, op, offset, length, opcode)
-        self.unacked[psn] = tx
+        unacked.add(psn, op)
         self.next_psn = psn + 1
-        return self._emit(tx, ev, now, retransmit=False)
+        return self._emit(psn, op, length, ev, now, retransmit=False)
 
     def _window_blocked(self, now: int) -> None:
         """The window is full: make sure an ACK is coming to open it.
@@ -469,30 +272,22 @@ class Requester:
         else would move until the retransmission timeout.  So when no packet in
         flight asked for an ACK, one reliability probe (no PSN) asks for a SACK.
         """
-        if self.flight_ack_reqs or self.window_probe_out or not self.flight:
+        if self.flight_ack_reqs or self.window_probe_out or not self.unacked.flying():
             return
         self.window_probe_out = True
         self.stats.window_probes += 1
         self.qp.queue_control(self.probe(now, reliability=True))
 
-    def _emit(self, tx: Tx, ev: int, now: int, retransmit: bool) -> DataPacket:
+    def _emit(
+        self, psn: int, op: SendOp, length: int, ev: int, now: int, retransmit: bool
+    ) -> DataPacket:
+        """Send (or resend) ``psn`` of ``op`` (``length`` bytes) on ``ev`` now."""
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
-        op = tx.op
-        tx.ev = ev
-        tx.sent = now
-        tx.in_flight = True
-        tx.probed = False
-        if retransmit:
-            tx.resent = True
-        self.flight[tx] = None
-        self.inflight += tx.length
-        q = self.ev_sent.get(ev)
-        if q is None:
-            q = self.ev_sent[ev] = array("Q")
-        q.append(tx.psn)
-        q.append(now)
-        last = tx.opcode in LAST_OPCODES
+        self.inflight += length
+        self.ev_sent.append(ev, psn, now)
+        opcode = op.opcode_of(psn)
+        last = opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
         # last thing to send): coalescing at the receiver would otherwise hold
         # the only ACK that can open the window, and the sender would stall
@@ -503,19 +298,25 @@ class Requester:
             or not (self.retx or self.to_segment)
             or self.inflight + self.mtu > self.cc.cwnd
         )
-        tx.ack_req = ack_req
+        # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
+        flags = 0  # (a new PSN has none)
+        if retransmit:
+            flags = self.unacked.flags(psn) & ~(PROBED | ACK_REQ) | RESENT
         if ack_req:
+            flags |= ACK_REQ
             self.flight_ack_reqs += 1
+        self.unacked.launch(psn, ev, now, flags)
+        offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,
             ev,
-            tx.opcode,
-            tx.psn,
+            opcode,
+            psn,
             op.msn,
-            op.remote_addr + tx.offset,
+            op.remote_addr + offset,
             op.rkey,
-            tx.length,
-            None if op.virtual else op.gather(tx.offset, tx.length),
+            length,
+            None if op.virtual else op.gather(offset, length),
             op.imm if last else None,
             now,
             retransmit,
@@ -524,7 +325,7 @@ class Requester:
         )
         stats = self.stats
         stats.tx_data_packets += 1
-        stats.tx_data_bytes += tx.length
+        stats.tx_data_bytes += length
         if retransmit:
             stats.retransmits += 1
         self.last_activity = now
@@ -633,9 +434,9 @@ class Requester:
             for psn in range(self.snd_una, cack):
                 if sacked:
                     sacked.pop(psn, None)
-                tx = unacked.get(psn)
-                if tx is not None:
-                    newly += self._ack_sacked(tx, now, late_base, rack_xmit)
+                op = unacked.op(psn)
+                if op is not None:
+                    newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
             self.snd_una = cack
             if self.held:
                 self._release_oow(now)
@@ -647,11 +448,11 @@ class Requester:
             bitmap ^= low
             if psn >= next_psn:
                 break
-            tx = unacked.get(psn)
-            if tx is not None:
-                newly += self._ack_sacked(tx, now, late_base, rack_xmit)
-                if tx.op.is_imm and tx.opcode in LAST_OPCODES:
-                    self.sacked_imm_last[psn] = tx
+            op = unacked.op(psn)
+            if op is not None:
+                if op.is_imm and op.is_last(psn):
+                    self.sacked_imm_last[psn] = (unacked.sent(psn), op)
+                newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
         self._note_reordering(self.sack_late)
         spurious = self.sack_spurious
         if spurious:
@@ -689,20 +490,27 @@ class Requester:
         if self.retx or self.to_segment:
             self.qp.wake()  # the window may have opened
 
-    def _ack_sacked(self, tx: Tx, now: int, late_base: int, rack_xmit: int) -> int:
-        """Acknowledge ``tx`` (cumulatively or selectively) and return its newly acked
-        bytes; take the order evidence it gives on its EV, count a spurious
-        retransmission, and note how late an original arrived behind a later-sent
-        packet (RACK's reordering)."""
-        if tx.in_flight and not tx.dup_risk:
-            self._on_order(tx, now)
-        if tx.resent:
-            if now - tx.sent < self.min_rtt:
+    def _ack_sacked(self, psn: int, op: SendOp, now: int, late_base: int, rack_xmit: int) -> int:
+        """Acknowledge outstanding ``psn`` of ``op`` (cumulatively or selectively) and
+        return its newly acked bytes; take the order evidence it gives on its EV,
+        count a spurious retransmission, and note how late an original arrived
+        behind a later-sent packet (RACK's reordering)."""
+        unacked = self.unacked
+        word = unacked.ev_flags(psn)
+        flags = word >> 32
+        sent = unacked.sent(psn)
+        if flags & IN_FLIGHT and not flags & DUP_RISK:
+            self._on_order(psn, word & EV_BITS, sent, now)
+        early = False
+        if flags & RESENT:
+            if now - sent < self.min_rtt:
                 self.sack_spurious += 1
-                tx.acked_early = True
-        elif tx.in_flight and tx.sent < rack_xmit and late_base - tx.sent > self.sack_late:
-            self.sack_late = late_base - tx.sent
-        return self._ack(tx)
+                early = True
+        elif flags & IN_FLIGHT and sent < rack_xmit and late_base - sent > self.sack_late:
+            self.sack_late = late_base - sent
+        if flags & NAMED:
+            self._settle_probes(psn, sent, early)
+        return self._ack(psn, op, flags)
 
     def gap_allowance(self) -> int:
         """How long an EV's overtaken packet may still be acknowledged or NACKed.
@@ -739,59 +547,57 @@ class Requester:
         measured = self.probe_rtt + 4 * self.probe_dev
         return measured if measured > least else least
 
-    def _on_order(self, tx: Tx, now: int) -> None:
-        """``tx``'s one transmission (on ``tx.ev``, at ``tx.sent``) was acknowledged.
+    def _on_order(self, psn: int, ev: int, sent: int, now: int) -> None:
+        """``psn``'s one transmission (on ``ev``, at ``sent``) was acknowledged.
 
         Paths are FIFO: every transmission sent before it on the same EV
         arrived first, or was trimmed (and NACKed), or was lost.  Those still
         unacknowledged become *gaps*: unless their ACK or NACK comes within
         :meth:`gap_allowance`, the EV lost them (see :meth:`_check_evidence`).
         """
-        q = self.ev_sent.get(tx.ev)
-        if not q:
+        order = self.ev_sent
+        if order.pop_first(ev, psn, sent):
             return
-        psn = tx.psn
-        sent = tx.sent
-        if q[0] == psn and q[1] == sent:
-            if len(q) == 2:
-                del self.ev_sent[tx.ev]
-            else:
-                del q[:2]
-            return
-        k = _find_pair(q, psn, sent)
-        if k < 0:
+        before = order.take_through(ev, psn, sent)
+        if before is None:
             return
         unacked = self.unacked
         gaps = self.gaps
         due = -1
-        before = q[:k]
-        if k + 2 == len(q):
-            del self.ev_sent[tx.ev]
-        else:
-            del q[: k + 2]
-        for i in range(0, k, 2):
+        for i in range(0, len(before), 2):
             if before[i] in unacked:
                 if due < 0:
                     due = now + self.gap_allowance()
                     if self.rack_deadline is None or due < self.rack_deadline:
                         self.rack_deadline = due
-                gaps[(before[i], before[i + 1])] = (tx.ev, due)
-        self.ev_probes.pop(tx.ev, None)  # the EV delivers: no probe needed
+                gaps[(before[i], before[i + 1])] = (ev, due)
+        self.ev_probes.pop(ev, None)  # the EV delivers: no probe needed
 
-    def _ack(self, tx: Tx) -> int:
-        if tx.oow:
-            tx.oow = False
-            del self.held[tx.psn]
-        tx.acked = True
-        del self.unacked[tx.psn]
-        if tx.in_flight:
-            del self.flight[tx]
-            self.inflight -= tx.length
-            tx.in_flight = False
-            if tx.ack_req:
+    def _settle_probes(self, psn: int, sent: int, early: bool) -> None:
+        """``psn``, named by an EV probe, is acknowledged (last sent at ``sent``;
+        ``early``: sooner after its retransmission than a round trip, so an earlier
+        transmission arrived): a probe whose overdue transmission is that one, or
+        an earlier one when ``early``, is settled as arrived (no blame when it is
+        due, see :meth:`_check_evidence`)."""
+        probes = self.ev_probes
+        for ev, (seq, due, named, named_sent, at, arrived) in list(probes.items()):
+            if named == psn and not arrived and (sent == named_sent or early):
+                probes[ev] = (seq, due, named, named_sent, at, True)
+
+    def _ack(self, psn: int, op: SendOp, flags: int) -> int:
+        """Forget outstanding ``psn`` of ``op`` (``flags``: its flags), acknowledged;
+        return its length."""
+        if flags & OOW:
+            self.held.discard(psn)
+        length = op.length_of(psn, self.mtu)
+        in_flight = flags & IN_FLIGHT != 0
+        if in_flight:
+            self.inflight -= length
+            if flags & ACK_REQ:
                 self.flight_ack_reqs -= 1
-        tx.op.acked += 1
-        return tx.length
+        self.unacked.remove(psn, in_flight)
+        op.acked += 1
+        return length
 
     def _note_reordering(self, late: int) -> None:
         """Fold one ACK event's largest lateness into the reordering estimate."""
@@ -833,7 +639,8 @@ class Requester:
         # None stored before a call that stores an int would be read back as None)
         self.rack_deadline = self._check_evidence(now) if (self.gaps or self.ev_probes) else None
         rack_xmit = self.rack_xmit
-        if rack_xmit < 0 or not self.flight:
+        unacked = self.unacked
+        if rack_xmit < 0 or not unacked.flying():
             return
         reo = self.reo_window()
         horizon = self.rack_rtt + reo
@@ -842,31 +649,35 @@ class Requester:
         # which waits for the whole reordering window, resends it: a dead path
         # is found about one probe round trip after its first loss is overdue.
         probe_h = self.rack_rtt + self.gap_allowance()
-        lost = []
+        lost: list[int] = []
         band = 0
-        for tx in self.flight:
-            if tx.sent >= rack_xmit:
+        psn = unacked.oldest()
+        while psn >= 0:
+            sent = unacked.sent(psn)
+            if sent >= rack_xmit:
                 break
-            deadline = tx.sent + horizon
+            deadline = sent + horizon
             if deadline <= now:
-                lost.append(tx)
+                lost.append(psn)
+                psn = unacked.after(psn)
                 continue
             if self.rack_deadline is None or deadline < self.rack_deadline:
                 self.rack_deadline = deadline
-            due = tx.sent + probe_h
+            due = sent + probe_h
             if due > now:
                 if due < self.rack_deadline:
                     self.rack_deadline = due
                 break
-            if not tx.probed:
-                tx.probed = True
-                self._suspect(tx, now)
+            if not unacked.flags(psn) & PROBED:
+                unacked.set_bits(psn, PROBED)
+                self._suspect(psn, now)
             band += 1
             if band == PROBE_SCAN:
                 break
-        for tx in lost:
+            psn = unacked.after(psn)
+        for psn in lost:
             self.stats.losses_detected += 1
-            self._mark_lost(tx, now, "rack")
+            self._mark_lost(psn, now, "rack")
 
     def _check_evidence(self, now: int) -> int | None:
         """Blame the EVs whose loss evidence is due: a gap still unacknowledged
@@ -890,10 +701,10 @@ class Requester:
                     best = due
         probes = self.ev_probes
         if probes:
-            for ev, (_seq, due, tx, sent, _at) in list(probes.items()):
+            for ev, (_seq, due, _psn, _sent, _at, arrived) in list(probes.items()):
                 if due <= now:
                     del probes[ev]
-                    if tx.acked and (tx.sent == sent or tx.acked_early):
+                    if arrived:
                         continue  # the overdue transmission arrived: the path delivers
                     self.probe_blames += 1
                     paths.on_loss(ev, now, "probe unanswered")
@@ -901,10 +712,11 @@ class Requester:
                     best = due
         return None if best < 0 else best
 
-    def _suspect(self, tx: Tx, now: int) -> None:
-        """``tx``'s transmission on its EV is overdue: probe the EV (once at a
-        time), unless it is already out of use."""
-        ev = tx.ev
+    def _suspect(self, psn: int, now: int) -> None:
+        """``psn``'s last transmission, on its EV, is overdue: probe the EV (once at
+        a time), unless it is already out of use."""
+        unacked = self.unacked
+        ev = unacked.ev(psn)
         if ev in self.ev_probes:
             return
         state = self.paths.state_of(ev)
@@ -912,39 +724,46 @@ class Requester:
             return  # out of use already: nothing to learn
         seq = self.probe_seq
         due = now + self.probe_wait()
-        self.ev_probes[ev] = (seq, due, tx, tx.sent, now)
+        self.ev_probes[ev] = (seq, due, psn, unacked.sent(psn), now, False)
+        unacked.set_bits(psn, NAMED)
         if self.rack_deadline is None or due < self.rack_deadline:
             self.rack_deadline = due
         self.suspect_probes += 1
         self.qp.queue_control(self.probe(now, reliability=False, ev=ev))
 
-    def _mark_lost(self, tx: Tx, now: int, reason: str | None, front: bool = False) -> None:
-        """Take ``tx`` out of flight and queue it for retransmission.
+    def _mark_lost(self, psn: int, now: int, reason: str | None, front: bool = False) -> None:
+        """Take outstanding ``psn`` out of flight and queue it for retransmission.
 
         ``reason`` None means congestion (a trim NACK): nobody is blamed.
         ``"rack"``: RACK inferred the loss, which may be a packet still in a
-        queue: the transmission may yet arrive (``Tx.dup_risk``), and its EV is
-        only probed (:meth:`_suspect`).  ``"timeout"`` blames the EV at once.
+        queue: the transmission may yet arrive (``txtable.DUP_RISK``), and its EV
+        is only probed (:meth:`_suspect`).  ``"timeout"`` blames the EV at once.
         """
-        if tx.in_flight:
-            del self.flight[tx]
-            self.inflight -= tx.length
-            tx.in_flight = False
-            if tx.ack_req:
-                self.flight_ack_reqs -= 1
+        unacked = self.unacked
+        op = unacked.op(psn)
+        assert op is not None
+        length = op.length_of(psn, self.mtu)
+        if unacked.flags(psn) & IN_FLIGHT:
+            self._land(psn, length)
         if front:
-            self.retx.appendleft(tx)
+            self.retx.appendleft(psn)
         else:
-            self.retx.append(tx)
+            self.retx.append(psn)
         if reason is not None:
-            tx.dup_risk = True
+            unacked.set_bits(psn, DUP_RISK)
             if reason == "timeout":
-                self.paths.on_loss(tx.ev, now, reason)
-                self.cc.on_timeout(tx.length, now)
+                self.paths.on_loss(unacked.ev(psn), now, reason)
+                self.cc.on_timeout(length, now)
             else:
-                self._suspect(tx, now)
-                self.cc.on_loss(tx.length, now)
+                self._suspect(psn, now)
+                self.cc.on_loss(length, now)
         self.qp.wake()
+
+    def _land(self, psn: int, length: int) -> None:
+        """Take ``psn`` (``length`` bytes, in flight) out of flight, not acknowledged."""
+        if self.unacked.land(psn) & ACK_REQ:
+            self.flight_ack_reqs -= 1
+        self.inflight -= length
 
     def on_nack(self, nack: NackPacket, now: int) -> None:
         """Process a NACK: trims retransmit at once; access errors end the QP."""
@@ -952,34 +771,42 @@ class Requester:
         stats.rx_nacks += 1
         self.window_probe_out = False
         reason = nack.reason
-        tx = self.unacked.get(nack.psn)
+        psn = nack.psn
+        unacked = self.unacked
+        op = unacked.op(psn)
+        # (the transmission the NACK is about: outstanding and in flight, else none)
+        flying = op is not None and unacked.flags(psn) & IN_FLIGHT != 0
+        sent = unacked.sent(psn) if flying else -1
         fatal = FATAL_NACKS.get(reason)
         if fatal is not None:
             # Only a NACK about a transmission still outstanding (sent, unacked,
             # and echoing that transmission's timestamp) may end the QP: a stale
             # or forged one with any PSN is counted and dropped.
-            if tx is None or not tx.in_flight:
-                tx = (
-                    self.sacked_imm_last.get(nack.psn) if reason is NackReason.NO_RESOURCE else None
-                )
-            if tx is None or tx.sent != nack.ts_echo:
+            if not flying:
+                op = None
+                if reason is NackReason.NO_RESOURCE:
+                    last = self.sacked_imm_last.get(psn)
+                    if last is not None:
+                        sent, op = last
+            if op is None or sent != nack.ts_echo:
                 stats.ignored_fatal_nacks += 1
                 return
             stats.fatal_nacks += 1
-            self.qp.fail(fatal, tx.op, now, f"NACK {reason.name} for PSN {nack.psn}")
+            self.qp.fail(fatal, op, now, f"NACK {reason.name} for PSN {psn}")
             return
         self._nacked(nack)
-        if tx is None or not tx.in_flight or tx.sent != nack.ts_echo:
+        if op is None or not flying or sent != nack.ts_echo:
             stats.stale_nacks += 1  # already acked, or about an older transmission
             return
+        length = op.length_of(psn, self.mtu)
         if reason is NackReason.TRIMMED:
             stats.trims += 1
-            self.paths.on_trim(tx.ev)
-            self.cc.on_nack(tx.length, now, now - tx.sent, self.inflight - tx.length)
+            self.paths.on_trim(unacked.ev(psn))
+            self.cc.on_nack(length, now, now - sent, self.inflight - length)
         elif reason is NackReason.TRIMMED_LASTHOP:
             stats.trims += 1
             stats.trims_lasthop += 1
-            self.cc.on_nack(tx.length, now, now - tx.sent, self.inflight - tx.length)
+            self.cc.on_nack(length, now, now - sent, self.inflight - length)
         else:  # PSN_OUT_OF_WINDOW: not receivable yet; hold it, blame nobody
             stats.oow_nacks += 1
             self.last_activity = now
@@ -987,16 +814,12 @@ class Requester:
             # Out of flight (it is not in the network) and held: the window
             # moving releases it; until then the packets below it, in flight,
             # carry the timers.  Never resent at once only to be refused again.
-            del self.flight[tx]
-            self.inflight -= tx.length
-            tx.in_flight = False
-            if tx.ack_req:
-                self.flight_ack_reqs -= 1
-            tx.oow = True
-            self.held[tx.psn] = tx
+            self._land(psn, length)
+            unacked.set_bits(psn, OOW)
+            self.held.add(psn)
             return
         self.last_activity = now
-        self._mark_lost(tx, now, None, front=True)
+        self._mark_lost(psn, now, None, front=True)
 
     def _nacked(self, nack: NackPacket) -> None:
         """The transmission a NACK names (PSN, echoed send time, EV) reached the
@@ -1004,15 +827,7 @@ class Requester:
         rec = (nack.psn, nack.ts_echo)
         if self.gaps.pop(rec, None) is not None:
             return
-        q = self.ev_sent.get(nack.ev)
-        if q:
-            k = _find_pair(q, nack.psn, nack.ts_echo)
-            if k < 0:
-                return
-            if len(q) == 2:
-                del self.ev_sent[nack.ev]
-            else:
-                del q[k : k + 2]
+        self.ev_sent.remove(nack.ev, nack.psn, nack.ts_echo)
 
     def _learn_peer_window(self, nack: NackPacket) -> None:
         """Shrink the send PSN window to what a PSN_OUT_OF_WINDOW NACK proves.
@@ -1034,9 +849,9 @@ class Requester:
         """Queue for retransmission the held PSNs the window now covers."""
         limit = self.snd_una + self.window_psns
         for psn in sorted(p for p in self.held if p < limit):
-            tx = self.held.pop(psn)
-            tx.oow = False
-            self.retx.append(tx)
+            self.held.remove(psn)
+            self.unacked.clear_bits(psn, OOW)
+            self.retx.append(psn)
         self.qp.wake()
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
@@ -1059,9 +874,10 @@ class Requester:
         self.paths.on_probe_reply(ev, reply.seq, now)
 
     # -- timers ---------------------------------------------------------------------
-    def rto_for(self, tx: Tx) -> int:
-        """The timeout for ``tx``'s next attempt: linear, then doubling."""
-        extra = tx.retries - self.retry_linear
+    def rto_for(self, retries: int) -> int:
+        """The timeout of a PSN's next attempt after ``retries`` timeouts: linear,
+        then doubling."""
+        extra = retries - self.retry_linear
         if extra < 0:
             return self.timeout_ps
         return self.timeout_ps << min(extra + 1, 30)
@@ -1076,14 +892,13 @@ class Requester:
         # (an int with -1 for none, not Optional: compiled, no boxing per call)
         probe = self.paths.next_probe_at
         best = -1 if probe is None else probe
-        flight = self.flight
-        if flight:
-            for tx in flight:  # noqa: B007 -- the oldest in flight
-                break
-            rto = tx.sent + self.rto_for(tx)
+        unacked = self.unacked
+        oldest = unacked.oldest()
+        if oldest >= 0:
+            rto = unacked.sent(oldest) + self.rto_for(unacked.retries(oldest))
             if best < 0 or rto < best:
                 best = rto
-        if (flight or self.held) and not self.retx:
+        if (oldest >= 0 or self.held) and not self.retx:
             tlp = self.last_activity + 2 * self.srtt + self.reo_floor
             if best < 0 or tlp < best:
                 best = tlp
@@ -1097,19 +912,20 @@ class Requester:
         qp = self.qp
         if self.rack_deadline is not None and self.rack_deadline <= now:
             self._detect_losses(now)
-        if self.flight:
-            for tx in self.flight:  # noqa: B007 -- the oldest in flight
-                break
-            if tx.sent + self.rto_for(tx) <= now:
-                if self.max_retries is not None and tx.retries >= self.max_retries:
+        unacked = self.unacked
+        oldest = unacked.oldest()
+        if oldest >= 0:
+            retries = unacked.retries(oldest)
+            if unacked.sent(oldest) + self.rto_for(retries) <= now:
+                if self.max_retries is not None and retries >= self.max_retries:
                     # the oldest outstanding WR takes the error (verbs order)
                     qp.fail(
-                        WCStatus.RETRY_EXC_ERR, None, now, f"retries exhausted for PSN {tx.psn}"
+                        WCStatus.RETRY_EXC_ERR, None, now, f"retries exhausted for PSN {oldest}"
                     )
                     return
-                tx.retries += 1
+                unacked.count_retry(oldest)
                 self.stats.timeouts += 1
-                self._mark_lost(tx, now, "timeout", front=True)
+                self._mark_lost(oldest, now, "timeout", front=True)
             elif not self.retx and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
                 self._tail_probe(now)
         elif (
