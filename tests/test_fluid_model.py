@@ -157,6 +157,32 @@ def test_dcqcn_weighs_on_a_short_transfer_more_than_on_a_long_one() -> None:
     assert _pair_through_one_link(long, "flow") < 1.25 * long / fair
 
 
+def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
+    """The flow level takes DCQCN from the scenario's ``roce`` table, as the packet
+    baseline does: ``dcqcn = false`` cuts nothing (the pipeline transfers of chakra-8
+    RoCE no longer stall), the ``hpcc`` profile's floor-and-timer recovery cuts more."""
+    import copy
+    from pathlib import Path
+
+    from openmrc.jobrun import run_flow
+    from openmrc.scenario import parse, read_data
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / "chakra-8.toml"
+    steps = {}
+    for label, roce in (
+        ("nvidia", {}),
+        ("off", {"dcqcn": False}),
+        ("hpcc", {"dcqcn_profile": "hpcc"}),
+    ):
+        data = copy.deepcopy(read_data(path))
+        data["transport"] = {"name": "roce", "roce": roce}
+        data["run"] = {"mode": "flow"}
+        sc = parse(data, base_dir=path.parent)
+        _res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+        steps[label] = float(rows[0]["step_time_us"])
+    assert steps["off"] < 0.9 * steps["nvidia"] < 0.9 * steps["hpcc"], steps
+
+
 def test_rates_recomputed_per_group_equal_a_full_recomputation() -> None:
     """RoCE QPs in 4 planes (4 groups), flows ending at many different times: the run
     refills only the groups that changed; filling every group at every change (the

@@ -103,6 +103,8 @@ def fluid_model(
     retries = int(transport.roce.get("retries", 7))
     hold = int(transport.baseline_fabric.get("hold_time_ps", 3_000_000_000_000))
     rc = RoceConfig(**{k: v for k, v in transport.roce.items() if k in ROCE_ADP_KEYS})
+    # DCQCN as the packet baseline runs it (profile, dcqcn_<field> keys, dcqcn = false)
+    dcqcn = RoceConfig.from_dict(dict(transport.roce)).dcqcn if name == "roce" else None
     g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
@@ -119,6 +121,8 @@ def fluid_model(
         adp_base_ps=rc.adp_time_base_ps if rc.adaptive_retransmission else None,
         adp_init_exp=rc.adp_init_exp,
         adp_init_range=rc.adp_init_range,
+        dcqcn=dcqcn,
+        ecn_profile=str(transport.baseline_fabric.get("ecn_profile", "nvidia")),
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))

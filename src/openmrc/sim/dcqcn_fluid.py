@@ -142,13 +142,15 @@ def dcqcn_share(
     packet_bytes: int,
     size: float,
     cfg: DcqcnConfig,
+    ecn_profile: str = "nvidia",
 ) -> float:
     """The mean share of ``cap / n`` a transfer of ``size`` bytes per QP gets from DCQCN.
 
     Rates and ``size`` on the wire (see :func:`dcqcn_trajectory`).  ``size / (cap /
     n)`` over the time :func:`dcqcn_trajectory` needs to deliver ``size``: near 1
     for a transfer that ends before the cuts bite or lasts far longer than the
-    stall, lowest for one that ends just after the stall.
+    stall, lowest for one that ends just after the stall.  ``ecn_profile``: the
+    baseline fabric's (``BaselineFabricConfig.ecn_profile``).
     """
     if n < 2 or size <= 0 or not cfg.enabled:
         return 1.0
@@ -161,6 +163,7 @@ def dcqcn_share(
         int(rtt_ps),
         int(packet_bytes),
         astuple(cfg),
+        ecn_profile,
     )
     fair = cap_bps / n / 8e12  # bytes/ps
     i = int(np.searchsorted(cums, size, side="left"))

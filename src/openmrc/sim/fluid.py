@@ -285,6 +285,7 @@ class FluidModel:
         retries: int = 7,
         hold_ps: int = 3_000_000_000_000,
         dcqcn: DcqcnConfig | None = None,
+        ecn_profile: str = "nvidia",
         adp_base_ps: int | None = None,
         adp_init_exp: int = 7,
         adp_init_range: int = 2,
@@ -309,6 +310,8 @@ class FluidModel:
         )
         if self.dcqcn is not None and not self.dcqcn.enabled:
             self.dcqcn = None
+        #: RoCE: the switches' ECN ramp (openmrc.baselines.fabric.ECN_PROFILES)
+        self.ecn_profile = ecn_profile
         self._cnp_delay_ps = cnp_delay_ps(spec, mtu)
         self._dcqcn_memo: dict[tuple[int, float, float, float], float] = {}
         #: RoCE / IB local ACK timeout (4.096 us x 2^timeout_exp; NCCL's default 20) and retries.
@@ -700,6 +703,7 @@ class FluidModel:
                 self._wire_packet,
                 size / self.payload_share,
                 self.dcqcn,
+                self.ecn_profile,
             )
             self._dcqcn_memo[key] = got
         return got
