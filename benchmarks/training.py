@@ -11,6 +11,9 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``roce-seeds`` - RoCE without and with the fault on the same jobs over
   ``--seeds`` (the ECMP draws differ between the models, so RoCE is compared
   as a mean over seeds): per seed and the means;
+* ``roce-64`` - scenarios/training/gpt-1b-64.toml with RoCE and its own failure at
+  packet and flow level per seed, and the flow level on the packet run's ECMP
+  draws, with the packet run's QPs on the dead link (minutes per seed);
 * ``dcqcn`` - the microbenchmark behind the flow level's RoCE shared-bottleneck
   efficiency: ``n`` RoCE QPs of one size through one T0-T1 link at packet level,
   the share of the link they used (n = 1, 2, 4, 8; 1 to 16 MiB);
@@ -103,6 +106,28 @@ def _per_collective(
     }
 
 
+def packet_draws(exp: Any, seed: int) -> Any:
+    """The packet run's ECMP draws as the flow level's ``path_hash``: for every RoCE QP,
+    the 64-bit hash its source T0 computes from its 5-tuple (the UDP source port the
+    packet run drew for the connection's QP), keyed by (src, dst, QP index).  One job
+    per scenario here: the flow level's connection is the job, the packet level's the
+    job and host pair, so (src, dst, QP) names the same QP in both."""
+    from openmrc.sim.fluid import ecmp_hash
+
+    fab, spec = exp.fabric, exp.spec
+    table: dict[tuple[int, int, int], int] = {}
+    for flow in exp.flows:
+        for i, snd in enumerate(getattr(flow, "senders", [])):
+            sw = fab.switches[fab.topology.t0_name(i % spec.planes, snd.src // spec.hosts_per_t0)]
+            table[(snd.src, snd.dst, i)] = sw.ecmp_index(snd.src, snd.dst, snd.sport, 1 << 64)
+
+    def path_hash(src: int, dst: int, conn: str, qp: int) -> int:
+        h = table.get((src, dst, qp))
+        return ecmp_hash(seed, src, dst, conn, qp) if h is None else h
+
+    return path_hash
+
+
 def compare_one(
     data: dict[str, Any], base: Path | None, transport: str, fault: bool, seed: int
 ) -> dict[str, Any]:
@@ -119,7 +144,8 @@ def compare_one(
     d.setdefault("run", {})["mode"] = "packet"
     sc = parse(d, base_dir=base)
     t = time.perf_counter()
-    res = sc.build().run()
+    exp = sc.build()
+    res = exp.run()
     pw = time.perf_counter() - t
     (pkt,) = packet_times(sc.jobs, sc.job_state, res)
     d["run"]["mode"] = "flow"
@@ -128,10 +154,19 @@ def compare_one(
     fr = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults).run()
     fw = time.perf_counter() - t
     flw = (fr.jobs[0].start, fr.jobs[0].end)
-    p = max((e for e in pkt[1] if e is not None), default=None)
-    f = max((e for e in flw[1] if e is not None), default=None)
-    p_us = None if p is None or None in pkt[1] else round(p / 1e6, 3)
-    f_us = None if f is None or None in flw[1] else round(f / 1e6, 3)
+    p_us, f_us = _step_us(pkt[1]), _step_us(flw[1])
+    row: dict[str, Any] = {}
+    if transport == "roce":
+        # the same job at flow level on the packet run's ECMP paths
+        model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+        model.path_hash = packet_draws(exp, sc.seed)
+        d_us = _step_us(model.run().jobs[0].end)
+        row = {
+            "flow_packet_draws_step_us": d_us,
+            "draws_diff_pct": None
+            if not p_us or d_us is None
+            else round(100 * (d_us - p_us) / p_us, 2),
+        }
     return {
         "transport": transport,
         "fault": fault,
@@ -139,10 +174,18 @@ def compare_one(
         "packet_step_us": p_us,
         "flow_step_us": f_us,
         "diff_pct": None if not p_us or f_us is None else round(100 * (f_us - p_us) / p_us, 2),
+        **row,
         "collectives": _per_collective(sc.jobs[0].graph, pkt, flw),
         "packet_wall_s": round(pw, 2),
         "flow_wall_s": round(fw, 3),
     }
+
+
+def _step_us(ends: list[Any]) -> float | None:
+    """A job's step (us) from its tasks' ends (None if a task never ended)."""
+    if not ends or None in ends:
+        return None
+    return round(max(ends) / 1e6, 3)
 
 
 def _small_jobs(big: bool) -> list[tuple[str, dict[str, Any], Path | None]]:
@@ -153,12 +196,22 @@ def _small_jobs(big: bool) -> list[tuple[str, dict[str, Any], Path | None]]:
     return cases
 
 
-def agreement(seeds: list[int], big: bool, out: list[dict[str, Any]]) -> None:
-    """Packet vs flow on every job both run, MRC and RoCE, with and without a link failure,
-    per seed: step times and every kind of collective's mean duration."""
+def agreement(
+    seeds: list[int],
+    big: bool,
+    out: list[dict[str, Any]],
+    only: str | None = None,
+    transports: tuple[str, ...] = ("mrc", "roce"),
+    faults: tuple[bool, ...] = (False, True),
+) -> None:
+    """Packet vs flow on every job both run (or the one named ``only``), MRC and RoCE,
+    with and without a link failure, per seed: step times and every kind of
+    collective's mean duration."""
     for label, data, base in _small_jobs(big):
-        for transport in ("mrc", "roce"):
-            for fault in (False, True):
+        if only is not None and label != only:
+            continue
+        for transport in transports:
+            for fault in faults:
                 for seed in seeds:
                     row = {"case": "agreement", "job": label}
                     row.update(compare_one(data, base, transport, fault, seed))
@@ -166,14 +219,81 @@ def agreement(seeds: list[int], big: bool, out: list[dict[str, Any]]) -> None:
                     out.append(row)
 
 
+def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
+    """scenarios/training/gpt-1b-64.toml with RoCE and its own failure (30 ms in, routing
+    converging 200 ms later) per seed: the packet step (compiled: about 17 minutes a
+    run here), the flow step, the flow step on the packet run's ECMP draws, and the
+    packet run's QPs whose data path crossed the dead link (ECMP's pick at their
+    source T0 before convergence) and rewound (a NAK or a timeout)."""
+    from openmrc.jobrun import fluid_model, packet_times
+
+    data, base = _scenario_data("gpt-1b-64.toml")
+    for seed in seeds:
+        d = copy.deepcopy(data)
+        d["seed"] = seed
+        d["transport"] = {**d.get("transport", {}), "name": "roce"}
+        d.setdefault("run", {})["mode"] = "packet"
+        sc = parse(d, base_dir=base)
+        t = time.perf_counter()
+        exp = sc.build()
+        res = exp.run()
+        wall = time.perf_counter() - t
+        (pkt,) = packet_times(sc.jobs, sc.job_state, res)
+        spec, fab = sc.spec, exp.fabric
+        hpt = spec.hosts_per_t0
+        dead = []
+        for flow, fr in zip(exp.flows, res.flows, strict=True):
+            for i, snd in enumerate(getattr(flow, "senders", [])):
+                a, b = snd.src // hpt, snd.dst // hpt
+                if i % spec.planes or a == b or 0 not in (a, b) or not snd.rewinds:
+                    continue
+                sw = fab.switches[fab.topology.t0_name(0, a)]
+                if sw.ecmp_index(snd.src, snd.dst, snd.sport, spec.t1s) == 0:
+                    dead.append(
+                        {
+                            "flow": fr.name,
+                            "qp": i,
+                            "start_us": round((fr.started_ps or fr.start_ps) / 1e6, 1),
+                            "rx_us": round((fr.rx_finish_ps or 0) / 1e6, 1),
+                            "timeouts": snd.timeouts,
+                            "rewinds": snd.rewinds,
+                            "first_rto_us": round(snd.rto_init / 1e6, 1),
+                        }
+                    )
+        d["run"]["mode"] = "flow"
+        sc = parse(d, base_dir=base)
+        flow_us = _step_us(
+            fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults).run().jobs[0].end
+        )
+        model = fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults)
+        model.path_hash = packet_draws(exp, seed)
+        draws_us = _step_us(model.run().jobs[0].end)
+        row = {
+            "case": "roce-64",
+            "seed": seed,
+            "packet_step_us": _step_us(pkt[1]),
+            "flow_step_us": flow_us,
+            "flow_packet_draws_step_us": draws_us,
+            "packet_wall_s": round(wall, 1),
+            "dead_data_qps": dead,
+        }
+        print(json.dumps(row), flush=True)
+        out.append(row)
+
+
 def roce_seeds(seeds: range = range(1, 7)) -> None:
-    """RoCE without and with the link failure: packet and flow step per seed, their means."""
+    """RoCE without and with the link failure: packet and flow step per seed, the flow
+    step on the packet run's ECMP draws, and their means."""
     cases: list[tuple[str, dict[str, Any], Path | None]] = [("small-8", SMALL, None)]
     for name in ("chakra-8.toml", "aicb-16.toml"):
         data, base = _scenario_data(name)
         cases.append((name, data, base))
+    from openmrc.jobrun import fluid_model, packet_times
+
     for (label, data, base), fault in itertools.product(cases, (False, True)):
-        packet, flow = [], []
+        packet: list[float | None] = []
+        flow: list[float | None] = []
+        draws: list[float | None] = []
         for seed in seeds:
             d = copy.deepcopy(data)
             d["seed"] = seed
@@ -181,10 +301,21 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
             if fault:
                 d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
                 d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
-            packet.append(packet_step(d, base)[0])
+            d.setdefault("run", {})["mode"] = "packet"
+            sc = parse(d, base_dir=base)
+            exp = sc.build()
+            (pkt,) = packet_times(sc.jobs, sc.job_state, exp.run())
+            packet.append(_step_us(pkt[1]))
             flow.append(flow_step(d, base)[0])
+            # the flow level on this packet run's ECMP draws
+            d["run"]["mode"] = "flow"
+            sc = parse(d, base_dir=base)
+            model = fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults)
+            model.path_hash = packet_draws(exp, seed)
+            draws.append(_step_us(model.run().jobs[0].end))
         pm = sum(p for p in packet if p) / len(packet)
         fm = sum(f for f in flow if f) / len(flow)
+        dm = sum(x for x in draws if x) / len(draws)
         print(
             json.dumps(
                 {
@@ -196,6 +327,9 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
                     "packet_mean_us": round(pm, 1),
                     "flow_mean_us": round(fm, 1),
                     "diff_pct": round(100 * (fm - pm) / pm, 2),
+                    "flow_packet_draws_step_us": draws,
+                    "flow_packet_draws_mean_us": round(dm, 1),
+                    "draws_diff_pct": round(100 * (dm - pm) / pm, 2),
                 }
             ),
             flush=True,
@@ -261,16 +395,28 @@ def main() -> int:
     ap.add_argument(
         "--case",
         action="append",
-        choices=["agreement", "roce-seeds", "dcqcn", *TIMED],
+        choices=["agreement", "roce-seeds", "roce-64", "dcqcn", *TIMED],
     )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
+    ap.add_argument("--job", help="agreement: only this job (small-8, chakra-8.toml, ...)")
+    ap.add_argument("--transport", choices=["mrc", "roce"], help="agreement: only this one")
+    ap.add_argument("--fault", choices=["no", "yes"], help="agreement: only without / with")
     ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
     args = ap.parse_args()
     out: list[dict[str, Any]] = []
     for case in args.case or ["agreement"]:
         if case == "agreement":
-            agreement(_seeds(args.seeds), args.big, out)
+            agreement(
+                _seeds(args.seeds),
+                args.big,
+                out,
+                args.job,
+                (args.transport,) if args.transport else ("mrc", "roce"),
+                (args.fault == "yes",) if args.fault else (False, True),
+            )
+        elif case == "roce-64":
+            roce_64(_seeds(args.seeds), out)
         elif case == "roce-seeds":
             roce_seeds(range(_seeds(args.seeds)[0], _seeds(args.seeds)[-1] + 1))
         elif case == "dcqcn":

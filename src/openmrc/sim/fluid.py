@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,10 +248,11 @@ def maxmin(
         level = np.full(m, math.inf)
         np.divide(np.maximum(cap - used, 0.0), weight, out=level, where=weight > 1e-12)
         # an unfrozen flow's lowest level, and the lowest of those among a resource's flows
+        fa, ia = fe[act_e], inv[act_e]
         low = np.full(n, math.inf)
-        np.minimum.at(low, fe[act_e], level[inv[act_e]])
+        np.minimum.at(low, fa, level[ia])
         low_r = np.full(m, math.inf)
-        np.minimum.at(low_r, inv[act_e], low[fe[act_e]])
+        np.minimum.at(low_r, ia, low[fa])
         ready = level <= low_r * (1.0 + 1e-9)
         frz = np.zeros(n, dtype=bool)
         frz[fe[act_e & ready[inv]]] = True
@@ -289,6 +291,7 @@ class FluidModel:
         adp_init_range: int = 2,
         pace_rings: bool = True,
         header_bytes: int | None = None,
+        path_hash: Callable[[int, int, str, int], int] | None = None,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -318,6 +321,11 @@ class FluidModel:
         self.adp_init_exp = adp_init_exp
         self.adp_init_range = adp_init_range
         self.seed = seed
+        #: RoCE / IB: a QP's ECMP hash from (src, dst, connection, QP); its T1 is the hash
+        #: modulo the live T1s, in T1 order (as the packet level's T0 picks among its next
+        #: hops).  None: ``ecmp_hash`` of the seed.  A calibration run gives the packet
+        #: run's own draws here to compare the two models' mechanisms on the same paths.
+        self.path_hash = path_hash
         #: ring collectives' flows are paced by their step chain (``pace``) and end one
         #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
         self.pace_rings = pace_rings
@@ -358,6 +366,8 @@ class FluidModel:
         self._update_caps()
         self.jobs: list[FluidJob] = []
         self._faults: list[FluidFault] = []
+        #: _fill's scratch: a resource's index among the resources a fill uses
+        self._where = np.zeros(0, dtype=np.int64)
         self._route_cache: dict[
             tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float]
         ] = {}
@@ -560,7 +570,10 @@ class FluidModel:
             if not live:
                 fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
-            h = ecmp_hash(self.seed, s, d, fl.conn, fl.qp)
+            if self.path_hash is None:
+                h = ecmp_hash(self.seed, s, d, fl.conn, fl.qp)
+            else:
+                h = self.path_hash(s, d, fl.conn, fl.qp)
             k = live[h % len(live)]
             res += [
                 self._link_up0 + (p * self.A + a) * K + k,
@@ -603,8 +616,20 @@ class FluidModel:
             cols = np.concatenate((cols, self.R + paced))
             vals = np.concatenate((vals, np.ones(len(paced))))
             fe = np.concatenate((fe, paced))
-        used_res, inv = np.unique(cols, return_inverse=True)
+        # the resources used, ascending, and each entry's index among them (what
+        # np.unique(cols, return_inverse=True) gives, with fewer steps: a fill has a
+        # few hundred entries, so numpy's per-call cost is most of its time)
+        srt = np.sort(cols)
+        first = np.empty(len(srt), dtype=bool)
+        first[0] = True
+        np.not_equal(srt[1:], srt[:-1], out=first[1:])
+        used_res = srt[first]
         m = len(used_res)
+        if len(self._where) < self.R + n:
+            self._where = np.empty(2 * (self.R + n), dtype=np.int64)
+        where = self._where
+        where[used_res] = np.arange(m)
+        inv = where[cols]
         own = used_res >= self.R
         cap = np.where(
             own, pace[np.maximum(used_res - self.R, 0)], self.cap[np.minimum(used_res, self.R - 1)]
@@ -619,16 +644,18 @@ class FluidModel:
             # QPs that their own NIC already holds to what the queue drains do not
             # congest it and are not cut.
             up = (used_res >= self._up0) & (used_res < self._down0)
+            switch = (used_res < self._nvl_out0) & ~up & (used_res < self.R)
+            count = np.bincount(inv, weights=vals > 0, minlength=m)
+            full = switch & (count >= 2) & (cap - used <= tol)
+            if not full.any():
+                return rate  # no saturated switch queue shared by two QPs
             whole = np.bincount(inv, weights=vals, minlength=m)  # every flow's weight
-            with np.errstate(divide="ignore", invalid="ignore"):
-                per_w = np.where(up & (whole > 0), cap / whole, math.inf)
+            per_w = np.where(up & (whole > 0), cap / whole, math.inf)
             offer = np.full(n, math.inf)
             np.minimum.at(offer, fe, per_w[inv] / np.where(vals > 0, 1.0, math.inf))
             offer[np.isinf(offer)] = 0.0  # no NIC port (inside a server): offers nothing
             offered = np.bincount(inv, weights=vals * offer[fe], minlength=m)
-            switch = (used_res < self._nvl_out0) & ~up & (used_res < self.R)
-            count = np.bincount(inv, weights=vals > 0, minlength=m)
-            shared = switch & (count >= 2) & (cap - used <= tol) & (offered > cap + tol)
+            shared = full & (offered > cap + tol)
             slowed = np.zeros(n, dtype=bool)
             slowed[fe[shared[inv]]] = True
             rate[slowed] *= self.shared_efficiency
@@ -637,6 +664,16 @@ class FluidModel:
     # ----- run ----------------------------------------------------------------------------
     def run(self, until_ps: float | None = None) -> FluidResult:
         """Run every job to its end (or ``until_ps``); the task times of each job.
+
+        Divisions by zero in the run's vectorised steps are expected (rates of 0
+        give infinite times, masked out), so numpy's warnings are off for the run
+        once instead of at every step.
+        """
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._run(until_ps)
+
+    def _run(self, until_ps: float | None) -> FluidResult:
+        """The run (``run``): every job to its end (or ``until_ps``).
 
         The flows in flight live in ``flows`` and, index for index, in numpy arrays
         (remaining and lost bytes, rate, efficiency, dead, group), so advancing time
@@ -738,6 +775,8 @@ class FluidModel:
         fault_log: list[dict[str, Any]] = []
         limit = math.inf if until_ps is None else float(until_ps)
         eff_rate = np.zeros(0)
+        # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
+        dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
         while True:
             if added:
                 merge()
@@ -745,11 +784,12 @@ class FluidModel:
                 # every changed group in one filling: the groups share no resource and
                 # every step of the filling is per resource or per flow, so each group
                 # gets the rates it gets alone
-                mine = (
-                    np.ones(len(flows), dtype=bool)
-                    if dirty_all
-                    else np.isin(grp_a, np.fromiter(dirty, np.int64, len(dirty)))
-                )
+                if dirty_all:
+                    mine = np.ones(len(flows), dtype=bool)
+                else:
+                    dirty_mask[:] = False
+                    dirty_mask[list(dirty)] = True
+                    mine = dirty_mask[grp_a]
                 idx = np.flatnonzero(mine)
                 if len(idx):
                     local = np.cumsum(mine) - 1  # slot -> index among the refilled
@@ -764,8 +804,7 @@ class FluidModel:
             t_flow = math.inf
             if len(flows):
                 eff_rate = rate_a * eff_a
-                with np.errstate(divide="ignore"):
-                    ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
+                ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
             t_ev = heap[0][0] if heap else math.inf
             t = min(t_flow, t_ev)
@@ -778,8 +817,7 @@ class FluidModel:
                 moved = eff_rate * dt
                 rem_a -= moved
                 lost_a[dead_a] += moved[dead_a]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
+                done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
                 if done.any():
                     for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
@@ -787,7 +825,7 @@ class FluidModel:
                         if lost_a[i] > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem, fl.lost = 0.0, float(lost_a[i])
-                            fl.rto, fl.waited = self._first_rto(fl), 0
+                            fl.rto, fl.waited = self._first_rto(fl, fl.steps - 1), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
                             parked.append(fl)
                             seq += 1
@@ -944,7 +982,7 @@ class FluidModel:
                                 self._route(redo)
                                 er = float(rate_a[i] * eff_a[i])
                                 sent_at = now - (partial / er if er > 0 else 0.0)
-                                redo.rto, redo.waited = self._first_rto(redo), 0
+                                redo.rto, redo.waited = self._first_rto(redo, k0), 0
                                 fire = sent_at + redo.rto
                                 while fire <= now:  # expired on the dead path: lost again
                                     redo.tries += 1
@@ -957,7 +995,7 @@ class FluidModel:
                                 parked.append(redo)
                                 pending[fl.transfer] += 1
                                 stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
-                                self._stall_ring(fl, k0, tasks, flows, rem_a)
+                                self._stall_ring(fl, k0, tasks, flows, rem_a, lost_a)
                             rem_a[i] += lost_a[i] - whole
                             lost_a[i] = 0.0
                     ent_slot, ent_res, ent_w = entries(flows, 0)
@@ -988,12 +1026,24 @@ class FluidModel:
 
     @staticmethod
     def _stall_ring(
-        dead: _Flow, k0: int, tasks: list[tuple[int, int, Task]], flows: Any, rem_a: np.ndarray
+        dead: _Flow,
+        k0: int,
+        tasks: list[tuple[int, int, Task]],
+        flows: Any,
+        rem_a: np.ndarray,
+        lost_a: np.ndarray,
     ) -> None:
         """Hold back what a ring's hops cannot send while its step ``k0`` on ``dead``'s hop
         is lost: rank ``r`` sends step ``k + 1`` only after step ``k`` from ``r - 1``
         arrived, so the hop ``d`` places after the dead one stops after step
-        ``k0 + d - 1`` (the dead hop itself after ``k0 + n - 1``)."""
+        ``k0 + d - 1`` (the dead hop itself after ``k0 + n - 1``).
+
+        The stall is found when routing converges, but it began when step ``k0``
+        was lost: until convergence the flow level let the other hops send on, so
+        a hop that got past its last step is set back to it (the bytes beyond wait
+        with the rest; the packet level's hop never sent them).  A hop whose own
+        path was dead keeps what it sent: its lost bytes are resent on their own.
+        """
         n = len(tasks[dead.transfer][2].ranks)
         for k, f in enumerate(flows):
             if f.transfer != dead.transfer or f.steps <= 1:
@@ -1002,16 +1052,30 @@ class FluidModel:
             c = f.total / f.steps
             cap = min(f.total, (k0 + d) * c)
             sent = f.total - float(rem_a[k]) - f.held
+            if sent > cap and lost_a[k] <= 0:
+                f.held += float(rem_a[k]) + sent - cap
+                rem_a[k] = 0.0
+                continue
             hold = min(float(rem_a[k]), max(0.0, f.total - max(cap, sent)))
             if hold > 0:
                 rem_a[k] -= hold
                 f.held += hold
 
-    def _first_rto(self, fl: _Flow) -> int:
-        """A parked QP's first retransmission timeout (adaptive: drawn per QP by its hash)."""
+    def _first_rto(self, fl: _Flow, step: int) -> int:
+        """A parked QP's first retransmission timeout (adaptive: drawn per message).
+
+        The packet level draws a QP's first adaptive timeout when the QP is made,
+        and every message (a transfer, or one step of a ring) is on QPs of its own,
+        so every lost message draws again: keyed by the connection's QP, the
+        transfer and the ``step`` (the message of the transfer) that was lost.  One
+        draw per connection's QP made every message of a connection wait as long
+        (aicb-16 RoCE with the failure: the packet level's ring steps waited 0.5 or
+        1 ms each, message by message).
+        """
         if self.adp_base_ps is None:
             return self.rto_ps
-        k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, fl.conn, fl.qp) % max(
+        msg = f"{fl.conn}/{fl.transfer}/{step}"
+        k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, msg, fl.qp) % max(
             1, self.adp_init_range
         )
         return min(self.adp_base_ps << k, self.rto_ps)
