@@ -7,7 +7,10 @@ packet), and, per EV, the transmissions sent on it and not yet resolved (the
 order evidence of loss on that path).  At the paper's scale a host has a few
 hundred of each at once: as objects (a record per PSN, a dict of the records in
 flight, an array per EV in a dict) they were about 95 KB per host; here they are
-parallel arrays, about 25 KB (docs/performance.md, the memory budget).
+parallel arrays, about 29 KB (docs/performance.md, the memory budget).  Each read
+or write of an array item costs a compiled build more than an attribute of a
+record (mypyc boxes the index and the value): the methods read and write as few
+as they can.
 
 * :class:`TxTable`: one slot per PSN of the window, fields in parallel arrays
   indexed by ``psn - base``, and the transmissions in flight as a doubly linked
