@@ -133,11 +133,38 @@ def packet_draws(exp: Any, seed: int) -> Any:
     return path_hash
 
 
+def _packet_run(d: dict[str, Any], base: Path | None) -> tuple[Any, Any, Any, Any, float]:
+    """Scenario data ``d`` at packet level: (scenario, experiment, result, the first
+    job's task (starts, ends), wall seconds of build and run)."""
+    from openmrc.jobrun import packet_times
+
+    d.setdefault("run", {})["mode"] = "packet"
+    sc = parse(d, base_dir=base)
+    t = time.perf_counter()
+    exp = sc.build()
+    res = exp.run()
+    wall = time.perf_counter() - t
+    (pkt,) = packet_times(sc.jobs, sc.job_state, res)
+    return sc, exp, res, pkt, wall
+
+
+def _flow_on_draws(d: dict[str, Any], base: Path | None, exp: Any) -> float | None:
+    """The step (us) of scenario data ``d`` at flow level on the ECMP paths the packet
+    run ``exp`` drew (:func:`packet_draws`)."""
+    from openmrc.jobrun import fluid_model
+
+    d.setdefault("run", {})["mode"] = "flow"
+    sc = parse(d, base_dir=base)
+    model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+    model.path_hash = packet_draws(exp, sc.seed)
+    return _step_us(model.run().jobs[0].end)
+
+
 def compare_one(
     data: dict[str, Any], base: Path | None, transport: str, fault: bool, seed: int
 ) -> dict[str, Any]:
     """One job, transport, fault and seed at packet and at flow level: step and collectives."""
-    from openmrc.jobrun import fluid_model, packet_times
+    from openmrc.jobrun import fluid_model
 
     d = copy.deepcopy(data)
     d["seed"] = seed
@@ -146,13 +173,7 @@ def compare_one(
         # a convergence the packet run can afford (the default is 200 ms)
         d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
     d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}] if fault else []
-    d.setdefault("run", {})["mode"] = "packet"
-    sc = parse(d, base_dir=base)
-    t = time.perf_counter()
-    exp = sc.build()
-    res = exp.run()
-    pw = time.perf_counter() - t
-    (pkt,) = packet_times(sc.jobs, sc.job_state, res)
+    sc, exp, _res, pkt, pw = _packet_run(d, base)
     d["run"]["mode"] = "flow"
     sc = parse(d, base_dir=base)
     t = time.perf_counter()
@@ -163,9 +184,7 @@ def compare_one(
     row: dict[str, Any] = {}
     if transport == "roce":
         # the same job at flow level on the packet run's ECMP paths
-        model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
-        model.path_hash = packet_draws(exp, sc.seed)
-        d_us = _step_us(model.run().jobs[0].end)
+        d_us = _flow_on_draws(d, base, exp)
         row = {
             "flow_packet_draws_step_us": d_us,
             "draws_diff_pct": None
@@ -230,20 +249,14 @@ def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
     run here), the flow step, the flow step on the packet run's ECMP draws, and the
     packet run's QPs whose data path crossed the dead link (ECMP's pick at their
     source T0 before convergence) and rewound (a NAK or a timeout)."""
-    from openmrc.jobrun import fluid_model, packet_times
+    from openmrc.jobrun import fluid_model
 
     data, base = _scenario_data("gpt-1b-64.toml")
     for seed in seeds:
         d = copy.deepcopy(data)
         d["seed"] = seed
         d["transport"] = {**d.get("transport", {}), "name": "roce"}
-        d.setdefault("run", {})["mode"] = "packet"
-        sc = parse(d, base_dir=base)
-        t = time.perf_counter()
-        exp = sc.build()
-        res = exp.run()
-        wall = time.perf_counter() - t
-        (pkt,) = packet_times(sc.jobs, sc.job_state, res)
+        sc, exp, res, pkt, wall = _packet_run(d, base)
         spec, fab = sc.spec, exp.fabric
         hpt = spec.hosts_per_t0
         dead = []
@@ -270,9 +283,7 @@ def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
         flow_us = _step_us(
             fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults).run().jobs[0].end
         )
-        model = fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults)
-        model.path_hash = packet_draws(exp, seed)
-        draws_us = _step_us(model.run().jobs[0].end)
+        draws_us = _flow_on_draws(d, base, exp)
         row = {
             "case": "roce-64",
             "seed": seed,
@@ -293,7 +304,6 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
     for name in ("chakra-8.toml", "aicb-16.toml"):
         data, base = _scenario_data(name)
         cases.append((name, data, base))
-    from openmrc.jobrun import fluid_model, packet_times
 
     for (label, data, base), fault in itertools.product(cases, (False, True)):
         packet: list[float | None] = []
@@ -306,18 +316,11 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
             if fault:
                 d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
                 d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
-            d.setdefault("run", {})["mode"] = "packet"
-            sc = parse(d, base_dir=base)
-            exp = sc.build()
-            (pkt,) = packet_times(sc.jobs, sc.job_state, exp.run())
+            _sc, exp, _res, pkt, _wall = _packet_run(d, base)
             packet.append(_step_us(pkt[1]))
             flow.append(flow_step(d, base)[0])
             # the flow level on this packet run's ECMP draws
-            d["run"]["mode"] = "flow"
-            sc = parse(d, base_dir=base)
-            model = fluid_model(sc.spec, sc.transport, seed, sc.jobs, sc.faults)
-            model.path_hash = packet_draws(exp, seed)
-            draws.append(_step_us(model.run().jobs[0].end))
+            draws.append(_flow_on_draws(d, base, exp))
         pm = sum(p for p in packet if p) / len(packet)
         fm = sum(f for f in flow if f) / len(flow)
         dm = sum(x for x in draws if x) / len(draws)
@@ -382,7 +385,7 @@ def dcqcn_series() -> None:
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=1)
     model = FluidModel(spec, "roce", gpus_per_server=1)
     wire = 100e9
-    _times, cums = dcqcn_trajectory(
+    cums = dcqcn_trajectory(
         2,
         wire,
         wire,

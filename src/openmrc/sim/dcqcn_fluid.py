@@ -71,7 +71,7 @@ def dcqcn_trajectory(
     packet_bytes: int,
     cfg: tuple[object, ...],
     ecn_profile: str = "nvidia",
-) -> tuple[np.ndarray, np.ndarray]:
+) -> np.ndarray:
     """The bytes one of ``n`` synchronised QPs has delivered at a shared queue over time.
 
     Every rate and size here is on the wire (headers and framing in), as DCQCN
@@ -80,9 +80,9 @@ def dcqcn_trajectory(
     (DCQCN's maximum); ``rtt_ps``: from the marking to the CNP's arrival at the
     sender; ``packet_bytes``: one full packet.  The sender charges the byte
     counter packet by packet and the receiver may send a CNP only when a packet
-    arrives, as at packet level.  Returns (times in ps, cumulative bytes per QP),
-    one point per ``STEP_PS`` (numpy arrays: 16,001 points, 256 KB a trajectory).  ``cfg``: the :class:`DcqcnConfig`'s fields in
-    order (hashable, for the cache).
+    arrives, as at packet level.  Returns the cumulative bytes per QP at times
+    ``i * STEP_PS`` (a numpy array of 16,001 points, 128 KB a trajectory).  ``cfg``:
+    the :class:`DcqcnConfig`'s fields in order (hashable, for the cache).
     """
     dcfg = DcqcnConfig(*cfg)  # type: ignore[arg-type]
     kmin0, kmax0, ref, pmax = ECN_PROFILES[ecn_profile]
@@ -97,7 +97,6 @@ def dcqcn_trajectory(
     last_cnp = -math.inf
     pending: list[int] = []  # CNP arrival times at the sender
     cum = 0.0
-    times: list[float] = [0.0]
     cums: list[float] = [0.0]
     t = 0
     while t < HORIZON_PS:
@@ -128,9 +127,8 @@ def dcqcn_trajectory(
                 marked = 0.0
                 pending.append(t + rtt_ps)
         t += dt
-        times.append(float(t))
         cums.append(cum)
-    return np.array(times), np.array(cums)
+    return np.array(cums)
 
 
 def dcqcn_share(
@@ -155,7 +153,7 @@ def dcqcn_share(
     if n < 2 or size <= 0 or not cfg.enabled:
         return 1.0
     # whole Mb/s, so a run's few distinct bottlenecks share trajectories
-    times, cums = dcqcn_trajectory(
+    cums = dcqcn_trajectory(
         n,
         round(cap_bps, -6),
         round(offer_bps, -6),
@@ -168,11 +166,11 @@ def dcqcn_share(
     fair = cap_bps / n / 8e12  # bytes/ps
     i = int(np.searchsorted(cums, size, side="left"))
     if i >= len(cums):
-        took = float(times[-1]) + (size - float(cums[-1])) / fair
+        took = float((len(cums) - 1) * STEP_PS) + (size - float(cums[-1])) / fair
     else:
-        t0, c0 = (float(times[i - 1]), float(cums[i - 1])) if i else (0.0, 0.0)
+        t0, c0 = (float((i - 1) * STEP_PS), float(cums[i - 1])) if i else (0.0, 0.0)
         span = float(cums[i]) - c0
-        took = t0 + ((size - c0) / span if span > 0 else 1.0) * (float(times[i]) - t0)
+        took = t0 + ((size - c0) / span if span > 0 else 1.0) * (float(i * STEP_PS) - t0)
     if took <= 0:
         return 1.0
     return min(1.0, size / (fair * took))
