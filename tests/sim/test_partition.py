@@ -355,3 +355,82 @@ def test_rack_groups_keep_hosts_with_their_t0s_and_spread_t1s() -> None:
         for p in range(planes):
             spread = {rank_of_t1(p, j, t1s, k) for j in range(t1s)}
             assert spread == set(range(k))
+
+
+def _exchange_side(rank: int) -> tuple[Any, Any, list[tuple[Any, int]], int]:
+    """One rank of a two-entity line: a port on rank 0 into a host end on rank 1."""
+    from openmrc.sim.partition import NativePartitionedSimulator
+    from openmrc.sim.port import EgressPort
+    from openmrc.sim.switch import HostEnd
+
+    sim = NativePartitionedSimulator(7, rank, 2)
+    end = HostEnd(sim, 1, 0)
+    got: list[tuple[Any, int]] = []
+    end.on_receive = lambda pkt, plane, now: got.append((pkt, now))
+    port = EgressPort(
+        sim, "a->b", 100_000_000_000, 1_000, end.receive, data_limit=10**8, prio_limit=10**8
+    )
+    e_port = sim.add_entity([port])
+    sim.add_entity([end])
+    sim.set_ranks([0, 1])
+    sim.set_ports([port])
+    return sim, port, got, e_port
+
+
+@pytest.mark.skipif(not _native.NATIVE, reason="the native kernel is not built")
+def test_native_exchange_carries_every_packet_class_as_bytes() -> None:
+    """The native ranks' exchange writes the wire packet classes as bytes (no pickling)
+    and the receiving rank rebuilds each field: big routes and SACK bitmaps, payload
+    bytes (and memoryviews where allowed), enums, None, trims; a packet holding a value
+    it does not know is pickled beside them."""
+    from openmrc.wire.packets import (
+        DataPacket,
+        NackPacket,
+        NackReason,
+        Opcode,
+        ProbePacket,
+        ProbeReplyPacket,
+        SackPacket,
+        packet_fields,
+    )
+
+    route = (0xFCBB << 112) | (0xE001 << 80) | 0xBEEF
+    d1 = DataPacket(9, 0x1234501, Opcode.WRITE_LAST_IMM, 7, 3, 2**40, 77, 5, b"hello", 42, 10**12)
+    d2 = DataPacket(9, 0x1234502, Opcode.WRITE_MIDDLE, 8, 3, 0, 77, 4, b"abcd")
+    with contextlib.suppress(TypeError):  # a memoryview where the class allows one
+        d2.payload = memoryview(b"xxabcd")[2:]  # type: ignore[assignment]
+    d3 = DataPacket(9, 3, Opcode.WRITE_FIRST, 2**33, 2, 1, 2, 4096, None, None, 5, True, True, True)
+    d3.trim(lasthop=True)
+    sack = SackPacket(4, 0x12, 100, 101, (1 << 200) | 5, True, 2**45, 3, 99, 17, 0b101)
+    nack = NackPacket(4, 6, NackReason.REMOTE_ACCESS_ERROR, 12, 10, -3)
+    probe = ProbePacket(4, 0x21, 5, 123, reliability=True)
+    reply = ProbeReplyPacket(4, 0x21, 5, 123)
+    other = ProbeReplyPacket(4, 0x22, 6, 124)
+    sent = [d1, d2, d3, sack, nack, probe, reply, other]
+    for i, pkt in enumerate(sent):
+        pkt.route = route + i
+        pkt.ecn = i % 2 == 1
+    other.meta = ("a value the exchange does not write", 1)
+    sim0, port0, _, e_port = _exchange_side(0)
+    for i, pkt in enumerate(sent):
+        sim0.push_as(e_port, 1_000 * i, lambda p=pkt: port0.enqueue(p))
+    sim0.run_window(10**9)
+    blobs, first = sim0.pack()
+    wire, pickled = blobs[1]
+    assert blobs[0] == (b"", None)
+    assert len(wire) > 29 * 7 and pickled is not None  # 7 as bytes, the other pickled
+    assert first is not None and first > 1_000
+    sim1, _, got, _ = _exchange_side(1)
+    sim1.unpack(blobs[1])
+    sim1.run_window(10**9)
+    assert [t for _, t in got] == sorted(t for _, t in got) and got[0][1] == first
+    by_route = {p.route: p for p, _ in got}
+    assert len(by_route) == len(sent)
+    for pkt in sent:
+        back = by_route[pkt.route]
+        assert type(back) is type(pkt)
+        for name in packet_fields(type(pkt)):
+            a, b = getattr(pkt, name), getattr(back, name)
+            if isinstance(a, memoryview):
+                a = bytes(a)
+            assert a == b and type(a) is type(b), (type(pkt).__name__, name, a, b)

@@ -126,6 +126,7 @@ typedef struct {
     uint8_t *owned;
     Py_ssize_t nowned;
     PyObject *outbox; /* list of (rank-less) (target, t, key, port, epoch, packet) */
+    struct Exchange *xc; /* NULL, or the packets for other ranks written as bytes */
     int64_t cur_key, sub, global_events, last_t, sent;
     /* now, when run(until_ps=...) left it past int64 (as Python does); then
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
@@ -159,6 +160,7 @@ typedef struct {
     int64_t tx_pkts, tx_bytes, trims, ecn_marks, drops_full, drops_header, drops_down, lost,
         lost_silent, max_queue_bytes;
     int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
+    int32_t xid1; /* its number in a partitioned run's exchange + 1 (0: none) */
 } PortObject;
 
 typedef struct {
@@ -358,6 +360,270 @@ static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *
  * of the port, else for the scheduler: it never asks place (an experiment
  * registers every port and receiver). */
 
+/* ------------------------------------------------------------------------ */
+/* The exchange of a partitioned run: packets for other ranks as bytes       */
+/*
+ * A rank's packets for another rank are written, as they are put on a link to
+ * it, into that rank's buffer, and rebuilt by the receiving rank (arrive_wire):
+ * pickling each packet object cost more than simulating it.  A record is
+ * (time, key, port number, epoch: int64, int64, int32, int64; the packet's
+ * class: one byte; then each of the class's fields, tagged), little-endian as
+ * the machine's (the ranks of one run are one build on one kind of machine).
+ * What the exchange cannot write (a class or a field value it does not know, a
+ * port with no number) goes to the outbox as an object, as before.
+ */
+enum { W_NONE = 0, W_FALSE = 1, W_TRUE = 2, W_I64 = 3, W_BIG = 4, W_BYTES = 5, W_ENUM = 6 };
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} WBuf;
+
+typedef struct {
+    PyTypeObject *tp;  /* strong */
+    Py_ssize_t nf;
+    PyObject **names;  /* strong: the field names */
+    PyObject **descr;  /* strong: each field's getset or member descriptor, or NULL */
+} WClass;
+
+typedef struct Exchange {
+    int nranks;
+    int32_t *rank_of; /* each entity's rank */
+    Py_ssize_t nrank_of;
+    int ncls;
+    WClass *cls;
+    int nenum;
+    PyTypeObject **enum_tp;   /* strong */
+    PyObject **enum_members;  /* strong: dict value -> member */
+    WBuf *buf;                /* one per rank */
+    int64_t first;            /* the least time written since the last take */
+    int any;                  /* anything written since the last take */
+} Exchange;
+
+static void xc_free(Exchange *x)
+{
+    if (x == NULL)
+        return;
+    for (int i = 0; i < x->ncls; i++) {
+        WClass *c = &x->cls[i];
+        for (Py_ssize_t f = 0; f < c->nf; f++) {
+            Py_XDECREF(c->names[f]);
+            Py_XDECREF(c->descr[f]);
+        }
+        PyMem_Free(c->names);
+        PyMem_Free(c->descr);
+        Py_XDECREF(c->tp);
+    }
+    PyMem_Free(x->cls);
+    for (int i = 0; i < x->nenum; i++) {
+        Py_XDECREF(x->enum_tp[i]);
+        Py_XDECREF(x->enum_members[i]);
+    }
+    PyMem_Free(x->enum_tp);
+    PyMem_Free(x->enum_members);
+    if (x->buf != NULL)
+        for (int r = 0; r < x->nranks; r++)
+            PyMem_Free(x->buf[r].data);
+    PyMem_Free(x->buf);
+    PyMem_Free(x->rank_of);
+    PyMem_Free(x);
+}
+
+static int wb_reserve(WBuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *d = PyMem_Realloc(b->data, cap);
+    if (d == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int wb_put(WBuf *b, const void *src, size_t n)
+{
+    if (wb_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int wb_byte(WBuf *b, uint8_t v)
+{
+    return wb_put(b, &v, 1);
+}
+
+static inline int wb_i64(WBuf *b, uint8_t tag, int64_t v)
+{
+    if (wb_reserve(b, 9) < 0)
+        return -1;
+    b->data[b->len] = (char)tag;
+    memcpy(b->data + b->len + 1, &v, 8);
+    b->len += 9;
+    return 0;
+}
+
+/* A field's value through its descriptor (the generic lookup otherwise). */
+static PyObject *w_get(PyObject *o, PyObject *d, PyObject *name)
+{
+    if (d != NULL) {
+        if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+            PyGetSetDef *gs = ((PyGetSetDescrObject *)d)->d_getset;
+            if (gs->get != NULL)
+                return gs->get(o, gs->closure);
+        } else if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            return PyMember_GetOne((const char *)o, ((PyMemberDescrObject *)d)->d_member);
+        }
+    }
+    return PyObject_GetAttr(o, name);
+}
+
+static int w_set(PyObject *o, PyObject *d, PyObject *name, PyObject *v)
+{
+    if (d != NULL) {
+        if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+            PyGetSetDef *gs = ((PyGetSetDescrObject *)d)->d_getset;
+            if (gs->set != NULL)
+                return gs->set(o, v, gs->closure);
+        } else if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            return PyMember_SetOne((char *)o, ((PyMemberDescrObject *)d)->d_member, v);
+        }
+    }
+    return PyObject_SetAttr(o, name, v);
+}
+
+/* Write one value: 0 written, 1 a value the exchange does not know, -1 error. */
+static int w_value(Exchange *x, WBuf *b, PyObject *v)
+{
+    if (v == Py_None)
+        return wb_byte(b, W_NONE);
+    if (v == Py_False)
+        return wb_byte(b, W_FALSE);
+    if (v == Py_True)
+        return wb_byte(b, W_TRUE);
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow) {
+            if (i == -1 && PyErr_Occurred())
+                return -1;
+            return wb_i64(b, W_I64, (int64_t)i);
+        }
+        /* a route (128 bits), a wide SACK bitmap: signed little-endian bytes */
+        size_t bits = _PyLong_NumBits(v);
+        if (bits == (size_t)-1 && PyErr_Occurred())
+            return -1;
+        size_t n = bits / 8 + 1;
+        if (n > 0xFFFF)
+            return 1;
+        uint16_t n16 = (uint16_t)n;
+        if (wb_byte(b, W_BIG) < 0 || wb_put(b, &n16, 2) < 0 || wb_reserve(b, n) < 0)
+            return -1;
+#if PY_VERSION_HEX >= 0x030D0000
+        if (_PyLong_AsByteArray((PyLongObject *)v, (unsigned char *)b->data + b->len, n, 1, 1,
+                                1) < 0)
+#else
+        if (_PyLong_AsByteArray((PyLongObject *)v, (unsigned char *)b->data + b->len, n, 1, 1) <
+            0)
+#endif
+            return -1;
+        b->len += n;
+        return 0;
+    }
+    if (PyBytes_CheckExact(v) || PyMemoryView_Check(v)) {
+        /* a payload (a memoryview arrives as bytes, as pickling it made it) */
+        Py_buffer view;
+        if (PyObject_GetBuffer(v, &view, PyBUF_CONTIG_RO) < 0) {
+            PyErr_Clear();
+            return 1;
+        }
+        int r = 1;
+        if ((uint64_t)view.len <= 0xFFFFFFFFULL) {
+            uint32_t n32 = (uint32_t)view.len;
+            r = (wb_byte(b, W_BYTES) < 0 || wb_put(b, &n32, 4) < 0 ||
+                 wb_put(b, view.buf, (size_t)view.len) < 0)
+                    ? -1
+                    : 0;
+        }
+        PyBuffer_Release(&view);
+        return r;
+    }
+    if (PyLong_Check(v)) {
+        for (int i = 0; i < x->nenum; i++)
+            if (Py_TYPE(v) == x->enum_tp[i]) {
+                int overflow = 0;
+                long long val = PyLong_AsLongLongAndOverflow(v, &overflow);
+                if (overflow)
+                    return 1;
+                if (val == -1 && PyErr_Occurred())
+                    return -1;
+                return (wb_byte(b, W_ENUM) < 0 || wb_byte(b, (uint8_t)i) < 0 ||
+                        wb_put(b, &val, 8) < 0)
+                           ? -1
+                           : 0;
+            }
+    }
+    return 1;
+}
+
+/* Write a packet for another rank: 0 written, 1 not for the exchange (the
+ * outbox takes it), -1 error. */
+static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObject *port,
+                    int64_t epoch, PyObject *pkt)
+{
+    if (target < 0 || target >= x->nrank_of || !is_port(port))
+        return 1;
+    int32_t xid1 = ((PortObject *)port)->xid1;
+    int32_t rank = x->rank_of[target];
+    if (xid1 <= 0 || rank < 0 || rank >= x->nranks)
+        return 1;
+    WClass *c = NULL;
+    int ci = 0;
+    for (; ci < x->ncls; ci++)
+        if (Py_TYPE(pkt) == x->cls[ci].tp) {
+            c = &x->cls[ci];
+            break;
+        }
+    if (c == NULL)
+        return 1;
+    WBuf *b = &x->buf[rank];
+    size_t start = b->len;
+    int32_t port_no = xid1 - 1;
+    if (wb_reserve(b, 29) < 0)
+        return -1;
+    memcpy(b->data + b->len, &t, 8);
+    memcpy(b->data + b->len + 8, &key, 8);
+    memcpy(b->data + b->len + 16, &port_no, 4);
+    memcpy(b->data + b->len + 20, &epoch, 8);
+    b->data[b->len + 28] = (char)ci;
+    b->len += 29;
+    for (Py_ssize_t f = 0; f < c->nf; f++) {
+        PyObject *v = w_get(pkt, c->descr[f], c->names[f]);
+        if (v == NULL) { /* (an unset field) */
+            PyErr_Clear();
+            b->len = start;
+            return 1;
+        }
+        int r = w_value(x, b, v);
+        Py_DECREF(v);
+        if (r != 0) {
+            b->len = start;
+            return r;
+        }
+    }
+    if (!x->any || t < x->first)
+        x->first = t;
+    x->any = 1;
+    return 0;
+}
+
 /* An event for an entity another rank holds (a partitioned run): a packet's
  * arrival goes to the outbox, a global action's event is dropped (that rank
  * schedules its own), anything else is an error.  Steals a and b. */
@@ -374,6 +640,15 @@ static int sim_route_out(SimObject *s, int64_t t, int64_t key, int kind, int64_t
                      (long long)s->cur, (long long)target);
         r = -1;
         goto done;
+    }
+    if (s->xc != NULL) {
+        int w = xc_write(s->xc, target, t, key, a, epoch, b);
+        if (w <= 0) {
+            if (w == 0)
+                s->sent++;
+            r = w;
+            goto done;
+        }
     }
     PyObject *item = Py_BuildValue("(LLLOLO)", (long long)target, (long long)t, (long long)key,
                                    a, (long long)epoch, b);
@@ -1582,6 +1857,8 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     s->owned = NULL;
     s->nowned = 0;
     Py_CLEAR(s->outbox);
+    xc_free(s->xc);
+    s->xc = NULL;
     s->cur_key = -1;
     s->sub = s->global_events = s->last_t = s->sent = 0;
     Py_CLEAR(s->now_big);
@@ -1627,6 +1904,8 @@ static int Sim_clear(SimObject *s)
     Py_CLEAR(s->outbox);
     Py_CLEAR(s->cancelled);
     Py_CLEAR(s->now_big);
+    xc_free(s->xc);
+    s->xc = NULL;
     return 0;
 }
 
@@ -1953,6 +2232,337 @@ static PyObject *Sim_arrive(SimObject *s, PyObject *const *args, Py_ssize_t narg
     if (heap_push_key(s, at, key, EV_ARRIVE, target, args[2], args[4], epoch) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+
+/* set_exchange(rank_of, nranks, classes, fields, enums): from now on packets for
+ * other ranks are written as bytes (take_wire, arrive_wire).  rank_of: each
+ * entity's rank (a buffer of int32); classes: the packet classes written, each
+ * with its field names in fields; enums: (enum class, {value: member}) for the
+ * fields that hold enum members.  Ports are numbered by their xid1. */
+static PyObject *Sim_set_exchange(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "set_exchange(rank_of, nranks, classes, fields, enums)");
+        return NULL;
+    }
+    long nranks = PyLong_AsLong(args[1]);
+    if (nranks == -1 && PyErr_Occurred())
+        return NULL;
+    if (nranks < 1 || nranks > 1 << 20) {
+        PyErr_SetString(PyExc_ValueError, "set_exchange: nranks out of range");
+        return NULL;
+    }
+    PyObject *classes = PySequence_Fast(args[2], "set_exchange: classes must be a sequence");
+    PyObject *fields = classes ? PySequence_Fast(args[3], "set_exchange: fields") : NULL;
+    PyObject *enums = fields ? PySequence_Fast(args[4], "set_exchange: enums") : NULL;
+    Exchange *x = PyMem_Calloc(1, sizeof(Exchange));
+    Py_buffer view = {0};
+    int have_view = 0;
+    if (enums == NULL || x == NULL)
+        goto fail;
+    if (PySequence_Fast_GET_SIZE(classes) != PySequence_Fast_GET_SIZE(fields) ||
+        PySequence_Fast_GET_SIZE(classes) > 255 || PySequence_Fast_GET_SIZE(enums) > 255) {
+        PyErr_SetString(PyExc_ValueError, "set_exchange: one field list per class, at most 255");
+        goto fail;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_FORMAT) < 0)
+        goto fail;
+    have_view = 1;
+    if (view.itemsize != 4 || view.format == NULL || (strcmp(view.format, "i") != 0 &&
+                                                      strcmp(view.format, "=i") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "set_exchange: rank_of must be an array('i')");
+        goto fail;
+    }
+    x->nranks = (int)nranks;
+    x->nrank_of = view.len / 4;
+    x->rank_of = PyMem_Malloc(view.len ? (size_t)view.len : 1);
+    x->buf = PyMem_Calloc((size_t)nranks, sizeof(WBuf));
+    x->ncls = (int)PySequence_Fast_GET_SIZE(classes);
+    x->cls = PyMem_Calloc(x->ncls ? (size_t)x->ncls : 1, sizeof(WClass));
+    x->nenum = (int)PySequence_Fast_GET_SIZE(enums);
+    x->enum_tp = PyMem_Calloc(x->nenum ? (size_t)x->nenum : 1, sizeof(PyTypeObject *));
+    x->enum_members = PyMem_Calloc(x->nenum ? (size_t)x->nenum : 1, sizeof(PyObject *));
+    if (x->rank_of == NULL || x->buf == NULL || x->cls == NULL || x->enum_tp == NULL ||
+        x->enum_members == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(x->rank_of, view.buf, (size_t)view.len);
+    for (int i = 0; i < x->ncls; i++) {
+        PyObject *tp = PySequence_Fast_GET_ITEM(classes, i);
+        if (!PyType_Check(tp)) {
+            PyErr_SetString(PyExc_TypeError, "set_exchange: classes must be types");
+            goto fail;
+        }
+        WClass *c = &x->cls[i];
+        Py_INCREF(tp);
+        c->tp = (PyTypeObject *)tp;
+        PyObject *names = PySequence_Fast(PySequence_Fast_GET_ITEM(fields, i),
+                                          "set_exchange: fields must be sequences of names");
+        if (names == NULL)
+            goto fail;
+        c->nf = PySequence_Fast_GET_SIZE(names);
+        c->names = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(PyObject *));
+        c->descr = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(PyObject *));
+        if (c->names == NULL || c->descr == NULL) {
+            Py_DECREF(names);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        int generic = c->tp->tp_getattro == PyObject_GenericGetAttr &&
+                      c->tp->tp_setattro == PyObject_GenericSetAttr;
+        for (Py_ssize_t f = 0; f < c->nf; f++) {
+            PyObject *name = PySequence_Fast_GET_ITEM(names, f);
+            if (!PyUnicode_Check(name)) {
+                Py_DECREF(names);
+                PyErr_SetString(PyExc_TypeError, "set_exchange: field names must be str");
+                goto fail;
+            }
+            Py_INCREF(name);
+            c->names[f] = name;
+            PyObject *d = generic ? _PyType_Lookup(c->tp, name) : NULL; /* borrowed */
+            if (d != NULL && (Py_IS_TYPE(d, &PyGetSetDescr_Type) ||
+                              Py_IS_TYPE(d, &PyMemberDescr_Type))) {
+                Py_INCREF(d);
+                c->descr[f] = d;
+            }
+        }
+        Py_DECREF(names);
+    }
+    for (int i = 0; i < x->nenum; i++) {
+        PyObject *tp, *members;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(enums, i), "O!O!:set_exchange",
+                              &PyType_Type, &tp, &PyDict_Type, &members))
+            goto fail;
+        Py_INCREF(tp);
+        x->enum_tp[i] = (PyTypeObject *)tp;
+        Py_INCREF(members);
+        x->enum_members[i] = members;
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(classes);
+    Py_DECREF(fields);
+    Py_DECREF(enums);
+    xc_free(s->xc);
+    s->xc = x;
+    Py_RETURN_NONE;
+fail:
+    if (have_view)
+        PyBuffer_Release(&view);
+    Py_XDECREF(classes);
+    Py_XDECREF(fields);
+    Py_XDECREF(enums);
+    xc_free(x);
+    return NULL;
+}
+
+/* take_wire(): ([bytes for each rank], the least time written or None), and
+ * the buffers start again empty */
+static PyObject *Sim_take_wire(SimObject *s, PyObject *unused)
+{
+    Exchange *x = s->xc;
+    if (x == NULL) {
+        PyErr_SetString(PyExc_ValueError, "take_wire: no exchange (set_exchange)");
+        return NULL;
+    }
+    PyObject *bufs = PyList_New(x->nranks);
+    if (bufs == NULL)
+        return NULL;
+    for (int r = 0; r < x->nranks; r++) {
+        PyObject *b = PyBytes_FromStringAndSize(x->buf[r].data, (Py_ssize_t)x->buf[r].len);
+        if (b == NULL) {
+            Py_DECREF(bufs);
+            return NULL;
+        }
+        PyList_SET_ITEM(bufs, r, b);
+    }
+    PyObject *first = x->any ? PyLong_FromLongLong(x->first) : Py_NewRef(Py_None);
+    if (first == NULL) {
+        Py_DECREF(bufs);
+        return NULL;
+    }
+    for (int r = 0; r < x->nranks; r++) {
+        /* keep a buffer's memory unless it grew far past what a window needs */
+        if (x->buf[r].cap > ((size_t)1 << 26)) {
+            PyMem_Free(x->buf[r].data);
+            x->buf[r].data = NULL;
+            x->buf[r].cap = 0;
+        }
+        x->buf[r].len = 0;
+    }
+    x->any = 0;
+    return Py_BuildValue("(NN)", bufs, first);
+}
+
+/* Read one value written by w_value; a new reference, or NULL (error set). */
+static PyObject *w_read(Exchange *x, const char **pp, const char *end)
+{
+    const char *p = *pp;
+    if (p >= end)
+        goto short_;
+    uint8_t tag = (uint8_t)*p++;
+    PyObject *v = NULL;
+    switch (tag) {
+    case W_NONE:
+        v = Py_NewRef(Py_None);
+        break;
+    case W_FALSE:
+        v = Py_NewRef(Py_False);
+        break;
+    case W_TRUE:
+        v = Py_NewRef(Py_True);
+        break;
+    case W_I64: {
+        int64_t i;
+        if (end - p < 8)
+            goto short_;
+        memcpy(&i, p, 8);
+        p += 8;
+        v = PyLong_FromLongLong(i);
+        break;
+    }
+    case W_BIG: {
+        uint16_t n;
+        if (end - p < 2)
+            goto short_;
+        memcpy(&n, p, 2);
+        p += 2;
+        if (end - p < n)
+            goto short_;
+        v = _PyLong_FromByteArray((const unsigned char *)p, n, 1, 1);
+        p += n;
+        break;
+    }
+    case W_BYTES: {
+        uint32_t n;
+        if (end - p < 4)
+            goto short_;
+        memcpy(&n, p, 4);
+        p += 4;
+        if ((uint64_t)(end - p) < n)
+            goto short_;
+        v = PyBytes_FromStringAndSize(p, (Py_ssize_t)n);
+        p += n;
+        break;
+    }
+    case W_ENUM: {
+        if (end - p < 9)
+            goto short_;
+        uint8_t i = (uint8_t)*p;
+        int64_t val;
+        memcpy(&val, p + 1, 8);
+        p += 9;
+        if (i >= x->nenum) {
+            PyErr_SetString(PyExc_ValueError, "arrive_wire: unknown enum");
+            return NULL;
+        }
+        PyObject *k = PyLong_FromLongLong(val);
+        if (k == NULL)
+            return NULL;
+        v = PyDict_GetItemWithError(x->enum_members[i], k); /* borrowed */
+        Py_DECREF(k);
+        if (v == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "arrive_wire: unknown enum value");
+            return NULL;
+        }
+        Py_INCREF(v);
+        break;
+    }
+    default:
+        PyErr_Format(PyExc_ValueError, "arrive_wire: unknown tag %d", (int)tag);
+        return NULL;
+    }
+    *pp = p;
+    return v;
+short_:
+    PyErr_SetString(PyExc_ValueError, "arrive_wire: a record is cut short");
+    return NULL;
+}
+
+/* arrive_wire(data, ports): the packets another rank wrote (take_wire), each
+ * arriving at the far end of ports[port number] with its key; how many */
+static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    Exchange *x = s->xc;
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "arrive_wire(data, ports: list)");
+        return NULL;
+    }
+    if (x == NULL) {
+        PyErr_SetString(PyExc_ValueError, "arrive_wire: no exchange (set_exchange)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *ports = args[1];
+    const char *p = view.buf, *end = p + view.len;
+    PyObject *empty = PyTuple_New(0);
+    long long count = 0;
+    if (empty == NULL)
+        goto fail;
+    while (p < end) {
+        int64_t t, key, epoch;
+        int32_t port_no;
+        if (end - p < 29) {
+            PyErr_SetString(PyExc_ValueError, "arrive_wire: a record is cut short");
+            goto fail;
+        }
+        memcpy(&t, p, 8);
+        memcpy(&key, p + 8, 8);
+        memcpy(&port_no, p + 16, 4);
+        memcpy(&epoch, p + 20, 8);
+        uint8_t ci = (uint8_t)p[28];
+        p += 29;
+        if (ci >= x->ncls || port_no < 0 || port_no >= PyList_GET_SIZE(ports)) {
+            PyErr_SetString(PyExc_ValueError, "arrive_wire: unknown class or port");
+            goto fail;
+        }
+        PyObject *port = PyList_GET_ITEM(ports, port_no);
+        if (!is_port(port)) {
+            PyErr_SetString(PyExc_TypeError, "arrive_wire: ports must be native ports");
+            goto fail;
+        }
+        WClass *c = &x->cls[ci];
+        PyObject *pkt = c->tp->tp_new(c->tp, empty, NULL);
+        if (pkt == NULL)
+            goto fail;
+        for (Py_ssize_t f = 0; f < c->nf; f++) {
+            PyObject *v = w_read(x, &p, end);
+            if (v == NULL || w_set(pkt, c->descr[f], c->names[f], v) < 0) {
+                Py_XDECREF(v);
+                Py_DECREF(pkt);
+                goto fail;
+            }
+            Py_DECREF(v);
+        }
+        PortObject *po = (PortObject *)port;
+        int64_t target;
+        if (po->rx_kind == RX_SWITCH)
+            target = (int64_t)((SwitchObject *)po->rx_target)->ent1 - 1;
+        else if (po->rx_kind == RX_HOST)
+            target = (int64_t)((HostEndObject *)po->rx_target)->ent1 - 1;
+        else
+            target = ent_lookup(s, callable_self(po->rx));
+        if (target < 0) {
+            Py_DECREF(pkt);
+            PyErr_SetString(PyExc_ValueError, "arrive_wire: the port's receiver has no entity");
+            goto fail;
+        }
+        Py_INCREF(port);
+        if (heap_push_key(s, t, key, EV_ARRIVE, target, port, pkt, epoch) < 0)
+            goto fail;
+        count++;
+    }
+    Py_DECREF(empty);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(count);
+fail:
+    Py_XDECREF(empty);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 /* next_time(): the time of the next event (None: none) */
@@ -2361,6 +2971,12 @@ static PyMethodDef Sim_methods[] = {
      "the (target, t, key, port, epoch, packet) for other ranks since the last call"},
     {"arrive", (PyCFunction)(void (*)(void))Sim_arrive, METH_FASTCALL,
      "arrive(at_ps, key, port, epoch, packet): a packet from another rank"},
+    {"set_exchange", (PyCFunction)(void (*)(void))Sim_set_exchange, METH_FASTCALL,
+     "set_exchange(rank_of, nranks, classes, fields, enums): packets for other ranks as bytes"},
+    {"take_wire", (PyCFunction)Sim_take_wire, METH_NOARGS,
+     "([bytes for each rank], least time or None) written since the last call"},
+    {"arrive_wire", (PyCFunction)(void (*)(void))Sim_arrive_wire, METH_FASTCALL,
+     "arrive_wire(data, ports): the packets another rank wrote; how many"},
     {"next_time", (PyCFunction)Sim_next_time, METH_NOARGS, "the next event's time, or None"},
     {"run_window", (PyCFunction)(void (*)(void))Sim_run_window, METH_VARARGS | METH_KEYWORDS,
      "run_window(end_ps, stop_at=None, honor_stop=True): a partitioned rank's window"},
@@ -2811,6 +3427,8 @@ static PyMemberDef Port_members[] = {
     PM("max_queue_bytes", max_queue_bytes, 0),
     PM("_num", num, READONLY),
     PM("_den", den, READONLY),
+    {"xid1", T_INT, offsetof(PortObject, xid1), 0,
+     "its number among the ports of a partitioned run's exchange, plus one (0: none)"},
     {NULL}};
 
 static PyGetSetDef Port_getset[] = {

@@ -47,12 +47,23 @@ from __future__ import annotations
 import os
 import pickle
 import time
+from array import array
 from collections.abc import Callable
 from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..transport import QPState
+from ..wire.packets import (
+    DataPacket,
+    NackPacket,
+    NackReason,
+    Opcode,
+    ProbePacket,
+    ProbeReplyPacket,
+    SackPacket,
+    packet_fields,
+)
 from ..wire.pcap import PcapWriter
 from ._native import NATIVE
 from .capture import Capture
@@ -284,6 +295,23 @@ class PartitionedSimulator(PySimulator):
         self.outbox = [[] for _ in out]
         return out
 
+    def set_ports(self, ports: list[Any]) -> None:
+        """Number the fabric's ports: a packet crossing ranks names its port so."""
+        self.ports = ports
+        self.port_index = {id(p): i for i, p in enumerate(ports)}
+
+    def pack(self) -> tuple[list[Any], int | None]:
+        """What to send each rank (the packets since the last call), and the least time
+        among them (None: none)."""
+        out = self.take_outbox()
+        first = min((p[0] for o in out for p in o), default=None)
+        return [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) for o in out], first
+
+    def unpack(self, blob: Any) -> None:
+        """The packets another rank packed for this one: their arrivals."""
+        for item in pickle.loads(blob):
+            self.arrive(*item)
+
 
 class NativePartitionedSimulator(Simulator):
     """A rank's event loop on the native kernel: the same keys, entities and routing as
@@ -319,6 +347,50 @@ class NativePartitionedSimulator(Simulator):
     def arrive(self, at_ps: int, key: int, port_no: int, epoch: int, pkt: Any) -> None:  # type: ignore[override]
         """A packet another rank sent over port ``port_no``: its arrival, with its key."""
         super().arrive(at_ps, key, self.ports[port_no], epoch, pkt)  # type: ignore[misc]
+
+    def set_ports(self, ports: list[Any]) -> None:
+        """Number the fabric's ports, and from now on write the packets for other ranks
+        as bytes (the kernel's exchange: the wire packet classes field by field;
+        anything else stays an object in the outbox and is pickled)."""
+        self.ports = ports
+        self.port_index = {id(p): i for i, p in enumerate(ports)}
+        for i, p in enumerate(ports):
+            p.xid1 = i + 1
+        rank_of = array("i", self.rank_of)
+        self.set_exchange(  # type: ignore[attr-defined]
+            rank_of,
+            self.nranks,
+            EXCHANGED,
+            tuple(tuple(packet_fields(c)) for c in EXCHANGED),
+            tuple((e, {m.value: m for m in e}) for e in (Opcode, NackReason)),
+        )
+
+    def pack(self) -> tuple[list[Any], int | None]:
+        """What to send each rank: the packets written as bytes since the last call,
+        and the others pickled (None: none); and the least time among them."""
+        wire, first = self.take_wire()  # type: ignore[attr-defined]
+        out = self.take_outbox()
+        others = min((p[0] for o in out for p in o), default=None)
+        if others is not None and (first is None or others < first):
+            first = others
+        blobs = [
+            (w, pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) if o else None)
+            for w, o in zip(wire, out, strict=True)
+        ]
+        return blobs, first
+
+    def unpack(self, blob: Any) -> None:
+        """The packets another rank packed for this one: their arrivals."""
+        wire, others = blob
+        self.arrive_wire(wire, self.ports)  # type: ignore[attr-defined]
+        if others is not None:
+            for item in pickle.loads(others):
+                self.arrive(*item)
+
+
+#: The packet classes the native exchange writes as bytes, field by field (others, such
+#: as a baseline's or a controller's packets, are pickled).
+EXCHANGED: tuple[type, ...] = (DataPacket, SackPacket, NackPacket, ProbePacket, ProbeReplyPacket)
 
 
 #: A rank's event loop: pure Python or on the native kernel (type-checked as the first,
@@ -517,8 +589,7 @@ class PartitionedExperiment(Experiment):
                 ranks.append(rank_of_t1(info.plane, info.index, spec.t1s, k))
         assert sim.entities() == 2 + len(ranks)
         sim.set_ranks(ranks)
-        sim.ports = list(self.fabric.ports)
-        sim.port_index = {id(p): i for i, p in enumerate(sim.ports)}
+        sim.set_ports(list(self.fabric.ports))
         # the lookahead: the least delay of a link between ranks
         look = None
         for port in sim.ports:
@@ -821,17 +892,14 @@ class PartitionedExperiment(Experiment):
     def _exchange(self, sim: PartitionedSimulator, comm: Comm, head: tuple[Any, ...]) -> list[Any]:
         """Send the packets for each rank with this rank's state, receive theirs; every
         rank's state ``(*head, tick, first wake, next event, last event, first sent)``."""
-        out = sim.take_outbox()
-        sent_first = min((p[0] for o in out for p in o), default=None)
+        blobs, sent_first = sim.pack()
         sampler = self.sampler
         assert isinstance(sampler, PartitionedSampler)
         status = (*head, sampler.tick, sampler.first_wake, sim.next_time(), sim.last_t, sent_first)
-        blobs = [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) for o in out]
         got = comm.alltoall([(blob, status) for blob in blobs])
         statuses = []
         for blob, st in got:
-            for item in pickle.loads(blob):
-                sim.arrive(*item)
+            sim.unpack(blob)
             statuses.append(st)
         return statuses
 
