@@ -133,6 +133,26 @@ def packet_draws(exp: Any, seed: int) -> Any:
     return path_hash
 
 
+def packet_ack_draws(exp: Any, seed: int) -> Any:
+    """The packet run's reverse-path draws as the flow level's ``ack_hash``: for every
+    RoCE QP, the 64-bit hash its receiver's T0 computes from its ACKs' 5-tuple (the
+    receiver, the sender, the QP's UDP source port), keyed as :func:`packet_draws`."""
+    from openmrc.sim.fluid import ecmp_hash
+
+    fab, spec = exp.fabric, exp.spec
+    table: dict[tuple[int, int, int], int] = {}
+    for flow in exp.flows:
+        for i, snd in enumerate(getattr(flow, "senders", [])):
+            sw = fab.switches[fab.topology.t0_name(i % spec.planes, snd.dst // spec.hosts_per_t0)]
+            table[(snd.src, snd.dst, i)] = sw.ecmp_index(snd.dst, snd.src, snd.sport, 1 << 64)
+
+    def ack_hash(src: int, dst: int, conn: str, qp: int) -> int:
+        h = table.get((src, dst, qp))
+        return ecmp_hash(seed, dst, src, conn + "/ack", qp) if h is None else h
+
+    return ack_hash
+
+
 def _packet_run(d: dict[str, Any], base: Path | None) -> tuple[Any, Any, Any, Any, float]:
     """Scenario data ``d`` at packet level: (scenario, experiment, result, the first
     job's task (starts, ends), wall seconds of build and run)."""
@@ -150,13 +170,14 @@ def _packet_run(d: dict[str, Any], base: Path | None) -> tuple[Any, Any, Any, An
 
 def _flow_on_draws(d: dict[str, Any], base: Path | None, exp: Any) -> float | None:
     """The step (us) of scenario data ``d`` at flow level on the ECMP paths the packet
-    run ``exp`` drew (:func:`packet_draws`)."""
+    run ``exp`` drew, forward and reverse (:func:`packet_draws`, :func:`packet_ack_draws`)."""
     from openmrc.jobrun import fluid_model
 
     d.setdefault("run", {})["mode"] = "flow"
     sc = parse(d, base_dir=base)
     model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
     model.path_hash = packet_draws(exp, sc.seed)
+    model.ack_hash = packet_ack_draws(exp, sc.seed)
     return _step_us(model.run().jobs[0].end)
 
 

@@ -288,3 +288,65 @@ def test_a_ring_stalls_behind_a_step_lost_on_a_dead_hop_until_its_timeout() -> N
     # convergence, which the packet level's hop could not (it waits for step 0 from
     # hop 1 -> 2): it is set back to 1; keeping the 0.4 it would end at rto + 7.1.
     assert rto + 7.3 * step <= end <= rto + 7.8 * step, (end - rto) / step
+
+
+def _deaf_pair(converge_ps: int, size: int) -> tuple[FluidModel, float, float]:
+    """Two RoCE QPs, hosts 2 -> 0 (A) and 3 -> 1 (B, 4 x ``size``), whose data share the
+    T1 1 -> T0 0 queue (congested: each NIC offers the whole line); the T0 0 - T1 0
+    link fails at 0 and A's reverse path (the receiver's T0 hashes its ACKs onto T1 0)
+    crosses it, B's does not; routing converges at ``converge_ps``.  (model, A's end,
+    B's end) in ps."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    model = FluidModel(
+        spec,
+        "roce",
+        gpus_per_server=1,
+        convergence_ps=converge_ps,
+        path_hash=lambda s, d, c, q: 1,  # T1 1 among T1s 0-1, and among T1 1 alone
+        ack_hash=lambda s, d, c, q: 0 if s == 2 else 1,
+    )
+    model.add_fault(FluidFault(0, "link_down", "p0t0x0-p0t1x0"))
+    g = JobGraph("pair", 4, gpus_per_server=1)
+    g.add(Task("p2p", (2, 0), size=size))
+    g.add(Task("p2p", (3, 1), size=4 * size))
+    model.add_job(FluidJob(g, list(range(4))))
+    a, b = model.run().jobs[0].end
+    assert a is not None and b is not None
+    return model, a, b
+
+
+def test_a_qp_whose_cnps_die_on_a_dead_reverse_path_is_not_cut() -> None:
+    """A RoCE QP's ACKs, NAKs and CNPs take the reverse ECMP path, which the receiver's
+    T0 hashes on its own: while it crosses a dead link the CNPs are lost and DCQCN
+    never cuts the QP (packet level, aicb-16 RoCE with the failure at seed 1: the
+    QPs of hop r14 -> r0, data through T1 2, ACKs through the dead T1 0, sent at
+    100 Gb/s into their congested queue until routing converged).  A, deaf, moves at
+    its max-min share to the end; B, in the same queue, is cut.  Without the
+    reverse path A is cut as B is."""
+    size = 1 << 20
+    model, a, b = _deaf_pair(10**12, size)  # no convergence before the end
+    share = model.spec.fabric_gbps / 8000 * model.payload_share / 2  # bytes/ps
+    assert a == pytest.approx(size / share + model.latency_ps, rel=1e-6)
+    # B uncut would move ``size`` beside A, then the rest at the whole link: 2.5 sizes
+    assert b > 1.03 * (2.5 * size / share + model.latency_ps)  # B is cut beside A
+
+
+def test_a_deaf_qp_replays_its_missed_dcqcn_episode_when_its_reverse_path_is_back() -> None:
+    """When routing converges A's CNPs get through (packet level, aicb-16 seed 1: a
+    burst of CNPs and NAKs from 305 us, the QPs cut to about 0.1 Gb/s and idle until
+    DCQCN's 300 us timer, 0.4 to 0.5 ms per message in flight): from then A gets the
+    DCQCN episode of its queue on the bytes it has left (openmrc.sim.dcqcn_fluid),
+    which weighs on a short rest more than the cut of its whole transfer.  Without
+    the replay A would end one cut of its whole size later than the convergence."""
+    size = 1 << 20
+    share = 100.0 / 8000 * (4096 / (4096 + 80 + 38)) / 2  # bytes/ps
+    tc = int(0.5 * size / share)  # half of A sent at its share, uncut
+    model, a, _b = _deaf_pair(tc, size)
+    rest = size - share * tc
+    cap, offer = 2 * share, 2 * share
+    episode = model._dcqcn_factor(2, cap, offer, rest)
+    whole = model._dcqcn_factor(2, cap, offer, float(size))
+    assert episode < 0.9 * whole  # a short rest weighs more
+    expect = tc + rest / (share * min(episode, whole)) + model.latency_ps
+    assert a == pytest.approx(expect, rel=1e-3), (a, expect)
+    assert a > tc + rest / (share * whole) + model.latency_ps  # later than without the replay

@@ -122,11 +122,14 @@ class _Flow:
         "dead",
         "dst",
         "eff",
+        "episode",
         "gap",
         "grp",
         "held",
         "hop",
         "lost",
+        "missed",
+        "mute",
         "path",
         "qp",
         "redo",
@@ -168,6 +171,13 @@ class _Flow:
         self.dead = False
         self.lost = 0.0
         self.tries = 0
+        #: RoCE: the QP's reverse path (its ACKs, NAKs and CNPs) is dead, so DCQCN never
+        #: hears of congestion; the cut it missed, (QPs, capacity, offer) of the queue
+        #: (FluidModel._fill); and the episode it replays once its CNPs get through again:
+        #: (QPs, capacity, offer, bytes left then), for the rest of the transfer.
+        self.mute = False
+        self.missed: tuple[int, float, float] | None = None
+        self.episode: tuple[int, float, float, float] | None = None
         #: the QP's current retransmission timeout and how long it has waited without progress
         self.rto = 0
         self.waited = 0
@@ -292,6 +302,7 @@ class FluidModel:
         pace_rings: bool = True,
         header_bytes: int | None = None,
         path_hash: Callable[[int, int, str, int], int] | None = None,
+        ack_hash: Callable[[int, int, str, int], int] | None = None,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -330,6 +341,11 @@ class FluidModel:
         #: hops).  None: ``ecmp_hash`` of the seed.  A calibration run gives the packet
         #: run's own draws here to compare the two models' mechanisms on the same paths.
         self.path_hash = path_hash
+        #: RoCE: the ECMP hash of a QP's reverse path, from (src, dst, connection, QP) of
+        #: its data: the receiver's T0 hashes the ACK's 5-tuple (the receiver, the
+        #: sender, the QP's source port) with its own seed, so the ACKs, NAKs and CNPs
+        #: of a QP take their own T1.  None: ``ecmp_hash`` of the seed (a draw of its own).
+        self.ack_hash = ack_hash
         #: ring collectives' flows are paced by their step chain (``pace``) and end one
         #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
         self.pace_rings = pace_rings
@@ -374,8 +390,11 @@ class FluidModel:
         #: _fill's scratch: a resource's index among the resources a fill uses
         self._where = np.zeros(0, dtype=np.int64)
         self._route_cache: dict[
-            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float]
+            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool]
         ] = {}
+        #: _fill's output besides the rates: the flows (indices among those filled)
+        #: whose DCQCN cut was missed, their CNPs lost on a dead reverse path, and the cut
+        self._missed: dict[int, tuple[int, float, float]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -478,9 +497,9 @@ class FluidModel:
             self._route_new(fl)
             fl.grp = self._group(fl)
             fl.path = self._path_rate(fl)
-            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path)
+            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute)
         else:
-            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path = hit
+            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute = hit
 
     def _path_rate(self, fl: _Flow) -> float:
         """The rate a flow gets alone on its route: its tightest resource (bytes/ps)."""
@@ -567,6 +586,7 @@ class FluidModel:
             fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.array(w), max(0.0, 1.0 - lost)
             return
         # RoCE / IB: one QP, one path.
+        fl.mute = False
         p = fl.qp % P
         res = [self._up0 + s * P + p, self._down0 + d * P + p]
         ok = bool(self.host_true[s, p] and self.host_true[d, p])
@@ -585,6 +605,15 @@ class FluidModel:
                 self._link_down0 + (p * K + k) * self.A + b,
             ]
             ok = ok and bool(self.fab_true[p, a, k] and self.fab_true[p, b, k])
+            # the reverse path: the receiver's T0 hashes the ACK's 5-tuple among the
+            # same live T1s (routing is symmetric); only CNPs lost on it matter here
+            if self.dcqcn is not None:
+                if self.ack_hash is None:
+                    hr = ecmp_hash(self.seed, d, s, fl.conn + "/ack", fl.qp)
+                else:
+                    hr = self.ack_hash(s, d, fl.conn, fl.qp)
+                kr = live[hr % len(live)]
+                fl.mute = not bool(self.fab_true[p, b, kr] and self.fab_true[p, a, kr])
         # A QP on a dead path keeps sending at its rate; what it sends is lost.
         fl.res, fl.w, fl.eff, fl.dead = (
             np.array(res, dtype=np.int64),
@@ -602,12 +631,17 @@ class FluidModel:
         vals: np.ndarray,
         pace: np.ndarray,
         size: np.ndarray | None = None,
+        mute: np.ndarray | None = None,
+        episode: list[tuple[int, float, float, float] | None] | None = None,
     ) -> np.ndarray:
         """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
 
         ``fe``, ``cols``, ``vals``: the flows' (flow, resource, weight) entries, flow
         by flow in their order; ``pace``: each flow's pace (inf: none); ``size``:
-        each flow's bytes (RoCE: how long DCQCN's cuts weigh on it; None: 1 MiB).  Groups
+        each flow's bytes (RoCE: how long DCQCN's cuts weigh on it; None: 1 MiB);
+        ``mute``: RoCE flows whose CNPs are lost on a dead reverse path (never cut: their
+        missed cut goes to ``self._missed``); ``episode``: a flow's DCQCN episode
+        replayed on its remaining bytes (``_Flow.episode``) or None.  Groups
         share no resource, so a group's rates depend only on its own flows and
         capacities: the run refills only the groups whose flows or capacities
         changed and gets the rates a full recomputation gives.
@@ -648,6 +682,15 @@ class FluidModel:
         )
         tol = 1e-9 * np.maximum(cap, 1e-12)
         rate, used = maxmin(n, fe, inv, vals, cap)
+        self._missed = {}
+        # the share DCQCN leaves each flow: a QP whose CNPs came through again after
+        # its reverse path revived is in the episode it missed, from then on (on its
+        # bytes left then); one DCQCN state per QP, so the deeper of that and a cut now
+        fac = np.ones(n)
+        if episode is not None:
+            for i, ep in enumerate(episode):
+                if ep is not None:
+                    fac[i] = self._dcqcn_factor(*ep)
         if self.dcqcn is not None:
             # DCQCN on a congested switch queue: the QPs that share it use only part of
             # it.  A queue is congested when the QPs offer it more than it carries: each
@@ -660,7 +703,7 @@ class FluidModel:
             count = np.bincount(inv, weights=vals > 0, minlength=m)
             full = switch & (count >= 2) & (cap - used <= tol)
             if not full.any():
-                return rate  # no saturated switch queue shared by two QPs
+                return rate * fac  # no saturated switch queue shared by two QPs
             whole = np.bincount(inv, weights=vals, minlength=m)  # every flow's weight
             per_w = np.where(up & (whole > 0), cap / whole, math.inf)
             offer = np.full(n, math.inf)
@@ -675,13 +718,19 @@ class FluidModel:
             capq = np.full(n, math.inf)
             np.minimum.at(capq, fe[on], cap[inv[on]])
             for f in np.flatnonzero(nq >= 2):
-                rate[f] *= self._dcqcn_factor(
+                if mute is not None and mute[f]:
+                    # its CNPs die on the dead reverse path: DCQCN never cuts it; the cut
+                    # is kept, to be replayed when the CNPs get through (_run)
+                    self._missed[int(f)] = (int(nq[f]), float(capq[f]), float(offer[f]))
+                    continue
+                cut = self._dcqcn_factor(
                     int(nq[f]),
                     float(capq[f]),
                     float(offer[f]),
                     float(size[f]) if size is not None else float(1 << 20),
                 )
-        return rate
+                fac[f] = min(fac[f], cut)
+        return rate * fac
 
     def _dcqcn_factor(self, n: int, cap: float, offer: float, size: float) -> float:
         """The share of its max-min rate DCQCN leaves a QP of ``size`` payload bytes at
@@ -846,9 +895,25 @@ class FluidModel:
                         if self.dcqcn is None
                         else np.fromiter((fl.total for fl in flows[idx]), float, len(idx))
                     )
+                    mute = eps = None
+                    if self.dcqcn is not None:
+                        filled = flows[idx]
+                        mute = np.fromiter((fl.mute for fl in filled), bool, len(idx))
+                        eps = [fl.episode for fl in filled]
                     rate_a[idx] = self._fill(
-                        len(idx), local[ent_slot[em]], ent_res[em], ent_w[em], pace_a[idx], sizes
+                        len(idx),
+                        local[ent_slot[em]],
+                        ent_res[em],
+                        ent_w[em],
+                        pace_a[idx],
+                        sizes,
+                        mute,
+                        eps,
                     )
+                    if mute is not None and mute.any():
+                        # the cut each muted QP misses now (None: its queue is not congested)
+                        for q in np.flatnonzero(mute).tolist():
+                            filled[q].missed = self._missed.get(q)
                 recomputes += 1
                 dirty.clear()
                 dirty_all = False
@@ -1017,7 +1082,15 @@ class FluidModel:
                         merge()
                     for i, fl in enumerate(flows):
                         was = bool(dead_a[i])
+                        was_mute = fl.mute
                         self._route(fl)
+                        if was_mute and not fl.mute and fl.missed is not None:
+                            # its reverse path is back: the CNPs of the packets marked in
+                            # its congested queue reach it at last, and DCQCN cuts it now,
+                            # with the bytes it has left (packet level: aicb-16 RoCE with
+                            # the failure; docs/training.md)
+                            fl.episode = (*fl.missed, float(rem_a[i]) + fl.held)
+                            fl.missed = None
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
                         pace_a[i] = self.pace(fl)
                         if was and not fl.dead and lost_a[i] > 0:
