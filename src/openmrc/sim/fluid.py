@@ -31,6 +31,10 @@ Transports (docs/training.md, "Flow-level model"):
   that meet in a congested switch queue get the mean share DCQCN leaves them over
   their transfer's length (:mod:`openmrc.sim.dcqcn_fluid`: cut at the first CNPs,
   stalled until the byte counter or the timer lifts the rate, then the fair share).
+  A QP's ACKs, NAKs and CNPs take a reverse path of their own (``ack_hash``: the
+  receiver's T0 hashes them): while it crosses a dead link DCQCN never cuts the QP
+  (its CNPs are lost), and when routing brings it back the QP gets the DCQCN
+  episode it missed on the bytes it has left.
 * Scale-up: a transfer between two GPUs of one server moves over NVLink (a
   per-GPU out and in resource), never the fabric.
 
