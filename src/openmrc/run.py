@@ -208,9 +208,14 @@ class RunProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Take the bar off the terminal (before a line of our own; again is harmless)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            self._thread = None
 
     def _counts(self) -> tuple[int, int, float | None]:
         """(flows done, flows, simulated us); simulated us is None while setting up."""
@@ -361,6 +366,15 @@ def execute(
             result = exp.run(until)
         except KeyboardInterrupt:
             partial = True
+            # the simulation has stopped; say so at once: writing what was measured
+            # takes time in proportion to the run's size (about 0.1 ms per flow)
+            bar.close()
+            print(
+                f"openmrc: interrupted at {exp.sim.now / 1e6:.3f} us simulated: stopped; "
+                f"writing partial results ({len(exp.flows):,} flows)",
+                file=sys.stderr,
+                flush=True,
+            )
             gc.freeze()  # see below
             result = exp.collect(round(time.perf_counter() - started, 3))
         # The fabric is millions of long-lived objects (the run's end unfroze them):

@@ -103,3 +103,5 @@ size = "1GiB"
     assert doc["fabric"]["totals"]["tx_pkts"] > 0
     assert len(doc["flows"]) == t0s * per_t0
     assert "results are partial" in stdout
+    # the stop is acknowledged at once, before the results are built and written
+    assert f"stopped; writing partial results ({t0s * per_t0:,} flows)" in stderr
