@@ -11,6 +11,7 @@ Ctrl-C stops a simulation and still returns what was measured, marked
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import itertools
@@ -112,10 +113,14 @@ def _join(where: str, step: str | int) -> str:
 
 
 def load_scenario(
-    path: str, overrides: list[str], seed: int | None = None, transport: str | None = None
+    path: str,
+    overrides: list[str],
+    seed: int | None = None,
+    transport: str | None = None,
+    build: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The validated scenario after ``--set``, ``--seed`` and ``--transport``, and its
-    (overridden) workload table."""
+    (overridden) workload table (``build``: see :func:`openmrc.scenario.parse`)."""
     return scenario_from_data(
         read_scenario_data(path),
         overrides,
@@ -123,6 +128,7 @@ def load_scenario(
         transport,
         name=Path(path).stem,
         base_dir=Path(path).parent,
+        build=build,
     )
 
 
@@ -135,6 +141,7 @@ def scenario_from_data(
     name: str = "",
     base_dir: Path | None = None,
     flag: str = "--set",
+    build: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """:func:`load_scenario` for scenario data already read (``data`` is not changed)."""
     from .scenario import ScenarioError, parse
@@ -150,7 +157,7 @@ def scenario_from_data(
             raise ScenarioError("transport: must be a table")
         transport_table["name"] = transport
     workload = copy.deepcopy(data.get("workload", {}))
-    return parse(data, name=name, base_dir=base_dir), workload
+    return parse(data, name=name, base_dir=base_dir, build=build), workload
 
 
 # ----- output directory ----------------------------------------------------------
@@ -777,7 +784,11 @@ def _run_file(
 ) -> int:
     from .sim import partition
 
-    scenario, workload = load_scenario(scenario_file, list(overrides or []), seed, transport)
+    # not built while loading: the run builds it once, after saying what it will cost
+    # (building it twice was half of a large run's set-up)
+    scenario, workload = load_scenario(
+        scenario_file, list(overrides or []), seed, transport, build=False
+    )
     if getattr(scenario, "mode", "packet") == "flow" and partition.active_comm() is not None:
         raise partition.PartitionError(
             "partitioned run: run.mode = 'flow' (the flow-level model) is not partitioned"
@@ -788,16 +799,27 @@ def _run_file(
             exp.capture(pcap, _host_list(pcap_hosts, exp.spec.hosts))
         exp.run(None if scenario.until_us is None else int(scenario.until_us * 1_000_000))
         return EXIT_OK
+    from .scenario import ScenarioError
+
+    existed = out is not None and Path(out).exists()
     out_dir = prepare_out(out)
-    outcome = execute(
-        scenario,
-        scenario_file=scenario_file,
-        overrides=list(overrides or []),
-        workload=workload,
-        pcap=pcap,
-        pcap_hosts=pcap_hosts,
-        progress=progress,
-    )
+    try:
+        outcome = execute(
+            scenario,
+            scenario_file=scenario_file,
+            overrides=list(overrides or []),
+            workload=workload,
+            pcap=pcap,
+            pcap_hosts=pcap_hosts,
+            progress=progress,
+        )
+    except ScenarioError:
+        # the scenario failed to build (a fault's target, a switch setting): only
+        # valid input leaves --out behind
+        if out_dir is not None and not existed:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     written = _write_outputs(out_dir, [outcome], compare=False) if out_dir is not None else []
     if as_json:
         print(json.dumps(outcome.doc, indent=1, sort_keys=True))

@@ -927,10 +927,16 @@ def _workload(w: dict[str, Any], hosts: int, seed: int) -> list[FlowSpec]:
         raise ScenarioError(f"workload: {exc}") from None
 
 
-def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) -> Scenario:
+def parse(
+    data: dict[str, Any], name: str = "", base_dir: Path | None = None, build: bool = True
+) -> Scenario:
     """Validate a scenario given as a dict (the parsed TOML/JSON).
 
     ``base_dir``: where relative file names (a .cm workload) are looked up.
+    ``build``: a packet-level scenario is checked by building its experiment once
+    (fault targets, switch settings, the workload on the fabric), which is most of
+    a large run's set-up; a caller that builds it next anyway (``openmrc run``)
+    passes False and gets the same errors from :meth:`Scenario.build`.
     """
     if not isinstance(data, dict):
         raise ScenarioError("scenario: the top level must be a table")
@@ -1083,7 +1089,8 @@ def parse(data: dict[str, Any], name: str = "", base_dir: Path | None = None) ->
         failures=drawn,
     )
     if mode == "packet":
-        scenario.build()  # resolve fault targets and switch settings now, with clear errors
+        if build:
+            scenario.build()  # resolve fault targets and switch settings now, clearly
     else:
         from .jobrun import fluid_model
 

@@ -376,3 +376,24 @@ def test_counts_are_plural_only_when_more_than_one(capsys: pytest.CaptureFixture
     assert main(["topology", "planes=1,t0s=1,hosts_per_t0=1,t1s=1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("1 host, 1 plane, 2 switches, ") and "1 planes" not in out
+
+
+def test_run_builds_the_experiment_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``openmrc run`` builds the scenario's experiment once, after printing what it
+    will cost (building it to check it and again to run it doubled a large run's
+    set-up: 463 s instead of about 230 at 131,072 hosts)."""
+    from openmrc.scenario import Scenario
+
+    built: list[int] = []
+    real = Scenario.build
+
+    def build(self: Scenario) -> object:
+        built.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Scenario, "build", build)
+    assert main(["run", LINK, *SMALL, "--out", str(tmp_path / "o")]) == 0
+    assert len(built) == 1
+    assert (tmp_path / "o" / "results.json").exists()
