@@ -24,7 +24,7 @@ from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
 from openmrc.sweep.spec import load_spec
 from tests.browser import probe_page
-from tests.tools import needs_tool
+from tests.tools import needs_tool, sigint_default
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "scenarios" / "sweeps"
@@ -189,6 +189,7 @@ def test_interrupted_sweep_reruns_only_the_missing_points(tmp_path: Path) -> Non
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     points = out / "points"
     deadline = time.monotonic() + 60

@@ -11,6 +11,7 @@ with the tools hidden from ``PATH``).
 from __future__ import annotations
 
 import shutil
+import signal
 
 import pytest
 
@@ -42,3 +43,14 @@ def skip_reason(name: str) -> str | None:
     if have_tool(name):
         return None
     return f"needs {name} (package {PACKAGES.get(name, name)}), not found on PATH"
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child a test sends SIGINT to: SIGINT back to its default.
+
+    A shell that starts a job in the background without job control (``cmd &``
+    in a script) starts it with SIGINT ignored, and its children inherit that;
+    Python then leaves SIGINT ignored (no KeyboardInterrupt), so the child would
+    not stop. Reset here, the child's Python installs its handler as usual.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -15,6 +15,7 @@ import pytest
 from openmrc.cli import main
 from openmrc.run import RunProgress, apply_override, load_scenario, parse_value
 from openmrc.scenario import ScenarioError
+from tests.tools import sigint_default
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 LINK = str(SCENARIOS / "t0-t1-link-failure.toml")
@@ -317,6 +318,7 @@ def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
             "--out",
             str(out),
         ),
+        preexec_fn=sigint_default,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,6 +15,7 @@ import pytest
 
 from openmrc.results import validate
 from openmrc.sim import _native
+from tests.tools import sigint_default
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -68,6 +69,7 @@ size = "1GiB"
     children_before = usage.ru_utime + usage.ru_stime
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, "run", str(scenario), "--out", str(out)],
+        preexec_fn=sigint_default,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

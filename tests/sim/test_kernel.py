@@ -34,6 +34,7 @@ from openmrc.sim.port import PortReport, PyEgressPort, py_busy_mask, py_soonest_
 from openmrc.sim.switch import PyHostEnd, PySwitch, SwitchReport
 from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
 from openmrc.wire.packets import DataPacket, Opcode, SackPacket
+from tests.tools import sigint_default
 
 #: Why the extension did not import (for the failure message when it is required).
 _KERNEL_ERROR = ""
@@ -707,7 +708,11 @@ except KeyboardInterrupt:
     env = dict(os.environ)
     env["OPENMRC_PURE_PYTHON"] = "0"
     child = subprocess.Popen(
-        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
     )
     try:
         assert child.stdout is not None
