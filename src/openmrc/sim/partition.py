@@ -34,8 +34,10 @@ the others).  A flow released by a dependency starts on
 the rank that saw the dependency met: its source must be there.
 
 A rank runs the native kernel when it is built (:class:`NativePartitionedSimulator`:
-the kernel routes events for other ranks' entities to its outbox), else pure
-Python (:class:`PartitionedSimulator`); the same results either way.
+the kernel writes the packets for other ranks' entities as bytes, the classes in
+:data:`EXCHANGED` field by field, and pickles only what it cannot write), else pure
+Python (:class:`PartitionedSimulator`, which pickles its outbox); the same results
+either way.
 
 Not supported yet (refused with one line): the controller, the clustermapper,
 queue sampling, the RoCE/IB baselines, flow dependencies whose
