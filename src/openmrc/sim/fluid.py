@@ -396,9 +396,6 @@ class FluidModel:
         self._route_cache: dict[
             tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool]
         ] = {}
-        #: _fill's output besides the rates: the flows (indices among those filled)
-        #: whose DCQCN cut was missed, their CNPs lost on a dead reverse path, and the cut
-        self._missed: dict[int, tuple[int, float, float]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -637,15 +634,17 @@ class FluidModel:
         size: np.ndarray | None = None,
         mute: np.ndarray | None = None,
         episode: list[tuple[int, float, float, float] | None] | None = None,
+        missed: dict[int, tuple[int, float, float]] | None = None,
     ) -> np.ndarray:
         """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
 
         ``fe``, ``cols``, ``vals``: the flows' (flow, resource, weight) entries, flow
         by flow in their order; ``pace``: each flow's pace (inf: none); ``size``:
         each flow's bytes (RoCE: how long DCQCN's cuts weigh on it; None: 1 MiB);
-        ``mute``: RoCE flows whose CNPs are lost on a dead reverse path (never cut: their
-        missed cut goes to ``self._missed``); ``episode``: a flow's DCQCN episode
-        replayed on its remaining bytes (``_Flow.episode``) or None.  Groups
+        ``mute``: RoCE flows whose CNPs are lost on a dead reverse path (never cut: the
+        cut each misses, (QPs, capacity, offer) of its queue, is put in ``missed`` by its
+        index among the ``n``); ``episode``: a flow's DCQCN episode replayed on its
+        remaining bytes (``_Flow.episode``) or None.  Groups
         share no resource, so a group's rates depend only on its own flows and
         capacities: the run refills only the groups whose flows or capacities
         changed and gets the rates a full recomputation gives.
@@ -686,7 +685,6 @@ class FluidModel:
         )
         tol = 1e-9 * np.maximum(cap, 1e-12)
         rate, used = maxmin(n, fe, inv, vals, cap)
-        self._missed = {}
         # the share DCQCN leaves each flow: a QP whose CNPs came through again after
         # its reverse path revived is in the episode it missed, from then on (on its
         # bytes left then); one DCQCN state per QP, so the deeper of that and a cut now
@@ -725,7 +723,8 @@ class FluidModel:
                 if mute is not None and mute[f]:
                     # its CNPs die on the dead reverse path: DCQCN never cuts it; the cut
                     # is kept, to be replayed when the CNPs get through (_run)
-                    self._missed[int(f)] = (int(nq[f]), float(capq[f]), float(offer[f]))
+                    if missed is not None:
+                        missed[int(f)] = (int(nq[f]), float(capq[f]), float(offer[f]))
                     continue
                 cut = self._dcqcn_factor(
                     int(nq[f]),
@@ -900,6 +899,7 @@ class FluidModel:
                         else np.fromiter((fl.total for fl in flows[idx]), float, len(idx))
                     )
                     mute = eps = None
+                    missed: dict[int, tuple[int, float, float]] = {}
                     if self.dcqcn is not None:
                         filled = flows[idx]
                         mute = np.fromiter((fl.mute for fl in filled), bool, len(idx))
@@ -913,11 +913,12 @@ class FluidModel:
                         sizes,
                         mute,
                         eps,
+                        missed,
                     )
                     if mute is not None and mute.any():
                         # the cut each muted QP misses now (None: its queue is not congested)
                         for q in np.flatnonzero(mute).tolist():
-                            filled[q].missed = self._missed.get(q)
+                            filled[q].missed = missed.get(q)
                 recomputes += 1
                 dirty.clear()
                 dirty_all = False

@@ -303,16 +303,13 @@ class PartitionedSimulator(PySimulator):
         self.port_index = {id(p): i for i, p in enumerate(ports)}
 
     def pack(self) -> tuple[list[Any], int | None]:
-        """What to send each rank (the packets since the last call), and the least time
-        among them (None: none)."""
-        out = self.take_outbox()
-        first = min((p[0] for o in out for p in o), default=None)
-        return [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) for o in out], first
+        """What to send each rank (the packets since the last call, pickled), and the
+        least time among them (None: none)."""
+        return _pickled(self.take_outbox())
 
     def unpack(self, blob: Any) -> None:
         """The packets another rank packed for this one: their arrivals."""
-        for item in pickle.loads(blob):
-            self.arrive(*item)
+        _arrive_pickled(self, blob)
 
 
 class NativePartitionedSimulator(Simulator):
@@ -320,7 +317,7 @@ class NativePartitionedSimulator(Simulator):
     :class:`PartitionedSimulator` (the kernel routes an event for an entity of another
     rank to its outbox: ``set_owned``, ``take_outbox``, ``arrive``, ``run_window``)."""
 
-    __slots__ = ("nranks", "owned", "port_index", "ports", "rank", "rank_of")
+    __slots__ = ("nranks", "owned", "ports", "rank", "rank_of")
 
     def __init__(self, seed: int, rank: int, nranks: int) -> None:
         super().__init__(seed)
@@ -328,7 +325,6 @@ class NativePartitionedSimulator(Simulator):
         self.nranks = nranks
         self.rank_of: list[int] = [-1, -1]
         self.owned: list[bool] = [True, True]
-        self.port_index: dict[int, int] = {}
         self.ports: list[Any] = []
 
     def set_ranks(self, ranks: list[int]) -> None:
@@ -341,9 +337,8 @@ class NativePartitionedSimulator(Simulator):
         """The packets for each rank since the last call (as PartitionedSimulator's)."""
         out: list[list[Any]] = [[] for _ in range(self.nranks)]
         rank_of = self.rank_of
-        index = self.port_index
         for target, t, key, port, epoch, pkt in super().take_outbox():  # type: ignore[misc]
-            out[rank_of[target]].append((t, key, index[id(port)], epoch, pkt))
+            out[rank_of[target]].append((t, key, port.xid1 - 1, epoch, pkt))
         return out
 
     def arrive(self, at_ps: int, key: int, port_no: int, epoch: int, pkt: Any) -> None:  # type: ignore[override]
@@ -355,7 +350,6 @@ class NativePartitionedSimulator(Simulator):
         as bytes (the kernel's exchange: the wire packet classes field by field;
         anything else stays an object in the outbox and is pickled)."""
         self.ports = ports
-        self.port_index = {id(p): i for i, p in enumerate(ports)}
         for i, p in enumerate(ports):
             p.xid1 = i + 1
         rank_of = array("i", self.rank_of)
@@ -371,23 +365,16 @@ class NativePartitionedSimulator(Simulator):
         """What to send each rank: the packets written as bytes since the last call,
         and the others pickled (None: none); and the least time among them."""
         wire, first = self.take_wire()  # type: ignore[attr-defined]
-        out = self.take_outbox()
-        others = min((p[0] for o in out for p in o), default=None)
+        pickled, others = _pickled(self.take_outbox())
         if others is not None and (first is None or others < first):
             first = others
-        blobs = [
-            (w, pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) if o else None)
-            for w, o in zip(wire, out, strict=True)
-        ]
-        return blobs, first
+        return list(zip(wire, pickled, strict=True)), first
 
     def unpack(self, blob: Any) -> None:
         """The packets another rank packed for this one: their arrivals."""
-        wire, others = blob
+        wire, pickled = blob
         self.arrive_wire(wire, self.ports)  # type: ignore[attr-defined]
-        if others is not None:
-            for item in pickle.loads(others):
-                self.arrive(*item)
+        _arrive_pickled(self, pickled)
 
 
 #: The packet classes the native exchange writes as bytes, field by field (others, such
@@ -1096,6 +1083,21 @@ def format_stats(stats: dict[str, Any]) -> str:
         f"partitioned over {stats['ranks']} rank(s), {stats['windows']:,} windows of "
         f"{stats['window_ps'] / 1e6:g} us: {ranks}"
     )
+
+
+def _pickled(out: list[list[Any]]) -> tuple[list[bytes | None], int | None]:
+    """Each rank's packets ``(t, key, port number, epoch, packet)`` pickled (None: no
+    packet), and the least time among them (None: none)."""
+    first = min((p[0] for o in out for p in o), default=None)
+    blobs = [pickle.dumps(_portable(o), pickle.HIGHEST_PROTOCOL) if o else None for o in out]
+    return blobs, first
+
+
+def _arrive_pickled(sim: Any, blob: bytes | None) -> None:
+    """The arrivals of the packets in ``blob`` (:func:`_pickled`) on ``sim``."""
+    if blob is not None:
+        for item in pickle.loads(blob):
+            sim.arrive(*item)
 
 
 def _portable(items: list[Any]) -> list[Any]:
