@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -350,3 +351,87 @@ def test_a_deaf_qp_replays_its_missed_dcqcn_episode_when_its_reverse_path_is_bac
     expect = tc + rest / (share * min(episode, whole)) + model.latency_ps
     assert a == pytest.approx(expect, rel=1e-3), (a, expect)
     assert a > tc + rest / (share * whole) + model.latency_ps  # later than without the replay
+
+
+
+#: the fixed ACK timeout of the dead-path tests (RoCE timeout_exp 8: 4.096 us x 2^8)
+_RTO_PS = round(4.096e6 * 2**8)
+
+
+def _dead_path_packet(
+    seed: int, pairs: list[tuple[int, int]], size: int, hpt: int, fail_ps: int, conv_ps: int
+) -> tuple[float, list[int], int, Any] | None:
+    """RoCE QPs ``src -> dst`` (one plane of 2 T0s x ``hpt`` hosts and 2 T1s) starting 10 us
+    in, at packet level with a fixed ACK timeout (``_RTO_PS``): if at this seed they all
+    hash onto one T1 from their T0, run again with that T1's link to T0 0 down at
+    ``fail_ps`` and routing converging ``conv_ps`` later: (the last arrival in ps, each
+    QP's timeouts, the T1, the run's ECMP hashes as a ``path_hash``); None if not."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=hpt, t1s=2)
+    transport = TransportConfig(
+        name="roce",
+        roce={"adaptive_retransmission": False, "timeout_exp": 8},
+        baseline_fabric={"convergence_delay_ps": conv_ps},
+    )
+
+    def run(fail: int | None) -> tuple[Any, Any]:
+        exp = make_experiment(spec, transport=transport, seed=seed)
+        if fail is not None:
+            exp.faults.link_down(f"p0t0x0-p0t1x{fail}", at_ps=fail_ps)
+        exp.add_flows([FlowSpec(s, d, size, start_ps=10_000_000) for s, d in pairs], watch=True)
+        return exp, exp.run()
+
+    exp, _res = run(None)
+    senders = [snd for f in exp.flows for snd in f.senders]
+    picks = {exp.fabric.uplink_choice(q.src, q.dst, q.sport) for q in senders}
+    if len(picks) != 1:
+        return None
+    k = picks.pop()
+    exp, res = run(k)
+    fab = exp.fabric
+    hashes = {
+        (q.src, q.dst): fab.switches[f"p0t0x{q.src // hpt}"].ecmp_index(q.src, q.dst, q.sport, 1 << 64)
+        for f in exp.flows
+        for q in f.senders
+    }
+    timeouts = [q.timeouts for f in exp.flows for q in f.senders]
+    end = float(max(f.rx_finish_ps or 0 for f in res.flows))
+    return end, timeouts, k, lambda s, d, c, q: hashes[(s, d)]
+
+
+def _dead_path_flow(
+    pairs: list[tuple[int, int]],
+    size: int,
+    hpt: int,
+    fail_ps: int,
+    conv_ps: int,
+    k: int,
+    path_hash: Any,
+    **kw: Any,
+) -> float:
+    """The same QPs at flow level on the packet run's ECMP draws: the last end (ps)."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=hpt, t1s=2)
+    model = FluidModel(
+        spec,
+        "roce",
+        gpus_per_server=1,
+        convergence_ps=conv_ps,
+        rto_ps=_RTO_PS,
+        path_hash=path_hash,
+        **kw,
+    )
+    model.add_fault(FluidFault(fail_ps, "link_down", f"p0t0x0-p0t1x{k}"))
+    g = JobGraph("pairs", 2 * hpt, gpus_per_server=1)
+    for s, d in pairs:
+        g.add(Task("p2p", (s, d), size=size))
+    model.add_job(FluidJob(g, list(range(2 * hpt)), start_ps=10_000_000))
+    return max(e or 0.0 for e in model.run().jobs[0].end)
+
+
+def _first_dead_draw(
+    pairs: list[tuple[int, int]], size: int, hpt: int, fail_ps: int, conv_ps: int
+) -> tuple[float, list[int], int, Any]:
+    for seed in range(1, 40):
+        got = _dead_path_packet(seed, pairs, size, hpt, fail_ps, conv_ps)
+        if got is not None:
+            return got
+    raise AssertionError("no seed puts the QPs on one T1")

@@ -132,6 +132,7 @@ class _Flow:
         "gap",
         "grp",
         "held",
+        "hold",
         "hop",
         "lost",
         "missed",
@@ -178,6 +179,8 @@ class _Flow:
         self.buf = -1
         #: RoCE: DCQCN held the QP below its share at its last rate computation
         self.cut = False
+        #: RoCE: a QP DCQCN had cut when its path died sends nothing until then (ps)
+        self.hold = -math.inf
         #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
         self.dead = False
         self.lost = 0.0
@@ -510,11 +513,7 @@ class FluidModel:
 
     def _route(self, fl: _Flow) -> None:
         """Set a flow's resources, weights and efficiency (cached until the state changes)."""
-        key = (
-            (fl.src, fl.dst)
-            if self.transport == "mrc"
-            else (fl.src, fl.dst, fl.conn, fl.qp, fl.cut)
-        )
+        key = (fl.src, fl.dst) if self.transport == "mrc" else (fl.src, fl.dst, fl.conn, fl.qp)
         hit = self._route_cache.get(key)
         if hit is None:
             self._route_new(fl)
@@ -651,11 +650,9 @@ class FluidModel:
         # (and the receiver's port) carry none of it.  Dropped at the T1 (its downlink
         # is dead), it crosses the T0's uplink, whose queue takes it at the QP's share of
         # its NIC until the PFC budget of the sending ports is full (_run).  A QP that
-        # DCQCN had cut when its path died keeps its cut rate (no CNP reaches it to cut
-        # it further, none to lift it but its timer): it keeps its route and its share
-        # of the congested queue it was in, and the cut with it.
+        # DCQCN had cut when its path died first waits for DCQCN's timer (_run).
         fl.buf = -1
-        if not ok and not fl.cut:
+        if not ok:
             if not self.host_true[s, p] or a == b or not self.fab_true[p, a, k]:
                 res = res[:1]
             elif self.fab_true[p, b, k]:
@@ -888,6 +885,8 @@ class FluidModel:
         # packet level, every transfer is a message on QPs of its own (the connection
         # keeps only their ECMP path), so a later message's packets NAK nothing of it.
         parked: list[_Flow | None] = []
+        #: QPs DCQCN had cut when their path died, sending nothing until their timer
+        held_dead: list[_Flow] = []
 
         #: rings stalled behind lost steps: how many resends each waits for, and its flows
         #: that sent all they could meanwhile
@@ -1134,6 +1133,14 @@ class FluidModel:
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
                         added.append(fl)
                     # else: retries exhausted, the QP is in error; its transfer never ends
+                elif kind == 5:
+                    # DCQCN's timer lifts a dead QP's rate: it sends at its share again
+                    hd = held_dead[x]
+                    for i, fl in enumerate(flows):
+                        if fl is hd:
+                            pace_a[i] = self.pace(fl)
+                            dirty.add(fl.grp)
+                            break
                 elif kind == 1:
                     end[x] = now
                     for u in users[x]:
@@ -1199,6 +1206,18 @@ class FluidModel:
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
                         buf_a[i] = fl.buf
                         pace_a[i] = self.pace(fl)
+                        if fl.dead and not was and fl.cut and self.dcqcn is not None:
+                            # DCQCN had cut it and no CNP reaches it now: at packet level
+                            # its rate stays near DCQCN's floor until the rate-increase
+                            # timer after its last CNP (chakra-8 RoCE with the failure,
+                            # seed 4: its stage hops' 512 KiB QPs, cut from 17 us, were
+                            # still sending at convergence and resent on a NAK)
+                            fl.hold = now + self.dcqcn.rate_increase_interval_ps
+                            heapq.heappush(heap, (fl.hold, seq, 5, len(held_dead)))
+                            held_dead.append(fl)
+                            seq += 1
+                        if fl.dead and fl.hold > now:
+                            pace_a[i] = 0.0
                         if was and not fl.dead and lost_a[i] > 0:
                             # rerouted: the receiver sees the gap in the step being sent,
                             # NAKs, the QP resends it; a ring's steps sent whole on the
