@@ -7,7 +7,10 @@
   share, and weigh on a short transfer more than on a long one (the packet
   level's cut, stall and recovery in time);
 * rates are recomputed per resource group and only where something changed:
-  the same step times as recomputing everything.
+  the same step times as recomputing everything;
+* a RoCE QP on a dead path: its packets die at the down port (it sends at its NIC's
+  rate), fill a live uplink's queue up to the PFC budget first, and, if DCQCN had cut
+  it, wait for DCQCN's rate-increase timer (each against a packet-level run).
 """
 
 from __future__ import annotations
@@ -353,7 +356,6 @@ def test_a_deaf_qp_replays_its_missed_dcqcn_episode_when_its_reverse_path_is_bac
     assert a > tc + rest / (share * whole) + model.latency_ps  # later than without the replay
 
 
-
 #: the fixed ACK timeout of the dead-path tests (RoCE timeout_exp 8: 4.096 us x 2^8)
 _RTO_PS = round(4.096e6 * 2**8)
 
@@ -389,7 +391,9 @@ def _dead_path_packet(
     exp, res = run(k)
     fab = exp.fabric
     hashes = {
-        (q.src, q.dst): fab.switches[f"p0t0x{q.src // hpt}"].ecmp_index(q.src, q.dst, q.sport, 1 << 64)
+        (q.src, q.dst): fab.switches[f"p0t0x{q.src // hpt}"].ecmp_index(
+            q.src, q.dst, q.sport, 1 << 64
+        )
         for f in exp.flows
         for q in f.senders
     }
@@ -435,3 +439,53 @@ def _first_dead_draw(
         if got is not None:
             return got
     raise AssertionError("no seed puts the QPs on one T1")
+
+
+def test_a_fresh_qp_on_a_dead_uplink_sends_at_its_nic_rate_and_loses_its_message_whole() -> None:
+    """Two QPs of two hosts hashed onto a T0 uplink that is down: the T0's down port
+    drops their packets unsent, so each sends at its NIC's line rate, not a share of
+    the dead link, and both messages are gone before routing converges: no later packet
+    provokes a NAK and each waits for its ACK timeout, at packet level and at flow
+    level (aicb-16 RoCE with the failure, seed 9: hops r6 -> r8 and r7 -> r9 lost step 0
+    whole and timed out; the flow level, sharing the dead link, lost part of it and
+    resent on a NAK: -26.7 %, now -8.1 %).  Sharing the dead link (at half the line
+    each) they would still be sending at convergence and end before the timeout."""
+    pairs, size, conv = [(0, 2), (1, 3)], 1 << 20, 150_000_000
+    end, timeouts, k, path_hash = _first_dead_draw(pairs, size, 2, 0, conv)
+    assert min(timeouts) >= 1 and end > 10_000_000 + _RTO_PS  # lost whole at packet level
+    flow = _dead_path_flow(pairs, size, 2, 0, conv, k, path_hash)
+    assert flow > 10_000_000 + _RTO_PS, (end, flow)
+
+
+def test_dead_qps_dropped_at_a_t1_fill_their_uplinks_queue_before_pfc_pauses_them() -> None:
+    """Two QPs of two hosts whose T1's link down to the receivers' T0 is dead: their
+    packets cross the live uplink into the T1, which drops them.  The uplink's queue
+    takes what it cannot carry until each sending port's PFC budget (``xoff``, 512 KB at
+    100 Gb/s) is full, so both send at their line rate meanwhile and lose their 768 KiB
+    whole, as at packet level (aicb-16 RoCE with the failure, seed 8: hops r14 -> r0 and
+    r15 -> r1 sent step 0, 97 packets, by 200 us into a 1.1 MB queue and timed out).
+    Without the buffer (``pfc_xoff_bytes = 0``) they share the uplink, are still
+    sending at convergence, and end on a NAK before the timeout."""
+    pairs, size, conv = [(2, 0), (3, 1)], 768 << 10, 120_000_000
+    end, timeouts, k, path_hash = _first_dead_draw(pairs, size, 2, 0, conv)
+    assert min(timeouts) >= 1 and end > 10_000_000 + _RTO_PS  # lost whole at packet level
+    flow = _dead_path_flow(pairs, size, 2, 0, conv, k, path_hash)
+    assert flow > 10_000_000 + _RTO_PS, (end, flow)
+    unbuffered = _dead_path_flow(pairs, size, 2, 0, conv, k, path_hash, pfc_xoff_bytes=0.0)
+    assert unbuffered < 10_000_000 + _RTO_PS, unbuffered
+
+
+def test_a_dead_qp_dcqcn_had_cut_waits_for_its_rate_increase_timer() -> None:
+    """Three 512 KiB QPs into one T0 uplink, cut by DCQCN from about 20 us; the uplink
+    dies at 50 us.  No CNP reaches them after that and their rate stays near DCQCN's
+    floor until its 300 us rate-increase timer, so at packet level they are still
+    sending when routing converges (150 us later) and resend on a NAK, no timeout
+    (chakra-8 RoCE with the failure, seed 4: the first microbatch's stage hops, 512
+    KiB QPs cut 31 to 36 times from 17 us, were resent on a NAK).  The flow level holds them until the timer and
+    agrees; sending at their NIC's share once dead they would lose their messages
+    whole and wait for the timeout."""
+    pairs, size, conv = [(0, 4), (1, 5), (2, 6)], 512 << 10, 150_000_000
+    end, timeouts, k, path_hash = _first_dead_draw(pairs, size, 4, 50_000_000, conv)
+    assert max(timeouts) == 0 and end < 10_000_000 + _RTO_PS  # resent on a NAK
+    flow = _dead_path_flow(pairs, size, 4, 50_000_000, conv, k, path_hash)
+    assert flow < 10_000_000 + _RTO_PS, (end, flow)
