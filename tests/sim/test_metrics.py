@@ -3,11 +3,13 @@ per-plane and per-EV activity."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from openmrc.sim.experiment import Experiment, TransportConfig
 from openmrc.sim.factory import make_experiment
-from openmrc.sim.metrics import percentile
+from openmrc.sim.metrics import percentile, write_csv_rows
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
 
@@ -120,3 +122,12 @@ def test_a_large_fabric_lists_only_its_active_ports(monkeypatch: pytest.MonkeyPa
     # the native totals (when built) and the Python ones agree
     monkeypatch.setattr(metrics, "kernel", None)
     assert exp.fabric.metrics.snapshot() == small
+
+
+def test_csv_columns_are_every_rows_keys_in_first_seen_order(tmp_path: Path) -> None:
+    """write_csv_rows: the header is the union of the rows' keys in the order first
+    seen (a goodput.csv has one column per flow: 16,128 in a 64-rank ring)."""
+    rows = [{"t": 1, "b": 2}, {"a": 3, "t": 4}, {"c": 5, "b": 6}]
+    path = write_csv_rows(tmp_path / "x.csv", rows)
+    lines = path.read_text().splitlines()
+    assert lines == ["t,b,a,c", "1,2,,", "4,,3,", ",6,,5"]

@@ -240,9 +240,11 @@ def _totals(ports: list[EgressPort]) -> tuple[dict[str, int], list[int]]:
 
 def write_csv_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
     """Write ``rows`` as CSV, the columns the union of their keys in first-seen order."""
-    keys: list[str] = []
+    seen: dict[str, None] = {}  # (a dict, not a list: a row can have 16,000 columns)
     for row in rows:
-        keys.extend(k for k in row if k not in keys)
+        for k in row:
+            seen[k] = None
+    keys = list(seen)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys or ["empty"])
         writer.writeheader()
