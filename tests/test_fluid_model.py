@@ -7,13 +7,17 @@
   share, and weigh on a short transfer more than on a long one (the packet
   level's cut, stall and recovery in time);
 * rates are recomputed per resource group and only where something changed:
-  the same step times as recomputing everything.
+  the same step times as recomputing everything;
+* a RoCE QP on a dead path: its packets die at the down port (it sends at its NIC's
+  rate), fill a live uplink's queue up to the PFC budget first, and, if DCQCN had cut
+  it, wait for DCQCN's rate-increase timer (each against a packet-level run).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -350,3 +354,138 @@ def test_a_deaf_qp_replays_its_missed_dcqcn_episode_when_its_reverse_path_is_bac
     expect = tc + rest / (share * min(episode, whole)) + model.latency_ps
     assert a == pytest.approx(expect, rel=1e-3), (a, expect)
     assert a > tc + rest / (share * whole) + model.latency_ps  # later than without the replay
+
+
+#: the fixed ACK timeout of the dead-path tests (RoCE timeout_exp 8: 4.096 us x 2^8)
+_RTO_PS = round(4.096e6 * 2**8)
+
+
+def _dead_path_packet(
+    seed: int, pairs: list[tuple[int, int]], size: int, hpt: int, fail_ps: int, conv_ps: int
+) -> tuple[float, list[int], int, Any] | None:
+    """RoCE QPs ``src -> dst`` (one plane of 2 T0s x ``hpt`` hosts and 2 T1s) starting 10 us
+    in, at packet level with a fixed ACK timeout (``_RTO_PS``): if at this seed they all
+    hash onto one T1 from their T0, run again with that T1's link to T0 0 down at
+    ``fail_ps`` and routing converging ``conv_ps`` later: (the last arrival in ps, each
+    QP's timeouts, the T1, the run's ECMP hashes as a ``path_hash``); None if not."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=hpt, t1s=2)
+    transport = TransportConfig(
+        name="roce",
+        roce={"adaptive_retransmission": False, "timeout_exp": 8},
+        baseline_fabric={"convergence_delay_ps": conv_ps},
+    )
+
+    def run(fail: int | None) -> tuple[Any, Any]:
+        exp = make_experiment(spec, transport=transport, seed=seed)
+        if fail is not None:
+            exp.faults.link_down(f"p0t0x0-p0t1x{fail}", at_ps=fail_ps)
+        exp.add_flows([FlowSpec(s, d, size, start_ps=10_000_000) for s, d in pairs], watch=True)
+        return exp, exp.run()
+
+    exp, _res = run(None)
+    senders = [snd for f in exp.flows for snd in f.senders]
+    picks = {exp.fabric.uplink_choice(q.src, q.dst, q.sport) for q in senders}
+    if len(picks) != 1:
+        return None
+    k = picks.pop()
+    exp, res = run(k)
+    fab = exp.fabric
+    hashes = {
+        (q.src, q.dst): fab.switches[f"p0t0x{q.src // hpt}"].ecmp_index(
+            q.src, q.dst, q.sport, 1 << 64
+        )
+        for f in exp.flows
+        for q in f.senders
+    }
+    timeouts = [q.timeouts for f in exp.flows for q in f.senders]
+    end = float(max(f.rx_finish_ps or 0 for f in res.flows))
+    return end, timeouts, k, lambda s, d, c, q: hashes[(s, d)]
+
+
+def _dead_path_flow(
+    pairs: list[tuple[int, int]],
+    size: int,
+    hpt: int,
+    fail_ps: int,
+    conv_ps: int,
+    k: int,
+    path_hash: Any,
+    **kw: Any,
+) -> float:
+    """The same QPs at flow level on the packet run's ECMP draws: the last end (ps)."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=hpt, t1s=2)
+    model = FluidModel(
+        spec,
+        "roce",
+        gpus_per_server=1,
+        convergence_ps=conv_ps,
+        rto_ps=_RTO_PS,
+        path_hash=path_hash,
+        **kw,
+    )
+    model.add_fault(FluidFault(fail_ps, "link_down", f"p0t0x0-p0t1x{k}"))
+    g = JobGraph("pairs", 2 * hpt, gpus_per_server=1)
+    for s, d in pairs:
+        g.add(Task("p2p", (s, d), size=size))
+    model.add_job(FluidJob(g, list(range(2 * hpt)), start_ps=10_000_000))
+    return max(e or 0.0 for e in model.run().jobs[0].end)
+
+
+def _first_dead_draw(
+    pairs: list[tuple[int, int]], size: int, hpt: int, fail_ps: int, conv_ps: int
+) -> tuple[float, list[int], int, Any]:
+    for seed in range(1, 40):
+        got = _dead_path_packet(seed, pairs, size, hpt, fail_ps, conv_ps)
+        if got is not None:
+            return got
+    raise AssertionError("no seed puts the QPs on one T1")
+
+
+def test_a_fresh_qp_on_a_dead_uplink_sends_at_its_nic_rate_and_loses_its_message_whole() -> None:
+    """Two QPs of two hosts hashed onto a T0 uplink that is down: the T0's down port
+    drops their packets unsent, so each sends at its NIC's line rate, not a share of
+    the dead link, and both messages are gone before routing converges: no later packet
+    provokes a NAK and each waits for its ACK timeout, at packet level and at flow
+    level (aicb-16 RoCE with the failure, seed 9: hops r6 -> r8 and r7 -> r9 lost step 0
+    whole and timed out; the flow level, sharing the dead link, lost part of it and
+    resent on a NAK: -26.7 %, now -8.1 %).  Sharing the dead link (at half the line
+    each) they would still be sending at convergence and end before the timeout."""
+    pairs, size, conv = [(0, 2), (1, 3)], 1 << 20, 150_000_000
+    end, timeouts, k, path_hash = _first_dead_draw(pairs, size, 2, 0, conv)
+    assert min(timeouts) >= 1 and end > 10_000_000 + _RTO_PS  # lost whole at packet level
+    flow = _dead_path_flow(pairs, size, 2, 0, conv, k, path_hash)
+    assert flow > 10_000_000 + _RTO_PS, (end, flow)
+
+
+def test_dead_qps_dropped_at_a_t1_fill_their_uplinks_queue_before_pfc_pauses_them() -> None:
+    """Two QPs of two hosts whose T1's link down to the receivers' T0 is dead: their
+    packets cross the live uplink into the T1, which drops them.  The uplink's queue
+    takes what it cannot carry until each sending port's PFC budget (``xoff``, 512 KB at
+    100 Gb/s) is full, so both send at their line rate meanwhile and lose their 768 KiB
+    whole, as at packet level (aicb-16 RoCE with the failure, seed 8: hops r14 -> r0 and
+    r15 -> r1 sent step 0, 97 packets, by 200 us into a 1.1 MB queue and timed out).
+    Without the buffer (``pfc_xoff_bytes = 0``) they share the uplink, are still
+    sending at convergence, and end on a NAK before the timeout."""
+    pairs, size, conv = [(2, 0), (3, 1)], 768 << 10, 120_000_000
+    end, timeouts, k, path_hash = _first_dead_draw(pairs, size, 2, 0, conv)
+    assert min(timeouts) >= 1 and end > 10_000_000 + _RTO_PS  # lost whole at packet level
+    flow = _dead_path_flow(pairs, size, 2, 0, conv, k, path_hash)
+    assert flow > 10_000_000 + _RTO_PS, (end, flow)
+    unbuffered = _dead_path_flow(pairs, size, 2, 0, conv, k, path_hash, pfc_xoff_bytes=0.0)
+    assert unbuffered < 10_000_000 + _RTO_PS, unbuffered
+
+
+def test_a_dead_qp_dcqcn_had_cut_waits_for_its_rate_increase_timer() -> None:
+    """Three 512 KiB QPs into one T0 uplink, cut by DCQCN from about 20 us; the uplink
+    dies at 50 us.  No CNP reaches them after that and their rate stays near DCQCN's
+    floor until its 300 us rate-increase timer, so at packet level they are still
+    sending when routing converges (150 us later) and resend on a NAK, no timeout
+    (chakra-8 RoCE with the failure, seed 4: the first microbatch's stage hops, 512
+    KiB QPs cut 31 to 36 times from 17 us, were resent on a NAK).  The flow level holds them until the timer and
+    agrees; sending at their NIC's share once dead they would lose their messages
+    whole and wait for the timeout."""
+    pairs, size, conv = [(0, 4), (1, 5), (2, 6)], 512 << 10, 150_000_000
+    end, timeouts, k, path_hash = _first_dead_draw(pairs, size, 4, 50_000_000, conv)
+    assert max(timeouts) == 0 and end < 10_000_000 + _RTO_PS  # resent on a NAK
+    flow = _dead_path_flow(pairs, size, 4, 50_000_000, conv, k, path_hash)
+    assert flow < 10_000_000 + _RTO_PS, (end, flow)

@@ -20,6 +20,7 @@ results document gets ``jobs``: one row per job (docs/training.md,
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,6 +106,16 @@ def fluid_model(
     rc = RoceConfig(**{k: v for k, v in transport.roce.items() if k in ROCE_ADP_KEYS})
     # DCQCN as the packet baseline runs it (profile, dcqcn_<field> keys, dcqcn = false)
     dcqcn = RoceConfig.from_dict(dict(transport.roce)).dcqcn if name == "roce" else None
+    # the PFC budget a sending port may fill at a switch (a dead QP's packets queue
+    # before the switch that drops them): the baseline fabric's xoff under PFC, none to
+    # fill without flow control (drop-tail: nothing pauses the sender)
+    bf = transport.baseline_fabric
+    flow_control = str(bf.get("flow_control", "pfc"))
+    xoff = bf.get("pfc_xoff_bytes")
+    if flow_control == "pfc":
+        pfc_xoff: float | None = None if xoff is None else float(xoff)
+    else:
+        pfc_xoff = math.inf if flow_control == "none" else 0.0
     g = jobs[0].graph if jobs else None
     model = FluidModel(
         spec,
@@ -123,6 +134,7 @@ def fluid_model(
         adp_init_range=rc.adp_init_range,
         dcqcn=dcqcn,
         ecn_profile=str(transport.baseline_fabric.get("ecn_profile", "nvidia")),
+        pfc_xoff_bytes=pfc_xoff,
     )
     for job in jobs:
         model.add_job(FluidJob(job.graph, job.hosts, job.start_ps))

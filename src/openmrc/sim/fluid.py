@@ -122,7 +122,9 @@ class FluidResult:
 
 class _Flow:
     __slots__ = (
+        "buf",
         "conn",
+        "cut",
         "dead",
         "dst",
         "eff",
@@ -130,6 +132,7 @@ class _Flow:
         "gap",
         "grp",
         "held",
+        "hold",
         "hop",
         "lost",
         "missed",
@@ -171,6 +174,13 @@ class _Flow:
         self.hop = 0
         self.held = 0.0
         self.redo = False
+        #: RoCE / IB: a dead QP whose packets die past a T0 uplink whose queue still has
+        #: room for them (FluidModel._route_new): that uplink's resource, else -1
+        self.buf = -1
+        #: RoCE: DCQCN held the QP below its share at its last rate computation
+        self.cut = False
+        #: RoCE: a QP DCQCN had cut when its path died sends nothing until then (ps)
+        self.hold = -math.inf
         #: RoCE / IB: the QP's path is dead; what it sent since is lost (go-back-N resends it).
         self.dead = False
         self.lost = 0.0
@@ -304,6 +314,7 @@ class FluidModel:
         adp_init_exp: int = 7,
         adp_init_range: int = 2,
         pace_rings: bool = True,
+        pfc_xoff_bytes: float | None = None,
         header_bytes: int | None = None,
         path_hash: Callable[[int, int, str, int], int] | None = None,
         ack_hash: Callable[[int, int, str, int], int] | None = None,
@@ -353,6 +364,16 @@ class FluidModel:
         #: ring collectives' flows are paced by their step chain (``pace``) and end one
         #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
         self.pace_rings = pace_rings
+        #: RoCE: the switch buffer a sending host port may fill before PFC pauses it (wire
+        #: bytes; None: the packet baseline's default, 512 KB at 100 Gb/s scaled by the
+        #: port's rate; inf: no flow control, 0: none absorbed).  A dead QP whose packets
+        #: die past a T0 uplink sends into that uplink's queue at its share of its NIC
+        #: until its hosts' budgets are full, and only then at the uplink's share.
+        if pfc_xoff_bytes is None:
+            pfc_xoff_bytes = 512 * 1024 * spec.host_gbps / 100.0 if transport == "roce" else 0.0
+        self.pfc_xoff_bytes = float(pfc_xoff_bytes)
+        #: T0 uplinks whose queue (of dead QPs' packets) reached the PFC budget
+        self._buf_full: set[int] = set()
         self.gpus_per_server = gpus_per_server
         self.latency_ps = one_way_ps(spec, mtu)
         P, A, K, H = spec.planes, spec.t0s, spec.t1s, spec.hosts
@@ -394,7 +415,7 @@ class FluidModel:
         #: _fill's scratch: a resource's index among the resources a fill uses
         self._where = np.zeros(0, dtype=np.int64)
         self._route_cache: dict[
-            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool]
+            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool, int]
         ] = {}
 
     # ----- set-up -------------------------------------------------------------------
@@ -498,9 +519,18 @@ class FluidModel:
             self._route_new(fl)
             fl.grp = self._group(fl)
             fl.path = self._path_rate(fl)
-            self._route_cache[key] = (fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute)
+            self._route_cache[key] = (
+                fl.res,
+                fl.w,
+                fl.eff,
+                fl.dead,
+                fl.grp,
+                fl.path,
+                fl.mute,
+                fl.buf,
+            )
         else:
-            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute = hit
+            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute, fl.buf = hit
 
     def _path_rate(self, fl: _Flow) -> float:
         """The rate a flow gets alone on its route: its tightest resource (bytes/ps)."""
@@ -615,7 +645,25 @@ class FluidModel:
                     hr = self.ack_hash(s, d, fl.conn, fl.qp)
                 kr = live[hr % len(live)]
                 fl.mute = not bool(self.fab_true[p, b, kr] and self.fab_true[p, a, kr])
-        # A QP on a dead path keeps sending at its rate; what it sends is lost.
+        # A QP on a dead path keeps sending at its rate; what it sends is lost where the
+        # path dies: the packet level's down port drops it unsent, so the links past it
+        # (and the receiver's port) carry none of it.  Dropped at the T1 (its downlink
+        # is dead), it crosses the T0's uplink, whose queue takes it at the QP's share of
+        # its NIC until the PFC budget of the sending ports is full (_run).  A QP that
+        # DCQCN had cut when its path died first waits for DCQCN's timer (_run).
+        fl.buf = -1
+        if not ok:
+            if not self.host_true[s, p] or a == b or not self.fab_true[p, a, k]:
+                res = res[:1]
+            elif self.fab_true[p, b, k]:
+                res = res[:1] + res[2:]  # dies on the receiver's link: not its port
+            else:
+                res = res[:1]
+                r_up = self._link_up0 + (p * self.A + a) * K + k
+                if r_up in self._buf_full or self.pfc_xoff_bytes <= 0:
+                    res.append(r_up)
+                else:
+                    fl.buf = r_up
         fl.res, fl.w, fl.eff, fl.dead = (
             np.array(res, dtype=np.int64),
             np.ones(len(res)),
@@ -635,6 +683,7 @@ class FluidModel:
         mute: np.ndarray | None = None,
         episode: list[tuple[int, float, float, float] | None] | None = None,
         missed: dict[int, tuple[int, float, float]] | None = None,
+        cuts: np.ndarray | None = None,
     ) -> np.ndarray:
         """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
 
@@ -705,6 +754,8 @@ class FluidModel:
             count = np.bincount(inv, weights=vals > 0, minlength=m)
             full = switch & (count >= 2) & (cap - used <= tol)
             if not full.any():
+                if cuts is not None:
+                    cuts[:] = fac < 1.0
                 return rate * fac  # no saturated switch queue shared by two QPs
             whole = np.bincount(inv, weights=vals, minlength=m)  # every flow's weight
             per_w = np.where(up & (whole > 0), cap / whole, math.inf)
@@ -733,6 +784,8 @@ class FluidModel:
                     float(size[f]) if size is not None else float(1 << 20),
                 )
                 fac[f] = min(fac[f], cut)
+        if cuts is not None:
+            cuts[:] = fac < 1.0
         return rate * fac
 
     def _dcqcn_factor(self, n: int, cap: float, offer: float, size: float) -> float:
@@ -813,6 +866,11 @@ class FluidModel:
         eff_a = np.zeros(0)
         dead_a = np.zeros(0, dtype=bool)
         grp_a = np.zeros(0, dtype=np.int64)
+        buf_a = np.zeros(0, dtype=np.int64)  # _Flow.buf
+        cut_a = np.zeros(0, dtype=bool)  # _Flow.cut (set on the _Flow when it is rerouted)
+        #: dead QPs' bytes queued at T0 uplinks (payload bytes), by the uplink's resource
+        buf_q: dict[int, float] = {}
+        xoff = self.pfc_xoff_bytes * self.payload_share
         pace_a = np.zeros(0)
         # the flows' (slot, resource, weight) entries, flow by flow in slot order
         ent_slot = np.zeros(0, dtype=np.int64)
@@ -827,6 +885,8 @@ class FluidModel:
         # packet level, every transfer is a message on QPs of its own (the connection
         # keeps only their ECMP path), so a later message's packets NAK nothing of it.
         parked: list[_Flow | None] = []
+        #: QPs DCQCN had cut when their path died, sending nothing until their timer
+        held_dead: list[_Flow] = []
 
         #: rings stalled behind lost steps: how many resends each waits for, and its flows
         #: that sent all they could meanwhile
@@ -847,7 +907,7 @@ class FluidModel:
 
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
-            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a
+            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal ent_slot, ent_res, ent_w
             k = len(added)
             new = np.empty(k, dtype=object)
@@ -864,6 +924,8 @@ class FluidModel:
             eff_a = np.concatenate((eff_a, np.fromiter((f.eff for f in added), float, k)))
             dead_a = np.concatenate((dead_a, np.fromiter((f.dead for f in added), bool, k)))
             grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
+            buf_a = np.concatenate((buf_a, np.fromiter((f.buf for f in added), np.int64, k)))
+            cut_a = np.concatenate((cut_a, np.fromiter((f.cut for f in added), bool, k)))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -898,12 +960,13 @@ class FluidModel:
                         if self.dcqcn is None
                         else np.fromiter((fl.total for fl in flows[idx]), float, len(idx))
                     )
-                    mute = eps = None
+                    mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
                     if self.dcqcn is not None:
                         filled = flows[idx]
                         mute = np.fromiter((fl.mute for fl in filled), bool, len(idx))
                         eps = [fl.episode for fl in filled]
+                        cuts = np.zeros(len(idx), dtype=bool)
                     rate_a[idx] = self._fill(
                         len(idx),
                         local[ent_slot[em]],
@@ -914,7 +977,10 @@ class FluidModel:
                         mute,
                         eps,
                         missed,
+                        cuts,
                     )
+                    if cuts is not None:
+                        cut_a[idx] = cuts
                     if mute is not None and mute.any():
                         # the cut each muted QP misses now (None: its queue is not congested)
                         for q in np.flatnonzero(mute).tolist():
@@ -928,8 +994,21 @@ class FluidModel:
                 eff_rate = rate_a * eff_a
                 ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
+            # dead QPs filling a T0 uplink's queue: when the PFC budgets are full
+            t_buf = math.inf
+            buf_ex: dict[int, tuple[float, float]] = {}
+            if len(flows) and xoff > 0 and bool((buf_a >= 0).any()):
+                on = np.flatnonzero(buf_a >= 0)
+                for r in sorted(set(buf_a[on].tolist())):
+                    mem = on[buf_a[on] == r]
+                    ex = float(eff_rate[mem].sum()) - float(self.cap[r])
+                    if ex <= 0:
+                        continue
+                    budget = xoff * len({flows[m].src for m in mem.tolist()})
+                    buf_ex[r] = (ex, budget)
+                    t_buf = min(t_buf, now + max(0.0, budget - buf_q.get(r, 0.0)) / ex)
             t_ev = heap[0][0] if heap else math.inf
-            t = min(t_flow, t_ev)
+            t = min(t_flow, t_ev, t_buf)
             if t == math.inf or t > limit:
                 if len(flows) and limit < math.inf:
                     now = limit
@@ -985,11 +1064,27 @@ class FluidModel:
                     flows = flows[keep]
                     rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
                     eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
+                    buf_a, cut_a = buf_a[keep], cut_a[keep]
                     pace_a = pace_a[keep]
                     ekeep = keep[ent_slot]
                     ent_slot = (np.cumsum(keep) - 1)[ent_slot[ekeep]]
                     ent_res, ent_w = ent_res[ekeep], ent_w[ekeep]
+            full = []
+            for r, (ex, budget) in buf_ex.items():
+                buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
+                if buf_q[r] >= budget * (1 - 1e-9):
+                    full.append(r)
             now = t
+            if full:
+                # PFC pauses the sending ports: the dead QPs get the uplink's share
+                self._buf_full.update(full)
+                self._route_cache.clear()
+                for i, fl in enumerate(flows):
+                    if fl.buf in full:
+                        self._route(fl)
+                        pace_a[i], buf_a[i] = self.pace(fl), fl.buf
+                ent_slot, ent_res, ent_w = entries(flows, 0)
+                dirty_all = True
             while heap and heap[0][0] <= now:
                 _t, _o, kind, x = heapq.heappop(heap)
                 events += 1
@@ -1038,6 +1133,14 @@ class FluidModel:
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
                         added.append(fl)
                     # else: retries exhausted, the QP is in error; its transfer never ends
+                elif kind == 5:
+                    # DCQCN's timer lifts a dead QP's rate: it sends at its share again
+                    hd = held_dead[x]
+                    for i, fl in enumerate(flows):
+                        if fl is hd:
+                            pace_a[i] = self.pace(fl)
+                            dirty.add(fl.grp)
+                            break
                 elif kind == 1:
                     end[x] = now
                     for u in users[x]:
@@ -1074,6 +1177,9 @@ class FluidModel:
                             self.host_known[h, p] = alive
                         for p, a, k in part_f:
                             self.fab_known[p, a, k] = alive
+                        if part_f:  # routes changed: the uplinks' queues start afresh
+                            self._buf_full.clear()
+                            buf_q.clear()
                         self._update_caps()
                         fault_log.append(
                             {
@@ -1088,6 +1194,7 @@ class FluidModel:
                     for i, fl in enumerate(flows):
                         was = bool(dead_a[i])
                         was_mute = fl.mute
+                        fl.cut = bool(cut_a[i])
                         self._route(fl)
                         if was_mute and not fl.mute and fl.missed is not None:
                             # its reverse path is back: the CNPs of the packets marked in
@@ -1097,7 +1204,20 @@ class FluidModel:
                             fl.episode = (*fl.missed, float(rem_a[i]) + fl.held)
                             fl.missed = None
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
+                        buf_a[i] = fl.buf
                         pace_a[i] = self.pace(fl)
+                        if fl.dead and not was and fl.cut and self.dcqcn is not None:
+                            # DCQCN had cut it and no CNP reaches it now: at packet level
+                            # its rate stays near DCQCN's floor until the rate-increase
+                            # timer after its last CNP (chakra-8 RoCE with the failure,
+                            # seed 4: its stage hops' 512 KiB QPs, cut from 17 us, were
+                            # still sending at convergence and resent on a NAK)
+                            fl.hold = now + self.dcqcn.rate_increase_interval_ps
+                            heapq.heappush(heap, (fl.hold, seq, 5, len(held_dead)))
+                            held_dead.append(fl)
+                            seq += 1
+                        if fl.dead and fl.hold > now:
+                            pace_a[i] = 0.0
                         if was and not fl.dead and lost_a[i] > 0:
                             # rerouted: the receiver sees the gap in the step being sent,
                             # NAKs, the QP resends it; a ring's steps sent whole on the
