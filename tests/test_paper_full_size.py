@@ -32,7 +32,8 @@ COLLECTIVES = (
 #: Shapes that do not hold at the full size yet, each with why (docs/paper.md).
 KNOWN_FULL_SIZE_EXCEPTIONS = {
     name: "at 1 % loss openmrc's MRC keeps 0.93 of its loss-free busbw (the paper's about "
-    "a third) and RoCE moves 0.23 (1 QP) / 0.31 (16 QPs) of MRC's bytes in 1 ms"
+    "a third) and RoCE moves 0.23 (1 QP) / 0.31 (16 QPs) of MRC's bytes in 1 ms (0.21 / "
+    "0.35 in 5 ms: RoCE's go-back-N keeps about a third of its loss-free rate)"
     for name in ("ring-loss1", "ring-loss1-roce-16qp")
 }
 
