@@ -28,6 +28,10 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``flow-moe`` / ``flow-moe-roce`` - scenarios/training/moe-ep-128.toml at flow
   level.
 
+``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
+ring steps as messages of their own, shared per message at a NIC port as the
+packet level's round-robin over QPs does; off by default).
+
 Each case prints JSON lines (step times, wall and CPU seconds); ``--out FILE``
 also writes them all to one JSON file.  Not a test: it takes minutes.
 
@@ -488,6 +492,22 @@ TIMED = {
 }
 
 
+def ring_messages() -> None:
+    """Every flow-level model of this run sends RoCE's ring steps as messages of their own
+    (``FluidModel.ring_messages``): ``openmrc.jobrun.fluid_model``, which ``run_flow``
+    and the cases here call, is wrapped to set it."""
+    import openmrc.jobrun as jobrun
+
+    make = jobrun.fluid_model
+
+    def fluid_model(*args: Any, **kw: Any) -> Any:
+        model = make(*args, **kw)
+        model.ring_messages = model.transport != "mrc"
+        return model
+
+    jobrun.fluid_model = fluid_model  # type: ignore[assignment]
+
+
 def _seeds(text: str) -> list[int]:
     a, _, b = text.partition("-")
     return list(range(int(a), int(b or a) + 1))
@@ -506,7 +526,14 @@ def main() -> int:
     ap.add_argument("--transport", choices=["mrc", "roce"], help="agreement: only this one")
     ap.add_argument("--fault", choices=["no", "yes"], help="agreement: only without / with")
     ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
+    ap.add_argument(
+        "--ring-messages",
+        action="store_true",
+        help="flow level: RoCE ring steps as messages of their own (FluidModel.ring_messages)",
+    )
     args = ap.parse_args()
+    if args.ring_messages:
+        ring_messages()
     out: list[dict[str, Any]] = []
     for case in args.case or ["agreement"]:
         if case == "agreement":

@@ -136,6 +136,7 @@ class _Flow:
         "hop",
         "lost",
         "missed",
+        "msg",
         "mute",
         "path",
         "qp",
@@ -172,6 +173,9 @@ class _Flow:
         #: a ring's hop (rank ``hop`` to ``hop + 1``); bytes it may not send yet (the ring
         #: is stalled behind a lost step); whether it resends a ring's lost steps
         self.hop = 0
+        #: a ring's step sent as a message of its own (``FluidModel.ring_messages``): its
+        #: step index, else -1 (the flow stands for every step of its hop)
+        self.msg = -1
         self.held = 0.0
         self.redo = False
         #: RoCE / IB: a dead QP whose packets die past a T0 uplink whose queue still has
@@ -318,6 +322,7 @@ class FluidModel:
         header_bytes: int | None = None,
         path_hash: Callable[[int, int, str, int], int] | None = None,
         ack_hash: Callable[[int, int, str, int], int] | None = None,
+        ring_messages: bool = False,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -364,6 +369,14 @@ class FluidModel:
         #: ring collectives' flows are paced by their step chain (``pace``) and end one
         #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
         self.pace_rings = pace_rings
+        #: RoCE / IB: a ring collective's steps are messages of their own, as at packet
+        #: level (rank ``r`` sends step ``k + 1`` when step ``k`` from ``r - 1`` arrived;
+        #: every message on QPs of its own, which the NIC serves round-robin, one packet
+        #: per ready QP, so a port is shared per message), instead of one flow per hop
+        #: paced by its step chain.  Off by default: over 12 seeds it brought aicb-16
+        #: with the failure closer to the packet level and chakra-8 further from it
+        #: (docs/training.md).  MRC keeps the paced hop flows.
+        self.ring_messages = ring_messages and transport != "mrc"
         #: RoCE: the switch buffer a sending host port may fill before PFC pauses it (wire
         #: bytes; None: the packet baseline's default, 512 KB at 100 Gb/s scaled by the
         #: port's rate; inf: no flow control, 0: none absorbed).  A dead QP whose packets
@@ -892,6 +905,19 @@ class FluidModel:
         #: that sent all they could meanwhile
         stalls: dict[int, int] = {}
         stalled: dict[int, list[_Flow]] = {}
+        #: rings sent as messages (ring_messages): per transfer its hops (src, dst, bytes),
+        #: steps, QPs per hop and job; and the messages whose previous step arrives later
+        ring_of: dict[int, tuple[list[tuple[int, int, float]], int, int, int]] = {}
+        msg_starts: list[tuple[int, int, int, int]] = []
+
+        def start_msg(x: int, hop: int, k: int, q: int) -> None:
+            """Start QP ``q``'s share of step ``k`` of ring ``x``'s hop ``hop``: a message."""
+            hops, nsteps, nq, j = ring_of[x]
+            s, d, size = hops[hop]
+            fl = _Flow(x, s, d, size / nsteps / nq, str(j), q)
+            fl.hop, fl.msg = hop, k
+            self._route(fl)
+            added.append(fl)
 
         def entries(fls: Any, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             """The (slot, resource, weight) entries of flows in slots first, first + 1, ..."""
@@ -1026,7 +1052,8 @@ class FluidModel:
                         if lost_a[i] > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem, fl.lost = 0.0, float(lost_a[i])
-                            fl.rto, fl.waited = self._first_rto(fl, fl.steps - 1), 0
+                            step = fl.msg if fl.msg >= 0 else fl.steps - 1
+                            fl.rto, fl.waited = self._first_rto(fl, step), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
                             parked.append(fl)
                             seq += 1
@@ -1051,12 +1078,21 @@ class FluidModel:
                                     if f.transfer == tr and f.held > 0 and not done[k]:
                                         rem_a[k] += f.held
                                         f.held = 0.0
+                        if fl.msg >= 0:
+                            # a ring's message arrived: the next rank sends the next step
+                            hops, nsteps, _nq, _j = ring_of[tr]
+                            if fl.msg + 1 < nsteps:
+                                G = self.gpus_per_server
+                                g = self.latency_ps if fl.src // G != fl.dst // G else 0
+                                heapq.heappush(heap, (t + g, seq, 6, len(msg_starts)))
+                                msg_starts.append((tr, (fl.hop + 1) % len(hops), fl.msg + 1, fl.qp))
+                                seq += 1
                         pending[tr] -= 1
                         if pending[tr] == 0:
                             del pending[tr]
                             # paced rings: the steps' waits are in the pace, the last remains
                             lat = self._latency(tasks[tr], self.jobs) * (
-                                1 if self.pace_rings else steps_of(tasks[tr][2])
+                                1 if self.pace_rings or tr in ring_of else steps_of(tasks[tr][2])
                             )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
@@ -1097,9 +1133,19 @@ class FluidModel:
                         continue
                     hosts = self.jobs[j].hosts
                     made = 0
+                    hops = flows_of(task, hosts)
+                    if self.ring_messages and steps_of(task) > 1 and hops[0][2] > 0:
+                        # every hop sends its step 0 now; step k + 1 of a hop when step k
+                        # of the hop before it arrived (start_msg, at a message's end)
+                        ring_of[x] = (hops, steps_of(task), self.qps, j)
+                        for hop in range(len(hops)):
+                            for q in range(self.qps):
+                                start_msg(x, hop, 0, q)
+                        pending[x] = len(hops) * steps_of(task) * self.qps
+                        continue
                     steps = steps_of(task) if self.pace_rings else 1
                     gap = self._latency(tasks[x], self.jobs)
-                    for hop, (s, d, size) in enumerate(flows_of(task, hosts)):
+                    for hop, (s, d, size) in enumerate(hops):
                         if size <= 0:
                             continue
                         nq = 1 if self.transport == "mrc" else self.qps
@@ -1133,6 +1179,8 @@ class FluidModel:
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
                         added.append(fl)
                     # else: retries exhausted, the QP is in error; its transfer never ends
+                elif kind == 6:
+                    start_msg(*msg_starts[x])
                 elif kind == 5:
                     # DCQCN's timer lifts a dead QP's rate: it sends at its share again
                     hd = held_dead[x]
