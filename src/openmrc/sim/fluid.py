@@ -41,7 +41,10 @@ Transports (docs/training.md, "Flow-level model"):
 Capacities are payload rates (headers and framing off, as at packet level).
 A ring collective's flow is paced by its chain of steps (``pace``) and ends
 one one-way latency after its last byte drained; other transfers end one
-latency after theirs.  Rates are computed per resource group (``_group``),
+latency after theirs.  With ``ring_messages`` (RoCE / IB; off by default) a
+ring's steps are messages of their own instead, each released by the arrival
+of the step before it, so a NIC port is shared per message as the packet
+level's NIC shares it (round-robin over its ready QPs).  Rates are computed per resource group (``_group``),
 only for the groups that changed, by bottleneck rounds (``maxmin``).
 """
 
