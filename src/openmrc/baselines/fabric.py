@@ -53,7 +53,7 @@ from ..sim.fabric import Fabric
 from ..sim.port import EgressPort, PyEgressPort
 from ..sim.switch import HostEnd, PySwitch, Switch
 from ..wire.packets import DataPacket
-from .roce import RoceConfig
+from .roce import RoceConfig, default_pfc_xoff_bytes
 
 if TYPE_CHECKING:
     from ..sim.engine import Simulator
@@ -66,7 +66,6 @@ FC_PFC = 1
 FC_CREDIT = 2
 _FC = {"none": FC_NONE, "pfc": FC_PFC, "credit": FC_CREDIT}
 _REF_25G = 25e9
-_REF_100G = 100e9
 
 #: ECN marking profiles: (K_min bytes, K_max bytes, at this port rate b/s, P_max).
 #: The thresholds scale with the port rate.  docs/baselines.md gives the sources.
@@ -545,7 +544,7 @@ class BaselineFabric(Fabric):
                 xoff = (
                     bc.pfc_xoff_bytes
                     if bc.pfc_xoff_bytes is not None
-                    else int(512 * 1024 * rate / _REF_100G)
+                    else default_pfc_xoff_bytes(rate)
                 )
                 port.xoff = xoff
                 port.xon = (

@@ -47,6 +47,16 @@ from ..wire.packets import DataPacket, Opcode, Packet
 #: Bytes below the payload of a RoCEv2 WRITE packet (IP size): IPv6 40 + UDP 8
 #: + BTH 12 + RETH 16 + ICRC 4.  Ethernet framing is added by the links.
 ROCE_DATA_HEADER_BYTES = 80
+
+
+def default_pfc_xoff_bytes(rate_bps: float) -> int:
+    """The PFC XOFF threshold of a switch ingress port fed at ``rate_bps`` when the
+    scenario sets none: 512 KB at 100 Gb/s, scaled by the rate (the packet baseline's
+    ports, :mod:`openmrc.baselines.fabric`, and the flow level's budget for it,
+    :class:`openmrc.sim.fluid.FluidModel`)."""
+    return int(512 * 1024 * rate_bps / 100e9)
+
+
 #: ACK / NAK: IPv6 40 + UDP 8 + BTH 12 + AETH 4 + ICRC 4.
 ROCE_ACK_BYTES = 68
 #: CNP: IPv6 40 + UDP 8 + BTH 12 + 16 reserved + ICRC 4.

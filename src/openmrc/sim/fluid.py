@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from ..baselines.roce import ROCE_DATA_HEADER_BYTES, DcqcnConfig
+from ..baselines.roce import ROCE_DATA_HEADER_BYTES, DcqcnConfig, default_pfc_xoff_bytes
 from ..topology import ClosSpec
 from ..wire.packets import DATA_HEADER_BYTES
 from ..workloads.jobs.graph import JobGraph, Task
@@ -386,7 +386,9 @@ class FluidModel:
         #: die past a T0 uplink sends into that uplink's queue at its share of its NIC
         #: until its hosts' budgets are full, and only then at the uplink's share.
         if pfc_xoff_bytes is None:
-            pfc_xoff_bytes = 512 * 1024 * spec.host_gbps / 100.0 if transport == "roce" else 0.0
+            pfc_xoff_bytes = (
+                default_pfc_xoff_bytes(spec.host_gbps * 1e9) if transport == "roce" else 0.0
+            )
         self.pfc_xoff_bytes = float(pfc_xoff_bytes)
         #: T0 uplinks whose queue (of dead QPs' packets) reached the PFC budget
         self._buf_full: set[int] = set()
