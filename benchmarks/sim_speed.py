@@ -194,7 +194,12 @@ def run_openmrc(
     if coll is not None:  # a folded collective: its transfers are not result flows
         sizes += [t.size for t in coll.transfers]
         senders.update(range(coll.ranks))
-    est = estimate(spec, sizes, senders=len(senders), qps=sum(len(h.ctx.qps) for h in exp.hosts))
+    parallel = getattr(exp, "parallel_stats", None)
+    if parallel:  # each rank made its own hosts' QPs only
+        qps = sum(r["qps"] for r in parallel["per_rank"])
+    else:
+        qps = sum(len(h.ctx.qps) for h in exp.hosts)
+    est = estimate(spec, sizes, senders=len(senders), qps=qps)
     return {
         "case": case,
         "simulator": "openmrc",

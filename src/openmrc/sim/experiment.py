@@ -704,7 +704,7 @@ class Experiment:
             conn.flows.pop(flow.wr_base >> SEQ_SHIFT, None)  # type: ignore[attr-defined]
         if flow.status == "ok":
             for mr in (flow.mr_src, flow.mr_dst):  # type: ignore[attr-defined]
-                if mr is not None:
+                if mr is not None and mr.pd is not None:  # (None: another rank's region)
                     mr.pd.dereg_mr(mr)
             flow.mr_src = flow.mr_dst = None  # type: ignore[attr-defined]
 
@@ -740,21 +740,43 @@ class Experiment:
         called when a send completion is pushed (so the host's activity polls only the
         flows that have news)."""
         attr = self._attr_for(spec)
+        # an end this process does not hold (another rank's host in a partitioned run,
+        # openmrc.sim.partition) gets no PD and no QPs: its QPNs are what its own rank
+        # gives them (_peer_qpn); each context's verbs run in the same order either way
+        held_a, held_b = self._holds(spec.src), self._holds(spec.dst)
         a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
-        pa, pb = a.alloc_pd(), b.alloc_pd()
+        pa = a.alloc_pd() if held_a else None
+        pb = b.alloc_pd() if held_b else None
         if spec.ev_profile is not None:  # a per-flow EV profile (scenario [[flows]] ev_profile)
             attr = replace(attr, ev_profile=spec.ev_profile)
         qas, qbs = [], []
         for _ in range(self._qps_for(spec)):
-            cq = a.create_cq(1 << 20)
-            cq.on_push = note
-            qa = pa.create_qp(cq)
-            qb = pb.create_qp(b.create_cq(1 << 20))
-            qa.connect(qb.qpn, attr, peer=spec.dst, now=now)
-            qb.connect(qa.qpn, attr, peer=spec.src, now=now)
-            qas.append(qa)
-            qbs.append(qb)
+            qa = qb = None
+            if pa is not None:
+                cq = a.create_cq(1 << 20)
+                cq.on_push = note
+                qa = pa.create_qp(cq)
+            if pb is not None:
+                qb = pb.create_qp(b.create_cq(1 << 20))
+            qpn_a = qa.qpn if qa is not None else self._peer_qpn(spec.src)
+            qpn_b = qb.qpn if qb is not None else self._peer_qpn(spec.dst)
+            if qa is not None:
+                qa.connect(qpn_b, attr, peer=spec.dst, now=now)
+                qas.append(qa)
+            if qb is not None:
+                qb.connect(qpn_a, attr, peer=spec.src, now=now)
+                qbs.append(qb)
         return pa, pb, qas, qbs
+
+    def _holds(self, host: int) -> bool:
+        """Whether this process holds ``host``'s transport state (always, but on a rank
+        of a partitioned run, which holds only its own hosts')."""
+        return True
+
+    def _peer_qpn(self, host: int) -> int:
+        """The QPN ``host``'s next QP gets, for a host not held here (a partitioned
+        run's rank answers it; every host is held in an ordinary run)."""
+        raise AssertionError(f"host {host} is held by this process")
 
     def _news_for(self, host: int) -> dict[Flow, None]:
         """The flows of sending host ``host`` with send completions not yet polled."""
@@ -786,7 +808,7 @@ class Experiment:
             conn.pa, conn.pb = pa, pb
             self._conns[key] = conn
             conn.qas, conn.qbs = qas, qbs
-            conn.posted = [0] * len(qas)
+            conn.posted = [0] * self._qps_for(spec)
         return conn
 
     def _open_qps_of(self, flow: MrcFlow, now: int) -> None:
@@ -853,15 +875,22 @@ class Experiment:
         """A flow's memory regions (with its payload), where its messages sit in each of
         its connection's stripes, its WR ids, and the receives its last messages need."""
         spec = flow.spec
-        nq = len(flow.qas)
+        nq = len(conn.posted) if conn is not None else self._qps_for(spec)  # (its QPs, either end)
+        # (``pa`` or ``pb`` is None for an end another rank holds: its region is made there)
+        mr_a = mr_b = None
         if self.payloads:
+            # drawn for every flow, in the same order on every rank
             data = bytearray(self._payload_rng.randbytes(spec.size))
             flow.src_data = data
-            mr_a = pa.reg_mr(spec.size, buffer=data)
-            mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
+            if pa is not None:
+                mr_a = pa.reg_mr(spec.size, buffer=data)
+            if pb is not None:
+                mr_b = pb.reg_mr(spec.size, buffer=bytearray(spec.size))
         else:
-            mr_a = pa.reg_mr(spec.size)
-            mr_b = pb.reg_mr(spec.size)
+            if pa is not None:
+                mr_a = pa.reg_mr(spec.size)
+            if pb is not None:
+                mr_b = pb.reg_mr(spec.size)
         flow.mr_src, flow.mr_dst = mr_a, mr_b
         offsets = list(range(0, spec.size, spec.message))
         if conn is not None:
@@ -876,8 +905,9 @@ class Experiment:
             flow.rx_hi = list(conn.posted)
         flow.wr_base = seq << SEQ_SHIFT
         flow.nmsgs = len(offsets)
-        for i in range(max(0, flow.nmsgs - nq), flow.nmsgs):
-            flow.qbs[i % nq].post_recv(RecvWR(flow.wr_base | i))
+        if flow.qbs:
+            for i in range(max(0, flow.nmsgs - nq), flow.nmsgs):
+                flow.qbs[i % nq].post_recv(RecvWR(flow.wr_base | i))
 
     def _activity(self, host: Any, now: int) -> None:
         sampler = self.sampler

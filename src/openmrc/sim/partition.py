@@ -548,6 +548,20 @@ class _Listener:
             sim.cur = saved
 
 
+class RemoteRegion:
+    """Where a flow writes, seen from its source's rank when its destination is on
+    another rank: the destination region's address and rkey (all a WRITE names)."""
+
+    __slots__ = ("addr", "buffer", "pd", "rkey")
+
+    def __init__(self, addr: int, rkey: int) -> None:
+        self.addr = addr
+        self.rkey = rkey
+        #: not a region of this process: no buffer, no protection domain here.
+        self.buffer = None
+        self.pd = None
+
+
 class PartitionedExperiment(Experiment):
     """An MRC experiment run on one rank of a partitioned simulation (see the module)."""
 
@@ -605,6 +619,8 @@ class PartitionedExperiment(Experiment):
         self._capture_paths: list[Path] = []
         self._merged: dict[str, Any] | None = None
         self._index: dict[Any, int] = {}
+        #: the next QPN of each host this rank does not hold (_peer_qpn).
+        self._peer_qpns: dict[int, int] = {}
         self.parallel_stats: dict[str, Any] = {}
 
     # -- placement ----------------------------------------------------------------
@@ -624,6 +640,18 @@ class PartitionedExperiment(Experiment):
         sim = self.sim
         assert isinstance(sim, RANK_SIMULATORS)
         return sim.owned[self._host_entity[host]]
+
+    def _holds(self, host: int) -> bool:
+        # a rank makes the PDs, QPs, memory regions and receives of its own hosts only
+        return self._mine(host)
+
+    def _peer_qpn(self, host: int) -> int:
+        # QPNs are a context's count of the QPs made on it (from 0x100), and every
+        # rank opens every flow's QPs in flow order: counting them gives the number
+        # the host's own rank gives
+        qpn = self._peer_qpns.get(host, 0x100)
+        self._peer_qpns[host] = qpn + 1
+        return qpn
 
     def _rank(self, host: int) -> int:
         sim = self.sim
@@ -690,9 +718,12 @@ class PartitionedExperiment(Experiment):
     # -- flows: both ends made before the run ---------------------------------------
     def _prepare_flows(self) -> None:
         """Memory regions, payloads and receives of every flow, in flow order (its QPs
-        were opened when it was added, as in the sequential run)."""
+        were opened when it was added, as in the sequential run), each end on its own
+        rank; then each source learns where its flow writes (the destination region's
+        address and rkey, made on the destination's rank)."""
         seqs: dict[int, int] = {}
         flow: Any
+        out: list[list[tuple[int, int, int]]] = [[] for _ in range(self._comm.size)]
         for i, flow in enumerate(self.flows):
             self._index[flow] = i
             conn = flow.conn
@@ -701,11 +732,22 @@ class PartitionedExperiment(Experiment):
                 seq = seqs.get(id(conn), 0)
                 seqs[id(conn)] = seq + 1
             else:
-                pa, pb = flow.qas[0].pd, flow.qbs[0].pd
+                pa = flow.qas[0].pd if flow.qas else None
+                pb = flow.qbs[0].pd if flow.qbs else None
                 seq = 0
             self._post_buffers(flow, pa, pb, conn, seq)
+            spec = flow.spec
+            src_mine, dst_mine = self._mine(spec.src), self._mine(spec.dst)
+            if dst_mine and not src_mine:
+                mr = flow.mr_dst
+                out[self._rank(spec.src)].append((i, mr.addr, mr.rkey))
+            if not (src_mine or dst_mine):
+                flow.src_data = None  # (a payload neither end of it is here to use)
             if flow.watch_rx:
-                self._watch_rx(flow, flow.spec.dst)
+                self._watch_rx(flow, spec.dst)
+        for got in self._comm.alltoall(out):
+            for i, addr, rkey in got:
+                self.flows[i].mr_dst = RemoteRegion(addr, rkey)
 
     def _start(self, flow: Any) -> None:
         """The source's half of a flow's start (its QPs and receives exist already)."""
@@ -841,6 +883,8 @@ class PartitionedExperiment(Experiment):
             "cpu_s": round(cpu, 3),
             "idle_s": round(idle, 3),
             "packets_sent": sim.sent,
+            # the QPs this rank made (its hosts' ends of every flow's connections)
+            "qps": sum(len(self.hosts[h].ctx.qps) for h in self._my_hosts),
         }
         frag = self._fragment(mine_stats)
         frags = comm.gather(frag, root=0)
