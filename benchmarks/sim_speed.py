@@ -344,7 +344,7 @@ def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
     assert isinstance(par, dict)
     ranks = "; ".join(
         f"rank {r['rank']} {r['events']:,} events, {r['cpu_s']} s CPU, {r['idle_s']} s idle, "
-        f"{r['packets_sent']:,} packets out"
+        f"{r['packets_sent']:,} packets out, peak RSS {r['peak_rss_mib']:,.0f} MiB"
         for r in par["per_rank"]
     )
     print(

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import resource
 import time
 from array import array
 from collections.abc import Callable
@@ -885,6 +886,8 @@ class PartitionedExperiment(Experiment):
             "packets_sent": sim.sent,
             # the QPs this rank made (its hosts' ends of every flow's connections)
             "qps": sum(len(self.hosts[h].ctx.qps) for h in self._my_hosts),
+            # the rank's peak resident memory up to here (before rank 0 merges)
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
         frag = self._fragment(mine_stats)
         frags = comm.gather(frag, root=0)
@@ -1120,7 +1123,8 @@ def format_stats(stats: dict[str, Any]) -> str:
     """One line: ranks, windows, and per rank events, CPU, idle time and packets sent."""
     ranks = "; ".join(
         f"rank {r['rank']}: {r['events']:,} events, {r['cpu_s']:.2f} s CPU, "
-        f"{r['idle_s']:.2f} s waiting, {r['packets_sent']:,} packets out"
+        f"{r['idle_s']:.2f} s waiting, {r['packets_sent']:,} packets out, "
+        f"peak {r['peak_rss_mib']:,.0f} MiB"
         for r in stats["per_rank"]
     )
     return (
