@@ -152,8 +152,10 @@ class _Flow:
         "total",
         "transfer",
         "tries",
+        "ri",
         "w",
         "waited",
+        "wt",
     )
 
     def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
@@ -179,6 +181,10 @@ class _Flow:
         #: a ring's step sent as a message of its own (``FluidModel.ring_messages``): its
         #: step index, else -1 (the flow stands for every step of its hop)
         self.msg = -1
+        #: RoCE / IB: a ring hop flow's shares at its NIC port, its messages ready there
+        #: (FluidModel.ring_weights); its index in the run's ring-hop state, else -1
+        self.wt = 1.0
+        self.ri = -1
         self.held = 0.0
         self.redo = False
         #: RoCE / IB: a dead QP whose packets die past a T0 uplink whose queue still has
@@ -204,6 +210,116 @@ class _Flow:
         self.waited = 0
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
+
+
+class _RingHops:
+    """The RoCE / IB ring hop flows of a run, for their shares at their NIC ports
+    (``FluidModel.ring_weights``): per hop flow (``_Flow.ri``) the bytes it sent,
+    its rate, its step's bytes, its steps and the hop flow before it in its ring.
+
+    At packet level rank ``r`` sends step ``k + 1`` when step ``k`` arrived from
+    rank ``r - 1`` (``collectives._ring``), every step a message on QPs of its own,
+    and the NIC serves its ready QPs round-robin, a packet each.  So a hop has
+    ``1 + (steps the hop before it sent) - (steps it sent)`` messages ready (at
+    most its steps left, at least 1), whole steps counted.  A hop flow sends its
+    steps' bytes as one fluid, so the fluid count is ``1 + (a - b) / c`` with
+    ``a``, ``b`` the two hops' bytes sent and ``c`` a step's bytes: the mean over
+    the step phases of the whole-step count.  A flow's shares move to that count,
+    rounded, when it has moved a whole message from them (so they do not flip at
+    every step's edge nor chatter about a half).  Lockstep hops (the ring alone,
+    or every hop as slow) stay at 1: the weights change nothing there.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sent = np.zeros(64)
+        self.rate = np.zeros(64)
+        self.step = np.ones(64)
+        self.steps = np.ones(64)
+        self.prev = np.full(64, -1, dtype=np.int64)
+
+    def add_ring(self, hops: dict[tuple[int, int], _Flow], n: int) -> None:
+        """Track a ring's hop flows, keyed (hop, QP); hop ``h``'s QP ``q`` follows hop
+        ``h - 1``'s QP ``q`` (the same share of every step)."""
+        need = self.n + len(hops)
+        if need > len(self.sent):
+            grow = max(need, 2 * len(self.sent)) - len(self.sent)
+            self.sent = np.concatenate((self.sent, np.zeros(grow)))
+            self.rate = np.concatenate((self.rate, np.zeros(grow)))
+            self.step = np.concatenate((self.step, np.ones(grow)))
+            self.steps = np.concatenate((self.steps, np.ones(grow)))
+            self.prev = np.concatenate((self.prev, np.full(grow, -1, dtype=np.int64)))
+        for fl in hops.values():
+            fl.ri = self.n
+            self.sent[fl.ri] = 0.0
+            self.rate[fl.ri] = 0.0
+            self.step[fl.ri] = fl.total / fl.steps
+            self.steps[fl.ri] = fl.steps
+            self.n += 1
+        for (hop, q), fl in hops.items():
+            before = hops.get(((hop - 1) % n, q))
+            self.prev[fl.ri] = -1 if before is None or before is fl else before.ri
+
+    def leave(self, ri: int, sent: float) -> None:
+        """A hop flow left the flows in flight (done, parked or stalled) with ``sent``."""
+        self.sent[ri] = sent
+        self.rate[ri] = 0.0
+
+    def _targets(
+        self, ri_a: np.ndarray, top_a: np.ndarray, rem_a: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(slots, indices, lag term, lag's predecessor index or -1, steps-left term,
+        step bytes) of the tracked flows in flight, their sent bytes recorded."""
+        idx = np.flatnonzero(ri_a >= 0)
+        r = ri_a[idx]
+        sent = top_a[idx] - rem_a[idx]
+        self.sent[r] = sent
+        p = self.prev[r]
+        c = self.step[r]
+        ahead = np.where(p >= 0, self.sent[np.maximum(p, 0)], sent)
+        return idx, r, 1.0 + (ahead - sent) / c, p, self.steps[r] - sent / c, c
+
+    def retarget(
+        self, ri_a: np.ndarray, top_a: np.ndarray, rem_a: np.ndarray, wt_a: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, new shares) of the hop flows whose messages ready moved a whole one."""
+        idx, _r, lag, _p, left, _c = self._targets(ri_a, top_a, rem_a)
+        tgt = np.minimum(lag, left)
+        w = wt_a[idx]
+        nw = np.maximum(1.0, np.round(tgt))
+        chg = (np.abs(tgt - w) >= 1.0 - 1e-9) & (nw != w)
+        return idx[chg], nw[chg]
+
+    def next_change(
+        self,
+        ri_a: np.ndarray,
+        top_a: np.ndarray,
+        rem_a: np.ndarray,
+        wt_a: np.ndarray,
+        eff_rate: np.ndarray,
+    ) -> float:
+        """How long (ps) until a hop flow's messages ready move a whole one from its
+        shares at the current rates (inf: never)."""
+        if not bool((ri_a >= 0).any()):
+            return math.inf
+        idx, r, lag, p, left, c = self._targets(ri_a, top_a, rem_a)
+        er = eff_rate[idx]
+        self.rate[r] = er
+        rp = np.where(p >= 0, self.rate[np.maximum(p, 0)], er)
+        s1 = (rp - er) / c  # d lag / dt
+        s2 = -er / c  # d left / dt
+        w = wt_a[idx]
+        up, dn = w + 1.0, w - 1.0
+        # up: both terms reach w + 1; down (w >= 2): either reaches w - 1
+        t1u = np.where(lag >= up, 0.0, np.where(s1 > 0, (up - lag) / s1, math.inf))
+        t2u = np.where(left >= up, 0.0, math.inf)  # left only falls
+        t_up = np.maximum(t1u, t2u)
+        t1d = np.where(s1 < 0, (lag - dn) / -s1, math.inf)
+        t2d = np.where(s2 < 0, (left - dn) / -s2, math.inf)
+        t_dn = np.where(w >= 2.0, np.minimum(t1d, t2d), math.inf)
+        t = np.minimum(t_up, t_dn)
+        t = t[t > 0]
+        return float(t.min()) if len(t) else math.inf
 
 
 def ecmp_hash(seed: int, src: int, dst: int, conn: str, qp: int) -> int:
@@ -326,6 +442,7 @@ class FluidModel:
         path_hash: Callable[[int, int, str, int], int] | None = None,
         ack_hash: Callable[[int, int, str, int], int] | None = None,
         ring_messages: bool = False,
+        ring_weights: bool = False,
     ) -> None:
         if transport not in ("mrc", "roce", "ib"):
             raise ValueError(f"transport: {transport!r} is not one of mrc, roce, ib")
@@ -380,6 +497,12 @@ class FluidModel:
         #: with the failure closer to the packet level and chakra-8 further from it
         #: (docs/training.md).  MRC keeps the paced hop flows.
         self.ring_messages = ring_messages and transport != "mrc"
+        #: RoCE / IB: a ring's hop flow gets as many shares at its NIC port as the packet
+        #: level has messages of it ready there (steps whose block arrived from the rank
+        #: before and that have not gone; at least 1), as the packet level's NIC serves
+        #: its ready QPs round-robin and every ring step is a message on QPs of its own.
+        #: MRC posts a hop's steps in order on the connection's QPs: one share per hop.
+        self.ring_weights = ring_weights
         #: RoCE: the switch buffer a sending host port may fill before PFC pauses it (wire
         #: bytes; None: the packet baseline's default, 512 KB at 100 Gb/s scaled by the
         #: port's rate; inf: no flow control, 0: none absorbed).  A dead QP whose packets
@@ -702,6 +825,7 @@ class FluidModel:
         episode: list[tuple[int, float, float, float] | None] | None = None,
         missed: dict[int, tuple[int, float, float]] | None = None,
         cuts: np.ndarray | None = None,
+        shares: np.ndarray | None = None,
     ) -> np.ndarray:
         """Max-min fair rates (bytes/ps) of one resource group's ``n`` flows.
 
@@ -711,7 +835,10 @@ class FluidModel:
         ``mute``: RoCE flows whose CNPs are lost on a dead reverse path (never cut: the
         cut each misses, (QPs, capacity, offer) of its queue, is put in ``missed`` by its
         index among the ``n``); ``episode``: a flow's DCQCN episode replayed on its
-        remaining bytes (``_Flow.episode``) or None.  Groups
+        remaining bytes (``_Flow.episode``) or None; ``shares``: each flow's shares
+        (None: 1 each; weighted max-min: a flow of ``w`` shares stands for ``w`` flows
+        of its route, each of rate ``x / w``, so its entries weigh ``w`` times in the
+        filling and its rate is ``w`` times the level it freezes at).  Groups
         share no resource, so a group's rates depend only on its own flows and
         capacities: the run refills only the groups whose flows or capacities
         changed and gets the rates a full recomputation gives.
@@ -751,7 +878,11 @@ class FluidModel:
             own, pace[np.maximum(used_res - self.R, 0)], self.cap[np.minimum(used_res, self.R - 1)]
         )
         tol = 1e-9 * np.maximum(cap, 1e-12)
-        rate, used = maxmin(n, fe, inv, vals, cap)
+        if shares is None:
+            rate, used = maxmin(n, fe, inv, vals, cap)
+        else:
+            rate, used = maxmin(n, fe, inv, vals * shares[fe], cap)
+            rate *= shares
         # the share DCQCN leaves each flow: a QP whose CNPs came through again after
         # its reverse path revived is in the episode it missed, from then on (on its
         # bytes left then); one DCQCN state per QP, so the deeper of that and a cut now
@@ -914,6 +1045,14 @@ class FluidModel:
         #: steps, QPs per hop and job; and the messages whose previous step arrives later
         ring_of: dict[int, tuple[list[tuple[int, int, float]], int, int, int]] = {}
         msg_starts: list[tuple[int, int, int, int]] = []
+        #: ring_weights: every RoCE ring hop flow's bytes sent (its lost ones too), rate,
+        #: step bytes, steps and the hop before it (its index here, -1: none), by _Flow.ri
+        weigh = self.ring_weights and self.transport != "mrc" and not self.ring_messages
+        rs = _RingHops()
+        ri_a = np.zeros(0, dtype=np.int64)  # _Flow.ri of every slot
+        top_a = np.zeros(0)  # what every slot's flow may send: total - held
+        wt_a = np.zeros(0)  # _Flow.wt of every slot
+        t_wt = math.inf  # when a hop flow's messages ready next change by a whole one
 
         def start_msg(x: int, hop: int, k: int, q: int) -> None:
             """Start QP ``q``'s share of step ``k`` of ring ``x``'s hop ``hop``: a message."""
@@ -939,7 +1078,7 @@ class FluidModel:
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
-            nonlocal ent_slot, ent_res, ent_w
+            nonlocal ent_slot, ent_res, ent_w, ri_a, top_a, wt_a
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
@@ -957,6 +1096,11 @@ class FluidModel:
             grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
             buf_a = np.concatenate((buf_a, np.fromiter((f.buf for f in added), np.int64, k)))
             cut_a = np.concatenate((cut_a, np.fromiter((f.cut for f in added), bool, k)))
+            ri_a = np.concatenate((ri_a, np.fromiter((f.ri for f in added), np.int64, k)))
+            top_a = np.concatenate(
+                (top_a, np.fromiter((f.total - f.held for f in added), float, k))
+            )
+            wt_a = np.concatenate((wt_a, np.fromiter((f.wt for f in added), float, k)))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -970,9 +1114,20 @@ class FluidModel:
         # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
         dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
         while True:
+            merged = bool(added)
             if added:
                 merge()
+            checked = False
+            if weigh and (merged or now >= t_wt) and bool((ri_a >= 0).any()):
+                # messages ready at the hop flows' ports: new shares where they moved by one
+                checked = True
+                got, new_wt = rs.retarget(ri_a, top_a, rem_a, wt_a)
+                if len(got):
+                    wt_a[got] = new_wt
+                    dirty.update(grp_a[got].tolist())
+            refilled = False
             if dirty_all or dirty:
+                refilled = True
                 # every changed group in one filling: the groups share no resource and
                 # every step of the filling is per resource or per flow, so each group
                 # gets the rates it gets alone
@@ -998,6 +1153,11 @@ class FluidModel:
                         mute = np.fromiter((fl.mute for fl in filled), bool, len(idx))
                         eps = [fl.episode for fl in filled]
                         cuts = np.zeros(len(idx), dtype=bool)
+                    shares = None
+                    if weigh:
+                        shares = wt_a[idx]
+                        if not (shares != 1.0).any():
+                            shares = None
                     rate_a[idx] = self._fill(
                         len(idx),
                         local[ent_slot[em]],
@@ -1009,6 +1169,7 @@ class FluidModel:
                         eps,
                         missed,
                         cuts,
+                        shares,
                     )
                     if cuts is not None:
                         cut_a[idx] = cuts
@@ -1025,6 +1186,8 @@ class FluidModel:
                 eff_rate = rate_a * eff_a
                 ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
+                if weigh and (refilled or checked):
+                    t_wt = now + rs.next_change(ri_a, top_a, rem_a, wt_a, eff_rate)
             # dead QPs filling a T0 uplink's queue: when the PFC budgets are full
             t_buf = math.inf
             buf_ex: dict[int, tuple[float, float]] = {}
@@ -1039,7 +1202,7 @@ class FluidModel:
                     buf_ex[r] = (ex, budget)
                     t_buf = min(t_buf, now + max(0.0, budget - buf_q.get(r, 0.0)) / ex)
             t_ev = heap[0][0] if heap else math.inf
-            t = min(t_flow, t_ev, t_buf)
+            t = min(t_flow, t_ev, t_buf, t_wt)
             if t == math.inf or t > limit:
                 if len(flows) and limit < math.inf:
                     now = limit
@@ -1054,6 +1217,9 @@ class FluidModel:
                     for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
                         dirty.add(fl.grp)
+                        if fl.ri >= 0:
+                            rs.leave(fl.ri, float(top_a[i]) - max(0.0, float(rem_a[i])))
+                            fl.wt = float(wt_a[i])
                         if lost_a[i] > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
                             fl.rem, fl.lost = 0.0, float(lost_a[i])
@@ -1083,6 +1249,7 @@ class FluidModel:
                                     if f.transfer == tr and f.held > 0 and not done[k]:
                                         rem_a[k] += f.held
                                         f.held = 0.0
+                                        top_a[k] = f.total
                         if fl.msg >= 0:
                             # a ring's message arrived: the next rank sends the next step
                             hops, nsteps, _nq, _j = ring_of[tr]
@@ -1107,6 +1274,7 @@ class FluidModel:
                     eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
                     buf_a, cut_a = buf_a[keep], cut_a[keep]
                     pace_a = pace_a[keep]
+                    ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
                     ekeep = keep[ent_slot]
                     ent_slot = (np.cumsum(keep) - 1)[ent_slot[ekeep]]
                     ent_res, ent_w = ent_res[ekeep], ent_w[ekeep]
@@ -1150,6 +1318,7 @@ class FluidModel:
                         continue
                     steps = steps_of(task) if self.pace_rings else 1
                     gap = self._latency(tasks[x], self.jobs)
+                    mine: dict[tuple[int, int], _Flow] = {}
                     for hop, (s, d, size) in enumerate(hops):
                         if size <= 0:
                             continue
@@ -1160,7 +1329,10 @@ class FluidModel:
                             fl.steps, fl.gap, fl.hop = steps, gap, hop
                             self._route(fl)
                             added.append(fl)
+                            mine[hop, q] = fl
                             made += 1
+                    if weigh and steps > 1:
+                        rs.add_ring(mine, len(hops))
                     if made:
                         pending[x] = made
                     else:
@@ -1299,6 +1471,9 @@ class FluidModel:
                                 pending[fl.transfer] += 1
                                 stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
                                 self._stall_ring(fl, k0, tasks, flows, rem_a, lost_a)
+                                top_a = np.fromiter(
+                                    (f.total - f.held for f in flows), float, len(flows)
+                                )
                             rem_a[i] += lost_a[i] - whole
                             lost_a[i] = 0.0
                     ent_slot, ent_res, ent_w = entries(flows, 0)
