@@ -30,7 +30,9 @@ Cases (``--case``, repeatable; default ``agreement``):
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
-packet level's round-robin over QPs does; off by default).
+packet level's round-robin over QPs does; off by default).  ``--ring-weights`` runs
+it with ``FluidModel.ring_weights`` (RoCE's ring hop flows weighted by their messages
+ready, weighted max-min; off by default).
 
 Each case prints JSON lines (step times, wall and CPU seconds); ``--out FILE``
 also writes them all to one JSON file.  Not a test: it takes minutes.
@@ -492,6 +494,21 @@ TIMED = {
 }
 
 
+def ring_weights() -> None:
+    """Every flow-level model of this run weights RoCE's ring hop flows by their messages
+    ready (``FluidModel.ring_weights``), as :func:`ring_messages` wraps the model."""
+    import openmrc.jobrun as jobrun
+
+    make = jobrun.fluid_model
+
+    def fluid_model(*args: Any, **kw: Any) -> Any:
+        model = make(*args, **kw)
+        model.ring_weights = True
+        return model
+
+    jobrun.fluid_model = fluid_model  # type: ignore[assignment]
+
+
 def ring_messages() -> None:
     """Every flow-level model of this run sends RoCE's ring steps as messages of their own
     (``FluidModel.ring_messages``): ``openmrc.jobrun.fluid_model``, which ``run_flow``
@@ -531,9 +548,17 @@ def main() -> int:
         action="store_true",
         help="flow level: RoCE ring steps as messages of their own (FluidModel.ring_messages)",
     )
+    ap.add_argument(
+        "--ring-weights",
+        action="store_true",
+        help="flow level: RoCE ring hop flows weighted by their messages ready "
+        "(FluidModel.ring_weights)",
+    )
     args = ap.parse_args()
     if args.ring_messages:
         ring_messages()
+    if args.ring_weights:
+        ring_weights()
     out: list[dict[str, Any]] = []
     for case in args.case or ["agreement"]:
         if case == "agreement":

@@ -44,7 +44,8 @@ one one-way latency after its last byte drained; other transfers end one
 latency after theirs.  With ``ring_messages`` (RoCE / IB; off by default) a
 ring's steps are messages of their own instead, each released by the arrival
 of the step before it, so a NIC port is shared per message as the packet
-level's NIC shares it (round-robin over its ready QPs).  Rates are computed per resource group (``_group``),
+level's NIC shares it (round-robin over its ready QPs); with ``ring_weights``
+(off by default) a ring's hop flow weighs as many flows as it has messages ready.  Rates are computed per resource group (``_group``),
 only for the groups that changed, by bottleneck rounds (``maxmin``).
 """
 
@@ -146,13 +147,13 @@ class _Flow:
         "redo",
         "rem",
         "res",
+        "ri",
         "rto",
         "src",
         "steps",
         "total",
         "transfer",
         "tries",
-        "ri",
         "w",
         "waited",
         "wt",
@@ -497,11 +498,15 @@ class FluidModel:
         #: with the failure closer to the packet level and chakra-8 further from it
         #: (docs/training.md).  MRC keeps the paced hop flows.
         self.ring_messages = ring_messages and transport != "mrc"
-        #: RoCE / IB: a ring's hop flow gets as many shares at its NIC port as the packet
-        #: level has messages of it ready there (steps whose block arrived from the rank
-        #: before and that have not gone; at least 1), as the packet level's NIC serves
-        #: its ready QPs round-robin and every ring step is a message on QPs of its own.
-        #: MRC posts a hop's steps in order on the connection's QPs: one share per hop.
+        #: RoCE / IB: a ring's hop flow counts as many flows in the max-min filling as the
+        #: packet level has messages of it ready at its NIC port (steps whose block arrived
+        #: from the rank before and that have not gone; at least 1; ``_RingHops``): the
+        #: NIC serves its ready QPs round-robin and every ring step is a message on QPs
+        #: of its own (weighted max-min; the QPs are QPs of their own at the switch queues
+        #: too).  MRC posts a hop's steps in order on its connection's QPs, one turn per
+        #: hop, so it is never weighted; nor with ``ring_messages``.  Off by default: over
+        #: 12 seeds it moved aicb-16 a little further from the packet level and nothing
+        #: else (docs/training.md).
         self.ring_weights = ring_weights
         #: RoCE: the switch buffer a sending host port may fill before PFC pauses it (wire
         #: bytes; None: the packet baseline's default, 512 KB at 100 Gb/s scaled by the
@@ -1114,7 +1119,8 @@ class FluidModel:
         # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
         dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
         while True:
-            merged = bool(added)
+            # hop flows back in flight (resent, or a stall lifted) may have moved: look
+            merged = weigh and any(f.ri >= 0 and f.rem < f.total - f.held for f in added)
             if added:
                 merge()
             checked = False
@@ -1125,9 +1131,8 @@ class FluidModel:
                 if len(got):
                     wt_a[got] = new_wt
                     dirty.update(grp_a[got].tolist())
-            refilled = False
+            refilled = False  # rates of hop flows changed
             if dirty_all or dirty:
-                refilled = True
                 # every changed group in one filling: the groups share no resource and
                 # every step of the filling is per resource or per flow, so each group
                 # gets the rates it gets alone
@@ -1138,6 +1143,8 @@ class FluidModel:
                     dirty_mask[list(dirty)] = True
                     mine = dirty_mask[grp_a]
                 idx = np.flatnonzero(mine)
+                if weigh and len(idx):
+                    refilled = bool((ri_a[idx] >= 0).any())
                 if len(idx):
                     local = np.cumsum(mine) - 1  # slot -> index among the refilled
                     em = mine[ent_slot]
@@ -1318,7 +1325,7 @@ class FluidModel:
                         continue
                     steps = steps_of(task) if self.pace_rings else 1
                     gap = self._latency(tasks[x], self.jobs)
-                    mine: dict[tuple[int, int], _Flow] = {}
+                    hop_flows: dict[tuple[int, int], _Flow] = {}
                     for hop, (s, d, size) in enumerate(hops):
                         if size <= 0:
                             continue
@@ -1329,10 +1336,10 @@ class FluidModel:
                             fl.steps, fl.gap, fl.hop = steps, gap, hop
                             self._route(fl)
                             added.append(fl)
-                            mine[hop, q] = fl
+                            hop_flows[hop, q] = fl
                             made += 1
                     if weigh and steps > 1:
-                        rs.add_ring(mine, len(hops))
+                        rs.add_ring(hop_flows, len(hops))
                     if made:
                         pending[x] = made
                     else:
