@@ -34,7 +34,17 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_figures_write_both_plots_and_their_points(figures: dict[str, Any]) -> None:
     out = figures["out"]
-    assert figures["code"] == 0
+    doc = json.loads((out / "figures.json").read_text())
+    # 1 as the table's: some published shapes do not hold at this cut-down size
+    failing = [sh for sh in doc["shapes"] if sh["holds"] is False]
+    assert figures["code"] == (1 if failing else 0)
+    assert len(doc["shapes"]) == 10
+    # no 0.1 % loss panel here: its shapes are not run, the others are checked
+    assert {sh["name"] for sh in doc["shapes"] if sh["holds"] is None} == {
+        "ring-mrc-loss0.1",
+        "a2a-roce-loss0.1-large",
+        "a2a-loss-small-sizes",
+    }
     for n in (16, 17):
         png = (out / f"figure{n}.png").read_bytes()
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
@@ -69,7 +79,7 @@ def test_figures_write_both_plots_and_their_points(figures: dict[str, Any]) -> N
 
 def test_a_second_figures_run_resumes(figures: dict[str, Any]) -> None:
     # the fixture's second run has no way to run anything: it found all 24 written
-    assert figures["again"] == 0
+    assert figures["again"] == figures["code"]
     points = list((Path(figures["out"]) / "points").glob("*.json"))
     assert len(points) == 24
 
@@ -106,3 +116,89 @@ def test_full_size_bandwidth_bound_cells_stop_at_the_cap_and_count_bytes_moved()
     point = paper_figures.run_summary(capped, True)
     assert point["completed"] and point["moved"] and point["busbw_gbps"] == 40.0
     assert paper_figures.run_summary(capped, False)["busbw_gbps"] == 0.0
+
+
+SIZES3 = ["4MiB", "64MiB", "256MiB"]
+
+#: Curves (busbw per size, Gb/s) of which every published shape holds, by (figure, label, loss).
+HOLDING: dict[tuple[int, str, float], list[float]] = {
+    (16, "MRC 1 QP", 0.0): [100, 340, 345],
+    (16, "RoCE 1 QP", 0.0): [95, 170, 172],
+    (16, "RoCE 16 QPs", 0.0): [98, 260, 265],
+    (16, "MRC 1 QP", 0.001): [80, 330, 340],
+    (16, "RoCE 1 QP", 0.001): [20, 60, 70],
+    (16, "RoCE 16 QPs", 0.001): [25, 80, 90],
+    (16, "MRC 1 QP", 0.01): [40, 110, 115],
+    (16, "RoCE 1 QP", 0.01): [2, 10, 12],
+    (16, "RoCE 16 QPs", 0.01): [3, 15, 20],
+    (17, "MRC 1 QP", 0.0): [200, 350, 355],
+    (17, "RoCE 1 QP", 0.0): [150, 240, 245],
+    (17, "RoCE 16 QPs", 0.0): [140, 225, 230],
+    (17, "MRC 1 QP", 0.001): [180, 345, 350],
+    (17, "RoCE 1 QP", 0.001): [60, 230, 240],
+    (17, "RoCE 16 QPs", 0.001): [50, 215, 220],
+    (17, "MRC 1 QP", 0.01): [120, 200, 210],
+    (17, "RoCE 1 QP", 0.01): [10, 50, 60],
+    (17, "RoCE 16 QPs", 0.01): [8, 45, 50],
+}
+
+
+def _doc(curves: dict[tuple[int, str, float], list[float]]) -> dict[str, Any]:
+    figs = []
+    for n in (16, 17):
+        figs.append(
+            {
+                "figure": n,
+                "sizes": SIZES3,
+                "curves": [
+                    {"label": label, "loss": loss, "busbw_gbps": ys, "completed": [True] * 3}
+                    for (f, label, loss), ys in curves.items()
+                    if f == n
+                ],
+            }
+        )
+    return {"figures": figs}
+
+
+def _verdicts(curves: dict[tuple[int, str, float], list[float]]) -> dict[str, bool | None]:
+    return {sh.name: sh.holds for sh in paper_figures.figure_shapes(_doc(curves))}
+
+
+#: For each shape, one change to HOLDING that breaks it (and only it).
+BREAKS: dict[str, tuple[tuple[int, str, float], int, float]] = {
+    "ring-small-sizes-alike": ((16, "RoCE 1 QP", 0.0), 0, 60),
+    "ring-roce-1qp-half": ((16, "RoCE 1 QP", 0.0), 2, 230),
+    "ring-qp-scaling-helps": ((16, "RoCE 16 QPs", 0.0), 1, 350),
+    "ring-mrc-loss0.1": ((16, "MRC 1 QP", 0.001), 2, 250),
+    "ring-roce-unusable-1pct": ((16, "RoCE 16 QPs", 0.01), 1, 30),
+    "ring-mrc-third-1pct": ((16, "MRC 1 QP", 0.01), 2, 300),
+    "a2a-mrc-ahead": ((17, "RoCE 1 QP", 0.0), 0, 210),
+    "a2a-16qp-slightly-worse": ((17, "RoCE 16 QPs", 0.0), 2, 250),
+    "a2a-roce-loss0.1-large": ((17, "RoCE 1 QP", 0.001), 1, 150),
+    "a2a-loss-small-sizes": ((17, "RoCE 16 QPs", 0.01), 0, 130),
+}
+
+
+def test_figure_shapes_hold_on_holding_curves_and_each_fails_alone() -> None:
+    """Each published shape of Figures 16 and 17 holds on curves made to hold them all,
+    and fails, alone, when its own statement is broken."""
+    assert set(_verdicts(HOLDING).values()) == {True}
+    assert set(BREAKS) == set(_verdicts(HOLDING))
+    for name, (key, i, value) in BREAKS.items():
+        curves = {k: list(v) for k, v in HOLDING.items()}
+        curves[key][i] = value
+        got = _verdicts(curves)
+        assert got[name] is False, name
+        assert [n for n, ok in got.items() if not ok] == [name], name
+
+
+def test_a_run_that_did_not_complete_counts_zero_and_a_missing_curve_is_not_run() -> None:
+    doc = _doc(HOLDING)
+    ring = doc["figures"][0]
+    mrc_lossy = next(c for c in ring["curves"] if c["label"] == "MRC 1 QP" and c["loss"] == 0.01)
+    mrc_lossy["completed"] = [True, True, False]  # MRC at 1 % did not finish at 256 MiB
+    got = {sh.name: sh.holds for sh in paper_figures.figure_shapes(doc)}
+    assert got["ring-roce-unusable-1pct"] is False and got["ring-mrc-third-1pct"] is False
+    ring["curves"] = [c for c in ring["curves"] if c["loss"] != 0.001]
+    got = {sh.name: sh.holds for sh in paper_figures.figure_shapes(doc)}
+    assert got["ring-mrc-loss0.1"] is None and got["ring-roce-1qp-half"] is True

@@ -25,6 +25,7 @@ numbers), ``figures.json`` and ``figures.csv``.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import statistics
 from concurrent.futures import Executor
@@ -254,7 +255,203 @@ def collect(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> dict[str
         figs.append(
             {"figure": f.number, "collective": f.collective, "sizes": sizes, "curves": curves}
         )
-    return {"quick": quick, "losses": list(LOSSES), "figures": figs, "missing": missing}
+    doc = {"quick": quick, "losses": list(LOSSES), "figures": figs, "missing": missing}
+    doc["shapes"] = [dataclasses.asdict(sh) for sh in figure_shapes(doc)]
+    return doc
+
+
+#: How many of the largest message sizes count as bandwidth-bound in the shape checks:
+#: at 64 ranks 64 and 256 MiB (a ring step moves 512 KiB to 2 MiB per channel, 10 to
+#: 40 us at 400 Gb/s against about 6.5 us of latency; an all-to-all 1 to 4 MiB per
+#: peer), at the quick size its two largest.
+BANDWIDTH_BOUND = 2
+
+
+@dataclass(frozen=True)
+class FigureShape:
+    """One published statement about Figure 16 or 17, checked on the curves."""
+
+    figure: int
+    name: str
+    #: the paper's words (5.2.7)
+    paper: str
+    #: what is checked, with its bound
+    check: str
+    #: None: a run it needs is not there (a loss rate or size not run)
+    holds: bool | None
+    numbers: str
+
+
+def _series(fig: dict[str, Any], label: str, loss: float) -> list[float] | None:
+    """A curve's busbw per size (a run that did not complete counts 0), or None when
+    that curve or one of its runs is missing."""
+    for c in fig["curves"]:
+        if c["label"] == label and c["loss"] == loss:
+            ys = c["busbw_gbps"]
+            if any(y is None for y in ys):
+                return None
+            return [float(y) if ok else 0.0 for y, ok in zip(ys, c["completed"], strict=True)]
+    return None
+
+
+def _shape(
+    fig: dict[str, Any],
+    name: str,
+    paper: str,
+    check: str,
+    curves: list[tuple[str, float]],
+    idx: list[int],
+    rule: Any,
+) -> FigureShape:
+    """Evaluate ``rule`` (curves' values at one size -> bool) at every size in ``idx``."""
+    got = [_series(fig, label, loss) for label, loss in curves]
+    sizes = fig["sizes"]
+    if any(g is None for g in got):
+        return FigureShape(fig["figure"], name, paper, check, None, "not run")
+    ok = True
+    words = []
+    for i in idx:
+        vals = [g[i] for g in got if g is not None]
+        ok = ok and bool(rule(*vals))
+        words.append(f"{sizes[i]}: " + " / ".join(f"{v:.0f}" for v in vals))
+    legend = " / ".join(f"{label} {100 * loss:g} %" for label, loss in curves)
+    return FigureShape(
+        fig["figure"], name, paper, check, ok, f"{legend} (Gb/s): " + "; ".join(words)
+    )
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def figure_shapes(doc: dict[str, Any]) -> list[FigureShape]:
+    """The published shapes of Figures 16 and 17 (paper 5.2.7), checked on ``doc``
+    (:func:`collect`).  The bounds are the table's where the table checks the same
+    statement (:mod:`openmrc.paper`: RoCE 1 QP at most 0.65 of MRC, MRC at 0.1 % loss
+    at least 0.85 of loss-free, RoCE below 0.2 of MRC at 1 %), and for the rest: "little
+    difference" within 25 %, "around a third" 0.2 to 0.5, "barely sees any degradation"
+    at least 0.85 (as "little impact" in the table), "slightly worse" 0.8 to 1."""
+    out: list[FigureShape] = []
+    mrc, r1, r16 = "MRC 1 QP", "RoCE 1 QP", "RoCE 16 QPs"
+    for fig in doc["figures"]:
+        n = len(fig["sizes"])
+        big = list(range(max(0, n - BANDWIDTH_BOUND), n))
+        every = list(range(n))
+        small = [0]
+        if fig["figure"] == 16:
+            out += [
+                _shape(
+                    fig,
+                    "ring-small-sizes-alike",
+                    "for small message sizes ... there is little difference between RoCE and MRC",
+                    "loss-free, smallest size: RoCE 1 and 16 QPs within 25 % of MRC",
+                    [(mrc, 0.0), (r1, 0.0), (r16, 0.0)],
+                    small,
+                    lambda m, a, b: all(0.75 * m <= x <= 1.25 * m for x in (a, b)),
+                ),
+                _shape(
+                    fig,
+                    "ring-roce-1qp-half",
+                    "RoCE with one QP ... generally achieves only half the possible throughput",
+                    "loss-free, bandwidth-bound sizes: RoCE 1 QP <= 0.65 of MRC",
+                    [(mrc, 0.0), (r1, 0.0)],
+                    big,
+                    lambda m, a: 0 < a <= 0.65 * m,
+                ),
+                _shape(
+                    fig,
+                    "ring-qp-scaling-helps",
+                    "for RoCE, QP scaling does indeed help ... one MRC QP ... better than 16 QPs",
+                    "loss-free, bandwidth-bound sizes: MRC > RoCE 16 QPs > RoCE 1 QP",
+                    [(mrc, 0.0), (r16, 0.0), (r1, 0.0)],
+                    big,
+                    lambda m, b, a: m > b > a,
+                ),
+                _shape(
+                    fig,
+                    "ring-mrc-loss0.1",
+                    "with large message sizes it can retransmit fast enough that 0.1% loss "
+                    "has little impact",
+                    "bandwidth-bound sizes: MRC at 0.1 % loss >= 0.85 of loss-free MRC",
+                    [(mrc, 0.001), (mrc, 0.0)],
+                    big,
+                    lambda x, m: x >= 0.85 * m > 0,
+                ),
+                _shape(
+                    fig,
+                    "ring-roce-unusable-1pct",
+                    "at 1% loss RoCE is pretty much unusable",
+                    "bandwidth-bound sizes, 1 % loss: RoCE 1 and 16 QPs < 0.2 of MRC",
+                    [(mrc, 0.01), (r1, 0.01), (r16, 0.01)],
+                    big,
+                    lambda m, a, b: m > 0 and max(a, b) < 0.2 * m,
+                ),
+                _shape(
+                    fig,
+                    "ring-mrc-third-1pct",
+                    "even MRC only gets around a third of the intended throughput",
+                    "bandwidth-bound sizes: MRC at 1 % loss 0.2 to 0.5 of loss-free MRC",
+                    [(mrc, 0.01), (mrc, 0.0)],
+                    big,
+                    lambda x, m: 0.2 <= _ratio(x, m) <= 0.5,
+                ),
+            ]
+        else:
+            out += [
+                _shape(
+                    fig,
+                    "a2a-mrc-ahead",
+                    "for all message sizes MRC outperforms RoCE",
+                    "loss-free, every size: MRC > RoCE 1 QP and > RoCE 16 QPs",
+                    [(mrc, 0.0), (r1, 0.0), (r16, 0.0)],
+                    every,
+                    lambda m, a, b: m > max(a, b),
+                ),
+                _shape(
+                    fig,
+                    "a2a-16qp-slightly-worse",
+                    "16 RoCE QPs per destination actually perform slightly worse than one QP",
+                    "loss-free, bandwidth-bound sizes: RoCE 16 QPs 0.8 to 1 of RoCE 1 QP",
+                    [(r16, 0.0), (r1, 0.0)],
+                    big,
+                    lambda b, a: 0.8 * a <= b < a,
+                ),
+                _shape(
+                    fig,
+                    "a2a-roce-loss0.1-large",
+                    "at large message sizes and 0.1% loss, RoCE barely sees any degradation",
+                    "bandwidth-bound sizes: RoCE 1 and 16 QPs at 0.1 % loss >= 0.85 of "
+                    "their loss-free busbw",
+                    [(r1, 0.001), (r1, 0.0), (r16, 0.001), (r16, 0.0)],
+                    big,
+                    lambda a, a0, b, b0: a >= 0.85 * a0 > 0 and b >= 0.85 * b0 > 0,
+                ),
+                _shape(
+                    fig,
+                    "a2a-loss-small-sizes",
+                    "at small message sizes ... RoCE does very poorly. MRC's SACK-based "
+                    "retransmission helps greatly here",
+                    "smallest size, 0.1 % and 1 % loss: each RoCE keeps a smaller fraction "
+                    "of its loss-free busbw than MRC does",
+                    [
+                        (mrc, 0.001),
+                        (mrc, 0.01),
+                        (mrc, 0.0),
+                        (r1, 0.001),
+                        (r1, 0.01),
+                        (r1, 0.0),
+                        (r16, 0.001),
+                        (r16, 0.01),
+                        (r16, 0.0),
+                    ],
+                    small,
+                    lambda m1, m2, m0, a1, a2, a0, b1, b2, b0: all(
+                        _ratio(x, x0) < _ratio(y, m0)
+                        for x, x0, y in ((a1, a0, m1), (a2, a0, m2), (b1, b0, m1), (b2, b0, m2))
+                    ),
+                ),
+            ]
+    return out
 
 
 def _pyplot() -> Any:
@@ -366,6 +563,16 @@ def render_html(doc: dict[str, Any], pngs: list[Path]) -> str:
             f"<table><thead><tr><th>transport</th><th>loss</th>{head}</tr></thead>"
             f"<tbody>{rows}</tbody></table>"
         )
+    shape_rows = "\n".join(
+        f"<tr><td>{sh['figure']}</td><td>{esc(sh['paper'])}</td><td>{esc(sh['check'])}</td>"
+        f"<td>{_verdict(sh['holds'])}</td><td>{esc(sh['numbers'])}</td></tr>"
+        for sh in doc["shapes"]
+    )
+    parts.append(
+        "<h2>The published shapes</h2><table><thead><tr><th>figure</th><th>the paper</th>"
+        f"<th>checked</th><th>holds</th><th>numbers</th></tr></thead><tbody>{shape_rows}"
+        "</tbody></table>"
+    )
     size = "quick size" if doc["quick"] else "64 ranks"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -405,4 +612,20 @@ def format_text(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> str:
                 f"  {c['label']:12} {100 * c['loss']:4g} % loss: {' '.join(f'{v:>6}' for v in vals)}"
             )
     lines.append("  (*: did not complete within the cap)")
+    shapes = doc["shapes"]
+    held = sum(1 for sh in shapes if sh["holds"])
+    lines.append(f"Published shapes: {held} of {len(shapes)} hold")
+    for sh in shapes:
+        lines.append(
+            f"  [{_verdict(sh['holds'])}] Figure {sh['figure']}, {sh['check']}: {sh['numbers']}"
+        )
     return "\n".join(lines)
+
+
+def _verdict(holds: bool | None) -> str:
+    return "not run" if holds is None else ("holds" if holds else "does not hold")
+
+
+def shapes_hold(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> bool:
+    """Whether no published shape of the figures fails (one not run does not count)."""
+    return all(sh["holds"] is not False for sh in collect(out, items, quick)["shapes"])

@@ -199,7 +199,9 @@ def _cmd_paper_figures(args: argparse.Namespace) -> int:
     written = paper_figures.write(out, points, args.quick)
     print(paper_figures.format_text(out, points, args.quick))
     print(f"  wrote {', '.join(str(p) for p in written)}")
-    return EXIT_OK if outcome.failed == 0 else EXIT_FLOW_FAILED
+    # as the table: 1 when a run failed or a published shape does not hold
+    ok = outcome.failed == 0 and paper_figures.shapes_hold(out, points, args.quick)
+    return EXIT_OK if ok else EXIT_FLOW_FAILED
 
 
 def _common_run_flags(p: argparse.ArgumentParser) -> None:
