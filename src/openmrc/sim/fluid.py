@@ -231,8 +231,13 @@ class _RingHops:
     or every hop as slow) stay at 1: the weights change nothing there.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, nvl0: int) -> None:
+        #: the first NVLink resource: a hop inside a server has no NIC port, and at packet
+        #: level it is NVLink time, not a flow; it is tracked (the hop after it follows
+        #: it) but never weighted
+        self.nvl0 = nvl0
         self.n = 0
+        self.nic = np.zeros(64, dtype=bool)
         self.sent = np.zeros(64)
         self.rate = np.zeros(64)
         self.step = np.ones(64)
@@ -250,8 +255,10 @@ class _RingHops:
             self.step = np.concatenate((self.step, np.ones(grow)))
             self.steps = np.concatenate((self.steps, np.ones(grow)))
             self.prev = np.concatenate((self.prev, np.full(grow, -1, dtype=np.int64)))
+            self.nic = np.concatenate((self.nic, np.zeros(grow, dtype=bool)))
         for fl in hops.values():
             fl.ri = self.n
+            self.nic[fl.ri] = bool(len(fl.res)) and int(fl.res[0]) < self.nvl0
             self.sent[fl.ri] = 0.0
             self.rate[fl.ri] = 0.0
             self.step[fl.ri] = fl.total / fl.steps
@@ -284,8 +291,8 @@ class _RingHops:
         self, ri_a: np.ndarray, top_a: np.ndarray, rem_a: np.ndarray, wt_a: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """(slots, new shares) of the hop flows whose messages ready moved a whole one."""
-        idx, _r, lag, _p, left, _c = self._targets(ri_a, top_a, rem_a)
-        tgt = np.minimum(lag, left)
+        idx, r, lag, _p, left, _c = self._targets(ri_a, top_a, rem_a)
+        tgt = np.where(self.nic[r], np.minimum(lag, left), 1.0)
         w = wt_a[idx]
         nw = np.maximum(1.0, np.round(tgt))
         chg = (np.abs(tgt - w) >= 1.0 - 1e-9) & (nw != w)
@@ -318,7 +325,7 @@ class _RingHops:
         t1d = np.where(s1 < 0, (lag - dn) / -s1, math.inf)
         t2d = np.where(s2 < 0, (left - dn) / -s2, math.inf)
         t_dn = np.where(w >= 2.0, np.minimum(t1d, t2d), math.inf)
-        t = np.minimum(t_up, t_dn)
+        t = np.where(self.nic[r], np.minimum(t_up, t_dn), math.inf)
         t = t[t > 0]
         return float(t.min()) if len(t) else math.inf
 
@@ -1053,7 +1060,7 @@ class FluidModel:
         #: ring_weights: every RoCE ring hop flow's bytes sent (its lost ones too), rate,
         #: step bytes, steps and the hop before it (its index here, -1: none), by _Flow.ri
         weigh = self.ring_weights and self.transport != "mrc" and not self.ring_messages
-        rs = _RingHops()
+        rs = _RingHops(self._nvl_out0)
         ri_a = np.zeros(0, dtype=np.int64)  # _Flow.ri of every slot
         top_a = np.zeros(0)  # what every slot's flow may send: total - held
         wt_a = np.zeros(0)  # _Flow.wt of every slot
