@@ -92,17 +92,21 @@ def test_loss_overrides_are_the_bundled_loss_files_fault() -> None:
 
 
 def test_full_size_bandwidth_bound_cells_stop_at_the_cap_and_count_bytes_moved() -> None:
-    """Full size: from MOVED_FROM on every cell (each transport and loss) stops at the
-    same cap and is measured by the bytes moved; smaller ones and the quick size run
-    to completion (lossy ones to their loss cap)."""
+    """Full size: from MOVED_FROM on every ring cell (each transport and loss) stops at
+    the same cap and is measured by the bytes moved; smaller ones, the all-to-all and
+    the quick size run to completion (lossy ones to their loss cap)."""
     big = paper_figures.Cell(16, "RoCE 1 QP", 0.01, "256MiB")
     assert big.moved(False) and not big.moved(True)
     over = big.run(False).overrides(False)
     assert f"run.until_us={paper_figures.MOVED_CAP_US}" in over
     assert not any(o == f"run.until_us={paper_figures.LOSS_CAP_US[False]}" for o in over)
     assert any(o.startswith("faults=") for o in over)
-    clean = paper_figures.Cell(17, "MRC 1 QP", 0.0, "64MiB").run(False).overrides(False)
+    clean = paper_figures.Cell(16, "MRC 1 QP", 0.0, "64MiB").run(False).overrides(False)
     assert clean == ['workload.size="64MiB"', f"run.until_us={paper_figures.MOVED_CAP_US}"]
+    # the all-to-all runs to completion at every size (its busbw is its slowest transfer's)
+    a2a = paper_figures.Cell(17, "RoCE 1 QP", 0.0, "256MiB")
+    assert not a2a.moved(False)
+    assert a2a.run(False).overrides(False) == ['workload.size="256MiB"']
     small = paper_figures.Cell(16, "MRC 1 QP", 0.0, "16MiB")
     assert not small.moved(False)
     assert small.run(False).overrides(False) == ['workload.size="16MiB"']
