@@ -506,10 +506,10 @@ def plot(fig: dict[str, Any], path: Path, quick: bool) -> Path:
     return path
 
 
-def write(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> list[Path]:
+def write(out: Path, doc: dict[str, Any]) -> list[Path]:
     """``figures.json``, ``figures.csv``, and a PNG per figure and ``figures.html`` (when
-    matplotlib is installed)."""
-    doc = collect(out, items, quick)
+    matplotlib is installed), from ``doc`` (:func:`collect`), into ``out``."""
+    quick = doc["quick"]
     js = out / "figures.json"
     js.write_text(json.dumps(doc, indent=1, sort_keys=True))
     rows = []
@@ -601,9 +601,9 @@ img {{ max-width: 100%; }}
 """
 
 
-def format_text(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> str:
-    """The curves as text: a line per figure, curve and loss, busbw per size."""
-    doc = collect(out, items, quick)
+def format_text(doc: dict[str, Any]) -> str:
+    """The curves as text (a line per figure, curve and loss, busbw per size) and the
+    published shapes, from ``doc`` (:func:`collect`)."""
     lines = []
     for fig in doc["figures"]:
         lines.append(
@@ -633,6 +633,7 @@ def _verdict(holds: bool | None) -> str:
     return "not run" if holds is None else ("holds" if holds else "does not hold")
 
 
-def shapes_hold(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> bool:
-    """Whether no published shape of the figures fails (one not run does not count)."""
-    return all(sh["holds"] is not False for sh in collect(out, items, quick)["shapes"])
+def shapes_hold(doc: dict[str, Any]) -> bool:
+    """Whether no published shape of ``doc`` (:func:`collect`) fails (one not run does
+    not count)."""
+    return all(sh["holds"] is not False for sh in doc["shapes"])

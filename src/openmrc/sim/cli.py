@@ -196,11 +196,12 @@ def _cmd_paper_figures(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    written = paper_figures.write(out, points, args.quick)
-    print(paper_figures.format_text(out, points, args.quick))
+    doc = paper_figures.collect(out, points, args.quick)  # (read once: every run's file)
+    written = paper_figures.write(out, doc)
+    print(paper_figures.format_text(doc))
     print(f"  wrote {', '.join(str(p) for p in written)}")
     # as the table: 1 when a run failed or a published shape does not hold
-    ok = outcome.failed == 0 and paper_figures.shapes_hold(out, points, args.quick)
+    ok = outcome.failed == 0 and paper_figures.shapes_hold(doc)
     return EXIT_OK if ok else EXIT_FLOW_FAILED
 
 
