@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import gc
 import random
+from typing import Any
 
 import pytest
 
+from openmrc.baselines.experiment import BaselineExperiment, BaselineHost
 from openmrc.sim.engine import GC_THRESHOLD, Simulator
-from openmrc.sim.experiment import Experiment
+from openmrc.sim.experiment import Experiment, TransportConfig
+from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
-from openmrc.workloads.collectives import allreduce
+from openmrc.workloads.collectives import allreduce, alltoall
 
 
 def test_host_activity_polls_only_the_flows_that_completed_something(
@@ -133,3 +136,105 @@ def test_run_tunes_the_collector_and_restores_it() -> None:
     assert seen == [GC_THRESHOLD]
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+# ----- the RoCE baseline's NIC -------------------------------------------------------------
+class _FakeSender:
+    """What the NIC's timeout bookkeeping reads of a RoCE sender: its QP and deadline."""
+
+    def __init__(self, qp: int) -> None:
+        self.qp = qp
+        self.when: int | None = None
+        self.asked = 0
+
+    def deadline(self) -> int | None:
+        return self.when
+
+    def ready(self) -> bool:
+        self.asked += 1
+        return False
+
+
+def test_roce_nic_finds_its_timeouts_as_a_scan_of_every_qp_would() -> None:
+    # The NIC keeps the senders' deadlines in a heap of lower bounds instead of
+    # reading all its QPs per event; a random history of deadlines set, moved
+    # later without a note (an ACK's usual move), moved earlier, cleared, QPs
+    # retired and timers fired must give the scan's answers at every step.
+
+    exp = make_experiment(
+        ClosSpec(planes=1, t0s=2, hosts_per_t0=1, t1s=1), transport=TransportConfig(name="roce")
+    )
+    host = exp.hosts[0]
+    assert isinstance(host, BaselineHost)
+    rng = random.Random(5)
+    senders = [_FakeSender(qp) for qp in range(1, 41)]
+    live = list(senders)
+    for sender in senders:
+        host.add_sender(sender, 0)  # type: ignore[arg-type]
+    now = 0
+    for _step in range(3000):
+        op = rng.random()
+        pick = rng.choice(live) if live else None
+        if pick is not None and op < 0.35:
+            pick.when = now + rng.randrange(1, 500)  # set, or moved either way
+            host.note_timeout(pick)  # type: ignore[arg-type]
+        elif pick is not None and op < 0.55 and pick.when is not None:
+            pick.when += rng.randrange(1, 300)  # later, as an ACK moves it: no note needed
+        elif pick is not None and op < 0.6:
+            pick.when = None
+        elif pick is not None and op < 0.63:
+            live.remove(pick)
+            host.retire(pick)  # type: ignore[arg-type]
+        else:
+            now += rng.randrange(0, 60)
+            expect = sorted(
+                (s for s in live if s.when is not None and s.when <= now), key=lambda s: s.qp
+            )
+            due: list[Any] = host.due_senders(now)
+            assert due == expect
+            for s in due:  # the timer: a new deadline, or none
+                s.when = now + rng.randrange(1, 400) if rng.random() < 0.7 else None
+                host.note_timeout(s)  # type: ignore[arg-type]
+        armed = [s.when for s in live if s.when is not None]
+        assert host.next_timeout() == (min(armed) if armed else None)
+
+
+def test_roce_nic_does_not_scan_its_qps_when_none_has_a_packet_waiting() -> None:
+    # A NIC with 200 QPs of which none has a packet to send: kicking it (its port
+    # free, then busy) reads none of them; the host counts the waiting QPs itself.
+    exp = make_experiment(
+        ClosSpec(planes=1, t0s=2, hosts_per_t0=1, t1s=1), transport=TransportConfig(name="roce")
+    )
+    host = exp.hosts[0]
+    assert isinstance(host, BaselineHost)
+    senders = [_FakeSender(qp) for qp in range(1, 201)]
+    for sender in senders:
+        host.add_sender(sender, 0)  # type: ignore[arg-type]
+    before = sum(s.asked for s in senders)
+    host.kick(0)
+    host.ports[0].busy_until = 10**6
+    host.kick(1)
+    assert sum(s.asked for s in senders) == before
+
+
+def test_roce_data_arrival_checks_only_its_own_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A data packet can only complete the flow whose QP it reached: the experiment
+    # checks that one, not every flow arriving at the host (63 per packet in a
+    # 64-rank all-to-all; here 7, with 4 QPs each).
+
+    checks = [0]
+    real = BaselineExperiment._rx_complete
+
+    def counting(self: BaselineExperiment, flow: object) -> bool:
+        checks[0] += 1
+        return real(self, flow)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BaselineExperiment, "_rx_complete", counting)
+    arrivals = _count_host_hook(monkeypatch, "_data_arrived")
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4)
+    exp = make_experiment(spec, transport=TransportConfig(name="roce", roce={"qps": 4}))
+    exp.add_collective(alltoall(8, 8 * (64 << 10)), message=16 << 10)
+    result = exp.run()
+    assert result.all_ok
+    assert arrivals[0] >= 56 * 16  # every data packet of the 56 transfers
+    assert 0 < checks[0] <= arrivals[0]
