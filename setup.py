@@ -45,8 +45,7 @@ MYPYC_MODULES = [
     "src/openmrc/transport/cc/fixed.py",
     "src/openmrc/transport/cc/nscc.py",
     "src/openmrc/sim/host.py",
-    # "src/openmrc/baselines/roce.py" compiles too and runs the RoCE cases in about 0.65x the
-    # time (docs/performance.md); left out while the baselines are being reworked.
+    "src/openmrc/baselines/roce.py",
 ]
 
 
