@@ -75,7 +75,7 @@ class ProbedExperiment(Protocol):
         ...
 
 
-#: The destination QPN of self-probes (no QP has it: QPNs start at 0x100).
+#: The destination QPN of self-probes (no QP has it: QPNs start at FIRST_QPN, 0x100).
 PROBE_QPN = 0
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..transport import QPState
+from ..transport.context import FIRST_QPN
 from ..wire.packets import (
     DataPacket,
     NackPacket,
@@ -647,10 +648,10 @@ class PartitionedExperiment(Experiment):
         return self._mine(host)
 
     def _peer_qpn(self, host: int) -> int:
-        # QPNs are a context's count of the QPs made on it (from 0x100), and every
+        # QPNs are a context's count of the QPs made on it (from FIRST_QPN), and every
         # rank opens every flow's QPs in flow order: counting them gives the number
         # the host's own rank gives
-        qpn = self._peer_qpns.get(host, 0x100)
+        qpn = self._peer_qpns.get(host, FIRST_QPN)
         self._peer_qpns[host] = qpn + 1
         return qpn
 

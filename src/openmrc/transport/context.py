@@ -105,6 +105,11 @@ class ProtectionDomain(PDBase):
         )
 
 
+#: The QPN of a context's first QP; the next ones count up in creation order and
+#: are never reused (0 is left for the clustermapper's self-probes).
+FIRST_QPN: Final = 0x100
+
+
 class Context(ContextBase):
     """A device context (an MRC NIC's verbs context)."""
 
@@ -117,7 +122,7 @@ class Context(ContextBase):
         super().__init__(rng if rng is not None else random.Random(0))
         self.name = name
         self.qps: dict[int, QueuePair] = {}
-        self._next_qpn = 0x100
+        self._next_qpn = FIRST_QPN
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
         #: each QP's deadline as last read (ps), and a heap of ``(deadline, qpn,
