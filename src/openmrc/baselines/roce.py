@@ -42,6 +42,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field, fields
 
+from mypy_extensions import mypyc_attr
+
 from ..wire.packets import DataPacket, Opcode, Packet
 
 #: Bytes below the payload of a RoCEv2 WRITE packet (IP size): IPv6 40 + UDP 8
@@ -75,6 +77,7 @@ def ack_timeout_ps(t: int) -> int:
 
 
 # ----- packets ---------------------------------------------------------------------------
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # as the packet classes: copy_packet
 class RoceData(DataPacket):
     """A RoCEv2 WRITE packet.  ``src``/``dst`` are host indices, ``sport`` the QP's UDP port.
 
@@ -112,6 +115,7 @@ class RoceData(DataPacket):
         self.last = last
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # as the packet classes: copy_packet
 class RoceAck(Packet):
     """ACK (``nak=False``: every PSN below ``psn`` arrived) or sequence-error NAK (expects ``psn``)."""
 
@@ -126,6 +130,7 @@ class RoceAck(Packet):
         self.sport = sport
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, acyclic=True)  # as the packet classes: copy_packet
 class Cnp(Packet):
     """Congestion notification packet, from the receiver (NP) to the sender (RP) of a QP."""
 
