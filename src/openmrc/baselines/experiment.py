@@ -97,11 +97,13 @@ class BaselineHost:
         self.refresh(snd)
 
     def refresh(self, snd: RoceSender) -> None:
-        """Take note of whether ``snd`` has a packet waiting: called after anything
-        that may change it (a message posted, a packet sent, an ACK, a timeout)."""
+        """Take note of ``snd``'s state after anything that may change it (a message
+        posted, a packet sent, an ACK, a timeout): whether it has a packet waiting,
+        and its timeout (:meth:`note_timeout`)."""
         plane = self._planes.get(snd)
         if plane is None:
             return  # retired
+        self.note_timeout(snd)
         was = snd in self._waiting
         if snd.ready():
             if not was:
@@ -127,15 +129,15 @@ class BaselineHost:
         if snd in self._waiting:
             self._waiting.discard(snd)
             self._nwaiting[plane] -= 1
-        for plane, qps in enumerate(self.plane_senders):
-            for j, q in enumerate(qps):
-                if q is snd:
-                    del qps[j]
-                    rr = self._rr[plane]
-                    if j < rr:
-                        rr -= 1
-                    self._rr[plane] = rr % len(qps) if qps else 0
-                    return
+        qps = self.plane_senders[plane]  # (its own plane only)
+        for j, q in enumerate(qps):
+            if q is snd:
+                del qps[j]
+                rr = self._rr[plane]
+                if j < rr:
+                    rr -= 1
+                self._rr[plane] = rr % len(qps) if qps else 0
+                return
 
     def add_receiver(self, rcv: RoceReceiver) -> None:
         """Register a receiving QP."""
@@ -162,7 +164,6 @@ class BaselineHost:
             if snd.idle():
                 self.retire(snd)
             else:
-                self.note_timeout(snd)
                 self.refresh(snd)
             self.kick(now)
             if self.on_activity is not None:
@@ -178,7 +179,6 @@ class BaselineHost:
         now = self.sim.now
         for snd in self.due_senders(now):
             snd.on_timer(now)
-            self.note_timeout(snd)
             self.refresh(snd)
         self.kick(now)
         if self.on_activity is not None:
@@ -230,7 +230,7 @@ class BaselineHost:
         """Take the registered senders whose deadline has come, in registration (QP)
         order: the order a scan of :attr:`senders` would call them in.  Their
         entries leave the heap: the caller runs each one's timer and then
-        :meth:`note_timeout`."""
+        :meth:`refresh`."""
         due: list[RoceSender] = []
         heap = self._timeouts
         while True:
@@ -280,7 +280,6 @@ class BaselineHost:
                 if chosen is None:
                     break
                 port.enqueue(chosen.build(now))
-                self.note_timeout(chosen)
                 self.refresh(chosen)
         if wake is not None and (self._pump_at is None or wake < self._pump_at):
             at = wake if wake > now else now + 1
