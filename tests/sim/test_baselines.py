@@ -194,6 +194,29 @@ def test_byte_exact_delivery_with_random_loss(name: str) -> None:
     assert f.nacks > 0 if name == "roce" else f.timeouts > 0
 
 
+def test_a_connection_turns_its_qp_index_over_its_messages_across_flows() -> None:
+    """NCCL's IB transport puts each message of a connection on its next QP
+    (``NCCL_IB_SPLIT_DATA_ON_QPS=0``): successive one-message ring steps go out on
+    successive QPs (so source ports, so ECMP paths), not all on the first one."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    tc = TransportConfig(name="roce", roce={"qps": 4})
+    exp = make_experiment(spec, transport=tc, payloads=True, seed=4)
+    assert isinstance(exp, BaselineExperiment)
+    sizes = [64 << 10, 64 << 10, 160 << 10, 64 << 10, 64 << 10]  # the third: 3 messages
+    flows = [
+        FlowSpec(0, 3, size, message=64 << 10, conn="c", deps=(i - 1,) if i else ())
+        for i, size in enumerate(sizes)
+    ]
+    flows.append(FlowSpec(0, 3, 64 << 10, message=64 << 10))  # no connection: from QP 0
+    exp.add_flows(flows)
+    r = exp.run()
+    assert r.all_ok and r.verified
+    carried = [[i for i, s in enumerate(f.senders) if s.sent_bytes] for f in exp.flows]  # type: ignore[attr-defined]
+    assert carried == [[0], [1], [0, 2, 3], [1], [2], [0]]  # (the third: QPs 2, 3, 0)
+    ports = [[s.sport for s in f.senders] for f in exp.flows[:5]]  # type: ignore[attr-defined]
+    assert all(p == ports[0] for p in ports)  # the connection's QPs keep their ports
+
+
 # ----- DCQCN -----------------------------------------------------------------------------
 def test_cnp_cuts_the_rate_by_alpha_over_two() -> None:
     d = Dcqcn(DcqcnConfig.profile("hpcc"), LINE)

@@ -345,6 +345,9 @@ class BaselineExperiment(Experiment):
         self.line_bps = spec.host_gbps * 1e9
         self._next_qp = 1
         self._sports: dict[tuple[int, int, str, int], int] = {}
+        #: per long-lived connection (src, dst, conn): the QP its next message goes
+        #: on (NCCL keeps turning its QP index over a connection's messages)
+        self._conn_next_qp: dict[tuple[int, int, str], int] = {}
         self._roce_cfgs: dict[str, RoceConfig] = {}
         #: the flow of each receiving QP (:meth:`_rx_candidates`)
         self._rx_flows: dict[int, Flow] = {}
@@ -464,11 +467,22 @@ class BaselineExperiment(Experiment):
             self._rx_flows[qp] = flow
             flow.senders.append(snd)
             flow.receivers.append(rcv)
+        # Messages go round-robin over the QPs.  A long-lived connection (a
+        # collective's ring channel or peer pair) carries on from the QP after
+        # its previous message, as NCCL's IB transport turns its QP index over a
+        # connection's messages (NCCL_IB_SPLIT_DATA_ON_QPS=0, its default): the
+        # successive steps of a ring go out on successive QPs, so paths.
+        first = 0
+        ckey = (spec.src, spec.dst, spec.conn) if spec.conn else None
+        if ckey is not None:
+            first = self._conn_next_qp.get(ckey, 0)
         n = 0
         for off in range(0, spec.size, spec.message):
             length = min(spec.message, spec.size - off)
-            flow.senders[n % cfg.qps].post(n, off, length)
+            flow.senders[(first + n) % cfg.qps].post(n, off, length)
             n += 1
+        if ckey is not None:
+            self._conn_next_qp[ckey] = (first + n) % cfg.qps
         for snd in flow.senders:
             src.refresh(snd)
         flow.pending = n
