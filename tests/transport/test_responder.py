@@ -59,19 +59,6 @@ def test_a_duplicate_below_the_sack_window_is_acknowledged() -> None:
     assert 5 in _reported(dup)
 
 
-def test_a_packet_filling_a_hole_an_ack_showed_is_acknowledged_at_once() -> None:
-    # 1 KiB packets, ACKs every 16 KiB.  PSN 7 is overtaken: 0-6 and 8-16 arrive,
-    # and the 16th KiB (PSN 16) brings an ACK that shows 7 missing.  When 7 comes,
-    # its ACK goes at once: coalescing would hold it for 15 more packets while the
-    # sender's loss rule counts from the ACK that showed the hole.  Reordering
-    # that no ACK has shown yet (18 before 17) stays coalesced.
-    order = [*range(7), *range(8, 17), 7, 18, 17, 19]
-    sacks = _feed(order)
-    assert [s.ts_echo for s in sacks[:2]] == [16, 17]  # PSN 16's ACK, then 7's
-    assert 7 not in _reported(sacks[:1]) and sacks[1].cack == 17
-    assert len(sacks) == 3  # then only the closing probe's
-
-
 def test_one_window_when_everything_fits() -> None:
     sacks = _feed(list(range(1, 17)))
     # 16 packets of 1 KiB = one coalesced ACK, in one window; then the probe's ACK.

@@ -5,8 +5,7 @@ straight to its own address in the target memory region, in whatever order
 it arrives.  PSNs are tracked as a cumulative point (``base``: every PSN below
 it received) plus a bitmap of what arrived above it.  WRITE_IMM completions go
 out in message order, once the whole message and every earlier one is placed.
-ACKs are coalesced by bytes, and sent at once on ECN, on an ACK request, when
-a message completes, when a packet fills a hole an earlier ACK showed, or on
+ACKs are coalesced by bytes, and sent at once on ECN, on an ACK request, or on
 a duplicate (whose PSN the SACK then covers, wherever it lies: see
 :meth:`Responder.on_data`); trims and out-of-window packets are NACKed.
 """
@@ -73,9 +72,6 @@ class Responder:
         self.bits = 0  # bit i: PSN base + i received
         self.highest = -1
         self.pending_bytes = 0  # bytes received since the last ACK (for coalescing)
-        #: the highest PSN received when the last ACK went out (-1: none yet): a
-        #: PSN below it that arrives now was a hole in that ACK (see on_data).
-        self.reported_hi = -1
         #: PSNs placed since the last ACK: the next SACK's bitmap windows cover them.
         self.unreported: list[int] = []
         self.rcvd_bytes = 0
@@ -157,19 +153,8 @@ class Responder:
         self.pending_bytes += length if length > 1024 else 1024
         # ACK at once when a message completed here: the sender needs exactly this
         # ACK to complete the work request (the packet that closed the last hole
-        # may carry no ACK request).  And when this packet fills a hole an ACK
-        # already showed (a later PSN was reported without it): the sender's loss
-        # rule is counting from that ACK, and coalescing would hold this one's
-        # news for the next ``ack_coalesce_bytes``, which for a QP whose packets
-        # come microseconds apart outlasts RACK's slack (TCP's receivers ACK a
-        # gap-filling segment at once for the same reason, RFC 5681 4.2).
-        if (
-            pkt.ecn
-            or pkt.ack_req
-            or completed
-            or psn < self.reported_hi
-            or self.pending_bytes >= self.coalesce
-        ):
+        # may carry no ACK request).
+        if pkt.ecn or pkt.ack_req or completed or self.pending_bytes >= self.coalesce:
             self._ack(pkt, now)
 
     def _receivable(self, pkt: DataPacket, msn: int) -> bool:
@@ -297,7 +282,6 @@ class Responder:
         placed PSNs do not fit in one window, more SACKs follow (usually one).
         """
         self.pending_bytes = 0
-        self.reported_hi = self.highest
         qp = self.qp
         stats = self.stats
         pending = self.unreported
