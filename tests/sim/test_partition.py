@@ -316,8 +316,8 @@ def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -
         assert (outs[2] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 
-#: Under mpirun: the link-failure scenario on 2 ranks; each rank writes (to a file of its own) the hosts
-#: whose contexts hold QPs and memory regions, and its own hosts.
+#: Under mpirun: the link-failure scenario on 2 ranks; each rank writes, to a file of
+#: its own, the hosts whose contexts hold QPs and memory regions, and its own hosts.
 HOLDINGS = """
 import json, sys
 from openmrc.run import load_scenario
@@ -328,15 +328,16 @@ scenario, _ = load_scenario(sys.argv[1], [])
 exp = scenario.build()
 result = exp.run()
 hpt = exp.spec.hosts_per_t0
-# each rank its own file: two ranks printing at once can share a line of mpirun's output
-with open(f"{sys.argv[2]}/rank{comm.rank}.json", "w") as out:
-    out.write(json.dumps({
+doc = {
     "rank": comm.rank,
     "mine": [h for h in range(exp.spec.hosts) if partition.rank_of_t0(h // hpt, exp.spec.t0s, 2) == comm.rank],
     "qps": {h.index: len(h.ctx.qps) for h in exp.hosts if h.ctx.qps},
     "mrs": [h.index for h in exp.hosts if h.ctx.lkeys],
     "all_ok": None if result is None else result.all_ok,
-    }))
+}
+# each rank its own file: two ranks printing at once can share a line of mpirun's output
+with open(f"{sys.argv[2]}/rank{comm.rank}.json", "w") as out:
+    json.dump(doc, out)
 """
 
 

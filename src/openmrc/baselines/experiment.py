@@ -472,16 +472,14 @@ class BaselineExperiment(Experiment):
         # its previous message, as NCCL's IB transport turns its QP index over a
         # connection's messages (NCCL_IB_SPLIT_DATA_ON_QPS=0, its default): the
         # successive steps of a ring go out on successive QPs, so paths.
-        first = 0
-        ckey = (spec.src, spec.dst, spec.conn) if spec.conn else None
-        if ckey is not None:
-            first = self._conn_next_qp.get(ckey, 0)
+        ckey = (spec.src, spec.dst, spec.conn)
+        first = self._conn_next_qp.get(ckey, 0) if spec.conn else 0
         n = 0
         for off in range(0, spec.size, spec.message):
             length = min(spec.message, spec.size - off)
             flow.senders[(first + n) % cfg.qps].post(n, off, length)
             n += 1
-        if ckey is not None:
+        if spec.conn:
             self._conn_next_qp[ckey] = (first + n) % cfg.qps
         for snd in flow.senders:
             src.refresh(snd)
