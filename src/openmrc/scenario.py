@@ -72,7 +72,7 @@ from .clustermapper.sim_agent import ClustermapperConfig, enable_clustermapper
 from .sim.config import FabricConfig
 from .sim.experiment import Experiment, TransportConfig, base_rtt_ps, check_flow_settings
 from .sim.factory import make_experiment
-from .sim.fault_select import select_links, select_switches
+from .sim.fault_select import link_names, switch_names
 from .sim.result import Result
 from .topology import ClosSpec
 from .transport.attrs import ev_profile_from_dict
@@ -392,7 +392,6 @@ def _int_list(value: Any, key: str, hi: int) -> list[int] | None:
 def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
     at = int(f.at_us * US)
     inj = exp.faults
-    links = exp.fabric.links
     switches = exp.fabric.switches
     spec = exp.spec
     hosts = spec.hosts
@@ -418,18 +417,18 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
             if f.target:
                 raise ScenarioError(f"{key}: give either target or links, not both")
             try:
-                group = select_links(exp.fabric, f.links, planes, host_list, t0s, t1s)
+                group = link_names(spec, f.links, planes, host_list, t0s, t1s)
             except ValueError as exc:
                 raise ScenarioError(f"{key}.{exc}") from None
             if not group:
                 raise ScenarioError(f"{key}: the selection matches no link")
         else:
-            if f.target not in links:
+            if exp.topology.link_index(f.target) is None:
                 raise ScenarioError(
                     f"{key}.target: no link {f.target!r} (links look like 'p0t0x1-p0t1x3' "
                     "or 'h5-p0t0x1'; or select a group with links = ...)"
                 )
-            group = [links[f.target]]
+            group = [f.target]
         if f.kind == "link_loss":
             _num(f.probability, f"{key}.probability", 0.0, 1.0)
         if f.kind == "flap":
@@ -480,7 +479,7 @@ def _apply_fault(exp: Experiment, f: FaultSpec, key: str) -> None:
                 raise ScenarioError(f"{key}.hosts: not a switch filter (planes, t0s, t1s)")
             index = t0s if f.switches == "t0" else t1s if f.switches == "t1" else None
             try:
-                names = [sw.name for sw in select_switches(exp.fabric, f.switches, planes, index)]
+                names = switch_names(spec, f.switches, planes, index)
             except ValueError as exc:
                 raise ScenarioError(f"{key}.{exc}") from None
             if not names:

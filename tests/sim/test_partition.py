@@ -326,13 +326,23 @@ comm = partition.mpi_comm()
 partition.request(comm)
 scenario, _ = load_scenario(sys.argv[1], [])
 exp = scenario.build()
+# what the rank made of the fabric (before the run: rank 0 completes its copy to merge)
+hosts = [i for i, h in enumerate(exp.hosts) if h is not None]
+ends = [i for i, e in enumerate(exp.fabric.host_ends) if e]
+links = sorted(exp.fabric.links)
+ports = len(exp.fabric.ports)
 result = exp.run()
 hpt = exp.spec.hosts_per_t0
 doc = {
     "rank": comm.rank,
     "mine": [h for h in range(exp.spec.hosts) if partition.rank_of_t0(h // hpt, exp.spec.t0s, 2) == comm.rank],
-    "qps": {h.index: len(h.ctx.qps) for h in exp.hosts if h.ctx.qps},
-    "mrs": [h.index for h in exp.hosts if h.ctx.lkeys],
+    "hosts": hosts,
+    "ends": ends,
+    "links": links,
+    "ports": ports,
+    "links_after": len(exp.fabric.links),
+    "qps": {h.index: len(h.ctx.qps) for h in exp.hosts if h is not None and h.ctx.qps},
+    "mrs": [h.index for h in exp.hosts if h is not None and h.ctx.lkeys],
     "all_ok": None if result is None else result.all_ok,
 }
 # each rank its own file: two ranks printing at once can share a line of mpirun's output
@@ -346,10 +356,11 @@ with open(f"{sys.argv[2]}/rank{comm.rank}.json", "w") as out:
 def test_each_rank_makes_only_its_own_hosts_qps_and_regions(
     scenario_files: list[Path], tmp_path: Path
 ) -> None:
-    """The memory of the flows is divided: a rank makes the QPs, memory regions and
-    receives of its own hosts' ends only (a source learns its destination region's
-    address and rkey from the destination's rank), and together the ranks hold every
-    QP once."""
+    """The memory is divided: a rank makes its own hosts (their NICs and host ends),
+    and of the fabric only the links with an end it holds (its T0s' and T1s'), and the
+    QPs, memory regions and receives of its own hosts' ends only (a source learns its
+    destination region's address and rkey from the destination's rank); together the
+    ranks hold every QP once, and rank 0 has every link again to merge the counters."""
     path = next(f for f in scenario_files if f.stem == "link-failure")
     cmd = ["mpirun", "--oversubscribe", "-n", "2", sys.executable, "-c", HOLDINGS]
     cmd += [str(path), str(tmp_path)]
@@ -366,6 +377,25 @@ def test_each_rank_makes_only_its_own_hosts_qps_and_regions(
             total[h] = total.get(h, 0) + n
     # a permutation of 8 hosts: each host has its flow's source QP and its peer's
     assert total == {str(h): 2 for h in range(8)}
+    # the fabric: 2 planes, 4 T0s of 2 hosts, 2 T1s (T0s 0-1 and T1 0 of each plane
+    # on rank 0; T0s 2-3 and T1 1 on rank 1)
+    from openmrc.sim.partition import rank_of_t0, rank_of_t1
+
+    every = 2 * (8 + 4 * 2)
+    for r, d in enumerate(ranks):
+        assert d["hosts"] == d["ends"] == d["mine"] == [h for h in range(8) if h // 2 * 2 // 4 == r]
+        want = [f"h{h}-p{p}t0x{h // 2}" for p in range(2) for h in d["mine"]]
+        want += [
+            f"p{p}t0x{i}-p{p}t1x{k}"
+            for p in range(2)
+            for i in range(4)
+            for k in range(2)
+            if r in (rank_of_t0(i, 4, 2), rank_of_t1(p, k, 2, 2))
+        ]
+        assert d["links"] == sorted(want)
+        assert len(want) == 8 + 12 < every
+        assert d["ports"] == 2 * len(want)
+    assert ranks[0]["links_after"] == every
 
 
 def test_refusals_name_what_is_not_supported(tmp_path: Path) -> None:

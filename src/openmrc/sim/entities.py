@@ -24,7 +24,9 @@ def register(sim: Any, fabric: Any, hosts: list[Any], sampler: Any) -> list[int]
     and bind ``sampler`` to :data:`SAMPLER`; returns each host's entity."""
     host_entity = []
     for h, host in enumerate(hosts):
-        objs = [host, *fabric.host_ends[h], *fabric.host_ports[h]]
+        # (a host another rank holds is None, with no ends or ports here: its entity
+        # is numbered all the same)
+        objs = [host, *fabric.host_ends[h], *fabric.host_ports[h]] if host is not None else []
         host_entity.append(sim.add_entity(objs))
     for sw in fabric.switches.values():
         sim.add_entity([sw, *[p for p in sw.ports if p is not None]])

@@ -43,7 +43,7 @@ from . import entities
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
 from .engine import Simulator, paused_gc
-from .fabric import Fabric
+from .fabric import Fabric, FabricPart
 from .faults import FaultInjector
 from .flows import COUNTERS, SEQ_SHIFT, Conn, Flow, MrcFlow, Poster, send_order
 from .folding import FOLD_TRANSFERS, FoldedCollective
@@ -209,7 +209,8 @@ class Experiment:
             master = random.Random(seed ^ 0x5EED)
             self.hosts = self._build_hosts(master)
         for host in self.hosts:
-            host.faults = self.faults  # per-EV loss is applied where packets leave
+            if host is not None:  # (None: a host another rank holds, _build_hosts)
+                host.faults = self.faults  # per-EV loss is applied where packets leave
         self.payloads = payloads
         self._payload_rng = random.Random(master.getrandbits(64))
         self.flows: list[Flow] = []
@@ -251,12 +252,14 @@ class Experiment:
             self.sim,
             sample_interval_ps,
             self.fabric.host_ports,
+            self.spec.planes,
             self._received_bytes,
             self._open_flows,
             self._host_hooks,
         )
         for host in self.hosts:
-            host.on_activity = self._activity
+            if host is not None:
+                host.on_activity = self._activity
             # on_data is set per host by _watch_rx and _host_hooks: only where it can matter
         #: each host's entity: events are keyed by entity (sim.entities, sim.engine)
         self._host_entity = entities.register(self.sim, self.fabric, self.hosts, self.sampler)
@@ -277,14 +280,21 @@ class Experiment:
     def _build_fabric(self, config: FabricConfig | None) -> Fabric:
         """The fabric: SRv6 uSID switches with trimming, no ECN on the last hop."""
         cfg = config or FabricConfig(base_rtt_ps=self.base_rtt_ps, ecn_lasthop=False)
-        return Fabric(self.sim, self.topology, cfg)
+        return Fabric(self.sim, self.topology, cfg, self._fabric_part())
+
+    def _fabric_part(self) -> FabricPart | None:
+        """The part of the fabric this process builds: all of it (a partitioned run's
+        rank builds its own part, openmrc.sim.partition)."""
+        return None
 
     def _build_hosts(self, master: random.Random) -> list[Any]:
-        """One MRC NIC per host, each with its own random generator."""
-        hosts = [
-            SimHost(self.sim, self.fabric, h, random.Random(master.getrandbits(64)))
-            for h in range(self.spec.hosts)
-        ]
+        """One MRC NIC per host, each with its own random generator (None for a host
+        the fabric does not hold here: another rank's, whose draw is made all the same)."""
+        fabric = self.fabric
+        hosts = []
+        for h in range(self.spec.hosts):
+            rng = random.Random(master.getrandbits(64))
+            hosts.append(SimHost(self.sim, fabric, h, rng) if fabric.holds_host(h) else None)
         self.attr = self.transport.attr(self.spec, self.base_rtt_ps)
         return hosts
 
@@ -744,19 +754,22 @@ class Experiment:
         # openmrc.sim.partition) gets no PD and no QPs: its QPNs are what its own rank
         # gives them (_peer_qpn); each context's verbs run in the same order either way
         held_a, held_b = self._holds(spec.src), self._holds(spec.dst)
-        a, b = self.hosts[spec.src].ctx, self.hosts[spec.dst].ctx
-        pa = a.alloc_pd() if held_a else None
-        pb = b.alloc_pd() if held_b else None
+        a = self.hosts[spec.src].ctx if held_a else None
+        b = self.hosts[spec.dst].ctx if held_b else None
+        pa = a.alloc_pd() if a is not None else None
+        pb = b.alloc_pd() if b is not None else None
         if spec.ev_profile is not None:  # a per-flow EV profile (scenario [[flows]] ev_profile)
             attr = replace(attr, ev_profile=spec.ev_profile)
         qas, qbs = [], []
         for _ in range(self._qps_for(spec)):
             qa = qb = None
             if pa is not None:
+                assert a is not None
                 cq = a.create_cq(1 << 20)
                 cq.on_push = note
                 qa = pa.create_qp(cq)
             if pb is not None:
+                assert b is not None
                 qb = pb.create_qp(b.create_cq(1 << 20))
             qpn_a = qa.qpn if qa is not None else self._peer_qpn(spec.src)
             qpn_b = qb.qpn if qb is not None else self._peer_qpn(spec.dst)
@@ -1011,6 +1024,8 @@ class Experiment:
         news = self._cq_news
         always = everywhere or news is None or self._open == 0
         for host in self.hosts:
+            if host is None:
+                continue
             host.on_data = data if everywhere or host.index in watched else None
             has_news = news is not None and bool(news.get(host.index))
             host.on_activity = activity if always or has_news else None
@@ -1018,7 +1033,9 @@ class Experiment:
     def _watch_rx(self, flow: Flow, dst: int) -> None:
         """Check, at each data arrival at ``dst``, whether ``flow`` has fully arrived."""
         self._rx_watch.setdefault(dst, []).append(flow)
-        self.hosts[dst].on_data = self._data_arrived
+        host = self.hosts[dst]
+        if host is not None:  # (None: another rank's host, which watches there)
+            host.on_data = self._data_arrived
 
     def _rx_candidates(self, host: Any, flows: list[Flow]) -> list[Flow]:
         """Which of ``flows`` (watched, arriving at ``host``) the data packet that just
@@ -1079,7 +1096,7 @@ class Experiment:
 
     def track_ev_activity(self) -> None:
         """Record data bytes sent per (host, EV) per sample interval (MRC; call before run)."""
-        self.sampler.track_ev(self.hosts)
+        self.sampler.track_ev([host for host in self.hosts if host is not None])
 
     def _open_flows(self) -> int:
         """How many flows are still open (not finished, failed or stranded)."""

@@ -45,15 +45,15 @@ link going down also loses what is in the NIC's pipeline).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from openmrc.sim.config import FabricConfig
 from openmrc.sim.link import Link
 from openmrc.sim.metrics import Metrics
 from openmrc.sim.port import EgressPort
 from openmrc.sim.switch import HostEnd, HostReceiver, Switch
-from openmrc.topology import BLOCK, LinkInfo, Topology
+from openmrc.topology import BLOCK, ClosSpec, LinkInfo, Topology
 from openmrc.transport.ev import ev_plane
 
 if TYPE_CHECKING:
@@ -94,66 +94,53 @@ def route_key(src: int, dst: int, ev: int, hosts_per_t0: int, t1s: int) -> int:
     return dst << 16 | ((ev >> 4) & 0xFFF) % t1s << 4 | plane
 
 
-class Fabric:
-    """Switches, links and ports of one topology, driven by one simulator."""
+class FabricPart(NamedTuple):
+    """The part of a fabric one process of a partitioned run builds
+    (:mod:`openmrc.sim.partition`): the nodes it holds and every link with an end
+    among them (so every port it sends on or receives from).
 
-    #: Classes used to build switches and ports (subclasses, e.g. the baseline
-    #: fabric of :mod:`openmrc.baselines.fabric`, substitute their own).
-    switch_class: type[Switch] = Switch
-    port_class: type[EgressPort] = EgressPort
+    ``t0s[i]``: whether it holds T0 ``i`` of every plane, with that T0's hosts;
+    ``t1s[plane][k]``: whether it holds T1 ``k`` of ``plane``.  Every switch is made
+    either way (a few thousand, with shared forwarding tables): the entities are
+    numbered over all of them, and a port to a switch of another rank names it as
+    its receiver.
+    """
 
-    def __init__(
-        self, sim: Simulator, topology: Topology, config: FabricConfig | None = None
-    ) -> None:
-        config = config if config is not None else FabricConfig()
-        config.validate()
-        self.sim = sim
-        self.topology = topology
-        self.config = config
-        spec = topology.spec
-        self.switches: dict[str, Switch] = {}
-        self.links: dict[str, Link] = {}
-        self.ports: list[EgressPort] = []
-        self.host_ports: list[list[EgressPort]] = [[] for _ in range(spec.hosts)]
-        self.host_ends: list[list[HostEnd]] = [
-            [HostEnd(sim, h, p) for p in range(spec.planes)] for h in range(spec.hosts)
-        ]
-        self._host_links: list[list[Link]] = [[] for _ in range(spec.hosts)]
-        #: per source host, the routes computed so far, by :func:`route_key` (what a
-        #: route depends on); :meth:`routes_from` hands a host its own
-        self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
-        self.metrics = Metrics(self)
-        self._build()
+    t0s: Sequence[bool]
+    t1s: Sequence[Sequence[bool]]
 
-    def _build(self) -> None:
-        """Make every switch, port and link, in :attr:`Topology.links` order.
 
-        Written for size (131,072 hosts on 8 planes are 2 million links): the port
-        parameters are worked out once per kind of port, each switch's and host
-        end's receive method is bound once, names are made once per node, and the
-        forwarding tables are one per (tier, plane).
-        """
-        sim, topology, config = self.sim, self.topology, self.config
-        spec = topology.spec
-        hpt, t0s, t1s, hosts = spec.hosts_per_t0, spec.t0s, spec.t1s, spec.hosts
-        switch_class, port_class = self.switch_class, self.port_class
-        switches = self.switches
-        t0_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
-        t1_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
-        for sw in topology.switches:
-            obj = switch_class(sw, hpt + t1s if sw.tier == 0 else t0s)
-            switches[sw.name] = obj
-            (t0_of if sw.tier == 0 else t1_of)[sw.plane].append(obj)
+class _Kinds:
+    """The constructor arguments of the fabric's three kinds of port (NIC uplink, last
+    hop down to a NIC, switch to switch), worked out once per fabric."""
+
+    __slots__ = (
+        "fabric_delay",
+        "fabric_kw",
+        "fabric_rate",
+        "host_rate",
+        "lasthop_delay",
+        "lasthop_kw",
+        "nic_delay",
+        "nic_kw",
+    )
+
+    def __init__(self, spec: ClosSpec, config: FabricConfig) -> None:
         lat = config.switch_latency_ps
         fr = config.framing_bytes
         delay = spec.link_delay_ps
-        host_rate = round(spec.host_gbps * 1e9)
-        fabric_rate = round(spec.fabric_gbps * 1e9)
+        self.host_rate = round(spec.host_gbps * 1e9)
+        self.fabric_rate = round(spec.fabric_gbps * 1e9)
         hq = config.host_queue_bytes
-        nic_kw: dict[str, Any] = {"data_limit": hq, "prio_limit": hq, "trim": False, "framing": fr}
-        nic_delay = delay + lat + config.nic_tx_latency_ps
-        queue, header, kmin, kmax = config.port_params(host_rate)
-        lasthop_kw: dict[str, Any] = {
+        self.nic_kw: dict[str, Any] = {
+            "data_limit": hq,
+            "prio_limit": hq,
+            "trim": False,
+            "framing": fr,
+        }
+        self.nic_delay = delay + lat + config.nic_tx_latency_ps
+        queue, header, kmin, kmax = config.port_params(self.host_rate)
+        self.lasthop_kw: dict[str, Any] = {
             "data_limit": queue,
             "prio_limit": header,
             "trim": config.trimming,
@@ -163,9 +150,9 @@ class Fabric:
             "kmax": kmax,
             "framing": fr,
         }
-        lasthop_delay = delay + config.nic_rx_latency_ps
-        queue, header, kmin, kmax = config.port_params(fabric_rate)
-        fabric_kw: dict[str, Any] = {
+        self.lasthop_delay = delay + config.nic_rx_latency_ps
+        queue, header, kmin, kmax = config.port_params(self.fabric_rate)
+        self.fabric_kw: dict[str, Any] = {
             "data_limit": queue,
             "prio_limit": header,
             "trim": config.trimming,
@@ -175,17 +162,163 @@ class Fabric:
             "kmax": kmax,
             "framing": fr,
         }
-        fabric_delay = delay + lat
-        links, ports = self.links, self.ports
+        self.fabric_delay = delay + lat
+
+
+class Fabric:
+    """Switches, links and ports of one topology, driven by one simulator.
+
+    With a ``part`` (a rank of a partitioned run) only that part's hosts, links and
+    ports are made (:class:`FabricPart`); :attr:`port_numbers` then gives each port's
+    place in the whole fabric's :attr:`ports`, and :meth:`complete` makes the rest.
+    """
+
+    #: Classes used to build switches and ports (subclasses, e.g. the baseline
+    #: fabric of :mod:`openmrc.baselines.fabric`, substitute their own).
+    switch_class: type[Switch] = Switch
+    port_class: type[EgressPort] = EgressPort
+
+    def __init__(
+        self,
+        sim: Simulator,
+        topology: Topology,
+        config: FabricConfig | None = None,
+        part: FabricPart | None = None,
+    ) -> None:
+        config = config if config is not None else FabricConfig()
+        config.validate()
+        self.sim = sim
+        self.topology = topology
+        self.config = config
+        spec = topology.spec
+        if part is not None and (
+            len(part.t0s) != spec.t0s
+            or len(part.t1s) != spec.planes
+            or any(len(row) != spec.t1s for row in part.t1s)
+        ):
+            raise ValueError("part: needs a flag per T0 and, per plane, a flag per T1")
+        #: what this process builds (None: everything)
+        self.part = part
+        self.switches: dict[str, Switch] = {}
+        self.links: dict[str, Link] = {}
+        #: every egress port made, in the whole fabric's order: per plane, each host
+        #: link's two ports (NIC up, then T0 down), then each T0-T1 link's (T0 major)
+        self.ports: list[EgressPort] = []
+        #: None when every port is made; else each made port's place in the whole
+        #: fabric's port list (the same number on every rank of a partitioned run)
+        self.port_numbers: list[int] | None = None if part is None else []
+        self.host_ports: list[list[EgressPort]] = [[] for _ in range(spec.hosts)]
+        self.host_ends: list[list[HostEnd]] = [
+            [HostEnd(sim, h, p) for p in range(spec.planes)] if self.holds_host(h) else []
+            for h in range(spec.hosts)
+        ]
+        self._host_links: list[list[Link]] = [[] for _ in range(spec.hosts)]
+        #: per source host, the routes computed so far, by :func:`route_key` (what a
+        #: route depends on); :meth:`routes_from` hands a host its own
+        self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
+        self.metrics = Metrics(self)
+        self._t0_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
+        self._t1_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
+        self._kinds = _Kinds(spec, config)
+        self._build()
+
+    def holds_host(self, h: int) -> bool:
+        """Whether host ``h`` (its NIC ports, links and host ends) is made here."""
+        part = self.part
+        return part is None or part.t0s[h // self.topology.spec.hosts_per_t0]
+
+    def _build(self) -> None:
+        """Make every switch, and the ports and links of :attr:`part`, in
+        :attr:`Topology.links` order.
+
+        Written for size (131,072 hosts on 8 planes are 2 million links): the port
+        parameters are worked out once per kind of port, each switch's and host
+        end's receive method is bound once, names are made once per node, and the
+        forwarding tables are one per (tier, plane).
+        """
+        topology = self.topology
+        spec = topology.spec
+        hpt, t1s = spec.hosts_per_t0, spec.t1s
+        switch_class = self.switch_class
+        for sw in topology.switches:
+            obj = switch_class(sw, hpt + t1s if sw.tier == 0 else spec.t0s)
+            self.switches[sw.name] = obj
+            (self._t0_of if sw.tier == 0 else self._t1_of)[sw.plane].append(obj)
+        self._make_links(False)
+        self._install(False)
+
+    def _install(self, rest: bool) -> None:
+        """Install the forwarding tables of the switches of :attr:`part` (``rest``: of
+        the others), whose ports are all made by then."""
+        topology = self.topology
+        part = self.part
+        for p in range(topology.spec.planes):
+            for tier, group in ((0, self._t0_of[p]), (1, self._t1_of[p])):
+                table = topology.table(tier, p)
+                for switch in group:
+                    i = switch.index
+                    held = part is None or (part.t0s[i] if tier == 0 else part.t1s[p][i])
+                    if held != rest:
+                        switch.install(table)
+
+    def complete(self) -> None:
+        """Make the hosts' ends, links and ports a :attr:`part` left out, so that this
+        fabric is whole (rank 0 of a partitioned run, to merge every rank's counters
+        into, once the run is over: the new ports have no entity and see no events)."""
+        part = self.part
+        if part is None:
+            return
+        spec = self.topology.spec
+        for h in range(spec.hosts):
+            if not self.holds_host(h):
+                self.host_ends[h] = [HostEnd(self.sim, h, p) for p in range(spec.planes)]
+        made = self.ports
+        numbers = self.port_numbers
+        assert numbers is not None
+        self.ports = []
+        self.port_numbers = []
+        self._make_links(True)
+        self._install(True)
+        # both lists in the whole fabric's order
+        whole: list[EgressPort | None] = [None] * (len(made) + len(self.ports))
+        for n, port in zip(numbers, made, strict=True):
+            whole[n] = port
+        for n, port in zip(self.port_numbers, self.ports, strict=True):
+            whole[n] = port
+        self.ports = [port for port in whole if port is not None]
+        assert len(self.ports) == len(whole)
+        # (by name in the whole fabric's order, as a whole fabric makes them)
+        self.links = {port.link.name: port.link for port in self.ports[::2]}
+        self.part = None
+        self.port_numbers = None
+
+    def _make_links(self, rest: bool) -> None:
+        """Make the links (and their two ports) of :attr:`part` (``rest``: the others)."""
+        sim, topology = self.sim, self.topology
+        spec = topology.spec
+        hpt, t0s, t1s, hosts = spec.hosts_per_t0, spec.t0s, spec.t1s, spec.hosts
+        part = self.part
+        port_class = self.port_class
+        kinds = self._kinds
+        host_rate, fabric_rate = kinds.host_rate, kinds.fabric_rate
+        nic_delay, nic_kw = kinds.nic_delay, kinds.nic_kw
+        lasthop_delay, lasthop_kw = kinds.lasthop_delay, kinds.lasthop_kw
+        fabric_delay, fabric_kw = kinds.fabric_delay, kinds.fabric_kw
+        delay = spec.link_delay_ps
+        links, ports, numbers = self.links, self.ports, self.port_numbers
         host_names = topology.hosts
+        held_t0 = [True] * t0s if part is None else list(part.t0s)
         for p in range(spec.planes):
-            t0 = t0_of[p]
+            base = 2 * p * (hosts + t0s * t1s)
+            held_t1 = [True] * t1s if part is None else list(part.t1s[p])
+            t0 = self._t0_of[p]
             t0_names = [sw.name for sw in t0]
             t0_rx = [sw.receive for sw in t0]
             for h in range(hosts):
                 i, d = divmod(h, hpt)
+                if held_t0[i] == rest:
+                    continue
                 a, b = host_names[h], t0_names[i]
-                lower = t0[i]
                 up_port = port_class(
                     sim, f"{a}:{p}->{b}", host_rate, nic_delay, t0_rx[i], peer=b, **nic_kw
                 )
@@ -198,7 +331,7 @@ class Fabric:
                     peer=a,
                     **lasthop_kw,
                 )
-                lower.ports[d] = down_port
+                t0[i].ports[d] = down_port
                 name = f"{a}-{b}"
                 link = Link(
                     sim, LinkInfo(name, a, p, b, d, spec.host_gbps, delay), up_port, down_port
@@ -206,17 +339,22 @@ class Fabric:
                 links[name] = link
                 ports.append(up_port)
                 ports.append(down_port)
+                if numbers is not None:
+                    numbers.append(base + 2 * h)
+                    numbers.append(base + 2 * h + 1)
                 self.host_ports[h].append(up_port)
                 self._host_links[h].append(link)
-            t1 = t1_of[p]
+            base += 2 * hosts
+            t1 = self._t1_of[p]
             t1_names = [sw.name for sw in t1]
             t1_rx = [sw.receive for sw in t1]
             for i in range(t0s):
                 a = t0_names[i]
-                lower = t0[i]
-                lower_ports = lower.ports
+                lower_ports = t0[i].ports
                 rx_a = t0_rx[i]
                 for k in range(t1s):
+                    if (held_t0[i] or held_t1[k]) == rest:
+                        continue
                     b = t1_names[k]
                     up_port = port_class(
                         sim,
@@ -242,10 +380,10 @@ class Fabric:
                     links[name] = link
                     ports.append(up_port)
                     ports.append(down_port)
-            for tier, group in ((0, t0), (1, t1)):
-                table = topology.table(tier, p)
-                for switch in group:
-                    switch.install(table)
+                    if numbers is not None:
+                        n = base + 2 * (i * t1s + k)
+                        numbers.append(n)
+                        numbers.append(n + 1)
 
     # ----- NIC-facing interface --------------------------------------------------
     def host_port(self, h: int, plane: int) -> EgressPort:

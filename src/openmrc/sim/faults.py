@@ -55,8 +55,18 @@ class FaultInjector:
         else:
             self.sim.schedule(at_ps, fn, *args)
 
-    def _link(self, link: Link | str) -> Link:
-        return link if isinstance(link, Link) else self.fabric.links[link]
+    def _link(self, link: Link | str) -> Link | str:
+        """The link called ``link``; in a fabric made in part (a rank of a partitioned
+        run, :class:`~openmrc.sim.fabric.FabricPart`) the name of a link not made here,
+        whose fault is recorded and acts on nothing here (``KeyError``: no such link)."""
+        if isinstance(link, Link):
+            return link
+        got = self.fabric.links.get(link)
+        if got is not None:
+            return got
+        if self.fabric.part is None:
+            raise KeyError(link)
+        return self.fabric.topology.link(link).name
 
     def _switch(self, name: str) -> Switch:
         return self.fabric.switches[name]
@@ -70,9 +80,10 @@ class FaultInjector:
         """Restore a link taken down by a link fault."""
         self._at(at_ps, self._set_link, self._link(link), True, "link_up")
 
-    def _set_link(self, link: Link, up: bool, kind: str) -> None:
-        link.set_admin(up)
-        self.metrics.record_fault(kind, link.name)
+    def _set_link(self, link: Link | str, up: bool, kind: str) -> None:
+        if isinstance(link, Link):
+            link.set_admin(up)
+        self.metrics.record_fault(kind, _name(link))
 
     def flap(
         self,
@@ -138,10 +149,11 @@ class FaultInjector:
         """Make a link silently drop everything (or stop doing so)."""
         self._at(at_ps, self._set_silent, self._link(link), silent, direction)
 
-    def _set_silent(self, link: Link, silent: bool, direction: str) -> None:
-        link.set_silent(silent, direction)
+    def _set_silent(self, link: Link | str, silent: bool, direction: str) -> None:
+        if isinstance(link, Link):
+            link.set_silent(silent, direction)
         kind = "link_silent" if silent else "link_silent_clear"
-        self.metrics.record_fault(kind, link.name, direction=direction)
+        self.metrics.record_fault(kind, _name(link), direction=direction)
 
     def link_loss(
         self,
@@ -155,10 +167,11 @@ class FaultInjector:
             raise ValueError(f"link_loss: probability must be in [0, 1], got {probability}")
         self._at(at_ps, self._set_loss, self._link(link), probability, direction)
 
-    def _set_loss(self, link: Link, probability: float, direction: str) -> None:
-        link.set_loss(probability, direction)
+    def _set_loss(self, link: Link | str, probability: float, direction: str) -> None:
+        if isinstance(link, Link):
+            link.set_loss(probability, direction)
         self.metrics.record_fault(
-            "link_loss", link.name, probability=probability, direction=direction
+            "link_loss", _name(link), probability=probability, direction=direction
         )
 
     # ----- switches --------------------------------------------------------------
@@ -199,10 +212,15 @@ class FaultInjector:
         self._at(at_ps, self._set_nic, host, plane, True)
 
     def _set_nic(self, host: int, plane: int, up: bool) -> None:
-        link = self.fabric.host_link(host, plane)
-        link.set_admin(up)
+        fabric = self.fabric
+        if fabric.holds_host(host):
+            link = fabric.host_link(host, plane)
+            link.set_admin(up)
+            name = link.name
+        else:  # (another rank's host: recorded here, acted on there)
+            name = fabric.topology.host_link(host, plane).name
         self.metrics.record_fault(
-            "nic_port_up" if up else "nic_port_down", link.name, host=host, plane=plane
+            "nic_port_up" if up else "nic_port_down", name, host=host, plane=plane
         )
 
     # ----- per-EV loss --------------------------------------------------------------
@@ -234,3 +252,8 @@ class FaultInjector:
             return False
         self.ev_dropped += 1
         return True
+
+
+def _name(link: Link | str) -> str:
+    """A link's name (a fault on a link not made here holds only its name)."""
+    return link if isinstance(link, str) else link.name

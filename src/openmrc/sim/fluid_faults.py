@@ -16,10 +16,10 @@ Not modelled at flow level (a clear error): ``link_loss`` and ``ev_loss``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ..topology import ClosSpec
+from .fault_select import link_names, switch_names
 from .fluid import FluidFault
 
 US = 1_000_000
@@ -31,10 +31,6 @@ NOT_AT_FLOW_LEVEL = {
 }
 
 
-def _ok(value: int, allowed: Iterable[int] | None) -> bool:
-    return allowed is None or value in set(allowed)
-
-
 def _in_range(values: list[int] | None, hi: int, key: str) -> list[int] | None:
     if values is None:
         return None
@@ -44,51 +40,6 @@ def _in_range(values: list[int] | None, hi: int, key: str) -> list[int] | None:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
             raise ValueError(f"{key}: {v!r} is out of range (0..{hi - 1})")
     return values
-
-
-def link_names(
-    spec: ClosSpec,
-    tier: str,
-    planes: list[int] | None = None,
-    hosts: list[int] | None = None,
-    t0s: list[int] | None = None,
-    t1s: list[int] | None = None,
-) -> list[str]:
-    """The names of the links of ``tier`` passing every filter (fault_select.select_links)."""
-    if tier not in ("host", "fabric", "all"):
-        raise ValueError(f"links: must be one of host, fabric, all, got {tier!r}")
-    out = []
-    hpt = spec.hosts_per_t0
-    for p in range(spec.planes):
-        if not _ok(p, planes):
-            continue
-        if tier != "fabric" and t1s is None:
-            for h in range(spec.hosts):
-                if _ok(h, hosts) and _ok(h // hpt, t0s):
-                    out.append(f"h{h}-p{p}t0x{h // hpt}")
-        if tier != "host" and hosts is None:
-            for a in range(spec.t0s):
-                for k in range(spec.t1s):
-                    if _ok(a, t0s) and _ok(k, t1s):
-                        out.append(f"p{p}t0x{a}-p{p}t1x{k}")
-    return out
-
-
-def switch_names(
-    spec: ClosSpec, tier: str, planes: list[int] | None = None, index: list[int] | None = None
-) -> list[str]:
-    """The names of the switches of ``tier`` (t0, t1, all) in ``planes`` with an index in ``index``."""
-    if tier not in ("t0", "t1", "all"):
-        raise ValueError(f"switches: must be one of t0, t1, all, got {tier!r}")
-    out = []
-    for p in range(spec.planes):
-        if not _ok(p, planes):
-            continue
-        if tier != "t1":
-            out += [f"p{p}t0x{a}" for a in range(spec.t0s) if _ok(a, index)]
-        if tier != "t0":
-            out += [f"p{p}t1x{k}" for k in range(spec.t1s) if _ok(k, index)]
-    return out
 
 
 def _flap_times(f: Any) -> list[tuple[int, bool]]:

@@ -73,6 +73,7 @@ from ._native import NATIVE
 from .capture import Capture
 from .engine import GLOBAL, SAMPLER, PySimulator, Simulator, quiet_gc
 from .experiment import Experiment
+from .fabric import FabricPart
 from .flows import SEQ_SHIFT
 from .sampling import Sampler
 
@@ -299,10 +300,12 @@ class PartitionedSimulator(PySimulator):
         self.outbox = [[] for _ in out]
         return out
 
-    def set_ports(self, ports: list[Any]) -> None:
-        """Number the fabric's ports: a packet crossing ranks names its port so."""
-        self.ports = ports
-        self.port_index = {id(p): i for i, p in enumerate(ports)}
+    def set_ports(self, ports: list[Any], numbers: list[int] | None = None) -> None:
+        """Number the fabric's ports (``numbers``: each one's place in the whole
+        fabric, None: their places in ``ports``): a packet crossing ranks names its
+        port so."""
+        self.ports = _by_number(ports, numbers)
+        self.port_index = {id(p): i for i, p in enumerate(self.ports) if p is not None}
 
     def pack(self) -> tuple[list[Any], int | None]:
         """What to send each rank (the packets since the last call, pickled), and the
@@ -347,13 +350,15 @@ class NativePartitionedSimulator(Simulator):
         """A packet another rank sent over port ``port_no``: its arrival, with its key."""
         super().arrive(at_ps, key, self.ports[port_no], epoch, pkt)  # type: ignore[misc]
 
-    def set_ports(self, ports: list[Any]) -> None:
-        """Number the fabric's ports, and from now on write the packets for other ranks
-        as bytes (the kernel's exchange: the wire packet classes field by field;
-        anything else stays an object in the outbox and is pickled)."""
-        self.ports = ports
-        for i, p in enumerate(ports):
-            p.xid1 = i + 1
+    def set_ports(self, ports: list[Any], numbers: list[int] | None = None) -> None:
+        """Number the fabric's ports (as :meth:`PartitionedSimulator.set_ports`), and
+        from now on write the packets for other ranks as bytes (the kernel's exchange:
+        the wire packet classes field by field; anything else stays an object in the
+        outbox and is pickled)."""
+        self.ports = _by_number(ports, numbers)
+        for i, p in enumerate(self.ports):
+            if p is not None:
+                p.xid1 = i + 1
         rank_of = array("i", self.rank_of)
         self.set_exchange(  # type: ignore[attr-defined]
             rank_of,
@@ -390,6 +395,16 @@ RANK_SIMULATORS: tuple[type[PartitionedSimulator], ...] = (
     PartitionedSimulator,
     NativePartitionedSimulator,  # type: ignore[assignment]
 )
+
+
+def _by_number(ports: list[Any], numbers: list[int] | None) -> list[Any]:
+    """``ports`` at their numbers, None at the numbers of ports not made here."""
+    if numbers is None:
+        return list(ports)
+    out: list[Any] = [None] * (max(numbers) + 1 if numbers else 0)
+    for n, port in zip(numbers, ports, strict=True):
+        out[n] = port
+    return out
 
 
 # ----- the partition -------------------------------------------------------------------
@@ -539,7 +554,9 @@ class _Listener:
 
     def __call__(self, link: Any, up: bool, now: int) -> None:
         sim = self.sim
-        sim.sub += 1  # on every rank: the order of the hosts' reactions to one event
+        # the order of the hosts' reactions to one event, the same on every rank (a
+        # rank makes only its own hosts' links, so it hears only their listeners)
+        sim.sub = self.entity
         if not sim.owned[self.entity]:
             return
         saved = sim.cur
@@ -594,10 +611,12 @@ class PartitionedExperiment(Experiment):
                 ranks.append(rank_of_t1(info.plane, info.index, spec.t1s, k))
         assert sim.entities() == 2 + len(ranks)
         sim.set_ranks(ranks)
-        sim.set_ports(list(self.fabric.ports))
+        sim.set_ports(self.fabric.ports, self.fabric.port_numbers)
         # the lookahead: the least delay of a link between ranks
         look = None
         for port in sim.ports:
+            if port is None:  # (a port between two other ranks' nodes: not made here)
+                continue
             a = sim.entity_of(port)
             b = sim.entity_of(port.rx.__self__)
             assert a is not None and b is not None  # (every port and receiver has one)
@@ -605,6 +624,8 @@ class PartitionedExperiment(Experiment):
                 look = port.delay if look is None else min(look, port.delay)
         self.lookahead_ps = look
         for h in range(spec.hosts):
+            if not self.fabric.holds_host(h):
+                continue
             for plane in range(spec.planes):
                 link = self.fabric.host_link(h, plane)
                 e = self._host_entity[h]
@@ -613,6 +634,7 @@ class PartitionedExperiment(Experiment):
             sim,
             self.sample_interval_ps,
             self.fabric.host_ports,
+            self.spec.planes,
             self._received_bytes,
             self._open_flows,
             self._host_hooks,
@@ -624,6 +646,20 @@ class PartitionedExperiment(Experiment):
         #: the next QPN of each host this rank does not hold (_peer_qpn).
         self._peer_qpns: dict[int, int] = {}
         self.parallel_stats: dict[str, Any] = {}
+
+    def _fabric_part(self) -> FabricPart:
+        """This rank's part of the fabric: its rack groups' T0s with their hosts, its
+        T1s, and the links with an end among them (the ports it sends on or receives
+        from; a link between two other ranks' nodes is not made here)."""
+        spec = self.spec
+        k, rank = self._comm.size, self._comm.rank
+        return FabricPart(
+            [rank_of_t0(i, spec.t0s, k) == rank for i in range(spec.t0s)],
+            [
+                [rank_of_t1(p, j, spec.t1s, k) == rank for j in range(spec.t1s)]
+                for p in range(spec.planes)
+            ],
+        )
 
     # -- placement ----------------------------------------------------------------
     def _place(self, callback: Any, args: tuple[Any, ...]) -> int:
@@ -654,6 +690,13 @@ class PartitionedExperiment(Experiment):
         qpn = self._peer_qpns.get(host, FIRST_QPN)
         self._peer_qpns[host] = qpn + 1
         return qpn
+
+    def _sends_here(self, port: Any) -> bool:
+        """Whether ``port``'s sending end (a host or switch) is this rank's."""
+        sim = self.sim
+        assert isinstance(sim, RANK_SIMULATORS)
+        e = sim.entity_of(port)
+        return e is not None and sim.owned[e]
 
     def _rank(self, host: int) -> int:
         sim = self.sim
@@ -987,7 +1030,7 @@ class PartitionedExperiment(Experiment):
 
         def nonzero(objs: Any, names: tuple[str, ...]) -> list[Any]:
             out = []
-            for i, obj in enumerate(objs):
+            for i, obj in objs:
                 vals = tuple(getattr(obj, n) for n in names)
                 if any(vals):
                     out.append((i, vals))
@@ -995,19 +1038,31 @@ class PartitionedExperiment(Experiment):
 
         from .port import COUNTERS
 
+        fabric = self.fabric
+        numbers = fabric.port_numbers
+        ports = list(
+            enumerate(fabric.ports) if numbers is None else zip(numbers, fabric.ports, strict=True)
+        )
+        planes = self.spec.planes
+        ends = [(h * planes + e.plane, e) for h, es in enumerate(fabric.host_ends) for e in es]
         return {
             "stats": stats,
             "open": self._open,
             "events": {h: e for h, e in events.items()},
             "src": src,
             "dst": dst,
-            "ports": nonzero(self.fabric.ports, (*COUNTERS, "data_bytes", "prio_bytes")),
+            "ports": nonzero(ports, (*COUNTERS, "data_bytes", "prio_bytes")),
+            # the wire state of the ports whose sending end is this rank's (the faults
+            # acted on every rank's copies; rank 0 copies it to the ports it lacked)
+            "port_state": [
+                (i, port.up, port.silent, port.loss)
+                for i, port in ports
+                if (not port.up or port.impaired) and self._sends_here(port)
+            ],
             "switches": nonzero(
-                list(self.fabric.switches.values()), ("forwarded", "bad_route", "discarded")
+                enumerate(fabric.switches.values()), ("forwarded", "bad_route", "discarded")
             ),
-            "ends": nonzero(
-                [e for ends in self.fabric.host_ends for e in ends], ("received", "undelivered")
-            ),
+            "ends": nonzero(ends, ("received", "undelivered")),
             "captures": [cap.writer.records for cap in self._captures],  # type: ignore[attr-defined]
             "plane_raw": sampler.plane_raw,
             "ev_series": dict(self.sampler.ev_series),
@@ -1023,6 +1078,19 @@ class PartitionedExperiment(Experiment):
         sim.events_run = sum(f["stats_events"] for f in frags)
         self._open = sum(f["open"] for f in frags)
         names = (*COUNTERS, "data_bytes", "prio_bytes")
+        fabric = self.fabric
+        # the ports this rank did not make get made, with the wire state the faults
+        # left them in on a rank that had them
+        made = bytearray(2 * len(self.topology.links))
+        for num in fabric.port_numbers if fabric.port_numbers is not None else range(len(made)):
+            made[num] = 1
+        fabric.complete()
+        for f in frags:
+            for i, up, silent, loss in f["port_state"]:
+                if not made[i]:
+                    port = fabric.ports[i]
+                    port.set_up(up)
+                    port.set_impairment(silent, loss)
         for r, f in enumerate(frags):
             if r == me:
                 continue

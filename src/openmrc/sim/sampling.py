@@ -31,6 +31,7 @@ class Sampler:
         sim: Simulator,
         interval_ps: int,
         host_ports: list[list[Any]],
+        planes: int,
         received: Callable[[Flow], int | None],
         busy: Callable[[], int],
         hooks: Callable[[bool], None],
@@ -56,7 +57,6 @@ class Sampler:
         #: (:meth:`pad`): a tick costs O(flows moving), not O(flows), which in a
         #: collective of millions of transfers is the difference that matters.
         self.live: dict[Flow, None] = {}
-        planes = len(host_ports[0]) if host_ports else 0
         self.plane_last = [0] * planes
         self.plane_series: list[list[float]] = [[] for _ in range(planes)]
         self.ev_bytes: dict[tuple[int, int], int] | None = None
