@@ -331,6 +331,17 @@ hosts = [i for i, h in enumerate(exp.hosts) if h is not None]
 ends = [i for i, e in enumerate(exp.fabric.host_ends) if e]
 links = sorted(exp.fabric.links)
 ports = len(exp.fabric.ports)
+held = {}
+free = exp._free_transport  # what the rank held when its part was measured
+
+
+def record():
+    held["qps"] = {h.index: len(h.ctx.qps) for h in exp.hosts if h is not None and h.ctx.qps}
+    held["mrs"] = [h.index for h in exp.hosts if h is not None and h.ctx.lkeys]
+    free()
+
+
+exp._free_transport = record
 result = exp.run()
 hpt = exp.spec.hosts_per_t0
 doc = {
@@ -341,8 +352,11 @@ doc = {
     "links": links,
     "ports": ports,
     "links_after": len(exp.fabric.links),
-    "qps": {h.index: len(h.ctx.qps) for h in exp.hosts if h is not None and h.ctx.qps},
-    "mrs": [h.index for h in exp.hosts if h is not None and h.ctx.lkeys],
+    "qps": held["qps"],
+    "mrs": held["mrs"],
+    # then freed: the QPs destroyed, the flows' references to them dropped
+    "qps_after": sum(len(h.ctx.qps) for h in exp.hosts if h is not None),
+    "flow_qps_after": sum(len(f.qas) + len(f.qbs) for f in exp.flows),
     "all_ok": None if result is None else result.all_ok,
 }
 # each rank its own file: two ranks printing at once can share a line of mpirun's output
@@ -360,7 +374,8 @@ def test_each_rank_makes_only_its_own_hosts_qps_and_regions(
     and of the fabric only the links with an end it holds (its T0s' and T1s'), and the
     QPs, memory regions and receives of its own hosts' ends only (a source learns its
     destination region's address and rkey from the destination's rank); together the
-    ranks hold every QP once, and rank 0 has every link again to merge the counters."""
+    ranks hold every QP once, and rank 0 has every link again to merge the counters.
+    Once its part is measured a rank destroys its QPs (rank 0 merges into that memory)."""
     path = next(f for f in scenario_files if f.stem == "link-failure")
     cmd = ["mpirun", "--oversubscribe", "-n", "2", sys.executable, "-c", HOLDINGS]
     cmd += [str(path), str(tmp_path)]
@@ -396,6 +411,7 @@ def test_each_rank_makes_only_its_own_hosts_qps_and_regions(
         assert len(want) == 8 + 12 < every
         assert d["ports"] == 2 * len(want)
     assert ranks[0]["links_after"] == every
+    assert [(d["qps_after"], d["flow_qps_after"]) for d in ranks] == [(0, 0), (0, 0)]
 
 
 def test_refusals_name_what_is_not_supported(tmp_path: Path) -> None:

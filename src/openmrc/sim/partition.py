@@ -46,6 +46,8 @@ release and start are on different ranks.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import pickle
 import resource
@@ -395,6 +397,27 @@ RANK_SIMULATORS: tuple[type[PartitionedSimulator], ...] = (
     PartitionedSimulator,
     NativePartitionedSimulator,  # type: ignore[assignment]
 )
+
+
+def _trim() -> None:
+    """Hand the C heap's free memory back to the system (glibc's ``malloc_trim``; a
+    no-op where there is none): what was freed is then no longer resident."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
+def _resident_mib() -> float | None:
+    """This process's resident memory now, in MiB (None where /proc is not there)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def _by_number(ports: list[Any], numbers: list[int] | None) -> list[Any]:
@@ -922,7 +945,7 @@ class PartitionedExperiment(Experiment):
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
         sim.now = end_time
-        mine_stats = {
+        mine_stats: dict[str, Any] = {
             "rank": rank,
             "events": sim.events_run - (sim.global_events if rank else 0),
             "cpu_s": round(cpu, 3),
@@ -934,9 +957,13 @@ class PartitionedExperiment(Experiment):
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
         frag = self._fragment(mine_stats)
+        self._free_transport()
+        # what the rank holds from here on, while rank 0 merges (None: not on Linux)
+        mine_stats["rss_freed_mib"] = _resident_mib()
         frags = comm.gather(frag, root=0)
         if rank != 0 or frags is None:
             return None  # rank 0 has the result
+        del frag
         self._merge(frags)
         self._write_captures(frags)
         self.parallel_stats = {
@@ -984,6 +1011,31 @@ class PartitionedExperiment(Experiment):
         return statuses
 
     # -- results ---------------------------------------------------------------------
+    def _free_transport(self) -> None:
+        """Once this rank's fragment is made: destroy its hosts' QPs (the verbs'
+        ``destroy_qp``; their timers go with them) and drop every reference the flows,
+        their connections and the host list hold to the transport state, then collect
+        what that freed.  The results need none of it (the fragment holds what was
+        measured), and it is most of a rank's memory: rank 0 merges into the memory it
+        frees, and every rank holds little while rank 0 writes the results."""
+        hosts: list[Any] = self.hosts  # type: ignore[has-type]
+        for h in self._my_hosts:
+            ctx = hosts[h].ctx
+            for qp in list(ctx.qps.values()):
+                ctx.destroy_qp(qp)
+            ctx.get_timer()  # (drops the destroyed QPs' deadlines)
+        flow: Any
+        for flow in self.flows:
+            flow.qas = []
+            flow.qbs = []
+            flow.conn = None
+            flow.poster = None
+            flow.mr_src = None
+            flow.mr_dst = None
+        self._conns.clear()
+        gc.collect()
+        _trim()
+
     def _local_events(self) -> dict[int, tuple[list[Any], list[Any]]]:
         saved: list[Any] = self.hosts  # type: ignore[has-type]
         out = {}
@@ -1040,9 +1092,23 @@ class PartitionedExperiment(Experiment):
 
         fabric = self.fabric
         numbers = fabric.port_numbers
-        ports = list(
-            enumerate(fabric.ports) if numbers is None else zip(numbers, fabric.ports, strict=True)
-        )
+
+        def ports() -> Any:
+            if numbers is None:
+                return enumerate(fabric.ports)
+            return zip(numbers, fabric.ports, strict=True)
+
+        # the counters: rank 0 merges into its own objects, so only the others send
+        # theirs (the ports' as two arrays: millions of them at the paper's size)
+        merger = self._comm.rank == 0
+        names = (*COUNTERS, "data_bytes", "prio_bytes")
+        idx, vals = array("q"), array("q")
+        if not merger:
+            for i, port in ports():
+                row = [getattr(port, n) for n in names]
+                if any(row):
+                    idx.append(i)
+                    vals.extend(row)
         planes = self.spec.planes
         ends = [(h * planes + e.plane, e) for h, es in enumerate(fabric.host_ends) for e in es]
         return {
@@ -1051,18 +1117,22 @@ class PartitionedExperiment(Experiment):
             "events": {h: e for h, e in events.items()},
             "src": src,
             "dst": dst,
-            "ports": nonzero(ports, (*COUNTERS, "data_bytes", "prio_bytes")),
+            "ports": (idx, vals),
             # the wire state of the ports whose sending end is this rank's (the faults
             # acted on every rank's copies; rank 0 copies it to the ports it lacked)
-            "port_state": [
+            "port_state": []
+            if merger
+            else [
                 (i, port.up, port.silent, port.loss)
-                for i, port in ports
+                for i, port in ports()
                 if (not port.up or port.impaired) and self._sends_here(port)
             ],
-            "switches": nonzero(
+            "switches": []
+            if merger
+            else nonzero(
                 enumerate(fabric.switches.values()), ("forwarded", "bad_route", "discarded")
             ),
-            "ends": nonzero(ends, ("received", "undelivered")),
+            "ends": [] if merger else nonzero(ends, ("received", "undelivered")),
             "captures": [cap.writer.records for cap in self._captures],  # type: ignore[attr-defined]
             "plane_raw": sampler.plane_raw,
             "ev_series": dict(self.sampler.ev_series),
@@ -1091,34 +1161,21 @@ class PartitionedExperiment(Experiment):
                     port = fabric.ports[i]
                     port.set_up(up)
                     port.set_impairment(silent, loss)
+        width = len(names)
         for r, f in enumerate(frags):
             if r == me:
                 continue
-            for objs, key, fields in (
-                (self.fabric.ports, "ports", names),
-                (
-                    list(self.fabric.switches.values()),
-                    "switches",
-                    ("forwarded", "bad_route", "discarded"),
-                ),
-                (
-                    [e for ends in self.fabric.host_ends for e in ends],
-                    "ends",
-                    ("received", "undelivered"),
-                ),
-            ):
-                for i, vals in f[key]:
-                    obj = objs[i]
-                    queued = []
-                    for n, v in zip(fields, vals, strict=True):
-                        if n == "max_queue_bytes":
-                            setattr(obj, n, max(getattr(obj, n), v))
-                        elif n in ("data_bytes", "prio_bytes"):
-                            queued.append(getattr(obj, n) + v)
-                        else:
-                            setattr(obj, n, getattr(obj, n) + v)
-                    if queued:  # (read-only on a native port)
-                        obj.report_queued(*queued)
+            idx, flat = f["ports"]
+            ports = self.fabric.ports
+            for j, i in enumerate(idx):
+                _add_counters(ports[i], names, flat[j * width : (j + 1) * width])
+            f["ports"] = None  # (read: the arrays may go)
+            switches = list(self.fabric.switches.values())
+            for i, vals in f["switches"]:
+                _add_counters(switches[i], ("forwarded", "bad_route", "discarded"), vals)
+            ends = [e for es in self.fabric.host_ends for e in es]
+            for i, vals in f["ends"]:
+                _add_counters(ends[i], ("received", "undelivered"), vals)
         ev_rows: list[Any] = []
         qp_rows: list[Any] = []
         per_host: dict[int, Any] = {}
@@ -1186,6 +1243,21 @@ class PartitionedExperiment(Experiment):
                 return None
             return flow.src_data if ok else b""  # type: ignore[no-any-return]
         return super()._delivered(flow)
+
+
+def _add_counters(obj: Any, fields: tuple[str, ...], vals: Any) -> None:
+    """Add another rank's counts of ``obj`` to this rank's (``max_queue_bytes``: the
+    larger; the queued bytes through ``report_queued``, read-only on a native port)."""
+    queued = []
+    for n, v in zip(fields, vals, strict=True):
+        if n == "max_queue_bytes":
+            setattr(obj, n, max(getattr(obj, n), v))
+        elif n in ("data_bytes", "prio_bytes"):
+            queued.append(getattr(obj, n) + v)
+        else:
+            setattr(obj, n, getattr(obj, n) + v)
+    if queued:
+        obj.report_queued(*queued)
 
 
 def format_stats(stats: dict[str, Any]) -> str:
