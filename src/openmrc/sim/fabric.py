@@ -3,7 +3,8 @@
 Interface for the NIC (the host side of every host-T0 link)
 ----------------------------------------------------------
 
-``fabric = Fabric(sim, topology, config)`` builds everything; then, for host
+``fabric = Fabric(sim, topology, config)`` builds everything (with ``part``, a
+:class:`FabricPart`, only what one rank of a partitioned run needs); then, for host
 ``h`` (``0 <= h < topology.spec.hosts``) and plane ``p``:
 
 ``fabric.path_for(src, dst, ev) -> int``
@@ -45,6 +46,7 @@ link going down also loses what is in the NIC's pipeline).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -206,7 +208,7 @@ class Fabric:
         self.ports: list[EgressPort] = []
         #: None when every port is made; else each made port's place in the whole
         #: fabric's port list (the same number on every rank of a partitioned run)
-        self.port_numbers: list[int] | None = None if part is None else []
+        self.port_numbers: array[int] | None = None if part is None else array("q")
         self.host_ports: list[list[EgressPort]] = [[] for _ in range(spec.hosts)]
         self.host_ends: list[list[HostEnd]] = [
             [HostEnd(sim, h, p) for p in range(spec.planes)] if self.holds_host(h) else []
@@ -276,7 +278,7 @@ class Fabric:
         numbers = self.port_numbers
         assert numbers is not None
         self.ports = []
-        self.port_numbers = []
+        self.port_numbers = array("q")
         self._make_links(True)
         self._install(True)
         # both lists in the whole fabric's order

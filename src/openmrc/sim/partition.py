@@ -53,7 +53,7 @@ import pickle
 import resource
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Protocol
@@ -302,7 +302,7 @@ class PartitionedSimulator(PySimulator):
         self.outbox = [[] for _ in out]
         return out
 
-    def set_ports(self, ports: list[Any], numbers: list[int] | None = None) -> None:
+    def set_ports(self, ports: list[Any], numbers: Sequence[int] | None = None) -> None:
         """Number the fabric's ports (``numbers``: each one's place in the whole
         fabric, None: their places in ``ports``): a packet crossing ranks names its
         port so."""
@@ -352,7 +352,7 @@ class NativePartitionedSimulator(Simulator):
         """A packet another rank sent over port ``port_no``: its arrival, with its key."""
         super().arrive(at_ps, key, self.ports[port_no], epoch, pkt)  # type: ignore[misc]
 
-    def set_ports(self, ports: list[Any], numbers: list[int] | None = None) -> None:
+    def set_ports(self, ports: list[Any], numbers: Sequence[int] | None = None) -> None:
         """Number the fabric's ports (as :meth:`PartitionedSimulator.set_ports`), and
         from now on write the packets for other ranks as bytes (the kernel's exchange:
         the wire packet classes field by field; anything else stays an object in the
@@ -420,7 +420,7 @@ def _resident_mib() -> float | None:
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
-def _by_number(ports: list[Any], numbers: list[int] | None) -> list[Any]:
+def _by_number(ports: list[Any], numbers: Sequence[int] | None) -> list[Any]:
     """``ports`` at their numbers, None at the numbers of ports not made here."""
     if numbers is None:
         return list(ports)
