@@ -141,30 +141,28 @@ class _Kinds:
             "framing": fr,
         }
         self.nic_delay = delay + lat + config.nic_tx_latency_ps
-        queue, header, kmin, kmax = config.port_params(self.host_rate)
-        self.lasthop_kw: dict[str, Any] = {
-            "data_limit": queue,
-            "prio_limit": header,
-            "trim": config.trimming,
-            "lasthop": True,
-            "ecn": config.ecn and config.ecn_lasthop,
-            "kmin": kmin,
-            "kmax": kmax,
-            "framing": fr,
-        }
+        self.lasthop_kw = _switch_port_kw(
+            config, self.host_rate, True, config.ecn and config.ecn_lasthop
+        )
         self.lasthop_delay = delay + config.nic_rx_latency_ps
-        queue, header, kmin, kmax = config.port_params(self.fabric_rate)
-        self.fabric_kw: dict[str, Any] = {
-            "data_limit": queue,
-            "prio_limit": header,
-            "trim": config.trimming,
-            "lasthop": False,
-            "ecn": config.ecn,
-            "kmin": kmin,
-            "kmax": kmax,
-            "framing": fr,
-        }
+        self.fabric_kw = _switch_port_kw(config, self.fabric_rate, False, config.ecn)
         self.fabric_delay = delay + lat
+
+
+def _switch_port_kw(config: FabricConfig, rate: int, lasthop: bool, ecn: bool) -> dict[str, Any]:
+    """A switch port's constructor arguments at ``rate``: its queue and header limits
+    and ECN thresholds from the config, trimming, and whether it is a last hop."""
+    queue, header, kmin, kmax = config.port_params(rate)
+    return {
+        "data_limit": queue,
+        "prio_limit": header,
+        "trim": config.trimming,
+        "lasthop": lasthop,
+        "ecn": ecn,
+        "kmin": kmin,
+        "kmax": kmax,
+        "framing": config.framing_bytes,
+    }
 
 
 class Fabric:
@@ -263,36 +261,41 @@ class Fabric:
                     if held != rest:
                         switch.install(table)
 
-    def complete(self) -> None:
+    def numbered_ports(self) -> list[EgressPort | None]:
+        """The ports at their places in the whole fabric's :attr:`ports` (None where a
+        port is not made here)."""
+        numbers = self.port_numbers
+        if numbers is None:
+            return list(self.ports)
+        whole: list[EgressPort | None] = [None] * (2 * len(self.topology.links))
+        for n, port in zip(numbers, self.ports, strict=True):
+            whole[n] = port
+        return whole
+
+    def complete(self) -> array[int]:
         """Make the hosts' ends, links and ports a :attr:`part` left out, so that this
         fabric is whole (rank 0 of a partitioned run, to merge every rank's counters
-        into, once the run is over: the new ports have no entity and see no events)."""
-        part = self.part
-        if part is None:
-            return
+        into, once the run is over: the new ports have no entity and see no events);
+        the numbers of the ports it made."""
+        numbers = self.port_numbers
+        if numbers is None:
+            return array("q")
         spec = self.topology.spec
         for h in range(spec.hosts):
             if not self.holds_host(h):
                 self.host_ends[h] = [HostEnd(self.sim, h, p) for p in range(spec.planes)]
-        made = self.ports
-        numbers = self.port_numbers
-        assert numbers is not None
-        self.ports = []
-        self.port_numbers = array("q")
+        before = len(numbers)
         self._make_links(True)
         self._install(True)
-        # both lists in the whole fabric's order
-        whole: list[EgressPort | None] = [None] * (len(made) + len(self.ports))
-        for n, port in zip(numbers, made, strict=True):
-            whole[n] = port
-        for n, port in zip(self.port_numbers, self.ports, strict=True):
-            whole[n] = port
+        made = numbers[before:]
+        whole = self.numbered_ports()
         self.ports = [port for port in whole if port is not None]
         assert len(self.ports) == len(whole)
         # (by name in the whole fabric's order, as a whole fabric makes them)
         self.links = {port.link.name: port.link for port in self.ports[::2]}
         self.part = None
         self.port_numbers = None
+        return made
 
     def _make_links(self, rest: bool) -> None:
         """Make the links (and their two ports) of :attr:`part` (``rest``: the others)."""

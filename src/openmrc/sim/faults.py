@@ -212,15 +212,11 @@ class FaultInjector:
         self._at(at_ps, self._set_nic, host, plane, True)
 
     def _set_nic(self, host: int, plane: int, up: bool) -> None:
-        fabric = self.fabric
-        if fabric.holds_host(host):
-            link = fabric.host_link(host, plane)
+        link = self._link(self.fabric.topology.host_link(host, plane).name)
+        if isinstance(link, Link):
             link.set_admin(up)
-            name = link.name
-        else:  # (another rank's host: recorded here, acted on there)
-            name = fabric.topology.host_link(host, plane).name
         self.metrics.record_fault(
-            "nic_port_up" if up else "nic_port_down", name, host=host, plane=plane
+            "nic_port_up" if up else "nic_port_down", _name(link), host=host, plane=plane
         )
 
     # ----- per-EV loss --------------------------------------------------------------

@@ -53,7 +53,7 @@ import pickle
 import resource
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Protocol
@@ -302,12 +302,11 @@ class PartitionedSimulator(PySimulator):
         self.outbox = [[] for _ in out]
         return out
 
-    def set_ports(self, ports: list[Any], numbers: Sequence[int] | None = None) -> None:
-        """Number the fabric's ports (``numbers``: each one's place in the whole
-        fabric, None: their places in ``ports``): a packet crossing ranks names its
-        port so."""
-        self.ports = _by_number(ports, numbers)
-        self.port_index = {id(p): i for i, p in enumerate(self.ports) if p is not None}
+    def set_ports(self, ports: list[Any]) -> None:
+        """Number the fabric's ports by their places in ``ports`` (None: a port not
+        made here, ``Fabric.numbered_ports``): a packet crossing ranks names its port so."""
+        self.ports = ports
+        self.port_index = {id(p): i for i, p in enumerate(ports) if p is not None}
 
     def pack(self) -> tuple[list[Any], int | None]:
         """What to send each rank (the packets since the last call, pickled), and the
@@ -352,13 +351,13 @@ class NativePartitionedSimulator(Simulator):
         """A packet another rank sent over port ``port_no``: its arrival, with its key."""
         super().arrive(at_ps, key, self.ports[port_no], epoch, pkt)  # type: ignore[misc]
 
-    def set_ports(self, ports: list[Any], numbers: Sequence[int] | None = None) -> None:
+    def set_ports(self, ports: list[Any]) -> None:
         """Number the fabric's ports (as :meth:`PartitionedSimulator.set_ports`), and
         from now on write the packets for other ranks as bytes (the kernel's exchange:
         the wire packet classes field by field; anything else stays an object in the
         outbox and is pickled)."""
-        self.ports = _by_number(ports, numbers)
-        for i, p in enumerate(self.ports):
+        self.ports = ports
+        for i, p in enumerate(ports):
             if p is not None:
                 p.xid1 = i + 1
         rank_of = array("i", self.rank_of)
@@ -418,16 +417,6 @@ def _resident_mib() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
-
-
-def _by_number(ports: list[Any], numbers: Sequence[int] | None) -> list[Any]:
-    """``ports`` at their numbers, None at the numbers of ports not made here."""
-    if numbers is None:
-        return list(ports)
-    out: list[Any] = [None] * (max(numbers) + 1 if numbers else 0)
-    for n, port in zip(numbers, ports, strict=True):
-        out[n] = port
-    return out
 
 
 # ----- the partition -------------------------------------------------------------------
@@ -634,7 +623,7 @@ class PartitionedExperiment(Experiment):
                 ranks.append(rank_of_t1(info.plane, info.index, spec.t1s, k))
         assert sim.entities() == 2 + len(ranks)
         sim.set_ranks(ranks)
-        sim.set_ports(self.fabric.ports, self.fabric.port_numbers)
+        sim.set_ports(self.fabric.numbered_ports())
         # the lookahead: the least delay of a link between ranks
         look = None
         for port in sim.ports:
@@ -1151,13 +1140,12 @@ class PartitionedExperiment(Experiment):
         fabric = self.fabric
         # the ports this rank did not make get made, with the wire state the faults
         # left them in on a rank that had them
-        made = bytearray(2 * len(self.topology.links))
-        for num in fabric.port_numbers if fabric.port_numbers is not None else range(len(made)):
-            made[num] = 1
-        fabric.complete()
+        new = bytearray(2 * len(self.topology.links))
+        for num in fabric.complete():
+            new[num] = 1
         for f in frags:
             for i, up, silent, loss in f["port_state"]:
-                if not made[i]:
+                if new[i]:
                     port = fabric.ports[i]
                     port.set_up(up)
                     port.set_impairment(silent, loss)
