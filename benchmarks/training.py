@@ -21,6 +21,11 @@ Cases (``--case``, repeatable; default ``agreement``):
   T0-T1 link, 512 KiB and 16 MiB each: one QP's goodput per 10 us at packet
   level (``results.json``'s goodput series) and in the flow level's DCQCN
   trajectory (openmrc.sim.dcqcn_fluid), and both end times;
+* ``dcqcn-arrivals`` - RoCE QPs that reach one congested T0-T1 link at different
+  times or from one NIC (a QP arriving in the others' DCQCN stall, after their
+  recovery, eight arriving 12 us apart, two NICs of four QPs each, two pairs
+  80 us apart): each QP's end at packet level and at flow level, and the
+  difference;
 * ``packet-64`` - scenarios/training/gpt-1b-64.toml at packet level with MRC
   (the issue's budget: under 10 minutes);
 * ``flow-1024`` / ``flow-1024-roce`` - scenarios/training/gpt3-175b-1024.toml
@@ -450,6 +455,66 @@ def dcqcn_series() -> None:
         )
 
 
+#: dcqcn-arrivals: per arrangement, each QP's (sending host, bytes, start in us); host h
+#: sends to host 8 + h, so every QP crosses the one T0-T1 link
+_M = 1 << 20
+ARRIVALS: dict[str, list[tuple[int, int, int]]] = {
+    "one in the stall": [(0, 4 * _M, 0), (1, 4 * _M, 0), (2, _M // 2, 150)],
+    "two after the recovery": [(0, 4 * _M, 0), (1, 4 * _M, 0), (2, 4 * _M, 450), (3, 4 * _M, 450)],
+    "eight 12 us apart": [(i, 2 * _M, 12 * i) for i in range(8)],
+    "two NICs of four QPs": [(0, 11 * _M // 2, 0)] * 4 + [(1, 11 * _M // 2, 0)] * 4,
+    "two pairs 80 us apart": [(0, _M // 2, 0), (1, _M // 2, 0), (2, _M // 2, 80), (3, _M // 2, 80)],
+}
+
+
+def dcqcn_arrivals() -> None:
+    """RoCE QPs reaching one congested link at different times or from one NIC: each
+    QP's end (us) at packet level and at flow level (``ARRIVALS``)."""
+    from openmrc.sim.experiment import TransportConfig
+    from openmrc.sim.factory import make_experiment
+    from openmrc.sim.fluid import FluidJob, FluidModel
+    from openmrc.topology import ClosSpec
+    from openmrc.workloads import FlowSpec
+    from openmrc.workloads.jobs.graph import JobGraph, Task
+
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=8, t1s=1)
+    for name, qps in ARRIVALS.items():
+        exp = make_experiment(spec, transport=TransportConfig(name="roce"))
+        exp.add_flows(
+            [FlowSpec(h, 8 + h, size, start_ps=at * 1_000_000) for h, size, at in qps],
+            watch=True,
+        )
+        packet = [round((f.rx_finish_ps or 0) / 1e6, 1) for f in exp.run().flows]
+        g = JobGraph("arrivals", 16, gpus_per_server=1)
+        p2p: list[int] = []
+        for h, size, at in qps:
+            deps: tuple[int, ...] = ()
+            if at:
+                g.add(Task("compute", (h,), dur_ps=at * 1_000_000))
+                deps = (len(g.tasks) - 1,)
+            g.add(Task("p2p", (h, 8 + h), deps=deps, size=size))
+            p2p.append(len(g.tasks) - 1)
+        model = FluidModel(spec, "roce", gpus_per_server=1)
+        model.add_job(FluidJob(g, list(range(16))))
+        ends = model.run().jobs[0].end
+        flow = [round((ends[i] or 0.0) / 1e6, 1) for i in p2p]
+        print(
+            json.dumps(
+                {
+                    "case": "dcqcn-arrivals",
+                    "arrangement": name,
+                    "qps": [{"host": h, "bytes": size, "start_us": at} for h, size, at in qps],
+                    "packet_end_us": packet,
+                    "flow_end_us": flow,
+                    "diff_pct": [
+                        round(100 * (f - p) / p, 1) for p, f in zip(packet, flow, strict=True)
+                    ],
+                }
+            ),
+            flush=True,
+        )
+
+
 def _pair_flow_end(spec: Any, size: int) -> float:
     """Two RoCE QPs (hosts 0, 1 to 2, 3) at flow level: when the later ends (ps)."""
     from openmrc.sim.fluid import FluidJob, FluidModel
@@ -535,7 +600,15 @@ def main() -> int:
     ap.add_argument(
         "--case",
         action="append",
-        choices=["agreement", "roce-seeds", "roce-64", "dcqcn", "dcqcn-series", *TIMED],
+        choices=[
+            "agreement",
+            "roce-seeds",
+            "roce-64",
+            "dcqcn",
+            "dcqcn-series",
+            "dcqcn-arrivals",
+            *TIMED,
+        ],
     )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
@@ -578,6 +651,8 @@ def main() -> int:
             dcqcn()
         elif case == "dcqcn-series":
             dcqcn_series()
+        elif case == "dcqcn-arrivals":
+            dcqcn_arrivals()
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)
