@@ -164,6 +164,29 @@ def packet_ack_draws(exp: Any, seed: int) -> Any:
     return ack_hash
 
 
+def packet_rto_draws(exp: Any) -> Any:
+    """The packet run's first adaptive timeouts as the flow level's ``rto_draw``: every
+    RoCE QP of every message draws its own (``RoceSender.rto_init``), keyed by (src,
+    dst, the job's task, the message's step in the task's transfers between those
+    hosts, QP index).  A message's task is in its flow's name (``#task:``,
+    openmrc.workloads.jobs.lower); a ring's transfers between two hosts are its steps,
+    in order.  One job per scenario here, so the flow level's transfer is the task."""
+    table: dict[tuple[int, int, int, int, int], int] = {}
+    seen: dict[tuple[int, int, int], int] = {}
+    for flow in exp.flows:
+        spec = flow.spec
+        task = int(spec.name.split("#", 1)[1].split(":", 1)[0])
+        step = seen.get((task, spec.src, spec.dst), 0)
+        seen[(task, spec.src, spec.dst)] = step + 1
+        for i, snd in enumerate(getattr(flow, "senders", [])):
+            table[(spec.src, spec.dst, task, step, i)] = snd.rto_init
+
+    def rto_draw(src: int, dst: int, transfer: int, step: int, qp: int) -> int | None:
+        return table.get((src, dst, transfer, step, qp))
+
+    return rto_draw
+
+
 def _packet_run(d: dict[str, Any], base: Path | None) -> tuple[Any, Any, Any, Any, float]:
     """Scenario data ``d`` at packet level: (scenario, experiment, result, the first
     job's task (starts, ends), wall seconds of build and run)."""
@@ -181,7 +204,8 @@ def _packet_run(d: dict[str, Any], base: Path | None) -> tuple[Any, Any, Any, An
 
 def _flow_on_draws(d: dict[str, Any], base: Path | None, exp: Any) -> float | None:
     """The step (us) of scenario data ``d`` at flow level on the ECMP paths the packet
-    run ``exp`` drew, forward and reverse (:func:`packet_draws`, :func:`packet_ack_draws`)."""
+    run ``exp`` drew, forward and reverse, and its QPs' first adaptive timeouts
+    (:func:`packet_draws`, :func:`packet_ack_draws`, :func:`packet_rto_draws`)."""
     from openmrc.jobrun import fluid_model
 
     d.setdefault("run", {})["mode"] = "flow"
@@ -189,6 +213,7 @@ def _flow_on_draws(d: dict[str, Any], base: Path | None, exp: Any) -> float | No
     model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
     model.path_hash = packet_draws(exp, sc.seed)
     model.ack_hash = packet_ack_draws(exp, sc.seed)
+    model.rto_draw = packet_rto_draws(exp)
     return _step_us(model.run().jobs[0].end)
 
 

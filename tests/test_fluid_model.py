@@ -542,3 +542,44 @@ def test_a_dead_qp_dcqcn_had_cut_waits_for_its_rate_increase_timer() -> None:
     assert max(timeouts) == 0 and end < 10_000_000 + _RTO_PS  # resent on a NAK
     flow = _dead_path_flow(pairs, size, 4, 50_000_000, conv, k, path_hash)
     assert flow < 10_000_000 + _RTO_PS, (end, flow)
+
+
+def test_a_lost_messages_first_timeout_can_be_the_packet_runs_draw() -> None:
+    """With adaptive retransmission a QP's first timeout is drawn per message (524 us
+    or 1.05 ms); the flow level draws it from its own hash, so a calibration run gives
+    it the packet run's draws (``rto_draw``, keyed by src, dst, transfer, step and
+    QP; benchmarks/training.py ``packet_rto_draws``): the 8-GPU test job with the
+    failure at seed 12 was +42 % on the packet's paths with the model's own timeout
+    draws, +3.1 % with the packet's.  Two 1 MiB messages lost whole on a dead uplink
+    end one drawn timeout after they were sent: twice the draw, twice the wait."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    base = 4_096_000
+    asked: list[tuple[int, int, int, int, int]] = []
+
+    def run(rto: int | None) -> float:
+        def draw(src: int, dst: int, transfer: int, step: int, qp: int) -> int | None:
+            asked.append((src, dst, transfer, step, qp))
+            return rto
+
+        model = FluidModel(
+            spec,
+            "roce",
+            gpus_per_server=1,
+            convergence_ps=150_000_000,
+            adp_base_ps=base,
+            path_hash=lambda s, d, c, q: 0,  # both on T1 0
+            rto_draw=draw,
+        )
+        model.add_fault(FluidFault(0, "link_down", "p0t0x0-p0t1x0"))
+        g = JobGraph("pairs", 4, gpus_per_server=1)
+        for s, d in ((0, 2), (1, 3)):
+            g.add(Task("p2p", (s, d), size=1 << 20))
+        model.add_job(FluidJob(g, list(range(4)), start_ps=10_000_000))
+        return max(e or 0.0 for e in model.run().jobs[0].end)
+
+    short, long = run(base << 7), run(base << 8)
+    assert sorted(set(asked)) == [(0, 2, 0, 0, 0), (1, 3, 1, 0, 0)]
+    assert long - short == pytest.approx((base << 8) - (base << 7), rel=1e-9)
+    assert short > 10_000_000 + (base << 7)  # waited for the drawn timeout
+    own = run(None)  # the model's own draws, each QP's one of the two
+    assert short <= own <= long

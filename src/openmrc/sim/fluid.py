@@ -449,6 +449,7 @@ class FluidModel:
         header_bytes: int | None = None,
         path_hash: Callable[[int, int, str, int], int] | None = None,
         ack_hash: Callable[[int, int, str, int], int] | None = None,
+        rto_draw: Callable[[int, int, int, int, int], int | None] | None = None,
         ring_messages: bool = False,
         ring_weights: bool = False,
     ) -> None:
@@ -494,6 +495,11 @@ class FluidModel:
         #: sender, the QP's source port) with its own seed, so the ACKs, NAKs and CNPs
         #: of a QP take their own T1.  None: ``ecmp_hash`` of the seed (a draw of its own).
         self.ack_hash = ack_hash
+        #: RoCE / IB with adaptive retransmission: a lost message's first timeout (ps)
+        #: from (src, dst, transfer, step, QP), or None for the model's own draw
+        #: (``_first_rto``).  A calibration run gives the packet run's own draws here,
+        #: as ``path_hash``.
+        self.rto_draw = rto_draw
         #: ring collectives' flows are paced by their step chain (``pace``) and end one
         #: latency after draining; False: unpaced, ending ``steps`` latencies after it.
         self.pace_rings = pace_rings
@@ -1566,6 +1572,10 @@ class FluidModel:
         """
         if self.adp_base_ps is None:
             return self.rto_ps
+        if self.rto_draw is not None:
+            got = self.rto_draw(fl.src, fl.dst, fl.transfer, step, fl.qp)
+            if got is not None:
+                return got
         msg = f"{fl.conn}/{fl.transfer}/{step}"
         k = self.adp_init_exp + ecmp_hash(self.seed + 1, fl.src, fl.dst, msg, fl.qp) % max(
             1, self.adp_init_range
