@@ -35,19 +35,7 @@ KNOWN_SEED_EXCEPTIONS: dict[str, str] = {
         "the victim's one QP shares its spine link with k of the 7 incast QPs, k drawn by "
         "ECMP per seed (P(k <= 1) = 44 %); with k = 0 nothing touches it (1.00), with k = 1 "
         "it loses 7-9 % at 400 G, so some seeds fall outside 0.6-0.9 (docs/baselines.md; "
-        "8 of 10 held at the quick size on 2026-11-26)"
-    ),
-    "ring-roce-1qp-vs-mrc": (
-        "at the quick size (8 ranks) the ring's 16 RoCE flows hash onto 4 uplinks per T0 "
-        "and at some seeds hardly collide (seeds 5, 6: 0.77, 0.79 of MRC; the others "
-        "0.35-0.61); 16 ranks did no better (9 of 10, seed 9 at 0.82); at 64 ranks "
-        "(full size) 0.49-0.51 at seeds 1-3 (docs/paper.md)"
-    ),
-    "ring-loss1-roce-16qp": (
-        "at 1 % loss a RoCE 16-QP ring either waits for a timeout past the 2 ms cap "
-        "(busbw 0) or, at seeds 4 and 6, completes at 62-65 Gb/s (0.31-0.33 of MRC; "
-        "seeds 2 and 6 before its QPs took turns across the ring's steps); at full size "
-        "the shape does not hold either: documented in docs/paper.md"
+        "8 of 10 held at the quick size on 2026-11-26 and 2026-11-27)"
     ),
     "alltoall": (
         "4 MiB at 16 ranks is an open-loop burst (docs/loss-recovery.md); DCQCN's start-up "

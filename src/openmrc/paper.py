@@ -569,16 +569,21 @@ def check_permutation_8qp(d: dict[str, Doc]) -> Verdict:
 
 
 # ----- the experiments -------------------------------------------------------------
-_RING8 = (
-    "fabric.t0s=2",
+#: The ring all-reduces' quick size: 16 ranks on 4 T0s x 4 hosts, 4 T1s, placed so that
+#: every hop crosses T0s (the all-to-all's reduction: with 2 T0s too few cross-T0 flows
+#: collide on RoCE's ECMP uplinks).  The quick ring sizes are twice those of the 8-rank
+#: ring used until 2026-11-27, so that each step moves as much (docs/paper.md).
+QUICK_RING = (
+    "fabric.t0s=4",
     "fabric.hosts_per_t0=4",
     "fabric.t1s=4",
-    "workload.placement=[0, 4, 1, 5, 2, 6, 3, 7]",
+    "workload.placement=[0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]",
 )
-#: The all-to-all cut to 16 ranks on 4 T0s x 4 hosts, 4 T1s.  With only 2 T0s (8
+#: The all-to-all cut to 16 ranks on 4 T0s x 4 hosts, 4 T1s (its quick size, public for
+#: openmrc.paper_figures).  With only 2 T0s (8
 #: ranks) the cross-T0 transfers are too few to collide on RoCE's ECMP uplinks and the
 #: fabric limits nobody; with 4 T0s they do, as on the paper's 64-GPU fabric.
-_A2A16 = ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4")
+QUICK_A2A = ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4")
 #: The full-size all-to-all (64 ranks) at 64 MiB, 1 MiB to every peer: the paper's
 #: bandwidth-bound regime, where its curves separate ("the difference is greater in
 #: the regime that is bandwidth-bound").  The files' own 4 MiB (16 packets per
@@ -611,7 +616,7 @@ RING_FULL = ('workload.size="256MiB"', "run.until_us=1000")
 
 
 def _ring(file: str, size: str, until_us: int | None = None) -> Run:
-    quick: tuple[str, ...] = (*_RING8, f'workload.size="{size}"')
+    quick: tuple[str, ...] = (*QUICK_RING, f'workload.size="{size}"')
     if until_us is not None:
         quick = (*quick, f"run.until_us={until_us}")
     return Run(file, quick=quick, full=RING_FULL)
@@ -802,8 +807,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         _RING_PUBLISHED + "RoCE 1 QP reaches about half of the achievable (ECMP collisions)",
         "RoCE 1 QP busbw <= 0.65 of MRC's",
         {
-            "roce-1qp": _ring("ring-allreduce-64-roce-1qp", "16MiB"),
-            "mrc": _ring("ring-allreduce-64-mrc", "16MiB"),
+            "roce-1qp": _ring("ring-allreduce-64-roce-1qp", "32MiB"),
+            "mrc": _ring("ring-allreduce-64-mrc", "32MiB"),
         },
         check_ring_roce_half,
     ),
@@ -813,8 +818,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         _RING_PUBLISHED + "one MRC QP spraying 256 paths is above RoCE with 16 QPs",
         "MRC busbw > RoCE 16 QPs'",
         {
-            "roce-16qp": _ring("ring-allreduce-64-roce-16qp", "8MiB"),
-            "mrc": _ring("ring-allreduce-64-mrc", "8MiB"),
+            "roce-16qp": _ring("ring-allreduce-64-roce-16qp", "16MiB"),
+            "mrc": _ring("ring-allreduce-64-mrc", "16MiB"),
         },
         check_ring_mrc_over_16qp,
     ),
@@ -824,8 +829,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         _RING_PUBLISHED + "0.1 % random loss at every NIC ingress barely moves MRC",
         "busbw >= 0.85 of loss-free MRC",
         {
-            "mrc-loss0.1": _ring("ring-allreduce-64-mrc-loss0.1", "8MiB", 2000),
-            "mrc": _ring("ring-allreduce-64-mrc", "8MiB"),
+            "mrc-loss0.1": _ring("ring-allreduce-64-mrc-loss0.1", "16MiB", 2000),
+            "mrc": _ring("ring-allreduce-64-mrc", "16MiB"),
         },
         check_ring_loss01,
     ),
@@ -835,8 +840,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         _RING_PUBLISHED + "1 % loss makes RoCE nearly unusable; MRC keeps about a third",
         "RoCE 1 QP busbw < 0.2 of MRC's",
         {
-            "roce-1qp-loss1": _ring("ring-allreduce-64-roce-1qp-loss1", "8MiB", 2000),
-            "mrc-loss1": _ring("ring-allreduce-64-mrc-loss1", "8MiB", 2000),
+            "roce-1qp-loss1": _ring("ring-allreduce-64-roce-1qp-loss1", "16MiB", 2000),
+            "mrc-loss1": _ring("ring-allreduce-64-mrc-loss1", "16MiB", 2000),
         },
         check_ring_loss1,
     ),
@@ -846,8 +851,8 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         _RING_PUBLISHED + "1 % loss makes RoCE nearly unusable; MRC keeps about a third",
         "RoCE 16 QPs busbw < 0.2 of MRC's",
         {
-            "roce-16qp-loss1": _ring("ring-allreduce-64-roce-16qp-loss1", "8MiB", 2000),
-            "mrc-loss1": _ring("ring-allreduce-64-mrc-loss1", "8MiB", 2000),
+            "roce-16qp-loss1": _ring("ring-allreduce-64-roce-16qp-loss1", "16MiB", 2000),
+            "mrc-loss1": _ring("ring-allreduce-64-mrc-loss1", "16MiB", 2000),
         },
         check_ring_loss1_16qp,
     ),
@@ -857,9 +862,9 @@ EXPERIMENTS: tuple[PaperExperiment, ...] = (
         "64 GPUs, 400G NICs, all-to-all: MRC ahead at every size; RoCE 16 QPs slightly worse than 1",
         "MRC busbw above both RoCE runs'",
         {
-            "mrc": Run("alltoall-64-mrc", quick=_A2A16, full=A2A_FULL),
-            "roce-1qp": Run("alltoall-64-roce-1qp", quick=_A2A16, full=A2A_FULL),
-            "roce-16qp": Run("alltoall-64-roce-16qp", quick=_A2A16, full=A2A_FULL),
+            "mrc": Run("alltoall-64-mrc", quick=QUICK_A2A, full=A2A_FULL),
+            "roce-1qp": Run("alltoall-64-roce-1qp", quick=QUICK_A2A, full=A2A_FULL),
+            "roce-16qp": Run("alltoall-64-roce-16qp", quick=QUICK_A2A, full=A2A_FULL),
         },
         check_alltoall,
     ),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .paper import Run, busbw, moved_busbw
+from .paper import QUICK_A2A, QUICK_RING, Run, busbw, moved_busbw
 from .paper_run import parse_run, point_at
 from .sweep.runner import SweepOutcome, read_point, run_sweep
 from .sweep.spec import Point
@@ -94,18 +94,10 @@ SIZES: tuple[str, ...] = ("4MiB", "16MiB", "64MiB", "256MiB")
 MOVED_FROM = "64MiB"
 MOVED_CAP_US = 1000
 
-#: Quick size (the tests): the table's own reductions (an 8-rank ring on 2 T0s, a
-#: 16-rank all-to-all on 4 T0s) and smaller messages.
+#: Quick size (the tests): the table's own reductions (the ring and the all-to-all on
+#: 16 ranks, 4 T0s) and smaller messages.
 QUICK_SIZES: tuple[str, ...] = ("64KiB", "256KiB", "1MiB", "4MiB")
-QUICK_FABRIC: dict[int, tuple[str, ...]] = {
-    16: (
-        "fabric.t0s=2",
-        "fabric.hosts_per_t0=4",
-        "fabric.t1s=4",
-        "workload.placement=[0, 4, 1, 5, 2, 6, 3, 7]",
-    ),
-    17: ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4"),
-}
+QUICK_FABRIC: dict[int, tuple[str, ...]] = {16: QUICK_RING, 17: QUICK_A2A}
 
 #: Simulated-time cap of a lossy run (us), as the bundled loss files use.
 LOSS_CAP_US = {False: 20_000, True: 2_000}
