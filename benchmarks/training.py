@@ -401,28 +401,54 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
         )
 
 
-def dcqcn() -> None:
-    """n RoCE QPs through one link: the share of the link they used, packet and flow level."""
+def _packet_ends(spec: Any, qps: list[tuple[int, int, int]]) -> list[float]:
+    """RoCE QPs at packet level, each (sending host ``h`` to host ``h + hosts / 2``,
+    bytes, start in us): each one's arrival (ps)."""
     from openmrc.sim.experiment import TransportConfig
     from openmrc.sim.factory import make_experiment
-    from openmrc.sim.fluid import FluidJob, FluidModel
-    from openmrc.topology import ClosSpec
     from openmrc.workloads import FlowSpec
+
+    half = spec.hosts // 2
+    exp = make_experiment(spec, transport=TransportConfig(name="roce"))
+    exp.add_flows(
+        [FlowSpec(h, half + h, size, start_ps=at * 1_000_000) for h, size, at in qps],
+        watch=True,
+    )
+    return [float(f.rx_finish_ps or 0) for f in exp.run().flows]
+
+
+def _flow_ends(spec: Any, qps: list[tuple[int, int, int]]) -> list[float]:
+    """The same QPs (as :func:`_packet_ends`) at flow level: each one's end (ps); a QP
+    that starts later waits for a compute span of its host."""
+    from openmrc.sim.fluid import FluidJob, FluidModel
     from openmrc.workloads.jobs.graph import JobGraph, Task
+
+    half = spec.hosts // 2
+    g = JobGraph("qps", spec.hosts, gpus_per_server=1)
+    p2p: list[int] = []
+    for h, size, at in qps:
+        deps: tuple[int, ...] = ()
+        if at:
+            g.add(Task("compute", (h,), dur_ps=at * 1_000_000))
+            deps = (len(g.tasks) - 1,)
+        g.add(Task("p2p", (h, half + h), deps=deps, size=size))
+        p2p.append(len(g.tasks) - 1)
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    model.add_job(FluidJob(g, list(range(spec.hosts))))
+    ends = model.run().jobs[0].end
+    return [ends[i] or 0.0 for i in p2p]
+
+
+def dcqcn() -> None:
+    """n RoCE QPs through one link: the share of the link they used, packet and flow level."""
+    from openmrc.topology import ClosSpec
 
     for size in (1 << 20, 4 << 20, 16 << 20):
         used: dict[str, dict[int, float]] = {"packet": {}, "flow": {}}
         for n in (1, 2, 4, 8):
             spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=8, t1s=1)
-            exp = make_experiment(spec, transport=TransportConfig(name="roce"))
-            exp.add_flows([FlowSpec(i, 8 + i, size) for i in range(n)], watch=True)
-            end = max(f.rx_finish_ps or 0 for f in exp.run().flows)
-            g = JobGraph("n-to-n", 16, gpus_per_server=1)
-            for i in range(n):
-                g.add(Task("p2p", (i, 8 + i), size=size))
-            model = FluidModel(spec, "roce", gpus_per_server=1)
-            model.add_job(FluidJob(g, list(range(16))))
-            fend = max(e or 0.0 for e in model.run().jobs[0].end)
+            qps = [(i, size, 0) for i in range(n)]
+            end, fend = max(_packet_ends(spec, qps)), max(_flow_ends(spec, qps))
             for mode, t in (("packet", end), ("flow", fend)):
                 used[mode][n] = round(n * size * 8 / (spec.fabric_gbps * 1e9) / (t / 1e12), 3)
         print(json.dumps({"case": "dcqcn", "size": size, "link_share_used": used}), flush=True)
@@ -495,34 +521,12 @@ ARRIVALS: dict[str, list[tuple[int, int, int]]] = {
 def dcqcn_arrivals() -> None:
     """RoCE QPs reaching one congested link at different times or from one NIC: each
     QP's end (us) at packet level and at flow level (``ARRIVALS``)."""
-    from openmrc.sim.experiment import TransportConfig
-    from openmrc.sim.factory import make_experiment
-    from openmrc.sim.fluid import FluidJob, FluidModel
     from openmrc.topology import ClosSpec
-    from openmrc.workloads import FlowSpec
-    from openmrc.workloads.jobs.graph import JobGraph, Task
 
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=8, t1s=1)
     for name, qps in ARRIVALS.items():
-        exp = make_experiment(spec, transport=TransportConfig(name="roce"))
-        exp.add_flows(
-            [FlowSpec(h, 8 + h, size, start_ps=at * 1_000_000) for h, size, at in qps],
-            watch=True,
-        )
-        packet = [round((f.rx_finish_ps or 0) / 1e6, 1) for f in exp.run().flows]
-        g = JobGraph("arrivals", 16, gpus_per_server=1)
-        p2p: list[int] = []
-        for h, size, at in qps:
-            deps: tuple[int, ...] = ()
-            if at:
-                g.add(Task("compute", (h,), dur_ps=at * 1_000_000))
-                deps = (len(g.tasks) - 1,)
-            g.add(Task("p2p", (h, 8 + h), deps=deps, size=size))
-            p2p.append(len(g.tasks) - 1)
-        model = FluidModel(spec, "roce", gpus_per_server=1)
-        model.add_job(FluidJob(g, list(range(16))))
-        ends = model.run().jobs[0].end
-        flow = [round((ends[i] or 0.0) / 1e6, 1) for i in p2p]
+        packet = [round(t / 1e6, 1) for t in _packet_ends(spec, qps)]
+        flow = [round(t / 1e6, 1) for t in _flow_ends(spec, qps)]
         print(
             json.dumps(
                 {
@@ -542,15 +546,7 @@ def dcqcn_arrivals() -> None:
 
 def _pair_flow_end(spec: Any, size: int) -> float:
     """Two RoCE QPs (hosts 0, 1 to 2, 3) at flow level: when the later ends (ps)."""
-    from openmrc.sim.fluid import FluidJob, FluidModel
-    from openmrc.workloads.jobs.graph import JobGraph, Task
-
-    g = JobGraph("pair", 4, gpus_per_server=1)
-    for i in range(2):
-        g.add(Task("p2p", (i, 2 + i), size=size))
-    model = FluidModel(spec, "roce", gpus_per_server=1)
-    model.add_job(FluidJob(g, list(range(4))))
-    return max(e or 0.0 for e in model.run().jobs[0].end)
+    return max(_flow_ends(spec, [(0, size, 0), (1, size, 0)]))
 
 
 def _timed(case: str, name: str, transport: str, mode: str) -> dict[str, Any]:

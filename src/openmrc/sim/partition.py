@@ -77,6 +77,7 @@ from .engine import GLOBAL, SAMPLER, PySimulator, Simulator, quiet_gc
 from .experiment import Experiment
 from .fabric import FabricPart
 from .flows import SEQ_SHIFT
+from .port import COUNTERS
 from .sampling import Sampler
 
 
@@ -1077,8 +1078,6 @@ class PartitionedExperiment(Experiment):
                     out.append((i, vals))
             return out
 
-        from .port import COUNTERS
-
         fabric = self.fabric
         numbers = fabric.port_numbers
 
@@ -1090,11 +1089,10 @@ class PartitionedExperiment(Experiment):
         # the counters: rank 0 merges into its own objects, so only the others send
         # theirs (the ports' as two arrays: millions of them at the paper's size)
         merger = self._comm.rank == 0
-        names = (*COUNTERS, "data_bytes", "prio_bytes")
         idx, vals = array("q"), array("q")
         if not merger:
             for i, port in ports():
-                row = [getattr(port, n) for n in names]
+                row = [getattr(port, n) for n in _PORT_FIELDS]
                 if any(row):
                     idx.append(i)
                     vals.extend(row)
@@ -1118,10 +1116,8 @@ class PartitionedExperiment(Experiment):
             ],
             "switches": []
             if merger
-            else nonzero(
-                enumerate(fabric.switches.values()), ("forwarded", "bad_route", "discarded")
-            ),
-            "ends": [] if merger else nonzero(ends, ("received", "undelivered")),
+            else nonzero(enumerate(fabric.switches.values()), _SWITCH_FIELDS),
+            "ends": [] if merger else nonzero(ends, _END_FIELDS),
             "captures": [cap.writer.records for cap in self._captures],  # type: ignore[attr-defined]
             "plane_raw": sampler.plane_raw,
             "ev_series": dict(self.sampler.ev_series),
@@ -1130,13 +1126,10 @@ class PartitionedExperiment(Experiment):
 
     def _merge(self, frags: list[dict[str, Any]]) -> None:
         """Rank 0: put every rank's measurements on this rank's copies."""
-        from .port import COUNTERS
-
         me = 0
         sim = self.sim
         sim.events_run = sum(f["stats_events"] for f in frags)
         self._open = sum(f["open"] for f in frags)
-        names = (*COUNTERS, "data_bytes", "prio_bytes")
         fabric = self.fabric
         # the ports this rank did not make get made, with the wire state the faults
         # left them in on a rank that had them
@@ -1149,21 +1142,21 @@ class PartitionedExperiment(Experiment):
                     port = fabric.ports[i]
                     port.set_up(up)
                     port.set_impairment(silent, loss)
-        width = len(names)
+        width = len(_PORT_FIELDS)
+        ports = fabric.ports
+        switches = list(fabric.switches.values())
+        ends = [e for es in fabric.host_ends for e in es]
         for r, f in enumerate(frags):
             if r == me:
                 continue
             idx, flat = f["ports"]
-            ports = self.fabric.ports
             for j, i in enumerate(idx):
-                _add_counters(ports[i], names, flat[j * width : (j + 1) * width])
+                _add_counters(ports[i], _PORT_FIELDS, flat[j * width : (j + 1) * width])
             f["ports"] = None  # (read: the arrays may go)
-            switches = list(self.fabric.switches.values())
             for i, vals in f["switches"]:
-                _add_counters(switches[i], ("forwarded", "bad_route", "discarded"), vals)
-            ends = [e for es in self.fabric.host_ends for e in es]
+                _add_counters(switches[i], _SWITCH_FIELDS, vals)
             for i, vals in f["ends"]:
-                _add_counters(ends[i], ("received", "undelivered"), vals)
+                _add_counters(ends[i], _END_FIELDS, vals)
         ev_rows: list[Any] = []
         qp_rows: list[Any] = []
         per_host: dict[int, Any] = {}
@@ -1231,6 +1224,13 @@ class PartitionedExperiment(Experiment):
                 return None
             return flow.src_data if ok else b""  # type: ignore[no-any-return]
         return super()._delivered(flow)
+
+
+#: the counters each rank sends rank 0 to merge: a port's (its queued bytes last), a
+#: switch's and a host end's
+_PORT_FIELDS = (*COUNTERS, "data_bytes", "prio_bytes")
+_SWITCH_FIELDS = ("forwarded", "bad_route", "discarded")
+_END_FIELDS = ("received", "undelivered")
 
 
 def _add_counters(obj: Any, fields: tuple[str, ...], vals: Any) -> None:
