@@ -103,6 +103,9 @@ def test_adaptive_retransmission_short_first_timeout_doubles_to_the_ack_timeout(
     cap = ack_timeout_ps(20)
     first = {snd.rto_init, s2.rto_init}
     assert first <= {4_096_000 << 7, 4_096_000 << 8}  # 524 us or 1.05 ms
+    # an offset given (a replayed draw) is taken instead of a draw
+    assert RoceSender(snd.cfg, 9, 0, 1, 50002, LINE, adp_offset=1).rto_init == 4_096_000 << 8
+    assert RoceSender(snd.cfg, 9, 0, 1, 50002, LINE, adp_offset=0).rto_init == 4_096_000 << 7
     snd.post(1, 0, 3000)
     pkts = [snd.build(0) for _ in range(3)]
     t = snd.deadline()
@@ -377,6 +380,48 @@ def _incast(
     flows = [FlowSpec(s, 0, 2 << 20, message=256 << 10, name=f"in{s}") for s in INCAST_SENDERS]
     exp.add_flows([*flows, VICTIM] if incast else [VICTIM])
     return exp, exp.run()
+
+
+def _replay_run(
+    seed: int, draws: dict[tuple[Any, ...], int] | None = None, port_seed: int | None = None
+) -> tuple[BaselineExperiment, list[int | None], int]:
+    """The 7 -> 1 incast with DCQCN and a connection beside it at ``seed``: the
+    experiment, the flows' ends and the switches' ECN marks."""
+    exp = make_experiment(SMALL, transport=TransportConfig(name="roce"), seed=seed)
+    assert isinstance(exp, BaselineExperiment)
+    flows = [FlowSpec(s, 0, 1 << 20, message=256 << 10, name=f"in{s}") for s in INCAST_SENDERS]
+    flows.append(FlowSpec(13, 1, 1 << 20, message=256 << 10, name="c", conn="c"))
+    exp.add_flows(flows)
+    if draws is not None:
+        exp.replay_qp_draws(draws)
+    if port_seed is not None:
+        exp.reseed_ports(port_seed)
+    r = exp.run()
+    return exp, [f.finish_ps for f in r.flows], sum(p.ecn_marks for p in exp.fabric.ports)
+
+
+def test_a_run_replays_another_runs_qp_draws_and_redraws_only_the_coin_flips() -> None:
+    """``replay_qp_draws`` makes an earlier run's source ports and first timeouts
+    again, ``reseed_ports`` draws the switches' RED/ECN coin flips from another seed:
+    together they rerun a scenario with only the coin flips changed
+    (benchmarks/training.py ``--case packet-noise``)."""
+    a, ends_a, marks_a = _replay_run(1)
+    draws = a.qp_draws()
+    assert {k[0] for k in draws} == {"sport", "adp"}
+    assert ("sport", 13, 1, "c", 0) in draws and ("adp", "in4", 4, 0, 0, 0) in draws
+    # another seed's run on a's draws and a's coin flips is a's run
+    b, ends_b, marks_b = _replay_run(2, draws, port_seed=1)
+    assert b.qp_draws() == draws and (ends_b, marks_b) == (ends_a, marks_a)
+    # on its own the other seed draws otherwise (so the replay above did something)
+    assert _replay_run(2)[0].qp_draws() != draws
+    # a's draws with other coin flips: the same ports and timeouts, other marks
+    c, ends_c, marks_c = _replay_run(1, draws, port_seed=99)
+    assert c.qp_draws() == draws
+    assert marks_c != marks_a and ends_c != ends_a
+    with pytest.raises(ValueError, match="already run"):
+        c.reseed_ports(3)
+    with pytest.raises(ValueError, match="already run"):
+        c.replay_qp_draws(draws)
 
 
 def test_incast_pfc_hurts_the_victim_mrc_does_not() -> None:

@@ -345,6 +345,10 @@ class BaselineExperiment(Experiment):
         self.line_bps = spec.host_gbps * 1e9
         self._next_qp = 1
         self._sports: dict[tuple[int, int, str, int], int] = {}
+        #: every random choice made for a QP, by name (:meth:`qp_draws`)
+        self._qp_draws: dict[tuple[Any, ...], int] = {}
+        #: flows started so far per (name, src, dst): a flow's occurrence in its draws' keys
+        self._flow_seen: dict[tuple[str, int, int], int] = {}
         #: per long-lived connection (src, dst, conn): the QP its next message goes
         #: on (NCCL keeps turning its QP index over a connection's messages)
         self._conn_next_qp: dict[tuple[int, int, str], int] = {}
@@ -421,6 +425,34 @@ class BaselineExperiment(Experiment):
             f"capture: pcap capture is available for the 'mrc' transport, not {self.transport_name!r}"
         )
 
+    def qp_draws(self) -> dict[tuple[Any, ...], int]:
+        """Every random choice this run has made for its QPs, by name: a QP's UDP
+        source port (so its ECMP path) under ``("sport", src, dst, conn, qp index)``
+        for a long-lived connection's QP and ``("sport", flow name, src, dst,
+        occurrence, qp index)`` otherwise, and its adaptive retransmission's initial
+        timeout (the exponent's offset) under ``("adp", flow name, src, dst,
+        occurrence, qp index)``; a flow's occurrence counts the flows of the same name
+        and hosts started before it.  :meth:`replay_qp_draws` hands them to another
+        run of the same scenario."""
+        return dict(self._qp_draws)
+
+    def replay_qp_draws(self, draws: dict[tuple[Any, ...], int]) -> None:
+        """Before :meth:`run`: make the choices in ``draws`` (:meth:`qp_draws` of an
+        earlier run of the same scenario) wherever their names come again, whatever
+        order the QPs are made in; choices not in it are drawn as usual.  With
+        :meth:`reseed_ports`, a run on the same paths and timeouts with only the
+        switches' coin flips redrawn."""
+        if self.sim.now:
+            raise ValueError("replay_qp_draws: the experiment has already run")
+        self._qp_draws.update(draws)
+
+    def _draw(self, key: tuple[Any, ...], rng: random.Random, lo: int, hi: int) -> int:
+        """The choice named ``key``: replayed, or drawn from ``rng`` in [lo, hi)."""
+        v = self._qp_draws.get(key)
+        if v is None:
+            v = self._qp_draws[key] = rng.randrange(lo, hi)
+        return v
+
     def _start(self, flow: _BFlow) -> None:  # type: ignore[override]
         spec = flow.spec
         now = self.sim.now
@@ -430,6 +462,10 @@ class BaselineExperiment(Experiment):
             flow.dst_buf = bytearray(spec.size)
         src, dst = self.hosts[spec.src], self.hosts[spec.dst]
         planes = self.spec.planes
+        fkey = (spec.name, spec.src, spec.dst)
+        occ = self._flow_seen.get(fkey, 0)
+        self._flow_seen[fkey] = occ + 1
+        adaptive = cfg.adaptive_retransmission and cfg.adp_init_range > 1
         for i in range(cfg.qps):
             qp = self._next_qp
             self._next_qp += 1
@@ -438,9 +474,16 @@ class BaselineExperiment(Experiment):
                 key = (spec.src, spec.dst, spec.conn, i)
                 sport = self._sports.get(key)
                 if sport is None:
-                    sport = self._sports[key] = self._sport_rng.randrange(cfg.sport_base, 65536)
+                    sport = self._sports[key] = self._draw(
+                        ("sport", *key), self._sport_rng, cfg.sport_base, 65536
+                    )
             else:
-                sport = self._sport_rng.randrange(cfg.sport_base, 65536)
+                sport = self._draw(("sport", *fkey, occ, i), self._sport_rng, cfg.sport_base, 65536)
+            adp = (
+                self._draw(("adp", *fkey, occ, i), self._adp_rng, 0, cfg.adp_init_range)
+                if adaptive
+                else None
+            )
             snd = RoceSender(
                 cfg,
                 qp,
@@ -451,7 +494,7 @@ class BaselineExperiment(Experiment):
                 data=flow.src_data,
                 now=now,
                 wire_overhead=self.fabric.config.framing_bytes,
-                rng=self._adp_rng,
+                adp_offset=adp,
             )
             rcv = RoceReceiver(
                 cfg,

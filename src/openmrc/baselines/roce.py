@@ -517,7 +517,9 @@ class RoceSender:
     buffer for real payloads.  The driver calls :meth:`ready`,
     :meth:`next_send_ps`, :meth:`build`, :meth:`receive`, :meth:`deadline`
     and :meth:`on_timer`; finished messages appear in :attr:`completed` as
-    ``(msg_id, ok, now)``.
+    ``(msg_id, ok, now)``.  With adaptive retransmission the initial timeout's
+    exponent is ``adp_init_exp`` plus ``adp_offset`` if given, else plus a draw
+    from ``rng`` below ``adp_init_range`` (none without ``rng``).
     """
 
     __slots__ = (
@@ -563,6 +565,7 @@ class RoceSender:
         now: int = 0,
         wire_overhead: int = 38,
         rng: random.Random | None = None,
+        adp_offset: int | None = None,
     ) -> None:
         cfg.validate()
         self.cfg = cfg
@@ -578,7 +581,9 @@ class RoceSender:
         self.rto_max = ack_timeout_ps(cfg.timeout_exp)
         if cfg.adaptive_retransmission:
             k = cfg.adp_init_exp
-            if rng is not None and cfg.adp_init_range > 1:
+            if adp_offset is not None:
+                k += adp_offset
+            elif rng is not None and cfg.adp_init_range > 1:
                 k += rng.randrange(cfg.adp_init_range)
             self.rto_init = min(cfg.adp_time_base_ps << k, self.rto_max)
         else:

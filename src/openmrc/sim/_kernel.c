@@ -2911,6 +2911,17 @@ static PyObject *Sim_get_seed(SimObject *s, void *c)
     return s->seed;
 }
 
+static int Sim_set_seed(SimObject *s, PyObject *v, void *c)
+{
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "seed cannot be deleted");
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_SETREF(s->seed, v);
+    return 0;
+}
+
 static PyObject *Sim_get_cur(SimObject *s, void *c)
 {
     return PyLong_FromLongLong(s->cur);
@@ -3008,7 +3019,8 @@ static PyGetSetDef Sim_getset[] = {
      NULL},
     {"rng", (getter)Sim_get_rng, (setter)Sim_set_rng, "a generator for code outside the fabric",
      NULL},
-    {"seed", (getter)Sim_get_seed, NULL, "the seed (of rng and of the ports' generators)", NULL},
+    {"seed", (getter)Sim_get_seed, (setter)Sim_set_seed,
+     "the seed of the ports' generators (and of rng, made from it at construction)", NULL},
     {"cur", (getter)Sim_get_cur, (setter)Sim_set_cur,
      "the running event's entity (0 between runs)", NULL},
     {"place", (getter)Sim_get_place, (setter)Sim_set_place,

@@ -530,6 +530,17 @@ class Experiment:
         return self.transport.qps or 1
 
     # -- set-up ---------------------------------------------------------------------
+    def reseed_ports(self, seed: int) -> None:
+        """Draw the ports' random choices (random loss, RED/ECN marks) from ``seed``
+        instead of the experiment's: every other draw (the hosts', the transports')
+        stays the experiment's.  Before :meth:`run` (a port makes its generator on its
+        first draw).  The same scenario run again with only the switches' coin flips
+        redrawn: how much of a result those coin flips decide
+        (benchmarks/training.py ``--case packet-noise``)."""
+        if self.sim.now:
+            raise ValueError("reseed_ports: the experiment has already run")
+        self.sim.seed = seed
+
     def add_flows(self, specs: list[FlowSpec], watch: bool = False) -> list[int]:
         """Add flows (validated); return their indices in :attr:`flows`.
 
