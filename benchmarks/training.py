@@ -11,6 +11,12 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``roce-seeds`` - RoCE without and with the fault on the same jobs over
   ``--seeds`` (the ECMP draws differ between the models, so RoCE is compared
   as a mean over seeds): per seed and the means;
+* ``packet-noise`` - the packet level against itself: RoCE without and with the
+  fault on the same jobs, per seed, run again ``--flips`` times (default 8) on the
+  same paths and timeouts (``BaselineExperiment.replay_qp_draws``) with only the
+  switches' RED/ECN coin flips redrawn (``Experiment.reseed_ports``): the packet
+  step's mean, spread and range per seed, and the flow level on the packet's draws
+  against the seed's run and against that mean;
 * ``roce-64`` - scenarios/training/gpt-1b-64.toml with RoCE and its own failure at
   packet and flow level per seed, and the flow level on the packet run's ECMP
   draws, with the packet run's QPs on the dead link (minutes per seed);
@@ -187,15 +193,26 @@ def packet_rto_draws(exp: Any) -> Any:
     return rto_draw
 
 
-def _packet_run(d: dict[str, Any], base: Path | None) -> tuple[Any, Any, Any, Any, float]:
+def _packet_run(
+    d: dict[str, Any],
+    base: Path | None,
+    draws: dict[tuple[Any, ...], int] | None = None,
+    port_seed: int | None = None,
+) -> tuple[Any, Any, Any, Any, float]:
     """Scenario data ``d`` at packet level: (scenario, experiment, result, the first
-    job's task (starts, ends), wall seconds of build and run)."""
+    job's task (starts, ends), wall seconds of build and run).  ``draws``: the QPs'
+    random choices of an earlier run to make again (RoCE / IB); ``port_seed``: the
+    seed of the ports' coin flips instead of the scenario's."""
     from openmrc.jobrun import packet_times
 
     d.setdefault("run", {})["mode"] = "packet"
     sc = parse(d, base_dir=base)
     t = time.perf_counter()
     exp = sc.build()
+    if draws is not None:
+        exp.replay_qp_draws(draws)
+    if port_seed is not None:
+        exp.reseed_ports(port_seed)
     res = exp.run()
     wall = time.perf_counter() - t
     (pkt,) = packet_times(sc.jobs, sc.job_state, res)
@@ -354,25 +371,36 @@ def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
         out.append(row)
 
 
-def roce_seeds(seeds: range = range(1, 7)) -> None:
-    """RoCE without and with the link failure: packet and flow step per seed, the flow
-    step on the packet run's ECMP draws, and their means."""
+def _roce_seed_data(data: dict[str, Any], seed: int, fault: bool) -> dict[str, Any]:
+    """A job's scenario data with RoCE at ``seed``, with or without the T0-T1 link
+    failure at 100 us (routing converging 200 us later)."""
+    d = copy.deepcopy(data)
+    d["seed"] = seed
+    d["transport"] = {"name": "roce"}
+    if fault:
+        d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
+        d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
+    return d
+
+
+def _roce_cases() -> list[tuple[str, dict[str, Any], Path | None]]:
+    """The jobs the RoCE seed comparisons run: the test job, chakra-8 and aicb-16."""
     cases: list[tuple[str, dict[str, Any], Path | None]] = [("small-8", SMALL, None)]
     for name in ("chakra-8.toml", "aicb-16.toml"):
         data, base = _scenario_data(name)
         cases.append((name, data, base))
+    return cases
 
-    for (label, data, base), fault in itertools.product(cases, (False, True)):
+
+def roce_seeds(seeds: range = range(1, 7)) -> None:
+    """RoCE without and with the link failure: packet and flow step per seed, the flow
+    step on the packet run's ECMP draws, and their means."""
+    for (label, data, base), fault in itertools.product(_roce_cases(), (False, True)):
         packet: list[float | None] = []
         flow: list[float | None] = []
         draws: list[float | None] = []
         for seed in seeds:
-            d = copy.deepcopy(data)
-            d["seed"] = seed
-            d["transport"] = {"name": "roce"}
-            if fault:
-                d["transport"]["baseline_fabric"] = {"convergence_delay_ps": 200_000_000}
-                d["faults"] = [{"at_us": 100, "kind": "link_down", "target": "p0t0x0-p0t1x0"}]
+            d = _roce_seed_data(data, seed, fault)
             _sc, exp, _res, pkt, _wall = _packet_run(d, base)
             packet.append(_step_us(pkt[1]))
             flow.append(flow_step(d, base)[0])
@@ -399,6 +427,50 @@ def roce_seeds(seeds: range = range(1, 7)) -> None:
             ),
             flush=True,
         )
+
+
+def packet_noise(seeds: list[int], flips: int, out: list[dict[str, Any]]) -> None:
+    """The packet level against itself, per RoCE job, fault and seed: the seed's run,
+    then ``flips`` runs on its paths and timeouts (its QPs' draws replayed) with the
+    ports' coin flips seeded ``seed * 1000 + k`` (k = 1, 2, ...); the steps, their
+    mean, standard deviation and range, and the flow level on the packet's draws
+    against the seed's run and against the mean.  Every run's draws are checked to
+    be the seed run's."""
+    for (label, data, base), fault in itertools.product(_roce_cases(), (False, True)):
+        for seed in seeds:
+            d = _roce_seed_data(data, seed, fault)
+            _sc, exp, _res, pkt, _w = _packet_run(copy.deepcopy(d), base)
+            draws = exp.qp_draws()
+            steps = [_step_us(pkt[1])]
+            for k in range(1, flips + 1):
+                _sc, e, _res, p, _w = _packet_run(copy.deepcopy(d), base, draws, seed * 1000 + k)
+                if e.qp_draws() != draws:
+                    raise RuntimeError(f"{label} seed {seed}: run {k} drew beyond the replay")
+                steps.append(_step_us(p[1]))
+            flow = _flow_on_draws(d, base, exp)
+            vals = [x for x in steps if x is not None]
+            mean = sum(vals) / len(vals)
+            sd = (sum((x - mean) ** 2 for x in vals) / len(vals)) ** 0.5
+            row = {
+                "case": "packet-noise",
+                "job": label,
+                "fault": fault,
+                "seed": seed,
+                "packet_steps_us": steps,
+                "packet_mean_us": round(mean, 1),
+                "packet_sd_pct": round(100 * sd / mean, 2),
+                "packet_range_pct": [
+                    round(100 * (min(vals) - mean) / mean, 1),
+                    round(100 * (max(vals) - mean) / mean, 1),
+                ],
+                "flow_packet_draws_step_us": flow,
+                "vs_seed_run_pct": None
+                if flow is None or steps[0] is None
+                else round(100 * (flow - steps[0]) / steps[0], 2),
+                "vs_mean_pct": None if flow is None else round(100 * (flow - mean) / mean, 2),
+            }
+            print(json.dumps(row), flush=True)
+            out.append(row)
 
 
 def _packet_ends(spec: Any, qps: list[tuple[int, int, int]]) -> list[float]:
@@ -624,6 +696,7 @@ def main() -> int:
         choices=[
             "agreement",
             "roce-seeds",
+            "packet-noise",
             "roce-64",
             "dcqcn",
             "dcqcn-series",
@@ -632,6 +705,12 @@ def main() -> int:
         ],
     )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
+    ap.add_argument(
+        "--flips",
+        type=int,
+        default=8,
+        help="packet-noise: runs per seed with the coin flips redrawn",
+    )
     ap.add_argument("--big", action="store_true", help="agreement: also gpt-1b-64 (minutes)")
     ap.add_argument("--job", help="agreement: only this job (small-8, chakra-8.toml, ...)")
     ap.add_argument("--transport", choices=["mrc", "roce"], help="agreement: only this one")
@@ -666,6 +745,8 @@ def main() -> int:
             )
         elif case == "roce-64":
             roce_64(_seeds(args.seeds), out)
+        elif case == "packet-noise":
+            packet_noise(_seeds(args.seeds), args.flips, out)
         elif case == "roce-seeds":
             roce_seeds(range(_seeds(args.seeds)[0], _seeds(args.seeds)[-1] + 1))
         elif case == "dcqcn":
