@@ -59,6 +59,7 @@ import copy
 import dataclasses
 import itertools
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -439,18 +440,17 @@ def packet_noise(seeds: list[int], flips: int, out: list[dict[str, Any]]) -> Non
     for (label, data, base), fault in itertools.product(_roce_cases(), (False, True)):
         for seed in seeds:
             d = _roce_seed_data(data, seed, fault)
-            _sc, exp, _res, pkt, _w = _packet_run(copy.deepcopy(d), base)
+            _sc, exp, _res, pkt, _w = _packet_run(d, base)
             draws = exp.qp_draws()
             steps = [_step_us(pkt[1])]
             for k in range(1, flips + 1):
-                _sc, e, _res, p, _w = _packet_run(copy.deepcopy(d), base, draws, seed * 1000 + k)
+                _sc, e, _res, p, _w = _packet_run(d, base, draws, seed * 1000 + k)
                 if e.qp_draws() != draws:
                     raise RuntimeError(f"{label} seed {seed}: run {k} drew beyond the replay")
                 steps.append(_step_us(p[1]))
             flow = _flow_on_draws(d, base, exp)
             vals = [x for x in steps if x is not None]
-            mean = sum(vals) / len(vals)
-            sd = (sum((x - mean) ** 2 for x in vals) / len(vals)) ** 0.5
+            mean, sd = statistics.fmean(vals), statistics.pstdev(vals)
             row = {
                 "case": "packet-noise",
                 "job": label,

@@ -344,8 +344,8 @@ class BaselineExperiment(Experiment):
             self.baseline_config = baseline_fabric
         self.line_bps = spec.host_gbps * 1e9
         self._next_qp = 1
-        self._sports: dict[tuple[int, int, str, int], int] = {}
-        #: every random choice made for a QP, by name (:meth:`qp_draws`)
+        #: every random choice made for a QP, by name (:meth:`qp_draws`); a long-lived
+        #: connection's QPs find their source ports (ECMP paths) here after the first
         self._qp_draws: dict[tuple[Any, ...], int] = {}
         #: flows started so far per (name, src, dst): a flow's occurrence in its draws' keys
         self._flow_seen: dict[tuple[str, int, int], int] = {}
@@ -469,16 +469,9 @@ class BaselineExperiment(Experiment):
         for i in range(cfg.qps):
             qp = self._next_qp
             self._next_qp += 1
-            if spec.conn:
-                # one long-lived connection: the same source port (ECMP path) every time
-                key = (spec.src, spec.dst, spec.conn, i)
-                sport = self._sports.get(key)
-                if sport is None:
-                    sport = self._sports[key] = self._draw(
-                        ("sport", *key), self._sport_rng, cfg.sport_base, 65536
-                    )
-            else:
-                sport = self._draw(("sport", *fkey, occ, i), self._sport_rng, cfg.sport_base, 65536)
+            # a long-lived connection's QP keeps its source port (ECMP path) every time
+            name = (spec.src, spec.dst, spec.conn, i) if spec.conn else (*fkey, occ, i)
+            sport = self._draw(("sport", *name), self._sport_rng, cfg.sport_base, 65536)
             adp = (
                 self._draw(("adp", *fkey, occ, i), self._adp_rng, 0, cfg.adp_init_range)
                 if adaptive

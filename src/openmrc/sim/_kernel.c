@@ -2894,15 +2894,21 @@ static PyObject *Sim_get_rng(SimObject *s, void *c)
     return s->rng;
 }
 
-static int Sim_set_rng(SimObject *s, PyObject *v, void *c)
+/* Set an object attribute of the simulator (``name`` for the error on a delete). */
+static int set_object(PyObject **slot, PyObject *v, const char *name)
 {
     if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete rng");
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
         return -1;
     }
     Py_INCREF(v);
-    Py_SETREF(s->rng, v);
+    Py_SETREF(*slot, v);
     return 0;
+}
+
+static int Sim_set_rng(SimObject *s, PyObject *v, void *c)
+{
+    return set_object(&s->rng, v, "rng");
 }
 
 static PyObject *Sim_get_seed(SimObject *s, void *c)
@@ -2913,13 +2919,7 @@ static PyObject *Sim_get_seed(SimObject *s, void *c)
 
 static int Sim_set_seed(SimObject *s, PyObject *v, void *c)
 {
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "seed cannot be deleted");
-        return -1;
-    }
-    Py_INCREF(v);
-    Py_SETREF(s->seed, v);
-    return 0;
+    return set_object(&s->seed, v, "seed");
 }
 
 static PyObject *Sim_get_cur(SimObject *s, void *c)
