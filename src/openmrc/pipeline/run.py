@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .sim.budget import Estimate, available_bytes, estimate
-from .units import plural
+from ..sim.budget import Estimate, available_bytes, estimate
+from ..units import plural
 
 #: Exit codes (docs/cli.md).
 EXIT_OK = 0
@@ -120,7 +120,7 @@ def load_scenario(
     build: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The validated scenario after ``--set``, ``--seed`` and ``--transport``, and its
-    (overridden) workload table (``build``: see :func:`openmrc.scenario.parse`)."""
+    (overridden) workload table (``build``: see :func:`openmrc.pipeline.scenario.parse`)."""
     return scenario_from_data(
         read_scenario_data(path),
         overrides,
@@ -282,8 +282,8 @@ class RunOutcome:
 def run_estimate(scenario: Any) -> Estimate:
     """What ``scenario`` will cost (:func:`openmrc.sim.budget.estimate`), from its
     spec and workload, before anything is built."""
-    from .sim.config import FabricConfig
-    from .sim.experiment import base_rtt_ps
+    from ..sim.config import FabricConfig
+    from ..sim.experiment import base_rtt_ps
 
     spec = scenario.spec
     latency = FabricConfig(**scenario.switches).path_latency_ps()
@@ -520,8 +520,8 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
     fabric: the NIC ports its QPs use, minus headers and Ethernet framing (what
     the runs' ``ideal_fct_us`` and slowdown are measured against).
     """
-    from .sim.config import ETHERNET_FRAMING_BYTES
-    from .wire.packets import DATA_HEADER_BYTES
+    from ..sim.config import ETHERNET_FRAMING_BYTES
+    from ..wire.packets import DATA_HEADER_BYTES
 
     t = scenario.transport
     spec = scenario.spec
@@ -530,7 +530,7 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
         planes = spec.planes  # every QP sprays over every plane
         mtu, header_bytes = t.mtu, DATA_HEADER_BYTES
     else:
-        from .baselines.fabric import baseline_configs
+        from ..baselines.fabric import baseline_configs
 
         cfg, _ = baseline_configs(t.name, t)
         qps, mtu, header_bytes = cfg.qps, cfg.mtu, 80  # QP i on plane i % planes
@@ -746,7 +746,7 @@ def run_file(
     Under ``mpirun -n K`` (K > 1), or with ``partitioned``, the simulation is
     partitioned over the ranks (:mod:`openmrc.sim.partition`); rank 0 writes and
     prints, the others only simulate."""
-    from .sim import partition
+    from ..sim import partition
 
     comm = partition.mpi_comm()
     if comm is None and partitioned:
@@ -782,7 +782,7 @@ def _run_file(
     progress: bool,
     worker: bool,
 ) -> int:
-    from .sim import partition
+    from ..sim import partition
 
     # not built while loading: the run builds it once, after saying what it will cost
     # (building it twice was half of a large run's set-up)
@@ -850,7 +850,7 @@ def compare_scenario(
     """``openmrc compare`` from Python (what ``openmrc demo`` runs): every transport's
     settings checked before anything runs, the runs, the printed table and the files
     in ``out``; returns the exit code."""
-    from .sim import partition
+    from ..sim import partition
 
     if partition.mpi_comm() is not None:
         raise partition.PartitionError(

@@ -1,7 +1,7 @@
 """``report.html``: one self-contained page with the summary table and the plots of
 one run or of a comparison of transports.
 
-Input is results documents (:mod:`openmrc.results`), one per transport; each
+Input is results documents (:mod:`openmrc.pipeline.results`), one per transport; each
 plot is drawn only when the documents hold its data (EV events, queue samples,
 collectives...), so metrics added later appear without changes here.  Plots are
 PNG (matplotlib, the ``report`` extra, imported only when a report is written),
