@@ -400,6 +400,10 @@ def execute(
             "the run ended before every flow finished"
             + ("" if until is None else f" (run.until_us = {scenario.until_us:g})")
         )
+    if getattr(scenario, "jobs", None):
+        from .jobrun import skipped_warnings
+
+        warnings += skipped_warnings(scenario.jobs)
     doc = build(
         result,
         scenario,
@@ -445,7 +449,10 @@ def _execute_flow(
         scenario.spec, scenario.transport, scenario.seed, jobs, scenario.faults, scenario.until_us
     )
     result = flow_result(res, wall, scenario.sample_us)
+    from .jobrun import skipped_warnings
+
     warnings = [] if all(r["complete"] for r in rows) else ["a job did not finish its iteration"]
+    warnings += skipped_warnings(jobs)
     doc = build(
         result,
         scenario,

@@ -203,13 +203,22 @@ def place(jobs: Sequence[JobConfig | FileJob], spec: ClosSpec) -> list[list[int]
 
 FILE_KEYS = {
     "aicb": ("file", "gpus", "gpus_per_server", "placement", "start_us", "name", "iterations"),
-    "chakra": ("files", "gpus_per_server", "placement", "start_us", "name", "iterations"),
+    "chakra": (
+        "files",
+        "comm_groups",
+        "gpus_per_server",
+        "placement",
+        "start_us",
+        "name",
+        "iterations",
+    ),
 }
 
 
 def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
     """``[workload] kind = "aicb"`` (``file``, ``gpus``) or ``"chakra"`` (``files``: a
-    folder, a glob or one file, one trace per rank): a job read from files."""
+    folder, a glob or one file, one trace per rank; ``comm_groups``: astra-sim's
+    communicator-group file): a job read from files (docs/workloads.md)."""
     from . import aicb, chakra
 
     kind = w.get("kind")
@@ -238,7 +247,19 @@ def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
         if not isinstance(spec, str) or not spec:
             raise JobError("workload.files: a folder, a glob or a file of Chakra traces (*.et)")
         files = chakra.trace_files(spec, base)
-        graph = chakra.read(files, Path(spec).name.split("*")[0].strip(".") or "chakra", g)
+        groups = None
+        cg = w.get("comm_groups")
+        if cg is not None:
+            if not isinstance(cg, str) or not cg:
+                raise JobError(
+                    "workload.comm_groups: the path of astra-sim's communicator-group JSON file"
+                )
+            cpath = Path(cg)
+            if not cpath.is_absolute() and base is not None:
+                cpath = base / cpath
+            groups = chakra.read_comm_groups(cpath)
+        name = Path(spec).name.split("*")[0].strip(".") or "chakra"
+        graph = chakra.read(files, name, g, groups)
     if isinstance(w.get("name"), str) and w["name"]:
         graph.name = w["name"]
     placement = w.get("placement", "packed")
