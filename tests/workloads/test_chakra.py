@@ -154,6 +154,19 @@ def test_sends_and_receives_match_in_order_per_tag(tmp_path: Path) -> None:
 
     g = chakra.read(ranks_files(tmp_path, [[send(0, 100), send(1, 200)], [recv(0), recv(1)]]))
     assert comms(g) == [("p2p", (0, 1), 100), ("p2p", (0, 1), 200)]
+    # the first receive ends with the first send's bytes, the second with the second's
+    received = [t for t in g.tasks if t.label == "r received"]
+    sizes = [g.tasks[d].size for t in received for d in t.deps if g.tasks[d].kind == "p2p"]
+    assert sizes == [100, 200]
+    # the same with the receiver's file read first
+    back = [
+        [node(i, 6, "r", _a("comm_src", 1), _a("comm_tag", 0), data=(i - 1,) if i else ()) for i in range(2)],
+        [node(i, 5, "s", _a("comm_dst", 0), _a("comm_size", 100 * (i + 1))) for i in range(2)],
+    ]  # fmt: skip
+    g = chakra.read(ranks_files(tmp_path, back, "b"))
+    received = [t for t in g.tasks if t.label == "r received"]
+    sizes = [g.tasks[d].size for t in received for d in t.deps if g.tasks[d].kind == "p2p"]
+    assert sizes == [100, 200]
 
 
 def test_process_groups_by_pg_name(tmp_path: Path) -> None:
