@@ -36,7 +36,7 @@ def _comms(g: JobGraph) -> list[Task]:
 
 
 # tp 2 x dp 4, ep 2 on 8 GPUs: SimAI's MockNcclGroup partitions
-GROUPS = {
+GROUPS: dict[str, set[tuple[int, ...]]] = {
     "tp": {(0, 1), (2, 3), (4, 5), (6, 7)},
     "dp": {(0, 2, 4, 6), (1, 3, 5, 7)},
     "ep": {(0, 2), (4, 6), (1, 3), (5, 7)},
@@ -362,3 +362,25 @@ def test_real_pipeline_moe_file_reads() -> None:
     ep = {t.ranks for t in _comms(g) if t.phase == "ep"}
     assert (0, 4, 8, 12) in ep and (2, 6, 10, 14) in ep
     assert sum(1 for t in g.tasks if t.phase == "bubble") == 32
+
+
+def test_quick_start_scenarios_in_the_docs_run() -> None:
+    """docs/workloads.md's quick start: its TOML, with a real file in place of the user's."""
+    import re
+    import tomllib
+
+    from openmrc.run import execute
+    from openmrc.scenario import parse
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    aicb_block, chakra_block = re.findall(r"```toml\n(.*?)```", doc, re.S)[:2]
+    data = tomllib.loads(aicb_block)
+    assert data["workload"]["kind"] == "aicb" and data["run"]["mode"] == "flow"
+    data["workload"]["file"] = str(DATA / "workload_ep_test.txt")
+    out = execute(parse(data, name="q"), scenario_file="q.toml", overrides=[], workload={})
+    assert out.doc["jobs"][0]["complete"]
+    chak = tomllib.loads(chakra_block)["workload"]
+    assert chak["kind"] == "chakra"
+    data["workload"] = dict(chak, files=str(DATA.parent / "chakra" / "all_reduce"))
+    out = execute(parse(data, name="q"), scenario_file="q.toml", overrides=[], workload={})
+    assert out.doc["jobs"][0]["complete"] and out.doc["jobs"][0]["gpus"] == 4
