@@ -288,3 +288,12 @@ def test_real_traces_run(mode: str) -> None:
         (job,) = out.doc["jobs"]
         assert job["complete"] and job["step_time_us"] > 0
         assert job["skipped_collectives"] == []
+
+
+def test_more_ranks_than_the_fabric_has_hosts_names_the_traces() -> None:
+    from openmrc.scenario import ScenarioError, parse
+
+    data = _scenario("all_reduce", "flow")
+    data["fabric"] = {"planes": 1, "t0s": 1, "hosts_per_t0": 2, "t1s": 1}
+    with pytest.raises(ScenarioError, match=r"workload \(.*all_reduce: 4 ranks\): needs 4 servers"):
+        parse(data)

@@ -69,6 +69,8 @@ class FileJob:
     start_us: float = 0.0
     #: iterations run back to back (openmrc.workloads.jobs.iterations).
     iterations: int = 1
+    #: the file or folder it was read from (for messages).
+    source: str = ""
 
     @property
     def name(self) -> str:
@@ -192,8 +194,11 @@ def place(jobs: Sequence[JobConfig | FileJob], spec: ClosSpec) -> list[list[int]
         free = [s for s in servers if not any(h in taken for h in range(s * g, s * g + g))]
         need = -(-job.gpus // g)
         if len(free) < need:
+            what = key
+            if isinstance(job, FileJob) and job.source:
+                what = f"workload ({job.source}: {job.gpus} ranks)"
             raise JobError(
-                f"{key}: needs {need} servers of {g} GPUs, {len(free)} are free on this fabric"
+                f"{what}: needs {need} servers of {g} GPUs, {len(free)} are free on this fabric"
             )
         hosts = [s * g + x for s in free[:need] for x in range(g)][: job.gpus]
         taken.update(hosts)
@@ -270,7 +275,10 @@ def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
     start = w.get("start_us", 0)
     if isinstance(start, bool) or not isinstance(start, int | float) or start < 0:
         raise JobError(f"workload.start_us: must be a number >= 0, got {start!r}")
-    return FileJob(graph, placement, float(start), _iterations(w.get("iterations", 1), "workload"))
+    source = str(path) if kind == "aicb" else str(spec)
+    return FileJob(
+        graph, placement, float(start), _iterations(w.get("iterations", 1), "workload"), source
+    )
 
 
 __all__ = [
