@@ -384,3 +384,28 @@ def test_quick_start_scenarios_in_the_docs_run() -> None:
     data["workload"] = dict(chak, files=str(DATA.parent / "chakra" / "all_reduce"))
     out = execute(parse(data, name="q"), scenario_file="q.toml", overrides=[], workload={})
     assert out.doc["jobs"][0]["complete"] and out.doc["jobs"][0]["gpus"] == 4
+
+
+def test_header_as_simai_and_aicb_write_it() -> None:
+    """SimAI's example header (pp_comm without its colon) and AICB's float pp_comm."""
+    h = aicb.parse_header(
+        "HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 ep: 16 pp: 12 vpp: 8 "
+        "ga: 24 all_gpus: 9216 checkpoints: 0 checkpoint_initiates: 0 pp_comm 50331648",
+        "x",
+    )
+    assert h.fields == {
+        "model_parallel_NPU_group": 2,
+        "ep": 16,
+        "pp": 12,
+        "vpp": 8,
+        "ga": 24,
+        "all_gpus": 9216,
+        "pp_comm": 50331648,
+    }
+    h = aicb.parse_header(
+        "HYBRID_TRANSFORMER_FWD_IN_BCKWD pp_comm: 8388608.0 checkpoints: 2 1 3", "x"
+    )
+    assert h.fields == {"pp_comm": 8388608} and h.checkpoints == [1, 3]
+    # the old header (no ep, pp, ga, all_gpus): SimAI's defaults, the GPUs from the scenario
+    g = aicb.read(DATA / "L7B-D1-C02_Llama7B_deepspeed_zero3_A100.txt", gpus=4)
+    assert g.ranks == 4
