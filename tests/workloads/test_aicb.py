@@ -409,3 +409,8 @@ def test_header_as_simai_and_aicb_write_it() -> None:
     # the old header (no ep, pp, ga, all_gpus): SimAI's defaults, the GPUs from the scenario
     g = aicb.read(DATA / "L7B-D1-C02_Llama7B_deepspeed_zero3_A100.txt", gpus=4)
     assert g.ranks == 4
+
+
+def test_zero3_gather_on_one_gpu_names_the_group_it_would_use(tmp_path: Path) -> None:
+    g = aicb.read(_file(tmp_path, _head(tp=1, gpus=1), [_line(ig="ALLGATHER 4096")]))
+    assert g.skipped == {"ALLGATHER over a one-rank DP group": 1}

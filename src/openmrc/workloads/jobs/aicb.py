@@ -298,10 +298,10 @@ class _Builder:
         deps = tuple(sorted({*extra, *((prev,) if prev is not None else ())}))
         self.last[rank] = self.g.add(Task("compute", (rank,), deps, dur * 1000, 0, label, phase))
 
-    def skip_reason(self, c: Comm, size: int, group_size: int) -> str | None:
+    def skip_reason(self, c: Comm, size: int, group: str, group_size: int) -> str | None:
         """Why a collective runs nothing, or None."""
         if group_size < 2:
-            return f"{c.token} over a one-rank {c.group.upper()} group"
+            return f"{c.token} over a one-rank {group.upper()} group"
         if size <= 0:
             return f"{c.token} of 0 bytes"
         return None
@@ -338,7 +338,7 @@ class _Builder:
             size = MIN_FWD_BYTES
         group_kind = "tp" if c is None else self._group_of(c, col)
         parts = self.groups(group_kind)
-        reason = None if c is None else self.skip_reason(c, size, len(parts[0]))
+        reason = None if c is None else self.skip_reason(c, size, group_kind, len(parts[0]))
         if reason is not None:
             self.g.skip(reason)
         phase = "zero" if c is not None and group_kind != c.group else group_kind
