@@ -249,6 +249,7 @@ def test_checkpoints_recompute_the_forward(tmp_path: Path) -> None:
         (_head(pp=3), [_line()], r"line 1: model_parallel_NPU_group 2 x pp 3 does not divide 8 GPUs"),
         ("HYBRID_DLRM", [_line()], r"line 1: unknown training loop 'HYBRID_DLRM'"),
         (_head().replace("all_gpus: 8 ", ""), [_line()], r"line 1: no all_gpus \(give workload.gpus\)"),
+        (_head(gpus=10**7), [_line()], r"line 1: 10000000 GPUs x 1 lines is too large a graph to build"),
     ],
 )  # fmt: skip
 def test_errors_name_the_file_line_and_token(
@@ -414,3 +415,26 @@ def test_header_as_simai_and_aicb_write_it() -> None:
 def test_zero3_gather_on_one_gpu_names_the_group_it_would_use(tmp_path: Path) -> None:
     g = aicb.read(_file(tmp_path, _head(tp=1, gpus=1), [_line(ig="ALLGATHER 4096")]))
     assert g.skipped == {"ALLGATHER over a one-rank DP group": 1}
+
+
+def test_damaged_files_fail_with_one_line(tmp_path: Path) -> None:
+    """Tokens of a real file replaced at random: a graph or one JobError line."""
+    import random
+
+    rng = random.Random(7)
+    text = (DATA / "workload_ep_test.txt").read_text()
+    tokens = ["NONE", "ALLREDUCE", "ALLTOALL_EP", "x", "-1", "0", "9" * 20, "1.5", ":", "ep:", "3"]
+    p = tmp_path / "w.txt"
+    for _ in range(300):
+        lines = text.split("\n")
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(lines))
+            cols = lines[i].split()
+            if cols:
+                cols[rng.randrange(len(cols))] = rng.choice(tokens)
+                lines[i] = "\t".join(cols)
+        p.write_text("\n".join(lines))
+        try:
+            aicb.read(p)
+        except JobError as exc:
+            assert str(exc).startswith(str(p)) and "\n" not in str(exc)

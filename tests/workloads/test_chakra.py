@@ -297,3 +297,32 @@ def test_more_ranks_than_the_fabric_has_hosts_names_the_traces() -> None:
     data["fabric"] = {"planes": 1, "t0s": 1, "hosts_per_t0": 2, "t1s": 1}
     with pytest.raises(ScenarioError, match=r"workload \(.*all_reduce: 4 ranks\): needs 4 servers"):
         parse(data)
+
+
+def test_damaged_traces_fail_with_one_line(tmp_path: Path) -> None:
+    """Bytes flipped, cut or inserted anywhere in a real trace: a graph or one JobError line."""
+    import random
+
+    rng = random.Random(7)
+    blobs = [p.read_bytes() for p in chakra.trace_files(DATA / "custom_allreduce")]
+    for it in range(150):
+        files = []
+        for r, blob in enumerate(blobs):
+            b = bytearray(blob)
+            if r == it % len(blobs):
+                for _ in range(rng.randint(1, 4)):
+                    k = rng.randrange(len(b))
+                    op = rng.random()
+                    if op < 0.6:
+                        b[k] = rng.randrange(256)
+                    elif op < 0.8:
+                        del b[k : k + rng.randint(1, 20)]
+                    else:
+                        b[k:k] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 5)))
+            p = tmp_path / f"x.{r}.et"
+            p.write_bytes(bytes(b))
+            files.append(p)
+        try:
+            chakra.read(files, gpus_per_server=1)
+        except JobError as exc:
+            assert "\n" not in str(exc)

@@ -87,6 +87,10 @@ COLUMNS = ("fwd", "ig", "wg")
 #: SimAI rounds a forward collective of fewer bytes up to this.
 MIN_FWD_BYTES = 4096
 
+#: the most tasks (about ranks x lines x 6) a file may become: beyond, the graph alone
+#: would take tens of GB; ``workload.gpus`` runs the file on fewer GPUs.
+MAX_TASKS = 30_000_000
+
 #: ns per cycle (ASTRA-sim's default clock: 1 GHz).
 NS_PER_CYCLE = 1.0
 
@@ -405,6 +409,12 @@ def read(path: str | Path, gpus: int | None = None, gpus_per_server: int = 8) ->
             raise JobError(
                 f"{where}: checkpoint_initiates: layer {x} has no checkpoint at or below it"
             )
+    if total * max(1, len(lines)) * 6 > MAX_TASKS:
+        raise JobError(
+            f"{where}: {total} GPUs x {len(lines)} lines is too large a graph to build "
+            f"(about {total * len(lines) * 6:,} tasks, at most {MAX_TASKS:,}); give "
+            "workload.gpus to run it on fewer GPUs"
+        )
     g = JobGraph(p.stem, total, gpus_per_server=gpus_per_server)
     b = _Builder(g, tp, pp, dp, ep)
     if head.loop == "MICRO":

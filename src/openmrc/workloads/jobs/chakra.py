@@ -355,6 +355,15 @@ def read_nodes(path: str | Path) -> list[_Node]:
     return nodes
 
 
+def _tag(node: _Node, where: str) -> int:
+    v = node.attrs.get("comm_tag", 0)
+    if v is None:
+        return 0
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise JobError(f"{node.where(where)}: comm_tag must be an integer, got {v!r}")
+    return v
+
+
 def _need_int(node: _Node, key: str, where: str) -> int:
     v = node.attrs.get(key)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -370,14 +379,19 @@ def pg_metadata(text: str) -> dict[str, list[int]]:
     for cand in (text, text[2:-2]):
         try:
             items = json.loads(cand)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(items, list):
             continue
         out = {}
         for item in items:
-            if isinstance(item, dict) and "pg_name" in item and isinstance(item.get("ranks"), list):
-                out[str(item["pg_name"])] = [int(x) for x in item["ranks"]]
+            ranks = item.get("ranks") if isinstance(item, dict) else None
+            if (
+                isinstance(ranks, list)
+                and "pg_name" in item
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in ranks)
+            ):
+                out[str(item["pg_name"])] = list(ranks)
         return out
     return {}
 
@@ -496,7 +510,7 @@ def read(
                     raise JobError(
                         f"{node.where(where)}: comm_dst {dst} is not another rank of the {n}"
                     )
-                pair = (r, dst, int(node.attrs.get("comm_tag", 0) or 0))
+                pair = (r, dst, _tag(node, where))
                 waiting = recvs.get(pair)
                 if waiting:
                     u, _ = waiting.popleft()
@@ -511,7 +525,7 @@ def read(
                     raise JobError(
                         f"{node.where(where)}: comm_src {src} is not another rank of the {n}"
                     )
-                pair = (src, r, int(node.attrs.get("comm_tag", 0) or 0))
+                pair = (src, r, _tag(node, where))
                 pending = sends.get(pair)
                 if pending:
                     u, _ = pending.popleft()
@@ -624,9 +638,11 @@ def _collective(
     given = node.attrs.get("pg_ranks")
     pg = node.attrs.get("pg_name")
     if given is not None:
-        if not isinstance(given, list):
+        if not isinstance(given, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in given
+        ):
             raise JobError(f"{node.where(where)}: pg_ranks must be a list of ranks")
-        ranks = tuple(int(x) for x in given)
+        ranks = tuple(given)
         label = "pg_ranks"
     elif pg is None or str(pg) in ("", "0"):
         ranks, label = tuple(range(n)), "every rank"
