@@ -297,8 +297,8 @@ def _scenario(
 
 
 def _run(data: dict[str, Any]) -> Any:
-    from openmrc.run import execute
-    from openmrc.scenario import parse
+    from openmrc.pipeline.run import execute
+    from openmrc.pipeline.scenario import parse
 
     sc = parse(copy.deepcopy(data), name="t")
     return execute(sc, scenario_file="t.toml", overrides=[], workload={})
@@ -318,7 +318,7 @@ def test_real_megatron_tp2_file_runs_with_its_broadcast() -> None:
 def test_real_zero3_file_gathers_are_in_the_trace_and_exposed() -> None:
     """The 12 per-layer ALLGATHERs of a DeepSpeed ZeRO-3 file: over DP, in the trace, and
     (blocking the backward pass) all of their time exposed."""
-    from openmrc.results import validate
+    from openmrc.pipeline.results import validate
 
     out = _run(_scenario("L7B-D1-C02_Llama7B_deepspeed_zero3_A100.txt", 8, 8, per_server=1))
     validate(out.doc)
@@ -370,8 +370,8 @@ def test_quick_start_scenarios_in_the_docs_run() -> None:
     import re
     import tomllib
 
-    from openmrc.run import execute
-    from openmrc.scenario import parse
+    from openmrc.pipeline.run import execute
+    from openmrc.pipeline.scenario import parse
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
     aicb_block, chakra_block = re.findall(r"```toml\n(.*?)```", doc, re.S)[:2]

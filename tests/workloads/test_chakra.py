@@ -277,9 +277,9 @@ def _scenario(files: str, mode: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("mode", ["flow", "packet"])
 def test_real_traces_run(mode: str) -> None:
-    from openmrc.results import validate
-    from openmrc.run import execute
-    from openmrc.scenario import parse
+    from openmrc.pipeline.results import validate
+    from openmrc.pipeline.run import execute
+    from openmrc.pipeline.scenario import parse
 
     for files in ("all_reduce", "custom_allreduce"):
         sc = parse(copy.deepcopy(_scenario(files, mode)), name="t")
@@ -291,7 +291,7 @@ def test_real_traces_run(mode: str) -> None:
 
 
 def test_more_ranks_than_the_fabric_has_hosts_names_the_traces() -> None:
-    from openmrc.scenario import ScenarioError, parse
+    from openmrc.pipeline.scenario import ScenarioError, parse
 
     data = _scenario("all_reduce", "flow")
     data["fabric"] = {"planes": 1, "t0s": 1, "hosts_per_t0": 2, "t1s": 1}
