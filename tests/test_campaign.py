@@ -196,3 +196,44 @@ def test_campaign_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> N
     assert err == "openmrc campaign: error: campaign.restart_s: must be >= 0, got -1"
     assert main(["campaign", str(EXAMPLE), "--set", "failures.window_us=5"]) == 2
     assert "failures.window_us: not used by a campaign" in capsys.readouterr().err
+
+
+def test_mrc_campaign_equals_one_continuous_run() -> None:
+    """The campaign's iterations, one by one or reused, are those of one flow-level run
+    of as many iterations with the same faults at the same times (MRC; RoCE's
+    per-message timeout draws are keyed by the transfer, which differs from copy to
+    copy of a repeated graph, so there it differs by those draws)."""
+    from dataclasses import replace
+
+    from openmrc.flow.model import FluidFault
+    from openmrc.pipeline.jobrun import fluid_model
+    from openmrc.workloads.jobs.iterations import iteration_ends, repeat
+
+    n = 60
+    setup = _setup([], 1.0, transports=["mrc"])
+    sc = setup.scenarios["mrc"]
+    step = max(e or 0 for e in cp.model_factory(sc)().run().jobs[0].end)
+    faults = [
+        (round(step * 10.3), "link_down", "p0t0x0-p0t1x0", -1, -1),
+        (round(step * 25.6), "nic_port_down", "", 9, 1),
+        (round(step * 40.7), "link_up", "p0t0x0-p0t1x0", -1, -1),
+    ]
+    given = ", ".join(
+        f'{{at_us={at / 1e6!r}, kind="{k}", target="{tg}"}}'
+        if tg
+        else f'{{at_us={at / 1e6!r}, kind="{k}", host={h}, plane={p}}}'
+        for at, k, tg, h, p in faults
+    )
+    setup = _setup([f"faults=[{given}]"], step * n / cp.PS_PER_HOUR, transports=["mrc"])
+    steps = [st for _s, st in _iterations(cp.run(setup)["transports"]["mrc"])]
+    assert len(steps) > 40 and len(set(steps)) > 3
+    graph = repeat(sc.jobs[0].graph, n)
+    model = fluid_model(sc.spec, sc.transport, sc.seed, [replace(sc.jobs[0], graph=graph)], [])
+    for at, k, tg, h, p in faults:
+        model.add_fault(FluidFault(at, k, tg, h, p))
+    ends = iteration_ends(graph, model.run().jobs[0].end)
+    prev = 0.0
+    for mine, end in zip(steps, ends, strict=False):
+        assert end is not None
+        assert abs(mine - (end - prev)) <= 1  # ps: the campaign keeps integer ps
+        prev = end
