@@ -237,3 +237,34 @@ def test_mrc_campaign_equals_one_continuous_run() -> None:
         assert end is not None
         assert abs(mine - (end - prev)) <= 1  # ps: the campaign keeps integer ps
         prev = end
+
+
+def test_monte_carlo_over_seeds_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "mc"
+    args = ["campaign", str(EXAMPLE), "--hours", "2", "--set", "faults=[]"]
+    args += ["--set", "failures.scale=1e4", "--set", FAST_ROCE[2], "--workers", "1"]
+    assert main([*args, "--seeds", "3", "--out", str(out)]) == 0
+    first = capsys.readouterr()
+    assert "0 already" in first.err and "3 to run" in first.err
+    points = sorted((out / "points").glob("*.json"))
+    assert len(points) == 3
+    docs = [json.loads(p.read_text())["record"] for p in points]
+    stamps = [p.read_text() for p in points]
+    assert sorted(d["seed"] for d in docs) == [1, 2, 3]
+    assert main([*args, "--seeds", "4", "--out", str(out)]) == 0  # one more seed
+    assert "3 already" in capsys.readouterr().err
+    assert [p.read_text() for p in points] == stamps  # the done seeds were not run again
+    agg = json.loads((out / "montecarlo.json").read_text())
+    assert agg["seeds"] == [1, 2, 3, 4]
+    docs.append(
+        next(
+            json.loads(p.read_text())["record"]
+            for p in (out / "points").glob("*.json")
+            if p not in points
+        )
+    )
+    for name in ("mrc", "roce"):
+        goodputs = [d["transports"][name]["goodput"] for d in docs]
+        g = agg["transports"][name]["goodput"]
+        assert g["n"] == 4 and g["mean"] == pytest.approx(sum(goodputs) / 4)
+        assert g["ci95"] is not None and g["ci95"] >= 0

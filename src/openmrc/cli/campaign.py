@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..pipeline import campaign
-from ..pipeline.run import EXIT_OK, UsageError, prepare_out
+from ..pipeline.run import EXIT_FLOW_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, prepare_out
 
 
 def _cmd_campaign(args: argparse.Namespace) -> int:
@@ -19,6 +20,12 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
     transports = None
     if args.transports is not None:
         transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: must be >= 1, got {args.seeds}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+    if args.seeds > 1 or args.dask or args.workers:
+        return _monte_carlo(args, transports)
     setup = campaign.load(
         args.scenario,
         args.set or [],
@@ -47,6 +54,67 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"  wrote {', '.join(written)}")
     return EXIT_OK
+
+
+def _monte_carlo(args: argparse.Namespace, transports: list[str] | None) -> int:
+    """``--seeds N``: a campaign per seed on the sweep machinery, resumable in ``--out``;
+    the mean and 95 % confidence interval of each number over the seeds."""
+    import tempfile
+    from pathlib import Path
+
+    from ..paper.run import executor_for
+    from ..sweep import campaign as mc
+    from ..sweep.runner import run_sweep
+
+    first = args.seed
+    if first is None:
+        first = campaign.load(args.scenario, args.set or [], hours=args.hours).seed
+    seeds = list(range(first, first + args.seeds))
+    pts = mc.points(args.scenario, args.set or [], seeds, hours=args.hours, transports=transports)
+    keep = prepare_out(args.out)
+    with tempfile.TemporaryDirectory(prefix="openmrc-campaign-") as scratch:
+        out = keep if keep is not None else Path(scratch)
+
+        def on_done(point: Any, result: dict[str, Any]) -> None:
+            what = "done" if result["status"] == "ok" else f"failed: {result.get('error')}"
+            print(f"  seed {point.seed}: {what}", file=sys.stderr, flush=True)
+
+        from ..sweep.runner import pending_points
+
+        todo, done = pending_points(out, pts)
+        with executor_for(args.workers, args.dask, len(todo)) as (ex, what):
+            print(
+                f"openmrc campaign: {len(pts)} seeds ({seeds[0]}..{seeds[-1]}); {done} already "
+                f"in {out if keep is not None else 'no --out'}, {len(todo)} to run: {what}",
+                file=sys.stderr,
+                flush=True,
+            )
+            outcome = run_sweep(
+                pts,
+                out,
+                ex,
+                on_done=on_done,
+                stop_children=not args.dask,
+                work=mc.run_campaign_point,
+            )
+        agg = mc.aggregate(out, pts)
+        if args.json:
+            print(json.dumps(agg, indent=1, sort_keys=True))
+        elif agg["seeds"]:
+            for line in mc.summary_lines(agg):
+                print(line)
+        if keep is not None:
+            path = keep / "montecarlo.json"
+            path.write_text(json.dumps(agg, indent=1, sort_keys=True) + "\n")
+            if not args.json:
+                print(f"  wrote {path} (each seed's campaign in {keep / 'points'})")
+    if outcome.interrupted:
+        print(
+            "openmrc campaign: interrupted; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_FLOW_FAILED if outcome.failed else EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -78,4 +146,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     cp.add_argument("--out", help="directory for campaign.json and campaign.png (created first)")
     cp.add_argument("--json", action="store_true", help="print campaign.json to stdout")
+    cp.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Monte Carlo: N campaigns (seeds --seed .. --seed + N - 1), the mean and 95 %% "
+        "confidence interval of each number; resumable in --out",
+    )
+    cp.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="with --seeds: campaigns in parallel on a local process pool (default: the CPU "
+        "count; 1: in this process)",
+    )
+    cp.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="with --seeds: run on Dask distributed, 'local' or a scheduler address",
+    )
     cp.set_defaults(func=_cmd_campaign)

@@ -423,7 +423,7 @@ class Campaign:
         """Run the campaign (module doc); the measurements."""
         started = time.perf_counter()
         out = self.out
-        base, _ = self._simulate(frozenset(), [], 0)
+        base, _ = self._clean(frozenset())
         if base is None:
             raise CampaignError("the job does not finish its iteration on a healthy fabric")
         out.base_step_ps = base
@@ -612,18 +612,42 @@ def load(
 ) -> CampaignSetup:
     """Read and check a campaign scenario (``--set`` overrides first, then ``hours``,
     ``seed``, ``transports`` over its ``[campaign]`` table); draw its failures."""
-    from .run import apply_override, fair_striping, read_scenario_data, scenario_from_data
+    from .run import read_scenario_data
 
-    data = copy.deepcopy(read_scenario_data(scenario_file))
+    path = Path(scenario_file)
+    return load_data(
+        read_scenario_data(scenario_file),
+        overrides,
+        name=path.stem,
+        base_dir=path.parent,
+        scenario_file=scenario_file,
+        hours=hours,
+        seed=seed,
+        transports=transports,
+    )
+
+
+def load_data(
+    data: dict[str, Any],
+    overrides: list[str] | None = None,
+    *,
+    name: str = "",
+    base_dir: Path | None = None,
+    scenario_file: str = "",
+    hours: float | None = None,
+    seed: int | None = None,
+    transports: list[str] | None = None,
+) -> CampaignSetup:
+    """:func:`load` for scenario data already read (``data`` is not changed)."""
+    from .run import apply_override, fair_striping, scenario_from_data
+
+    data = copy.deepcopy(data)
     for assignment in overrides or []:
         apply_override(data, assignment)
     raw = data.pop("campaign", {})
-    if hours is not None:
-        raw = {**raw, "hours": hours} if isinstance(raw, dict) else raw
-    if transports is not None:
-        raw = {**raw, "transports": transports} if isinstance(raw, dict) else raw
-    if seed is not None:
-        raw = {**raw, "seed": seed} if isinstance(raw, dict) else raw
+    if isinstance(raw, dict):
+        given = {"hours": hours, "transports": transports, "seed": seed}
+        raw = {**raw, **{k: v for k, v in given.items() if v is not None}}
     cfg = parse_config(raw)
     raw_rates = data.pop("failures", {})
     if isinstance(raw_rates, dict):
@@ -637,17 +661,12 @@ def load(
         rates = parse_rates(raw_rates)
     except FailureError as exc:
         raise CampaignError(str(exc)) from None
-    path = Path(scenario_file)
     scenarios: dict[str, Any] = {}
-    for name in cfg.transports:
-        sc, workload = scenario_from_data(
-            data, [], None, name, name=path.stem, base_dir=path.parent
-        )
+    for tname in cfg.transports:
+        sc, workload = scenario_from_data(data, [], None, tname, name=name, base_dir=base_dir)
         stripe = fair_striping(sc, workload)
         if stripe is not None:
-            sc, _ = scenario_from_data(
-                data, [stripe], None, name, name=path.stem, base_dir=path.parent
-            )
+            sc, _ = scenario_from_data(data, [stripe], None, tname, name=name, base_dir=base_dir)
         if sc.mode != "flow":
             raise CampaignError('run.mode: a campaign runs at flow level (run.mode = "flow")')
         if len(sc.jobs) != 1:
@@ -656,18 +675,17 @@ def load(
             raise CampaignError(
                 "job.iterations: a campaign repeats one iteration for campaign.hours; leave it out"
             )
-        scenarios[name] = sc
+        scenarios[tname] = sc
     first = scenarios[cfg.transports[0]]
-    the_seed = (
-        cfg.seed if cfg.seed is not None else (rates.seed if rates.seed is not None else first.seed)
-    )
+    the_seed = cfg.seed
+    if the_seed is None:
+        the_seed = rates.seed if rates.seed is not None else first.seed
     try:
         failures = draw_failures(rates, first.spec, cfg.hours, the_seed, cfg.repair_s)
         failures += scripted_failures(first.faults, first.spec, len(failures))
     except ValueError as exc:
         raise CampaignError(str(exc)) from None
-    failures = _renumber(failures)
-    return CampaignSetup(path.stem, scenario_file, cfg, the_seed, rates, failures, scenarios)
+    return CampaignSetup(name, scenario_file, cfg, the_seed, rates, _renumber(failures), scenarios)
 
 
 def _renumber(failures: list[Failure]) -> list[Failure]:
@@ -889,6 +907,7 @@ __all__ = [
     "draw_failures",
     "events_of",
     "load",
+    "load_data",
     "model_factory",
     "parse_config",
     "plot",
