@@ -196,6 +196,11 @@ def test_campaign_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> N
     assert err == "openmrc campaign: error: campaign.restart_s: must be >= 0, got -1"
     assert main(["campaign", str(EXAMPLE), "--set", "failures.window_us=5"]) == 2
     assert "failures.window_us: not used by a campaign" in capsys.readouterr().err
+    silent = 'faults=[{at_us=1, kind="link_silent", target="p0t0x0-p0t1x0"}]'
+    assert main(["campaign", str(EXAMPLE), "--set", silent]) == 2
+    assert "faults[0].kind: a campaign takes link_down" in capsys.readouterr().err
+    assert main(["campaign", str(EXAMPLE), "--set", "run.mode=packet"]) == 2
+    assert "run.mode: a campaign runs at flow level" in capsys.readouterr().err
 
 
 def test_mrc_campaign_equals_one_continuous_run() -> None:

@@ -425,7 +425,9 @@ class Campaign:
         out = self.out
         base, _ = self._clean(frozenset())
         if base is None:
-            raise CampaignError("the job does not finish its iteration on a healthy fabric")
+            raise CampaignError("job: its iteration does not finish on a healthy fabric")
+        if base <= 0:
+            raise CampaignError("job: its iteration takes no time (nothing to repeat)")
         out.base_step_ps = base
         events = self.events
         down: dict[Element, int] = {}
@@ -499,7 +501,7 @@ class Campaign:
             # an iteration a change touches (or a state the job cannot run in)
             step, end, window = self._touched(t, ei, view, down, masked, clean_end)
             if step is not None:
-                touched_by = [events[i].failure for i in window]
+                touched_by = sorted({events[i].failure for i in window})
                 blame(pend_lost, causes(view), (clean if clean is not None else step) - base)
                 blame(pend_lost, touched_by, step - (clean if clean is not None else step))
                 pend_iters += 1
