@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..transport.errors import MrcError
-from . import demo, lab, net, paper, run, sweep, topo
+from . import campaign, demo, lab, net, paper, run, sweep, topo
 
 #: Exit code when stdout is closed before everything was printed (128 + SIGPIPE).
 EXIT_BROKEN_PIPE = 141
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    for module in (demo, topo, run, paper, sweep, lab, net):
+    for module in (demo, topo, run, paper, sweep, campaign, lab, net):
         module.register(sub)
     return parser
 

@@ -602,6 +602,22 @@ class FluidModel:
         self._targets(fault)
         self._faults.append(fault)
 
+    def parts(self, fault: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
+        """(host links (h, p), fabric links (p, a, k)) a fault acts on (ValueError: no such part)."""
+        return self._targets(fault)
+
+    def start_down(
+        self, host_links: list[tuple[int, int]], fabric_links: list[tuple[int, int, int]]
+    ) -> None:
+        """Begin the run with these parts down and known down: a fabric that failed long
+        enough ago that the transport and routing act on it (a campaign's state)."""
+        for h, p in host_links:
+            self.host_true[h, p] = self.host_known[h, p] = False
+        for p, a, k in fabric_links:
+            self.fab_true[p, a, k] = self.fab_known[p, a, k] = False
+        self._update_caps()
+        self._route_cache.clear()
+
     def _targets(self, f: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
         """(host links (h, p), fabric links (p, a, k)) a fault acts on."""
         if f.kind.startswith("nic_port"):

@@ -206,18 +206,20 @@ def pending_points(out: Path, points: list[Point]) -> tuple[list[Point], int]:
 _Results = Generator[tuple[Point, dict[str, Any]], None, None]
 
 
-def _in_process(todo: list[Point]) -> _Results:
+def _in_process(todo: list[Point], work: Callable[[Point], dict[str, Any]]) -> _Results:
     """Each point of ``todo`` run in this process, one after the other, as asked for."""
     for p in todo:
-        yield p, run_point(p)
+        yield p, work(p)
 
 
-def _on_executor(todo: list[Point], executor: Executor) -> _Results:
+def _on_executor(
+    todo: list[Point], executor: Executor, work: Callable[[Point], dict[str, Any]]
+) -> _Results:
     """Every point of ``todo`` submitted to ``executor`` (in order), yielded as each finishes."""
     futures: dict[Future[dict[str, Any]], Point] = {}
     try:
         for p in todo:
-            futures[executor.submit(run_point, p)] = p
+            futures[executor.submit(work, p)] = p
         for fut in as_completed(futures):
             try:
                 result = fut.result()
@@ -236,15 +238,18 @@ def run_sweep(
     *,
     on_done: Callable[[Point, dict[str, Any]], None] | None = None,
     stop_children: bool = False,
+    work: Callable[[Point], dict[str, Any]] = run_point,
 ) -> SweepOutcome:
     """Run every point of ``points`` not finished in ``out`` on ``executor`` (None:
     in this process, one after the other, in the order given), writing each as it
     finishes; ``on_done`` is called after each.  Ctrl-C cancels the rest (and with
     ``stop_children`` terminates this process's worker processes, so that a point
-    half-way through does not hold the exit up)."""
+    half-way through does not hold the exit up).  ``work`` runs one point (a
+    picklable module-level function returning what :func:`run_point` returns;
+    ``openmrc campaign --seeds`` runs a campaign per point)."""
     todo, done = pending_points(out, points)
     outcome = SweepOutcome(total=len(points), skipped=done)
-    results = _in_process(todo) if executor is None else _on_executor(todo, executor)
+    results = _in_process(todo, work) if executor is None else _on_executor(todo, executor, work)
     try:
         for p, result in results:
             if result.get("status") == "interrupted":
