@@ -580,17 +580,36 @@ def format_table(
     docs: list[dict[str, Any]],
     first: list[tuple[str, str, str]] | None = None,
 ) -> str:
-    """The summary table as aligned text; ``first``: each column's QPs, planes, ideal."""
+    """The summary table as aligned text; ``first``: each column's QPs, planes, ideal.
+
+    A job run's table leads with each job's step time, compute, exposed
+    communication, idle time and slowdown (:func:`openmrc.jobrun.job_rows`)
+    instead of the flow counters (results.json keeps those)."""
+    from .jobrun import has_jobs, job_rows
     from .results import summary_rows
 
-    rows = summary_rows(docs)
-    if first is not None:
-        rows[:0] = [
-            ("QPs per connection", [f[0] for f in first]),
-            ("planes used", [f[1] for f in first]),
-            ("ideal Gb/s per flow", [f[2] for f in first]),
-        ]
+    if has_jobs(docs):
+        rows = job_rows(docs)
+        if first is not None:
+            rows += [
+                ("QPs per connection", [f[0] for f in first]),
+                ("planes used", [f[1] for f in first]),
+            ]
+        rows.append(("simulated us", [f"{d.get('sim_end_us') or 0.0:,.1f}" for d in docs]))
+    else:
+        rows = summary_rows(docs)
+        if first is not None:
+            rows[:0] = [
+                ("QPs per connection", [f[0] for f in first]),
+                ("planes used", [f[1] for f in first]),
+                ("ideal Gb/s per flow", [f[2] for f in first]),
+            ]
     rows.append(("wall s", [f"{d['provenance']['wall_seconds']:.2f}" for d in docs]))
+    return align(headers, rows)
+
+
+def align(headers: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    """Rows of (measure, one cell per column) as an aligned text table under ``headers``."""
     w0 = max(len(r[0]) for r in rows)
     widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(headers)]
     lines = [
@@ -614,9 +633,19 @@ def header(outcome: RunOutcome, scenario_file: str) -> str:
         f"scenario {sc.name or scenario_file} [transport {sc.transport.name}]: "
         f"{plural(spec.hosts, 'host')}, {plural(spec.planes, 'plane')}, "
         f"{spec.t0s} T0 x {spec.t1s} T1 per plane, "
-        f"{plural(outcome.doc['summary']['flows'], 'flow')}, seed {sc.seed}"
+        + (_job_words(outcome.doc) or f"{plural(outcome.doc['summary']['flows'], 'flow')}")
+        + f", seed {sc.seed}"
         + (" - INTERRUPTED, partial results" if outcome.partial else "")
     )
+
+
+def _job_words(doc: dict[str, Any]) -> str | None:
+    """``1 job at flow level`` (None when the run has no jobs)."""
+    jobs = doc.get("jobs") or []
+    if not jobs:
+        return None
+    level = "flow" if doc.get("fabric", {}).get("model") == "flow" else "packet"
+    return f"{plural(len(jobs), 'job')} at {level} level"
 
 
 def _status_line(doc: dict[str, Any]) -> str:
@@ -628,9 +657,13 @@ def _status_line(doc: dict[str, Any]) -> str:
 
 
 def _collective_lines(doc: dict[str, Any]) -> list[str]:
-    from .jobrun import step_lines
+    """One line per collective (a job run's steps are in its table)."""
+    from .jobrun import network_line
 
-    return step_lines(doc) + _coll_lines(doc)
+    if doc.get("jobs"):
+        net = network_line(doc)
+        return ([] if net is None else [net]) + _coll_lines(doc)
+    return _coll_lines(doc)
 
 
 def _coll_lines(doc: dict[str, Any]) -> list[str]:
@@ -663,6 +696,7 @@ def _localised_lines(doc: dict[str, Any]) -> list[str]:
 
 def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list[str]:
     """results.json + CSVs per run (a subfolder per transport when comparing), the report."""
+    from .jobrun import has_jobs, job_rows
     from .results import summary_rows, write
 
     written: list[str] = []
@@ -675,7 +709,10 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
             written.append(str(d / "trace.json"))
     if compare:
         table = out / "summary.csv"
-        rows = summary_rows([o.doc for o in outcomes])
+        docs = [o.doc for o in outcomes]
+        rows = job_rows(docs) if has_jobs(docs) else []
+        if not rows or any(d["summary"]["flows"] for d in docs):
+            rows += summary_rows(docs)
         with table.open("w") as fh:
             fh.write("measure," + ",".join(o.scenario.transport.name for o in outcomes) + "\n")
             for name, cells in rows:
@@ -685,6 +722,9 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
     if copy is not None:
         written.append(str(copy))
     written.append(str(_report(out, outcomes, copy)))
+    steps = out / "job_steps.csv"  # a job run's step time per iteration (openmrc.report_jobs)
+    if has_jobs([o.doc for o in outcomes]) and steps.is_file():
+        written.append(str(steps))
     return written
 
 
@@ -718,7 +758,9 @@ def _report(out: Path, outcomes: list[RunOutcome], scenario_copy: Path | None = 
         path = out / "report.html"
         path.write_text(render_html([o.doc for o in outcomes], [], scenario_copy))
         return path
-    return write_report(out, [o.doc for o in outcomes], scenario_copy)
+    return write_report(
+        out, [o.doc for o in outcomes], scenario_copy, traces=[o.trace for o in outcomes]
+    )
 
 
 def _exit_code(outcomes: list[RunOutcome]) -> int:
@@ -825,7 +867,8 @@ def _run_file(
         print(json.dumps(outcome.doc, indent=1, sort_keys=True))
         return _exit_code([outcome])
     print(header(outcome, scenario_file))
-    print(_status_line(outcome.doc))
+    if not outcome.doc.get("jobs"):
+        print(_status_line(outcome.doc))
     print(format_table([outcome.scenario.transport.name], [outcome.doc]))
     for line in _collective_lines(outcome.doc) + _localised_lines(outcome.doc):
         print(line)
