@@ -280,23 +280,65 @@ class RunOutcome:
 
 
 def run_estimate(scenario: Any) -> Estimate:
-    """What ``scenario`` will cost (:func:`openmrc.sim.budget.estimate`), from its
-    spec and workload, before anything is built."""
+    """What ``scenario`` will cost at packet level (:func:`openmrc.sim.budget.estimate`),
+    from its spec and workload (its flows, collectives and jobs' transfers), before
+    anything is built."""
+    from .sim.budget import same_t0
     from .sim.config import FabricConfig
     from .sim.experiment import base_rtt_ps
 
     spec = scenario.spec
     latency = FabricConfig(**scenario.switches).path_latency_ps()
-    default_qps = scenario.transport.qps or 1
-    sizes = [f.size for f in scenario.flows]
-    senders = {f.src for f in scenario.flows}
-    qps = 2 * sum((f.qps or default_qps) for f in scenario.flows)
+    default_qps = transport_shape(scenario)[0]
+    sizes: list[int] = []
+    senders: set[int] = set()
+    qps = local_qps = local_bytes = 0
+
+    conns: set[str] = set()
+
+    def add(src: int, dst: int, size: int, n_qps: int, conn: str | None) -> None:
+        """A flow; its QPs unless it shares a connection already counted."""
+        nonlocal qps, local_qps, local_bytes
+        sizes.append(size)
+        senders.add(src)
+        local = same_t0(spec, src, dst)
+        local_bytes += size if local else 0
+        if conn is not None:
+            if conn in conns:
+                return
+            conns.add(conn)
+        qps += 2 * n_qps
+        local_qps += 2 * n_qps if local else 0
+
+    for f in scenario.flows:
+        add(
+            f.src,
+            f.dst,
+            f.size,
+            f.qps or default_qps,
+            f"{f.src}>{f.dst}>{f.conn}" if f.conn else None,
+        )
     for run in scenario.collectives:
         coll = run.collective
-        sizes.extend(t.size for t in coll.transfers)
-        pairs = {(t.src, t.dst, t.channel) for t in coll.transfers}
-        senders.update(range(coll.ranks))
-        qps += 2 * len(pairs) * (run.qps or default_qps)
+        hosts = list(run.placement) if run.placement else list(range(coll.ranks))
+        pairs: set[tuple[int, int, int]] = set()
+        for t in coll.transfers:
+            src, dst = hosts[t.src], hosts[t.dst]
+            sizes.append(t.size)
+            senders.add(src)
+            if same_t0(spec, src, dst):
+                local_bytes += t.size
+            pairs.add((src, dst, t.channel))
+        for src, dst, _ch in pairs:
+            n = 2 * (run.qps or default_qps)
+            qps += n
+            local_qps += n if same_t0(spec, src, dst) else 0
+    if scenario.jobs:
+        from .workloads.jobs.lower import lower
+
+        for job in scenario.jobs:
+            for f in lower(job.graph, job.hosts, job.start_ps, 1 << 20, job.name).flows:
+                add(f.src, f.dst, f.size, default_qps, f.conn or None)
     return estimate(
         spec,
         sizes,
@@ -304,6 +346,8 @@ def run_estimate(scenario: Any) -> Estimate:
         qps=qps,
         mtu=scenario.transport.mtu,
         base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu, latency),
+        local_qps=local_qps,
+        local_bytes=local_bytes,
     )
 
 
@@ -881,6 +925,20 @@ def _run_file(
     return _exit_code([outcome])
 
 
+def transport_names(transports: list[str]) -> list[str]:
+    """``--transports`` checked: known names, none twice (UsageError otherwise)."""
+    given = ",".join(transports)
+    names = [t.strip() for t in transports if t.strip()]
+    bad = [t for t in names if t not in TRANSPORTS]
+    if bad or not names:
+        raise UsageError(
+            f"--transports: {bad[0] if bad else given!r} is not one of {', '.join(TRANSPORTS)}"
+        )
+    if len(set(names)) != len(names):
+        raise UsageError(f"--transports: {given} names a transport twice")
+    return names
+
+
 def compare_scenario(
     scenario_file: str,
     transports: list[str],
@@ -900,16 +958,8 @@ def compare_scenario(
             "partitioned run: openmrc compare is not partitioned (run each transport with "
             "openmrc run under mpirun)"
         )
-    given = ",".join(transports)
     base = list(overrides or [])
-    names = [t.strip() for t in transports if t.strip()]
-    bad = [t for t in names if t not in TRANSPORTS]
-    if bad or not names:
-        raise UsageError(
-            f"--transports: {bad[0] if bad else given!r} is not one of {', '.join(TRANSPORTS)}"
-        )
-    if len(set(names)) != len(names):
-        raise UsageError(f"--transports: {given} names a transport twice")
+    names = transport_names(transports)
     loaded: list[tuple[Any, dict[str, Any], list[str]]] = []
     for name in names:  # every transport's settings are checked before anything runs
         extra = list(base)
