@@ -90,3 +90,33 @@ def test_compare_summary_has_a_column_per_transport(
     assert "aggregate Gb/s" not in out and "flows completed" not in out
     csv = (tmp_path / "summary.csv").read_text().splitlines()
     assert csv[0] == "measure,mrc,roce" and "step time ms" in csv[1]
+
+
+def test_job_rows_name_each_job_and_count_skipped_collectives() -> None:
+    from openmrc.jobrun import job_rows
+
+    def job(name: str, step: float | None, **extra: object) -> dict[str, object]:
+        return {
+            "name": name,
+            "gpus": 8,
+            "step_time_us": step,
+            "compute_us": 100.0,
+            "exposed_comm_us": None if step is None else step - 150.0,
+            "idle_us": None if step is None else step - 100.0,
+            "ideal_step_us": 180.0,
+            "slowdown": None if step is None else step / 180.0,
+            **extra,
+        }
+
+    skipped = [{"kind": "allgather", "reason": "one-rank group", "count": 12}]
+    docs = [
+        {"jobs": [job("a", 200.0), job("b", 400.0, skipped_collectives=skipped)]},
+        {"jobs": [job("a", None), job("b", 500.0)]},
+    ]
+    rows = dict(job_rows(docs))
+    assert rows["job a (8 GPUs): step time ms"] == ["0.200", "did not finish"]
+    assert rows["a: slowdown (step / ideal)"] == ["1.111", "-"]
+    assert rows["job b (8 GPUs): step time ms"] == ["0.400", "0.500"]
+    assert rows["b: exposed comm ms"] == ["0.250", "0.350"]
+    assert rows["b: skipped collectives"] == ["12", "0"]
+    assert "a: skipped collectives" not in rows

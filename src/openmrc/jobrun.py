@@ -359,7 +359,8 @@ def job_rows(docs: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         def row(
             label: str, fn: Any, found: list[Any] = found, name: str = name
         ) -> tuple[str, list[str]]:
-            return (f"{name}: {label}" if several else label), [
+            named = several and not label.startswith("job ")
+            return (f"{name}: {label}" if named else label), [
                 "-" if j is None else fn(j) for j in found
             ]
 
