@@ -120,3 +120,26 @@ def test_job_rows_name_each_job_and_count_skipped_collectives() -> None:
     assert rows["b: exposed comm ms"] == ["0.250", "0.350"]
     assert rows["b: skipped collectives"] == ["12", "0"]
     assert "a: skipped collectives" not in rows
+
+
+def test_a_latency_bound_chakra_all_reduce_is_above_its_ideal(tmp_path: Path) -> None:
+    """The issue's case: a Chakra all-reduce alone, whose packet step (88.1 us for 64 KiB
+    over 8 ranks) beat the old ideal, the flow level's step (112.7 us): slowdown 0.78."""
+    from openmrc.run import execute, scenario_from_data
+    from openmrc.workloads.jobs import chakra
+
+    g = JobGraph("ar", ranks=8, gpus_per_server=1)
+    g.add(Task("allreduce", tuple(range(8)), size=64 << 10, label="ar", phase="dp"))
+    chakra.write(g, tmp_path / "et", "ar")
+    fabric = {"planes": 2, "t0s": 2, "hosts_per_t0": 4, "t1s": 2}
+    data = {
+        "fabric": fabric,
+        "workload": {"kind": "chakra", "files": "et", "gpus_per_server": 1},
+    }
+    steps = {}
+    for mode in ("packet", "flow"):
+        sc, wl = scenario_from_data(data, [f"run.mode={mode}"], base_dir=tmp_path)
+        (job,) = execute(sc, scenario_file="ar.toml", overrides=[], workload=wl).doc["jobs"]
+        assert job["slowdown"] >= 1.0 and job["ideal_step_us"] <= job["step_time_us"], job
+        steps[mode] = job["step_time_us"]
+    assert steps["packet"] < steps["flow"]  # what the old ideal could not be below

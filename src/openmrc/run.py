@@ -649,7 +649,17 @@ def format_table(
                 ("ideal Gb/s per flow", [f[2] for f in first]),
             ]
     rows.append(("wall s", [f"{d['provenance']['wall_seconds']:.2f}" for d in docs]))
+    if has_jobs(docs):
+        return align(headers, rows) + "\n" + IDEAL_NOTE
     return align(headers, rows)
+
+
+#: Under a job run's table: what the ideal step is (openmrc.workloads.jobs.ideal).
+IDEAL_NOTE = (
+    "  ideal step: a lower bound, the critical path with compute at its time and every "
+    "transfer at the NIC's line rate, no latency or queueing (or the busiest NIC's "
+    "bytes); slowdown = step / ideal"
+)
 
 
 def align(headers: list[str], rows: list[tuple[str, list[str]]]) -> str:
