@@ -117,3 +117,11 @@ def test_a_packet_level_job_report_leads_with_step_time(tmp_path: Path) -> None:
     for pid, data in page_images(page).items():
         assert problems(layout(data)) == [], pid
     assert (out / STEPS_CSV).read_text().count("\n") == 2  # header and the one iteration
+
+
+def test_a_big_job_shows_ranks_spread_over_its_stages() -> None:
+    from openmrc.report_jobs import TIMELINE_RANKS, timeline_ranks
+
+    assert timeline_ranks(8) == list(range(8))
+    assert timeline_ranks(64) == list(range(0, 64, 4)) and TIMELINE_RANKS == 16
+    assert timeline_ranks(1024)[-1] == 960 and len(timeline_ranks(1000)) <= TIMELINE_RANKS

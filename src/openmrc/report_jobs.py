@@ -10,7 +10,8 @@ headline is each job's step time per transport, the summary table is
   the step time; the ideal step (a lower bound, openmrc.workloads.jobs.ideal) as
   a dashed line;
 * ``job-timeline``: per transport, a row per rank (the first
-  :data:`TIMELINE_RANKS` of the first job): compute spans, each collective's
+  :data:`TIMELINE_RANKS` ranks of the first job, spread evenly over its ranks so
+  that every pipeline stage and server shows): compute spans, each collective's
   and transfer's span by kind and purpose, faults as dashed lines; drawn from
   the run's trace (trace.json), so only when the report is written with it;
 * ``job-iterations``: step time per iteration per transport, from two
@@ -51,7 +52,7 @@ class Kit:
 
 
 #: The timeline shows at most this many ranks (rows) of a job.
-TIMELINE_RANKS = 32
+TIMELINE_RANKS = 16
 #: The file of per-iteration step times written next to report.html.
 STEPS_CSV = "job_steps.csv"
 
@@ -242,6 +243,15 @@ def spans(
     return compute, comm, ranks
 
 
+def timeline_ranks(ranks: int) -> list[int]:
+    """The ranks the timeline shows: all of them up to :data:`TIMELINE_RANKS`, else that
+    many evenly spread from rank 0 (every k-th)."""
+    if ranks <= TIMELINE_RANKS:
+        return list(range(ranks))
+    step = -(-ranks // TIMELINE_RANKS)
+    return list(range(0, ranks, step))
+
+
 def plot_timeline(
     docs: Sequence[dict[str, Any]], traces: Sequence[dict[str, Any] | None], plt: Any, kit: Kit
 ) -> Plot | None:
@@ -254,7 +264,8 @@ def plot_timeline(
     if not have:
         return None
     ranks = max(s[2] for _, s in have) or 1
-    shown = min(ranks, TIMELINE_RANKS)
+    picked = timeline_ranks(ranks)
+    shown = len(picked)
     kinds = sorted({k for _, s in have for k in s[1]})
     colour = {k: COMM_COLOURS[i % len(COMM_COLOURS)] for i, k in enumerate(kinds)}
     fig, axes = kit.figure(plt, len(have), 1, 1.2 + len(have) * (0.7 + 0.16 * shown))
@@ -263,11 +274,11 @@ def plot_timeline(
     ends = []
     for ax, (doc, (compute, comm, _)) in zip(flat, have, strict=True):
         end = 0.0
-        for r in range(shown):
+        for row, r in enumerate(picked):
             items = compute.get(r, [])
             if items:
                 ax.barh(
-                    [r - 0.2] * len(items),  # compute: the upper bar (y grows down)
+                    [row - 0.2] * len(items),  # compute: the upper bar (y grows down)
                     [d / 1000 for _, d in items],
                     left=[s / 1000 for s, _ in items],
                     height=0.4,
@@ -276,11 +287,11 @@ def plot_timeline(
                 )
                 end = max(end, max(s + d for s, d in items))
         for k in kinds:
-            for r in range(shown):
+            for row, r in enumerate(picked):
                 items = comm.get(k, {}).get(r, [])
                 if items:
                     ax.barh(
-                        [r + 0.2] * len(items),
+                        [row + 0.2] * len(items),
                         [max(d, 0.0) / 1000 for _, d in items],
                         left=[s / 1000 for s, _ in items],
                         height=0.4,
@@ -291,6 +302,9 @@ def plot_timeline(
                     end = max(end, max(s + d for s, d in items))
         ends.append(end / 1000)
         ax.set_ylim(shown - 0.5, -0.5)
+        ticks = list(range(0, shown, max(1, shown // 8)))
+        ax.set_yticks(ticks)
+        ax.set_yticklabels([str(picked[t]) for t in ticks])
         ax.set_ylabel(f"{_label(doc)}\nrank")
         ax.grid(axis="x", alpha=0.3)
     # one time axis when the runs are of similar length, else each to its own end (as
@@ -308,7 +322,11 @@ def plot_timeline(
     return (
         "job-timeline",
         f"Per-rank timeline of job {job}"
-        + (f" (ranks 0-{shown - 1} of {ranks})" if shown < ranks else "")
+        + (
+            f" (ranks 0, {picked[1]}, {picked[2]}, ... {picked[-1]}: {shown} of its {ranks})"
+            if shown < ranks
+            else ""
+        )
         + ": compute (upper bar of each row) and each collective or transfer by kind and "
         "purpose (lower bar; dp: data parallel, pp: pipeline, ep: expert, zero: ZeRO), "
         "as in trace.json"
@@ -429,5 +447,6 @@ __all__ = [
     "spans",
     "step_rows",
     "steps_csv",
+    "timeline_ranks",
     "write_csv",
 ]
