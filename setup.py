@@ -8,15 +8,17 @@ compiled).
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 import shutil
 import sys
 import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
-ext_modules: list = []
-
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ----- mypyc: the transport core, the packet classes and the simulator's NIC ------------
 # Compiled with mypyc when mypy (a build requirement) and a C compiler are available and
@@ -59,14 +61,89 @@ def _remove_stale_builds() -> None:
     sources: installing pure Python must not leave the old compiled code running."""
     from importlib.machinery import EXTENSION_SUFFIXES
 
-    here = os.path.dirname(os.path.abspath(__file__))
     stale = [
-        os.path.join(here, m[: -len(".py")] + s) for m in MYPYC_MODULES for s in EXTENSION_SUFFIXES
+        os.path.join(HERE, m[: -len(".py")] + s) for m in MYPYC_MODULES for s in EXTENSION_SUFFIXES
     ]
-    stale += glob.glob(os.path.join(here, "src", "*__mypyc.*"))
+    stale += glob.glob(os.path.join(HERE, "src", "*__mypyc.*"))
+    stale += glob.glob(os.path.join(HERE, "src", "openmrc", "sim", "_kernel.*.so"))
+    stale.append(STAMP)
     for path in stale:
         if os.path.exists(path):
             os.remove(path)
+
+
+# ----- reuse: an editable install whose sources did not change builds nothing ----------
+# `pip install -e '.[x]'` after a first editable install (another extra, say) would
+# type-check and compile everything again (minutes).  The first build records a
+# fingerprint of what went into it (every source file of the package, this script, the
+# interpreter, mypy's version and the compiler settings) and the compiled files it left
+# beside the sources; a later editable install with the same fingerprint, and all those
+# files still there, keeps them and compiles nothing.  A non-editable install (a wheel)
+# always builds.  OPENMRC_REBUILD=1 forces a build.
+STAMP = os.path.join(HERE, "build", "openmrc-compiled.json")
+
+
+def _fingerprint() -> str:
+    h = hashlib.sha256()
+    try:
+        from mypy.version import __version__ as mypy_version
+    except ImportError:
+        mypy_version = "none"
+    for part in (
+        sys.version,
+        sysconfig.get_config_var("EXT_SUFFIX"),
+        mypy_version,
+        os.environ.get("CC", ""),
+        os.environ.get("CFLAGS", ""),
+    ):
+        h.update(f"{part}\0".encode())
+    sources = sorted(glob.glob(os.path.join(HERE, "src", "openmrc", "**", "*.py"), recursive=True))
+    sources += [os.path.join(HERE, "src", "openmrc", "sim", "_kernel.c"), os.path.abspath(__file__)]
+    for path in sources:
+        with open(path, "rb") as f:
+            h.update(os.path.relpath(path, HERE).encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
+def _editable() -> bool:
+    return "editable_wheel" in sys.argv[1:]
+
+
+def _reusable() -> bool:
+    """True when an editable install can keep the compiled files of the last build."""
+    if not _editable() or os.environ.get("OPENMRC_REBUILD", "") not in ("", "0"):
+        return False
+    try:
+        with open(STAMP) as f:
+            stamp = json.load(f)
+    except (OSError, ValueError):
+        return False
+    files = stamp.get("files") or []
+    return (
+        stamp.get("fingerprint") == _fingerprint()
+        and bool(files)
+        and all(os.path.exists(os.path.join(HERE, p)) for p in files)
+    )
+
+
+def _inplace_path(name: str) -> str:
+    return os.path.join("src", *name.split(".")) + sysconfig.get_config_var("EXT_SUFFIX")
+
+
+class _RecordingBuildExt(build_ext):
+    """build_ext that, in an editable install where every extension built, records the
+    fingerprint and the compiled files for the next install to reuse."""
+
+    def run(self) -> None:
+        super().run()
+        if not _editable() or not self.extensions:
+            return
+        files = [_inplace_path(ext.name) for ext in self.extensions]
+        if not all(os.path.exists(os.path.join(HERE, p)) for p in files):
+            return  # an optional part failed: build again next time
+        os.makedirs(os.path.dirname(STAMP), exist_ok=True)
+        with open(STAMP, "w") as f:
+            json.dump({"fingerprint": _fingerprint(), "files": files}, f, indent=1)
 
 
 def _mypyc_extensions() -> list:
@@ -97,8 +174,6 @@ def _mypyc_extensions() -> list:
     return exts
 
 
-ext_modules += _mypyc_extensions()
-
 # ----- the simulator's native event kernel (openmrc.sim._kernel) -------------------------
 # Hand-written C (src/openmrc/sim/_kernel.c).  Optional: without a C compiler the build
 # goes on without it and the simulator runs its pure-Python classes (the same results,
@@ -112,9 +187,26 @@ KERNEL_EXTENSIONS = [
         optional=True,
     )
 ]
-if os.environ.get("OPENMRC_NO_COMPILE", "") in ("", "0"):
-    ext_modules += KERNEL_EXTENSIONS
 # ----- end of the kernel part ------------------------------------------------------------
 # ----- end of the mypyc part --------------------------------------------------------------
 
-setup(ext_modules=ext_modules)
+
+
+def _ext_modules() -> list:
+    """What this install compiles: nothing when an editable install can reuse the last
+    build, else the mypyc modules and the native kernel (each optional)."""
+    if _reusable():
+        print(
+            "openmrc: sources unchanged since the last build, reusing its compiled modules "
+            "(OPENMRC_REBUILD=1 builds again)",
+            file=sys.stderr,
+        )
+        return []
+    exts = _mypyc_extensions()
+    if os.environ.get("OPENMRC_NO_COMPILE", "") in ("", "0"):
+        exts += KERNEL_EXTENSIONS
+    return exts
+
+
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests import its helpers
+    setup(ext_modules=_ext_modules(), cmdclass={"build_ext": _RecordingBuildExt})

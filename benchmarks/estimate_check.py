@@ -105,7 +105,7 @@ def small_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def big_table() -> list[str]:
     """The three large runs: the estimate against the recorded sequential peak."""
-    from openmrc.run import load_scenario, run_estimate
+    from openmrc.pipeline.run import load_scenario, run_estimate
 
     root = HERE.parent
     out = [

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.blast_receive:
         print(json.dumps(blast_receive(args.bind, args.port, args.expect, 1.0)), flush=True)
         return 0
-    from openmrc.net.cli import parse_size
+    from openmrc.cli.net import parse_size
 
     size = parse_size(args.size)
     report: dict[str, Any] = {"cpu": cpu_info(), "size": size}

@@ -83,7 +83,7 @@ CASES: dict[str, tuple[str, list[str], str | None]] = {
 def run_case(name: str) -> str | None:
     """Run one case; its results as canonical JSON (wall time removed).  In a
     partitioned run (``openmrc.sim.partition.request``), None on ranks other than 0."""
-    from openmrc.run import load_scenario
+    from openmrc.pipeline.run import load_scenario
 
     path, overrides, transport = CASES[name]
     scenario, _ = load_scenario(str(ROOT / path), overrides, transport=transport)

@@ -26,7 +26,7 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``dcqcn-series`` - two RoCE QPs that start together through one 100 Gb/s
   T0-T1 link, 512 KiB and 16 MiB each: one QP's goodput per 10 us at packet
   level (``results.json``'s goodput series) and in the flow level's DCQCN
-  trajectory (openmrc.sim.dcqcn_fluid), and both end times;
+  trajectory (openmrc.flow.dcqcn), and both end times;
 * ``dcqcn-arrivals`` - RoCE QPs that reach one congested T0-T1 link at different
   times or from one NIC (a QP arriving in the others' DCQCN stall, after their
   recovery, eight arriving 12 us apart, two NICs of four QPs each, two pairs
@@ -68,8 +68,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from openmrc.jobrun import packet_rows, run_flow  # noqa: E402
-from openmrc.scenario import parse, read_data  # noqa: E402
+from openmrc.pipeline.jobrun import packet_rows, run_flow  # noqa: E402
+from openmrc.pipeline.scenario import parse, read_data  # noqa: E402
 from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO  # noqa: E402
 
 SMALL: dict[str, Any] = CALIBRATION_SCENARIO
@@ -135,7 +135,7 @@ def packet_draws(exp: Any, seed: int) -> Any:
     packet run drew for the connection's QP), keyed by (src, dst, QP index).  One job
     per scenario here: the flow level's connection is the job, the packet level's the
     job and host pair, so (src, dst, QP) names the same QP in both."""
-    from openmrc.sim.fluid import ecmp_hash
+    from openmrc.flow.model import ecmp_hash
 
     fab, spec = exp.fabric, exp.spec
     table: dict[tuple[int, int, int], int] = {}
@@ -155,7 +155,7 @@ def packet_ack_draws(exp: Any, seed: int) -> Any:
     """The packet run's reverse-path draws as the flow level's ``ack_hash``: for every
     RoCE QP, the 64-bit hash its receiver's T0 computes from its ACKs' 5-tuple (the
     receiver, the sender, the QP's UDP source port), keyed as :func:`packet_draws`."""
-    from openmrc.sim.fluid import ecmp_hash
+    from openmrc.flow.model import ecmp_hash
 
     fab, spec = exp.fabric, exp.spec
     table: dict[tuple[int, int, int], int] = {}
@@ -204,7 +204,7 @@ def _packet_run(
     job's task (starts, ends), wall seconds of build and run).  ``draws``: the QPs'
     random choices of an earlier run to make again (RoCE / IB); ``port_seed``: the
     seed of the ports' coin flips instead of the scenario's."""
-    from openmrc.jobrun import packet_times
+    from openmrc.pipeline.jobrun import packet_times
 
     d.setdefault("run", {})["mode"] = "packet"
     sc = parse(d, base_dir=base)
@@ -224,7 +224,7 @@ def _flow_on_draws(d: dict[str, Any], base: Path | None, exp: Any) -> float | No
     """The step (us) of scenario data ``d`` at flow level on the ECMP paths the packet
     run ``exp`` drew, forward and reverse, and its QPs' first adaptive timeouts
     (:func:`packet_draws`, :func:`packet_ack_draws`, :func:`packet_rto_draws`)."""
-    from openmrc.jobrun import fluid_model
+    from openmrc.pipeline.jobrun import fluid_model
 
     d.setdefault("run", {})["mode"] = "flow"
     sc = parse(d, base_dir=base)
@@ -239,7 +239,7 @@ def compare_one(
     data: dict[str, Any], base: Path | None, transport: str, fault: bool, seed: int
 ) -> dict[str, Any]:
     """One job, transport, fault and seed at packet and at flow level: step and collectives."""
-    from openmrc.jobrun import fluid_model
+    from openmrc.pipeline.jobrun import fluid_model
 
     d = copy.deepcopy(data)
     d["seed"] = seed
@@ -324,7 +324,7 @@ def roce_64(seeds: list[int], out: list[dict[str, Any]]) -> None:
     run here), the flow step, the flow step on the packet run's ECMP draws, and the
     packet run's QPs whose data path crossed the dead link (ECMP's pick at their
     source T0 before convergence) and rewound (a NAK or a timeout)."""
-    from openmrc.jobrun import fluid_model
+    from openmrc.pipeline.jobrun import fluid_model
 
     data, base = _scenario_data("gpt-1b-64.toml")
     for seed in seeds:
@@ -492,7 +492,7 @@ def _packet_ends(spec: Any, qps: list[tuple[int, int, int]]) -> list[float]:
 def _flow_ends(spec: Any, qps: list[tuple[int, int, int]]) -> list[float]:
     """The same QPs (as :func:`_packet_ends`) at flow level: each one's end (ps); a QP
     that starts later waits for a compute span of its host."""
-    from openmrc.sim.fluid import FluidJob, FluidModel
+    from openmrc.flow.model import FluidJob, FluidModel
     from openmrc.workloads.jobs.graph import JobGraph, Task
 
     half = spec.hosts // 2
@@ -528,12 +528,12 @@ def dcqcn() -> None:
 
 def dcqcn_series() -> None:
     """Two RoCE QPs into one link: one QP's goodput in time, packet level and the flow
-    level's DCQCN trajectory (the evidence for openmrc.sim.dcqcn_fluid)."""
+    level's DCQCN trajectory (the evidence for openmrc.flow.dcqcn)."""
     from openmrc.baselines.roce import DcqcnConfig
-    from openmrc.sim.dcqcn_fluid import STEP_PS, cnp_delay_ps, dcqcn_trajectory
+    from openmrc.flow.dcqcn import STEP_PS, cnp_delay_ps, dcqcn_trajectory
+    from openmrc.flow.model import FluidModel
     from openmrc.sim.experiment import TransportConfig
     from openmrc.sim.factory import make_experiment
-    from openmrc.sim.fluid import FluidModel
     from openmrc.topology import ClosSpec
     from openmrc.workloads import FlowSpec
 
@@ -655,7 +655,7 @@ TIMED = {
 def ring_weights() -> None:
     """Every flow-level model of this run weights RoCE's ring hop flows by their messages
     ready (``FluidModel.ring_weights``), as :func:`ring_messages` wraps the model."""
-    import openmrc.jobrun as jobrun
+    import openmrc.pipeline.jobrun as jobrun
 
     make = jobrun.fluid_model
 
@@ -669,9 +669,9 @@ def ring_weights() -> None:
 
 def ring_messages() -> None:
     """Every flow-level model of this run sends RoCE's ring steps as messages of their own
-    (``FluidModel.ring_messages``): ``openmrc.jobrun.fluid_model``, which ``run_flow``
+    (``FluidModel.ring_messages``): ``openmrc.pipeline.jobrun.fluid_model``, which ``run_flow``
     and the cases here call, is wrapped to set it."""
-    import openmrc.jobrun as jobrun
+    import openmrc.pipeline.jobrun as jobrun
 
     make = jobrun.fluid_model
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.results import validate
+from openmrc.pipeline.results import validate
 from tests.tools import skip_reason
 
 #: results.json files checked so far (tests/test_results.py checks the check ran).

@@ -1,6 +1,6 @@
-"""Read back the layout openmrc.report saves in every PNG it draws, and find what is wrong.
+"""Read back the layout openmrc.pipeline.report saves in every PNG it draws, and find what is wrong.
 
-``openmrc.report.figure_layout`` records, after layout, each axes' box (with and
+``openmrc.pipeline.report.figure_layout`` records, after layout, each axes' box (with and
 without its tick labels), how many data points it draws, its legend and texts; the
 PNG carries it as a text chunk (``LAYOUT_KEY``).  :func:`problems` names overlapping,
 empty or one-point axes, a legend on the data, and texts outside their axes or the
@@ -16,7 +16,7 @@ import struct
 import zlib
 from typing import Any
 
-from openmrc.report import LAYOUT_KEY
+from openmrc.pipeline.report import LAYOUT_KEY
 
 Box = list[float]
 
@@ -49,7 +49,7 @@ def png_text(png: bytes) -> dict[str, str]:
 
 
 def layout(png: bytes) -> dict[str, Any]:
-    """The figure layout a PNG from openmrc.report carries."""
+    """The figure layout a PNG from openmrc.pipeline.report carries."""
     text = png_text(png)
     assert LAYOUT_KEY in text, f"no {LAYOUT_KEY} chunk in the PNG"
     result: dict[str, Any] = json.loads(text[LAYOUT_KEY])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.run import load_scenario, run_estimate
+from openmrc.pipeline.run import load_scenario, run_estimate
 
 ROOT = Path(__file__).resolve().parent.parent
 PERM = str(ROOT / "scenarios" / "permutation-64.toml")
@@ -36,7 +36,7 @@ BIG = [
 
 def _no_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make building any scenario fail the test (an estimate builds nothing)."""
-    from openmrc.scenario import Scenario
+    from openmrc.pipeline.scenario import Scenario
 
     def refuse(self: Scenario) -> None:
         raise AssertionError("the estimate built the scenario")

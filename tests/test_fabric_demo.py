@@ -14,8 +14,8 @@ import pytest
 
 from openmrc.cli import main
 from openmrc.demo.fabric import scenario_path
-from openmrc.report import have_plots
-from openmrc.scenario import load
+from openmrc.pipeline.report import have_plots
+from openmrc.pipeline.scenario import load
 from tests.browser import chromium, probe_page
 from tests.tools import needs_tool
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from openmrc.flow.model import FluidFault, FluidJob, FluidModel, ecmp_hash, maxmin
 from openmrc.sim.experiment import TransportConfig
 from openmrc.sim.factory import make_experiment
-from openmrc.sim.fluid import FluidFault, FluidJob, FluidModel, ecmp_hash, maxmin
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, collectives
 from openmrc.workloads.jobs.graph import JobGraph, Task
@@ -201,7 +201,7 @@ def test_dcqcn_weighs_on_a_short_transfer_more_than_on_a_long_one() -> None:
     1 Gb/s; the byte counter or the 300 us timer lifts them), then their fair share:
     a pair of 512 KiB transfers ends at 393 us, 4.6 times its max-min time; a pair
     of 16 MiB loses the same stall out of about 3 ms.  The flow level follows the
-    packet model's own DCQCN in time (openmrc.sim.dcqcn_fluid), so its share depends
+    packet model's own DCQCN in time (openmrc.flow.dcqcn), so its share depends
     on the size; one fixed factor for every size (0.7 before) fails this."""
     fair = 100e9 * (4096 / (4096 + 80 + 38)) / 2 / 8e12  # one QP's payload bytes/ps
     short = 512 << 10
@@ -221,8 +221,8 @@ def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
     import copy
     from pathlib import Path
 
-    from openmrc.jobrun import run_flow
-    from openmrc.scenario import parse, read_data
+    from openmrc.pipeline.jobrun import run_flow
+    from openmrc.pipeline.scenario import parse, read_data
 
     path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / "chakra-8.toml"
     steps = {}
@@ -266,8 +266,8 @@ def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:
     import copy
     from pathlib import Path
 
-    from openmrc.jobrun import packet_rows, run_flow
-    from openmrc.scenario import parse, read_data
+    from openmrc.pipeline.jobrun import packet_rows, run_flow
+    from openmrc.pipeline.scenario import parse, read_data
     from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO
 
     if name == "small-8":
@@ -392,7 +392,7 @@ def test_a_deaf_qp_replays_its_missed_dcqcn_episode_when_its_reverse_path_is_bac
     """When routing converges A's CNPs get through (packet level, aicb-16 seed 1: a
     burst of CNPs and NAKs from 305 us, the QPs cut to about 0.1 Gb/s and idle until
     DCQCN's 300 us timer, 0.4 to 0.5 ms per message in flight): from then A gets the
-    DCQCN episode of its queue on the bytes it has left (openmrc.sim.dcqcn_fluid),
+    DCQCN episode of its queue on the bytes it has left (openmrc.flow.dcqcn),
     which weighs on a short rest more than the cut of its whole transfer.  Without
     the replay A would end one cut of its whole size later than the convergence."""
     size = 1 << 20

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.jobrun import ideal_step_ps
-from openmrc.run import load_scenario
+from openmrc.pipeline.jobrun import ideal_step_ps
+from openmrc.pipeline.run import load_scenario
 from openmrc.workloads.jobs.graph import JobGraph, Task
 from openmrc.workloads.jobs.ideal import ideal_step_ps as bound_ps
 from openmrc.workloads.jobs.ideal import nic_bytes_per_ps
@@ -46,7 +46,7 @@ def test_the_ideal_is_compute_and_line_rate_bytes_by_hand() -> None:
 def test_slowdown_is_never_below_one(mode: str) -> None:
     """The packet level beat the old ideal (the job alone in the flow-level model):
     chakra-8's packet step 1.971 ms against 2.015, slowdown 0.978."""
-    from openmrc.run import execute
+    from openmrc.pipeline.run import execute
 
     for transport in ("mrc", "roce") if mode == "flow" else ("mrc",):
         sc, wl = load_scenario(CHAKRA, [f"run.mode={mode}"], transport=transport)
@@ -93,7 +93,7 @@ def test_compare_summary_has_a_column_per_transport(
 
 
 def test_job_rows_name_each_job_and_count_skipped_collectives() -> None:
-    from openmrc.jobrun import job_rows
+    from openmrc.pipeline.jobrun import job_rows
 
     def job(name: str, step: float | None, **extra: object) -> dict[str, object]:
         return {
@@ -125,7 +125,7 @@ def test_job_rows_name_each_job_and_count_skipped_collectives() -> None:
 def test_a_latency_bound_chakra_all_reduce_is_above_its_ideal(tmp_path: Path) -> None:
     """The issue's case: a Chakra all-reduce alone, whose packet step (88.1 us for 64 KiB
     over 8 ranks) beat the old ideal, the flow level's step (112.7 us): slowdown 0.78."""
-    from openmrc.run import execute, scenario_from_data
+    from openmrc.pipeline.run import execute, scenario_from_data
     from openmrc.workloads.jobs import chakra
 
     g = JobGraph("ar", ranks=8, gpus_per_server=1)

@@ -8,8 +8,9 @@ pipeline, ``paper``, ``sweep``, the demos, the report) < the CLI modules (``cli`
 ``TYPE_CHECKING``: a lazy import is still a dependency.  Read from the sources
 with :mod:`ast`, so the test sees the same thing compiled or not.
 
-``KNOWN`` lists what is still to be untangled (issue 19); the test fails on
-anything new, and on an entry that is gone (take it off the list, so it stays gone).
+``KNOWN`` lists what is still to be untangled; the test fails on anything new, and on
+an entry that is gone (take it off the list, so it stays gone).  The same rule holds
+between packages (``PACKAGE_RANK``): a package never imports one above it.
 """
 
 from __future__ import annotations
@@ -123,18 +124,90 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def layer(mod: str) -> int:
-    """The layer of a module (0 lowest, 4 the CLI)."""
+    """The layer of a module (0 lowest, 4 the CLI), module by module."""
     parts = mod.split(".")[1:] or [""]
     head, leaf = parts[0], parts[-1]
-    if leaf == "cli" or leaf.endswith("_cli"):
+    if head == "cli" or leaf == "cli" or leaf.endswith("_cli"):
         return 4
     if head in ("wire", "units", "version", "errors"):
         return 0
     if head == "transport":
         return 1
-    if head in ("sim", "net", "baselines", "workloads", "topology", "topocalc"):
+    if head in ("sim", "net", "baselines", "workloads", "topology", "topocalc", "flow"):
         return 2
     return 3
+
+
+#: Packages (and the modules loose at the top), lowest first.  A package may import
+#: itself and the packages of lower rank; of the same rank only the pairs in ``PEERS``.
+PACKAGE_RANK: dict[str, int] = {
+    "wire": 0, "units": 0, "version": 0,
+    "transport": 1,
+    "topology": 2, "topocalc": 2,
+    "workloads": 3,
+    "sim": 4, "baselines": 4, "net": 4, "loopback": 4,
+    "flow": 5, "clustermapper": 5,
+    "pipeline": 6,
+    "sweep": 7,
+    "paper": 8, "demo": 8,
+    "cli": 9,
+}  # fmt: skip
+
+#: Same-rank packages that import each other: the packet simulator and the baselines
+#: that run on its engine (each builds the other's fabric pieces).
+PEERS: frozenset[frozenset[str]] = frozenset({frozenset({"sim", "baselines"})})
+
+
+def package(mod: str) -> str:
+    """The package (or loose top-level module) a module belongs to."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def package_findings(edges: dict[str, set[str]]) -> set[str]:
+    """Every import from a package to one of higher rank, or to a same-rank package that
+    is not its peer, and every package missing from ``PACKAGE_RANK``."""
+    found: set[str] = set()
+    for m, out in edges.items():
+        a = package(m)
+        if not a:
+            continue
+        if a not in PACKAGE_RANK:
+            found.add(f"{m}: package {a!r} has no rank (add it to PACKAGE_RANK)")
+            continue
+        for t in out:
+            b = package(t)
+            if not b or b == a:
+                continue
+            if b not in PACKAGE_RANK:
+                continue  # reported from its own modules
+            ra, rb = PACKAGE_RANK[a], PACKAGE_RANK[b]
+            if rb > ra or (rb == ra and frozenset({a, b}) not in PEERS):
+                found.add(f"{m} -> {t} (package {a} rank {ra} -> {b} rank {rb})")
+    return found
+
+
+def test_no_package_imports_one_above_it() -> None:
+    """The layer rule between packages: ``cli`` on top imports everything, nothing
+    imports ``cli``; the pipeline imports the simulator, never the other way round."""
+    found = package_findings(import_graph())
+    assert not found, "imports up the package layers:\n" + "\n".join(sorted(found))
+
+
+def test_package_check_sees_a_lazy_upward_import() -> None:
+    """The package rule on a hand-made graph: a lazy import of the pipeline from the
+    simulator (what a function-level import looks like to the walker), a peer import, a
+    same-rank non-peer import and a clean downward one."""
+    edges = {
+        "openmrc.sim.experiment": {"openmrc.pipeline.run", "openmrc.baselines.fabric"},
+        "openmrc.net.lab": {"openmrc.sim.config"},
+        "openmrc.pipeline.run": {"openmrc.sim.experiment"},
+        "openmrc.cli.run": {"openmrc.pipeline.run"},
+    }
+    assert package_findings(edges) == {
+        "openmrc.sim.experiment -> openmrc.pipeline.run (package sim rank 4 -> pipeline rank 6)",
+        "openmrc.net.lab -> openmrc.sim.config (package net rank 4 -> sim rank 4)",
+    }
 
 
 def findings(edges: dict[str, set[str]]) -> set[str]:

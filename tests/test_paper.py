@@ -1,4 +1,4 @@
-"""openmrc.paper's measuring helpers and shape checks on synthetic results documents:
+"""openmrc.paper.experiments's measuring helpers and shape checks on synthetic results documents:
 a check says "holds" for the published shape and "does not hold" without it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from openmrc import paper
+from openmrc.paper import experiments as paper
 
 
 def _doc(
@@ -139,7 +139,7 @@ _TINY = (
 def test_a_rerun_resumes_and_runs_nothing_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from openmrc import paper_run
+    from openmrc.paper import run as paper_run
     from openmrc.sweep import runner
 
     first = paper_run.run(list(_TINY), tmp_path, quick=True, seeds=2)
@@ -191,7 +191,7 @@ def test_seeds_table_says_for_how_many_each_shape_holds(
 
 
 def test_parallel_runs_give_the_serial_results_bit_for_bit(tmp_path: Path) -> None:
-    from openmrc import paper_run
+    from openmrc.paper import run as paper_run
     from openmrc.sweep.runner import process_pool, read_point
 
     chosen = [e for e in paper.EXPERIMENTS if e.name in ("latency-p2p", "drop-20pct-one-ev")]
@@ -210,7 +210,7 @@ def test_parallel_runs_give_the_serial_results_bit_for_bit(tmp_path: Path) -> No
 
 
 def test_points_run_longest_first_and_seeds_change_only_the_seed() -> None:
-    from openmrc import paper_run
+    from openmrc.paper import run as paper_run
 
     plan = paper_run.plan(list(paper.EXPERIMENTS), quick=True, seeds=2)
     costs = [plan.costs[p.fingerprint] for p in plan.points]

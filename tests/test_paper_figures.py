@@ -1,4 +1,4 @@
-"""``openmrc paper --figures`` (openmrc.paper_figures): Figures 16 and 17 as curves, at a
+"""``openmrc paper --figures`` (openmrc.paper.figures): Figures 16 and 17 as curves, at a
 size cut further than ``--quick`` (two message sizes, two loss rates): the plots and
 their data are written, sane, and a rerun runs nothing again."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from openmrc import paper_figures
 from openmrc.cli import main
+from openmrc.paper import figures as paper_figures
 from openmrc.sweep import runner
 
 

@@ -1,6 +1,6 @@
 """The paper's collectives at its own size (64 ranks): ``openmrc paper --only ...`` at
 the full size, where the ring all-reduces run at 256 MiB for 1 ms and the all-to-all at
-64 MiB (openmrc.paper.RING_FULL, A2A_FULL; docs/paper.md).
+64 MiB (openmrc.paper.experiments.RING_FULL, A2A_FULL; docs/paper.md).
 
 Opt-in (OPENMRC_FULL_SIZE=1): about 25 CPU minutes compiled, hours in pure Python.
 Measured at seed 1 (docs/paper.md): ring MRC 344.4 Gb/s, RoCE 1 QP 176.6, RoCE 16 QPs

@@ -1,5 +1,5 @@
 """The bundled paper scenarios (scenarios/paper/) at reduced size: ``openmrc paper --quick``
-through the CLI entry, and each published shape (the checks of openmrc.paper) holding."""
+through the CLI entry, and each published shape (the checks of openmrc.paper.experiments) holding."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from openmrc import paper
 from openmrc.cli import main
-from openmrc.scenario import parse
+from openmrc.paper import experiments as paper
+from openmrc.pipeline.scenario import parse
 
 PAPER = Path(__file__).resolve().parent.parent / "scenarios" / "paper"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from openmrc.cli import main
-from openmrc.report import (
+from openmrc.pipeline.report import (
     SHARED_X_RATIO,
     have_plots,
     headline,
@@ -123,7 +123,7 @@ def test_the_report_tells_the_story(compared: Path) -> None:
 def test_the_layout_check_finds_each_defect() -> None:
     """The figure check fails on overlapping, empty and one-point axes, a legend on the
     data and a label outside its axes (so the report test above can fail)."""
-    from openmrc.report import png, pyplot
+    from openmrc.pipeline.report import png, pyplot
 
     plt = pyplot()
 
@@ -240,7 +240,7 @@ def test_interrupted_results_are_flagged_in_the_report(compared: Path) -> None:
 def test_without_matplotlib_the_report_has_the_table_and_says_why(
     compared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import openmrc.report as report
+    import openmrc.pipeline.report as report
 
     def missing() -> None:
         raise ImportError("No module named 'matplotlib'")
@@ -254,7 +254,7 @@ def test_without_matplotlib_the_report_has_the_table_and_says_why(
 
 def test_table_tails_count_unfinished_flows(compared: Path) -> None:
     """FCT/slowdown percentiles over all flows: an unfinished flow at its time so far."""
-    from openmrc.results import summary_rows
+    from openmrc.pipeline.results import summary_rows
 
     doc = json.loads((compared / "roce" / "results.json").read_text())
     rows = dict(summary_rows([doc]))

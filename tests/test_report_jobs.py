@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.report import have_plots
-from openmrc.report_jobs import STEPS_CSV, spans
+from openmrc.pipeline.report import have_plots
+from openmrc.pipeline.report_jobs import STEPS_CSV, spans
 from tests.browser import chromium, probe_page
 from tests.figures import layout, page_images, problems
 from tests.tools import needs_tool
@@ -120,7 +120,7 @@ def test_a_packet_level_job_report_leads_with_step_time(tmp_path: Path) -> None:
 
 
 def test_a_big_job_shows_ranks_spread_over_its_stages() -> None:
-    from openmrc.report_jobs import TIMELINE_RANKS, timeline_ranks
+    from openmrc.pipeline.report_jobs import TIMELINE_RANKS, timeline_ranks
 
     assert timeline_ranks(8) == list(range(8))
     assert timeline_ranks(64) == list(range(0, 64, 4)) and TIMELINE_RANKS == 16

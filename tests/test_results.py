@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.results import SCHEMA_VERSION, schema, validate
+from openmrc.pipeline.results import SCHEMA_VERSION, schema, validate
 
 LINK = str(Path(__file__).resolve().parent.parent / "scenarios" / "t0-t1-link-failure.toml")
 

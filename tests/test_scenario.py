@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.scenario import ScenarioError, load, parse, parse_size
+from openmrc.pipeline.scenario import ScenarioError, load, parse, parse_size
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -39,7 +39,7 @@ def test_scale_scenarios_parse_with_a_small_fabric() -> None:
     that build alone costs about 20 CPU s and 4 GB compiled (17 GB interpreted).  The
     full-size build is what ``benchmarks/sim_speed.py --case sendrecv-131072`` runs and
     tests/sim/test_budget.py measures at 16,384 x 8."""
-    from openmrc.scenario import read_data
+    from openmrc.pipeline.scenario import read_data
 
     files = sorted((SCENARIOS / "scale").glob("*.toml"))
     assert files

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.scenario import ScenarioError, parse
 
 FABRIC = {"planes": 2, "t0s": 2, "hosts_per_t0": 2, "t1s": 2}
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from openmrc.cli import main
-from openmrc.results import validate
-from openmrc.run import parse_value
+from openmrc.pipeline.results import validate
+from openmrc.pipeline.run import parse_value
 from openmrc.sweep import build_points, run_sweep, split_values, toml_value
 from openmrc.sweep.aggregate import aggregate, mean_ci, summary_table, t975
 from openmrc.sweep.runner import read_point
@@ -219,7 +219,7 @@ def test_interrupted_sweep_reruns_only_the_missing_points(tmp_path: Path) -> Non
 def test_failed_point_is_recorded_and_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import openmrc.run as sim_cli
+    import openmrc.pipeline.run as sim_cli
 
     spec = load_spec(_scenario(tmp_path), params=["fabric.t1s=1,2"], seeds=1)
     points = build_points(spec)

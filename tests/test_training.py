@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from openmrc.jobrun import packet_rows, run_flow
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.jobrun import packet_rows, run_flow
+from openmrc.pipeline.scenario import ScenarioError, parse
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
@@ -148,7 +148,7 @@ def test_bad_jobs_name_the_field(patch: dict[str, Any], message: str) -> None:
 
 
 def _execute(data: dict[str, Any]) -> Any:
-    from openmrc.run import execute
+    from openmrc.pipeline.run import execute
 
     sc = parse(copy.deepcopy(data), name="t")
     return execute(sc, scenario_file="t.toml", overrides=[], workload={})
@@ -156,7 +156,7 @@ def _execute(data: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize("mode", ["flow", "packet"])
 def test_results_carry_jobs_and_a_valid_trace(mode: str) -> None:
-    from openmrc.results import validate
+    from openmrc.pipeline.results import validate
 
     data = copy.deepcopy(SMALL)
     data["run"] = {"mode": mode}

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from openmrc.failures import FailureRates, components, draw, expected
-from openmrc.jobrun import packet_rows, run_flow
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.failures import FailureRates, components, draw, expected
+from openmrc.pipeline.jobrun import packet_rows, run_flow
+from openmrc.pipeline.scenario import ScenarioError, parse
 from openmrc.topology import ClosSpec
 from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO
 from openmrc.workloads.jobs.iterations import percentile
@@ -97,8 +97,8 @@ def test_packet_level_runs_iterations_back_to_back() -> None:
 
 
 def test_failures_table_draws_into_the_faults_and_the_results() -> None:
-    from openmrc.results import validate
-    from openmrc.run import execute
+    from openmrc.pipeline.results import validate
+    from openmrc.pipeline.run import execute
 
     d = _data(4, failures={"scale": 2e11, "seed": 3})
     d["run"] = {"mode": "flow"}

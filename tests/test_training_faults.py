@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from openmrc.jobrun import run_flow
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.jobrun import run_flow
+from openmrc.pipeline.scenario import ScenarioError, parse
 from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO
 
 
@@ -79,7 +79,7 @@ def test_roce_withdraws_a_silent_link_only_at_the_hold_timer() -> None:
         # a 65 us ACK timeout, retried until the path is back
         "roce": {"timeout_exp": 4, "retries": 1000},
     }
-    from openmrc.sim.fluid import ecmp_hash
+    from openmrc.flow.model import ecmp_hash
 
     # the T0-T1 link that host 0's QP to host 4 (the DP ring, plane 0) is hashed onto
     k = ecmp_hash(CALIBRATION_SCENARIO["seed"], 0, 4, "0", 0) % 2
@@ -121,7 +121,7 @@ def test_faults_the_flow_level_cannot_run_are_one_clear_error(
 def test_roce_ecmp_collisions_change_with_the_seed() -> None:
     """The fluid model's ECMP draws are random per seed (a CRC32 hash gave every seed the
     same collisions: CRC is linear)."""
-    from openmrc.sim.fluid import ecmp_hash
+    from openmrc.flow.model import ecmp_hash
 
     patterns = {
         tuple(ecmp_hash(seed, s, s + 4, "0", 0) % 2 for s in range(4)) for seed in range(1, 9)
@@ -131,10 +131,10 @@ def test_roce_ecmp_collisions_change_with_the_seed() -> None:
 
 def test_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
     """DCQCN on a shared bottleneck: the fluid model's shared efficiency, against packets."""
-    from openmrc.jobrun import PlacedJob
+    from openmrc.flow.model import FluidJob, FluidModel
+    from openmrc.pipeline.jobrun import PlacedJob
     from openmrc.sim.experiment import TransportConfig
     from openmrc.sim.factory import make_experiment
-    from openmrc.sim.fluid import FluidJob, FluidModel
     from openmrc.topology import ClosSpec
     from openmrc.workloads import FlowSpec
     from openmrc.workloads.jobs.graph import JobGraph, Task
@@ -165,7 +165,7 @@ def test_roce_at_flow_level_retransmits_adaptively_as_the_packet_baseline() -> N
     timeout (about 0.5-1 ms, as the packet baseline), not the 4.3 s ACK timeout."""
     from pathlib import Path
 
-    from openmrc.scenario import read_data
+    from openmrc.pipeline.scenario import read_data
 
     path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / "chakra-8.toml"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.scenario import ScenarioError, parse
-from openmrc.sim.fluid import FluidJob, FluidModel
+from openmrc.flow.model import FluidJob, FluidModel
+from openmrc.pipeline.scenario import ScenarioError, parse
 from openmrc.topology import ClosSpec
 from openmrc.workloads.jobs import (
     GpuSpec,

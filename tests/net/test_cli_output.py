@@ -9,7 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from openmrc.net.cli import _INTERVAL_COLUMNS
+from openmrc.cli.net import _INTERVAL_COLUMNS
 from tests.net.test_driver import _free_port, _openmrc, _serve
 
 

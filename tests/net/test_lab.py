@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.net import lab_cli
+from openmrc.cli import lab as lab_cli
 from openmrc.net import netns as nsmod
 from openmrc.net.lab import (
     Lab,

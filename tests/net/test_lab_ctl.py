@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from openmrc.net import lab_cli
+from openmrc.cli import lab as lab_cli
 from openmrc.net.ctl import PROBE_PORT, CtlError, ctl_request, lab_ctl_path
 from openmrc.net.driver import Connection, NetEndpoint, driver_attr
 from openmrc.net.lab import Lab

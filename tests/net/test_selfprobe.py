@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from openmrc.cli import lab as lab_cli
 from openmrc.clustermapper.lab_agent import SelfProber
-from openmrc.net import lab_cli
 from openmrc.net.lab import Lab
 from tests.tools import needs_tool
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.run import load_scenario
+from openmrc.pipeline.run import load_scenario
 
 FULL = os.environ.get("OPENMRC_FULL_SIZE") == "1"
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "paper" / "alltoall-64-mrc.toml"

@@ -606,7 +606,7 @@ def test_link_failure_stalls_roce_until_convergence_or_rto_mrc_recovers() -> Non
 
 
 def test_selectable_by_name_in_a_scenario() -> None:
-    from openmrc.scenario import ScenarioError, parse
+    from openmrc.pipeline.scenario import ScenarioError, parse
 
     data: dict[str, Any] = {
         "fabric": {"planes": 1, "t0s": 2, "hosts_per_t0": 2, "t1s": 2},

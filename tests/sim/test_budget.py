@@ -132,7 +132,7 @@ def test_estimate_counts_the_fabric_and_the_qps() -> None:
 def test_a_run_says_what_it_will_cost_before_it_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from openmrc import run as cli
+    from openmrc.pipeline import run as cli
 
     root = Path(__file__).resolve().parents[2]
     scenario, _ = cli.load_scenario(str(root / "scenarios/permutation-64.toml"), [])

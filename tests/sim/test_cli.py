@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.run import RunProgress, apply_override, load_scenario, parse_value
-from openmrc.scenario import ScenarioError
+from openmrc.pipeline.run import RunProgress, apply_override, load_scenario, parse_value
+from openmrc.pipeline.scenario import ScenarioError
 from tests.tools import sigint_default
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -185,7 +185,7 @@ def test_set_values_are_toml(tmp_path: Path) -> None:
 def test_unwritable_out_is_an_error_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import openmrc.run as sim_cli
+    import openmrc.pipeline.run as sim_cli
 
     def no_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("the scenario ran although --out is unusable")
@@ -343,7 +343,7 @@ def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
 
 
 def test_collectives_are_printed_when_the_results_have_them() -> None:
-    from openmrc.run import _collective_lines
+    from openmrc.pipeline.run import _collective_lines
 
     assert _collective_lines({"flows": []}) == []
     doc = {
@@ -386,7 +386,7 @@ def test_run_builds_the_experiment_once(
     """``openmrc run`` builds the scenario's experiment once, after printing what it
     will cost (building it to check it and again to run it doubled a large run's
     set-up: 463 s instead of about 230 at 131,072 hosts)."""
-    from openmrc.scenario import Scenario
+    from openmrc.pipeline.scenario import Scenario
 
     built: list[int] = []
     real = Scenario.build

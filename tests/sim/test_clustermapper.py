@@ -114,7 +114,7 @@ interval_us = 10
 
 
 def test_bad_clustermapper_keys_are_named() -> None:
-    from openmrc.scenario import ScenarioError, parse
+    from openmrc.pipeline.scenario import ScenarioError, parse
 
     base = {
         "fabric": {"planes": 1, "t0s": 2, "hosts_per_t0": 2, "t1s": 2},

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.scenario import ScenarioError, parse
 from openmrc.transport.ev import ev_plane
 from openmrc.wire.packets import DataPacket
 

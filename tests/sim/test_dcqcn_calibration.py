@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from openmrc.baselines.roce import DCQCN_PROFILES, Dcqcn, DcqcnConfig, RoceConfig, RoceSender
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.scenario import ScenarioError, parse
 from openmrc.sim.config import FabricConfig
 from openmrc.sim.experiment import TransportConfig
 from openmrc.sim.factory import make_experiment

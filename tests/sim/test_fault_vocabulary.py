@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from openmrc.cli import main
-from openmrc.scenario import ScenarioError, parse
+from openmrc.pipeline.scenario import ScenarioError, parse
 
 FABRIC = {"planes": 2, "t0s": 2, "hosts_per_t0": 2, "t1s": 2}
 ONE_FLOW = {"kind": "single", "src": 0, "dst": 3, "size": "64KiB"}

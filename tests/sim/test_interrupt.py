@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.results import validate
+from openmrc.pipeline.results import validate
 from openmrc.sim import _native
 from tests.tools import sigint_default
 

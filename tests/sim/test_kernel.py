@@ -133,7 +133,7 @@ _RUN = textwrap.dedent(
     """
     import json, sys
     from openmrc.sim import _native
-    from openmrc.run import load_scenario
+    from openmrc.pipeline.run import load_scenario
     scenario, _ = load_scenario(sys.argv[1], [])
     exp = scenario.build()
     doc = exp.run().as_dict()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.scenario import load
+from openmrc.pipeline.scenario import load
 from openmrc.sim.config import (
     DEPLOYED_LINK_DELAY_PS,
     DEPLOYED_NIC_LATENCY_PS,
@@ -97,7 +97,7 @@ def test_negative_latency_is_refused() -> None:
 def test_resolved_base_rtt_is_the_one_the_run_used() -> None:
     """The provenance's ``switches.base_rtt_ps`` (which `openmrc paper` reads for its
     "within 4 base RTTs" checks) counts the NIC and switch latencies, as the run does."""
-    from openmrc.results import resolved
+    from openmrc.pipeline.results import resolved
 
     sc = load(PAPER)
     exp = sc.build()
@@ -109,8 +109,8 @@ def test_resolved_base_rtt_is_the_one_the_run_used() -> None:
 def test_flow_level_one_way_latency_matches_the_packet_fabric() -> None:
     """The flow-level model's per-step latency is what one MTU packet takes across T1
     in the packet simulator at its defaults (NICs and switches included)."""
+    from openmrc.flow.model import one_way_ps
     from openmrc.sim import Fabric, Simulator
-    from openmrc.sim.fluid import one_way_ps
     from openmrc.topology import Topology
     from openmrc.transport.ev import make_ev
     from openmrc.wire.packets import DataPacket, Opcode

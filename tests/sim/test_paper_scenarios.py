@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from openmrc.scenario import load
+from openmrc.pipeline.scenario import load
 from openmrc.wire.packets import DATA_HEADER_BYTES
 
 US = 1_000_000

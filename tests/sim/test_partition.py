@@ -147,7 +147,7 @@ sample_us = 2
 #: named first, in a file named after the number of ranks.
 DRIVER = """
 import contextlib, io, json, os, sys
-from openmrc.run import run_file
+from openmrc.pipeline.run import run_file
 ranks = os.environ.get("OMPI_COMM_WORLD_SIZE", "1")
 for path in sys.argv[2:]:
     buf = io.StringIO()
@@ -228,7 +228,7 @@ def one_rank(scenario_files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]
 @pytest.fixture(scope="module")
 def sequential(scenario_files: list[Path]) -> dict[str, tuple[int, dict[str, Any]]]:
     """Each scenario's (exit code, results document) from the ordinary sequential run."""
-    from openmrc.run import run_file
+    from openmrc.pipeline.run import run_file
 
     out = {}
     for path in scenario_files:
@@ -320,7 +320,7 @@ def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -
 #: its own, the hosts whose contexts hold QPs and memory regions, and its own hosts.
 HOLDINGS = """
 import json, sys
-from openmrc.run import load_scenario
+from openmrc.pipeline.run import load_scenario
 from openmrc.sim import partition
 comm = partition.mpi_comm()
 partition.request(comm)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from openmrc.scenario import parse
+from openmrc.pipeline.scenario import parse
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads.htsim import CmError, load_cm, parse_cm

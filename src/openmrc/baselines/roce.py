@@ -55,7 +55,7 @@ def default_pfc_xoff_bytes(rate_bps: float) -> int:
     """The PFC XOFF threshold of a switch ingress port fed at ``rate_bps`` when the
     scenario sets none: 512 KB at 100 Gb/s, scaled by the rate (the packet baseline's
     ports, :mod:`openmrc.baselines.fabric`, and the flow level's budget for it,
-    :class:`openmrc.sim.fluid.FluidModel`)."""
+    :class:`openmrc.flow.model.FluidModel`)."""
     return int(512 * 1024 * rate_bps / 100e9)
 
 

@@ -11,7 +11,7 @@ the report, so that it can be edited and run with ``openmrc compare``.
 
 ``--quick`` shrinks the run to a couple of seconds (2 T0s, 8 ranks, 2 MiB, the
 faults earlier): what the tests run.  The loopback transfer that used to be
-``openmrc demo`` is ``openmrc demo loopback`` (:mod:`openmrc.demo.loopback`).
+``openmrc demo`` is ``openmrc demo loopback`` (:mod:`openmrc.demo.transfer`).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def run(
 ) -> int:
     """Run the demo, print it, write the results and report into ``out``; the exit code
     (that of ``openmrc compare``, docs/cli.md)."""
-    from ..run import compare_scenario, load_scenario, prepare_out
+    from ..pipeline.run import compare_scenario, load_scenario, prepare_out
 
     sets = (QUICK if quick else []) + list(overrides or [])
     folder = out if out is not None else DEFAULT_OUT

@@ -10,7 +10,7 @@ NIC's ingress, ``"up"`` its egress); a *fabric* link joins a T0 to a T1
 within their plane).  Groups are named from the fabric's shape alone, in the
 fabric's order (per plane: host links in host order, then T0-T1 links T0 major;
 T0s, then T1s), so a group is deterministic and the same where no fabric is
-built (the flow-level model, :mod:`openmrc.sim.fluid_faults`) or only part of
+built (the flow-level model, :mod:`openmrc.flow.faults`) or only part of
 one (a rank of a partitioned run).
 """
 

@@ -2,7 +2,7 @@
 
 :class:`Result` is what :meth:`openmrc.sim.experiment.Experiment.run` returns, one
 :class:`FlowResult` per flow; :meth:`Result.as_dict` is the JSON form that
-``results.json`` extends (:mod:`openmrc.results`), :meth:`Result.to_json` and
+``results.json`` extends (:mod:`openmrc.pipeline.results`), :meth:`Result.to_json` and
 :meth:`Result.to_csv` write it.
 """
 

@@ -3,7 +3,7 @@
 A sweep is the cross product of swept scenario values (``--param
 key.path=v1,v2``), transports and seeds.  Each point is a pure function of
 (scenario, overrides, transport, seed) returning the run's results record
-(:mod:`openmrc.results`); points run on any ``concurrent.futures.Executor``
+(:mod:`openmrc.pipeline.results`); points run on any ``concurrent.futures.Executor``
 (a local process pool, or Dask distributed), are written as they finish
 under a fingerprint of their inputs (so a rerun skips finished points), and
 are aggregated into one CSV and an HTML page of plots.

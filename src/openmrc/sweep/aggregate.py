@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..results import percentile_so_far
-from ..run import UsageError
+from ..pipeline.results import percentile_so_far
+from ..pipeline.run import UsageError
 from .spec import Point, SweepSpec, display, toml_value
 
 Record = dict[str, Any]
@@ -60,7 +60,7 @@ def _at(path: str) -> Callable[[Record], Any]:
 
 def _so_far(key: str, p: float) -> Callable[[Record], Any]:
     """The ``p``-th percentile of ``key`` over all flows, unfinished ones at their time
-    so far (:func:`openmrc.results.percentile_so_far`)."""
+    so far (:func:`openmrc.pipeline.results.percentile_so_far`)."""
 
     def read(doc: Record) -> float | None:
         if not isinstance(doc.get("flows"), list):
@@ -286,7 +286,7 @@ def plot_metric(
 ) -> tuple[str, str, bytes] | None:
     """``metric`` against axis ``axis_index``: one line per transport (and per value
     of the other axes), mean over seeds with 95 % Student-t error bars."""
-    from ..report import COLOURS, png
+    from ..pipeline.report import COLOURS, png
 
     axis = spec.axes[axis_index]
     data = groups(spec, points, stored, metric)
@@ -450,7 +450,7 @@ def render_page(
     note: str = "",
 ) -> str:
     """The sweep's page: what was swept, a table of mean ± CI, failed points, the plots."""
-    from ..report import esc, figures_html, page_html
+    from ..pipeline.report import esc, figures_html, page_html
     from ..version import openmrc_version
 
     title = f"openmrc sweep: {spec.name}"
@@ -495,7 +495,7 @@ with its time so far at the run's end (a lower bound).</p>
 
 def aggregate(spec: SweepSpec, points: list[Point], out: Path) -> Aggregated:
     """Write ``sweep.csv`` and ``report.html`` for the points stored under ``out``."""
-    from ..report import have_plots, pyplot
+    from ..pipeline.report import have_plots, pyplot
     from .runner import read_point
 
     stored = {p.fingerprint: read_point(out, p) for p in points}

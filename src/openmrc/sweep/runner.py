@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..run import UsageError
+from ..pipeline.run import UsageError
 from .spec import Point
 
 POINTS_DIR = "points"
@@ -38,7 +38,7 @@ def run_point(point: Point) -> dict[str, Any]:
     """Run one point: ``{"status": "ok", "record": results document}``, or
     ``{"status": "error", "error": one line, "traceback": ...}``, or
     ``{"status": "interrupted"}`` when the run was cut short by Ctrl-C (not a result)."""
-    from ..run import execute, scenario_from_data
+    from ..pipeline.run import execute, scenario_from_data
 
     try:
         scenario, workload = scenario_from_data(
@@ -83,7 +83,7 @@ def read_point(out: Path, point: Point) -> dict[str, Any] | None:
 
 def write_point(out: Path, point: Point, result: dict[str, Any]) -> Path:
     """Store a finished point (atomically: a temporary file renamed over the name)."""
-    from ..results import now_utc
+    from ..pipeline.results import now_utc
 
     doc = {
         "fingerprint": point.fingerprint,

@@ -3,11 +3,11 @@ read from the command line and/or a sweep file, and expanded into points.
 
 Every point is validated here, before anything runs: its overrides are
 applied to the scenario data with the same machinery as ``openmrc run --set``
-(:func:`openmrc.run.apply_override`, :func:`~openmrc.run.scenario_from_data`)
+(:func:`openmrc.pipeline.run.apply_override`, :func:`~openmrc.pipeline.run.scenario_from_data`)
 and the result goes through the scenario parser, so a wrong key or value is a
-:class:`~openmrc.run.UsageError` naming the key.  A point's fingerprint is
+:class:`~openmrc.pipeline.run.UsageError` naming the key.  A point's fingerprint is
 the SHA-256 of the canonical JSON of its resolved scenario values
-(:func:`openmrc.results.resolved`), its overrides, transport, seed and the
+(:func:`openmrc.pipeline.results.resolved`), its overrides, transport, seed and the
 openmrc version.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..run import (
+from ..pipeline.run import (
     TRANSPORTS,
     UsageError,
     apply_override,
@@ -71,7 +71,7 @@ def split_values(text: str) -> list[str]:
 
 
 def toml_value(value: Any) -> str:
-    """``value`` as TOML text that :func:`openmrc.run.parse_value` reads back equal."""
+    """``value`` as TOML text that :func:`openmrc.pipeline.run.parse_value` reads back equal."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -450,8 +450,8 @@ def fingerprint(
 def build_points(spec: SweepSpec) -> list[Point]:
     """Every point of ``spec`` (axes x transports x seeds, in that order), each
     validated; the first bad one is a UsageError naming the key and the point."""
-    from ..results import resolved
-    from ..scenario import ScenarioError
+    from ..pipeline.results import resolved
+    from ..pipeline.scenario import ScenarioError
 
     base_dir = None if spec.base_dir is None else Path(spec.base_dir)
     owner: dict[str, str] = {}

@@ -5,7 +5,7 @@ the roofline), :mod:`openmrc.workloads.jobs.graph` builds one iteration's task g
 (1F1B, DP buckets, ZeRO, EP all-to-all), :mod:`openmrc.workloads.jobs.place` puts ranks
 on hosts, :mod:`openmrc.workloads.jobs.lower` turns a graph into the packet simulator's
 flows, and :mod:`openmrc.workloads.jobs.report` reads the step time back.  The
-flow-level model that runs the same graphs is :mod:`openmrc.sim.fluid`.
+flow-level model that runs the same graphs is :mod:`openmrc.flow.model`.
 Formulas and choices: docs/training.md.
 """
 

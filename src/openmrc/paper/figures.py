@@ -17,7 +17,7 @@ busbw: it is plotted at 0 with a cross and flagged ``completed: false`` in the
 data.  Nothing here is fitted: the curves are what the simulator gives.
 
 The runs go through the same resumable runner as the table
-(:mod:`openmrc.paper_run`): each written under ``OUT/points/`` as it finishes.
+(:mod:`openmrc.paper.run`): each written under ``OUT/points/`` as it finishes.
 Output: ``figure16.png``, ``figure17.png``, ``figures.html`` (both, with their
 numbers), ``figures.json`` and ``figures.csv``.
 """
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .paper import QUICK_A2A, QUICK_RING, Run, busbw, moved_busbw
-from .paper_run import parse_run, point_at
-from .sweep.runner import SweepOutcome, read_point, run_sweep
-from .sweep.spec import Point
+from ..sweep.runner import SweepOutcome, read_point, run_sweep
+from ..sweep.spec import Point
+from .experiments import QUICK_A2A, QUICK_RING, Run, busbw, moved_busbw
+from .run import parse_run, point_at
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ SIZES: tuple[str, ...] = ("4MiB", "16MiB", "64MiB", "256MiB")
 
 #: From this size on (full size, ring all-reduce only) every run, of every transport
 #: and loss rate, stops at :data:`MOVED_CAP_US` and is measured by the bytes it moved
-#: by then (:func:`openmrc.paper.moved_busbw`), as the table's full-size ring
+#: by then (:func:`openmrc.paper.experiments.moved_busbw`), as the table's full-size ring
 #: all-reduces are: a whole 64-rank 256 MiB all-reduce moves 32 GiB through the
 #: simulator.  The all-to-all runs to completion at every size, as the table's
 #: does: its busbw is set by its slowest transfers, which the bytes moved in a first
@@ -192,7 +192,7 @@ def run(
 
 
 def _bytes(size: str) -> int:
-    from .units import parse_size
+    from ..units import parse_size
 
     return parse_size(size, "workload.size")
 
@@ -326,7 +326,7 @@ def _ratio(a: float, b: float) -> float:
 def figure_shapes(doc: dict[str, Any]) -> list[FigureShape]:
     """The published shapes of Figures 16 and 17 (paper 5.2.7), checked on ``doc``
     (:func:`collect`).  The bounds are the table's where the table checks the same
-    statement (:mod:`openmrc.paper`: RoCE 1 QP at most 0.65 of MRC, MRC at 0.1 % loss
+    statement (:mod:`openmrc.paper.experiments`: RoCE 1 QP at most 0.65 of MRC, MRC at 0.1 % loss
     at least 0.85 of loss-free, RoCE below 0.2 of MRC at 1 %), and for the rest: "little
     difference" within 25 %, "around a third" 0.2 to 0.5, "barely sees any degradation"
     at least 0.85 (as "little impact" in the table), "slightly worse" 0.8 to 1."""
@@ -469,7 +469,7 @@ STYLES = {"RoCE 16 QPs": "--"}
 
 def plot(fig: dict[str, Any], path: Path, quick: bool) -> Path:
     """One figure like the paper's: busbw against message size, a panel per loss rate."""
-    from .units import parse_size
+    from ..units import parse_size
 
     plt = _pyplot()
     sizes = [parse_size(s, "size") for s in fig["sizes"]]

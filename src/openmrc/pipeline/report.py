@@ -1,7 +1,7 @@
 """``report.html``: one self-contained page with the summary table and the plots of
 one run or of a comparison of transports.
 
-Input is results documents (:mod:`openmrc.results`), one per transport; each
+Input is results documents (:mod:`openmrc.pipeline.results`), one per transport; each
 plot is drawn only when the documents hold its data (EV events, queue samples,
 collectives...), so metrics added later appear without changes here.  Plots are
 PNG (matplotlib, the ``report`` extra, imported only when a report is written),
@@ -881,7 +881,7 @@ def write_report(
     """Write ``report.html`` for ``docs`` into ``directory`` (``scenario_copy``: see
     :func:`render_html`).
 
-    A job run's report leads with its job section (:mod:`openmrc.report_jobs`;
+    A job run's report leads with its job section (:mod:`openmrc.pipeline.report_jobs`;
     ``traces``: each run's trace.json, for the per-rank timeline) and writes its
     step times per iteration as ``job_steps.csv`` beside the page.  Without
     matplotlib (the ``report`` extra) the page has the table and a note instead

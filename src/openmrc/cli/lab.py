@@ -1,7 +1,7 @@
 """``openmrc lab ...``: build, break and tear down the network-namespace fabric lab.
 
 The main CLI (``openmrc.cli``) calls :func:`register` to add the ``lab``
-command; ``python -m openmrc.net.lab_cli lab ...`` works on its own too.
+command; ``python -m openmrc.cli.lab lab ...`` works on its own too.
 
 Subcommands (``--name`` picks the lab, default ``lab``)::
 
@@ -471,7 +471,7 @@ def _add_localise(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m openmrc.net.lab_cli lab ...``."""
+    """Stand-alone entry point: ``python -m openmrc.cli.lab lab ...``."""
     parser = argparse.ArgumentParser(prog="openmrc")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -4,8 +4,8 @@ Each :class:`PaperExperiment` names the bundled scenario files it runs
 (``scenarios/paper/``, by role: ``mrc``, ``alone``, ...), the ``--set``
 overrides that make its reduced *quick* size, what the paper published, and a
 *shape check*: a function of the runs' results documents
-(:mod:`openmrc.results`) that says whether openmrc shows the published shape,
-with the numbers it measured.  ``openmrc paper`` runs them (:mod:`openmrc.paper_run`:
+(:mod:`openmrc.pipeline.results`) that says whether openmrc shows the published shape,
+with the numbers it measured.  ``openmrc paper`` runs them (:mod:`openmrc.paper.run`:
 in parallel, resumably, over seeds) and prints and writes the table
 (``paper.md``, ``paper.json``, ``report.html``);
 ``tests/test_paper_scenarios.py`` asserts the same checks at the quick size, so
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .wire.packets import DATA_HEADER_BYTES
+from ..wire.packets import DATA_HEADER_BYTES
 
 #: Where the bundled scenario files are (a source checkout or an editable install).
 PAPER_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "paper"
@@ -580,7 +580,7 @@ QUICK_RING = (
     "workload.placement=[0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]",
 )
 #: The all-to-all cut to 16 ranks on 4 T0s x 4 hosts, 4 T1s (its quick size, public for
-#: openmrc.paper_figures).  With only 2 T0s (8
+#: openmrc.paper.figures).  With only 2 T0s (8
 #: ranks) the cross-T0 transfers are too few to collide on RoCE's ECMP uplinks and the
 #: fabric limits nobody; with 4 T0s they do, as on the paper's 64-GPU fabric.
 QUICK_A2A = ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4")
@@ -1102,7 +1102,7 @@ def format_markdown(outcomes: list[Outcome], quick: bool, partial: bool = False)
 
 def document(outcomes: list[Outcome], quick: bool, partial: bool = False) -> dict[str, Any]:
     """``paper.json``."""
-    from .version import openmrc_version
+    from ..version import openmrc_version
 
     return {
         "quick": quick,
@@ -1115,8 +1115,8 @@ def document(outcomes: list[Outcome], quick: bool, partial: bool = False) -> dic
 
 
 def render_html(outcomes: list[Outcome], quick: bool, partial: bool = False) -> str:
-    """``report.html``: the table, then each experiment's goodput plot (openmrc.report)."""
-    from . import report
+    """``report.html``: the table, then each experiment's goodput plot (openmrc.pipeline.report)."""
+    from ..pipeline import report
 
     esc = html.escape
     rows = "\n".join(

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .sim.budget import Estimate, available_bytes, estimate
-from .units import plural
+from ..sim.budget import Estimate, available_bytes, estimate
+from ..units import plural
 
 #: Exit codes (docs/cli.md).
 EXIT_OK = 0
@@ -120,7 +120,7 @@ def load_scenario(
     build: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The validated scenario after ``--set``, ``--seed`` and ``--transport``, and its
-    (overridden) workload table (``build``: see :func:`openmrc.scenario.parse`)."""
+    (overridden) workload table (``build``: see :func:`openmrc.pipeline.scenario.parse`)."""
     return scenario_from_data(
         read_scenario_data(path),
         overrides,
@@ -283,9 +283,9 @@ def run_estimate(scenario: Any) -> Estimate:
     """What ``scenario`` will cost at packet level (:func:`openmrc.sim.budget.estimate`),
     from its spec and workload (its flows, collectives and jobs' transfers), before
     anything is built."""
-    from .sim.budget import same_t0
-    from .sim.config import FabricConfig
-    from .sim.experiment import base_rtt_ps
+    from ..sim.budget import same_t0
+    from ..sim.config import FabricConfig
+    from ..sim.experiment import base_rtt_ps
 
     spec = scenario.spec
     latency = FabricConfig(**scenario.switches).path_latency_ps()
@@ -334,7 +334,7 @@ def run_estimate(scenario: Any) -> Estimate:
             qps += n
             local_qps += n if same_t0(spec, src, dst) else 0
     if scenario.jobs:
-        from .workloads.jobs.lower import lower
+        from ..workloads.jobs.lower import lower
 
         for job in scenario.jobs:
             for f in lower(job.graph, job.hosts, job.start_ps, 1 << 20, job.name).flows:
@@ -564,8 +564,8 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
     fabric: the NIC ports its QPs use, minus headers and Ethernet framing (what
     the runs' ``ideal_fct_us`` and slowdown are measured against).
     """
-    from .sim.config import ETHERNET_FRAMING_BYTES
-    from .wire.packets import DATA_HEADER_BYTES
+    from ..sim.config import ETHERNET_FRAMING_BYTES
+    from ..wire.packets import DATA_HEADER_BYTES
 
     t = scenario.transport
     spec = scenario.spec
@@ -574,7 +574,7 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
         planes = spec.planes  # every QP sprays over every plane
         mtu, header_bytes = t.mtu, DATA_HEADER_BYTES
     else:
-        from .baselines.fabric import baseline_configs
+        from ..baselines.fabric import baseline_configs
 
         cfg, _ = baseline_configs(t.name, t)
         qps, mtu, header_bytes = cfg.qps, cfg.mtu, 80  # QP i on plane i % planes
@@ -627,7 +627,7 @@ def format_table(
     """The summary table as aligned text; ``first``: each column's QPs, planes, ideal.
 
     A job run's table leads with each job's step time, compute, exposed
-    communication, idle time and slowdown (:func:`openmrc.jobrun.job_rows`)
+    communication, idle time and slowdown (:func:`openmrc.pipeline.jobrun.job_rows`)
     instead of the flow counters (results.json keeps those)."""
     from .jobrun import has_jobs, job_rows
     from .results import summary_rows
@@ -776,7 +776,7 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
     if copy is not None:
         written.append(str(copy))
     written.append(str(_report(out, outcomes, copy)))
-    steps = out / "job_steps.csv"  # a job run's step time per iteration (openmrc.report_jobs)
+    steps = out / "job_steps.csv"  # a job run's step time per iteration (openmrc.pipeline.report_jobs)
     if has_jobs([o.doc for o in outcomes]) and steps.is_file():
         written.append(str(steps))
     return written
@@ -842,7 +842,7 @@ def run_file(
     Under ``mpirun -n K`` (K > 1), or with ``partitioned``, the simulation is
     partitioned over the ranks (:mod:`openmrc.sim.partition`); rank 0 writes and
     prints, the others only simulate."""
-    from .sim import partition
+    from ..sim import partition
 
     comm = partition.mpi_comm()
     if comm is None and partitioned:
@@ -878,7 +878,7 @@ def _run_file(
     progress: bool,
     worker: bool,
 ) -> int:
-    from .sim import partition
+    from ..sim import partition
 
     # not built while loading: the run builds it once, after saying what it will cost
     # (building it twice was half of a large run's set-up)
@@ -961,7 +961,7 @@ def compare_scenario(
     """``openmrc compare`` from Python (what ``openmrc demo`` runs): every transport's
     settings checked before anything runs, the runs, the printed table and the files
     in ``out``; returns the exit code."""
-    from .sim import partition
+    from ..sim import partition
 
     if partition.mpi_comm() is not None:
         raise partition.PartitionError(

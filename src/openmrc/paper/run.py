@@ -1,6 +1,6 @@
 """Running ``openmrc paper`` at any size: every experiment over seeds, in parallel, resumably.
 
-Each scenario run of an experiment (:class:`openmrc.paper.Run`) at a seed is a
+Each scenario run of an experiment (:class:`openmrc.paper.experiments.Run`) at a seed is a
 sweep point (:class:`openmrc.sweep.spec.Point`): a pure function of the scenario
 data, its overrides and the seed, fingerprinted by their resolved values and the
 openmrc version.  The points run on the sweep runner
@@ -13,7 +13,7 @@ and runs once.
 
 As soon as all the runs of an experiment at a seed are written its shape is
 checked and ``OUT/experiments/<name>.seed<S>.json`` is written; the table (see
-:mod:`openmrc.paper`) then says for how many seeds each shape holds.
+:mod:`openmrc.paper.experiments`) then says for how many seeds each shape holds.
 
 Seeds: ``--seeds N`` runs each scenario file at its own seed and the ``N - 1``
 next ones (every bundled file has ``seed = 1``: seeds 1 to N).  A run's result
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .paper import PAPER_DIR, Doc, Outcome, PaperExperiment, Run, Verdict
-from .sweep.runner import POINTS_DIR, read_point, run_sweep
-from .sweep.spec import Point
+from ..sweep.runner import POINTS_DIR, read_point, run_sweep
+from ..sweep.spec import Point
+from .experiments import PAPER_DIR, Doc, Outcome, PaperExperiment, Run, Verdict
 
 EXPERIMENTS_DIR = "experiments"
 
@@ -54,14 +54,14 @@ class ParsedRun:
     data: dict[str, Any]
     overrides: tuple[str, ...]
     transport: str
-    #: the resolved scenario values (openmrc.results.resolved) at the file's seed
+    #: the resolved scenario values (openmrc.pipeline.results.resolved) at the file's seed
     resolved: dict[str, Any]
     cost: float
 
 
 def parse_run(run: Run, quick: bool) -> ParsedRun:
-    from .results import resolved
-    from .run import read_scenario_data, scenario_from_data
+    from ..pipeline.results import resolved
+    from ..pipeline.run import read_scenario_data, scenario_from_data
 
     path = run.path()
     if not path.exists():
@@ -83,7 +83,7 @@ def parse_run(run: Run, quick: bool) -> ParsedRun:
 def point_at(parsed: ParsedRun, run: Run, seed: int, index: int) -> Point:
     """``run`` at ``seed``: the seed is the only value that differs between a file's
     seeds (it is part of the fingerprint, as in ``openmrc sweep``)."""
-    from .sweep.spec import fingerprint
+    from ..sweep.spec import fingerprint
 
     values = {**parsed.resolved, "seed": seed}
     return Point(
@@ -375,7 +375,7 @@ def executor_for(
     """The executor of ``--workers`` / ``--dask``: Dask when asked, else a local
     process pool of ``workers`` (default: the CPU count, at most ``todo``), and no
     executor at all (this process) for one worker."""
-    from .sweep.runner import dask_executor, process_pool
+    from ..sweep.runner import dask_executor, process_pool
 
     if dask:
         with dask_executor(dask, workers) as pair:

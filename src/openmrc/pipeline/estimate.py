@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..sim.budget import available_bytes
+from ..units import plural
 from .run import load_scenario, run_estimate
-from .sim.budget import available_bytes
-from .units import plural
 
 
 def _duration(seconds: float) -> str:
@@ -28,7 +28,7 @@ def _duration(seconds: float) -> str:
 
 def lines(scenario: Any, scenario_file: str) -> list[str]:
     """The estimate of one scenario (one transport) as lines for a person."""
-    from .sim import _native
+    from ..sim import _native
 
     spec = scenario.spec
     name = scenario.name or scenario_file

@@ -29,7 +29,7 @@ Transports (docs/training.md, "Flow-level model"):
   QPs of its own, so a later message NAKs nothing of it.  A ring's steps
   lost whole stall the ring until their timeout (``_stall_ring``).  QPs
   that meet in a congested switch queue get the mean share DCQCN leaves them over
-  their transfer's length (:mod:`openmrc.sim.dcqcn_fluid`: cut at the first CNPs,
+  their transfer's length (:mod:`openmrc.flow.dcqcn`: cut at the first CNPs,
   stalled until the byte counter or the timer lifts the rate, then the fair share).
   A QP's ACKs, NAKs and CNPs take a reverse path of their own (``ack_hash``: the
   receiver's T0 hashes them): while it crosses a dead link DCQCN never cuts the QP
@@ -61,11 +61,11 @@ from typing import Any
 import numpy as np
 
 from ..baselines.roce import ROCE_DATA_HEADER_BYTES, DcqcnConfig, default_pfc_xoff_bytes
+from ..sim.config import FabricConfig
 from ..topology import ClosSpec
 from ..wire.packets import DATA_HEADER_BYTES
 from ..workloads.jobs.graph import JobGraph, Task
-from .config import FabricConfig
-from .dcqcn_fluid import cnp_delay_ps, dcqcn_share
+from .dcqcn import cnp_delay_ps, dcqcn_share
 
 #: fault kinds the flow-level model applies.
 FLUID_FAULTS = (
@@ -464,7 +464,7 @@ class FluidModel:
         self.hold_ps = hold_ps
         #: RoCE: the DCQCN parameters of its QPs (the packet baseline's default; None
         #: with MRC).  QPs that meet in a congested switch queue get the mean share
-        #: DCQCN leaves them over their transfer (openmrc.sim.dcqcn_fluid).
+        #: DCQCN leaves them over their transfer (openmrc.flow.dcqcn).
         self.dcqcn: DcqcnConfig | None = (
             (DcqcnConfig() if dcqcn is None else dcqcn) if transport == "roce" else None
         )
@@ -958,7 +958,7 @@ class FluidModel:
     def _dcqcn_factor(self, n: int, cap: float, offer: float, size: float) -> float:
         """The share of its max-min rate DCQCN leaves a QP of ``size`` payload bytes at
         a congested queue of capacity ``cap`` (bytes/ps) shared by ``n`` QPs that each
-        offer ``offer`` (openmrc.sim.dcqcn_fluid, on the wire: payload / payload_share)."""
+        offer ``offer`` (openmrc.flow.dcqcn, on the wire: payload / payload_share)."""
         if offer <= 0:
             return 1.0  # offers nothing to the queue (inside a server): DCQCN never cuts it
         key = (n, cap, offer, size)

@@ -15,7 +15,7 @@ fabric counters; its keys stay at the top level) plus:
   the sender's payload line rate plus the path's propagation round trip) and
   ``slowdown`` (FCT / ideal).
 
-Nothing here runs a simulation; :mod:`openmrc.run` does, then calls
+Nothing here runs a simulation; :mod:`openmrc.pipeline.run` does, then calls
 :func:`build` and :func:`write`.
 """
 
@@ -30,13 +30,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..sim.config import ETHERNET_FRAMING_BYTES, FabricConfig
+from ..sim.experiment import base_rtt_ps
+from ..sim.metrics import write_csv_rows
+from ..sim.result import Result
+from ..version import openmrc_version
+from ..wire.packets import DATA_HEADER_BYTES
 from .scenario import Scenario
-from .sim.config import ETHERNET_FRAMING_BYTES, FabricConfig
-from .sim.experiment import base_rtt_ps
-from .sim.metrics import write_csv_rows
-from .sim.result import Result
-from .version import openmrc_version
-from .wire.packets import DATA_HEADER_BYTES
 
 #: The version of the results schema this module writes.  Adding keys keeps the
 #: major number (readers must ignore keys they do not know); removing or

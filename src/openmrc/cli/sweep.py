@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from ..run import EXIT_INTERRUPTED, EXIT_OK, UsageError, prepare_out
+from ..pipeline.run import EXIT_INTERRUPTED, EXIT_OK, UsageError, prepare_out
 
 #: Exit code when at least one point failed (the others were written).
 EXIT_POINT_FAILED = 1
@@ -39,9 +39,9 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .aggregate import check_metrics
-    from .runner import dask_executor, pending_points, process_pool, progress_bar, run_sweep
-    from .spec import build_points, load_spec
+    from ..sweep.aggregate import check_metrics
+    from ..sweep.runner import dask_executor, pending_points, process_pool, progress_bar, run_sweep
+    from ..sweep.spec import build_points, load_spec
 
     spec = load_spec(
         args.sweep,
@@ -113,7 +113,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    from .aggregate import aggregate, format_table
+    from ..sweep.aggregate import aggregate, format_table
 
     agg = aggregate(spec, points, out)
     print(

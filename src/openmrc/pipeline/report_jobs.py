@@ -1,8 +1,8 @@
 """The job section of ``report.html``: where a training job's step time went.
 
-For results with ``jobs`` (openmrc.jobrun) the report leads with them: the
+For results with ``jobs`` (openmrc.pipeline.jobrun) the report leads with them: the
 headline is each job's step time per transport, the summary table is
-:func:`openmrc.jobrun.job_rows`, and three figures follow:
+:func:`openmrc.pipeline.jobrun.job_rows`, and three figures follow:
 
 * ``job-breakdown``: per job, one bar per transport: its step time split into
   compute (the busiest GPU's), idle on the critical path (pipeline bubbles and
@@ -28,12 +28,12 @@ from typing import Any
 
 from .jobrun import has_jobs
 
-Plot = tuple[str, str, bytes]  # (id, caption, PNG), as openmrc.report
+Plot = tuple[str, str, bytes]  # (id, caption, PNG), as openmrc.pipeline.report
 
 
 @dataclass(frozen=True)
 class Kit:
-    """The report's figure helpers (openmrc.report hands them over, so that this
+    """The report's figure helpers (openmrc.pipeline.report hands them over, so that this
     module does not import it): the same layout, PNG, fault marks and time axes as
     the report's other figures."""
 

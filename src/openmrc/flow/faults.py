@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..sim.fault_select import link_names, switch_names
 from ..topology import ClosSpec
-from .fault_select import link_names, switch_names
-from .fluid import FluidFault
+from .model import FluidFault
 
 US = 1_000_000
 

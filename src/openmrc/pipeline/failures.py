@@ -40,7 +40,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .topology import ClosSpec
+from ..topology import ClosSpec
 
 US_PER_HOUR = 3_600_000_000.0
 

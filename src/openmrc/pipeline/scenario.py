@@ -67,17 +67,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import units
-from .clustermapper.sim_agent import ClustermapperConfig, enable_clustermapper
-from .sim.config import FabricConfig
-from .sim.experiment import Experiment, TransportConfig, base_rtt_ps, check_flow_settings
-from .sim.factory import make_experiment
-from .sim.fault_select import link_names, switch_names
-from .sim.result import Result
-from .topology import ClosSpec
-from .transport.attrs import ev_profile_from_dict
-from .transport.errors import InvalidArgument
-from .workloads import (
+from .. import units
+from ..clustermapper.sim_agent import ClustermapperConfig, enable_clustermapper
+from ..sim.config import FabricConfig
+from ..sim.experiment import Experiment, TransportConfig, base_rtt_ps, check_flow_settings
+from ..sim.factory import make_experiment
+from ..sim.fault_select import link_names, switch_names
+from ..sim.result import Result
+from ..topology import ClosSpec
+from ..transport.attrs import ev_profile_from_dict
+from ..transport.errors import InvalidArgument
+from ..workloads import (
     FlowSpec,
     all_to_all,
     check_dependencies,
@@ -86,10 +86,10 @@ from .workloads import (
     shifted_permutation,
     single,
 )
-from .workloads import collectives as coll
-from .workloads.htsim import CmError, load_cm
-from .workloads.jobs.config import FileJob, JobConfig, parse_file_workload, parse_jobs, place
-from .workloads.jobs.model import JobError
+from ..workloads import collectives as coll
+from ..workloads.htsim import CmError, load_cm
+from ..workloads.jobs.config import FileJob, JobConfig, parse_file_workload, parse_jobs, place
+from ..workloads.jobs.model import JobError
 
 US = 1_000_000
 
@@ -314,13 +314,13 @@ class Scenario:
     #: the part of each flow's life left out of its steady-state goodput.
     steady_skip: float = 0.1
     #: training jobs (``[job]`` / ``[[jobs]]`` or an aicb / chakra workload):
-    #: openmrc.jobrun.PlacedJob s, graphs built and ranks placed.
+    #: openmrc.pipeline.jobrun.PlacedJob s, graphs built and ranks placed.
     jobs: list[Any] = field(default_factory=list)
-    #: "packet" (the packet simulator) or "flow" (openmrc.sim.fluid; jobs only).
+    #: "packet" (the packet simulator) or "flow" (openmrc.flow.model; jobs only).
     mode: str = "packet"
-    #: set by :meth:`build` at packet level: where each job's flows are (openmrc.jobrun).
+    #: set by :meth:`build` at packet level: where each job's flows are (openmrc.pipeline.jobrun).
     job_state: Any = None
-    #: ``[failures]``: the rates, the window and the drawn faults (openmrc.failures).
+    #: ``[failures]``: the rates, the window and the drawn faults (openmrc.pipeline.failures).
     failures: dict[str, Any] | None = None
 
     def build(self) -> Experiment:
@@ -681,7 +681,7 @@ def _schedule_ev_op(
 ) -> None:
     """Check and schedule a replace_ev (``ev`` -> ``new_ev``) or set_ev_state
     (``ev``, ``state`` GOOD or DENIED) action (the OCP controller operations)."""
-    from .transport.paths import EVState
+    from ..transport.paths import EVState
 
     ev = _ctl_ev(ctl, a.profile, a.ev, f"{key}.ev")
     args: tuple[Any, ...]
@@ -1103,7 +1103,7 @@ def parse(
 def _draw_failures(
     data: dict[str, Any], spec: ClosSpec, seed: int, jobs: list[Any]
 ) -> dict[str, Any] | None:
-    """``[failures]``: random faults from component failure rates (openmrc.failures)."""
+    """``[failures]``: random faults from component failure rates (openmrc.pipeline.failures)."""
     if "failures" not in data:
         return None
     from .failures import FailureError, draw, expected, parse_rates

@@ -3,7 +3,7 @@
 A scenario with ``[job]`` / ``[[jobs]]`` (openmrc.workloads.jobs.config) runs its jobs'
 iterations either in the packet simulator (``run.mode = "packet"``, the
 default: the task graph lowered to flows by openmrc.workloads.jobs.lower) or in the
-flow-level model (``run.mode = "flow"``, openmrc.sim.fluid).  Either way the
+flow-level model (``run.mode = "flow"``, openmrc.flow.model).  Either way the
 results document gets ``jobs``: one row per job (docs/training.md,
 "Step time"):
 
@@ -28,19 +28,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .baselines.roce import RoceConfig
-from .sim.experiment import Experiment
-from .sim.fluid import FluidJob, FluidModel, FluidResult
-from .sim.fluid_faults import expand
-from .sim.result import Result
-from .topology import ClosSpec
-from .workloads.jobs.config import FileJob, JobConfig
-from .workloads.jobs.graph import JobGraph, build_iteration
-from .workloads.jobs.ideal import ideal_step_ps as ideal_bound_ps
-from .workloads.jobs.ideal import nic_bytes_per_ps
-from .workloads.jobs.iterations import iteration_ends, percentile, repeat
-from .workloads.jobs.lower import Lowered, lower, times
-from .workloads.jobs.trace import chrome_trace
+from ..baselines.roce import RoceConfig
+from ..flow.faults import expand
+from ..flow.model import FluidJob, FluidModel, FluidResult
+from ..sim.experiment import Experiment
+from ..sim.result import Result
+from ..topology import ClosSpec
+from ..workloads.jobs.config import FileJob, JobConfig
+from ..workloads.jobs.graph import JobGraph, build_iteration
+from ..workloads.jobs.ideal import ideal_step_ps as ideal_bound_ps
+from ..workloads.jobs.ideal import nic_bytes_per_ps
+from ..workloads.jobs.iterations import iteration_ends, percentile, repeat
+from ..workloads.jobs.lower import Lowered, lower, times
+from ..workloads.jobs.trace import chrome_trace
 
 US = 1_000_000
 

@@ -1,6 +1,6 @@
 """DCQCN at one congested queue, in time: what share of it a RoCE transfer gets.
 
-The flow level (:mod:`openmrc.sim.fluid`) gives RoCE QPs that meet in a congested
+The flow level (:mod:`openmrc.flow.model`) gives RoCE QPs that meet in a congested
 switch queue less than their max-min share, because DCQCN cuts them.  How much less
 depends on how long the transfer lasts: at packet level (benchmarks/training.py
 ``--case dcqcn-series``), two QPs that start together into one 100 Gb/s link
@@ -37,8 +37,8 @@ import numpy as np
 
 from ..baselines.fabric import ECN_PROFILES
 from ..baselines.roce import Dcqcn, DcqcnConfig
+from ..sim.config import FabricConfig
 from ..topology import ClosSpec
-from .config import FabricConfig
 
 #: the time step of the trajectory (ps): a fraction of the 4 us CNP spacing
 STEP_PS = 250_000

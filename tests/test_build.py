@@ -1,0 +1,73 @@
+"""setup.py's reuse of an editable install's compiled modules (no build runs here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setup_module() -> ModuleType:
+    """setup.py imported under another name: its helpers, without calling setup()."""
+    spec = importlib.util.spec_from_file_location("openmrc_setup_script", ROOT / "setup.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def setup_py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    mod = _setup_module()
+    monkeypatch.setattr(mod, "STAMP", str(tmp_path / "stamp.json"))
+    monkeypatch.setattr(sys, "argv", ["setup.py", "editable_wheel", "--dist-dir", "x"])
+    monkeypatch.delenv("OPENMRC_REBUILD", raising=False)
+    return mod
+
+
+def _stamp(mod: ModuleType, files: list[str], fingerprint: str | None = None) -> None:
+    with open(mod.STAMP, "w") as f:
+        json.dump({"fingerprint": fingerprint or mod._fingerprint(), "files": files}, f)
+
+
+def test_an_unchanged_editable_install_reuses_the_build(setup_py: ModuleType) -> None:
+    _stamp(setup_py, ["setup.py"])  # a file that exists, standing in for a compiled one
+    assert setup_py._reusable()
+    assert setup_py._ext_modules() == []
+
+
+def test_anything_else_builds(setup_py: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not setup_py._reusable()  # no stamp yet
+    _stamp(setup_py, ["setup.py"], fingerprint="0" * 64)
+    assert not setup_py._reusable()  # sources (or compiler, interpreter, mypy) changed
+    _stamp(setup_py, ["setup.py", "src/openmrc/gone.so"])
+    assert not setup_py._reusable()  # a compiled file was deleted
+    _stamp(setup_py, ["setup.py"])
+    monkeypatch.setenv("OPENMRC_REBUILD", "1")
+    assert not setup_py._reusable()  # asked for
+    monkeypatch.delenv("OPENMRC_REBUILD")
+    monkeypatch.setattr(sys, "argv", ["setup.py", "bdist_wheel"])
+    assert not setup_py._reusable()  # a wheel always carries its own build
+
+
+def test_the_fingerprint_covers_the_sources_and_the_compiler(
+    setup_py: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "src" / "openmrc" / "sim").mkdir(parents=True)
+    (tree / "src" / "openmrc" / "sim" / "_kernel.c").write_text("int x;\n")
+    (tree / "src" / "openmrc" / "pipeline.py").write_text("X = 1\n")
+    monkeypatch.setattr(setup_py, "HERE", str(tree))
+    before = setup_py._fingerprint()
+    assert setup_py._fingerprint() == before
+    (tree / "src" / "openmrc" / "pipeline.py").write_text("X = 2\n")  # any module, not only compiled ones
+    edited = setup_py._fingerprint()
+    assert edited != before
+    monkeypatch.setenv("CC", "some-other-cc")
+    assert setup_py._fingerprint() != edited
