@@ -18,6 +18,9 @@ results document gets ``jobs``: one row per job (docs/training.md,
   critical path with every transfer at the NIC's line rate and zero latency, or
   the busiest NIC's bytes at line rate: openmrc.workloads.jobs.ideal), and the
   step time over it (never below 1).
+* ``skipped_collectives``: a workload file's collectives that ran nothing (a
+  one-rank group, 0 bytes), ``{"reason", "count"}`` per iteration; each such job
+  also gets one warning.
 """
 
 from __future__ import annotations
@@ -175,6 +178,7 @@ def job_row(
         "tasks": len(g.tasks),
         "compute_us": round(max(busy) / n / 1e6, 3),
         "params": job.params,
+        "skipped_collectives": skipped_rows(g),
     }
     if n > 1:
         row.update(iteration_rows(job, end, ideal_ps))
@@ -196,6 +200,22 @@ def job_row(
             comm[t.phase] = comm.get(t.phase, 0.0) + (e - s)
     row["comm_time_us_by_phase"] = {k: round(v / n / 1e6, 3) for k, v in sorted(comm.items())}
     return row
+
+
+def skipped_rows(g: JobGraph) -> list[dict[str, Any]]:
+    """A workload file's collectives that ran nothing, by reason, per iteration."""
+    return [{"reason": k, "count": v} for k, v in sorted(g.skipped.items())]
+
+
+def skipped_warnings(jobs: Sequence[PlacedJob]) -> list[str]:
+    """One warning per job whose workload file has collectives that ran nothing."""
+    out = []
+    for j in jobs:
+        if j.graph.skipped:
+            n = sum(j.graph.skipped.values())
+            why = "; ".join(f"{c} x {r}" for r, c in sorted(j.graph.skipped.items()))
+            out.append(f"job {j.name}: {n} collectives of its workload file ran nothing ({why})")
+    return out
 
 
 def iteration_rows(job: PlacedJob, end: list[Any], ideal_ps: float | None) -> dict[str, Any]:

@@ -444,6 +444,10 @@ def execute(
             "the run ended before every flow finished"
             + ("" if until is None else f" (run.until_us = {scenario.until_us:g})")
         )
+    if getattr(scenario, "jobs", None):
+        from .jobrun import skipped_warnings
+
+        warnings += skipped_warnings(scenario.jobs)
     doc = build(
         result,
         scenario,
@@ -489,7 +493,10 @@ def _execute_flow(
         scenario.spec, scenario.transport, scenario.seed, jobs, scenario.faults, scenario.until_us
     )
     result = flow_result(res, wall, scenario.sample_us)
+    from .jobrun import skipped_warnings
+
     warnings = [] if all(r["complete"] for r in rows) else ["a job did not finish its iteration"]
+    warnings += skipped_warnings(jobs)
     doc = build(
         result,
         scenario,
@@ -776,7 +783,8 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
     if copy is not None:
         written.append(str(copy))
     written.append(str(_report(out, outcomes, copy)))
-    steps = out / "job_steps.csv"  # a job run's step time per iteration (openmrc.pipeline.report_jobs)
+    # a job run's step time per iteration (openmrc.pipeline.report_jobs)
+    steps = out / "job_steps.csv"
     if has_jobs([o.doc for o in outcomes]) and steps.is_file():
         written.append(str(steps))
     return written

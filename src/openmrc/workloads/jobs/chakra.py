@@ -1,33 +1,48 @@
-"""Chakra execution traces (MLCommons ``et_def.proto``): read into a job graph, written from one.
+"""Chakra execution traces (MLCommons ``et_def.proto``): read the way astra-sim runs them, and written.
 
 An ET file holds one rank's trace: a sequence of length-prefixed protobuf
 messages (a varint byte count, then the message), a ``GlobalMetadata`` first,
 then ``Node`` s.  openmrc decodes and encodes the protobuf wire format itself
 (varints, length-delimited fields, packed repeated fields), so it needs no
-protobuf package.  Fields used (``et_def.proto``):
+protobuf package.  Fields read: ``Node`` ``id`` (1), ``name`` (2), ``type``
+(3), ``ctrl_deps`` (4) and ``data_deps`` (5) (both are dependencies),
+``duration_micros`` (7), ``inputs`` (8, a METADATA node's process groups),
+``attr`` (10, every ``AttributeProto`` value type).
 
-* ``Node``: ``id`` (1), ``name`` (2), ``type`` (3), ``ctrl_deps`` (4),
-  ``data_deps`` (5), ``duration_micros`` (7), ``attr`` (10);
-* ``AttributeProto``: ``name`` (1) and one value (``int64_val`` 9,
-  ``int64_list`` 10, ``uint64_val`` 13, ``int32_val`` 7, ``bool_val`` 27,
-  ``string_val`` 29, ``double_val`` 3);
-* node types: ``METADATA_NODE`` (1, no time), ``COMP_NODE`` (4,
-  ``duration_micros``; openmrc's own traces also carry ``duration_ps``),
-  ``COMM_SEND_NODE`` (5: ``comm_dst``, ``comm_size``, ``comm_tag``),
-  ``COMM_RECV_NODE`` (6: ``comm_src``, ``comm_tag``), ``COMM_COLL_NODE`` (7:
-  ``comm_type``, ``comm_size``, and the ranks taking part in ``pg_ranks``, an
-  int64 list; without it, every rank).  Any other type is an error naming
-  the file and the node.
+How each node runs is astra-sim's (``Workload::issue``, replay mode):
+
+* ``COMP_NODE``: ``duration_micros`` (openmrc's own traces carry
+  ``duration_ps``); one GPU kernel at a time per rank, and one CPU op
+  (``is_cpu_op``) at a time, in the order the dependencies allow;
+* ``MEM_LOAD_NODE`` / ``MEM_STORE_NODE``: ``duration_micros`` (astra-sim
+  times ``tensor_size`` with its remote-memory model instead);
+* ``METADATA_NODE`` and ``INVALID_NODE``: no time; a METADATA node's inputs
+  may declare process groups (``pg_name``, ``ranks``), as PyTorch traces do;
+* ``COMM_SEND_NODE`` (``comm_dst``, ``comm_size``, ``comm_tag``) and
+  ``COMM_RECV_NODE`` (``comm_src``, ``comm_tag``): the k-th send from a
+  rank to another with one tag and the k-th receive of it are one transfer;
+* ``COMM_COLL_NODE`` (``comm_type``, ``comm_size``): ALL_REDUCE, ALL_GATHER,
+  REDUCE_SCATTER (and REDUCE_SCATTER_BLOCK), ALL_TO_ALL over the group its
+  ``pg_name`` names (``""`` or ``"0"``: every rank; others from astra-sim's
+  communicator-group file or a METADATA node; openmrc's own traces name the
+  ranks in ``pg_ranks``).  BROADCAST runs as NCCL's ring broadcast from the
+  group's first rank (astra-sim replays its duration instead); BARRIER waits
+  for every rank of the group and moves nothing.  REDUCE, GATHER and SCATTER
+  are refused, as astra-sim refuses them.  ``comm_size`` is the whole buffer.
 
 A collective is the same task on all of its ranks: the k-th collective over
 a group on one rank is the k-th over that group on every other, and it
-starts when every rank reached it.  A send and the receive with the same
-(source, destination, tag) are one transfer.
+starts when every rank reached it.  A collective over a one-rank group (or
+of 0 bytes) moves nothing: it is counted in :attr:`JobGraph.skipped`.  Every
+error (an unknown type, a dangling dependency, a rank outside the job, a
+missing rank's file) is one line naming the file and the node.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +50,8 @@ from typing import Any
 from .graph import JobGraph, Task
 from .model import JobError
 
-METADATA_NODE, COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 1, 4, 5, 6, 7
+INVALID_NODE, METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE, COMP_NODE = 0, 1, 2, 3, 4
+COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 5, 6, 7
 NODE_TYPES = {
     0: "INVALID_NODE",
     1: "METADATA_NODE",
@@ -49,7 +65,33 @@ NODE_TYPES = {
     9: "BATCH_NODE",
     10: "CHECKPOINT_NODE",
 }
-#: CollectiveCommType values openmrc runs, and back.
+#: node types openmrc runs (every type of the current et_def.proto).
+RUN_TYPES = frozenset(range(8))
+#: CollectiveCommType names.
+COLL_NAMES = {
+    0: "ALL_REDUCE",
+    1: "REDUCE",
+    2: "ALL_GATHER",
+    3: "GATHER",
+    4: "SCATTER",
+    5: "BROADCAST",
+    6: "ALL_TO_ALL",
+    7: "REDUCE_SCATTER",
+    8: "REDUCE_SCATTER_BLOCK",
+    9: "BARRIER",
+}
+BARRIER = 9
+#: CollectiveCommType values openmrc runs, as its task kinds.
+COLL_KINDS = {
+    0: "allreduce",
+    2: "allgather",
+    5: "broadcast",
+    6: "alltoall",
+    7: "reducescatter",
+    8: "reducescatter",
+    9: "barrier",
+}
+#: openmrc's kinds as the codes its writer uses.
 COLL_TYPES = {0: "allreduce", 2: "allgather", 6: "alltoall", 7: "reducescatter"}
 COLL_CODES = {v: k for k, v in COLL_TYPES.items()}
 
@@ -126,26 +168,82 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _zigzag(v: int) -> int:
+    return (v >> 1) ^ -(v & 1)
+
+
+def _scalar(num: int, wt: int, val: Any) -> Any:
+    """One ``AttributeProto`` value field (or a list element) as a Python value."""
+    if num in (7, 9) and wt == 0:
+        return _signed(val)
+    if num in (11, 13) and wt == 0:
+        return val
+    if num in (15, 17) and wt == 0:
+        return _zigzag(val)
+    if num == 27 and wt == 0:
+        return bool(val)
+    if num in (29, 31) and wt == 2:
+        return val.decode("utf-8", "replace")
+    if num == 3 and wt == 1:
+        return struct.unpack("<d", val)[0]
+    if num == 5 and wt == 5:
+        return struct.unpack("<f", val)[0]
+    if num in (19, 23) and wt == 5:
+        return struct.unpack("<I" if num == 19 else "<i", val)[0]
+    if num in (21, 25) and wt == 1:
+        return struct.unpack("<Q" if num == 21 else "<q", val)[0]
+    return None
+
+
+#: list fields of AttributeProto: (field number, element type as its scalar field).
+_LISTS = {
+    8: 7,
+    10: 9,
+    12: 11,
+    14: 13,
+    16: 15,
+    18: 17,
+    28: 27,
+    30: 29,
+    32: 31,
+    4: 3,
+    6: 5,
+    20: 19,
+    22: 21,
+    24: 23,
+    26: 25,
+}
+
+
+def _list(elem: int, buf: bytes) -> list[Any]:
+    out: list[Any] = []
+    for n2, w2, v2 in _fields(buf):
+        if n2 != 1:
+            continue
+        if w2 == 2 and elem not in (29, 31):  # packed
+            if elem in (3, 21, 25):
+                out.extend(_scalar(elem, 1, v2[i : i + 8]) for i in range(0, len(v2) - 7, 8))
+            elif elem in (5, 19, 23):
+                out.extend(_scalar(elem, 5, v2[i : i + 4]) for i in range(0, len(v2) - 3, 4))
+            else:
+                out.extend(_scalar(elem, 0, x) for x in _ints(2, v2))
+        else:
+            out.append(_scalar(elem, w2, v2))
+    return out
+
+
 def _attr(buf: bytes) -> tuple[str, Any]:
     name = ""
     value: Any = None
     for num, wt, val in _fields(buf):
         if num == 1 and wt == 2:
             name = val.decode("utf-8", "replace")
-        elif num in (7, 9, 11, 13) and wt == 0:
-            value = _signed(val) if num in (7, 9) else val
-        elif num == 27 and wt == 0:
-            value = bool(val)
-        elif num == 29 and wt == 2:
-            value = val.decode("utf-8", "replace")
-        elif num == 3 and wt == 1:
-            value = struct.unpack("<d", val)[0]
-        elif num in (10, 14, 8, 12) and wt == 2:
-            items: list[int] = []
-            for n2, w2, v2 in _fields(val):
-                if n2 == 1:
-                    items.extend(_signed(x) for x in _ints(w2, v2))
-            value = items
+        elif num in _LISTS and wt == 2:
+            value = _list(_LISTS[num], val)
+        elif num != 2:
+            v = _scalar(num, wt, val)
+            if v is not None:
+                value = v
     return name, value
 
 
@@ -183,7 +281,7 @@ def _enc_attr(name: str, value: int | str | list[int]) -> bytes:
 
 # ----- reading --------------------------------------------------------------------------------
 class _Node:
-    __slots__ = ("attrs", "deps", "dur_ps", "id", "name", "type")
+    __slots__ = ("attrs", "deps", "dur_ps", "id", "inputs", "name", "type")
 
     def __init__(self) -> None:
         self.id = 0
@@ -192,6 +290,11 @@ class _Node:
         self.deps: list[int] = []
         self.dur_ps = 0
         self.attrs: dict[str, Any] = {}
+        self.inputs = ""
+
+    def where(self, path: str | Path) -> str:
+        """The node as an error names it: file, id and name."""
+        return f"{path}: node {self.id} ({self.name or 'unnamed'})"
 
 
 def read_nodes(path: str | Path) -> list[_Node]:
@@ -207,7 +310,7 @@ def read_nodes(path: str | Path) -> list[_Node]:
         while pos < len(data):
             n, pos = _varint(data, pos)
             if pos + n > len(data):
-                raise _Bad("truncated message")
+                raise _Bad(f"a message of {n} bytes, {len(data) - pos} left: truncated")
             msgs.append(data[pos : pos + n])
             pos += n
     except _Bad as exc:
@@ -230,6 +333,10 @@ def read_nodes(path: str | Path) -> list[_Node]:
                     node.deps.extend(_ints(wt, val))
                 elif num == 7 and wt == 0:
                     dur_us = val
+                elif num == 8 and wt == 2:
+                    for n2, w2, v2 in _fields(val):
+                        if n2 == 1 and w2 == 2:
+                            node.inputs = v2.decode("utf-8", "replace")
                 elif num == 10 and wt == 2:
                     k, v = _attr(val)
                     node.attrs[k] = v
@@ -237,205 +344,348 @@ def read_nodes(path: str | Path) -> list[_Node]:
             raise JobError(f"{p}: message {i}: malformed node ({exc})") from None
         given = node.attrs.get("duration_ps")
         node.dur_ps = int(given) if isinstance(given, int) and given >= 0 else dur_us * 1_000_000
-        if node.type not in (
-            METADATA_NODE,
-            COMP_NODE,
-            COMM_SEND_NODE,
-            COMM_RECV_NODE,
-            COMM_COLL_NODE,
-        ):
-            kind = NODE_TYPES.get(node.type, f"type {node.type}")
+        if node.type not in NODE_TYPES:
+            raise JobError(f"{node.where(p)}: unknown node type {node.type}")
+        if node.type not in RUN_TYPES:
             raise JobError(
-                f"{p}: node {node.id} ({node.name or 'unnamed'}): unsupported node type {kind}"
+                f"{node.where(p)}: unsupported node type {NODE_TYPES[node.type]} "
+                f"(openmrc runs {', '.join(NODE_TYPES[t] for t in sorted(RUN_TYPES))})"
             )
         nodes.append(node)
     return nodes
 
 
-def _need_int(node: _Node, key: str, where: str) -> int:
-    v = node.attrs.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise JobError(f"{where}: node {node.id} ({node.name or 'unnamed'}): needs attribute {key}")
+def _tag(node: _Node, where: str) -> int:
+    v = node.attrs.get("comm_tag", 0)
+    if v is None:
+        return 0
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise JobError(f"{node.where(where)}: comm_tag must be an integer, got {v!r}")
     return v
 
 
-def read(files: Sequence[str | Path], name: str = "chakra", gpus_per_server: int = 8) -> JobGraph:
-    """One job from one ET file per rank (``files[r]`` is rank ``r``)."""
+def _need_int(node: _Node, key: str, where: str) -> int:
+    v = node.attrs.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise JobError(f"{node.where(where)}: needs attribute {key}")
+    return v
+
+
+def pg_metadata(text: str) -> dict[str, list[int]]:
+    """Process groups a METADATA node carries (PyTorch's ``pg_name`` / ``ranks`` list in its
+    inputs, as astra-sim reads them); {} when it carries none."""
+    import json
+
+    for cand in (text, text[2:-2]):
+        try:
+            items = json.loads(cand)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(items, list):
+            continue
+        out = {}
+        for item in items:
+            ranks = item.get("ranks") if isinstance(item, dict) else None
+            if (
+                isinstance(ranks, list)
+                and "pg_name" in item
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in ranks)
+            ):
+                out[str(item["pg_name"])] = list(ranks)
+        return out
+    return {}
+
+
+def read_comm_groups(path: str | Path) -> dict[str, list[int]]:
+    """astra-sim's communicator-group file (``--comm-group-configuration``): a JSON object
+    of group id -> the ranks in it."""
+    import json
+
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise JobError(f"{p}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise JobError(f"{p}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise JobError(f"{p}: a JSON object of group id -> list of ranks expected")
+    out: dict[str, list[int]] = {}
+    for k, v in doc.items():
+        if not str(k).isdigit() or not isinstance(v, list) or not v:
+            raise JobError(f"{p}: group {k!r}: a numeric id and a non-empty list of ranks expected")
+        if any(not isinstance(x, int) or isinstance(x, bool) for x in v):
+            raise JobError(f"{p}: group {k}: ranks must be integers")
+        out[str(int(k))] = list(v)
+    return out
+
+
+class _Units:
+    """The tasks being assembled from every rank's nodes: a unit is one task."""
+
+    def __init__(self, files: Sequence[str | Path]) -> None:
+        self.files = files
+        self.units: list[dict[str, Any]] = []
+        self.unit_of: dict[tuple[int, int], int] = {}
+        self.skipped: dict[str, int] = {}
+
+    def new(self, kind: str, ranks: tuple[int, ...], name: str, **kw: Any) -> int:
+        self.units.append({"kind": kind, "ranks": ranks, "name": name, "members": [], **kw})
+        return len(self.units) - 1
+
+    def join(self, u: int, key: tuple[int, int]) -> None:
+        self.units[u]["members"].append(key)
+        self.unit_of[key] = u
+
+
+def read(
+    files: Sequence[str | Path],
+    name: str = "chakra",
+    gpus_per_server: int = 8,
+    comm_groups: dict[str, list[int]] | None = None,
+) -> JobGraph:
+    """One job from one ET file per rank (``files[r]`` is rank ``r``), as astra-sim runs it.
+
+    ``comm_groups``: astra-sim's communicator groups (``pg_name`` -> ranks), beside
+    those the traces' METADATA nodes declare.
+    """
     if not files:
         raise JobError("chakra: no trace files")
     n = len(files)
     per_rank = [read_nodes(f) for f in files]
-    # units: a task made of nodes of one or more ranks
-    unit_of: dict[tuple[int, int], int] = {}
-    units: list[dict[str, Any]] = []
+    groups: dict[str, list[int]] = dict(comm_groups or {})
+    for nodes in per_rank:
+        for node in nodes:
+            if node.type == METADATA_NODE and node.inputs:
+                groups.update(pg_metadata(node.inputs))
+    U = _Units(files)
+    units = U.units
     coll_seq: dict[tuple[int, tuple[int, ...]], int] = {}
     coll_unit: dict[tuple[tuple[int, ...], int], int] = {}
-    sends: dict[tuple[int, int, int], int] = {}
-    recvs: dict[tuple[int, int, int], int] = {}
+    sends: dict[tuple[int, int, int], deque[tuple[int, tuple[int, int]]]] = {}
+    recvs: dict[tuple[int, int, int], deque[tuple[int, tuple[int, int]]]] = {}
+    lane_prev: dict[tuple[int, str], tuple[int, int]] = {}
+    lane_deps: dict[tuple[int, int], tuple[int, int]] = {}
+    recv_of: dict[int, int] = {}  # a receive's unit -> its transfer's
     for r, nodes in enumerate(per_rank):
         where = str(files[r])
         seen: set[int] = set()
         for node in nodes:
             if node.id in seen:
-                raise JobError(f"{where}: node {node.id}: duplicate id")
+                raise JobError(f"{node.where(where)}: duplicate id")
             seen.add(node.id)
+        ids = {node.id for node in nodes}
+        for node in nodes:
+            for d in node.deps:
+                if d not in ids:
+                    raise JobError(
+                        f"{node.where(where)}: depends on node {d}, which is not in the file"
+                    )
+        for node in _rank_order(nodes, where):
             key = (r, node.id)
-            if node.type in (METADATA_NODE, COMP_NODE):
-                unit_of[key] = len(units)
-                dur = node.dur_ps if node.type == COMP_NODE else 0
-                units.append(
-                    {
-                        "kind": "compute",
-                        "ranks": (r,),
-                        "dur": dur,
-                        "name": node.name,
-                        "members": [key],
-                    }
+            if node.type in (INVALID_NODE, METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE, COMP_NODE):
+                timed = node.type in (COMP_NODE, MEM_LOAD_NODE, MEM_STORE_NODE)
+                U.join(
+                    U.new(
+                        "compute",
+                        (r,),
+                        node.name,
+                        dur=node.dur_ps if timed else 0,
+                        phase="compute" if timed else "wait",
+                    ),
+                    key,
                 )
+                if node.type == COMP_NODE:
+                    # astra-sim runs one GPU kernel (and one CPU op) at a time per rank
+                    lane = "cpu" if node.attrs.get("is_cpu_op") is True else "gpu"
+                    if (r, lane) in lane_prev:
+                        lane_deps[key] = lane_prev[(r, lane)]
+                    lane_prev[(r, lane)] = key
             elif node.type == COMM_COLL_NODE:
-                code = _need_int(node, "comm_type", where)
-                if code not in COLL_TYPES:
-                    raise JobError(
-                        f"{where}: node {node.id} ({node.name or 'unnamed'}): collective type "
-                        f"{code} is not one of all-reduce (0), all-gather (2), all-to-all (6), "
-                        "reduce-scatter (7)"
-                    )
+                _collective(U, node, r, n, where, groups, coll_seq, coll_unit)
+            elif node.type == COMM_SEND_NODE:
+                dst = _need_int(node, "comm_dst", where)
                 size = _need_int(node, "comm_size", where)
-                group = node.attrs.get("pg_ranks")
-                ranks = tuple(range(n)) if group is None else tuple(int(x) for x in group)
-                if r not in ranks or any(not 0 <= x < n for x in ranks):
+                if not 0 <= dst < n or dst == r:
                     raise JobError(
-                        f"{where}: node {node.id}: pg_ranks {list(ranks)} is not a group of {n} ranks holding rank {r}"
+                        f"{node.where(where)}: comm_dst {dst} is not another rank of the {n}"
                     )
-                seq = coll_seq.get((r, ranks), 0)
-                coll_seq[(r, ranks)] = seq + 1
-                u = coll_unit.get((ranks, seq))
-                if u is None:
-                    u = len(units)
-                    coll_unit[(ranks, seq)] = u
-                    units.append(
-                        {
-                            "kind": COLL_TYPES[code],
-                            "ranks": ranks,
-                            "size": size,
-                            "name": node.name,
-                            "members": [],
-                        }
-                    )
-                elif units[u]["kind"] != COLL_TYPES[code] or units[u]["size"] != size:
-                    raise JobError(
-                        f"{where}: node {node.id}: collective #{seq} of group {list(ranks)} differs from the other ranks'"
-                    )
-                units[u]["members"].append(key)
-                unit_of[key] = u
-            else:
-                tag = int(node.attrs.get("comm_tag", 0) or 0)
-                if node.type == COMM_SEND_NODE:
-                    dst = _need_int(node, "comm_dst", where)
-                    size = _need_int(node, "comm_size", where)
-                    if not 0 <= dst < n or dst == r:
-                        raise JobError(
-                            f"{where}: node {node.id}: comm_dst {dst} is not another rank"
-                        )
-                    pair = (r, dst, tag)
-                    if pair in sends:
-                        raise JobError(
-                            f"{where}: node {node.id}: a second send to {dst} with tag {tag}"
-                        )
-                    u = recvs.pop(pair, None) if pair in recvs else None
-                    if u is None:
-                        u = len(units)
-                        units.append(
-                            {
-                                "kind": "p2p",
-                                "ranks": (r, dst),
-                                "size": size,
-                                "name": node.name,
-                                "members": [],
-                            }
-                        )
-                    else:
-                        units[u].update(ranks=(r, dst), size=size, name=node.name)
-                    sends[pair] = u
+                pair = (r, dst, _tag(node, where))
+                waiting = recvs.get(pair)
+                if waiting:
+                    u, _ = waiting.popleft()
+                    units[u].update(size=size, name=node.name)
                 else:
-                    src = _need_int(node, "comm_src", where)
-                    if not 0 <= src < n or src == r:
-                        raise JobError(
-                            f"{where}: node {node.id}: comm_src {src} is not another rank"
-                        )
-                    pair = (src, r, tag)
-                    u = sends.get(pair)
-                    if u is None:
-                        if pair in recvs:
-                            raise JobError(
-                                f"{where}: node {node.id}: a second receive from {src} with tag {tag}"
-                            )
-                        u = len(units)
-                        units.append(
-                            {
-                                "kind": "p2p",
-                                "ranks": (src, r),
-                                "size": None,
-                                "name": node.name,
-                                "members": [],
-                            }
-                        )
-                        recvs[pair] = u
-                units[u]["members"].append(key)
-                unit_of[key] = u
-    for (src, dst, tag), u in recvs.items():
-        if units[u]["size"] is None:
+                    u = U.new("p2p", (r, dst), node.name, size=size)
+                    sends.setdefault(pair, deque()).append((u, key))
+                U.join(u, key)
+            else:
+                src = _need_int(node, "comm_src", where)
+                if not 0 <= src < n or src == r:
+                    raise JobError(
+                        f"{node.where(where)}: comm_src {src} is not another rank of the {n}"
+                    )
+                pair = (src, r, _tag(node, where))
+                pending = sends.get(pair)
+                if pending:
+                    u, _ = pending.popleft()
+                else:
+                    u = U.new("p2p", (src, r), node.name, size=None)
+                    recvs.setdefault(pair, deque()).append((u, key))
+                # astra-sim's sends are eager: the transfer waits for the sender only; the
+                # receive ends when the bytes are in and its own dependencies are done
+                done = U.new("compute", (r,), f"{node.name} received", dur=0, phase="wait")
+                U.join(done, key)
+                recv_of[done] = u
+    for (src, _dst, tag), q in recvs.items():
+        for _, (r, nid) in q:
             raise JobError(
-                f"{files[dst]}: receive from rank {src} tag {tag} has no matching send in {files[src]}"
+                f"{files[r]}: node {nid}: receive from rank {src} tag {tag} has no matching "
+                f"send in {files[src]}"
+            )
+    for (_src, dst, tag), q in sends.items():
+        for _, (r, nid) in q:
+            raise JobError(
+                f"{files[r]}: node {nid}: send to rank {dst} tag {tag} has no matching "
+                f"receive in {files[dst]}"
             )
     for (ranks, seq), u in coll_unit.items():
-        if len(units[u]["members"]) != len(ranks):
+        have = {k[0] for k in units[u]["members"]}
+        if len(have) != len(ranks):
+            missing = [x for x in ranks if x not in have]
+            r, nid = units[u]["members"][0]
             raise JobError(
-                f"chakra: collective #{seq} of group {list(ranks)}: only {len(units[u]['members'])} of its {len(ranks)} ranks have it"
+                f"{files[r]}: node {nid}: collective #{seq} of group {list(ranks)} is missing "
+                f"from rank {missing[0]} ({files[missing[0]]})"
             )
-    # dependencies between units, then a topological order
+    # dependencies between units (data and control edges alike, and the compute lanes)
     deps: list[set[int]] = [set() for _ in units]
     for r, nodes in enumerate(per_rank):
         for node in nodes:
-            u = unit_of[(r, node.id)]
+            key = (r, node.id)
+            u = U.unit_of[key]
             for d in node.deps:
-                du = unit_of.get((r, d))
-                if du is None:
-                    raise JobError(
-                        f"{files[r]}: node {node.id}: depends on node {d}, which is not in the file"
-                    )
+                du = U.unit_of[(r, d)]
                 if du != u:
                     deps[u].add(du)
-    order: list[int] = []
-    indeg = [len(d) for d in deps]
-    users: list[list[int]] = [[] for _ in units]
-    for u, ds in enumerate(deps):
-        for d in ds:
-            users[d].append(u)
-    ready = [u for u in range(len(units)) if indeg[u] == 0]
-    while ready:
-        u = ready.pop()
-        order.append(u)
-        for v in users[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                ready.append(v)
-    if len(order) != len(units):
-        stuck = next(u for u in range(len(units)) if indeg[u] > 0)
-        r, nid = units[stuck]["members"][0]
-        raise JobError(f"{files[r]}: node {nid}: its dependencies form a cycle")
+            if u in recv_of:
+                deps[u].add(recv_of[u])
+            if key in lane_deps:
+                du = U.unit_of[lane_deps[key]]
+                if du != u:
+                    deps[u].add(du)
     order = _topo_stable(deps, len(units))
-    g = JobGraph(name, n, gpus_per_server=gpus_per_server)
+    if len(order) != len(units):
+        placed = set(order)
+        stuck = next(u for u in range(len(units)) if u not in placed)
+        r, nid = units[stuck]["members"][0]
+        raise JobError(
+            f"{files[r]}: node {nid}: its dependencies form a cycle (across ranks: "
+            "collectives or sends issued in different orders)"
+        )
+    g = JobGraph(name, n, gpus_per_server=gpus_per_server, skipped=dict(U.skipped))
     index: dict[int, int] = {}
     for u in order:
         unit = units[u]
         td = tuple(sorted(index[d] for d in deps[u]))
-        if unit["kind"] == "compute":
-            t = Task("compute", unit["ranks"], td, unit["dur"], 0, unit["name"], "compute")
+        kind = unit["kind"]
+        if kind == "compute":
+            t = Task("compute", unit["ranks"], td, unit["dur"], 0, unit["name"], unit["phase"])
+        elif kind == "broadcast":
+            ring = unit["ranks"]
+            parts = tuple(
+                g.add(Task("p2p", (a, b), td, 0, unit["size"], unit["name"], "comm"))
+                for a, b in itertools.pairwise(ring)
+            )
+            t = Task("compute", (ring[0],), parts, 0, 0, f"{unit['name']} done", "wait")
         else:
-            t = Task(unit["kind"], unit["ranks"], td, 0, unit["size"], unit["name"], "comm")
+            t = Task(kind, unit["ranks"], td, 0, unit["size"], unit["name"], "comm")
         index[u] = g.add(t)
     return g
+
+
+def _rank_order(nodes: list[_Node], where: str) -> list[_Node]:
+    """A rank's nodes in an order that respects their dependencies (file order first)."""
+    pos = {node.id: i for i, node in enumerate(nodes)}
+    deps = [{pos[d] for d in node.deps} - {i} for i, node in enumerate(nodes)]
+    order = _topo_stable(deps, len(nodes))
+    if len(order) != len(nodes):
+        stuck = next(i for i in range(len(nodes)) if i not in set(order))
+        raise JobError(f"{nodes[stuck].where(where)}: its dependencies form a cycle")
+    return [nodes[i] for i in order]
+
+
+def _collective(
+    U: _Units,
+    node: _Node,
+    r: int,
+    n: int,
+    where: str,
+    groups: dict[str, list[int]],
+    coll_seq: dict[tuple[int, tuple[int, ...]], int],
+    coll_unit: dict[tuple[tuple[int, ...], int], int],
+) -> None:
+    """A COMM_COLL_NODE of rank ``r``: the k-th over a group is the k-th on every member."""
+    code = _need_int(node, "comm_type", where)
+    if code not in COLL_NAMES:
+        raise JobError(f"{node.where(where)}: unknown collective type {code}")
+    if code not in COLL_KINDS:
+        raise JobError(
+            f"{node.where(where)}: collective {COLL_NAMES[code]} is not run (neither by "
+            f"astra-sim); openmrc runs {', '.join(COLL_NAMES[c] for c in sorted(COLL_KINDS))}"
+        )
+    size = 0 if code == BARRIER else _need_int(node, "comm_size", where)
+    given = node.attrs.get("pg_ranks")
+    pg = node.attrs.get("pg_name")
+    if given is not None:
+        if not isinstance(given, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in given
+        ):
+            raise JobError(f"{node.where(where)}: pg_ranks must be a list of ranks")
+        ranks = tuple(given)
+        label = "pg_ranks"
+    elif pg is None or str(pg) in ("", "0"):
+        ranks, label = tuple(range(n)), "every rank"
+    else:
+        if str(pg) not in groups:
+            raise JobError(
+                f"{node.where(where)}: pg_name {pg!r} is not a communicator group (give "
+                "workload.comm_groups, astra-sim's comm-group file, or a METADATA node's)"
+            )
+        ranks, label = tuple(groups[str(pg)]) or tuple(range(n)), f"pg {pg}"
+    bad = [x for x in ranks if not 0 <= x < n]
+    if bad:
+        raise JobError(
+            f"{node.where(where)}: {label} holds rank {bad[0]}, outside the job's {n} ranks"
+        )
+    if r not in ranks:
+        raise JobError(f"{node.where(where)}: {label} {list(ranks)} does not hold rank {r}")
+    kind = COLL_KINDS[code]
+    reason = None
+    if len(ranks) < 2:
+        reason = f"{COLL_NAMES[code]} over a one-rank group ({label})"
+    elif size == 0 and code != BARRIER:
+        reason = f"{COLL_NAMES[code]} of 0 bytes"
+    key = (r, node.id)
+    if reason is not None or code == BARRIER:
+        kind = "barrier"
+    seq = coll_seq.get((r, ranks), 0)
+    coll_seq[(r, ranks)] = seq + 1
+    u = coll_unit.get((ranks, seq))
+    if u is None:
+        if reason is not None:
+            U.skipped[reason] = U.skipped.get(reason, 0) + 1
+        if kind == "barrier":
+            u = U.new("compute", (ranks[0],), node.name, dur=0, phase="wait", coll=code, size=size)
+        else:
+            u = U.new(kind, ranks, node.name, size=size, coll=code)
+        coll_unit[(ranks, seq)] = u
+    elif U.units[u]["coll"] != code or U.units[u]["size"] != size:
+        raise JobError(
+            f"{node.where(where)}: collective #{seq} of group {list(ranks)} differs from the "
+            "other ranks' (type or size)"
+        )
+    U.join(u, key)
 
 
 def _topo_stable(deps: list[set[int]], n: int) -> list[int]:
@@ -535,7 +785,8 @@ def write(graph: JobGraph, directory: str | Path, prefix: str = "") -> list[Path
 
 def trace_files(spec: str | Path, base: Path | None = None) -> list[Path]:
     """The ET files a scenario names: a folder (``*.et``), a glob, or one file; rank order
-    is the number before ``.et`` (``x.3.et`` is rank 3)."""
+    is the number before ``.et`` (``x.3.et`` is rank 3).  Several files must number the
+    ranks 0 to n-1, each once: a missing rank's file is an error naming it."""
     p = Path(spec)
     if not p.is_absolute() and base is not None:
         p = base / p
@@ -547,13 +798,41 @@ def trace_files(spec: str | Path, base: Path | None = None) -> list[Path]:
         found = [p]
     if not found:
         raise JobError(f"{spec}: no Chakra trace files (*.et) there")
+    if len(found) == 1:
+        return found
 
-    def rank(path: Path) -> tuple[int, str]:
+    def rank(path: Path) -> int:
         stem = path.name[: -len(".et")] if path.name.endswith(".et") else path.name
         tail = stem.rsplit(".", 1)[-1]
-        return (int(tail), path.name) if tail.isdigit() else (-1, path.name)
+        if not tail.isdigit():
+            raise JobError(f"{path}: no rank in its name (name each rank's trace <name>.<rank>.et)")
+        return int(tail)
 
-    return sorted(found, key=rank)
+    by_rank: dict[int, Path] = {}
+    for f in sorted(found):
+        r = rank(f)
+        if r in by_rank:
+            raise JobError(f"{f}: rank {r} has a second trace ({by_rank[r].name})")
+        by_rank[r] = f
+    for r in range(len(by_rank)):
+        if r not in by_rank:
+            last = max(by_rank)
+            example = by_rank[last].name.replace(f".{last}.et", f".{r}.et")
+            raise JobError(
+                f"{spec}: rank {r}'s trace ({example}) is missing: the files number ranks "
+                f"up to {last}, {len(by_rank)} files"
+            )
+    return [by_rank[r] for r in range(len(by_rank))]
 
 
-__all__ = ["COLL_TYPES", "NODE_TYPES", "read", "read_nodes", "trace_files", "write"]
+__all__ = [
+    "COLL_KINDS",
+    "COLL_NAMES",
+    "COLL_TYPES",
+    "NODE_TYPES",
+    "read",
+    "read_comm_groups",
+    "read_nodes",
+    "trace_files",
+    "write",
+]

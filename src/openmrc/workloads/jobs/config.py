@@ -69,6 +69,8 @@ class FileJob:
     start_us: float = 0.0
     #: iterations run back to back (openmrc.workloads.jobs.iterations).
     iterations: int = 1
+    #: the file or folder it was read from (for messages).
+    source: str = ""
 
     @property
     def name(self) -> str:
@@ -192,8 +194,11 @@ def place(jobs: Sequence[JobConfig | FileJob], spec: ClosSpec) -> list[list[int]
         free = [s for s in servers if not any(h in taken for h in range(s * g, s * g + g))]
         need = -(-job.gpus // g)
         if len(free) < need:
+            what = key
+            if isinstance(job, FileJob) and job.source:
+                what = f"workload ({job.source}: {job.gpus} ranks)"
             raise JobError(
-                f"{key}: needs {need} servers of {g} GPUs, {len(free)} are free on this fabric"
+                f"{what}: needs {need} servers of {g} GPUs, {len(free)} are free on this fabric"
             )
         hosts = [s * g + x for s in free[:need] for x in range(g)][: job.gpus]
         taken.update(hosts)
@@ -203,13 +208,22 @@ def place(jobs: Sequence[JobConfig | FileJob], spec: ClosSpec) -> list[list[int]
 
 FILE_KEYS = {
     "aicb": ("file", "gpus", "gpus_per_server", "placement", "start_us", "name", "iterations"),
-    "chakra": ("files", "gpus_per_server", "placement", "start_us", "name", "iterations"),
+    "chakra": (
+        "files",
+        "comm_groups",
+        "gpus_per_server",
+        "placement",
+        "start_us",
+        "name",
+        "iterations",
+    ),
 }
 
 
 def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
     """``[workload] kind = "aicb"`` (``file``, ``gpus``) or ``"chakra"`` (``files``: a
-    folder, a glob or one file, one trace per rank): a job read from files."""
+    folder, a glob or one file, one trace per rank; ``comm_groups``: astra-sim's
+    communicator-group file): a job read from files (docs/workloads.md)."""
     from . import aicb, chakra
 
     kind = w.get("kind")
@@ -238,7 +252,19 @@ def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
         if not isinstance(spec, str) or not spec:
             raise JobError("workload.files: a folder, a glob or a file of Chakra traces (*.et)")
         files = chakra.trace_files(spec, base)
-        graph = chakra.read(files, Path(spec).name.split("*")[0].strip(".") or "chakra", g)
+        groups = None
+        cg = w.get("comm_groups")
+        if cg is not None:
+            if not isinstance(cg, str) or not cg:
+                raise JobError(
+                    "workload.comm_groups: the path of astra-sim's communicator-group JSON file"
+                )
+            cpath = Path(cg)
+            if not cpath.is_absolute() and base is not None:
+                cpath = base / cpath
+            groups = chakra.read_comm_groups(cpath)
+        name = Path(spec).name.split("*")[0].strip(".") or "chakra"
+        graph = chakra.read(files, name, g, groups)
     if isinstance(w.get("name"), str) and w["name"]:
         graph.name = w["name"]
     placement = w.get("placement", "packed")
@@ -249,7 +275,10 @@ def parse_file_workload(w: dict[str, Any], base: Path | None) -> FileJob:
     start = w.get("start_us", 0)
     if isinstance(start, bool) or not isinstance(start, int | float) or start < 0:
         raise JobError(f"workload.start_us: must be a number >= 0, got {start!r}")
-    return FileJob(graph, placement, float(start), _iterations(w.get("iterations", 1), "workload"))
+    source = str(path) if kind == "aicb" else str(spec)
+    return FileJob(
+        graph, placement, float(start), _iterations(w.get("iterations", 1), "workload"), source
+    )
 
 
 __all__ = [

@@ -26,6 +26,9 @@ from .model import GpuSpec, JobError, ModelSpec, Parallelism, StageArithmetic, s
 #: Task kinds that move bytes over the network (collectives as nccl-tests size them).
 COMM_KINDS = ("p2p", "allreduce", "allgather", "reducescatter", "alltoall")
 
+#: Phases of compute tasks that are waiting, not computing (not in a rank's compute).
+IDLE_PHASES = ("bubble", "wait")
+
 #: Megatron's default DDP bucket: 40M parameters.
 BUCKET_PARAMS = 40_000_000
 
@@ -46,7 +49,9 @@ class Task:
     dur_ps: int = 0
     size: int = 0
     label: str = ""
-    #: what it is for: fwd, bwd, opt (compute); pp, dp, ep, zero (transfers).
+    #: what it is for: fwd, bwd, opt (compute), bubble and wait (a rank waiting for a
+    #: pipeline stage or a collective's completion: idle, not compute); pp, dp, ep,
+    #: zero (transfers).
     phase: str = ""
 
 
@@ -62,6 +67,9 @@ class JobGraph:
     nvlink_bytes_per_ps: float = 0.45
     #: several iterations (openmrc.workloads.jobs.iterations.repeat): where each copy starts.
     iteration_starts: list[int] = field(default_factory=list)
+    #: collectives of a workload file that map to nothing (a one-rank group, no bytes):
+    #: reason -> how many, per iteration (results: ``jobs[].skipped_collectives``).
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def iterations(self) -> int:
@@ -82,11 +90,15 @@ class JobGraph:
         self.tasks.append(task)
         return idx
 
+    def skip(self, reason: str) -> None:
+        """Count a collective of the source file that runs nothing, and why."""
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
     def compute_busy_ps(self) -> list[int]:
-        """Per rank, the sum of its compute spans."""
+        """Per rank, the sum of its compute spans (a pipeline bubble is idle, not compute)."""
         busy = [0] * self.ranks
         for t in self.tasks:
-            if t.kind == "compute":
+            if t.kind == "compute" and t.phase not in IDLE_PHASES:
                 busy[t.ranks[0]] += t.dur_ps
         return busy
 

@@ -38,6 +38,7 @@ def repeat(graph: JobGraph, n: int) -> JobGraph:
         graph.ranks,
         gpus_per_server=graph.gpus_per_server,
         nvlink_bytes_per_ps=graph.nvlink_bytes_per_ps,
+        skipped=dict(graph.skipped),
     )
     barrier = -1
     for k in range(n):
