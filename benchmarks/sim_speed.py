@@ -66,7 +66,7 @@ import time
 from pathlib import Path
 
 from openmrc.sim import _native
-from openmrc.sim.budget import bytes_per_host, estimate
+from openmrc.sim.budget import bytes_per_host, estimate, same_t0
 from openmrc.sim.experiment import Experiment
 from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
@@ -199,7 +199,15 @@ def run_openmrc(
         qps = sum(r["qps"] for r in parallel["per_rank"])
     else:
         qps = sum(len(h.ctx.qps) for h in exp.hosts)
-    est = estimate(spec, sizes, senders=len(senders), qps=qps)
+    local = [f for f in result.flows if same_t0(spec, f.src, f.dst)]
+    est = estimate(
+        spec,
+        sizes,
+        senders=len(senders),
+        qps=qps,
+        local_qps=round(qps * len(local) / len(result.flows)) if result.flows else 0,
+        local_bytes=sum(f.size for f in local),
+    )
     return {
         "case": case,
         "simulator": "openmrc",

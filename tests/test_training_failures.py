@@ -78,9 +78,10 @@ def test_iterations_report_each_step_and_the_headline() -> None:
     assert steps[2] > 1.02 * base and steps[3] > 1.02 * base  # one plane fewer for host 0
     assert row["step_time_us"] == pytest.approx(sum(steps) / 4, abs=0.01)
     assert row["p99_step_us"] == max(steps)
-    assert row["ideal_step_us"] == pytest.approx(base, abs=0.01)
-    assert row["slowdown"] == pytest.approx(row["step_time_us"] / base, rel=1e-3)
-    assert row["p99_slowdown"] == pytest.approx(max(steps) / base, rel=1e-3)
+    ideal = row["ideal_step_us"]  # a lower bound: below the failure-free step
+    assert 0 < ideal <= base
+    assert row["slowdown"] == pytest.approx(row["step_time_us"] / ideal, rel=1e-3)
+    assert row["p99_slowdown"] == pytest.approx(max(steps) / ideal, rel=1e-3)
 
 
 def test_packet_level_runs_iterations_back_to_back() -> None:

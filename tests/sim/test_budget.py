@@ -61,11 +61,11 @@ def test_16384_hosts_on_8_planes_fit_the_budget_per_host() -> None:
 
 
 # Runs the sendrecv of benchmarks/sim_speed.py (every host sends 4 MiB to host + 1 in
-# 1 MiB messages) and prints the peak resident memory the run added beyond the
-# fabric's build, and the budget's QPs and packets in flight for it.
+# 1 MiB messages) and prints the peak resident memory beyond the interpreter and the
+# estimate's for it (the fabric and each QP by where its flow goes).
 _RUN = """
 import json, sys
-from openmrc.sim.budget import BYTES_PER_PACKET, BYTES_PER_QP, estimate
+from openmrc.sim.budget import BASE_BYTES, estimate, same_t0
 from openmrc.sim.experiment import Experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
@@ -76,29 +76,32 @@ def status(key):
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
 
-def rss():
-    return status("VmRSS")
-
 spec = ClosSpec(**json.loads(sys.argv[1]))
 n = spec.hosts
+base = status("VmRSS")
 exp = Experiment(spec, seed=1, sample_interval_ps=100_000_000)
-exp.add_flows([FlowSpec(h, (h + 1) % n, 4 << 20, message=1 << 20) for h in range(n)])
-built = rss()
+flows = [FlowSpec(h, (h + 1) % n, 4 << 20, message=1 << 20) for h in range(n)]
+exp.add_flows(flows)
 result = exp.run()
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of a large
 # process (pytest late in the suite) would report its parent's size
 peak = status("VmHWM")
 qps = sum(len(h.ctx.qps) for h in exp.hosts)
-est = estimate(spec, [4 << 20] * n, senders=n, qps=qps, base_rtt_ps=exp.base_rtt_ps)
-budget = qps * BYTES_PER_QP + est.packets_in_flight * BYTES_PER_PACKET
-print(json.dumps({"ok": result.all_ok, "qps": qps, "run": peak - built, "budget": budget}))
+local = [f for f in flows if same_t0(spec, f.src, f.dst)]
+est = estimate(
+    spec, [f.size for f in flows], senders=n, qps=qps, base_rtt_ps=exp.base_rtt_ps,
+    local_qps=2 * len(local), local_bytes=sum(f.size for f in local),
+)
+print(json.dumps({"ok": result.all_ok, "qps": qps, "run": peak - base,
+                  "estimate": est.memory_bytes - BASE_BYTES}))
 """
 
 
 @pytest.mark.skipif(not _native.NATIVE, reason="the budget is the compiled build's")
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
-def test_a_sendrecv_run_fits_the_budget_per_qp_and_packet_in_flight() -> None:
-    # 512 hosts x 8 planes: 1024 QPs spraying over 256 EVs each
+def test_a_sendrecv_run_peaks_near_its_estimate() -> None:
+    # 512 hosts x 8 planes: 1024 QPs spraying over 256 EVs each (measured: the peak
+    # beyond the interpreter 76.9 MiB, the estimate 77.7: docs/results/estimate.md)
     shape = {"planes": 8, "t0s": 16, "hosts_per_t0": 32, "t1s": 32}
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     out = subprocess.run(
@@ -111,7 +114,7 @@ def test_a_sendrecv_run_fits_the_budget_per_qp_and_packet_in_flight() -> None:
     )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["ok"] and got["qps"] == 1024
-    assert got["run"] <= got["budget"], got
+    assert 0.7 * got["estimate"] <= got["run"] <= 1.3 * got["estimate"], got
 
 
 def test_estimate_counts_the_fabric_and_the_qps() -> None:

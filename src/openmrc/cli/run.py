@@ -31,6 +31,10 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
 
 # ----- commands ------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.estimate:
+        from ..pipeline.estimate import estimate_file
+
+        return estimate_file(args.scenario, [args.transport], overrides=args.set, seed=args.seed)
     return run_file(
         args.scenario,
         overrides=args.set or [],
@@ -46,6 +50,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    if args.estimate:
+        from ..pipeline.estimate import estimate_file
+        from ..pipeline.run import transport_names
+
+        names: list[str | None] = list(transport_names(args.transports.split(",")))
+        return estimate_file(args.scenario, names, overrides=args.set, seed=args.seed, compare=True)
     return compare_scenario(
         args.scenario,
         args.transports.split(","),
@@ -116,6 +126,12 @@ def _common_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument("--out", help="directory for results.json, CSVs and report.html (created first)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print what the run would cost (hosts, flows, events, memory, time) and exit "
+        "without building or running it (nothing is written)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,8 +14,10 @@ results document gets ``jobs``: one row per job (docs/training.md,
   taking no time (communication not hidden behind compute);
 * ``idle_us``: mean over ranks of step time minus the rank's compute (bubbles
   and waiting for the network);
-* ``slowdown``: step time over the same job alone on a failure-free fabric in
-  the flow-level model with MRC (contention-free but for its own traffic);
+* ``ideal_step_us`` and ``slowdown``: a lower bound on the step time (the
+  critical path with every transfer at the NIC's line rate and zero latency, or
+  the busiest NIC's bytes at line rate: openmrc.workloads.jobs.ideal), and the
+  step time over it (never below 1).
 * ``skipped_collectives``: a workload file's collectives that ran nothing (a
   one-rank group, 0 bytes), ``{"reason", "count"}`` per iteration; each such job
   also gets one warning.
@@ -37,6 +39,8 @@ from ..sim.result import Result
 from ..topology import ClosSpec
 from ..workloads.jobs.config import FileJob, JobConfig
 from ..workloads.jobs.graph import JobGraph, build_iteration
+from ..workloads.jobs.ideal import ideal_step_ps as ideal_bound_ps
+from ..workloads.jobs.ideal import nic_bytes_per_ps
 from ..workloads.jobs.iterations import iteration_ends, percentile, repeat
 from ..workloads.jobs.lower import Lowered, lower, times
 from ..workloads.jobs.trace import chrome_trace
@@ -151,17 +155,10 @@ def fluid_model(
 
 
 def ideal_step_ps(spec: ClosSpec, job: PlacedJob) -> float | None:
-    """The job alone on a failure-free fabric, flow level, MRC: its step time."""
-    g = job.graph
-    model = FluidModel(
-        spec, "mrc", gpus_per_server=g.gpus_per_server, nvlink_bytes_per_ps=g.nvlink_bytes_per_ps
-    )
-    model.add_job(FluidJob(job.graph, job.hosts, 0))
-    r = model.run()
-    ends = r.jobs[0].end
-    if any(e is None for e in ends):
-        return None
-    return max((e for e in ends if e is not None), default=0.0)
+    """The job's ideal step (ps, all its iterations): a lower bound on its step time on
+    this fabric whatever the transport (:mod:`openmrc.workloads.jobs.ideal`: the critical
+    path with transfers at the NIC's line rate and zero latency, or the busiest NIC)."""
+    return ideal_bound_ps(job.graph, job.hosts, nic_bytes_per_ps(spec.planes, spec.host_gbps))
 
 
 def job_row(
@@ -357,13 +354,113 @@ def step_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def has_jobs(docs: Sequence[dict[str, Any]]) -> bool:
+    """Whether these results are of a job run (their summaries lead with step time)."""
+    return any(d.get("jobs") for d in docs)
+
+
+def _ms(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value / 1000:,.{digits}f}"
+
+
+def job_rows(docs: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The summary table of a job run: per job, one row per measure, one column per
+    run (transport); step time first (docs/training.md, "Step time")."""
+    names: list[str] = []
+    for d in docs:
+        for j in d.get("jobs") or []:
+            if j["name"] not in names:
+                names.append(j["name"])
+    rows: list[tuple[str, list[str]]] = []
+    several = len(names) > 1
+    for name in names:
+        found = [next((j for j in d.get("jobs") or [] if j["name"] == name), None) for d in docs]
+
+        def row(
+            label: str, fn: Any, found: list[Any] = found, name: str = name
+        ) -> tuple[str, list[str]]:
+            named = several and not label.startswith("job ")
+            return (f"{name}: {label}" if named else label), [
+                "-" if j is None else fn(j) for j in found
+            ]
+
+        gpus = next(j["gpus"] for j in found if j is not None)
+        rows.append(
+            row(
+                f"job {name} ({gpus} GPUs): step time ms",
+                lambda j: (
+                    "did not finish" if j.get("step_time_us") is None else _ms(j["step_time_us"])
+                ),
+            )
+        )
+        rows.append(row("compute ms (busiest GPU)", lambda j: _ms(j.get("compute_us"))))
+        rows.append(row("exposed comm ms", lambda j: _ms(j.get("exposed_comm_us"))))
+        rows.append(row("idle ms (mean per GPU)", lambda j: _ms(j.get("idle_us"))))
+        rows.append(row("ideal step ms (lower bound)", lambda j: _ms(j.get("ideal_step_us"))))
+        rows.append(
+            row(
+                "slowdown (step / ideal)",
+                lambda j: "-" if j.get("slowdown") is None else f"{j['slowdown']:.3f}",
+            )
+        )
+        if any(j is not None and j.get("iterations", 1) > 1 for j in found):
+            rows.append(
+                row(
+                    "iterations",
+                    lambda j: f"{len(j.get('step_times_us') or [])}/{j.get('iterations', 1)}",
+                )
+            )
+            rows.append(row("p99 step ms", lambda j: _ms(j.get("p99_step_us"))))
+            rows.append(
+                row(
+                    "p99 slowdown",
+                    lambda j: "-" if j.get("p99_slowdown") is None else f"{j['p99_slowdown']:.3f}",
+                )
+            )
+        if any(j is not None and j.get("skipped_collectives") for j in found):
+            rows.append(
+                row("skipped collectives", lambda j: str(_count(j.get("skipped_collectives"))))
+            )
+    return rows
+
+
+def _count(value: Any) -> int:
+    """How many skipped collectives a ``skipped_collectives`` field records (a count, a
+    list of records, or a table of counts by reason)."""
+    if isinstance(value, bool) or value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        return sum(_count(v) if not isinstance(v, int) else v for v in value.values())
+    if isinstance(value, list):
+        return sum(int(x.get("count", 1)) if isinstance(x, dict) else 1 for x in value)
+    return 0
+
+
+def network_line(doc: dict[str, Any]) -> str | None:
+    """One line on the network under a packet-level job run (None at flow level, where
+    there are no flows): flows, retransmissions, timeouts; results.json has the rest."""
+    s = doc["summary"]
+    if not s.get("flows"):
+        return None
+    return (
+        f"  network: {s['completed']:,}/{s['flows']:,} flows done, "
+        f"{s.get('retransmits', 0):,} retransmits, {s.get('timeouts', 0):,} timeouts, "
+        f"{s.get('faults', 0):,} faults applied (results.json has every flow)"
+    )
+
+
 __all__ = [
     "PlacedJob",
     "add_packet_jobs",
     "flow_result",
     "fluid_model",
+    "has_jobs",
     "ideal_step_ps",
     "job_row",
+    "job_rows",
+    "network_line",
     "packet_rows",
     "packet_times",
     "placed",

@@ -81,13 +81,16 @@ def _fault_key(docs: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def _mark_faults(ax: Any, doc_or_docs: Any, numbering: list[tuple[float, str]]) -> None:
-    """Dashed lines at the faults of ``doc_or_docs`` only, labelled F<n> inside the axes."""
+def _mark_faults(
+    ax: Any, doc_or_docs: Any, numbering: list[tuple[float, str]], scale: float = 1.0
+) -> None:
+    """Dashed lines at the faults of ``doc_or_docs`` only, labelled F<n> inside the axes
+    (``scale``: x units per us, 1e-3 for an axis in ms)."""
     docs = doc_or_docs if isinstance(doc_or_docs, list) else [doc_or_docs]
     own = sorted({f for d in docs for f in _fault_list(d)})
     lo, hi = ax.get_xlim()
     for fault in own:
-        t = fault[0]
+        t = fault[0] * scale
         if not lo <= t <= hi:
             continue
         ax.axvline(t, color="#555555", linestyle="--", linewidth=1, label="_marker")
@@ -739,24 +742,38 @@ def render_html(
 
     ``scenario_copy``: the copy of the scenario file in the output folder, which the
     page names (the file the run read may be a temporary or packaged one)."""
+    from .jobrun import has_jobs, job_rows
+    from .report_jobs import headline as job_headline
+    from .report_jobs import section_note as job_note
+
     first = docs[0]["provenance"]
     name = first.get("scenario_name") or first.get("scenario_file") or "scenario"
     transports = [_label(d) for d in docs]
     title = f"openmrc: {name} ({', '.join(transports)})"
     head_cells = "".join(f"<th>{_esc(t)}</th>" for t in transports)
-    rows = []
-    for measure, cells in summary_rows(docs):
-        rows.append(
-            f"<tr><th scope='row'>{_esc(measure)}</th>"
-            + "".join(f"<td>{_esc(c)}</td>" for c in cells)
-            + "</tr>"
-        )
+    jobs = has_jobs(docs)
+    # a job run's table is its jobs' step times; the flow counters follow in a table
+    # of their own when the run had flows (packet level)
+    measures = job_rows(docs) if jobs else summary_rows(docs)
+    rows = _table_rows(measures)
     wall = "".join(f"<td>{d['provenance']['wall_seconds']:.2f}</td>" for d in docs)
     rows.append(f"<tr><th scope='row'>wall s</th>{wall}</tr>")
+    network = ""
+    if jobs and any(d["summary"]["flows"] for d in docs):
+        network = (
+            "<h2>Network</h2>\n<table id='network'><thead><tr><th></th>"
+            f"{head_cells}</tr></thead>\n<tbody>\n"
+            + "\n".join(_table_rows(summary_rows(docs)))
+            + "\n</tbody></table>"
+        )
     partial = [t for t, d in zip(transports, docs, strict=True) if d.get("partial")]
     warnings = [f"{_label(d)}: {w}" for d in docs for w in d["provenance"].get("warnings", [])]
     overrides = first.get("overrides") or []
-    story = "".join(f"<p>{_esc(line)}</p>" for line in headline(docs))
+    lines = job_headline(docs) if jobs else headline(docs)
+    story = "".join(f"<p>{_esc(line)}</p>" for line in lines)
+    job_ids = {pid for pid, _, _ in plots if pid.startswith("job-")}
+    job_plots = [p for p in plots if p[0] in job_ids]
+    other_plots = [p for p in plots if p[0] not in job_ids]
     source = first.get("scenario_file")
     where = (
         f"scenario file {_esc(scenario_copy)} (a copy of {_esc(source)})"
@@ -783,8 +800,27 @@ started {_esc(first.get("start_time"))}</p>
         if warnings
         else ""
     }
-{figures_html(plots)}"""
+{
+        "<section id='jobs'><h2>Where the step time went</h2>"
+        + figures_html(job_plots)
+        + job_note(docs)
+        + "</section>"
+        if jobs
+        else ""
+    }
+{network}
+{figures_html(other_plots)}"""
     return page_html(title, body)
+
+
+def _table_rows(measures: list[tuple[str, list[str]]]) -> list[str]:
+    """``<tr>`` rows of (measure, cells)."""
+    return [
+        f"<tr><th scope='row'>{_esc(measure)}</th>"
+        + "".join(f"<td>{_esc(c)}</td>" for c in cells)
+        + "</tr>"
+        for measure, cells in measures
+    ]
 
 
 def figures_html(plots: list[Plot]) -> str:
@@ -837,16 +873,28 @@ def esc(value: Any) -> str:
 
 
 def write_report(
-    directory: str | Path, docs: list[dict[str, Any]], scenario_copy: str | Path | None = None
+    directory: str | Path,
+    docs: list[dict[str, Any]],
+    scenario_copy: str | Path | None = None,
+    traces: list[dict[str, Any] | None] | None = None,
 ) -> Path:
     """Write ``report.html`` for ``docs`` into ``directory`` (``scenario_copy``: see
     :func:`render_html`).
 
-    Without matplotlib (the ``report`` extra) the page has the table and a note
-    instead of the plots.
+    A job run's report leads with its job section (:mod:`openmrc.pipeline.report_jobs`;
+    ``traces``: each run's trace.json, for the per-rank timeline) and writes its
+    step times per iteration as ``job_steps.csv`` beside the page.  Without
+    matplotlib (the ``report`` extra) the page has the table and a note instead
+    of the plots.
     """
+    from . import report_jobs
+
+    report_jobs.write_csv(directory, docs)
     try:
-        plots = render_plots(docs)
+        plt = _pyplot()
+        kit = report_jobs.Kit(_figure, _png, _faults, _fault_key, _mark_faults, SHARED_X_RATIO)
+        job_plots = report_jobs.render(docs, traces or [None] * len(docs), plt, kit)
+        plots = job_plots + render_plots(docs)
         note = ""
     except ImportError:
         plots = []

@@ -280,23 +280,65 @@ class RunOutcome:
 
 
 def run_estimate(scenario: Any) -> Estimate:
-    """What ``scenario`` will cost (:func:`openmrc.sim.budget.estimate`), from its
-    spec and workload, before anything is built."""
+    """What ``scenario`` will cost at packet level (:func:`openmrc.sim.budget.estimate`),
+    from its spec and workload (its flows, collectives and jobs' transfers), before
+    anything is built."""
+    from ..sim.budget import same_t0
     from ..sim.config import FabricConfig
     from ..sim.experiment import base_rtt_ps
 
     spec = scenario.spec
     latency = FabricConfig(**scenario.switches).path_latency_ps()
-    default_qps = scenario.transport.qps or 1
-    sizes = [f.size for f in scenario.flows]
-    senders = {f.src for f in scenario.flows}
-    qps = 2 * sum((f.qps or default_qps) for f in scenario.flows)
+    default_qps = transport_shape(scenario)[0]
+    sizes: list[int] = []
+    senders: set[int] = set()
+    qps = local_qps = local_bytes = 0
+
+    conns: set[str] = set()
+
+    def add(src: int, dst: int, size: int, n_qps: int, conn: str | None) -> None:
+        """A flow; its QPs unless it shares a connection already counted."""
+        nonlocal qps, local_qps, local_bytes
+        sizes.append(size)
+        senders.add(src)
+        local = same_t0(spec, src, dst)
+        local_bytes += size if local else 0
+        if conn is not None:
+            if conn in conns:
+                return
+            conns.add(conn)
+        qps += 2 * n_qps
+        local_qps += 2 * n_qps if local else 0
+
+    for f in scenario.flows:
+        add(
+            f.src,
+            f.dst,
+            f.size,
+            f.qps or default_qps,
+            f"{f.src}>{f.dst}>{f.conn}" if f.conn else None,
+        )
     for run in scenario.collectives:
         coll = run.collective
-        sizes.extend(t.size for t in coll.transfers)
-        pairs = {(t.src, t.dst, t.channel) for t in coll.transfers}
-        senders.update(range(coll.ranks))
-        qps += 2 * len(pairs) * (run.qps or default_qps)
+        hosts = list(run.placement) if run.placement else list(range(coll.ranks))
+        pairs: set[tuple[int, int, int]] = set()
+        for t in coll.transfers:
+            src, dst = hosts[t.src], hosts[t.dst]
+            sizes.append(t.size)
+            senders.add(src)
+            if same_t0(spec, src, dst):
+                local_bytes += t.size
+            pairs.add((src, dst, t.channel))
+        for src, dst, _ch in pairs:
+            n = 2 * (run.qps or default_qps)
+            qps += n
+            local_qps += n if same_t0(spec, src, dst) else 0
+    if scenario.jobs:
+        from ..workloads.jobs.lower import lower
+
+        for job in scenario.jobs:
+            for f in lower(job.graph, job.hosts, job.start_ps, 1 << 20, job.name).flows:
+                add(f.src, f.dst, f.size, default_qps, f.conn or None)
     return estimate(
         spec,
         sizes,
@@ -304,6 +346,8 @@ def run_estimate(scenario: Any) -> Estimate:
         qps=qps,
         mtu=scenario.transport.mtu,
         base_rtt_ps=base_rtt_ps(spec, scenario.transport.mtu, latency),
+        local_qps=local_qps,
+        local_bytes=local_bytes,
     )
 
 
@@ -587,17 +631,46 @@ def format_table(
     docs: list[dict[str, Any]],
     first: list[tuple[str, str, str]] | None = None,
 ) -> str:
-    """The summary table as aligned text; ``first``: each column's QPs, planes, ideal."""
+    """The summary table as aligned text; ``first``: each column's QPs, planes, ideal.
+
+    A job run's table leads with each job's step time, compute, exposed
+    communication, idle time and slowdown (:func:`openmrc.pipeline.jobrun.job_rows`)
+    instead of the flow counters (results.json keeps those)."""
+    from .jobrun import has_jobs, job_rows
     from .results import summary_rows
 
-    rows = summary_rows(docs)
-    if first is not None:
-        rows[:0] = [
-            ("QPs per connection", [f[0] for f in first]),
-            ("planes used", [f[1] for f in first]),
-            ("ideal Gb/s per flow", [f[2] for f in first]),
-        ]
+    if has_jobs(docs):
+        rows = job_rows(docs)
+        if first is not None:
+            rows += [
+                ("QPs per connection", [f[0] for f in first]),
+                ("planes used", [f[1] for f in first]),
+            ]
+        rows.append(("simulated us", [f"{d.get('sim_end_us') or 0.0:,.1f}" for d in docs]))
+    else:
+        rows = summary_rows(docs)
+        if first is not None:
+            rows[:0] = [
+                ("QPs per connection", [f[0] for f in first]),
+                ("planes used", [f[1] for f in first]),
+                ("ideal Gb/s per flow", [f[2] for f in first]),
+            ]
     rows.append(("wall s", [f"{d['provenance']['wall_seconds']:.2f}" for d in docs]))
+    if has_jobs(docs):
+        return align(headers, rows) + "\n" + IDEAL_NOTE
+    return align(headers, rows)
+
+
+#: Under a job run's table: what the ideal step is (openmrc.workloads.jobs.ideal).
+IDEAL_NOTE = (
+    "  ideal step: a lower bound, the critical path with compute at its time and every "
+    "transfer at the NIC's line rate, no latency or queueing (or the busiest NIC's "
+    "bytes); slowdown = step / ideal"
+)
+
+
+def align(headers: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    """Rows of (measure, one cell per column) as an aligned text table under ``headers``."""
     w0 = max(len(r[0]) for r in rows)
     widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(headers)]
     lines = [
@@ -621,9 +694,19 @@ def header(outcome: RunOutcome, scenario_file: str) -> str:
         f"scenario {sc.name or scenario_file} [transport {sc.transport.name}]: "
         f"{plural(spec.hosts, 'host')}, {plural(spec.planes, 'plane')}, "
         f"{spec.t0s} T0 x {spec.t1s} T1 per plane, "
-        f"{plural(outcome.doc['summary']['flows'], 'flow')}, seed {sc.seed}"
+        + (_job_words(outcome.doc) or f"{plural(outcome.doc['summary']['flows'], 'flow')}")
+        + f", seed {sc.seed}"
         + (" - INTERRUPTED, partial results" if outcome.partial else "")
     )
+
+
+def _job_words(doc: dict[str, Any]) -> str | None:
+    """``1 job at flow level`` (None when the run has no jobs)."""
+    jobs = doc.get("jobs") or []
+    if not jobs:
+        return None
+    level = "flow" if doc.get("fabric", {}).get("model") == "flow" else "packet"
+    return f"{plural(len(jobs), 'job')} at {level} level"
 
 
 def _status_line(doc: dict[str, Any]) -> str:
@@ -635,9 +718,13 @@ def _status_line(doc: dict[str, Any]) -> str:
 
 
 def _collective_lines(doc: dict[str, Any]) -> list[str]:
-    from .jobrun import step_lines
+    """One line per collective (a job run's steps are in its table)."""
+    from .jobrun import network_line
 
-    return step_lines(doc) + _coll_lines(doc)
+    if doc.get("jobs"):
+        net = network_line(doc)
+        return ([] if net is None else [net]) + _coll_lines(doc)
+    return _coll_lines(doc)
 
 
 def _coll_lines(doc: dict[str, Any]) -> list[str]:
@@ -670,6 +757,7 @@ def _localised_lines(doc: dict[str, Any]) -> list[str]:
 
 def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list[str]:
     """results.json + CSVs per run (a subfolder per transport when comparing), the report."""
+    from .jobrun import has_jobs, job_rows
     from .results import summary_rows, write
 
     written: list[str] = []
@@ -682,7 +770,10 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
             written.append(str(d / "trace.json"))
     if compare:
         table = out / "summary.csv"
-        rows = summary_rows([o.doc for o in outcomes])
+        docs = [o.doc for o in outcomes]
+        rows = job_rows(docs) if has_jobs(docs) else []
+        if not rows or any(d["summary"]["flows"] for d in docs):
+            rows += summary_rows(docs)
         with table.open("w") as fh:
             fh.write("measure," + ",".join(o.scenario.transport.name for o in outcomes) + "\n")
             for name, cells in rows:
@@ -692,6 +783,10 @@ def _write_outputs(out: Path, outcomes: list[RunOutcome], compare: bool) -> list
     if copy is not None:
         written.append(str(copy))
     written.append(str(_report(out, outcomes, copy)))
+    # a job run's step time per iteration (openmrc.pipeline.report_jobs)
+    steps = out / "job_steps.csv"
+    if has_jobs([o.doc for o in outcomes]) and steps.is_file():
+        written.append(str(steps))
     return written
 
 
@@ -725,7 +820,9 @@ def _report(out: Path, outcomes: list[RunOutcome], scenario_copy: Path | None = 
         path = out / "report.html"
         path.write_text(render_html([o.doc for o in outcomes], [], scenario_copy))
         return path
-    return write_report(out, [o.doc for o in outcomes], scenario_copy)
+    return write_report(
+        out, [o.doc for o in outcomes], scenario_copy, traces=[o.trace for o in outcomes]
+    )
 
 
 def _exit_code(outcomes: list[RunOutcome]) -> int:
@@ -832,7 +929,8 @@ def _run_file(
         print(json.dumps(outcome.doc, indent=1, sort_keys=True))
         return _exit_code([outcome])
     print(header(outcome, scenario_file))
-    print(_status_line(outcome.doc))
+    if not outcome.doc.get("jobs"):
+        print(_status_line(outcome.doc))
     print(format_table([outcome.scenario.transport.name], [outcome.doc]))
     for line in _collective_lines(outcome.doc) + _localised_lines(outcome.doc):
         print(line)
@@ -843,6 +941,20 @@ def _run_file(
     if written:
         print(f"  wrote {', '.join(written)} (+ CSVs)")
     return _exit_code([outcome])
+
+
+def transport_names(transports: list[str]) -> list[str]:
+    """``--transports`` checked: known names, none twice (UsageError otherwise)."""
+    given = ",".join(transports)
+    names = [t.strip() for t in transports if t.strip()]
+    bad = [t for t in names if t not in TRANSPORTS]
+    if bad or not names:
+        raise UsageError(
+            f"--transports: {bad[0] if bad else given!r} is not one of {', '.join(TRANSPORTS)}"
+        )
+    if len(set(names)) != len(names):
+        raise UsageError(f"--transports: {given} names a transport twice")
+    return names
 
 
 def compare_scenario(
@@ -864,16 +976,8 @@ def compare_scenario(
             "partitioned run: openmrc compare is not partitioned (run each transport with "
             "openmrc run under mpirun)"
         )
-    given = ",".join(transports)
     base = list(overrides or [])
-    names = [t.strip() for t in transports if t.strip()]
-    bad = [t for t in names if t not in TRANSPORTS]
-    if bad or not names:
-        raise UsageError(
-            f"--transports: {bad[0] if bad else given!r} is not one of {', '.join(TRANSPORTS)}"
-        )
-    if len(set(names)) != len(names):
-        raise UsageError(f"--transports: {given} names a transport twice")
+    names = transport_names(transports)
     loaded: list[tuple[Any, dict[str, Any], list[str]]] = []
     for name in names:  # every transport's settings are checked before anything runs
         extra = list(base)

@@ -1,7 +1,7 @@
 """The simulator's memory budget, and what a run will cost before it starts.
 
 The numbers are bytes of resident memory per thing, measured on the compiled
-build (native kernel and mypyc, CPython 3.11, x86-64) and rounded up; they are
+build (native kernel and mypyc, CPython 3.11, x86-64); they are
 documented, with how they were measured, in ``docs/performance.md``, which
 ``benchmarks/sim_speed.py`` reports against and ``tests/sim/test_budget.py``
 keeps (a fabric of 16,384 hosts on 8 planes must fit its budget per host).
@@ -30,27 +30,35 @@ BYTES_PER_LINK = 600
 #: generator (2.5 KB of Mersenne Twister state), one host end per plane, its link
 #: listeners, route cache and its share of the topology's names.
 BYTES_PER_HOST = 6_500
-#: One MRC queue pair (each connection has two: the sender's and the receiver's)
-#: over its run beyond this budget's packets in flight: its EV table, congestion
-#: control state and queues (about 24 KB when its flow starts), then what sending
-#: adds: the EV ids and ECN state, and the records of its transmissions in flight
-#: (the requester's ``TxTable`` and per-EV send order ``EvOrder``) and its host's
-#: route cache entries: about 35 KB per QP counted at the plateau of a sendrecv.
-#: A sendrecv of 512 hosts x 8 planes added 45 KB of peak RSS per QP over its run,
-#: packets in flight included (98 KB before the requester's records went into
-#: arrays; this budget: 40 KB per QP and 89 KB of packets in flight); sendrecv-2048
-#: and sendrecv-42k measured under the estimate this gives (docs/performance.md).
-BYTES_PER_QP = 40_000
+#: One MRC queue pair (a connection has two: the sender's and the receiver's) of a
+#: flow between two hosts under one T0, over its run: everything the run adds at its
+#: peak beyond the fabric, per QP (its EV table and state, its transmissions in
+#: flight and their records, the flow's own records and results).  Measured with
+#: ``benchmarks/mem_costs.py`` on sendrecv and permutation runs of 256 to 2048 hosts
+#: x 8 planes (peak RSS less the interpreter and the fabric's budget), split by a
+#: least-squares fit over the seven runs into the two kinds of QP below
+#: (docs/results/estimate.md).
+BYTES_PER_QP_LOCAL = 62_000
+#: The same for a QP whose flow crosses the T1 tier: twice the local QP (more EVs
+#: in use, a longer round trip with more packets in flight and their records).
+BYTES_PER_QP = 121_000
 #: One packet in flight (on a wire or in a queue): the packet object (192 B) and
-#: its event in the heap (32 B), rounded up.
+#: its event in the heap (32 B), rounded up.  Counted inside the per-QP costs
+#: above; :func:`in_flight` says how many there can be.
 BYTES_PER_PACKET = 256
 #: What the interpreter and the imported modules take before anything is built.
 BASE_BYTES = 64 << 20
 #: Events per MTU-sized data packet sent, end to end (its hops, its ACK's hops, the
-#: NIC's pump and timers) on paths through a T1, measured: 7.2 on a permutation and
-#: 3.4 on a sendrecv (mostly under one T0) of 1 MiB per host, 256 hosts x 8 planes; with
-#: losses, trims or failures there are more.
-EVENTS_PER_PACKET = 8
+#: NIC's pump and timers), by the same fit as the QPs: 3.6 between hosts of one T0,
+#: 8.2 through a T1; with losses, trims or failures there are more.
+EVENTS_PER_PACKET_LOCAL = 3.6
+EVENTS_PER_PACKET = 8.2
+#: CPU seconds per event and per host built, compiled build (native kernel and
+#: mypyc), from the recorded large runs (benchmarks/results/: 5.0 to 5.3 us per event
+#: on sendrecv, 3.1 on a permutation; 1.5 to 1.6 ms per host of set-up).  A
+#: pure-Python install runs several times slower.
+SECONDS_PER_EVENT = 5.0e-6
+SECONDS_PER_HOST = 1.6e-3
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,13 @@ class Estimate:
     packets_in_flight: int
     memory_bytes: int
     events: int
+    #: flows (transfers) the run will simulate, and its data packets.
+    flows: int = 0
+    packets: int = 0
+    #: of ``qps``: those of flows between two hosts under one T0.
+    local_qps: int = 0
+    #: CPU seconds, compiled build (:data:`SECONDS_PER_EVENT`, :data:`SECONDS_PER_HOST`).
+    cpu_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the estimate."""
@@ -82,6 +97,11 @@ class Estimate:
 def links_of(spec: ClosSpec) -> int:
     """Full-duplex links of the fabric (host links and T0-T1 links, all planes)."""
     return spec.planes * (spec.hosts + spec.t0s * spec.t1s)
+
+
+def same_t0(spec: ClosSpec, src: int, dst: int) -> bool:
+    """Whether hosts ``src`` and ``dst`` sit under one T0 (their flow never reaches a T1)."""
+    return src // spec.hosts_per_t0 == dst // spec.hosts_per_t0
 
 
 def fabric_bytes(spec: ClosSpec) -> int:
@@ -109,11 +129,32 @@ def estimate(
     qps: int,
     mtu: int = 4096,
     base_rtt_ps: int = 10_000_000,
+    local_qps: int = 0,
+    local_bytes: int = 0,
 ) -> Estimate:
-    """Estimate a run of flows of ``flow_bytes`` from ``senders`` hosts over ``qps`` QPs."""
+    """Estimate a run of flows of ``flow_bytes`` from ``senders`` hosts over ``qps`` QPs,
+    ``local_qps`` of them (and ``local_bytes`` of the bytes) between hosts under one T0.
+
+    Memory: the interpreter, the fabric and hosts (:func:`fabric_bytes`), and each
+    QP's cost over its run by where its flow goes (:data:`BYTES_PER_QP_LOCAL`,
+    :data:`BYTES_PER_QP`).  The per-QP costs were measured on flows larger than a
+    window (2 to 4 MiB); many small flows come out above what they take.
+    """
+    local_qps = min(max(local_qps, 0), qps)
+    total = sum(flow_bytes)
+    local_bytes = min(max(local_bytes, 0), total)
     packets = sum(-(-b // mtu) for b in flow_bytes)
+    local_packets = round(packets * local_bytes / total) if total else 0
     flying = min(packets, in_flight(spec, senders, mtu, base_rtt_ps))
-    memory = BASE_BYTES + fabric_bytes(spec) + qps * BYTES_PER_QP + flying * BYTES_PER_PACKET
+    memory = (
+        BASE_BYTES
+        + fabric_bytes(spec)
+        + local_qps * BYTES_PER_QP_LOCAL
+        + (qps - local_qps) * BYTES_PER_QP
+    )
+    events = round(
+        local_packets * EVENTS_PER_PACKET_LOCAL + (packets - local_packets) * EVENTS_PER_PACKET
+    )
     return Estimate(
         hosts=spec.hosts,
         planes=spec.planes,
@@ -122,7 +163,11 @@ def estimate(
         qps=qps,
         packets_in_flight=flying,
         memory_bytes=memory,
-        events=packets * EVENTS_PER_PACKET,
+        events=events,
+        flows=len(flow_bytes),
+        packets=packets,
+        local_qps=local_qps,
+        cpu_seconds=events * SECONDS_PER_EVENT + spec.hosts * SECONDS_PER_HOST,
     )
 
 
