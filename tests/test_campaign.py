@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from openmrc.cli.main import main
+from openmrc.cli import main
 from openmrc.pipeline import campaign as cp
 from openmrc.pipeline.jobrun import run_flow
 
