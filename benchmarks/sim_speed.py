@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--htsim-events",
         action="store_true",
-        help="--vs-htsim: count htsim's events in an extra untimed run (perf uprobe; root)",
+        help="--vs-htsim: count htsim's events in an extra untimed run (a perf uprobe: root, tracefs)",
     )
     parser.add_argument("--out", type=Path, help="also write the results here (JSON list)")
     parser.add_argument(
