@@ -29,17 +29,31 @@ than wall time), events, packet-link traversals (a packet crossing one link coun
 once), events and traversals per wall second, and peak RSS.
 
 ``--vs-htsim PATH`` also runs uet-htsim's ``htsim_uec`` (a local build, never
-vendored) on the same permutations: the same hosts, the same two-tier shape
-(given to htsim as a ``.topo`` file: T0 radix down/up, T1 radix down, 100 Gb/s,
-1 us links, no switch latency), the same flows (a ``.cm`` connection matrix),
-4 KiB MTU, sender-based NSCC; and prints the ratios of openmrc's total time (build and run; htsim's
-wall time includes its set-up too) and peak RSS to htsim's.
+vendored) on the same work: the same hosts and two-tier shape (given to htsim as a
+``.topo`` file: T0 radix down/up, T1 radix down, 100 Gb/s), the same flows (a
+``.cm`` connection matrix), sender-based NSCC, and openmrc's latencies and payload
+per packet: 1 us links, its switch latency on every switch, its NIC transmit and
+receive latency folded into the host links (htsim models no NIC), and ``-mtu`` =
+openmrc's MTU (payload) + htsim's 64-byte UEC header (htsim's MTU is the whole
+packet).  It checks the work is the same (flows finished, payload bytes, new data
+packets, median FCT, each within 5 %) and prints both sides' CPU seconds, the
+ratios, and each side's events and packet-link traversals per CPU second (htsim
+counts neither: its traversals are estimated from its packet counts and each
+flow's links, and it has no event count).
+
+``--vs-ref REF`` pairs the working tree against commit REF, both compiled in their
+own cached venvs (``benchmarks/speed_guard.py`` says how): work, ref, work, ref ...
+(``--pairs``, default 3, niced), CPU seconds of each child, and prints the CPU ratio
+with each side's events and packet-link traversals.  ``--work-ref REF2`` measures
+another commit instead of the working tree (a bisection step), ``--work-python PY``
+the compiled openmrc that interpreter imports.
 
     python benchmarks/sim_speed.py                                  # 128 then 1024 hosts
     python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
     python benchmarks/sim_speed.py --case sendrecv-8192 --case sendrecv-131072
     python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
     python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs sequential
+    python benchmarks/sim_speed.py --case perm-1024 --vs-ref main          # this tree / main, CPU
 
 ``--ranks K`` runs each case in the ordinary sequential run and partitioned
 (:mod:`openmrc.sim.partition`) on K ranks under ``mpirun`` in the same
@@ -59,6 +73,7 @@ import platform
 import random
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,7 +82,8 @@ from pathlib import Path
 
 from openmrc.sim import _native
 from openmrc.sim.budget import bytes_per_host, estimate, same_t0
-from openmrc.sim.experiment import Experiment
+from openmrc.sim.config import FabricConfig
+from openmrc.sim.experiment import Experiment, TransportConfig
 from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, all_to_all, permutation
@@ -179,13 +195,17 @@ def run_openmrc(
     t0 = time.perf_counter()
     exp, workload, coll = build(case, size, seed, planes)
     build_s = time.perf_counter() - t0
+    before = resource.getrusage(resource.RUSAGE_SELF)
     result = exp.run(None if until_us is None else int(until_us * US))
     if result is None:
         return None  # another rank than 0 of a partitioned run
     wall = result.wall_seconds
     traversals = sum(p.tx_pkts for p in exp.fabric.ports)
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    loop_cpu = cpu - before.ru_utime - before.ru_stime
     rss_kb = usage.ru_maxrss
+    mtu = exp.transport.mtu
     fct = sorted(f.fct_ps for f in result.flows if f.fct_ps is not None)
     spec = exp.spec
     rates = sorted(f.goodput_gbps for f in result.flows if f.fct_ps is not None)
@@ -224,12 +244,22 @@ def run_openmrc(
         "build_seconds": round(build_s, 2),
         "wall_seconds": round(wall, 2),
         "total_seconds": round(build_s + wall, 2),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "cpu_seconds": round(cpu, 2),
+        "loop_cpu_seconds": round(loop_cpu, 2),
         "simulated_us": round(result.sim_end_ps / 1e6, 1),
         "events": result.events,
         "events_per_wall_second": round(result.events / wall) if wall else None,
         "packet_link_traversals": traversals,
         "traversals_per_wall_second": round(traversals / wall) if wall else None,
+        # per CPU second of the whole process (set-up included, as htsim's figure is)
+        "events_per_cpu_second": round(result.events / cpu) if cpu else None,
+        "traversals_per_cpu_second": round(traversals / cpu) if cpu else None,
+        # the work, as --vs-htsim checks it: payload, packets (mtu is payload per packet)
+        "mtu": mtu,
+        "base_rtt_us": round(exp.base_rtt_ps / 1e6, 2),
+        "payload_bytes": sum(f.size for f in result.flows),
+        "new_packets": sum(-(-f.size // mtu) for f in result.flows),
+        "retransmits": sum(f.retransmits for f in result.flows),
         "median_fct_us": round(fct[len(fct) // 2] / 1e6, 1) if fct else None,
         "peak_rss_mib": round(rss_kb / 1024, 1),
         # the memory budget (openmrc.sim.budget, docs/performance.md) for this run
@@ -282,18 +312,52 @@ def run_child(
 
 
 # ----- uet-htsim ---------------------------------------------------------------------
-_FINISHED = re.compile(r"^Flow Uec_(\d+)_(\d+) flowId \d+ uecSrc \d+ finished at ([0-9.]+)")
+_FINISHED = re.compile(
+    r"^Flow Uec_(\d+)_(\d+) flowId \d+ uecSrc \d+ finished at ([0-9.]+)"
+    r"(?: total messages \d+ total packets (\d+) RTS (\d+) total bytes (\d+))?"
+)
+_TOTALS = re.compile(r"^New: (\d+) Rtx: (\d+) RTS: (\d+) Bounced: (\d+) ACKs: (\d+) NACKs: (\d+)")
+#: uet-htsim's UEC header bytes (``UecSrc::_hdr_size``): its ``-mtu`` is the whole
+#: packet, payload and this header, where openmrc's ``mtu`` is the payload alone.
+HTSIM_UEC_HEADER_BYTES = 64
+#: How far the two simulators may differ and still be doing the same work.
+SAME_WORK_TOLERANCE = 0.05
+
+
+def htsim_latencies() -> dict[str, int]:
+    """The latencies openmrc's perm runs use (the default :class:`FabricConfig`, the
+    benchmark's 1 us links), in the form htsim takes them, in ns: a link per tier,
+    the switch latency, and the NIC's transmit and receive latencies folded into the
+    host links (htsim has no NIC latency: a packet leaving a host crosses one host
+    link and one reaching a host another, so each host link carries half of
+    transmit + receive; every one-way path and the base RTT come out the same)."""
+    cfg = FabricConfig()
+    link_ns = fabric_for(2).link_delay_ps // 1000
+    nic_ps = cfg.nic_tx_latency_ps + cfg.nic_rx_latency_ps
+    return {
+        "host_link_ns": link_ns + nic_ps // 2000,
+        "fabric_link_ns": link_ns,
+        "switch_ns": cfg.switch_latency_ps // 1000,
+    }
+
+
+def htsim_mtu() -> int:
+    """htsim's ``-mtu`` for the same payload per packet as openmrc's (same packets)."""
+    return TransportConfig().mtu + HTSIM_UEC_HEADER_BYTES
 
 
 def htsim_topo(hosts: int) -> str:
-    """htsim's ``.topo`` text for the benchmark's two-tier plane."""
+    """htsim's ``.topo`` text for the benchmark's two-tier plane, with openmrc's latencies."""
     spec = fabric_for(hosts)
+    lat = htsim_latencies()
     return "\n".join([
         f"Nodes {hosts}", "Tiers 2", f"Podsize {hosts}", "",
         "Tier 0", "Downlink_speed_Gbps 100", f"Radix_Down {spec.hosts_per_t0}",
-        f"Radix_Up {spec.t1s}", "Downlink_Latency_ns 1000", "Switch_Latency_ns 0", "",
+        f"Radix_Up {spec.t1s}", f"Downlink_Latency_ns {lat['host_link_ns']}",
+        f"Switch_Latency_ns {lat['switch_ns']}", "",
         "Tier 1", "Downlink_speed_Gbps 100", f"Radix_Down {spec.t0s}",
-        "Downlink_Latency_ns 1000", "Switch_Latency_ns 0", "Bundle 1", "",
+        f"Downlink_Latency_ns {lat['fabric_link_ns']}", f"Switch_Latency_ns {lat['switch_ns']}",
+        "Bundle 1", "",
     ])  # fmt: skip
 
 
@@ -305,15 +369,96 @@ def htsim_cm(hosts: int, size: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_htsim(binary: str, hosts: int, size: int, seed: int) -> dict[str, object]:
-    """Run ``htsim_uec`` on the same permutation; wall time, peak RSS, FCTs."""
+def link_hops(hosts: int, src: int, dst: int) -> int:
+    """Links a packet from ``src`` to ``dst`` crosses in the benchmark's plane (2 under
+    one T0, 4 over a T1)."""
+    per_t0 = fabric_for(hosts).hosts_per_t0
+    return 2 if src // per_t0 == dst // per_t0 else 4
+
+
+def parse_htsim(text: str, hosts: int) -> dict[str, object]:
+    """htsim_uec's output: FCTs, packets (its ``New``/``Rtx``/``ACKs`` totals, per flow
+    from each finish line) and an estimate of packet-link traversals (it counts none:
+    data packets per flow x that flow's links, retransmissions, ACKs and NACKs at
+    the mean links; a trimmed packet counted whole)."""
+    fct: list[float] = []
+    flow_packets: list[int] = []
+    flow_bytes = 0
+    data_hops = 0
+    for m in map(_FINISHED.match, text.splitlines()):
+        if not m:
+            continue
+        fct.append(float(m[3]))
+        if m[4] is not None:
+            pkts = int(m[4]) - int(m[5])
+            flow_packets.append(pkts)
+            flow_bytes += int(m[6])
+            data_hops += pkts * link_hops(hosts, int(m[1]), int(m[2]))
+    fct.sort()
+    totals = [_TOTALS.match(line) for line in text.splitlines()]
+    t = next((m for m in totals if m), None)
+    out: dict[str, object] = {
+        "flows_finished": len(fct),
+        "median_fct_us": round(fct[len(fct) // 2], 1) if fct else None,
+        "flow_packets": sum(flow_packets),
+        "flow_payload_bytes": flow_bytes,
+    }
+    if t is not None:
+        new, rtx, acks, nacks = int(t[1]), int(t[2]), int(t[5]), int(t[6])
+        mean_hops = data_hops / max(sum(flow_packets), 1)
+        out.update({
+            "new_packets": new, "retransmits": rtx, "acks": acks, "nacks": nacks,
+            "data_packets": new + rtx,
+            "packet_link_traversals_est": round(data_hops + (rtx + acks + nacks) * mean_hops),
+        })  # fmt: skip
+    return out
+
+
+#: htsim's event loop step (``EventList::doNextEvent``), counted by ``--htsim-events``.
+_HTSIM_EVENT_SYMBOL = "_ZN9EventList11doNextEventEv"
+
+
+def count_htsim_events(argv: list[str], cwd: Path) -> tuple[int | None, str]:
+    """Run htsim once more, untimed, with a perf uprobe on its event loop step: its
+    events (htsim counts none itself), or None and why not (needs ``perf``, root and
+    tracefs).  The probe is removed afterwards."""
+    if shutil.which("perf") is None:
+        return None, "no perf"
+    event = f"openmrc:htsimev{os.getpid()}"
+    add = subprocess.run(
+        ["perf", "probe", "-q", "-x", argv[0], "-a", f"{event}={_HTSIM_EVENT_SYMBOL}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if add.returncode != 0:
+        return None, f"perf probe: {add.stderr.strip()[-200:] or add.returncode}"
+    try:
+        out = subprocess.run(
+            ["perf", "stat", "-x,", "-e", event, "-o", str(cwd / "count.txt"), "--", *argv],
+            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        if out.returncode != 0:
+            return None, f"perf stat exited {out.returncode}"
+        for line in (cwd / "count.txt").read_text().splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] == event and fields[0].isdigit():
+                return int(fields[0]), "perf uprobe on EventList::doNextEvent"
+        return None, "perf stat gave no count"
+    finally:
+        subprocess.run(["perf", "probe", "-q", "-d", event], capture_output=True)
+
+
+def run_htsim(
+    binary: str, hosts: int, size: int, seed: int, count_events: bool = False
+) -> dict[str, object]:
+    """Run ``htsim_uec`` on the same permutation with openmrc's latencies and payload
+    per packet; CPU and wall time, peak RSS, FCTs, packets."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "bench.topo").write_text(htsim_topo(hosts))
         (work / "bench.cm").write_text(htsim_cm(hosts, size, seed))
         argv = [binary, "-topo", "bench.topo", "-tm", "bench.cm", "-nodes", str(hosts),
-                "-tiers", "2", "-sender_cc_only", "-mtu", "4096", "-linkspeed", "100000",
-                "-end", "100000", "-seed", str(seed)]  # fmt: skip
+                "-tiers", "2", "-sender_cc_only", "-mtu", str(htsim_mtu()),
+                "-linkspeed", "100000", "-end", "100000", "-seed", str(seed)]  # fmt: skip
         t0 = time.perf_counter()
         with open(work / "out.txt", "w") as out:
             proc = subprocess.Popen(argv, cwd=work, stdout=out, stderr=subprocess.STDOUT)
@@ -321,20 +466,52 @@ def run_htsim(binary: str, hosts: int, size: int, seed: int) -> dict[str, object
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         text = (work / "out.txt").read_text(errors="replace")
-    if proc.returncode != 0:
-        raise SystemExit(f"htsim exited {proc.returncode}: {' '.join(argv)}\n{text[-2000:]}")
-    fct = sorted(float(m[3]) for m in map(_FINISHED.match, text.splitlines()) if m)
-    return {
+        if proc.returncode != 0:
+            raise SystemExit(f"htsim exited {proc.returncode}: {' '.join(argv)}\n{text[-2000:]}")
+        events, how = count_htsim_events(argv, work) if count_events else (None, "not counted")
+    cpu = usage.ru_utime + usage.ru_stime
+    got: dict[str, object] = {
         "case": f"perm-{hosts}",
         "simulator": "uet-htsim htsim_uec",
         "hosts": hosts,
-        "flows_finished": len(fct),
+        "latencies_ns": htsim_latencies(),
+        "mtu_whole_packet": htsim_mtu(),
+        **parse_htsim(text, hosts),
         "wall_seconds": round(wall, 2),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-        "median_fct_us": round(fct[len(fct) // 2], 1) if fct else None,
+        "cpu_seconds": round(cpu, 2),
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
         "command": " ".join(["htsim_uec", *argv[1:]]),
     }
+    est = got.get("packet_link_traversals_est")
+    if isinstance(est, int) and cpu > 0:
+        got["traversals_per_cpu_second_est"] = round(est / cpu)
+    got["events"] = events
+    got["events_counted_by"] = how
+    if events is not None and cpu > 0:
+        got["events_per_cpu_second"] = round(events / cpu)
+    return got
+
+
+def same_work(mine: dict[str, object], theirs: dict[str, object]) -> dict[str, object]:
+    """Whether openmrc and htsim did the same work: the same flows all finished, the
+    same payload bytes and new data packets, and median FCTs within
+    ``SAME_WORK_TOLERANCE``; each check with its two values."""
+
+    def close(a: object, b: object) -> bool:
+        if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
+            return False
+        return abs(a / b - 1) <= SAME_WORK_TOLERANCE
+
+    checks = {
+        "flows_finished": (mine.get("flows_finished"), theirs.get("flows_finished")),
+        "new_packets": (mine.get("new_packets"), theirs.get("new_packets")),
+        "payload_bytes": (mine.get("payload_bytes"), theirs.get("flow_payload_bytes")),
+        "median_fct_us": (mine.get("median_fct_us"), theirs.get("median_fct_us")),
+    }
+    out: dict[str, object] = {k: {"openmrc": a, "htsim": b, "ok": close(a, b)}
+                              for k, (a, b) in checks.items()}  # fmt: skip
+    out["ok"] = all(v["ok"] for v in out.values() if isinstance(v, dict))
+    return out
 
 
 def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
@@ -374,6 +551,80 @@ def _same(a: dict[str, object], b: dict[str, object]) -> bool:
     return all(a[k] == b[k] for k in keys)
 
 
+def vs_ref(args: argparse.Namespace) -> int:
+    """``--vs-ref REF``: the working tree and REF, compiled, paired on each case."""
+    import speed_guard as guard
+
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        pairs = guard.check_pairs(args.pairs)
+        nice = guard.check_nice(args.nice)
+        sha = guard.resolve_ref(repo, args.vs_ref)
+        ref_py, ref_script = guard.ensure_ref(repo, sha, nice)
+        work_script = Path(__file__).resolve()
+        if args.work_python:
+            work_py: Path = Path(args.work_python)
+            probe = guard.require_compiled(work_py, "--work-python")
+            work_what = f"{work_py} (openmrc at {probe['file']})"
+        elif args.work_ref:
+            work_sha = guard.resolve_ref(repo, args.work_ref)
+            work_py, work_script = guard.ensure_ref(repo, work_sha, nice)
+            work_what = work_sha
+        else:
+            work_py, work_script = guard.ensure_work(repo, nice)
+            work_what = f"the working tree, built in {work_py.parent.parent.parent}"
+        extra = ["--size", str(args.size), "--seed", str(args.seed), "--planes", str(args.planes)]
+        results: list[dict[str, object]] = []
+        for case in args.case or ["perm-1024"]:
+            pairing = guard.Pairing()
+            runs: dict[str, list[dict[str, object]]] = {"work": [], "ref": []}
+            for i in range(pairs):
+                mine = guard.run_side(work_py, work_script, case, extra, nice)
+                theirs = guard.run_side(ref_py, ref_script, case, extra, nice)
+                runs["work"].append(mine)
+                runs["ref"].append(theirs)
+                pairing.add(float(mine["guard_cpu_seconds"]), float(theirs["guard_cpu_seconds"]))  # type: ignore[arg-type]
+                print(
+                    f"{case} pair {i + 1}/{pairs}: work {mine['guard_cpu_seconds']} s CPU, "
+                    f"ref {theirs['guard_cpu_seconds']} s CPU",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            summary = pairing.summary()
+            w, r = runs["work"][-1], runs["ref"][-1]
+            row = {
+                "case": case,
+                "simulator": "openmrc --vs-ref",
+                "ref": sha,
+                "work": work_what,
+                **summary,
+                "work_events": w.get("events"),
+                "ref_events": r.get("events"),
+                "work_traversals": w.get("packet_link_traversals"),
+                "ref_traversals": r.get("packet_link_traversals"),
+                "work_median_fct_us": w.get("median_fct_us"),
+                "ref_median_fct_us": r.get("median_fct_us"),
+                "runs": runs,
+            }
+            results.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "runs"}), flush=True)
+            print(
+                f"{case}: {'working tree' if not args.work_ref else args.work_ref} / {sha[:10]} CPU = {summary['cpu_ratio']}x over {pairs} "
+                f"pairs (each {', '.join(map(str, summary['pair_ratios']))}); "  # type: ignore[call-overload]
+                f"median CPU {summary['work_cpu_median']} s vs {summary['ref_cpu_median']} s; "
+                f"events {w.get('events'):,} vs {r.get('events'):,}; packet-link traversals "
+                f"{w.get('packet_link_traversals'):,} vs {r.get('packet_link_traversals'):,}",
+                file=sys.stderr,
+                flush=True,
+            )
+    except guard.GuardError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print JSON lines (and write them with ``--out``)."""
     parser = argparse.ArgumentParser(
@@ -384,6 +635,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=2_000_000, help="bytes per permutation flow")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--vs-htsim", metavar="PATH", help="uet-htsim's htsim_uec binary")
+    parser.add_argument(
+        "--htsim-events",
+        action="store_true",
+        help="--vs-htsim: count htsim's events in an extra untimed run (a perf uprobe: root, tracefs)",
+    )
     parser.add_argument("--out", type=Path, help="also write the results here (JSON list)")
     parser.add_argument(
         "--until-us",
@@ -397,6 +653,26 @@ def main(argv: list[str] | None = None) -> int:
         help="partitioned over K MPI ranks (mpirun), and the sequential run in the same "
         "invocation: prints both and the speed-up (docs/parallel.md)",
     )
+    parser.add_argument(
+        "--vs-ref",
+        metavar="REF",
+        help="pair the working tree with commit REF, both compiled in their own cached venvs "
+        "(benchmarks/speed_guard.py): work, ref, work, ref ...; prints the CPU ratio",
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="--vs-ref: pairs of runs (3)")
+    parser.add_argument("--nice", type=int, default=10, help="--vs-ref: niceness of the runs (10)")
+    parser.add_argument(
+        "--work-python",
+        metavar="PY",
+        help="--vs-ref: measure the (compiled) openmrc this interpreter imports as the working "
+        "side instead of building the working tree",
+    )
+    parser.add_argument(
+        "--work-ref",
+        metavar="REF2",
+        help="--vs-ref: measure commit REF2 (its own cached build and sim_speed.py) as the "
+        "working side: REF2 against REF, as a bisection step does",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ranks is not None and args.ranks < 1:
@@ -406,9 +682,17 @@ def main(argv: list[str] | None = None) -> int:
         if got is not None:
             print(json.dumps(got))
         return 0
+    if args.vs_ref is not None:
+        if args.vs_htsim or args.ranks is not None or args.until_us is not None:
+            parser.error("--vs-ref: not with --vs-htsim, --ranks or --until-us")
+        if args.work_python and args.work_ref:
+            parser.error("--work-python and --work-ref: one working side at a time")
+        return vs_ref(args)
     if args.vs_htsim and not Path(args.vs_htsim).is_file():
         print(f"--vs-htsim: no such file: {args.vs_htsim}", file=sys.stderr)
         return 2
+    if args.vs_htsim:
+        args.vs_htsim = str(Path(args.vs_htsim).resolve())  # htsim runs in a temporary dir
     results: list[dict[str, object]] = []
     for case in args.case or ["perm-128", "perm-1024"]:
         if case.startswith("perm-") and (not case[5:].isdigit() or int(case[5:]) < 2):
@@ -426,27 +710,45 @@ def main(argv: list[str] | None = None) -> int:
         if args.vs_htsim and case.startswith("perm-"):
             if args.planes != 1:
                 parser.error("--vs-htsim: compares single-plane runs only (--planes 1)")
-            theirs = run_htsim(args.vs_htsim, int(case[5:]), args.size, args.seed)
-            theirs["openmrc_over_htsim_wall"] = round(
-                float(mine["total_seconds"]) / max(float(theirs["wall_seconds"]), 1e-9),
-                2,  # type: ignore[arg-type]
+            theirs = run_htsim(
+                args.vs_htsim, int(case[5:]), args.size, args.seed, args.htsim_events
             )
-            theirs["openmrc_over_htsim_cpu"] = round(
-                float(mine["cpu_seconds"]) / max(float(theirs["cpu_seconds"]), 1e-9),
-                2,  # type: ignore[arg-type]
-            )
-            theirs["openmrc_over_htsim_rss"] = round(
-                float(mine["peak_rss_mib"]) / max(float(theirs["peak_rss_mib"]), 1e-9),
-                2,  # type: ignore[arg-type]
-            )
+            for key, a, b in (
+                ("openmrc_over_htsim_wall", mine["total_seconds"], theirs["wall_seconds"]),
+                ("openmrc_over_htsim_cpu", mine["cpu_seconds"], theirs["cpu_seconds"]),
+                ("openmrc_over_htsim_rss", mine["peak_rss_mib"], theirs["peak_rss_mib"]),
+            ):
+                theirs[key] = round(float(a) / max(float(b), 1e-9), 2)  # type: ignore[arg-type]
+            check = same_work(mine, theirs)
+            theirs["same_work"] = check
             results.append(theirs)
             print(json.dumps(theirs), flush=True)
             print(
-                f"{case}: openmrc {mine['total_seconds']} s, {mine['peak_rss_mib']} MiB; "
-                f"htsim {theirs['wall_seconds']} s, {theirs['peak_rss_mib']} MiB; "
-                f"openmrc/htsim wall {theirs['openmrc_over_htsim_wall']}x, "
-                f"CPU {theirs['openmrc_over_htsim_cpu']}x, "
-                f"RSS {theirs['openmrc_over_htsim_rss']}x",
+                f"{case}: openmrc {mine['cpu_seconds']} s CPU, {mine['peak_rss_mib']} MiB; "
+                f"htsim {theirs['cpu_seconds']} s CPU, {theirs['peak_rss_mib']} MiB; "
+                f"openmrc/htsim CPU {theirs['openmrc_over_htsim_cpu']}x, "
+                f"wall {theirs['openmrc_over_htsim_wall']}x, "
+                f"RSS {theirs['openmrc_over_htsim_rss']}x\n"
+                f"  per CPU second: openmrc {mine['events_per_cpu_second']:,} events, "
+                f"{mine['traversals_per_cpu_second']:,} packet-link traversals; htsim "
+                + (
+                    f"{theirs['events_per_cpu_second']:,} events, "
+                    if "events_per_cpu_second" in theirs
+                    else "events not counted (--htsim-events), "
+                )
+                + f"{theirs.get('traversals_per_cpu_second_est', 0):,} traversals "
+                "(estimated from its packet counts)\n"
+                f"  events: openmrc {mine['events']:,}, htsim "
+                f"{format(theirs['events'], ',') if theirs['events'] is not None else '-'}; "
+                f"packet-link traversals: openmrc {mine['packet_link_traversals']:,}, htsim "
+                f"{format(theirs.get('packet_link_traversals_est', 0), ',')} (est.)\n"
+                f"  same work ({'yes' if check['ok'] else 'NO'}, within "
+                f"{SAME_WORK_TOLERANCE:.0%}): "
+                + "; ".join(
+                    f"{k} {v['openmrc']} vs {v['htsim']}"  # type: ignore[index]
+                    for k, v in check.items()
+                    if isinstance(v, dict)
+                ),
                 file=sys.stderr,
                 flush=True,
             )

@@ -10,7 +10,9 @@ flight, an array per EV in a dict) they were about 95 KB per host; here they are
 parallel arrays, about 29 KB (docs/performance.md, the memory budget).  Each read
 or write of an array item costs a compiled build more than an attribute of a
 record (mypyc boxes the index and the value): the methods read and write as few
-as they can.
+as they can, and every array is unsigned (a signed array's item is written through
+CPython's argument parser, an unsigned one's by a plain conversion), the links
+stored with an offset so that their "none" fits.
 
 * :class:`TxTable`: one slot per PSN of the window, fields in parallel arrays
   indexed by ``psn - base``, and the transmissions in flight as a doubly linked
@@ -109,9 +111,11 @@ class TxTable:
         self._sent: array[int] = array("Q")
         #: per slot: local ACK timeouts the PSN has had.
         self._retries: array[int] = array("I")
-        #: per slot in flight: the PSN sent before and after it in flight, -1 at an end.
-        self._prev: array[int] = array("q")
-        self._next: array[int] = array("q")
+        #: per slot in flight: the PSN sent before and after it in flight, plus one
+        #: (0 at an end): unsigned, as an unsigned array's item is written without the
+        #: argument parsing a signed one's costs (see the module docstring).
+        self._prev: array[int] = array("Q")
+        self._next: array[int] = array("Q")
         #: the oldest and newest PSN in flight, -1 when none is.
         self._head = -1
         self._tail = -1
@@ -230,12 +234,12 @@ class TxTable:
         self._meta[i] = ev | (flags | IN_FLIGHT) << 32
         self._sent[i] = sent
         tail = self._tail
-        self._prev[i] = tail
-        self._next[i] = -1
+        self._prev[i] = tail + 1
+        self._next[i] = 0
         if tail < 0:
             self._head = psn
         else:
-            self._next[tail - self._base] = psn
+            self._next[tail - self._base] = psn + 1
         self._tail = psn
 
     def land(self, psn: int) -> int:
@@ -248,16 +252,16 @@ class TxTable:
 
     def _unlink(self, psn: int, i: int) -> None:
         base = self._base
-        prev = self._prev[i]
-        nxt = self._next[i]
+        prev = self._prev[i] - 1
+        nxt = self._next[i] - 1
         if prev < 0:
             self._head = nxt
         else:
-            self._next[prev - base] = nxt
+            self._next[prev - base] = nxt + 1
         if nxt < 0:
             self._tail = prev
         else:
-            self._prev[nxt - base] = prev
+            self._prev[nxt - base] = prev + 1
 
     def flying(self) -> bool:
         """True when some PSN is in flight."""
@@ -269,7 +273,7 @@ class TxTable:
 
     def after(self, psn: int) -> int:
         """The PSN sent after ``psn`` (in flight) among those in flight, -1 after the newest."""
-        return self._next[psn - self._base]
+        return self._next[psn - self._base] - 1
 
 
 class EvOrder:
@@ -291,16 +295,20 @@ class EvOrder:
         #: the table: per slot, its EV, and its chain's first and last entry; a
         #: slot's first entry is -2 when the slot is free, -1 when its chain is empty
         #: (an EV once used keeps its slot).  At most three quarters are used.
+        #: Entries are stored plus 2 (-2 as 0, -1 as 1) in unsigned arrays, as are
+        #: the pool's next entries: an unsigned array's item is written without the
+        #: argument parsing a signed one's costs.
         self._keys: array[int] = array("I", bytes(4 * 16))
-        self._heads: array[int] = array("i", [-2]) * 16
-        self._tails: array[int] = array("i", [-1]) * 16
+        self._heads: array[int] = array("I", bytes(4 * 16))
+        self._tails: array[int] = array("I", [1]) * 16
         self._mask = 15
         self._used = 0
         #: the pool: per entry, its PSN, send time and the next entry of its chain
-        #: (-1 at the end; the free entries are chained from ``_free`` the same way).
+        #: (-1 at the end; the free entries are chained from ``_free`` the same way;
+        #: stored plus 2, as the table's).
         self._psn: array[int] = array("Q")
         self._sent: array[int] = array("Q")
-        self._next: array[int] = array("i")
+        self._next: array[int] = array("I")
         self._free = -1
 
     def _find(self, ev: int) -> int:
@@ -312,7 +320,7 @@ class EvOrder:
         while True:
             # (the key first: a free slot's key is 0, and a free slot comes after
             # no EV's own slot in its probe sequence, as slots are never freed)
-            if keys[h] == ev or heads[h] == -2:
+            if keys[h] == ev or heads[h] == 0:
                 return h
             h = (h + 1) & mask
 
@@ -322,18 +330,18 @@ class EvOrder:
         if not 0 <= ev < 1 << 32:
             return -1  # (an EV from the network is any integer)
         h = self._find(ev)
-        e = self._heads[h]
+        e = self._heads[h] - 2
         return -1 if e < 0 else h << 32 | e
 
     def append(self, ev: int, psn: int, sent: int) -> None:
         """A transmission of ``psn`` went out on ``ev`` at ``sent``: last in its chain."""
         h = self._find(ev)
         heads = self._heads
-        first = heads[h]
+        first = heads[h] - 2
         if first == -2:
             self._keys[h] = ev
             first = -1
-            heads[h] = -1
+            heads[h] = 1
             self._used += 1
             if 4 * self._used > 3 * (self._mask + 1):
                 self._grow()
@@ -342,20 +350,20 @@ class EvOrder:
         nxt = self._next
         e = self._free
         if e >= 0:
-            self._free = nxt[e]
+            self._free = nxt[e] - 2
             self._psn[e] = psn
             self._sent[e] = sent
-            nxt[e] = -1
+            nxt[e] = 1
         else:
             e = len(self._psn)
             self._psn.append(psn)
             self._sent.append(sent)
-            nxt.append(-1)
+            nxt.append(1)
         if first < 0:
-            heads[h] = e
+            heads[h] = e + 2
         else:
-            nxt[self._tails[h]] = e
-        self._tails[h] = e
+            nxt[self._tails[h] - 2] = e + 2
+        self._tails[h] = e + 2
 
     def _grow(self) -> None:
         """Double the table and put every EV's slot back."""
@@ -365,10 +373,10 @@ class EvOrder:
         size = 2 * (self._mask + 1)
         self._mask = size - 1
         self._keys = array("I", bytes(4 * size))
-        self._heads = array("i", [-2]) * size
-        self._tails = array("i", [-1]) * size
+        self._heads = array("I", bytes(4 * size))
+        self._tails = array("I", [1]) * size
         for j in range(len(keys)):
-            if heads[j] != -2:
+            if heads[j] != 0:
                 h = self._find(keys[j])
                 self._keys[h] = keys[j]
                 self._heads[h] = heads[j]
@@ -376,7 +384,7 @@ class EvOrder:
 
     def _release(self, e: int) -> None:
         """Put pool entry ``e`` on the free chain."""
-        self._next[e] = self._free
+        self._next[e] = self._free + 2
         self._free = e
 
     def pop_first(self, ev: int, psn: int, sent: int) -> bool:
@@ -389,7 +397,7 @@ class EvOrder:
             return False
         nxt = self._next
         self._heads[found >> 32] = nxt[e]
-        nxt[e] = self._free
+        nxt[e] = self._free + 2
         self._free = e
         return True
 
@@ -406,7 +414,7 @@ class EvOrder:
         nxt = self._next
         e = found & 0xFFFFFFFF
         while e >= 0 and (psns[e] != psn or sents[e] != sent):
-            e = nxt[e]
+            e = nxt[e] - 2
         if e < 0:
             return None
         before: array[int] = array("Q")
@@ -414,7 +422,7 @@ class EvOrder:
         while psns[e] != psn or sents[e] != sent:
             before.append(psns[e])
             before.append(sents[e])
-            following = nxt[e]
+            following = nxt[e] - 2
             self._release(e)
             e = following
         self._heads[h] = nxt[e]
@@ -434,15 +442,15 @@ class EvOrder:
         e = found & 0xFFFFFFFF
         while e >= 0 and (psns[e] != psn or sents[e] != sent):
             prev = e
-            e = nxt[e]
+            e = nxt[e] - 2
         if e < 0:
             return
         if prev < 0:
             self._heads[h] = nxt[e]
         else:
             nxt[prev] = nxt[e]
-            if nxt[e] < 0:
-                self._tails[h] = prev
+            if nxt[e] == 1:
+                self._tails[h] = prev + 2
         self._release(e)
 
     def pairs(self, ev: int) -> list[tuple[int, int]]:
@@ -454,5 +462,5 @@ class EvOrder:
         e = found & 0xFFFFFFFF
         while e >= 0:
             out.append((self._psn[e], self._sent[e]))
-            e = self._next[e]
+            e = self._next[e] - 2
         return out

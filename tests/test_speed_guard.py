@@ -1,0 +1,122 @@
+"""The pieces of ``sim_speed.py --vs-ref`` (benchmarks/speed_guard.py) that need no
+build and time nothing: argument checks, the cache keys, the pairing arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location(
+    "speed_guard", ROOT / "benchmarks" / "speed_guard.py"
+)
+assert _spec is not None and _spec.loader is not None
+guard = importlib.util.module_from_spec(_spec)
+sys.modules["speed_guard"] = guard
+_spec.loader.exec_module(guard)
+
+
+def test_pairing_ratio_is_work_over_ref_of_the_sums() -> None:
+    p = guard.Pairing()
+    p.add(12.0, 10.0)
+    p.add(9.0, 10.0)
+    p.add(12.0, 8.0)
+    assert p.pair_ratios() == pytest.approx([1.2, 0.9, 1.5])
+    assert p.ratio() == pytest.approx(33.0 / 28.0)
+    s = p.summary()
+    assert s["pairs"] == 3
+    assert s["cpu_ratio"] == round(33.0 / 28.0, 3)
+    assert s["work_cpu_median"] == 12.0 and s["ref_cpu_median"] == 10.0
+
+
+def test_pairing_refuses_empty_and_zero() -> None:
+    p = guard.Pairing()
+    with pytest.raises(guard.GuardError, match="no pairs"):
+        p.ratio()
+    with pytest.raises(guard.GuardError, match="no CPU time"):
+        p.add(0.0, 1.0)
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_pairs_must_be_positive(bad: int) -> None:
+    with pytest.raises(guard.GuardError, match="--pairs"):
+        guard.check_pairs(bad)
+    assert guard.check_pairs(3) == 3
+
+
+@pytest.mark.parametrize("bad", [-1, 20])
+def test_nice_range(bad: int) -> None:
+    with pytest.raises(guard.GuardError, match="--nice"):
+        guard.check_nice(bad)
+    assert guard.check_nice(0) == 0 and guard.check_nice(19) == 19
+
+
+def test_ref_key_is_full_sha_and_python() -> None:
+    sha = "62e7d5af768dbfc51fb1d0e0008e2b60e95c9c7f"
+    assert guard.ref_key(sha, guard.python_tag((3, 11))) == f"{sha}-py3.11"
+    for bad in ("62e7d5a", "main", sha.upper(), sha[:-1] + "g"):
+        with pytest.raises(guard.GuardError, match="full commit id"):
+            guard.ref_key(bad, "py3.11")
+
+
+def test_content_key_follows_every_byte_and_path_not_order() -> None:
+    a = {"src/x.py": b"x = 1\n", "setup.py": b""}
+    same = {"setup.py": b"", "src/x.py": b"x = 1\n"}
+    assert guard.content_key(a, "py3.11") == guard.content_key(same, "py3.11")
+    assert guard.content_key(a, "py3.11").startswith("work-")
+    assert guard.content_key(a, "py3.11").endswith("-py3.11")
+    changed = {"src/x.py": b"x = 2\n", "setup.py": b""}
+    moved = {"src/y.py": b"x = 1\n", "setup.py": b""}
+    # a path/content split that concatenates the same must still differ
+    shifted = {"src/x.py": b"x = 1\n", "setup.p": b"y"}
+    keys = {guard.content_key(d, "py3.11") for d in (a, changed, moved, shifted)}
+    assert len(keys) == 4
+    assert guard.content_key(a, "py3.12") != guard.content_key(a, "py3.11")
+
+
+def test_cache_root_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(guard.CACHE_ENV, str(tmp_path))
+    assert guard.cache_root() == tmp_path
+    monkeypatch.delenv(guard.CACHE_ENV)
+    assert guard.cache_root() == Path.home() / ".cache" / "openmrc-ref"
+
+
+def test_resolve_ref_names_a_bad_ref(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    with pytest.raises(guard.GuardError, match="not a commit"):
+        guard.resolve_ref(tmp_path, "no-such-branch")
+    with pytest.raises(guard.GuardError, match="not a commit name"):
+        guard.resolve_ref(tmp_path, "--all")
+
+
+def test_child_env_drops_path_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/src")
+    monkeypatch.setenv("OPENMRC_PURE_PYTHON", "1")
+    env = guard.child_env()
+    assert "PYTHONPATH" not in env and "OPENMRC_PURE_PYTHON" not in env
+
+
+def test_sim_speed_refuses_bad_guard_arguments() -> None:
+    script = ROOT / "benchmarks" / "sim_speed.py"
+    env = {**guard.child_env(), "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run(
+        [sys.executable, str(script), "--vs-ref", "no-such-ref-xyz", "--case", "perm-16"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "--vs-ref: 'no-such-ref-xyz' is not a commit" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = subprocess.run(
+        [sys.executable, str(script), "--vs-ref", "HEAD", "--pairs", "0"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2 and "--pairs: must be at least 1" in out.stderr
+    out = subprocess.run(
+        [sys.executable, str(script), "--vs-ref", "HEAD", "--ranks", "2"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2 and "--vs-ref: not with" in out.stderr
