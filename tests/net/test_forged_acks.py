@@ -24,8 +24,9 @@ from pathlib import Path
 from openmrc.net.driver import NetEndpoint, PlainPeer, run
 from openmrc.net.service import Session, write_buffer
 from openmrc.transport.ev import ev_plane, make_ev
+from openmrc.transport.paths import EVEvent, EVState
 from openmrc.wire.codec import encode
-from openmrc.wire.packets import SackPacket
+from openmrc.wire.packets import ProbeReplyPacket, SackPacket
 
 from .live import serve
 
@@ -217,3 +218,76 @@ def test_session_qps_start_at_random_psns(tmp_path: Path) -> None:
     assert a0 == a1 and b0 == b1  # the requester started where it told the server
     assert a_end == a1 + 256 and b_end == b1 + 256  # 1 MiB in 4 KiB packets, all acked
     assert a0 != b0 and 0 not in (a0, b0)
+
+
+def _black_hole_plane(ep: NetEndpoint, plane: int) -> None:
+    """Send every datagram of ``plane``'s EVs to a port nobody listens on (a dead plane)."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        s.bind(("::1", 0))
+        dead = s.getsockname()[1]  # closed again: nothing listens there
+    route = ep._route
+
+    def routed(peer: object, ev: int) -> tuple[object, tuple[str, int, int, int]]:
+        send, dest = route(peer, ev)  # type: ignore[arg-type]
+        if ev_plane(ev) == plane:
+            entry = (send, ("::1", dead, dest[2], 0))
+            ep._routes[(peer, ev)] = entry  # type: ignore[index]
+            return entry
+        return send, dest
+
+    ep._route = routed  # type: ignore[method-assign,assignment]
+    ep._routes.clear()
+
+
+def test_forged_probe_replies_revive_no_dead_path(tmp_path: Path) -> None:
+    """Plane 2 is a black hole; an attacker who knows each probe's seq forges its
+    reply (guessing the stamp from the same clock) every 2 ms.  No EV of the dead
+    plane comes back, the replies are counted as forged, the WRITE is byte-exact."""
+
+    async def main() -> tuple[int, int, int, int]:
+        data = bytearray(random.Random(4).randbytes(SIZE))
+        with serve(tmp_path, size=SIZE) as srv:
+            async with (
+                NetEndpoint("::1", 0) as ep,
+                await Session.open(ep, srv.control, secret=srv.secret) as session,
+            ):
+                conn = session.conns[0]
+                req, paths = conn.qp.requester, conn.qp.paths
+                assert req is not None and paths is not None
+                _black_hole_plane(ep, 2)
+                stop = asyncio.Event()
+                sent = 0
+
+                async def forge() -> None:
+                    nonlocal sent
+                    with _forger() as s:
+                        while not stop.is_set():
+                            for ev, seq in list(paths.probe_wait.items()):
+                                for ts in (_guess_ts(), time.monotonic_ns() * 1000):
+                                    pkt = ProbeReplyPacket(conn.qpn, ev, seq, ts)
+                                    s.sendto(encode(pkt), ("::1", ep.port))
+                                    sent += 1
+                            await asyncio.sleep(0.002)
+
+                task = asyncio.create_task(forge())
+                try:
+                    await _send_once(ep, session, data, 3)
+                    await asyncio.sleep(0.5)  # probes go on after the transfer
+                finally:
+                    stop.set()
+                    await task
+                bad = sum(
+                    1 for ev in paths.known_evs()
+                    if ev_plane(ev) == 2 and paths.state_of(ev) is EVState.ASSUMED_BAD
+                )  # fmt: skip
+                revived = sum(
+                    1 for e in ep.events
+                    if isinstance(e, EVEvent) and ev_plane(e.ev) == 2
+                    and e.reason == "probes answered"
+                )  # fmt: skip
+                return revived, req.forged_probe_replies, sent, bad
+
+    recovered, forged, sent, bad = run(main())
+    assert recovered == 0, f"{recovered} EVs of the dead plane came back on forged replies"
+    assert sent > 0 and forged > 0, (sent, forged)
+    assert bad > 0

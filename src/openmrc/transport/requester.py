@@ -85,6 +85,12 @@ REO_SAMPLES: Final = 8
 #: news), so memory stays bounded.
 ACK_PROOF_KEEP: Final = 65536
 
+#: With ACK proof on: how many of the newest EV-probe timestamps a probe reply
+#: may echo (each at most once).  The probes of a QP are bounded (a budget per
+#: probe interval), so 4096 cover seconds of them; a reply to an older probe is
+#: refused like a forged one (the EV is probed again).
+PROBE_PROOF_KEEP: Final = 4096
+
 #: Overdue packets (past the gap allowance, not yet past RACK's window) looked
 #: at per loss-detection pass for EV probing: bounds the pass's cost while
 #: many packets sit in queues.
@@ -195,6 +201,13 @@ class Requester:
         self.last_stamp = 0
         #: SACKs refused for lack of proof (no echo of a packet sent on their EV).
         self.forged_acks = 0
+        # Probe-reply proof (with ACK proof on): EV-probe timestamp -> its EV,
+        # for the newest PROBE_PROOF_KEEP EV probes not yet answered.
+        self.probe_ts: dict[int, int] = {}
+        self.probe_order: deque[int] = deque()
+        #: Probe replies refused for lack of proof (no echo of an EV probe this
+        #: QP sent on their EV, or one already answered).
+        self.forged_probe_replies = 0
         #: bitmask of the planes this QP's EVs use (0: not computed yet).
         self.plane_mask = 0
 
@@ -338,7 +351,12 @@ class Requester:
         if ev is None:
             ev = self.paths.next_ev()
         self.stats.probes_sent += 1
-        ts = now if self.sent_ts is None else self._stamp(now, ev)
+        if self.sent_ts is None:
+            ts = now
+        elif reliability:
+            ts = self._stamp(now, ev)  # answered by a SACK: proven as SACKs are
+        else:
+            ts = self._stamp_probe(now, ev)
         return ProbePacket(self.qp.remote_qpn, ev, seq, ts, reliability)
 
     # -- ACK proof (the real network) -------------------------------------------------
@@ -372,6 +390,38 @@ class Requester:
         if len(order) > ACK_PROOF_KEEP:
             del sent[order.popleft()]
         return ts
+
+    def _stamp_probe(self, now: int, ev: int) -> int:
+        """The timestamp of an EV probe sent now on ``ev``: unique and increasing
+        like every stamp, remembered (not with the data stamps: only a probe
+        reply may echo it, once) for :meth:`probe_proven`."""
+        rng = self.ts_rng
+        assert rng is not None
+        ts = now + rng.getrandbits(10)
+        if ts <= self.last_stamp:
+            ts = self.last_stamp + 1
+        self.last_stamp = ts
+        self.probe_ts[ts] = ev
+        order = self.probe_order
+        order.append(ts)
+        if len(order) > PROBE_PROOF_KEEP:
+            self.probe_ts.pop(order.popleft(), None)
+        return ts
+
+    def probe_proven(self, reply: ProbeReplyPacket) -> bool:
+        """True when ``reply`` may change state: with ACK proof on, it must echo the
+        timestamp of an EV probe this QP sent on the reply's EV and not yet
+        answered (the stamp is then used up).  A refused reply is counted in
+        :attr:`forged_probe_replies` and the QP's ``rx_invalid``."""
+        if self.sent_ts is None:
+            return True
+        stamps = self.probe_ts
+        if stamps.get(reply.ts_echo, -1) != reply.ev:
+            self.forged_probe_replies += 1
+            self.stats.rx_invalid += 1
+            return False
+        del stamps[reply.ts_echo]  # once: a replay of this reply is refused
+        return True
 
     def ack_proven(self, sack: SackPacket) -> bool:
         """True when ``sack`` may change state: with ACK proof on, it must echo the
@@ -855,7 +905,9 @@ class Requester:
         self.qp.wake()
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
-        """An EV probe came back."""
+        """An EV probe came back (with ACK proof on: proven, else refused and counted)."""
+        if not self.probe_proven(reply):
+            return
         self.stats.probe_replies += 1
         ev = reply.ev
         out = self.ev_probes.get(ev)
