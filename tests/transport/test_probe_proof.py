@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import random
 
-from openmrc.transport import Context, QPAttr, QueuePair
+from openmrc.transport import SGE, Context, QPAttr, QueuePair, RecvWR, SendWR, WROpcode
 from openmrc.transport.paths import EVState
 from openmrc.wire.packets import (
+    DataPacket,
     Packet,
     ProbePacket,
     ProbeReplyPacket,
+    SackPacket,
 )
 
 MS = 1_000_000_000  # ps
@@ -103,3 +105,73 @@ def test_proven_probe_replies_still_bring_an_ev_back() -> None:
         probe = out[0]
     assert paths.state_of(ev) is EVState.GOOD
     assert qa.requester is not None and qa.requester.forged_probe_replies == 0
+
+
+def _write(qa: QueuePair, qb: QueuePair, length: int, imm: int | None = None) -> None:
+    src = qa.pd.reg_mr(length, buffer=bytearray(length))
+    dst = qb.pd.reg_mr(length, buffer=bytearray(length))
+    op = WROpcode.RDMA_WRITE if imm is None else WROpcode.RDMA_WRITE_WITH_IMM
+    qa.post_send(SendWR(1, op, [SGE(src.addr, length, src.lkey)], dst.addr, dst.rkey, imm))
+
+
+def test_an_echo_acknowledges_only_up_to_the_packet_it_stamps_and_only_once() -> None:
+    a, _b, qa, qb = _pair()
+    req = qa.requester
+    assert req is not None
+    _write(qa, qb, 64 << 10)
+    sent = [p for p in _drain(a, 1000) if isinstance(p, DataPacket)]
+    assert [p.psn for p in sent] == list(range(16))  # none delivered
+    # An on-path copy of packet 0's stamp and EV in a SACK claiming all 16.
+    forged = SackPacket(qa.qpn, sent[0].ev, 16, 16, 0, ts_echo=sent[0].ts)
+    a.receive_packet(forged, 2000)
+    assert req.snd_una == 1 and len(req.unacked) == 15
+    a.receive_packet(forged, 3000)  # the same echo again: refused
+    assert req.replayed_acks == 1 and req.snd_una == 1
+    # Packet 5's echo with a full bitmap: nothing past PSN 5 is acknowledged.
+    a.receive_packet(SackPacket(qa.qpn, sent[5].ev, 1, 1, (1 << 64) - 1, ts_echo=sent[5].ts), 4000)
+    assert req.snd_una == 1
+    assert [p for p in range(16) if p in req.unacked] == list(range(6, 16))
+    assert not qa.send_cq.poll(10)
+
+
+def test_a_multi_sack_group_shares_its_echo_and_a_replay_of_it_is_refused() -> None:
+    a, _b, qa, qb = _pair()
+    req = qa.requester
+    assert req is not None
+    _write(qa, qb, 64 << 10)
+    sent = [p for p in _drain(a, 1000) if isinstance(p, DataPacket)]
+    echo, ev = sent[15].ts, sent[15].ev
+    a.receive_packet(SackPacket(qa.qpn, ev, 0, 0, 0b11, ts_echo=echo), 2000)
+    a.receive_packet(SackPacket(qa.qpn, ev, 0, 8, 0b11, ts_echo=echo), 2000)  # the group's next
+    assert [p for p in range(16) if p not in req.unacked] == [0, 1, 8, 9]
+    a.receive_packet(SackPacket(qa.qpn, ev, 0, 8, 0b1111, ts_echo=echo), 3000)  # replayed base
+    a.receive_packet(SackPacket(qa.qpn, ev, 0, 4, 0b11, ts_echo=echo), 3000)  # lower base
+    assert req.replayed_acks == 2
+    assert [p for p in range(16) if p not in req.unacked] == [0, 1, 8, 9]
+
+
+def test_a_write_imm_whose_last_packet_overtakes_still_completes() -> None:
+    """The echoed packet arrives after later ones: the cumulative ACK still covers
+    the PSNs proven SACKs acknowledged, so the WRITE_IMM completes."""
+    a, b, qa, qb = _pair()
+    qb.post_recv(RecvWR(7))
+    _write(qa, qb, 16 << 10, imm=5)
+    sent = [p for p in _drain(a, 1000) if isinstance(p, DataPacket)]
+    assert len(sent) == 4
+    now = 2000
+    for d in (sent[3], sent[1], sent[2], sent[0]):  # the last first, the first last
+        b.receive_packet(d, now)
+        for c in _drain(b, now):
+            a.receive_packet(c, now + MS)
+        now += 1000
+    assert not qa.send_cq.poll(10)  # PSNs 1 and 2 are not proven yet...
+    for _ in range(3):  # ...the probe it sent asks for a SACK with a newer echo
+        for p in _drain(a, now):
+            b.receive_packet(p, now)
+        for c in _drain(b, now):
+            a.receive_packet(c, now + MS)
+        now += 1000
+    wcs = qa.send_cq.poll(10)
+    assert [w.ok for w in wcs] == [True]
+    assert qa.stats.retransmits == 0
+    assert qa.requester is not None and qa.requester.forged_acks == 0

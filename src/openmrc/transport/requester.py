@@ -194,8 +194,20 @@ class Requester:
         #: set when the last next_packet() found only busy planes' EVs usable.
         self.port_blocked = False
         # ACK proof (off in the simulator; see require_ack_proof): send timestamp
-        # -> the EV it went on, for the newest ACK_PROOF_KEEP packets sent.
+        # -> what it proves, for the newest ACK_PROOF_KEEP packets sent: the EV it
+        # went on (bits 0-31), whether a SACK already used it (bit 32), and the
+        # next PSN when it was sent (bits 33 up: a SACK echoing it acknowledges
+        # nothing from there on).
         self.sent_ts: dict[int, int] | None = None
+        #: the multi-SACK group being taken: its echo, cumulative ACK and the
+        #: highest bitmap base so far (its later SACKs may reuse the echo).
+        self.group_ts = -1
+        self.group_cack = -1
+        self.group_base = -1
+        #: SACKs refused for echoing a stamp another SACK already used.
+        self.replayed_acks = 0
+        #: when a SACK bound to an older packet last asked for a newer one.
+        self.catchup_at = -(1 << 62)
         self.sent_order: deque[int] = deque()
         self.ts_rng: random.Random | None = None
         self.last_stamp = 0
@@ -384,7 +396,7 @@ class Requester:
         if ts <= self.last_stamp:
             ts = self.last_stamp + 1
         self.last_stamp = ts
-        sent[ts] = ev
+        sent[ts] = self.next_psn << 33 | ev
         order = self.sent_order
         order.append(ts)
         if len(order) > ACK_PROOF_KEEP:
@@ -423,18 +435,42 @@ class Requester:
         del stamps[reply.ts_echo]  # once: a replay of this reply is refused
         return True
 
-    def ack_proven(self, sack: SackPacket) -> bool:
-        """True when ``sack`` may change state: with ACK proof on, it must echo the
-        timestamp of a packet this QP sent, and carry that packet's EV (so its
-        port-status bits and EV feedback are about a path really used).  A
-        refused SACK is counted in :attr:`forged_acks`."""
+    def ack_limit(self, sack: SackPacket) -> int:
+        """How far ``sack`` may acknowledge: the PSN it may not reach (-1: refused).
+
+        With ACK proof off, :attr:`next_psn`.  With it on, the SACK must echo
+        the timestamp of a packet this QP sent and carry that packet's EV (so
+        its port-status bits and EV feedback are about a path really used), and
+        it acknowledges nothing sent after that packet: the limit is the next
+        PSN when it was stamped (a new data packet's own PSN + 1).  Each echo
+        is taken once; only the later SACKs of the same multi-SACK group (the
+        same echo and cumulative ACK, a higher bitmap base) may reuse it.  A
+        refused SACK is counted in :attr:`forged_acks` (a reused echo also in
+        :attr:`replayed_acks`).
+        """
         sent = self.sent_ts
         if sent is None:
-            return True
-        if sent.get(sack.ts_echo, -1) != sack.ev:
+            return self.next_psn
+        ts = sack.ts_echo
+        v = sent.get(ts, -1)
+        if v < 0 or v & 0xFFFFFFFF != sack.ev:
             self.forged_acks += 1
-            return False
-        return True
+            return -1
+        if v >> 32 & 1:
+            if (
+                ts != self.group_ts
+                or sack.cack != self.group_cack
+                or sack.sack_base <= self.group_base
+            ):
+                self.forged_acks += 1
+                self.replayed_acks += 1
+                return -1
+        else:
+            sent[ts] = v | 1 << 32
+            self.group_ts = ts
+            self.group_cack = sack.cack
+        self.group_base = sack.sack_base
+        return v >> 33
 
     def _take_port_status(self, sack: SackPacket) -> None:
         """Take the peer's ports-down bitmap from a (proven) SACK.
@@ -465,9 +501,33 @@ class Requester:
         stats = self.stats
         next_psn = self.next_psn
         cack = sack.cack
-        if cack > next_psn or sack.sack_base < cack or not self.ack_proven(sack):
+        if cack > next_psn or sack.sack_base < cack:
             stats.rx_invalid += 1
             return
+        if self.sent_ts is not None:
+            # Proven, and bound to what it answers: nothing sent after the
+            # packet whose stamp it echoes is acknowledged by it.
+            next_psn = self.ack_limit(sack)
+            if next_psn < 0:
+                stats.rx_invalid += 1
+                return
+            if cack > next_psn:
+                # The receiver's cumulative point passed the echoed packet: the
+                # later packets arrived first.  Take it only over PSNs a proven
+                # SACK already acknowledged selectively (so a WRITE_IMM whose
+                # last packet overtook the echoed one still completes).
+                unacked = self.unacked
+                limit = next_psn
+                while limit < cack and limit not in unacked:
+                    limit += 1
+                if limit < cack and now - self.catchup_at >= self.min_rtt:
+                    # Some of what the receiver holds is not proven yet: a
+                    # reliability probe asks for a SACK that echoes a newer stamp
+                    # (at most one per minimum RTT).
+                    self.catchup_at = now
+                    self.stats.window_probes += 1
+                    self.qp.queue_control(self.probe(now, reliability=True))
+                cack = limit
         stats.rx_sacks += 1
         self.window_probe_out = False
         newly = 0
