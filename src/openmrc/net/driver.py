@@ -114,6 +114,15 @@ MAX_SEND_SOCKETS = 512
 #: endpoint answer each one.
 REPLY_RATE = 2000
 REPLY_BURST = 256
+#: Every datagram a peer can make the endpoint send comes out of that bucket:
+#: a reliability probe (answered by a SACK) and a duplicate data packet
+#: (answered by a SACK at once) take their token when they arrive, and are
+#: dropped unanswered without one (``rx_replies_limited``).  An EV probe on an
+#: EV that carried no data from the peer since its last answer is answered at
+#: most once per half the QP's probe interval (the sender probes an EV at most
+#: once per interval; half leaves room for jitter), remembered for at most
+#: :data:`MAX_PROBE_MEMO` (QP, EV) pairs.
+MAX_PROBE_MEMO = 4096
 #: A data packet whose PSN is more than one receive window below the QP's
 #: cumulative point, or more than this many windows above it, is dropped
 #: silently before the core (``rx_psn_far``): no sender that is in step with
@@ -773,6 +782,9 @@ class _Counters:
     rx_psn_far: int = 0
     #: NACKs and probe replies not sent: over a peer's rate (REPLY_RATE).
     tx_replies_limited: int = 0
+    #: Probes and duplicate data dropped unanswered: over the peer's reply rate,
+    #: or an EV probe again too soon (MAX_PROBE_MEMO).
+    rx_replies_limited: int = 0
     #: Exceptions caught in the receive, send or timer path (never fatal).
     internal_errors: int = 0
     last_internal_error: str = ""
@@ -845,6 +857,9 @@ class NetEndpoint:
         self._tx: dict[int, socket.socket] = {}
         #: per peer: (tokens, last refill in ns) of the NACK / probe-reply bucket
         self._reply_bucket: dict[Peer, tuple[float, int]] = {}
+        #: (QPN, EV) -> (when an EV probe on it was last answered, in ns, and the
+        #: EV's delivered-datagram count then); at most MAX_PROBE_MEMO, oldest out.
+        self._probe_memo: dict[tuple[int, int], tuple[int, int]] = {}
         self._routes: dict[tuple[Peer, int], tuple[Callable[..., int], tuple[str, int, int, int]]]
         self._routes = {}
         self._pending: deque[tuple[bytes, int, Peer]] = deque()
@@ -1006,6 +1021,9 @@ class NetEndpoint:
             return
         conn._abort(ConnectionAbortedError(f"QP {conn.qpn} destroyed"))
         peer = conn.qp.peer
+        memo = self._probe_memo
+        for key in [k for k in memo if k[0] == conn.qpn]:
+            del memo[key]
         self.ctx.destroy_qp(conn.qp)
         self._forget_peer(peer)
         self._arm_timer()
@@ -1103,6 +1121,7 @@ class NetEndpoint:
             "sport_shared": c.sport_shared,
             "rx_psn_far": c.rx_psn_far,
             "tx_replies_limited": c.tx_replies_limited,
+            "rx_replies_limited": c.rx_replies_limited,
             "internal_errors": c.internal_errors,
             "last_internal_error": c.last_internal_error,
             "tx_by_plane": dict(sorted(tx_plane.items())),
@@ -1163,7 +1182,8 @@ class NetEndpoint:
             if conn is None or not conn.accepts_source(src[0]):
                 c.rx_foreign += 1
                 continue
-            if buf[0] < 0xC0:  # a data packet: is its PSN anywhere near the window?
+            kind = buf[0]
+            if kind < 0xC0:  # a data packet: is its PSN anywhere near the window?
                 rsp = conn.qp.responder
                 if rsp is not None:
                     off = (int.from_bytes(buf[9:12], "big") - rsp.base) & 0xFFFFFF
@@ -1172,6 +1192,14 @@ class NetEndpoint:
                     if off < -rsp.window or off >= PSN_FAR_WINDOWS * rsp.window:
                         c.rx_psn_far += 1
                         continue
+                    if (off < 0 or (off < rsp.window and rsp.bits >> off & 1)) and (
+                        not self._reply_allowed(conn.qp.peer)  # type: ignore[arg-type]
+                    ):
+                        c.rx_replies_limited += 1  # a duplicate: answered by a SACK
+                        continue
+            elif kind == 0xC2 and n >= 24 and not self._probe_allowed(conn, buf):
+                c.rx_replies_limited += 1
+                continue
             ce = False
             for level, kind, data in anc:
                 if kind == _IPV6_TCLASS and level == socket.IPPROTO_IPV6 and len(data) >= 4:
@@ -1284,6 +1312,35 @@ class NetEndpoint:
             self._reply_bucket[peer] = (tokens, now)
             return False
         self._reply_bucket[peer] = (tokens - 1.0, now)
+        return True
+
+    def _probe_allowed(self, conn: Connection, buf: bytearray) -> bool:
+        """Whether a probe (the datagram in ``buf``) for ``conn`` may be answered.
+
+        A reliability probe takes a token from the peer's reply bucket (its SACK
+        is not limited on the way out).  An EV probe's reply is limited on the
+        way out; here an EV that carried no data since its last answered probe
+        is answered at most once per half the QP's probe interval.
+        """
+        if buf[13] & 1:  # PROBE_RELIABILITY
+            return self._reply_allowed(conn.qp.peer)  # type: ignore[arg-type]
+        ev = int.from_bytes(buf[20:24], "big")
+        key = (conn.qpn, ev)
+        memo = self._probe_memo
+        now = time.monotonic_ns()
+        seen = self.rx_by_ev.get(ev, 0)
+        last = memo.pop(key, None)
+        if last is not None and last[1] == seen:
+            gap = conn.qp.attr.ev_profile.probe_interval_ps // 2000
+            if now - last[0] < gap:
+                memo[key] = last
+                return False
+        # (this probe is delivered and counted on its EV too, unless the per-EV
+        # counters are full)
+        counted = ev in self.rx_by_ev or len(self.rx_by_ev) < MAX_EV_COUNTERS
+        memo[key] = (now, seen + 1 if counted else seen)
+        if len(memo) > MAX_PROBE_MEMO:
+            del memo[next(iter(memo))]
         return True
 
     def _flush(self) -> None:
