@@ -108,6 +108,11 @@ MAX_EV_COUNTERS = 4096
 #: the EV.  Sockets no live connection's routes use are closed when a
 #: connection is destroyed.
 MAX_SEND_SOCKETS = 512
+#: Most cached routes (peer, EV) -> (send socket, destination) an endpoint keeps;
+#: the oldest go first (a route is cheap to resolve again).  Replies go out on
+#: the EV of what they answer, so without a cap a peer choosing EVs would grow
+#: it without bound.  4 sessions x 4096 EVs is the most a server's own QPs use.
+MAX_ROUTES = 16384
 #: NACKs and probe replies to one peer: a token bucket refilled at this many
 #: per second, holding at most :data:`REPLY_BURST`; the rest are not sent
 #: (``tx_replies_limited``).  A flood of forged data or probes cannot make the
@@ -785,6 +790,9 @@ class _Counters:
     #: Probes and duplicate data dropped unanswered: over the peer's reply rate,
     #: or an EV probe again too soon (MAX_PROBE_MEMO).
     rx_replies_limited: int = 0
+    #: New data packets whose MSN cannot be theirs (more messages past the first
+    #: incomplete one than PSNs past the cumulative point): dropped before the core.
+    rx_bad_msn: int = 0
     #: Exceptions caught in the receive, send or timer path (never fatal).
     internal_errors: int = 0
     last_internal_error: str = ""
@@ -1122,6 +1130,7 @@ class NetEndpoint:
             "rx_psn_far": c.rx_psn_far,
             "tx_replies_limited": c.tx_replies_limited,
             "rx_replies_limited": c.rx_replies_limited,
+            "rx_bad_msn": c.rx_bad_msn,
             "internal_errors": c.internal_errors,
             "last_internal_error": c.last_internal_error,
             "tx_by_plane": dict(sorted(tx_plane.items())),
@@ -1192,11 +1201,19 @@ class NetEndpoint:
                     if off < -rsp.window or off >= PSN_FAR_WINDOWS * rsp.window:
                         c.rx_psn_far += 1
                         continue
-                    if (off < 0 or (off < rsp.window and rsp.bits >> off & 1)) and (
-                        not self._reply_allowed(conn.qp.peer)  # type: ignore[arg-type]
-                    ):
-                        c.rx_replies_limited += 1  # a duplicate: answered by a SACK
-                        continue
+                    if off < 0 or (off < rsp.window and rsp.bits >> off & 1):
+                        if not self._reply_allowed(conn.qp.peer):  # type: ignore[arg-type]
+                            c.rx_replies_limited += 1  # a duplicate: answered by a SACK
+                            continue
+                    elif off < rsp.window and n >= 48:
+                        # A new PSN's message is at most `off` messages past the
+                        # first incomplete one (each message has a PSN in between),
+                        # so the responder's per-message maps stay within the window.
+                        at = 44 if kind == 0x09 or kind == 0x0B else 40  # MDH msn
+                        moff = (int.from_bytes(buf[at : at + 4], "big") - rsp.next_msn) & 0xFFFFFFFF
+                        if moff > off:
+                            c.rx_bad_msn += 1
+                            continue
             elif kind == 0xC2 and n >= 24 and not self._probe_allowed(conn, buf):
                 c.rx_replies_limited += 1
                 continue
@@ -1274,7 +1291,10 @@ class NetEndpoint:
         if sock is None:
             sock = self._new_send_socket(sport)
         entry = (sock.sendto, (addr, peer.port, ev & 0xFFFFF, 0))
-        self._routes[(peer, ev)] = entry
+        routes = self._routes
+        routes[(peer, ev)] = entry
+        if len(routes) > MAX_ROUTES:
+            del routes[next(iter(routes))]  # the oldest route
         return entry
 
     def _new_send_socket(self, sport: int) -> socket.socket:
