@@ -793,6 +793,9 @@ class _Counters:
     #: New data packets whose MSN cannot be theirs (more messages past the first
     #: incomplete one than PSNs past the cumulative point): dropped before the core.
     rx_bad_msn: int = 0
+    #: SACKs, NACKs and probe replies dropped before the core: an echo the QP
+    #: does not remember, or a cumulative ACK outside its send window.
+    rx_unproven: int = 0
     #: Exceptions caught in the receive, send or timer path (never fatal).
     internal_errors: int = 0
     last_internal_error: str = ""
@@ -1131,6 +1134,7 @@ class NetEndpoint:
             "tx_replies_limited": c.tx_replies_limited,
             "rx_replies_limited": c.rx_replies_limited,
             "rx_bad_msn": c.rx_bad_msn,
+            "rx_unproven": c.rx_unproven,
             "internal_errors": c.internal_errors,
             "last_internal_error": c.last_internal_error,
             "tx_by_plane": dict(sorted(tx_plane.items())),
@@ -1214,8 +1218,12 @@ class NetEndpoint:
                         if moff > off:
                             c.rx_bad_msn += 1
                             continue
-            elif kind == 0xC2 and n >= 24 and not self._probe_allowed(conn, buf):
-                c.rx_replies_limited += 1
+            elif kind == 0xC2:
+                if n >= 24 and not self._probe_allowed(conn, buf):
+                    c.rx_replies_limited += 1
+                    continue
+            elif not self._answer_plausible(conn, kind, buf, n):
+                c.rx_unproven += 1  # cannot be valid: dropped before any decoding
                 continue
             ce = False
             for level, kind, data in anc:
@@ -1333,6 +1341,38 @@ class NetEndpoint:
             return False
         self._reply_bucket[peer] = (tokens - 1.0, now)
         return True
+
+    @staticmethod
+    def _answer_plausible(conn: Connection, kind: int, buf: bytearray, n: int) -> bool:
+        """Whether a SACK, NACK or probe reply in ``buf`` may be valid, from a
+        look-up or two: its echo must be a stamp the QP still remembers (a data
+        or reliability-probe stamp; for a probe reply an unanswered EV probe's)
+        and a SACK's or NACK's cumulative ACK must lie between one send window
+        below the QP's and what it has sent.  The rest is refused as the core
+        would refuse it (counted in ``forged_acks`` / ``forged_probe_replies``),
+        without decoding, checksumming or delivering it."""
+        req = conn.qp.requester
+        if req is None or req.sent_ts is None:
+            return True
+        if kind == 0xC0 and n >= 56:  # SACK: cumulative ACK at 16, echo at 48
+            ts, cack = int.from_bytes(buf[48:56], "big"), int.from_bytes(buf[16:20], "big")
+        elif kind == 0xC1 and n >= 36:  # NACK: cumulative ACK at 24, echo at 28
+            ts, cack = int.from_bytes(buf[28:36], "big"), int.from_bytes(buf[24:28], "big")
+        elif kind == 0xC3 and n >= 32:  # PROBE_REPLY: echo at 24
+            if int.from_bytes(buf[24:32], "big") in req.probe_ts:
+                return True
+            req.forged_probe_replies += 1
+            return False
+        else:
+            return True  # data, or malformed: the core decides
+        off = (cack - req.snd_una) & 0xFFFFFFFF
+        if off >= 0x80000000:
+            off -= 1 << 32
+        if ts in req.sent_ts and -req.window_psns <= off <= req.next_psn - req.snd_una:
+            return True
+        if kind == 0xC0:
+            req.forged_acks += 1
+        return False
 
     def _probe_allowed(self, conn: Connection, buf: bytearray) -> bool:
         """Whether a probe (the datagram in ``buf``) for ``conn`` may be answered.
