@@ -1331,6 +1331,14 @@ class NetEndpoint:
         c.internal_errors += 1
         c.last_internal_error = f"{type(exc).__name__}: {exc}"[:200]
 
+    def _reply_tokens(self, peer: Peer) -> bool:
+        """Whether ``peer``'s reply bucket holds a token now (none taken)."""
+        got = self._reply_bucket.get(peer)
+        if got is None:
+            return True
+        tokens = got[0] + (time.monotonic_ns() - got[1]) * REPLY_RATE / 1e9
+        return tokens >= 1.0
+
     def _reply_allowed(self, peer: Peer) -> bool:
         """Take a token from ``peer``'s NACK / probe-reply bucket (REPLY_RATE)."""
         now = time.monotonic_ns()
@@ -1384,6 +1392,10 @@ class NetEndpoint:
         """
         if buf[13] & 1:  # PROBE_RELIABILITY
             return self._reply_allowed(conn.qp.peer)  # type: ignore[arg-type]
+        # An EV probe: its reply is limited when it leaves, but a probe that will
+        # find no token is cheaper dropped here, before the core.
+        if not self._reply_tokens(conn.qp.peer):  # type: ignore[arg-type]
+            return False
         ev = int.from_bytes(buf[20:24], "big")
         key = (conn.qpn, ev)
         memo = self._probe_memo
