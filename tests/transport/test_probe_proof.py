@@ -175,3 +175,20 @@ def test_a_write_imm_whose_last_packet_overtakes_still_completes() -> None:
     assert [w.ok for w in wcs] == [True]
     assert qa.stats.retransmits == 0
     assert qa.requester is not None and qa.requester.forged_acks == 0
+
+
+def test_rto_backoff_is_capped_at_the_largest_local_ack_timeout() -> None:
+    """With infinite retries the doubling stops at 1.024 us x 2^24 (17.2 s), the
+    largest local ACK timeout the attribute expresses, not 2^30 x the base."""
+    a, b = Context(random.Random(1), "a"), Context(random.Random(2), "b")
+    qa = a.alloc_pd().create_qp(a.create_cq())
+    qb = b.alloc_pd().create_qp(b.create_cq())
+    attr = QPAttr(timeout=16, retry_linear=7, retry_exp=25)  # 67 ms, forever
+    assert attr.retries_infinite
+    qa.connect(qb.qpn, attr, peer="b")
+    req = qa.requester
+    assert req is not None
+    rtos = [req.rto_for(n) for n in range(60)]
+    assert rtos == sorted(rtos)
+    assert max(rtos) == 1_024_000 << 24
+    assert rtos[8] == attr.timeout_ps << 2  # the doubling itself is unchanged

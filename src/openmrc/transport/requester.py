@@ -91,6 +91,12 @@ ACK_PROOF_KEEP: Final = 65536
 #: refused like a forged one (the EV is probed again).
 PROBE_PROOF_KEEP: Final = 4096
 
+#: The longest retransmission timeout, however many times it doubled: the
+#: largest local ACK timeout the QP attribute can express (t = 24: 1.024 us x
+#: 2^24 = 17.2 s), as a NIC's timer is bounded by that attribute.  Past it, a QP
+#: retrying forever would wait days between attempts (2^30 x its base).
+RTO_CAP_PS: Final = 1_024_000 << 24
+
 #: Overdue packets (past the gap allowance, not yet past RACK's window) looked
 #: at per loss-detection pass for EV probing: bounds the pass's cost while
 #: many packets sit in queues.
@@ -988,11 +994,12 @@ class Requester:
     # -- timers ---------------------------------------------------------------------
     def rto_for(self, retries: int) -> int:
         """The timeout of a PSN's next attempt after ``retries`` timeouts: linear,
-        then doubling."""
+        then doubling, at most :data:`RTO_CAP_PS`."""
         extra = retries - self.retry_linear
         if extra < 0:
             return self.timeout_ps
-        return self.timeout_ps << min(extra + 1, 30)
+        rto = self.timeout_ps << min(extra + 1, 30)
+        return rto if rto < RTO_CAP_PS else RTO_CAP_PS
 
     def _tail_probe(self, now: int) -> None:
         self.stats.tail_probes += 1
