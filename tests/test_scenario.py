@@ -172,3 +172,33 @@ def test_transport_selected_by_name(
 def test_unknown_transport_is_named() -> None:
     with pytest.raises(ScenarioError, match="transport"):
         parse({**SMALL, "transport": {"name": "tcp"}})
+
+
+def test_deeply_nested_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 100,000-deep nested array is refused in one line (a depth limit), not a
+    RecursionError; in a file and in a --set value."""
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "nested 100000 deep; at most 64 levels" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    deep = "[" * 5000 + "]" * 5000
+    assert main(["run", "scenarios/incast-7to1.toml", "--set", f"workload.size={deep}"]) == 2
+    err = capsys.readouterr().err
+    assert "workload.size" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_overflowing_size_is_refused_before_any_estimate_and_leaves_no_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    size = 'workload.size="99999999999999999999999PiB"'
+    assert main(["run", "scenarios/incast-7to1.toml", "--set", size, "--out", str(out)]) == 2
+    cap = capsys.readouterr()
+    assert "workload.size" in cap.err and "256 TiB" in cap.err
+    assert "events" not in cap.out + cap.err  # no estimate printed first
+    assert not out.exists()

@@ -14,6 +14,7 @@ or a local user would) to the client's data port, with the client's QP number:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import random
@@ -23,9 +24,11 @@ from pathlib import Path
 
 from openmrc.net.driver import NetEndpoint, PlainPeer, run
 from openmrc.net.service import Session, write_buffer
+from openmrc.net.sockets import UDP_NO_CHECK6_RX
 from openmrc.transport.ev import ev_plane, make_ev
-from openmrc.wire.codec import encode
-from openmrc.wire.packets import SackPacket
+from openmrc.transport.paths import EVEvent, EVState
+from openmrc.wire.codec import decode, encode
+from openmrc.wire.packets import DataPacket, ProbeReplyPacket, SackPacket
 
 from .live import serve
 
@@ -217,3 +220,146 @@ def test_session_qps_start_at_random_psns(tmp_path: Path) -> None:
     assert a0 == a1 and b0 == b1  # the requester started where it told the server
     assert a_end == a1 + 256 and b_end == b1 + 256  # 1 MiB in 4 KiB packets, all acked
     assert a0 != b0 and 0 not in (a0, b0)
+
+
+def _black_hole_plane(ep: NetEndpoint, plane: int) -> None:
+    """Send every datagram of ``plane``'s EVs to a port nobody listens on (a dead plane)."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        s.bind(("::1", 0))
+        dead = s.getsockname()[1]  # closed again: nothing listens there
+    route = ep._route
+
+    def routed(peer: object, ev: int) -> tuple[object, tuple[str, int, int, int]]:
+        send, dest = route(peer, ev)  # type: ignore[arg-type]
+        if ev_plane(ev) == plane:
+            entry = (send, ("::1", dead, dest[2], 0))
+            ep._routes[(peer, ev)] = entry  # type: ignore[index]
+            return entry
+        return send, dest
+
+    ep._route = routed  # type: ignore[method-assign,assignment]
+    ep._routes.clear()
+
+
+def test_forged_probe_replies_revive_no_dead_path(tmp_path: Path) -> None:
+    """Plane 2 is a black hole; an attacker who knows each probe's seq forges its
+    reply (guessing the stamp from the same clock) every 2 ms.  No EV of the dead
+    plane comes back, the replies are counted as forged, the WRITE is byte-exact."""
+
+    async def main() -> tuple[int, int, int, int]:
+        data = bytearray(random.Random(4).randbytes(SIZE))
+        with serve(tmp_path, size=SIZE) as srv:
+            async with (
+                NetEndpoint("::1", 0) as ep,
+                await Session.open(ep, srv.control, secret=srv.secret) as session,
+            ):
+                conn = session.conns[0]
+                req, paths = conn.qp.requester, conn.qp.paths
+                assert req is not None and paths is not None
+                _black_hole_plane(ep, 2)
+                stop = asyncio.Event()
+                sent = 0
+
+                async def forge() -> None:
+                    nonlocal sent
+                    with _forger() as s:
+                        while not stop.is_set():
+                            for ev, seq in list(paths.probe_wait.items()):
+                                for ts in (_guess_ts(), time.monotonic_ns() * 1000):
+                                    pkt = ProbeReplyPacket(conn.qpn, ev, seq, ts)
+                                    s.sendto(encode(pkt), ("::1", ep.port))
+                                    sent += 1
+                            await asyncio.sleep(0.002)
+
+                task = asyncio.create_task(forge())
+                try:
+                    await _send_once(ep, session, data, 3)
+                    await asyncio.sleep(0.5)  # probes go on after the transfer
+                finally:
+                    stop.set()
+                    await task
+                bad = sum(
+                    1 for ev in paths.known_evs()
+                    if ev_plane(ev) == 2 and paths.state_of(ev) is EVState.ASSUMED_BAD
+                )  # fmt: skip
+                revived = sum(
+                    1 for e in ep.events
+                    if isinstance(e, EVEvent) and ev_plane(e.ev) == 2
+                    and e.reason == "probes answered"
+                )  # fmt: skip
+                return revived, req.forged_probe_replies, sent, bad
+
+    recovered, forged, sent, bad = run(main())
+    assert recovered == 0, f"{recovered} EVs of the dead plane came back on forged replies"
+    assert sent > 0 and forged > 0, (sent, forged)
+    assert bad > 0
+
+
+def test_an_observed_echo_acknowledges_only_its_packet_and_only_once(tmp_path: Path) -> None:
+    """An on-path attacker takes the client's data packets (the server gets none)
+    and puts one packet's stamp and EV in SACKs claiming everything sent: only
+    that packet is acknowledged, and a second use of the echo nothing.  (The one
+    packet stays lost: an on-path attacker can always do that without --auth.)"""
+
+    async def main() -> tuple[int, int, int, int, int, int]:
+        data = bytearray(random.Random(6).randbytes(SIZE))
+        with serve(tmp_path, size=SIZE) as srv:
+            async with (
+                NetEndpoint("::1", 0) as ep,
+                await Session.open(ep, srv.control, secret=srv.secret) as session,
+            ):
+                conn = session.conns[0]
+                req = conn.qp.requester
+                assert req is not None
+                loop = asyncio.get_running_loop()
+                with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as sniff, _forger() as s:
+                    sniff.setsockopt(socket.IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
+                    sniff.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+                    sniff.bind(("::1", 0))
+                    sniff.setblocking(False)
+                    route = ep._route
+
+                    def routed(peer: object, ev: int) -> tuple[object, tuple[str, int, int, int]]:
+                        send, dest = route(peer, ev)  # type: ignore[arg-type]
+                        entry = (send, ("::1", sniff.getsockname()[1], dest[2], 0))
+                        ep._routes[(peer, ev)] = entry  # type: ignore[index]
+                        return entry
+
+                    ep._route = routed  # type: ignore[method-assign,assignment]
+                    ep._routes.clear()
+                    local = ep.reg_mr(data)
+                    task = asyncio.create_task(
+                        write_buffer(session, local, SIZE, imm=7, chunk=1 << 20)
+                    )
+                    seen: list[DataPacket] = []
+                    deadline = loop.time() + 60
+                    while len(seen) < 16 and loop.time() < deadline:
+                        try:
+                            raw = sniff.recv(65536)
+                        except BlockingIOError:
+                            await asyncio.sleep(0.005)
+                            continue
+                        pkt = decode(raw)
+                        if isinstance(pkt, DataPacket):
+                            seen.append(pkt)
+                    assert seen, ep.stats()["tx_datagrams"]
+                    first = seen[0]
+                    top = max(p.psn for p in seen) + 1
+                    claim = SackPacket(conn.qpn, first.ev, top, top, 0, ts_echo=first.ts)
+                    s.sendto(encode(claim), ("::1", ep.port))
+                    await asyncio.sleep(0.3)
+                    after_first = req.snd_una
+                    replays = req.replayed_acks
+                    s.sendto(encode(claim), ("::1", ep.port))  # the same echo again
+                    await asyncio.sleep(0.3)
+                    after_replay = req.snd_una
+                    replays = req.replayed_acks - replays
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                return first.psn, after_first, after_replay, replays, top, req.forged_acks
+
+    psn, after_first, after_replay, replays, top, forged = run(main())
+    assert after_first <= psn + 1, f"one echo acknowledged PSNs up to {after_first} of {top}"
+    assert after_first == psn + 1  # the echo's own packet: taken
+    assert after_replay == after_first and replays == 1 and forged == 1

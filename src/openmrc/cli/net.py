@@ -79,6 +79,15 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: ``send --chunk`` bounds: at least one 4 KiB packet per WRITE (smaller WRITEs
+#: only multiply the work requests, 64 Mi of them for a 64 MiB file at 1 byte),
+#: at most 1 GiB (a WRITE is a contiguous slice of the file and of the region).
+MIN_CHUNK = 4 << 10
+#: How long ``send`` waits for the server's verdict once a WRITE has failed.
+DEAD_VERIFY_S = 10.0
+MAX_CHUNK = 1 << 30
+
+
 def _positive(flag: str, value: int) -> int:
     if value <= 0:
         raise InvalidArgument(f"{flag}: must be positive, got {value}")
@@ -293,7 +302,11 @@ async def _serve(
 def _cmd_send(args: argparse.Namespace) -> int:
     """WRITE a file to a server and have it verify the SHA-256."""
     where = _client_where(args)
-    chunk = _positive("--chunk", args.chunk)
+    chunk = args.chunk
+    if not MIN_CHUNK <= chunk <= MAX_CHUNK:
+        raise InvalidArgument(
+            f"--chunk: must be {format_size(MIN_CHUNK)}..{format_size(MAX_CHUNK)}, got {chunk}"
+        )
     if not 0 <= args.seq < 1 << 32:
         raise InvalidArgument(f"--seq: must be a 32-bit unsigned int, got {args.seq}")
     try:
@@ -318,10 +331,20 @@ async def _send(
             f"{where.label}"
         )
         session = await Session.open(ep, where.control, secret=secret, timeout=args.connect_timeout)
+        conn = session.conns[0]
         async with session:
             result = await write_buffer(session, local, length, imm=args.seq, chunk=chunk)
-            verdict = await session.verify(args.seq, length, digest, timeout=args.timeout)
-        conn = session.conns[0]
+            try:
+                # (after a failed WRITE the server is asked briefly: it may be gone)
+                wait = args.timeout if result.ok else min(args.timeout, DEAD_VERIFY_S)
+                verdict = await session.verify(args.seq, length, digest, timeout=wait)
+            except ControlError as exc:
+                if result.ok:
+                    raise
+                why = f" ({conn.qp.error_reason})" if conn.qp.error_reason else ""
+                raise ControlError(
+                    f"data path: {result.failed[0]}{why}; then the server did not answer: {exc}"
+                ) from None
         for line in _send_lines(conn, length, result, args.seq, verbose=args.verbose):
             _print(line)
         stats = ep.stats()

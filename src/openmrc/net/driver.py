@@ -108,12 +108,26 @@ MAX_EV_COUNTERS = 4096
 #: the EV.  Sockets no live connection's routes use are closed when a
 #: connection is destroyed.
 MAX_SEND_SOCKETS = 512
+#: Most cached routes (peer, EV) -> (send socket, destination) an endpoint keeps;
+#: the oldest go first (a route is cheap to resolve again).  Replies go out on
+#: the EV of what they answer, so without a cap a peer choosing EVs would grow
+#: it without bound.  4 sessions x 4096 EVs is the most a server's own QPs use.
+MAX_ROUTES = 16384
 #: NACKs and probe replies to one peer: a token bucket refilled at this many
 #: per second, holding at most :data:`REPLY_BURST`; the rest are not sent
 #: (``tx_replies_limited``).  A flood of forged data or probes cannot make the
 #: endpoint answer each one.
 REPLY_RATE = 2000
 REPLY_BURST = 256
+#: Every datagram a peer can make the endpoint send comes out of that bucket:
+#: a reliability probe (answered by a SACK) and a duplicate data packet
+#: (answered by a SACK at once) take their token when they arrive, and are
+#: dropped unanswered without one (``rx_replies_limited``).  An EV probe on an
+#: EV that carried no data from the peer since its last answer is answered at
+#: most once per half the QP's probe interval (the sender probes an EV at most
+#: once per interval; half leaves room for jitter), remembered for at most
+#: :data:`MAX_PROBE_MEMO` (QP, EV) pairs.
+MAX_PROBE_MEMO = 4096
 #: A data packet whose PSN is more than one receive window below the QP's
 #: cumulative point, or more than this many windows above it, is dropped
 #: silently before the core (``rx_psn_far``): no sender that is in step with
@@ -773,6 +787,15 @@ class _Counters:
     rx_psn_far: int = 0
     #: NACKs and probe replies not sent: over a peer's rate (REPLY_RATE).
     tx_replies_limited: int = 0
+    #: Probes and duplicate data dropped unanswered: over the peer's reply rate,
+    #: or an EV probe again too soon (MAX_PROBE_MEMO).
+    rx_replies_limited: int = 0
+    #: New data packets whose MSN cannot be theirs (more messages past the first
+    #: incomplete one than PSNs past the cumulative point): dropped before the core.
+    rx_bad_msn: int = 0
+    #: SACKs, NACKs and probe replies dropped before the core: an echo the QP
+    #: does not remember, or a cumulative ACK outside its send window.
+    rx_unproven: int = 0
     #: Exceptions caught in the receive, send or timer path (never fatal).
     internal_errors: int = 0
     last_internal_error: str = ""
@@ -845,6 +868,9 @@ class NetEndpoint:
         self._tx: dict[int, socket.socket] = {}
         #: per peer: (tokens, last refill in ns) of the NACK / probe-reply bucket
         self._reply_bucket: dict[Peer, tuple[float, int]] = {}
+        #: (QPN, EV) -> (when an EV probe on it was last answered, in ns, and the
+        #: EV's delivered-datagram count then); at most MAX_PROBE_MEMO, oldest out.
+        self._probe_memo: dict[tuple[int, int], tuple[int, int]] = {}
         self._routes: dict[tuple[Peer, int], tuple[Callable[..., int], tuple[str, int, int, int]]]
         self._routes = {}
         self._pending: deque[tuple[bytes, int, Peer]] = deque()
@@ -1006,6 +1032,9 @@ class NetEndpoint:
             return
         conn._abort(ConnectionAbortedError(f"QP {conn.qpn} destroyed"))
         peer = conn.qp.peer
+        memo = self._probe_memo
+        for key in [k for k in memo if k[0] == conn.qpn]:
+            del memo[key]
         self.ctx.destroy_qp(conn.qp)
         self._forget_peer(peer)
         self._arm_timer()
@@ -1103,6 +1132,9 @@ class NetEndpoint:
             "sport_shared": c.sport_shared,
             "rx_psn_far": c.rx_psn_far,
             "tx_replies_limited": c.tx_replies_limited,
+            "rx_replies_limited": c.rx_replies_limited,
+            "rx_bad_msn": c.rx_bad_msn,
+            "rx_unproven": c.rx_unproven,
             "internal_errors": c.internal_errors,
             "last_internal_error": c.last_internal_error,
             "tx_by_plane": dict(sorted(tx_plane.items())),
@@ -1163,7 +1195,8 @@ class NetEndpoint:
             if conn is None or not conn.accepts_source(src[0]):
                 c.rx_foreign += 1
                 continue
-            if buf[0] < 0xC0:  # a data packet: is its PSN anywhere near the window?
+            kind = buf[0]
+            if kind < 0xC0:  # a data packet: is its PSN anywhere near the window?
                 rsp = conn.qp.responder
                 if rsp is not None:
                     off = (int.from_bytes(buf[9:12], "big") - rsp.base) & 0xFFFFFF
@@ -1172,6 +1205,26 @@ class NetEndpoint:
                     if off < -rsp.window or off >= PSN_FAR_WINDOWS * rsp.window:
                         c.rx_psn_far += 1
                         continue
+                    if off < 0 or (off < rsp.window and rsp.bits >> off & 1):
+                        if not self._reply_allowed(conn.qp.peer):  # type: ignore[arg-type]
+                            c.rx_replies_limited += 1  # a duplicate: answered by a SACK
+                            continue
+                    elif off < rsp.window and n >= 48:
+                        # A new PSN's message is at most `off` messages past the
+                        # first incomplete one (each message has a PSN in between),
+                        # so the responder's per-message maps stay within the window.
+                        at = 44 if kind == 0x09 or kind == 0x0B else 40  # MDH msn
+                        moff = (int.from_bytes(buf[at : at + 4], "big") - rsp.next_msn) & 0xFFFFFFFF
+                        if moff > off:
+                            c.rx_bad_msn += 1
+                            continue
+            elif kind == 0xC2:
+                if n >= 24 and not self._probe_allowed(conn, buf):
+                    c.rx_replies_limited += 1
+                    continue
+            elif not self._answer_plausible(conn, kind, buf, n):
+                c.rx_unproven += 1  # cannot be valid: dropped before any decoding
+                continue
             ce = False
             for level, kind, data in anc:
                 if kind == _IPV6_TCLASS and level == socket.IPPROTO_IPV6 and len(data) >= 4:
@@ -1246,7 +1299,10 @@ class NetEndpoint:
         if sock is None:
             sock = self._new_send_socket(sport)
         entry = (sock.sendto, (addr, peer.port, ev & 0xFFFFF, 0))
-        self._routes[(peer, ev)] = entry
+        routes = self._routes
+        routes[(peer, ev)] = entry
+        if len(routes) > MAX_ROUTES:
+            del routes[next(iter(routes))]  # the oldest route
         return entry
 
     def _new_send_socket(self, sport: int) -> socket.socket:
@@ -1275,6 +1331,14 @@ class NetEndpoint:
         c.internal_errors += 1
         c.last_internal_error = f"{type(exc).__name__}: {exc}"[:200]
 
+    def _reply_tokens(self, peer: Peer) -> bool:
+        """Whether ``peer``'s reply bucket holds a token now (none taken)."""
+        got = self._reply_bucket.get(peer)
+        if got is None:
+            return True
+        tokens = got[0] + (time.monotonic_ns() - got[1]) * REPLY_RATE / 1e9
+        return tokens >= 1.0
+
     def _reply_allowed(self, peer: Peer) -> bool:
         """Take a token from ``peer``'s NACK / probe-reply bucket (REPLY_RATE)."""
         now = time.monotonic_ns()
@@ -1284,6 +1348,71 @@ class NetEndpoint:
             self._reply_bucket[peer] = (tokens, now)
             return False
         self._reply_bucket[peer] = (tokens - 1.0, now)
+        return True
+
+    @staticmethod
+    def _answer_plausible(conn: Connection, kind: int, buf: bytearray, n: int) -> bool:
+        """Whether a SACK, NACK or probe reply in ``buf`` may be valid, from a
+        look-up or two: its echo must be a stamp the QP still remembers (a data
+        or reliability-probe stamp; for a probe reply an unanswered EV probe's)
+        and a SACK's or NACK's cumulative ACK must lie between one send window
+        below the QP's and what it has sent.  The rest is refused as the core
+        would refuse it (counted in ``forged_acks`` / ``forged_probe_replies``),
+        without decoding, checksumming or delivering it."""
+        req = conn.qp.requester
+        if req is None or req.sent_ts is None:
+            return True
+        if kind == 0xC0 and n >= 56:  # SACK: cumulative ACK at 16, echo at 48
+            ts, cack = int.from_bytes(buf[48:56], "big"), int.from_bytes(buf[16:20], "big")
+        elif kind == 0xC1 and n >= 36:  # NACK: cumulative ACK at 24, echo at 28
+            ts, cack = int.from_bytes(buf[28:36], "big"), int.from_bytes(buf[24:28], "big")
+        elif kind == 0xC3 and n >= 32:  # PROBE_REPLY: echo at 24
+            if int.from_bytes(buf[24:32], "big") in req.probe_ts:
+                return True
+            req.forged_probe_replies += 1
+            return False
+        else:
+            return True  # data, or malformed: the core decides
+        off = (cack - req.snd_una) & 0xFFFFFFFF
+        if off >= 0x80000000:
+            off -= 1 << 32
+        if ts in req.sent_ts and -req.window_psns <= off <= req.next_psn - req.snd_una:
+            return True
+        if kind == 0xC0:
+            req.forged_acks += 1
+        return False
+
+    def _probe_allowed(self, conn: Connection, buf: bytearray) -> bool:
+        """Whether a probe (the datagram in ``buf``) for ``conn`` may be answered.
+
+        A reliability probe takes a token from the peer's reply bucket (its SACK
+        is not limited on the way out).  An EV probe's reply is limited on the
+        way out; here an EV that carried no data since its last answered probe
+        is answered at most once per half the QP's probe interval.
+        """
+        if buf[13] & 1:  # PROBE_RELIABILITY
+            return self._reply_allowed(conn.qp.peer)  # type: ignore[arg-type]
+        # An EV probe: its reply is limited when it leaves, but a probe that will
+        # find no token is cheaper dropped here, before the core.
+        if not self._reply_tokens(conn.qp.peer):  # type: ignore[arg-type]
+            return False
+        ev = int.from_bytes(buf[20:24], "big")
+        key = (conn.qpn, ev)
+        memo = self._probe_memo
+        now = time.monotonic_ns()
+        seen = self.rx_by_ev.get(ev, 0)
+        last = memo.pop(key, None)
+        if last is not None and last[1] == seen:
+            gap = conn.qp.attr.ev_profile.probe_interval_ps // 2000
+            if now - last[0] < gap:
+                memo[key] = last
+                return False
+        # (this probe is delivered and counted on its EV too, unless the per-EV
+        # counters are full)
+        counted = ev in self.rx_by_ev or len(self.rx_by_ev) < MAX_EV_COUNTERS
+        memo[key] = (now, seen + 1 if counted else seen)
+        if len(memo) > MAX_PROBE_MEMO:
+            del memo[next(iter(memo))]
         return True
 
     def _flush(self) -> None:

@@ -576,7 +576,12 @@ class MemoryServer:
                 )
             self._by_source[source] = self._by_source.get(source, 0) + 1
             counted = True
-            session = _ServerSession(self, h.mode, h.client_mr)
+            try:
+                session = _ServerSession(self, h.mode, h.client_mr)
+            except (OSError, MemoryError, ValueError) as exc:  # e.g. the region's mmap
+                return await self._refuse(
+                    ch, "size", f"cannot map a {self.size}-byte region for the session: {exc}"
+                )
             self.sessions.add(session)
             for i, qpn in enumerate(h.qpns):
                 conn = self.ep.create_connection(pd=session.pd)
@@ -640,7 +645,9 @@ class MemoryServer:
                     await ch.send(_error("op", f"unknown op {op[:40]!r}"))
         except BadMessage as exc:
             await self._refuse(ch, exc.field, exc.reason)
-        except (ControlError, ConnectionError, OSError, TimeoutError):
+        except (ControlError, ConnectionError, OSError, TimeoutError) as exc:
+            if session is not None:  # a session ended without a bye: say why
+                self._log(f"control: session of {source} ended: {type(exc).__name__}: {exc}")
             return
         except Exception as exc:  # never let one connection take the server down
             self._log(f"control: internal error: {exc!r}")
@@ -943,13 +950,13 @@ async def write_buffer(
     for i, off in enumerate(offsets):
         n = min(chunk, length - off)
         last = i == len(offsets) - 1
-        while len(pending) >= max_outstanding:
+        while len(pending) >= max_outstanding and not failed:
             await reap_one()
+        if failed:
+            break  # the QP failed: posting more would only raise (the QP is in ERROR)
         wr = conn.post_write(local, off, n, session.remote, imm=imm if last else None)
         pending.append((wr, n))
         posted.append((wr, n))
-        if failed:
-            break
     while pending:
         await reap_one()
     dt = time.perf_counter() - t0

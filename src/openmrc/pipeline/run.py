@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from ..sim.budget import Estimate, available_bytes, estimate
+from ..transport.errors import MrcError
 from ..units import plural
 
 #: Exit codes (docs/cli.md).
@@ -53,9 +54,13 @@ def read_scenario_data(path: str | Path) -> dict[str, Any]:
 def parse_value(text: str) -> Any:
     """A ``--set`` value: TOML syntax (``8``, ``1.5``, ``true``, ``"x"``, ``[1, 2]``,
     ``{a = 1}``), or the bare text as a string when it is not TOML (``permutation``)."""
+    from .scenario import MAX_NESTING, nesting_depth
+
+    if nesting_depth(text) > MAX_NESTING:
+        return text  # not a value a scenario can hold: validation names the key
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return text
 
 
@@ -917,9 +922,9 @@ def _run_file(
             pcap_hosts=pcap_hosts,
             progress=progress,
         )
-    except ScenarioError:
-        # the scenario failed to build (a fault's target, a switch setting): only
-        # valid input leaves --out behind
+    except (ScenarioError, MrcError, ValueError):
+        # the scenario failed to build (a fault's target, a switch setting, a
+        # size the verbs refuse): only valid input leaves --out behind
         if out_dir is not None and not existed:
             with contextlib.suppress(OSError):
                 out_dir.rmdir()

@@ -143,12 +143,23 @@ class ScenarioError(ValueError):
         super().__init__(message)
 
 
+#: The largest size a scenario may name: a memory region's largest length
+#: (2^48 bytes, 256 TiB), which every message and flow must fit.
+MAX_SIZE = 1 << 48
+
+
 def parse_size(value: Any, key: str) -> int:
-    """Bytes from an int or a string like ``"8MiB"``, ``"64k"``, ``"1.5G"`` (see openmrc.units)."""
+    """Bytes from an int or a string like ``"8MiB"``, ``"64k"``, ``"1.5G"`` (see openmrc.units),
+    at most :data:`MAX_SIZE` (checked here, before anything is estimated or run)."""
     try:
-        return units.parse_size(value, key)
+        size = units.parse_size(value, key)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    if size > MAX_SIZE:
+        raise ScenarioError(
+            f"{key}: {value!r} is more than 256 TiB (2^48 bytes, a region's largest)"
+        )
+    return size
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -1135,15 +1146,55 @@ def read_data(path: str | Path) -> dict[str, Any]:
         text = p.read_text()
     except OSError as exc:
         raise ScenarioError(f"{p}: cannot read ({exc.strerror})") from None
+    kind = "JSON" if p.suffix == ".json" else "TOML"
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise ScenarioError(
+            f"{p}: arrays and tables nested {depth} deep; at most {MAX_NESTING} levels"
+        )
     try:
         data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ScenarioError(
-            f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {exc}"
-        ) from None
+        raise ScenarioError(f"{p}: not valid {kind}: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{p}: arrays and tables nested too deep") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{p}: the top level must be a table")
     return data
+
+
+#: The deepest nesting of arrays and inline tables a scenario may have: the
+#: parsers recurse per level (Python's limit is about 1,000), and no scenario
+#: needs more than a handful.
+MAX_NESTING = 64
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in TOML or JSON ``text``, outside strings and
+    comments (an upper bound: a TOML table header counts as one level)."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "\"'":
+            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else ch
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                i += 2 if text[i] == "\\" and quote[0] == '"' else 1
+            i += len(quote)
+            continue
+        if ch == "#":
+            nl = text.find("\n", i)
+            i = n if nl < 0 else nl
+            continue
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
 
 
 def load(path: str | Path) -> Scenario:

@@ -85,6 +85,18 @@ REO_SAMPLES: Final = 8
 #: news), so memory stays bounded.
 ACK_PROOF_KEEP: Final = 65536
 
+#: With ACK proof on: how many of the newest EV-probe timestamps a probe reply
+#: may echo (each at most once).  The probes of a QP are bounded (a budget per
+#: probe interval), so 4096 cover seconds of them; a reply to an older probe is
+#: refused like a forged one (the EV is probed again).
+PROBE_PROOF_KEEP: Final = 4096
+
+#: The longest retransmission timeout, however many times it doubled: the
+#: largest local ACK timeout the QP attribute can express (t = 24: 1.024 us x
+#: 2^24 = 17.2 s), as a NIC's timer is bounded by that attribute.  Past it, a QP
+#: retrying forever would wait days between attempts (2^30 x its base).
+RTO_CAP_PS: Final = 1_024_000 << 24
+
 #: Overdue packets (past the gap allowance, not yet past RACK's window) looked
 #: at per loss-detection pass for EV probing: bounds the pass's cost while
 #: many packets sit in queues.
@@ -188,13 +200,32 @@ class Requester:
         #: set when the last next_packet() found only busy planes' EVs usable.
         self.port_blocked = False
         # ACK proof (off in the simulator; see require_ack_proof): send timestamp
-        # -> the EV it went on, for the newest ACK_PROOF_KEEP packets sent.
+        # -> what it proves, for the newest ACK_PROOF_KEEP packets sent: the EV it
+        # went on (bits 0-31), whether a SACK already used it (bit 32), and the
+        # next PSN when it was sent (bits 33 up: a SACK echoing it acknowledges
+        # nothing from there on).
         self.sent_ts: dict[int, int] | None = None
+        #: the multi-SACK group being taken: its echo, cumulative ACK and the
+        #: highest bitmap base so far (its later SACKs may reuse the echo).
+        self.group_ts = -1
+        self.group_cack = -1
+        self.group_base = -1
+        #: SACKs refused for echoing a stamp another SACK already used.
+        self.replayed_acks = 0
+        #: when a SACK bound to an older packet last asked for a newer one.
+        self.catchup_at = -(1 << 62)
         self.sent_order: deque[int] = deque()
         self.ts_rng: random.Random | None = None
         self.last_stamp = 0
         #: SACKs refused for lack of proof (no echo of a packet sent on their EV).
         self.forged_acks = 0
+        # Probe-reply proof (with ACK proof on): EV-probe timestamp -> its EV,
+        # for the newest PROBE_PROOF_KEEP EV probes not yet answered.
+        self.probe_ts: dict[int, int] = {}
+        self.probe_order: deque[int] = deque()
+        #: Probe replies refused for lack of proof (no echo of an EV probe this
+        #: QP sent on their EV, or one already answered).
+        self.forged_probe_replies = 0
         #: bitmask of the planes this QP's EVs use (0: not computed yet).
         self.plane_mask = 0
 
@@ -338,7 +369,12 @@ class Requester:
         if ev is None:
             ev = self.paths.next_ev()
         self.stats.probes_sent += 1
-        ts = now if self.sent_ts is None else self._stamp(now, ev)
+        if self.sent_ts is None:
+            ts = now
+        elif reliability:
+            ts = self._stamp(now, ev)  # answered by a SACK: proven as SACKs are
+        else:
+            ts = self._stamp_probe(now, ev)
         return ProbePacket(self.qp.remote_qpn, ev, seq, ts, reliability)
 
     # -- ACK proof (the real network) -------------------------------------------------
@@ -366,25 +402,81 @@ class Requester:
         if ts <= self.last_stamp:
             ts = self.last_stamp + 1
         self.last_stamp = ts
-        sent[ts] = ev
+        sent[ts] = self.next_psn << 33 | ev
         order = self.sent_order
         order.append(ts)
         if len(order) > ACK_PROOF_KEEP:
             del sent[order.popleft()]
         return ts
 
-    def ack_proven(self, sack: SackPacket) -> bool:
-        """True when ``sack`` may change state: with ACK proof on, it must echo the
-        timestamp of a packet this QP sent, and carry that packet's EV (so its
-        port-status bits and EV feedback are about a path really used).  A
-        refused SACK is counted in :attr:`forged_acks`."""
+    def _stamp_probe(self, now: int, ev: int) -> int:
+        """The timestamp of an EV probe sent now on ``ev``: unique and increasing
+        like every stamp, remembered (not with the data stamps: only a probe
+        reply may echo it, once) for :meth:`probe_proven`."""
+        rng = self.ts_rng
+        assert rng is not None
+        ts = now + rng.getrandbits(10)
+        if ts <= self.last_stamp:
+            ts = self.last_stamp + 1
+        self.last_stamp = ts
+        self.probe_ts[ts] = ev
+        order = self.probe_order
+        order.append(ts)
+        if len(order) > PROBE_PROOF_KEEP:
+            self.probe_ts.pop(order.popleft(), None)
+        return ts
+
+    def probe_proven(self, reply: ProbeReplyPacket) -> bool:
+        """True when ``reply`` may change state: with ACK proof on, it must echo the
+        timestamp of an EV probe this QP sent on the reply's EV and not yet
+        answered (the stamp is then used up).  A refused reply is counted in
+        :attr:`forged_probe_replies` and the QP's ``rx_invalid``."""
+        if self.sent_ts is None:
+            return True
+        stamps = self.probe_ts
+        if stamps.get(reply.ts_echo, -1) != reply.ev:
+            self.forged_probe_replies += 1
+            self.stats.rx_invalid += 1
+            return False
+        del stamps[reply.ts_echo]  # once: a replay of this reply is refused
+        return True
+
+    def ack_limit(self, sack: SackPacket) -> int:
+        """How far ``sack`` may acknowledge: the PSN it may not reach (-1: refused).
+
+        With ACK proof off, :attr:`next_psn`.  With it on, the SACK must echo
+        the timestamp of a packet this QP sent and carry that packet's EV (so
+        its port-status bits and EV feedback are about a path really used), and
+        it acknowledges nothing sent after that packet: the limit is the next
+        PSN when it was stamped (a new data packet's own PSN + 1).  Each echo
+        is taken once; only the later SACKs of the same multi-SACK group (the
+        same echo and cumulative ACK, a higher bitmap base) may reuse it.  A
+        refused SACK is counted in :attr:`forged_acks` (a reused echo also in
+        :attr:`replayed_acks`).
+        """
         sent = self.sent_ts
         if sent is None:
-            return True
-        if sent.get(sack.ts_echo, -1) != sack.ev:
+            return self.next_psn
+        ts = sack.ts_echo
+        v = sent.get(ts, -1)
+        if v < 0 or v & 0xFFFFFFFF != sack.ev:
             self.forged_acks += 1
-            return False
-        return True
+            return -1
+        if v >> 32 & 1:
+            if (
+                ts != self.group_ts
+                or sack.cack != self.group_cack
+                or sack.sack_base <= self.group_base
+            ):
+                self.forged_acks += 1
+                self.replayed_acks += 1
+                return -1
+        else:
+            sent[ts] = v | 1 << 32
+            self.group_ts = ts
+            self.group_cack = sack.cack
+        self.group_base = sack.sack_base
+        return v >> 33
 
     def _take_port_status(self, sack: SackPacket) -> None:
         """Take the peer's ports-down bitmap from a (proven) SACK.
@@ -415,9 +507,33 @@ class Requester:
         stats = self.stats
         next_psn = self.next_psn
         cack = sack.cack
-        if cack > next_psn or sack.sack_base < cack or not self.ack_proven(sack):
+        if cack > next_psn or sack.sack_base < cack:
             stats.rx_invalid += 1
             return
+        if self.sent_ts is not None:
+            # Proven, and bound to what it answers: nothing sent after the
+            # packet whose stamp it echoes is acknowledged by it.
+            next_psn = self.ack_limit(sack)
+            if next_psn < 0:
+                stats.rx_invalid += 1
+                return
+            if cack > next_psn:
+                # The receiver's cumulative point passed the echoed packet: the
+                # later packets arrived first.  Take it only over PSNs a proven
+                # SACK already acknowledged selectively (so a WRITE_IMM whose
+                # last packet overtook the echoed one still completes).
+                unacked = self.unacked
+                limit = next_psn
+                while limit < cack and limit not in unacked:
+                    limit += 1
+                if limit < cack and now - self.catchup_at >= self.min_rtt:
+                    # Some of what the receiver holds is not proven yet: a
+                    # reliability probe asks for a SACK that echoes a newer stamp
+                    # (at most one per minimum RTT).
+                    self.catchup_at = now
+                    self.stats.window_probes += 1
+                    self.qp.queue_control(self.probe(now, reliability=True))
+                cack = limit
         stats.rx_sacks += 1
         self.window_probe_out = False
         newly = 0
@@ -855,7 +971,9 @@ class Requester:
         self.qp.wake()
 
     def on_probe_reply(self, reply: ProbeReplyPacket, now: int) -> None:
-        """An EV probe came back."""
+        """An EV probe came back (with ACK proof on: proven, else refused and counted)."""
+        if not self.probe_proven(reply):
+            return
         self.stats.probe_replies += 1
         ev = reply.ev
         out = self.ev_probes.get(ev)
@@ -876,11 +994,12 @@ class Requester:
     # -- timers ---------------------------------------------------------------------
     def rto_for(self, retries: int) -> int:
         """The timeout of a PSN's next attempt after ``retries`` timeouts: linear,
-        then doubling."""
+        then doubling, at most :data:`RTO_CAP_PS`."""
         extra = retries - self.retry_linear
         if extra < 0:
             return self.timeout_ps
-        return self.timeout_ps << min(extra + 1, 30)
+        rto = self.timeout_ps << min(extra + 1, 30)
+        return rto if rto < RTO_CAP_PS else RTO_CAP_PS
 
     def _tail_probe(self, now: int) -> None:
         self.stats.tail_probes += 1
