@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from openmrc.cli import main
+from openmrc.pipeline import campaign
 from openmrc.pipeline.scenario import ScenarioError, load, parse, parse_size
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -29,6 +31,12 @@ def test_every_shipped_scenario_parses() -> None:
     )
     assert files
     for path in files:
+        if "campaign" in tomllib.loads(path.read_text()):
+            setup = campaign.load(str(path))  # checks every key, the [campaign] table too
+            assert setup.scenarios
+            with pytest.raises(ScenarioError, match="openmrc campaign"):
+                load(path)
+            continue
         scenario = load(path)
         assert scenario.flows or scenario.collectives or scenario.jobs
 

@@ -967,6 +967,11 @@ def parse(
         "failures",
     }
     for key in data:
+        if key == "campaign":
+            raise ScenarioError(
+                "campaign: a campaign scenario; run it with 'openmrc campaign' "
+                "(openmrc run simulates one iteration of a job without the table)"
+            )
         if key not in allowed:
             raise ScenarioError(
                 f"{key}: unknown top-level key (known: {', '.join(sorted(allowed))})"
