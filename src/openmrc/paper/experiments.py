@@ -29,7 +29,7 @@ from typing import Any
 from ..wire.packets import DATA_HEADER_BYTES
 
 #: Where the bundled scenario files are (a source checkout or an editable install).
-PAPER_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "paper"
+PAPER_DIR = Path(__file__).resolve().parents[3] / "scenarios" / "paper"
 
 Doc = dict[str, Any]
 
