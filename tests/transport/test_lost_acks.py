@@ -132,3 +132,55 @@ def _group_blames(keep_group: bool) -> int:
 def test_the_evidence_may_come_from_another_sack_of_the_same_ack_event() -> None:
     assert _group_blames(keep_group=True) == 1
     assert _group_blames(keep_group=False) == 0
+
+
+def _count_blames(extra_rcvd: int, newer_first: bool = False) -> tuple[int, int]:
+    """Drive a requester by hand: 300 packets on 256 EVs; one SACK acknowledges the
+    64 PSNs up to the later packet on PSN 5's EV, with the cumulative point at 0,
+    so PSNs 1-5 lie between the cumulative point and the window.  It says the
+    receiver placed those 64 packets' bytes plus ``extra_rcvd``; with
+    ``newer_first`` a SACK generated later (it says more bytes placed) came
+    first, acknowledging 4 more PSNs above the window.  Returns the
+    order blames and the PSNs below the window whose EV carried a later packet
+    in it (each such PSN is overtaken)."""
+    t = setup_transfer(count=0)
+    qa = t.qa
+    req = qa.requester
+    assert req is not None
+    mra, mrb = qa.pd.mrs[0], t.qb.pd.mrs[0]
+    n = 300
+    qa.post_send(
+        SendWR(0, WROpcode.RDMA_WRITE, [SGE(mra.addr, n * req.mtu, mra.lkey)], mrb.addr, mrb.rkey)
+    )
+    sent = [req.next_packet(10 * i) for i in range(n)]
+    assert all(p is not None for p in sent)
+    evs = [p.ev for p in sent]  # type: ignore[union-attr]
+    b = evs.index(evs[5], 6)
+    lo = b - 63
+    overtaken = sum(1 for p in range(lo) if evs[p] in evs[lo : b + 1])
+    now = req.min_rtt
+    if newer_first:
+        newer = SackPacket(qa.qpn, evs[b + 1], 0, b + 1, 0b1111, rcvd_bytes=1 << 30, ts_echo=10)
+        req.on_sack(newer, now)
+        extra_rcvd += 4 * req.mtu
+    sack = SackPacket(
+        qa.qpn, evs[b], 0, lo, (1 << 64) - 1, rcvd_bytes=64 * req.mtu + extra_rcvd, ts_echo=10 * b
+    )
+    req.on_sack(sack, now)
+    end = now + 10 * req.gap_allowance()
+    while (deadline := req.get_timer()) is not None and deadline <= end:
+        req.handle_timer(deadline)
+    return req.gap_blames, overtaken
+
+
+def test_a_sack_that_left_nothing_unreported_proves_the_overtaken_packets_missing() -> None:
+    # The receiver placed exactly what the sender now knows acknowledged: no SACK
+    # was lost, so PSNs 0-5 (overtaken on their EVs) are missing and blamed.
+    blames, overtaken = _count_blames(0)
+    assert overtaken >= 2 and blames == overtaken
+    # It placed more than the sender knows of (a SACK lost on the way, say): only
+    # the cumulative point, reported missing by this SACK itself, is evidence.
+    assert _count_blames(4096) == (1, overtaken)
+    # A SACK generated before one already taken (it says fewer bytes placed)
+    # proves nothing about what is unreported now, even when the sums agree.
+    assert _count_blames(0, newer_first=True) == (1, overtaken)

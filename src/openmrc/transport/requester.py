@@ -23,8 +23,10 @@ packet sent *on that EV* was lost without a trim (docs/loss-recovery.md):
   cumulative point, or a clear bit of its bitmap), and the earlier one is
   still neither acknowledged nor NACKed a reordering allowance later, it was
   lost on that path.  A SACK that says nothing about the earlier packet (it
-  lies between the cumulative point and the bitmap) is no evidence: the SACK
-  that reported it may have been lost;
+  lies between the cumulative point and the bitmap) is no evidence by itself:
+  the SACK that reported it may have been lost.  It becomes evidence once the
+  newest SACK says the receiver placed exactly the bytes this QP knows
+  acknowledged (``SackPacket.rcvd_bytes``): then no arrival went unreported;
 * a failed probe: when RACK declares a packet lost and its EV has shown no
   such order evidence, one EV probe (a control packet, at the switches'
   header priority, so no data queue delays it) goes out on the EV; no answer
@@ -167,8 +169,15 @@ class Requester:
         self.ack_cack = -1
         self.ack_windows: list[int] = []
         #: transmissions overtaken on their EV that the acknowledging SACKs did
-        #: not report missing (their own SACK may have been lost): no evidence.
+        #: not report missing (their own SACK may have been lost), PSN -> (send
+        #: time, EV): gaps once a SACK shows that nothing placed went unreported
+        #: (see :meth:`_confirm_unreported`); dropped when acknowledged or NACKed.
+        self.unreported: dict[int, tuple[int, int]] = {}
         self.unreported_gaps = 0
+        #: payload bytes of the PSNs acknowledged so far, and the most the receiver
+        #: has said it placed (``SackPacket.rcvd_bytes``, which grows with time).
+        self.acked_bytes = 0
+        self.newest_rcvd = -1
         #: EV probes out on EVs RACK suspects: EV -> (probe seq, answer deadline,
         #: the overdue PSN, the send time of its transmission on the EV, the
         #: probe's send time, and whether that transmission is known to have
@@ -502,6 +511,10 @@ class Requester:
             if ts > self.rack_xmit:
                 self.rack_xmit = ts
                 self.rack_rtt = rtt
+        if sack.rcvd_bytes >= self.newest_rcvd:
+            self.newest_rcvd = sack.rcvd_bytes
+            if self.unreported and sack.rcvd_bytes == self.acked_bytes:
+                self._confirm_unreported(now)
         self._take_port_status(sack)
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev, now)
@@ -599,6 +612,7 @@ class Requester:
             if before[i] in unacked:
                 if not self._reported_missing(before[i]):
                     self.unreported_gaps += 1
+                    self.unreported[before[i]] = (before[i + 1], ev)
                     continue
                 if due < 0:
                     due = now + self.gap_allowance()
@@ -622,6 +636,21 @@ class Requester:
                 return not (windows[i + 1] >> off) & 1
         return False
 
+    def _confirm_unreported(self, now: int) -> None:
+        """The newest SACK yet says the receiver placed exactly the bytes this QP
+        knows acknowledged: every PSN it placed was reported, so the overtaken
+        transmissions still unacknowledged are missing (a lost SACK cannot hide
+        one now); they become gaps.  Zero-length PSNs prove nothing this way."""
+        unacked = self.unacked
+        due = now + self.gap_allowance()
+        for psn, (sent, ev) in self.unreported.items():
+            op = unacked.op(psn)
+            if op is not None and op.length_of(psn, self.mtu) > 0:
+                self.gaps[(psn, sent)] = (ev, due)
+                if self.rack_deadline is None or due < self.rack_deadline:
+                    self.rack_deadline = due
+        self.unreported.clear()
+
     def _settle_probes(self, psn: int, sent: int, early: bool) -> None:
         """``psn``, named by an EV probe, is acknowledged (last sent at ``sent``;
         ``early``: sooner after its retransmission than a round trip, so an earlier
@@ -638,7 +667,10 @@ class Requester:
         return its length."""
         if flags & OOW:
             self.held.discard(psn)
+        if self.unreported:
+            self.unreported.pop(psn, None)
         length = op.length_of(psn, self.mtu)
+        self.acked_bytes += length
         in_flight = flags & IN_FLIGHT != 0
         if in_flight:
             self.inflight -= length
@@ -875,6 +907,10 @@ class Requester:
         receiver, trimmed or refused: it was not lost, so it is no gap."""
         rec = (nack.psn, nack.ts_echo)
         if self.gaps.pop(rec, None) is not None:
+            return
+        quiet = self.unreported.get(nack.psn)
+        if quiet is not None and quiet[0] == nack.ts_echo:
+            del self.unreported[nack.psn]
             return
         self.ev_sent.remove(nack.ev, nack.psn, nack.ts_echo)
 
