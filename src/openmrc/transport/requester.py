@@ -19,8 +19,14 @@ Retransmission is recovery; blame is separate, and needs evidence that a
 packet sent *on that EV* was lost without a trim (docs/loss-recovery.md):
 
 * order on the EV: a path is FIFO, so when a packet sent later on the same EV
-  is acknowledged and an earlier one on it is still not (nor NACKed) a
-  reordering allowance later, the earlier one was lost on that path;
+  is acknowledged by a SACK that reports the earlier one missing (its
+  cumulative point, or a clear bit of its bitmap), and the earlier one is
+  still neither acknowledged nor NACKed a reordering allowance later, it was
+  lost on that path.  A SACK that says nothing about the earlier packet (it
+  lies between the cumulative point and the bitmap) is no evidence by itself:
+  the SACK that reported it may have been lost.  It becomes evidence once the
+  newest SACK says the receiver placed exactly the bytes this QP knows
+  acknowledged (``SackPacket.rcvd_bytes``): then no arrival went unreported;
 * a failed probe: when RACK declares a packet lost and its EV has shown no
   such order evidence, one EV probe (a control packet, at the switches'
   header priority, so no data queue delays it) goes out on the EV; no answer
@@ -97,6 +103,11 @@ PROBE_PROOF_KEEP: Final = 4096
 #: retrying forever would wait days between attempts (2^30 x its base).
 RTO_CAP_PS: Final = 1_024_000 << 24
 
+#: Bitmap windows of one ACK event (the SACKs echoing one timestamp) kept for
+#: the order evidence (see :meth:`Requester._reported_missing`); a receiver sends
+#: one or two, and a SACK beyond these is no evidence about the PSNs it covers.
+ACK_WINDOWS: Final = 4
+
 #: Overdue packets (past the gap allowance, not yet past RACK's window) looked
 #: at per loss-detection pass for EV probing: bounds the pass's cost while
 #: many packets sit in queues.
@@ -162,6 +173,23 @@ class Requester:
         #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
+        #: what the ACK event being processed (the SACKs echoing timestamp
+        #: ``ack_ts``) reports as received: every PSN below ``ack_cack``, and per
+        #: bitmap window its first PSN and its bits (flat pairs, at most
+        #: ACK_WINDOWS): a gap needs that event to report the earlier packet missing.
+        self.ack_ts = -1
+        self.ack_cack = -1
+        self.ack_windows: list[int] = []
+        #: transmissions overtaken on their EV that the acknowledging SACKs did
+        #: not report missing (their own SACK may have been lost), PSN -> (send
+        #: time, EV): gaps once a SACK shows that nothing placed went unreported
+        #: (see :meth:`_confirm_unreported`); dropped when acknowledged or NACKed.
+        self.unreported: dict[int, tuple[int, int]] = {}
+        self.unreported_gaps = 0
+        #: payload bytes of the PSNs acknowledged so far, and the most the receiver
+        #: has said it placed (``SackPacket.rcvd_bytes``, which grows with time).
+        self.acked_bytes = 0
+        self.newest_rcvd = -1
         #: EV probes out on EVs RACK suspects: EV -> (probe seq, answer deadline,
         #: the overdue PSN, the send time of its transmission on the EV, the
         #: probe's send time, and whether that transmission is known to have
@@ -538,6 +566,14 @@ class Requester:
         self.window_probe_out = False
         newly = 0
         ts = sack.ts_echo
+        windows = self.ack_windows
+        if ts != self.ack_ts or cack != self.ack_cack:
+            self.ack_ts = ts
+            self.ack_cack = cack
+            windows.clear()
+        if len(windows) < 2 * ACK_WINDOWS:
+            windows.append(sack.sack_base)
+            windows.append(sack.bitmap & _MASK64)
         self.sack_spurious = 0
         unacked = self.unacked
         # RACK's lateness of packets delivered after later-sent ones (originals
@@ -591,6 +627,10 @@ class Requester:
             if ts > self.rack_xmit:
                 self.rack_xmit = ts
                 self.rack_rtt = rtt
+        if sack.rcvd_bytes >= self.newest_rcvd:
+            self.newest_rcvd = sack.rcvd_bytes
+            if self.unreported and sack.rcvd_bytes == self.acked_bytes:
+                self._confirm_unreported(now)
         self._take_port_status(sack)
         if sack.ecn_seen:
             self.paths.on_ecn(sack.ev, now)
@@ -668,8 +708,12 @@ class Requester:
 
         Paths are FIFO: every transmission sent before it on the same EV
         arrived first, or was trimmed (and NACKed), or was lost.  Those still
-        unacknowledged become *gaps*: unless their ACK or NACK comes within
-        :meth:`gap_allowance`, the EV lost them (see :meth:`_check_evidence`).
+        unacknowledged that the acknowledging ACK event reports missing
+        (:meth:`_reported_missing`) become *gaps*: unless their ACK or NACK
+        comes within :meth:`gap_allowance`, the EV lost them (see
+        :meth:`_check_evidence`).  One the event says nothing about arrived
+        for all the sender knows, its SACK lost: it blames nobody (RACK and an
+        EV probe still deal with it).
         """
         order = self.ev_sent
         if order.pop_first(ev, psn, sent):
@@ -682,12 +726,46 @@ class Requester:
         due = -1
         for i in range(0, len(before), 2):
             if before[i] in unacked:
+                if not self._reported_missing(before[i]):
+                    self.unreported_gaps += 1
+                    self.unreported[before[i]] = (before[i + 1], ev)
+                    continue
                 if due < 0:
                     due = now + self.gap_allowance()
                     if self.rack_deadline is None or due < self.rack_deadline:
                         self.rack_deadline = due
                 gaps[(before[i], before[i + 1])] = (ev, due)
         self.ev_probes.pop(ev, None)  # the EV delivers: no probe needed
+
+    def _reported_missing(self, psn: int) -> bool:
+        """True when the ACK event being processed reports ``psn`` not received:
+        it is the cumulative point (the first PSN missing) or a clear bit of one
+        of the event's bitmap windows.  A PSN above the cumulative point and
+        outside every window may have been reported by a SACK that was lost."""
+        cack = self.ack_cack
+        if psn <= cack:
+            return psn == cack
+        windows = self.ack_windows
+        for i in range(0, len(windows), 2):
+            off = psn - windows[i]
+            if 0 <= off < 64:
+                return not (windows[i + 1] >> off) & 1
+        return False
+
+    def _confirm_unreported(self, now: int) -> None:
+        """The newest SACK yet says the receiver placed exactly the bytes this QP
+        knows acknowledged: every PSN it placed was reported, so the overtaken
+        transmissions still unacknowledged are missing (a lost SACK cannot hide
+        one now); they become gaps.  Zero-length PSNs prove nothing this way."""
+        unacked = self.unacked
+        due = now + self.gap_allowance()
+        for psn, (sent, ev) in self.unreported.items():
+            op = unacked.op(psn)
+            if op is not None and op.length_of(psn, self.mtu) > 0:
+                self.gaps[(psn, sent)] = (ev, due)
+                if self.rack_deadline is None or due < self.rack_deadline:
+                    self.rack_deadline = due
+        self.unreported.clear()
 
     def _settle_probes(self, psn: int, sent: int, early: bool) -> None:
         """``psn``, named by an EV probe, is acknowledged (last sent at ``sent``;
@@ -705,7 +783,10 @@ class Requester:
         return its length."""
         if flags & OOW:
             self.held.discard(psn)
+        if self.unreported:
+            self.unreported.pop(psn, None)
         length = op.length_of(psn, self.mtu)
+        self.acked_bytes += length
         in_flight = flags & IN_FLIGHT != 0
         if in_flight:
             self.inflight -= length
@@ -942,6 +1023,10 @@ class Requester:
         receiver, trimmed or refused: it was not lost, so it is no gap."""
         rec = (nack.psn, nack.ts_echo)
         if self.gaps.pop(rec, None) is not None:
+            return
+        quiet = self.unreported.get(nack.psn)
+        if quiet is not None and quiet[0] == nack.ts_echo:
+            del self.unreported[nack.psn]
             return
         self.ev_sent.remove(nack.ev, nack.psn, nack.ts_echo)
 
