@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 
 from ..units import parse_size
+from .common import progress_enabled
 
 
 def _ranged(
@@ -53,15 +53,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         quick=args.quick,
         overrides=args.set or [],
         seed=args.seed,
-        progress=not args.no_progress and _stderr_is_tty(),
+        progress=progress_enabled(args),
     )
-
-
-def _stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _cmd_demo_loopback(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from ..pipeline.run import (
@@ -18,15 +17,7 @@ from ..pipeline.run import (
 )
 from ..topology import ClosSpec, Topology
 from ..units import plural
-
-
-def _progress_enabled(args: argparse.Namespace) -> bool:
-    if getattr(args, "no_progress", False):
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+from .common import progress_enabled
 
 
 # ----- commands ------------------------------------------------------------------
@@ -44,7 +35,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         pcap=args.pcap,
         pcap_hosts=args.pcap_hosts,
         as_json=args.json,
-        progress=_progress_enabled(args),
+        progress=progress_enabled(args),
         partitioned=args.partitioned,
     )
 
@@ -62,7 +53,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         overrides=args.set or [],
         seed=args.seed,
         out=args.out,
-        progress=_progress_enabled(args),
+        progress=progress_enabled(args),
     )
 
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ..pipeline.run import EXIT_INTERRUPTED, EXIT_OK, UsageError, prepare_out
+from .common import progress_enabled
 
 #: Exit code when at least one point failed (the others were written).
 EXIT_POINT_FAILED = 1
@@ -27,15 +28,6 @@ def _positive(name: str) -> Any:
         return value
 
     return parse
-
-
-def _progress_enabled(args: argparse.Namespace) -> bool:
-    if args.no_progress:
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -73,7 +65,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             + (f"{len(todo)} to run on {what}" if todo else "nothing to run"),
             flush=True,
         )
-        bar = progress_bar(len(points), done, f"sweep {spec.name}", _progress_enabled(args))
+        bar = progress_bar(len(points), done, f"sweep {spec.name}", progress_enabled(args))
 
         def on_done(point: Any, result: dict[str, Any]) -> None:
             if bar is not None:

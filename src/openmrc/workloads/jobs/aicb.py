@@ -486,34 +486,7 @@ def _pipeline_fill(b: _Builder, head: Header, lines: list[Line], chunks: int) ->
             for s in range(1, b.pp):
                 src, dst = b.rank(t, s - 1, d), b.rank(t, s, d)
                 dep = (b.last[src],) if src in b.last else ()
-                extra: tuple[int, ...] = ()
-                if size:
-                    extra = (
-                        b.g.add(
-                            Task(
-                                "p2p",
-                                (src, dst),
-                                dep,
-                                size=size,
-                                label="pp first activation",
-                                phase="pp",
-                            )
-                        ),
-                    )
-                    if chunks > 1:
-                        bulk = b.g.add(
-                            Task(
-                                "p2p",
-                                (src, dst),
-                                dep,
-                                size=size * (chunks - 1),
-                                label="pp activations",
-                                phase="pp",
-                            )
-                        )
-                        b.pending[dst].append(bulk)
-                else:
-                    extra = dep
+                extra = _pp_transfer(b, src, dst, dep, size, chunks, "activation")
                 b.comp(dst, fwd, "pipeline fill", "bubble", extra)
 
 
@@ -528,33 +501,28 @@ def _pipeline_drain(b: _Builder, head: Header, lines: list[Line], chunks: int) -
             for s in range(b.pp - 2, -1, -1):
                 src, dst = b.rank(t, s + 1, d), b.rank(t, s, d)
                 dep = (b.last[src],) if src in b.last else ()
-                extra = dep
-                if size:
-                    extra = (
-                        b.g.add(
-                            Task(
-                                "p2p",
-                                (src, dst),
-                                dep,
-                                size=size,
-                                label="pp last gradient",
-                                phase="pp",
-                            )
-                        ),
-                    )
-                    if chunks > 1:
-                        bulk = b.g.add(
-                            Task(
-                                "p2p",
-                                (src, dst),
-                                dep,
-                                size=size * (chunks - 1),
-                                label="pp gradients",
-                                phase="pp",
-                            )
-                        )
-                        b.pending[dst].append(bulk)
+                extra = _pp_transfer(b, src, dst, dep, size, chunks, "gradient")
                 b.comp(dst, bwd, "pipeline drain", "bubble", extra)
+
+
+def _pp_transfer(
+    b: _Builder, src: int, dst: int, dep: tuple[int, ...], size: int, chunks: int, what: str
+) -> tuple[int, ...]:
+    """The pipeline transfer between two stages that the fill (``what`` =
+    "activation") or the drain ("gradient") waits for: the first (fill) or last
+    (drain) micro-batch's ``size`` bytes; the other ``chunks - 1`` go as one bulk
+    transfer the receiving rank's next step waits for.  Returns what the bubble
+    compute depends on (``dep`` itself when the file gives no ``pp_comm`` bytes)."""
+    if not size:
+        return dep
+    edge = "first" if what == "activation" else "last"
+    first = b.g.add(Task("p2p", (src, dst), dep, size=size, label=f"pp {edge} {what}", phase="pp"))
+    if chunks > 1:
+        bulk = Task(
+            "p2p", (src, dst), dep, size=size * (chunks - 1), label=f"pp {what}s", phase="pp"
+        )
+        b.pending[dst].append(b.g.add(bulk))
+    return (first,)
 
 
 def write(graph_layers: list[tuple[str, tuple[int, str, int], tuple[int, str, int], tuple[int, str, int], int]],
