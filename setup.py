@@ -142,8 +142,8 @@ class _RecordingBuildExt(build_ext):
         if not all(os.path.exists(os.path.join(HERE, p)) for p in files):
             return  # an optional part failed: build again next time
         os.makedirs(os.path.dirname(STAMP), exist_ok=True)
-        with open(STAMP, "w") as f:
-            json.dump({"fingerprint": _fingerprint(), "files": files}, f, indent=1)
+        with open(STAMP, "w") as f:  # the inputs as they were when the build began
+            json.dump({"fingerprint": _BUILT_FROM[0], "files": files}, f, indent=1)
 
 
 def _mypyc_extensions() -> list:
@@ -192,9 +192,15 @@ KERNEL_EXTENSIONS = [
 
 
 
+#: the fingerprint of the sources a build starts from (a file edited during the build
+#: then makes the next install build again)
+_BUILT_FROM: list[str] = [""]
+
+
 def _ext_modules() -> list:
     """What this install compiles: nothing when an editable install can reuse the last
     build, else the mypyc modules and the native kernel (each optional)."""
+    _BUILT_FROM[0] = _fingerprint()
     if _reusable():
         print(
             "openmrc: sources unchanged since the last build, reusing its compiled modules "
