@@ -254,7 +254,7 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    async with NetEndpoint(**where.ep_kwargs) as ep:
+    async with NetEndpoint(**where.ep_kwargs, auth=args.auth) as ep:
         server = MemoryServer(
             ep,
             size,
@@ -274,6 +274,7 @@ async def _serve(
                 f"openmrc serve: {where.label} data port {ep.port}, control {control}, "
                 f"region {size} bytes per session, {ep.attr.ev_profile.planes} planes, "
                 f"token {args.token_file or default_token_path()}"
+                + (", every datagram authenticated (--auth)" if ep.auth else "")
             )
             while not stop.is_set():
                 closed = asyncio.ensure_future(server.session_closed.wait())
@@ -292,6 +293,12 @@ async def _serve(
             f"openmrc serve: done: {server.sessions_done} sessions, {len(server.results)} "
             f"transfers verified ({sum(not r.ok for r in server.results)} failed); datagrams "
             f"rx {st['rx_datagrams']} tx {st['tx_datagrams']}"
+            + (
+                f"; refused: {st['rx_auth_failed']} failed authentication, "
+                f"{st['rx_replayed']} replayed"
+                if ep.auth
+                else ""
+            )
         )
         return 1 if any(not r.ok for r in server.results) else 0
 
@@ -324,7 +331,7 @@ async def _send(
     length = len(data)
     digest = hashlib.sha256(data).hexdigest()
     assert where.control is not None
-    async with NetEndpoint(**where.ep_kwargs) as ep:
+    async with NetEndpoint(**where.ep_kwargs, auth=args.auth) as ep:
         local = ep.reg_mr(data if length else bytearray(1))
         _print(
             f"openmrc send: {args.file} ({format_size(length)}, sha256 {digest[:16]}...) "
@@ -452,7 +459,7 @@ async def _perf(args: argparse.Namespace, where: _Where, secret: bytes) -> int:
     assert where.control is not None
     sizes = SWEEP_SIZES if args.all_sizes else [args.size]
     biggest = max(sizes)
-    async with NetEndpoint(**where.ep_kwargs) as ep:
+    async with NetEndpoint(**where.ep_kwargs, auth=args.auth) as ep:
         local = ep.reg_mr(bytearray(os.urandom(biggest)))
         mode = "write" if args.mode == "bw" else "pingpong"
         if args.bidir:
@@ -801,6 +808,12 @@ def _common(p: argparse.ArgumentParser, *, server: bool) -> None:
     )
     p.add_argument(
         "--planes", type=int, default=8, help="EV planes without a lab (default 8; lab: its planes)"
+    )
+    p.add_argument(
+        "--auth",
+        action="store_true",
+        help="authenticate every MRC datagram with a per-session key (AES-GCM tag; "
+        "client and server must both use it; docs/security.md)",
     )
 
 

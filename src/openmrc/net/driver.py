@@ -83,6 +83,7 @@ from openmrc.transport.ev import ev_path, ev_plane, make_ev
 from openmrc.wire.codec import udp_sport
 
 if TYPE_CHECKING:
+    from openmrc.net.auth import DatagramAuth
     from openmrc.net.lab import Lab
 
 _T = TypeVar("_T")
@@ -137,6 +138,8 @@ MAX_PROBE_MEMO = 4096
 PSN_FAR_WINDOWS = 4
 #: Bytes a datagram adds to its payload: BTH, RETH, ImmDt, MDH, ICRC (60), UDP (8), IPv6 (40).
 PACKET_OVERHEAD = 108
+#: Bytes an authenticated endpoint's trailer adds (:mod:`openmrc.net.auth`: counter + tag).
+AUTH_TRAILER = 24
 #: ``IPV6_MTU`` / ``IPV6_DONTFRAG`` (linux/in6.h).
 _IPV6_MTU = getattr(socket, "IPV6_MTU", 24)
 _IPV6_DONTFRAG = getattr(socket, "IPV6_DONTFRAG", 62)
@@ -527,6 +530,19 @@ class Connection:
         #: This QP's random initial send PSN, to give the peer (with the QPN)
         #: when the out-of-band exchange carries PSNs; see :meth:`connect`.
         self.initial_psn = new_psn()
+        #: The session's datagram keys on an authenticated endpoint (:meth:`set_auth`).
+        self.auth: DatagramAuth | None = None
+
+    def set_auth(self, auth: DatagramAuth) -> None:
+        """Protect this connected QP's datagrams with ``auth`` (its session's keys).
+
+        On an endpoint made with ``auth=True`` a QP without keys neither sends
+        nor accepts anything; call this right after :meth:`connect`.
+        """
+        if self.qp.peer is None:
+            raise InvalidState("set_auth: connect the QP first")
+        self.auth = auth
+        self.ep._tx_auth[(self.qp.peer, self.qp.remote_qpn)] = auth  # type: ignore[index]
 
     @property
     def qpn(self) -> int:
@@ -796,6 +812,12 @@ class _Counters:
     #: SACKs, NACKs and probe replies dropped before the core: an echo the QP
     #: does not remember, or a cumulative ACK outside its send window.
     rx_unproven: int = 0
+    #: Authenticated mode: datagrams whose tag is wrong (forged, corrupted, from
+    #: a QP with no keys, or too short), and authentic ones seen before (replays).
+    rx_auth_failed: int = 0
+    rx_replayed: int = 0
+    #: Authenticated mode: datagrams not sent because their QP has no keys.
+    tx_no_key: int = 0
     #: Exceptions caught in the receive, send or timer path (never fatal).
     internal_errors: int = 0
     last_internal_error: str = ""
@@ -812,6 +834,8 @@ class NetEndpoint:
     attributes (:func:`driver_attr` by default).  ``tx_drop_every``: test-only
     fault injection (drop every Nth datagram before ``sendto``).  ``tclass``: the IPv6
     traffic class sent (ECT(0) by default; 3 marks every datagram CE, for tests).
+    ``auth``: authenticate every datagram (:mod:`openmrc.net.auth`); each
+    connection then needs its session's keys (:meth:`Connection.set_auth`).
     """
 
     def __init__(
@@ -828,6 +852,7 @@ class NetEndpoint:
         tx_drop_every: int = 0,
         advertise: str | None = None,
         tclass: int = ECN_ECT0,
+        auth: bool = False,
     ) -> None:
         if (lab is None) != (host is None):
             raise InvalidArgument("lab/host: give both (a lab endpoint) or neither")
@@ -859,6 +884,10 @@ class NetEndpoint:
             raise InvalidArgument(f"tclass: must be 0..255, got {tclass}")
         #: IPv6 traffic class of every datagram sent (ECT(0); tests mark CE with 3).
         self.tclass = tclass
+        #: Authenticated mode: every datagram carries a trailer (counter + tag).
+        self.auth = auth
+        #: (peer, remote QPN) -> the session keys that seal datagrams to it.
+        self._tx_auth: dict[tuple[Peer, int], DatagramAuth] = {}
         self._tx_seen = 0
         self._sockbuf = sockbuf
         self._advertise = advertise
@@ -1032,6 +1061,7 @@ class NetEndpoint:
             return
         conn._abort(ConnectionAbortedError(f"QP {conn.qpn} destroyed"))
         peer = conn.qp.peer
+        self._tx_auth.pop((peer, conn.qp.remote_qpn), None)  # type: ignore[arg-type]
         memo = self._probe_memo
         for key in [k for k in memo if k[0] == conn.qpn]:
             del memo[key]
@@ -1076,7 +1106,7 @@ class NetEndpoint:
             ]
         else:
             addrs = [peer.addr]
-        need = mtu + PACKET_OVERHEAD
+        need = mtu + PACKET_OVERHEAD + (AUTH_TRAILER if self.auth else 0)
         for addr in addrs:
             try:
                 pmtu = self._in_ns(_path_mtu, addr, peer.port)
@@ -1135,6 +1165,10 @@ class NetEndpoint:
             "rx_replies_limited": c.rx_replies_limited,
             "rx_bad_msn": c.rx_bad_msn,
             "rx_unproven": c.rx_unproven,
+            "auth": self.auth,
+            "rx_auth_failed": c.rx_auth_failed,
+            "rx_replayed": c.rx_replayed,
+            "tx_no_key": c.tx_no_key,
             "internal_errors": c.internal_errors,
             "last_internal_error": c.last_internal_error,
             "tx_by_plane": dict(sorted(tx_plane.items())),
@@ -1176,6 +1210,7 @@ class NetEndpoint:
         rx_by_ev = self.rx_by_ev
         conns = self.connections
         c = self.counters
+        auth = self.auth
         n_pkts = 0
         n_bytes = 0
         while n_pkts < _RX_BATCH:
@@ -1195,6 +1230,16 @@ class NetEndpoint:
             if conn is None or not conn.accepts_source(src[0]):
                 c.rx_foreign += 1
                 continue
+            if auth:  # the tag first: a forged datagram costs one check, nothing more
+                keys = conn.auth
+                verdict = 1 if keys is None else keys.check(view, n)
+                if verdict:
+                    if verdict == 1:
+                        c.rx_auth_failed += 1
+                    else:
+                        c.rx_replayed += 1
+                    continue
+                n -= AUTH_TRAILER
             kind = buf[0]
             if kind < 0xC0:  # a data packet: is its PSN anywhere near the window?
                 rsp = conn.qp.responder
@@ -1434,6 +1479,8 @@ class NetEndpoint:
         tx_by_ev = self.tx_by_ev
         c = self.counters
         drop_every = self.tx_drop_every
+        auth = self.auth
+        tx_auth = self._tx_auth
         sent = 0
         nbytes = 0
         while pending:
@@ -1442,6 +1489,13 @@ class NetEndpoint:
                 c.tx_replies_limited += 1  # a NACK or probe reply over the peer's rate
                 pending.popleft()
                 continue
+            if auth:
+                keys = tx_auth.get((peer, int.from_bytes(data[5:8], "big")))
+                if keys is None:
+                    c.tx_no_key += 1
+                    pending.popleft()
+                    continue
+                data = keys.seal(data)
             entry = routes.get((peer, ev))
             if entry is None:
                 try:

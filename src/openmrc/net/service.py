@@ -560,6 +560,21 @@ class MemoryServer:
                 return await self._refuse(ch, "auth", "missing (a nonce and a mac are needed)")
             if not check_mac(self.secret, "client", nonce, cnonce, auth.get("mac")):  # type: ignore[union-attr]
                 return await self._refuse(ch, "auth", "wrong mac (the secret does not match)")
+            if (auth.get("datagrams") is True) != self.ep.auth:  # type: ignore[union-attr]
+                return await self._refuse(
+                    ch,
+                    "auth.datagrams",
+                    "this server authenticates every datagram (serve --auth): "
+                    "run the client with --auth too"
+                    if self.ep.auth
+                    else "this server does not authenticate datagrams: run the client "
+                    "without --auth, or the server with --auth",
+                )
+            keys = None
+            if self.ep.auth:
+                from openmrc.net.auth import DatagramAuth  # needs the `net` extra
+
+                keys = DatagramAuth.for_server(self.secret, nonce, cnonce)
             try:
                 h = self.check_hello(hello, ch.peer_address())
             except HelloError as exc:
@@ -597,6 +612,8 @@ class MemoryServer:
                 except InvalidArgument as exc:  # e.g. the path MTU is too small
                     field = "attr.mtu" if str(exc).startswith("mtu") else "peer"
                     return await self._refuse(ch, field, str(exc).split(": ", 1)[-1])
+                if keys is not None:
+                    conn.set_auth(keys)
                 for k in range(RECV_DEPTH):
                     conn.post_recv(k)
                 session.imms.append({})
@@ -611,7 +628,10 @@ class MemoryServer:
                     "psns": [c.initial_psn if h.psns is not None else 0 for c in session.conns],
                     "mr": session.mr.remote().to_json(),
                     "peer": self._my_peer(ch),
-                    "auth": {"mac": auth_mac(self.secret, "server", nonce, cnonce)},
+                    "auth": {
+                        "mac": auth_mac(self.secret, "server", nonce, cnonce),
+                        "datagrams": self.ep.auth,
+                    },
                 }
             )
             while True:
@@ -814,7 +834,11 @@ class Session:
             hello = {
                 "op": "hello",
                 "version": PROTOCOL_VERSION,
-                "auth": {"nonce": cnonce, "mac": auth_mac(secret, "client", snonce, cnonce)},
+                "auth": {
+                    "nonce": cnonce,
+                    "mac": auth_mac(secret, "client", snonce, cnonce),
+                    "datagrams": ep.auth,
+                },
                 "peer": me,
                 "qpns": [c.qpn for c in conns],
                 "psns": [c.initial_psn for c in conns],
@@ -828,6 +852,15 @@ class Session:
                 secret, "server", snonce, cnonce, auth.get("mac")
             ):
                 raise ControlError("control: the server did not prove it knows the secret")
+            if ep.auth and auth.get("datagrams") is not True:
+                raise ControlError(
+                    "control: the server does not authenticate datagrams (it runs without --auth)"
+                )
+            keys = None
+            if ep.auth:
+                from openmrc.net.auth import DatagramAuth  # needs the `net` extra
+
+                keys = DatagramAuth.for_client(secret, snonce, cnonce)
             server_peer = peer_from_json(welcome["peer"])
             if isinstance(server_peer, PlainPeer) and addr.host and server_peer.addr in ("::",):
                 server_peer = PlainPeer(addr.host, server_peer.port)
@@ -844,6 +877,8 @@ class Session:
                     conn.connect(int(qpn), server_peer)
                 else:
                     conn.connect(int(qpn), server_peer, send_psn=conn.initial_psn, recv_psn=psns[i])
+                if keys is not None:
+                    conn.set_auth(keys)
         except BaseException:
             await channel.close()
             for conn in conns:
