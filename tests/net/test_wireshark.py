@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from openmrc.net.wireshark import dissector_path, tshark_hint
-from openmrc.wire.codec import encode_frame
+from openmrc.wire.codec import encode, encode_frame
 from openmrc.wire.packets import (
     DataPacket,
     NackPacket,
@@ -122,3 +122,26 @@ def test_the_printed_hint_decodes_with_the_dissector_and_accepts_zero_checksums(
     out = subprocess.run([*argv, "-V"], capture_output=True, text=True, timeout=120, check=True)
     assert "Illegal checksum" not in out.stdout
     assert "openmrc" in out.stdout.lower() and "777" in out.stdout, out.stdout
+
+
+def test_the_auth_preference_shows_the_trailer_and_skips_it(tmp_path: Path) -> None:
+    """With ``-o openmrc.auth:TRUE`` a ``--auth`` datagram's trailer (counter, tag)
+    is shown apart and the MRC packet before it decodes as without it."""
+    pcap = tmp_path / "auth.pcap"
+    pkt = ProbeReplyPacket(0x789, 0x45, 32, 778)
+    frame = bytearray(encode_frame(pkt, SRC, DST)) + (5).to_bytes(8, "big") + bytes(range(16))
+    for at, length in ((4, len(frame) - 40), (44, len(frame) - 80), (84, len(frame) - 80)):
+        frame[at : at + 2] = length.to_bytes(2, "big")  # outer, inner IPv6 and UDP lengths
+    frame[86:88] = bytes(2)  # zero UDP checksum, as the driver sends
+    with PcapWriter(pcap) as w:
+        w.write(bytes(frame), 0)
+    argv = ["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{dissector_path()}",
+            "-o", "udp.ignore_ipv6_zero_checksum:TRUE", "-o", "openmrc.auth:TRUE",
+            "-T", "fields", "-E", "separator=;", "-e", "openmrc.bth.opcode",
+            "-e", "openmrc.probe.seq", "-e", "openmrc.auth.counter", "-e", "openmrc.icrc"]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    assert "Lua: Error" not in out.stderr and "error" not in out.stderr.lower(), out.stderr
+    op, seq, counter, icrc = out.stdout.strip().split(";")
+    body = encode(pkt)
+    assert int(op, 0) == 0xC3 and seq == "32" and counter == "5"
+    assert int(icrc, 0) == int.from_bytes(body[-4:], "big")

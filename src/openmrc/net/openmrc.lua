@@ -74,6 +74,11 @@ f.nack_cack = ProtoField.uint32("openmrc.nack.cack", "Cumulative ACK PSN", base.
 f.reliability = ProtoField.bool("openmrc.probe.reliability", "RELIABILITY", 8, nil, 0x01)
 f.seq = ProtoField.uint32("openmrc.probe.seq", "Probe seq", base.DEC)
 f.icrc = ProtoField.uint32("openmrc.icrc", "ICRC (CRC-32 of the UDP payload)", base.HEX)
+-- --auth trailer (after the ICRC; only when the preference says datagrams carry it)
+f.auth_counter = ProtoField.uint64("openmrc.auth.counter", "Auth counter", base.DEC)
+f.auth_tag = ProtoField.bytes("openmrc.auth.tag", "Auth tag (AES-256-GCM)")
+p.prefs.auth = Pref.bool("Auth trailer", false,
+  "Datagrams carry the 24-byte trailer of openmrc --auth (8-byte counter, 16-byte tag) after the ICRC")
 
 local e_short = ProtoExpert.new("openmrc.short", "Truncated openmrc packet", expert.group.MALFORMED, expert.severity.ERROR)
 p.experts = { e_short }
@@ -101,6 +106,11 @@ function p.dissector(tvb, pinfo, root)
   local op = tvb(0, 1):uint()
   local name = OPCODES[op] or string.format("opcode 0x%02x", op)
   local tree = root:add(p, tvb(0, len), "openmrc MRC, " .. name)
+  if p.prefs.auth and len >= 40 then -- the trailer: shown, then left out of the MRC packet
+    local tr = tree:add(p, tvb(len - 24, 24), "Authentication trailer (--auth)")
+    tr:add(f.auth_counter, tvb(len - 24, 8)); tr:add(f.auth_tag, tvb(len - 16, 16))
+    len = len - 24
+  end
   local bth = tree:add(p, tvb(0, 12), "Base Transport Header")
   bth:add(f.opcode, tvb(0, 1))
   bth:add(f.se, tvb(1, 1)); bth:add(f.mig, tvb(1, 1)); bth:add(f.padcnt, tvb(1, 1)); bth:add(f.tver, tvb(1, 1))
@@ -192,7 +202,7 @@ function p.dissector(tvb, pinfo, root)
   end
   tree:add(f.icrc, tvb(len - 4, 4))
   pinfo.cols.info = info
-  return len
+  return tvb:len()
 end
 
 -- Own UDP 4791 (replacing the RoCE dissector there): openmrc's RETH-in-every-
