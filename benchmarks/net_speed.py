@@ -252,6 +252,30 @@ def bench_loopback(size: int, runs: int) -> dict[str, Any]:
     return {"mrc": _best(mrc, "goodput_gbps"), "udp_blast": _best(blast, "recv_gbps")}
 
 
+def bench_auth_cost(size: int, runs: int) -> dict[str, Any]:
+    """MRC over ::1 without and with ``--auth``, paired (A B A B ...), ``runs`` of each."""
+    cli = [sys.executable, "-m", "openmrc.cli"]
+    out: dict[str, list[dict[str, Any]]] = {"plain": [], "auth": []}
+    for _ in range(runs):
+        for mode in ("plain", "auth"):
+            auth = mode == "auth"
+            port, cport = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+            serve = [*cli, "serve", "--bind", "::1", "--port", str(port), "--control-port",
+                     str(cport), "--once", "--size", str(size), *(["--auth"] if auth else [])]  # fmt: skip
+            ctl = ControlAddress(host="::1", port=cport)
+            out[mode].append(mrc_run(serve, {"bind": "::1", "port": 0, "auth": auth}, ctl, size))
+    pairs = [
+        round(b["goodput_gbps"] / a["goodput_gbps"], 3)
+        for a, b in zip(out["plain"], out["auth"], strict=True)
+    ]
+    return {
+        "plain": _best(out["plain"], "goodput_gbps"),
+        "auth": _best(out["auth"], "goodput_gbps"),
+        "auth_over_plain_per_pair": pairs,
+        "all_hash_ok": all(r["hash_ok"] for r in out["plain"] + out["auth"]),
+    }
+
+
 def bench_lab(size: int, runs: int) -> dict[str, Any]:
     """MRC and the UDP blast h0 -> h1 over a 4-plane namespace lab."""
     from openmrc.net.lab import Lab, down_lab
@@ -289,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="64M", help="bytes per transfer (64M)")
     p.add_argument("--runs", type=int, default=3, help="runs of each (best is reported)")
     p.add_argument("--no-lab", action="store_true", help="skip the namespace lab")
+    p.add_argument(
+        "--auth-cost",
+        action="store_true",
+        help="only MRC over ::1 without and with --auth, paired A B A B (--runs pairs)",
+    )
     p.add_argument("--blast-receive", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--bind", default="::1", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -301,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
 
     size = parse_size(args.size)
     report: dict[str, Any] = {"cpu": cpu_info(), "size": size}
+    if args.auth_cost:
+        report["auth_cost"] = bench_auth_cost(size, args.runs)
+        print(json.dumps(report, indent=1))
+        return 0
     report["loopback"] = bench_loopback(size, args.runs)
     if args.no_lab:
         report["lab"] = "skipped (--no-lab)"
