@@ -41,7 +41,9 @@ is importable)::
 Peers are :class:`PlainPeer` (an IPv6 address and UDP port) or :class:`LabPeer`
 (a lab host index); an endpoint given ``lab=`` and ``host=`` routes lab peers
 over SRv6 paths.  ``tx_drop_every`` (tests only) drops every Nth datagram in
-the send path, counted in ``stats()["tx_dropped_test"]``.
+the send path, counted in ``stats()["tx_dropped_test"]``.  ``auth=True``
+authenticates every datagram with its session's keys (:mod:`openmrc.net.auth`,
+installed by :class:`~openmrc.net.service.MemoryServer` and ``Session.open``).
 """
 
 from __future__ import annotations
