@@ -1051,6 +1051,10 @@ class FluidModel:
         grp_a = np.zeros(0, dtype=np.int64)
         buf_a = np.zeros(0, dtype=np.int64)  # _Flow.buf
         cut_a = np.zeros(0, dtype=bool)  # _Flow.cut (set on the _Flow when it is rerouted)
+        # _Flow.total, .mute and whether .episode is set: a refill reads them as arrays
+        tot_a = np.zeros(0)
+        mute_a = np.zeros(0, dtype=bool)
+        ep_a = np.zeros(0, dtype=bool)
         #: dead QPs' bytes queued at T0 uplinks (payload bytes), by the uplink's resource
         buf_q: dict[int, float] = {}
         xoff = self.pfc_xoff_bytes * self.payload_share
@@ -1112,6 +1116,7 @@ class FluidModel:
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
+            nonlocal tot_a, mute_a, ep_a
             nonlocal ent_slot, ent_res, ent_w, ri_a, top_a, wt_a
             k = len(added)
             new = np.empty(k, dtype=object)
@@ -1130,6 +1135,11 @@ class FluidModel:
             grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
             buf_a = np.concatenate((buf_a, np.fromiter((f.buf for f in added), np.int64, k)))
             cut_a = np.concatenate((cut_a, np.fromiter((f.cut for f in added), bool, k)))
+            tot_a = np.concatenate((tot_a, np.fromiter((f.total for f in added), float, k)))
+            mute_a = np.concatenate((mute_a, np.fromiter((f.mute for f in added), bool, k)))
+            ep_a = np.concatenate(
+                (ep_a, np.fromiter((f.episode is not None for f in added), bool, k))
+            )
             ri_a = np.concatenate((ri_a, np.fromiter((f.ri for f in added), np.int64, k)))
             top_a = np.concatenate(
                 (top_a, np.fromiter((f.total - f.held for f in added), float, k))
@@ -1177,17 +1187,13 @@ class FluidModel:
                 if len(idx):
                     local = np.cumsum(mine) - 1  # slot -> index among the refilled
                     em = mine[ent_slot]
-                    sizes = (
-                        None
-                        if self.dcqcn is None
-                        else np.fromiter((fl.total for fl in flows[idx]), float, len(idx))
-                    )
+                    sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
                     if self.dcqcn is not None:
-                        filled = flows[idx]
-                        mute = np.fromiter((fl.mute for fl in filled), bool, len(idx))
-                        eps = [fl.episode for fl in filled]
+                        mute = mute_a[idx]
+                        if ep_a[idx].any():
+                            eps = [fl.episode for fl in flows[idx]]
                         cuts = np.zeros(len(idx), dtype=bool)
                     shares = None
                     if weigh:
@@ -1212,7 +1218,7 @@ class FluidModel:
                     if mute is not None and mute.any():
                         # the cut each muted QP misses now (None: its queue is not congested)
                         for q in np.flatnonzero(mute).tolist():
-                            filled[q].missed = missed.get(q)
+                            flows[idx[q]].missed = missed.get(q)
                 recomputes += 1
                 dirty.clear()
                 dirty_all = False
@@ -1309,6 +1315,7 @@ class FluidModel:
                     rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
                     eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
                     buf_a, cut_a = buf_a[keep], cut_a[keep]
+                    tot_a, mute_a, ep_a = tot_a[keep], mute_a[keep], ep_a[keep]
                     pace_a = pace_a[keep]
                     ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
                     ekeep = keep[ent_slot]
@@ -1327,7 +1334,7 @@ class FluidModel:
                 for i, fl in enumerate(flows):
                     if fl.buf in full:
                         self._route(fl)
-                        pace_a[i], buf_a[i] = self.pace(fl), fl.buf
+                        pace_a[i], buf_a[i], mute_a[i] = self.pace(fl), fl.buf, fl.mute
                 ent_slot, ent_res, ent_w = entries(flows, 0)
                 dirty_all = True
             while heap and heap[0][0] <= now:
@@ -1464,7 +1471,9 @@ class FluidModel:
                             # the failure; docs/training.md)
                             fl.episode = (*fl.missed, float(rem_a[i]) + fl.held)
                             fl.missed = None
+                            ep_a[i] = True
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
+                        mute_a[i] = fl.mute
                         buf_a[i] = fl.buf
                         pace_a[i] = self.pace(fl)
                         if fl.dead and not was and fl.cut and self.dcqcn is not None:
