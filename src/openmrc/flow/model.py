@@ -576,6 +576,10 @@ class FluidModel:
         self._route_cache: dict[
             tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool, int]
         ] = {}
+        #: MRC: per (T0, T0) pair and plane, whether a T1 path is known alive, and the
+        #: known-alive T1 paths that are truly dead and their count (cleared with
+        #: ``_route_cache``: every route between two T0s reads the same)
+        self._pairs: dict[tuple[int, int], tuple[list[bool], list[int], list[int]]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -617,6 +621,7 @@ class FluidModel:
             self.fab_true[p, a, k] = self.fab_known[p, a, k] = False
         self._update_caps()
         self._route_cache.clear()
+        self._pairs.clear()
 
     def _targets(self, f: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
         """(host links (h, p), fabric links (p, a, k)) a fault acts on."""
@@ -764,13 +769,19 @@ class FluidModel:
         res: list[int] = []
         w: list[float] = []
         if self.transport == "mrc":
-            planes = []
-            for p in range(P):
-                if not (self.host_known[s, p] and self.host_known[d, p]):
-                    continue
-                if a != b and not (self.fab_known[p, a] & self.fab_known[p, b]).any():
-                    continue
-                planes.append(p)
+            hk_s, hk_d = self.host_known[s].tolist(), self.host_known[d].tolist()
+            ht_s, ht_d = self.host_true[s].tolist(), self.host_true[d].tolist()
+            pair = self._pairs.get((a, b)) if a != b else None
+            if a != b and pair is None:
+                kk = self.fab_known[:, a] & self.fab_known[:, b]
+                tt = self.fab_true[:, a] & self.fab_true[:, b]
+                pair = (
+                    kk.any(axis=1).tolist(),
+                    (kk & ~tt).sum(axis=1).tolist(),
+                    kk.sum(axis=1).tolist(),
+                )
+                self._pairs[a, b] = pair
+            planes = [p for p in range(P) if hk_s[p] and hk_d[p] and (pair is None or pair[0][p])]
             if not planes:
                 fl.res, fl.w, fl.eff = np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
                 return
@@ -779,16 +790,13 @@ class FluidModel:
             for p in planes:
                 res += [self._up0 + s * P + p, self._down0 + d * P + p]
                 w += [share, share]
-                if not (self.host_true[s, p] and self.host_true[d, p]):
+                if not (ht_s[p] and ht_d[p]):
                     lost += share
                     continue
-                if a != b:
+                if pair is not None:
                     res += [self._pool_up0 + p * self.A + a, self._pool_down0 + p * self.A + b]
                     w += [share, share]
-                    known = self.fab_known[p, a] & self.fab_known[p, b]
-                    true = self.fab_true[p, a] & self.fab_true[p, b]
-                    dead = int((known & ~true).sum())
-                    lost += share * dead / int(known.sum())
+                    lost += share * pair[1][p] / pair[2][p]
             fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.array(w), max(0.0, 1.0 - lost)
             return
         # RoCE / IB: one QP, one path.
@@ -1331,6 +1339,7 @@ class FluidModel:
                 # PFC pauses the sending ports: the dead QPs get the uplink's share
                 self._buf_full.update(full)
                 self._route_cache.clear()
+                self._pairs.clear()
                 for i, fl in enumerate(flows):
                     if fl.buf in full:
                         self._route(fl)
@@ -1457,6 +1466,7 @@ class FluidModel:
                             }
                         )
                     self._route_cache.clear()
+                    self._pairs.clear()
                     if added:
                         merge()
                     for i, fl in enumerate(flows):
