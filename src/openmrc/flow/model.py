@@ -775,12 +775,10 @@ class FluidModel:
             if a != b and pair is None:
                 kk = self.fab_known[:, a] & self.fab_known[:, b]
                 tt = self.fab_true[:, a] & self.fab_true[:, b]
-                pair = (
-                    kk.any(axis=1).tolist(),
-                    (kk & ~tt).sum(axis=1).tolist(),
-                    kk.sum(axis=1).tolist(),
-                )
-                self._pairs[a, b] = pair
+                p_dead: list[int] = (kk & ~tt).sum(axis=1).tolist()
+                p_count: list[int] = kk.sum(axis=1).tolist()
+                p_ok = [c > 0 for c in p_count]
+                pair = self._pairs[a, b] = (p_ok, p_dead, p_count)
             planes = [p for p in range(P) if hk_s[p] and hk_d[p] and (pair is None or pair[0][p])]
             if not planes:
                 fl.res, fl.w, fl.eff = np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
