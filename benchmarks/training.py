@@ -37,7 +37,15 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``flow-1024`` / ``flow-1024-roce`` - scenarios/training/gpt3-175b-1024.toml
   at flow level with MRC / RoCE (budget: under 1 minute for the iteration);
 * ``flow-moe`` / ``flow-moe-roce`` - scenarios/training/moe-ep-128.toml at flow
-  level.
+  level;
+* ``flow-8192`` / ``flow-32768`` / ``flow-131072`` (and ``flow-scale --gpus N``) -
+  scenarios/training/gpt3-175b-1024.toml widened by DP to N GPUs (TP 8, PP 8, DP
+  N / 64, 32 micro-batches per replica, its T1 link failure) on the paper's switch
+  radix (two tiers of 512-port switches: 256 hosts per T0, 256 T1s, N / 256 T0s
+  per plane, 8 planes), one iteration at flow level, MRC and RoCE (``--transport``:
+  one), each in a process of its own: step time, CPU seconds (all, and the model's
+  run alone) and the process's peak resident memory (the goal at 131,072 GPUs:
+  5 CPU minutes and 16 GB each).
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -59,7 +67,9 @@ import copy
 import dataclasses
 import itertools
 import json
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -652,6 +662,72 @@ TIMED = {
 }
 
 
+#: the DP-widened GPT-3 cases: GPUs
+SCALED = {"flow-8192": 8192, "flow-32768": 32768, "flow-131072": 131072}
+
+
+def scaled_data(gpus: int) -> tuple[dict[str, Any], Path]:
+    """gpt3-175b-1024.toml widened by DP to ``gpus`` GPUs on the paper's switch radix."""
+    if gpus % 256 or gpus < 256:
+        raise SystemExit(f"--gpus: {gpus} is not a multiple of 256 (one T0's hosts)")
+    data, base = _scenario_data("gpt3-175b-1024.toml")
+    d = copy.deepcopy(data)
+    d["fabric"].update(t0s=gpus // 256, hosts_per_t0=256, t1s=256)
+    dp = gpus // (d["job"]["parallel"]["tp"] * d["job"]["parallel"]["pp"])
+    d["job"]["parallel"]["dp"] = dp
+    d["job"]["model"]["global_batch"] = 32 * dp
+    return d, base
+
+
+def scaled_one(gpus: int, transport: str) -> dict[str, Any]:
+    """One iteration of the widened job with one transport, in this process."""
+    import openmrc.flow.model as fm
+
+    data, base = scaled_data(gpus)
+    data["transport"] = {**data.get("transport", {}), "name": transport}
+    data.setdefault("run", {})["mode"] = "flow"
+    model_cpu = [0.0]
+    run = fm.FluidModel.run
+
+    def timed_run(self: Any, until_ps: float | None = None) -> Any:
+        c = time.process_time()
+        try:
+            return run(self, until_ps)
+        finally:
+            model_cpu[0] += time.process_time() - c
+
+    fm.FluidModel.run = timed_run  # type: ignore[method-assign]
+    c = time.process_time()
+    sc = parse(data, base_dir=base)
+    res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+    return {
+        "gpus": gpus,
+        "transport": transport,
+        "step_us": rows[0]["step_time_us"],
+        "cpu_s": round(time.process_time() - c, 1),
+        "model_cpu_s": round(model_cpu[0], 1),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "events": res.events,
+        "recomputes": res.recomputes,
+    }
+
+
+def scaled(case: str, gpus: int, transports: list[str]) -> list[dict[str, Any]]:
+    """The widened job with each transport, each in a fresh process (its own peak memory)."""
+    rows = []
+    for tr in transports:
+        cmd = [sys.executable, __file__, "--case", "flow-scale", "--gpus", str(gpus)]
+        got = subprocess.run(
+            [*cmd, "--transport", tr, "--in-process"], capture_output=True, text=True
+        )
+        if got.returncode:
+            raise SystemExit(f"{case} {tr}: {got.stderr.strip().splitlines()[-1:]}")
+        row = {"case": case, **json.loads(got.stdout.strip().splitlines()[-1])}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def ring_weights() -> None:
     """Every flow-level model of this run weights RoCE's ring hop flows by their messages
     ready (``FluidModel.ring_weights``), as :func:`ring_messages` wraps the model."""
@@ -702,8 +778,12 @@ def main() -> int:
             "dcqcn-series",
             "dcqcn-arrivals",
             *TIMED,
+            "flow-scale",
+            *SCALED,
         ],
     )
+    ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
+    ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument(
         "--flips",
@@ -755,6 +835,12 @@ def main() -> int:
             dcqcn_series()
         elif case == "dcqcn-arrivals":
             dcqcn_arrivals()
+        elif case == "flow-scale" or case in SCALED:
+            gpus = SCALED.get(case, args.gpus)
+            if args.in_process:
+                print(json.dumps(scaled_one(gpus, args.transport or "mrc")), flush=True)
+                continue
+            out += scaled(case, gpus, [args.transport] if args.transport else ["mrc", "roce"])
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)

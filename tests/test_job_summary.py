@@ -42,6 +42,20 @@ def test_the_ideal_is_compute_and_line_rate_bytes_by_hand() -> None:
     assert bound_ps(h, [0, 1, 2, 3], rate) == pytest.approx(3 * 1_000_000 / rate)
 
 
+def test_the_ideal_tells_equal_collectives_apart_by_their_servers() -> None:
+    """Two all-reduces of one kind and size, one inside a server and one across two:
+    NVLink time for the first, line rate for the second (a transfer task's cost is
+    computed once per kind, size and which of its ranks share a server)."""
+    rate = nic_bytes_per_ps(8, 100.0)
+    g = JobGraph("t", ranks=3, gpus_per_server=2)
+    a = g.add(Task("allreduce", (0, 1), size=1_000_000))
+    g.add(Task("allreduce", (1, 2), deps=(a,), size=1_000_000))
+    expect = 1_000_000 / g.nvlink_bytes_per_ps + 1_000_000 / rate
+    assert bound_ps(g, [0, 1, 2], rate) == pytest.approx(expect)
+    # the same two on three servers: line rate twice
+    assert bound_ps(g, [0, 2, 4], rate) == pytest.approx(2 * 1_000_000 / rate)
+
+
 @pytest.mark.parametrize("mode", ["flow", "packet"])
 def test_slowdown_is_never_below_one(mode: str) -> None:
     """The packet level beat the old ideal (the job alone in the flow-level model):

@@ -576,6 +576,10 @@ class FluidModel:
         self._route_cache: dict[
             tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool, int]
         ] = {}
+        #: MRC: per (T0, T0) pair and plane, whether a T1 path is known alive, and the
+        #: known-alive T1 paths that are truly dead and their count (cleared with
+        #: ``_route_cache``: every route between two T0s reads the same)
+        self._pairs: dict[tuple[int, int], tuple[list[bool], list[int], list[int]]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -617,6 +621,7 @@ class FluidModel:
             self.fab_true[p, a, k] = self.fab_known[p, a, k] = False
         self._update_caps()
         self._route_cache.clear()
+        self._pairs.clear()
 
     def _targets(self, f: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
         """(host links (h, p), fabric links (p, a, k)) a fault acts on."""
@@ -764,13 +769,17 @@ class FluidModel:
         res: list[int] = []
         w: list[float] = []
         if self.transport == "mrc":
-            planes = []
-            for p in range(P):
-                if not (self.host_known[s, p] and self.host_known[d, p]):
-                    continue
-                if a != b and not (self.fab_known[p, a] & self.fab_known[p, b]).any():
-                    continue
-                planes.append(p)
+            hk_s, hk_d = self.host_known[s].tolist(), self.host_known[d].tolist()
+            ht_s, ht_d = self.host_true[s].tolist(), self.host_true[d].tolist()
+            pair = self._pairs.get((a, b)) if a != b else None
+            if a != b and pair is None:
+                kk = self.fab_known[:, a] & self.fab_known[:, b]
+                tt = self.fab_true[:, a] & self.fab_true[:, b]
+                p_dead: list[int] = (kk & ~tt).sum(axis=1).tolist()
+                p_count: list[int] = kk.sum(axis=1).tolist()
+                p_ok = [c > 0 for c in p_count]
+                pair = self._pairs[a, b] = (p_ok, p_dead, p_count)
+            planes = [p for p in range(P) if hk_s[p] and hk_d[p] and (pair is None or pair[0][p])]
             if not planes:
                 fl.res, fl.w, fl.eff = np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
                 return
@@ -779,16 +788,13 @@ class FluidModel:
             for p in planes:
                 res += [self._up0 + s * P + p, self._down0 + d * P + p]
                 w += [share, share]
-                if not (self.host_true[s, p] and self.host_true[d, p]):
+                if not (ht_s[p] and ht_d[p]):
                     lost += share
                     continue
-                if a != b:
+                if pair is not None:
                     res += [self._pool_up0 + p * self.A + a, self._pool_down0 + p * self.A + b]
                     w += [share, share]
-                    known = self.fab_known[p, a] & self.fab_known[p, b]
-                    true = self.fab_true[p, a] & self.fab_true[p, b]
-                    dead = int((known & ~true).sum())
-                    lost += share * dead / int(known.sum())
+                    lost += share * pair[1][p] / pair[2][p]
             fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.array(w), max(0.0, 1.0 - lost)
             return
         # RoCE / IB: one QP, one path.
@@ -1051,6 +1057,10 @@ class FluidModel:
         grp_a = np.zeros(0, dtype=np.int64)
         buf_a = np.zeros(0, dtype=np.int64)  # _Flow.buf
         cut_a = np.zeros(0, dtype=bool)  # _Flow.cut (set on the _Flow when it is rerouted)
+        # _Flow.total, .mute and whether .episode is set: a refill reads them as arrays
+        tot_a = np.zeros(0)
+        mute_a = np.zeros(0, dtype=bool)
+        ep_a = np.zeros(0, dtype=bool)
         #: dead QPs' bytes queued at T0 uplinks (payload bytes), by the uplink's resource
         buf_q: dict[int, float] = {}
         xoff = self.pfc_xoff_bytes * self.payload_share
@@ -1112,6 +1122,7 @@ class FluidModel:
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
+            nonlocal tot_a, mute_a, ep_a
             nonlocal ent_slot, ent_res, ent_w, ri_a, top_a, wt_a
             k = len(added)
             new = np.empty(k, dtype=object)
@@ -1130,6 +1141,11 @@ class FluidModel:
             grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
             buf_a = np.concatenate((buf_a, np.fromiter((f.buf for f in added), np.int64, k)))
             cut_a = np.concatenate((cut_a, np.fromiter((f.cut for f in added), bool, k)))
+            tot_a = np.concatenate((tot_a, np.fromiter((f.total for f in added), float, k)))
+            mute_a = np.concatenate((mute_a, np.fromiter((f.mute for f in added), bool, k)))
+            ep_a = np.concatenate(
+                (ep_a, np.fromiter((f.episode is not None for f in added), bool, k))
+            )
             ri_a = np.concatenate((ri_a, np.fromiter((f.ri for f in added), np.int64, k)))
             top_a = np.concatenate(
                 (top_a, np.fromiter((f.total - f.held for f in added), float, k))
@@ -1177,17 +1193,13 @@ class FluidModel:
                 if len(idx):
                     local = np.cumsum(mine) - 1  # slot -> index among the refilled
                     em = mine[ent_slot]
-                    sizes = (
-                        None
-                        if self.dcqcn is None
-                        else np.fromiter((fl.total for fl in flows[idx]), float, len(idx))
-                    )
+                    sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
                     if self.dcqcn is not None:
-                        filled = flows[idx]
-                        mute = np.fromiter((fl.mute for fl in filled), bool, len(idx))
-                        eps = [fl.episode for fl in filled]
+                        mute = mute_a[idx]
+                        if ep_a[idx].any():
+                            eps = [fl.episode for fl in flows[idx]]
                         cuts = np.zeros(len(idx), dtype=bool)
                     shares = None
                     if weigh:
@@ -1212,7 +1224,7 @@ class FluidModel:
                     if mute is not None and mute.any():
                         # the cut each muted QP misses now (None: its queue is not congested)
                         for q in np.flatnonzero(mute).tolist():
-                            filled[q].missed = missed.get(q)
+                            flows[idx[q]].missed = missed.get(q)
                 recomputes += 1
                 dirty.clear()
                 dirty_all = False
@@ -1309,6 +1321,7 @@ class FluidModel:
                     rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
                     eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
                     buf_a, cut_a = buf_a[keep], cut_a[keep]
+                    tot_a, mute_a, ep_a = tot_a[keep], mute_a[keep], ep_a[keep]
                     pace_a = pace_a[keep]
                     ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
                     ekeep = keep[ent_slot]
@@ -1324,10 +1337,11 @@ class FluidModel:
                 # PFC pauses the sending ports: the dead QPs get the uplink's share
                 self._buf_full.update(full)
                 self._route_cache.clear()
+                self._pairs.clear()
                 for i, fl in enumerate(flows):
                     if fl.buf in full:
                         self._route(fl)
-                        pace_a[i], buf_a[i] = self.pace(fl), fl.buf
+                        pace_a[i], buf_a[i], mute_a[i] = self.pace(fl), fl.buf, fl.mute
                 ent_slot, ent_res, ent_w = entries(flows, 0)
                 dirty_all = True
             while heap and heap[0][0] <= now:
@@ -1450,6 +1464,7 @@ class FluidModel:
                             }
                         )
                     self._route_cache.clear()
+                    self._pairs.clear()
                     if added:
                         merge()
                     for i, fl in enumerate(flows):
@@ -1464,7 +1479,9 @@ class FluidModel:
                             # the failure; docs/training.md)
                             fl.episode = (*fl.missed, float(rem_a[i]) + fl.held)
                             fl.missed = None
+                            ep_a[i] = True
                         eff_a[i], dead_a[i], grp_a[i] = fl.eff, fl.dead, fl.grp
+                        mute_a[i] = fl.mute
                         buf_a[i] = fl.buf
                         pace_a[i] = self.pace(fl)
                         if fl.dead and not was and fl.cut and self.dcqcn is not None:

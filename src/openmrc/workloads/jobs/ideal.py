@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from .. import collectives as coll
 from .graph import JobGraph
 
+#: a transfer task's time at line rate and its (rank position, bytes) sent and received
+_Shape = tuple[float, list[tuple[int, int]], list[tuple[int, int]]]
+
 
 def ideal_step_ps(graph: JobGraph, hosts: Sequence[int], nic_bytes_per_ps: float) -> float:
     """The lower bound (ps) on ``graph`` run with rank ``r`` on host ``hosts[r]``, from
@@ -40,40 +43,60 @@ def ideal_step_ps(graph: JobGraph, hosts: Sequence[int], nic_bytes_per_ps: float
     sent: dict[int, int] = {}
     received: dict[int, int] = {}
     end = [0.0] * len(graph.tasks)
+    # a transfer task's own cost depends only on its kind, size and which of its ranks
+    # share a server: computed once per such shape (a job's DP rings, pipeline sends
+    # and expert all-to-alls repeat a few shapes thousands of times)
+    shapes: dict[tuple[object, ...], _Shape] = {}
     for i, task in enumerate(graph.tasks):
         start = max((end[d] for d in task.deps), default=0.0)
         if task.kind == "compute":
             end[i] = start + task.dur_ps
             continue
-        if task.kind == "p2p":
-            transfers = [coll.Transfer(0, 1, task.size)]
-        elif len(task.ranks) < 2:
+        if task.kind != "p2p" and len(task.ranks) < 2:
             end[i] = start
             continue
-        else:
-            transfers = list(coll.build(task.kind, len(task.ranks), task.size).transfers)
-        # the transfers' own chain, each at line rate (or over NVLink)
-        done: list[float] = []
-        out: dict[int, int] = {}
-        into: dict[int, int] = {}
-        for t in transfers:
-            src, dst = hosts[task.ranks[t.src]], hosts[task.ranks[t.dst]]
-            ready = max((done[d] for d in t.deps), default=0.0)
-            if src // G == dst // G:
-                done.append(ready + t.size / nvl)
-                continue
-            done.append(ready + t.size / nic_bytes_per_ps)
-            out[src] = out.get(src, 0) + t.size
-            into[dst] = into.get(dst, 0) + t.size
-        busiest = max([*out.values(), *into.values(), 0]) / nic_bytes_per_ps
-        end[i] = start + max(max(done, default=0.0), busiest)
-        for h, b in out.items():
+        ranks = task.ranks[:2] if task.kind == "p2p" else task.ranks
+        servers: dict[int, int] = {}
+        where = tuple(servers.setdefault(hosts[r] // G, len(servers)) for r in ranks)
+        key = (task.kind, task.size, where)
+        got = shapes.get(key)
+        if got is None:
+            got = _shape_cost(task.kind, task.size, where, nvl, nic_bytes_per_ps)
+            shapes[key] = got
+        took, out, into = got
+        end[i] = start + took
+        for pos, b in out:
+            h = hosts[ranks[pos]]
             sent[h] = sent.get(h, 0) + b
-        for h, b in into.items():
+        for pos, b in into:
+            h = hosts[ranks[pos]]
             received[h] = received.get(h, 0) + b
     path = max(end, default=0.0)
     nic = max([*sent.values(), *received.values(), 0]) / nic_bytes_per_ps
     return max(path, nic)
+
+
+def _shape_cost(kind: str, size: int, where: tuple[int, ...], nvl: float, nic: float) -> _Shape:
+    """A transfer task's time at line rate (its transfers' own chain, or its busiest
+    NIC) and the bytes each of its ranks sends and receives over the network, by
+    rank position, for ranks on servers ``where`` (a server index per position)."""
+    if kind == "p2p":
+        transfers = [coll.Transfer(0, 1, size)]
+    else:
+        transfers = list(coll.build(kind, len(where), size).transfers)
+    done: list[float] = []
+    out: dict[int, int] = {}
+    into: dict[int, int] = {}
+    for t in transfers:
+        ready = max((done[d] for d in t.deps), default=0.0)
+        if where[t.src] == where[t.dst]:
+            done.append(ready + t.size / nvl)
+            continue
+        done.append(ready + t.size / nic)
+        out[t.src] = out.get(t.src, 0) + t.size
+        into[t.dst] = into.get(t.dst, 0) + t.size
+    busiest = max([*out.values(), *into.values(), 0]) / nic
+    return max(max(done, default=0.0), busiest), list(out.items()), list(into.items())
 
 
 def nic_bytes_per_ps(planes: int, host_gbps: float) -> float:
