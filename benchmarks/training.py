@@ -3,7 +3,7 @@
 Cases (``--case``, repeatable; default ``agreement``):
 
 * ``agreement`` - every small job both models can run (the 8-GPU calibration
-  job of tests/test_training.py, scenarios/training/chakra-8.toml and
+  job of tests/pipeline/test_training.py, scenarios/training/chakra-8.toml and
   aicb-16.toml; ``--big`` adds gpt-1b-64.toml), MRC and RoCE, without and with
   a T0-T1 link failure, per seed (``--seeds``, default 1-2): step time at
   packet level and at flow level, and every kind of transfer's mean duration

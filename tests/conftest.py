@@ -12,7 +12,7 @@ import pytest
 from openmrc.pipeline.results import validate
 from tests.tools import skip_reason
 
-#: results.json files checked so far (tests/test_results.py checks the check ran).
+#: results.json files checked so far (tests/pipeline/test_results.py checks the check ran).
 VALIDATED: list[Path] = []
 
 

@@ -8,7 +8,7 @@ overrides that make its reduced *quick* size, what the paper published, and a
 with the numbers it measured.  ``openmrc paper`` runs them (:mod:`openmrc.paper.run`:
 in parallel, resumably, over seeds) and prints and writes the table
 (``paper.md``, ``paper.json``, ``report.html``);
-``tests/test_paper_scenarios.py`` asserts the same checks at the quick size, so
+``tests/paper/test_scenarios.py`` asserts the same checks at the quick size, so
 the shapes are defined once, here.
 
 A shape that does not hold is reported as such, with the measured numbers; it

@@ -18,7 +18,7 @@ checked and ``OUT/experiments/<name>.seed<S>.json`` is written; the table (see
 Seeds: ``--seeds N`` runs each scenario file at its own seed and the ``N - 1``
 next ones (every bundled file has ``seed = 1``: seeds 1 to N).  A run's result
 depends only on its scenario and seed, never on which worker ran it or when:
-serial and parallel runs give the same documents (``tests/test_paper.py``).
+serial and parallel runs give the same documents (``tests/paper/test_run.py``).
 
 Points are submitted longest first (an estimate from the bytes the workload
 moves and the QPs that carry them): on a few cores, a long run started last

@@ -31,7 +31,7 @@ CHAKRA_JOB = JobSpec(
 
 #: The scenario (as parsed data) of the small job on which the flow-level model is
 #: calibrated against the packet simulator: 8 GPUs, PP 2 x DP 4, runs in seconds at
-#: packet level.  ``tests/test_training.py`` checks the agreement on it and
+#: packet level.  ``tests/pipeline/test_training.py`` checks the agreement on it and
 #: ``benchmarks/training.py`` puts it first in its agreement table.
 CALIBRATION_SCENARIO: dict[str, Any] = {
     "seed": 1,

@@ -26,7 +26,7 @@ from openmrc.sweep.spec import load_spec
 from tests.browser import probe_page
 from tests.tools import needs_tool, sigint_default
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = ROOT / "scenarios" / "sweeps"
 
 #: A fabric small enough that a point takes a fraction of a second.

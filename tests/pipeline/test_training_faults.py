@@ -167,7 +167,7 @@ def test_roce_at_flow_level_retransmits_adaptively_as_the_packet_baseline() -> N
 
     from openmrc.pipeline.scenario import read_data
 
-    path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / "chakra-8.toml"
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "chakra-8.toml"
 
     def step(roce: dict[str, Any], fault: bool) -> float:
         d = read_data(path)

@@ -12,7 +12,7 @@ import pytest
 from openmrc.cli import main
 from openmrc.pipeline.run import load_scenario, run_estimate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PERM = str(ROOT / "scenarios" / "permutation-64.toml")
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -15,7 +15,7 @@ from openmrc.cli import main
 from openmrc.pipeline import campaign as cp
 from openmrc.pipeline.jobrun import run_flow
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "training" / "campaign-16.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "campaign-16.toml"
 
 #: no drawn failures (every rate zero), no hand-given ones
 NO_FAILURES = [

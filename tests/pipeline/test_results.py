@@ -12,7 +12,7 @@ import pytest
 from openmrc.cli import main
 from openmrc.pipeline.results import SCHEMA_VERSION, schema, validate
 
-LINK = str(Path(__file__).resolve().parent.parent / "scenarios" / "t0-t1-link-failure.toml")
+LINK = str(Path(__file__).resolve().parents[2] / "scenarios" / "t0-t1-link-failure.toml")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from openmrc.workloads.jobs import (
 )
 from openmrc.workloads.jobs.examples import CHAKRA_JOB, write_examples
 
-SHIPPED = Path(__file__).resolve().parent.parent / "scenarios" / "training"
+SHIPPED = Path(__file__).resolve().parents[2] / "scenarios" / "training"
 
 
 def test_shipped_examples_are_what_the_project_writes(tmp_path: Path) -> None:

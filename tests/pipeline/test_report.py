@@ -27,7 +27,7 @@ from tests.tools import needs_tool
 
 needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
 
-LINK = str(Path(__file__).resolve().parent.parent / "scenarios" / "t0-t1-link-failure.toml")
+LINK = str(Path(__file__).resolve().parents[2] / "scenarios" / "t0-t1-link-failure.toml")
 SMALL = ["--set", "workload.size=512KiB", "--set", "run.payloads=false"]
 SMALL += ["--set", "faults[0].at_us=4", "--no-progress"]
 # eight messages a flow (one per RoCE QP: compare stripes RoCE over the 8 planes) and

@@ -12,7 +12,7 @@ from openmrc.cli import main
 from openmrc.pipeline import campaign
 from openmrc.pipeline.scenario import ScenarioError, load, parse, parse_size
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 SMALL = {
     "seed": 3,
@@ -22,7 +22,7 @@ SMALL = {
 
 
 def test_every_shipped_scenario_parses() -> None:
-    # scenarios/sweeps/ holds sweep files, not scenarios (tests/test_sweep.py checks them);
+    # scenarios/sweeps/ holds sweep files, not scenarios (tests/sweep/test_sweep.py checks them);
     # scenarios/scale/ holds the paper-size fabrics, checked below at a reduced size.
     files = sorted(
         p

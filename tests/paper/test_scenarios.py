@@ -16,13 +16,13 @@ from openmrc.cli import main
 from openmrc.paper import experiments as paper
 from openmrc.pipeline.scenario import parse
 
-PAPER = Path(__file__).resolve().parent.parent / "scenarios" / "paper"
+PAPER = Path(__file__).resolve().parents[2] / "scenarios" / "paper"
 
 #: Published shapes that do not hold in openmrc today; the table says "does not hold"
 #: with the measured numbers.  Each stays here until it holds (the test then passes).
 KNOWN_EXCEPTIONS: dict[str, str] = {}
 
-#: ``OPENMRC_PAPER_SEEDS=10 pytest tests/test_paper_scenarios.py -k seeds`` runs
+#: ``OPENMRC_PAPER_SEEDS=10 pytest tests/paper/test_scenarios.py -k seeds`` runs
 #: ``openmrc paper --quick --seeds 10`` (about ten times the quick run) and asserts
 #: every shape holds at all but one seed in ten, rounded up (issue 18: 9 of 10, 4 of 5).
 #: Not run by default: the quick run alone is the suite's longest.  With

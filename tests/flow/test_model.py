@@ -224,7 +224,7 @@ def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
     from openmrc.pipeline.jobrun import run_flow
     from openmrc.pipeline.scenario import parse, read_data
 
-    path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / "chakra-8.toml"
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "chakra-8.toml"
     steps = {}
     for label, roce in (
         ("nvidia", {}),
@@ -273,7 +273,7 @@ def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:
     if name == "small-8":
         data, base = copy.deepcopy(CALIBRATION_SCENARIO), None
     else:
-        path = Path(__file__).resolve().parent.parent / "scenarios" / "training" / name
+        path = Path(__file__).resolve().parents[2] / "scenarios" / "training" / name
         data, base = read_data(path), path.parent
     data["seed"] = 1
     data["transport"] = {"name": transport}

@@ -15,7 +15,7 @@ from openmrc.workloads.jobs.graph import JobGraph, Task
 from openmrc.workloads.jobs.ideal import ideal_step_ps as bound_ps
 from openmrc.workloads.jobs.ideal import nic_bytes_per_ps
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAKRA = str(ROOT / "scenarios" / "training" / "chakra-8.toml")
 AICB = str(ROOT / "scenarios" / "training" / "aicb-16.toml")
 FLOW = ["--set", "run.mode=flow", "--no-progress"]

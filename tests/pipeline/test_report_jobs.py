@@ -19,7 +19,7 @@ from tests.tools import needs_tool
 
 needs_mpl = pytest.mark.skipif(not have_plots(), reason="matplotlib (openmrc[report]) missing")
 
-CHAKRA = str(Path(__file__).resolve().parent / ".." / "scenarios" / "training" / "chakra-8.toml")
+CHAKRA = str(Path(__file__).resolve().parents[2] / "scenarios" / "training" / "chakra-8.toml")
 # three iterations at flow level (a fraction of a second), a T0-T1 link failing in the
 # second: each transport's timeline marks it
 RUN = ["--set", "run.mode=flow", "--set", "workload.iterations=3", "--no-progress"]
