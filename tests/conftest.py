@@ -23,9 +23,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip each test whose ``needs_tool`` names a tool missing from PATH."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip each test whose ``needs_tool`` names a tool missing from PATH; and, when the
+    suite runs on several workers (pytest-xdist, ``--dist loadgroup``), keep each test
+    file on one worker (its module fixtures are built once) and every lab test on the
+    same worker (one real fabric at a time)."""
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
+        if grouped:
+            group = "lab" if item.get_closest_marker("lab") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
         for mark in item.iter_markers("needs_tool"):
             reason = skip_reason(str(mark.args[0]))
             if reason is not None:
