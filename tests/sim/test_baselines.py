@@ -143,6 +143,68 @@ def test_adaptive_retransmission_short_first_timeout_doubles_to_the_ack_timeout(
     assert fixed.rto == cap
 
 
+def test_receiver_acks_a_slowly_paced_qp_packet_by_packet() -> None:
+    """Count-based coalescing (``ack_every``) holds an ACK until the 16th packet; a QP
+    paced at a quarter of a gigabit takes 2 ms for that, longer than the first
+    adaptive timeout.  ``ack_delay_ps`` bounds the wait: a packet arriving that long
+    after the previous ACK is ACKed at once; at line rate the count still rules."""
+    cfg = RoceConfig(dcqcn=DcqcnConfig(enabled=False))  # ack_every 16, ack_delay 16 us
+    snd = RoceSender(cfg, 7, 0, 1, 50000, LINE)
+    rcv = RoceReceiver(cfg, 7, 1, 0, 50000)
+    snd.post(1, 0, 64 * 4096)
+    gap = 130 * US  # one 4 KiB packet every 130 us: about 0.25 Gb/s
+    acks = [len(rcv.receive(snd.build(i * gap), i * gap)) for i in range(8)]
+    assert acks == [1] * 8
+    # back to back (a packet every 0.1 us): one ACK per 16 packets after the first
+    t0 = 8 * gap
+    acked = [rcv.receive(snd.build(t0 + i * 100_000), t0 + i * 100_000) for i in range(32)]
+    assert sum(len(a) for a in acked) == 2
+    # without the bound, the slow packets wait for the 16th
+    slow = RoceConfig(ack_delay_ps=0, dcqcn=DcqcnConfig(enabled=False))
+    s2, r2 = RoceSender(slow, 8, 0, 1, 50001, LINE), RoceReceiver(slow, 8, 1, 0, 50001)
+    s2.post(1, 0, 64 * 4096)
+    assert sum(len(r2.receive(s2.build(i * gap), i * gap)) for i in range(15)) == 0
+
+
+def test_slow_restart_cuts_the_rate_on_a_timeout() -> None:
+    """ConnectX slow restart (on by default): a retransmission timeout cuts the QP's
+    DCQCN rate as a CNP would; off, a timeout leaves the rate alone."""
+    for on in (True, False):
+        cfg = RoceConfig(slow_restart=on, dcqcn=DcqcnConfig.profile("hpcc"))
+        snd = RoceSender(cfg, 7, 0, 1, 50000, LINE, adp_offset=0)
+        snd.post(1, 0, 3 * 4096)
+        for _ in range(3):
+            snd.build(0)
+        assert snd.dcqcn is not None and snd.dcqcn.rate(0) == LINE
+        t = snd.deadline()
+        assert t is not None
+        before, alpha = snd.dcqcn.rate(t), snd.dcqcn.alpha
+        assert before == LINE and alpha > 0.1
+        snd.on_timer(t)
+        assert snd.timeouts == 1 and snd.nxt == 0
+        assert snd.slow_restarts == (1 if on else 0)
+        assert snd.dcqcn.rc == (pytest.approx(LINE * (1 - alpha / 2)) if on else LINE)
+        assert snd.dcqcn.cnps == 0  # no CNP arrived
+
+
+def test_loss_free_quick_ring_has_no_ack_timeout() -> None:
+    """The paper experiments' quick ring (16 ranks across 4 T0s, 16 MiB, RoCE 1 QP,
+    PFC, DCQCN, 400 G) loses nothing, so no retransmission timer may fire.  DCQCN
+    paces some QPs at a quarter of a gigabit there; with count-only ACK coalescing
+    (``ack_delay_ps = 0``) their 16th packet came 2 ms after the first and the 524 us
+    timer fired (2 timeouts on seed 1)."""
+    from openmrc.workloads import collectives as C
+
+    spec = ClosSpec(planes=1, t0s=4, hosts_per_t0=4, t1s=4, host_gbps=400, fabric_gbps=400)
+    exp = make_experiment(spec, transport=TransportConfig(name="roce"), seed=1)
+    ring = C.allreduce(16, 16 << 20, channels=2)
+    exp.add_collective(ring, placement=[0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15])
+    r = exp.run(until_ps=20_000 * US)
+    assert r.collectives[0]["complete"]
+    assert sum(f.timeouts for f in r.flows) == 0
+    assert sum(f.retransmits for f in r.flows) == 0
+
+
 def test_roce_ring_recovers_tail_losses_fast_at_0_1_percent() -> None:
     """Each ring step is a new transfer whose last packet, if lost, only a timeout
     recovers: with ConnectX adaptive retransmission that costs 0.5-1 ms, not the

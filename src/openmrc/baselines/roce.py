@@ -10,8 +10,11 @@ NIC does for RDMA WRITEs on one RC queue pair:
 * **Go-back-N.**  The receiver (:class:`RoceReceiver`) accepts only the
   expected PSN.  On the first packet beyond a gap it sends one NAK (sequence
   error) carrying the expected PSN and stays silent about later ones until the
-  gap is filled; duplicates are re-ACKed.  The sender rewinds to the NAKed PSN
-  and resends everything from there.
+  gap is filled; duplicates are re-ACKed.  In-order packets are ACKed every
+  ``ack_every`` packets, at a message's end, and whenever ``ack_delay_ps`` has
+  passed since the last ACK (so a slowly paced QP is ACKed packet by packet).
+  The sender rewinds to the NAKed PSN and resends everything from there, at
+  most ``window_packets`` PSNs beyond the oldest unacknowledged one.
 * **Retransmission timeout.**  On expiry the sender rewinds to the oldest
   unacknowledged PSN.  With ``adaptive_retransmission`` (the default, as
   ConnectX NICs ship: NVIDIA's "Adaptive Retransmission") the first timeout is
@@ -20,7 +23,8 @@ NIC does for RDMA WRITEs on one RC queue pair:
   progress doubles it, capped at the QP's local ACK timeout ``4.096 us x 2**t``
   (:func:`ack_timeout_ps`); progress resets it to the initial value; the QP
   goes to the error state after ``retries x`` the local ACK timeout without
-  progress.  Without it the timeout is the local ACK timeout and the QP errors
+  progress; with ``slow_restart`` each expiry also cuts the QP's DCQCN rate as
+  a CNP would.  Without it the timeout is the local ACK timeout and the QP errors
   after ``retries`` consecutive expiries without progress.  Either way the
   outstanding messages of an errored QP complete in error.
 * **DCQCN** (:class:`Dcqcn`, the reaction point; the notification point is in
@@ -266,6 +270,16 @@ class RoceConfig:
     timeout_exp: int = 20
     retries: int = 7
     ack_every: int = 16
+    #: The receiver also ACKs an in-order packet that arrives this long or longer
+    #: after its previous ACK (0: count-based coalescing only).  A responder that
+    #: waited for ``ack_every`` packets however slowly they came would let a QP
+    #: that DCQCN paces below about 1 Gb/s outlive the first adaptive timeout with
+    #: nothing lost.  NVIDIA does not publish its responder's coalescing; 16 us is
+    #: openmrc's choice (docs/baselines.md gives the reasoning).
+    ack_delay_ps: int = 16_000_000
+    #: PSNs outstanding at most: the transmit window.  ConnectX ships it off
+    #: (``roce_tx_window_en = 0``; its size is not published), so the default is
+    #: only the bound of the 24-bit PSN space.
     window_packets: int = 1 << 22
     #: NVIDIA ConnectX "Adaptive Retransmission" (``roce_adp_retrans_en``, on by
     #: default): short first timeouts that double on each expiry without
@@ -280,6 +294,11 @@ class RoceConfig:
     #: smallest range with no spurious expiry in lossless PFC runs (docs/baselines.md).
     adp_init_exp: int = 7
     adp_init_range: int = 2
+    #: ConnectX "slow restart" (``roce_slow_restart_en = 1`` in NVIDIA's ROCE_ACCL
+    #: example): a retransmission timeout cuts the QP's DCQCN rate as one CNP
+    #: would (the NIC counts "slow restart generated CNP packets").  No effect
+    #: without DCQCN.
+    slow_restart: bool = True
     #: Receiver: PSNs up to this far beyond the expected one are placed out of
     #: order and remembered (0: strict go-back-N, every such packet is dropped).
     #: Adaptive-routing InfiniBand NICs place out-of-order packets of RDMA WRITEs.
@@ -297,12 +316,11 @@ class RoceConfig:
         ack_timeout_ps(self.timeout_exp)
         _check_int(o, "retries", self.retries, 0)
         _check_int(o, "ack_every", self.ack_every, 1)
+        _check_int(o, "ack_delay_ps", self.ack_delay_ps, 0)
         _check_int(o, "window_packets", self.window_packets, 1)
-        if not isinstance(self.adaptive_retransmission, bool):
-            raise ValueError(
-                f"{o}.adaptive_retransmission: must be true or false, "
-                f"got {self.adaptive_retransmission!r}"
-            )
+        for name in ("adaptive_retransmission", "slow_restart"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{o}.{name}: must be true or false, got {getattr(self, name)!r}")
         _check_int(o, "adp_time_base_ps", self.adp_time_base_ps, 1)
         _check_int(o, "adp_init_exp", self.adp_init_exp, 0)
         _check_int(o, "adp_init_range", self.adp_init_range, 1)
@@ -475,8 +493,12 @@ class Dcqcn:
 
     def on_cnp(self, now: int) -> None:
         """A CNP arrived: cut the rate by ``alpha/2`` and restart the increase stages."""
-        self._advance(now)
         self.cnps += 1
+        self.cut(now)
+
+    def cut(self, now: int) -> None:
+        """Cut the rate as a CNP does (a CNP, or the sender's own slow restart)."""
+        self._advance(now)
         cfg = self.cfg
         if (
             cfg.clamp_target_rate
@@ -545,6 +567,7 @@ class RoceSender:
         "rto_max",
         "sent_bytes",
         "sent_pkts",
+        "slow_restarts",
         "sport",
         "src",
         "state",
@@ -607,6 +630,8 @@ class RoceSender:
         self.state = "ok"
         self.completed: list[tuple[int, bool, int]] = []
         self.timeouts = 0
+        #: timeouts that cut the DCQCN rate (``slow_restart``)
+        self.slow_restarts = 0
         self.rewinds = 0
         self.sent_pkts = 0
         self.sent_bytes = 0
@@ -754,6 +779,10 @@ class RoceSender:
         if self.cfg.adaptive_retransmission:
             self.rto = min(self.rto * 2, self.rto_max)
         self._timer = now + self.rto
+        dc = self.dcqcn
+        if dc is not None and self.cfg.slow_restart:
+            self.slow_restarts += 1
+            dc.cut(now)
 
 
 # ----- responder (receiver) side of a QP -------------------------------------------------
@@ -783,6 +812,7 @@ class RoceReceiver:
 
     __slots__ = (
         "_cnp",
+        "_last_ack",
         "_ooo",
         "_since_ack",
         "buffer",
@@ -822,6 +852,8 @@ class RoceReceiver:
         #: PSN -> last-of-message flag, for packets placed beyond ``expected``
         self._ooo: dict[int, bool] = {}
         self._since_ack = 0
+        #: when the last ACK went (None: never)
+        self._last_ack: int | None = None
         #: the CNP spacing: the port's shared pacer (``cnp_per_port``) or this QP's own
         self._cnp = cnp_pacer if cnp_pacer is not None and cfg.dcqcn.cnp_per_port else CnpPacer()
         self.rcvd_bytes = 0
@@ -866,8 +898,18 @@ class RoceReceiver:
                     break
                 last = self._ooo.pop(exp)
             self.expected = exp
-            if ack or self._since_ack >= self.cfg.ack_every:
+            cfg = self.cfg
+            last_ack = self._last_ack
+            if (
+                ack
+                or self._since_ack >= cfg.ack_every
+                or (
+                    cfg.ack_delay_ps > 0
+                    and (last_ack is None or now - last_ack >= cfg.ack_delay_ps)
+                )
+            ):
                 self._since_ack = 0
+                self._last_ack = now
                 out.append(self._ack(False))
         elif psn > exp:
             self.out_of_order += 1
