@@ -166,6 +166,24 @@ def test_receiver_acks_a_slowly_paced_qp_packet_by_packet() -> None:
     assert sum(len(r2.receive(s2.build(i * gap), i * gap)) for i in range(15)) == 0
 
 
+def test_transmit_window_bounds_the_psns_outstanding() -> None:
+    """``window_packets`` (ConnectX's transmit window, off by default): at most that
+    many PSNs beyond the oldest unacknowledged one; an ACK opens the window again."""
+    snd, rcv, _, _ = _pair(window_packets=4, dcqcn=DcqcnConfig(enabled=False))
+    snd.post(1, 0, 10_000)
+    pkts = []
+    while snd.ready():
+        pkts.append(snd.build(0))
+    assert len(pkts) == 4 and snd.nxt - snd.una == 4
+    for r in rcv.receive(pkts[0], 1):  # ack_every = 1 in _pair
+        snd.receive(r, 1)
+    assert snd.una == 1 and snd.ready()
+    snd.build(1)
+    assert not snd.ready()
+    # the default is no window short of the PSN space
+    assert RoceConfig().window_packets == 1 << 22
+
+
 def test_slow_restart_cuts_the_rate_on_a_timeout() -> None:
     """ConnectX slow restart (on by default): a retransmission timeout cuts the QP's
     DCQCN rate as a CNP would; off, a timeout leaves the rate alone."""
