@@ -206,8 +206,9 @@ def test_slow_restart_cuts_the_rate_on_a_timeout() -> None:
 
 
 def test_loss_free_quick_ring_has_no_ack_timeout() -> None:
-    """The paper experiments' quick ring (16 ranks across 4 T0s, 16 MiB, RoCE 1 QP,
-    PFC, DCQCN, 400 G) loses nothing, so no retransmission timer may fire.  DCQCN
+    """The quick ring of the paper's loss experiments without the loss (16 ranks
+    across 4 T0s, 16 MiB, RoCE 1 QP, PFC, DCQCN, 400 G) loses nothing, so no
+    retransmission timer may fire.  DCQCN
     paces some QPs at a quarter of a gigabit there; with count-only ACK coalescing
     (``ack_delay_ps = 0``) their 16th packet came 2 ms after the first and the 524 us
     timer fired (2 timeouts on seed 1)."""
