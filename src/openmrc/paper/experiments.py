@@ -218,7 +218,8 @@ def _ring_numbers(**runs: RingRun) -> dict[str, Any]:
     for name, r in runs.items():
         out[f"{name}_gbps"] = r.busbw
         if not r.finished:
-            out[f"{name}_bound_gbps"] = r.bound
+            # (infinite when the run stopped at time 0: no bound; JSON has no infinity)
+            out[f"{name}_bound_gbps"] = r.bound if r.bound != float("inf") else None
     return out
 
 
