@@ -241,10 +241,18 @@ def test_dcqcn_one_qp_incast_runs_at_the_papers_400g_even_quick() -> None:
 
 
 def _ring_doc(complete: bool, busbw: float, received: list[int], end_us: float) -> dict[str, Any]:
-    """A results document of a 4-rank ring all-reduce: its summary and flows' bytes."""
+    """A results document of a 4-rank 1 MB ring all-reduce: its summary and flows' bytes."""
     return {
         "collectives": [
-            {"kind": "allreduce", "ranks": 4, "complete": complete, "busbw_gbps": busbw}
+            {
+                "kind": "allreduce",
+                "ranks": 4,
+                "size": 1_000_000,
+                "busbw_factor": 1.5,
+                "complete": complete,
+                "busbw_gbps": busbw,
+                "time_us": 7.0 if complete else None,
+            }
         ],
         "flows": [{"bytes_received": b} for b in received],
         "sim_end_us": end_us,
@@ -261,16 +269,44 @@ def test_moved_busbw_is_the_bytes_each_rank_received_over_the_time_run() -> None
     assert paper.moved_busbw(_ring_doc(False, 0.0, [0] * 4, 0.0)) == 0.0
 
 
-def test_ring_runs_are_compared_on_one_footing() -> None:
-    mrc_done = _ring_doc(True, 300.0, [1] * 4, 50.0)
+def test_a_ring_that_did_not_finish_has_no_busbw_only_a_bound() -> None:
+    done = paper.ring_run(_ring_doc(True, 300.0, [1] * 4, 50.0))
+    assert (done.busbw, done.bound, done.finished) == (300.0, 300.0, True)
+    assert done.words("MRC") == "MRC 300 Gb/s"
+    # Not finished at a 100 us cap, whatever it moved: 1 MB x 1.5 in 100 us at most.
+    stuck = paper.ring_run(_ring_doc(False, 0.0, [1_000_000] * 4, 100.0))
+    assert stuck.busbw is None and not stuck.finished
+    assert stuck.bound == pytest.approx(120.0)
+    assert stuck.words("RoCE") == "RoCE not finished in 100 us (busbw below 120 Gb/s)"
+
+
+def test_ring_shapes_compare_complete_runs_or_a_bound_that_settles_them() -> None:
+    mrc_done = _ring_doc(True, 700.0, [1] * 4, 50.0)
+    mrc_stuck = _ring_doc(False, 0.0, [1_000_000] * 4, 100.0)
+    # RoCE not finished at 100 us: busbw below 120 Gb/s, below 0.2 x 700: the shape holds.
     roce_stuck = _ring_doc(False, 0.0, [1_000_000] * 4, 100.0)
-    # Quick size: the MRC run completed, so a RoCE run that did not finish has no busbw.
-    assert paper.ring_pair(roce_stuck, mrc_done) == (0.0, 300.0)
-    # Full size: both stopped at the same cap; both are the bytes they moved.
-    mrc_capped = _ring_doc(False, 0.0, [4_000_000] * 4, 100.0)
-    assert paper.ring_pair(roce_stuck, mrc_capped) == pytest.approx((80.0, 320.0))
-    v = paper.check_ring_roce_half({"roce-1qp": roce_stuck, "mrc": mrc_capped})
-    assert v.holds and "bytes moved in 100 us" in v.measured
+    v = paper.check_ring_loss1({"roce-1qp-loss1": roce_stuck, "mrc-loss1": mrc_done})
+    assert v.holds and "not finished" in v.measured and v.numbers["roce_gbps"] is None
+    # The bound (120) above 0.2 x 500 settles nothing: does not hold.
+    mrc_slower = _ring_doc(True, 500.0, [1] * 4, 50.0)
+    assert not paper.check_ring_loss1({"roce-1qp-loss1": roce_stuck, "mrc-loss1": mrc_slower}).holds
+    # MRC not finished: no shape holds on it, whatever the bytes moved.
+    for check, roles in (
+        (paper.check_ring_loss1, ("roce-1qp-loss1", "mrc-loss1")),
+        (paper.check_ring_roce_half, ("roce-1qp", "mrc")),
+        (paper.check_ring_mrc_over_16qp, ("roce-16qp", "mrc")),
+    ):
+        tiny = _ring_doc(True, 1.0, [1] * 4, 50.0)
+        v = check({roles[0]: tiny, roles[1]: mrc_stuck})
+        assert not v.holds and "MRC not finished" in v.measured
+    lossy_stuck = _ring_doc(False, 0.0, [4_000_000] * 4, 100.0)
+    v = paper.check_ring_loss01({"mrc-loss0.1": lossy_stuck, "mrc": mrc_done})
+    assert not v.holds and v.numbers["ratio"] is None
+    # Both complete: busbw against busbw.
+    v = paper.check_ring_loss01(
+        {"mrc-loss0.1": _ring_doc(True, 600.0, [1] * 4, 9.0), "mrc": mrc_done}
+    )
+    assert v.holds and v.numbers["ratio"] == pytest.approx(600 / 700)
 
 
 def test_full_size_collectives_run_in_the_bandwidth_bound_regime() -> None:
@@ -281,6 +317,12 @@ def test_full_size_collectives_run_in_the_bandwidth_bound_regime() -> None:
         for run in by_name[name].runs.values():
             assert run.overrides(False) == list(paper.RING_FULL)
             assert not set(paper.RING_FULL) & set(run.overrides(True))
+    for e in paper.EXPERIMENTS:
+        if e.name.startswith("ring-"):
+            for run in e.runs.values():
+                # Run to the end of the collective: no cap shorter than the file's own
+                # (20 ms in the lossy files; none in the loss-free ones).
+                assert not any(o.startswith("run.until_us") for o in run.overrides(False))
     for run in by_name["alltoall"].runs.values():
         assert run.overrides(False) == list(paper.A2A_FULL)
         assert 'workload.size="64MiB"' not in run.overrides(True)

@@ -20,7 +20,15 @@ PAPER = Path(__file__).resolve().parents[2] / "scenarios" / "paper"
 
 #: Published shapes that do not hold in openmrc today; the table says "does not hold"
 #: with the measured numbers.  Each stays here until it holds (the test then passes).
-KNOWN_EXCEPTIONS: dict[str, str] = {}
+KNOWN_EXCEPTIONS: dict[str, str] = {
+    name: (
+        "run to the end of the collective, RoCE at 1 % loss keeps 0.22-0.31 of MRC's busbw "
+        "(1 QP 43-50 Gb/s, 16 QPs 49-58, MRC 184-193, seeds 1-3; about 1,200 NAKs and "
+        "37-54 timeouts per run): each loss costs RoCE a NAK and a rewind, a timeout only for a lost "
+        "resend or tail (docs/paper.md); the 2 ms cap used to report both as not finished"
+    )
+    for name in ("ring-loss1", "ring-loss1-roce-16qp")
+}
 
 #: ``OPENMRC_PAPER_SEEDS=10 pytest tests/paper/test_scenarios.py -k seeds`` runs
 #: ``openmrc paper --quick --seeds 10`` (about ten times the quick run) and asserts
@@ -31,6 +39,7 @@ SEEDS = int(os.environ.get("OPENMRC_PAPER_SEEDS", "0") or 0)
 #: Shapes known to hold for fewer seeds than that today, each with why; the test then
 #: xfails with the counts, until it holds (and then passes).
 KNOWN_SEED_EXCEPTIONS: dict[str, str] = {
+    **KNOWN_EXCEPTIONS,
     "incast-victim-dcqcn-1qp": (
         "the victim's one QP shares its spine link with k of the 7 incast QPs, k drawn by "
         "ECMP per seed (P(k <= 1) = 44 %); with k = 0 nothing touches it (1.00), with k = 1 "
