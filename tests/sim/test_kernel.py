@@ -1069,3 +1069,73 @@ def test_native_serialization_time_matches_python_on_both_sides_of_64_bits() -> 
             else:
                 with pytest.raises(OverflowError):
                     nat.serialization_ps(n)
+
+
+@IMPLS
+def test_arrivals_on_one_link_run_in_time_order_and_are_all_pending(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """Natively only a port's earliest arrival waits in the event heap, the rest
+    behind it in the port's FIFO: ``pending()`` still counts them all, and an
+    arrival due before those already queued (the link went down and up during a
+    long transmission, so a short packet sent next overtakes it) still runs first."""
+    _, sim_cls, port_cls, _sw, _end = impl
+    sim = sim_cls(1)
+    got: list[tuple[int, int, int]] = []
+    port = port_cls(
+        sim,
+        "p",
+        10**11,
+        10_000_000,  # 10 us: every packet below is in flight at once
+        lambda pkt, via, epoch: got.append((sim.now, pkt.psn, epoch)),
+        data_limit=10**7,
+        prio_limit=10**5,
+    )
+    for psn in range(5):
+        port.enqueue(_data(psn))
+    sim.run(until_ps=2_000_000)
+    assert sim.pending() == 5  # five arrivals, nothing else
+    port.enqueue(_data(5, length=60_000))  # about 4.8 us on the wire
+    sim.run(until_ps=3_000_000)
+    port.set_up(False)  # mid-transmission: the long packet arrives stale at 17.8 us
+    port.set_up(True)
+    port.enqueue(_data(6))
+    port.enqueue(_data(7))
+    assert sim.pending() == 8
+    sim.run()
+    assert [(psn, epoch) for _, psn, epoch in got] == [
+        (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (6, 1), (7, 1), (5, 0)
+    ]  # fmt: skip
+    assert [t for t, _, _ in got] == sorted(t for t, _, _ in got)
+    assert sim.pending() == 0
+
+
+@IMPLS
+def test_arrivals_queued_on_a_link_go_with_a_reset_or_collected_simulator(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    """Arrivals waiting behind a port's first one are dropped with the rest when the
+    simulator is initialised again (none runs, none is counted) and freed with a
+    collected simulator and port."""
+    _, sim_cls, port_cls, _sw, _end = impl
+    for again in (True, False):
+        sim = sim_cls(1)
+        got: list[int] = []
+        port = port_cls(
+            sim, "p", 10**11, 10_000_000, lambda pkt, via, epoch, got=got: got.append(pkt.psn),
+            data_limit=10**7, prio_limit=10**5,
+        )  # fmt: skip
+        for psn in range(4):
+            port.enqueue(_data(psn))
+        sim.run(until_ps=1_000_000)
+        assert sim.pending() == 4
+        if again:
+            sim.__init__(1)
+            assert sim.pending() == 0
+            port.enqueue(_data(9))
+            sim.run()
+            assert got == [9] and sim.pending() == 0
+        else:
+            del sim, port
+            gc.collect()
+            assert got == []

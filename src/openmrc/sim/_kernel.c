@@ -11,7 +11,9 @@
  * draw by Simulator.rng_for) is called at the same points, so a run gives the
  * same result bit for bit.
  *
- * Events are C structs in a 4-ary heap keyed on (time, key).  An event is
+ * Events are C structs in a 4-ary heap keyed on (time, key), kept as two arrays
+ * (the keys, which the heap compares, and the rest); a port's arrivals after its
+ * earliest wait in the port's own FIFO instead ("link FIFOs").  An event is
  * either a Python call (callable + args tuple), a packet arriving at the far
  * end of a port, or a port's "transmitter free".  Arrivals at a native Switch
  * or HostEnd, and the switch's enqueue onto a native port, involve no Python
@@ -79,6 +81,17 @@ typedef struct {
                     EV_ARRIVE_BIG: (packet, epoch); EV_TXFREE: NULL */
 } Event;
 
+/* In the heap an event is split in two arrays at the same index: its order (key,
+ * time: 16 bytes, so the four children of a node share one 64-byte cache line,
+ * which the pop compares) and the rest (moved along, read once when popped). */
+typedef struct {
+    uint64_t key, tk; /* as in Event */
+} HKey;
+typedef struct {
+    uint64_t meta;
+    PyObject *a, *b;
+} HPay;
+
 static inline int64_t ev_time(const Event *e)
 {
     return (int64_t)(e->tk ^ T_BIAS);
@@ -108,7 +121,10 @@ typedef struct {
     PyObject_HEAD
     int64_t now;
     int64_t events_run;
-    Event *heap;
+    HKey *hk;     /* the events' order, hk[0] the next; aligned so that the
+                     children 4i+1 .. 4i+4 of node i start a cache line */
+    HPay *hp;     /* the rest of each event, at the same index */
+    void *hk_mem; /* what hk was allocated as */
     Py_ssize_t n, cap;
     PyObject *rng;  /* for code outside the fabric (the ports have their own) */
     PyObject *seed; /* what rng_for seeds the ports' generators from */
@@ -132,6 +148,7 @@ typedef struct {
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
     char stopped;
+    Py_ssize_t nqueued; /* arrivals waiting in ports' FIFOs (see "link FIFOs") */
 } SimObject;
 
 /* A queued packet and the wire bytes (size + framing) it was queued with: the
@@ -161,6 +178,13 @@ typedef struct {
         lost_silent, max_queue_bytes;
     int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
     int32_t xid1; /* its number in a partitioned run's exchange + 1 (0: none) */
+    /* its arrivals behind the one in the heap (see "link FIFOs"): fq_len events
+     * from fq_head in a ring of fq_cap (a power of two, or 0), owned by the
+     * simulator fq_sim (borrowed; NULL when no head of this port is in a heap) */
+    Event *fq;
+    SimObject *fq_sim;
+    uint64_t fq_last_tk, fq_last_key; /* the latest arrival queued (or the head) */
+    int32_t fq_head, fq_len, fq_cap;
 } PortObject;
 
 typedef struct {
@@ -204,6 +228,17 @@ static inline int is_port(PyObject *o)
 /* (time, key) order; 1 or 0, without branches where the compiler has 128-bit
  * integers (keys are never negative): the heap picks the smallest of four
  * children by index arithmetic on these, which no misprediction can stall */
+static inline int hk_less(const HKey *x, const HKey *y)
+{
+#ifdef HAVE_INT128
+    unsigned __int128 kx = ((unsigned __int128)x->tk << 64) | x->key;
+    unsigned __int128 ky = ((unsigned __int128)y->tk << 64) | y->key;
+    return kx < ky;
+#else
+    return x->tk < y->tk || (x->tk == y->tk && x->key < y->key);
+#endif
+}
+
 static inline int ev_less(const Event *x, const Event *y)
 {
 #ifdef HAVE_INT128
@@ -666,6 +701,65 @@ done:
     return r;
 }
 
+/* Grow the heap's two arrays to cap events; -1 on no memory (error set). */
+static int heap_grow(SimObject *s, Py_ssize_t cap)
+{
+    /* 64 bytes of slack to align, 3 entries before hk[0]: then the children of
+     * node i, 4i+1 .. 4i+4, are at 64 (i + 1) bytes from the aligned start */
+    void *mem = PyMem_Malloc((size_t)(cap + 3) * sizeof(HKey) + 64);
+    HPay *hp = PyMem_Realloc(s->hp, (size_t)cap * sizeof(HPay));
+    if (mem == NULL || hp == NULL) {
+        PyMem_Free(mem);
+        if (hp != NULL)
+            s->hp = hp;
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->hp = hp;
+    HKey *hk = (HKey *)(((uintptr_t)mem + 63) & ~(uintptr_t)63) + 3;
+    if (s->n)
+        memcpy(hk, s->hk, (size_t)s->n * sizeof(HKey));
+    PyMem_Free(s->hk_mem);
+    s->hk_mem = mem;
+    s->hk = hk;
+    s->cap = cap;
+    return 0;
+}
+
+/* Put ev into the heap (its references move there); -1 (released) on no memory. */
+static int heap_insert(SimObject *s, const Event *evp)
+{
+    if (s->n == s->cap && heap_grow(s, s->cap ? s->cap * 2 : 1024) < 0) {
+        Py_XDECREF(evp->a);
+        Py_XDECREF(evp->b);
+        return -1;
+    }
+    HKey k = {evp->key, evp->tk};
+    HKey *hk = s->hk;
+    HPay *hp = s->hp;
+    Py_ssize_t i = s->n++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) >> 2;
+        if (!hk_less(&k, &hk[p]))
+            break;
+        hk[i] = hk[p];
+        hp[i] = hp[p];
+        i = p;
+    }
+    hk[i] = k;
+    hp[i].meta = evp->meta;
+    hp[i].a = evp->a;
+    hp[i].b = evp->b;
+    return 0;
+}
+
+/* Event i of the heap, whole (references borrowed). */
+static inline Event heap_at(SimObject *s, Py_ssize_t i)
+{
+    Event e = {s->hk[i].key, s->hk[i].tk, s->hp[i].meta, s->hp[i].a, s->hp[i].b};
+    return e;
+}
+
 /* Push with a key the caller took (sim_next_key) beforehand; steals the
  * references a and b. Returns -1 (refs released) on no memory. */
 static int heap_push_key(SimObject *s, int64_t t, int64_t key, int kind, int64_t target,
@@ -692,31 +786,9 @@ static int heap_push_key(SimObject *s, int64_t t, int64_t key, int kind, int64_t
         kind = EV_ARRIVE_BIG;
         epoch = 0;
     }
-    if (s->n == s->cap) {
-        Py_ssize_t cap = s->cap ? s->cap * 2 : 1024;
-        Event *h = PyMem_Realloc(s->heap, (size_t)cap * sizeof(Event));
-        if (h == NULL) {
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->heap = h;
-        s->cap = cap;
-    }
     Event ev = {(uint64_t)key, (uint64_t)t ^ T_BIAS,
                 (uint64_t)target << 32 | (uint64_t)epoch << SK_KIND_BITS | (uint64_t)kind, a, b};
-    Event *h = s->heap;
-    Py_ssize_t i = s->n++;
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) >> 2;
-        if (!ev_less(&ev, &h[p]))
-            break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = ev;
-    return 0;
+    return heap_insert(s, &ev);
 }
 
 /* Push, taking the running entity's next key (no Python code runs in between). */
@@ -726,45 +798,155 @@ static inline int heap_push(SimObject *s, int64_t t, int kind, int64_t target, P
     return heap_push_key(s, t, sim_next_key(s), kind, target, a, b, epoch);
 }
 
-/* Pop the smallest event into *out (references move to the caller).
+/* ------------------------------------------------------------------------ */
+/* link FIFOs                                                               */
+/*
+ * A port's arrivals are scheduled in (time, key) order: it puts a packet on the
+ * wire only once the previous one has left, and each arrives a serialization
+ * time plus the link's delay later.  So only the earliest of a port's pending
+ * arrivals waits in the heap (EV_HEAD set in its meta); the others wait, in
+ * order, in the port's FIFO, and when the head is popped the next one takes its
+ * place at the root (one sift instead of a pop and a push).  The heap is smaller
+ * by the packets in flight on the links: fewer levels and cache misses per event.
+ * An arrival not later than the last one queued (none is, in the model), one for
+ * another rank and one with a big epoch go into the heap as before.  Every queued
+ * arrival is later than its port's head, so the smallest event is always in the
+ * heap, and events come out in the same order as from one heap.
+ */
+#define EV_HEAD ((uint64_t)1 << 20) /* in meta, above the epoch: a port FIFO's head */
+
+/* Append ev to p's FIFO (references move); -1 on no memory (nothing moved, no
+ * error set). */
+static int fifo_append(PortObject *p, const Event *ev)
+{
+    if (p->fq_len == p->fq_cap) {
+        if (p->fq_cap > (1 << 29))
+            return -1;
+        int32_t cap = p->fq_cap ? p->fq_cap * 2 : 8;
+        Event *buf = PyMem_Malloc((size_t)cap * sizeof(Event));
+        if (buf == NULL)
+            return -1;
+        for (int32_t i = 0; i < p->fq_len; i++)
+            buf[i] = p->fq[(p->fq_head + i) & (p->fq_cap - 1)];
+        PyMem_Free(p->fq);
+        p->fq = buf;
+        p->fq_cap = cap;
+        p->fq_head = 0;
+    }
+    p->fq[(p->fq_head + p->fq_len) & (p->fq_cap - 1)] = *ev;
+    p->fq_len++;
+    return 0;
+}
+
+/* Release the arrivals queued in p's FIFO (their references; Python code may run). */
+static void fifo_clear(PortObject *p)
+{
+    Event *buf = p->fq;
+    Py_ssize_t head = p->fq_head, len = p->fq_len, cap = p->fq_cap;
+    if (p->fq_sim != NULL)
+        p->fq_sim->nqueued -= len;
+    p->fq = NULL;
+    p->fq_head = p->fq_len = p->fq_cap = 0;
+    p->fq_sim = NULL;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        Py_XDECREF(buf[(head + i) & (cap - 1)].a);
+        Py_XDECREF(buf[(head + i) & (cap - 1)].b);
+    }
+    PyMem_Free(buf);
+}
+
+/* Schedule the arrival ev of port p (references move): behind the port's head
+ * when it is later than the last one queued, else into the heap. -1 on error. */
+static int arrival_push(SimObject *s, PortObject *p, Event *ev)
+{
+    if (p->fq_sim == NULL) {
+        ev->meta |= EV_HEAD;
+        if (heap_insert(s, ev) < 0)
+            return -1;
+        p->fq_sim = s;
+        p->fq_last_tk = ev->tk;
+        p->fq_last_key = ev->key;
+        return 0;
+    }
+    if (p->fq_sim == s) {
+        Event last = {p->fq_last_key, p->fq_last_tk, 0, NULL, NULL};
+        if (ev_less(&last, ev) && fifo_append(p, ev) == 0) {
+            s->nqueued++;
+            p->fq_last_tk = ev->tk;
+            p->fq_last_key = ev->key;
+            return 0;
+        }
+    }
+    return heap_insert(s, ev);
+}
+
+/* Pop the smallest event into *out (references move to the caller); if it is a
+ * port FIFO's head, the port's next arrival takes its place.
  * The heap is 4-ary (children of i: 4i+1 .. 4i+4): half the levels of a binary
  * heap.  Bottom-up: the hole left at the root goes down along the smallest
- * children to a leaf, then the last event rises from there (usually a level or
- * none): fewer comparisons than the classic sift-down.  The layout differs from
- * a binary heap's, but keys (time, key) are unique, so the order in which events
- * come out is the same. */
+ * children to a leaf, then the event to place (the last one, or the FIFO's next)
+ * rises from there (usually a level or none): fewer comparisons than the classic
+ * sift-down.  The layout differs from a binary heap's, but keys (time, key) are
+ * unique, so the order in which events come out is the same. */
 static void heap_pop(SimObject *s, Event *out)
 {
-    Event *h = s->heap;
-    *out = h[0];
-    Py_ssize_t n = --s->n;
-    if (n == 0)
-        return;
+    HKey *hk = s->hk;
+    HPay *hp = s->hp;
+    *out = heap_at(s, 0);
+    HKey lk;
+    HPay lp;
+    Py_ssize_t n;
+    PortObject *p = (out->meta & EV_HEAD) ? (PortObject *)out->a : NULL;
+    if (p != NULL && p->fq_sim != s)
+        p = NULL; /* (cleared meanwhile: Port_clear) */
+    if (p != NULL && p->fq_len) {
+        const Event *next = &p->fq[p->fq_head];
+        lk.key = next->key;
+        lk.tk = next->tk;
+        lp.meta = next->meta | EV_HEAD;
+        lp.a = next->a;
+        lp.b = next->b;
+        p->fq_head = (p->fq_head + 1) & (p->fq_cap - 1);
+        p->fq_len--;
+        s->nqueued--;
+        n = s->n;
+    }
+    else {
+        if (p != NULL)
+            p->fq_sim = NULL;
+        n = --s->n;
+        if (n == 0)
+            return;
+        lk = hk[n];
+        lp = hp[n];
+    }
     Py_ssize_t i = 0, c;
     while ((c = 4 * i + 1) < n) {
         Py_ssize_t m = c;
         if (c + 4 <= n) { /* all four children */
-            Py_ssize_t m2 = c + 2 + ev_less(&h[c + 3], &h[c + 2]);
-            m = c + ev_less(&h[c + 1], &h[c]);
-            m += (m2 - m) * ev_less(&h[m2], &h[m]);
+            Py_ssize_t m2 = c + 2 + hk_less(&hk[c + 3], &hk[c + 2]);
+            m = c + hk_less(&hk[c + 1], &hk[c]);
+            m += (m2 - m) * hk_less(&hk[m2], &hk[m]);
         }
         else {
             for (Py_ssize_t j = c + 1; j < n; j++)
-                if (ev_less(&h[j], &h[m]))
+                if (hk_less(&hk[j], &hk[m]))
                     m = j;
         }
-        h[i] = h[m];
+        hk[i] = hk[m];
+        hp[i] = hp[m];
         i = m;
     }
-    Event *last = &h[n]; /* still in place: n is past the heap now */
     while (i > 0) {
-        Py_ssize_t p = (i - 1) >> 2;
-        if (!ev_less(last, &h[p]))
+        Py_ssize_t q = (i - 1) >> 2;
+        if (!hk_less(&lk, &hk[q]))
             break;
-        h[i] = h[p];
-        i = p;
+        hk[i] = hk[q];
+        hp[i] = hp[q];
+        i = q;
     }
-    h[i] = *last;
+    hk[i] = lk;
+    hp[i] = lp;
 }
 
 /* Whether the popped event ``ev`` was cancelled (its key in ``s->cancelled``): 1 and
@@ -1289,7 +1471,15 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
         target = s->cur;
     Py_INCREF(p);
     Py_INCREF(pkt);
-    if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, p->epoch) < 0)
+    int64_t epoch = p->epoch;
+    if (key >= 0 && epoch >= 0 && epoch < EPOCH_SMALL &&
+        (s->owned == NULL || target >= s->nowned || s->owned[target])) {
+        Event ev = {(uint64_t)key, (uint64_t)arrive ^ T_BIAS,
+                    (uint64_t)target << 32 | (uint64_t)epoch << SK_KIND_BITS | EV_ARRIVE,
+                    (PyObject *)p, pkt};
+        return arrival_push(s, p, &ev) < 0 ? -1 : 1;
+    }
+    if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, epoch) < 0)
         return -1;
     return 1;
 }
@@ -1870,10 +2060,30 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
 
 static void heap_clear_all(SimObject *s)
 {
-    Event *h = s->heap;
+    HPay *h = s->hp;
     Py_ssize_t n = s->n;
-    s->heap = NULL;
+    PyMem_Free(s->hk_mem);
+    s->hk_mem = NULL;
+    s->hk = NULL;
+    s->hp = NULL;
     s->n = s->cap = 0;
+    /* every port with arrivals queued here has its head in the heap: detach
+     * those first (still referenced by their heads), then release everything */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((h[i].meta & EV_HEAD) && ((PortObject *)h[i].a)->fq_sim == s) {
+            PortObject *p = (PortObject *)h[i].a;
+            Event *buf = p->fq;
+            Py_ssize_t head = p->fq_head, len = p->fq_len, cap = p->fq_cap;
+            p->fq = NULL;
+            p->fq_head = p->fq_len = p->fq_cap = 0;
+            p->fq_sim = NULL;
+            s->nqueued -= len;
+            for (Py_ssize_t j = 0; j < len; j++) {
+                Py_XDECREF(buf[(head + j) & (cap - 1)].a);
+                Py_XDECREF(buf[(head + j) & (cap - 1)].b);
+            }
+            PyMem_Free(buf);
+        }
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_XDECREF(h[i].a);
         Py_XDECREF(h[i].b);
@@ -1884,8 +2094,8 @@ static void heap_clear_all(SimObject *s)
 static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
 {
     for (Py_ssize_t i = 0; i < s->n; i++) {
-        Py_VISIT(s->heap[i].a);
-        Py_VISIT(s->heap[i].b);
+        Py_VISIT(s->hp[i].a);
+        Py_VISIT(s->hp[i].b);
     }
     Py_VISIT(s->rng);
     Py_VISIT(s->seed);
@@ -2570,7 +2780,8 @@ static PyObject *Sim_next_time(SimObject *s, PyObject *unused)
 {
     if (s->n == 0)
         Py_RETURN_NONE;
-    return PyLong_FromLongLong(ev_time(&s->heap[0]));
+    Event e0 = heap_at(s, 0);
+    return PyLong_FromLongLong(ev_time(&e0));
 }
 
 /* entity_of(obj): the entity registered for obj, or None */
@@ -2605,7 +2816,7 @@ static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
     int pending = !s->now_big && t > s->now;
     if (!pending && !s->now_big && t == s->now) {
         for (Py_ssize_t i = 0; i < s->n; i++)
-            if (ev_key(&s->heap[i]) == key) {
+            if ((int64_t)s->hk[i].key == key) {
                 pending = 1;
                 break;
             }
@@ -2623,7 +2834,7 @@ static PyObject *Sim_stop(SimObject *s, PyObject *unused)
 
 static PyObject *Sim_pending(SimObject *s, PyObject *unused)
 {
-    return PyLong_FromSsize_t(s->n);
+    return PyLong_FromSsize_t(s->n + s->nqueued);
 }
 
 static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
@@ -2632,7 +2843,8 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
     if (l == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < s->n; i++) {
-        Event *e = &s->heap[i];
+        Event ei = heap_at(s, i);
+        Event *e = &ei;
         int kind = ev_kind(e);
         if (kind != EV_CALL && kind != EV_CALL1)
             continue;
@@ -2707,7 +2919,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
     s->stopped = 0;
     Event ev;
     while (s->n) {
-        if (ev_time(&s->heap[0]) > limit)
+        if ((int64_t)(s->hk[0].tk ^ T_BIAS) > limit)
             break;
         /* a run of native events never enters the interpreter's loop, which is
          * where signal handlers run: let Ctrl-C (KeyboardInterrupt) through */
@@ -2799,12 +3011,12 @@ static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
     s->stopped = 0;
     Event ev;
     while (s->n) {
-        int64_t t0 = ev_time(&s->heap[0]);
+        int64_t t0 = (int64_t)(s->hk[0].tk ^ T_BIAS);
         if (!has_stop) {
             if (t0 >= end)
                 break;
         }
-        else if (t0 > stop_t || (t0 == stop_t && ev_key(&s->heap[0]) > stop_k))
+        else if (t0 > stop_t || (t0 == stop_t && (int64_t)s->hk[0].key > stop_k))
             break;
         if (++tick == SIGNAL_CHECK_EVENTS) {
             tick = 0;
@@ -3168,6 +3380,10 @@ static int Port_traverse(PortObject *p, visitproc visit, void *arg)
         Py_VISIT(ring_at(&p->data, i));
     for (Py_ssize_t i = 0; i < p->prio.len; i++)
         Py_VISIT(ring_at(&p->prio, i));
+    for (Py_ssize_t i = 0; i < p->fq_len; i++) {
+        Py_VISIT(p->fq[(p->fq_head + i) & (p->fq_cap - 1)].a);
+        Py_VISIT(p->fq[(p->fq_head + i) & (p->fq_cap - 1)].b);
+    }
     return 0;
 }
 
@@ -3184,6 +3400,7 @@ static int Port_clear(PortObject *p)
     ring_clear(&p->data);
     ring_clear(&p->prio);
     p->has_txev = 0;
+    fifo_clear(p);
     return 0;
 }
 

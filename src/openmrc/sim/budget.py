@@ -20,9 +20,9 @@ from typing import Any
 
 from openmrc.topology import ClosSpec
 
-#: One direction of a link: the native ``EgressPort`` (392 B with its collector
+#: One direction of a link: the native ``EgressPort`` (432 B with its collector
 #: header) and its name (about 64 B).
-BYTES_PER_PORT = 480
+BYTES_PER_PORT = 520
 #: One link beyond its two ports: the ``Link``, its ``LinkInfo``, its name and its
 #: entry in ``Fabric.links``.
 BYTES_PER_LINK = 600
