@@ -5,9 +5,13 @@ starts from the iteration's state with its changes at their offsets."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from openmrc.cli import main
 from openmrc.pipeline import campaign as cp
 from openmrc.pipeline import campaign_check as cc
 from openmrc.pipeline.jobrun import packet_times
@@ -129,3 +133,19 @@ def test_check_rows() -> None:
     only = cc.check(setup, limit=2, transitions_only=True)
     assert [r["kind"] for r in only] == ["transition", "transition"]
     assert only[0]["packet_step_us"] == rows[1]["packet_step_us"]
+
+
+def test_campaign_packet_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["campaign", str(EXAMPLE), "--hours", str(0.1 / 3600), "--transports", "mrc"]
+    for s in SMALL:
+        args += ["--set", s]
+    out = tmp_path / "out"
+    assert main([*args, "--packet-check", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = json.loads((out / "packet_check.json").read_text())
+    assert [r["kind"] for r in rows][:3] == ["steady", "transition", "transition"]
+    assert "mrc steady at 0.000000 s: flow " in text and "[healthy]" in text
+    assert text.count(", packet ") == len(rows)
+    assert main([*args, "--packet-check", "--seeds", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--packet-check: checks one campaign (not with --seeds, --workers, --dask)")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,12 +224,16 @@ def describe(it: Iteration) -> str:
 
 
 def check(
-    setup: CampaignSetup, *, limit: int | None = None, transitions_only: bool = False
+    setup: CampaignSetup,
+    *,
+    limit: int | None = None,
+    transitions_only: bool = False,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every transport's campaign of ``setup`` with its flow-level iterations re-run at
     packet level (at most ``limit`` per transport, in the order met): one row per
     iteration (kind, campaign time, state and changes, flow and packet step, the
-    difference in percent, wall seconds)."""
+    difference in percent, wall seconds), each also given to ``on_row`` when done."""
     rows: list[dict[str, Any]] = []
     for name, sc in setup.scenarios.items():
         c, _out = record(setup, name)
@@ -254,6 +259,8 @@ def check(
                     "packet_wall_s": round(wall, 1),
                 }
             )
+            if on_row is not None:
+                on_row(rows[-1])
     return rows
 
 
