@@ -150,6 +150,23 @@ def test_same_seed_same_campaign() -> None:
     assert a["failures"] != c["failures"]
 
 
+def test_a_monte_carlo_seed_is_that_seeds_campaign(tmp_path: Path) -> None:
+    """The sweep's point for a seed (its own process in a pool) is the campaign of
+    ``openmrc campaign --seed`` that seed, number for number."""
+    scaled = ["faults=[]", *FAST_ROCE, "failures.scale=3e4"]
+    args = ["campaign", str(EXAMPLE), "--hours", "1", "--seed", "5", "--workers", "1"]
+    for s in scaled:
+        args += ["--set", s]
+    assert main([*args, "--seeds", "2", "--out", str(tmp_path)]) == 0
+    points = [json.loads(p.read_text())["record"] for p in (tmp_path / "points").glob("*.json")]
+    by_seed = {d["seed"]: d for d in points}
+    assert sorted(by_seed) == [5, 6]
+    for seed in (5, 6):
+        alone = cp.run(cp.load(str(EXAMPLE), scaled, hours=1.0, seed=seed))
+        assert alone["failures"], "the scale draws failures"
+        assert _strip(by_seed[seed]) == _strip(alone)
+
+
 def _events() -> list[str]:
     """A link down and up, a switch down, a NIC port down (RoCE restarts) and up."""
     return [
