@@ -793,9 +793,14 @@ CAMPAIGN_CHECK_MODEL = [
 
 
 def campaign_check(
-    seeds: list[int], job: str | None, transports: tuple[str, ...], out: list[dict[str, Any]]
+    seeds: list[int],
+    job: str | None,
+    transports: tuple[str, ...],
+    out: list[dict[str, Any]],
+    extra: list[str] | None = None,
 ) -> None:
-    """A small campaign's flow-level iterations at packet level (module doc), per seed."""
+    """A small campaign's flow-level iterations at packet level (module doc), per seed;
+    ``extra``: more ``--set`` overrides (e.g. a wider job)."""
     from openmrc.pipeline import campaign as cp
     from openmrc.pipeline.campaign_check import check
 
@@ -804,7 +809,7 @@ def campaign_check(
     for seed in seeds:
         setup = cp.load(
             str(ROOT / "scenarios" / "training" / name),
-            [*CAMPAIGN_CHECK_SETS, *small, f"seed={seed}"],
+            [*CAMPAIGN_CHECK_SETS, *small, *(extra or []), f"seed={seed}"],
             hours=3.0 / 3600,
             transports=list(transports),
         )
@@ -853,6 +858,12 @@ def main() -> int:
     ap.add_argument("--fault", choices=["no", "yes"], help="agreement: only without / with")
     ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
     ap.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY.PATH=VALUE",
+        help="campaign-check: a scenario override (repeatable), e.g. fabric.t0s=16",
+    )
+    ap.add_argument(
         "--ring-messages",
         action="store_true",
         help="flow level: RoCE ring steps as messages of their own (FluidModel.ring_messages)",
@@ -887,6 +898,7 @@ def main() -> int:
                 args.job,
                 (args.transport,) if args.transport else ("mrc", "roce"),
                 out,
+                args.set,
             )
         elif case == "packet-noise":
             packet_noise(_seeds(args.seeds), args.flips, out)
