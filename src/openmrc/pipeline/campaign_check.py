@@ -17,8 +17,9 @@ of them at packet level:
   job starts; the job starts once the transport has acted on them (RoCE: after
   routing converged, ``convergence_delay_ps``; MRC and a NIC port: 1 us
   later).  MRC's flow level starts with the dead paths known; at packet level
-  the fresh QPs learn them from their first losses (its loss detection, 47 us,
-  on the first packets sent on them).
+  every transfer is a QP of its own, and each one that meets a dead path
+  learns it from its own losses (an upper bound on what a job whose QPs live
+  across iterations pays).
 * the changes go down or up at their offsets from the job's start, as in the
   flow-level iteration (one before the start that the transport had not acted
   on yet goes before it);
