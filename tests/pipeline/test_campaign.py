@@ -268,7 +268,7 @@ def test_mrc_campaign_equals_one_continuous_run() -> None:
     ends = iteration_ends(graph, model.run().jobs[0].end)
     prev = 0.0
     for mine, end in zip(steps, ends, strict=False):
-        assert end is not None
+        assert end is not None and mine is not None
         assert abs(mine - (end - prev)) <= 1  # ps: the campaign keeps integer ps
         prev = end
 
