@@ -32,6 +32,14 @@ Cases (``--case``, repeatable; default ``agreement``):
   recovery, eight arriving 12 us apart, two NICs of four QPs each, two pairs
   80 us apart): each QP's end at packet level and at flow level, and the
   difference;
+* ``campaign-check`` - a campaign's flow-level iterations re-run at packet level
+  (openmrc.pipeline.campaign_check): the job of ``--job`` (default: gpt-1b-64.toml's
+  64 GPUs and fabric with a smaller GPT, 4 layers of hidden 1024, 2 micro-batches
+  of 1,024 tokens, so that a packet iteration takes seconds) for 3 s of campaign time, a T0-T1 link of plane 0 failing 1 s in
+  (inside an iteration) and repaired 2 s in, RoCE's routing converging in 200 us;
+  every iteration the campaign simulated (each state's steady one and every one
+  the failure or the repair falls into), MRC and RoCE, per seed: flow step,
+  packet step, the difference;
 * ``packet-64`` - scenarios/training/gpt-1b-64.toml at packet level with MRC
   (the issue's budget: under 10 minutes);
 * ``flow-1024`` / ``flow-1024-roce`` - scenarios/training/gpt3-175b-1024.toml
@@ -759,6 +767,58 @@ def ring_messages() -> None:
     jobrun.fluid_model = fluid_model  # type: ignore[assignment]
 
 
+#: campaign-check: the campaign around the job (no drawn failures; one T0-T1 link down
+#: 1 s in, half a microsecond into an iteration, up 2 s in; RoCE's routing converging
+#: in 200 us, a convergence the packet runs can afford)
+CAMPAIGN_CHECK_SETS = [
+    "run.mode=flow",
+    "failures.link_per_hour=0",
+    "failures.optic_per_hour=0",
+    "failures.switch_per_hour=0",
+    "failures.nic_port_per_hour=0",
+    'faults=[{at_us=1000000.5, kind="link_down", target="p0t0x0-p0t1x0"}, '
+    '{at_us=2000000.25, kind="link_up", target="p0t0x0-p0t1x0"}]',
+    "transport.baseline_fabric.convergence_delay_ps=200000000",
+]
+
+#: campaign-check's default job: gpt-1b-64.toml's placement and fabric, a smaller model
+CAMPAIGN_CHECK_MODEL = [
+    "job.model.layers=4",
+    "job.model.hidden=1024",
+    "job.model.heads=8",
+    "job.model.vocab=32000",
+    "job.model.seq_len=1024",
+    "job.model.global_batch=8",
+]
+
+
+def campaign_check(
+    seeds: list[int],
+    job: str | None,
+    transports: tuple[str, ...],
+    out: list[dict[str, Any]],
+    extra: list[str] | None = None,
+) -> None:
+    """A small campaign's flow-level iterations at packet level (module doc), per seed;
+    ``extra``: more ``--set`` overrides (e.g. a wider job)."""
+    from openmrc.pipeline import campaign as cp
+    from openmrc.pipeline.campaign_check import check
+
+    name = job or "gpt-1b-64.toml"
+    small = [] if job else CAMPAIGN_CHECK_MODEL
+    for seed in seeds:
+        setup = cp.load(
+            str(ROOT / "scenarios" / "training" / name),
+            [*CAMPAIGN_CHECK_SETS, *small, *(extra or []), f"seed={seed}"],
+            hours=3.0 / 3600,
+            transports=list(transports),
+        )
+        for r in check(setup):
+            row = {"case": "campaign-check", "job": name, **r}
+            print(json.dumps(row), flush=True)
+            out.append(row)
+
+
 def _seeds(text: str) -> list[int]:
     a, _, b = text.partition("-")
     return list(range(int(a), int(b or a) + 1))
@@ -774,6 +834,7 @@ def main() -> int:
             "roce-seeds",
             "packet-noise",
             "roce-64",
+            "campaign-check",
             "dcqcn",
             "dcqcn-series",
             "dcqcn-arrivals",
@@ -796,6 +857,12 @@ def main() -> int:
     ap.add_argument("--transport", choices=["mrc", "roce"], help="agreement: only this one")
     ap.add_argument("--fault", choices=["no", "yes"], help="agreement: only without / with")
     ap.add_argument("--out", type=Path, help="also write every result to this JSON file")
+    ap.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY.PATH=VALUE",
+        help="campaign-check: a scenario override (repeatable), e.g. fabric.t0s=16",
+    )
     ap.add_argument(
         "--ring-messages",
         action="store_true",
@@ -825,6 +892,14 @@ def main() -> int:
             )
         elif case == "roce-64":
             roce_64(_seeds(args.seeds), out)
+        elif case == "campaign-check":
+            campaign_check(
+                _seeds(args.seeds),
+                args.job,
+                (args.transport,) if args.transport else ("mrc", "roce"),
+                out,
+                args.set,
+            )
         elif case == "packet-noise":
             packet_noise(_seeds(args.seeds), args.flips, out)
         elif case == "roce-seeds":

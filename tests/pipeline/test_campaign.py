@@ -73,18 +73,28 @@ def test_failure_free_campaign_is_hours_of_the_step_time() -> None:
         assert t["step_ms"]["p50"] == t["step_ms"]["max"] == round(base / 1e9, 6)
 
 
-def test_one_failure_changes_exactly_the_iterations_it_touches() -> None:
+#: one hand-given failure and its repair per kind (the kind it is counted under in
+#: lost_s_by_kind): (down, up).  A NIC port failure kills a RoCE QP (the job restarts:
+#: test_state_keyed_reuse_equals_simulating_every_iteration), so only MRC there.
+ONE_FAILURE = {
+    "link": ('kind="link_down", target="p0t0x0-p0t1x0"', 'kind="link_up", target="p0t0x0-p0t1x0"'),
+    "switch": ('kind="switch_down", target="p1t1x0"', 'kind="switch_up", target="p1t1x0"'),
+    "nic_port": ('kind="nic_port_down", host=3, plane=1', 'kind="nic_port_up", host=3, plane=1'),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ONE_FAILURE))
+def test_one_failure_changes_exactly_the_iterations_it_touches(kind: str) -> None:
     hours = 0.01  # 36 s
     down_us, up_us = 10_000_000.25, 20_000_000.0
-    fault = [
-        f'faults=[{{at_us={down_us}, kind="link_down", target="p0t0x0-p0t1x0"}}, '
-        f'{{at_us={up_us}, kind="link_up", target="p0t0x0-p0t1x0"}}]'
-    ]
+    d, u = ONE_FAILURE[kind]
+    fault = [f"faults=[{{at_us={down_us}, {d}}}, {{at_us={up_us}, {u}}}]"]
+    transports = ["mrc"] if kind == "nic_port" else ["mrc", "roce"]
     # (RoCE's own timeouts: it resends when routing has converged, 200 ms on)
-    quiet = cp.run(_setup([], hours, fast=False))
-    hit = cp.run(_setup(fault, hours, fast=False))
+    quiet = cp.run(_setup([], hours, fast=False, transports=transports))
+    hit = cp.run(_setup(fault, hours, fast=False, transports=transports))
     settle = {"mrc": 47_000_000, "roce": 200_000_000_000}
-    for name in ("mrc", "roce"):
+    for name in transports:
         q = _iterations(quiet["transports"][name])
         h = _iterations(hit["transports"][name])
         base = q[0][1]
@@ -116,14 +126,17 @@ def test_one_failure_changes_exactly_the_iterations_it_touches() -> None:
         # failure-free step (RoCE's waits for routing to converge)
         worst = max(st or 0 for s, st in h if touched(s, st or 0))
         assert worst > base
+        if name == "mrc":  # the failure's own iteration (MRC spreads over every path)
+            assert next(st for s, st in h if s <= down < s + (st or 0)) != base
         if name == "roce":
             assert worst > settle["roce"]
         marks = [s[4] for s in hit["transports"][name]["segments"] for _ in range(s[1])]
         assert [touched(s, st or 0) for s, st in h] == marks
-        # the time lost is the link's, and adds up
+        # the time lost is the failure's, and adds up
         t = hit["transports"][name]
         useful = t["useful_iterations"] * base / cp.PS_PER_S
-        assert t["span_s"] - useful == pytest.approx(t["lost_s_by_kind"]["link"], abs=1e-9)
+        assert list(t["lost_s_by_kind"]) == [kind]
+        assert t["span_s"] - useful == pytest.approx(t["lost_s_by_kind"][kind], abs=1e-9)
 
 
 def test_same_seed_same_campaign() -> None:
@@ -135,6 +148,23 @@ def test_same_seed_same_campaign() -> None:
     assert a["failures"], "the scale draws failures"
     assert json.dumps(_strip(a), sort_keys=True) == json.dumps(_strip(b), sort_keys=True)
     assert a["failures"] != c["failures"]
+
+
+def test_a_monte_carlo_seed_is_that_seeds_campaign(tmp_path: Path) -> None:
+    """The sweep's point for a seed (its own process in a pool) is the campaign of
+    ``openmrc campaign --seed`` that seed, number for number."""
+    scaled = ["faults=[]", *FAST_ROCE, "failures.scale=3e4"]
+    args = ["campaign", str(EXAMPLE), "--hours", "1", "--seed", "5", "--workers", "1"]
+    for s in scaled:
+        args += ["--set", s]
+    assert main([*args, "--seeds", "2", "--out", str(tmp_path)]) == 0
+    points = [json.loads(p.read_text())["record"] for p in (tmp_path / "points").glob("*.json")]
+    by_seed = {d["seed"]: d for d in points}
+    assert sorted(by_seed) == [5, 6]
+    for seed in (5, 6):
+        alone = cp.run(cp.load(str(EXAMPLE), scaled, hours=1.0, seed=seed))
+        assert alone["failures"], "the scale draws failures"
+        assert _strip(by_seed[seed]) == _strip(alone)
 
 
 def _events() -> list[str]:
@@ -238,7 +268,7 @@ def test_mrc_campaign_equals_one_continuous_run() -> None:
     ends = iteration_ends(graph, model.run().jobs[0].end)
     prev = 0.0
     for mine, end in zip(steps, ends, strict=False):
-        assert end is not None
+        assert end is not None and mine is not None
         assert abs(mine - (end - prev)) <= 1  # ps: the campaign keeps integer ps
         prev = end
 

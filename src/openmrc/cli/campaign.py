@@ -24,6 +24,10 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds: must be >= 1, got {args.seeds}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+    if args.packet_check and (args.seeds > 1 or args.dask or args.workers):
+        raise UsageError(
+            "--packet-check: checks one campaign (not with --seeds, --workers, --dask)"
+        )
     if args.seeds > 1 or args.dask or args.workers:
         return _monte_carlo(args, transports)
     setup = campaign.load(
@@ -34,6 +38,8 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
         transports=transports,
     )
     out = prepare_out(args.out)
+    if args.packet_check:
+        return _packet_check(setup, out, args.json)
     doc = campaign.run(setup)
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
@@ -53,6 +59,37 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
             )
         if not args.json:
             print(f"  wrote {', '.join(written)}")
+    return EXIT_OK
+
+
+def _packet_check(setup: campaign.CampaignSetup, out: Any, as_json: bool) -> int:
+    """``--packet-check``: every iteration the campaign simulated at flow level (each
+    state's and each one a change falls into) again at packet level; a line each."""
+    from ..pipeline.campaign_check import check
+
+    def show(row: dict[str, Any]) -> None:
+        if as_json:
+            return
+        f, p, d = row["flow_step_us"], row["packet_step_us"], row["diff_pct"]
+        fs = "never ends" if f is None else f"{f:,.3f} us"
+        ps = "never ends" if p is None else f"{p:,.3f} us"
+        ds = "" if d is None else f" ({d:+.2f} %)"
+        print(
+            f"  {row['transport']} {row['kind']} at {row['campaign_s']:,.6f} s: flow {fs}, "
+            f"packet {ps}{ds}  [{row['iteration']}]",
+            flush=True,
+        )
+
+    if not as_json:
+        print(f"campaign {setup.name}: its flow-level iterations at packet level")
+    rows = check(setup, on_row=show)
+    if as_json:
+        print(json.dumps(rows, indent=1, sort_keys=True))
+    if out is not None:
+        path = out / "packet_check.json"
+        path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+        if not as_json:
+            print(f"  wrote {path}")
     return EXIT_OK
 
 
@@ -165,5 +202,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--dask",
         metavar="ADDRESS",
         help="with --seeds: run on Dask distributed, 'local' or a scheduler address",
+    )
+    cp.add_argument(
+        "--packet-check",
+        action="store_true",
+        help="run every iteration the campaign simulates at flow level (each fabric state's, "
+        "each one a failure or repair falls into) again at packet level: flow step, packet "
+        "step, difference (a job small enough for packets)",
     )
     cp.set_defaults(func=_cmd_campaign)
