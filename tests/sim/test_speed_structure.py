@@ -138,32 +138,6 @@ def test_run_tunes_the_collector_and_restores_it() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_opening_qps_runs_no_collection_and_freezes_them() -> None:
-    # Opening a fabric's QPs makes long-lived objects by the million: the collector
-    # must not walk them while they are made (set-up time grew with each), and they
-    # leave its generations (frozen) afterwards, as the fabric's objects do.
-    spec = ClosSpec(planes=2, t0s=2, hosts_per_t0=8, t1s=8)
-    exp = Experiment(spec, seed=1)
-    collections = 0
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        nonlocal collections
-        if phase == "start":
-            collections += 1
-
-    flows = all_to_all(list(range(16)), 64 << 10)
-    frozen = gc.get_freeze_count()
-    gc.callbacks.append(count)
-    try:
-        exp.add_flows(flows)
-    finally:
-        gc.callbacks.remove(count)
-    assert collections == 0
-    assert gc.isenabled()
-    assert gc.get_freeze_count() > frozen
-    gc.unfreeze()  # (as the end of a run does)
-
-
 # ----- the RoCE baseline's NIC -------------------------------------------------------------
 class _FakeSender:
     """What the NIC's timeout bookkeeping reads of a RoCE sender: its QP and deadline."""

@@ -130,25 +130,6 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-@contextmanager
-def held_gc() -> Iterator[None]:
-    """While more long-lived objects are made (the flows' QPs): no garbage collection,
-    and what was made frozen after, as :func:`paused_gc` but without its first
-    full collection (a set-up made since the last freeze is not garbage).
-
-    Opening a QP makes a few dozen objects that live as long as the run: 262,144
-    of them (131,072 hosts, a flow each) made the collector walk ever more of them.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 class PySimulator:
     """Owns simulated time (:attr:`now`, ps), the event heap, the entities and the seed.
 

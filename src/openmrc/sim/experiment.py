@@ -42,7 +42,7 @@ from ..workloads.collectives import Collective
 from . import entities
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
-from .engine import Simulator, held_gc, paused_gc
+from .engine import Simulator, paused_gc
 from .fabric import Fabric, FabricPart
 from .faults import FaultInjector
 from .flows import COUNTERS, SEQ_SHIFT, Conn, Flow, MrcFlow, Poster, send_order
@@ -553,6 +553,7 @@ class Experiment:
         not before ``start_ps``.  If a dependency fails, so do its dependents
         (status ``dependency_failed``).
         """
+        n = len(specs)
         for i, spec in enumerate(specs):
             spec.validate(self.spec.hosts)
             check_flow_settings(spec.settings, f"flow {i}.settings")
@@ -562,12 +563,6 @@ class Experiment:
                 except TypeError as exc:
                     raise ValueError(f"flow {i}.settings: {exc}") from None
         check_dependencies(specs)
-        with held_gc():  # the flows and their QPs are long-lived: see held_gc
-            return self._add_checked(specs, watch)
-
-    def _add_checked(self, specs: list[FlowSpec], watch: bool) -> list[int]:
-        """:meth:`add_flows` once ``specs`` are checked."""
-        n = len(specs)
         base = len(self.flows)
         new = [self._new_flow(spec) for spec in specs]
         if watch:
@@ -670,9 +665,8 @@ class Experiment:
             self.sim.schedule(flow.spec.start_ps, self._launch, flow)
         if "mrc" in self.transport_names:
             # its connections now, in the order its unfolded flows would open them
-            with held_gc():
-                for spec in folder.conn_specs():
-                    self._conn_for(spec, self.sim.now)
+            for spec in folder.conn_specs():
+                self._conn_for(spec, self.sim.now)
         self._collectives.append(folder)
         return len(self._collectives) - 1
 
