@@ -299,3 +299,18 @@ def test_every_constant_is_overridable_and_checked() -> None:
         nscc(**{name: default})
         with pytest.raises(InvalidArgument, match=rf"params\['{name}'\]"):
             nscc(**{name: hi + 1 if hi < 1e9 else lo - 1})
+
+
+def test_nscc_instances_of_one_profile_share_their_checked_parameters() -> None:
+    # A fabric's QPs all have the same profile: one parameter dict for all of them
+    # (about 1.2 KB a QP), and a profile whose overrides changed since is checked again.
+    prof = CCProfile(name="nscc", link_bps=100e9, base_rtt_ps=BASE)
+    a, b = create(prof, MTU), create(prof, MTU)
+    assert isinstance(a, NSCC) and isinstance(b, NSCC)
+    assert a.params is b.params
+    prof.params["gamma"] = 0.5
+    c = create(prof, MTU)
+    assert isinstance(c, NSCC) and c.params["gamma"] == 0.5 and a.params["gamma"] != 0.5
+    prof.params["gamma"] = 7.0
+    with pytest.raises(InvalidArgument, match="gamma"):
+        create(prof, MTU)

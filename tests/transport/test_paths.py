@@ -9,7 +9,16 @@ import tracemalloc
 import pytest
 
 from openmrc.loopback import Faults
-from openmrc.transport import EVEvent, EVField, EVProfile, EVState, InvalidArgument, PathSet, QPAttr
+from openmrc.transport import (
+    EVEvent,
+    EVField,
+    EVProfile,
+    EVState,
+    InvalidArgument,
+    PathSet,
+    QPAttr,
+    paths,
+)
 from openmrc.transport.ev import ev_path, ev_plane, ev_spare, make_ev
 from openmrc.wire.packets import DataPacket
 
@@ -145,6 +154,22 @@ def test_ev_set_split_over_planes_with_backups() -> None:
     assert all(ps.backup_count(p) == 64 * 65536 - 32 for p in range(8))
     # Rotation: consecutive packets visit every EV once per round.
     assert sorted(ps.next_ev() for _ in range(256)) == sorted(ps.slots)
+
+
+def test_qps_share_their_first_rotation_until_one_changes_its_own() -> None:
+    # Every QP's rotation starts as the same ids in order: one list, shared (about
+    # 2 KB a QP of a fabric), copied by the first QP that refills a slot.
+    prof = EVProfile(planes=8, paths_per_plane=64, ev_count=256)
+    rng = random.Random(1)
+    a, b = PathSet(prof, rng, qpn=1), PathSet(prof, rng, qpn=2)
+    assert a._slots is b._slots
+    before = b.slots
+    victim = a.slots[9]
+    a.on_loss(victim, 1, "test")
+    assert victim not in a.slots and ev_plane(a.slots[9]) == ev_plane(victim)
+    assert b.slots == before  # b's rotation did not move with a's
+    assert PathSet(prof, rng, qpn=3)._slots == list(range(256))
+    assert b.plane_shares() == [1.0] * 16
 
 
 def test_floor_keeps_some_evs_usable() -> None:
@@ -424,6 +449,7 @@ def _reference_slots(prof: EVProfile, rng: random.Random) -> list[int]:
     "prof",
     [
         EVProfile(),
+        EVProfile(planes=8, paths_per_plane=256, ev_count=256),  # the paper's cluster
         EVProfile(planes=1, paths_per_plane=8, ev_count=256),
         EVProfile(planes=1, paths_per_plane=128, ev_count=256),
         EVProfile(planes=4, paths_per_plane=3, ev_count=4 * 100),
@@ -436,7 +462,9 @@ def _reference_slots(prof: EVProfile, rng: random.Random) -> list[int]:
 )
 def test_ev_draws_are_the_documented_stdlib_draws(prof: EVProfile) -> None:
     # Results depend on the draws: the compact PathSet must draw the same EVs in
-    # the same order, and leave the random stream where the plain version does.
+    # the same order, and leave the random stream where the plain version does
+    # (on CPython with its own faster draws, not the stdlib's).
+    assert paths._INLINE_DRAWS
     for seed in range(12):
         got, want = random.Random(seed), random.Random(seed)
         ps = PathSet(prof, got, qpn=1)

@@ -192,3 +192,20 @@ def test_rto_backoff_is_capped_at_the_largest_local_ack_timeout() -> None:
     assert rtos == sorted(rtos)
     assert max(rtos) == 1_024_000 << 24
     assert rtos[8] == attr.timeout_ps << 2  # the doubling itself is unchanged
+
+
+def test_stamps_go_to_the_qps_own_orders_never_the_shared_empty_ones() -> None:
+    # Without ACK proof (the simulator) every requester shares one empty stamp
+    # order per kind (a deque is 600 B even empty); proof gives a QP its own.
+    from openmrc.transport import requester as rq
+
+    c = Context(random.Random(3), "c")
+    plain = c.alloc_pd().create_qp(c.create_cq())
+    plain.connect(1, QPAttr(), peer="x")
+    assert plain.requester is not None
+    assert plain.requester.sent_order is rq._NO_STAMPS
+    assert plain.requester.probe_order is rq._NO_STAMPS
+    a, _b, qa, _qb = _pair()
+    _bad_ev_probe(a, qa)  # an EV probe, stamped
+    assert qa.requester is not None and len(qa.requester.probe_order) == 1
+    assert not rq._NO_STAMPS

@@ -81,8 +81,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from itertools import chain, compress, repeat
-from operator import add
+from itertools import chain, repeat
 from typing import Final, final
 
 from .attrs import EVProfile
@@ -224,8 +223,8 @@ class PortEvent:
 # next 32-bit word, while ``getrandbits(32 * m)`` is its next ``m`` words, the
 # first one least significant.  So :func:`_draw_plane` takes words in batches
 # of as many as the draws still need at least (one word each: never more than
-# the stdlib would take) and makes the same choices from them with
-# comprehensions instead of a Python call per draw.  ``_INLINE_DRAWS`` checks
+# the stdlib would take) and makes the same choices from them, reading each
+# word's top bytes from the batch's bytes, instead of a Python call per draw.  ``_INLINE_DRAWS`` checks
 # at import that the two agree; where they do not (another implementation of
 # ``random``), the stdlib version is used.
 
@@ -241,15 +240,28 @@ def _words(getrandbits: Callable[[int], int], m: int) -> array[int]:
 
 
 def _shuffle(getrandbits: Callable[[int], int], x: list[int]) -> None:
-    """Fisher-Yates shuffle of ``x`` in place, drawing as ``random.Random.shuffle``."""
+    """Fisher-Yates shuffle of ``x`` in place, drawing as ``random.Random.shuffle``.
+
+    Swap ``i`` (from the last item down) takes words until one gives an index
+    ``j`` below ``n = i + 1``: its top ``n.bit_length()`` bits.  For fewer than
+    2 ** 16 items (:func:`_draw_plane` sees to it) those bits are in the word's
+    top two bytes, read straight from the batch's bytes."""
     i = len(x) - 1
     while i > 0:
-        for w in _words(getrandbits, i):  # each swap takes one word or more
-            n = i + 1
-            j = w >> (32 - n.bit_length())
+        n = i + 1
+        bits = n.bit_length()
+        raw = getrandbits(32 * i).to_bytes(4 * i, "little")  # word k: bytes 4k..4k+3
+        down = 16 - bits
+        low = 1 << (bits - 1)  # the least n of this bit length
+        for t in range(3, 4 * i, 4):  # t: a word's top byte
+            j = ((raw[t] << 8) | raw[t - 1]) >> down
             if j < n:
-                x[i], x[j] = x[j], x[i]
-                i -= 1
+                n -= 1
+                x[n], x[j] = x[j], x[n]
+                if n < low:
+                    down += 1
+                    low >>= 1
+        i = n - 1
 
 
 def _sample_uses_set(n: int, k: int) -> bool:
@@ -336,26 +348,18 @@ def _draw_plane_inline(
             for u, k in zip(order, ks, strict=False)
         ]
         return _interleave(cols)
-    shift = 32 - nsp.bit_length()
-    need = sum(ks)
     # Every pick takes the next word giving an index below nsp that its uplink
     # has not picked yet.  First assume no uplink draws a repeat: then the picks
     # are simply the first ``need`` such words, uplink after uplink.
-    offsets = [plane | (u << PLANE_BITS) for u in order]  # an EV's bits but the spare's
-    if isinstance(spares, range) and spares.step == 1 and nsp & (nsp - 1) == 0:
-        # A whole field of spare values (the usual case): a word gives an index
-        # iff its top bit is clear, and the index is the spare less the first.
-        offsets = [off | (spares.start << 16) for off in offsets]
-        cands = _field_picks(getrandbits, nsp, need)
-        evs = list(map(add, cands, chain.from_iterable(map(repeat, offsets, ks))))
-    else:
-        limit = nsp << shift
-        idx: list[int] = []
-        while len(idx) < need:
-            idx += [w >> shift for w in _words(getrandbits, need - len(idx)) if w < limit]
-        bases = chain.from_iterable(map(repeat, offsets, ks))
-        evs = [(spares[j] << 16) | b for j, b in zip(idx, bases, strict=False)]
-        cands = [j << 16 for j in idx]
+    need = sum(ks)
+    idx = _picks(getrandbits, nsp, need)
+    if len(ks) == need:  # one EV per uplink (``n`` at most the uplinks): no repeat
+        return [
+            plane | (u << PLANE_BITS) | (spares[j] << 16) for u, j in zip(order, idx, strict=False)
+        ]
+    offsets = [plane | (u << PLANE_BITS) for u in order[: len(ks)]]  # an EV but its spare
+    bases = chain.from_iterable(map(repeat, offsets, ks))
+    evs = [(spares[j] << 16) | b for j, b in zip(idx, bases, strict=False)]
     if len(set(evs)) == need:  # no uplink repeated a value (an EV names its uplink)
         cols = []
         at = 0
@@ -363,7 +367,7 @@ def _draw_plane_inline(
             cols.append(evs[at : at + k])
             at += k
     else:  # a repeat: replay the words one at a time (about 5 % of the all-to-all's QPs)
-        picks = _sample_seq(getrandbits, nsp, ks, [c >> 16 for c in cands])
+        picks = _sample_seq(getrandbits, nsp, ks, idx)
         cols = [
             [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in p]
             for u, p in zip(order, picks, strict=False)
@@ -371,36 +375,19 @@ def _draw_plane_inline(
     return _interleave(cols)
 
 
-def _lanes(x: int, m: int) -> array[int]:
-    """The ``m`` 32-bit lanes of ``x``, least significant first."""
-    lanes = array("I", x.to_bytes(4 * m, "little"))
-    if not _LITTLE:
-        lanes.byteswap()
-    return lanes
-
-
-def _field_picks(getrandbits: Callable[[int], int], nsp: int, need: int) -> list[int]:
-    """The spare indices (shifted to an EV's spare bits) of the next ``need``
-    words that give one, for ``nsp`` a power of two up to ``2 ** 16``: the
-    stdlib draws ``bit_length(nsp)`` bits per try, so a word gives an index iff
-    its top bit is clear, and the index is the bits below it.  Done on whole
-    batches of words at once, with integer operations on the words packed in
-    one integer (``getrandbits(32 * m)``, one lane per word)."""
-    bits = nsp.bit_length()
-    shift = 32 - bits
+def _picks(getrandbits: Callable[[int], int], nsp: int, need: int) -> list[int]:
+    """The indices below ``nsp`` (at most 2 ** 16) of the generator's next ``need``
+    words that give one: ``getrandbits(nsp.bit_length())`` is a word's top bits,
+    read from the top three bytes of each word of a batch."""
+    down = 24 - nsp.bit_length()
     out: list[int] = []
     while len(out) < need:
         m = need - len(out)
-        if m < 16:  # a few draws: one at a time is cheaper (the same words)
-            j = getrandbits(bits)
+        raw = getrandbits(32 * m).to_bytes(4 * m, "little")  # word k: bytes 4k..4k+3
+        for t in range(3, 4 * m, 4):  # t: a word's top byte
+            j = ((raw[t] << 16) | (raw[t - 1] << 8) | raw[t - 2]) >> down
             if j < nsp:
-                out.append(j << 16)
-            continue
-        big = getrandbits(32 * m)
-        index = int.from_bytes((nsp - 1).to_bytes(4, "little") * m, "little")
-        top = int.from_bytes(b"\x00\x00\x00\x80" * m, "little")
-        spare_bits = _lanes(((big >> shift) & index) << 16, m)
-        out += compress(spare_bits, _lanes(~big & top, m))
+                out.append(j)
     return out
 
 
@@ -413,6 +400,8 @@ def _inline_draws_match() -> bool:
         return False
     cases = (
         (range(4), range(65536), 64),  # several per uplink, a whole field
+        (range(256), range(65536), 32),  # the paper's planes: 256 uplinks, 32 EVs each
+        (range(600), range(65536), 600),  # one EV on each of many uplinks
         (range(32), range(65536), 16),  # fewer EVs than uplinks
         (range(2), range(512), 2 * 60),  # a whole field, repeats within an uplink likely
         (range(3), range(300), 3 * 41 + 1),  # the same, not a power of two
@@ -450,9 +439,32 @@ def _draw_plane(
     carries more than one EV more than another; each uplink's EVs get
     distinct random spare values (several EVs on one physical path).
     """
-    if _INLINE_DRAWS and type(rng) is random.Random:
+    if (
+        _INLINE_DRAWS
+        and type(rng) is random.Random
+        and len(uplinks) < 1 << 16
+        and len(spares) <= 1 << 16
+    ):
         return _draw_plane_inline(plane, uplinks, spares, n, rng)
     return _draw_plane_stdlib(plane, uplinks, spares, n, rng)
+
+
+#: A QP's per-plane shares and counts before its first failure (never written).
+_NO_WEIGHTS: Final[array[float]] = array("d")
+_NO_COUNTS: Final[array[int]] = array("q")
+
+#: ``list(range(n))`` by ``n``: every QP's rotation starts as ids 0 .. n-1 in
+#: order, one list shared by all until a QP first changes its own (about 2 KB
+#: a QP of a fabric's tens of thousands; read-only while shared).
+_FIRST_IDS: Final[dict[int, list[int]]] = {}
+
+
+def _first_ids(n: int) -> list[int]:
+    """The shared ``list(range(n))`` (see :data:`_FIRST_IDS`): never to be changed."""
+    ids = _FIRST_IDS.get(n)
+    if ids is None:
+        ids = _FIRST_IDS[n] = list(range(n))
+    return ids
 
 
 @final
@@ -699,17 +711,19 @@ class PathSet:
         self._ecn_n: int = 0
         # Failure-proportional plane shares (module docstring): per plane, the
         # share of a full plane's packets it sends (1.0 unless some of its paths
-        # failed); the bitmask of planes below 1.0; the failed path keys.
-        self._weight: array[float] = array("d", [1.0]) * (1 << PLANE_BITS)
+        # failed); the bitmask of planes below 1.0; the failed path keys.  The
+        # three per-plane arrays are made at the first failure (:meth:`_reweigh`;
+        # until then empty and shared, and read only while a plane is weighted).
+        self._weight: array[float] = _NO_WEIGHTS
         #: packets sent per weighted plane, and on the full planes (``_nref`` of
         #: them), since the shares last changed.
-        self._sent: array[int] = array("q", bytes(8 << PLANE_BITS))
+        self._sent: array[int] = _NO_COUNTS
         self._sref: int = 0
         self._nref: int = 0
         #: packets sent while some plane is weighted; per plane, the count up to
         #: which its share is enforced (it showed congestion: ECN or a trim).
         self._tx: int = 0
-        self._hot: array[int] = array("q", bytes(8 << PLANE_BITS))
+        self._hot: array[int] = _NO_COUNTS
         self._wmask: int = 0
         self._failed: set[int] = set()
         self._build(rng)
@@ -749,7 +763,7 @@ class PathSet:
         n = len(self._evs)
         self._st = bytearray(n)
         self._inslot = bytearray(b"\x01") * len(slots) + bytearray(n - len(slots))
-        self._slots = list(range(len(slots)))
+        self._slots = _first_ids(len(slots))
         if prof.explicit is not None:
             for ev in self._evs:
                 self._known[ev & 15] += 1
@@ -1006,7 +1020,10 @@ class PathSet:
 
     def _put_in_slot(self, old: int, new: int) -> None:
         """The first slot holding id ``old`` now holds id ``new``."""
-        self._slots[self._slots.index(old)] = new
+        slots = self._slots
+        if slots is _FIRST_IDS.get(len(slots)):  # shared until the first change
+            slots = self._slots = list(slots)
+        slots[slots.index(old)] = new
         self._inslot[old] = 0
         self._inslot[new] = 1
 
@@ -1156,6 +1173,10 @@ class PathSet:
         paths (plane, uplink) with an ASSUMED_BAD EV (the EVs being probed), out
         of the profile's uplink values (module docstring).  An explicit EV list
         names no uplink space: its planes keep equal shares."""
+        if not self._weight:  # the first failure: the per-plane share arrays
+            self._weight = array("d", [1.0]) * (1 << PLANE_BITS)
+            self._sent = array("q", bytes(8 << PLANE_BITS))
+            self._hot = array("q", bytes(8 << PLANE_BITS))
         failed = self._failed
         for key in [k for k in failed if k & 15 == plane]:
             failed.discard(key)
@@ -1199,7 +1220,7 @@ class PathSet:
     def plane_shares(self) -> list[float]:
         """Per plane (0..15), the share of its turns in the rotation it takes:
         1.0, or less while some of its paths have failed (module docstring)."""
-        return self._weight.tolist()
+        return self._weight.tolist() if self._weight else [1.0] * (1 << PLANE_BITS)
 
     def _pool_any(self, plane: int) -> bool:
         """Whether the plane has a backup left (given back, or never drawn)."""

@@ -9,7 +9,6 @@ integer number of picoseconds given by the caller.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from typing import Any, Final
@@ -78,7 +77,9 @@ class QueuePair(QPBase):
         self.cap = cap
         self.requester: Requester | None = None
         self.responder: Responder | None = None
-        self._early_recvs: deque[RecvWR] = deque()
+        #: receives posted before RTR (then handed to the responder): a list, not a
+        #: deque (which holds a 600-byte block even empty, per QP of the fabric)
+        self._early_recvs: list[RecvWR] = []
         self.error_reason = ""
 
     # -- bring-up ---------------------------------------------------------------------

@@ -96,6 +96,9 @@ ACK_PROOF_KEEP: Final = 65536
 #: probe interval), so 4096 cover seconds of them; a reply to an older probe is
 #: refused like a forged one (the EV is probed again).
 PROBE_PROOF_KEEP: Final = 4096
+#: The stamp orders of every requester without ACK proof (stamps are made only
+#: with it on): empty, never appended to.
+_NO_STAMPS: Final[deque[int]] = deque()
 
 #: The longest retransmission timeout, however many times it doubled: the
 #: largest local ACK timeout the QP attribute can express (t = 24: 1.024 us x
@@ -242,7 +245,9 @@ class Requester:
         self.replayed_acks = 0
         #: when a SACK bound to an older packet last asked for a newer one.
         self.catchup_at = -(1 << 62)
-        self.sent_order: deque[int] = deque()
+        #: (with ACK proof on, this QP's own; until then one shared, never appended
+        #: to: a deque holds a 600-byte block even empty, per QP of the fabric)
+        self.sent_order: deque[int] = _NO_STAMPS
         self.ts_rng: random.Random | None = None
         self.last_stamp = 0
         #: SACKs refused for lack of proof (no echo of a packet sent on their EV).
@@ -250,7 +255,7 @@ class Requester:
         # Probe-reply proof (with ACK proof on): EV-probe timestamp -> its EV,
         # for the newest PROBE_PROOF_KEEP EV probes not yet answered.
         self.probe_ts: dict[int, int] = {}
-        self.probe_order: deque[int] = deque()
+        self.probe_order: deque[int] = _NO_STAMPS  # (as sent_order)
         #: Probe replies refused for lack of proof (no echo of an EV probe this
         #: QP sent on their EV, or one already answered).
         self.forged_probe_replies = 0
@@ -419,6 +424,7 @@ class Requester:
         """
         self.sent_ts = {}
         self.sent_order = deque()
+        self.probe_order = deque()
         self.ts_rng = rng
 
     def _stamp(self, now: int, ev: int) -> int:

@@ -71,6 +71,23 @@ PARAMS: dict[str, tuple[float, float, float]] = {
 }
 
 
+#: The last profile given, its ``params`` as they were then, and the parameters
+#: checked from them: one dict (never changed) shared by the instances of a
+#: profile, as a fabric's QPs all have the same (a dict each was about 1.2 KB).
+_LAST_PARAMS: list[Any] = [None, None, None]
+
+
+def _checked_params(profile: CCProfile) -> dict[str, float]:
+    """Every NSCC parameter of ``profile`` (its overrides range-checked)."""
+    last = _LAST_PARAMS
+    if profile is last[0] and profile.params == last[1]:
+        p: dict[str, float] = last[2]
+        return p
+    p = {name: param(profile, name, *spec) for name, spec in PARAMS.items()}
+    last[0], last[1], last[2] = profile, dict(profile.params), p
+    return p
+
+
 class NSCC(CongestionControl):
     """UET NSCC with BDP-scaled constants (times in picoseconds, sizes in bytes)."""
 
@@ -78,7 +95,7 @@ class NSCC(CongestionControl):
 
     def __init__(self, profile: CCProfile, mtu: int) -> None:
         super().__init__(profile, mtu)
-        p = {name: param(profile, name, *spec) for name, spec in PARAMS.items()}
+        p = _checked_params(profile)
         self.params = p
         net_rtt = profile.base_rtt_ps
         self.link_Bps = profile.link_bps / 8
