@@ -415,11 +415,15 @@ class QueuePair(QPBase):
         """Queue a control packet (SACK, NACK, probe) to go out before data.
 
         A SACK or NACK travels on the reverse EV set's choice, keeping the EV
-        it reflects; a probe reply goes back on the probed EV (see
-        :mod:`.reverse`)."""
-        kind = type(pkt)
-        if (kind is SackPacket or kind is NackPacket) and self.reverse is not None:
-            pkt.path_ev = self.reverse.route(pkt.ev)
+        it reflects; a probe reply goes back on the probed EV unless this QP
+        holds that EV or its plane out of use (see :mod:`.reverse`)."""
+        rev = self.reverse
+        if rev is not None:
+            kind = type(pkt)
+            if kind is SackPacket or kind is NackPacket:
+                pkt.path_ev = rev.route(pkt.ev)
+            elif kind is ProbeReplyPacket and not rev.may_use(pkt.ev):
+                pkt.path_ev = rev.route(pkt.ev)  # not on a path this end denies or blames
         self.control.append(pkt)
         self.context.ready[self] = None
         self.context.control_ready[self] = None

@@ -31,7 +31,9 @@ plane's reverse EV to one just answered, so a reverse EV on a path that died
 silently is also replaced within a few RTTs per plane.
 
 EV probe *replies* are not routed here: a probe tests the round trip of one
-path, and its answer travels back on that path, as before.  A probe reply
+path, and its answer travels back on that path, as before (unless the
+answering QP holds that EV, or its plane, out of use: then on the reverse
+set, see :meth:`ReversePaths.may_use`).  A probe reply
 sent on the reverse set shares its fate with the reverse EV, not with the
 probed path: when that reverse path died, every EV probe of the plane went
 unanswered and the sender blamed all its EVs of the plane, the probes that
@@ -148,6 +150,12 @@ class ReversePaths:
             if (up >> p & 1 or (not up and not down >> p & 1)) and self._usable(p) >= 0:
                 return p
         return -1
+
+    def may_use(self, ev: int) -> bool:
+        """Whether this QP may send on ``ev``: its plane is up at both ends and
+        not denied, and its own path state does not hold it ASSUMED_BAD or DENIED."""
+        paths = self.paths
+        return not paths.down >> (ev & (MAX_PLANES - 1)) & 1 and paths.usable_ev(ev)
 
     def _usable(self, plane: int) -> int:
         """The plane's reverse EV (or a stand-in from the QP's own set), or -1."""
