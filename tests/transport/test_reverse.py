@@ -145,7 +145,7 @@ def test_probes_go_each_rtt_one_at_a_time_and_not_while_sending() -> None:
         if probe is not None:
             sent.append(probe)
             assert probe.seq & REVERSE_PROBE_SEQ and not probe.reliability
-            assert rev.on_probe_reply(probe.ev, probe.seq, now + 5)
+            assert rev.on_probe_reply(probe.ev, probe.seq, probe.ts, now + 5)
     # every RTT, the planes in turn, each probe's EV becoming its plane's reverse EV
     assert len(sent) >= 15
     assert {ev_plane(p.ev) for p in sent[:2]} == {0, 1}
@@ -160,7 +160,14 @@ def test_probes_go_each_rtt_one_at_a_time_and_not_while_sending() -> None:
     rev2.on_inbound(0, 7)
     rev2.last_out = 5
     assert rev2.on_inbound(10, 7) is None
-    assert not rev.on_probe_reply(sent[0].ev, 3, 300)  # a requester's probe: not ours
+    assert not rev.on_probe_reply(sent[0].ev, 3, 0, 300)  # a requester's probe: not ours
+    # a reply that does not echo the outstanding probe's own timestamp is
+    # consumed and confirms nothing (forged, or for an older probe)
+    before = (rev.confirmed, list(rev.evs), rev.stats_confirmed)
+    assert rev.on_probe_reply(lost.ev, lost.seq, lost.ts + 1, 300)
+    assert (rev.confirmed, list(rev.evs), rev.stats_confirmed) == before
+    assert rev.on_probe_reply(lost.ev, lost.seq, lost.ts, 300)
+    assert rev.stats_confirmed == before[2] + 1
 
 
 def test_a_suspect_plane_fails_over_to_another_plane_and_a_new_ev() -> None:
@@ -169,7 +176,7 @@ def test_a_suspect_plane_fails_over_to_another_plane_and_a_new_ev() -> None:
     for now in range(10, 100, 10):
         probe = rev.on_inbound(now, 7)
         if probe is not None:
-            rev.on_probe_reply(probe.ev, probe.seq, now + 1)
+            rev.on_probe_reply(probe.ev, probe.seq, probe.ts, now + 1)
     assert rev.confirmed == 0b1111
     old = rev.evs[1]
     assert rev.route(old) == old

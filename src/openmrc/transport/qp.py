@@ -332,7 +332,7 @@ class QueuePair(QPBase):
                 self.reverse.suspect(pkt.ev & 15, now)  # type: ignore[union-attr]
             self.responder.on_probe(pkt, now)  # type: ignore[union-attr,arg-type]
         elif kind is ProbeReplyPacket:
-            if self.reverse.on_probe_reply(pkt.ev, pkt.seq, now):  # type: ignore[union-attr,attr-defined]
+            if self.reverse.on_probe_reply(pkt.ev, pkt.seq, pkt.ts_echo, now):  # type: ignore[union-attr,attr-defined]
                 pass  # a reverse-EV probe's answer
             elif self.requester is not None:
                 self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]

@@ -187,14 +187,15 @@ class ReversePaths:
             self.evs[plane] = ev
             self.confirmed |= 1 << plane
 
-    def on_probe_reply(self, ev: int, seq: int, now: int) -> bool:
+    def on_probe_reply(self, ev: int, seq: int, ts_echo: int, now: int) -> bool:
         """A reply to a reverse-EV probe; True if it was one (it is then consumed).
-        Only the answer to the outstanding probe counts (its own send time gives
-        the RTT sample: nothing in the reply is trusted but its seq and EV)."""
+        Only the answer to the outstanding probe counts: its seq, its EV and the
+        probe's own timestamp echoed (nothing else in the reply is trusted; the
+        RTT sample is measured from the send time kept here)."""
         if not seq & REVERSE_PROBE_SEQ:
             return False
         wait = self._wait
-        if wait is not None and wait[0] == seq and wait[1] == ev:
+        if wait is not None and wait[0] == seq and wait[1] == ev and wait[2] == ts_echo:
             self._wait = None
             rtt = now - wait[2]
             if rtt >= 0:
