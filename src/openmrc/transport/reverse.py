@@ -206,6 +206,12 @@ class ReversePaths:
             self.stats_confirmed += 1
         return True
 
+    def expects(self, ts_echo: int) -> bool:
+        """Whether a probe reply echoing ``ts_echo`` may answer the outstanding
+        reverse-EV probe (a driver's cheap check before decoding it)."""
+        wait = self._wait
+        return wait is not None and wait[2] == ts_echo
+
     def suspect(self, plane: int, now: int) -> None:
         """The peer resent data, or asked for a SACK, on ``plane``: it may have
         missed the SACKs of that plane, so the reverse EV that carried them
