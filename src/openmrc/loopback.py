@@ -81,7 +81,9 @@ class ChannelStats:
     ecn_marked: int = 0
     corrupted: int = 0
     evs_used: set[int] = field(default_factory=set)
-    #: EV -> time its first packet was silently dropped by a black hole.
+    #: EV -> time its first data packet was silently dropped by a black hole
+    #: (a data packet's loss is what blames an EV; control packets travel on
+    #: the reverse EV set's EVs).
     first_blackholed: dict[int, int] = field(default_factory=dict)
 
 
@@ -193,13 +195,14 @@ class Loopback:
         st = end.stats
         rng = self.rng
         st.sent += 1
-        ev = pkt.ev
+        ev = pkt.path_ev  # the path it travels on (a control packet's reverse EV)
         st.evs_used.add(ev)
         trace = self.trace
         direction = "ab" if end.index == 0 else "ba"
         if ev in f.blackhole_evs or (f.blackhole_planes and ev_plane(ev) in f.blackhole_planes):
             st.blackholed += 1
-            st.first_blackholed.setdefault(ev, at)
+            if type(pkt) is DataPacket:
+                st.first_blackholed.setdefault(ev, at)
             if trace is not None:
                 trace(at, direction, pkt, "blackhole")
             return

@@ -46,7 +46,7 @@ def test_packets_are_not_hashable() -> None:
 
 def test_fields_list_the_bases_first_and_a_subclass_s_own() -> None:
     names = packet_fields(DataPacket)
-    assert names[:6] == ["dqpn", "ecn", "ev", "meta", "route", "size"]
+    assert names[:7] == ["dqpn", "ecn", "ev", "meta", "path_ev", "route", "size"]
     assert {"psn", "msn", "va", "rkey", "length", "opcode", "payload"} <= set(names)
     assert {"dst", "src", "sport", "last"} <= set(packet_fields(RoceData))
 

@@ -1414,7 +1414,11 @@ class NetEndpoint:
         elif kind == 0xC1 and n >= 36:  # NACK: cumulative ACK at 24, echo at 28
             ts, cack = int.from_bytes(buf[28:36], "big"), int.from_bytes(buf[24:28], "big")
         elif kind == 0xC3 and n >= 32:  # PROBE_REPLY: echo at 24
-            if int.from_bytes(buf[24:32], "big") in req.probe_ts:
+            echo = int.from_bytes(buf[24:32], "big")
+            if echo in req.probe_ts:
+                return True
+            rev = conn.qp.reverse  # or the answer to the reverse set's own probe
+            if rev is not None and rev.expects(echo):
                 return True
             req.forged_probe_replies += 1
             return False

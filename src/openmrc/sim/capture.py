@@ -55,7 +55,7 @@ class Capture:
         if not isinstance(peer, int) or peer < 0:
             self.unencodable += 1  # a packet for no QP here: no known peer address
             return
-        plane = ev_plane(pkt.ev)
+        plane = ev_plane(pkt.path_ev)
         src, dst = (host, peer) if sent else (peer, host)
         try:
             frame = encode_frame(

@@ -234,7 +234,7 @@ class SimHost:
                 break
             qp, pkt = item
             peer = qp.peer
-            ev = pkt.ev
+            ev = pkt.path_ev  # a control packet's reverse EV, else its own
             if type(peer) is int:
                 # fabric.route_key: the peer, the plane, and between T0s the T1
                 if peer // self._hpt == self._t0:

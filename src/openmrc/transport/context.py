@@ -49,7 +49,7 @@ _heapify: Final = heapq.heapify
 
 
 class Datagram(NamedTuple):
-    """One encoded packet to send: its bytes, its EV, and where it goes."""
+    """One encoded packet to send: its bytes, the EV it travels on, and where it goes."""
 
     data: bytes
     ev: int
@@ -401,7 +401,7 @@ class Context(ContextBase):
             if item is None:
                 return out
             qp, pkt = item
-            out.append(Datagram(encode(pkt), pkt.ev, qp.peer, qp.qpn))
+            out.append(Datagram(encode(pkt), pkt.path_ev, qp.peer, qp.qpn))
 
     def _refresh_timers(self) -> None:
         """Re-read the deadlines of the QPs that changed; push the new ones."""

@@ -833,6 +833,35 @@ class PathSet:
         i = self._id(ev)
         return i >= 0 and self._inslot[i] == 1
 
+    def planes(self) -> list[int]:
+        """The planes the QP has active EVs in, ascending."""
+        return [p for p in range(1 << PLANE_BITS) if self._active[p]]
+
+    def usable_ev(self, ev: int) -> bool:
+        """Whether ``ev`` is neither ASSUMED_BAD nor DENIED here (unknown: usable).
+        Never makes the EV -> id map: without it no EV has left GOOD yet (a QP
+        that only receives asks this for every control packet it sends)."""
+        ids = self._ids
+        if ids is None:
+            return True
+        i = ids.get(ev, -1)
+        return i < 0 or self._st[i] < _BAD
+
+    def good_evs(self, plane: int) -> list[int]:
+        """The plane's active EVs that are GOOD (or SKIP), in rotation order."""
+        evs = self._evs
+        st = self._st
+        return [evs[i] for i in self._slots if evs[i] & 15 == plane and st[i] < _BAD]
+
+    def first_good(self, plane: int) -> int:
+        """The plane's first active EV that is GOOD (or SKIP), or -1."""
+        evs = self._evs
+        st = self._st
+        for i in self._slots:
+            if evs[i] & 15 == plane and st[i] < _BAD:
+                return int(evs[i])
+        return -1
+
     def backup_count(self, plane: int) -> int:
         """How many backups ``plane`` holds (given back, listed, and never drawn;
         an EV given back twice counts twice)."""

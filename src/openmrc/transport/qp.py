@@ -29,6 +29,7 @@ from .paths import PathSet
 from .qpbase import ContextBase, QPBase, QPStats
 from .requester import Requester
 from .responder import Responder
+from .reverse import ReversePaths
 from .sendop import SendOp
 from .state import CAN_POST_RECV, CAN_POST_SEND, QPState, check_transition
 from .verbs import (
@@ -75,6 +76,8 @@ class QueuePair(QPBase):
         cap.validate()
         super().__init__(context, pd, qpn, send_cq, recv_cq)
         self.cap = cap
+        #: the reverse EV set its control packets travel on (from RTR).
+        self.reverse: ReversePaths | None = None
         self.requester: Requester | None = None
         self.responder: Responder | None = None
         #: receives posted before RTR (then handed to the responder): a list, not a
@@ -147,6 +150,7 @@ class QueuePair(QPBase):
             if self.context.controller is not None:
                 self.context.controller.qp_ready(self)  # its profile's deny lists
             self.cc = cc_registry.create(self.attr.cc_profile, self.attr.mtu)
+            self.reverse = ReversePaths(self.paths, self.attr.cc_profile.base_rtt_ps)
             self.responder = Responder(self)
             self.responder.recv_queue.extend(self._early_recvs)
             self._early_recvs.clear()
@@ -179,6 +183,7 @@ class QueuePair(QPBase):
 
     def _reset(self) -> None:
         self.paths = None
+        self.reverse = None
         self.requester = None
         self.responder = None
         self.control.clear()
@@ -308,17 +313,29 @@ class QueuePair(QPBase):
             return
         kind = type(pkt)
         if kind is DataPacket:
+            stats = self.stats
+            dups = stats.rx_duplicates
             self.responder.on_data(pkt, now)  # type: ignore[union-attr,arg-type]
+            rev = self.reverse
+            if stats.rx_duplicates != dups:  # the peer resent: it missed our SACKs?
+                rev.suspect(pkt.ev & 15, now)  # type: ignore[union-attr]
+            if now >= rev.next_probe_at:  # type: ignore[union-attr]
+                self._reverse_inbound(now)
         elif kind is SackPacket:
             if self.requester is not None:
                 self.requester.on_sack(pkt, now)  # type: ignore[arg-type]
+                self.reverse.on_delivered(pkt.ev)  # type: ignore[union-attr]
         elif kind is NackPacket:
             if self.requester is not None:
                 self.requester.on_nack(pkt, now)  # type: ignore[arg-type]
         elif kind is ProbePacket:
+            if pkt.reliability:  # type: ignore[attr-defined]  # the peer heard nothing
+                self.reverse.suspect(pkt.ev & 15, now)  # type: ignore[union-attr]
             self.responder.on_probe(pkt, now)  # type: ignore[union-attr,arg-type]
         elif kind is ProbeReplyPacket:
-            if self.requester is not None:
+            if self.reverse.on_probe_reply(pkt.ev, pkt.seq, pkt.ts_echo, now):  # type: ignore[union-attr,attr-defined]
+                pass  # a reverse-EV probe's answer
+            elif self.requester is not None:
                 self.requester.on_probe_reply(pkt, now)  # type: ignore[arg-type]
         else:
             self.stats.rx_invalid += 1
@@ -340,6 +357,12 @@ class QueuePair(QPBase):
         self.queue_control(
             NackPacket(self.remote_qpn, pkt.ev, NackReason.QP_NOT_READY, pkt.psn, rsp.base, pkt.ts)
         )
+
+    def _reverse_inbound(self, now: int) -> None:
+        """Data arrived: the reverse EV set may probe one more EV (see :mod:`.reverse`)."""
+        probe = self.reverse.on_inbound(now, self.remote_qpn)  # type: ignore[union-attr]
+        if probe is not None:
+            self.queue_control(probe)
 
     def handle_timer(self, now: int) -> None:
         """Run whatever deadlines have passed (RTO, loss detection, probes)."""
@@ -365,8 +388,11 @@ class QueuePair(QPBase):
             return self.control.popleft()
         if self.state is QPState.RTS:
             pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
-            if pkt is None and self.control:  # the window closed: a probe was queued
-                return self.control.popleft()
+            if pkt is None:
+                if self.control:  # the window closed: a probe was queued
+                    return self.control.popleft()
+                return None
+            self.reverse.last_out = now  # type: ignore[union-attr]  # its SACKs keep the set fresh
             return pkt
         return None
 
@@ -387,7 +413,18 @@ class QueuePair(QPBase):
         self.context.timer_dirty[self] = None
 
     def queue_control(self, pkt: Packet) -> None:
-        """Queue a control packet (SACK, NACK, probe) to go out before data."""
+        """Queue a control packet (SACK, NACK, probe) to go out before data.
+
+        A SACK or NACK travels on the reverse EV set's choice, keeping the EV
+        it reflects; a probe reply goes back on the probed EV unless this QP
+        holds that EV or its plane out of use (see :mod:`.reverse`)."""
+        rev = self.reverse
+        if rev is not None:
+            kind = type(pkt)
+            if kind is SackPacket or kind is NackPacket:
+                pkt.path_ev = rev.route(pkt.ev)
+            elif kind is ProbeReplyPacket and not rev.may_use(pkt.ev):
+                pkt.path_ev = rev.route(pkt.ev)  # not on a path this end denies or blames
         self.control.append(pkt)
         self.context.ready[self] = None
         self.context.control_ready[self] = None

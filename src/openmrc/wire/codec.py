@@ -675,7 +675,7 @@ def encode_frame(
     dst_b, dst_i = _addr16("dst", dst)
     path_b = dst_b if path is None else _addr16("path", path)[0]
     body = encode(pkt)
-    ev = pkt.ev
+    ev = pkt.path_ev  # the path it travels on (a control packet's reverse EV)
     udp_len = UDP_BYTES + len(body)
     if udp_len + IPV6_BYTES > 0xFFFF:
         raise WireError(f"frame: {udp_len + IPV6_BYTES} bytes do not fit an IPv6 payload length")

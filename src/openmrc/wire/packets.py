@@ -103,18 +103,24 @@ class Packet:
     """Fields common to every MRC packet.
 
     ``ev`` is the entropy value (the path) the packet travels on; for SACK, NACK
-    and probe replies it is the *reflected* EV of the packet that caused them.
+    and probe replies it is the *reflected* EV of the packet that caused them,
+    and ``path_ev`` the EV they travel on (for a SACK or NACK the sender's
+    reverse EV set, see :mod:`openmrc.transport.reverse`; a probe reply goes
+    back on the probed EV; the flow label, UDP source port and route follow
+    it).  ``path_ev`` is ``ev`` unless set otherwise; a decoded
+    packet has ``path_ev == ev`` (the receiver has no use for it).
     ``dqpn`` is the destination queue pair number.  ``ecn`` is the IP ECN
     Congestion Experienced mark, set by the fabric.  ``size`` is the packet's
     size on the wire in bytes.  ``route`` (the outer SRv6 destination, or any
     driver-specific route object) and ``meta`` are for the driver only.
     """
 
-    __slots__ = ("dqpn", "ecn", "ev", "meta", "route", "size")
+    __slots__ = ("dqpn", "ecn", "ev", "meta", "path_ev", "route", "size")
 
     def __init__(self, dqpn: int, ev: int, size: int) -> None:
         self.dqpn = dqpn
         self.ev = ev
+        self.path_ev = ev
         self.size = size
         self.ecn = False
         self.route: object = None
@@ -133,7 +139,7 @@ class Packet:
         return all(
             getattr(self, name) == getattr(other, name)
             for name in packet_fields(type(self))
-            if name not in ("route", "meta", "size")
+            if name not in ("route", "meta", "size", "path_ev")
         )
 
 
