@@ -664,24 +664,35 @@ TIMED = {
 }
 
 
-#: the DP-widened GPT-3 cases: GPUs
-SCALED = {"flow-8192": 8192, "flow-32768": 32768, "flow-131072": 131072}
+#: the DP-widened cases: GPUs, and whether the MoE job
+SCALED = {
+    "flow-8192": (8192, False),
+    "flow-32768": (32768, False),
+    "flow-131072": (131072, False),
+    "flow-moe-8192": (8192, True),
+    "flow-moe-32768": (32768, True),
+    "flow-moe-131072": (131072, True),
+}
 
 
-def scaled_data(gpus: int) -> tuple[dict[str, Any], Path]:
-    """gpt3-175b-1024.toml widened by DP to ``gpus`` GPUs on the paper's switch radix."""
+def scaled_data(gpus: int, moe: bool = False) -> tuple[dict[str, Any], Path]:
+    """gpt3-175b-1024.toml (``moe``: moe-ep-128.toml, placed packed) widened by DP to
+    ``gpus`` GPUs on the paper's switch radix, its micro-batches per replica kept."""
     if gpus % 256 or gpus < 256:
         raise SystemExit(f"--gpus: {gpus} is not a multiple of 256 (one T0's hosts)")
-    data, base = _scenario_data("gpt3-175b-1024.toml")
+    data, base = _scenario_data("moe-ep-128.toml" if moe else "gpt3-175b-1024.toml")
     d = copy.deepcopy(data)
+    job = d["job"]
+    per_replica = job["model"]["global_batch"] // job["parallel"]["dp"]
     d["fabric"].update(t0s=gpus // 256, hosts_per_t0=256, t1s=256)
-    dp = gpus // (d["job"]["parallel"]["tp"] * d["job"]["parallel"]["pp"])
-    d["job"]["parallel"]["dp"] = dp
-    d["job"]["model"]["global_batch"] = 32 * dp
+    dp = gpus // (job["parallel"]["tp"] * job["parallel"]["pp"])
+    job["parallel"]["dp"] = dp
+    job["model"]["global_batch"] = per_replica * dp
+    job["placement"] = "packed"
     return d, base
 
 
-def scaled_one(gpus: int, transport: str, fold: int = 1) -> dict[str, Any]:
+def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> dict[str, Any]:
     """One iteration of the widened job with one transport, in this process.
 
     ``fold`` >= 0: folded (openmrc.flow.fold) with that margin, when the job folds;
@@ -691,7 +702,8 @@ def scaled_one(gpus: int, transport: str, fold: int = 1) -> dict[str, Any]:
     from openmrc.pipeline.jobrun import fluid_model, ideal_step_ps, job_row
     from openmrc.topology import ClosSpec
 
-    data, base = scaled_data(gpus)
+    data, base = scaled_data(gpus, moe)
+    per_replica = data["job"]["model"]["global_batch"] // data["job"]["parallel"]["dp"]
     data["transport"] = {**data.get("transport", {}), "name": transport}
     data.setdefault("run", {})["mode"] = "flow"
     model_cpu = [0.0]
@@ -722,9 +734,8 @@ def scaled_one(gpus: int, transport: str, fold: int = 1) -> dict[str, Any]:
             fm.FluidFault(int(f["at_us"] * 1_000_000), f["kind"], f["target"])
             for f in data.get("faults", [])
         ]
-        plan = plan_fold(
-            spec, par["tp"], par["pp"], par["dp"], [whole.parts(f) for f in faults], fold
-        )
+        parts = [whole.parts(f) for f in faults]
+        plan = plan_fold(spec, par["tp"], par["pp"], par["dp"], parts, fold, par.get("ep", 1))
     if plan is None:
         sc = parse(data, base_dir=base)
         res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
@@ -732,7 +743,7 @@ def scaled_one(gpus: int, transport: str, fold: int = 1) -> dict[str, Any]:
     else:
         data["fabric"]["t0s"] = plan.spec.t0s
         data["job"]["parallel"]["dp"] = plan.dp
-        data["job"]["model"]["global_batch"] = 32 * plan.dp
+        data["job"]["model"]["global_batch"] = per_replica * plan.dp
         data.pop("faults", None)
         sc = parse(data, base_dir=base)
         model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, [])
@@ -745,6 +756,7 @@ def scaled_one(gpus: int, transport: str, fold: int = 1) -> dict[str, Any]:
         row = job_row(job, res.jobs[0].start, res.jobs[0].end, ideal_step_ps(sc.spec, job))
     return {
         "gpus": gpus,
+        "job": "moe" if moe else "gpt",
         "transport": transport,
         "folded": None
         if plan is None
@@ -758,41 +770,51 @@ def scaled_one(gpus: int, transport: str, fold: int = 1) -> dict[str, Any]:
     }
 
 
-def fold_check(gpus: int, transport: str, margin: int, hpt: int = 32) -> dict[str, Any]:
-    """gpt3-175b-1024.toml widened by DP to ``gpus`` GPUs on its own T0 size (``hpt``
-    hosts per T0), every replica simulated and folded (openmrc.flow.fold, ``margin``):
-    the step of each, and how far apart every task the folded run keeps starts and ends
-    in the two (ps), with their CPU seconds."""
+def fold_check(
+    gpus: int, transport: str, margin: int, hpt: int = 32, moe: bool = False
+) -> dict[str, Any]:
+    """gpt3-175b-1024.toml (``moe``: moe-ep-128.toml, placed packed) widened by DP to
+    ``gpus`` GPUs on ``hpt`` hosts per T0, every replica simulated and folded
+    (openmrc.flow.fold, ``margin``): the step of each, and how far apart every task
+    the folded run keeps starts and ends in the two (ps), with their CPU seconds."""
     from openmrc.flow.fold import plan_fold
     from openmrc.pipeline.jobrun import fluid_model
 
-    data, base = _scenario_data("gpt3-175b-1024.toml")
+    data, base = _scenario_data("moe-ep-128.toml" if moe else "gpt3-175b-1024.toml")
     d = copy.deepcopy(data)
     par = d["job"]["parallel"]
-    dp = gpus // (par["tp"] * par["pp"])
+    per_replica = d["job"]["model"]["global_batch"] // par["dp"]
+    tp, pp, ep = par["tp"], par["pp"], par.get("ep", 1)
+    dp = gpus // (tp * pp)
     d["fabric"].update(t0s=gpus // hpt, hosts_per_t0=hpt)
+    d["job"]["placement"] = "packed"
     par["dp"] = dp
-    d["job"]["model"]["global_batch"] = 32 * dp
+    d["job"]["model"]["global_batch"] = per_replica * dp
     d["transport"] = {**d.get("transport", {}), "name": transport}
     c = time.process_time()
     sc = parse(copy.deepcopy(d), base_dir=base)
     whole = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
     full = whole.run()
     full_cpu = time.process_time() - c
+
+    def key(t: Any, n: int) -> tuple[Any, ...]:
+        """A task's name across the two runs (``n``: its run's DP): a ring by its
+        label, TP index, stage and group (dense, or which expert ring)."""
+        if t.phase in ("dp", "zero"):
+            t0, rest = t.ranks[0] % tp, t.ranks[0] // tp
+            return (t.kind, t.label, t0, rest // n, -1 if len(t.ranks) == n else rest % n % ep)
+        return (t.kind, t.label, t.ranks)
+
     g = sc.jobs[0].graph
-    key = {
-        (t.kind, t.label, () if t.kind in ("reducescatter", "allgather") else t.ranks): i
-        for i, t in enumerate(g.tasks)
-    }
-    plan = plan_fold(
-        sc.spec, par["tp"], par["pp"], dp, [whole.parts(f) for f in whole._faults], margin
-    )
+    index = {key(t, dp): i for i, t in enumerate(g.tasks)}
+    parts = [whole.parts(f) for f in whole._faults]
+    plan = plan_fold(sc.spec, tp, pp, dp, parts, margin, ep)
     if plan is None:
         raise SystemExit(f"fold-check: {gpus} GPUs on {hpt} hosts per T0 do not fold")
     c = time.process_time()
     d["fabric"]["t0s"] = plan.spec.t0s
     par["dp"] = plan.dp
-    d["job"]["model"]["global_batch"] = 32 * plan.dp
+    d["job"]["model"]["global_batch"] = per_replica * plan.dp
     d.pop("faults", None)
     sf = parse(d, base_dir=base)
     model = fluid_model(sf.spec, sf.transport, sf.seed, sf.jobs, [])
@@ -808,8 +830,10 @@ def fold_check(gpus: int, transport: str, margin: int, hpt: int = 32) -> dict[st
     diffs: list[tuple[float, str]] = []
     got = folded.jobs[0]
     for t, s0, e0 in zip(model.jobs[0].graph.tasks, got.start, got.end, strict=True):
-        ring = t.kind in ("reducescatter", "allgather")
-        i = key[(t.kind, t.label, () if ring else tuple(plan.rank(r) for r in t.ranks))]
+        if t.phase in ("dp", "zero"):
+            i = index[key(t, plan.dp)]
+        else:
+            i = index[(t.kind, t.label, tuple(plan.rank(r) for r in t.ranks))]
         for a, b in ((s0, fs[i]), (e0, fe[i])):
             if a is None or b is None:
                 worst = math.inf if a is not b else worst
@@ -821,6 +845,7 @@ def fold_check(gpus: int, transport: str, margin: int, hpt: int = 32) -> dict[st
     step = [max(e for e in x.jobs[0].end if e is not None) / 1e9 for x in (full, folded)]
     return {
         "case": "fold-check",
+        "job": "moe" if moe else "gpt",
         "gpus": gpus,
         "transport": transport,
         "margin": margin,
@@ -834,12 +859,14 @@ def fold_check(gpus: int, transport: str, margin: int, hpt: int = 32) -> dict[st
     }
 
 
-def scaled(case: str, gpus: int, transports: list[str], fold: int = 1) -> list[dict[str, Any]]:
+def scaled(
+    case: str, gpus: int, transports: list[str], fold: int = 1, moe: bool = False
+) -> list[dict[str, Any]]:
     """The widened job with each transport, each in a fresh process (its own peak memory)."""
     rows = []
     for tr in transports:
         cmd = [sys.executable, __file__, "--case", "flow-scale", "--gpus", str(gpus)]
-        cmd += ["--fold", str(fold)]
+        cmd += ["--fold", str(fold)] + (["--moe"] if moe else [])
         got = subprocess.run(
             [*cmd, "--transport", tr, "--in-process"], capture_output=True, text=True
         )
@@ -909,6 +936,10 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
+        "--moe", action="store_true", help="flow-scale, fold-check: the MoE job (moe-ep-128)"
+    )
+    ap.add_argument("--hpt", type=int, default=32, help="fold-check: hosts per T0 (default 32)")
+    ap.add_argument(
         "--fold",
         type=int,
         default=1,
@@ -968,16 +999,17 @@ def main() -> int:
             dcqcn_arrivals()
         elif case == "fold-check":
             for tr in [args.transport] if args.transport else ["mrc", "roce"]:
-                row = fold_check(args.gpus, tr, max(0, args.fold))
+                row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe)
                 print(json.dumps(row), flush=True)
                 out.append(row)
         elif case == "flow-scale" or case in SCALED:
-            gpus = SCALED.get(case, args.gpus)
+            gpus, moe = SCALED.get(case, (args.gpus, args.moe))
             if args.in_process:
-                print(json.dumps(scaled_one(gpus, args.transport or "mrc", args.fold)), flush=True)
+                row = scaled_one(gpus, args.transport or "mrc", args.fold, moe)
+                print(json.dumps(row), flush=True)
                 continue
             trs = [args.transport] if args.transport else ["mrc", "roce"]
-            out += scaled(case, gpus, trs, args.fold)
+            out += scaled(case, gpus, trs, args.fold, moe)
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)

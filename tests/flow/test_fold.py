@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from openmrc.flow.fold import Fold, plan_fold
 from openmrc.flow.model import FluidFault, FluidJob, FluidModel, FluidResult, ecmp_hash
 from openmrc.topology import ClosSpec
-from openmrc.workloads.jobs.graph import JobSpec, build_iteration
+from openmrc.workloads.jobs.graph import JobSpec, Task, build_iteration
 from openmrc.workloads.jobs.model import GpuSpec, ModelSpec, Parallelism
 
 #: 16 DP replicas of TP 2 x PP 2 on 64 hosts, 4 per T0: 2 replicas a block, 8 blocks
 SPEC = ClosSpec(planes=2, t0s=16, hosts_per_t0=4, t1s=4)
 
 
-def _job(dp: int) -> JobSpec:
+def _job(dp: int, ep: int = 1) -> JobSpec:
+    """A small GPT-like job (``ep`` > 1: MoE, 4 experts, EP across servers)."""
+    experts = 4 if ep > 1 else 0
     return JobSpec(
         "fold",
-        ModelSpec(layers=4, hidden=256, heads=4, seq_len=256, vocab=1000, global_batch=4 * dp),
-        Parallelism(tp=2, pp=2, dp=dp, zero=1, buckets=2),
+        ModelSpec(
+            layers=4,
+            hidden=256,
+            heads=4,
+            seq_len=256,
+            vocab=1000,
+            global_batch=4 * dp,
+            experts=experts,
+            ffn_hidden=512,
+        ),
+        Parallelism(tp=2, pp=2, dp=dp, ep=ep, zero=1, buckets=2),
         GpuSpec(gpus_per_server=2),
     )
 
@@ -38,26 +51,31 @@ def _model(spec: ClosSpec, transport: str, job: FluidJob, faults: list[FluidFaul
 
 
 def _runs(
-    transport: str, faults: list[FluidFault], margin: int = 1, rings: bool = True
+    transport: str, faults: list[FluidFault], margin: int = 1, rings: bool = True, ep: int = 1
 ) -> tuple[Fold, FluidResult, FluidResult, list[tuple[int, int]]]:
     """The whole job and its fold: (fold, whole run, folded run, (folded task, whole task))."""
-    g = build_iteration(_job(16))
+    g = build_iteration(_job(16, ep))
     whole = _model(SPEC, transport, FluidJob(g, list(range(SPEC.hosts))), faults)
-    plan = plan_fold(SPEC, 2, 2, 16, [whole.parts(f) for f in faults], margin)
+    plan = plan_fold(SPEC, 2, 2, 16, [whole.parts(f) for f in faults], margin, ep)
     assert plan is not None
-    gf = build_iteration(_job(plan.dp))
-    ring = plan.graph(gf, _job(plan.dp))
+    gf = build_iteration(_job(plan.dp, ep))
+    ring = plan.graph(gf, _job(plan.dp, ep))
     job = FluidJob(gf, list(range(plan.spec.hosts)), ring_ranks=ring if rings else {})
     folded = _model(plan.spec, transport, job, plan.faults(whole, faults))
     plan.hashes(folded)
-    key = {
-        (t.kind, t.label, () if t.phase in ("dp", "zero") else t.ranks): i
-        for i, t in enumerate(g.tasks)
-    }
-    pairs = [
-        (i, key[(t.kind, t.label, () if i in ring else tuple(plan.rank(r) for r in t.ranks))])
-        for i, t in enumerate(gf.tasks)
-    ]
+
+    def name(t: Task, dp: int, rank: Callable[[int], int]) -> tuple[object, ...]:
+        """A task across the two runs: a ring by its label, first rank's TP index and
+        stage, and group (the dense ring, or which expert ring); others by their ranks."""
+        if t.phase in ("dp", "zero"):
+            rest = t.ranks[0] // 2
+            group = -1 if len(t.ranks) == dp else rest % dp % ep
+            return (t.kind, t.label, t.ranks[0] % 2, rest // dp, group)
+        return (t.kind, t.label, tuple(rank(r) for r in t.ranks))
+
+    key = {name(t, 16, int): i for i, t in enumerate(g.tasks)}
+    pairs = [(i, key[name(t, plan.dp, plan.rank)]) for i, t in enumerate(gf.tasks)]
+    assert set(ring) == {i for i, t in enumerate(gf.tasks) if t.phase in ("dp", "zero")}
     return plan, whole.run(), folded.run(), pairs
 
 
@@ -82,6 +100,15 @@ def test_a_folded_mrc_job_runs_every_kept_task_as_the_whole_job() -> None:
     assert len(pairs) < len(whole.jobs[0].end) / 2
     assert _apart(whole, folded, pairs) <= 1.0
     assert max(e for e in folded.jobs[0].end if e) == max(e for e in whole.jobs[0].end if e)
+
+
+def test_a_folded_moe_job_with_ep_across_servers_runs_as_the_whole_job() -> None:
+    # EP 2: every MoE layer's all-to-all spans two servers of a block; the expert
+    # rings (every 2nd replica) fold as the dense ones
+    faults = [FluidFault(0, "link_down", "p0t0x0-p0t1x0")]
+    plan, whole, folded, pairs = _runs("mrc", faults, ep=2)
+    assert plan.blocks == (0, 1, 7)
+    assert _apart(whole, folded, pairs) <= 1.0
 
 
 def test_a_folded_ring_takes_the_whole_rings_steps_and_bytes() -> None:

@@ -48,6 +48,8 @@ class Fold:
     full_dp: int
     pp: int
     tp: int
+    #: expert parallelism: EP groups of ``ep`` consecutive replicas (inside a block)
+    ep: int = 1
 
     @property
     def dp(self) -> int:
@@ -127,7 +129,8 @@ class Fold:
     def graph(self, graph: JobGraph, job: JobSpec) -> dict[int, int]:
         """Make ``graph`` (the folded job's, built with DP ``self.dp``) the whole job's
         where DP enters a replica's own work, and return its DP rings (phases dp and
-        zero over the folded DP's ranks) as task index -> the whole ring's ranks
+        zero over the folded DP's ranks, and a MoE job's expert rings over every
+        ``ep``-th of them) as task index -> the whole ring's ranks
         (``FluidJob.ring_ranks``).
 
         With ZeRO the optimizer step updates a 1 / DP shard of the stage's parameters:
@@ -145,12 +148,15 @@ class Fold:
                     graph.tasks[i] = Task(
                         t.kind, t.ranks, t.deps, opt[t.label], t.size, t.label, t.phase
                     )
+        whole = {self.dp: self.full_dp}
+        if self.ep > 1:
+            whole[self.dp // self.ep] = self.full_dp // self.ep
         return {
-            i: self.full_dp
+            i: whole[len(t.ranks)]
             for i, t in enumerate(graph.tasks)
             if t.kind in ("allreduce", "allgather", "reducescatter")
             and t.phase in ("dp", "zero")
-            and len(t.ranks) == self.dp
+            and len(t.ranks) in whole
         }
 
     def hashes(self, model: FluidModel) -> None:
@@ -172,17 +178,18 @@ def plan_fold(
     dp: int,
     parts: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]],
     margin: int = 1,
+    ep: int = 1,
 ) -> Fold | None:
     """The fold of a TP x PP x DP job placed packed on every host of ``spec``, whose
     faults act on ``parts`` ((host links, fabric links) per fault, as
     ``FluidModel.parts`` gives them); None when the job does not fold (it does not
-    fill the fabric, a T0's hosts are not whole blocks of replicas, or the fold would
-    keep nearly every block)."""
+    fill the fabric, a T0's hosts are not whole blocks of replicas or a block not whole
+    EP groups of ``ep`` replicas, or the fold would keep nearly every block)."""
     hpt = spec.hosts_per_t0
     if tp <= 0 or pp <= 0 or dp <= 0 or tp * pp * dp != spec.hosts or hpt % tp:
         return None
     per_block = hpt // tp
-    if dp % per_block:
+    if dp % per_block or ep <= 0 or per_block % ep:
         return None
     nb = dp // per_block
     if spec.t0s != nb * pp or margin < 0:
@@ -202,7 +209,7 @@ def plan_fold(
         keep.add(b)
     if len(keep) >= nb - 1:
         return None
-    return Fold(spec, tuple(sorted(keep)), per_block, dp, pp, tp)
+    return Fold(spec, tuple(sorted(keep)), per_block, dp, pp, tp, ep)
 
 
 __all__ = ["Fold", "plan_fold"]
