@@ -45,7 +45,15 @@ Cases (``--case``, repeatable; default ``agreement``):
   per plane, 8 planes), one iteration at flow level, MRC and RoCE (``--transport``:
   one), each in a process of its own: step time, CPU seconds (all, and the model's
   run alone) and the process's peak resident memory (the goal at 131,072 GPUs:
-  5 CPU minutes and 16 GB each).
+  5 CPU minutes and 16 GB each).  The job is folded (openmrc.flow.fold: the DP
+  blocks a fault touches and ``--fold N`` blocks either side; ``--fold -1``: every
+  replica);
+* ``flow-moe-8192`` / ``flow-moe-32768`` / ``flow-moe-131072`` (``flow-scale --moe``) -
+  the same with scenarios/training/moe-ep-128.toml placed packed (TP 8, PP 2, EP 8
+  across servers, 8 micro-batches per replica, its T1 link failure);
+* ``fold-check`` - the GPT-like (``--moe``: MoE) job widened to ``--gpus`` on
+  ``--hpt`` hosts per T0 (default 32), run whole and folded: both steps and how far
+  apart every kept task starts and ends (MRC: 0 ps).
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
