@@ -53,7 +53,15 @@ Cases (``--case``, repeatable; default ``agreement``):
   per plane, 8 planes), one iteration at flow level, MRC and RoCE (``--transport``:
   one), each in a process of its own: step time, CPU seconds (all, and the model's
   run alone) and the process's peak resident memory (the goal at 131,072 GPUs:
-  5 CPU minutes and 16 GB each).
+  5 CPU minutes and 16 GB each).  The job is folded (openmrc.flow.fold: the DP
+  blocks a fault touches and ``--fold N`` blocks either side; ``--fold -1``: every
+  replica);
+* ``flow-moe-8192`` / ``flow-moe-32768`` / ``flow-moe-131072`` (``flow-scale --moe``) -
+  the same with scenarios/training/moe-ep-128.toml placed packed (TP 8, PP 2, EP 8
+  across servers, 8 micro-batches per replica, its T1 link failure);
+* ``fold-check`` - the GPT-like (``--moe``: MoE) job widened to ``--gpus`` on
+  ``--hpt`` hosts per T0 (default 32), run whole and folded: both steps and how far
+  apart every kept task starts and ends (MRC: 0 ps).
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -75,6 +83,7 @@ import copy
 import dataclasses
 import itertools
 import json
+import math
 import resource
 import statistics
 import subprocess
@@ -88,6 +97,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from openmrc.pipeline.jobrun import packet_rows, run_flow  # noqa: E402
 from openmrc.pipeline.scenario import parse, read_data  # noqa: E402
+from openmrc.workloads.jobs.config import parse_jobs  # noqa: E402
 from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO  # noqa: E402
 
 SMALL: dict[str, Any] = CALIBRATION_SCENARIO
@@ -670,28 +680,46 @@ TIMED = {
 }
 
 
-#: the DP-widened GPT-3 cases: GPUs
-SCALED = {"flow-8192": 8192, "flow-32768": 32768, "flow-131072": 131072}
+#: the DP-widened cases: GPUs, and whether the MoE job
+SCALED = {
+    "flow-8192": (8192, False),
+    "flow-32768": (32768, False),
+    "flow-131072": (131072, False),
+    "flow-moe-8192": (8192, True),
+    "flow-moe-32768": (32768, True),
+    "flow-moe-131072": (131072, True),
+}
 
 
-def scaled_data(gpus: int) -> tuple[dict[str, Any], Path]:
-    """gpt3-175b-1024.toml widened by DP to ``gpus`` GPUs on the paper's switch radix."""
+def scaled_data(gpus: int, moe: bool = False) -> tuple[dict[str, Any], Path]:
+    """gpt3-175b-1024.toml (``moe``: moe-ep-128.toml, placed packed) widened by DP to
+    ``gpus`` GPUs on the paper's switch radix, its micro-batches per replica kept."""
     if gpus % 256 or gpus < 256:
         raise SystemExit(f"--gpus: {gpus} is not a multiple of 256 (one T0's hosts)")
-    data, base = _scenario_data("gpt3-175b-1024.toml")
+    data, base = _scenario_data("moe-ep-128.toml" if moe else "gpt3-175b-1024.toml")
     d = copy.deepcopy(data)
+    job = d["job"]
+    per_replica = job["model"]["global_batch"] // job["parallel"]["dp"]
     d["fabric"].update(t0s=gpus // 256, hosts_per_t0=256, t1s=256)
-    dp = gpus // (d["job"]["parallel"]["tp"] * d["job"]["parallel"]["pp"])
-    d["job"]["parallel"]["dp"] = dp
-    d["job"]["model"]["global_batch"] = 32 * dp
+    dp = gpus // (job["parallel"]["tp"] * job["parallel"]["pp"])
+    job["parallel"]["dp"] = dp
+    job["model"]["global_batch"] = per_replica * dp
+    job["placement"] = "packed"
     return d, base
 
 
-def scaled_one(gpus: int, transport: str) -> dict[str, Any]:
-    """One iteration of the widened job with one transport, in this process."""
-    import openmrc.flow.model as fm
+def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> dict[str, Any]:
+    """One iteration of the widened job with one transport, in this process.
 
-    data, base = scaled_data(gpus)
+    ``fold`` >= 0: folded (openmrc.flow.fold) with that margin, when the job folds;
+    -1: every replica simulated."""
+    import openmrc.flow.model as fm
+    from openmrc.flow.fold import plan_fold
+    from openmrc.pipeline.jobrun import fluid_model, ideal_step_ps, job_row
+    from openmrc.topology import ClosSpec
+
+    data, base = scaled_data(gpus, moe)
+    per_replica = data["job"]["model"]["global_batch"] // data["job"]["parallel"]["dp"]
     data["transport"] = {**data.get("transport", {}), "name": transport}
     data.setdefault("run", {})["mode"] = "flow"
     model_cpu = [0.0]
@@ -706,12 +734,50 @@ def scaled_one(gpus: int, transport: str) -> dict[str, Any]:
 
     fm.FluidModel.run = timed_run  # type: ignore[method-assign]
     c = time.process_time()
-    sc = parse(data, base_dir=base)
-    res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+    plan = None
+    if fold >= 0:
+        fab, par = data["fabric"], data["job"]["parallel"]
+        spec = ClosSpec(
+            planes=fab["planes"],
+            t0s=fab["t0s"],
+            hosts_per_t0=fab["hosts_per_t0"],
+            t1s=fab["t1s"],
+            host_gbps=fab["host_gbps"],
+            fabric_gbps=fab["fabric_gbps"],
+        )
+        whole = fm.FluidModel(spec)
+        faults = [
+            fm.FluidFault(int(f["at_us"] * 1_000_000), f["kind"], f["target"])
+            for f in data.get("faults", [])
+        ]
+        parts = [whole.parts(f) for f in faults]
+        plan = plan_fold(spec, par["tp"], par["pp"], par["dp"], parts, fold, par.get("ep", 1))
+    if plan is None:
+        sc = parse(data, base_dir=base)
+        res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+        row = rows[0]
+    else:
+        data["fabric"]["t0s"] = plan.spec.t0s
+        data["job"]["parallel"]["dp"] = plan.dp
+        data["job"]["model"]["global_batch"] = per_replica * plan.dp
+        data.pop("faults", None)
+        sc = parse(data, base_dir=base)
+        model = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, [])
+        for f in plan.faults(whole, faults):
+            model.add_fault(f)
+        model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, parse_jobs(data)[0].spec)
+        plan.hashes(model)
+        res = model.run()
+        job = sc.jobs[0]
+        row = job_row(job, res.jobs[0].start, res.jobs[0].end, ideal_step_ps(sc.spec, job))
     return {
         "gpus": gpus,
+        "job": "moe" if moe else "gpt",
         "transport": transport,
-        "step_us": rows[0]["step_time_us"],
+        "folded": None
+        if plan is None
+        else {"blocks": list(plan.blocks), "of": plan.full_blocks, "gpus": plan.spec.hosts},
+        "step_us": row["step_time_us"],
         "cpu_s": round(time.process_time() - c, 1),
         "model_cpu_s": round(model_cpu[0], 1),
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
@@ -720,11 +786,103 @@ def scaled_one(gpus: int, transport: str) -> dict[str, Any]:
     }
 
 
-def scaled(case: str, gpus: int, transports: list[str]) -> list[dict[str, Any]]:
+def fold_check(
+    gpus: int, transport: str, margin: int, hpt: int = 32, moe: bool = False
+) -> dict[str, Any]:
+    """gpt3-175b-1024.toml (``moe``: moe-ep-128.toml, placed packed) widened by DP to
+    ``gpus`` GPUs on ``hpt`` hosts per T0, every replica simulated and folded
+    (openmrc.flow.fold, ``margin``): the step of each, and how far apart every task
+    the folded run keeps starts and ends in the two (ps), with their CPU seconds."""
+    from openmrc.flow.fold import plan_fold
+    from openmrc.pipeline.jobrun import fluid_model
+
+    data, base = _scenario_data("moe-ep-128.toml" if moe else "gpt3-175b-1024.toml")
+    d = copy.deepcopy(data)
+    par = d["job"]["parallel"]
+    per_replica = d["job"]["model"]["global_batch"] // par["dp"]
+    tp, pp, ep = par["tp"], par["pp"], par.get("ep", 1)
+    dp = gpus // (tp * pp)
+    d["fabric"].update(t0s=gpus // hpt, hosts_per_t0=hpt)
+    d["job"]["placement"] = "packed"
+    par["dp"] = dp
+    d["job"]["model"]["global_batch"] = per_replica * dp
+    d["transport"] = {**d.get("transport", {}), "name": transport}
+    c = time.process_time()
+    sc = parse(copy.deepcopy(d), base_dir=base)
+    whole = fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+    full = whole.run()
+    full_cpu = time.process_time() - c
+
+    def key(t: Any, n: int) -> tuple[Any, ...]:
+        """A task's name across the two runs (``n``: its run's DP): a ring by its
+        label, TP index, stage and group (dense, or which expert ring)."""
+        if t.phase in ("dp", "zero"):
+            t0, rest = t.ranks[0] % tp, t.ranks[0] // tp
+            return (t.kind, t.label, t0, rest // n, -1 if len(t.ranks) == n else rest % n % ep)
+        return (t.kind, t.label, t.ranks)
+
+    g = sc.jobs[0].graph
+    index = {key(t, dp): i for i, t in enumerate(g.tasks)}
+    parts = [whole.parts(f) for f in whole._faults]
+    plan = plan_fold(sc.spec, tp, pp, dp, parts, margin, ep)
+    if plan is None:
+        raise SystemExit(f"fold-check: {gpus} GPUs on {hpt} hosts per T0 do not fold")
+    c = time.process_time()
+    d["fabric"]["t0s"] = plan.spec.t0s
+    par["dp"] = plan.dp
+    d["job"]["model"]["global_batch"] = per_replica * plan.dp
+    d.pop("faults", None)
+    sf = parse(d, base_dir=base)
+    model = fluid_model(sf.spec, sf.transport, sf.seed, sf.jobs, [])
+    for f in plan.faults(whole, whole._faults):
+        model.add_fault(f)
+    model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, parse_jobs(d)[0].spec)
+    plan.hashes(model)
+    folded = model.run()
+    fold_cpu = time.process_time() - c
+    fs, fe = full.jobs[0].start, full.jobs[0].end
+    worst = 0.0
+    n = 0
+    diffs: list[tuple[float, str]] = []
+    got = folded.jobs[0]
+    for t, s0, e0 in zip(model.jobs[0].graph.tasks, got.start, got.end, strict=True):
+        if t.phase in ("dp", "zero"):
+            i = index[key(t, plan.dp)]
+        else:
+            i = index[(t.kind, t.label, tuple(plan.rank(r) for r in t.ranks))]
+        for a, b in ((s0, fs[i]), (e0, fe[i])):
+            if a is None or b is None:
+                worst = math.inf if a is not b else worst
+            else:
+                worst = max(worst, abs(a - b))
+                if abs(a - b) > 1.0:
+                    diffs.append((min(a, b), f"{t.label} {t.ranks[:2]} {a} {b}"))
+        n += 1
+    step = [max(e for e in x.jobs[0].end if e is not None) / 1e9 for x in (full, folded)]
+    return {
+        "case": "fold-check",
+        "job": "moe" if moe else "gpt",
+        "gpus": gpus,
+        "transport": transport,
+        "margin": margin,
+        "blocks": list(plan.blocks),
+        "of": plan.full_blocks,
+        "step_ms": [round(x, 6) for x in step],
+        "tasks_compared": n,
+        "max_task_diff_ps": worst,
+        "first_diffs": [x for _b, x in sorted(diffs)[:4]],
+        "cpu_s": [round(full_cpu, 1), round(fold_cpu, 1)],
+    }
+
+
+def scaled(
+    case: str, gpus: int, transports: list[str], fold: int = 1, moe: bool = False
+) -> list[dict[str, Any]]:
     """The widened job with each transport, each in a fresh process (its own peak memory)."""
     rows = []
     for tr in transports:
         cmd = [sys.executable, __file__, "--case", "flow-scale", "--gpus", str(gpus)]
+        cmd += ["--fold", str(fold)] + (["--moe"] if moe else [])
         got = subprocess.run(
             [*cmd, "--transport", tr, "--in-process"], capture_output=True, text=True
         )
@@ -841,10 +999,22 @@ def main() -> int:
             *TIMED,
             "flow-scale",
             *SCALED,
+            "fold-check",
         ],
     )
     ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--moe", action="store_true", help="flow-scale, fold-check: the MoE job (moe-ep-128)"
+    )
+    ap.add_argument("--hpt", type=int, default=32, help="fold-check: hosts per T0 (default 32)")
+    ap.add_argument(
+        "--fold",
+        type=int,
+        default=1,
+        help="flow-scale / flow-N: fold the DP replicas (openmrc.flow.fold) keeping this "
+        "many blocks either side of a fault's (default 1); -1: simulate every replica",
+    )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument(
         "--flips",
@@ -910,12 +1080,19 @@ def main() -> int:
             dcqcn_series()
         elif case == "dcqcn-arrivals":
             dcqcn_arrivals()
+        elif case == "fold-check":
+            for tr in [args.transport] if args.transport else ["mrc", "roce"]:
+                row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe)
+                print(json.dumps(row), flush=True)
+                out.append(row)
         elif case == "flow-scale" or case in SCALED:
-            gpus = SCALED.get(case, args.gpus)
+            gpus, moe = SCALED.get(case, (args.gpus, args.moe))
             if args.in_process:
-                print(json.dumps(scaled_one(gpus, args.transport or "mrc")), flush=True)
+                row = scaled_one(gpus, args.transport or "mrc", args.fold, moe)
+                print(json.dumps(row), flush=True)
                 continue
-            out += scaled(case, gpus, [args.transport] if args.transport else ["mrc", "roce"])
+            trs = [args.transport] if args.transport else ["mrc", "roce"]
+            out += scaled(case, gpus, trs, args.fold, moe)
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)

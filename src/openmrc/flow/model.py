@@ -91,6 +91,10 @@ class FluidJob:
     graph: JobGraph
     hosts: list[int]
     start_ps: int = 0
+    #: a folded job (openmrc.flow.fold): task index -> ranks of the whole ring a ring
+    #: collective stands for (its steps and each hop's bytes are the whole ring's; its
+    #: hops are those of its own ranks).  Empty: every ring is its own ranks.
+    ring_ranks: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -349,9 +353,10 @@ def one_way_ps(spec: ClosSpec, mtu: int = 4096) -> int:
     return int(4 * spec.link_delay_ps + ser + FabricConfig().path_latency_ps(3))
 
 
-def steps_of(task: Task) -> int:
-    """Latency steps of a transfer: ring collectives step ``n-1`` or ``2(n-1)`` times."""
-    n = len(task.ranks)
+def steps_of(task: Task, ring: int = 0) -> int:
+    """Latency steps of a transfer: ring collectives step ``n-1`` or ``2(n-1)`` times
+    (``n``: ``ring`` when given, a folded ring's whole size, else its ranks)."""
+    n = ring or len(task.ranks)
     if task.kind == "allreduce":
         return 2 * (n - 1)
     if task.kind in ("allgather", "reducescatter"):
@@ -359,16 +364,19 @@ def steps_of(task: Task) -> int:
     return 1
 
 
-def flows_of(task: Task, hosts: list[int]) -> list[tuple[int, int, float]]:
-    """(src host, dst host, bytes) of the fluid flows of a transfer: rings as NCCL runs them."""
-    n = len(task.ranks)
+def flows_of(task: Task, hosts: list[int], ring: int = 0) -> list[tuple[int, int, float]]:
+    """(src host, dst host, bytes) of the fluid flows of a transfer: rings as NCCL runs them
+    (``ring``: a folded ring's whole size, which sets each hop's bytes; its hops are its
+    own ranks')."""
     h = [hosts[r] for r in task.ranks]
+    n = len(h)
     if task.kind == "p2p":
         return [(h[0], h[1], float(task.size))]
     if task.kind == "alltoall":
         per = task.size / n
         return [(h[i], h[j], per) for i in range(n) for j in range(n) if i != j]
-    factor = 2 * (n - 1) / n if task.kind == "allreduce" else (n - 1) / n
+    w = ring or n
+    factor = 2 * (w - 1) / w if task.kind == "allreduce" else (w - 1) / w
     return [(h[i], h[(i + 1) % n], task.size * factor) for i in range(n)]
 
 
@@ -1023,8 +1031,10 @@ class FluidModel:
         """
         tasks: list[tuple[int, int, Task]] = []  # (job, index in job, task)
         base: list[int] = []
+        ring_n: dict[int, int] = {}  # folded rings: global task index -> whole ring's ranks
         for j, job in enumerate(self.jobs):
             base.append(len(tasks))
+            ring_n.update((len(tasks) + i, n) for i, n in job.ring_ranks.items())
             tasks.extend((j, i, tk) for i, tk in enumerate(job.graph.tasks))
         n = len(tasks)
         left = np.zeros(n, dtype=np.int64)
@@ -1312,7 +1322,9 @@ class FluidModel:
                             del pending[tr]
                             # paced rings: the steps' waits are in the pace, the last remains
                             lat = self._latency(tasks[tr], self.jobs) * (
-                                1 if self.pace_rings or tr in ring_of else steps_of(tasks[tr][2])
+                                1
+                                if self.pace_rings or tr in ring_of
+                                else steps_of(tasks[tr][2], ring_n.get(tr, 0))
                             )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
@@ -1356,17 +1368,18 @@ class FluidModel:
                         continue
                     hosts = self.jobs[j].hosts
                     made = 0
-                    hops = flows_of(task, hosts)
-                    if self.ring_messages and steps_of(task) > 1 and hops[0][2] > 0:
+                    ring_w = ring_n.get(x, 0)
+                    hops = flows_of(task, hosts, ring_w)
+                    if self.ring_messages and steps_of(task, ring_w) > 1 and hops[0][2] > 0:
                         # every hop sends its step 0 now; step k + 1 of a hop when step k
                         # of the hop before it arrived (start_msg, at a message's end)
-                        ring_of[x] = (hops, steps_of(task), self.qps, j)
+                        ring_of[x] = (hops, steps_of(task, ring_w), self.qps, j)
                         for hop in range(len(hops)):
                             for q in range(self.qps):
                                 start_msg(x, hop, 0, q)
-                        pending[x] = len(hops) * steps_of(task) * self.qps
+                        pending[x] = len(hops) * steps_of(task, ring_w) * self.qps
                         continue
-                    steps = steps_of(task) if self.pace_rings else 1
+                    steps = steps_of(task, ring_w) if self.pace_rings else 1
                     gap = self._latency(tasks[x], self.jobs)
                     hop_flows: dict[tuple[int, int], _Flow] = {}
                     for hop, (s, d, size) in enumerate(hops):

@@ -1,0 +1,215 @@
+"""Folding a data-parallel job that fills the fabric: a few blocks of its replicas stand
+for all of them.
+
+A job of TP x PP x DP GPUs placed packed (Megatron's rank order: TP fastest, then
+DP, then PP) puts DP replica ``d``'s stage ``s`` on the ``tp`` hosts from
+``tp (d + dp s)``.  With ``hosts_per_t0 / tp`` replicas per T0 (a *block*), block
+``b``'s stage ``s`` sits under T0 ``b + blocks s``, and every T0 holds one block of
+one stage.  The pipeline sends of a block go from its T0 at one stage to its T0 at
+the next; a DP ring of a stage runs through the blocks in order, crossing one T0
+boundary per block.  Two blocks that no fault touches see the same resources with
+the same flows on them at the same times, so the flow level's rates and times for
+them are the same: simulating them again only repeats the arithmetic.
+
+The fold keeps the blocks a fault touches, ``margin`` blocks on either side of each
+(a fault's effect on a ring hop reaches its neighbours' host ports), and at least
+two blocks (so that the folded ring still crosses a T0 boundary), in ring order;
+it runs them on a fabric of ``kept x pp`` T0s, and its DP rings take the whole
+ring's steps and hop bytes (``FluidJob.ring_ranks``) over the kept ranks' hops
+only.  Faults are moved to the kept T0s; a fault that acts on every T0 alike (a T1
+switch) stays as it is.  RoCE's ECMP draws are the whole job's (``path_hash`` and
+``ack_hash`` of the host the folded host stands for), so the kept QPs take the
+paths they take in the whole job; the blocks left out have draws of their own,
+which the fold does not see (docs/training.md: exact for MRC, a sample for RoCE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..topology import ClosSpec
+from ..workloads.jobs.graph import JobGraph, JobSpec, Task
+from ..workloads.jobs.model import stage_arithmetic
+from .model import FluidFault, FluidModel, ecmp_hash
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Which blocks of a job's DP replicas a folded run keeps, and how its fabric,
+    hosts, faults and rings map to the whole job's (see the module doc)."""
+
+    #: the whole fabric
+    full: ClosSpec
+    #: the whole job's blocks kept, in ring order
+    blocks: tuple[int, ...]
+    #: DP replicas per block (hosts_per_t0 / tp)
+    per_block: int
+    #: the whole job's DP, PP and TP
+    full_dp: int
+    pp: int
+    tp: int
+    #: expert parallelism: EP groups of ``ep`` consecutive replicas (inside a block)
+    ep: int = 1
+
+    @property
+    def dp(self) -> int:
+        """The folded job's DP replicas."""
+        return len(self.blocks) * self.per_block
+
+    @property
+    def full_blocks(self) -> int:
+        """Blocks of the whole job."""
+        return self.full_dp // self.per_block
+
+    @property
+    def spec(self) -> ClosSpec:
+        """The folded fabric: one T0 per kept block and stage."""
+        return replace(self.full, t0s=len(self.blocks) * self.pp)
+
+    def t0(self, a: int) -> int:
+        """The whole fabric's T0 that folded T0 ``a`` stands for."""
+        s, i = divmod(a, len(self.blocks))
+        return self.blocks[i] + self.full_blocks * s
+
+    def host(self, h: int) -> int:
+        """The whole fabric's host that folded host ``h`` stands for."""
+        a, off = divmod(h, self.full.hosts_per_t0)
+        return self.t0(a) * self.full.hosts_per_t0 + off
+
+    def rank(self, r: int) -> int:
+        """The whole job's rank that folded rank ``r`` stands for."""
+        rest, t = divmod(r, self.tp)
+        s, d = divmod(rest, self.dp)
+        i, off = divmod(d, self.per_block)
+        return t + self.tp * (self.blocks[i] * self.per_block + off + self.full_dp * s)
+
+    def folded_t0(self, a: int) -> int | None:
+        """The folded T0 standing for the whole fabric's T0 ``a`` (None: not kept)."""
+        s, b = divmod(a, self.full_blocks)
+        if b not in self.blocks:
+            return None
+        return self.blocks.index(b) + len(self.blocks) * s
+
+    def faults(self, model: FluidModel, faults: list[FluidFault]) -> list[FluidFault]:
+        """The faults (of ``model``, the whole fabric's) on the folded fabric.
+
+        A fault on a T1 switch acts on every T0 alike and stays as it is; a part on a
+        T0 that is not kept is a ValueError (the fold keeps every T0 a fault touches)."""
+        hpt = self.full.hosts_per_t0
+        out: list[FluidFault] = []
+        for f in faults:
+            hl, fl = model.parts(f)
+            if f.kind.startswith("switch"):
+                if "t1x" in f.target:
+                    out.append(f)  # every T0 alike
+                    continue
+                p, a = fl[0][0], fl[0][1]
+                b = self._kept(a, f.target)
+                out.append(FluidFault(f.at_ps, f.kind, f"p{p}t0x{b}"))
+                continue
+            for h, p in hl:
+                b = self._kept(h // hpt, f"h{h}")
+                hh = b * hpt + h % hpt
+                if f.kind.startswith("nic_port"):
+                    out.append(FluidFault(f.at_ps, f.kind, "", hh, p))
+                else:
+                    out.append(FluidFault(f.at_ps, f.kind, f"h{hh}-p{p}t0x{b}"))
+            for p, a, k in fl:
+                b = self._kept(a, f.target)
+                out.append(FluidFault(f.at_ps, f.kind, f"p{p}t0x{b}-p{p}t1x{k}"))
+        return out
+
+    def _kept(self, a: int, what: str) -> int:
+        """The folded T0 of the whole fabric's T0 ``a`` (ValueError naming ``what``: not kept)."""
+        b = self.folded_t0(a)
+        if b is None:
+            raise ValueError(f"fold: {what} is under T0 {a}, which the fold does not keep")
+        return b
+
+    def graph(self, graph: JobGraph, job: JobSpec) -> dict[int, int]:
+        """Make ``graph`` (the folded job's, built with DP ``self.dp``) the whole job's
+        where DP enters a replica's own work, and return its DP rings (phases dp and
+        zero over the folded DP's ranks, and a MoE job's expert rings over every
+        ``ep``-th of them) as task index -> the whole ring's ranks
+        (``FluidJob.ring_ranks``).
+
+        With ZeRO the optimizer step updates a 1 / DP shard of the stage's parameters:
+        its duration is the whole DP's (as ``build_iteration`` computes it)."""
+        par = replace(job.parallel, dp=self.full_dp)
+        if par.zero >= 1:
+            opt = {
+                f"optimizer s{s}": job.gpu.compute_ps(
+                    0, 16 * (stage_arithmetic(job.model, par, s).params_rank // self.full_dp)
+                )
+                for s in range(par.pp)
+            }
+            for i, t in enumerate(graph.tasks):
+                if t.phase == "opt" and t.label in opt:
+                    graph.tasks[i] = Task(
+                        t.kind, t.ranks, t.deps, opt[t.label], t.size, t.label, t.phase
+                    )
+        whole = {self.dp: self.full_dp}
+        if self.ep > 1:
+            whole[self.dp // self.ep] = self.full_dp // self.ep
+        return {
+            i: whole[len(t.ranks)]
+            for i, t in enumerate(graph.tasks)
+            if t.kind in ("allreduce", "allgather", "reducescatter")
+            and t.phase in ("dp", "zero")
+            and len(t.ranks) in whole
+        }
+
+    def hashes(self, model: FluidModel) -> None:
+        """Give ``model`` (the folded fabric's) the whole job's ECMP draws: a QP between
+        folded hosts takes the path the QP between the hosts they stand for takes."""
+        seed = model.seed
+        model.path_hash = lambda s, d, conn, qp: ecmp_hash(
+            seed, self.host(s), self.host(d), conn, qp
+        )
+        model.ack_hash = lambda s, d, conn, qp: ecmp_hash(
+            seed, self.host(d), self.host(s), conn + "/ack", qp
+        )
+
+
+def plan_fold(
+    spec: ClosSpec,
+    tp: int,
+    pp: int,
+    dp: int,
+    parts: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]],
+    margin: int = 1,
+    ep: int = 1,
+) -> Fold | None:
+    """The fold of a TP x PP x DP job placed packed on every host of ``spec``, whose
+    faults act on ``parts`` ((host links, fabric links) per fault, as
+    ``FluidModel.parts`` gives them); None when the job does not fold (it does not
+    fill the fabric, a T0's hosts are not whole blocks of replicas or a block not whole
+    EP groups of ``ep`` replicas, or the fold would keep nearly every block)."""
+    hpt = spec.hosts_per_t0
+    if tp <= 0 or pp <= 0 or dp <= 0 or tp * pp * dp != spec.hosts or hpt % tp:
+        return None
+    per_block = hpt // tp
+    if dp % per_block or ep <= 0 or per_block % ep:
+        return None
+    nb = dp // per_block
+    if spec.t0s != nb * pp or margin < 0:
+        return None
+    hit: set[int] = set()
+    for hl, fl in parts:
+        t0s = {h // hpt for h, _p in hl} | {a for _p, a, _k in fl}
+        if not hl and len(t0s) == spec.t0s:
+            continue  # every T0 alike (a T1 switch): no block set apart
+        hit |= {a % nb for a in t0s}
+    keep: set[int] = set()
+    for b in hit:
+        keep |= {(b + d) % nb for d in range(-margin, margin + 1)}
+    for b in range(nb):
+        if len(keep) >= 2:
+            break
+        keep.add(b)
+    if len(keep) >= nb - 1:
+        return None
+    return Fold(spec, tuple(sorted(keep)), per_block, dp, pp, tp, ep)
+
+
+__all__ = ["Fold", "plan_fold"]
