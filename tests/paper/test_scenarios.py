@@ -47,10 +47,11 @@ KNOWN_SEED_EXCEPTIONS: dict[str, str] = {
         "8 of 10 held at the quick size on 2026-11-26 and 2026-11-27)"
     ),
     "alltoall": (
-        "4 MiB at 16 ranks is an open-loop burst (docs/loss-recovery.md); DCQCN's start-up "
-        "cuts leave RoCE 16 QPs anywhere from 75 to 338 Gb/s, and at seeds 5 and 7 (338, "
-        "336) above MRC (318, 317), which sends at line rate on every plane and ends about "
-        "5 us later than RoCE, its last packets queued in 100G last hops"
+        "4 MiB at 16 ranks is an open-loop burst (docs/loss-recovery.md): each of the 480 "
+        "connections (2 p2p channels per peer) carries one 128 KiB chunk, on one QP, so "
+        "RoCE 16 QPs differs from 1 QP only by ECMP's draw of that QP's port, which lands "
+        "it level with MRC (seeds 1-3 on 2026-11-29: 327.7, 348.0, 319.0 Gb/s against "
+        "MRC's 329.0, 333.1, 332.6), above it at seed 2"
     ),
 }
 

@@ -111,3 +111,28 @@ def test_size_sweep_gives_an_nccl_tests_table() -> None:
     assert lines[0].split() == ["size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)"]
     assert lines[2].split()[0] == str(2 << 20)
     assert float(lines[2].split()[3]) == pytest.approx(rows[1]["busbw_gbps"] / 8, abs=0.01)
+
+
+@pytest.mark.parametrize("transport", ["mrc", "roce"])
+def test_alltoall_keeps_a_connections_chunks_within_its_slots(transport: str) -> None:
+    """NCCL's all-to-all in the simulator: 1 MiB to each peer in 128 KiB chunks; with 2
+    slots a connection never has more than 2 chunks sent and not yet arrived."""
+
+    def most_in_flight(slots: int) -> int:
+        exp = make_experiment(SPEC, transport=TransportConfig(name=transport))
+        coll = C.alltoall(4, 4 << 20, slots=slots)
+        exp.add_collective(coll, message=1 << 20)
+        res = exp.run()
+        assert res.all_ok and res.collectives[0]["complete"]
+        conns: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        for t, f in zip(coll.transfers, res.flows, strict=True):
+            assert f.rx_finish_ps is not None
+            conns.setdefault((t.src, t.dst, t.channel), []).append((f.started_ps, f.rx_finish_ps))
+        return max(
+            sum(1 for s, e in spans if s <= start < e)
+            for spans in conns.values()
+            for start, _ in spans
+        )
+
+    assert most_in_flight(2) == 2
+    assert most_in_flight(C.P2P_STEPS) == C.P2P_STEPS

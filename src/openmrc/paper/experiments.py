@@ -621,9 +621,9 @@ QUICK_RING = (
 QUICK_A2A = ("fabric.t0s=4", "fabric.hosts_per_t0=4", "fabric.t1s=4")
 #: The full-size all-to-all (64 ranks) at 64 MiB, 1 MiB to every peer: the paper's
 #: bandwidth-bound regime, where its curves separate ("the difference is greater in
-#: the regime that is bandwidth-bound").  The files' own 4 MiB (16 packets per
-#: peer) is an open-loop burst that no QP's window limits; there MRC trails RoCE
-#: 1 QP (docs/paper.md: measured, and why).
+#: the regime that is bandwidth-bound").  The files' own 4 MiB (one 32 KiB chunk per
+#: peer and p2p channel) is an open-loop burst that no QP's window limits; there
+#: the three are within a few per cent (docs/paper.md: measured, and why).
 A2A_FULL = ('workload.size="64MiB"',)
 #: 100G links and 4 MiB flows instead of 400G and 16 MiB: same shape, 16x fewer packets.
 _INCAST_QUICK = (

@@ -25,7 +25,11 @@ PERFORMANCE.md).  The ring collectives run on ``channels`` rings, each moving
 ``1/channels`` of the data, and cut each step into ``chunks`` pipelined pieces,
 as NCCL's ring kernels do; a piece may be in flight before the previous piece
 of the same step arrived (NCCL keeps several slots in flight per connection).
-Ring all-reduce is reduce-scatter then all-gather: ``2(n-1)`` steps.
+Ring all-reduce is reduce-scatter then all-gather: ``2(n-1)`` steps.  The
+all-to-all is NCCL's grouped sends: every peer at once in NCCL's peer order, each
+peer's bytes over ``channels`` p2p channels in 128 KiB chunks, 8 chunks in
+flight per connection (:func:`alltoall`; the defaults' sources are in
+docs/collectives.md).
 """
 
 from __future__ import annotations
@@ -270,17 +274,72 @@ def reducescatter(n: int, size: int, channels: int = 1, chunks: int = 1) -> Coll
     return Collective("reducescatter", n, size, tuple(t), n - 1, ((0, len(t)),))
 
 
-def alltoall(n: int, size: int, channels: int = 1, chunks: int = 1) -> Collective:
-    """All-to-all: every rank sends ``size / n`` to every other rank, all at once."""
-    _check(n, size, n * channels * chunks, "alltoall")
-    t = []
+#: NCCL's chunk for a send or receive over the network (``NCCL_P2P_NET_CHUNKSIZE``,
+#: 128 KiB; docs/collectives.md gives the source of each default).
+P2P_NET_CHUNK = 128 << 10
+#: Chunks a p2p connection keeps in flight (``NCCL_STEPS``: the slots of its buffer).
+P2P_STEPS = 8
+
+
+def p2p_deltas(n: int) -> list[int]:
+    """The order in which a rank meets its peers in a grouped send/receive: round ``i``
+    sends to ``rank + deltas[i]`` (and receives from ``rank - deltas[i]``).
+
+    NCCL's schedule with one rank per node: the deltas ``(x*x + x) / 2`` mod the power
+    of two at or above ``n``, those ``>= n`` left out, starting at 0 (the rank itself,
+    left out here).  For 16 ranks: 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"ranks: must be a positive integer, got {n!r}")
+    span = 1
+    while span < n:
+        span *= 2
+    out: list[int] = []
+    delta = 0
+    for x in range(1, span):
+        delta = (delta + x) & (span - 1)
+        if delta < n:
+            out.append(delta)
+    return out
+
+
+def alltoall(
+    n: int,
+    size: int,
+    channels: int = 1,
+    chunks: int = 1,
+    chunk_bytes: int = P2P_NET_CHUNK,
+    slots: int = P2P_STEPS,
+) -> Collective:
+    """All-to-all as NCCL runs it: every rank sends ``size / n`` to every other rank.
+
+    A rank posts its sends in NCCL's peer order (:func:`p2p_deltas`), all in one
+    batch; each peer's bytes are split over ``channels`` p2p channels (one
+    connection each), and each channel's part is cut into ``chunk_bytes`` chunks
+    (the last one shorter).  A connection holds ``slots`` chunks in flight: chunk
+    ``k`` waits until chunk ``k - slots`` arrived (its slot in the receiver's
+    buffer is free again).  ``chunks`` belongs to the ring collectives and must be 1.
+    """
+    if chunks != 1:
+        raise ValueError(
+            f"chunks: the all-to-all cuts each peer's data into NCCL's p2p chunks "
+            f"({P2P_NET_CHUNK >> 10} KiB), not into a number of pieces; got {chunks!r}"
+        )
+    for name, value in (("channels", channels), ("chunk_bytes", chunk_bytes), ("slots", slots)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    _check(n, size, n * channels, "alltoall")
+    t: list[Transfer] = []
+    deltas = p2p_deltas(n)
     for src in range(n):
-        for dst in range(n):
-            if src == dst:
-                continue
-            for ch, b in enumerate(_split(size // n, channels)):
-                for k, piece in enumerate(_split(b, chunks)):
-                    t.append(Transfer(src, dst, piece, (), 0, ch, k))
+        for rnd, delta in enumerate(deltas):
+            dst = (src + delta) % n
+            for ch, part in enumerate(_split(size // n, channels)):
+                first = len(t)
+                for k, off in enumerate(range(0, part, chunk_bytes)):
+                    deps = (first + k - slots,) if k >= slots else ()
+                    piece = min(chunk_bytes, part - off)
+                    t.append(Transfer(src, dst, piece, deps, rnd, ch, k))
     return Collective("alltoall", n, size, tuple(t), 1, ((0, len(t)),))
 
 
@@ -342,7 +401,7 @@ def training(
     for _ in range(iterations):
         it_start = len(out)
         for ci, (kind, size) in enumerate(collectives):
-            part = build(kind, n, size, channels, chunks)
+            part = build(kind, n, size, channels, 1 if kind == "alltoall" else chunks)
             base = len(out)
             into: dict[int, list[int]] = {r: [] for r in range(n)}
             for t in part.transfers:
@@ -380,6 +439,8 @@ def nccl_table(rows: Sequence[dict[str, Any]]) -> str:
 __all__ = [
     "BUSBW_FACTORS",
     "KINDS",
+    "P2P_NET_CHUNK",
+    "P2P_STEPS",
     "Collective",
     "Transfer",
     "allgather",
@@ -387,6 +448,7 @@ __all__ = [
     "alltoall",
     "build",
     "nccl_table",
+    "p2p_deltas",
     "reducescatter",
     "sendrecv",
     "training",
