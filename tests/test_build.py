@@ -66,7 +66,9 @@ def test_the_fingerprint_covers_the_sources_and_the_compiler(
     monkeypatch.setattr(setup_py, "HERE", str(tree))
     before = setup_py._fingerprint()
     assert setup_py._fingerprint() == before
-    (tree / "src" / "openmrc" / "pipeline.py").write_text("X = 2\n")  # any module, not only compiled ones
+    (tree / "src" / "openmrc" / "pipeline.py").write_text(
+        "X = 2\n"
+    )  # any module, not only compiled ones
     edited = setup_py._fingerprint()
     assert edited != before
     monkeypatch.setenv("CC", "some-other-cc")
