@@ -23,6 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its hook has no order)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip each test whose ``needs_tool`` names a tool missing from PATH; and, when the
     suite runs on several workers (pytest-xdist, ``--dist loadgroup``), keep each test
