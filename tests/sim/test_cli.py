@@ -302,7 +302,9 @@ def test_closed_pipe_is_not_a_traceback() -> None:
     assert err == ""
 
 
-def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_writes_partial_valid_results(tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C, and SIGTERM as a scheduler or ``timeout`` sends it, keep what was measured."""
     out = tmp_path / "partial"
     # 1 GiB per flow without payloads: about 30 s of simulation compiled on an idle
     # machine (the bundled 16 MiB ran in 1.6 s once compiled, and CI once saw all 16
@@ -330,7 +332,7 @@ def test_ctrl_c_writes_partial_valid_results(tmp_path: Path) -> None:
         time.sleep(0.05)
     time.sleep(1.5)
     assert proc.poll() is None, "the run finished before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr

@@ -1,11 +1,14 @@
 """The ``openmrc`` command: the parser with every command's module, and the error policy
-(one line on stderr and exit 2 for bad input, 141 for a closed pipe, 130 on Ctrl-C)."""
+(one line on stderr and exit 2 for bad input, 141 for a closed pipe, 130 on Ctrl-C or
+SIGTERM)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -53,9 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_as_interrupt() -> None:
+    """Make SIGTERM stop a command the way Ctrl-C does.
+
+    Batch schedulers, ``timeout`` and ``mpirun`` stop a job with SIGTERM; by default
+    that kills Python at once, so a long run would lose everything it measured.  As
+    a KeyboardInterrupt it takes Ctrl-C's path: the run stops and writes its partial
+    results, a lab is torn down.  Only a default disposition is replaced (a parent
+    that set SIGTERM to be ignored keeps that), and only on the main thread, where
+    Python runs signal handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``openmrc`` console script (exit codes: docs/cli.md)."""
     parser = build_parser()
+    _terminate_as_interrupt()
     args = parser.parse_args(argv)
     try:
         code = int(args.func(args))
