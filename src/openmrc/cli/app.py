@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _terminate_as_interrupt() -> None:
     """Make SIGTERM stop a command the way Ctrl-C does.
 
-    Batch schedulers, ``timeout`` and ``mpirun`` stop a job with SIGTERM; by default
+    Batch schedulers and ``timeout`` stop a job with SIGTERM; by default
     that kills Python at once, so a long run would lose everything it measured.  As
     a KeyboardInterrupt it takes Ctrl-C's path: the run stops and writes its partial
     results, a lab is torn down.  Only a default disposition is replaced (a parent
