@@ -122,6 +122,10 @@ class Context(ContextBase):
         super().__init__(rng if rng is not None else random.Random(0))
         self.name = name
         self.qps: dict[int, QueuePair] = {}
+        #: the same QPs by ``qpn - FIRST_QPN`` (None once destroyed): QPNs are given
+        #: out in order, so a list finds a packet's QP without boxing its QPN for a
+        #: dict look-up (kept in step with ``qps`` by create_qp_for and destroy_qp).
+        self._by_qpn: list[QueuePair | None] = []
         self._next_qpn = FIRST_QPN
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
@@ -228,6 +232,7 @@ class Context(ContextBase):
         self._next_qpn += 1
         qp = QueuePair(self, pd, qpn, send_cq, recv_cq, cap)
         self.qps[qpn] = qp
+        self._by_qpn.append(qp)
         return qp
 
     def destroy_qp(self, qp: QueuePair) -> None:
@@ -235,6 +240,7 @@ class Context(ContextBase):
         if self.qps.get(qp.qpn) is not qp:
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
+        self._by_qpn[qp.qpn - FIRST_QPN] = None
         self.ready.pop(qp, None)
         self.control_ready.pop(qp, None)
         qp.mark_timer()
@@ -324,7 +330,9 @@ class Context(ContextBase):
     def _match(self, pkt: Packet, peer: object) -> QueuePair | None:
         """The live QP ``pkt`` is for, or None (the drop counted here, by reason)."""
         stats = self._drops
-        qp = self.qps.get(pkt.dqpn)
+        i = pkt.dqpn - FIRST_QPN
+        by_qpn = self._by_qpn
+        qp = by_qpn[i] if 0 <= i < len(by_qpn) else None
         if qp is None:
             stats["rx_unknown_qp"] += 1
             return None
