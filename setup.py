@@ -39,6 +39,7 @@ MYPYC_MODULES = [
     "src/openmrc/transport/qpbase.py",
     "src/openmrc/transport/requester.py",
     "src/openmrc/transport/responder.py",
+    "src/openmrc/transport/reverse.py",
     "src/openmrc/transport/sendop.py",
     "src/openmrc/transport/state.py",
     "src/openmrc/transport/txtable.py",

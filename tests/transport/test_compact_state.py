@@ -50,6 +50,9 @@ def test_tx_table_acts_as_a_dict_of_the_window_with_an_ordered_flight() -> None:
                 flight.pop(psn, None)
             assert len(table) == len(ref)
             lo = min(ref, default=next_psn)
+            # lowest(): no outstanding PSN below it (what on_sack skips), -1 when none
+            low = table.lowest()
+            assert (low < 0) == (not ref) and (not ref or low <= lo)
             for psn in range(lo - 2, next_psn + 2):
                 assert (table.op(psn) is op) == (psn in ref)
                 assert (psn in table) == (psn in ref)

@@ -132,6 +132,21 @@ def test_packets_from_a_stranger_or_for_a_qp_not_ready_change_nothing() -> None:
     assert b.stats["rx_not_ready"] == 1
 
 
+def test_packets_for_a_destroyed_qp_or_any_unknown_qpn_are_counted_and_dropped() -> None:
+    a, b, qa, qb = _pair()
+    _post_write(qa, qb)
+    sent = [p for p in _drain(a, 1000) if isinstance(p, DataPacket)]
+    data = sent[0]
+    b.destroy_qp(qb)
+    b.receive_packet(data, 2000)
+    assert b.stats["rx_unknown_qp"] == 1 and b.stats["rx_packets"] == 0
+    assert qb.stats.rx_data_packets == 0
+    for qpn in (-1, 0, 0xFF, qb.qpn + 1, 1 << 40):  # (any integer: not trusted)
+        data.dqpn = qpn
+        b.receive_packet(data, 2000)
+    assert b.stats["rx_unknown_qp"] == 6 and b.stats["rx_packets"] == 0
+
+
 def test_qp_in_error_answers_its_peer_which_fails_fast() -> None:
     a, b, qa, qb = _pair()
     qb.modify(QPState.ERROR)  # the responder side dies (here: by its user)

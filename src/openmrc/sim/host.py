@@ -229,10 +229,11 @@ class SimHost:
         now_o: object = now  # boxed once for the two native calls
         busy = _busy_mask(ports, now_o)
         while busy != all_busy:
-            item = ctx.poll_packet(now, busy)
-            if item is None:
+            pkt = ctx.poll(now, busy)
+            if pkt is None:
                 break
-            qp, pkt = item
+            qp = ctx.polled_qp
+            assert qp is not None  # (set by every poll that returns a packet)
             peer = qp.peer
             ev = pkt.path_ev  # a control packet's reverse EV, else its own
             if type(peer) is int:

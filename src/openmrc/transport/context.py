@@ -122,6 +122,10 @@ class Context(ContextBase):
         super().__init__(rng if rng is not None else random.Random(0))
         self.name = name
         self.qps: dict[int, QueuePair] = {}
+        #: the same QPs by ``qpn - FIRST_QPN`` (None once destroyed): QPNs are given
+        #: out in order, so a list finds a packet's QP without boxing its QPN for a
+        #: dict look-up (kept in step with ``qps`` by create_qp_for and destroy_qp).
+        self._by_qpn: list[QueuePair | None] = []
         self._next_qpn = FIRST_QPN
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
@@ -141,6 +145,8 @@ class Context(ContextBase):
             "rx_wrong_peer": 0,
         }
         self._rx_packets = 0
+        #: the QP of the packet :meth:`poll` returned last (None before the first).
+        self.polled_qp: QPBase | None = None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -226,6 +232,7 @@ class Context(ContextBase):
         self._next_qpn += 1
         qp = QueuePair(self, pd, qpn, send_cq, recv_cq, cap)
         self.qps[qpn] = qp
+        self._by_qpn.append(qp)
         return qp
 
     def destroy_qp(self, qp: QueuePair) -> None:
@@ -233,9 +240,10 @@ class Context(ContextBase):
         if self.qps.get(qp.qpn) is not qp:
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
+        self._by_qpn[qp.qpn - FIRST_QPN] = None
         self.ready.pop(qp, None)
         self.control_ready.pop(qp, None)
-        self.timer_dirty[qp] = None
+        qp.mark_timer()
 
     # -- controller -------------------------------------------------------------------
     def deny_ev(self, qp: QueuePair, ev: int, now: int = 0) -> None:
@@ -322,7 +330,9 @@ class Context(ContextBase):
     def _match(self, pkt: Packet, peer: object) -> QueuePair | None:
         """The live QP ``pkt`` is for, or None (the drop counted here, by reason)."""
         stats = self._drops
-        qp = self.qps.get(pkt.dqpn)
+        i = pkt.dqpn - FIRST_QPN
+        by_qpn = self._by_qpn
+        qp = by_qpn[i] if 0 <= i < len(by_qpn) else None
         if qp is None:
             stats["rx_unknown_qp"] += 1
             return None
@@ -342,7 +352,18 @@ class Context(ContextBase):
         return qp
 
     def poll_packet(self, now: int, busy: int = 0) -> tuple[QPBase, Packet] | None:
-        """The next packet to send from any QP (round robin), with its QP.
+        """The next packet to send from any QP (as :meth:`poll`), with its QP."""
+        pkt = self.poll(now, busy)
+        if pkt is None:
+            return None
+        qp = self.polled_qp
+        assert qp is not None
+        return (qp, pkt)
+
+    def poll(self, now: int, busy: int = 0) -> Packet | None:
+        """The next packet to send from any QP (round robin); its QP is then
+        :attr:`polled_qp` (the simulator's NIC calls this once per packet sent: no
+        pair is made for it).
 
         Control packets (SACKs, NACKs, probes, probe replies) of every QP go
         first, in the order they were queued: a NIC sends its acknowledgements
@@ -366,12 +387,15 @@ class Context(ContextBase):
                 first = queue.popleft()
                 if not queue:
                     del control[qp]
-                self.timer_dirty[qp] = None
-                return (qp, first)
+                if not qp.timer_marked:
+                    qp.timer_marked = True
+                    self.timer_dirty[qp] = None
+                self.polled_qp = qp
+                return first
             del control[qp]
         ready = self.ready
         blocked: list[QPBase] | None = None
-        found = None
+        found: Packet | None = None
         while ready:
             for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
                 break
@@ -380,7 +404,8 @@ class Context(ContextBase):
             if pkt is not None:
                 if qp.has_output():
                     ready[qp] = None  # to the back: round robin
-                found = (qp, pkt)
+                self.polled_qp = qp
+                found = pkt
                 break
             if busy and qp.port_blocked():
                 if blocked is None:
@@ -410,6 +435,7 @@ class Context(ContextBase):
         heap = self._timer_heap
         qps = self.qps
         for qp in dirty:
+            qp.timer_marked = False
             qpn = qp.qpn
             t = qp.get_timer() if qps.get(qpn) is qp else None
             if t is None:
@@ -458,7 +484,7 @@ class Context(ContextBase):
             if qt is not None and qt <= now:
                 qp.handle_timer(now)
             else:
-                self.timer_dirty[qp] = None
+                qp.mark_timer()
 
 
 def _unwrap(pkt: Packet, qp: QueuePair) -> None:

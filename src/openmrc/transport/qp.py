@@ -175,7 +175,7 @@ class QueuePair(QPBase):
         self.modify(QPState.RTS, now=now)
 
     def _set_state(self, state: QPState, now: int, reason: str) -> None:
-        self.context.timer_dirty[self] = None
+        self.mark_timer()
         old = self.state
         self.state = state
         if old is not state:
@@ -192,7 +192,7 @@ class QueuePair(QPBase):
         self.error_reason = ""
         self.context.ready.pop(self, None)
         self.context.control_ready.pop(self, None)
-        self.context.timer_dirty[self] = None
+        self.mark_timer()
 
     # -- posting ----------------------------------------------------------------------
     def send_queue_room(self) -> int:
@@ -303,7 +303,9 @@ class QueuePair(QPBase):
     # -- sans-IO input ---------------------------------------------------------------
     def receive_packet(self, pkt: Packet, now: int) -> None:
         """Take one packet from the network.  Never raises on network input."""
-        self.context.timer_dirty[self] = None
+        if not self.timer_marked:
+            self.timer_marked = True
+            self.context.timer_dirty[self] = None
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
             if state is QPState.ERROR and type(pkt) is DataPacket:
@@ -366,7 +368,7 @@ class QueuePair(QPBase):
 
     def handle_timer(self, now: int) -> None:
         """Run whatever deadlines have passed (RTO, loss detection, probes)."""
-        self.context.timer_dirty[self] = None
+        self.mark_timer()
         if self.state is QPState.RTS and self.requester is not None:
             self.requester.handle_timer(now)
 
@@ -383,7 +385,9 @@ class QueuePair(QPBase):
         ``busy`` is a bitmask of planes whose port is busy: new data and
         retransmissions avoid their EVs (control packets keep their reflected EV).
         """
-        self.context.timer_dirty[self] = None
+        if not self.timer_marked:
+            self.timer_marked = True
+            self.context.timer_dirty[self] = None
         if self.control:
             return self.control.popleft()
         if self.state is QPState.RTS:
@@ -410,7 +414,9 @@ class QueuePair(QPBase):
     def wake(self) -> None:
         """The QP may have output now and its deadline may have moved: tell the context."""
         self.context.ready[self] = None
-        self.context.timer_dirty[self] = None
+        if not self.timer_marked:
+            self.timer_marked = True
+            self.context.timer_dirty[self] = None
 
     def queue_control(self, pkt: Packet) -> None:
         """Queue a control packet (SACK, NACK, probe) to go out before data.

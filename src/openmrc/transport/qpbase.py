@@ -129,6 +129,16 @@ class QPBase:
         self.cc: CongestionControl | None = None
         #: control packets (SACK, NACK, probe, probe reply) waiting to go out before data.
         self.control: deque[Packet] = deque()
+        #: True while this QP is in its context's ``timer_dirty``: a flag read is far
+        #: cheaper than storing into the dict again, which the QP would do several
+        #: times per packet (the context clears it when it empties the set).
+        self.timer_marked = False
+
+    def mark_timer(self) -> None:
+        """Put this QP in its context's ``timer_dirty`` (its deadline may have moved)."""
+        if not self.timer_marked:
+            self.timer_marked = True
+            self.context.timer_dirty[self] = None
 
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:

@@ -600,6 +600,15 @@ class Requester:
                 self._release_oow(now)
         bitmap = sack.bitmap & _MASK64
         base = sack.sack_base
+        # The bits below the oldest outstanding PSN are news to nobody (a SACK's
+        # window mostly re-reports what earlier SACKs acknowledged): skip them.
+        lowest = unacked.lowest()
+        if lowest < 0:
+            bitmap = 0
+        elif lowest > base:
+            skip = lowest - base
+            bitmap = bitmap >> skip if skip < 64 else 0
+            base = lowest
         while bitmap:
             low = bitmap & -bitmap
             psn = base + low.bit_length() - 1

@@ -134,6 +134,11 @@ class TxTable:
     def __contains__(self, psn: int) -> bool:
         return self.op(psn) is not None
 
+    def lowest(self) -> int:
+        """A PSN no outstanding PSN is below (-1 when none is outstanding): every
+        PSN under it is acknowledged, so a SACK's bits there need no look-up."""
+        return self._base + self._lo if self._count else -1
+
     # Fields of an outstanding PSN (the caller knows it is outstanding).
     def ev(self, psn: int) -> int:
         """The EV of ``psn``'s last transmission."""

@@ -120,6 +120,14 @@ class NSCC(CongestionControl):
         self.adjust_bytes = int(p["adjust_mtus"] * mtu)
         self.adjust_period = int(p["adjust_rtts"] * net_rtt)
         self.avg_delay = 0.0
+        # The parameters read on every ACK, as float attributes: a look-up in
+        # ``params`` (a str-keyed dict) each time costs a compiled build more.
+        self._learn = p["learn_base_rtt"]
+        self._ewma = p["delay_ewma"]
+        self._ewma_large = p["delay_ewma_large"]
+        self._large_rtts = p["large_delay_rtts"]
+        self._pull = p["pull_fraction"]
+        self._fast_delay = p["fast_delay_ps"]
         self._inc = 0.0  # pending increase, in bytes x bytes (divided by cwnd when fulfilled)
         self._received = 0  # bytes acked since the last fulfilment
         self._last_eta = 0  # when eta was last added (its own clock)
@@ -138,7 +146,7 @@ class NSCC(CongestionControl):
 
     # -- the delay filter and the base RTT --------------------------------------------
     def _learn_base(self, rtt: int) -> None:
-        if self.params["learn_base_rtt"] and 0 < rtt < self.base_rtt:
+        if self._learn and 0 < rtt < self.base_rtt:
             self.base_rtt = rtt
             self.bdp = self.link_Bps * rtt / 1e12
             self.maxwnd = max(int(self.params["maxwnd_bdp"] * self.bdp), 2 * self.mtu)
@@ -149,14 +157,13 @@ class NSCC(CongestionControl):
         """One sample into the EWMA; an unmarked sample above target is not trusted
         (the queue it saw is not ours to fix): the average is pulled toward a
         quarter of the base RTT instead."""
-        p = self.params
         base = self.base_rtt
         delay = rtt - base
         if not ecn and delay > self.target:
-            w = p["delay_ewma"]
-            self.avg_delay = w * base * p["pull_fraction"] + (1 - w) * self.avg_delay
+            w = self._ewma
+            self.avg_delay = w * base * self._pull + (1 - w) * self.avg_delay
         else:
-            w = p["delay_ewma_large"] if delay > p["large_delay_rtts"] * base else p["delay_ewma"]
+            w = self._ewma_large if delay > self._large_rtts * base else self._ewma
             self.avg_delay = w * delay + (1 - w) * self.avg_delay
 
     # -- events -----------------------------------------------------------------------
@@ -193,7 +200,7 @@ class NSCC(CongestionControl):
 
     def _fast_increase(self, acked_bytes: int, delay: float) -> bool:
         """Near-zero delay for a whole window: grow by a share of the acked bytes at once."""
-        if delay < self.params["fast_delay_ps"]:
+        if delay < self._fast_delay:
             self._fast_count += acked_bytes
             if self._fast_count > self.cwnd or self._fast:
                 self.cwnd += int(acked_bytes * self.fast_scale)
