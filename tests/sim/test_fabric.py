@@ -350,3 +350,23 @@ def test_a_nic_finds_its_routes_in_the_cache_by_the_same_key() -> None:
     assert 8 <= len(fabric.routes_from(1)) <= 2 * 8
     # host 3 sends to host 4 under the other T0: at most a route per plane and T1
     assert len(fabric.routes_from(3)) <= 8 + 8 * 4
+
+
+def test_path_for_is_the_topologys_path_address_hit_or_miss() -> None:
+    # path_for computes a missed route inline: it must be the topology's address for
+    # every source, destination (same T0 or not), plane and T1, on a miss and on the
+    # cached hit after it; a bad source, destination or plane raises as the topology does
+    spec = ClosSpec(planes=2, t0s=3, hosts_per_t0=4, t1s=4)
+    topo = Topology(spec)
+    fabric = Fabric(Simulator(seed=0), topo)
+    for src in range(spec.hosts):
+        for dst in range(spec.hosts):
+            if dst == src:
+                continue
+            for ev in (0, 1, 0x10, 0x21, 0x31, 0x40, 0xFFF1, 0x12340):
+                want = topo.path_address(src, dst, ev)
+                assert fabric.path_for(src, dst, ev) == want, (src, dst, ev)
+                assert fabric.path_for(src, dst, ev) == want, (src, dst, ev)
+    for src, dst, ev in ((0, 0, 0), (0, spec.hosts, 0), (0, -1, 0), (0, 1, 2), (-1, 1, 0)):
+        with pytest.raises(ValueError):
+            fabric.path_for(src, dst, ev)

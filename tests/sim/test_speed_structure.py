@@ -138,6 +138,30 @@ def test_run_tunes_the_collector_and_restores_it() -> None:
     assert gc.get_freeze_count() == 0
 
 
+def test_an_experiment_reads_its_results_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # after the run the fabric and hosts are the collector's again; reading the
+    # results must not set it walking them (a full collection at 8192 hosts)
+    exp = Experiment(ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2), seed=1)
+    exp.add_flows([FlowSpec(0, 3, 64 << 10)])
+    collect = Experiment._collect
+    enabled: list[bool] = []
+
+    def watched(self: Experiment, wall: float) -> Any:
+        enabled.append(gc.isenabled())
+        return collect(self, wall)
+
+    monkeypatch.setattr(Experiment, "_collect", watched)
+    was = gc.isenabled()
+    try:
+        assert exp.run().all_ok
+        assert enabled == [False]
+        assert gc.isenabled() == was
+    finally:
+        gc.unfreeze()
+
+
 # ----- the RoCE baseline's NIC -------------------------------------------------------------
 class _FakeSender:
     """What the NIC's timeout bookkeeping reads of a RoCE sender: its QP and deadline."""

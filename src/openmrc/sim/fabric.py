@@ -216,6 +216,15 @@ class Fabric:
         #: per source host, the routes computed so far, by :func:`route_key` (what a
         #: route depends on); :meth:`routes_from` hands a host its own
         self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
+        #: what :meth:`path_for` computes a route from (the topology's, read once)
+        self._route_parts = (
+            spec.hosts_per_t0,
+            spec.t1s,
+            spec.planes,
+            topology._t0_usids,
+            topology._t1_usids,
+            topology._down_usids,
+        )
         self.metrics = Metrics(self)
         self._t0_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
         self._t1_of: list[list[Switch]] = [[] for _ in range(spec.planes)]
@@ -410,15 +419,35 @@ class Fabric:
                 link.watch(_PlaneWatcher(on_link, plane))
 
     def path_for(self, src: int, dst: int, ev: int) -> int:
-        """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached)."""
-        if type(src) is not int or type(dst) is not int or not 0 <= src < len(self._routes):
+        """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached).
+
+        A host calls this on a miss of its route cache, which is most of its
+        first packets to a peer on each T1 (a big fabric has many T1s, so many
+        misses early in a run): the key (:func:`route_key`) and the route
+        (:meth:`_compute_route`) are computed inline here, without two calls.
+        """
+        routes = self._routes
+        if type(src) is not int or type(dst) is not int or not 0 <= src < len(routes):
             return self._compute_route(src, dst, ev)  # raises the right ValueError
-        cache = self._routes[src]
-        spec = self.topology.spec
-        key = route_key(src, dst, ev, spec.hosts_per_t0, spec.t1s)
+        hpt, t1s, planes, t0_usids, t1_usids, down_usids = self._route_parts
+        plane = ev & 0xF
+        a = src // hpt
+        b = dst // hpt
+        path = ((ev >> 4) & 0xFFF) % t1s
+        key = dst << 16 | plane if a == b else dst << 16 | path << 4 | plane
+        cache = routes[src]
         route = cache.get(key)
         if route is None:
-            route = self._compute_route(src, dst, ev)
+            if src == dst or plane >= planes or not 0 <= dst < len(routes):
+                route = self._compute_route(src, dst, ev)  # raises the right ValueError
+            else:
+                t0 = t0_usids[plane]
+                down = down_usids[plane][dst % hpt]
+                if a == b:
+                    route = BLOCK | t0[a] << 80 | down << 64
+                else:
+                    t1 = t1_usids[plane][path]
+                    route = BLOCK | t0[a] << 80 | t1 << 64 | t0[b] << 48 | down << 32
             cache[key] = route
         return route
 
