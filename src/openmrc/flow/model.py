@@ -603,6 +603,9 @@ class FluidModel:
         #: known-alive T1 paths that are truly dead and their count (cleared with
         #: ``_route_cache``: every route between two T0s reads the same)
         self._pairs: dict[tuple[int, int], tuple[list[bool], list[int], list[int]]] = {}
+        #: RoCE / IB: per (plane, T0, T0) the T1s known alive from both (cleared with
+        #: ``_pairs``)
+        self._live: dict[tuple[int, int, int], list[int]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -645,6 +648,7 @@ class FluidModel:
         self._update_caps()
         self._route_cache.clear()
         self._pairs.clear()
+        self._live.clear()
 
     def _targets(self, f: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
         """(host links (h, p), fabric links (p, a, k)) a fault acts on."""
@@ -826,7 +830,10 @@ class FluidModel:
         res = [self._up0 + s * P + p, self._down0 + d * P + p]
         ok = bool(self.host_true[s, p] and self.host_true[d, p])
         if a != b:
-            live = [k for k in range(K) if self.fab_known[p, a, k] and self.fab_known[p, b, k]]
+            live = self._live.get((p, a, b))
+            if live is None:
+                live = np.flatnonzero(self.fab_known[p, a] & self.fab_known[p, b]).tolist()
+                self._live[p, a, b] = live
             if not live:
                 fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
@@ -1204,31 +1211,50 @@ class FluidModel:
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
+            rows = []
+            pace = self.pace
             for f in added:
                 f.oid = next_oid
                 next_oid += 1
+                rows.append(
+                    (
+                        f.oid,
+                        pace(f),
+                        f.rem,
+                        f.lost,
+                        f.eff,
+                        f.dead,
+                        f.grp,
+                        f.buf,
+                        f.cut,
+                        f.total,
+                        f.mute,
+                        f.episode is not None,
+                        f.ri,
+                        f.total - f.held,
+                        f.wt,
+                    )
+                )
             index(added)
-            oid_a = np.concatenate((oid_a, np.fromiter((f.oid for f in added), np.int64, k)))
+            # one table of the new flows' columns (every value is exact in a float)
+            c = np.array(rows, dtype=float).T
+            oid_a = np.concatenate((oid_a, c[0].astype(np.int64)))
             flows = np.concatenate((flows, new))
-            pace_a = np.concatenate((pace_a, np.fromiter((self.pace(f) for f in added), float, k)))
-            rem_a = np.concatenate((rem_a, np.fromiter((f.rem for f in added), float, k)))
-            lost_a = np.concatenate((lost_a, np.fromiter((f.lost for f in added), float, k)))
+            pace_a = np.concatenate((pace_a, c[1]))
+            rem_a = np.concatenate((rem_a, c[2]))
+            lost_a = np.concatenate((lost_a, c[3]))
             rate_a = np.concatenate((rate_a, np.zeros(k)))
-            eff_a = np.concatenate((eff_a, np.fromiter((f.eff for f in added), float, k)))
-            dead_a = np.concatenate((dead_a, np.fromiter((f.dead for f in added), bool, k)))
-            grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
-            buf_a = np.concatenate((buf_a, np.fromiter((f.buf for f in added), np.int64, k)))
-            cut_a = np.concatenate((cut_a, np.fromiter((f.cut for f in added), bool, k)))
-            tot_a = np.concatenate((tot_a, np.fromiter((f.total for f in added), float, k)))
-            mute_a = np.concatenate((mute_a, np.fromiter((f.mute for f in added), bool, k)))
-            ep_a = np.concatenate(
-                (ep_a, np.fromiter((f.episode is not None for f in added), bool, k))
-            )
-            ri_a = np.concatenate((ri_a, np.fromiter((f.ri for f in added), np.int64, k)))
-            top_a = np.concatenate(
-                (top_a, np.fromiter((f.total - f.held for f in added), float, k))
-            )
-            wt_a = np.concatenate((wt_a, np.fromiter((f.wt for f in added), float, k)))
+            eff_a = np.concatenate((eff_a, c[4]))
+            dead_a = np.concatenate((dead_a, c[5] != 0))
+            grp_a = np.concatenate((grp_a, c[6].astype(np.int64)))
+            buf_a = np.concatenate((buf_a, c[7].astype(np.int64)))
+            cut_a = np.concatenate((cut_a, c[8] != 0))
+            tot_a = np.concatenate((tot_a, c[9]))
+            mute_a = np.concatenate((mute_a, c[10] != 0))
+            ep_a = np.concatenate((ep_a, c[11] != 0))
+            ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
+            top_a = np.concatenate((top_a, c[13]))
+            wt_a = np.concatenate((wt_a, c[14]))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1421,6 +1447,7 @@ class FluidModel:
                 self._buf_full.update(full)
                 self._route_cache.clear()
                 self._pairs.clear()
+                self._live.clear()
                 for i, fl in enumerate(flows):
                     if fl.buf in full:
                         self._route(fl)
@@ -1550,6 +1577,7 @@ class FluidModel:
                         )
                     self._route_cache.clear()
                     self._pairs.clear()
+                    self._live.clear()
                     if added:
                         merge()
                     for i, fl in enumerate(flows):
