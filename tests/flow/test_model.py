@@ -6,8 +6,8 @@
 * DCQCN's cuts apply at a congested switch queue, not at a NIC port its own QPs
   share, and weigh on a short transfer more than on a long one (the packet
   level's cut, stall and recovery in time);
-* rates are recomputed per resource group and only where something changed:
-  the same step times as recomputing everything;
+* rates are recomputed only for the flows connected to what changed: the same
+  step times as recomputing every flow;
 * a NIC port is shared per message (RoCE's ring steps as messages of their own, or a
   ring's hop flow weighted by its messages ready), as the packet level's NIC serves
   its QPs round-robin;
@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -240,25 +239,46 @@ def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
     assert steps["off"] < 0.9 * steps["nvidia"] < 0.9 * steps["hpcc"], steps
 
 
-def test_rates_recomputed_per_group_equal_a_full_recomputation() -> None:
-    """RoCE QPs in 4 planes (4 groups), flows ending at many different times: the run
-    refills only the groups that changed; filling every group at every change (the
-    reference) gives the same task ends."""
+def _refill_run(mode: str, fault: bool = False) -> tuple[list[float | None], int]:
+    """RoCE QPs in 2 planes: chains of point-to-point transfers of different sizes
+    between random hosts, a ring and an all-to-all, so that flows end at many
+    different times and only some of them share resources; optionally a T0-T1 link
+    failure mid-run.  Every task's end and the flows refilled, with the run's rates
+    refilled by ``mode``."""
+    spec = ClosSpec(planes=2, t0s=4, hosts_per_t0=4, t1s=4)
+    model = FluidModel(spec, "roce", qps=2, seed=3, gpus_per_server=1)
+    model.refill = mode
+    rng = random.Random(7)
+    g = JobGraph("mix", 16, gpus_per_server=1)
+    for _chain in range(12):
+        prev: tuple[int, ...] = ()
+        for _k in range(4):
+            a, b = rng.sample(range(16), 2)
+            dur = rng.randrange(1, 40) * 1_000_000
+            prev = (g.add(Task("compute", (a,), deps=prev, dur_ps=dur)),)
+            size = rng.randrange(64, 2048) << 10
+            prev = (g.add(Task("p2p", (a, b), deps=prev, size=size)),)
+    g.add(Task("allreduce", tuple(range(0, 16, 2)), size=1 << 20))
+    g.add(Task("alltoall", tuple(range(1, 16, 2)), size=1 << 20))
+    model.add_job(FluidJob(g, list(range(16))))
+    if fault:
+        model.add_fault(FluidFault(60_000_000, "link_down", "p0t0x0-p0t1x0"))
+    res = model.run()
+    return res.jobs[0].end, res.refilled
 
-    def run(full: bool) -> list[float | None]:
-        spec = ClosSpec(planes=4, t0s=2, hosts_per_t0=4, t1s=2)
-        g = JobGraph("a2a", 8, gpus_per_server=1)
-        g.add(Task("alltoall", tuple(range(8)), size=1 << 20))
-        g.add(Task("allreduce", tuple(range(8)), size=1 << 20))
-        model = FluidModel(spec, "roce", qps=4, seed=3, gpus_per_server=1)
-        if full:
-            model._group = lambda fl: 0  # type: ignore[method-assign]
-        model.add_job(FluidJob(g, list(range(8))))
-        return model.run().jobs[0].end
 
-    split, whole = run(False), run(True)
-    assert split == pytest.approx(whole, rel=1e-12)
-    assert len({round(e or 0.0) for e in split}) > 1 and not any(math.isnan(e or 0) for e in split)
+@pytest.mark.parametrize("fault", [False, True])
+def test_rates_refilled_by_component_equal_a_full_recomputation(fault: bool) -> None:
+    """The run refills only the flows connected to what changed (``refill`` "component");
+    refilling every flow of the changed groups ("group") or every flow in flight at
+    every instant ("all") gives the very same task ends, while the component refill
+    computes fewer flows' rates than the group refill."""
+    comp, n_comp = _refill_run("component", fault)
+    group, n_group = _refill_run("group", fault)
+    every, _n = _refill_run("all", fault)
+    assert comp == group == every
+    assert len({round(e or 0.0) for e in comp}) > 40 and None not in comp
+    assert n_comp < n_group
 
 
 def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:

@@ -45,8 +45,10 @@ latency after theirs.  With ``ring_messages`` (RoCE / IB; off by default) a
 ring's steps are messages of their own instead, each released by the arrival
 of the step before it, so a NIC port is shared per message as the packet
 level's NIC shares it (round-robin over its ready QPs); with ``ring_weights``
-(off by default) a ring's hop flow weighs as many flows as it has messages ready.  Rates are computed per resource group (``_group``),
-only for the groups that changed, by bottleneck rounds (``maxmin``).
+(off by default) a ring's hop flow weighs as many flows as it has messages ready.  Rates are
+computed by bottleneck rounds (``maxmin``) only for the flows a change reaches: those
+connected to it through shared resources (``FluidModel.refill``); an instant's cost is
+then that of the flows it touches, not of every flow in flight.
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ class FluidResult:
     events: int
     recomputes: int
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: flows whose rates the run computed, summed over its refills (the refills' work)
+    refilled: int = 0
 
 
 class _Flow:
@@ -146,6 +150,7 @@ class _Flow:
         "missed",
         "msg",
         "mute",
+        "oid",
         "path",
         "qp",
         "redo",
@@ -213,6 +218,9 @@ class _Flow:
         #: the QP's current retransmission timeout and how long it has waited without progress
         self.rto = 0
         self.waited = 0
+        #: its place in the order flows were put in flight (FluidModel._run: a refill
+        #: takes its flows in that order, as a refill of every flow does)
+        self.oid = -1
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
 
@@ -529,6 +537,13 @@ class FluidModel:
         #: 12 seeds it moved aicb-16 a little further from the packet level and nothing
         #: else (docs/training.md).
         self.ring_weights = ring_weights
+        #: how a change's rates are recomputed: "component" (the flows connected to what
+        #: changed through shared resources, the default), "group" (every flow of the
+        #: changed flows' resource groups, ``_group``) or "all" (every flow in flight).
+        #: Max-min rates of flows that share no resource, directly or through other
+        #: flows, are independent, so the three give the same rates; "group" and "all"
+        #: are the references the tests hold "component" to.
+        self.refill = "component"
         #: RoCE: the switch buffer a sending host port may fill before PFC pauses it (wire
         #: bytes; None: the packet baseline's default, 512 KB at 100 Gb/s scaled by the
         #: port's rate; inf: no flow control, 0: none absorbed).  A dead QP whose packets
@@ -588,6 +603,9 @@ class FluidModel:
         #: known-alive T1 paths that are truly dead and their count (cleared with
         #: ``_route_cache``: every route between two T0s reads the same)
         self._pairs: dict[tuple[int, int], tuple[list[bool], list[int], list[int]]] = {}
+        #: RoCE / IB: per (plane, T0, T0) the T1s known alive from both (cleared with
+        #: ``_pairs``)
+        self._live: dict[tuple[int, int, int], list[int]] = {}
 
     # ----- set-up -------------------------------------------------------------------
     def add_job(self, job: FluidJob) -> int:
@@ -630,6 +648,7 @@ class FluidModel:
         self._update_caps()
         self._route_cache.clear()
         self._pairs.clear()
+        self._live.clear()
 
     def _targets(self, f: FluidFault) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
         """(host links (h, p), fabric links (p, a, k)) a fault acts on."""
@@ -811,7 +830,10 @@ class FluidModel:
         res = [self._up0 + s * P + p, self._down0 + d * P + p]
         ok = bool(self.host_true[s, p] and self.host_true[d, p])
         if a != b:
-            live = [k for k in range(K) if self.fab_known[p, a, k] and self.fab_known[p, b, k]]
+            live = self._live.get((p, a, b))
+            if live is None:
+                live = np.flatnonzero(self.fab_known[p, a] & self.fab_known[p, b]).tolist()
+                self._live[p, a, b] = live
             if not live:
                 fl.res, fl.w, fl.eff, fl.dead = np.array(res, dtype=np.int64), np.ones(2), 1.0, True
                 return
@@ -1075,13 +1097,16 @@ class FluidModel:
         buf_q: dict[int, float] = {}
         xoff = self.pfc_xoff_bytes * self.payload_share
         pace_a = np.zeros(0)
-        # the flows' (slot, resource, weight) entries, flow by flow in slot order
-        ent_slot = np.zeros(0, dtype=np.int64)
-        ent_res = np.zeros(0, dtype=np.int64)
-        ent_w = np.zeros(0)
+        #: every slot's _Flow.oid: ascending, as slots keep the order flows came in flight
+        oid_a = np.zeros(0, dtype=np.int64)
+        next_oid = 0
+        #: the flows in flight on each resource (refill "component": what a change reaches)
+        on_res: dict[int, set[_Flow]] = {}
         added: list[_Flow] = []  # flows started by this instant's events, not yet in flows
-        dirty: set[int] = set()  # groups whose rates must be recomputed
-        dirty_all = False
+        dirty: set[int] = set()  # groups whose rates must be recomputed ("group")
+        seeds: set[int] = set()  # resources whose flows changed ("component")
+        dirty_all = self.refill == "all"
+        refilled_flows = 0
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
@@ -1117,50 +1142,119 @@ class FluidModel:
             self._route(fl)
             added.append(fl)
 
-        def entries(fls: Any, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            """The (slot, resource, weight) entries of flows in slots first, first + 1, ..."""
+        def entries(fls: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The (index among ``fls``, resource, weight) entries of flows ``fls``, flow
+            by flow."""
             if not len(fls):
                 return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
             lens = [len(f.res) for f in fls]
-            slots = np.repeat(np.arange(first, first + len(fls)), lens)
             return (
-                slots,
+                np.repeat(np.arange(len(fls)), lens),
                 np.concatenate([f.res for f in fls]),
                 np.concatenate([f.w for f in fls]),
             )
 
+        def index(fls: Any) -> None:
+            """Put flows ``fls`` on their resources (``on_res``) and seed a refill there."""
+            for f in fls:
+                rl = f.res.tolist()
+                seeds.update(rl)
+                for r in rl:
+                    got = on_res.get(r)
+                    if got is None:
+                        on_res[r] = {f}
+                    else:
+                        got.add(f)
+
+        def unindex(f: _Flow) -> None:
+            """Take flow ``f`` off its resources; seed a refill there."""
+            for r in f.res.tolist():
+                seeds.add(r)
+                got = on_res.get(r)
+                if got is not None:
+                    got.discard(f)
+                    if not got:
+                        del on_res[r]
+
+        def reindex() -> None:
+            """Rebuild ``on_res`` after the flows in flight were rerouted."""
+            on_res.clear()
+            index(flows)
+            seeds.clear()
+
+        def component() -> np.ndarray:
+            """The slots (ascending) of the flows connected to the seeded resources
+            through the resources they use."""
+            todo = list(seeds)
+            seen = set(todo)
+            got: set[_Flow] = set()
+            while todo:
+                for f in on_res.get(todo.pop(), ()):
+                    if f in got:
+                        continue
+                    got.add(f)
+                    for r in f.res.tolist():
+                        if r not in seen:
+                            seen.add(r)
+                            todo.append(r)
+            if not got:
+                return np.zeros(0, dtype=np.int64)
+            ids = np.fromiter((f.oid for f in got), np.int64, len(got))
+            ids.sort()
+            return np.searchsorted(oid_a, ids)
+
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
-            nonlocal tot_a, mute_a, ep_a
-            nonlocal ent_slot, ent_res, ent_w, ri_a, top_a, wt_a
+            nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
+            nonlocal ri_a, top_a, wt_a
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
-            es, er, ew = entries(added, len(flows))
-            ent_slot = np.concatenate((ent_slot, es))
-            ent_res = np.concatenate((ent_res, er))
-            ent_w = np.concatenate((ent_w, ew))
+            rows = []
+            pace = self.pace
+            for f in added:
+                f.oid = next_oid
+                next_oid += 1
+                rows.append(
+                    (
+                        f.oid,
+                        pace(f),
+                        f.rem,
+                        f.lost,
+                        f.eff,
+                        f.dead,
+                        f.grp,
+                        f.buf,
+                        f.cut,
+                        f.total,
+                        f.mute,
+                        f.episode is not None,
+                        f.ri,
+                        f.total - f.held,
+                        f.wt,
+                    )
+                )
+            index(added)
+            # one table of the new flows' columns (every value is exact in a float)
+            c = np.array(rows, dtype=float).T
+            oid_a = np.concatenate((oid_a, c[0].astype(np.int64)))
             flows = np.concatenate((flows, new))
-            pace_a = np.concatenate((pace_a, np.fromiter((self.pace(f) for f in added), float, k)))
-            rem_a = np.concatenate((rem_a, np.fromiter((f.rem for f in added), float, k)))
-            lost_a = np.concatenate((lost_a, np.fromiter((f.lost for f in added), float, k)))
+            pace_a = np.concatenate((pace_a, c[1]))
+            rem_a = np.concatenate((rem_a, c[2]))
+            lost_a = np.concatenate((lost_a, c[3]))
             rate_a = np.concatenate((rate_a, np.zeros(k)))
-            eff_a = np.concatenate((eff_a, np.fromiter((f.eff for f in added), float, k)))
-            dead_a = np.concatenate((dead_a, np.fromiter((f.dead for f in added), bool, k)))
-            grp_a = np.concatenate((grp_a, np.fromiter((f.grp for f in added), np.int64, k)))
-            buf_a = np.concatenate((buf_a, np.fromiter((f.buf for f in added), np.int64, k)))
-            cut_a = np.concatenate((cut_a, np.fromiter((f.cut for f in added), bool, k)))
-            tot_a = np.concatenate((tot_a, np.fromiter((f.total for f in added), float, k)))
-            mute_a = np.concatenate((mute_a, np.fromiter((f.mute for f in added), bool, k)))
-            ep_a = np.concatenate(
-                (ep_a, np.fromiter((f.episode is not None for f in added), bool, k))
-            )
-            ri_a = np.concatenate((ri_a, np.fromiter((f.ri for f in added), np.int64, k)))
-            top_a = np.concatenate(
-                (top_a, np.fromiter((f.total - f.held for f in added), float, k))
-            )
-            wt_a = np.concatenate((wt_a, np.fromiter((f.wt for f in added), float, k)))
+            eff_a = np.concatenate((eff_a, c[4]))
+            dead_a = np.concatenate((dead_a, c[5] != 0))
+            grp_a = np.concatenate((grp_a, c[6].astype(np.int64)))
+            buf_a = np.concatenate((buf_a, c[7].astype(np.int64)))
+            cut_a = np.concatenate((cut_a, c[8] != 0))
+            tot_a = np.concatenate((tot_a, c[9]))
+            mute_a = np.concatenate((mute_a, c[10] != 0))
+            ep_a = np.concatenate((ep_a, c[11] != 0))
+            ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
+            top_a = np.concatenate((top_a, c[13]))
+            wt_a = np.concatenate((wt_a, c[14]))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1186,23 +1280,26 @@ class FluidModel:
                 if len(got):
                     wt_a[got] = new_wt
                     dirty.update(grp_a[got].tolist())
+                    for f in flows[got]:
+                        seeds.update(f.res.tolist())
             refilled = False  # rates of hop flows changed
-            if dirty_all or dirty:
-                # every changed group in one filling: the groups share no resource and
-                # every step of the filling is per resource or per flow, so each group
-                # gets the rates it gets alone
+            if dirty_all or dirty or seeds:
+                # every changed component (or group) in one filling: they share no
+                # resource and every step of the filling is per resource or per flow, so
+                # each gets the rates it gets alone
                 if dirty_all:
-                    mine = np.ones(len(flows), dtype=bool)
-                else:
+                    idx = np.arange(len(flows))
+                elif self.refill == "group":
                     dirty_mask[:] = False
                     dirty_mask[list(dirty)] = True
-                    mine = dirty_mask[grp_a]
-                idx = np.flatnonzero(mine)
+                    idx = np.flatnonzero(dirty_mask[grp_a])
+                else:
+                    idx = component()
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
+                refilled_flows += len(idx)
                 if len(idx):
-                    local = np.cumsum(mine) - 1  # slot -> index among the refilled
-                    em = mine[ent_slot]
+                    e_fl, e_res, e_w = entries(flows[idx])
                     sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
@@ -1218,9 +1315,9 @@ class FluidModel:
                             shares = None
                     rate_a[idx] = self._fill(
                         len(idx),
-                        local[ent_slot[em]],
-                        ent_res[em],
-                        ent_w[em],
+                        e_fl,
+                        e_res,
+                        e_w,
                         pace_a[idx],
                         sizes,
                         mute,
@@ -1237,7 +1334,8 @@ class FluidModel:
                             flows[idx[q]].missed = missed.get(q)
                 recomputes += 1
                 dirty.clear()
-                dirty_all = False
+                seeds.clear()
+                dirty_all = self.refill == "all"
             # next flow completion
             t_flow = math.inf
             if len(flows):
@@ -1275,6 +1373,7 @@ class FluidModel:
                     for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
                         dirty.add(fl.grp)
+                        unindex(fl)
                         if fl.ri >= 0:
                             rs.leave(fl.ri, float(top_a[i]) - max(0.0, float(rem_a[i])))
                             fl.wt = float(wt_a[i])
@@ -1336,9 +1435,7 @@ class FluidModel:
                     tot_a, mute_a, ep_a = tot_a[keep], mute_a[keep], ep_a[keep]
                     pace_a = pace_a[keep]
                     ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
-                    ekeep = keep[ent_slot]
-                    ent_slot = (np.cumsum(keep) - 1)[ent_slot[ekeep]]
-                    ent_res, ent_w = ent_res[ekeep], ent_w[ekeep]
+                    oid_a = oid_a[keep]
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
@@ -1350,11 +1447,12 @@ class FluidModel:
                 self._buf_full.update(full)
                 self._route_cache.clear()
                 self._pairs.clear()
+                self._live.clear()
                 for i, fl in enumerate(flows):
                     if fl.buf in full:
                         self._route(fl)
                         pace_a[i], buf_a[i], mute_a[i] = self.pace(fl), fl.buf, fl.mute
-                ent_slot, ent_res, ent_w = entries(flows, 0)
+                reindex()
                 dirty_all = True
             while heap and heap[0][0] <= now:
                 _t, _o, kind, x = heapq.heappop(heap)
@@ -1428,6 +1526,7 @@ class FluidModel:
                         if fl is hd:
                             pace_a[i] = self.pace(fl)
                             dirty.add(fl.grp)
+                            seeds.update(fl.res.tolist())
                             break
                 elif kind == 1:
                     end[x] = now
@@ -1478,6 +1577,7 @@ class FluidModel:
                         )
                     self._route_cache.clear()
                     self._pairs.clear()
+                    self._live.clear()
                     if added:
                         merge()
                     for i, fl in enumerate(flows):
@@ -1542,14 +1642,14 @@ class FluidModel:
                                 )
                             rem_a[i] += lost_a[i] - whole
                             lost_a[i] = 0.0
-                    ent_slot, ent_res, ent_w = entries(flows, 0)
+                    reindex()
                     dirty_all = True
         out = []
         for j, job in enumerate(self.jobs):
             b = base[j]
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
-        return FluidResult(out, now, events, recomputes, fault_log)
+        return FluidResult(out, now, events, recomputes, fault_log, refilled_flows)
 
     @staticmethod
     def _lost_steps(fl: _Flow, rem: float, lost: float) -> tuple[float, float, int]:
