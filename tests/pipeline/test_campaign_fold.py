@@ -114,3 +114,13 @@ def test_packet_check_refuses_a_folded_campaign(capsys: pytest.CaptureFixture[st
     assert main(args) != 0
     err = capsys.readouterr().err
     assert "--packet-check" in err and "campaign.fold" in err and "Traceback" not in err
+
+
+def test_folded_roce_campaign_restarts_where_the_whole_one_does() -> None:
+    """RoCE folded is a sample of the ECMP draws: its steps near the whole job's (the
+    folded rings take the whole ring's steps), its restarts where the whole job's are."""
+    whole, got = _doc(False, "roce"), _doc(True, "roce")
+    w, g = whole["transports"]["roce"], got["transports"]["roce"]
+    assert g["restarts"] and len(g["restarts"]) == len(w["restarts"])
+    assert [r["failures"] for r in g["restarts"]] == [r["failures"] for r in w["restarts"]]
+    assert g["failure_free_step_ms"] == pytest.approx(w["failure_free_step_ms"], rel=0.02)
