@@ -124,3 +124,11 @@ def test_folded_roce_campaign_restarts_where_the_whole_one_does() -> None:
     assert g["restarts"] and len(g["restarts"]) == len(w["restarts"])
     assert [r["failures"] for r in g["restarts"]] == [r["failures"] for r in w["restarts"]]
     assert g["failure_free_step_ms"] == pytest.approx(w["failure_free_step_ms"], rel=0.02)
+
+
+def test_the_packet_check_api_refuses_a_folded_campaign() -> None:
+    from openmrc.pipeline.campaign_check import check
+
+    setup = cp.load(str(EXAMPLE), [*FILLED[:11], "faults=[]", "campaign.fold=true"], hours=1e-4)
+    with pytest.raises(cp.CampaignError, match="campaign.fold"):
+        check(setup, limit=0)
