@@ -62,6 +62,10 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``fold-check`` - the GPT-like (``--moe``: MoE) job widened to ``--gpus`` on
   ``--hpt`` hosts per T0 (default 32), run whole and folded: both steps and how far
   apart every kept task starts and ends (MRC: 0 ps).
+* ``campaign-plan`` - scenarios/training/campaign-131072.toml (MRC, folded) for
+  ``--hours`` (default 24) per seed of ``--seeds``, not simulated: the failures,
+  states, iterations the campaign would simulate and the blocks their folds keep
+  (what a day of the whole cluster costs, in blocks simulated);
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -977,6 +981,74 @@ def campaign_check(
             out.append(row)
 
 
+def _dry_run(setup: Any, hours: float) -> tuple[Any, list[int]]:
+    """A folded MRC campaign of ``setup`` in which every simulated iteration takes the
+    bundled job's failure-free step and records the blocks its fold keeps; (its
+    measurements, the blocks kept per simulated iteration)."""
+    from openmrc.pipeline import campaign as cp
+
+    fj = setup.folds["mrc"]
+    blocks = fj.dp // (fj.spec.hosts_per_t0 // fj.tp)
+    kept: list[int] = []
+    step = 3_654_832_829  # ps, the job's failure-free MRC step (docs/results/campaign.md)
+
+    def simulate(self: Any, view: Any, changes: Any, lead: int) -> tuple[int | None, int]:
+        every = set(view)
+        for _at, _up, parts in changes:
+            every |= set(parts)
+        plan = fj.plan(frozenset(every))
+        kept.append(blocks if plan is None else len(plan.blocks))
+        self.out.simulated += 1
+        return step, step
+
+    dry = type("Dry", (cp.Campaign,), {"_simulate": simulate})
+    c = dry(
+        "mrc",
+        fj.whole_model,
+        setup.failures,
+        hours,
+        setup.config.checkpoint_s,
+        setup.config.restart_s,
+        folded=fj.folded,
+        probe=fj.fabric_model(),
+    )
+    return c.run(), kept
+
+
+def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
+    """What the bundled whole-cluster campaign (scenarios/training/campaign-131072.toml,
+    MRC, folded) would simulate, per seed, without simulating it (:func:`_dry_run`:
+    MRC's steps there move by under half a percent, so the timeline is the real one
+    within those shifts): the failures, states, iterations simulated and the blocks
+    of 64 their folds keep.  A day costs about the blocks kept in all times the CPU
+    per block a measured campaign gives."""
+    from openmrc.pipeline import campaign as cp
+
+    rows = []
+    for seed in seeds:
+        setup = cp.load(
+            str(ROOT / "scenarios" / "training" / "campaign-131072.toml"),
+            hours=hours,
+            seed=seed,
+            transports=["mrc"],
+        )
+        out, kept = _dry_run(setup, hours)
+        row = {
+            "case": "campaign-plan",
+            "seed": seed,
+            "hours": hours,
+            "failures": len(setup.failures),
+            "states": len(out.states),
+            "iterations_simulated": out.simulated,
+            "blocks_kept_sum": sum(kept),
+            "blocks_kept_mean": round(sum(kept) / len(kept), 2),
+            "blocks_kept_max": max(kept),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def _seeds(text: str) -> list[int]:
     a, _, b = text.partition("-")
     return list(range(int(a), int(b or a) + 1))
@@ -1000,6 +1072,7 @@ def main() -> int:
             "flow-scale",
             *SCALED,
             "fold-check",
+            "campaign-plan",
         ],
     )
     ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
@@ -1007,6 +1080,7 @@ def main() -> int:
     ap.add_argument(
         "--moe", action="store_true", help="flow-scale, fold-check: the MoE job (moe-ep-128)"
     )
+    ap.add_argument("--hours", type=float, default=24.0, help="campaign-plan: hours (default 24)")
     ap.add_argument("--hpt", type=int, default=32, help="fold-check: hosts per T0 (default 32)")
     ap.add_argument(
         "--fold",
@@ -1080,6 +1154,8 @@ def main() -> int:
             dcqcn_series()
         elif case == "dcqcn-arrivals":
             dcqcn_arrivals()
+        elif case == "campaign-plan":
+            out += campaign_plan(_seeds(args.seeds), args.hours)
         elif case == "fold-check":
             for tr in [args.transport] if args.transport else ["mrc", "roce"]:
                 row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe)

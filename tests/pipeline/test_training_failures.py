@@ -57,6 +57,28 @@ def test_draws_are_deterministic_and_follow_each_class() -> None:
     n = components(SPEC)
     assert len(n["link"]) == 8 * 64 + 8 * 8 * 8 and len(n["optic"]) == 2 * len(n["link"])
     assert len(n["switch"]) == 8 * 16 and len(n["nic_port"]) == 8 * 64
+
+
+def test_components_are_made_when_indexed_in_their_fixed_order() -> None:
+    """The lazy classes (a draw on the whole cluster names only what fails) list every
+    component once, in the documented order."""
+    spec = ClosSpec(planes=2, t0s=3, hosts_per_t0=2, t1s=2)
+    hpt = spec.hosts_per_t0
+    host_links = [f"h{h}-p{p}t0x{h // hpt}" for p in range(2) for h in range(6)]
+    fab = [f"p{p}t0x{a}-p{p}t1x{k}" for p in range(2) for a in range(3) for k in range(2)]
+    links = host_links + fab
+    want = {
+        "link": [(n, n, -1, -1) for n in links],
+        "optic": [(f"optic {i} of {n}", n, -1, -1) for n in links for i in (0, 1)],
+        "switch": [(n, n, -1, -1) for n in [f"p{p}t0x{a}" for p in range(2) for a in range(3)]]
+        + [(n, n, -1, -1) for n in [f"p{p}t1x{k}" for p in range(2) for k in range(2)]],
+        "nic_port": [(f"h{h}/p{p}", "", h, p) for p in range(2) for h in range(6)],
+    }
+    got = components(spec)
+    assert {c: list(v) for c, v in got.items()} == want
+    assert got["optic"][-1] == want["optic"][-1] and got["link"][1:3] == want["link"][1:3]
+    with pytest.raises(IndexError):
+        got["switch"][len(want["switch"])]
     # repairs: every failure comes back repair_us later
     rep = draw(FailureRates(scale=1e9, repair_us=500.0), SPEC, 100_000.0, seed=3)
     downs = [d for d in rep if d.kind.endswith("_down")]

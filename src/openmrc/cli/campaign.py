@@ -39,6 +39,11 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
     )
     out = prepare_out(args.out)
     if args.packet_check:
+        if setup.config.fold:
+            raise UsageError(
+                "--packet-check: runs every GPU at packet level; not with campaign.fold "
+                "(set campaign.fold = false on a job small enough for packets)"
+            )
         return _packet_check(setup, out, args.json)
     doc = campaign.run(setup)
     if args.json:

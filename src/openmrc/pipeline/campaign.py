@@ -42,6 +42,7 @@ from typing import Any
 from ..flow.faults import expand
 from ..flow.model import FluidFault, FluidModel
 from ..topology import ClosSpec
+from .campaign_fold import Folded, FoldedJob, FoldError, folded_job
 from .failures import FailureError, FailureRates, components, parse_rates
 
 PS_PER_S = 1_000_000_000_000
@@ -71,6 +72,8 @@ KEYS = (
     "optic_repair_s",
     "switch_repair_s",
     "nic_port_repair_s",
+    "fold",
+    "fold_margin",
 )
 
 #: fault kinds a hand-given campaign failure may have.
@@ -102,6 +105,10 @@ class CampaignConfig:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
     restart_s: float = DEFAULT_RESTART_S
     repair_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_REPAIR_S))
+    #: run each state folded (openmrc.pipeline.campaign_fold), ``fold_margin`` blocks
+    #: either side of the blocks a part down touches
+    fold: bool = False
+    fold_margin: int = 1
 
 
 def parse_config(raw: Any) -> CampaignConfig:
@@ -126,6 +133,14 @@ def parse_config(raw: Any) -> CampaignConfig:
             if len(set(v)) != len(v):
                 raise CampaignError(f"campaign.transports: {v!r} names a transport twice")
             out["transports"] = tuple(v)
+        elif k == "fold":
+            if not isinstance(v, bool):
+                raise CampaignError(f"campaign.fold: must be true or false, got {v!r}")
+            out["fold"] = v
+        elif k == "fold_margin":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise CampaignError(f"campaign.fold_margin: must be an integer >= 0, got {v!r}")
+            out["fold_margin"] = v
         else:
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise CampaignError(f"campaign.{k}: must be a number, got {v!r}")
@@ -300,6 +315,11 @@ class Campaign:
     ``make_model()`` builds the flow-level model of the job alone (one iteration,
     its transport), ``reuse`` False simulates every iteration (the check of the
     state-keyed reuse), ``key`` is the state's cache key (:func:`state_key`).
+    ``folded(parts)``, when given, builds the model of an iteration whose parts down
+    and changing are ``parts`` folded (:mod:`openmrc.pipeline.campaign_fold`), with
+    the map of parts onto its fabric (None: it does not fold, ``make_model`` builds
+    the whole job); ``probe`` answers what the campaign asks of the fabric (a
+    failure's parts, detection and convergence), else a ``make_model()``.
     """
 
     def __init__(
@@ -313,6 +333,8 @@ class Campaign:
         *,
         reuse: bool = True,
         key: Callable[[frozenset[Element]], State] = state_key,
+        folded: Callable[[frozenset[Element]], Folded | None] | None = None,
+        probe: FluidModel | None = None,
     ) -> None:
         self.transport = transport
         self.make_model = make_model
@@ -323,7 +345,9 @@ class Campaign:
         self.restart_ps = round(restart_s * PS_PER_S)
         self.reuse = reuse
         self.key = key
-        probe = make_model()
+        self.folded = folded
+        if probe is None:
+            probe = make_model()
         self._parts: list[frozenset[Element]] = []
         for f in failures:
             hl, fl = probe.parts(f.fault)
@@ -386,10 +410,25 @@ class Campaign:
         """One iteration from state ``view``, starting ``lead`` ps after the model's time
         0, with ``changes`` (model time, up, parts); (step ps or None, its end or the
         time it gave up, ps after its start)."""
-        model = self.make_model()
+        got = None
+        if self.folded is not None:
+            every = set(view)
+            for _at, _up, parts in changes:
+                every |= set(parts)
+            got = self.folded(frozenset(every))
+        if got is None:
+            model = self.make_model()
+            on = view
+        else:
+            model, to_fold = got
+            on = frozenset(m for m in map(to_fold, view) if m is not None)
+            changes = [
+                (at, up, [m for m in map(to_fold, parts) if m is not None])
+                for at, up, parts in changes
+            ]
         model.start_down(
-            [(e[1], e[2]) for e in view if e[0] == "h"],
-            [(e[1], e[2], e[3]) for e in view if e[0] == "f"],
+            [(e[1], e[2]) for e in on if e[0] == "h"],
+            [(e[1], e[2], e[3]) for e in on if e[0] == "f"],
         )
         model.jobs[0] = replace(model.jobs[0], start_ps=lead)
         for at, up, parts in changes:
@@ -600,8 +639,25 @@ class CampaignSetup:
     seed: int
     rates: FailureRates
     failures: list[Failure]
-    #: per transport: the checked scenario (its transport, fabric, job)
+    #: per transport: the checked scenario (its transport, fabric, job; folded: the
+    #: job cut to two blocks, :mod:`openmrc.pipeline.campaign_fold`)
     scenarios: dict[str, Any]
+    #: per transport with ``campaign.fold``: the job, built folded per state
+    folds: dict[str, FoldedJob] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> ClosSpec:
+        """The whole fabric."""
+        first = self.config.transports[0]
+        return self.folds[first].spec if first in self.folds else self.scenarios[first].spec
+
+    @property
+    def gpus(self) -> int:
+        """The job's GPUs (the whole job's when folded)."""
+        first = self.config.transports[0]
+        if first in self.folds:
+            return self.folds[first].gpus
+        return int(self.scenarios[first].jobs[0].graph.ranks)
 
 
 def load(
@@ -664,30 +720,101 @@ def load_data(
     except FailureError as exc:
         raise CampaignError(str(exc)) from None
     scenarios: dict[str, Any] = {}
+    folds: dict[str, FoldedJob] = {}
     for tname in cfg.transports:
+        if cfg.fold:
+            fj = _fold_setup(data, tname, name, base_dir, cfg.fold_margin)
+            folds[tname] = fj
+            sc = fj.scenario(2 * (fj.spec.hosts_per_t0 // fj.tp))
+            scenarios[tname] = _checked(sc)
+            continue
         sc, workload = scenario_from_data(data, [], None, tname, name=name, base_dir=base_dir)
         stripe = fair_striping(sc, workload)
         if stripe is not None:
             sc, _ = scenario_from_data(data, [stripe], None, tname, name=name, base_dir=base_dir)
-        if sc.mode != "flow":
-            raise CampaignError('run.mode: a campaign runs at flow level (run.mode = "flow")')
-        if len(sc.jobs) != 1:
-            raise CampaignError(f"job: a campaign runs one job, the scenario has {len(sc.jobs)}")
-        if sc.jobs[0].graph.iterations != 1:
-            raise CampaignError(
-                "job.iterations: a campaign repeats one iteration for campaign.hours; leave it out"
-            )
-        scenarios[tname] = sc
+        scenarios[tname] = _checked(sc)
     first = scenarios[cfg.transports[0]]
+    spec = folds[cfg.transports[0]].spec if cfg.fold else first.spec
     the_seed = cfg.seed
     if the_seed is None:
         the_seed = rates.seed if rates.seed is not None else first.seed
     try:
-        failures = draw_failures(rates, first.spec, cfg.hours, the_seed, cfg.repair_s)
-        failures += scripted_failures(first.faults, first.spec, len(failures))
+        failures = draw_failures(rates, spec, cfg.hours, the_seed, cfg.repair_s)
+        scripted = _whole_faults(data, spec) if cfg.fold else first.faults
+        failures += scripted_failures(scripted, spec, len(failures))
     except ValueError as exc:
         raise CampaignError(str(exc)) from None
-    return CampaignSetup(name, scenario_file, cfg, the_seed, rates, _renumber(failures), scenarios)
+    return CampaignSetup(
+        name, scenario_file, cfg, the_seed, rates, _renumber(failures), scenarios, folds
+    )
+
+
+def _checked(sc: Any) -> Any:
+    """``sc`` if a campaign can run it (flow level, one job of one iteration), else
+    the CampaignError that says why."""
+    if sc.mode != "flow":
+        raise CampaignError('run.mode: a campaign runs at flow level (run.mode = "flow")')
+    if len(sc.jobs) != 1:
+        raise CampaignError(f"job: a campaign runs one job, the scenario has {len(sc.jobs)}")
+    if sc.jobs[0].graph.iterations != 1:
+        raise CampaignError(
+            "job.iterations: a campaign repeats one iteration for campaign.hours; leave it out"
+        )
+    return sc
+
+
+def _fold_setup(
+    data: dict[str, Any], transport: str, name: str, base_dir: Path | None, margin: int
+) -> FoldedJob:
+    """One transport's job to fold (``campaign.fold``), RoCE striped over the planes as
+    an unfolded campaign stripes it; a CampaignError naming the reason it does not fold."""
+    from .run import apply_override, fair_striping
+
+    d = copy.deepcopy(data)
+    table = d.setdefault("transport", {})
+    if not isinstance(table, dict):
+        raise CampaignError("transport: must be a table")
+    table["name"] = transport
+    try:
+        fj = folded_job(d, name, base_dir, margin)
+        stripe = fair_striping(
+            fj.scenario(2 * (fj.spec.hosts_per_t0 // fj.tp)), d.get("workload", {})
+        )
+        if stripe is not None:
+            apply_override(d, stripe)
+            fj = folded_job(d, name, base_dir, margin)
+    except FoldError as exc:
+        raise CampaignError(str(exc)) from None
+    return fj
+
+
+def _whole_faults(data: dict[str, Any], spec: ClosSpec) -> list[Any]:
+    """A folded campaign's hand-given ``[[faults]]``, checked against the whole fabric
+    (the folded scenario's parse does not see them): a CampaignError names the first
+    bad one."""
+    from .scenario import FaultSpec, ScenarioError, _fill, _num
+
+    raw = data.get("faults", [])
+    if not isinstance(raw, list):
+        raise CampaignError("faults: must be an array of tables ([[faults]])")
+    fabric = FluidModel(spec) if raw else None
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or "at_us" not in item or "kind" not in item:
+            raise CampaignError(f"faults[{i}]: must be a table with at_us and kind")
+        try:
+            f = _fill(FaultSpec, item, f"faults[{i}]")
+            _num(f.at_us, f"faults[{i}].at_us")
+            for x in expand(f, spec, f"faults[{i}]"):
+                assert fabric is not None
+                fabric.parts(x)
+        except (ScenarioError, ValueError) as exc:
+            msg = str(exc)
+            raise CampaignError(
+                msg if msg.startswith("faults[") else f"faults[{i}].{msg}"
+            ) from None
+        out.append(f)
+    return out
 
 
 def _renumber(failures: list[Failure]) -> list[Failure]:
@@ -712,14 +839,17 @@ def run(setup: CampaignSetup, *, reuse: bool = True) -> dict[str, Any]:
     """Every transport's campaign; the document (``campaign.json``, docs/campaign.md)."""
     results: dict[str, TransportCampaign] = {}
     for name, sc in setup.scenarios.items():
+        fj = setup.folds.get(name)
         c = Campaign(
             name,
-            model_factory(sc),
+            model_factory(sc) if fj is None else fj.whole_model,
             setup.failures,
             setup.config.hours,
             setup.config.checkpoint_s,
             setup.config.restart_s,
             reuse=reuse,
+            folded=None if fj is None else fj.folded,
+            probe=None if fj is None else fj.fabric_model(),
         )
         results[name] = c.run()
     return document(setup, results)
@@ -784,8 +914,7 @@ def document(setup: CampaignSetup, results: dict[str, TransportCampaign]) -> dic
     from ..version import openmrc_version
 
     cfg = setup.config
-    first = setup.scenarios[cfg.transports[0]]
-    gpus = first.jobs[0].graph.ranks
+    gpus = setup.gpus
     return {
         "campaign": setup.name,
         "scenario_file": setup.scenario_file,

@@ -40,6 +40,7 @@ from typing import Any
 
 from .campaign import (
     Campaign,
+    CampaignError,
     CampaignSetup,
     Element,
     State,
@@ -140,6 +141,11 @@ def record(setup: CampaignSetup, transport: str) -> tuple[RecordingCampaign, Any
     """Run one transport's campaign of ``setup``; (the campaign with its iterations,
     its :class:`~openmrc.pipeline.campaign.TransportCampaign`)."""
     cfg = setup.config
+    if cfg.fold:
+        raise CampaignError(
+            "campaign.fold: the packet check runs every GPU at packet level; set "
+            "campaign.fold = false on a job small enough for packets"
+        )
     c = RecordingCampaign(
         transport,
         model_factory(setup.scenarios[transport]),

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from ..topology import ClosSpec
 
@@ -133,28 +134,74 @@ def parse_rates(raw: Any) -> FailureRates:
     return FailureRates(**vals)
 
 
-def components(spec: ClosSpec) -> dict[str, list[tuple[str, str, int, int]]]:
-    """Every component per class: (name, fault target, host, plane), in a fixed order."""
-    hpt = spec.hosts_per_t0
-    host_links = [f"h{h}-p{p}t0x{h // hpt}" for p in range(spec.planes) for h in range(spec.hosts)]
-    fab_links = [
-        f"p{p}t0x{a}-p{p}t1x{k}"
-        for p in range(spec.planes)
-        for a in range(spec.t0s)
-        for k in range(spec.t1s)
-    ]
-    links = host_links + fab_links
-    switches = [f"p{p}t0x{a}" for p in range(spec.planes) for a in range(spec.t0s)] + [
-        f"p{p}t1x{k}" for p in range(spec.planes) for k in range(spec.t1s)
-    ]
-    return {
-        "link": [(n, n, -1, -1) for n in links],
-        "optic": [(f"optic {i} of {n}", n, -1, -1) for n in links for i in (0, 1)],
-        "switch": [(n, n, -1, -1) for n in switches],
-        "nic_port": [
-            (f"h{h}/p{p}", "", h, p) for p in range(spec.planes) for h in range(spec.hosts)
-        ],
-    }
+class Components(Sequence[tuple[str, str, int, int]]):
+    """One class of a fabric's components, in :func:`components`' fixed order, made
+    when indexed: the whole cluster has millions of links and optics, and a draw
+    needs only their count and the few that fail."""
+
+    def __init__(self, spec: ClosSpec, cls: str) -> None:
+        self.spec = spec
+        self.cls = cls
+        p, h, a, k = spec.planes, spec.hosts, spec.t0s, spec.t1s
+        links = p * h + p * a * k
+        self._n = {
+            "link": links,
+            "optic": 2 * links,
+            "switch": p * a + p * k,
+            "nic_port": p * h,
+        }[cls]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _link(self, i: int) -> str:
+        s = self.spec
+        hosts = s.planes * s.hosts
+        if i < hosts:
+            p, h = divmod(i, s.hosts)
+            return f"h{h}-p{p}t0x{h // s.hosts_per_t0}"
+        p, rest = divmod(i - hosts, s.t0s * s.t1s)
+        a, k = divmod(rest, s.t1s)
+        return f"p{p}t0x{a}-p{p}t1x{k}"
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, str, int, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, str, int, int]]: ...
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[str, str, int, int] | list[tuple[str, str, int, int]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        s = self.spec
+        if self.cls == "link":
+            n = self._link(i)
+            return (n, n, -1, -1)
+        if self.cls == "optic":
+            n = self._link(i // 2)
+            return (f"optic {i % 2} of {n}", n, -1, -1)
+        if self.cls == "switch":
+            if i < s.planes * s.t0s:
+                p, a = divmod(i, s.t0s)
+                n = f"p{p}t0x{a}"
+            else:
+                p, k = divmod(i - s.planes * s.t0s, s.t1s)
+                n = f"p{p}t1x{k}"
+            return (n, n, -1, -1)
+        p, h = divmod(i, s.hosts)
+        return (f"h{h}/p{p}", "", h, p)
+
+
+def components(spec: ClosSpec) -> dict[str, Components]:
+    """Every component per class: (name, fault target, host, plane), in a fixed order:
+    links (every plane's host links, host by host, then every plane's T0-T1 links, T0
+    by T0 and T1 by T1), optics (two per link), switches (the T0s of every plane, then
+    the T1s), NIC ports (plane by plane, host by host)."""
+    return {c: Components(spec, c) for c in ("link", "optic", "switch", "nic_port")}
 
 
 def expected(rates: FailureRates, spec: ClosSpec, window_us: float) -> float:
@@ -201,6 +248,7 @@ def draw(rates: FailureRates, spec: ClosSpec, window_us: float, seed: int) -> li
 
 __all__ = [
     "DEFAULT_RATES",
+    "Components",
     "Drawn",
     "FailureError",
     "FailureRates",

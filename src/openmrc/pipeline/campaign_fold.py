@@ -1,0 +1,210 @@
+"""A campaign of a job that fills the whole cluster, each fabric state run folded.
+
+A 131,072-GPU job has some 17 million tasks per iteration: too many to build,
+let alone to simulate for every state a day of failures visits.  But a job of
+TP x PP x DP placed packed on every host repeats itself block by block
+(:mod:`openmrc.flow.fold`): the blocks of replicas no failure touches behave
+alike.  With ``campaign.fold = true`` every iteration the campaign simulates
+(a state's steady iteration, or one a change falls into) runs only the blocks
+the parts down in it (and the parts its changes take down or up) touch,
+``campaign.fold_margin`` blocks either side of each and two at least, on a
+fabric of those T0s.  For MRC this is exact (the same step to the picosecond as
+the whole job: ``tests/pipeline/test_campaign_fold.py``); for RoCE the kept QPs
+take their whole-job ECMP draws and the blocks left out are not seen (a sample,
+docs/performance.md).
+
+:class:`FoldedJob` keeps the scenario's data, never the whole job's graph: it
+builds the folded job per state (the parsed folded scenario is kept for the
+last number of blocks, which states share), and the whole job only when a state
+does not fold (a fold that would keep nearly every block).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..flow.fold import Fold, plan_fold
+from ..flow.model import FluidModel
+from ..topology import ClosSpec
+from ..workloads.jobs.config import JobConfig, JobError, parse_jobs
+
+#: an element of the fabric, as :mod:`openmrc.pipeline.campaign` has them:
+#: ("h", host, plane) a host link, ("f", plane, t0, t1) a T0-T1 link.
+Element = tuple[Any, ...]
+#: a state's model and how its elements map onto that model's fabric (None: the
+#: element is on a T0 the fold leaves out, which only a part on every T0 alike can be)
+Folded = tuple[FluidModel, Callable[[Element], Element | None]]
+
+
+class FoldError(ValueError):
+    """A campaign that asks to fold a job that does not fold (the message says why)."""
+
+
+def _spec_of(fab: Any) -> ClosSpec:
+    """The fabric table's ClosSpec (a FoldError naming the table when it is bad)."""
+    if not isinstance(fab, dict):
+        raise FoldError("fabric: must be a table")
+    try:
+        return ClosSpec(**fab)
+    except (TypeError, ValueError) as exc:
+        raise FoldError(f"fabric: {exc}") from None
+
+
+def parts_of(
+    elements: frozenset[Element] | set[Element], t0s: int
+) -> list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]]:
+    """``elements`` as :func:`openmrc.flow.fold.plan_fold` takes faults' parts: a host
+    link alone, a T0-T1 link alone, except that the links of one T1 on every T0 (a T1
+    switch down) are one part, which sets no block apart."""
+    out: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]] = []
+    by_t1: dict[tuple[int, int], list[int]] = {}
+    for e in sorted(elements, key=repr):
+        if e[0] == "h":
+            out.append(([(e[1], e[2])], []))
+        else:
+            by_t1.setdefault((e[1], e[3]), []).append(e[2])
+    for (p, k), a_s in sorted(by_t1.items()):
+        if len(set(a_s)) == t0s:
+            out.append(([], [(p, a, k) for a in sorted(set(a_s))]))
+        else:
+            out += [([], [(p, a, k)]) for a in sorted(set(a_s))]
+    return out
+
+
+def element_map(plan: Fold) -> Callable[[Element], Element | None]:
+    """Element of the whole fabric -> the folded fabric's (None: its T0 is not kept)."""
+    hpt = plan.full.hosts_per_t0
+
+    def mapped(e: Element) -> Element | None:
+        if e[0] == "h":
+            b = plan.folded_t0(e[1] // hpt)
+            return None if b is None else ("h", b * hpt + e[1] % hpt, e[2])
+        b = plan.folded_t0(e[2])
+        return None if b is None else ("f", e[1], b, e[3])
+
+    return mapped
+
+
+@dataclass
+class FoldedJob:
+    """One transport's campaign job that fills its fabric, built folded per state
+    (module doc)."""
+
+    #: the scenario's data (transport set, striping applied, no faults)
+    data: dict[str, Any]
+    name: str
+    base_dir: Path | None
+    #: the whole fabric and the job's cut
+    spec: ClosSpec
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    per_replica: int
+    margin: int
+    config: JobConfig
+    _cached: tuple[int, Any] | None = field(default=None, repr=False)
+    _whole: Any = field(default=None, repr=False)
+
+    @property
+    def gpus(self) -> int:
+        """The whole job's GPUs."""
+        return self.tp * self.pp * self.dp
+
+    def plan(self, elements: frozenset[Element]) -> Fold | None:
+        """The fold for a state and its changes' parts (None: it keeps nearly every block)."""
+        parts = parts_of(elements, self.spec.t0s)
+        return plan_fold(self.spec, self.tp, self.pp, self.dp, parts, self.margin, self.ep)
+
+    def scenario(self, dp: int | None = None) -> Any:
+        """The scenario with the job cut to ``dp`` replicas on as many blocks' T0s
+        (None: the whole job, built once and kept)."""
+        from .run import scenario_from_data
+
+        if dp is None:
+            if self._whole is None:
+                self._whole, _ = scenario_from_data(
+                    self.data, [], name=self.name, base_dir=self.base_dir
+                )
+            return self._whole
+        if self._cached is not None and self._cached[0] == dp:
+            return self._cached[1]
+        d = copy.deepcopy(self.data)
+        d["fabric"]["t0s"] = dp // (self.spec.hosts_per_t0 // self.tp) * self.pp
+        d["job"]["parallel"]["dp"] = dp
+        d["job"]["model"]["global_batch"] = self.per_replica * dp
+        sc, _ = scenario_from_data(d, [], name=self.name, base_dir=self.base_dir)
+        self._cached = (dp, sc)
+        return sc
+
+    def whole_model(self) -> FluidModel:
+        """The whole job's model (a state that does not fold)."""
+        from .jobrun import fluid_model
+
+        sc = self.scenario()
+        job = replace(sc.jobs[0], start_us=0.0)
+        return fluid_model(sc.spec, sc.transport, sc.seed, [job], [])
+
+    def fabric_model(self) -> FluidModel:
+        """The whole fabric with the transport and no job: what a campaign asks of the
+        fabric (a failure's parts, detection and convergence times), built cheaply."""
+        from .jobrun import fluid_model
+
+        sc = self.scenario(2 * (self.spec.hosts_per_t0 // self.tp))
+        return fluid_model(self.spec, sc.transport, sc.seed, [], [])
+
+    def folded(self, elements: frozenset[Element]) -> Folded | None:
+        """The folded model of a state whose parts down and changing are ``elements``,
+        and the map of elements onto it; None: the state does not fold."""
+        from .jobrun import fluid_model
+
+        plan = self.plan(elements)
+        if plan is None:
+            return None
+        sc = self.scenario(plan.dp)
+        job = replace(sc.jobs[0], start_us=0.0)
+        model = fluid_model(sc.spec, sc.transport, sc.seed, [job], [])
+        model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, self.config.spec)
+        plan.hashes(model)
+        return model, element_map(plan)
+
+
+def folded_job(data: dict[str, Any], name: str, base_dir: Path | None, margin: int) -> FoldedJob:
+    """The scenario's (one transport's, checked) job to fold; a FoldError naming the
+    reason when it does not fold (not one ``[job]`` of TP x PP x DP placed packed on
+    every host, a T0's hosts not whole replicas, a block not whole EP groups)."""
+    try:
+        configs = parse_jobs(data)
+    except JobError as exc:
+        raise FoldError(str(exc)) from None
+    if len(configs) != 1 or "job" not in data or not isinstance(configs[0], JobConfig):
+        raise FoldError("campaign.fold: folds one [job] table (not [[jobs]] or a workload file)")
+    cfg = configs[0]
+    if cfg.placement != "packed":
+        raise FoldError(f"campaign.fold: the job must be placed packed, not {cfg.placement!r}")
+    spec = _spec_of(data.get("fabric", {}))
+    par = cfg.spec.parallel
+    tp, pp, dp, ep = par.tp, par.pp, par.dp, par.ep
+    if tp * pp * dp != spec.hosts:
+        raise FoldError(
+            f"campaign.fold: the job's {tp * pp * dp:,} GPUs (TP x PP x DP) must fill the "
+            f"fabric's {spec.hosts:,} hosts"
+        )
+    if plan_fold(spec, tp, pp, dp, [], margin, ep) is None:
+        raise FoldError(
+            f"campaign.fold: the job does not fold on this fabric (a T0's "
+            f"{spec.hosts_per_t0} hosts must be whole replicas of TP {tp}, EP {ep} groups "
+            f"whole inside them, and the job at least 4 such blocks of replicas)"
+        )
+    d = copy.deepcopy(data)
+    d.pop("faults", None)
+    d["job"].setdefault("model", {})
+    per_replica = cfg.spec.model.global_batch // dp
+    return FoldedJob(d, name, base_dir, spec, tp, pp, dp, ep, per_replica, margin, cfg)
+
+
+__all__ = ["Element", "FoldError", "Folded", "FoldedJob", "element_map", "folded_job", "parts_of"]

@@ -1,0 +1,134 @@
+"""A campaign run folded (openmrc.pipeline.campaign_fold, ``campaign.fold``): the same
+campaign as the whole job's for MRC, and clear errors for a job that does not fold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openmrc.cli import main
+from openmrc.pipeline import campaign as cp
+from openmrc.pipeline import campaign_fold as cf
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "campaign-16.toml"
+
+#: the example's small GPT widened to fill 16 T0s of 8 hosts: TP 8, PP 2, DP 8 (128
+#: GPUs, 8 blocks of one replica), no drawn failures; hand-given: a T0-T1 link of stage
+#: 1, a NIC port of stage 0, the link's repair, a T1 switch (every T0 alike)
+FILLED = [
+    "failures.link_per_hour=0",
+    "failures.optic_per_hour=0",
+    "failures.switch_per_hour=0",
+    "failures.nic_port_per_hour=0",
+    "transport.roce.timeout_exp=12",
+    "transport.roce.retries=3",
+    "transport.roce.dcqcn=false",
+    "fabric.t0s=16",
+    "job.parallel.pp=2",
+    "job.parallel.dp=8",
+    "job.model.global_batch=8",
+    "faults=["
+    '{at_us=100000.5,kind="link_down",target="p0t0x13-p0t1x1"},'
+    '{at_us=300000,kind="nic_port_down",host=20,plane=1},'
+    '{at_us=700000,kind="link_up",target="p0t0x13-p0t1x1"},'
+    '{at_us=1000000,kind="switch_down",target="p1t1x0"}]',
+]
+
+
+def _doc(fold: bool, transport: str = "mrc") -> dict[str, Any]:
+    setup = cp.load(
+        str(EXAMPLE),
+        [*FILLED, f"campaign.fold={str(fold).lower()}"],
+        hours=0.0004,
+        transports=[transport],
+    )
+    doc = json.loads(json.dumps(cp.run(setup)))
+    doc.pop("provenance")
+    for t in doc["transports"].values():
+        t.pop("iterations_simulated")
+    return doc
+
+
+def test_folded_mrc_campaign_equals_the_whole_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = _doc(False)
+    kept: list[tuple[int, ...]] = []
+    folded = cf.FoldedJob.folded
+
+    def spy(self: cf.FoldedJob, elements: frozenset[Any]) -> Any:
+        plan = self.plan(elements)
+        kept.append(() if plan is None else plan.blocks)
+        return folded(self, elements)
+
+    monkeypatch.setattr(cf.FoldedJob, "folded", spy)
+    got = _doc(True)
+    t = got["transports"]["mrc"]
+    assert len(got["failures"]) == 3
+    assert len(t["states"]) >= 4 and t["step_ms"]["max"] > t["failure_free_step_ms"]
+    # every simulated iteration ran folded, on fewer blocks than the job's 8
+    assert kept and all(0 < len(b) < 8 for b in kept)
+    assert got == whole
+
+
+def test_parts_of_groups_a_t1_on_every_t0() -> None:
+    t1 = {("f", 1, a, 0) for a in range(4)}
+    parts = cf.parts_of(t1 | {("f", 0, 2, 1), ("h", 5, 0)}, 4)
+    assert ([(5, 0)], []) in parts
+    assert ([], [(0, 2, 1)]) in parts
+    assert ([], [(1, a, 0) for a in range(4)]) in parts
+    assert len(parts) == 3
+    # part of a T1's links: each its own part (its T0's block kept)
+    assert len(cf.parts_of({("f", 1, a, 0) for a in range(3)}, 4)) == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "want"),
+    [
+        (["campaign.fold=true", "fabric.t0s=4"], "must fill the fabric"),
+        (["campaign.fold=true"], "does not fold on this fabric"),
+        (
+            [
+                "campaign.fold=true",
+                "fabric.t0s=16",
+                "job.parallel.dp=16",
+                "job.model.global_batch=16",
+            ],
+            "placed packed",
+        ),
+        (["campaign.fold=1"], "campaign.fold: must be true or false"),
+        (["campaign.fold_margin=-1"], "campaign.fold_margin: must be an integer >= 0"),
+    ],
+)
+def test_a_job_that_does_not_fold_is_one_clear_error(extra: list[str], want: str) -> None:
+    more = ['job.placement="spread"'] if want == "placed packed" else []
+    with pytest.raises(cp.CampaignError, match=want):
+        cp.load(str(EXAMPLE), [*extra, *more], hours=0.001)
+
+
+def test_packet_check_refuses_a_folded_campaign(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["campaign", str(EXAMPLE), "--packet-check", "--hours", "0.0001"]
+    for s in [*FILLED[:7], *FILLED[7:11], "faults=[]", "campaign.fold=true"]:
+        args += ["--set", s]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "--packet-check" in err and "campaign.fold" in err and "Traceback" not in err
+
+
+def test_folded_roce_campaign_restarts_where_the_whole_one_does() -> None:
+    """RoCE folded is a sample of the ECMP draws: its steps near the whole job's (the
+    folded rings take the whole ring's steps), its restarts where the whole job's are."""
+    whole, got = _doc(False, "roce"), _doc(True, "roce")
+    w, g = whole["transports"]["roce"], got["transports"]["roce"]
+    assert g["restarts"] and len(g["restarts"]) == len(w["restarts"])
+    assert [r["failures"] for r in g["restarts"]] == [r["failures"] for r in w["restarts"]]
+    assert g["failure_free_step_ms"] == pytest.approx(w["failure_free_step_ms"], rel=0.02)
+
+
+def test_the_packet_check_api_refuses_a_folded_campaign() -> None:
+    from openmrc.pipeline.campaign_check import check
+
+    setup = cp.load(str(EXAMPLE), [*FILLED[:11], "faults=[]", "campaign.fold=true"], hours=1e-4)
+    with pytest.raises(cp.CampaignError, match="campaign.fold"):
+        check(setup, limit=0)
