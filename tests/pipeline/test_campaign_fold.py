@@ -132,3 +132,9 @@ def test_the_packet_check_api_refuses_a_folded_campaign() -> None:
     setup = cp.load(str(EXAMPLE), [*FILLED[:11], "faults=[]", "campaign.fold=true"], hours=1e-4)
     with pytest.raises(cp.CampaignError, match="campaign.fold"):
         check(setup, limit=0)
+
+
+def test_a_folded_campaigns_bad_fault_target_is_named_at_load() -> None:
+    bad = 'faults=[{at_us=1,kind="link_down",target="p0t0x99-p0t1x0"}]'
+    with pytest.raises(cp.CampaignError, match=r"faults\[0\]\.target: no link"):
+        cp.load(str(EXAMPLE), [*FILLED[:11], bad, "campaign.fold=true"], hours=1e-4)
