@@ -19,6 +19,7 @@ import random
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from openmrc.net.driver import (
     REPLY_BURST,
@@ -46,10 +47,17 @@ def _flood(port: int, packets: list[bytes]) -> float:
         return time.monotonic() - t
 
 
+def _probes_received(stats: dict[str, Any]) -> int:
+    """EV probes the client's QPs received: the server's reverse-path probes (each RTT
+    it is active inbound without sending data, and at once when a duplicate makes it
+    suspect its reverse EV), which are not replies to the flood."""
+    return sum(int(q.get("rx_probes", 0)) for q in stats["qps"].values())
+
+
 def _replies(tmp_path: Path, make: object) -> tuple[int, int, float]:
     """Open a session, flood the server with ``make(server_qpn)``'s probes, and
-    return (probes sent, datagrams the client received, seconds from the first
-    probe to the last count)."""
+    return (probes sent, datagrams the client received less the server's own
+    reverse-path probes, seconds from the first probe to the last count)."""
 
     async def main() -> tuple[int, int, float]:
         with serve(tmp_path, size=1 << 20) as srv:
@@ -62,11 +70,13 @@ def _replies(tmp_path: Path, make: object) -> tuple[int, int, float]:
                 psn = conn.qp.requester.next_psn  # the server's cumulative point
                 packets = make(conn.qp.remote_qpn, psn, session.remote)  # type: ignore[operator]
                 await asyncio.sleep(0.3)
-                before = ep.stats()["rx_datagrams"]
+                s0 = ep.stats()
                 t0 = time.monotonic()
                 await asyncio.to_thread(_flood, srv.port, packets)
                 await asyncio.sleep(0.5)  # the answers arrive
-                got = ep.stats()["rx_datagrams"] - before
+                s1 = ep.stats()
+                got = s1["rx_datagrams"] - s0["rx_datagrams"]
+                got -= _probes_received(s1) - _probes_received(s0)
                 return len(packets), got, time.monotonic() - t0
 
     return run(main())

@@ -664,7 +664,7 @@ def _ring(file: str, size: str) -> Run:
     """A ring all-reduce file: the quick reduction at ``size``, :data:`RING_FULL` at full
     size (a lossy file with :data:`RING_LOSSY_CAP_US` as its cap); both run to the end of
     the collective (the quick size under the lossy files' own 20 ms cap)."""
-    full = RING_FULL
+    full: tuple[str, ...] = RING_FULL
     if "-loss" in file:
         full = (*RING_FULL, f"run.until_us={RING_LOSSY_CAP_US}")
     return Run(file, quick=(*QUICK_RING, f'workload.size="{size}"'), full=full)
