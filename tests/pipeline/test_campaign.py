@@ -15,14 +15,11 @@ from openmrc.cli import main
 from openmrc.pipeline import campaign as cp
 from openmrc.pipeline.jobrun import run_flow
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "campaign-16.toml"
+from .campaign_inputs import EXAMPLE, NO_DRAWN_FAILURES
 
 #: no drawn failures (every rate zero), no hand-given ones
 NO_FAILURES = [
-    "failures.link_per_hour=0",
-    "failures.optic_per_hour=0",
-    "failures.switch_per_hour=0",
-    "failures.nic_port_per_hour=0",
+    *NO_DRAWN_FAILURES,
     "faults=[]",
 ]
 #: RoCE that gives up in 50 ms instead of 30 s (ACK timeout 16.8 ms, 3 retries), no DCQCN

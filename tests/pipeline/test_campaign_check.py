@@ -16,15 +16,12 @@ from openmrc.pipeline import campaign as cp
 from openmrc.pipeline import campaign_check as cc
 from openmrc.pipeline.jobrun import packet_times
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "campaign-16.toml"
+from .campaign_inputs import EXAMPLE, NO_DRAWN_FAILURES
 
 #: the example's job made tiny (an iteration of about 100 us, packets in under a second),
 #: no drawn failures; a T0-T1 link down 30 ms in and up 60 ms in; RoCE converging in 200 us
 SMALL = [
-    "failures.link_per_hour=0",
-    "failures.optic_per_hour=0",
-    "failures.switch_per_hour=0",
-    "failures.nic_port_per_hour=0",
+    *NO_DRAWN_FAILURES,
     "job.model.layers=1",
     "job.model.hidden=256",
     "job.model.vocab=1000",

@@ -4,7 +4,6 @@ campaign as the whole job's for MRC, and clear errors for a job that does not fo
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,16 +12,13 @@ from openmrc.cli import main
 from openmrc.pipeline import campaign as cp
 from openmrc.pipeline import campaign_fold as cf
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "scenarios" / "training" / "campaign-16.toml"
+from .campaign_inputs import EXAMPLE, NO_DRAWN_FAILURES
 
 #: the example's small GPT widened to fill 16 T0s of 8 hosts: TP 8, PP 2, DP 8 (128
 #: GPUs, 8 blocks of one replica), no drawn failures; hand-given: a T0-T1 link of stage
 #: 1, a NIC port of stage 0, the link's repair, a T1 switch (every T0 alike)
 FILLED = [
-    "failures.link_per_hour=0",
-    "failures.optic_per_hour=0",
-    "failures.switch_per_hour=0",
-    "failures.nic_port_per_hour=0",
+    *NO_DRAWN_FAILURES,
     "transport.roce.timeout_exp=12",
     "transport.roce.retries=3",
     "transport.roce.dcqcn=false",
