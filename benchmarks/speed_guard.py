@@ -26,6 +26,7 @@ Builds that came out pure Python (no C compiler, a mypyc failure) are refused.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -249,7 +250,19 @@ def ensure_work(repo: Path, nice: int) -> tuple[Path, Path]:
 
 
 def _ensure(home: Path, export: object, nice: int, what: str) -> tuple[Path, Path]:
-    """Reuse ``home``'s build when its marker is there; else export and build afresh."""
+    """Reuse ``home``'s build when its marker is there; else export and build afresh.
+
+    Held under an exclusive lock on ``home``'s lock file, so two guards wanting the same
+    build at once build it once (the second waits, then reuses it) instead of each
+    deleting the other's half-made tree."""
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.with_name(home.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locked(home, export, nice, what)
+
+
+def _ensure_locked(home: Path, export: object, nice: int, what: str) -> tuple[Path, Path]:
+    """:func:`_ensure`'s work, with the lock held."""
     python = home / "venv" / "bin" / "python"
     script = home / "src" / "benchmarks" / "sim_speed.py"
     if (home / BUILT_MARKER).is_file() and python.exists():

@@ -120,3 +120,38 @@ def test_sim_speed_refuses_bad_guard_arguments() -> None:
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert out.returncode == 2 and "--vs-ref: not with" in out.stderr
+
+
+def test_two_guards_wanting_one_build_build_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two guards asking for the same build at once: one builds, the other waits and
+    reuses it (without the lock both build, the second deleting the first's tree)."""
+    import threading
+    import time
+
+    builds: list[Path] = []
+
+    def fake_build(tree: Path, nice: int, log: Path) -> Path:
+        builds.append(tree)
+        time.sleep(0.3)  # long enough for the other guard to arrive mid-build
+        python = tree.parent / "venv" / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text("")
+        return python
+
+    monkeypatch.setattr(guard, "build", fake_build)
+    monkeypatch.setattr(guard, "require_compiled", lambda python, what: {})
+    home = tmp_path / "ref-py3.11"
+    got: list[tuple[Path, Path]] = []
+
+    def want() -> None:
+        got.append(guard._ensure(home, lambda tree: (tree / "f").write_text("x"), 0, "ref"))
+
+    threads = [threading.Thread(target=want) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1
+    assert len(got) == 2 and got[0] == got[1] and got[0][0].exists()
