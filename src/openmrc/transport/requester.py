@@ -64,8 +64,10 @@ from .txtable import (
     OOW,
     PROBED,
     RESENT,
-    EvOrder,
-    TxTable,
+    EvOrderLike,
+    TxTableLike,
+    new_ev_order,
+    new_tx_table,
 )
 from .verbs import WCStatus
 
@@ -145,7 +147,7 @@ class Requester:
         #: the PSNs sent and not yet acknowledged: their message, last transmission
         #: (EV, send time), timeouts and flags, and which are in flight, in send
         #: order (a retransmission goes last).
-        self.unacked = TxTable()
+        self.unacked: TxTableLike = new_tx_table()
         #: PSNs to resend, in order (one may be acknowledged before its turn).
         self.retx: deque[int] = deque()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
@@ -172,7 +174,7 @@ class Requester:
         self.rack_deadline: int | None = None
         #: per EV, its transmissions (PSN, send time) not yet resolved, in send
         #: order: the order evidence of loss on that EV (see :meth:`_on_order`).
-        self.ev_sent = EvOrder()
+        self.ev_sent: EvOrderLike = new_ev_order()
         #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
