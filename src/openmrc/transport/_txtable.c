@@ -530,7 +530,15 @@ TxTable_after(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLongLong(self->next[i]);
 }
 
+static PyObject *
+TxTable_sizeof(TxTableObject *self, PyObject *unused)
+{
+    size_t per = sizeof(PyObject *) + 2 * sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(int64_t);
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + (size_t)self->cap * per);
+}
+
 static PyMethodDef TxTable_methods[] = {
+    {"__sizeof__", (PyCFunction)TxTable_sizeof, METH_NOARGS, "Bytes held, arrays included."},
     {"op", (PyCFunction)(void (*)(void))TxTable_op, METH_FASTCALL,
      "The message psn belongs to, or None when it is not outstanding."},
     {"lowest", (PyCFunction)TxTable_lowest, METH_NOARGS,
@@ -955,7 +963,16 @@ EvOrder_pairs(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+static PyObject *
+EvOrder_sizeof(EvOrderObject *self, PyObject *unused)
+{
+    size_t table = (size_t)(self->mask + 1) * (sizeof(uint32_t) + 2 * sizeof(int32_t));
+    size_t pool = (size_t)self->pool_cap * (2 * sizeof(uint64_t) + sizeof(int32_t));
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + table + pool);
+}
+
 static PyMethodDef EvOrder_methods[] = {
+    {"__sizeof__", (PyCFunction)EvOrder_sizeof, METH_NOARGS, "Bytes held, arrays included."},
     {"append", (PyCFunction)(void (*)(void))EvOrder_append, METH_FASTCALL,
      "A transmission of psn went out on ev at sent: last in its chain."},
     {"pop_first", (PyCFunction)(void (*)(void))EvOrder_pop_first, METH_FASTCALL,
