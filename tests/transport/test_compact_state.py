@@ -23,11 +23,14 @@ import pytest
 from openmrc.transport import txtable
 from openmrc.transport.sendop import SendOp
 from openmrc.transport.txtable import (
+    DUP_RISK,
     GROW_BATCH,
     IN_FLIGHT,
     NAMED,
     OOW,
+    ORDERED,
     PROBED,
+    RESENT,
     TRIM_BATCH,
     EvOrder,
     TxTable,
@@ -68,10 +71,13 @@ IMPLS = _impls()
 def test_the_requester_gets_the_native_records_unless_pure_python() -> None:
     """The factories pick the native classes exactly when built and not switched off."""
     pure = os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0")
-    want_native = _native is not None and not pure
-    assert txtable.NATIVE == want_native
-    assert isinstance(txtable.new_tx_table(), _native.TxTable if want_native else TxTable)
-    assert isinstance(txtable.new_ev_order(), _native.EvOrder if want_native else EvOrder)
+    assert txtable.NATIVE is (_native is not None and not pure)
+    if _native is not None and not pure:
+        assert isinstance(txtable.new_tx_table(), _native.TxTable)
+        assert isinstance(txtable.new_ev_order(), _native.EvOrder)
+    else:
+        assert isinstance(txtable.new_tx_table(), TxTable)
+        assert isinstance(txtable.new_ev_order(), EvOrder)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -242,6 +248,38 @@ def test_tx_table_edges(impl: str) -> None:
     assert not table and table.lowest() == -1 and table.oldest() == -1 and not table.flying()
     table.add(7, op)
     assert table.lowest() == 7 and len(table) == 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_settle_reads_and_takes_the_oldest_pair_of_its_ev(impl: str) -> None:
+    """settle: the word and send time; the EV's oldest pair dropped (ORDERED) only
+    when the PSN is in flight without DUP_RISK and its pair is first on its EV."""
+    tx_table, ev_order = _classes(impl)
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = tx_table(), ev_order()
+    ev = 0xFFFFFFF0
+    for psn in range(100, 104):
+        table.add(psn, op)
+        table.launch(psn, ev, 10 * psn, 0)
+        order.append(ev, psn, 10 * psn)
+    # not first on its EV: nothing dropped
+    assert table.settle(101, order) == (ev | IN_FLIGHT << 32, 1010)
+    assert order.pairs(ev) == [(100, 1000), (101, 1010), (102, 1020), (103, 1030)]
+    # first: dropped, ORDERED returned (not stored)
+    assert table.settle(100, order) == (ev | (IN_FLIGHT | ORDERED) << 32, 1000)
+    assert order.pairs(ev) == [(101, 1010), (102, 1020), (103, 1030)]
+    assert table.flags(100) == IN_FLIGHT
+    # first but at risk of a duplicate, or not in flight: not dropped
+    table.set_bits(101, DUP_RISK)
+    assert table.settle(101, order) == (ev | (IN_FLIGHT | DUP_RISK) << 32, 1010)
+    table.clear_bits(101, DUP_RISK)
+    table.land(101)
+    assert table.settle(101, order) == (ev, 1010)
+    assert order.pairs(ev) == [(101, 1010), (102, 1020), (103, 1030)]
+    # a later send time of the PSN (a retransmission) does not match the old pair
+    table.launch(101, ev, 5000, RESENT)
+    assert table.settle(101, order)[0] == ev | (IN_FLIGHT | RESENT) << 32
+    assert order.pairs(ev)[0] == (101, 1010)
 
 
 def test_native_tx_table_holds_its_messages() -> None:

@@ -72,6 +72,13 @@ check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want)
 
 /* ---- TxTable ---------------------------------------------------------------- */
 
+#define DUP_RISK 16ULL
+#define ORDERED 256ULL
+
+static PyTypeObject EvOrderType;
+/* Drop (psn, sent) from ev's chain when it is the first pair there; 1 when dropped. */
+static int eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent);
+
 typedef struct {
     PyObject_HEAD
     int64_t base;  /* the PSN of slot 0 */
@@ -291,6 +298,44 @@ tx_bits(PyObject *o, uint64_t *out)
     }
     *out = bits;
     return 0;
+}
+
+static PyObject *
+TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t word, sent;
+    PyObject *w, *t, *out;
+    if (check_nargs("settle", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (Py_TYPE(args[1]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.settle: order must be a native EvOrder");
+        return NULL;
+    }
+    word = self->meta[i];
+    sent = self->sent[i];
+    if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
+        eo_pop_first(args[1], (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
+        word |= ORDERED << 32;
+    w = PyLong_FromUnsignedLongLong(word);
+    if (w == NULL)
+        return NULL;
+    t = PyLong_FromUnsignedLongLong(sent);
+    if (t == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(w);
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, w);
+    PyTuple_SET_ITEM(out, 1, t);
+    return out;
 }
 
 static PyObject *
@@ -550,6 +595,9 @@ static PyMethodDef TxTable_methods[] = {
     {"flags", (PyCFunction)(void (*)(void))TxTable_flags, METH_FASTCALL, "psn's flag bits."},
     {"ev_flags", (PyCFunction)(void (*)(void))TxTable_ev_flags, METH_FASTCALL,
      "psn's EV and flag bits in one read: ev | flags << 32."},
+    {"settle", (PyCFunction)(void (*)(void))TxTable_settle, METH_FASTCALL,
+     "psn's ev | flags << 32 and send time as it is acknowledged; drops its pair from "
+     "order when it is the oldest on its EV (ORDERED then set in the flags returned)."},
     {"set_bits", (PyCFunction)(void (*)(void))TxTable_set_bits, METH_FASTCALL,
      "Set flag bits of psn."},
     {"clear_bits", (PyCFunction)(void (*)(void))TxTable_clear_bits, METH_FASTCALL,
@@ -831,6 +879,19 @@ EvOrder_append(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
         self->next[self->tails[h]] = e;
     self->tails[h] = e;
     Py_RETURN_NONE;
+}
+
+static int
+eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent)
+{
+    EvOrderObject *self = (EvOrderObject *)order;
+    Py_ssize_t h = eo_find(self, ev);
+    int32_t e = self->heads[h];
+    if (e < 0 || self->psn[e] != psn || self->sent[e] != sent)
+        return 0;
+    self->heads[h] = self->next[e];
+    eo_release(self, e);
+    return 1;
 }
 
 static PyObject *

@@ -67,6 +67,10 @@ PROBED: Final = 32
 #: the probe's verdict (see ``Requester._suspect``).
 NAMED: Final = 64
 
+#: Not a stored flag: set in what :meth:`TxTable.settle` returns when the PSN's
+#: transmission was the oldest on its EV and was dropped from the EV's order.
+ORDERED: Final = 256
+
 #: Slots acknowledged at the front of a :class:`TxTable` before they are cut off
 #: (cutting the arrays' front moves them: done in batches, not per PSN).
 TRIM_BATCH: Final = 32
@@ -166,6 +170,21 @@ class TxTable:
     def ev_flags(self, psn: int) -> int:
         """``psn``'s EV and flag bits in one read: ``ev | flags << 32``."""
         return self._meta[psn - self._base]
+
+    def settle(self, psn: int, order: EvOrderLike) -> tuple[int, int]:
+        """``psn``'s EV and flags (``ev | flags << 32``) and send time, read as it is
+        acknowledged; when its transmission is in flight without DUP_RISK and is the
+        oldest pair on its EV in ``order`` (the usual case: the path delivered in
+        order), that pair is dropped there and ORDERED is set in the flags returned.
+        One call for the reads and the order check every acknowledged PSN needs."""
+        i = psn - self._base
+        word = self._meta[i]
+        sent = self._sent[i]
+        if (word >> 32) & (IN_FLIGHT | DUP_RISK) == IN_FLIGHT and order.pop_first(
+            word & EV_BITS, psn, sent
+        ):
+            word |= ORDERED << 32
+        return word, sent
 
     def set_bits(self, psn: int, bits: int) -> None:
         """Set flag ``bits`` of ``psn``."""
@@ -494,6 +513,7 @@ class TxTableLike(Protocol):
     def sent(self, psn: int) -> int: ...
     def flags(self, psn: int) -> int: ...
     def ev_flags(self, psn: int) -> int: ...
+    def settle(self, psn: int, order: EvOrderLike) -> tuple[int, int]: ...
     def set_bits(self, psn: int, bits: int) -> None: ...
     def clear_bits(self, psn: int, bits: int) -> None: ...
     def retries(self, psn: int) -> int: ...
