@@ -99,9 +99,10 @@ def _fingerprint() -> str:
         os.environ.get("CFLAGS", ""),
     ):
         h.update(f"{part}\0".encode())
-    sources = sorted(glob.glob(os.path.join(HERE, "src", "openmrc", "**", "*.py"), recursive=True))
-    sources += [os.path.join(HERE, "src", "openmrc", "sim", "_kernel.c")]
-    sources += [os.path.join(HERE, "src", "openmrc", "transport", "_txtable.c")]
+    package = os.path.join(HERE, "src", "openmrc", "**")
+    sources = sorted(glob.glob(os.path.join(package, "*.py"), recursive=True))
+    # the hand-written C extensions (the event kernel, the requester's records)
+    sources += sorted(glob.glob(os.path.join(package, "*.c"), recursive=True))
     sources.append(os.path.abspath(__file__))
     for path in sources:
         with open(path, "rb") as f:
