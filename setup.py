@@ -67,6 +67,7 @@ def _remove_stale_builds() -> None:
     ]
     stale += glob.glob(os.path.join(HERE, "src", "*__mypyc.*"))
     stale += glob.glob(os.path.join(HERE, "src", "openmrc", "sim", "_kernel.*.so"))
+    stale += glob.glob(os.path.join(HERE, "src", "openmrc", "transport", "_txtable.*.so"))
     stale.append(STAMP)
     for path in stale:
         if os.path.exists(path):
@@ -98,8 +99,11 @@ def _fingerprint() -> str:
         os.environ.get("CFLAGS", ""),
     ):
         h.update(f"{part}\0".encode())
-    sources = sorted(glob.glob(os.path.join(HERE, "src", "openmrc", "**", "*.py"), recursive=True))
-    sources += [os.path.join(HERE, "src", "openmrc", "sim", "_kernel.c"), os.path.abspath(__file__)]
+    package = os.path.join(HERE, "src", "openmrc", "**")
+    sources = sorted(glob.glob(os.path.join(package, "*.py"), recursive=True))
+    # the hand-written C extensions (the event kernel, the requester's records)
+    sources += sorted(glob.glob(os.path.join(package, "*.c"), recursive=True))
+    sources.append(os.path.abspath(__file__))
     for path in sources:
         with open(path, "rb") as f:
             h.update(os.path.relpath(path, HERE).encode() + b"\0" + f.read() + b"\0")
@@ -186,7 +190,15 @@ KERNEL_EXTENSIONS = [
         sources=["src/openmrc/sim/_kernel.c"],
         extra_compile_args=["-O2"],
         optional=True,
-    )
+    ),
+    # The requester's per-transmission records (src/openmrc/transport/_txtable.c):
+    # native TxTable and EvOrder, selected by openmrc.transport.txtable the same way.
+    Extension(
+        "openmrc.transport._txtable",
+        sources=["src/openmrc/transport/_txtable.c"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    ),
 ]
 # ----- end of the kernel part ------------------------------------------------------------
 # ----- end of the mypyc part --------------------------------------------------------------

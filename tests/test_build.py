@@ -71,5 +71,10 @@ def test_the_fingerprint_covers_the_sources_and_the_compiler(
     )  # any module, not only compiled ones
     edited = setup_py._fingerprint()
     assert edited != before
+    # every C extension's source: the requester's records too
+    (tree / "src" / "openmrc" / "transport").mkdir()
+    (tree / "src" / "openmrc" / "transport" / "_txtable.c").write_text("int y;\n")
+    assert setup_py._fingerprint() != edited
+    edited = setup_py._fingerprint()
     monkeypatch.setenv("CC", "some-other-cc")
     assert setup_py._fingerprint() != edited

@@ -1,24 +1,94 @@
 """The transport's compact records behave as the dicts and lists they replace: the
 requester's PSN slots and flight order (TxTable), its per-EV send order (EvOrder) and
-a QP's EV ids (EvIds)."""
+a QP's EV ids (EvIds).
+
+TxTable and EvOrder are tested in both implementations: the Python classes and the
+native ones (:mod:`openmrc.transport._txtable`).  The native half is skipped when
+the extension was not built (a failure with ``OPENMRC_REQUIRE_NATIVE=1``), and runs
+also under ``OPENMRC_PURE_PYTHON=1``, which only decides what the requester uses.
+"""
 
 from __future__ import annotations
 
+import gc
+import importlib
+import os
 import random
+import sys
+from types import ModuleType
+from typing import Any
 
 import pytest
 
+from openmrc.transport import txtable
 from openmrc.transport.sendop import SendOp
-from openmrc.transport.txtable import IN_FLIGHT, EvOrder, TxTable
+from openmrc.transport.txtable import (
+    DUP_RISK,
+    GROW_BATCH,
+    IN_FLIGHT,
+    NAMED,
+    OOW,
+    ORDERED,
+    PROBED,
+    RESENT,
+    TRIM_BATCH,
+    EvOrder,
+    TxTable,
+)
 
 
-def test_tx_table_acts_as_a_dict_of_the_window_with_an_ordered_flight() -> None:
+def _find_native() -> tuple[ModuleType | None, str]:
+    """The native module (also when OPENMRC_PURE_PYTHON=1 keeps the requester off it)."""
+    try:
+        return importlib.import_module("openmrc.transport._txtable"), ""
+    except ImportError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+_native, _NATIVE_ERROR = _find_native()
+REQUIRE_NATIVE = os.environ.get("OPENMRC_REQUIRE_NATIVE") == "1"
+
+
+def _impls() -> list[Any]:
+    mark = pytest.mark.skipif(
+        _native is None and not REQUIRE_NATIVE, reason="openmrc.transport._txtable is not built"
+    )
+    return [pytest.param("python", id="python"), pytest.param("native", id="native", marks=mark)]
+
+
+def _classes(impl: str) -> tuple[Any, Any]:
+    """(TxTable, EvOrder) of implementation ``impl``."""
+    if impl == "python":
+        return TxTable, EvOrder
+    if _native is None:
+        pytest.fail(f"OPENMRC_REQUIRE_NATIVE=1 but openmrc.transport._txtable: {_NATIVE_ERROR}")
+    return _native.TxTable, _native.EvOrder
+
+
+IMPLS = _impls()
+
+
+def test_the_requester_gets_the_native_records_unless_pure_python() -> None:
+    """The factories pick the native classes exactly when built and not switched off."""
+    pure = os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0")
+    assert txtable.NATIVE is (_native is not None and not pure)
+    if _native is not None and not pure:
+        assert isinstance(txtable.new_tx_table(), _native.TxTable)
+        assert isinstance(txtable.new_ev_order(), _native.EvOrder)
+    else:
+        assert isinstance(txtable.new_tx_table(), TxTable)
+        assert isinstance(txtable.new_ev_order(), EvOrder)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_tx_table_acts_as_a_dict_of_the_window_with_an_ordered_flight(impl: str) -> None:
     """TxTable against a reference: a dict of the PSNs outstanding (their EV, send
     time, flags) and the PSNs in flight as an insertion-ordered dict."""
+    tx_table, _ = _classes(impl)
     op = SendOp(1, [], 0, 0, None, True, 0, 4096)
     for seed in range(6):
         rng = random.Random(seed)
-        table = TxTable()
+        table = tx_table()
         ref: dict[int, tuple[int, int, int]] = {}
         flight: dict[int, None] = {}
         next_psn = rng.randrange(1 << 20)
@@ -73,11 +143,13 @@ def test_tx_table_acts_as_a_dict_of_the_window_with_an_ordered_flight() -> None:
         assert not table and table.oldest() < 0
 
 
-def test_ev_order_acts_as_a_list_of_pairs_per_ev() -> None:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ev_order_acts_as_a_list_of_pairs_per_ev(impl: str) -> None:
     """EvOrder against a reference: per EV, a list of (PSN, send time) in send order."""
+    _, ev_order = _classes(impl)
     for seed in range(6):
         rng = random.Random(seed)
-        order = EvOrder()
+        order = ev_order()
         ref: dict[int, list[tuple[int, int]]] = {}
         evs = [rng.randrange(1 << 32) for _ in range(300)] + [0]
         psn = 0
@@ -100,7 +172,7 @@ def test_ev_order_acts_as_a_list_of_pairs_per_ev() -> None:
                 got = order.take_through(ev, *pair)
                 if pair in pairs:
                     k = pairs.index(pair)
-                    assert got is not None
+                    assert isinstance(got, list)
                     assert list(zip(got[::2], got[1::2], strict=True)) == pairs[:k]
                     del pairs[: k + 1]
                 else:
@@ -118,6 +190,154 @@ def test_ev_order_acts_as_a_list_of_pairs_per_ev() -> None:
             assert order.take_through(bad, 0, 0) is None
             assert not order.pop_first(bad, 0, 0)
             order.remove(bad, 0, 0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_tx_table_edges(impl: str) -> None:
+    """Growth past a batch, front cuts (also of a window emptied out of order), the
+    flag bits, retries, a wide jump, and PSNs no window holds (any integer)."""
+    tx_table, _ = _classes(impl)
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table = tx_table()
+    base = (1 << 24) - 5  # a PSN near the 24-bit wrap: the table does not care
+    n = 3 * TRIM_BATCH + GROW_BATCH + 3
+    for k in range(n):
+        table.add(base + k, op)
+        table.launch(base + k, (0xFFFFFFFF - k) & 0xFFFFFFFF, (1 << 63) + k, PROBED)
+    assert len(table) == n and table.lowest() == base
+    assert table.flags(base + 7) == PROBED | IN_FLIGHT
+    assert table.ev(base + 3) == 0xFFFFFFFC and table.sent(base + 3) == (1 << 63) + 3
+    assert table.ev_flags(base + 1) == 0xFFFFFFFE | (PROBED | IN_FLIGHT) << 32
+    table.set_bits(base + 2, NAMED | OOW)
+    table.clear_bits(base + 2, PROBED)
+    assert table.flags(base + 2) == NAMED | OOW | IN_FLIGHT
+    table.count_retry(base + 9)
+    table.count_retry(base + 9)
+    assert table.retries(base + 9) == 2 and table.retries(base + 10) == 0
+    # land every other one, then acknowledge the front in pieces: the cuts keep
+    # every field of what stays
+    for k in range(0, n, 2):
+        assert table.land(base + k) == PROBED | IN_FLIGHT or k == 2
+    for k in range(2 * TRIM_BATCH + 1):
+        if k != 9:
+            table.remove(base + k, k % 2 == 1)
+    assert table.lowest() == base + 9 and base + 9 in table and base + 8 not in table
+    assert table.retries(base + 9) == 2 and table.sent(base + 9) == (1 << 63) + 9
+    table.remove(base + 9, True)
+    flight = []
+    psn = table.oldest()
+    while psn >= 0:
+        flight.append(psn)
+        psn = table.after(psn)
+    assert flight == [base + k for k in range(2 * TRIM_BATCH + 1, n) if k % 2 == 1]
+    assert table.lowest() == base + 2 * TRIM_BATCH + 1
+    # a new PSN after the cut starts with no retries and no flags
+    table.add(base + n, op)
+    assert table.retries(base + n) == 0 and table.flags(base + n) == 0
+    # a wide jump: the slots grow to reach it
+    far = base + n + 5000
+    table.add(far, op)
+    assert far in table and base + n + 1 not in table and table.op(far) is op
+    # any integer as a PSN: not outstanding, never a crash
+    for bad in (-1, -(1 << 70), 1 << 63, 1 << 70, base - 1, far + 1):
+        assert bad not in table and table.op(bad) is None
+    # acknowledged entirely: empty, the window starts again anywhere
+    for psn in range(base, far + 1):
+        if psn in table:
+            table.remove(psn, bool(table.flags(psn) & IN_FLIGHT))
+    assert not table and table.lowest() == -1 and table.oldest() == -1 and not table.flying()
+    table.add(7, op)
+    assert table.lowest() == 7 and len(table) == 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_settle_reads_and_takes_the_oldest_pair_of_its_ev(impl: str) -> None:
+    """settle: the word and send time; the EV's oldest pair dropped (ORDERED) only
+    when the PSN is in flight without DUP_RISK and its pair is first on its EV."""
+    tx_table, ev_order = _classes(impl)
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = tx_table(), ev_order()
+    ev = 0xFFFFFFF0
+    for psn in range(100, 104):
+        table.add(psn, op)
+        table.launch(psn, ev, 10 * psn, 0)
+        order.append(ev, psn, 10 * psn)
+    # not first on its EV: nothing dropped
+    assert table.settle(101, order) == (ev | IN_FLIGHT << 32, 1010)
+    assert order.pairs(ev) == [(100, 1000), (101, 1010), (102, 1020), (103, 1030)]
+    # first: dropped, ORDERED returned (not stored)
+    assert table.settle(100, order) == (ev | (IN_FLIGHT | ORDERED) << 32, 1000)
+    assert order.pairs(ev) == [(101, 1010), (102, 1020), (103, 1030)]
+    assert table.flags(100) == IN_FLIGHT
+    # first but at risk of a duplicate, or not in flight: not dropped
+    table.set_bits(101, DUP_RISK)
+    assert table.settle(101, order) == (ev | (IN_FLIGHT | DUP_RISK) << 32, 1010)
+    table.clear_bits(101, DUP_RISK)
+    table.land(101)
+    assert table.settle(101, order) == (ev, 1010)
+    assert order.pairs(ev) == [(101, 1010), (102, 1020), (103, 1030)]
+    # a later send time of the PSN (a retransmission) does not match the old pair
+    table.launch(101, ev, 5000, RESENT)
+    assert table.settle(101, order)[0] == ev | (IN_FLIGHT | RESENT) << 32
+    assert order.pairs(ev)[0] == (101, 1010)
+
+
+def test_native_tx_table_holds_its_messages() -> None:
+    """The native table owns a reference to each message it holds and drops it when
+    the PSN is acknowledged, cleared or the table is freed."""
+    if _native is None:
+        pytest.skip("openmrc.transport._txtable is not built")
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    before = sys.getrefcount(op)
+    table = _native.TxTable()
+    for psn in range(100):
+        table.add(psn, op)
+    assert sys.getrefcount(op) == before + 100
+    for psn in range(40):
+        table.remove(psn, False)
+    assert sys.getrefcount(op) == before + 60
+    table.clear()
+    assert sys.getrefcount(op) == before
+    for psn in range(10):
+        table.add(psn, op)
+    del table
+    gc.collect()
+    assert sys.getrefcount(op) == before
+    with pytest.raises(IndexError):
+        _native.TxTable().ev(0)  # a field of a PSN outside the window: an error, no read
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ev_order_table_wraps_and_grows(impl: str) -> None:
+    """EVs whose home slots collide at the end of the open-addressing table probe
+    round to its start; the table grows past three quarters; 0 and 2**32-1 are EVs."""
+    _, ev_order = _classes(impl)
+    order = ev_order()
+    # (ev ^ ev >> 16 ^ ev >> 7) & 15 == 15 for each: all want the last slot of 16
+    evs = [ev for ev in range(1 << 12) if (ev ^ (ev >> 16) ^ (ev >> 7)) & 15 == 15][:11]
+    evs += [0, 0xFFFFFFFF]
+    for t, ev in enumerate(evs):
+        order.append(ev, t, 1000 + t)
+        order.append(ev, t + 100, 2000 + t)
+    for t, ev in enumerate(evs):
+        assert order.pairs(ev) == [(t, 1000 + t), (t + 100, 2000 + t)]
+    more = [((k * 2654435761) & 0xFFFFFFFF) for k in range(1, 200)]
+    for k, ev in enumerate(more):
+        order.append(ev, k, k)
+    for t, ev in enumerate(evs):
+        assert order.pop_first(ev, t, 1000 + t)
+        assert order.take_through(ev, t + 100, 2000 + t) == []
+        assert order.pairs(ev) == []
+    for k, ev in enumerate(more):
+        assert order.pairs(ev) == [(k, k)]
+    # freed pool entries are reused, chains stay right
+    order.append(evs[0], 1, 2)
+    order.append(evs[0], 3, 4)
+    order.append(evs[0], 5, 6)
+    order.remove(evs[0], 5, 6)
+    order.append(evs[0], 7, 8)
+    assert order.take_through(evs[0], 7, 8) == [1, 2, 3, 4]
+    assert order.pairs(evs[0]) == []
 
 
 def test_ev_ids_act_as_the_dict_of_ev_ids() -> None:

@@ -28,6 +28,8 @@ class _Parser(argparse.ArgumentParser):
 
 #: The simulator's hand-written C event kernel (not a mypyc module).
 NATIVE_KERNEL = "openmrc.sim._kernel"
+#: The requester's records in hand-written C (not a mypyc module).
+NATIVE_RECORDS = "openmrc.transport._txtable"
 
 
 def _version() -> str:
@@ -36,11 +38,13 @@ def _version() -> str:
 
     compiled = compiled_modules()
     parts = []
-    n = sum(1 for m in compiled if m != NATIVE_KERNEL)
+    n = sum(1 for m in compiled if m not in (NATIVE_KERNEL, NATIVE_RECORDS))
     if n:
         parts.append(f"{n} modules compiled by mypyc")
     if NATIVE_KERNEL in compiled:
         parts.append("native event kernel")
+    if NATIVE_RECORDS in compiled:
+        parts.append("native requester records")
     return f"{openmrc_version()} ({', '.join(parts) or 'pure Python'})"
 
 

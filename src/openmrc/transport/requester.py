@@ -62,10 +62,13 @@ from .txtable import (
     IN_FLIGHT,
     NAMED,
     OOW,
+    ORDERED,
     PROBED,
     RESENT,
-    EvOrder,
-    TxTable,
+    EvOrderLike,
+    TxTableLike,
+    new_ev_order,
+    new_tx_table,
 )
 from .verbs import WCStatus
 
@@ -145,7 +148,7 @@ class Requester:
         #: the PSNs sent and not yet acknowledged: their message, last transmission
         #: (EV, send time), timeouts and flags, and which are in flight, in send
         #: order (a retransmission goes last).
-        self.unacked = TxTable()
+        self.unacked: TxTableLike = new_tx_table()
         #: PSNs to resend, in order (one may be acknowledged before its turn).
         self.retx: deque[int] = deque()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
@@ -172,7 +175,7 @@ class Requester:
         self.rack_deadline: int | None = None
         #: per EV, its transmissions (PSN, send time) not yet resolved, in send
         #: order: the order evidence of loss on that EV (see :meth:`_on_order`).
-        self.ev_sent = EvOrder()
+        self.ev_sent: EvOrderLike = new_ev_order()
         #: transmissions overtaken on their own EV, (PSN, send time) -> (EV, when
         #: the EV is blamed if the PSN is still unacknowledged and not NACKed).
         self.gaps: dict[tuple[int, int], tuple[int, int]] = {}
@@ -666,11 +669,11 @@ class Requester:
         return its newly acked bytes; take the order evidence it gives on its EV,
         count a spurious retransmission, and note how late an original arrived
         behind a later-sent packet (RACK's reordering)."""
-        unacked = self.unacked
-        word = unacked.ev_flags(psn)
+        # (the EV's order is checked in the same call: ORDERED when the transmission
+        # was the oldest on its EV, which settles it, see _on_order)
+        word, sent = self.unacked.settle(psn, self.ev_sent)
         flags = word >> 32
-        sent = unacked.sent(psn)
-        if flags & IN_FLIGHT and not flags & DUP_RISK:
+        if flags & IN_FLIGHT and not flags & (DUP_RISK | ORDERED):
             self._on_order(psn, word & EV_BITS, sent, now)
         early = False
         if flags & RESENT:
@@ -728,11 +731,11 @@ class Requester:
         comes within :meth:`gap_allowance`, the EV lost them (see
         :meth:`_check_evidence`).  One the event says nothing about arrived
         for all the sender knows, its SACK lost: it blames nobody (RACK and an
-        EV probe still deal with it).
+        EV probe still deal with it).  (When it was the oldest on its EV there is
+        nothing before it: :meth:`TxTable.settle` found that and dropped it, and
+        this is not called.)
         """
         order = self.ev_sent
-        if order.pop_first(ev, psn, sent):
-            return
         before = order.take_through(ev, psn, sent)
         if before is None:
             return

@@ -22,12 +22,23 @@ stored with an offset so that their "none" fits.
 
 Both are keyed by PSN and EV values, never by object identity: the requester's
 results do not depend on where anything sits in memory.
+
+The classes here are the readable reference and the pure-Python fallback.  A
+compiled build also has them in C (:mod:`openmrc.transport._txtable`, from
+``_txtable.c`` beside this file): the same methods and results, each method one
+call that reads and writes plain C arrays instead of going through the generic
+item protocol per item.  :func:`new_tx_table` and :func:`new_ev_order` give the
+native ones when that module was built and ``OPENMRC_PURE_PYTHON`` is not set
+(``1`` forces these classes); the requester holds them as :class:`TxTableLike` and
+:class:`EvOrderLike`, so either serves.
 """
 
 from __future__ import annotations
 
+import os
 from array import array
-from typing import Final
+from types import ModuleType
+from typing import Final, Protocol
 
 from .sendop import SendOp
 
@@ -55,6 +66,10 @@ PROBED: Final = 32
 #: An EV probe names this PSN as its overdue packet: its acknowledgement settles
 #: the probe's verdict (see ``Requester._suspect``).
 NAMED: Final = 64
+
+#: Not a stored flag: set in what :meth:`TxTable.settle` returns when the PSN's
+#: transmission was the oldest on its EV and was dropped from the EV's order.
+ORDERED: Final = 256
 
 #: Slots acknowledged at the front of a :class:`TxTable` before they are cut off
 #: (cutting the arrays' front moves them: done in batches, not per PSN).
@@ -155,6 +170,21 @@ class TxTable:
     def ev_flags(self, psn: int) -> int:
         """``psn``'s EV and flag bits in one read: ``ev | flags << 32``."""
         return self._meta[psn - self._base]
+
+    def settle(self, psn: int, order: EvOrderLike) -> tuple[int, int]:
+        """``psn``'s EV and flags (``ev | flags << 32``) and send time, read as it is
+        acknowledged; when its transmission is in flight without DUP_RISK and is the
+        oldest pair on its EV in ``order`` (the usual case: the path delivered in
+        order), that pair is dropped there and ORDERED is set in the flags returned.
+        One call for the reads and the order check every acknowledged PSN needs."""
+        i = psn - self._base
+        word = self._meta[i]
+        sent = self._sent[i]
+        if (word >> 32) & (IN_FLIGHT | DUP_RISK) == IN_FLIGHT and order.pop_first(
+            word & EV_BITS, psn, sent
+        ):
+            word |= ORDERED << 32
+        return word, sent
 
     def set_bits(self, psn: int, bits: int) -> None:
         """Set flag ``bits`` of ``psn``."""
@@ -406,7 +436,7 @@ class EvOrder:
         self._free = e
         return True
 
-    def take_through(self, ev: int, psn: int, sent: int) -> array[int] | None:
+    def take_through(self, ev: int, psn: int, sent: int) -> list[int] | None:
         """Drop the pairs of ``ev`` up to the first ``psn, sent`` and return those
         before it, as flat pairs ``PSN, send time`` in send order; None (nothing
         dropped) when ``ev`` has no such pair."""
@@ -422,7 +452,7 @@ class EvOrder:
             e = nxt[e] - 2
         if e < 0:
             return None
-        before: array[int] = array("Q")
+        before: list[int] = []
         e = found & 0xFFFFFFFF
         while psns[e] != psn or sents[e] != sent:
             before.append(psns[e])
@@ -469,3 +499,75 @@ class EvOrder:
             out.append((self._psn[e], self._sent[e]))
             e = self._next[e] - 2
         return out
+
+
+class TxTableLike(Protocol):
+    """What the requester uses of a :class:`TxTable` (the Python class or the native
+    one): see :class:`TxTable` for each method."""
+
+    def __len__(self) -> int: ...
+    def __contains__(self, psn: int) -> bool: ...
+    def op(self, psn: int) -> SendOp | None: ...
+    def lowest(self) -> int: ...
+    def ev(self, psn: int) -> int: ...
+    def sent(self, psn: int) -> int: ...
+    def flags(self, psn: int) -> int: ...
+    def ev_flags(self, psn: int) -> int: ...
+    def settle(self, psn: int, order: EvOrderLike) -> tuple[int, int]: ...
+    def set_bits(self, psn: int, bits: int) -> None: ...
+    def clear_bits(self, psn: int, bits: int) -> None: ...
+    def retries(self, psn: int) -> int: ...
+    def count_retry(self, psn: int) -> None: ...
+    def add(self, psn: int, op: SendOp) -> None: ...
+    def remove(self, psn: int, in_flight: bool) -> None: ...
+    def clear(self) -> None: ...
+    def launch(self, psn: int, ev: int, sent: int, flags: int) -> None: ...
+    def land(self, psn: int) -> int: ...
+    def flying(self) -> bool: ...
+    def oldest(self) -> int: ...
+    def after(self, psn: int) -> int: ...
+
+
+class EvOrderLike(Protocol):
+    """What the requester uses of an :class:`EvOrder` (the Python class or the native
+    one): see :class:`EvOrder` for each method."""
+
+    def append(self, ev: int, psn: int, sent: int) -> None: ...
+    def pop_first(self, ev: int, psn: int, sent: int) -> bool: ...
+    def take_through(self, ev: int, psn: int, sent: int) -> list[int] | None: ...
+    def remove(self, ev: int, psn: int, sent: int) -> None: ...
+    def pairs(self, ev: int) -> list[tuple[int, int]]: ...
+
+
+def _load_native() -> ModuleType | None:
+    """The native module, or None when it is not built or ``OPENMRC_PURE_PYTHON`` is set."""
+    if os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _txtable
+    except ImportError:
+        return None
+    return _txtable
+
+
+#: The native TxTable and EvOrder (:mod:`openmrc.transport._txtable`), or None when
+#: the Python classes are in use.
+_NATIVE: Final = _load_native()
+#: Whether the requester's records are the native ones.
+NATIVE: Final = _NATIVE is not None
+
+
+def new_tx_table() -> TxTableLike:
+    """An empty TxTable: the native one when built, else :class:`TxTable`."""
+    if _NATIVE is not None:
+        table: TxTableLike = _NATIVE.TxTable()
+        return table
+    return TxTable()
+
+
+def new_ev_order() -> EvOrderLike:
+    """An empty EvOrder: the native one when built, else :class:`EvOrder`."""
+    if _NATIVE is not None:
+        order: EvOrderLike = _NATIVE.EvOrder()
+        return order
+    return EvOrder()

@@ -1,0 +1,1094 @@
+/* The requester's per-transmission records in native code: TxTable and EvOrder.
+ *
+ * The same two classes as src/openmrc/transport/txtable.py (the readable reference
+ * and the pure-Python fallback), with the same methods and the same results; see
+ * that module for what they are for.  Compiled code (mypyc) reaches an
+ * array.array item only through CPython's generic item protocol, boxing the index
+ * and the value and parsing arguments on every write; here each method is one
+ * METH_FASTCALL call that does all its reads and writes on plain C arrays.
+ *
+ * Nothing is trusted: a PSN or an EV that does not fit (any Python int may come
+ * from the network) is treated as absent where the Python class treats it so, and
+ * otherwise raises, never reads out of bounds.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define IN_FLIGHT 1ULL
+#define TRIM_BATCH 32
+#define GROW_BATCH 16
+
+/* ---- argument helpers ------------------------------------------------------- */
+
+/* A Python int as a signed 64-bit value; *ok = 0 when it is not an int or does not
+ * fit (no exception left set). */
+static inline int64_t
+as_i64(PyObject *o, int *ok)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_Check(o)) {
+        *ok = 0;
+        return 0;
+    }
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        *ok = 0;
+        return 0;
+    }
+    *ok = 1;
+    return (int64_t)v;
+}
+
+/* A Python int as an unsigned 64-bit value, raising as array('Q') would. */
+static inline int
+as_u64(PyObject *o, uint64_t *out)
+{
+    unsigned long long v;
+    if (!PyLong_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "an integer is required");
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int
+check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name,
+                     want, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- TxTable ---------------------------------------------------------------- */
+
+#define DUP_RISK 16ULL
+#define ORDERED 256ULL
+
+static PyTypeObject EvOrderType;
+/* Drop (psn, sent) from ev's chain when it is the first pair there; 1 when dropped. */
+static int eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent);
+
+typedef struct {
+    PyObject_HEAD
+    int64_t base;  /* the PSN of slot 0 */
+    Py_ssize_t lo; /* the first slot that may be occupied */
+    Py_ssize_t end; /* one past the newest PSN's slot */
+    Py_ssize_t count; /* records held */
+    Py_ssize_t cap; /* slots allocated (those from end on are empty and zero) */
+    int64_t head, tail; /* oldest and newest PSN in flight, -1 when none */
+    PyObject **ops; /* per slot: the message, NULL when empty */
+    uint64_t *meta; /* per slot: ev | flags << 32 */
+    uint64_t *sent; /* per slot: send time */
+    uint32_t *retries; /* per slot: timeouts */
+    int64_t *prev, *next; /* per slot in flight: PSN before / after, -1 at an end */
+} TxTableObject;
+
+static void
+tx_free_arrays(TxTableObject *self)
+{
+    Py_ssize_t i;
+    if (self->ops) {
+        for (i = 0; i < self->cap; i++)
+            Py_CLEAR(self->ops[i]);
+    }
+    PyMem_Free(self->ops);
+    PyMem_Free(self->meta);
+    PyMem_Free(self->sent);
+    PyMem_Free(self->retries);
+    PyMem_Free(self->prev);
+    PyMem_Free(self->next);
+    self->ops = NULL;
+    self->meta = self->sent = NULL;
+    self->retries = NULL;
+    self->prev = self->next = NULL;
+    self->cap = 0;
+}
+
+static void
+tx_reset(TxTableObject *self)
+{
+    tx_free_arrays(self);
+    self->count = 0;
+    self->lo = 0;
+    self->end = 0;
+    self->head = -1;
+    self->tail = -1;
+}
+
+/* Reallocate every array to ``cap`` slots (>= end), zeroing new slots.  On failure
+ * nothing is smaller than it was (a shrink that fails keeps the bigger block). */
+static int
+tx_resize(TxTableObject *self, Py_ssize_t cap)
+{
+    Py_ssize_t old = self->cap;
+    void *p;
+    int failed = 0;
+    if (cap < old) {
+        Py_ssize_t i;
+        for (i = cap; i < old; i++)
+            Py_CLEAR(self->ops[i]);
+    }
+#define RESIZE(field, type)                                                              \
+    if (!failed) {                                                                       \
+        p = PyMem_Realloc(self->field, (size_t)cap * sizeof(type));                      \
+        if (p != NULL) {                                                                 \
+            self->field = (type *)p;                                                     \
+            if (cap > old)                                                               \
+                memset(self->field + old, 0, (size_t)(cap - old) * sizeof(type));        \
+        }                                                                                \
+        else if (cap > old)                                                              \
+            failed = 1;                                                                  \
+    }
+    RESIZE(ops, PyObject *)
+    RESIZE(meta, uint64_t)
+    RESIZE(sent, uint64_t)
+    RESIZE(retries, uint32_t)
+    RESIZE(prev, int64_t)
+    RESIZE(next, int64_t)
+#undef RESIZE
+    if (failed) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->cap = cap;
+    return 0;
+}
+
+static PyObject *
+TxTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    TxTableObject *self = (TxTableObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->head = -1;
+    self->tail = -1;
+    return (PyObject *)self;
+}
+
+static int
+TxTable_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "TxTable() takes no arguments");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+TxTable_traverse(TxTableObject *self, visitproc visit, void *arg)
+{
+    Py_ssize_t i;
+    for (i = self->lo; i < self->end; i++)
+        Py_VISIT(self->ops[i]);
+    return 0;
+}
+
+static int
+TxTable_tp_clear(TxTableObject *self)
+{
+    tx_reset(self);
+    return 0;
+}
+
+static void
+TxTable_dealloc(TxTableObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    tx_reset(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+TxTable_len(TxTableObject *self)
+{
+    return self->count;
+}
+
+/* The slot of ``psn`` when it is in [0, cap), else -1. */
+static inline Py_ssize_t
+tx_slot(TxTableObject *self, PyObject *psn_obj)
+{
+    int ok;
+    int64_t psn = as_i64(psn_obj, &ok);
+    int64_t i;
+    if (!ok || psn < INT64_MIN / 2 || psn > INT64_MAX / 2)
+        return -1;
+    i = psn - self->base;
+    return (i >= 0 && i < self->cap) ? (Py_ssize_t)i : -1;
+}
+
+/* The slot of an outstanding ``psn`` (the caller's promise), raising otherwise. */
+static inline Py_ssize_t
+tx_slot_checked(TxTableObject *self, PyObject *psn_obj)
+{
+    Py_ssize_t i = tx_slot(self, psn_obj);
+    if (i < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_IndexError, "TxTable: PSN out of the window");
+    return i;
+}
+
+static int
+TxTable_contains(TxTableObject *self, PyObject *psn)
+{
+    Py_ssize_t i = tx_slot(self, psn);
+    return i >= 0 && self->ops[i] != NULL;
+}
+
+static PyObject *
+TxTable_op(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    if (check_nargs("op", nargs, 1) < 0)
+        return NULL;
+    i = tx_slot(self, args[0]);
+    if (i >= 0 && self->ops[i] != NULL) {
+        Py_INCREF(self->ops[i]);
+        return self->ops[i];
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_lowest(TxTableObject *self, PyObject *unused)
+{
+    return PyLong_FromLongLong(self->count ? self->base + self->lo : -1);
+}
+
+#define TX_FIELD_GETTER(name, expr)                                                      \
+    static PyObject *TxTable_##name(TxTableObject *self, PyObject *const *args,          \
+                                    Py_ssize_t nargs)                                    \
+    {                                                                                    \
+        Py_ssize_t i;                                                                    \
+        if (check_nargs(#name, nargs, 1) < 0)                                            \
+            return NULL;                                                                 \
+        i = tx_slot_checked(self, args[0]);                                              \
+        if (i < 0)                                                                       \
+            return NULL;                                                                 \
+        return expr;                                                                     \
+    }
+
+TX_FIELD_GETTER(ev, PyLong_FromUnsignedLong((unsigned long)(self->meta[i] & 0xFFFFFFFFULL)))
+TX_FIELD_GETTER(sent, PyLong_FromUnsignedLongLong(self->sent[i]))
+TX_FIELD_GETTER(flags, PyLong_FromUnsignedLongLong(self->meta[i] >> 32))
+TX_FIELD_GETTER(ev_flags, PyLong_FromUnsignedLongLong(self->meta[i]))
+TX_FIELD_GETTER(retries, PyLong_FromUnsignedLong(self->retries[i]))
+
+/* Flag bits as the Python class takes them: ``bits << 32`` must fit 64 bits. */
+static int
+tx_bits(PyObject *o, uint64_t *out)
+{
+    uint64_t bits;
+    if (as_u64(o, &bits) < 0)
+        return -1;
+    if (bits >> 32) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable: flag bits out of range");
+        return -1;
+    }
+    *out = bits;
+    return 0;
+}
+
+static PyObject *
+TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t word, sent;
+    PyObject *w, *t, *out;
+    if (check_nargs("settle", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (Py_TYPE(args[1]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.settle: order must be a native EvOrder");
+        return NULL;
+    }
+    word = self->meta[i];
+    sent = self->sent[i];
+    if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
+        eo_pop_first(args[1], (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
+        word |= ORDERED << 32;
+    w = PyLong_FromUnsignedLongLong(word);
+    if (w == NULL)
+        return NULL;
+    t = PyLong_FromUnsignedLongLong(sent);
+    if (t == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(w);
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, w);
+    PyTuple_SET_ITEM(out, 1, t);
+    return out;
+}
+
+static PyObject *
+TxTable_set_bits(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t bits;
+    if (check_nargs("set_bits", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0 || tx_bits(args[1], &bits) < 0)
+        return NULL;
+    self->meta[i] |= bits << 32;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_clear_bits(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t bits;
+    if (check_nargs("clear_bits", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0 || tx_bits(args[1], &bits) < 0)
+        return NULL;
+    self->meta[i] &= ~(bits << 32);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_count_retry(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    if (check_nargs("count_retry", nargs, 1) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (self->retries[i] == UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable: retries out of range");
+        return NULL;
+    }
+    self->retries[i] += 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_add(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int ok;
+    int64_t psn, i;
+    PyObject *op;
+    if (check_nargs("add", nargs, 2) < 0)
+        return NULL;
+    psn = as_i64(args[0], &ok);
+    if (!ok || psn < 0 || psn > INT64_MAX / 2) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable: PSN out of range");
+        return NULL;
+    }
+    op = args[1];
+    if (op == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "TxTable: a record needs its message");
+        return NULL;
+    }
+    if (!self->count) {
+        self->base = psn;
+        self->lo = 0;
+        self->end = 0;
+    }
+    i = psn - self->base;
+    if (i < self->end) {
+        PyErr_Format(PyExc_ValueError, "TxTable: PSN %lld is not past the newest",
+                     (long long)psn);
+        return NULL;
+    }
+    if (i >= self->cap) {
+        /* grow by at least a batch, and geometrically (a copy per batch would be
+         * quadratic in a wide window) */
+        Py_ssize_t cap = (Py_ssize_t)i + GROW_BATCH;
+        Py_ssize_t more = self->cap + (self->cap >> 3) + GROW_BATCH;
+        if (i > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        if (more > cap)
+            cap = more;
+        if (tx_resize(self, cap) < 0)
+            return NULL;
+    }
+    Py_INCREF(op);
+    Py_XSETREF(self->ops[i], op);
+    self->end = (Py_ssize_t)i + 1;
+    self->count += 1;
+    Py_RETURN_NONE;
+}
+
+static void
+tx_unlink(TxTableObject *self, Py_ssize_t i)
+{
+    int64_t prev = self->prev[i], nxt = self->next[i];
+    if (prev < 0)
+        self->head = nxt;
+    else
+        self->next[prev - self->base] = nxt;
+    if (nxt < 0)
+        self->tail = prev;
+    else
+        self->prev[nxt - self->base] = prev;
+}
+
+static PyObject *
+TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i, lo;
+    int in_flight;
+    PyObject *op;
+    if (check_nargs("remove", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (self->ops[i] == NULL) {
+        PyErr_SetString(PyExc_KeyError, "TxTable: PSN not outstanding");
+        return NULL;
+    }
+    if ((in_flight = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    if (in_flight)
+        tx_unlink(self, i);
+    op = self->ops[i];
+    self->ops[i] = NULL;
+    self->count -= 1;
+    if (!self->count) {
+        tx_reset(self);
+        Py_DECREF(op);
+        Py_RETURN_NONE;
+    }
+    if (i == self->lo) {
+        lo = i + 1;
+        while (self->ops[lo] == NULL) /* a slot past the front is occupied */
+            lo++;
+        if (lo >= TRIM_BATCH) {
+            Py_ssize_t keep = self->cap - lo;
+            memmove(self->ops, self->ops + lo, (size_t)keep * sizeof(PyObject *));
+            memset(self->ops + keep, 0, (size_t)lo * sizeof(PyObject *));
+#define CUT(field, type)                                                                 \
+    memmove(self->field, self->field + lo, (size_t)keep * sizeof(type));                \
+    memset(self->field + keep, 0, (size_t)lo * sizeof(type));
+            CUT(meta, uint64_t)
+            CUT(sent, uint64_t)
+            CUT(retries, uint32_t)
+            CUT(prev, int64_t)
+            CUT(next, int64_t)
+#undef CUT
+            self->base += lo;
+            self->end -= lo;
+            lo = 0;
+            /* give memory back when the window shrank a lot */
+            if (self->cap > 64 && self->end + GROW_BATCH < self->cap / 4)
+                (void)tx_resize(self, self->end + GROW_BATCH); /* a shrink cannot fail */
+        }
+        self->lo = lo;
+    }
+    Py_DECREF(op);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_clear(TxTableObject *self, PyObject *unused)
+{
+    tx_reset(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_launch(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t ev, sent, flags;
+    int64_t tail;
+    if (check_nargs("launch", nargs, 4) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (as_u64(args[1], &ev) < 0 || as_u64(args[2], &sent) < 0 || tx_bits(args[3], &flags) < 0)
+        return NULL;
+    if (ev >> 32) {
+        /* the Python class would store ev | flags << 32, mixing the two; an EV is 32 bits */
+        PyErr_SetString(PyExc_OverflowError, "TxTable: EV out of range");
+        return NULL;
+    }
+    self->meta[i] = ev | (flags | IN_FLIGHT) << 32;
+    self->sent[i] = sent;
+    tail = self->tail;
+    self->prev[i] = tail;
+    self->next[i] = -1;
+    if (tail < 0)
+        self->head = self->base + i;
+    else
+        self->next[tail - self->base] = self->base + i;
+    self->tail = self->base + i;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+TxTable_land(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t m;
+    if (check_nargs("land", nargs, 1) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    m = self->meta[i];
+    tx_unlink(self, i);
+    self->meta[i] = m & ~(IN_FLIGHT << 32);
+    return PyLong_FromUnsignedLongLong(m >> 32);
+}
+
+static PyObject *
+TxTable_flying(TxTableObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->head >= 0);
+}
+
+static PyObject *
+TxTable_oldest(TxTableObject *self, PyObject *unused)
+{
+    return PyLong_FromLongLong(self->head);
+}
+
+static PyObject *
+TxTable_after(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    if (check_nargs("after", nargs, 1) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    return PyLong_FromLongLong(self->next[i]);
+}
+
+static PyObject *
+TxTable_sizeof(TxTableObject *self, PyObject *unused)
+{
+    size_t per = sizeof(PyObject *) + 2 * sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(int64_t);
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + (size_t)self->cap * per);
+}
+
+static PyMethodDef TxTable_methods[] = {
+    {"__sizeof__", (PyCFunction)TxTable_sizeof, METH_NOARGS, "Bytes held, arrays included."},
+    {"op", (PyCFunction)(void (*)(void))TxTable_op, METH_FASTCALL,
+     "The message psn belongs to, or None when it is not outstanding."},
+    {"lowest", (PyCFunction)TxTable_lowest, METH_NOARGS,
+     "A PSN no outstanding PSN is below (-1 when none is outstanding)."},
+    {"ev", (PyCFunction)(void (*)(void))TxTable_ev, METH_FASTCALL,
+     "The EV of psn's last transmission."},
+    {"sent", (PyCFunction)(void (*)(void))TxTable_sent, METH_FASTCALL,
+     "The send time of psn's last transmission."},
+    {"flags", (PyCFunction)(void (*)(void))TxTable_flags, METH_FASTCALL, "psn's flag bits."},
+    {"ev_flags", (PyCFunction)(void (*)(void))TxTable_ev_flags, METH_FASTCALL,
+     "psn's EV and flag bits in one read: ev | flags << 32."},
+    {"settle", (PyCFunction)(void (*)(void))TxTable_settle, METH_FASTCALL,
+     "psn's ev | flags << 32 and send time as it is acknowledged; drops its pair from "
+     "order when it is the oldest on its EV (ORDERED then set in the flags returned)."},
+    {"set_bits", (PyCFunction)(void (*)(void))TxTable_set_bits, METH_FASTCALL,
+     "Set flag bits of psn."},
+    {"clear_bits", (PyCFunction)(void (*)(void))TxTable_clear_bits, METH_FASTCALL,
+     "Clear flag bits of psn."},
+    {"retries", (PyCFunction)(void (*)(void))TxTable_retries, METH_FASTCALL,
+     "The local ACK timeouts psn has had."},
+    {"count_retry", (PyCFunction)(void (*)(void))TxTable_count_retry, METH_FASTCALL,
+     "psn timed out once more."},
+    {"add", (PyCFunction)(void (*)(void))TxTable_add, METH_FASTCALL,
+     "Record psn (of message op), sent for the first time; PSNs come in order."},
+    {"remove", (PyCFunction)(void (*)(void))TxTable_remove, METH_FASTCALL,
+     "Forget outstanding psn (acknowledged); in_flight: it is in flight."},
+    {"clear", (PyCFunction)TxTable_clear, METH_NOARGS, "Forget every record."},
+    {"launch", (PyCFunction)(void (*)(void))TxTable_launch, METH_FASTCALL,
+     "psn (not in flight) is sent now on ev at sent: set its fields, last in flight."},
+    {"land", (PyCFunction)(void (*)(void))TxTable_land, METH_FASTCALL,
+     "Take psn (in flight) out of flight; return its flags from before."},
+    {"flying", (PyCFunction)TxTable_flying, METH_NOARGS, "True when some PSN is in flight."},
+    {"oldest", (PyCFunction)TxTable_oldest, METH_NOARGS,
+     "The PSN sent longest ago of those in flight, -1 when none is."},
+    {"after", (PyCFunction)(void (*)(void))TxTable_after, METH_FASTCALL,
+     "The PSN sent after psn among those in flight, -1 after the newest."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods TxTable_as_sequence = {
+    .sq_length = (lenfunc)TxTable_len,
+    .sq_contains = (objobjproc)TxTable_contains,
+};
+
+static PyTypeObject TxTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.transport._txtable.TxTable",
+    .tp_doc = PyDoc_STR("The sender's records of the PSNs sent and not yet acknowledged "
+                        "(native; see openmrc.transport.txtable.TxTable)."),
+    .tp_basicsize = sizeof(TxTableObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = TxTable_new,
+    .tp_init = TxTable_init,
+    .tp_dealloc = (destructor)TxTable_dealloc,
+    .tp_traverse = (traverseproc)TxTable_traverse,
+    .tp_clear = (inquiry)TxTable_tp_clear,
+    .tp_methods = TxTable_methods,
+    .tp_as_sequence = &TxTable_as_sequence,
+};
+
+/* ---- EvOrder ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    /* the table: per slot its EV and its chain's first and last entry; first is -2
+     * when the slot is free, -1 when the chain is empty */
+    uint32_t *keys;
+    int32_t *heads, *tails;
+    Py_ssize_t mask, used;
+    /* the pool: per entry its PSN, send time and next entry (-1 at the end) */
+    uint64_t *psn, *sent;
+    int32_t *next;
+    Py_ssize_t npool, pool_cap;
+    int32_t free_;
+} EvOrderObject;
+
+static inline Py_ssize_t
+eo_find(EvOrderObject *self, uint32_t ev)
+{
+    Py_ssize_t mask = self->mask;
+    Py_ssize_t h = (Py_ssize_t)((ev ^ (ev >> 16) ^ (ev >> 7)) & (uint32_t)mask);
+    for (;;) {
+        if (self->keys[h] == ev || self->heads[h] == -2)
+            return h;
+        h = (h + 1) & mask;
+    }
+}
+
+static int
+eo_alloc_table(EvOrderObject *self, Py_ssize_t size)
+{
+    Py_ssize_t j;
+    uint32_t *keys = PyMem_Calloc((size_t)size, sizeof(uint32_t));
+    int32_t *heads = PyMem_Malloc((size_t)size * sizeof(int32_t));
+    int32_t *tails = PyMem_Malloc((size_t)size * sizeof(int32_t));
+    if (!keys || !heads || !tails) {
+        PyMem_Free(keys);
+        PyMem_Free(heads);
+        PyMem_Free(tails);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (j = 0; j < size; j++) {
+        heads[j] = -2;
+        tails[j] = -1;
+    }
+    self->keys = keys;
+    self->heads = heads;
+    self->tails = tails;
+    self->mask = size - 1;
+    return 0;
+}
+
+static PyObject *
+EvOrder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    EvOrderObject *self = (EvOrderObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->free_ = -1;
+    if (eo_alloc_table(self, 16) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+EvOrder_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "EvOrder() takes no arguments");
+        return -1;
+    }
+    return 0;
+}
+
+static void
+EvOrder_dealloc(EvOrderObject *self)
+{
+    PyMem_Free(self->keys);
+    PyMem_Free(self->heads);
+    PyMem_Free(self->tails);
+    PyMem_Free(self->psn);
+    PyMem_Free(self->sent);
+    PyMem_Free(self->next);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Double the table and put every EV's slot back. */
+static int
+eo_grow(EvOrderObject *self)
+{
+    uint32_t *keys = self->keys;
+    int32_t *heads = self->heads, *tails = self->tails;
+    Py_ssize_t old = self->mask + 1, j;
+    if (old > (1 << 29)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (eo_alloc_table(self, 2 * old) < 0)
+        return -1;
+    for (j = 0; j < old; j++) {
+        if (heads[j] != -2) {
+            Py_ssize_t h = eo_find(self, keys[j]);
+            self->keys[h] = keys[j];
+            self->heads[h] = heads[j];
+            self->tails[h] = tails[j];
+        }
+    }
+    PyMem_Free(keys);
+    PyMem_Free(heads);
+    PyMem_Free(tails);
+    return 0;
+}
+
+/* An EV argument: *ok = 0 when it is no 32-bit value (an EV from the network may be
+ * any integer: it has no pair). */
+static inline uint32_t
+eo_ev(PyObject *o, int *ok)
+{
+    int64_t v = as_i64(o, ok);
+    if (*ok && (v < 0 || v > (int64_t)0xFFFFFFFF))
+        *ok = 0;
+    return (uint32_t)v;
+}
+
+/* The chain's first entry of ``ev`` and its slot (*slot), or -1 when it has no pair. */
+static inline int32_t
+eo_first(EvOrderObject *self, PyObject *ev_obj, Py_ssize_t *slot)
+{
+    int ok;
+    uint32_t ev = eo_ev(ev_obj, &ok);
+    Py_ssize_t h;
+    if (!ok)
+        return -1;
+    h = eo_find(self, ev);
+    *slot = h;
+    return self->heads[h] < 0 ? -1 : self->heads[h];
+}
+
+/* A (PSN, send time) argument pair; *ok = 0 when either does not fit 64 bits
+ * unsigned (then it matches no pair). */
+static inline void
+eo_pair(PyObject *p, PyObject *s, uint64_t *psn, uint64_t *sent, int *ok)
+{
+    unsigned long long v;
+    *ok = 0;
+    if (!PyLong_Check(p) || !PyLong_Check(s))
+        return;
+    v = PyLong_AsUnsignedLongLong(p);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return;
+    }
+    *psn = v;
+    v = PyLong_AsUnsignedLongLong(s);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return;
+    }
+    *sent = v;
+    *ok = 1;
+}
+
+static inline void
+eo_release(EvOrderObject *self, int32_t e)
+{
+    self->next[e] = self->free_;
+    self->free_ = e;
+}
+
+static PyObject *
+EvOrder_append(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int ok;
+    uint32_t ev;
+    uint64_t psn, sent;
+    Py_ssize_t h;
+    int32_t first, e;
+    if (check_nargs("append", nargs, 3) < 0)
+        return NULL;
+    ev = eo_ev(args[0], &ok);
+    if (!ok) {
+        PyErr_SetString(PyExc_OverflowError, "EvOrder: EV out of range");
+        return NULL;
+    }
+    if (as_u64(args[1], &psn) < 0 || as_u64(args[2], &sent) < 0)
+        return NULL;
+    /* the entry first (nothing changes when memory runs out) */
+    if (self->free_ < 0 && self->npool == self->pool_cap) {
+        Py_ssize_t cap = self->pool_cap + (self->pool_cap >> 3) + 16;
+        void *a, *b, *c;
+        if (cap > INT32_MAX - 2)
+            return PyErr_NoMemory();
+        a = PyMem_Realloc(self->psn, (size_t)cap * sizeof(uint64_t));
+        if (a == NULL)
+            return PyErr_NoMemory();
+        self->psn = a;
+        b = PyMem_Realloc(self->sent, (size_t)cap * sizeof(uint64_t));
+        if (b == NULL)
+            return PyErr_NoMemory();
+        self->sent = b;
+        c = PyMem_Realloc(self->next, (size_t)cap * sizeof(int32_t));
+        if (c == NULL)
+            return PyErr_NoMemory();
+        self->next = c;
+        self->pool_cap = cap;
+    }
+    h = eo_find(self, ev);
+    first = self->heads[h];
+    if (first == -2) {
+        self->keys[h] = ev;
+        self->heads[h] = -1;
+        self->used += 1;
+        if (4 * self->used > 3 * (self->mask + 1)) {
+            if (eo_grow(self) < 0)
+                return NULL;
+            h = eo_find(self, ev);
+        }
+        first = -1;
+    }
+    e = self->free_;
+    if (e >= 0)
+        self->free_ = self->next[e];
+    else
+        e = (int32_t)self->npool++;
+    self->psn[e] = psn;
+    self->sent[e] = sent;
+    self->next[e] = -1;
+    if (first < 0)
+        self->heads[h] = e;
+    else
+        self->next[self->tails[h]] = e;
+    self->tails[h] = e;
+    Py_RETURN_NONE;
+}
+
+static int
+eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent)
+{
+    EvOrderObject *self = (EvOrderObject *)order;
+    Py_ssize_t h = eo_find(self, ev);
+    int32_t e = self->heads[h];
+    if (e < 0 || self->psn[e] != psn || self->sent[e] != sent)
+        return 0;
+    self->heads[h] = self->next[e];
+    eo_release(self, e);
+    return 1;
+}
+
+static PyObject *
+EvOrder_pop_first(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t h = 0;
+    int32_t e;
+    uint64_t psn, sent;
+    int ok;
+    if (check_nargs("pop_first", nargs, 3) < 0)
+        return NULL;
+    e = eo_first(self, args[0], &h);
+    if (e < 0)
+        Py_RETURN_FALSE;
+    eo_pair(args[1], args[2], &psn, &sent, &ok);
+    if (!ok || self->psn[e] != psn || self->sent[e] != sent)
+        Py_RETURN_FALSE;
+    self->heads[h] = self->next[e];
+    eo_release(self, e);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+EvOrder_take_through(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t h = 0, n = 0, k = 0;
+    int32_t first, e;
+    uint64_t psn, sent;
+    int ok;
+    PyObject *before;
+    if (check_nargs("take_through", nargs, 3) < 0)
+        return NULL;
+    first = eo_first(self, args[0], &h);
+    if (first < 0)
+        Py_RETURN_NONE;
+    eo_pair(args[1], args[2], &psn, &sent, &ok);
+    if (!ok)
+        Py_RETURN_NONE;
+    e = first;
+    while (e >= 0 && (self->psn[e] != psn || self->sent[e] != sent)) {
+        e = self->next[e];
+        n++;
+    }
+    if (e < 0)
+        Py_RETURN_NONE;
+    before = PyList_New(2 * n);
+    if (before == NULL)
+        return NULL;
+    e = first;
+    while (self->psn[e] != psn || self->sent[e] != sent) {
+        PyObject *a = PyLong_FromUnsignedLongLong(self->psn[e]);
+        PyObject *b = a ? PyLong_FromUnsignedLongLong(self->sent[e]) : NULL;
+        if (b == NULL) {
+            Py_XDECREF(a);
+            Py_DECREF(before);
+            return NULL; /* nothing dropped yet */
+        }
+        PyList_SET_ITEM(before, k, a);
+        PyList_SET_ITEM(before, k + 1, b);
+        k += 2;
+        e = self->next[e];
+    }
+    /* all built: now drop them */
+    e = first;
+    while (self->psn[e] != psn || self->sent[e] != sent) {
+        int32_t following = self->next[e];
+        eo_release(self, e);
+        e = following;
+    }
+    self->heads[h] = self->next[e];
+    eo_release(self, e);
+    return before;
+}
+
+static PyObject *
+EvOrder_remove(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t h = 0;
+    int32_t e, prev = -1;
+    uint64_t psn, sent;
+    int ok;
+    if (check_nargs("remove", nargs, 3) < 0)
+        return NULL;
+    e = eo_first(self, args[0], &h);
+    if (e < 0)
+        Py_RETURN_NONE;
+    eo_pair(args[1], args[2], &psn, &sent, &ok);
+    if (!ok)
+        Py_RETURN_NONE;
+    while (e >= 0 && (self->psn[e] != psn || self->sent[e] != sent)) {
+        prev = e;
+        e = self->next[e];
+    }
+    if (e < 0)
+        Py_RETURN_NONE;
+    if (prev < 0)
+        self->heads[h] = self->next[e];
+    else {
+        self->next[prev] = self->next[e];
+        if (self->next[e] == -1)
+            self->tails[h] = prev;
+    }
+    eo_release(self, e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+EvOrder_pairs(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t h = 0;
+    int32_t e;
+    PyObject *out;
+    if (check_nargs("pairs", nargs, 1) < 0)
+        return NULL;
+    out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    e = eo_first(self, args[0], &h);
+    while (e >= 0) {
+        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)self->psn[e],
+                                    (unsigned long long)self->sent[e]);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+        e = self->next[e];
+    }
+    return out;
+}
+
+static PyObject *
+EvOrder_sizeof(EvOrderObject *self, PyObject *unused)
+{
+    size_t table = (size_t)(self->mask + 1) * (sizeof(uint32_t) + 2 * sizeof(int32_t));
+    size_t pool = (size_t)self->pool_cap * (2 * sizeof(uint64_t) + sizeof(int32_t));
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + table + pool);
+}
+
+static PyMethodDef EvOrder_methods[] = {
+    {"__sizeof__", (PyCFunction)EvOrder_sizeof, METH_NOARGS, "Bytes held, arrays included."},
+    {"append", (PyCFunction)(void (*)(void))EvOrder_append, METH_FASTCALL,
+     "A transmission of psn went out on ev at sent: last in its chain."},
+    {"pop_first", (PyCFunction)(void (*)(void))EvOrder_pop_first, METH_FASTCALL,
+     "When psn, sent is the oldest pair on ev, drop it and return True."},
+    {"take_through", (PyCFunction)(void (*)(void))EvOrder_take_through, METH_FASTCALL,
+     "Drop the pairs of ev up to the first psn, sent and return those before it as flat "
+     "pairs (a list); None when ev has no such pair."},
+    {"remove", (PyCFunction)(void (*)(void))EvOrder_remove, METH_FASTCALL,
+     "Drop the first pair psn, sent of ev, if it has one."},
+    {"pairs", (PyCFunction)(void (*)(void))EvOrder_pairs, METH_FASTCALL,
+     "The pairs of ev in send order (for tests and inspection)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EvOrderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.transport._txtable.EvOrder",
+    .tp_doc = PyDoc_STR("Per EV, the transmissions sent on it and not yet resolved "
+                        "(native; see openmrc.transport.txtable.EvOrder)."),
+    .tp_basicsize = sizeof(EvOrderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = EvOrder_new,
+    .tp_init = EvOrder_init,
+    .tp_dealloc = (destructor)EvOrder_dealloc,
+    .tp_methods = EvOrder_methods,
+};
+
+/* ---- module ----------------------------------------------------------------- */
+
+static struct PyModuleDef txtable_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "openmrc.transport._txtable",
+    .m_doc = "Native TxTable and EvOrder (see openmrc.transport.txtable).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__txtable(void)
+{
+    PyObject *m;
+    if (PyType_Ready(&TxTableType) < 0 || PyType_Ready(&EvOrderType) < 0)
+        return NULL;
+    m = PyModule_Create(&txtable_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&TxTableType);
+    if (PyModule_AddObject(m, "TxTable", (PyObject *)&TxTableType) < 0) {
+        Py_DECREF(&TxTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EvOrderType);
+    if (PyModule_AddObject(m, "EvOrder", (PyObject *)&EvOrderType) < 0) {
+        Py_DECREF(&EvOrderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
