@@ -87,6 +87,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from openmrc.baselines.experiment import BaselineExperiment
 from openmrc.sim import _native
 from openmrc.sim.budget import bytes_per_host, estimate, same_t0
 from openmrc.sim.config import FabricConfig
@@ -255,7 +256,7 @@ def run_openmrc(
     parallel = getattr(exp, "parallel_stats", None)
     if parallel:  # each rank made its own hosts' QPs only
         qps = sum(r["qps"] for r in parallel["per_rank"])
-    elif hasattr(exp, "roce_config"):  # RoCE/IB: QPs are numbered from 1 as they are made
+    elif isinstance(exp, BaselineExperiment):  # RoCE/IB: QPs numbered from 1 as made
         qps = exp._next_qp - 1
     else:
         qps = sum(len(h.ctx.qps) for h in exp.hosts)
