@@ -323,6 +323,25 @@ def run_openmrc(
         "cpus": os.cpu_count(),
         # a partitioned run (--ranks): ranks, windows, and per rank events, CPU, idle, packets
         "parallel": getattr(exp, "parallel_stats", None) or None,
+        # a RoCE/IB run: what its QPs did (go-back-N's resends, timeouts, NAKs, CNPs)
+        "roce": roce_counters(exp) if isinstance(exp, BaselineExperiment) else None,
+    }
+
+
+def roce_counters(exp: BaselineExperiment) -> dict[str, int]:
+    """The QPs' counters of a RoCE/IB run, summed: data packets sent against PSNs
+    acknowledged (the difference is go-back-N's resends), rewinds, ACK timeouts, NAKs,
+    CNPs."""
+    senders = [s for f in exp.flows for s in getattr(f, "senders", ())]
+    receivers = [r for f in exp.flows for r in getattr(f, "receivers", ())]
+    return {
+        "qps": len(senders),
+        "data_packets_sent": sum(s.sent_pkts for s in senders),
+        "psns_acked": sum(s.una for s in senders),
+        "rewinds": sum(s.rewinds for s in senders),
+        "ack_timeouts": sum(s.timeouts for s in senders),
+        "naks": sum(r.naks for r in receivers),
+        "cnps": sum(r.cnps for r in receivers),
     }
 
 
