@@ -13,6 +13,12 @@ Cases (``--case``, repeatable; default ``perm-128`` and ``perm-1024``):
   the JSON's flow figures are empty and ``collective`` holds its time and busbw;
 * ``alltoall-64`` - every one of 64 hosts sends 64 KiB to every other
   (4032 QPs: the case that measures cost per QP rather than per packet);
+* ``ring-loss1-T`` - the paper's ring all-reduce at 1 % loss (Figure 16's
+  ``scenarios/paper/ring-allreduce-64-T-loss1.toml``, T one of ``mrc``, ``roce-1qp``,
+  ``roce-16qp``) at the size ``openmrc paper --quick`` runs it (16 ranks, 16 MiB),
+  to the end of the collective; ``ring-loss1-T-64`` at full size (64 ranks at
+  400 Gb/s, 64 MiB; give it ``--until-us``: a capped run measures CPU seconds per
+  simulated millisecond).  ``--seed`` is the scenario's seed;
 * ``sendrecv-N`` - the paper's NCCL-tests sendrecv (5.2.6, Fig. 15) on N hosts x 8
   planes (T0s of 256 down / 256 up from 8192 hosts): every host sends 4 MiB to
   host + 1, in 1 MiB messages, and T1 0 of plane 0 goes down at 20 us;
@@ -46,7 +52,7 @@ own cached venvs (``benchmarks/speed_guard.py`` says how): work, ref, work, ref 
 (``--pairs``, default 3, niced), CPU seconds of each child, and prints the CPU ratio
 with each side's events and packet-link traversals.  ``--work-ref REF2`` measures
 another commit instead of the working tree (a bisection step), ``--work-python PY``
-the compiled openmrc that interpreter imports.
+the compiled openmrc that interpreter imports.  ``--until-us`` caps both sides' runs.
 
     python benchmarks/sim_speed.py                                  # 128 then 1024 hosts
     python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
@@ -54,6 +60,7 @@ the compiled openmrc that interpreter imports.
     python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
     python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs sequential
     python benchmarks/sim_speed.py --case perm-1024 --vs-ref main          # this tree / main, CPU
+    python benchmarks/sim_speed.py --case ring-loss1-roce-16qp-64 --until-us 2000 --vs-ref main
 
 ``--ranks K`` runs each case in the ordinary sequential run and partitioned
 (:mod:`openmrc.sim.partition`) on K ranks under ``mpirun`` in the same
@@ -80,6 +87,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from openmrc.baselines.experiment import BaselineExperiment
 from openmrc.sim import _native
 from openmrc.sim.budget import bytes_per_host, estimate, same_t0
 from openmrc.sim.config import FabricConfig
@@ -90,6 +98,8 @@ from openmrc.workloads import FlowSpec, all_to_all, permutation
 from openmrc.workloads.collectives import Collective, allreduce
 
 US = 1_000_000
+#: The repository (the scenario files of the ``ring-loss1`` cases).
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def fabric_for(hosts: int, planes: int = 1) -> ClosSpec:
@@ -132,6 +142,8 @@ def build(
         exp = make_experiment(spec, seed=seed, sample_interval_ps=100_000_000)
         exp.add_flows(all_to_all(list(range(64)), 64 << 10))
         return exp, "all-to-all, 64 hosts, 64 KiB per ordered pair", None
+    if case.startswith("ring-loss1-"):
+        return ring_case(case, seed)
     if case.startswith("sendrecv-"):
         hosts = SENDRECV_HOSTS.get(case[9:]) or (int(case[9:]) if case[9:].isdigit() else 0)
         spec = sendrecv_fabric(hosts)
@@ -151,7 +163,34 @@ def build(
         )
     raise SystemExit(
         f"--case: unknown case {case!r} (perm-N, allreduce-1024, alltoall-64, sendrecv-N, "
-        "sendrecv-42k, sendrecv-131072)"
+        "sendrecv-42k, sendrecv-131072, ring-loss1-T, ring-loss1-T-64)"
+    )
+
+
+#: The transports of the paper's 1 % loss rings (``ring-loss1-T``).
+RING_TRANSPORTS = ("mrc", "roce-1qp", "roce-16qp")
+
+
+def ring_case(case: str, seed: int) -> tuple[Experiment, str, Collective | None]:
+    """``ring-loss1-T`` (the paper's quick size) or ``ring-loss1-T-64`` (full size)."""
+    from openmrc.paper.experiments import QUICK_RING, RING_FULL
+    from openmrc.pipeline.run import load_scenario
+
+    name = case[len("ring-loss1-") :]
+    full = name.endswith("-64")
+    transport = name[:-3] if full else name
+    if transport not in RING_TRANSPORTS:
+        raise SystemExit(
+            f"--case {case}: the transport must be one of {', '.join(RING_TRANSPORTS)}"
+        )
+    path = ROOT / "scenarios" / "paper" / f"ring-allreduce-64-{transport}-loss1.toml"
+    sets = list(RING_FULL) if full else [*QUICK_RING, 'workload.size="16MiB"']
+    scenario, _ = load_scenario(str(path), sets, seed)
+    ranks = scenario.spec.hosts
+    return (
+        scenario.build(),
+        f"ring all-reduce, {ranks} ranks, 1 % loss, {transport} ({path.name})",
+        None,
     )
 
 
@@ -217,6 +256,8 @@ def run_openmrc(
     parallel = getattr(exp, "parallel_stats", None)
     if parallel:  # each rank made its own hosts' QPs only
         qps = sum(r["qps"] for r in parallel["per_rank"])
+    elif isinstance(exp, BaselineExperiment):  # RoCE/IB: QPs numbered from 1 as made
+        qps = exp._next_qp - 1
     else:
         qps = sum(len(h.ctx.qps) for h in exp.hosts)
     local = [f for f in result.flows if same_t0(spec, f.src, f.dst)]
@@ -236,7 +277,7 @@ def run_openmrc(
         "kernel": "native" if _native.NATIVE else "pure-python",
         "hosts": spec.hosts,
         "planes": spec.planes,
-        "fabric": f"{spec.t0s} T0 x {spec.t1s} T1 per plane, {spec.host_gbps:g} Gb/s, 1 us links",
+        "fabric": f"{spec.t0s} T0 x {spec.t1s} T1 per plane, {spec.host_gbps:g} Gb/s, {spec.link_delay_ps / 1e6:g} us links",
         "workload": workload,
         "until_us": until_us,
         "flows": len(result.flows),
@@ -282,6 +323,25 @@ def run_openmrc(
         "cpus": os.cpu_count(),
         # a partitioned run (--ranks): ranks, windows, and per rank events, CPU, idle, packets
         "parallel": getattr(exp, "parallel_stats", None) or None,
+        # a RoCE/IB run: what its QPs did (go-back-N's resends, timeouts, NAKs, CNPs)
+        "roce": roce_counters(exp) if isinstance(exp, BaselineExperiment) else None,
+    }
+
+
+def roce_counters(exp: BaselineExperiment) -> dict[str, int]:
+    """The QPs' counters of a RoCE/IB run, summed: data packets sent against PSNs
+    acknowledged (the difference is go-back-N's resends), rewinds, ACK timeouts, NAKs,
+    CNPs."""
+    senders = [s for f in exp.flows for s in getattr(f, "senders", ())]
+    receivers = [r for f in exp.flows for r in getattr(f, "receivers", ())]
+    return {
+        "qps": len(senders),
+        "data_packets_sent": sum(s.sent_pkts for s in senders),
+        "psns_acked": sum(s.una for s in senders),
+        "rewinds": sum(s.rewinds for s in senders),
+        "ack_timeouts": sum(s.timeouts for s in senders),
+        "naks": sum(r.naks for r in receivers),
+        "cnps": sum(r.cnps for r in receivers),
     }
 
 
@@ -574,6 +634,8 @@ def vs_ref(args: argparse.Namespace) -> int:
             work_py, work_script = guard.ensure_work(repo, nice)
             work_what = f"the working tree, built in {work_py.parent.parent.parent}"
         extra = ["--size", str(args.size), "--seed", str(args.seed), "--planes", str(args.planes)]
+        if args.until_us is not None:
+            extra += ["--until-us", str(args.until_us)]
         results: list[dict[str, object]] = []
         for case in args.case or ["perm-1024"]:
             pairing = guard.Pairing()
@@ -683,8 +745,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(got))
         return 0
     if args.vs_ref is not None:
-        if args.vs_htsim or args.ranks is not None or args.until_us is not None:
-            parser.error("--vs-ref: not with --vs-htsim, --ranks or --until-us")
+        if args.vs_htsim or args.ranks is not None:
+            parser.error("--vs-ref: not with --vs-htsim or --ranks")
         if args.work_python and args.work_ref:
             parser.error("--work-python and --work-ref: one working side at a time")
         return vs_ref(args)

@@ -155,3 +155,15 @@ def test_two_guards_wanting_one_build_build_it_once(
         t.join()
     assert len(builds) == 1
     assert len(got) == 2 and got[0] == got[1] and got[0][0].exists()
+
+
+def test_sim_speed_names_a_bad_ring_case() -> None:
+    script = ROOT / "benchmarks" / "sim_speed.py"
+    env = {**guard.child_env(), "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run(
+        [sys.executable, str(script), "--child", "ring-loss1-tcp"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "--case ring-loss1-tcp: the transport must be one of mrc, roce-1qp" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -262,3 +262,144 @@ def test_roce_data_arrival_checks_only_its_own_flow(monkeypatch: pytest.MonkeyPa
     assert result.all_ok
     assert arrivals[0] >= 56 * 16  # every data packet of the 56 transfers
     assert 0 < checks[0] <= arrivals[0]
+
+
+def test_roce_nic_never_scans_a_qp_given_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ring steps of one message on connections of 16 QPs: the 15 QPs a step leaves
+    # empty used to stay in the NIC's scan for good (nothing retires a QP never
+    # ACKed), thousands per host by the end of a 64-rank ring.
+    from openmrc.baselines.roce import RoceSender
+
+    asked: set[int] = set()
+    real = RoceSender.ready
+
+    def counting(self: RoceSender) -> bool:
+        asked.add(id(self))
+        return real(self)
+
+    monkeypatch.setattr(RoceSender, "ready", counting)
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4)
+    exp = make_experiment(spec, transport=TransportConfig(name="roce", roce={"qps": 16}))
+    exp.add_collective(allreduce(8, 8 * 2 * (64 << 10)), message=64 << 10)
+    result = exp.run()
+    assert result.all_ok
+    flows = exp.flows
+    empty = [s for f in flows for s in f.senders if not s._segs]  # type: ignore[attr-defined]
+    used = [s for f in flows for s in f.senders if s._segs]  # type: ignore[attr-defined]
+    assert len(empty) > 4 * len(used) > 0
+    assert all(id(s) in asked for s in used)
+    assert not any(id(s) in asked for s in empty)
+
+
+class _PacedSender:
+    """A RoCE sender as the NIC's scan reads it: packets left, and a pacer."""
+
+    def __init__(self, qp: int, packets: int, next_tx: int) -> None:
+        self.qp = qp
+        self.packets = packets
+        self.next_tx = next_tx
+
+    def deadline(self) -> int | None:
+        return None
+
+    def ready(self) -> bool:
+        return self.packets > 0
+
+    def next_send_ps(self, now: int | None = None) -> int:
+        return self.next_tx
+
+    def build(self, now: int) -> _PacedSender:
+        self.packets -= 1
+        return self
+
+
+class _FreePort:
+    """A host port that is always free and records what the NIC gives it."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.busy_until = 0
+        self.data_bytes = 0
+        self.sent: list[_PacedSender] = []
+
+    def enqueue(self, pkt: _PacedSender) -> None:
+        self.sent.append(pkt)
+
+
+class _ListRoundRobin:
+    """The NIC's round-robin over a list that holds every QP, the empty ones too."""
+
+    def __init__(self) -> None:
+        self.qps: list[_PacedSender | None] = []  # None: a QP given no message
+        self.rr = 0
+
+    def kick(self, now: int) -> list[_PacedSender]:
+        out: list[_PacedSender] = []
+        while True:
+            n = len(self.qps)
+            chosen = None
+            for i in range(n):
+                q = self.qps[(self.rr + i) % n]
+                if q is not None and q.ready() and q.next_tx <= now:
+                    chosen = q
+                    self.rr = (self.rr + i + 1) % n
+                    break
+            if chosen is None:
+                return out
+            out.append(chosen.build(now))
+
+    def retire(self, snd: _PacedSender) -> None:
+        j = self.qps.index(snd)
+        del self.qps[j]
+        if j < self.rr:
+            self.rr -= 1
+        self.rr = self.rr % len(self.qps) if self.qps else 0
+
+
+def test_roce_nic_serves_qps_in_the_order_of_a_list_holding_the_empty_ones() -> None:
+    # The QPs given no message are only passed over (BaselineHost.pass_over): a random
+    # history of QPs registered, passed over, paced, drained and retired must give the
+    # packets in the order of a round-robin over a list that holds the empty QPs.
+    exp = make_experiment(
+        ClosSpec(planes=1, t0s=2, hosts_per_t0=1, t1s=1), transport=TransportConfig(name="roce")
+    )
+    host = exp.hosts[0]
+    assert isinstance(host, BaselineHost)
+    port = _FreePort()
+    host.ports = [port]  # type: ignore[list-item]
+    model = _ListRoundRobin()
+    rng = random.Random(11)
+    live: list[_PacedSender] = []
+    now = 0
+    qp = 0
+    for _step in range(4000):
+        op = rng.random()
+        if op < 0.25:
+            qp += 1
+            snd = _PacedSender(qp, rng.randrange(1, 4), now + rng.randrange(0, 3))
+            host.add_sender(snd, 0)  # type: ignore[arg-type]
+            model.qps.append(snd)
+            live.append(snd)
+        elif op < 0.45:
+            host.pass_over(0)
+            model.qps.append(None)
+        elif op < 0.6 and live:
+            done = [s for s in live if not s.packets]
+            if done:
+                snd = rng.choice(done)
+                live.remove(snd)
+                host.retire(snd)  # type: ignore[arg-type]
+                model.retire(snd)
+        elif op < 0.7 and live:
+            snd = rng.choice(live)
+            snd.packets += rng.randrange(1, 3)
+            snd.next_tx = now + rng.randrange(0, 3)
+            host.refresh(snd)  # type: ignore[arg-type]
+        else:
+            now += rng.randrange(0, 2)
+            expect = model.kick(now)
+            for snd in expect:  # the model drained them: undo, the NIC drains them again
+                snd.packets += 1
+            port.sent.clear()
+            host.kick(now)
+            assert [s.qp for s in port.sent] == [s.qp for s in expect]

@@ -23,6 +23,7 @@ Either can be adjusted with ``TransportConfig.roce`` (RoceConfig keys, e.g.
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import replace
 from heapq import heappop, heappush
@@ -61,6 +62,17 @@ class BaselineHost:
         #: sending QPs by qp id, and per plane in round-robin order
         self.senders: dict[int, RoceSender] = {}
         self.plane_senders: list[list[RoceSender]] = [[] for _ in self.ports]
+        #: The round-robin order is the order QPs were registered in, numbered by
+        #: ``_seq_next``: per plane the numbers of :attr:`plane_senders` (ascending),
+        #: the number of the last QP passed over (:meth:`pass_over`, -1: none), and
+        #: the pointer ``_rr``: the scan starts at the first QP numbered ``_rr`` or
+        #: more, else at the first.  A QP with nothing to send keeps its number
+        #: without being in the list: the order, and where the pointer stands in it
+        #: (before or after QPs registered later), are those of a list that held it.
+        self._seq_next = 0
+        self._plane_seqs: list[list[int]] = [[] for _ in self.ports]
+        self._passed_last = [-1] * len(self.ports)
+        self._seqs: dict[RoceSender, int] = {}
         self._rr = [0] * len(self.ports)
         self.receivers: dict[int, RoceReceiver] = {}
         #: per port: the notification point's CNP spacing, shared by its QPs
@@ -93,8 +105,26 @@ class BaselineHost:
         """Register a sending QP on ``plane`` (then :meth:`refresh` it once posted to)."""
         self.senders[snd.qp] = snd
         self.plane_senders[plane].append(snd)
+        seq = self._seq_next
+        self._seq_next = seq + 1
+        self._plane_seqs[plane].append(seq)
+        self._seqs[snd] = seq
         self._planes[snd] = plane
         self.refresh(snd)
+
+    def pass_over(self, plane: int) -> None:
+        """Note a QP on ``plane`` that was given nothing to send and never will be (a
+        connection with more QPs than messages): it takes its place in the round-robin
+        order, as if registered, but stays out of the list that every packet scans."""
+        seq = self._seq_next
+        self._seq_next = seq + 1
+        self._passed_last[plane] = seq
+
+    def _last_seq(self, plane: int) -> int:
+        """The number of the last QP in ``plane``'s round-robin order (-1: none)."""
+        seqs = self._plane_seqs[plane]
+        last = self._passed_last[plane]
+        return seqs[-1] if seqs and seqs[-1] > last else last
 
     def refresh(self, snd: RoceSender) -> None:
         """Take note of ``snd``'s state after anything that may change it (a message
@@ -119,8 +149,8 @@ class BaselineHost:
         A RoCE sender carries one flow's messages and is never posted to again,
         so the NIC stops scanning it (a collective opens new QPs at every step:
         a 64-rank ring with 16 QPs left about 4,000 finished ones per host to
-        scan per packet).  The round-robin pointer moves with the list, so the
-        order in which ready QPs are served is unchanged.
+        scan per packet).  The round-robin pointer keeps its place in the order
+        (``_rr``), so the order in which ready QPs are served is unchanged.
         """
         if self.senders.pop(snd.qp, None) is None:
             return
@@ -129,15 +159,13 @@ class BaselineHost:
         if snd in self._waiting:
             self._waiting.discard(snd)
             self._nwaiting[plane] -= 1
-        qps = self.plane_senders[plane]  # (its own plane only)
-        for j, q in enumerate(qps):
-            if q is snd:
-                del qps[j]
-                rr = self._rr[plane]
-                if j < rr:
-                    rr -= 1
-                self._rr[plane] = rr % len(qps) if qps else 0
-                return
+        seq = self._seqs.pop(snd)
+        seqs = self._plane_seqs[plane]
+        j = bisect_left(seqs, seq)
+        del seqs[j]
+        del self.plane_senders[plane][j]
+        if self._last_seq(plane) < self._rr[plane]:
+            self._rr[plane] = 0  # it was the last in the order, and the scan's start
 
     def add_receiver(self, rcv: RoceReceiver) -> None:
         """Register a receiving QP."""
@@ -265,15 +293,22 @@ class BaselineHost:
                     break
                 if not self._nwaiting[plane]:
                     break
-                start = self._rr[plane]
+                seqs = self._plane_seqs[plane]
+                start = bisect_left(seqs, self._rr[plane])
                 chosen = None
                 for i in range(n):
-                    q = qps[(start + i) % n]
+                    j = start + i
+                    if j >= n:
+                        j -= n
+                    q = qps[j]
                     if q.ready():
                         t = q.next_send_ps(now)
                         if q.next_tx <= now:
                             chosen = q
-                            self._rr[plane] = (start + i + 1) % n
+                            seq = seqs[j]
+                            # the next scan starts after it, or at the first QP if it
+                            # is the last in the order
+                            self._rr[plane] = seq + 1 if seq < self._last_seq(plane) else 0
                             break
                         if wake is None or t < wake:
                             wake = t
@@ -498,7 +533,6 @@ class BaselineExperiment(Experiment):
                 buffer=flow.dst_buf,
                 cnp_pacer=dst.cnp_pacers[i % planes],
             )
-            src.add_sender(snd, i % planes)
             dst.add_receiver(rcv)
             self._rx_flows[qp] = flow
             flow.senders.append(snd)
@@ -517,8 +551,17 @@ class BaselineExperiment(Experiment):
             n += 1
         if spec.conn:
             self._conn_next_qp[ckey] = (first + n) % cfg.qps
-        for snd in flow.senders:
-            src.refresh(snd)
+        # A QP given no message (a connection with more QPs than messages: a ring
+        # step of NCCL's 512 KiB slices over 16 QPs is one message) stays empty for
+        # good, and nothing retires a QP that is never ACKed: registered, it would
+        # stay in its plane's scan to the end of the run (15 more per ring step and
+        # channel, thousands per host by the end of a 64-rank ring).  It is only
+        # passed over, which keeps the order in which the others are served.
+        for i, snd in enumerate(flow.senders):
+            if snd.idle():
+                src.pass_over(i % planes)
+            else:
+                src.add_sender(snd, i % planes)
         flow.pending = n
         flow.nmsgs = n
         flow.status = "running"
