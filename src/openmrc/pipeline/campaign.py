@@ -425,18 +425,17 @@ class Campaign:
         0, with ``changes`` (model time, up, parts); (step ps or None, its end or the
         time it gave up, ps after its start).
 
-        With ``groups`` (``campaign.fold_groups``) and parts in more than one group, each
-        group is run alone (its own parts down and changes; a group without changes as
-        its steady iteration), each such run kept by its parts, changes and lead, and
-        the iteration takes the slowest group's step: an approximation
-        (docs/campaign.md), where one group is the exact run."""
+        With ``groups`` (``campaign.fold_groups``) each group of parts is run alone (its
+        own parts down and changes; a group without changes beside others as its steady
+        iteration), each such run kept by its parts, changes and lead (a group's steady
+        run serves every later iteration it is in), and the iteration takes the
+        slowest group's step: an approximation (docs/campaign.md), where one group
+        is the exact run."""
         if self.groups is not None:
             every = set(view)
             for _at, _up, parts in changes:
                 every |= set(parts)
-            gs = self.groups(frozenset(every))
-            if len(gs) > 1:
-                return self._by_groups(view, changes, lead, gs)
+            return self._by_groups(view, changes, lead, self.groups(frozenset(every)))
         return self._run_model(view, changes, lead)
 
     def _by_groups(
@@ -453,7 +452,8 @@ class Campaign:
             sub = frozenset(view & g)
             mine = [(at, up, [e for e in parts if e in g]) for at, up, parts in changes]
             mine = [c for c in mine if c[2]]
-            at_lead = lead if mine else 0
+            # a group without changes beside others: its steady iteration
+            at_lead = lead if mine or len(gs) == 1 else 0
             key = (
                 tuple(sorted(sub, key=repr)),
                 tuple((at, up, tuple(sorted(ps, key=repr))) for at, up, ps in mine),
