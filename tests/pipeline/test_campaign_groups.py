@@ -72,6 +72,9 @@ def test_fold_groups_runs_groups_alone_and_reuses_them_exactly(
 
     monkeypatch.setattr(cf.FoldedJob, "folded", spy)
     got = _doc(["campaign.fold_groups=true"])
+    # the printed summary's first line says so
+    assert "fold_groups (approximate" in cp.summary_lines({**got, "transports": {}})[0]
+    assert "fold_groups" not in cp.summary_lines({**exact, "transports": {}})[0]
     assert got.pop("fold_groups") is True
     # both parts down at once (the exact fold keeps 6 blocks), yet no run keeps more
     # than one group's 3 blocks

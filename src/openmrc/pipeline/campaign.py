@@ -1019,6 +1019,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     out = [
         f"campaign {doc['campaign']}: {doc['hours']:g} h, seed {doc['seed']}, "
         f"{len(doc['failures'])} failure{'s' if len(doc['failures']) != 1 else ''}"
+        + (
+            ", fold_groups (approximate: the slowest group's step)"
+            if doc.get("fold_groups")
+            else ""
+        )
     ]
     for name, t in doc["transports"].items():
         st = t["step_ms"]
