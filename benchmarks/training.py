@@ -65,7 +65,8 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``campaign-plan`` - scenarios/training/campaign-131072.toml (MRC, folded) for
   ``--hours`` (default 24) per seed of ``--seeds``, not simulated: the failures,
   states, iterations the campaign would simulate and the blocks their folds keep
-  (what a day of the whole cluster costs, in blocks simulated);
+  (what a day of the whole cluster costs, in blocks simulated), and the runs and
+  blocks with ``campaign.fold_groups`` (``fold_groups_*``);
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -981,10 +982,11 @@ def campaign_check(
             out.append(row)
 
 
-def _dry_run(setup: Any, hours: float) -> tuple[Any, list[int]]:
+def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[int]]:
     """A folded MRC campaign of ``setup`` in which every simulated iteration takes the
-    bundled job's failure-free step and records the blocks its fold keeps; (its
-    measurements, the blocks kept per simulated iteration)."""
+    bundled job's failure-free step and records the blocks its fold keeps (``groups``:
+    as ``campaign.fold_groups`` runs it, group by group); (its measurements, the
+    blocks kept per flow-level run)."""
     from openmrc.pipeline import campaign as cp
 
     fj = setup.folds["mrc"]
@@ -1001,7 +1003,7 @@ def _dry_run(setup: Any, hours: float) -> tuple[Any, list[int]]:
         self.out.simulated += 1
         return step, step
 
-    dry = type("Dry", (cp.Campaign,), {"_simulate": simulate})
+    dry = type("Dry", (cp.Campaign,), {"_run_model": simulate})
     c = dry(
         "mrc",
         fj.whole_model,
@@ -1011,6 +1013,7 @@ def _dry_run(setup: Any, hours: float) -> tuple[Any, list[int]]:
         setup.config.restart_s,
         folded=fj.folded,
         probe=fj.fabric_model(),
+        groups=fj.groups if groups else None,
     )
     return c.run(), kept
 
@@ -1033,6 +1036,7 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             transports=["mrc"],
         )
         out, kept = _dry_run(setup, hours)
+        g_out, g_kept = _dry_run(setup, hours, groups=True)
         row = {
             "case": "campaign-plan",
             "seed": seed,
@@ -1043,6 +1047,9 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             "blocks_kept_sum": sum(kept),
             "blocks_kept_mean": round(sum(kept) / len(kept), 2),
             "blocks_kept_max": max(kept),
+            "fold_groups_runs": g_out.simulated,
+            "fold_groups_blocks_kept_sum": sum(g_kept),
+            "fold_groups_blocks_kept_max": max(g_kept),
         }
         print(json.dumps(row), flush=True)
         rows.append(row)

@@ -74,6 +74,7 @@ KEYS = (
     "nic_port_repair_s",
     "fold",
     "fold_margin",
+    "fold_groups",
 )
 
 #: fault kinds a hand-given campaign failure may have.
@@ -109,6 +110,9 @@ class CampaignConfig:
     #: either side of the blocks a part down touches
     fold: bool = False
     fold_margin: int = 1
+    #: with ``fold``: run the groups of parts that lie apart each alone, the slowest
+    #: group's step the iteration's (an approximation, docs/campaign.md)
+    fold_groups: bool = False
 
 
 def parse_config(raw: Any) -> CampaignConfig:
@@ -137,6 +141,10 @@ def parse_config(raw: Any) -> CampaignConfig:
             if not isinstance(v, bool):
                 raise CampaignError(f"campaign.fold: must be true or false, got {v!r}")
             out["fold"] = v
+        elif k == "fold_groups":
+            if not isinstance(v, bool):
+                raise CampaignError(f"campaign.fold_groups: must be true or false, got {v!r}")
+            out["fold_groups"] = v
         elif k == "fold_margin":
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise CampaignError(f"campaign.fold_margin: must be an integer >= 0, got {v!r}")
@@ -152,6 +160,8 @@ def parse_config(raw: Any) -> CampaignConfig:
                 repair[k[: -len("_repair_s")]] = float(v)
             else:
                 out[k] = float(v)
+    if out.get("fold_groups") and not out.get("fold"):
+        raise CampaignError("campaign.fold_groups: needs campaign.fold = true")
     return CampaignConfig(**out, repair_s=repair)
 
 
@@ -335,6 +345,7 @@ class Campaign:
         key: Callable[[frozenset[Element]], State] = state_key,
         folded: Callable[[frozenset[Element]], Folded | None] | None = None,
         probe: FluidModel | None = None,
+        groups: Callable[[frozenset[Element]], list[frozenset[Element]]] | None = None,
     ) -> None:
         self.transport = transport
         self.make_model = make_model
@@ -346,6 +357,7 @@ class Campaign:
         self.reuse = reuse
         self.key = key
         self.folded = folded
+        self.groups = groups
         if probe is None:
             probe = make_model()
         self._parts: list[frozenset[Element]] = []
@@ -357,6 +369,8 @@ class Campaign:
         self._detect_ps = probe.detect_ps if transport == "mrc" else 0
         self._converge_ps = 0 if transport == "mrc" else probe.convergence_ps
         self._cache: dict[State, tuple[int | None, int]] = {}
+        #: with ``groups``: a group's iteration by (its parts down, its changes, lead)
+        self._group_cache: dict[tuple[Any, ...], tuple[int | None, int]] = {}
         self._state_ids: dict[State, int] = {}
         self.out = TransportCampaign(transport, 0)
 
@@ -409,7 +423,59 @@ class Campaign:
     ) -> tuple[int | None, int]:
         """One iteration from state ``view``, starting ``lead`` ps after the model's time
         0, with ``changes`` (model time, up, parts); (step ps or None, its end or the
-        time it gave up, ps after its start)."""
+        time it gave up, ps after its start).
+
+        With ``groups`` (``campaign.fold_groups``) each group of parts is run alone (its
+        own parts down and changes; a group without changes beside others as its steady
+        iteration), each such run kept by its parts, changes and lead (a group's steady
+        run serves every later iteration it is in), and the iteration takes the
+        slowest group's step: an approximation (docs/campaign.md), where one group
+        is the exact run."""
+        if self.groups is not None:
+            every = set(view)
+            for _at, _up, parts in changes:
+                every |= set(parts)
+            return self._by_groups(view, changes, lead, self.groups(frozenset(every)))
+        return self._run_model(view, changes, lead)
+
+    def _by_groups(
+        self,
+        view: frozenset[Element],
+        changes: list[tuple[int, bool, list[Element]]],
+        lead: int,
+        gs: list[frozenset[Element]],
+    ) -> tuple[int | None, int]:
+        """:meth:`_simulate` by groups: the slowest group's step (None: a group's job
+        cannot go on, and the earliest such group's end)."""
+        got: list[tuple[int | None, int]] = []
+        for g in gs:
+            sub = frozenset(view & g)
+            mine = [(at, up, [e for e in parts if e in g]) for at, up, parts in changes]
+            mine = [c for c in mine if c[2]]
+            # a group without changes beside others: its steady iteration
+            at_lead = lead if mine or len(gs) == 1 else 0
+            key = (
+                tuple(sorted(sub, key=repr)),
+                tuple((at, up, tuple(sorted(ps, key=repr))) for at, up, ps in mine),
+                at_lead,
+            )
+            hit = self._group_cache.get(key) if self.reuse else None
+            if hit is None:
+                hit = self._run_model(sub, mine, at_lead)
+                if self.reuse:
+                    self._group_cache[key] = hit
+            got.append(hit)
+        stuck = [end for step, end in got if step is None]
+        if stuck:
+            return None, min(stuck)
+        step = max(s for s, _ in got if s is not None)
+        return step, step
+
+    def _run_model(
+        self, view: frozenset[Element], changes: list[tuple[int, bool, list[Element]]], lead: int
+    ) -> tuple[int | None, int]:
+        """One flow-level run of an iteration (:meth:`_simulate`'s arguments), folded
+        when ``folded`` is given and the parts fold."""
         got = None
         if self.folded is not None:
             every = set(view)
@@ -850,6 +916,7 @@ def run(setup: CampaignSetup, *, reuse: bool = True) -> dict[str, Any]:
             reuse=reuse,
             folded=None if fj is None else fj.folded,
             probe=None if fj is None else fj.fabric_model(),
+            groups=fj.groups if fj is not None and setup.config.fold_groups else None,
         )
         results[name] = c.run()
     return document(setup, results)
@@ -927,6 +994,7 @@ def document(setup: CampaignSetup, results: dict[str, TransportCampaign]) -> dic
         "checkpoint_s": cfg.checkpoint_s,
         "restart_s": cfg.restart_s,
         "repair_s": dict(sorted(cfg.repair_s.items())),
+        **({"fold_groups": True} if cfg.fold_groups else {}),
         "rates_per_hour": {
             k: getattr(setup.rates, f"{k}_per_hour") * setup.rates.scale
             for k in ("link", "optic", "switch", "nic_port")
@@ -951,6 +1019,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     out = [
         f"campaign {doc['campaign']}: {doc['hours']:g} h, seed {doc['seed']}, "
         f"{len(doc['failures'])} failure{'s' if len(doc['failures']) != 1 else ''}"
+        + (
+            ", fold_groups (approximate: the slowest group's step)"
+            if doc.get("fold_groups")
+            else ""
+        )
     ]
     for name, t in doc["transports"].items():
         st = t["step_ms"]

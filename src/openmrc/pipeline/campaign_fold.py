@@ -157,6 +157,45 @@ class FoldedJob:
         sc = self.scenario(2 * (self.spec.hosts_per_t0 // self.tp))
         return fluid_model(self.spec, sc.transport, sc.seed, [], [])
 
+    def groups(self, elements: frozenset[Element]) -> list[frozenset[Element]]:
+        """``elements`` cut into groups that lie apart on the ring of blocks (``campaign.
+        fold_groups``): two parts are in one group when the blocks they touch are at
+        most ``2 margin + 1`` apart (their folds' windows overlap or touch).  A part on
+        every T0 alike (a T1 switch) touches every block: it joins every group (and is
+        the only group when nothing else is down).  In the order of their sorted parts."""
+        nb = self.dp // (self.spec.hosts_per_t0 // self.tp)
+        near = 2 * self.margin + 1
+        every: list[Element] = []
+        located: list[tuple[int, list[Element]]] = []
+        for hl, fl in parts_of(elements, self.spec.t0s):
+            es = [("h", h, p) for h, p in hl] + [("f", p, a, k) for p, a, k in fl]
+            if not hl and len({a for _p, a, _k in fl}) == self.spec.t0s:
+                every += es
+                continue
+            t0 = hl[0][0] // self.spec.hosts_per_t0 if hl else fl[0][1]
+            located.append((t0 % nb, es))
+        # union-find over the located parts: near on the ring of nb blocks
+        root = list(range(len(located)))
+
+        def find(i: int) -> int:
+            while root[i] != i:
+                root[i] = root[root[i]]
+                i = root[i]
+            return i
+
+        for i, (bi, _) in enumerate(located):
+            for j in range(i):
+                d = abs(bi - located[j][0])
+                if min(d, nb - d) <= near:
+                    root[find(i)] = find(j)
+        by_root: dict[int, list[Element]] = {}
+        for i, (_b, es) in enumerate(located):
+            by_root.setdefault(find(i), []).extend(es)
+        out = [frozenset(es + every) for es in by_root.values()]
+        if not out:
+            out = [frozenset(every)]
+        return sorted(out, key=lambda g: sorted(map(repr, g)))
+
     def folded(self, elements: frozenset[Element]) -> Folded | None:
         """The folded model of a state whose parts down and changing are ``elements``,
         and the map of elements onto it; None: the state does not fold."""
