@@ -297,7 +297,7 @@ def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -
     """``mpirun -n 2 openmrc run scenarios/t0-t1-link-failure.toml --out X`` writes the
     results.json (and CSV files) of ``openmrc run ... --out Y``, but wall time.  (A
     quarter of the file's 16 MiB a flow, the link failing at 20 us instead of 60: still
-    while every flow runs, with payloads; the full size cost four times as much.)"""
+    while every flow runs, with payloads, for less simulated traffic per run.)"""
     scenario = ROOT / "scenarios" / "t0-t1-link-failure.toml"
     env = _env()
     env.pop("OPENMRC_PURE_PYTHON")  # as a user runs them: native when built
