@@ -623,7 +623,6 @@ def _fmt(rates: list[float]) -> str:
 
 def test_permutation_ecmp_collisions_vs_mrc_and_adaptive_routing() -> None:
     roce = _perm("roce", dcqcn=False)  # RoCE + PFC, one QP per flow (as the paper)
-    dcqcn = _perm("roce")  # RoCE + PFC + DCQCN (default parameters), for the record
     mrc = _perm("mrc")
     ib = _perm("ib")
     line = 100.0
@@ -631,7 +630,6 @@ def test_permutation_ecmp_collisions_vs_mrc_and_adaptive_routing() -> None:
     print(
         "permutation, 64 hosts, 1 plane (8 T0 x 8 hosts, 8 T1), 2 MiB per flow, Gb/s:\n"
         f"  RoCE+PFC 1 QP: {_fmt(roce)}; {slow} of 64 flows below 60 Gb/s\n"
-        f"  RoCE+PFC+DCQCN 1 QP: {_fmt(dcqcn)}\n"
         f"  MRC (same plane, 8 paths): {_fmt(mrc)}\n"
         f"  IB adaptive routing: {_fmt(ib)}; mean {sum(ib) / 64:.0f} vs RoCE mean "
         f"{sum(roce) / 64:.0f} = x{sum(ib) / sum(roce):.2f}, worst x{ib[0] / roce[0]:.1f}"

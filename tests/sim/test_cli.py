@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import signal
@@ -49,10 +50,25 @@ def _one_error_line(err: str) -> str:
 
 
 def test_run_writes_results_with_provenance_and_names_the_transport(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``openmrc run`` writes the results with their provenance, names the transport, and
+    builds the scenario's experiment once, after printing what it will cost (building it
+    to check it and again to run it doubled a large run's set-up: 463 s instead of about
+    230 at 131,072 hosts).  One run checks both: each is a full run of the scenario."""
+    from openmrc.pipeline.scenario import Scenario
+
+    built: list[int] = []
+    real = Scenario.build
+
+    def build(self: Scenario) -> object:
+        built.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Scenario, "build", build)
     out = tmp_path / "out" / "deeper"
     assert main(["run", LINK, *SMALL, "--seed", "5", "--out", str(out)]) == 0
+    assert len(built) == 1
     text = capsys.readouterr().out
     assert text.startswith("scenario t0-t1-link-failure [transport mrc]:")
     assert "seed 5" in text and "flows completed" in text
@@ -82,13 +98,20 @@ def test_sim_is_an_alias_of_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["provenance"]["transport"] == "ib" and doc["all_ok"]
 
 
-def test_compare_runs_each_transport_on_the_same_scenario(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "cmp"
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``openmrc compare`` of MRC, RoCE and IB on the cut-down link failure, once for the
+    module: its output directory and what it printed."""
+    out = tmp_path_factory.mktemp("compare") / "cmp"
     argv = ["compare", LINK, *SMALL, *FAST_BASELINE, "--transports", "mrc,roce,ib"]
-    assert main([*argv, "--out", str(out)]) == 0
-    text = capsys.readouterr().out
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main([*argv, "--out", str(out)]) == 0
+    return out, buf.getvalue()
+
+
+def test_compare_runs_each_transport_on_the_same_scenario(compared: tuple[Path, str]) -> None:
+    out, text = compared
     for name in ("mrc", "roce", "ib"):
         assert f"[transport {name}]" in text
         doc = json.loads((out / name / "results.json").read_text())
@@ -126,10 +149,13 @@ def test_compare_gives_every_transport_the_same_nic_bandwidth(
     # and the bytes do cross every plane
     for name, doc in docs.items():
         assert all(sum(v) > 0 for v in doc["plane_tx_gbps_series"].values()), name
+
+
+def test_compare_says_when_a_baselines_qps_cannot_all_carry_a_message(
+    compared: tuple[Path, str],
+) -> None:
     # one message a flow: RoCE's 8 QPs cannot all carry it, and the table says so
-    capsys.readouterr()
-    assert main(["compare", LINK, *SMALL, *FAST_BASELINE, "--transports", "mrc,roce"]) == 0
-    text = capsys.readouterr().out
+    text = compared[1]
     assert "1 of 8" in text and "warning [roce]: its QPs have 8 planes but only 1" in text
 
 
@@ -380,24 +406,3 @@ def test_counts_are_plural_only_when_more_than_one(capsys: pytest.CaptureFixture
     assert main(["topology", "planes=1,t0s=1,hosts_per_t0=1,t1s=1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("1 host, 1 plane, 2 switches, ") and "1 planes" not in out
-
-
-def test_run_builds_the_experiment_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``openmrc run`` builds the scenario's experiment once, after printing what it
-    will cost (building it to check it and again to run it doubled a large run's
-    set-up: 463 s instead of about 230 at 131,072 hosts)."""
-    from openmrc.pipeline.scenario import Scenario
-
-    built: list[int] = []
-    real = Scenario.build
-
-    def build(self: Scenario) -> object:
-        built.append(1)
-        return real(self)
-
-    monkeypatch.setattr(Scenario, "build", build)
-    assert main(["run", LINK, *SMALL, "--out", str(tmp_path / "o")]) == 0
-    assert len(built) == 1
-    assert (tmp_path / "o" / "results.json").exists()
