@@ -52,7 +52,8 @@ own cached venvs (``benchmarks/speed_guard.py`` says how): work, ref, work, ref 
 (``--pairs``, default 3, niced), CPU seconds of each child, and prints the CPU ratio
 with each side's events and packet-link traversals.  ``--work-ref REF2`` measures
 another commit instead of the working tree (a bisection step), ``--work-python PY``
-the compiled openmrc that interpreter imports.  ``--until-us`` caps both sides' runs.
+the compiled openmrc that interpreter imports; ``--until-us`` stops both sides' runs
+at the same simulated time (a window of a big case).
 
     python benchmarks/sim_speed.py                                  # 128 then 1024 hosts
     python benchmarks/sim_speed.py --case alltoall-64 --case allreduce-1024
@@ -611,6 +612,16 @@ def _same(a: dict[str, object], b: dict[str, object]) -> bool:
     return all(a[k] == b[k] for k in keys)
 
 
+def child_args(size: int, seed: int, planes: int, until_us: float | None) -> list[str]:
+    """The options both sides of ``--vs-ref`` run their ``--child`` with: the same
+    work, and with ``--until-us`` the same window of it (a big case's first
+    microseconds pair in minutes where its whole run takes many)."""
+    extra = ["--size", str(size), "--seed", str(seed), "--planes", str(planes)]
+    if until_us is not None:
+        extra += ["--until-us", str(until_us)]
+    return extra
+
+
 def vs_ref(args: argparse.Namespace) -> int:
     """``--vs-ref REF``: the working tree and REF, compiled, paired on each case."""
     import speed_guard as guard
@@ -633,9 +644,7 @@ def vs_ref(args: argparse.Namespace) -> int:
         else:
             work_py, work_script = guard.ensure_work(repo, nice)
             work_what = f"the working tree, built in {work_py.parent.parent.parent}"
-        extra = ["--size", str(args.size), "--seed", str(args.seed), "--planes", str(args.planes)]
-        if args.until_us is not None:
-            extra += ["--until-us", str(args.until_us)]
+        extra = child_args(args.size, args.seed, args.planes, args.until_us)
         results: list[dict[str, object]] = []
         for case in args.case or ["perm-1024"]:
             pairing = guard.Pairing()
@@ -647,8 +656,10 @@ def vs_ref(args: argparse.Namespace) -> int:
                 runs["ref"].append(theirs)
                 pairing.add(float(mine["guard_cpu_seconds"]), float(theirs["guard_cpu_seconds"]))  # type: ignore[arg-type]
                 print(
-                    f"{case} pair {i + 1}/{pairs}: work {mine['guard_cpu_seconds']} s CPU, "
-                    f"ref {theirs['guard_cpu_seconds']} s CPU",
+                    f"{case} pair {i + 1}/{pairs}: work {mine['guard_cpu_seconds']} s CPU "
+                    f"(build {mine.get('build_seconds')} s, loop {mine.get('wall_seconds')} s wall), "
+                    f"ref {theirs['guard_cpu_seconds']} s CPU (build {theirs.get('build_seconds')} s, "
+                    f"loop {theirs.get('wall_seconds')} s wall)",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -706,7 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--until-us",
         type=float,
-        help="stop each openmrc run at this simulated time (set-up memory of a big case)",
+        help="stop each openmrc run at this simulated time (set-up memory of a big case; "
+        "with --vs-ref, both sides' runs)",
     )
     parser.add_argument(
         "--ranks",

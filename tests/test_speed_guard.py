@@ -167,3 +167,16 @@ def test_sim_speed_names_a_bad_ring_case() -> None:
     assert out.returncode != 0
     assert "--case ring-loss1-tcp: the transport must be one of mrc, roce-1qp" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_vs_ref_runs_both_sides_in_the_same_window() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "sim_speed_for_guard", ROOT / "benchmarks" / "sim_speed.py"
+    )
+    assert spec is not None and spec.loader is not None
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    whole = speed.child_args(2_000_000, 1, 8, None)
+    assert whole == ["--size", "2000000", "--seed", "1", "--planes", "8"]
+    window = speed.child_args(2_000_000, 1, 8, 30.0)
+    assert window == [*whole, "--until-us", "30.0"]
