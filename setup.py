@@ -20,7 +20,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# ----- mypyc: the transport core, the packet classes and the simulator's NIC ------------
+# ----- mypyc: the transport core, the packet classes, the simulator's NIC, the flow level -
 # Compiled with mypyc when mypy (a build requirement) and a C compiler are available and
 # OPENMRC_NO_COMPILE is not set; otherwise these modules install as plain Python.
 # OPENMRC_PURE_PYTHON=1 at run time imports the .py sources even when compiled.
@@ -49,6 +49,8 @@ MYPYC_MODULES = [
     "src/openmrc/transport/cc/nscc.py",
     "src/openmrc/sim/host.py",
     "src/openmrc/baselines/roce.py",
+    "src/openmrc/flow/dcqcn.py",
+    "src/openmrc/flow/model.py",  # the flow level's max-min filling (FluidModel._run)
 ]
 
 

@@ -728,16 +728,16 @@ def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> d
     data["transport"] = {**data.get("transport", {}), "name": transport}
     data.setdefault("run", {})["mode"] = "flow"
     model_cpu = [0.0]
-    run = fm.FluidModel.run
 
-    def timed_run(self: Any, until_ps: float | None = None) -> Any:
+    def timed_run(model: Any) -> Any:
+        """model.run(), its CPU seconds added to model_cpu (FluidModel may be compiled:
+        its methods cannot be wrapped in place)."""
         c = time.process_time()
         try:
-            return run(self, until_ps)
+            return model.run()
         finally:
             model_cpu[0] += time.process_time() - c
 
-    fm.FluidModel.run = timed_run  # type: ignore[method-assign]
     c = time.process_time()
     plan = None
     if fold >= 0:
@@ -759,8 +759,9 @@ def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> d
         plan = plan_fold(spec, par["tp"], par["pp"], par["dp"], parts, fold, par.get("ep", 1))
     if plan is None:
         sc = parse(data, base_dir=base)
-        res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
-        row = rows[0]
+        res = timed_run(fluid_model(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults))
+        job = sc.jobs[0]
+        row = job_row(job, res.jobs[0].start, res.jobs[0].end, ideal_step_ps(sc.spec, job))
     else:
         data["fabric"]["t0s"] = plan.spec.t0s
         data["job"]["parallel"]["dp"] = plan.dp
@@ -772,7 +773,7 @@ def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> d
             model.add_fault(f)
         model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, parse_jobs(data)[0].spec)
         plan.hashes(model)
-        res = model.run()
+        res = timed_run(model)
         job = sc.jobs[0]
         row = job_row(job, res.jobs[0].start, res.jobs[0].end, ideal_step_ps(sc.spec, job))
     return {

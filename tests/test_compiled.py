@@ -3,8 +3,9 @@
 Each side runs in its own interpreter: one with the compiled modules, one with
 ``OPENMRC_PURE_PYTHON=1`` (the ``.py`` sources).  The cases are
 ``benchmarks/sim_parity.py``'s smallest: MRC with trimming (incast), with a
-silent switch failure, with random loss (a collective), and RoCE.  Skipped when
-the installation has no compiled modules.
+silent switch failure, with random loss (a collective), and RoCE; and a training
+job at flow level (``openmrc.flow``) with each transport, with and without a
+fault.  Skipped when the installation has no compiled modules.
 """
 
 from __future__ import annotations
@@ -91,6 +92,44 @@ def test_compiled_and_interpreted_runs_give_identical_results(installed: list[st
     assert interpreted["qp"].endswith("qp.py")
     for name in CASES:
         assert compiled["results"][name] == interpreted["results"][name], name
+
+
+_FLOW = """
+import copy, json
+import openmrc
+from openmrc.pipeline.jobrun import run_flow
+from openmrc.pipeline.scenario import parse
+from openmrc.workloads.jobs.examples import CALIBRATION_SCENARIO
+import openmrc.flow.model as fm
+out = {}
+for transport in ("mrc", "roce"):
+    for faults in ([], [{"at_us": 50, "kind": "link_down", "target": "p0t0x0-p0t1x1"}]):
+        d = copy.deepcopy(CALIBRATION_SCENARIO)
+        d["run"] = {"mode": "flow"}
+        d["transport"] = {"name": transport}
+        d["faults"] = faults
+        sc = parse(d)
+        res, rows, _wall = run_flow(sc.spec, sc.transport, sc.seed, sc.jobs, sc.faults)
+        key = transport + ("-fault" if faults else "")
+        out[key] = {"rows": rows, "end": res.end_ps, "events": res.events,
+                    "recomputes": res.recomputes, "faults": res.faults,
+                    "tasks": [[t.start, t.end] for t in res.jobs]}
+print(json.dumps({"compiled": openmrc.compiled_modules(), "model": fm.__file__, "results": out}))
+"""
+
+
+def test_the_flow_level_is_compiled_and_gives_identical_results(installed: list[str]) -> None:
+    """The flow level (FluidModel's max-min filling, DCQCN's trajectories) compiled runs
+    a training job, MRC and RoCE, with and without a failed link, exactly as the sources."""
+    assert "openmrc.flow.model" in installed
+    assert "openmrc.flow.dcqcn" in installed
+    compiled = json.loads(_python(_FLOW, pure=False))
+    interpreted = json.loads(_python(_FLOW, pure=True))
+    assert not compiled["model"].endswith(".py")
+    assert interpreted["model"].endswith("model.py")
+    assert set(compiled["results"]) == {"mrc", "mrc-fault", "roce", "roce-fault"}
+    for name, result in compiled["results"].items():
+        assert result == interpreted["results"][name], name
 
 
 def test_version_says_how_it_runs(installed: list[str]) -> None:

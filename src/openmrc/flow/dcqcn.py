@@ -94,7 +94,7 @@ def dcqcn_trajectory(
     sent_pkt = 0.0  # bytes of the packet being sent
     got_pkt = 0.0  # bytes of the packet being received
     marked = 0.0  # expected marked packets the receiver got since its last CNP
-    last_cnp = -math.inf
+    last_cnp: float = -math.inf
     pending: list[int] = []  # CNP arrival times at the sender
     cum = 0.0
     cums: list[float] = [0.0]
@@ -123,7 +123,7 @@ def dcqcn_trajectory(
             got_pkt -= packet_bytes
             marked += p
             if marked >= 1.0 and t - last_cnp >= dcfg.cnp_interval_ps:
-                last_cnp = t
+                last_cnp = float(t)  # exact: t < 2**53
                 marked = 0.0
                 pending.append(t + rtt_ps)
         t += dt
