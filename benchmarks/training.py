@@ -793,12 +793,21 @@ def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> d
 
 
 def fold_check(
-    gpus: int, transport: str, margin: int, hpt: int = 32, moe: bool = False
+    gpus: int,
+    transport: str,
+    margin: int,
+    hpt: int = 32,
+    moe: bool = False,
+    narrow: int | None = None,
 ) -> dict[str, Any]:
     """gpt3-175b-1024.toml (``moe``: moe-ep-128.toml, placed packed) widened by DP to
     ``gpus`` GPUs on ``hpt`` hosts per T0, every replica simulated and folded
     (openmrc.flow.fold, ``margin``): the step of each, and how far apart every task
-    the folded run keeps starts and ends in the two (ps), with their CPU seconds."""
+    the folded run keeps starts and ends in the two (ps), with their CPU seconds.
+    ``narrow``: the kept blocks run representative replicas, that many kept either
+    side of each one set apart (openmrc.flow.fold.narrow_replicas; MRC)."""
+    import numpy as np
+
     from openmrc.flow.fold import plan_fold
     from openmrc.pipeline.jobrun import fluid_model
 
@@ -830,11 +839,12 @@ def fold_check(
     g = sc.jobs[0].graph
     index = {key(t, dp): i for i, t in enumerate(g.tasks)}
     parts = [whole.parts(f) for f in whole._faults]
-    plan = plan_fold(sc.spec, tp, pp, dp, parts, margin, ep)
+    plan = plan_fold(sc.spec, tp, pp, dp, parts, margin, ep, narrow)
     if plan is None:
         raise SystemExit(f"fold-check: {gpus} GPUs on {hpt} hosts per T0 do not fold")
     c = time.process_time()
     d["fabric"]["t0s"] = plan.spec.t0s
+    d["fabric"]["hosts_per_t0"] = plan.spec.hosts_per_t0
     par["dp"] = plan.dp
     d["job"]["model"]["global_batch"] = per_replica * plan.dp
     d.pop("faults", None)
@@ -844,6 +854,8 @@ def fold_check(
         model.add_fault(f)
     model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, parse_jobs(d)[0].spec)
     plan.hashes(model)
+    if plan.offsets:
+        model.host_weight = np.array(plan.host_weights(), dtype=float)
     folded = model.run()
     fold_cpu = time.process_time() - c
     fs, fe = full.jobs[0].start, full.jobs[0].end
@@ -872,6 +884,7 @@ def fold_check(
         "transport": transport,
         "margin": margin,
         "blocks": list(plan.blocks),
+        "replicas": None if not plan.offsets else [list(plan.offsets), list(plan.weights)],
         "of": plan.full_blocks,
         "step_ms": [round(x, 6) for x in step],
         "tasks_compared": n,
@@ -1091,6 +1104,13 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=24.0, help="campaign-plan: hours (default 24)")
     ap.add_argument("--hpt", type=int, default=32, help="fold-check: hosts per T0 (default 32)")
     ap.add_argument(
+        "--narrow",
+        type=int,
+        default=None,
+        help="fold-check: kept blocks run representative replicas, N kept either side "
+        "of each one set apart (openmrc.flow.fold.narrow_replicas)",
+    )
+    ap.add_argument(
         "--fold",
         type=int,
         default=1,
@@ -1166,7 +1186,7 @@ def main() -> int:
             out += campaign_plan(_seeds(args.seeds), args.hours)
         elif case == "fold-check":
             for tr in [args.transport] if args.transport else ["mrc", "roce"]:
-                row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe)
+                row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe, args.narrow)
                 print(json.dumps(row), flush=True)
                 out.append(row)
         elif case == "flow-scale" or case in SCALED:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from openmrc.cli import main
+from openmrc.flow.fold import Fold
 from openmrc.pipeline import campaign as cp
 from openmrc.pipeline import campaign_fold as cf
 
@@ -94,6 +95,7 @@ def test_parts_of_groups_a_t1_on_every_t0() -> None:
             "placed packed",
         ),
         (["campaign.fold=1"], "campaign.fold: must be true or false"),
+        (["campaign.fold_replicas=1"], "campaign.fold_replicas: must be true or false"),
         (["campaign.fold_margin=-1"], "campaign.fold_margin: must be an integer >= 0"),
     ],
 )
@@ -134,3 +136,70 @@ def test_a_folded_campaigns_bad_fault_target_is_named_at_load() -> None:
     bad = 'faults=[{at_us=1,kind="link_down",target="p0t0x99-p0t1x0"}]'
     with pytest.raises(cp.CampaignError, match=r"faults\[0\]\.target: no link"):
         cp.load(str(EXAMPLE), [*FILLED[:11], bad, "campaign.fold=true"], hours=1e-4)
+
+
+#: the example's small GPT at TP 2 filling 12 T0s of 32 hosts: PP 2, DP 96 (384 GPUs, 6
+#: blocks of 16 replicas, 4 T1s); hand-given: a NIC port of replica 4 of block 3 (stage 0),
+#: a T0-T1 link of block 2's stage 1, the NIC port's repair
+NARROW = [
+    *NO_DRAWN_FAILURES,
+    "fabric.t0s=12",
+    "fabric.hosts_per_t0=32",
+    "fabric.t1s=4",
+    "job.parallel.tp=2",
+    "job.gpu.gpus_per_server=2",
+    "job.parallel.pp=2",
+    "job.parallel.dp=96",
+    "job.model.global_batch=96",
+    "faults=["
+    '{at_us=100000.5,kind="nic_port_down",host=105,plane=1},'
+    '{at_us=300000,kind="link_down",target="p0t0x8-p0t1x1"},'
+    '{at_us=700000,kind="nic_port_up",host=105,plane=1}]',
+]
+
+
+def _narrow_doc(fold: bool, replicas: bool = True) -> dict[str, Any]:
+    setup = cp.load(
+        str(EXAMPLE),
+        [
+            *NARROW,
+            f"campaign.fold={str(fold).lower()}",
+            f"campaign.fold_replicas={str(replicas).lower()}",
+        ],
+        hours=0.0003,
+        transports=["mrc"],
+    )
+    doc = json.loads(json.dumps(cp.run(setup)))
+    doc.pop("provenance")
+    for t in doc["transports"].values():
+        t.pop("iterations_simulated")
+    return doc
+
+
+def test_representative_replicas_give_the_whole_jobs_mrc_campaign(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kept blocks running representative replicas (``campaign.fold_replicas``): the
+    same MRC campaign as the whole job's, to the picosecond; with the representatives
+    weighing one replica on the T0 pools (the grouping wrong) it is not."""
+    whole = _narrow_doc(False)
+    ran: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    folded = cf.FoldedJob.folded
+
+    def spy(self: cf.FoldedJob, elements: frozenset[Any]) -> Any:
+        plan = self.plan(elements)
+        assert plan is not None
+        ran.append((plan.blocks, plan.offsets))
+        return folded(self, elements)
+
+    monkeypatch.setattr(cf.FoldedJob, "folded", spy)
+    got = _narrow_doc(True)
+    t = got["transports"]["mrc"]
+    assert len(got["failures"]) == 2
+    assert len(t["states"]) >= 3 and t["step_ms"]["max"] > t["failure_free_step_ms"]
+    # every simulated iteration ran on fewer blocks than 6 and fewer replicas than 16
+    assert ran and all(0 < len(b) < 6 and 0 < len(o) < 16 for b, o in ran)
+    assert got == whole
+    # the grouping wrong: each representative weighing one replica on the pools
+    monkeypatch.setattr(Fold, "host_weights", lambda self: [1] * self.spec.hosts)
+    assert _narrow_doc(True)["transports"]["mrc"] != whole["transports"]["mrc"]

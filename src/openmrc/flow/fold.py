@@ -50,11 +50,31 @@ class Fold:
     tp: int
     #: expert parallelism: EP groups of ``ep`` consecutive replicas (inside a block)
     ep: int = 1
+    #: the replicas kept in every kept block, by their place in it (empty: all of them),
+    #: and how many of the block's replicas each stands for (``narrow_replicas``)
+    offsets: tuple[int, ...] = ()
+    weights: tuple[int, ...] = ()
+
+    @property
+    def kept_per_block(self) -> int:
+        """Replicas run per kept block."""
+        return len(self.offsets) or self.per_block
 
     @property
     def dp(self) -> int:
         """The folded job's DP replicas."""
-        return len(self.blocks) * self.per_block
+        return len(self.blocks) * self.kept_per_block
+
+    def offset(self, j: int) -> int:
+        """The place in its block of the ``j``-th replica a kept block runs."""
+        return self.offsets[j] if self.offsets else j
+
+    def host_weights(self) -> list[int]:
+        """Per folded host, how many of the whole job's hosts it stands for (1 unless
+        the blocks run representative replicas; ``FluidModel.host_weight``)."""
+        ws = self.weights or (1,) * self.kept_per_block
+        per_t0 = [w for w in ws for _t in range(self.tp)]
+        return per_t0 * (len(self.blocks) * self.pp)
 
     @property
     def full_blocks(self) -> int:
@@ -64,7 +84,11 @@ class Fold:
     @property
     def spec(self) -> ClosSpec:
         """The folded fabric: one T0 per kept block and stage."""
-        return replace(self.full, t0s=len(self.blocks) * self.pp)
+        return replace(
+            self.full,
+            t0s=len(self.blocks) * self.pp,
+            hosts_per_t0=self.kept_per_block * self.tp,
+        )
 
     def t0(self, a: int) -> int:
         """The whole fabric's T0 that folded T0 ``a`` stands for."""
@@ -72,16 +96,32 @@ class Fold:
         return self.blocks[i] + self.full_blocks * s
 
     def host(self, h: int) -> int:
-        """The whole fabric's host that folded host ``h`` stands for."""
-        a, off = divmod(h, self.full.hosts_per_t0)
-        return self.t0(a) * self.full.hosts_per_t0 + off
+        """The whole fabric's host that folded host ``h`` stands for (a representative
+        replica's: the first of those it stands for)."""
+        a, off = divmod(h, self.kept_per_block * self.tp)
+        j, t = divmod(off, self.tp)
+        return self.t0(a) * self.full.hosts_per_t0 + self.offset(j) * self.tp + t
+
+    def folded_host(self, h: int) -> int | None:
+        """The folded host standing for the whole fabric's host ``h`` (None: its T0 or its
+        replica is not run)."""
+        hpt = self.full.hosts_per_t0
+        b = self.folded_t0(h // hpt)
+        j, t = divmod(h % hpt, self.tp)
+        if b is None:
+            return None
+        if self.offsets:
+            if j not in self.offsets:
+                return None
+            j = self.offsets.index(j)
+        return (b * self.kept_per_block + j) * self.tp + t
 
     def rank(self, r: int) -> int:
         """The whole job's rank that folded rank ``r`` stands for."""
         rest, t = divmod(r, self.tp)
         s, d = divmod(rest, self.dp)
-        i, off = divmod(d, self.per_block)
-        return t + self.tp * (self.blocks[i] * self.per_block + off + self.full_dp * s)
+        i, j = divmod(d, self.kept_per_block)
+        return t + self.tp * (self.blocks[i] * self.per_block + self.offset(j) + self.full_dp * s)
 
     def folded_t0(self, a: int) -> int | None:
         """The folded T0 standing for the whole fabric's T0 ``a`` (None: not kept)."""
@@ -109,7 +149,10 @@ class Fold:
                 continue
             for h, p in hl:
                 b = self._kept(h // hpt, f"h{h}")
-                hh = b * hpt + h % hpt
+                got = self.folded_host(h)
+                if got is None:
+                    raise ValueError(f"fold: h{h}'s replica is not run on its own")
+                hh = got
                 if f.kind.startswith("nic_port"):
                     out.append(FluidFault(f.at_ps, f.kind, "", hh, p))
                 else:
@@ -179,12 +222,17 @@ def plan_fold(
     parts: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]],
     margin: int = 1,
     ep: int = 1,
+    narrow: int | None = None,
 ) -> Fold | None:
     """The fold of a TP x PP x DP job placed packed on every host of ``spec``, whose
     faults act on ``parts`` ((host links, fabric links) per fault, as
     ``FluidModel.parts`` gives them); None when the job does not fold (it does not
     fill the fabric, a T0's hosts are not whole blocks of replicas or a block not whole
-    EP groups of ``ep`` replicas, or the fold would keep nearly every block)."""
+    EP groups of ``ep`` replicas, or the fold would keep nearly every block).
+
+    ``narrow`` (MRC only, ``ep`` 1): the kept blocks run representative replicas
+    (:func:`narrow_replicas`, ``narrow`` replicas kept either side of each one set
+    apart); None: every replica of a kept block."""
     hpt = spec.hosts_per_t0
     if tp <= 0 or pp <= 0 or dp <= 0 or tp * pp * dp != spec.hosts or hpt % tp:
         return None
@@ -209,7 +257,53 @@ def plan_fold(
         keep.add(b)
     if len(keep) >= nb - 1:
         return None
-    return Fold(spec, tuple(sorted(keep)), per_block, dp, pp, tp, ep)
+    fold = Fold(spec, tuple(sorted(keep)), per_block, dp, pp, tp, ep)
+    if narrow is None or ep != 1:
+        return fold
+    offsets, weights = narrow_replicas(per_block, tp, hpt, parts, narrow)
+    if len(offsets) >= per_block:
+        return fold
+    return replace(fold, offsets=offsets, weights=weights)
 
 
-__all__ = ["Fold", "plan_fold"]
+def narrow_replicas(
+    per_block: int,
+    tp: int,
+    hpt: int,
+    parts: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]],
+    margin: int,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Which replicas of a block a folded MRC run keeps, and how many each stands for.
+
+    Inside a block the replicas are alike but for the first and the last (their DP
+    ring hops cross to the neighbouring blocks) and those whose hosts a fault sets
+    apart (a host link or NIC port; a fault on every host of a T0 alike sets none
+    apart).  Those are kept with ``margin`` replicas either side (a replica's flows
+    share its host ports with its ring neighbours'); each run of replicas between
+    them is one representative, its first, standing for the run: its flows weigh the
+    run's length on the T0 pools (``FluidModel.host_weight``), MRC's only resources
+    that hosts share, so every pool carries what the whole block puts on it.
+    Returns (kept places in the block, ascending; what each stands for)."""
+    special = {0, per_block - 1}
+    for hl, _fl in parts:
+        by_t0: dict[int, set[int]] = {}
+        for h, _p in hl:
+            by_t0.setdefault(h // hpt, set()).add(h % hpt)
+        for offs in by_t0.values():
+            if len(offs) < hpt:
+                special |= {o // tp for o in offs}
+    kept: set[int] = set()
+    for o in special:
+        kept |= {j for j in range(o - margin, o + margin + 1) if 0 <= j < per_block}
+    offsets: list[int] = []
+    weights: list[int] = []
+    for j in range(per_block):
+        if j in kept or j - 1 in kept:
+            offsets.append(j)  # kept, or the first of a run: its representative
+            weights.append(1)
+        else:
+            weights[-1] += 1
+    return tuple(offsets), tuple(weights)
+
+
+__all__ = ["Fold", "narrow_replicas", "plan_fold"]

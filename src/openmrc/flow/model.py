@@ -544,6 +544,11 @@ class FluidModel:
         #: flows, are independent, so the three give the same rates; "group" and "all"
         #: are the references the tests hold "component" to.
         self.refill = "component"
+        #: MRC: per host, how many hosts alike it stands for (a folded job's representative
+        #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
+        #: the only resources MRC's hosts share, so the pools carry every replica it
+        #: stands for.  None: every host stands for itself.
+        self.host_weight: np.ndarray | None = None
         #: RoCE: the switch buffer a sending host port may fill before PFC pauses it (wire
         #: bytes; None: the packet baseline's default, 512 KB at 100 Gb/s scaled by the
         #: port's rate; inf: no flow control, 0: none absorbed).  A dead QP whose packets
@@ -811,6 +816,7 @@ class FluidModel:
                 fl.res, fl.w, fl.eff = np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
                 return
             share = 1.0 / len(planes)
+            many = share if self.host_weight is None else share * float(self.host_weight[s])
             lost = 0.0
             for p in planes:
                 res += [self._up0 + s * P + p, self._down0 + d * P + p]
@@ -820,7 +826,7 @@ class FluidModel:
                     continue
                 if pair is not None:
                     res += [self._pool_up0 + p * self.A + a, self._pool_down0 + p * self.A + b]
-                    w += [share, share]
+                    w += [many, many]
                     lost += share * pair[1][p] / pair[2][p]
             fl.res, fl.w, fl.eff = np.array(res, dtype=np.int64), np.array(w), max(0.0, 1.0 - lost)
             return

@@ -75,6 +75,7 @@ KEYS = (
     "fold",
     "fold_margin",
     "fold_groups",
+    "fold_replicas",
 )
 
 #: fault kinds a hand-given campaign failure may have.
@@ -113,6 +114,8 @@ class CampaignConfig:
     #: with ``fold``: run the groups of parts that lie apart each alone, the slowest
     #: group's step the iteration's (an approximation, docs/campaign.md)
     fold_groups: bool = False
+    #: with ``fold``: MRC's kept blocks run representative replicas (exact; docs/campaign.md)
+    fold_replicas: bool = True
 
 
 def parse_config(raw: Any) -> CampaignConfig:
@@ -141,10 +144,10 @@ def parse_config(raw: Any) -> CampaignConfig:
             if not isinstance(v, bool):
                 raise CampaignError(f"campaign.fold: must be true or false, got {v!r}")
             out["fold"] = v
-        elif k == "fold_groups":
+        elif k in ("fold_groups", "fold_replicas"):
             if not isinstance(v, bool):
-                raise CampaignError(f"campaign.fold_groups: must be true or false, got {v!r}")
-            out["fold_groups"] = v
+                raise CampaignError(f"campaign.{k}: must be true or false, got {v!r}")
+            out[k] = v
         elif k == "fold_margin":
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise CampaignError(f"campaign.fold_margin: must be an integer >= 0, got {v!r}")
@@ -789,7 +792,7 @@ def load_data(
     folds: dict[str, FoldedJob] = {}
     for tname in cfg.transports:
         if cfg.fold:
-            fj = _fold_setup(data, tname, name, base_dir, cfg.fold_margin)
+            fj = _fold_setup(data, tname, name, base_dir, cfg.fold_margin, cfg.fold_replicas)
             folds[tname] = fj
             sc = fj.scenario(2 * (fj.spec.hosts_per_t0 // fj.tp))
             scenarios[tname] = _checked(sc)
@@ -830,7 +833,12 @@ def _checked(sc: Any) -> Any:
 
 
 def _fold_setup(
-    data: dict[str, Any], transport: str, name: str, base_dir: Path | None, margin: int
+    data: dict[str, Any],
+    transport: str,
+    name: str,
+    base_dir: Path | None,
+    margin: int,
+    replicas: bool = True,
 ) -> FoldedJob:
     """One transport's job to fold (``campaign.fold``), RoCE striped over the planes as
     an unfolded campaign stripes it; a CampaignError naming the reason it does not fold."""
@@ -842,13 +850,13 @@ def _fold_setup(
         raise CampaignError("transport: must be a table")
     table["name"] = transport
     try:
-        fj = folded_job(d, name, base_dir, margin)
+        fj = folded_job(d, name, base_dir, margin, replicas)
         stripe = fair_striping(
             fj.scenario(2 * (fj.spec.hosts_per_t0 // fj.tp)), d.get("workload", {})
         )
         if stripe is not None:
             apply_override(d, stripe)
-            fj = folded_job(d, name, base_dir, margin)
+            fj = folded_job(d, name, base_dir, margin, replicas)
     except FoldError as exc:
         raise CampaignError(str(exc)) from None
     return fj

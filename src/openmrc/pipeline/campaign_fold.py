@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..flow.fold import Fold, plan_fold
 from ..flow.model import FluidModel
 from ..topology import ClosSpec
@@ -38,6 +40,12 @@ Element = tuple[Any, ...]
 #: a state's model and how its elements map onto that model's fabric (None: the
 #: element is on a T0 the fold leaves out, which only a part on every T0 alike can be)
 Folded = tuple[FluidModel, Callable[[Element], Element | None]]
+
+
+#: representative replicas (``campaign.fold_replicas``): the replicas kept as themselves
+#: either side of each one a part sets apart (openmrc.flow.fold.narrow_replicas; 0 was
+#: exact on the tests' job too, 1 is the margin the fold of blocks needs)
+REPLICA_MARGIN = 1
 
 
 class FoldError(ValueError):
@@ -76,13 +84,14 @@ def parts_of(
 
 
 def element_map(plan: Fold) -> Callable[[Element], Element | None]:
-    """Element of the whole fabric -> the folded fabric's (None: its T0 is not kept)."""
-    hpt = plan.full.hosts_per_t0
+    """Element of the whole fabric -> the folded fabric's (None: its T0 or its replica is
+    not run)."""
 
     def mapped(e: Element) -> Element | None:
         if e[0] == "h":
-            b = plan.folded_t0(e[1] // hpt)
-            return None if b is None else ("h", b * hpt + e[1] % hpt, e[2])
+            # a host link is a part of its own (parts_of), so its replica is run
+            h = plan.folded_host(e[1])
+            return None if h is None else ("h", h, e[2])
         b = plan.folded_t0(e[2])
         return None if b is None else ("f", e[1], b, e[3])
 
@@ -107,7 +116,10 @@ class FoldedJob:
     per_replica: int
     margin: int
     config: JobConfig
-    _cached: tuple[int, Any] | None = field(default=None, repr=False)
+    #: MRC: the kept blocks run representative replicas, this many kept either side of
+    #: each one set apart (openmrc.flow.fold.narrow_replicas); None: every replica
+    narrow: int | None = None
+    _cached: tuple[tuple[int, int], Any] | None = field(default=None, repr=False)
     _whole: Any = field(default=None, repr=False)
 
     @property
@@ -118,11 +130,14 @@ class FoldedJob:
     def plan(self, elements: frozenset[Element]) -> Fold | None:
         """The fold for a state and its changes' parts (None: it keeps nearly every block)."""
         parts = parts_of(elements, self.spec.t0s)
-        return plan_fold(self.spec, self.tp, self.pp, self.dp, parts, self.margin, self.ep)
+        return plan_fold(
+            self.spec, self.tp, self.pp, self.dp, parts, self.margin, self.ep, self.narrow
+        )
 
-    def scenario(self, dp: int | None = None) -> Any:
-        """The scenario with the job cut to ``dp`` replicas on as many blocks' T0s
-        (None: the whole job, built once and kept)."""
+    def scenario(self, dp: int | None = None, per_block: int | None = None) -> Any:
+        """The scenario with the job cut to ``dp`` replicas, ``per_block`` of them under
+        each T0 (default: the whole job's, every replica of a block), on as many blocks'
+        T0s (None: the whole job, built once and kept)."""
         from .run import scenario_from_data
 
         if dp is None:
@@ -131,14 +146,16 @@ class FoldedJob:
                     self.data, [], name=self.name, base_dir=self.base_dir
                 )
             return self._whole
-        if self._cached is not None and self._cached[0] == dp:
+        per_block = per_block or self.spec.hosts_per_t0 // self.tp
+        if self._cached is not None and self._cached[0] == (dp, per_block):
             return self._cached[1]
         d = copy.deepcopy(self.data)
-        d["fabric"]["t0s"] = dp // (self.spec.hosts_per_t0 // self.tp) * self.pp
+        d["fabric"]["t0s"] = dp // per_block * self.pp
+        d["fabric"]["hosts_per_t0"] = per_block * self.tp
         d["job"]["parallel"]["dp"] = dp
         d["job"]["model"]["global_batch"] = self.per_replica * dp
         sc, _ = scenario_from_data(d, [], name=self.name, base_dir=self.base_dir)
-        self._cached = (dp, sc)
+        self._cached = ((dp, per_block), sc)
         return sc
 
     def whole_model(self) -> FluidModel:
@@ -204,18 +221,29 @@ class FoldedJob:
         plan = self.plan(elements)
         if plan is None:
             return None
-        sc = self.scenario(plan.dp)
+        sc = self.scenario(plan.dp, plan.kept_per_block)
         job = replace(sc.jobs[0], start_us=0.0)
         model = fluid_model(sc.spec, sc.transport, sc.seed, [job], [])
         model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, self.config.spec)
         plan.hashes(model)
+        if plan.offsets:
+            model.host_weight = np.array(plan.host_weights(), dtype=float)
         return model, element_map(plan)
 
 
-def folded_job(data: dict[str, Any], name: str, base_dir: Path | None, margin: int) -> FoldedJob:
+def folded_job(
+    data: dict[str, Any],
+    name: str,
+    base_dir: Path | None,
+    margin: int,
+    replicas: bool = False,
+) -> FoldedJob:
     """The scenario's (one transport's, checked) job to fold; a FoldError naming the
     reason when it does not fold (not one ``[job]`` of TP x PP x DP placed packed on
-    every host, a T0's hosts not whole replicas, a block not whole EP groups)."""
+    every host, a T0's hosts not whole replicas, a block not whole EP groups).
+    ``replicas`` (``campaign.fold_replicas``): an MRC job without EP runs representative
+    replicas in its kept blocks (:data:`REPLICA_MARGIN` either side of each one set
+    apart); RoCE's ECMP draws set every replica apart, so it runs them all."""
     try:
         configs = parse_jobs(data)
     except JobError as exc:
@@ -243,7 +271,18 @@ def folded_job(data: dict[str, Any], name: str, base_dir: Path | None, margin: i
     d.pop("faults", None)
     d["job"].setdefault("model", {})
     per_replica = cfg.spec.model.global_batch // dp
-    return FoldedJob(d, name, base_dir, spec, tp, pp, dp, ep, per_replica, margin, cfg)
+    mrc = (d.get("transport") or {}).get("name", "mrc") == "mrc"
+    narrow = REPLICA_MARGIN if replicas and mrc and ep == 1 else None
+    return FoldedJob(d, name, base_dir, spec, tp, pp, dp, ep, per_replica, margin, cfg, narrow)
 
 
-__all__ = ["Element", "FoldError", "Folded", "FoldedJob", "element_map", "folded_job", "parts_of"]
+__all__ = [
+    "REPLICA_MARGIN",
+    "Element",
+    "FoldError",
+    "Folded",
+    "FoldedJob",
+    "element_map",
+    "folded_job",
+    "parts_of",
+]
