@@ -65,8 +65,9 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``campaign-plan`` - scenarios/training/campaign-131072.toml (MRC, folded) for
   ``--hours`` (default 24) per seed of ``--seeds``, not simulated: the failures,
   states, iterations the campaign would simulate and the blocks their folds keep
-  (what a day of the whole cluster costs, in blocks simulated), and the runs and
-  blocks with ``campaign.fold_groups`` (``fold_groups_*``);
+  (what a day of the whole cluster costs, in blocks simulated), the replicas those
+  blocks run with ``campaign.fold_replicas``, in blocks' worth (``replicas_run_*``), and
+  the runs and blocks with ``campaign.fold_groups`` (``fold_groups_*``);
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -996,16 +997,21 @@ def campaign_check(
             out.append(row)
 
 
-def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[int]]:
+def _dry_run(
+    setup: Any, hours: float, groups: bool = False
+) -> tuple[Any, list[int], list[float]]:
     """A folded MRC campaign of ``setup`` in which every simulated iteration takes the
     bundled job's failure-free step and records the blocks its fold keeps (``groups``:
     as ``campaign.fold_groups`` runs it, group by group); (its measurements, the
-    blocks kept per flow-level run)."""
+    blocks kept per flow-level run, and the replicas those blocks run in blocks' worth:
+    ``campaign.fold_replicas`` runs representatives, the cost's measure)."""
     from openmrc.pipeline import campaign as cp
 
     fj = setup.folds["mrc"]
     blocks = fj.dp // (fj.spec.hosts_per_t0 // fj.tp)
     kept: list[int] = []
+    worth: list[float] = []
+    per_block = fj.spec.hosts_per_t0 // fj.tp
     step = 3_654_832_829  # ps, the job's failure-free MRC step (docs/results/campaign.md)
 
     def simulate(self: Any, view: Any, changes: Any, lead: int) -> tuple[int | None, int]:
@@ -1014,6 +1020,9 @@ def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[
             every |= set(parts)
         plan = fj.plan(frozenset(every))
         kept.append(blocks if plan is None else len(plan.blocks))
+        worth.append(
+            blocks if plan is None else len(plan.blocks) * plan.kept_per_block / per_block
+        )
         self.out.simulated += 1
         return step, step
 
@@ -1029,7 +1038,7 @@ def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[
         probe=fj.fabric_model(),
         groups=fj.groups if groups else None,
     )
-    return c.run(), kept
+    return c.run(), kept, worth
 
 
 def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
@@ -1049,8 +1058,8 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             seed=seed,
             transports=["mrc"],
         )
-        out, kept = _dry_run(setup, hours)
-        g_out, g_kept = _dry_run(setup, hours, groups=True)
+        out, kept, worth = _dry_run(setup, hours)
+        g_out, g_kept, g_worth = _dry_run(setup, hours, groups=True)
         row = {
             "case": "campaign-plan",
             "seed": seed,
@@ -1061,9 +1070,12 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             "blocks_kept_sum": sum(kept),
             "blocks_kept_mean": round(sum(kept) / len(kept), 2),
             "blocks_kept_max": max(kept),
+            "replicas_run_blocks": round(sum(worth), 1),
+            "replicas_run_max_blocks": round(max(worth), 2),
             "fold_groups_runs": g_out.simulated,
             "fold_groups_blocks_kept_sum": sum(g_kept),
             "fold_groups_blocks_kept_max": max(g_kept),
+            "fold_groups_replicas_run_blocks": round(sum(g_worth), 1),
         }
         print(json.dumps(row), flush=True)
         rows.append(row)

@@ -93,16 +93,18 @@ def _apart(a: FluidResult, b: FluidResult, pairs: list[tuple[int, int]]) -> floa
 def test_representative_replicas_run_every_kept_task_as_the_whole_job(narrow: int) -> None:
     plan, whole, folded, pairs = _runs(FAULTS, narrow)
     assert plan.blocks == (0, 1, 2, 3)
-    # the failed replica (4) and the block's ends run as themselves, the rest stand in
-    assert 4 in plan.offsets and {0, 15} <= set(plan.offsets) and len(plan.offsets) < 16
-    assert sum(plan.weights) == 16
+    # the failed replica (4 of block 1) and the blocks' ends run as themselves, the rest
+    # stand in; every block as many replicas
+    assert 4 in plan.offsets[1] and all({0, 15} <= set(o) for o in plan.offsets)
+    assert plan.kept_per_block < 16 and all(sum(w) == 16 for w in plan.weights)
+    assert len({len(o) for o in plan.offsets}) == 1
     assert folded.events < whole.events / 2
     assert _apart(whole, folded, pairs) <= 1.0
 
 
 def test_a_fault_free_block_runs_three_replicas_exactly() -> None:
     plan, whole, folded, pairs = _runs([], 0)
-    assert plan.offsets == (0, 1, 15) and plan.weights == (1, 14, 1)
+    assert plan.offsets == ((0, 1, 15),) * 2 and plan.weights == ((1, 14, 1),) * 2
     assert _apart(whole, folded, pairs) <= 1.0
 
 
@@ -114,15 +116,21 @@ def test_representatives_weighing_one_replica_are_wrong() -> None:
 
 
 def test_narrow_replicas_keeps_the_ends_and_the_replicas_set_apart() -> None:
-    # one host link of replica 6 (hosts 12, 13 of a T0 of 32, TP 2), margin 1
-    offsets, weights = narrow_replicas(16, 2, 32, [([(32 + 13, 0)], [])], 1)
-    assert offsets == (0, 1, 2, 5, 6, 7, 8, 14, 15)
-    assert weights == (1, 1, 3, 1, 1, 1, 6, 1, 1)
+    # one host link of replica 6 of block 1 at stage 1 (T0 1 + 6; hosts 12, 13 of a T0
+    # of 32, TP 2), margin 1: block 1 keeps it; block 2 as many replicas, its longest
+    # run's first ones as themselves
+    offsets, weights = narrow_replicas(16, 2, 32, 6, (1, 2), [([(7 * 32 + 13, 0)], [])], 1)
+    assert offsets[0] == (0, 1, 2, 5, 6, 7, 8, 14, 15)
+    assert weights[0] == (1, 1, 3, 1, 1, 1, 6, 1, 1)
+    assert offsets[1] == (0, 1, 2, 3, 4, 5, 6, 14, 15)
+    assert weights[1] == (1, 1, 1, 1, 1, 1, 8, 1, 1)
     # a part on every host of a T0 alike (a T0 switch) sets none apart
     whole_t0 = ([(h, 0) for h in range(32, 64)], [])
-    assert narrow_replicas(16, 2, 32, [whole_t0], 1) == ((0, 1, 2, 14, 15), (1, 1, 12, 1, 1))
+    got = narrow_replicas(16, 2, 32, 6, (1,), [whole_t0], 1)
+    assert got == (((0, 1, 2, 14, 15),), ((1, 1, 12, 1, 1),))
     # fabric links set no replica apart
-    assert narrow_replicas(16, 2, 32, [([], [(0, 1, 3)])], 0) == ((0, 1, 15), (1, 14, 1))
+    got = narrow_replicas(16, 2, 32, 6, (1,), [([], [(0, 1, 3)])], 0)
+    assert got == (((0, 1, 15),), ((1, 14, 1),))
 
 
 def test_plan_fold_narrows_only_when_asked_and_without_ep() -> None:

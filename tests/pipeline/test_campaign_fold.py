@@ -183,13 +183,13 @@ def test_representative_replicas_give_the_whole_jobs_mrc_campaign(
     same MRC campaign as the whole job's, to the picosecond; with the representatives
     weighing one replica on the T0 pools (the grouping wrong) it is not."""
     whole = _narrow_doc(False)
-    ran: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    ran: list[tuple[tuple[int, ...], int]] = []
     folded = cf.FoldedJob.folded
 
     def spy(self: cf.FoldedJob, elements: frozenset[Any]) -> Any:
         plan = self.plan(elements)
         assert plan is not None
-        ran.append((plan.blocks, plan.offsets))
+        ran.append((plan.blocks, plan.kept_per_block))
         return folded(self, elements)
 
     monkeypatch.setattr(cf.FoldedJob, "folded", spy)
@@ -198,7 +198,7 @@ def test_representative_replicas_give_the_whole_jobs_mrc_campaign(
     assert len(got["failures"]) == 2
     assert len(t["states"]) >= 3 and t["step_ms"]["max"] > t["failure_free_step_ms"]
     # every simulated iteration ran on fewer blocks than 6 and fewer replicas than 16
-    assert ran and all(0 < len(b) < 6 and 0 < len(o) < 16 for b, o in ran)
+    assert ran and all(0 < len(b) < 6 and 0 < k < 16 for b, k in ran)
     assert got == whole
     # the grouping wrong: each representative weighing one replica on the pools
     monkeypatch.setattr(Fold, "host_weights", lambda self: [1] * self.spec.hosts)

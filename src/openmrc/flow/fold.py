@@ -50,31 +50,35 @@ class Fold:
     tp: int
     #: expert parallelism: EP groups of ``ep`` consecutive replicas (inside a block)
     ep: int = 1
-    #: the replicas kept in every kept block, by their place in it (empty: all of them),
-    #: and how many of the block's replicas each stands for (``narrow_replicas``)
-    offsets: tuple[int, ...] = ()
-    weights: tuple[int, ...] = ()
+    #: per kept block (in ``blocks``' order), the replicas it runs by their place in it,
+    #: as many in every block (empty: all of them), and how many of the block's replicas
+    #: each stands for (``narrow_replicas``)
+    offsets: tuple[tuple[int, ...], ...] = ()
+    weights: tuple[tuple[int, ...], ...] = ()
 
     @property
     def kept_per_block(self) -> int:
         """Replicas run per kept block."""
-        return len(self.offsets) or self.per_block
+        return len(self.offsets[0]) if self.offsets else self.per_block
 
     @property
     def dp(self) -> int:
         """The folded job's DP replicas."""
         return len(self.blocks) * self.kept_per_block
 
-    def offset(self, j: int) -> int:
-        """The place in its block of the ``j``-th replica a kept block runs."""
-        return self.offsets[j] if self.offsets else j
+    def offset(self, i: int, j: int) -> int:
+        """The place in its block of the ``j``-th replica kept block ``i`` runs."""
+        return self.offsets[i][j] if self.offsets else j
 
     def host_weights(self) -> list[int]:
         """Per folded host, how many of the whole job's hosts it stands for (1 unless
         the blocks run representative replicas; ``FluidModel.host_weight``)."""
-        ws = self.weights or (1,) * self.kept_per_block
-        per_t0 = [w for w in ws for _t in range(self.tp)]
-        return per_t0 * (len(self.blocks) * self.pp)
+        n = len(self.blocks)
+        out: list[int] = []
+        for a in range(n * self.pp):
+            ws = self.weights[a % n] if self.weights else (1,) * self.kept_per_block
+            out += [w for w in ws for _t in range(self.tp)]
+        return out
 
     @property
     def full_blocks(self) -> int:
@@ -100,7 +104,8 @@ class Fold:
         replica's: the first of those it stands for)."""
         a, off = divmod(h, self.kept_per_block * self.tp)
         j, t = divmod(off, self.tp)
-        return self.t0(a) * self.full.hosts_per_t0 + self.offset(j) * self.tp + t
+        i = a % len(self.blocks)
+        return self.t0(a) * self.full.hosts_per_t0 + self.offset(i, j) * self.tp + t
 
     def folded_host(self, h: int) -> int | None:
         """The folded host standing for the whole fabric's host ``h`` (None: its T0 or its
@@ -111,9 +116,10 @@ class Fold:
         if b is None:
             return None
         if self.offsets:
-            if j not in self.offsets:
+            kept = self.offsets[b % len(self.blocks)]
+            if j not in kept:
                 return None
-            j = self.offsets.index(j)
+            j = kept.index(j)
         return (b * self.kept_per_block + j) * self.tp + t
 
     def rank(self, r: int) -> int:
@@ -121,7 +127,9 @@ class Fold:
         rest, t = divmod(r, self.tp)
         s, d = divmod(rest, self.dp)
         i, j = divmod(d, self.kept_per_block)
-        return t + self.tp * (self.blocks[i] * self.per_block + self.offset(j) + self.full_dp * s)
+        return t + self.tp * (
+            self.blocks[i] * self.per_block + self.offset(i, j) + self.full_dp * s
+        )
 
     def folded_t0(self, a: int) -> int | None:
         """The folded T0 standing for the whole fabric's T0 ``a`` (None: not kept)."""
@@ -260,8 +268,8 @@ def plan_fold(
     fold = Fold(spec, tuple(sorted(keep)), per_block, dp, pp, tp, ep)
     if narrow is None or ep != 1:
         return fold
-    offsets, weights = narrow_replicas(per_block, tp, hpt, parts, narrow)
-    if len(offsets) >= per_block:
+    offsets, weights = narrow_replicas(per_block, tp, hpt, nb, fold.blocks, parts, narrow)
+    if len(offsets[0]) >= per_block:
         return fold
     return replace(fold, offsets=offsets, weights=weights)
 
@@ -270,40 +278,57 @@ def narrow_replicas(
     per_block: int,
     tp: int,
     hpt: int,
+    nb: int,
+    blocks: tuple[int, ...],
     parts: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]],
     margin: int,
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Which replicas of a block a folded MRC run keeps, and how many each stands for.
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """Which replicas each kept block of a folded MRC run runs, and how many each
+    stands for.
 
     Inside a block the replicas are alike but for the first and the last (their DP
     ring hops cross to the neighbouring blocks) and those whose hosts a fault sets
-    apart (a host link or NIC port; a fault on every host of a T0 alike sets none
-    apart).  Those are kept with ``margin`` replicas either side (a replica's flows
-    share its host ports with its ring neighbours'); each run of replicas between
-    them is one representative, its first, standing for the run: its flows weigh the
-    run's length on the T0 pools (``FluidModel.host_weight``), MRC's only resources
-    that hosts share, so every pool carries what the whole block puts on it.
-    Returns (kept places in the block, ascending; what each stands for)."""
-    special = {0, per_block - 1}
+    apart (a host link or NIC port, at any stage of the block; a fault on every host
+    of a T0 alike sets none apart).  Those are kept with ``margin`` replicas either
+    side (a replica's flows share its host ports with its ring neighbours'); each run
+    of replicas between them is one representative, its first, standing for the run:
+    its flows weigh the run's length on the T0 pools (``FluidModel.host_weight``),
+    MRC's only resources that hosts share, so every pool carries what the whole block
+    puts on it.  The folded fabric has as many hosts under every T0, so a block that
+    needs fewer runs more of its replicas as themselves (the longest runs' first ones),
+    which changes nothing but the cost.  Returns, per block of ``blocks`` (of ``nb``),
+    (its kept places, ascending; what each stands for)."""
+    special = {b: {0, per_block - 1} for b in blocks}
     for hl, _fl in parts:
         by_t0: dict[int, set[int]] = {}
         for h, _p in hl:
             by_t0.setdefault(h // hpt, set()).add(h % hpt)
-        for offs in by_t0.values():
-            if len(offs) < hpt:
-                special |= {o // tp for o in offs}
-    kept: set[int] = set()
-    for o in special:
-        kept |= {j for j in range(o - margin, o + margin + 1) if 0 <= j < per_block}
-    offsets: list[int] = []
-    weights: list[int] = []
-    for j in range(per_block):
-        if j in kept or j - 1 in kept:
-            offsets.append(j)  # kept, or the first of a run: its representative
-            weights.append(1)
-        else:
-            weights[-1] += 1
-    return tuple(offsets), tuple(weights)
+        for a, offs in by_t0.items():
+            if len(offs) < hpt and a % nb in special:
+                special[a % nb] |= {o // tp for o in offs}
+    runs: dict[int, list[list[int]]] = {}  # per block: [place, what it stands for]
+    for b in blocks:
+        kept: set[int] = set()
+        for o in special[b]:
+            kept |= {j for j in range(o - margin, o + margin + 1) if 0 <= j < per_block}
+        out: list[list[int]] = []
+        for j in range(per_block):
+            if j in kept or j - 1 in kept:
+                out.append([j, 1])  # kept, or the first of a run: its representative
+            else:
+                out[-1][1] += 1
+        runs[b] = out
+    width = max(len(r) for r in runs.values())
+    for b in blocks:
+        out = runs[b]
+        while len(out) < width:
+            k = max(range(len(out)), key=lambda x: (out[x][1], -x))
+            j, w = out[k]
+            out[k : k + 1] = [[j, 1], [j + 1, w - 1]]  # its first replica as itself
+    return (
+        tuple(tuple(j for j, _w in runs[b]) for b in blocks),
+        tuple(tuple(w for _j, w in runs[b]) for b in blocks),
+    )
 
 
 __all__ = ["Fold", "narrow_replicas", "plan_fold"]
