@@ -850,7 +850,10 @@ def fold_check(
     d["job"]["model"]["global_batch"] = per_replica * plan.dp
     d.pop("faults", None)
     sf = parse(d, base_dir=base)
-    model = fluid_model(sf.spec, sf.transport, sf.seed, sf.jobs, [])
+    jobs = sf.jobs
+    if plan.offsets:  # the blocks' replicas placed as the fold runs them
+        jobs = [dataclasses.replace(jobs[0], hosts=plan.hosts())]
+    model = fluid_model(plan.spec, sf.transport, sf.seed, jobs, [])
     for f in plan.faults(whole, whole._faults):
         model.add_fault(f)
     model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, parse_jobs(d)[0].spec)
@@ -997,9 +1000,7 @@ def campaign_check(
             out.append(row)
 
 
-def _dry_run(
-    setup: Any, hours: float, groups: bool = False
-) -> tuple[Any, list[int], list[float]]:
+def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[int], list[float]]:
     """A folded MRC campaign of ``setup`` in which every simulated iteration takes the
     bundled job's failure-free step and records the blocks its fold keeps (``groups``:
     as ``campaign.fold_groups`` runs it, group by group); (its measurements, the
@@ -1020,9 +1021,7 @@ def _dry_run(
             every |= set(parts)
         plan = fj.plan(frozenset(every))
         kept.append(blocks if plan is None else len(plan.blocks))
-        worth.append(
-            blocks if plan is None else len(plan.blocks) * plan.kept_per_block / per_block
-        )
+        worth.append(blocks if plan is None else len(plan.blocks) * plan.kept_per_block / per_block)
         self.out.simulated += 1
         return step, step
 

@@ -59,7 +59,7 @@ def _runs(
     ring = plan.graph(gf, _job(plan.dp))
     folded = _model(
         plan.spec,
-        FluidJob(gf, list(range(plan.spec.hosts)), ring_ranks=ring),
+        FluidJob(gf, plan.hosts(), ring_ranks=ring),
         plan.faults(whole, faults),
     )
     if weigh:
@@ -94,10 +94,10 @@ def test_representative_replicas_run_every_kept_task_as_the_whole_job(narrow: in
     plan, whole, folded, pairs = _runs(FAULTS, narrow)
     assert plan.blocks == (0, 1, 2, 3)
     # the failed replica (4 of block 1) and the blocks' ends run as themselves, the rest
-    # stand in; every block as many replicas
+    # stand in; the other blocks run fewer (their T0s' other hosts idle)
     assert 4 in plan.offsets[1] and all({0, 15} <= set(o) for o in plan.offsets)
     assert plan.kept_per_block < 16 and all(sum(w) == 16 for w in plan.weights)
-    assert len({len(o) for o in plan.offsets}) == 1
+    assert len(plan.offsets[0]) < len(plan.offsets[1]) == plan.kept_per_block
     assert folded.events < whole.events / 2
     assert _apart(whole, folded, pairs) <= 1.0
 
@@ -117,13 +117,11 @@ def test_representatives_weighing_one_replica_are_wrong() -> None:
 
 def test_narrow_replicas_keeps_the_ends_and_the_replicas_set_apart() -> None:
     # one host link of replica 6 of block 1 at stage 1 (T0 1 + 6; hosts 12, 13 of a T0
-    # of 32, TP 2), margin 1: block 1 keeps it; block 2 as many replicas, its longest
-    # run's first ones as themselves
+    # of 32, TP 2), margin 1: block 1 keeps it, block 2 its ends only
     offsets, weights = narrow_replicas(16, 2, 32, 6, (1, 2), [([(7 * 32 + 13, 0)], [])], 1)
     assert offsets[0] == (0, 1, 2, 5, 6, 7, 8, 14, 15)
     assert weights[0] == (1, 1, 3, 1, 1, 1, 6, 1, 1)
-    assert offsets[1] == (0, 1, 2, 3, 4, 5, 6, 14, 15)
-    assert weights[1] == (1, 1, 1, 1, 1, 1, 8, 1, 1)
+    assert offsets[1] == (0, 1, 2, 14, 15) and weights[1] == (1, 1, 12, 1, 1)
     # a part on every host of a T0 alike (a T0 switch) sets none apart
     whole_t0 = ([(h, 0) for h in range(32, 64)], [])
     got = narrow_replicas(16, 2, 32, 6, (1,), [whole_t0], 1)
@@ -142,3 +140,12 @@ def test_plan_fold_narrows_only_when_asked_and_without_ep() -> None:
     # folded host 4 (replica 2 of block 0, TP 0) stands for whole host 4; 10 for T0 1's
     assert plan.host(4) == 4 and plan.folded_host(4) == 4 and plan.folded_host(6) is None
     assert plan.host(10) == 32 and plan.folded_host(32 + 28) == 16
+    assert plan.hosts() == list(range(40))  # every block the same: packed
+    # blocks that run different replicas: rank -> host slots, idle slots left over
+    odd = plan_fold(SPEC, 2, 2, DP, [([(32 + 13, 0)], [])], 1, 1, 1)
+    assert odd is not None and odd.blocks == (0, 1, 2)
+    assert [len(o) for o in odd.offsets] == [5, 9, 5] and odd.dp == 19
+    hosts = odd.hosts()
+    assert len(hosts) == len(set(hosts)) == 19 * 2 * 2
+    assert hosts[:10] == list(range(10)) and hosts[10:12] == [18, 19]  # block 1, T0 1
+    assert all(odd.host(h) == odd.rank(r) for r, h in enumerate(hosts))

@@ -50,34 +50,63 @@ class Fold:
     tp: int
     #: expert parallelism: EP groups of ``ep`` consecutive replicas (inside a block)
     ep: int = 1
-    #: per kept block (in ``blocks``' order), the replicas it runs by their place in it,
-    #: as many in every block (empty: all of them), and how many of the block's replicas
-    #: each stands for (``narrow_replicas``)
+    #: per kept block (in ``blocks``' order), the replicas it runs by their place in it
+    #: (empty: all of them), and how many of the block's replicas each stands for
+    #: (``narrow_replicas``)
     offsets: tuple[tuple[int, ...], ...] = ()
     weights: tuple[tuple[int, ...], ...] = ()
 
     @property
     def kept_per_block(self) -> int:
-        """Replicas run per kept block."""
-        return len(self.offsets[0]) if self.offsets else self.per_block
+        """Replicas the folded fabric has room for under each T0 (the most a kept block
+        runs; a block that runs fewer leaves the rest of its T0's hosts idle)."""
+        return max(map(len, self.offsets)) if self.offsets else self.per_block
 
     @property
     def dp(self) -> int:
         """The folded job's DP replicas."""
-        return len(self.blocks) * self.kept_per_block
+        if self.offsets:
+            return sum(map(len, self.offsets))
+        return len(self.blocks) * self.per_block
 
     def offset(self, i: int, j: int) -> int:
         """The place in its block of the ``j``-th replica kept block ``i`` runs."""
         return self.offsets[i][j] if self.offsets else j
 
+    def replica(self, d: int) -> tuple[int, int]:
+        """Folded DP replica ``d``: (its kept block's index, its index among the
+        block's replicas run); the folded ring runs the blocks in order."""
+        if not self.offsets:
+            return divmod(d, self.per_block)
+        for i, kept in enumerate(self.offsets):
+            if d < len(kept):
+                return i, d
+            d -= len(kept)
+        raise ValueError(f"fold: no folded replica {d}")
+
+    def hosts(self) -> list[int]:
+        """The folded job's placement: rank ``r`` (TP fastest, then DP, then PP, as
+        packed) on host ``hosts()[r]`` of the folded fabric; replica ``j`` of kept block
+        ``i`` at stage ``s`` under folded T0 ``i + blocks s``, at its ``j``-th host slot."""
+        n, w = len(self.blocks), self.kept_per_block
+        out = []
+        for s in range(self.pp):
+            for d in range(self.dp):
+                i, j = self.replica(d)
+                a = i + n * s
+                out += [(a * w + j) * self.tp + t for t in range(self.tp)]
+        return out
+
     def host_weights(self) -> list[int]:
         """Per folded host, how many of the whole job's hosts it stands for (1 unless
-        the blocks run representative replicas; ``FluidModel.host_weight``)."""
-        n = len(self.blocks)
+        the blocks run representative replicas, and for an idle host;
+        ``FluidModel.host_weight``)."""
+        n, w = len(self.blocks), self.kept_per_block
         out: list[int] = []
         for a in range(n * self.pp):
-            ws = self.weights[a % n] if self.weights else (1,) * self.kept_per_block
-            out += [w for w in ws for _t in range(self.tp)]
+            ws = self.weights[a % n] if self.weights else ()
+            ws = tuple(ws) + (1,) * (w - len(ws))
+            out += [x for x in ws for _t in range(self.tp)]
         return out
 
     @property
@@ -105,6 +134,8 @@ class Fold:
         a, off = divmod(h, self.kept_per_block * self.tp)
         j, t = divmod(off, self.tp)
         i = a % len(self.blocks)
+        if self.offsets:  # an idle host: the block's last replica's place
+            j = min(j, len(self.offsets[i]) - 1)
         return self.t0(a) * self.full.hosts_per_t0 + self.offset(i, j) * self.tp + t
 
     def folded_host(self, h: int) -> int | None:
@@ -126,7 +157,7 @@ class Fold:
         """The whole job's rank that folded rank ``r`` stands for."""
         rest, t = divmod(r, self.tp)
         s, d = divmod(rest, self.dp)
-        i, j = divmod(d, self.kept_per_block)
+        i, j = self.replica(d)
         return t + self.tp * (
             self.blocks[i] * self.per_block + self.offset(i, j) + self.full_dp * s
         )
@@ -269,7 +300,7 @@ def plan_fold(
     if narrow is None or ep != 1:
         return fold
     offsets, weights = narrow_replicas(per_block, tp, hpt, nb, fold.blocks, parts, narrow)
-    if len(offsets[0]) >= per_block:
+    if sum(map(len, offsets)) >= len(offsets) * per_block:
         return fold
     return replace(fold, offsets=offsets, weights=weights)
 
@@ -294,9 +325,7 @@ def narrow_replicas(
     of replicas between them is one representative, its first, standing for the run:
     its flows weigh the run's length on the T0 pools (``FluidModel.host_weight``),
     MRC's only resources that hosts share, so every pool carries what the whole block
-    puts on it.  The folded fabric has as many hosts under every T0, so a block that
-    needs fewer runs more of its replicas as themselves (the longest runs' first ones),
-    which changes nothing but the cost.  Returns, per block of ``blocks`` (of ``nb``),
+    puts on it.  Returns, per block of ``blocks`` (of ``nb``),
     (its kept places, ascending; what each stands for)."""
     special = {b: {0, per_block - 1} for b in blocks}
     for hl, _fl in parts:
@@ -318,13 +347,6 @@ def narrow_replicas(
             else:
                 out[-1][1] += 1
         runs[b] = out
-    width = max(len(r) for r in runs.values())
-    for b in blocks:
-        out = runs[b]
-        while len(out) < width:
-            k = max(range(len(out)), key=lambda x: (out[x][1], -x))
-            j, w = out[k]
-            out[k : k + 1] = [[j, 1], [j + 1, w - 1]]  # its first replica as itself
     return (
         tuple(tuple(j for j, _w in runs[b]) for b in blocks),
         tuple(tuple(w for _j, w in runs[b]) for b in blocks),

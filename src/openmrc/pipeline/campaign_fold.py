@@ -135,9 +135,11 @@ class FoldedJob:
         )
 
     def scenario(self, dp: int | None = None, per_block: int | None = None) -> Any:
-        """The scenario with the job cut to ``dp`` replicas, ``per_block`` of them under
-        each T0 (default: the whole job's, every replica of a block), on as many blocks'
-        T0s (None: the whole job, built once and kept)."""
+        """The scenario with the job cut to ``dp`` replicas on a fabric with room for
+        ``per_block`` of them under each T0 (default: the whole job's, every replica of
+        a block), on as many blocks' T0s as ``dp`` fills so (None: the whole job, built
+        once and kept).  A fold whose blocks run fewer replicas places the job itself
+        (``Fold.hosts``)."""
         from .run import scenario_from_data
 
         if dp is None:
@@ -150,7 +152,7 @@ class FoldedJob:
         if self._cached is not None and self._cached[0] == (dp, per_block):
             return self._cached[1]
         d = copy.deepcopy(self.data)
-        d["fabric"]["t0s"] = dp // per_block * self.pp
+        d["fabric"]["t0s"] = -(-dp // per_block) * self.pp
         d["fabric"]["hosts_per_t0"] = per_block * self.tp
         d["job"]["parallel"]["dp"] = dp
         d["job"]["model"]["global_batch"] = self.per_replica * dp
@@ -223,7 +225,9 @@ class FoldedJob:
             return None
         sc = self.scenario(plan.dp, plan.kept_per_block)
         job = replace(sc.jobs[0], start_us=0.0)
-        model = fluid_model(sc.spec, sc.transport, sc.seed, [job], [])
+        if plan.offsets:
+            job = replace(job, hosts=plan.hosts())
+        model = fluid_model(plan.spec, sc.transport, sc.seed, [job], [])
         model.jobs[0].ring_ranks = plan.graph(model.jobs[0].graph, self.config.spec)
         plan.hashes(model)
         if plan.offsets:
