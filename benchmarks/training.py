@@ -1021,7 +1021,7 @@ def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[
             every |= set(parts)
         plan = fj.plan(frozenset(every))
         kept.append(blocks if plan is None else len(plan.blocks))
-        worth.append(blocks if plan is None else len(plan.blocks) * plan.kept_per_block / per_block)
+        worth.append(blocks if plan is None else plan.dp / per_block)
         self.out.simulated += 1
         return step, step
 
