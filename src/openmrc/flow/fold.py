@@ -21,6 +21,12 @@ switch) stays as it is.  RoCE's ECMP draws are the whole job's (``path_hash`` an
 ``ack_hash`` of the host the folded host stands for), so the kept QPs take the
 paths they take in the whole job; the blocks left out have draws of their own,
 which the fold does not see (docs/training.md: exact for MRC, a sample for RoCE).
+
+Inside a kept block the replicas are alike too, but for the block's first and last
+(their ring hops cross T0s) and those a host fault touches.  For MRC the fold may
+run only those (``narrow``), with one representative per run of the others whose
+flows weigh the run's length on the T0 pools (``FluidModel.host_weight``):
+:func:`narrow_replicas`, exact for MRC (docs/campaign.md, ``fold_replicas``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ the parts down in it (and the parts its changes take down or up) touch,
 fabric of those T0s.  For MRC this is exact (the same step to the picosecond as
 the whole job: ``tests/pipeline/test_campaign_fold.py``); for RoCE the kept QPs
 take their whole-job ECMP draws and the blocks left out are not seen (a sample,
-docs/performance.md).
+docs/performance.md).  With ``campaign.fold_replicas`` (the default) an MRC job's
+kept blocks run only the replicas a part sets apart and representatives for the
+rest (openmrc.flow.fold.narrow_replicas), exact too.
 
 :class:`FoldedJob` keeps the scenario's data, never the whole job's graph: it
 builds the folded job per state (the parsed folded scenario is kept for the
