@@ -207,6 +207,7 @@ class Context(ContextBase):
         mr = MemoryRegion(pd, addr, length, access, lkey, rkey, buffer)
         self.lkeys[lkey] = mr
         self.rkeys_by_key[rkey] = mr
+        self.mr_epoch += 1
         pd.mrs.append(mr)
         return mr
 
@@ -216,6 +217,7 @@ class Context(ContextBase):
             raise InvalidArgument("mr: not a registered memory region of this PD")
         del self.lkeys[mr.lkey]
         del self.rkeys_by_key[mr.rkey]
+        self.mr_epoch += 1
         pd.mrs.remove(mr)
 
     def create_qp_for(
@@ -433,11 +435,13 @@ class Context(ContextBase):
         dirty = self.timer_dirty
         deadline = self._deadline
         heap = self._timer_heap
-        qps = self.qps
+        by_qpn = self._by_qpn  # (a live QP is there; a list read boxes no QPN)
+        n = len(by_qpn)
         for qp in dirty:
             qp.timer_marked = False
             qpn = qp.qpn
-            t = qp.get_timer() if qps.get(qpn) is qp else None
+            i = qpn - FIRST_QPN
+            t = qp.get_timer() if 0 <= i < n and by_qpn[i] is qp else None
             if t is None:
                 deadline.pop(qp, None)
             elif deadline.get(qp, -1) != t:  # (deadlines are >= 0)

@@ -81,6 +81,9 @@ class ContextBase:
         #: registered memory regions by lkey (local access) and by rkey (remote access).
         self.lkeys: dict[int, MemoryRegion] = {}
         self.rkeys_by_key: dict[int, MemoryRegion] = {}
+        #: counts registrations and deregistrations: a responder's last rkey look-up
+        #: holds while it is unchanged (see ``Responder.on_data``).
+        self.mr_epoch = 0
         #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
         self.ready: dict[QPBase, None] = {}
         #: QPs whose deadline may have changed since the context last looked (a QP
