@@ -243,8 +243,7 @@ class Context(ContextBase):
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self._by_qpn[qp.qpn - FIRST_QPN] = None
-        self.ready.pop(qp, None)
-        self.control_ready.pop(qp, None)
+        self.unready(qp)
         qp.mark_timer()
 
     # -- controller -------------------------------------------------------------------
@@ -276,8 +275,9 @@ class Context(ContextBase):
         for qp in self.qps.values():
             if qp.paths is not None:
                 qp.paths.set_ports_down(local=mask)
-            if qp.has_output():
-                self.ready[qp] = None  # it may have been blocked on that plane
+            if qp.has_output() and not qp.in_ready:
+                qp.in_ready = True
+                self.ready.append(qp)  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""
@@ -382,30 +382,31 @@ class Context(ContextBase):
         """
         control = self.control_ready
         while control:
-            for qp in control:  # noqa: B007 -- the oldest; compiled, cheaper than next(iter())
-                break
+            qp = control[0]  # the oldest
             queue = qp.control
             if queue:
                 first = queue.popleft()
                 if not queue:
-                    del control[qp]
+                    control.popleft()
+                    qp.in_control = False
                 if not qp.timer_marked:
                     qp.timer_marked = True
                     self.timer_dirty[qp] = None
                 self.polled_qp = qp
                 return first
-            del control[qp]
+            control.popleft()
+            qp.in_control = False
         ready = self.ready
         blocked: list[QPBase] | None = None
         found: Packet | None = None
         while ready:
-            for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
-                break
-            del ready[qp]
+            qp = ready.popleft()  # the first (oldest)
+            qp.in_ready = False
             pkt = qp.poll_packet(now, busy)
             if pkt is not None:
-                if qp.has_output():
-                    ready[qp] = None  # to the back: round robin
+                if qp.has_output() and not qp.in_ready:
+                    qp.in_ready = True
+                    ready.append(qp)  # to the back: round robin
                 self.polled_qp = qp
                 found = pkt
                 break
@@ -415,7 +416,9 @@ class Context(ContextBase):
                 blocked.append(qp)
         if blocked:
             for qp in blocked:
-                ready[qp] = None
+                if not qp.in_ready:
+                    qp.in_ready = True
+                    ready.append(qp)
         return found
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:
