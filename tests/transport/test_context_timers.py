@@ -95,3 +95,18 @@ def test_handle_timer_runs_due_qps_in_qpn_order_and_only_those(
     due = sorted(qa.qpn for qa, _ in pairs if qa.get_timer() is not None)
     lb.a.handle_timer(max(qa.get_timer() for qa, _ in pairs if qa.get_timer() is not None))
     assert ran == due and len(due) > 1
+
+
+def test_a_destroyed_qp_leaves_no_deadline() -> None:
+    # Its requester still has an RTO armed, but the context no longer has the QP.
+    lb = Loopback()
+    qa, qb = lb.connect()
+    keep_a, _keep_b = lb.connect()
+    _post(lb, qa, qb, 16384, 1)
+    while lb.a.poll_packet(1000) is not None:
+        pass  # sent, and lost: nothing delivers it
+    assert qa.get_timer() is not None and lb.a.get_timer() == qa.get_timer()
+    lb.a.destroy_qp(qa)
+    assert qa.get_timer() is not None  # (the QP alone still has its deadline)
+    assert lb.a.get_timer() is None
+    assert keep_a.get_timer() is None

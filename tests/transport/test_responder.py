@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from openmrc.loopback import Loopback
+from openmrc.transport.verbs import MemoryRegion
 from openmrc.wire.packets import DataPacket, Opcode, ProbePacket, SackPacket
 
 
@@ -132,3 +133,48 @@ def test_one_receive_multi_packet_later_message_refused_on_arrival() -> None:
     wcs = {wc.wr_id: wc.status.name for wc in qa.send_cq.poll(10)}
     assert wcs == {0: "SUCCESS", 1: "RNR_RETRY_EXC_ERR"}
     assert qb.state.name == "RTS"  # refused on arrival: the responder stays up
+
+
+# -- what the responder keeps between packets -------------------------------------------
+
+
+def test_interleaved_messages_complete_with_their_own_byte_counts() -> None:
+    # Two 2-packet WRITE_IMMs arriving interleaved: each receive completes with its
+    # own message's bytes, and the bytes placed so far are there to read meanwhile.
+    a, b, _qa, qb, held = _imm_pair(2, [8192, 8192])
+    assert [p.msn for p in held] == [0, 0, 1, 1]
+    for p in (held[2], held[0], held[3]):
+        b.receive_packet(p, 2000)
+    assert qb.responder.msg_bytes == {0: 4096, 1: 8192}
+    _exchange(a, b, [held[1]])
+    got = [(wc.wr_id, wc.imm_data, wc.byte_len) for wc in qb.recv_cq.poll(10)]
+    assert got == [(10, 100, 8192), (11, 101, 8192)]
+    assert qb.responder.msg_bytes == {}
+
+
+def test_interleaved_messages_counted_without_reading_them_between() -> None:
+    a, b, _qa, qb, held = _imm_pair(2, [8192, 12288])
+    _exchange(a, b, [held[2], held[0], held[3], held[1], held[4]])
+    got = [(wc.wr_id, wc.byte_len) for wc in qb.recv_cq.poll(10)]
+    assert got == [(10, 8192), (11, 12288)]
+
+
+def test_a_deregistered_region_takes_no_more_writes() -> None:
+    lb = Loopback()
+    qa, qb = lb.connect()
+    mr = qb.pd.reg_mr(1 << 16)
+    stats = qb.stats
+
+    def write(psn: int, region: MemoryRegion) -> None:
+        pkt = DataPacket(qa.qpn, 0x10, Opcode.WRITE_MIDDLE, psn, 0, region.addr + psn * 1024,
+                         region.rkey, 1024, ts=psn + 1)  # fmt: skip
+        qb.receive_packet(pkt, 1000 + psn)
+
+    write(0, mr)
+    assert (stats.rx_data_packets, stats.rx_access_errors) == (1, 0)
+    qb.pd.dereg_mr(mr)
+    write(1, mr)  # the same rkey as the packet before, now unknown
+    assert (stats.rx_data_packets, stats.rx_access_errors) == (1, 1)
+    again = qb.pd.reg_mr(1 << 16)
+    write(1, again)
+    assert (stats.rx_data_packets, stats.rx_access_errors) == (2, 1)

@@ -207,6 +207,7 @@ class Context(ContextBase):
         mr = MemoryRegion(pd, addr, length, access, lkey, rkey, buffer)
         self.lkeys[lkey] = mr
         self.rkeys_by_key[rkey] = mr
+        self.mr_epoch += 1
         pd.mrs.append(mr)
         return mr
 
@@ -216,6 +217,7 @@ class Context(ContextBase):
             raise InvalidArgument("mr: not a registered memory region of this PD")
         del self.lkeys[mr.lkey]
         del self.rkeys_by_key[mr.rkey]
+        self.mr_epoch += 1
         pd.mrs.remove(mr)
 
     def create_qp_for(
@@ -241,8 +243,7 @@ class Context(ContextBase):
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self._by_qpn[qp.qpn - FIRST_QPN] = None
-        self.ready.pop(qp, None)
-        self.control_ready.pop(qp, None)
+        self.unready(qp)
         qp.mark_timer()
 
     # -- controller -------------------------------------------------------------------
@@ -274,8 +275,9 @@ class Context(ContextBase):
         for qp in self.qps.values():
             if qp.paths is not None:
                 qp.paths.set_ports_down(local=mask)
-            if qp.has_output():
-                self.ready[qp] = None  # it may have been blocked on that plane
+            if qp.has_output() and not qp.in_ready:
+                qp.in_ready = True
+                self.ready.append(qp)  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""
@@ -380,30 +382,31 @@ class Context(ContextBase):
         """
         control = self.control_ready
         while control:
-            for qp in control:  # noqa: B007 -- the oldest; compiled, cheaper than next(iter())
-                break
+            qp = control[0]  # the oldest
             queue = qp.control
             if queue:
                 first = queue.popleft()
                 if not queue:
-                    del control[qp]
+                    control.popleft()
+                    qp.in_control = False
                 if not qp.timer_marked:
                     qp.timer_marked = True
                     self.timer_dirty[qp] = None
                 self.polled_qp = qp
                 return first
-            del control[qp]
+            control.popleft()
+            qp.in_control = False
         ready = self.ready
         blocked: list[QPBase] | None = None
         found: Packet | None = None
         while ready:
-            for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
-                break
-            del ready[qp]
+            qp = ready.popleft()  # the first (oldest)
+            qp.in_ready = False
             pkt = qp.poll_packet(now, busy)
             if pkt is not None:
-                if qp.has_output():
-                    ready[qp] = None  # to the back: round robin
+                if qp.has_output() and not qp.in_ready:
+                    qp.in_ready = True
+                    ready.append(qp)  # to the back: round robin
                 self.polled_qp = qp
                 found = pkt
                 break
@@ -413,7 +416,9 @@ class Context(ContextBase):
                 blocked.append(qp)
         if blocked:
             for qp in blocked:
-                ready[qp] = None
+                if not qp.in_ready:
+                    qp.in_ready = True
+                    ready.append(qp)
         return found
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:
@@ -433,11 +438,13 @@ class Context(ContextBase):
         dirty = self.timer_dirty
         deadline = self._deadline
         heap = self._timer_heap
-        qps = self.qps
+        by_qpn = self._by_qpn  # (a live QP is there; a list read boxes no QPN)
+        n = len(by_qpn)
         for qp in dirty:
             qp.timer_marked = False
             qpn = qp.qpn
-            t = qp.get_timer() if qps.get(qpn) is qp else None
+            i = qpn - FIRST_QPN
+            t = qp.get_timer() if 0 <= i < n and by_qpn[i] is qp else None
             if t is None:
                 deadline.pop(qp, None)
             elif deadline.get(qp, -1) != t:  # (deadlines are >= 0)

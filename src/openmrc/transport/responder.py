@@ -30,8 +30,11 @@ from .verbs import RecvWR, WCOpcode, WCStatus, WorkCompletion
 
 if TYPE_CHECKING:
     from .qpbase import QPBase
+    from .verbs import MemoryRegion
 
 _MASK64: Final = (1 << 64) - 1
+#: ``Responder._cur_msn`` when no message is being counted (no MSN is this low)
+_NO_MSN: Final = -(1 << 60)
 # C statics when compiled (a module global is a dict lookup per use)
 _bisect_right: Final = bisect.bisect_right
 _insort: Final = bisect.insort
@@ -66,8 +69,16 @@ class Responder:
         self.coalesce = attr.ack_coalesce_bytes
         self.max_wimm = attr.max_wimm_recv
         self.stats = qp.stats
+        self.ctx = qp.context
         self.rkeys = qp.context.rkeys_by_key
         self.pd = qp.pd
+        # The last rkey looked up, its region (or None) and the context's MR epoch
+        # then: a QP's packets name the same rkey, and the cached answer stands
+        # while no region was registered or deregistered (no int boxed and no
+        # dict probed per packet).
+        self._mr_rkey = -1
+        self._mr: MemoryRegion | None = None
+        self._mr_epoch = -1
         self.base = 0  # every PSN below it has been received
         self.bits = 0  # bit i: PSN base + i received
         self.highest = -1
@@ -78,7 +89,12 @@ class Responder:
         self.next_msn = 0
         #: msn -> (last psn, imm, wimm, the last packet's timestamp)
         self.last_of: dict[int, tuple[int, int | None, bool, int]] = {}
-        self.msg_bytes: dict[int, int] = {}
+        #: msn -> bytes placed, for the messages not yet completed, except the one
+        #: being received (``_cur_msn``): its count is kept in ``_cur_bytes``, not
+        #: in the dict once per packet (:attr:`msg_bytes` shows them all).
+        self._msg_bytes: dict[int, int] = {}
+        self._cur_msn = _NO_MSN
+        self._cur_bytes = 0
         #: MSNs of the WRITE_IMM messages seen and not yet completed, sorted.  A
         #: receive is consumed when such a message completes, in message order,
         #: so the k-th of them (counting from the lowest) needs k receives posted.
@@ -111,7 +127,15 @@ class Responder:
             )
             return
         length = pkt.length
-        mr = self.rkeys.get(pkt.rkey)
+        rkey = pkt.rkey
+        epoch = self.ctx.mr_epoch
+        if rkey == self._mr_rkey and epoch == self._mr_epoch:
+            mr = self._mr
+        else:
+            mr = self.rkeys.get(rkey)
+            self._mr_rkey = rkey
+            self._mr = mr
+            self._mr_epoch = epoch
         if (
             mr is None
             or mr.pd is not self.pd
@@ -131,7 +155,10 @@ class Responder:
             view[start : start + length] = payload
         stats.rx_data_packets += 1
         self.rcvd_bytes += length
-        self.msg_bytes[msn] = self.msg_bytes.get(msn, 0) + length
+        if msn == self._cur_msn:
+            self._cur_bytes += length
+        else:
+            self._switch_msg(msn, length)
         if pkt.opcode in LAST_OPCODES:
             self.last_of[msn] = (psn, pkt.imm, pkt.wimm, pkt.ts)
         if psn > self.highest:
@@ -156,6 +183,24 @@ class Responder:
         # may carry no ACK request).
         if pkt.ecn or pkt.ack_req or completed or self.pending_bytes >= self.coalesce:
             self._ack(pkt, now)
+
+    @property
+    def msg_bytes(self) -> dict[int, int]:
+        """Bytes placed so far of each message not yet completed, by MSN."""
+        if self._cur_msn != _NO_MSN:
+            self._msg_bytes[self._cur_msn] = self._cur_bytes
+            self._cur_msn = _NO_MSN
+            self._cur_bytes = 0
+        return self._msg_bytes
+
+    def _switch_msg(self, msn: int, length: int) -> None:
+        """A packet of message ``msn``, not the one being counted: count it from now
+        on (the one before goes to the dict)."""
+        pending = self._msg_bytes
+        if self._cur_msn != _NO_MSN:
+            pending[self._cur_msn] = self._cur_bytes
+        self._cur_msn = msn
+        self._cur_bytes = pending.pop(msn, 0) + length
 
     def _receivable(self, pkt: DataPacket, msn: int) -> bool:
         """Check that WRITE_IMM message ``msn`` can have a receive; NACK ``pkt`` if not.
@@ -198,6 +243,8 @@ class Responder:
         work request, and it never sees the message cumulatively acknowledged.
         """
         last_of = self.last_of
+        if not last_of:
+            return False  # no message's last packet is here yet
         base = self.base
         done = False
         done_upto = -1  # one past the last PSN of the messages completed here
@@ -230,7 +277,12 @@ class Responder:
                 self.wimm_pending.remove(msn)
             del last_of[msn]
             done_upto = info[0] + 1
-            nbytes = self.msg_bytes.pop(msn, 0)
+            if msn == self._cur_msn:
+                nbytes = self._cur_bytes
+                self._cur_msn = _NO_MSN
+                self._cur_bytes = 0
+            else:
+                nbytes = self._msg_bytes.pop(msn, 0)
             self.next_msn = msn + 1
             self.stats.rx_messages += 1
             if recv is not None:
