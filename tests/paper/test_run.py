@@ -239,12 +239,19 @@ def test_lossy_runs_are_started_before_their_loss_free_twins(unbuilt: None) -> N
     from openmrc.paper import run as paper_run
 
     plan = paper_run.plan(list(paper.EXPERIMENTS), quick=False, seeds=1)
-    order = [p.name for p in plan.points]
+    # each run with its message size: the 0.1 % row and its loss-free twin run at 256 MiB
+    order = [
+        (p.name, next((o for o in p.overrides if o.startswith("workload.size=")), ""))
+        for p in plan.points
+    ]
+    full, large = paper.RING_FULL[0], paper.RING_LARGE[0]
     for transport in ("mrc", "roce-1qp", "roce-16qp"):
         ring = f"ring-allreduce-64-{transport}"
-        assert order.index(f"{ring}-loss1") < order.index(ring), order
-    assert order.index("ring-allreduce-64-mrc-loss0.1") < order.index("ring-allreduce-64-mrc")
-    assert order[0] == "ring-allreduce-64-roce-16qp-loss1"
+        assert order.index((f"{ring}-loss1", full)) < order.index((ring, full)), order
+    mrc = "ring-allreduce-64-mrc"
+    assert order.index((f"{mrc}-loss0.1", large)) < order.index((mrc, large)), order
+    # the 256 MiB lossy ring first (it moves four times the bytes of a 64 MiB ring)
+    assert order[0] == (f"{mrc}-loss0.1", large)
 
 
 def test_an_interrupted_table_says_it_is_partial() -> None:
