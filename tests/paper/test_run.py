@@ -239,12 +239,19 @@ def test_lossy_runs_are_started_before_their_loss_free_twins(unbuilt: None) -> N
     from openmrc.paper import run as paper_run
 
     plan = paper_run.plan(list(paper.EXPERIMENTS), quick=False, seeds=1)
-    order = [p.name for p in plan.points]
+    # each run with its message size: the 0.1 % row and its loss-free twin run at 256 MiB
+    order = [
+        (p.name, next((o for o in p.overrides if o.startswith("workload.size=")), ""))
+        for p in plan.points
+    ]
+    full, large = paper.RING_FULL[0], paper.RING_LARGE[0]
     for transport in ("mrc", "roce-1qp", "roce-16qp"):
         ring = f"ring-allreduce-64-{transport}"
-        assert order.index(f"{ring}-loss1") < order.index(ring), order
-    assert order.index("ring-allreduce-64-mrc-loss0.1") < order.index("ring-allreduce-64-mrc")
-    assert order[0] == "ring-allreduce-64-roce-16qp-loss1"
+        assert order.index((f"{ring}-loss1", full)) < order.index((ring, full)), order
+    mrc = "ring-allreduce-64-mrc"
+    assert order.index((f"{mrc}-loss0.1", large)) < order.index((mrc, large)), order
+    # the 256 MiB lossy ring first (it moves four times the bytes of a 64 MiB ring)
+    assert order[0] == (f"{mrc}-loss0.1", large)
 
 
 def test_an_interrupted_table_says_it_is_partial() -> None:
@@ -339,10 +346,17 @@ def test_full_size_collectives_run_in_the_bandwidth_bound_regime() -> None:
     """The full-size ring and all-to-all runs use the bandwidth-bound overrides; the
     quick size keeps its own reductions (and no full-size override)."""
     by_name = {e.name: e for e in paper.EXPERIMENTS}
-    for name in ("ring-roce-1qp-vs-mrc", "ring-mrc-loss0.1", "ring-loss1"):
+    sizes = {
+        "ring-roce-1qp-vs-mrc": paper.RING_FULL,
+        "ring-loss1": paper.RING_FULL,
+        # the paper's statement about 0.1 % loss is about its large messages
+        "ring-mrc-loss0.1": paper.RING_LARGE,
+    }
+    assert paper.RING_LARGE == ('workload.size="256MiB"',)
+    for name, size in sizes.items():
         for run in by_name[name].runs.values():
-            assert run.overrides(False)[: len(paper.RING_FULL)] == list(paper.RING_FULL)
-            assert not set(paper.RING_FULL) & set(run.overrides(True))
+            assert run.overrides(False)[: len(size)] == list(size)
+            assert not set(size) & set(run.overrides(True))
     for e in paper.EXPERIMENTS:
         if e.name.startswith("ring-"):
             for key, run in e.runs.items():
