@@ -183,6 +183,23 @@ def _probe(python: Path | str) -> dict[str, object]:
     return got
 
 
+def build_causes(log: Path) -> str:
+    """What the build said about leaving parts uncompiled: setup.py's ``openmrc:`` lines
+    and the compiler's errors from ``log``, as a suffix for an error message ("" when
+    the log names none)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [
+        line.strip() for line in lines
+        if line.lstrip().startswith("openmrc:") or ": error:" in line or "Killed" in line
+    ]  # fmt: skip
+    if not said:
+        return f" (see {log})"
+    return "; the build said: " + " | ".join(said[-5:]) + f" (see {log})"
+
+
 def require_compiled(python: Path | str, what: str) -> dict[str, object]:
     """The probe of ``python``, refusing a pure-Python install (it would measure the
     interpreter, not the build a user runs)."""
@@ -203,7 +220,9 @@ def build(tree: Path, nice: int, log: Path) -> Path:
     with open(log, "ab") as out:
         for argv in (
             [sys.executable, "-m", "venv", str(venv)],
-            [str(python), "-m", "pip", "install", "-q", "-e", str(tree)],
+            # -v: setup.py's own lines ("openmrc: mypyc failed (...)") reach the log;
+            # with -q pip hides them and a pure-Python build has no stated cause
+            [str(python), "-m", "pip", "install", "-v", "-e", str(tree)],
             # the scenario loader imports the flow level, which needs numpy: the
             # scenario-file cases (ring-loss1-*) of a commit that did not declare it
             [str(python), "-m", "pip", "install", "-q", "numpy"],
@@ -280,7 +299,10 @@ def _ensure_locked(home: Path, export: object, nice: int, what: str) -> tuple[Pa
           file=sys.stderr, flush=True)  # fmt: skip
     t0 = time.perf_counter()
     python = build(tree, nice, home / "build.log")
-    probe = require_compiled(python, what)
+    try:
+        probe = require_compiled(python, what)
+    except GuardError as exc:
+        raise GuardError(f"{exc}{build_causes(home / 'build.log')}") from None
     probe["build_seconds"] = round(time.perf_counter() - t0, 1)
     (home / BUILT_MARKER).write_text(json.dumps(probe) + "\n")
     return python, script

@@ -180,3 +180,28 @@ def test_vs_ref_runs_both_sides_in_the_same_window() -> None:
     assert whole == ["--size", "2000000", "--seed", "1", "--planes", "8"]
     window = speed.child_args(2_000_000, 1, 8, 30.0)
     assert window == [*whole, "--until-us", "30.0"]
+
+
+def test_a_pure_python_build_names_its_cause(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A build that came out pure Python is refused with setup.py's own reason from the
+    log (pip -v keeps it there), not a bare "not compiled"."""
+
+    def fake_build(tree: Path, nice: int, log: Path) -> Path:
+        log.write_text(
+            "Running setup.py develop\n"
+            "openmrc: mypyc failed (MemoryError), installing pure Python\n"
+            "done\n"
+        )
+        return tmp_path / "python"
+
+    def refuse(python: Path | str, what: str) -> dict[str, object]:
+        raise guard.GuardError(f"{what}: openmrc at X is not compiled")
+
+    monkeypatch.setattr(guard, "build", fake_build)
+    monkeypatch.setattr(guard, "require_compiled", refuse)
+    home = tmp_path / "home"
+    with pytest.raises(guard.GuardError, match=r"mypyc failed \(MemoryError\)"):
+        guard._ensure(home, lambda tree: None, 0, "the working tree")
+    assert not (home / guard.BUILT_MARKER).exists()
