@@ -764,7 +764,7 @@ static inline uint64_t tk_slot(uint64_t tk)
     return tk >> WHEEL_SHIFT;
 }
 
-/* Room for cap events in heap hp; -1 on no memory (error set, heap unchanged). */
+/* Room for cap events in heap q; -1 on no memory (error set, heap unchanged). */
 static int heap_reserve(Heap *q, Py_ssize_t cap)
 {
     if (cap <= q->cap)
