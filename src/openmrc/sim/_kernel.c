@@ -11,9 +11,11 @@
  * draw by Simulator.rng_for) is called at the same points, so a run gives the
  * same result bit for bit.
  *
- * Events are C structs in a 4-ary heap keyed on (time, key), kept as two arrays
- * (the keys, which the heap compares, and the rest); a port's arrivals after its
- * earliest wait in the port's own FIFO instead ("link FIFOs").  An event is
+ * Events are C structs ordered by (time, key): those of the current time slot in
+ * a 4-ary heap kept as two arrays (the keys, which the heap compares, and the
+ * rest), those of the next slots in a wheel of unsorted buckets, those further
+ * ahead in a second heap ("the event store"); a port's arrivals after its
+ * earliest wait in the port's own FIFO ("link FIFOs").  An event is
  * either a Python call (callable + args tuple), a packet arriving at the far
  * end of a port, or a port's "transmitter free".  Arrivals at a native Switch
  * or HostEnd, and the switch's enqueue onto a native port, involve no Python
@@ -117,15 +119,47 @@ static inline int64_t ev_epoch(const Event *e)
     return (int64_t)((e->meta >> SK_KIND_BITS) & (uint64_t)(EPOCH_SMALL - 1));
 }
 
+/* A 4-ary heap of events. */
 typedef struct {
-    PyObject_HEAD
-    int64_t now;
-    int64_t events_run;
-    HKey *hk;     /* the events' order, hk[0] the next; aligned so that the
+    HKey *hk;     /* the events' order, hk[0] the smallest; aligned so that the
                      children 4i+1 .. 4i+4 of node i start a cache line */
     HPay *hp;     /* the rest of each event, at the same index */
     void *hk_mem; /* what hk was allocated as */
     Py_ssize_t n, cap;
+} Heap;
+
+/* Events of a slot of the wheel in a chain of chunks (from one pool, so that the
+ * wheel holds about as much memory as it holds events, however they are spread
+ * over the slots). */
+#define CHUNK_EVENTS 15
+typedef struct Chunk {
+    struct Chunk *next;
+    Py_ssize_t len;
+    Event ev[CHUNK_EVENTS];
+} Chunk;
+
+/* A slot of the wheel: its events in the order they came (unsorted). */
+typedef struct {
+    Chunk *head, *tail; /* NULL when empty */
+    Py_ssize_t len;
+} Bucket;
+
+/* Where the pending events wait (see "the event store"). */
+typedef struct {
+    Heap h;          /* the current slot's events (and any earlier): popped from */
+    Heap far;        /* events WHEEL_SLOTS slots or more ahead when scheduled */
+    Bucket *wheel;   /* WHEEL_SLOTS buckets (NULL until the first is needed) */
+    uint64_t *wbits; /* bit i: bucket i holds events (WHEEL_SLOTS bits) */
+    Chunk *spare;    /* chunks not in use */
+    Py_ssize_t wn;   /* events in the wheel's buckets */
+    uint64_t wcur;   /* the current slot (time >> WHEEL_SHIFT, biased) */
+} EvStore;
+
+typedef struct {
+    PyObject_HEAD
+    int64_t now;
+    int64_t events_run;
+    EvStore q; /* the pending events (those of port FIFOs aside) */
     PyObject *rng;  /* for code outside the fabric (the ports have their own) */
     PyObject *seed; /* what rng_for seeds the ports' generators from */
     PyObject *cancelled; /* set of keys (ints) */
@@ -705,43 +739,68 @@ done:
     return r;
 }
 
-/* Grow the heap's two arrays to cap events; -1 on no memory (error set). */
-static int heap_grow(SimObject *s, Py_ssize_t cap)
+/* ------------------------------------------------------------------------ */
+/* the event store                                                          */
+/*
+ * Time is cut into slots of 2**WHEEL_SHIFT ps.  The events of the current slot
+ * (and any earlier one) wait in a small heap, h, which is what pops come from;
+ * an event 1 .. WHEEL_SLOTS - 1 slots ahead of the current one is appended to
+ * its slot's bucket of a wheel, unsorted; one further ahead goes to a second
+ * heap, far.  When h runs empty the current slot moves on to the next one with
+ * events, whose bucket (and the events of far now due) go into h.  Every event
+ * in h is in an earlier slot than every one in the wheel or far, so the smallest
+ * of h is the smallest of all, and events come out in the same (time, key)
+ * order as from one heap; only the cost changes.  Most events of a large fabric
+ * are scheduled less than a microsecond ahead (arrivals, transmitters, pumps):
+ * they are appended to a bucket (one cache line touched) and later popped from
+ * a heap of one slot's events, which stays in the cache where one heap of all
+ * pending events (tens of thousands at 8,192 hosts) would not.
+ */
+#define WHEEL_SHIFT 11   /* a slot: 2,048 ps */
+#define WHEEL_SLOTS 4096 /* the wheel's reach: 8.4 us (a power of two) */
+
+static inline uint64_t tk_slot(uint64_t tk)
 {
+    return tk >> WHEEL_SHIFT;
+}
+
+/* Room for cap events in heap q; -1 on no memory (error set, heap unchanged). */
+static int heap_reserve(Heap *q, Py_ssize_t cap)
+{
+    if (cap <= q->cap)
+        return 0;
+    Py_ssize_t want = q->cap ? q->cap : 1024;
+    while (want < cap)
+        want *= 2;
     /* 64 bytes of slack to align, 3 entries before hk[0]: then the children of
      * node i, 4i+1 .. 4i+4, are at 64 (i + 1) bytes from the aligned start */
-    void *mem = PyMem_Malloc((size_t)(cap + 3) * sizeof(HKey) + 64);
-    HPay *hp = PyMem_Realloc(s->hp, (size_t)cap * sizeof(HPay));
+    void *mem = PyMem_Malloc((size_t)(want + 3) * sizeof(HKey) + 64);
+    HPay *hp = PyMem_Realloc(q->hp, (size_t)want * sizeof(HPay));
     if (mem == NULL || hp == NULL) {
         PyMem_Free(mem);
         if (hp != NULL)
-            s->hp = hp;
+            q->hp = hp;
         PyErr_NoMemory();
         return -1;
     }
-    s->hp = hp;
+    q->hp = hp;
     HKey *hk = (HKey *)(((uintptr_t)mem + 63) & ~(uintptr_t)63) + 3;
-    if (s->n)
-        memcpy(hk, s->hk, (size_t)s->n * sizeof(HKey));
-    PyMem_Free(s->hk_mem);
-    s->hk_mem = mem;
-    s->hk = hk;
-    s->cap = cap;
+    if (q->n)
+        memcpy(hk, q->hk, (size_t)q->n * sizeof(HKey));
+    PyMem_Free(q->hk_mem);
+    q->hk_mem = mem;
+    q->hk = hk;
+    q->cap = want;
     return 0;
 }
 
-/* Put ev into the heap (its references move there); -1 (released) on no memory. */
-static int heap_insert(SimObject *s, const Event *evp)
+/* Put ev into heap q, which has room for it (references move there). */
+static void heap_put(Heap *q, const Event *evp)
 {
-    if (s->n == s->cap && heap_grow(s, s->cap ? s->cap * 2 : 1024) < 0) {
-        Py_XDECREF(evp->a);
-        Py_XDECREF(evp->b);
-        return -1;
-    }
     HKey k = {evp->key, evp->tk};
-    HKey *hk = s->hk;
-    HPay *hp = s->hp;
-    Py_ssize_t i = s->n++;
+    HKey *hk = q->hk;
+    HPay *hp = q->hp;
+    Py_ssize_t i = q->n++;
     while (i > 0) {
         Py_ssize_t p = (i - 1) >> 2;
         if (!hk_less(&k, &hk[p]))
@@ -754,15 +813,348 @@ static int heap_insert(SimObject *s, const Event *evp)
     hp[i].meta = evp->meta;
     hp[i].a = evp->a;
     hp[i].b = evp->b;
+}
+
+/* Put ev into heap q (references move there); -1 (released, error set) on no memory. */
+static int heap_insert_q(Heap *q, const Event *evp)
+{
+    if (q->n == q->cap && heap_reserve(q, q->n + 1) < 0) {
+        Py_XDECREF(evp->a);
+        Py_XDECREF(evp->b);
+        return -1;
+    }
+    heap_put(q, evp);
     return 0;
 }
 
-/* Event i of the heap, whole (references borrowed). */
-static inline Event heap_at(SimObject *s, Py_ssize_t i)
+/* Event i of heap q, whole (references borrowed). */
+static inline Event heap_get(const Heap *q, Py_ssize_t i)
 {
-    Event e = {s->hk[i].key, s->hk[i].tk, s->hp[i].meta, s->hp[i].a, s->hp[i].b};
+    Event e = {q->hk[i].key, q->hk[i].tk, q->hp[i].meta, q->hp[i].a, q->hp[i].b};
     return e;
 }
+
+/* Fill the root of heap q (its event taken out) with (lk, lp), q->n unchanged.
+ * Bottom-up: the hole left at the root goes down along the smallest children to
+ * a leaf, then the event to place rises from there (usually a level or none):
+ * fewer comparisons than the classic sift-down.  The heap is 4-ary (children of
+ * i: 4i+1 .. 4i+4): half the levels of a binary heap.  Keys (time, key) are
+ * unique, so the order in which events come out does not depend on the layout. */
+static void heap_fill_root(Heap *q, HKey lk, HPay lp)
+{
+    HKey *hk = q->hk;
+    HPay *hp = q->hp;
+    Py_ssize_t n = q->n;
+    Py_ssize_t i = 0, c;
+    while ((c = 4 * i + 1) < n) {
+        Py_ssize_t m = c;
+        /* the next level is one of the four children's child lines, which are
+         * adjacent (4c+1 .. 4c+16: four cache lines): ask for all four while these
+         * children are compared, so that a deep heap (one that no longer fits in
+         * the cache) waits for memory once per pop, not once per level */
+        if (4 * c + 1 < n) {
+            const char *g = (const char *)&hk[4 * c + 1];
+            PREFETCH(g);
+            PREFETCH(g + 64);
+            PREFETCH(g + 128);
+            PREFETCH(g + 192);
+        }
+        if (c + 4 <= n) { /* all four children */
+            Py_ssize_t m2 = c + 2 + hk_less(&hk[c + 3], &hk[c + 2]);
+            m = c + hk_less(&hk[c + 1], &hk[c]);
+            m += (m2 - m) * hk_less(&hk[m2], &hk[m]);
+        }
+        else {
+            for (Py_ssize_t j = c + 1; j < n; j++)
+                if (hk_less(&hk[j], &hk[m]))
+                    m = j;
+        }
+        hk[i] = hk[m];
+        hp[i] = hp[m];
+        i = m;
+    }
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) >> 2;
+        if (!hk_less(&lk, &hk[p]))
+            break;
+        hk[i] = hk[p];
+        hp[i] = hp[p];
+        i = p;
+    }
+    hk[i] = lk;
+    hp[i] = lp;
+}
+
+/* Take the root of heap q (not empty) out into *out (references move). */
+static void heap_take_root(Heap *q, Event *out)
+{
+    *out = heap_get(q, 0);
+    Py_ssize_t n = --q->n;
+    if (n > 0)
+        heap_fill_root(q, q->hk[n], q->hp[n]);
+}
+
+static void heap_free(Heap *q)
+{
+    PyMem_Free(q->hk_mem);
+    PyMem_Free(q->hp);
+    q->hk_mem = NULL;
+    q->hk = NULL;
+    q->hp = NULL;
+    q->n = q->cap = 0;
+}
+
+/* Room for one more event in bucket b: a spare chunk when its last is full;
+ * -1 on no memory (error set, nothing changed). */
+static int bucket_reserve1(EvStore *st, const Bucket *b)
+{
+    if ((b->tail != NULL && b->tail->len < CHUNK_EVENTS) || st->spare != NULL)
+        return 0;
+    Chunk *c = PyMem_Malloc(sizeof(Chunk));
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->next = NULL;
+    st->spare = c;
+    return 0;
+}
+
+/* The wheel's buckets and bitmap, made on first use; -1 on no memory (error set). */
+static int wheel_alloc(EvStore *st)
+{
+    if (st->wheel != NULL)
+        return 0;
+    Bucket *w = PyMem_Calloc(WHEEL_SLOTS, sizeof(Bucket));
+    uint64_t *bits = PyMem_Calloc(WHEEL_SLOTS / 64, sizeof(uint64_t));
+    if (w == NULL || bits == NULL) {
+        PyMem_Free(w);
+        PyMem_Free(bits);
+        PyErr_NoMemory();
+        return -1;
+    }
+    st->wheel = w;
+    st->wbits = bits;
+    return 0;
+}
+
+/* Append ev to the bucket of its slot sl (room made: bucket_reserve1). */
+static inline void wheel_put(EvStore *st, uint64_t sl, const Event *evp)
+{
+    Py_ssize_t i = (Py_ssize_t)(sl & (WHEEL_SLOTS - 1));
+    Bucket *b = &st->wheel[i];
+    Chunk *c = b->tail;
+    if (c == NULL || c->len == CHUNK_EVENTS) {
+        Chunk *n = st->spare;
+        st->spare = n->next;
+        n->next = NULL;
+        n->len = 0;
+        if (c == NULL) {
+            b->head = n;
+            st->wbits[i >> 6] |= (uint64_t)1 << (i & 63);
+        }
+        else
+            c->next = n;
+        b->tail = c = n;
+    }
+    c->ev[c->len++] = *evp;
+    b->len++;
+    st->wn++;
+}
+
+/* The index of the lowest set bit of x (x not 0). */
+static inline int ctz64(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctzll(x);
+#else
+    int n = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        n++;
+    }
+    return n;
+#endif
+}
+
+/* The first slot after the current one whose bucket holds events (the wheel not
+ * empty): the bitmap read from that slot's bit on, round the wheel. */
+static uint64_t wheel_next_slot(const EvStore *st)
+{
+    uint64_t start = st->wcur + 1;
+    Py_ssize_t i = (Py_ssize_t)(start & (WHEEL_SLOTS - 1));
+    Py_ssize_t w = i >> 6;
+    uint64_t bits = st->wbits[w] >> (i & 63);
+    if (bits)
+        return start + (uint64_t)ctz64(bits);
+    uint64_t d = (uint64_t)(64 - (i & 63));
+    for (Py_ssize_t k = 1; k <= WHEEL_SLOTS / 64; k++) {
+        bits = st->wbits[(w + k) & (WHEEL_SLOTS / 64 - 1)];
+        if (bits)
+            return start + d + (uint64_t)ctz64(bits);
+        d += 64;
+    }
+    return start; /* (not reached: the wheel holds events) */
+}
+
+/* Where an event of slot sl goes: 0 h, 1 far, 2 the wheel. */
+static inline int store_part(const EvStore *st, uint64_t sl)
+{
+    if (sl <= st->wcur)
+        return 0;
+    return sl - st->wcur < WHEEL_SLOTS ? 2 : 1;
+}
+
+/* Put ev into the store (references move there); -1 (released, error set) on no memory. */
+static int store_insert(EvStore *st, const Event *evp)
+{
+    uint64_t sl = tk_slot(evp->tk);
+    int part = store_part(st, sl);
+    if (part == 0)
+        return heap_insert_q(&st->h, evp);
+    if (part == 2) {
+        if (wheel_alloc(st) < 0 || bucket_reserve1(st, &st->wheel[sl & (WHEEL_SLOTS - 1)]) < 0) {
+            Py_XDECREF(evp->a);
+            Py_XDECREF(evp->b);
+            return -1;
+        }
+        wheel_put(st, sl, evp);
+        return 0;
+    }
+    return heap_insert_q(&st->far, evp);
+}
+
+/* Make h hold the smallest pending event, if there is one: move the current slot
+ * on to the next one with events and take its bucket and the events of far now
+ * due into h.  1: h is not empty; 0: nothing is pending; -1 on no memory (error
+ * set; nothing lost: the events not yet moved stay where they were). */
+static int store_settle(EvStore *st)
+{
+    while (st->h.n == 0) {
+        /* the next slot with events: the wheel's first, or far's if earlier */
+        uint64_t next = UINT64_MAX;
+        if (st->wn)
+            next = wheel_next_slot(st);
+        if (st->far.n) {
+            uint64_t fs = tk_slot(st->far.hk[0].tk);
+            if (fs < next)
+                next = fs;
+        }
+        else if (next == UINT64_MAX)
+            return 0;
+        /* (next is at most the wheel's first slot with events: any bucket it
+         * lands on holds that slot's events) */
+        Py_ssize_t bi = (Py_ssize_t)(next & (WHEEL_SLOTS - 1));
+        if (st->wn && (st->wbits[bi >> 6] >> (bi & 63) & 1)) {
+            Bucket *b = &st->wheel[bi];
+            if (heap_reserve(&st->h, b->len) < 0)
+                return -1;
+            for (Chunk *c = b->head; c != NULL; c = c->next)
+                for (Py_ssize_t i = 0; i < c->len; i++)
+                    heap_put(&st->h, &c->ev[i]);
+            b->tail->next = st->spare; /* the chunks go back to the spares */
+            st->spare = b->head;
+            st->wn -= b->len;
+            b->head = b->tail = NULL;
+            b->len = 0;
+            st->wbits[bi >> 6] &= ~((uint64_t)1 << (bi & 63));
+        }
+        st->wcur = next;
+        while (st->far.n && tk_slot(st->far.hk[0].tk) <= st->wcur) {
+            if (st->h.n == st->h.cap && heap_reserve(&st->h, st->h.n + 1) < 0)
+                return -1;
+            Event e;
+            heap_take_root(&st->far, &e);
+            heap_put(&st->h, &e);
+        }
+    }
+    return 1;
+}
+
+/* All pending events of the store, one by one: it->part 0 (h), 1 (far), 2 (the
+ * wheel, bucket it->b); 0 once there are no more. */
+typedef struct {
+    int part;
+    Py_ssize_t b, i;
+    const Chunk *c; /* in the wheel: the chunk of bucket b it->i is in */
+} StoreIter;
+
+static int store_next(const EvStore *st, StoreIter *it, Event *out)
+{
+    for (;;) {
+        if (it->part == 0 || it->part == 1) {
+            const Heap *q = it->part == 0 ? &st->h : &st->far;
+            if (it->i < q->n) {
+                *out = heap_get(q, it->i++);
+                return 1;
+            }
+            it->part++;
+            it->i = 0;
+            it->b = 0;
+            continue;
+        }
+        if (st->wheel == NULL)
+            return 0;
+        if (it->part == 2) { /* the first look at the wheel */
+            it->part = 3;
+            it->b = 0;
+            it->c = st->wheel[0].head;
+            it->i = 0;
+        }
+        while (it->c == NULL || it->i >= it->c->len) {
+            if (it->c != NULL && it->c->next != NULL) {
+                it->c = it->c->next;
+                it->i = 0;
+                continue;
+            }
+            if (++it->b >= WHEEL_SLOTS)
+                return 0;
+            it->c = st->wheel[it->b].head;
+            it->i = 0;
+        }
+        *out = it->c->ev[it->i++];
+        return 1;
+    }
+}
+
+/* Events pending in the store. */
+static inline Py_ssize_t store_count(const EvStore *st)
+{
+    return st->h.n + st->far.n + st->wn;
+}
+
+/* Free the store's memory (the events' references not released: the caller
+ * took them over, see heap_clear_all). */
+static void store_free(EvStore *st)
+{
+    heap_free(&st->h);
+    heap_free(&st->far);
+    if (st->wheel != NULL) {
+        for (Py_ssize_t i = 0; i < WHEEL_SLOTS; i++)
+            for (Chunk *c = st->wheel[i].head, *n; c != NULL; c = n) {
+                n = c->next;
+                PyMem_Free(c);
+            }
+        PyMem_Free(st->wheel);
+    }
+    for (Chunk *c = st->spare, *n; c != NULL; c = n) {
+        n = c->next;
+        PyMem_Free(c);
+    }
+    st->spare = NULL;
+    PyMem_Free(st->wbits);
+    st->wheel = NULL;
+    st->wbits = NULL;
+    st->wn = 0;
+    st->wcur = 0;
+}
+
+/* Put ev among the pending events (its references move there); -1 (released) on no memory. */
+static int heap_insert(SimObject *s, const Event *evp)
+{
+    return store_insert(&s->q, evp);
+}
+
 
 /* Push with a key the caller took (sim_next_key) beforehand; steals the
  * references a and b. Returns -1 (refs released) on no memory. */
@@ -808,14 +1200,15 @@ static inline int heap_push(SimObject *s, int64_t t, int kind, int64_t target, P
  * A port's arrivals are scheduled in (time, key) order: it puts a packet on the
  * wire only once the previous one has left, and each arrives a serialization
  * time plus the link's delay later.  So only the earliest of a port's pending
- * arrivals waits in the heap (EV_HEAD set in its meta); the others wait, in
- * order, in the port's FIFO, and when the head is popped the next one takes its
- * place at the root (one sift instead of a pop and a push).  The heap is smaller
- * by the packets in flight on the links: fewer levels and cache misses per event.
- * An arrival not later than the last one queued (none is, in the model), one for
- * another rank and one with a big epoch go into the heap as before.  Every queued
- * arrival is later than its port's head, so the smallest event is always in the
- * heap, and events come out in the same order as from one heap.
+ * arrivals waits in the event store (EV_HEAD set in its meta); the others wait,
+ * in order, in the port's FIFO, and when the head is popped the next one takes
+ * its place (at the root of the current slot's heap when it is in that slot: one
+ * sift instead of a pop and a push).  The store is smaller by the packets in
+ * flight on the links.  An arrival not later than the last one queued (none is,
+ * in the model), one for another rank and one with a big epoch go into the store
+ * as before.  Every queued arrival is later than its port's head, so the smallest
+ * event is always in the store, and events come out in the same order as from
+ * one heap.
  */
 #define EV_HEAD ((uint64_t)1 << 20) /* in meta, above the epoch: a port FIFO's head */
 
@@ -860,7 +1253,7 @@ static void fifo_clear(PortObject *p)
 }
 
 /* Schedule the arrival ev of port p (references move): behind the port's head
- * when it is later than the last one queued, else into the heap. -1 on error. */
+ * when it is later than the last one queued, else into the store. -1 on error. */
 static int arrival_push(SimObject *s, PortObject *p, Event *ev)
 {
     if (p->fq_sim == NULL) {
@@ -884,85 +1277,54 @@ static int arrival_push(SimObject *s, PortObject *p, Event *ev)
     return heap_insert(s, ev);
 }
 
-/* Pop the smallest event into *out (references move to the caller); if it is a
- * port FIFO's head, the port's next arrival takes its place.
- * The heap is 4-ary (children of i: 4i+1 .. 4i+4): half the levels of a binary
- * heap.  Bottom-up: the hole left at the root goes down along the smallest
- * children to a leaf, then the event to place (the last one, or the FIFO's next)
- * rises from there (usually a level or none): fewer comparisons than the classic
- * sift-down.  The layout differs from a binary heap's, but keys (time, key) are
- * unique, so the order in which events come out is the same. */
-static void heap_pop(SimObject *s, Event *out)
+/* Pop the smallest event into *out (references move to the caller); the store
+ * settled first (store_settle returned 1).  If it is a port FIFO's head, the
+ * port's next arrival takes its place: at h's root when it is in the current
+ * slot (one sift instead of a pop and a push), else in its bucket or far.
+ * -1 on no memory (error set; nothing popped). */
+static int heap_pop(SimObject *s, Event *out)
 {
-    HKey *hk = s->hk;
-    HPay *hp = s->hp;
-    *out = heap_at(s, 0);
-    HKey lk;
-    HPay lp;
-    Py_ssize_t n;
-    PortObject *p = (out->meta & EV_HEAD) ? (PortObject *)out->a : NULL;
+    EvStore *st = &s->q;
+    Heap *h = &st->h;
+    uint64_t meta = h->hp[0].meta;
+    PortObject *p = (meta & EV_HEAD) ? (PortObject *)h->hp[0].a : NULL;
     if (p != NULL && p->fq_sim != s)
         p = NULL; /* (cleared meanwhile: Port_clear) */
     if (p != NULL && p->fq_len) {
-        const Event *next = &p->fq[p->fq_head];
-        lk.key = next->key;
-        lk.tk = next->tk;
-        lp.meta = next->meta | EV_HEAD;
-        lp.a = next->a;
-        lp.b = next->b;
+        Event next = p->fq[p->fq_head];
+        next.meta |= EV_HEAD;
+        int part = store_part(st, tk_slot(next.tk));
+        if (part != 0) {
+            /* make room first, so that a failure changes nothing */
+            if (part == 2) {
+                if (wheel_alloc(st) < 0 ||
+                    bucket_reserve1(st, &st->wheel[tk_slot(next.tk) & (WHEEL_SLOTS - 1)]) < 0)
+                    return -1;
+            }
+            else if (st->far.n == st->far.cap && heap_reserve(&st->far, st->far.n + 1) < 0)
+                return -1;
+        }
         p->fq_head = (p->fq_head + 1) & (p->fq_cap - 1);
         p->fq_len--;
         s->nqueued--;
-        n = s->n;
-    }
-    else {
-        if (p != NULL)
-            p->fq_sim = NULL;
-        n = --s->n;
-        if (n == 0)
-            return;
-        lk = hk[n];
-        lp = hp[n];
-    }
-    Py_ssize_t i = 0, c;
-    while ((c = 4 * i + 1) < n) {
-        Py_ssize_t m = c;
-        /* the next level is one of the four children's child lines, which are
-         * adjacent (4c+1 .. 4c+16: four cache lines): ask for all four while these
-         * children are compared, so that a deep heap (one that no longer fits in
-         * the cache) waits for memory once per pop, not once per level */
-        if (4 * c + 1 < n) {
-            const char *g = (const char *)&hk[4 * c + 1];
-            PREFETCH(g);
-            PREFETCH(g + 64);
-            PREFETCH(g + 128);
-            PREFETCH(g + 192);
-        }
-        if (c + 4 <= n) { /* all four children */
-            Py_ssize_t m2 = c + 2 + hk_less(&hk[c + 3], &hk[c + 2]);
-            m = c + hk_less(&hk[c + 1], &hk[c]);
-            m += (m2 - m) * hk_less(&hk[m2], &hk[m]);
+        *out = heap_get(h, 0);
+        if (part == 0) {
+            HKey lk = {next.key, next.tk};
+            HPay lp = {next.meta, next.a, next.b};
+            heap_fill_root(h, lk, lp);
         }
         else {
-            for (Py_ssize_t j = c + 1; j < n; j++)
-                if (hk_less(&hk[j], &hk[m]))
-                    m = j;
+            heap_take_root(h, out);
+            store_insert(st, &next); /* (cannot fail: room made above) */
         }
-        hk[i] = hk[m];
-        hp[i] = hp[m];
-        i = m;
+        return 0;
     }
-    while (i > 0) {
-        Py_ssize_t q = (i - 1) >> 2;
-        if (!hk_less(&lk, &hk[q]))
-            break;
-        hk[i] = hk[q];
-        hp[i] = hp[q];
-        i = q;
-    }
-    hk[i] = lk;
-    hp[i] = lp;
+    if (p != NULL)
+        p->fq_sim = NULL;
+    heap_take_root(h, out);
+    return 0;
 }
+
 
 /* Whether the popped event ``ev`` was cancelled (its key in ``s->cancelled``): 1 and
  * its references released, 0 if not, -1 on error (ev untouched). Both run loops
@@ -2075,18 +2437,17 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
 
 static void heap_clear_all(SimObject *s)
 {
-    HPay *h = s->hp;
-    Py_ssize_t n = s->n;
-    PyMem_Free(s->hk_mem);
-    s->hk_mem = NULL;
-    s->hk = NULL;
-    s->hp = NULL;
-    s->n = s->cap = 0;
-    /* every port with arrivals queued here has its head in the heap: detach
+    /* take the events out of the simulator first (releasing them can run Python
+     * code, which must find it empty) */
+    EvStore old = s->q;
+    memset(&s->q, 0, sizeof(EvStore));
+    StoreIter it = {0, 0, 0};
+    Event e;
+    /* every port with arrivals queued here has its head in the store: detach
      * those first (still referenced by their heads), then release everything */
-    for (Py_ssize_t i = 0; i < n; i++)
-        if ((h[i].meta & EV_HEAD) && ((PortObject *)h[i].a)->fq_sim == s) {
-            PortObject *p = (PortObject *)h[i].a;
+    while (store_next(&old, &it, &e))
+        if ((e.meta & EV_HEAD) && ((PortObject *)e.a)->fq_sim == s) {
+            PortObject *p = (PortObject *)e.a;
             Event *buf = p->fq;
             Py_ssize_t head = p->fq_head, len = p->fq_len, cap = p->fq_cap;
             p->fq = NULL;
@@ -2099,18 +2460,21 @@ static void heap_clear_all(SimObject *s)
             }
             PyMem_Free(buf);
         }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_XDECREF(h[i].a);
-        Py_XDECREF(h[i].b);
+    it = (StoreIter){0, 0, 0};
+    while (store_next(&old, &it, &e)) {
+        Py_XDECREF(e.a);
+        Py_XDECREF(e.b);
     }
-    PyMem_Free(h);
+    store_free(&old);
 }
 
 static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
 {
-    for (Py_ssize_t i = 0; i < s->n; i++) {
-        Py_VISIT(s->hp[i].a);
-        Py_VISIT(s->hp[i].b);
+    StoreIter it = {0, 0, 0};
+    Event e;
+    while (store_next(&s->q, &it, &e)) {
+        Py_VISIT(e.a);
+        Py_VISIT(e.b);
     }
     Py_VISIT(s->rng);
     Py_VISIT(s->seed);
@@ -2793,9 +3157,12 @@ fail:
 /* next_time(): the time of the next event (None: none) */
 static PyObject *Sim_next_time(SimObject *s, PyObject *unused)
 {
-    if (s->n == 0)
+    int r = store_settle(&s->q);
+    if (r < 0)
+        return NULL;
+    if (r == 0)
         Py_RETURN_NONE;
-    Event e0 = heap_at(s, 0);
+    Event e0 = heap_get(&s->q.h, 0);
     return PyLong_FromLongLong(ev_time(&e0));
 }
 
@@ -2830,8 +3197,10 @@ static PyObject *Sim_cancel(SimObject *s, PyObject *ev)
         return NULL;
     int pending = !s->now_big && t > s->now;
     if (!pending && !s->now_big && t == s->now) {
-        for (Py_ssize_t i = 0; i < s->n; i++)
-            if ((int64_t)s->hk[i].key == key) {
+        StoreIter it = {0, 0, 0};
+        Event e;
+        while (store_next(&s->q, &it, &e))
+            if ((int64_t)e.key == key) {
                 pending = 1;
                 break;
             }
@@ -2849,7 +3218,7 @@ static PyObject *Sim_stop(SimObject *s, PyObject *unused)
 
 static PyObject *Sim_pending(SimObject *s, PyObject *unused)
 {
-    return PyLong_FromSsize_t(s->n + s->nqueued);
+    return PyLong_FromSsize_t(store_count(&s->q) + s->nqueued);
 }
 
 static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
@@ -2857,8 +3226,9 @@ static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
     PyObject *l = PyList_New(0);
     if (l == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < s->n; i++) {
-        Event ei = heap_at(s, i);
+    StoreIter it = {0, 0, 0};
+    Event ei;
+    while (store_next(&s->q, &it, &ei)) {
         Event *e = &ei;
         int kind = ev_kind(e);
         if (kind != EV_CALL && kind != EV_CALL1)
@@ -2933,8 +3303,11 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
     int tick = 0;
     s->stopped = 0;
     Event ev;
-    while (s->n) {
-        if ((int64_t)(s->hk[0].tk ^ T_BIAS) > limit)
+    for (;;) {
+        int more = store_settle(&s->q);
+        if (more < 0)
+            goto fail;
+        if (!more || (int64_t)(s->q.h.hk[0].tk ^ T_BIAS) > limit)
             break;
         /* a run of native events never enters the interpreter's loop, which is
          * where signal handlers run: let Ctrl-C (KeyboardInterrupt) through */
@@ -2942,8 +3315,10 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
             tick = 0;
             if (PyErr_CheckSignals() < 0)
                 goto fail;
+            continue; /* (a handler may have changed the pending events) */
         }
-        heap_pop(s, &ev);
+        if (heap_pop(s, &ev) < 0)
+            goto fail;
         if (PySet_GET_SIZE(s->cancelled)) {
             int c = discard_cancelled(s, &ev);
             if (c < 0)
@@ -3025,20 +3400,27 @@ static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
     Py_INCREF(result);
     s->stopped = 0;
     Event ev;
-    while (s->n) {
-        int64_t t0 = (int64_t)(s->hk[0].tk ^ T_BIAS);
+    for (;;) {
+        int more = store_settle(&s->q);
+        if (more < 0)
+            goto fail;
+        if (!more)
+            break;
+        int64_t t0 = (int64_t)(s->q.h.hk[0].tk ^ T_BIAS);
         if (!has_stop) {
             if (t0 >= end)
                 break;
         }
-        else if (t0 > stop_t || (t0 == stop_t && (int64_t)s->hk[0].key > stop_k))
+        else if (t0 > stop_t || (t0 == stop_t && (int64_t)s->q.h.hk[0].key > stop_k))
             break;
         if (++tick == SIGNAL_CHECK_EVENTS) {
             tick = 0;
             if (PyErr_CheckSignals() < 0)
                 goto fail;
+            continue; /* (a handler may have changed the pending events) */
         }
-        heap_pop(s, &ev);
+        if (heap_pop(s, &ev) < 0)
+            goto fail;
         if (PySet_GET_SIZE(s->cancelled)) {
             int c = discard_cancelled(s, &ev);
             if (c < 0)

@@ -1,0 +1,134 @@
+"""The order events run in: the native kernel's event store against a plain heap.
+
+The native simulator keeps its pending events in a heap of the current time slot,
+a wheel of unsorted buckets for the next slots and a heap for events further
+ahead (``_kernel.c``, "the event store"); :class:`PySimulator` keeps one
+``heapq``.  Both must run every event in the same (time, key) order.  These tests
+drive both with the same random mixes of events (ties at one time, slot and wheel
+boundaries, far timers, times in the past, cancellations, events scheduling more
+events) and compare what ran, in what order, against each other and against the
+order sorted by (time, key).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from openmrc.sim.engine import PySimulator
+from tests.sim.test_kernel import kernel, native
+
+#: The kernel's slot (2**WHEEL_SHIFT ps) and the wheel's reach in slots (_kernel.c).
+SLOT_PS = 1 << 11
+WHEEL_SLOTS = 4096
+
+
+def _delay(rnd: random.Random) -> int:
+    """A delay from a mix that lands events in every part of the store."""
+    kind = rnd.randrange(8)
+    if kind == 0:
+        return 0  # the current time: a tie
+    if kind == 1:
+        return rnd.randrange(SLOT_PS)  # the current slot
+    if kind == 2:  # either side of a slot boundary
+        return rnd.randrange(1, 8) * SLOT_PS + rnd.choice((-1, 0, 1))
+    if kind == 3:  # either side of the wheel's reach
+        return WHEEL_SLOTS * SLOT_PS + rnd.randrange(-3 * SLOT_PS, 3 * SLOT_PS)
+    if kind == 4:
+        return rnd.randrange(2_000_000)  # in the wheel (arrivals, transmitters)
+    if kind == 5:
+        return rnd.randrange(100_000_000)  # far (timers)
+    if kind == 6:
+        return rnd.choice((0, 1_000, 5_000))  # a few shared delays: many ties
+    return -rnd.randrange(1, 3 * SLOT_PS)  # in the past (push does not check)
+
+
+def _run_mix(make: Any, seed: int, *, until_steps: int = 4) -> dict[str, Any]:
+    """Run one random mix on the simulator ``make`` makes; what ran and how."""
+    sim = make(seed)
+    rnd = random.Random(seed)
+    ran: list[tuple[int, int]] = []  # (now, event id)
+    handles: dict[int, Any] = {}
+    next_id = [0]
+    peeks: list[tuple[int | None, int]] = []
+
+    def schedule(at: int) -> None:
+        i = next_id[0]
+        next_id[0] += 1
+        h = sim.push(at, fire, (i,))
+        handles[i] = h
+
+    def fire(i: int) -> None:
+        ran.append((sim.now, i))
+        r = random.Random(seed * 1_000_003 + i)  # the same follow-ups on both sides
+        if next_id[0] < 3000:
+            for _ in range(r.randrange(3)):
+                schedule(sim.now + _delay(r))
+        if r.randrange(10) == 0 and handles:
+            victim = r.randrange(next_id[0])
+            if victim in handles:
+                sim.cancel(handles[victim])
+
+    base = rnd.choice((0, 10**6, 2**40 + 12_345))
+    for _ in range(rnd.randrange(1, 400)):
+        schedule(base + abs(_delay(rnd)))
+    # run in steps (each a peek through run(until_ps=...), next_time, pending)
+    horizon = base + 50_000_000
+    for k in range(1, until_steps + 1):
+        sim.run(until_ps=base + k * horizon // until_steps)
+        peeks.append((sim.next_time() if hasattr(sim, "next_time") else None, sim.pending()))
+    sim.run()
+    return {"ran": ran, "now": sim.now, "pending": sim.pending(), "peeks": peeks}
+
+
+@native
+@pytest.mark.parametrize("seed", range(40))
+def test_native_runs_events_in_the_heap_order(seed: int) -> None:
+    """The native store and PySimulator's heap run the same events in the same order."""
+    assert kernel is not None
+    py = _run_mix(PySimulator, seed)
+    nat = _run_mix(kernel.Simulator, seed)
+    assert nat["ran"] == py["ran"]
+    assert nat["now"] == py["now"] and nat["pending"] == py["pending"] == 0
+    assert [p[1] for p in nat["peeks"]] == [p[1] for p in py["peeks"]]
+    assert len(py["ran"]) > 50
+
+
+def _sorted_mix(make: Any, seed: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Events scheduled up front only (no past, no follow-ups): what ran, by
+    (time, key), and the same events sorted by (time, key)."""
+    sim = make(seed)
+    rnd = random.Random(seed)
+    ran: list[tuple[int, int]] = []
+    pushed: list[tuple[int, int]] = []
+
+    def fire(key: int) -> None:
+        ran.append((sim.now, key))
+
+    for _ in range(3000):
+        t = max(0, abs(_delay(rnd)) + rnd.choice((0, 0, 7 * SLOT_PS, 10**9)))
+        ev = sim.push(t, fire, (len(pushed),))
+        pushed.append((t, ev[1]))
+    sim.run()
+    by_key = {k: i for i, (_, k) in enumerate(pushed)}
+    got = [(t, pushed[i][1]) for t, i in ran]
+    assert len(by_key) == len(pushed)
+    return got, sorted(pushed)
+
+
+@native
+@pytest.mark.parametrize("seed", range(10))
+def test_native_order_is_the_sorted_time_key_order(seed: int) -> None:
+    """Many ties at one time and events in every part of the store come out sorted by
+    (time, key): the key breaks every tie."""
+    assert kernel is not None
+    got, want = _sorted_mix(kernel.Simulator, seed)
+    assert got == want
+
+
+def test_python_order_is_the_sorted_time_key_order() -> None:
+    """The reference itself: PySimulator's heap sorts by (time, key)."""
+    got, want = _sorted_mix(PySimulator, 3)
+    assert got == want
