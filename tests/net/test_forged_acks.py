@@ -5,7 +5,8 @@ or a local user would) to the client's data port, with the client's QP number:
 
 * a SACK whose ports-down bitmap marks every plane down must change nothing
   (it echoes no timestamp the client sent); the transfer after it stays
-  byte-exact and at least half as fast as a clean one;
+  byte-exact, on every plane, and sends no more than twice the datagrams of a
+  clean one;
 * a sweep of forged SACKs acknowledging every PSN, while the client loses 1
   packet in 97, must not complete a WRITE whose data never arrived;
 * a genuine SACK's port status is still believed (the peer's port really down).
@@ -63,8 +64,17 @@ async def _send_once(ep: NetEndpoint, session: Session, data: bytearray, imm: in
         ep.dereg_mr(local)
 
 
+def _tx(ep: NetEndpoint) -> dict[int, int]:
+    """Datagrams ``ep`` has sent, by plane."""
+    return {int(k): int(v) for k, v in ep.stats()["tx_by_plane"].items()}
+
+
+def _delta(after: dict[int, int], before: dict[int, int]) -> dict[int, int]:
+    return {p: n - before.get(p, 0) for p, n in after.items()}
+
+
 def test_forged_port_status_changes_nothing(tmp_path: Path) -> None:
-    async def main() -> tuple[float, float, int, int]:
+    async def main() -> tuple[dict[int, int], dict[int, int], float, float, int, int]:
         data = bytearray(random.Random(3).randbytes(SIZE))
         with serve(tmp_path, size=SIZE) as srv:
             async with (
@@ -72,7 +82,9 @@ def test_forged_port_status_changes_nothing(tmp_path: Path) -> None:
                 await Session.open(ep, srv.control, secret=srv.secret) as session,
             ):
                 conn = session.conns[0]
+                tx0 = _tx(ep)
                 clean = await _send_once(ep, session, data, 1)
+                tx_clean = _delta(_tx(ep), tx0)
                 req = conn.qp.requester
                 assert req is not None
                 planes = ep.attr.ev_profile.planes
@@ -103,17 +115,26 @@ def test_forged_port_status_changes_nothing(tmp_path: Path) -> None:
 
                     task = asyncio.create_task(storm())
                     try:
+                        tx0 = _tx(ep)
                         attacked = await _send_once(ep, session, data, 2)
+                        tx_attacked = _delta(_tx(ep), tx0)
                     finally:
                         stop.set()
                         await task
-                return clean, attacked, down, req.forged_acks
+                return tx_clean, tx_attacked, clean, attacked, down, req.forged_acks
 
-    clean, attacked, down, forged = run(main())
+    tx_clean, tx_attacked, clean, attacked, down, forged = run(main())
+    print(f"clean {clean:.2f} s {tx_clean}, attacked {attacked:.2f} s {tx_attacked}")
     assert down == 0, f"a forged SACK marked planes down: {down:#x}"
     assert forged > 0
-    # at least half the clean speed (plus slack for a busy machine)
-    assert attacked <= 2 * clean + 1.0, (clean, attacked)
+    # What the forged SACKs could cost is counted, not timed (the wall time of a
+    # machine shared with other work is theirs too): the attacked transfer still
+    # spreads over every plane and sends at most twice the clean one's datagrams.
+    planes = len(tx_clean)
+    assert len(tx_attacked) == planes and min(tx_attacked.values()) > 0, tx_attacked
+    assert sum(tx_attacked.values()) <= 2 * sum(tx_clean.values()), (tx_clean, tx_attacked)
+    # and it completes: the bound only a stalled transfer exceeds
+    assert attacked <= 10 * clean + 30.0, (clean, attacked)
 
 
 def test_forged_completions_are_refused(tmp_path: Path) -> None:
