@@ -38,6 +38,7 @@ LONGEST_FIRST = (
     "tests/paper/test_scenarios.py::quick-rings",
     "tests/paper/test_figures.py",
     "tests/paper/test_scenarios.py::quick-rest",
+    "tests/paper/test_scenarios.py::quick-incast",
     "tests/sim/test_partition.py",
     "tests/sweep/test_sweep.py",
     "tests/sweep/test_sweep.py::bundled",

@@ -110,6 +110,12 @@ def quick_names() -> list[str]:
 QUICK_PARTS: dict[str, tuple[str, ...]] = {
     "ring-loss1": ("ring-loss1", "ring-loss1-roce-16qp"),
     "rings": ("ring-roce-1qp-vs-mrc", "ring-mrc-vs-roce-16qp", "ring-mrc-loss0.1"),
+    "incast": (
+        "incast-victim-mrc",
+        "incast-victim-pfc",
+        "incast-victim-dcqcn-1qp",
+        "incast-victim-dcqcn-8qp",
+    ),
     "rest": (),
 }
 
