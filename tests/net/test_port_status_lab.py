@@ -67,6 +67,10 @@ SECRET = b"lab-test-secret-0123456789"
 _STALLED = 10
 
 
+#: How many times the probe-reply forger answers each probe it sees.
+FORGED_PER_PROBE = 4
+
+
 def _tx(ep: NetEndpoint) -> int:
     """Datagrams ``ep`` has sent (every plane)."""
     return int(ep.stats()["tx_datagrams"])
@@ -151,9 +155,13 @@ def test_forged_probe_replies_with_a_silent_plane(
 ) -> None:
     """Plane 2 silently black-holed; during a 64 MiB WRITE an attacker on the server
     host (its real address, a working plane) forges replies for every probe of the
-    client QP's plane-2 EVs at about 5,000/s, with each probe's exact seq and the
-    clock's guess of its stamp.  Byte-exact, at most twice the datagrams of the
-    black hole alone, and no plane-2 EV brought back.  (Before probe-reply proof the issue measured no
+    client QP's plane-2 EVs, each probe up to FORGED_PER_PROBE times and at most
+    5,000 a second, with the probe's exact seq and the clock's guess of its stamp.
+    Byte-exact, at most twice the datagrams of the black hole alone, and no plane-2
+    EV brought back.  (The attacker is a thread of the client's process: bounded by
+    the probes, its work does not starve the client's event loop on a loaded
+    machine, where answering the same probes on and on at 5,000 a second made the
+    WRITE resend: 48,437 datagrams against 18,009 at load 10-12.)  (Before probe-reply proof the issue measured no
     completion in 120-150 s, 248 of 256 EVs ASSUMED_BAD.)"""
     lab = make_lab("planes=4,t0s=2,hosts_per_t0=1,t1s=2")
     plane = 2
@@ -164,17 +172,22 @@ def test_forged_probe_replies_with_a_silent_plane(
         with lab.udp_socket(1, 0, plane=0) as s:
             dest = lab.path_address(1, 0, make_ev(0, 1))
             start = time.monotonic()
+            answered: dict[tuple[int, int], int] = {}
             while not stop.is_set():
                 try:
                     waiting = list(probe_wait.items())
                 except RuntimeError:  # changed while copied: next round
                     waiting = []
-                for ev, seq in waiting or [(make_ev(plane, 0), 0)]:
+                for ev, seq in waiting:
+                    n = answered.get((ev, seq), 0)
+                    if n >= FORGED_PER_PROBE:
+                        continue
+                    answered[(ev, seq)] = n + 1
                     pkt = ProbeReplyPacket(qpn, ev, seq, time.monotonic_ns() * 1000)
                     s.sendto(encode(pkt), (dest, ROCE_PORT))
                     sent += 1
                 due = start + sent / 5000
-                time.sleep(max(0.0, due - time.monotonic()))
+                time.sleep(max(0.002, due - time.monotonic()))
         return sent
 
     async def transfer(attack: bool) -> tuple[bool, float, int, int, int, int]:
