@@ -17,24 +17,39 @@ VALIDATED: list[Path] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``needs_tool`` marker."""
+    """Register the ``needs_tool`` and ``worker_group`` markers."""
     config.addinivalue_line(
         "markers", "needs_tool(name): needs executable NAME on PATH (skipped, named, without it)"
     )
+    config.addinivalue_line(
+        "markers",
+        "worker_group(name): on several workers, these tests of the file are a group of their "
+        "own (FILE::NAME), which may run beside the file's other groups",
+    )
 
 
-#: The groups (test files; "lab": every lab test) that take longest, longest first,
-#: from a suite run's per-file times.  On several workers they are handed out first, so
-#: that no long file starts last and keeps one worker busy while the others idle; the
-#: rest follow, the files with more tests first (pytest-xdist's own order).  A stale
-#: entry only costs some balance, never a result.
+#: The groups (test files, a file's ``worker_group`` parts; "lab": every lab test) that
+#: take longest, longest first, from a suite run's per-file times.  On several workers
+#: they are handed out first, so that no long file starts last and keeps one worker busy
+#: while the others idle; the rest follow, the files with more tests first
+#: (pytest-xdist's own order).  A stale entry only costs some balance, never a result.
 LONGEST_FIRST = (
+    "tests/paper/test_scenarios.py::quick-ring-loss1",
+    "tests/paper/test_scenarios.py::quick-rings",
     "tests/paper/test_figures.py",
+    "tests/paper/test_scenarios.py::quick-rest",
+    "tests/paper/test_scenarios.py::quick-incast",
     "tests/sim/test_partition.py",
     "tests/sweep/test_sweep.py",
+    "tests/sweep/test_sweep.py::bundled",
+    "tests/sim/test_partition.py::mpirun",
+    "tests/paper/test_scenarios.py::files",
     "tests/paper/test_scenarios.py",
-    "tests/sim/test_dcqcn_permutation.py",
+    "tests/sim/test_dcqcn_permutation.py::seed1",
+    "tests/sim/test_dcqcn_permutation.py::seed2",
+    "tests/sim/test_dcqcn_permutation.py::seed3",
     "tests/wire/test_fuzz.py",
+    "tests/wire/test_fuzz.py::frames",
     "tests/sim/test_budget.py",
     "lab",
     "tests/sim/test_mrc.py",
@@ -66,8 +81,14 @@ LONGEST_FIRST = (
 
 
 def _group(item: pytest.Item) -> str:
-    """The worker group of ``item``: its file, or "lab" for a lab test."""
-    return "lab" if item.get_closest_marker("lab") else item.nodeid.split("::")[0]
+    """The worker group of ``item``: "lab" for a lab test, else its file, or
+    ``FILE::NAME`` for a test marked ``worker_group(NAME)`` (a long file's parts that
+    share no module fixture, split so that several workers can run them at once)."""
+    if item.get_closest_marker("lab"):
+        return "lab"
+    file = item.nodeid.split("::")[0]
+    mark = item.get_closest_marker("worker_group")
+    return file if mark is None else f"{file}::{mark.args[0]}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its hook has no order)

@@ -132,12 +132,48 @@ def test_the_flow_level_is_compiled_and_gives_identical_results(installed: list[
         assert result == interpreted["results"][name], name
 
 
+def _says_how_it_runs(out: str, installed: list[str]) -> None:
+    """``openmrc --version``'s words (``out``) match the compiled modules ``installed``:
+    the mypyc count only when mypyc compiled something (an install may hold the
+    hand-written C extensions alone), each native part exactly when it is there."""
+    from openmrc.cli.app import NATIVE_KERNEL, NATIVE_RECORDS
+
+    out = " ".join(out.split())  # (argparse wraps a long line)
+    mypyc = [m for m in installed if m not in (NATIVE_KERNEL, NATIVE_RECORDS)]
+    if mypyc:
+        assert f"({len(mypyc)} modules compiled by mypyc" in out, out
+    else:
+        assert "compiled by mypyc" not in out, out
+    assert ("native event kernel" in out) == (NATIVE_KERNEL in installed), out
+    assert ("native requester records" in out) == (NATIVE_RECORDS in installed), out
+    assert ("pure Python" in out) == (not installed), out
+
+
 def test_version_says_how_it_runs(installed: list[str]) -> None:
     code = "from openmrc.cli import main; main(['--version'])"
-    hand_written = ("openmrc.sim._kernel", "openmrc.transport._txtable")
-    mypyc = [m for m in installed if m not in hand_written]
-    out = " ".join(_python(code, pure=False).split())  # (argparse wraps a long line)
-    assert f"{len(mypyc)} modules compiled by mypyc" in out
-    assert ("native event kernel" in out) == ("openmrc.sim._kernel" in installed)
-    assert ("native requester records" in out) == ("openmrc.transport._txtable" in installed)
-    assert "pure Python" in _python(code, pure=True)
+    _says_how_it_runs(_python(code, pure=False), installed)
+    _says_how_it_runs(_python(code, pure=True), [])
+
+
+@pytest.mark.parametrize(
+    "installed",
+    [
+        [],
+        ["openmrc.sim._kernel"],
+        ["openmrc.sim._kernel", "openmrc.transport._txtable"],
+        ["openmrc.transport._txtable", "openmrc.transport.qp"],
+        ["openmrc.sim._kernel", "openmrc.sim.host", "openmrc.transport.qp"],
+    ],
+    ids=["pure", "kernel-only", "c-extensions-only", "records-and-mypyc", "kernel-and-mypyc"],
+)
+def test_version_line_for_each_kind_of_install(
+    installed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version line for installs this machine may not have: the C extensions
+    without mypyc (no C compiler for mypyc's output, or OPENMRC_NO_COMPILE with the
+    extensions built), mypyc without them, and so on.  Runs without an install."""
+    import openmrc
+    from openmrc.cli import app
+
+    monkeypatch.setattr(openmrc, "compiled_modules", lambda: list(installed))
+    _says_how_it_runs(app._version(), installed)

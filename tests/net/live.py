@@ -35,6 +35,12 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fds(pid: int) -> int:
     """Open file descriptors of ``pid``."""
     return len(os.listdir(f"/proc/{pid}/fd"))

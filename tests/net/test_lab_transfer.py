@@ -56,7 +56,9 @@ class Outcome:
 
 def _run(coro: Any) -> Any:
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(asyncio.wait_for(coro, 90))
+        # (a stuck transfer's bound: on a loaded machine a lab run takes several times
+        # its time on an idle one)
+        return runner.run(asyncio.wait_for(coro, 300))
 
 
 async def _transfer(
@@ -105,12 +107,18 @@ async def _transfer(
     return out
 
 
-async def _wait_all_good(conn: Connection, timeout: float = 10.0) -> float:
-    """Seconds until every active EV of ``conn`` is GOOD again (probes at work)."""
+async def _wait_all_good(conn: Connection, timeout: float = 60.0) -> tuple[float, int]:
+    """Seconds until every active EV of ``conn`` is GOOD again (probes at work), and
+    the EV probes the QP sent meanwhile.  (Real time: the probes run on the driver's
+    timers; ``timeout`` is what only a QP that never recovers exceeds, even on a
+    machine whose cores are shared with other work.)"""
+    paths = conn.qp.paths
+    assert paths is not None
+    probes = paths.stats_probes
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         if all(row["ASSUMED_BAD"] == 0 for row in conn.plane_table().values()):
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, paths.stats_probes - probes
         await asyncio.sleep(0.02)
     raise AssertionError(f"EVs still bad after {timeout} s: {conn.plane_table()}")
 
@@ -142,9 +150,16 @@ def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_p
 
     async def after(conn: Connection, ep: NetEndpoint) -> dict[str, Any]:
         table = conn.plane_table()
+        bad = sum(row["ASSUMED_BAD"] for row in table.values())
         await asyncio.get_running_loop().run_in_executor(None, lab.restore, t0)
-        back = await _wait_all_good(conn)
-        return {"table": table, "back": back, "events": list(ep.events)}
+        back, probes = await _wait_all_good(conn)
+        return {
+            "table": table,
+            "bad": bad,
+            "back": back,
+            "probes": probes,
+            "events": list(ep.events),
+        }
 
     out = _run(
         _transfer(lab, 48 << 20, tmp_path, fault=lambda: lab.fail(t0, "silent"), after=after)
@@ -163,10 +178,22 @@ def test_silent_plane_blackhole_then_restore(make_lab: Callable[..., Lab], tmp_p
     ]
     per_plane = {p: sum(1 for e in bad if e.ev & 0xF == p) for p in range(PLANES)}
     print("ASSUMED_BAD transitions per plane:", per_plane)
-    assert per_plane[plane] >= PER_PLANE and per_plane[plane] >= 0.8 * len(bad), per_plane
+    # (on a machine whose cores are shared with other work, the event loop stalls now
+    # and then and a few EVs of the working planes time out too: at load 15, 8-20 a
+    # plane against 100-104 on the dead one)
+    others = max(n for p, n in per_plane.items() if p != plane)
+    assert per_plane[plane] >= PER_PLANE and per_plane[plane] > 2 * others, per_plane
     good = [e for e in out.after["events"] if isinstance(e, EVEvent) and e.new is EVState.GOOD]
     assert any(e.reason for e in good)
-    assert out.after["back"] < 5.0
+    back, probes, bad_at_restore = out.after["back"], out.after["probes"], out.after["bad"]
+    print(f"all GOOD {back:.2f} s after the restore, {probes} probes for {bad_at_restore} EVs")
+    # Each bad EV came back after a few answered probes (3 in a row, 6 for one that
+    # failed before), not after probing on and on: 4-5 an EV at load 15.
+    assert probes <= 16 * bad_at_restore, (probes, bad_at_restore)
+    # The probes run on the driver's timers, in real time: the wait between two probes
+    # of an EV backs off to 1.6 s, and on a loaded machine the timers fire late (3.1-3.2 s
+    # at load 15), so the bound is one only a stuck QP exceeds.
+    assert back < 30.0, back
 
 
 def _snmp6(ns: str, counter: str) -> int:

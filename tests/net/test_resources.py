@@ -5,10 +5,11 @@
 * a server whose open-file limit is 128 serves sessions byte-exact while forged
   datagrams with random EVs ask it to answer on new source ports: it holds at
   most a quarter of its limit in send sockets and never stops;
-* a random-PSN flood (the server's valid QP number) during a transfer leaves it
-  within 2x (+ slack) of its clean time, with the server's fds and memory
-  bounded.  The flood is 5,000 datagrams/s from one Python process, not the
-  issue's 20,000/s: this machine's two cores are shared with other work.
+* a random-PSN flood (the server's valid QP number) during a transfer costs the
+  server at most twice the CPU of the clean transfer (+ a few microseconds for
+  each flood datagram), with the server's fds and memory bounded.  The flood is
+  5,000 datagrams/s from one Python process, not the issue's 20,000/s: this
+  machine's two cores are shared with other work.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ import pytest
 from openmrc.net.driver import NetEndpoint, run
 from openmrc.net.service import Session, write_buffer
 
-from .live import Server, fds, rss_kib, serve
+from .live import Server, cpu_seconds, fds, rss_kib, serve
 
 SIZE = 4 << 20
+#: Server CPU seconds a flood datagram may cost on top of the transfer's (a datagram
+#: dropped by the PSN check before the core costs a few microseconds).
+FLOOD_DATAGRAM_CPU = 20e-6
+#: Slack for reading CPU time from /proc in clock ticks (10 ms each, two readings a window).
+CPU_TICKS_SLACK = 0.05
 
 #: Data packets for QP argv[2] at ::1 port argv[1], random PSNs and EVs,
 #: argv[3] per second for argv[4] seconds (argv[5]: "dup" = PSNs just below 0,
@@ -142,6 +148,11 @@ def test_file_limit_and_forged_evs_do_not_stop_the_server(tmp_path: Path) -> Non
 
 
 def test_random_psn_flood_costs_at_most_2x(tmp_path: Path) -> None:
+    """A transfer during a random-PSN flood costs the server at most twice the CPU of
+    the same transfer without it (plus slack for the flood's own datagrams), and its
+    fds and memory stay bounded.  CPU seconds of the server process, not wall time:
+    on a machine shared with other work the wall time is theirs too."""
+
     async def main(srv: Server) -> tuple[float, float, int, int, int, int, dict[str, object]]:
         data = bytearray(os.urandom(SIZE * 2))
         async with (
@@ -150,12 +161,17 @@ def test_random_psn_flood_costs_at_most_2x(tmp_path: Path) -> None:
         ):
             local = ep.reg_mr(data)
             h = hashlib.sha256(data).hexdigest()
+            cpu = cpu_seconds(srv.proc.pid)
             res = await write_buffer(session, local, len(data), imm=1)
+            clean = cpu_seconds(srv.proc.pid) - cpu
             assert res.ok and (await session.verify(1, len(data), h))["ok"]
-            clean = res.seconds
             fd0, rss0 = fds(srv.proc.pid), rss_kib(srv.proc.pid)
-            flood = _flood(srv, session.conns[0].qp.remote_qpn, 5000, max(4.0, 3 * clean), "psn")
+            far0 = (await session.server_stats())["rx_psn_far"]
+            flood = _flood(srv, session.conns[0].qp.remote_qpn, 5000, 4.0, "psn")
+            cpu = cpu_seconds(srv.proc.pid)
             res = await write_buffer(session, local, len(data), imm=2)
+            flooded = cpu_seconds(srv.proc.pid) - cpu
+            far1 = (await session.server_stats())["rx_psn_far"]
             fd1, rss1 = fds(srv.proc.pid), rss_kib(srv.proc.pid)
             loop = asyncio.get_running_loop()
             out, _ = await loop.run_in_executor(None, flood.communicate, None, 60)
@@ -167,12 +183,21 @@ def test_random_psn_flood_costs_at_most_2x(tmp_path: Path) -> None:
             # the server's QP only receives: its reverse-EV probes (one an RTT, its
             # GOOD EVs in turn) may open one send socket per EV of the same profile
             stats["client_evs"] = len(paths.known_evs())
-            return clean, res.seconds, fd0, fd1, rss0, rss1, stats
+            stats["far_during"] = far1 - far0
+            stats["flood_sent"] = int(out.split()[-1])
+            return clean, flooded, fd0, fd1, rss0, rss1, stats
 
     with serve(tmp_path, size=SIZE * 2) as srv:
         clean, flooded, fd0, fd1, rss0, rss1, stats = run(main(srv))
-    print(f"clean {clean:.2f} s, flooded {flooded:.2f} s, fds {fd0}->{fd1}, rss {rss0}->{rss1} KiB")
-    assert flooded <= 2 * clean + 1.0, (clean, flooded)
+    far = stats["far_during"]
+    print(
+        f"server CPU: clean {clean:.3f} s, flooded {flooded:.3f} s ({far} flood datagrams "
+        f"meanwhile, {stats['flood_sent']} sent), fds {fd0}->{fd1}, rss {rss0}->{rss1} KiB"
+    )
+    assert isinstance(far, int)
+    # (0.07 s and 0.07 s with 2,400 flood datagrams meanwhile on a machine at load 16;
+    # with the PSN check removed every datagram reaches the core: 0.06 s and 0.38 s)
+    assert flooded <= 2 * clean + FLOOD_DATAGRAM_CPU * far + CPU_TICKS_SLACK, (clean, flooded, far)
     # a few sockets for the client's EVs replaced under the flood (beside one per EV
     # for the reverse probes), not one per datagram (before: 272 -> 7,385 fds)
     evs = stats["client_evs"]

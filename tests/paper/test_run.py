@@ -211,13 +211,25 @@ def test_parallel_runs_give_the_serial_results_bit_for_bit(tmp_path: Path) -> No
 
 @pytest.fixture
 def unbuilt(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plans without the experiment build that checks each scenario's fault targets:
-    the order depends on the parsed workload alone, and building every paper file
-    (the 64-rank all-to-alls most) was nearly all of a full-size plan's cost.  Each
-    paper file is built, at the files' own (full) size, by tests/paper/test_scenarios.py."""
+    """Any experiment build fails the test: a plan reads each scenario without building
+    it (building every paper file, the 64-rank all-to-alls most, was nearly all of a
+    full-size plan's cost).  Each paper file is built, at the files' own (full) size,
+    by tests/paper/test_scenarios.py, and each point when it runs."""
     from openmrc.pipeline.scenario import Scenario
 
-    monkeypatch.setattr(Scenario, "build", lambda self: None)
+    def build(self: Scenario) -> None:
+        raise AssertionError(f"{self.name}: built to plan")
+
+    monkeypatch.setattr(Scenario, "build", build)
+
+
+def test_a_full_size_plan_builds_no_experiment(unbuilt: None) -> None:
+    """Planning every experiment at full size reads and parses the scenario files only
+    (the resolved values and costs need no fabric)."""
+    from openmrc.paper import run as paper_run
+
+    plan = paper_run.plan(list(paper.EXPERIMENTS), quick=False, seeds=1)
+    assert len(plan.points) > 30 and all(plan.costs[p.fingerprint] > 0 for p in plan.points)
 
 
 def test_points_run_longest_first_and_seeds_change_only_the_seed(unbuilt: None) -> None:
@@ -252,6 +264,25 @@ def test_lossy_runs_are_started_before_their_loss_free_twins(unbuilt: None) -> N
     assert order.index((f"{mrc}-loss0.1", large)) < order.index((mrc, large)), order
     # the 256 MiB lossy ring first (it moves four times the bytes of a 64 MiB ring)
     assert order[0] == (f"{mrc}-loss0.1", large)
+
+
+def test_a_baselines_run_order_weight_counts_its_qps_and_its_loss(unbuilt: None) -> None:
+    """The run order weighs the bytes a run moves by its transport's QPs and its loss:
+    of the full-size rings (the same bytes in each), RoCE with 16 QPs counts 1.78 times
+    MRC's (1.25 + 16/30: measured 1.8), with 1 QP 1.28 (measured 1.3), and 1 % loss
+    multiplies each by 1.75; so RoCE 16 QPs at 1 % loss, the costliest, starts first."""
+    from openmrc.paper import run as paper_run
+
+    plan = paper_run.plan(list(paper.EXPERIMENTS), quick=False, seeds=1)
+    cost = {p.name: plan.costs[p.fingerprint] for p in plan.points}
+    ring = "ring-allreduce-64-"
+    mrc = cost[ring + "mrc"]
+    assert cost[ring + "roce-16qp"] / mrc == pytest.approx(1.25 + 16 / 30)
+    assert cost[ring + "roce-1qp"] / mrc == pytest.approx(1.25 + 1 / 30)
+    for transport in ("mrc", "roce-1qp", "roce-16qp"):
+        assert cost[ring + transport + "-loss1"] / cost[ring + transport] == pytest.approx(1.75)
+    assert cost[ring + "mrc-loss0.1"] / mrc == pytest.approx(1.075)
+    assert cost[ring + "roce-16qp-loss1"] == max(cost.values())
 
 
 def test_an_interrupted_table_says_it_is_partial() -> None:

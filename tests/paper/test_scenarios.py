@@ -62,7 +62,13 @@ KNOWN_SEED_EXCEPTIONS: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("name", [p.stem for p in sorted(PAPER.glob("*.toml"))])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(p.stem, marks=pytest.mark.worker_group("files"))
+        for p in sorted(PAPER.glob("*.toml"))
+    ],
+)
 def test_every_paper_scenario_says_what_was_published(name: str) -> None:
     path = PAPER / f"{name}.toml"
     text = path.read_text()
@@ -95,15 +101,63 @@ def quick_names() -> list[str]:
     return [n for n in paper.names() if n not in QUICK_EXCEPT]
 
 
+#: The quick run in parts, each ``openmrc paper --quick --only`` its experiments in a
+#: worker group of its own (tests/conftest.py), so that on several workers the parts
+#: run side by side instead of one worker running the whole quick run alone, the
+#: suite's longest fixture.  Experiments that share a run (the same scenario and
+#: overrides: it runs once) are in one part; "rest" is every experiment not named.
+#: The parts weigh about the same (CPU seconds of each run, compiled).
+QUICK_PARTS: dict[str, tuple[str, ...]] = {
+    "ring-loss1": ("ring-loss1", "ring-loss1-roce-16qp"),
+    "rings": ("ring-roce-1qp-vs-mrc", "ring-mrc-vs-roce-16qp", "ring-mrc-loss0.1"),
+    "incast": (
+        "incast-victim-mrc",
+        "incast-victim-pfc",
+        "incast-victim-dcqcn-1qp",
+        "incast-victim-dcqcn-8qp",
+    ),
+    "rest": (),
+}
+
+
+def part_of(name: str) -> str:
+    """The part of :data:`QUICK_PARTS` experiment ``name`` runs in."""
+    return next((part for part, names in QUICK_PARTS.items() if name in names), "rest")
+
+
+def part_names(part: str) -> list[str]:
+    """The experiments of ``part`` that the quick run covers, in the table's order."""
+    return [n for n in quick_names() if part_of(n) == part]
+
+
+def test_the_quick_parts_cover_every_experiment_once_and_split_no_shared_run() -> None:
+    named = [n for names in QUICK_PARTS.values() for n in names]
+    assert len(named) == len(set(named)) and set(named) <= set(paper.names())
+    assert sorted(n for part in QUICK_PARTS for n in part_names(part)) == sorted(quick_names())
+    # a run (scenario file and quick overrides) shared by two experiments is in one part
+    where: dict[tuple[str, tuple[str, ...]], str] = {}
+    for e in paper.EXPERIMENTS:
+        for run in e.runs.values():
+            key = (run.file, tuple(run.overrides(True)))
+            assert where.setdefault(key, part_of(e.name)) == part_of(e.name), (e.name, key)
+
+
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """``openmrc paper --quick --out DIR``, once for the module (every experiment, or
-    ``--only`` those of :func:`quick_names`)."""
-    out = tmp_path_factory.mktemp("paper")
-    only = ["--only", ",".join(quick_names())] if QUICK_EXCEPT else []
-    code = main(["paper", "--quick", *only, "--out", str(out)])
+def quick(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """``openmrc paper --quick --only NAMES --out DIR`` for one part of
+    :data:`QUICK_PARTS` (the indirect parameter), once for the module."""
+    part = request.param
+    names = part_names(part)
+    if not names:
+        pytest.skip(f"quick part {part}: every experiment left out by OPENMRC_PAPER_QUICK_EXCEPT")
+    out = tmp_path_factory.mktemp(f"paper-{part}")
+    code = main(["paper", "--quick", "--only", ",".join(names), "--out", str(out)])
     doc = json.loads((out / "paper.json").read_text())
     return {
+        "part": part,
+        "names": names,
         "code": code,
         "out": out,
         "doc": doc,
@@ -111,10 +165,16 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
+def _in_part(part: str, *values: object) -> Any:
+    """A parameter set run with ``quick`` at ``part``, in the part's worker group."""
+    return pytest.param(part, *values, marks=pytest.mark.worker_group(f"quick-{part}"))
+
+
+@pytest.mark.parametrize("quick", [_in_part(part) for part in QUICK_PARTS], indirect=True)
 def test_paper_quick_runs_every_experiment_and_writes_the_table(quick: dict[str, Any]) -> None:
     doc, rows = quick["doc"], quick["rows"]
     assert doc["quick"] is True
-    assert list(rows) == quick_names()
+    assert list(rows) == quick["names"]
     # exit 0 only when every shape holds
     assert quick["code"] == (0 if all(r["holds"] for r in rows.values()) else 1)
     md = (quick["out"] / "paper.md").read_text()
@@ -122,7 +182,7 @@ def test_paper_quick_runs_every_experiment_and_writes_the_table(quick: dict[str,
     page = (quick["out"] / "report.html").read_text()
     assert '<table id="paper">' in page
     for e in paper.EXPERIMENTS:
-        if e.name in QUICK_EXCEPT:
+        if e.name not in quick["names"]:
             continue
         row = rows[e.name]
         assert e.title in md and e.title in page
@@ -159,7 +219,12 @@ def test_published_shape_holds_over_seeds_at_quick_size(name: str, seeded: dict[
     assert row["held"] >= need, f"held {row['held']}/{SEEDS}: {misses}"
 
 
-@pytest.mark.parametrize("name", paper.names())
+@pytest.mark.parametrize(
+    ("quick", "name"),
+    [_in_part(part_of(n), n) for n in paper.names()],
+    indirect=["quick"],
+    ids=paper.names(),
+)
 def test_published_shape_holds_at_quick_size(name: str, quick: dict[str, Any]) -> None:
     if name in QUICK_EXCEPT:
         pytest.skip(f"{name}: left out of the quick run by OPENMRC_PAPER_QUICK_EXCEPT")

@@ -78,10 +78,11 @@ def test_the_whole_cluster_estimate_is_fast(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _no_build(monkeypatch)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: a loaded machine's wall time is not ours
     big = str(ROOT / "scenarios" / "scale" / "sendrecv-131072.toml")
     assert main(["run", big, "--estimate"]) == 0
-    assert time.perf_counter() - started < 30  # the run itself: 46 minutes and 19 GiB
+    cpu = time.process_time() - started
+    assert cpu < 30, cpu  # the run itself: 46 minutes and 19 GiB
     assert "131,072 x 8 planes" in capsys.readouterr().out
 
 

@@ -27,7 +27,10 @@ def _permutation_steady(roce: dict[str, object], seed: int) -> list[float]:
     return sorted(f.steady_goodput_gbps or 0.0 for f in res.flows)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# (each seed a worker group of its own: tests/conftest.py)
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=pytest.mark.worker_group(f"seed{s}")) for s in (1, 2, 3)]
+)
 def test_dcqcn_with_8_qps_beats_pfc_in_a_continuous_rack_permutation(seed: int) -> None:
     # PFC alone: the QPs ECMP piles on one uplink pause their hosts' NICs, whose
     # one FIFO starves the same hosts' QPs on the other uplinks (head-of-line

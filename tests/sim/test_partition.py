@@ -293,6 +293,7 @@ def test_native_ranks_give_the_sequential_results(
 
 @needs_tool("mpirun")
 @pytest.mark.skipif(not _have_mpi4py(), reason="needs mpi4py (pip install 'openmrc[mpi]')")
+@pytest.mark.worker_group("mpirun")  # no module fixture: beside the file's others
 def test_mpirun_openmrc_run_writes_the_sequential_results_json(tmp_path: Path) -> None:
     """``mpirun -n 2 openmrc run scenarios/t0-t1-link-failure.toml --out X`` writes the
     results.json (and CSV files) of ``openmrc run ... --out Y``, but wall time.  (A

@@ -361,6 +361,7 @@ def test_dask_local_from_the_command_line(tmp_path: Path) -> None:
     assert len(list((out / "points").glob("*.json"))) == 2
 
 
+@pytest.mark.worker_group("bundled")  # no module fixture: beside the file's others
 def test_bundled_sweeps_are_valid() -> None:
     files = sorted(SWEEPS.glob("*.toml"))
     assert len(files) >= 3

@@ -10,11 +10,13 @@ also under ``OPENMRC_PURE_PYTHON=1``, which only decides what the requester uses
 
 from __future__ import annotations
 
+import ast
 import gc
 import importlib
 import os
 import random
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -364,3 +366,39 @@ def test_ev_ids_act_as_the_dict_of_ev_ids() -> None:
         assert ids.get(ev, -1) == ref.get(ev, -1)
     with pytest.raises(ValueError):
         ids[evs[0]] = 3  # ids come in order
+
+
+def _methods(path: Path, cls: str) -> dict[str, list[str]]:
+    """Class ``cls`` of source or stub file ``path``: each method's parameter names
+    (without ``self``), read from the file's syntax tree (so the answer is the same
+    whether the module is compiled or not)."""
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {
+        f.name: [a.arg for a in f.args.args[1:]]
+        for f in node.body
+        if isinstance(f, ast.FunctionDef) and f.name != "__init__"
+    }
+
+
+_TRANSPORT = Path(txtable.__file__).resolve().parent
+
+
+@pytest.mark.parametrize(
+    ("native", "protocol"), [("TxTable", "TxTableLike"), ("EvOrder", "EvOrderLike")]
+)
+def test_the_native_stub_declares_what_the_protocol_does(native: str, protocol: str) -> None:
+    """_txtable.pyi's classes list the methods (names and parameters) of the protocols
+    the requester holds them as (txtable.TxTableLike, EvOrderLike): the protocol is the
+    one home of the list, the stub a copy for type checkers that must not drift; and
+    the native classes, when built, have each method."""
+    stub = _methods(_TRANSPORT / "_txtable.pyi", native)
+    wanted = _methods(_TRANSPORT / "txtable.py", protocol)
+    assert stub == wanted, (
+        f"_txtable.pyi's {native} differs from txtable.{protocol}: "
+        f"missing {sorted(set(wanted) - set(stub))}, extra {sorted(set(stub) - set(wanted))}, "
+        f"parameters differ for {sorted(m for m in set(stub) & set(wanted) if stub[m] != wanted[m])}"
+    )
+    if _native is not None:
+        cls = getattr(_native, native)
+        assert [m for m in wanted if not hasattr(cls, m)] == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -182,6 +183,7 @@ def test_mutated_encodings(draw: st.DataObject, p: AnyPacket) -> None:
 
 
 @SETTINGS
+@pytest.mark.worker_group("frames")  # no module fixture: beside the file's others
 @given(st.data(), packets, st.booleans())
 def test_mutated_frames(draw: st.DataObject, p: AnyPacket, ecn: bool) -> None:
     p.ecn = ecn
@@ -219,6 +221,7 @@ def _live_pair() -> tuple[list[object], list[object]]:
     return [a, b], [qa, qb]
 
 
+@pytest.mark.worker_group("frames")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.lists(packets, min_size=1, max_size=8))
 def test_live_qp_pair_survives_any_packet(draw: st.DataObject, pkts: list[AnyPacket]) -> None:

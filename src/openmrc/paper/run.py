@@ -60,6 +60,11 @@ class ParsedRun:
 
 
 def parse_run(run: Run, quick: bool) -> ParsedRun:
+    """``run``'s scenario file read, overridden and parsed, to plan with: what its
+    points need (the data, the resolved values) and its cost estimate.  The experiment
+    is not built (the workload's flows and collective schedule are what the plan reads;
+    building the fabric and its flows was most of a full-size plan's cost): the point
+    builds it when it runs, and reports a bad fault target or switch setting there."""
     from ..pipeline.results import resolved
     from ..pipeline.run import read_scenario_data, scenario_from_data
 
@@ -69,7 +74,7 @@ def parse_run(run: Run, quick: bool) -> ParsedRun:
     data = read_scenario_data(path)
     overrides = run.overrides(quick)
     scenario, workload = scenario_from_data(
-        data, overrides, None, None, name=run.file, base_dir=PAPER_DIR
+        data, overrides, None, None, name=run.file, base_dir=PAPER_DIR, build=False
     )
     return ParsedRun(
         data,

@@ -2,6 +2,10 @@
 
 They mirror :class:`openmrc.transport.txtable.TxTable` and
 :class:`openmrc.transport.txtable.EvOrder`; see those for what each method does.
+The method lists are those of the protocols the requester holds them as
+(:class:`~openmrc.transport.txtable.TxTableLike`, :class:`~openmrc.transport.txtable.EvOrderLike`):
+change a protocol and this copy with it (tests/transport/test_compact_state.py checks
+that the two agree, names and parameters).
 """
 
 from typing import Any
