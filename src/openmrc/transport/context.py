@@ -243,7 +243,8 @@ class Context(ContextBase):
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self._by_qpn[qp.qpn - FIRST_QPN] = None
-        self.unready(qp)
+        self.ready.pop(qp, None)
+        self.control_ready.pop(qp, None)
         qp.mark_timer()
 
     # -- controller -------------------------------------------------------------------
@@ -275,9 +276,8 @@ class Context(ContextBase):
         for qp in self.qps.values():
             if qp.paths is not None:
                 qp.paths.set_ports_down(local=mask)
-            if qp.has_output() and not qp.in_ready:
-                qp.in_ready = True
-                self.ready.append(qp)  # it may have been blocked on that plane
+            if qp.has_output():
+                self.ready[qp] = None  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""
@@ -382,31 +382,30 @@ class Context(ContextBase):
         """
         control = self.control_ready
         while control:
-            qp = control[0]  # the oldest
+            for qp in control:  # noqa: B007 -- the oldest; compiled, cheaper than next(iter())
+                break
             queue = qp.control
             if queue:
                 first = queue.popleft()
                 if not queue:
-                    control.popleft()
-                    qp.in_control = False
+                    del control[qp]
                 if not qp.timer_marked:
                     qp.timer_marked = True
                     self.timer_dirty[qp] = None
                 self.polled_qp = qp
                 return first
-            control.popleft()
-            qp.in_control = False
+            del control[qp]
         ready = self.ready
         blocked: list[QPBase] | None = None
         found: Packet | None = None
         while ready:
-            qp = ready.popleft()  # the first (oldest)
-            qp.in_ready = False
+            for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
+                break
+            del ready[qp]
             pkt = qp.poll_packet(now, busy)
             if pkt is not None:
-                if qp.has_output() and not qp.in_ready:
-                    qp.in_ready = True
-                    ready.append(qp)  # to the back: round robin
+                if qp.has_output():
+                    ready[qp] = None  # to the back: round robin
                 self.polled_qp = qp
                 found = pkt
                 break
@@ -416,9 +415,7 @@ class Context(ContextBase):
                 blocked.append(qp)
         if blocked:
             for qp in blocked:
-                if not qp.in_ready:
-                    qp.in_ready = True
-                    ready.append(qp)
+                ready[qp] = None
         return found
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:

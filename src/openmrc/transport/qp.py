@@ -190,7 +190,8 @@ class QueuePair(QPBase):
         self._early_recvs.clear()
         self.stats = QPStats()
         self.error_reason = ""
-        self.context.unready(self)
+        self.context.ready.pop(self, None)
+        self.context.control_ready.pop(self, None)
         self.mark_timer()
 
     # -- posting ----------------------------------------------------------------------
@@ -412,9 +413,7 @@ class QueuePair(QPBase):
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:
         """The QP may have output now and its deadline may have moved: tell the context."""
-        if not self.in_ready:
-            self.in_ready = True
-            self.context.ready.append(self)
+        self.context.ready[self] = None
         if not self.timer_marked:
             self.timer_marked = True
             self.context.timer_dirty[self] = None
@@ -433,12 +432,8 @@ class QueuePair(QPBase):
             elif kind is ProbeReplyPacket and not rev.may_use(pkt.ev):
                 pkt.path_ev = rev.route(pkt.ev)  # not on a path this end denies or blames
         self.control.append(pkt)
-        if not self.in_ready:
-            self.in_ready = True
-            self.context.ready.append(self)
-        if not self.in_control:
-            self.in_control = True
-            self.context.control_ready.append(self)
+        self.context.ready[self] = None
+        self.context.control_ready[self] = None
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""

@@ -84,10 +84,8 @@ class ContextBase:
         #: counts registrations and deregistrations: a responder's last rkey look-up
         #: holds while it is unchanged (see ``Responder.on_data``).
         self.mr_epoch = 0
-        #: QPs that may have a packet to send, in round-robin order (a QP adds itself
-        #: once: ``QPBase.in_ready`` says whether it is here; a FIFO and a flag cost
-        #: less per packet than a dict used as an ordered set).
-        self.ready: deque[QPBase] = deque()
+        #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
+        self.ready: dict[QPBase, None] = {}
         #: QPs whose deadline may have changed since the context last looked (a QP
         #: adds itself whenever it takes input, sends, runs a timer or changes state).
         self.timer_dirty: dict[QPBase, None] = {}
@@ -95,22 +93,12 @@ class ContextBase:
         #: order they queued one: control goes out before any QP's data (see
         #: :meth:`openmrc.transport.context.Context.poll_packet`).  A QP whose control
         #: queue has emptied meanwhile (its own poll sent it) is dropped when reached.
-        #: Each QP at most once (``QPBase.in_control``).
-        self.control_ready: deque[QPBase] = deque()
+        self.control_ready: dict[QPBase, None] = {}
         self.events: deque[object] = deque()
         #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
         self.ports_down = 0
         #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
         self.controller: Any = None
-
-    def unready(self, qp: QPBase) -> None:
-        """Take ``qp`` out of the ready and control queues (destroyed or reset)."""
-        if qp.in_ready:
-            qp.in_ready = False
-            self.ready.remove(qp)
-        if qp.in_control:
-            qp.in_control = False
-            self.control_ready.remove(qp)
 
 
 class QPBase:
@@ -148,9 +136,6 @@ class QPBase:
         #: cheaper than storing into the dict again, which the QP would do several
         #: times per packet (the context clears it when it empties the set).
         self.timer_marked = False
-        #: True while this QP is in its context's ``ready`` / ``control_ready``.
-        self.in_ready = False
-        self.in_control = False
 
     def mark_timer(self) -> None:
         """Put this QP in its context's ``timer_dirty`` (its deadline may have moved)."""
