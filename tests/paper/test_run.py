@@ -270,19 +270,29 @@ def test_a_baselines_run_order_weight_counts_its_qps_and_its_loss(unbuilt: None)
     """The run order weighs the bytes a run moves by its transport's QPs and its loss:
     of the full-size rings (the same bytes in each), RoCE with 16 QPs counts 1.78 times
     MRC's (1.25 + 16/30: measured 1.8), with 1 QP 1.28 (measured 1.3), and 1 % loss
-    multiplies each by 1.75; so RoCE 16 QPs at 1 % loss, the costliest, starts first."""
+    multiplies each by 1.75 and 0.1 % by 1.075; so of the 64 MiB rings RoCE 16 QPs at
+    1 % loss, the costliest, starts first (the 0.1 % row's 256 MiB ring moves four times
+    the bytes and starts before it)."""
     from openmrc.paper import run as paper_run
 
     plan = paper_run.plan(list(paper.EXPERIMENTS), quick=False, seeds=1)
-    cost = {p.name: plan.costs[p.fingerprint] for p in plan.points}
+    full, large = paper.RING_FULL[0], paper.RING_LARGE[0]
+
+    def size(p: Any) -> str:
+        return next((o for o in p.overrides if o.startswith("workload.size=")), "")
+
+    cost = {(p.name, size(p)): plan.costs[p.fingerprint] for p in plan.points}
     ring = "ring-allreduce-64-"
-    mrc = cost[ring + "mrc"]
-    assert cost[ring + "roce-16qp"] / mrc == pytest.approx(1.25 + 16 / 30)
-    assert cost[ring + "roce-1qp"] / mrc == pytest.approx(1.25 + 1 / 30)
+    mrc = cost[(ring + "mrc", full)]
+    assert cost[(ring + "roce-16qp", full)] / mrc == pytest.approx(1.25 + 16 / 30)
+    assert cost[(ring + "roce-1qp", full)] / mrc == pytest.approx(1.25 + 1 / 30)
     for transport in ("mrc", "roce-1qp", "roce-16qp"):
-        assert cost[ring + transport + "-loss1"] / cost[ring + transport] == pytest.approx(1.75)
-    assert cost[ring + "mrc-loss0.1"] / mrc == pytest.approx(1.075)
-    assert cost[ring + "roce-16qp-loss1"] == max(cost.values())
+        lossy = cost[(ring + transport + "-loss1", full)]
+        assert lossy / cost[(ring + transport, full)] == pytest.approx(1.75)
+    assert cost[(ring + "mrc-loss0.1", large)] / cost[(ring + "mrc", large)] == pytest.approx(1.075)
+    assert cost[(ring + "mrc", large)] / mrc == pytest.approx(4.0)
+    at_full = [c for (name, sz), c in cost.items() if sz == full]
+    assert cost[(ring + "roce-16qp-loss1", full)] == max(at_full)
 
 
 def test_an_interrupted_table_says_it_is_partial() -> None:

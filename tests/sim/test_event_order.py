@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from openmrc.sim.engine import PySimulator
-from tests.sim.test_kernel import kernel, native
+from tests.sim.test_kernel import _kernel_required, kernel, native  # noqa: F401 (the fixture `native` names under OPENMRC_REQUIRE_NATIVE=1)
 
 #: The kernel's slot (2**WHEEL_SHIFT ps) and the wheel's reach in slots (_kernel.c).
 SLOT_PS = 1 << 11
