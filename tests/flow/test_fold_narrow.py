@@ -13,6 +13,7 @@ from openmrc.flow.model import FluidFault, FluidJob, FluidModel, FluidResult
 from openmrc.topology import ClosSpec
 from openmrc.workloads.jobs.graph import JobSpec, Task, build_iteration
 from openmrc.workloads.jobs.model import GpuSpec, ModelSpec, Parallelism
+from tests.flow.test_fold import _apart
 
 #: 48 DP replicas of TP 2 x PP 2 on 384 hosts, 32 per T0: 16 replicas a block, 6 blocks;
 #: 8 T1s, so a T0's pool is half its hosts' rate and the pools set the rates
@@ -74,19 +75,6 @@ def _runs(
     key = {name(t, DP, int): i for i, t in enumerate(g.tasks)}
     pairs = [(i, key[name(t, plan.dp, plan.rank)]) for i, t in enumerate(gf.tasks)]
     return plan, whole.run(), folded.run(), pairs
-
-
-def _apart(a: FluidResult, b: FluidResult, pairs: list[tuple[int, int]]) -> float:
-    """How far apart (ps) the folded run's tasks start and end from the whole run's."""
-    worst = 0.0
-    for i, j in pairs:
-        for x, y in (
-            (b.jobs[0].start[i], a.jobs[0].start[j]),
-            (b.jobs[0].end[i], a.jobs[0].end[j]),
-        ):
-            assert x is not None and y is not None
-            worst = max(worst, abs(x - y))
-    return worst
 
 
 @pytest.mark.parametrize("narrow", [0, 1])

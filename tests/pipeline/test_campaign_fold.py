@@ -49,18 +49,25 @@ def _doc(fold: bool, transport: str = "mrc") -> dict[str, Any]:
     return doc
 
 
-def test_folded_mrc_campaign_equals_the_whole_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    whole = _doc(False)
-    kept: list[tuple[int, ...]] = []
+def _record_plans(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The fold plan of every iteration a campaign simulates from now on (None where
+    it ran unfolded), recorded as ``FoldedJob.folded`` is called."""
+    plans: list[Any] = []
     folded = cf.FoldedJob.folded
 
     def spy(self: cf.FoldedJob, elements: frozenset[Any]) -> Any:
-        plan = self.plan(elements)
-        kept.append(() if plan is None else plan.blocks)
+        plans.append(self.plan(elements))
         return folded(self, elements)
 
     monkeypatch.setattr(cf.FoldedJob, "folded", spy)
+    return plans
+
+
+def test_folded_mrc_campaign_equals_the_whole_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = _doc(False)
+    plans = _record_plans(monkeypatch)
     got = _doc(True)
+    kept = [() if plan is None else plan.blocks for plan in plans]
     t = got["transports"]["mrc"]
     assert len(got["failures"]) == 3
     assert len(t["states"]) >= 4 and t["step_ms"]["max"] > t["failure_free_step_ms"]
@@ -183,17 +190,10 @@ def test_representative_replicas_give_the_whole_jobs_mrc_campaign(
     same MRC campaign as the whole job's, to the picosecond; with the representatives
     weighing one replica on the T0 pools (the grouping wrong) it is not."""
     whole = _narrow_doc(False)
-    ran: list[tuple[tuple[int, ...], int]] = []
-    folded = cf.FoldedJob.folded
-
-    def spy(self: cf.FoldedJob, elements: frozenset[Any]) -> Any:
-        plan = self.plan(elements)
-        assert plan is not None
-        ran.append((plan.blocks, plan.kept_per_block))
-        return folded(self, elements)
-
-    monkeypatch.setattr(cf.FoldedJob, "folded", spy)
+    plans = _record_plans(monkeypatch)
     got = _narrow_doc(True)
+    assert all(plan is not None for plan in plans)
+    ran = [(plan.blocks, plan.kept_per_block) for plan in plans if plan is not None]
     t = got["transports"]["mrc"]
     assert len(got["failures"]) == 2
     assert len(t["states"]) >= 3 and t["step_ms"]["max"] > t["failure_free_step_ms"]
