@@ -320,11 +320,12 @@ def test_queue_sampling_stops_by_itself() -> None:
     assert sim.now < 10**8
 
 
-def test_a_nic_finds_its_routes_in_the_cache_by_the_same_key() -> None:
+def test_a_nic_builds_each_route_from_one_list_per_destination() -> None:
     # a ring of 256 KiB flows (host h to h + 1) over 8 planes: each host sprays over
-    # 256 EVs to one peer and ACKs another; its NIC (SimHost.kick) looks routes up by
-    # route_key, so the fabric computes each route once, and a host keeps a route per
-    # plane for a peer under its T0 (per plane and T1 for the others)
+    # 256 EVs to one peer and ACKs another; its NIC (SimHost.kick) builds every route
+    # from the fabric's route_bases (computed once per source T0 and destination, one
+    # per plane) and t1_parts, never through path_for, and every packet's route is
+    # the topology's address for its EV
     from openmrc.sim.experiment import Experiment
     from openmrc.workloads import FlowSpec
 
@@ -333,23 +334,42 @@ def test_a_nic_finds_its_routes_in_the_cache_by_the_same_key() -> None:
     n = spec.hosts
     exp.add_flows([FlowSpec(h, (h + 1) % n, 256 << 10) for h in range(n)])
     fabric = exp.fabric
-    computed = []
-    path_for = fabric.path_for
+    topo = fabric.topology
+    bases: list[tuple[int, int]] = []
+    route_bases = fabric.route_bases
 
-    def counting(src: int, dst: int, ev: int) -> int:
-        computed.append((src, dst, ev))
-        return path_for(src, dst, ev)
+    def counting(src: int, dst: int) -> list[int]:
+        bases.append((src // spec.hosts_per_t0, dst))
+        return route_bases(src, dst)
 
-    fabric.path_for = counting  # type: ignore[method-assign]
+    def no_path_for(src: int, dst: int, ev: int) -> int:
+        raise AssertionError(f"path_for({src}, {dst}, {ev}) called by the NIC")
+
+    fabric.route_bases = counting  # type: ignore[method-assign]
+    fabric.path_for = no_path_for  # type: ignore[method-assign]
+    sent: list[tuple[int, int, int, object]] = []
+    for host in exp.hosts:
+        assert host is not None
+        host.taps.append(
+            lambda src, peer, pkt, out, _now: (
+                sent.append((src, peer, pkt.path_ev, pkt.route)) if out else None
+            )
+        )
     result = exp.run()
     assert result.all_ok
-    cached = sum(len(fabric.routes_from(h)) for h in range(n))
-    assert len(computed) == cached  # a miss per route, not per packet
-    # host 1: peers 0 and 2 under its T0, at most a route per plane each (its data
-    # went out on all 8)
-    assert 8 <= len(fabric.routes_from(1)) <= 2 * 8
-    # host 3 sends to host 4 under the other T0: at most a route per plane and T1
-    assert len(fabric.routes_from(3)) <= 8 + 8 * 4
+    # a list per source T0 and destination, made once: the data's and the ACKs' peers
+    assert (
+        len(bases)
+        == len(set(bases))
+        == len({(s // 4, d) for s in range(n) for d in ((s + 1) % n, (s - 1) % n)})
+    )
+    # T0 0's hosts 0-3 send to 1-4 and ACK 7, 0, 1, 2: six destinations (T0 1 alike)
+    assert {len(fabric.bases_from(h)) for h in range(n)} == {6}
+    planes = {ev & 0xF for _, _, ev, _ in sent}
+    assert planes == set(range(8))
+    assert len({(src, peer) for src, peer, _, _ in sent}) == 2 * n
+    for src, peer, ev, route in sent:
+        assert route == topo.path_address(src, peer, ev), (src, peer, ev)
 
 
 def test_path_for_is_the_topologys_path_address_hit_or_miss() -> None:
@@ -370,3 +390,32 @@ def test_path_for_is_the_topologys_path_address_hit_or_miss() -> None:
     for src, dst, ev in ((0, 0, 0), (0, spec.hosts, 0), (0, -1, 0), (0, 1, 2), (-1, 1, 0)):
         with pytest.raises(ValueError):
             fabric.path_for(src, dst, ev)
+
+
+def test_route_bases_with_a_t1_part_are_the_topologys_path_address() -> None:
+    # what the NIC builds a route from: under one T0 the base is the route, between
+    # T0s the base ORed with the T1 part the EV picks; either way the topology's
+    # address for every source, destination, plane and T1; a bad pair raises
+    spec = ClosSpec(planes=2, t0s=3, hosts_per_t0=4, t1s=4)
+    topo = Topology(spec)
+    fabric = Fabric(Simulator(seed=0), topo)
+    hpt, t1s = spec.hosts_per_t0, spec.t1s
+    for src in range(spec.hosts):
+        for dst in range(spec.hosts):
+            if dst == src:
+                continue
+            bases = fabric.route_bases(src, dst)
+            assert fabric.bases_from(src)[dst] is bases  # shared by src's T0
+            assert len(bases) == spec.planes
+            for ev in (0, 1, 0x10, 0x21, 0x31, 0x40, 0xFFF1, 0x12340):
+                plane = ev & 0xF
+                if plane >= spec.planes:
+                    continue
+                route = bases[plane]
+                if src // hpt != dst // hpt:
+                    route |= fabric.t1_parts[plane][((ev >> 4) & 0xFFF) % t1s]
+                assert route == topo.path_address(src, dst, ev), (src, dst, ev)
+    bad: list[tuple[object, object]] = [(0, 0), (0, spec.hosts), (0, -1), (-1, 1), (0, 1.0)]
+    for a, b in bad:
+        with pytest.raises(ValueError):
+            fabric.route_bases(a, b)  # type: ignore[arg-type]

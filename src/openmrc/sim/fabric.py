@@ -10,7 +10,9 @@ Interface for the NIC (the host side of every host-T0 link)
 ``fabric.path_for(src, dst, ev) -> int``
     The outer SRv6 destination for a packet from host ``src`` to host ``dst``
     on entropy value ``ev`` (plane ``ev_plane(ev)``, T1 ``ev_path(ev) % t1s``),
-    cached.  Put it in ``pkt.route`` before sending.
+    cached.  Put it in ``pkt.route`` before sending.  (A NIC sending many packets
+    builds the same address from ``fabric.route_bases(src, dst)`` and
+    ``fabric.t1_parts``, one list per destination, without a call per packet.)
 
 ``fabric.host_port(h, p) -> EgressPort``
     Host ``h``'s NIC egress port into plane ``p``.  ``port.send(pkt, now)``
@@ -88,7 +90,7 @@ def route_key(src: int, dst: int, ev: int, hosts_per_t0: int, t1s: int) -> int:
     T1 the EV's path picks (its path number modulo ``t1s``).  Every EV with the same
     key has the same route, so a host keeps a handful of routes per peer and plane,
     not one per EV (256 per QP): the key is ``dst << 16`` and the canonical EV's low
-    16 bits.  ``SimHost.kick`` computes the same key inline.
+    16 bits.
     """
     plane = ev & 0xF
     if src // hosts_per_t0 == dst // hosts_per_t0:
@@ -213,9 +215,16 @@ class Fabric:
             for h in range(spec.hosts)
         ]
         self._host_links: list[list[Link]] = [[] for _ in range(spec.hosts)]
-        #: per source host, the routes computed so far, by :func:`route_key` (what a
-        #: route depends on); :meth:`routes_from` hands a host its own
-        self._routes: list[dict[int, int]] = [{} for _ in range(spec.hosts)]
+        #: per source host, the routes :meth:`path_for` computed so far, by
+        #: :func:`route_key` (what a route depends on); None until the first
+        self._routes: list[dict[int, int] | None] = [None] * spec.hosts
+        #: per source T0, the routes to each destination host without their T1 part, one
+        #: per plane (:meth:`route_bases`): shared by the T0's hosts, filled as they
+        #: first send to a destination, at most one entry per host of the fabric
+        self._bases: list[dict[object, list[int]]] = [{} for _ in range(spec.t0s)]
+        #: per plane, each T1's uSID in its place in a route between T0s (``<< 64``):
+        #: a route is its base (:meth:`route_bases`) ORed with the T1 part its EV picks
+        self.t1_parts: list[list[int]] = [[u << 64 for u in row] for row in topology._t1_usids]
         #: what :meth:`path_for` computes a route from (the topology's, read once)
         self._route_parts = (
             spec.hosts_per_t0,
@@ -421,9 +430,8 @@ class Fabric:
     def path_for(self, src: int, dst: int, ev: int) -> int:
         """Outer SRv6 destination from ``src`` to ``dst`` on ``ev`` (cached).
 
-        A host calls this on a miss of its route cache, which is most of its
-        first packets to a peer on each T1 (a big fabric has many T1s, so many
-        misses early in a run): the key (:func:`route_key`) and the route
+        For probes and :meth:`send` (a NIC builds its packets' routes from
+        :meth:`route_bases`): the key (:func:`route_key`) and, on a miss, the route
         (:meth:`_compute_route`) are computed inline here, without two calls.
         """
         routes = self._routes
@@ -436,6 +444,8 @@ class Fabric:
         path = ((ev >> 4) & 0xFFF) % t1s
         key = dst << 16 | plane if a == b else dst << 16 | path << 4 | plane
         cache = routes[src]
+        if cache is None:
+            cache = routes[src] = {}
         route = cache.get(key)
         if route is None:
             if src == dst or plane >= planes or not 0 <= dst < len(routes):
@@ -451,13 +461,61 @@ class Fabric:
             cache[key] = route
         return route
 
+    def bases_from(self, src: int) -> dict[object, list[int]]:
+        """The table of :meth:`route_bases` that source host ``src`` reads (its T0's).
+
+        The NIC looks a destination up in it directly on its per-packet path and calls
+        :meth:`route_bases` (which fills it) only when the destination is not there.
+        """
+        return self._bases[src // self.topology.spec.hosts_per_t0]
+
+    def route_bases(self, src: int, dst: int) -> list[int]:
+        """What every route from ``src`` to ``dst`` starts from, one per plane (cached
+        per source T0, as :meth:`bases_from`).
+
+        Under one T0 that is the whole route (``path_for`` of any EV of the plane).
+        Between T0s it is the route without the T1's uSID: ``path_for(src, dst, ev)``
+        is ``route_bases(src, dst)[plane] | t1_parts[plane][ev_path(ev) % t1s]``.  A
+        NIC that builds its routes this way computes one list per destination rather
+        than a route per destination, plane and T1 (there are 128 T1s at 8192 hosts,
+        so most of a big fabric's first packets would miss a cache of whole routes),
+        and touches one small table per packet.  A bad ``src`` or ``dst`` (the same
+        host, out of range, not an int) raises as :meth:`path_for` does.
+        """
+        hpt, _t1s, planes, t0_usids, _t1_usids, down_usids = self._route_parts
+        hosts = len(self._routes)
+        if (
+            type(src) is not int
+            or type(dst) is not int
+            or src == dst
+            or not 0 <= src < hosts
+            or not 0 <= dst < hosts
+        ):
+            self._compute_route(src, dst, 0)  # raises the right ValueError
+            raise ValueError(f"route_bases: no route from {src!r} to {dst!r}")
+        a = src // hpt
+        b = dst // hpt
+        d = dst % hpt
+        if a == b:
+            bases = [BLOCK | t0_usids[p][a] << 80 | down_usids[p][d] << 64 for p in range(planes)]
+        else:
+            bases = [
+                BLOCK | t0_usids[p][a] << 80 | t0_usids[p][b] << 48 | down_usids[p][d] << 32
+                for p in range(planes)
+            ]
+        self._bases[a][dst] = bases
+        return bases
+
     def routes_from(self, src: int) -> dict[int, int]:
         """The route cache of source host ``src``, by :func:`route_key`.
 
-        The NIC reads it directly on its per-packet path and calls :meth:`path_for`
-        (which fills it) only on a miss.
+        :meth:`path_for` fills it (the NIC builds its data's routes from
+        :meth:`route_bases` instead; its controller probes go through ``path_for``).
         """
-        return self._routes[src]
+        cache = self._routes[src]
+        if cache is None:
+            cache = self._routes[src] = {}
+        return cache
 
     def _compute_route(self, src: int, dst: int, ev: int) -> int:
         """Same as ``topology.path_address`` without its per-call checks (done once here)."""

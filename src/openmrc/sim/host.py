@@ -58,12 +58,13 @@ class SimHost:
 
     __slots__ = (
         "_all_busy",
+        "_bases",
         "_hpt",
         "_post",
         "_pump_at",
         "_pump_cb",
-        "_routes",
         "_t0",
+        "_t1_parts",
         "_t1s",
         "_timer_at",
         "_timer_cb",
@@ -90,10 +91,11 @@ class SimHost:
         # Optional: compiled, no boxing or object comparison per packet)
         self._pump_at = -1
         self._timer_at = -1
-        #: the fabric's route cache for this source, by ``fabric.route_key`` (computed
-        #: inline in kick): read here without a Python call; ``Fabric.path_for``
-        #: fills it on a miss.
-        self._routes: dict[int, int] = fabric.routes_from(index)
+        #: the routes from this host's T0 without their T1 part, per destination and
+        #: plane (``Fabric.route_bases``, which fills it): kick builds a packet's route
+        #: from them and ``_t1_parts`` without a Python call
+        self._bases: dict[object, list[int]] = fabric.bases_from(index)
+        self._t1_parts: list[list[int]] = fabric.t1_parts
         spec = fabric.topology.spec
         self._hpt = spec.hosts_per_t0
         self._t0 = index // spec.hosts_per_t0
@@ -225,7 +227,7 @@ class SimHost:
             self._send_controller_probes(now)
         fabric = self.fabric
         src = self.index
-        routes = self._routes
+        bases_of = self._bases
         now_o: object = now  # boxed once for the two native calls
         busy = _busy_mask(ports, now_o)
         while busy != all_busy:
@@ -236,22 +238,27 @@ class SimHost:
             assert qp is not None  # (set by every poll that returns a packet)
             peer = qp.peer
             ev = pkt.path_ev  # a control packet's reverse EV, else its own
-            if type(peer) is int:
-                # fabric.route_key: the peer, the plane, and between T0s the T1
-                if peer // self._hpt == self._t0:
-                    key = peer << 16 | (ev & 0xF)
+            plane = ev & 0xF  # ev_plane
+            key: object = peer  # the bases' key, as it is (compiled: not re-boxed)
+            if type(peer) is int and peer != src:
+                bases = bases_of.get(key)
+                if bases is None:
+                    bases = fabric.route_bases(src, peer)  # the first packet to peer
+                if plane < len(bases):
+                    # Fabric.path_for without a call: under one T0 the base is the
+                    # route; between T0s the base with the uSID of the T1 the EV picks
+                    if peer // self._hpt == self._t0:
+                        pkt.route = bases[plane]
+                    else:
+                        parts = self._t1_parts[plane]
+                        pkt.route = bases[plane] | parts[((ev >> 4) & 0xFFF) % self._t1s]
                 else:
-                    key = peer << 16 | ((ev >> 4) & 0xFFF) % self._t1s << 4 | (ev & 0xF)
-                route = routes.get(key)
-                if route is None:
-                    route = fabric.path_for(src, peer, ev)
-                pkt.route = route
-            else:
+                    pkt.route = fabric.path_for(src, peer, ev)  # raises: no such plane
+            else:  # (raises the right ValueError for a bad peer)
                 pkt.route = fabric.path_for(src, peer, ev)  # type: ignore[arg-type]
             if self.taps:
                 for tap in self.taps:
                     tap(src, qp.peer, pkt, True, now)
-            plane = ev_plane(ev)
             faults = self.faults
             if (
                 faults is not None
