@@ -16,6 +16,7 @@ import importlib
 import os
 import random
 import sys
+from array import array
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -417,6 +418,61 @@ def test_ev_ids_edges(impl: str) -> None:
     assert big.get(evs[7], -1) == 2000
     with pytest.raises(TypeError):
         ev_ids([1, "x"])
+
+
+def _native_module() -> Any:
+    """The native module; skips (fails with OPENMRC_REQUIRE_NATIVE=1) when not built."""
+    if _native is None:
+        if REQUIRE_NATIVE:
+            pytest.fail(f"OPENMRC_REQUIRE_NATIVE=1 but openmrc.transport._txtable: {_NATIVE_ERROR}")
+        pytest.skip("openmrc.transport._txtable is not built")
+    return _native
+
+
+def test_native_good_evs_is_the_comprehension() -> None:
+    """_txtable.good_evs gives PathSet.good_evs's list (every plane, random states, ids
+    repeated and in any order), and a PathSet uses it exactly when the native records
+    are in use."""
+    native = _native_module()
+    from openmrc.transport import paths
+
+    assert paths._native_good_evs is (native.good_evs if txtable.NATIVE else None)
+    rng = random.Random(5)
+    for n in (0, 1, 17, 300):
+        evs = array("I", [rng.getrandbits(32) for _ in range(n)])
+        st = bytearray(rng.randrange(4) for _ in range(n))
+        slots = [rng.randrange(n) for _ in range(2 * n)] if n else []
+        for plane in range(16):
+            for bad in (0, 2, 4):
+                want = [evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]
+                assert native.good_evs(evs, st, slots, plane, bad) == want
+
+
+def test_native_good_evs_edges() -> None:
+    """An id outside the arrays raises IndexError, wrong types TypeError (never a read
+    out of bounds), and the EV array is released (it can grow after)."""
+    native = _native_module()
+    evs = array("I", [16, 17, 33])
+    st = bytearray([0, 0])
+    assert native.good_evs(evs, st, [0, 1], 1, 2) == [17]
+    assert native.good_evs(evs, st, [2], 0, 2) == []  # plane 1: the state is not read
+    with pytest.raises(IndexError):
+        native.good_evs(evs, st, [2], 1, 2)  # the EV's plane matches, its state is missing
+    for slots in ([3], [-1]):
+        with pytest.raises(IndexError):
+            native.good_evs(evs, st, slots, 0, 2)
+    for args in (
+        (array("i", [1]), st, [0], 0, 2),
+        (list(evs), st, [0], 0, 2),
+        (evs, bytes(st), [0], 0, 2),
+        (evs, st, (0,), 0, 2),
+        (evs, st, ["x"], 0, 2),
+        (evs, st, [0], "x", 2),
+    ):
+        with pytest.raises(TypeError):
+            native.good_evs(*args)
+    evs.append(48)  # no buffer left exported
+    assert native.good_evs(evs, bytearray(4), [3, 0], 0, 2) == [48, 16]
 
 
 def _methods(path: Path, cls: str) -> dict[str, list[str]]:

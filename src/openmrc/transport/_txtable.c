@@ -1294,6 +1294,90 @@ static PyTypeObject EvIdsType = {
     .tp_as_mapping = &EvIds_as_mapping,
 };
 
+/* ---- a PathSet's GOOD EVs of a plane ------------------------------------------- */
+
+/* good_evs(evs, st, slots, plane, bad): [evs[i] for i in slots if evs[i] & 15 == plane
+ * and st[i] < bad], as openmrc.transport.paths.PathSet.good_evs computes it, with
+ * ``evs`` an array('I'), ``st`` a bytearray and ``slots`` a list of ids.  Compiled
+ * Python reads each array item through the generic item protocol; here the arrays are
+ * read through the buffer protocol.  An id outside either array raises IndexError, as
+ * the Python comprehension would (ids are the QP's own, never from the network). */
+static PyObject *
+native_good_evs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    PyObject *slots, *out = NULL;
+    const uint32_t *evs;
+    const unsigned char *st;
+    Py_ssize_t nevs, nst, n, k;
+    long plane, bad;
+    if (check_nargs("good_evs", nargs, 5) < 0)
+        return NULL;
+    if (!PyByteArray_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "good_evs(): st is a bytearray, slots a list");
+        return NULL;
+    }
+    plane = PyLong_AsLong(args[3]);
+    if (plane == -1 && PyErr_Occurred())
+        return NULL;
+    bad = PyLong_AsLong(args[4]);
+    if (bad == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_FORMAT) < 0)
+        return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "I") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "good_evs(): evs is an array('I')");
+        return NULL;
+    }
+    evs = (const uint32_t *)view.buf;
+    nevs = view.len / 4;
+    st = (const unsigned char *)PyByteArray_AS_STRING(args[1]);
+    nst = PyByteArray_GET_SIZE(args[1]);
+    slots = args[2];
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    n = PyList_GET_SIZE(slots);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(slots, k));
+        uint32_t ev;
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= nevs) {
+            PyErr_SetString(PyExc_IndexError, "array index out of range");
+            goto fail;
+        }
+        ev = evs[i];
+        if ((long)(ev & 15) != plane)
+            continue;
+        if (i >= nst) {
+            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+            goto fail;
+        }
+        if ((long)st[i] < bad) {
+            PyObject *o = PyLong_FromUnsignedLong(ev);
+            if (o == NULL || PyList_Append(out, o) < 0) {
+                Py_XDECREF(o);
+                goto fail;
+            }
+            Py_DECREF(o);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef txtable_functions[] = {
+    {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
+     "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
+    {NULL, NULL, 0, NULL},
+};
+
 /* ---- module ----------------------------------------------------------------- */
 
 static struct PyModuleDef txtable_module = {
@@ -1302,6 +1386,7 @@ static struct PyModuleDef txtable_module = {
     .m_doc = "Native TxTable and EvOrder (see openmrc.transport.txtable) and EvIds "
              "(openmrc.transport.paths).",
     .m_size = -1,
+    .m_methods = txtable_functions,
 };
 
 PyMODINIT_FUNC

@@ -9,6 +9,7 @@ change a protocol and this copy with it (tests/transport/test_compact_state.py c
 that the two agree, names and parameters).
 """
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,3 +49,7 @@ class EvIds:
     def __init__(self, evs: Sequence[int]) -> None: ...
     def get(self, ev: int, default: int = -1) -> int: ...
     def __setitem__(self, ev: int, i: int) -> None: ...
+
+def good_evs(
+    evs: array[int], st: bytearray, slots: list[int], plane: int, bad: int
+) -> list[int]: ...

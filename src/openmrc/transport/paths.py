@@ -575,6 +575,16 @@ class EvIds:
             self._tab[h] = i
 
 
+#: ``_txtable.good_evs`` when the transport's C extension is in use (see
+#: :func:`new_ev_ids`), else None: :meth:`PathSet.good_evs` in one call that reads the
+#: EV and state arrays through the buffer protocol.  It runs once per reverse-EV probe
+#: and per suspect, over every active EV of the QP (hundreds), each read otherwise an
+#: item through CPython's generic protocol and a boxed int.
+_native_good_evs: Final[
+    Callable[[array[int], bytearray, list[int], int, int], list[int]] | None
+] = _NATIVE.good_evs if _NATIVE is not None else None
+
+
 class EvIdsLike(Protocol):
     """What a :class:`PathSet` uses of its EV ids: :class:`EvIds`, or the native
     one (``_txtable.EvIds``, the same methods and results; :func:`new_ev_ids`)."""
@@ -876,6 +886,8 @@ class PathSet:
         """The plane's active EVs that are GOOD (or SKIP), in rotation order."""
         evs = self._evs
         st = self._st
+        if _native_good_evs is not None:
+            return _native_good_evs(evs, st, self._slots, plane, _BAD)
         return [evs[i] for i in self._slots if evs[i] & 15 == plane and st[i] < _BAD]
 
     def first_good(self, plane: int) -> int:
