@@ -1167,13 +1167,19 @@ ei_set(EvIdsObject *self, PyObject *ev_obj, PyObject *i_obj)
         self->keys = keys;
         self->keys_cap = cap;
     }
-    self->keys[self->nkeys++] = (uint32_t)ev;
     h = ei_find(self, (uint32_t)ev);
+    if (self->tab[h] < 0 && 2 * (self->used + 1) > self->mask + 1) {
+        /* a new EV fills the table past half: double it first (the Python class
+         * doubles right after; either way every EV goes back in id order, this one
+         * last), so that a failed growth changes nothing */
+        if (ei_grow(self) < 0)
+            return -1;
+        h = ei_find(self, (uint32_t)ev);
+    }
+    self->keys[self->nkeys++] = (uint32_t)ev;
     if (self->tab[h] < 0)
         self->used++;
     self->tab[h] = (int32_t)i;
-    if (2 * self->used > self->mask + 1)
-        return ei_grow(self);
     return 0;
 }
 
