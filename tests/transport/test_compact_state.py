@@ -2,8 +2,8 @@
 requester's PSN slots and flight order (TxTable), its per-EV send order (EvOrder) and
 a QP's EV ids (EvIds).
 
-TxTable and EvOrder are tested in both implementations: the Python classes and the
-native ones (:mod:`openmrc.transport._txtable`).  The native half is skipped when
+Each is tested in both implementations: the Python classes and the native ones
+(:mod:`openmrc.transport._txtable`).  The native half is skipped when
 the extension was not built (a failure with ``OPENMRC_REQUIRE_NATIVE=1``), and runs
 also under ``OPENMRC_PURE_PYTHON=1``, which only decides what the requester uses.
 """
@@ -16,6 +16,7 @@ import importlib
 import os
 import random
 import sys
+from array import array
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 
 from openmrc.transport import txtable
+from openmrc.transport.ev import make_ev
+from openmrc.transport.paths import EvIds, new_ev_ids
 from openmrc.transport.sendop import SendOp
 from openmrc.transport.txtable import (
     DUP_RISK,
@@ -67,6 +70,15 @@ def _classes(impl: str) -> tuple[Any, Any]:
     return _native.TxTable, _native.EvOrder
 
 
+def _ev_ids_class(impl: str) -> Any:
+    """EvIds of implementation ``impl``."""
+    if impl == "python":
+        return EvIds
+    if _native is None:
+        pytest.fail(f"OPENMRC_REQUIRE_NATIVE=1 but openmrc.transport._txtable: {_NATIVE_ERROR}")
+    return _native.EvIds
+
+
 IMPLS = _impls()
 
 
@@ -80,6 +92,13 @@ def test_the_requester_gets_the_native_records_unless_pure_python() -> None:
     else:
         assert isinstance(txtable.new_tx_table(), TxTable)
         assert isinstance(txtable.new_ev_order(), EvOrder)
+
+
+def test_a_path_set_gets_the_native_ev_ids_unless_pure_python() -> None:
+    """new_ev_ids picks the native EvIds exactly when the requester's records are native."""
+    ids = new_ev_ids([5, 7])
+    assert isinstance(ids, _native.EvIds if txtable.NATIVE and _native else EvIds)
+    assert (ids.get(5, -1), ids.get(7, -1), ids.get(6, -1)) == (0, 1, -1)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -342,10 +361,9 @@ def test_ev_order_table_wraps_and_grows(impl: str) -> None:
     assert order.pairs(evs[0]) == []
 
 
-def test_ev_ids_act_as_the_dict_of_ev_ids() -> None:
-    from openmrc.transport.ev import make_ev
-    from openmrc.transport.paths import EvIds
-
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ev_ids_act_as_the_dict_of_ev_ids(impl: str) -> None:
+    ev_ids = _ev_ids_class(impl)
     rng = random.Random(3)
     # EVs of 8 planes with random paths and spare bits, some drawn twice (a later id
     # replaces the earlier one, as in a dict), and some never known
@@ -357,7 +375,7 @@ def test_ev_ids_act_as_the_dict_of_ev_ids() -> None:
 
     first = draw(300)
     evs = first + first[:50] + draw(400)  # the table grows after the repeats
-    ids = EvIds(evs[:256])
+    ids = ev_ids(evs[:256])
     ref = dict(zip(evs[:256], range(256), strict=True))
     for i in range(256, len(evs)):
         ids[evs[i]] = i
@@ -366,6 +384,95 @@ def test_ev_ids_act_as_the_dict_of_ev_ids() -> None:
         assert ids.get(ev, -1) == ref.get(ev, -1)
     with pytest.raises(ValueError):
         ids[evs[0]] = 3  # ids come in order
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ev_ids_edges(impl: str) -> None:
+    """EVs from the network are any integer: absent unless known, never a crash; a bad
+    assignment raises and changes nothing; the table grows and keeps every id."""
+    ev_ids = _ev_ids_class(impl)
+    ids = ev_ids([])
+    for ev in (0, 1, -1, 1 << 32, (1 << 32) - 1, 1 << 64, -(1 << 70)):
+        assert ids.get(ev, -1) == -1
+        assert ids.get(ev, 9) == 9
+    ids[0] = 0
+    ids[(1 << 32) - 1] = 1
+    assert (ids.get(0, -1), ids.get((1 << 32) - 1, -1), ids.get(1 << 32, -1)) == (0, 1, -1)
+    for bad in (-1, 1 << 32, 1 << 64):
+        with pytest.raises(OverflowError):
+            ids[bad] = 2
+    with pytest.raises(ValueError):
+        ids[5] = 1  # not the next id
+    with pytest.raises(TypeError):
+        ids["x"] = 2
+    with pytest.raises(TypeError):
+        ids.get("x", -1)
+    ids[5] = 2  # nothing the refusals did moved the next id
+    assert ids.get(5, -1) == 2
+    # EVs whose low 20 bits are all zero (they crowd the hash), past several growths
+    evs = [k << 20 for k in range(2000)]
+    big = ev_ids(evs)
+    assert [big.get(ev, -1) for ev in evs] == list(range(2000))
+    assert big.get(2000 << 20, -1) == -1
+    big[evs[7]] = 2000  # a later id of an EV replaces the earlier one
+    assert big.get(evs[7], -1) == 2000
+    with pytest.raises(TypeError):
+        ev_ids([1, "x"])
+
+
+def _native_module() -> Any:
+    """The native module; skips (fails with OPENMRC_REQUIRE_NATIVE=1) when not built."""
+    if _native is None:
+        if REQUIRE_NATIVE:
+            pytest.fail(f"OPENMRC_REQUIRE_NATIVE=1 but openmrc.transport._txtable: {_NATIVE_ERROR}")
+        pytest.skip("openmrc.transport._txtable is not built")
+    return _native
+
+
+def test_native_good_evs_is_the_comprehension() -> None:
+    """_txtable.good_evs gives PathSet.good_evs's list (every plane, random states, ids
+    repeated and in any order), and a PathSet uses it exactly when the native records
+    are in use."""
+    native = _native_module()
+    from openmrc.transport import paths
+
+    assert paths._native_good_evs is (native.good_evs if txtable.NATIVE else None)
+    rng = random.Random(5)
+    for n in (0, 1, 17, 300):
+        evs = array("I", [rng.getrandbits(32) for _ in range(n)])
+        st = bytearray(rng.randrange(4) for _ in range(n))
+        slots = [rng.randrange(n) for _ in range(2 * n)] if n else []
+        for plane in range(16):
+            for bad in (0, 2, 4):
+                want = [evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]
+                assert native.good_evs(evs, st, slots, plane, bad) == want
+
+
+def test_native_good_evs_edges() -> None:
+    """An id outside the arrays raises IndexError, wrong types TypeError (never a read
+    out of bounds), and the EV array is released (it can grow after)."""
+    native = _native_module()
+    evs = array("I", [16, 17, 33])
+    st = bytearray([0, 0])
+    assert native.good_evs(evs, st, [0, 1], 1, 2) == [17]
+    assert native.good_evs(evs, st, [2], 0, 2) == []  # plane 1: the state is not read
+    with pytest.raises(IndexError):
+        native.good_evs(evs, st, [2], 1, 2)  # the EV's plane matches, its state is missing
+    for slots in ([3], [-1]):
+        with pytest.raises(IndexError):
+            native.good_evs(evs, st, slots, 0, 2)
+    for args in (
+        (array("i", [1]), st, [0], 0, 2),
+        (list(evs), st, [0], 0, 2),
+        (evs, bytes(st), [0], 0, 2),
+        (evs, st, (0,), 0, 2),
+        (evs, st, ["x"], 0, 2),
+        (evs, st, [0], "x", 2),
+    ):
+        with pytest.raises(TypeError):
+            native.good_evs(*args)
+    evs.append(48)  # no buffer left exported
+    assert native.good_evs(evs, bytearray(4), [3, 0], 0, 2) == [48, 16]
 
 
 def _methods(path: Path, cls: str) -> dict[str, list[str]]:
@@ -385,17 +492,24 @@ _TRANSPORT = Path(txtable.__file__).resolve().parent
 
 
 @pytest.mark.parametrize(
-    ("native", "protocol"), [("TxTable", "TxTableLike"), ("EvOrder", "EvOrderLike")]
+    ("native", "protocol", "home"),
+    [
+        ("TxTable", "TxTableLike", "txtable.py"),
+        ("EvOrder", "EvOrderLike", "txtable.py"),
+        ("EvIds", "EvIdsLike", "paths.py"),
+    ],
 )
-def test_the_native_stub_declares_what_the_protocol_does(native: str, protocol: str) -> None:
+def test_the_native_stub_declares_what_the_protocol_does(
+    native: str, protocol: str, home: str
+) -> None:
     """_txtable.pyi's classes list the methods (names and parameters) of the protocols
     the requester holds them as (txtable.TxTableLike, EvOrderLike): the protocol is the
     one home of the list, the stub a copy for type checkers that must not drift; and
     the native classes, when built, have each method."""
     stub = _methods(_TRANSPORT / "_txtable.pyi", native)
-    wanted = _methods(_TRANSPORT / "txtable.py", protocol)
+    wanted = _methods(_TRANSPORT / home, protocol)
     assert stub == wanted, (
-        f"_txtable.pyi's {native} differs from txtable.{protocol}: "
+        f"_txtable.pyi's {native} differs from {home[:-3]}.{protocol}: "
         f"missing {sorted(set(wanted) - set(stub))}, extra {sorted(set(stub) - set(wanted))}, "
         f"parameters differ for {sorted(m for m in set(stub) & set(wanted) if stub[m] != wanted[m])}"
     )

@@ -1,8 +1,9 @@
-/* The requester's per-transmission records in native code: TxTable and EvOrder.
+/* The requester's per-transmission records in native code: TxTable and EvOrder;
+ * and a QP's EV ids, EvIds (src/openmrc/transport/paths.py).
  *
- * The same two classes as src/openmrc/transport/txtable.py (the readable reference
- * and the pure-Python fallback), with the same methods and the same results; see
- * that module for what they are for.  Compiled code (mypyc) reaches an
+ * The same classes as src/openmrc/transport/txtable.py and paths.py (the readable
+ * reference and the pure-Python fallback), with the same methods and the same
+ * results; see those modules for what they are for.  Compiled code (mypyc) reaches an
  * array.array item only through CPython's generic item protocol, boxing the index
  * and the value and parsing arguments on every write; here each method is one
  * METH_FASTCALL call that does all its reads and writes on plain C arrays.
@@ -1060,20 +1061,346 @@ static PyTypeObject EvOrderType = {
     .tp_methods = EvOrder_methods,
 };
 
+/* ---- EvIds ------------------------------------------------------------------ */
+
+/* A QP's EV -> id map (openmrc.transport.paths.EvIds): the EV of each id in order,
+ * and an open-addressing table of ids (-1 free), at most half full.  Looked up per
+ * ACK (an EV from the network: any integer, absent when it is not 32 bits). */
+typedef struct {
+    PyObject_HEAD
+    uint32_t *keys;   /* the EV of each id */
+    int32_t *tab;     /* slots: an id, -1 when free */
+    Py_ssize_t nkeys, keys_cap, mask, used;
+} EvIdsObject;
+
+/* The slot of ``ev``, or the free slot where it would go (the Python class's hash). */
+static inline Py_ssize_t
+ei_find(const EvIdsObject *self, uint32_t ev)
+{
+    Py_ssize_t mask = self->mask;
+    Py_ssize_t h = (Py_ssize_t)((ev ^ (ev >> 16) ^ (ev >> 7)) & (uint32_t)mask);
+    for (;;) {
+        int32_t j = self->tab[h];
+        if (j < 0 || self->keys[j] == ev)
+            return h;
+        h = (h + 1) & mask;
+    }
+}
+
+/* A table of ``size`` free slots, the old one freed; -1 with MemoryError. */
+static int
+ei_alloc_table(EvIdsObject *self, Py_ssize_t size)
+{
+    Py_ssize_t j;
+    int32_t *tab = PyMem_Malloc((size_t)size * sizeof(int32_t));
+    if (tab == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (j = 0; j < size; j++)
+        tab[j] = -1;
+    PyMem_Free(self->tab);
+    self->tab = tab;
+    self->mask = size - 1;
+    self->used = 0;
+    return 0;
+}
+
+/* Double the table and put every EV back, the later id of an EV last. */
+static int
+ei_grow(EvIdsObject *self)
+{
+    Py_ssize_t i;
+    if (self->mask >= (1 << 29)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (ei_alloc_table(self, 2 * (self->mask + 1)) < 0)
+        return -1;
+    for (i = 0; i < self->nkeys; i++) {
+        Py_ssize_t h = ei_find(self, self->keys[i]);
+        if (self->tab[h] < 0)
+            self->used++;
+        self->tab[h] = (int32_t)i;
+    }
+    return 0;
+}
+
+/* ids[ev] = i: ``i`` must be the next id, ``ev`` an unsigned 32-bit value (raising as
+ * the Python class's array('I') would); nothing changes when either is refused. */
+static int
+ei_set(EvIdsObject *self, PyObject *ev_obj, PyObject *i_obj)
+{
+    int ok;
+    int64_t i, ev;
+    Py_ssize_t h;
+    if (i_obj == NULL) {
+        PyErr_SetString(PyExc_TypeError, "EvIds: ids cannot be deleted");
+        return -1;
+    }
+    i = as_i64(i_obj, &ok);
+    if (!ok || i != self->nkeys) {
+        PyErr_Format(PyExc_ValueError, "EvIds: ids come in order, %zd next, not %R",
+                     self->nkeys, i_obj);
+        return -1;
+    }
+    if (!PyLong_Check(ev_obj)) {
+        PyErr_SetString(PyExc_TypeError, "an integer is required");
+        return -1;
+    }
+    ev = as_i64(ev_obj, &ok);
+    if (!ok || ev < 0 || ev > (int64_t)0xFFFFFFFF) {
+        PyErr_SetString(PyExc_OverflowError, "EvIds: an EV is an unsigned 32-bit value");
+        return -1;
+    }
+    if (self->nkeys >= (1 << 30)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (self->nkeys == self->keys_cap) {
+        Py_ssize_t cap = self->keys_cap ? 2 * self->keys_cap : 16;
+        uint32_t *keys = PyMem_Realloc(self->keys, (size_t)cap * sizeof(uint32_t));
+        if (keys == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->keys = keys;
+        self->keys_cap = cap;
+    }
+    h = ei_find(self, (uint32_t)ev);
+    if (self->tab[h] < 0 && 2 * (self->used + 1) > self->mask + 1) {
+        /* a new EV fills the table past half: double it first (the Python class
+         * doubles right after; either way every EV goes back in id order, this one
+         * last), so that a failed growth changes nothing */
+        if (ei_grow(self) < 0)
+            return -1;
+        h = ei_find(self, (uint32_t)ev);
+    }
+    self->keys[self->nkeys++] = (uint32_t)ev;
+    if (self->tab[h] < 0)
+        self->used++;
+    self->tab[h] = (int32_t)i;
+    return 0;
+}
+
+static PyObject *
+EvIds_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    EvIdsObject *self = (EvIdsObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (ei_alloc_table(self, 16) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* EvIds(evs): id i for the i-th EV of ``evs`` (a later id of an EV replaces it). */
+static int
+EvIds_init(EvIdsObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *evs, *seq;
+    Py_ssize_t n, i;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "EvIds() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_UnpackTuple(args, "EvIds", 1, 1, &evs))
+        return -1;
+    if (self->nkeys) {
+        PyErr_SetString(PyExc_TypeError, "EvIds: already filled");
+        return -1;
+    }
+    seq = PySequence_Fast(evs, "EvIds() takes a sequence of EVs");
+    if (seq == NULL)
+        return -1;
+    n = PySequence_Fast_GET_SIZE(seq);
+    for (i = 0; i < n; i++) {
+        PyObject *id = PyLong_FromSsize_t(i);
+        int rc;
+        if (id == NULL) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        rc = ei_set(self, PySequence_Fast_GET_ITEM(seq, i), id);
+        Py_DECREF(id);
+        if (rc < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static void
+EvIds_dealloc(EvIdsObject *self)
+{
+    PyMem_Free(self->keys);
+    PyMem_Free(self->tab);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+EvIds_get(EvIdsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int ok;
+    int64_t ev;
+    int32_t j;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "get() takes 1 or 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyLong_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "get(): an EV is an integer");
+        return NULL;
+    }
+    ev = as_i64(args[0], &ok);
+    j = -1;
+    if (ok && ev >= 0 && ev <= (int64_t)0xFFFFFFFF)
+        j = self->tab[ei_find(self, (uint32_t)ev)];
+    if (j >= 0)
+        return PyLong_FromLong((long)j);
+    if (nargs == 2) {
+        Py_INCREF(args[1]);
+        return args[1];
+    }
+    return PyLong_FromLong(-1);
+}
+
+static PyObject *
+EvIds_sizeof(EvIdsObject *self, PyObject *unused)
+{
+    size_t arrays = (size_t)self->keys_cap * sizeof(uint32_t) +
+                    (size_t)(self->mask + 1) * sizeof(int32_t);
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + arrays);
+}
+
+static PyMethodDef EvIds_methods[] = {
+    {"__sizeof__", (PyCFunction)EvIds_sizeof, METH_NOARGS, "Bytes held, arrays included."},
+    {"get", (PyCFunction)(void (*)(void))EvIds_get, METH_FASTCALL,
+     "The id of ev, or default (-1) when it has none."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMappingMethods EvIds_as_mapping = {
+    .mp_ass_subscript = (objobjargproc)ei_set,
+};
+
+static PyTypeObject EvIdsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "openmrc.transport._txtable.EvIds",
+    .tp_doc = PyDoc_STR("A QP's EV -> id map (native; see openmrc.transport.paths.EvIds)."),
+    .tp_basicsize = sizeof(EvIdsObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = EvIds_new,
+    .tp_init = (initproc)EvIds_init,
+    .tp_dealloc = (destructor)EvIds_dealloc,
+    .tp_methods = EvIds_methods,
+    .tp_as_mapping = &EvIds_as_mapping,
+};
+
+/* ---- a PathSet's GOOD EVs of a plane ------------------------------------------- */
+
+/* good_evs(evs, st, slots, plane, bad): [evs[i] for i in slots if evs[i] & 15 == plane
+ * and st[i] < bad], as openmrc.transport.paths.PathSet.good_evs computes it, with
+ * ``evs`` an array('I'), ``st`` a bytearray and ``slots`` a list of ids.  Compiled
+ * Python reads each array item through the generic item protocol; here the arrays are
+ * read through the buffer protocol.  An id outside either array raises IndexError, as
+ * the Python comprehension would (ids are the QP's own, never from the network). */
+static PyObject *
+native_good_evs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    PyObject *slots, *out = NULL;
+    const uint32_t *evs;
+    const unsigned char *st;
+    Py_ssize_t nevs, nst, n, k;
+    long plane, bad;
+    if (check_nargs("good_evs", nargs, 5) < 0)
+        return NULL;
+    if (!PyByteArray_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "good_evs(): st is a bytearray, slots a list");
+        return NULL;
+    }
+    plane = PyLong_AsLong(args[3]);
+    if (plane == -1 && PyErr_Occurred())
+        return NULL;
+    bad = PyLong_AsLong(args[4]);
+    if (bad == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_FORMAT) < 0)
+        return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "I") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "good_evs(): evs is an array('I')");
+        return NULL;
+    }
+    evs = (const uint32_t *)view.buf;
+    nevs = view.len / 4;
+    st = (const unsigned char *)PyByteArray_AS_STRING(args[1]);
+    nst = PyByteArray_GET_SIZE(args[1]);
+    slots = args[2];
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    n = PyList_GET_SIZE(slots);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(slots, k));
+        uint32_t ev;
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= nevs) {
+            PyErr_SetString(PyExc_IndexError, "array index out of range");
+            goto fail;
+        }
+        ev = evs[i];
+        if ((long)(ev & 15) != plane)
+            continue;
+        if (i >= nst) {
+            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+            goto fail;
+        }
+        if ((long)st[i] < bad) {
+            PyObject *o = PyLong_FromUnsignedLong(ev);
+            if (o == NULL || PyList_Append(out, o) < 0) {
+                Py_XDECREF(o);
+                goto fail;
+            }
+            Py_DECREF(o);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef txtable_functions[] = {
+    {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
+     "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
+    {NULL, NULL, 0, NULL},
+};
+
 /* ---- module ----------------------------------------------------------------- */
 
 static struct PyModuleDef txtable_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "openmrc.transport._txtable",
-    .m_doc = "Native TxTable and EvOrder (see openmrc.transport.txtable).",
+    .m_doc = "Native TxTable and EvOrder (see openmrc.transport.txtable) and EvIds "
+             "(openmrc.transport.paths).",
     .m_size = -1,
+    .m_methods = txtable_functions,
 };
 
 PyMODINIT_FUNC
 PyInit__txtable(void)
 {
     PyObject *m;
-    if (PyType_Ready(&TxTableType) < 0 || PyType_Ready(&EvOrderType) < 0)
+    if (PyType_Ready(&TxTableType) < 0 || PyType_Ready(&EvOrderType) < 0 ||
+        PyType_Ready(&EvIdsType) < 0)
         return NULL;
     m = PyModule_Create(&txtable_module);
     if (m == NULL)
@@ -1087,6 +1414,12 @@ PyInit__txtable(void)
     Py_INCREF(&EvOrderType);
     if (PyModule_AddObject(m, "EvOrder", (PyObject *)&EvOrderType) < 0) {
         Py_DECREF(&EvOrderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EvIdsType);
+    if (PyModule_AddObject(m, "EvIds", (PyObject *)&EvIdsType) < 0) {
+        Py_DECREF(&EvIdsType);
         Py_DECREF(m);
         return NULL;
     }

@@ -1,13 +1,16 @@
-"""Type stub of the native TxTable and EvOrder (src/openmrc/transport/_txtable.c).
+"""Type stub of the native TxTable, EvOrder and EvIds (src/openmrc/transport/_txtable.c).
 
-They mirror :class:`openmrc.transport.txtable.TxTable` and
-:class:`openmrc.transport.txtable.EvOrder`; see those for what each method does.
-The method lists are those of the protocols the requester holds them as
-(:class:`~openmrc.transport.txtable.TxTableLike`, :class:`~openmrc.transport.txtable.EvOrderLike`):
+They mirror :class:`openmrc.transport.txtable.TxTable`,
+:class:`openmrc.transport.txtable.EvOrder` and :class:`openmrc.transport.paths.EvIds`;
+see those for what each method does.  The method lists are those of the protocols
+they are held as (:class:`~openmrc.transport.txtable.TxTableLike`,
+:class:`~openmrc.transport.txtable.EvOrderLike`, :class:`~openmrc.transport.paths.EvIdsLike`):
 change a protocol and this copy with it (tests/transport/test_compact_state.py checks
 that the two agree, names and parameters).
 """
 
+from array import array
+from collections.abc import Sequence
 from typing import Any
 
 class TxTable:
@@ -41,3 +44,12 @@ class EvOrder:
     def take_through(self, ev: int, psn: int, sent: int) -> list[int] | None: ...
     def remove(self, ev: int, psn: int, sent: int) -> None: ...
     def pairs(self, ev: int) -> list[tuple[int, int]]: ...
+
+class EvIds:
+    def __init__(self, evs: Sequence[int]) -> None: ...
+    def get(self, ev: int, default: int = -1) -> int: ...
+    def __setitem__(self, ev: int, i: int) -> None: ...
+
+def good_evs(
+    evs: array[int], st: bytearray, slots: list[int], plane: int, bad: int
+) -> list[int]: ...

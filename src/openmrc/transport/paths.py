@@ -82,11 +82,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain, repeat
-from typing import Final, final
+from typing import Final, Protocol, final
 
 from .attrs import EVProfile
 from .errors import InvalidArgument
 from .ev import PLANE_BITS, ev_path, ev_plane, ev_spare, make_ev
+from .txtable import _NATIVE
 
 #: ECN-echoing ACKs in a row on one EV before it is mapped out (ECN rebalancing),
 #: when the QP's other EVs draw no marks at all.
@@ -514,7 +515,9 @@ class EvIds:
 
     A QP knows hundreds of EVs: a dict of them with a boxed key each is about 17 KB
     per QP, this open-addressing table over two arrays about 3 KB
-    (docs/performance.md, the memory budget).
+    (docs/performance.md, the memory budget).  It is the readable reference and
+    the pure-Python fallback of the native ``openmrc.transport._txtable.EvIds``
+    (:func:`new_ev_ids` picks one), which keeps the same two arrays in C.
     """
 
     __slots__ = ("_keys", "_mask", "_tab", "_used")
@@ -570,6 +573,37 @@ class EvIds:
             if self._tab[h] < 0:
                 self._used += 1
             self._tab[h] = i
+
+
+#: ``_txtable.good_evs`` when the transport's C extension is in use (see
+#: :func:`new_ev_ids`), else None: :meth:`PathSet.good_evs` in one call that reads the
+#: EV and state arrays through the buffer protocol.  It runs once per reverse-EV probe
+#: and per suspect, over every active EV of the QP (hundreds), each read otherwise an
+#: item through CPython's generic protocol and a boxed int.
+_native_good_evs: Final[
+    Callable[[array[int], bytearray, list[int], int, int], list[int]] | None
+] = _NATIVE.good_evs if _NATIVE is not None else None
+
+
+class EvIdsLike(Protocol):
+    """What a :class:`PathSet` uses of its EV ids: :class:`EvIds`, or the native
+    one (``_txtable.EvIds``, the same methods and results; :func:`new_ev_ids`)."""
+
+    def get(self, ev: int, default: int = -1) -> int: ...
+    def __setitem__(self, ev: int, i: int) -> None: ...
+
+
+def new_ev_ids(evs: Sequence[int]) -> EvIdsLike:
+    """EV ids for ``evs`` (id i for the i-th): the native table when the transport's
+    C extension was built and ``OPENMRC_PURE_PYTHON`` is not set, else :class:`EvIds`.
+
+    The native one is looked up once per ACK (:meth:`PathSet.on_clean_ack`) without
+    CPython's generic item protocol per table probe (what a compiled ``array`` read
+    costs)."""
+    if _NATIVE is not None:
+        ids: EvIdsLike = _NATIVE.EvIds(evs)
+        return ids
+    return EvIds(evs)
 
 
 class PathSet:
@@ -646,9 +680,10 @@ class PathSet:
         #: id -> 1 while the EV is in a slot.
         self._inslot: bytearray = bytearray()
         #: EV -> id, made at the first feedback (a QP that never sends never needs
-        #: it): a dict, since a lookup runs for every ACK and a dict's is far the
-        #: cheapest (an array hash table cost twice the old code's instructions).
-        self._ids: EvIds | None = None
+        #: it): a lookup runs for every ACK, so the compiled build keeps the table
+        #: in C (:func:`new_ev_ids`); compiled Python reading its arrays item by
+        #: item cost twice a dict's instructions.
+        self._ids: EvIdsLike | None = None
         #: the rotation: the id in each slot (a list: it is read for every packet, and
         #: ids below 256 are shared small ints).
         self._slots: list[int] = []
@@ -772,12 +807,12 @@ class PathSet:
         self.usable = len(slots)
 
     # -- EV ids -------------------------------------------------------------------------
-    def _lookup(self) -> EvIds:
+    def _lookup(self) -> EvIdsLike:
         """The EV -> id map, made (with the ECN state) at the first feedback."""
         ids = self._ids
         if ids is None:
             n = len(self._evs)
-            ids = self._ids = EvIds(self._evs)
+            ids = self._ids = new_ev_ids(self._evs)
             self._rate = array("d", [_NO_RATE]) * n
             self._run = array("H", bytes(2 * n))
         return ids
@@ -851,6 +886,8 @@ class PathSet:
         """The plane's active EVs that are GOOD (or SKIP), in rotation order."""
         evs = self._evs
         st = self._st
+        if _native_good_evs is not None:
+            return _native_good_evs(evs, st, self._slots, plane, _BAD)
         return [evs[i] for i in self._slots if evs[i] & 15 == plane and st[i] < _BAD]
 
     def first_good(self, plane: int) -> int:

@@ -550,8 +550,9 @@ def _load_native() -> ModuleType | None:
     return _txtable
 
 
-#: The native TxTable and EvOrder (:mod:`openmrc.transport._txtable`), or None when
-#: the Python classes are in use.
+#: The native TxTable and EvOrder (:mod:`openmrc.transport._txtable`; also the EV ids
+#: of :func:`openmrc.transport.paths.new_ev_ids`), or None when the Python classes are
+#: in use.
 _NATIVE: Final = _load_native()
 #: Whether the requester's records are the native ones.
 NATIVE: Final = _NATIVE is not None
