@@ -516,3 +516,24 @@ def test_the_native_stub_declares_what_the_protocol_does(
     if _native is not None:
         cls = getattr(_native, native)
         assert [m for m in wanted if not hasattr(cls, m)] == []
+
+
+def test_an_older_native_build_is_used_whole_or_not_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``_txtable`` build that predates one of the names the Python side uses (its
+    optional rebuild failed and left it beside newer sources) gives the pure-Python
+    classes, not an AttributeError at the first QP."""
+    import sys
+    import types
+
+    import openmrc.transport as transport_pkg
+    from openmrc.transport import txtable
+
+    monkeypatch.delenv("OPENMRC_PURE_PYTHON", raising=False)
+    old = types.ModuleType("openmrc.transport._txtable")
+    for name in txtable.NATIVE_NAMES[:-1]:
+        setattr(old, name, object())
+    monkeypatch.setitem(sys.modules, "openmrc.transport._txtable", old)
+    monkeypatch.setattr(transport_pkg, "_txtable", old, raising=False)
+    assert txtable._load_native() is None
+    old.good_evs = object()  # type: ignore[attr-defined]
+    assert txtable._load_native() is old

@@ -539,13 +539,22 @@ class EvOrderLike(Protocol):
     def pairs(self, ev: int) -> list[tuple[int, int]]: ...
 
 
+#: What the Python side takes from the native module: all of it, or none (an older
+#: build left beside newer sources, when the optional build of ``_txtable.c`` failed,
+#: lacks the newer names; the pure-Python classes are used then).
+NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs")
+
+
 def _load_native() -> ModuleType | None:
-    """The native module, or None when it is not built or ``OPENMRC_PURE_PYTHON`` is set."""
+    """The native module, or None when it is not built, lacks one of
+    :data:`NATIVE_NAMES`, or ``OPENMRC_PURE_PYTHON`` is set."""
     if os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
         from . import _txtable
     except ImportError:
+        return None
+    if not all(hasattr(_txtable, name) for name in NATIVE_NAMES):
         return None
     return _txtable
 
