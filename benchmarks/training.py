@@ -62,12 +62,13 @@ Cases (``--case``, repeatable; default ``agreement``):
 * ``fold-check`` - the GPT-like (``--moe``: MoE) job widened to ``--gpus`` on
   ``--hpt`` hosts per T0 (default 32), run whole and folded: both steps and how far
   apart every kept task starts and ends (MRC: 0 ps).
-* ``campaign-plan`` - scenarios/training/campaign-131072.toml (MRC, folded) for
+* ``campaign-plan`` - scenarios/training/campaign-131072.toml (folded) for
   ``--hours`` (default 24) per seed of ``--seeds``, not simulated: the failures,
   states, iterations the campaign would simulate and the blocks their folds keep
   (what a day of the whole cluster costs, in blocks simulated), the replicas those
   blocks run with ``campaign.fold_replicas``, in blocks' worth (``replicas_run_*``), and
-  the runs and blocks with ``campaign.fold_groups`` (``fold_groups_*``);
+  the runs and blocks with ``campaign.fold_groups`` (``fold_groups_*``); MRC, and
+  RoCE's with its restarts estimated (a host link down: the job restarts);
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -1000,20 +1001,42 @@ def campaign_check(
             out.append(row)
 
 
-def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[int], list[float]]:
-    """A folded MRC campaign of ``setup`` in which every simulated iteration takes the
+#: campaign-plan, RoCE: what a QP whose host link died takes to run out of retries
+#: (NCCL's 4.3 s ACK timeout, 7 retries; measured at 34.4 s on the bundled campaigns)
+ROCE_GIVE_UP_PS = 34_400_000_000_000
+#: campaign-plan: the job's failure-free steps, ps (docs/results/campaign.md)
+PLAN_STEP_PS = {"mrc": 3_654_832_829_394, "roce": 3_656_112_000_000}
+
+
+def _run_kind(changes: Any) -> str:
+    """What a simulated iteration is: ``state`` (nothing changes in it), ``down`` (a part
+    fails in it), ``up`` (only repairs)."""
+    if not changes:
+        return "state"
+    return "up" if all(up for _at, up, parts in changes if parts) else "down"
+
+
+def _dry_run(
+    setup: Any, hours: float, groups: bool = False, transport: str = "mrc"
+) -> tuple[Any, list[int], list[float], list[str]]:
+    """A folded campaign of ``setup`` in which every simulated iteration takes the
     bundled job's failure-free step and records the blocks its fold keeps (``groups``:
     as ``campaign.fold_groups`` runs it, group by group); (its measurements, the
-    blocks kept per flow-level run, and the replicas those blocks run in blocks' worth:
-    ``campaign.fold_replicas`` runs representatives, the cost's measure)."""
+    blocks kept per flow-level run, the replicas those blocks run in blocks' worth:
+    ``campaign.fold_replicas`` runs representatives for MRC, every replica for RoCE;
+    and each run's kind, :func:`_run_kind`).  RoCE: an iteration in which a host link
+    goes down never ends (its QP on that plane has no other path; it gives up
+    :data:`ROCE_GIVE_UP_PS` after the failure) and the job restarts, as a RoCE
+    campaign has it (docs/campaign.md); any other iteration takes the step."""
     from openmrc.pipeline import campaign as cp
 
-    fj = setup.folds["mrc"]
+    fj = setup.folds[transport]
     blocks = fj.dp // (fj.spec.hosts_per_t0 // fj.tp)
     kept: list[int] = []
     worth: list[float] = []
+    kinds: list[str] = []
     per_block = fj.spec.hosts_per_t0 // fj.tp
-    step = 3_654_832_829  # ps, the job's failure-free MRC step (docs/results/campaign.md)
+    step = PLAN_STEP_PS[transport]
 
     def simulate(self: Any, view: Any, changes: Any, lead: int) -> tuple[int | None, int]:
         every = set(view)
@@ -1022,12 +1045,16 @@ def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[
         plan = fj.plan(frozenset(every))
         kept.append(blocks if plan is None else len(plan.blocks))
         worth.append(blocks if plan is None else plan.dp / per_block)
+        kinds.append(_run_kind(changes))
         self.out.simulated += 1
+        dies = [at for at, up, parts in changes if not up and any(e[0] == "h" for e in parts)]
+        if transport == "roce" and dies:
+            return None, min(dies) - lead + ROCE_GIVE_UP_PS
         return step, step
 
     dry = type("Dry", (cp.Campaign,), {"_run_model": simulate})
     c = dry(
-        "mrc",
+        transport,
         fj.whole_model,
         setup.failures,
         hours,
@@ -1037,16 +1064,29 @@ def _dry_run(setup: Any, hours: float, groups: bool = False) -> tuple[Any, list[
         probe=fj.fabric_model(),
         groups=fj.groups if groups else None,
     )
-    return c.run(), kept, worth
+    return c.run(), kept, worth, kinds
+
+
+def _by_kind(kinds: list[str], worth: list[float]) -> dict[str, list[float]]:
+    """Per run kind: [runs, replicas run in blocks' worth]."""
+    out: dict[str, list[float]] = {}
+    for k, w in zip(kinds, worth, strict=True):
+        row = out.setdefault(k, [0, 0.0])
+        row[0] += 1
+        row[1] = round(row[1] + w, 1)
+    return dict(sorted(out.items()))
 
 
 def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
     """What the bundled whole-cluster campaign (scenarios/training/campaign-131072.toml,
-    MRC, folded) would simulate, per seed, without simulating it (:func:`_dry_run`:
-    MRC's steps there move by under half a percent, so the timeline is the real one
-    within those shifts): the failures, states, iterations simulated and the blocks
-    of 64 their folds keep.  A day costs about the blocks kept in all times the CPU
-    per block a measured campaign gives."""
+    folded) would simulate, per seed, without simulating it (:func:`_dry_run`: MRC's
+    steps there move by under half a percent, so the timeline is the real one within
+    those shifts): the failures, states, iterations simulated and the blocks of 64
+    their folds keep, per kind of run (``runs_by_kind``: a state's iteration, one a
+    failure falls into, one only repairs fall into: [runs, blocks' worth]).  A day
+    costs about the blocks kept in all times the CPU per block a measured campaign
+    gives.  A second row per seed plans RoCE (every replica of a kept block run; its
+    restarts as :func:`_dry_run` has them: an estimate of its timeline)."""
     from openmrc.pipeline import campaign as cp
 
     rows = []
@@ -1055,12 +1095,13 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             str(ROOT / "scenarios" / "training" / "campaign-131072.toml"),
             hours=hours,
             seed=seed,
-            transports=["mrc"],
+            transports=["mrc", "roce"],
         )
-        out, kept, worth = _dry_run(setup, hours)
-        g_out, g_kept, g_worth = _dry_run(setup, hours, groups=True)
+        out, kept, worth, kinds = _dry_run(setup, hours)
+        g_out, g_kept, g_worth, _ = _dry_run(setup, hours, groups=True)
         row = {
             "case": "campaign-plan",
+            "transport": "mrc",
             "seed": seed,
             "hours": hours,
             "failures": len(setup.failures),
@@ -1071,10 +1112,27 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             "blocks_kept_max": max(kept),
             "replicas_run_blocks": round(sum(worth), 1),
             "replicas_run_max_blocks": round(max(worth), 2),
+            "runs_by_kind": _by_kind(kinds, worth),
             "fold_groups_runs": g_out.simulated,
             "fold_groups_blocks_kept_sum": sum(g_kept),
             "fold_groups_blocks_kept_max": max(g_kept),
             "fold_groups_replicas_run_blocks": round(sum(g_worth), 1),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        r_out, r_kept, r_worth, r_kinds = _dry_run(setup, hours, transport="roce")
+        row = {
+            "case": "campaign-plan",
+            "transport": "roce",
+            "seed": seed,
+            "hours": hours,
+            "failures": len(setup.failures),
+            "states": len(r_out.states),
+            "iterations_simulated": r_out.simulated,
+            "restarts": len(r_out.restarts),
+            "blocks_kept_sum": sum(r_kept),
+            "blocks_kept_max": max(r_kept),
+            "runs_by_kind": _by_kind(r_kinds, r_worth),
         }
         print(json.dumps(row), flush=True)
         rows.append(row)

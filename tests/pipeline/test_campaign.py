@@ -270,6 +270,60 @@ def test_mrc_campaign_equals_one_continuous_run() -> None:
         prev = end
 
 
+def _continuous_steps(sc: Any, n: int, faults: list[tuple[int, str, str, int, int]]) -> list[float]:
+    """Each iteration's step of one flow-level run of ``n`` iterations of ``sc``'s job
+    with ``faults`` (ps, kind, target, host, plane) at their times."""
+    from dataclasses import replace
+
+    from openmrc.flow.model import FluidFault
+    from openmrc.pipeline.jobrun import fluid_model
+    from openmrc.workloads.jobs.iterations import iteration_ends, repeat
+
+    graph = repeat(sc.jobs[0].graph, n)
+    model = fluid_model(sc.spec, sc.transport, sc.seed, [replace(sc.jobs[0], graph=graph)], [])
+    for at, k, tg, h, p in faults:
+        model.add_fault(FluidFault(at, k, tg, h, p))
+    out, prev = [], 0.0
+    for end in iteration_ends(graph, model.run().jobs[0].end):
+        assert end is not None
+        out.append(end - prev)
+        prev = end
+    return out
+
+
+def test_a_change_the_job_does_not_see_is_not_simulated() -> None:
+    """A link that fails while its T1 switch is down, and comes back before it: the
+    iterations those two changes fall into are the switch state's own (served from
+    its step, not simulated), and the campaign is still one continuous flow-level run
+    of as many iterations with the same faults (MRC)."""
+    n = 60
+    setup = _setup([], 1.0, transports=["mrc"])
+    sc = setup.scenarios["mrc"]
+    step = max(e or 0 for e in cp.model_factory(sc)().run().jobs[0].end)
+    faults = [
+        (round(step * 10.3), "switch_down", "p0t1x0", -1, -1),
+        (round(step * 20.6), "link_down", "p0t0x0-p0t1x0", -1, -1),
+        (round(step * 30.4), "link_up", "p0t0x0-p0t1x0", -1, -1),
+        (round(step * 40.7), "switch_up", "p0t1x0", -1, -1),
+    ]
+    given = ", ".join(
+        f'{{at_us={at / 1e6!r}, kind="{k}", target="{tg}"}}' for at, k, tg, _h, _p in faults
+    )
+    setup = _setup([f"faults=[{given}]"], step * n / cp.PS_PER_HOUR, transports=["mrc"])
+    t = cp.run(setup)["transports"]["mrc"]
+    # the four changes each mark the iteration they fall into
+    assert sum(1 for s in t["segments"] if s[4]) == 4
+    # simulated: the healthy state, the switch's state, the iterations the switch's
+    # failure and repair fall into; not the link's two (nothing the job sees changes)
+    assert len(t["states"]) == 2
+    assert t["iterations_simulated"] == 4
+    steps = [st for _s, st in _iterations(t)]
+    assert len(steps) > 40 and len(set(steps)) > 2
+    for mine, whole in zip(steps, _continuous_steps(sc, n, faults), strict=False):
+        assert mine is not None
+        assert abs(mine - whole) <= 1  # ps: the campaign keeps integer ps
+
+
 def test_monte_carlo_over_seeds_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "mc"
     args = ["campaign", str(EXAMPLE), "--hours", "2", "--set", "faults=[]"]

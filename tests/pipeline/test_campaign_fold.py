@@ -83,8 +83,34 @@ def test_parts_of_groups_a_t1_on_every_t0() -> None:
     assert ([], [(0, 2, 1)]) in parts
     assert ([], [(1, a, 0) for a in range(4)]) in parts
     assert len(parts) == 3
-    # part of a T1's links: each its own part (its T0's block kept)
-    assert len(cf.parts_of({("f", 1, a, 0) for a in range(3)}, 4)) == 3
+    # a T1's links on half the T0s or fewer: each its own part (its T0's block kept)
+    assert len(cf.parts_of({("f", 1, a, 0) for a in range(2)}, 4)) == 2
+    # on more than half: the part on every T0, and each T0 where it is up a part
+    parts = cf.parts_of({("f", 1, a, 0) for a in range(3)}, 4)
+    assert parts == [([], [(1, a, 0) for a in range(4)]), ([], [(1, 3, 0)])]
+
+
+def test_a_t1_down_on_all_t0s_but_one_folds_exactly() -> None:
+    """A T1 switch down but for its link to one T0 (a RoCE restart left that link
+    behind, or it came back before the switch): the fold keeps that T0's block and its
+    neighbours, not every block, and MRC's step is the whole job's to the picosecond,
+    with the links down from the start and going down during the iteration."""
+    setup = cp.load(
+        str(EXAMPLE), [*FILLED[:11], "faults=[]", "campaign.fold=true"], transports=["mrc"]
+    )
+    fj = setup.folds["mrc"]
+    links = frozenset(("f", 1, a, 0) for a in range(16) if a != 5)
+    plan = fj.plan(links)
+    assert plan is not None and plan.blocks == (4, 5, 6)
+    probe = fj.fabric_model()
+    folded = cp.Campaign("mrc", fj.whole_model, [], 0.001, folded=fj.folded, probe=probe)
+    whole = cp.Campaign("mrc", fj.whole_model, [], 0.001, probe=probe)
+    healthy, _ = whole._run_model(frozenset(), [], 0)
+    for view, changes in [(links, []), (frozenset(), [(200_000_000, False, sorted(links))])]:
+        got = folded._run_model(view, changes, 0)
+        want = whole._run_model(view, changes, 0)
+        assert got == want
+        assert got[0] is not None and healthy is not None and got[0] > healthy
 
 
 @pytest.mark.parametrize(

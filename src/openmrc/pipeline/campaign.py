@@ -16,8 +16,10 @@ state (one flow-level iteration from that state), then reused, so a day of
 iterations between changes is arithmetic.  An iteration a change touches (the
 change happens during it, or before it but the transport has not acted on it
 yet: MRC's detection, RoCE's routing convergence) is simulated with the change
-at its offset.  Times are integer picoseconds, so reuse and re-simulation give
-the same campaign bit for bit.
+at its offset, unless no part the job sees changes (a part already down fails
+again, a part held down by another failure or left behind by a restart comes
+back): that iteration is its state's.  Times are integer picoseconds, so reuse
+and re-simulation give the same campaign bit for bit.
 
 An iteration that never ends (a RoCE QP whose retries ran out: NCCL aborts)
 restarts the job: the work since the last checkpoint is lost, the restart
@@ -691,7 +693,13 @@ class Campaign:
                 ev = events[i]
                 parts = self._apply(d, m, self._parts[ev.failure], ev.up)
                 changes.append((ev.at_ps - origin, ev.up, parts))
-            step, end = self._simulate(view, changes, t - origin)
+            if all(not parts for _at, _up, parts in changes):
+                # nothing the job sees changes (a part already down fails again, a
+                # part still held down by another failure or no longer used since a
+                # restart comes back): the iteration is its state's, kept or run once
+                step, end = self._clean(view)
+            else:
+                step, end = self._simulate(view, changes, t - origin)
             if last >= len(events) or events[last].at_ps >= t + end:
                 return step, end, window
             horizon = max(horizon, t + end)

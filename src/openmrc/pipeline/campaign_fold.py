@@ -69,7 +69,14 @@ def parts_of(
 ) -> list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]]:
     """``elements`` as :func:`openmrc.flow.fold.plan_fold` takes faults' parts: a host
     link alone, a T0-T1 link alone, except that the links of one T1 on every T0 (a T1
-    switch down) are one part, which sets no block apart."""
+    switch down) are one part, which sets no block apart.
+
+    A T1 down on more T0s than not (a T1 switch down while a restart has left one of
+    its links behind, or a link of it up again before the switch) is that part on
+    every T0, and the T0s where its link is up each a part of their own: those set
+    their blocks apart, not the T0s where it is down (else nearly every block is set
+    apart and the state does not fold).  The part on every T0 names links that are
+    up; it only plans the fold, the model takes down what ``elements`` has."""
     out: list[tuple[list[tuple[int, int]], list[tuple[int, int, int]]]] = []
     by_t1: dict[tuple[int, int], list[int]] = {}
     for e in sorted(elements, key=repr):
@@ -78,10 +85,14 @@ def parts_of(
         else:
             by_t1.setdefault((e[1], e[3]), []).append(e[2])
     for (p, k), a_s in sorted(by_t1.items()):
-        if len(set(a_s)) == t0s:
-            out.append(([], [(p, a, k) for a in sorted(set(a_s))]))
+        down = set(a_s)
+        if len(down) == t0s:
+            out.append(([], [(p, a, k) for a in sorted(down)]))
+        elif 2 * len(down) > t0s:
+            out.append(([], [(p, a, k) for a in range(t0s)]))
+            out += [([], [(p, a, k)]) for a in range(t0s) if a not in down]
         else:
-            out += [([], [(p, a, k)]) for a in sorted(set(a_s))]
+            out += [([], [(p, a, k)]) for a in sorted(down)]
     return out
 
 
