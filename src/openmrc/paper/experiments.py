@@ -655,7 +655,7 @@ RING_FULL = ('workload.size="64MiB"',)
 #: message sizes", and that at smaller ones tail losses cannot be masked (its Figure 16
 #: runs from 4 MB to 16 GB).  At 0.1 % nearly every step of the 64-rank ring has a loss,
 #: and a loss costs its step about one recovery whatever the size: about 6 us of a 25 us
-#: step at 64 MiB (MRC keeps 0.81-0.84 of loss-free), of a 95 us step at 256 MiB (0.94;
+#: step at 64 MiB (MRC keeps 0.81-0.84 of loss-free), of a 95 us step at 256 MiB (0.94-0.95;
 #: docs/paper.md).  Four times 64 MiB's cost per run.
 RING_LARGE = ('workload.size="256MiB"',)
 
