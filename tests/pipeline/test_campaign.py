@@ -234,45 +234,45 @@ def test_mrc_campaign_equals_one_continuous_run() -> None:
     of as many iterations with the same faults at the same times (MRC; RoCE's
     per-message timeout draws are keyed by the transfer, which differs from copy to
     copy of a repeated graph, so there it differs by those draws)."""
-    from dataclasses import replace
-
-    from openmrc.flow.model import FluidFault
-    from openmrc.pipeline.jobrun import fluid_model
-    from openmrc.workloads.jobs.iterations import iteration_ends, repeat
-
     n = 60
-    setup = _setup([], 1.0, transports=["mrc"])
-    sc = setup.scenarios["mrc"]
-    step = max(e or 0 for e in cp.model_factory(sc)().run().jobs[0].end)
+    sc, step = _mrc_scenario_and_step()
     faults = [
         (round(step * 10.3), "link_down", "p0t0x0-p0t1x0", -1, -1),
         (round(step * 25.6), "nic_port_down", "", 9, 1),
         (round(step * 40.7), "link_up", "p0t0x0-p0t1x0", -1, -1),
     ]
+    setup = _setup([_faults_set(faults)], step * n / cp.PS_PER_HOUR, transports=["mrc"])
+    steps = [st for _s, st in _iterations(cp.run(setup)["transports"]["mrc"])]
+    assert len(steps) > 40 and len(set(steps)) > 3
+    for mine, whole in zip(steps, _continuous_steps(sc, n, faults), strict=False):
+        assert mine is not None
+        assert abs(mine - whole) <= 1  # ps: the campaign keeps integer ps
+
+
+#: a fault as these tests give it: ps, kind, target, host, plane
+Fault = tuple[int, str, str, int, int]
+
+
+def _mrc_scenario_and_step() -> tuple[Any, int]:
+    """The example's MRC scenario and its failure-free step (ps)."""
+    sc = _setup([], 1.0, transports=["mrc"]).scenarios["mrc"]
+    return sc, max(e or 0 for e in cp.model_factory(sc)().run().jobs[0].end)
+
+
+def _faults_set(faults: list[Fault]) -> str:
+    """The ``--set`` that gives ``faults`` as the scenario's faults."""
     given = ", ".join(
         f'{{at_us={at / 1e6!r}, kind="{k}", target="{tg}"}}'
         if tg
         else f'{{at_us={at / 1e6!r}, kind="{k}", host={h}, plane={p}}}'
         for at, k, tg, h, p in faults
     )
-    setup = _setup([f"faults=[{given}]"], step * n / cp.PS_PER_HOUR, transports=["mrc"])
-    steps = [st for _s, st in _iterations(cp.run(setup)["transports"]["mrc"])]
-    assert len(steps) > 40 and len(set(steps)) > 3
-    graph = repeat(sc.jobs[0].graph, n)
-    model = fluid_model(sc.spec, sc.transport, sc.seed, [replace(sc.jobs[0], graph=graph)], [])
-    for at, k, tg, h, p in faults:
-        model.add_fault(FluidFault(at, k, tg, h, p))
-    ends = iteration_ends(graph, model.run().jobs[0].end)
-    prev = 0.0
-    for mine, end in zip(steps, ends, strict=False):
-        assert end is not None and mine is not None
-        assert abs(mine - (end - prev)) <= 1  # ps: the campaign keeps integer ps
-        prev = end
+    return f"faults=[{given}]"
 
 
-def _continuous_steps(sc: Any, n: int, faults: list[tuple[int, str, str, int, int]]) -> list[float]:
+def _continuous_steps(sc: Any, n: int, faults: list[Fault]) -> list[float]:
     """Each iteration's step of one flow-level run of ``n`` iterations of ``sc``'s job
-    with ``faults`` (ps, kind, target, host, plane) at their times."""
+    with ``faults`` at their times."""
     from dataclasses import replace
 
     from openmrc.flow.model import FluidFault
@@ -297,19 +297,14 @@ def test_a_change_the_job_does_not_see_is_not_simulated() -> None:
     its step, not simulated), and the campaign is still one continuous flow-level run
     of as many iterations with the same faults (MRC)."""
     n = 60
-    setup = _setup([], 1.0, transports=["mrc"])
-    sc = setup.scenarios["mrc"]
-    step = max(e or 0 for e in cp.model_factory(sc)().run().jobs[0].end)
+    sc, step = _mrc_scenario_and_step()
     faults = [
         (round(step * 10.3), "switch_down", "p0t1x0", -1, -1),
         (round(step * 20.6), "link_down", "p0t0x0-p0t1x0", -1, -1),
         (round(step * 30.4), "link_up", "p0t0x0-p0t1x0", -1, -1),
         (round(step * 40.7), "switch_up", "p0t1x0", -1, -1),
     ]
-    given = ", ".join(
-        f'{{at_us={at / 1e6!r}, kind="{k}", target="{tg}"}}' for at, k, tg, _h, _p in faults
-    )
-    setup = _setup([f"faults=[{given}]"], step * n / cp.PS_PER_HOUR, transports=["mrc"])
+    setup = _setup([_faults_set(faults)], step * n / cp.PS_PER_HOUR, transports=["mrc"])
     t = cp.run(setup)["transports"]["mrc"]
     # the four changes each mark the iteration they fall into
     assert sum(1 for s in t["segments"] if s[4]) == 4
