@@ -253,7 +253,7 @@ def test_mrc_campaign_equals_one_continuous_run() -> None:
 Fault = tuple[int, str, str, int, int]
 
 
-def _mrc_scenario_and_step() -> tuple[Any, int]:
+def _mrc_scenario_and_step() -> tuple[Any, float]:
     """The example's MRC scenario and its failure-free step (ps)."""
     sc = _setup([], 1.0, transports=["mrc"]).scenarios["mrc"]
     return sc, max(e or 0 for e in cp.model_factory(sc)().run().jobs[0].end)
