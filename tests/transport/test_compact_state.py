@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from openmrc.transport import txtable
+from openmrc.transport import paths, txtable
 from openmrc.transport.ev import make_ev
 from openmrc.transport.paths import EvIds, new_ev_ids
 from openmrc.transport.sendop import SendOp
@@ -475,6 +475,80 @@ def test_native_good_evs_edges() -> None:
     assert native.good_evs(evs, bytearray(4), [3, 0], 0, 2) == [48, 16]
 
 
+def _rotate_impl(impl: str) -> Any:
+    """The rotation step of implementation ``impl``: paths.rotate or _txtable.rotate."""
+    if impl == "python":
+        return paths.rotate
+    return _native_module().rotate
+
+
+def test_a_path_set_rotates_natively_unless_pure_python() -> None:
+    """PathSet.next_ev's rotation step is the native one exactly when the requester's
+    records are."""
+    native = _native.rotate if txtable.NATIVE and _native is not None else paths.rotate
+    assert paths._rotate is native
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rotate_is_the_rotation(impl: str) -> None:
+    """rotate gives next_ev's answer for every start, state mix and repeated ids: the
+    first GOOD id's EV from slot i on, the SKIPs passed over made GOOD (and nothing
+    else written), or the EV at slot i when none is GOOD; the result is
+    (next slot << 32) | EV, a negative start counting from the end as a list does."""
+    rot = _rotate_impl(impl)
+    rng = random.Random(9)
+    for n in (1, 2, 5, 16, 64):
+        for _ in range(40):
+            m = n + rng.randrange(3)
+            evs = array("I", [rng.getrandbits(32) for _ in range(m)])
+            st = bytearray(rng.choice((0, 1, 1, 2, 3)) for _ in range(m))
+            slots = [rng.randrange(m) for _ in range(n)]
+            for i in range(-n, n):
+                want_st = bytearray(st)
+                j = i
+                want = None
+                for _step in range(n):
+                    k = slots[j]
+                    j = j + 1 if j + 1 != n else 0
+                    if want_st[k] == 0:
+                        want = (j, evs[k])
+                        break
+                    if want_st[k] == 1:
+                        want_st[k] = 0
+                if want is None:
+                    want = (j + 1 if j + 1 < n else 0, evs[slots[j]])
+                got_st = bytearray(st)
+                r = rot(slots, got_st, evs, i)
+                assert (r >> 32, r & 0xFFFFFFFF) == want
+                assert got_st == want_st
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rotate_edges(impl: str) -> None:
+    """Ids or a start outside their arrays raise IndexError (a huge int too), a non-int
+    TypeError, in both implementations alike: never a read or write out of bounds; the
+    EV array is released (it can grow after)."""
+    rot = _rotate_impl(impl)
+    evs = array("I", [16, 17, 33])
+    st = bytearray([2, 1, 0])
+    assert rot([0, 1, 2], st, evs, 0) == 33  # the last slot: the next is slot 0
+    assert st == bytearray([2, 0, 0])
+    assert rot([0], bytearray([3]), evs, 0) == 16  # nothing GOOD: slot 0 anyway
+    for slots, i in (([], 0), ([0], 1), ([0], -2), ([0], 1 << 70), ([1 << 70], 0), ([-4], 0)):
+        with pytest.raises(IndexError):
+            rot(slots, bytearray(3), evs, i)
+    with pytest.raises(IndexError):
+        rot([2], bytearray(2), evs, 0)  # the state is missing
+    with pytest.raises(IndexError):
+        rot([3], bytearray(4), evs, 0)  # GOOD, the EV is missing
+    bad: tuple[tuple[Any, Any], ...] = ((["x"], 0), ([0], "x"), ([0.0], 0))
+    for slots, i in bad:
+        with pytest.raises(TypeError):
+            rot(slots, bytearray(3), evs, i)
+    evs.append(48)  # no buffer left exported
+    assert rot([3], bytearray(4), evs, 0) == 48
+
+
 def _methods(path: Path, cls: str) -> dict[str, list[str]]:
     """Class ``cls`` of source or stub file ``path``: each method's parameter names
     (without ``self``), read from the file's syntax tree (so the answer is the same
@@ -535,5 +609,5 @@ def test_an_older_native_build_is_used_whole_or_not_at_all(monkeypatch: pytest.M
     monkeypatch.setitem(sys.modules, "openmrc.transport._txtable", old)
     monkeypatch.setattr(transport_pkg, "_txtable", old, raising=False)
     assert txtable._load_native() is None
-    old.good_evs = object()  # type: ignore[attr-defined]
+    setattr(old, txtable.NATIVE_NAMES[-1], object())
     assert txtable._load_native() is old

@@ -1378,9 +1378,135 @@ done:
     return out;
 }
 
+/* ---- a PathSet's rotation: the EV for the next packet --------------------------- */
+
+/* An index into a sequence of n items as Python reads it: a negative one counts from
+ * the end; -1 (IndexError set) when outside. */
+static inline Py_ssize_t
+seq_index(Py_ssize_t k, Py_ssize_t n, const char *what)
+{
+    if (k < 0)
+        k += n;
+    if (k < 0 || k >= n) {
+        PyErr_Format(PyExc_IndexError, "%s index out of range", what);
+        return -1;
+    }
+    return k;
+}
+
+/* A list item or argument used as an index: a Python int as Py_ssize_t; -1 with
+ * TypeError set for a non-int, IndexError for one too large (as a subscript would). */
+static inline Py_ssize_t
+as_index(PyObject *o, int *err)
+{
+    Py_ssize_t v;
+    *err = 0;
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "indices must be integers, not %.100s",
+                     Py_TYPE(o)->tp_name);
+        *err = 1;
+        return -1;
+    }
+    v = PyLong_AsSsize_t(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_SetString(PyExc_IndexError, "cannot fit 'int' into an index-sized integer");
+        *err = 1;
+    }
+    return v;
+}
+
+/* rotate(slots, st, evs, i): one step of a PathSet's plain rotation (no plane passed
+ * over, no plane weighed), as openmrc.transport.paths.rotate computes it: from slot
+ * i on, the first id whose state (st) is GOOD (0) gives the EV (evs); a SKIP (1)
+ * passed over becomes GOOD.  Returns (the next slot << 32) | the EV (Python's value of
+ * that expression, also for a negative slot); when no slot is GOOD, the EV in slot i
+ * and the slot after it.  ``slots`` is a list of ids, ``st``
+ * a bytearray, ``evs`` an array('I').  Ids are the QP's own (never from the network);
+ * one outside its array raises IndexError as the Python lookups would, a negative
+ * one counts from the end as they do.  One call per data packet sent: compiled
+ * Python read each state and EV through CPython's generic item protocol. */
+static PyObject *
+native_rotate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    PyObject *slots, *out = NULL;
+    const uint32_t *evs;
+    unsigned char *st;
+    Py_ssize_t nevs, nst, n, i, step;
+    int err;
+    if (check_nargs("rotate", nargs, 4) < 0)
+        return NULL;
+    if (!PyList_Check(args[0]) || !PyByteArray_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "rotate(): slots is a list, st a bytearray");
+        return NULL;
+    }
+    i = as_index(args[3], &err);
+    if (err)
+        return NULL;
+    slots = args[0];
+    n = PyList_GET_SIZE(slots);
+    if (n > 0x7FFFFFFF) {
+        PyErr_SetString(PyExc_OverflowError, "rotate(): more than 2**31 slots");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_FORMAT) < 0)
+        return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "I") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "rotate(): evs is an array('I')");
+        return NULL;
+    }
+    evs = (const uint32_t *)view.buf;
+    nevs = view.len / 4;
+    st = (unsigned char *)PyByteArray_AS_STRING(args[1]);
+    nst = PyByteArray_GET_SIZE(args[1]);
+    for (step = 0; step < n; step++) {
+        Py_ssize_t k, s;
+        if (seq_index(i, n, "list") < 0)
+            goto done;
+        k = as_index(PyList_GET_ITEM(slots, i < 0 ? i + n : i), &err);
+        if (err)
+            goto done;
+        i += 1;
+        if (i == n)
+            i = 0;
+        s = seq_index(k, nst, "bytearray");
+        if (s < 0)
+            goto done;
+        if (st[s] == 0) {
+            Py_ssize_t e = seq_index(k, nevs, "array");
+            if (e < 0)
+                goto done;
+            out = PyLong_FromLongLong((long long)i * 4294967296LL + (long long)evs[e]);
+            goto done;
+        }
+        if (st[s] == 1)
+            st[s] = 0;
+    }
+    /* nothing GOOD: the EV in slot i anyway, and the slot after it next */
+    {
+        Py_ssize_t j = i + 1 < n ? i + 1 : 0, at, k, e;
+        at = seq_index(i, n, "list");
+        if (at < 0)
+            goto done;
+        k = as_index(PyList_GET_ITEM(slots, at), &err);
+        if (err)
+            goto done;
+        e = seq_index(k, nevs, "array");
+        if (e < 0)
+            goto done;
+        out = PyLong_FromLongLong((long long)j * 4294967296LL + (long long)evs[e]);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef txtable_functions[] = {
     {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
      "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
+    {"rotate", (PyCFunction)(void (*)(void))native_rotate, METH_FASTCALL,
+     "(next slot << 32) | EV: one step of a PathSet's plain rotation"},
     {NULL, NULL, 0, NULL},
 };
 

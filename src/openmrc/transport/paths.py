@@ -585,6 +585,41 @@ _native_good_evs: Final[
 ] = _NATIVE.good_evs if _NATIVE is not None else None
 
 
+def rotate(slots: list[int], st: bytearray, evs: array[int], i: int) -> int:
+    """One step of a QP's plain rotation (no plane passed over, none weighed): the EV
+    for the next packet and where the rotation goes on, as ``(next slot << 32) | EV``.
+
+    From slot ``i`` on, the first id in ``slots`` whose state in ``st`` is GOOD gives
+    the EV (``evs``); a SKIP passed over becomes GOOD (it sat out its one rotation).
+    When no slot is GOOD (all bad or denied and the floor is 0), it is the EV in slot
+    ``i`` anyway and the slot after it: sending on rather than stalling, the RTO
+    bounds the damage.  :meth:`PathSet.next_ev` takes this path for nearly every
+    packet; it is the readable reference of ``_txtable.rotate`` (:data:`_rotate`).
+    """
+    n = len(slots)
+    for _ in range(n):
+        k = slots[i]
+        i += 1
+        if i == n:
+            i = 0
+        s = st[k]
+        if s == _GOOD:
+            return i << 32 | evs[k]
+        if s == _SKIP:
+            st[k] = _GOOD
+    j = i + 1 if i + 1 < n else 0
+    return j << 32 | evs[slots[i]]
+
+
+#: ``_txtable.rotate`` when the transport's C extension is in use, else :func:`rotate`:
+#: the same results in one call that reads the state and EV arrays directly (compiled
+#: Python reads each item through CPython's generic protocol, boxing it), once per
+#: data packet sent.
+_rotate: Final[Callable[[list[int], bytearray, array[int], int], int]] = (
+    _NATIVE.rotate if _NATIVE is not None else rotate
+)
+
+
 class EvIdsLike(Protocol):
     """What a :class:`PathSet` uses of its EV ids: :class:`EvIds`, or the native
     one (``_txtable.EvIds``, the same methods and results; :func:`new_ev_ids`)."""
@@ -922,13 +957,17 @@ class PathSet:
         same EV of a plane every time and leave the plane's others unused
         (seen: 8 of 16 EVs unused for 45 us in the paper's 16-EV drop scenario).
         """
+        skip = busy | self.down
+        # Failure-proportional shares, while some full plane is in use to weigh against.
+        wmask = self._wmask if self._nref else 0
+        if not skip and not wmask:
+            r = _rotate(self._slots, self._st, self._evs, self._idx)
+            self._idx = r >> 32
+            return r & 0xFFFFFFFF
         slots = self._slots
         st = self._st
         n = len(slots)
         i = self._idx
-        skip = busy | self.down
-        # Failure-proportional shares, while some full plane is in use to weigh against.
-        wmask = self._wmask if self._nref else 0
         gated = -1  # the first EV passed over for its plane's share
         for _ in range(n):
             k = slots[i]

@@ -542,7 +542,7 @@ class EvOrderLike(Protocol):
 #: What the Python side takes from the native module: all of it, or none (an older
 #: build left beside newer sources, when the optional build of ``_txtable.c`` failed,
 #: lacks the newer names; the pure-Python classes are used then).
-NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs")
+NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs", "rotate")
 
 
 def _load_native() -> ModuleType | None:
