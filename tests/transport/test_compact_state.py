@@ -475,6 +475,72 @@ def test_native_good_evs_edges() -> None:
     assert native.good_evs(evs, bytearray(4), [3, 0], 0, 2) == [48, 16]
 
 
+def _rto_for(timeout: int, linear: int, cap: int, retries: int) -> int:
+    """Requester.rto_for's timeout after ``retries`` timeouts (linear, then doubling)."""
+    extra = retries - linear
+    if extra < 0:
+        return timeout
+    return min(timeout << min(extra + 1, 30), cap)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rto_at_is_the_oldest_in_flights_timeout(impl: str) -> None:
+    """rto_at is sent(oldest) + the timeout after retries(oldest) (Requester.rto_for),
+    -1 with nothing in flight, over flights, retries and landings; the doubling stops
+    at << 30 and at the cap; a linear count beyond 64 bits works as Python's ints do."""
+    tx_table, _ = _classes(impl)
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    cap = 1_024_000 << 24
+    table = tx_table()
+    assert table.rto_at(10, 3, cap) == -1
+    rng = random.Random(3)
+    base = rng.randrange(1 << 40)
+    for psn in range(base, base + 40):
+        table.add(psn, op)
+    for clock in range(1, 400):
+        psn = base + rng.randrange(40)
+        r = rng.random()
+        if r < 0.5:
+            if table.flags(psn) & IN_FLIGHT:
+                table.land(psn)
+            table.launch(psn, 7, clock << 20, 0)
+        elif r < 0.8:
+            table.count_retry(psn)
+        elif table.flags(psn) & IN_FLIGHT:
+            table.land(psn)
+        oldest = table.oldest()
+        for timeout, linear in ((1 << 30, 2), (1 << 40, 0), (5, 7), (1 << 62, 1), (0, 0)):
+            for lin in (linear, 1 << 70, -(1 << 70), -(1 << 62)):
+                want = -1
+                if oldest >= 0:
+                    want = table.sent(oldest) + _rto_for(timeout, lin, cap, table.retries(oldest))
+                assert table.rto_at(timeout, lin, cap) == want
+                assert table.rto_at(timeout, lin, (1 << 63) - 1) == (
+                    -1
+                    if oldest < 0
+                    else table.sent(oldest)
+                    + _rto_for(timeout, lin, (1 << 63) - 1, table.retries(oldest))
+                )
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rto_at_edges(impl: str) -> None:
+    """A timeout or cap below 0 or from 2**63 raises ValueError, a non-int TypeError,
+    in both implementations; a send time near 2**64 gives the exact sum."""
+    tx_table, _ = _classes(impl)
+    table = tx_table()
+    table.add(5, SendOp(1, [], 0, 0, None, True, 0, 4096))
+    table.launch(5, 1, (1 << 64) - 2, 0)
+    assert table.rto_at(1 << 40, 0, 1 << 62) == (1 << 64) - 2 + (1 << 41)
+    assert table.rto_at(1 << 62, 0, (1 << 63) - 1) == (1 << 64) - 2 + (1 << 63) - 1  # capped
+    for args in ((-1, 0, 5), (1, 0, -1), (1 << 63, 0, 5), (1, 0, 1 << 63)):
+        with pytest.raises(ValueError):
+            table.rto_at(*args)
+    for bad in (("x", 0, 5), (1, "x", 5), (1, 0, "x")):
+        with pytest.raises(TypeError):
+            table.rto_at(*bad)
+
+
 def _rotate_impl(impl: str) -> Any:
     """The rotation step of implementation ``impl``: paths.rotate or _txtable.rotate."""
     if impl == "python":

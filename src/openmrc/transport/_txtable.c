@@ -576,6 +576,66 @@ TxTable_after(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLongLong(self->next[i]);
 }
 
+/* rto_at(timeout, linear, cap): when the oldest transmission in flight times out (its
+ * send time plus its timeout after its retries), -1 when none is in flight; as
+ * TxTable.rto_at computes it.  ``linear`` may be any int (one beyond 64 bits gives
+ * what Python's arithmetic gives); ``timeout`` and ``cap`` are in [0, 2**63). */
+static PyObject *
+TxTable_rto_at(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t timeout, cap, linear, rto;
+    int overflow = 0, ok1, ok2;
+    Py_ssize_t i;
+    uint64_t sent;
+    if (check_nargs("rto_at", nargs, 3) < 0)
+        return NULL;
+    if (!PyLong_Check(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.rto_at: the arguments are ints");
+        return NULL;
+    }
+    timeout = as_i64(args[0], &ok1);
+    cap = as_i64(args[2], &ok2);
+    if (!ok1 || !ok2 || timeout < 0 || cap < 0) {
+        PyErr_SetString(PyExc_ValueError, "TxTable.rto_at: timeout and cap are in [0, 2**63)");
+        return NULL;
+    }
+    if (self->head < 0)
+        return PyLong_FromLong(-1);
+    i = (Py_ssize_t)(self->head - self->base);
+    linear = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (linear == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow > 0 || (!overflow && (int64_t)self->retries[i] < linear)) {
+        rto = timeout; /* fewer retries than the linear ones */
+    }
+    else {
+        /* extra = retries - linear >= 0 (huge when linear is below -2**63) */
+        int64_t extra = (overflow < 0 || linear < -(INT64_MAX / 2))
+                            ? INT64_MAX
+                            : (int64_t)self->retries[i] - linear;
+        int sh = extra >= 29 ? 30 : (int)extra + 1;
+        rto = timeout > (INT64_MAX >> sh) ? cap : timeout << sh;
+        if (rto > cap)
+            rto = cap;
+    }
+    sent = self->sent[i];
+    if (sent > UINT64_MAX - (uint64_t)rto) {
+        PyObject *a = PyLong_FromUnsignedLongLong(sent), *b, *sum;
+        if (a == NULL)
+            return NULL;
+        b = PyLong_FromLongLong(rto);
+        if (b == NULL) {
+            Py_DECREF(a);
+            return NULL;
+        }
+        sum = PyNumber_Add(a, b);
+        Py_DECREF(a);
+        Py_DECREF(b);
+        return sum;
+    }
+    return PyLong_FromUnsignedLongLong(sent + (uint64_t)rto);
+}
+
 static PyObject *
 TxTable_sizeof(TxTableObject *self, PyObject *unused)
 {
@@ -621,6 +681,9 @@ static PyMethodDef TxTable_methods[] = {
      "The PSN sent longest ago of those in flight, -1 when none is."},
     {"after", (PyCFunction)(void (*)(void))TxTable_after, METH_FASTCALL,
      "The PSN sent after psn among those in flight, -1 after the newest."},
+    {"rto_at", (PyCFunction)(void (*)(void))TxTable_rto_at, METH_FASTCALL,
+     "When the oldest transmission in flight times out (send time + its timeout after its "
+     "retries: timeout, doubling after linear of them, at most cap), -1 when none is."},
     {NULL, NULL, 0, NULL},
 };
 

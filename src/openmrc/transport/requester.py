@@ -1114,13 +1114,11 @@ class Requester:
         # (an int with -1 for none, not Optional: compiled, no boxing per call)
         probe = self.paths.next_probe_at
         best = -1 if probe is None else probe
-        unacked = self.unacked
-        oldest = unacked.oldest()
-        if oldest >= 0:
-            rto = unacked.sent(oldest) + self.rto_for(unacked.retries(oldest))
-            if best < 0 or rto < best:
-                best = rto
-        if (oldest >= 0 or self.held) and not self.retx:
+        # (the oldest in flight's timeout: rto_for after its retries, in one call)
+        rto = self.unacked.rto_at(self.timeout_ps, self.retry_linear, RTO_CAP_PS)
+        if rto >= 0 and (best < 0 or rto < best):
+            best = rto
+        if (rto >= 0 or self.held) and not self.retx:
             tlp = self.last_activity + 2 * self.srtt + self.reo_floor
             if best < 0 or tlp < best:
                 best = tlp

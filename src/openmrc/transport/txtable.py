@@ -310,6 +310,31 @@ class TxTable:
         """The PSN sent after ``psn`` (in flight) among those in flight, -1 after the newest."""
         return self._next[psn - self._base] - 1
 
+    def rto_at(self, timeout: int, linear: int, cap: int) -> int:
+        """When the oldest transmission in flight times out, -1 when none is in flight.
+
+        Its send time plus its timeout after the timeouts it has had (``retries``):
+        ``timeout`` for the first ``linear`` of them, then doubling (``timeout << 1``
+        after the ``linear``-th, at most ``<< 30``), at most ``cap``.  The requester
+        asks it whenever it re-reads its deadline (after every packet in or out):
+        one call instead of three.  ``timeout`` and ``cap`` are 0 or more and below
+        ``2**63``, else ValueError.
+        """
+        if not (0 <= timeout < 1 << 63 and 0 <= cap < 1 << 63):
+            raise ValueError("TxTable.rto_at: timeout and cap are in [0, 2**63)")
+        head = self._head
+        if head < 0:
+            return -1
+        i = head - self._base
+        extra = self._retries[i] - linear
+        if extra < 0:
+            rto = timeout
+        else:
+            rto = timeout << min(extra + 1, 30)
+            if rto > cap:
+                rto = cap
+        return self._sent[i] + rto
+
 
 class EvOrder:
     """Per EV, the transmissions sent on it and not yet resolved, in send order: the
@@ -526,6 +551,7 @@ class TxTableLike(Protocol):
     def flying(self) -> bool: ...
     def oldest(self) -> int: ...
     def after(self, psn: int) -> int: ...
+    def rto_at(self, timeout: int, linear: int, cap: int) -> int: ...
 
 
 class EvOrderLike(Protocol):
