@@ -676,4 +676,7 @@ def test_an_older_native_build_is_used_whole_or_not_at_all(monkeypatch: pytest.M
     monkeypatch.setattr(transport_pkg, "_txtable", old, raising=False)
     assert txtable._load_native() is None
     setattr(old, txtable.NATIVE_NAMES[-1], object())
+    assert txtable._load_native() is None  # its TxTable lacks the newest method
+    for cls, name in txtable.NATIVE_METHODS:
+        setattr(old, cls, type(cls, (), {name: None}))
     assert txtable._load_native() is old

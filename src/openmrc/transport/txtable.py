@@ -569,11 +569,13 @@ class EvOrderLike(Protocol):
 #: build left beside newer sources, when the optional build of ``_txtable.c`` failed,
 #: lacks the newer names; the pure-Python classes are used then).
 NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs", "rotate")
+#: The newest methods of those classes, checked the same way: (class, method).
+NATIVE_METHODS: Final = (("TxTable", "rto_at"),)
 
 
 def _load_native() -> ModuleType | None:
     """The native module, or None when it is not built, lacks one of
-    :data:`NATIVE_NAMES`, or ``OPENMRC_PURE_PYTHON`` is set."""
+    :data:`NATIVE_NAMES` or :data:`NATIVE_METHODS`, or ``OPENMRC_PURE_PYTHON`` is set."""
     if os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
@@ -581,6 +583,8 @@ def _load_native() -> ModuleType | None:
     except ImportError:
         return None
     if not all(hasattr(_txtable, name) for name in NATIVE_NAMES):
+        return None
+    if not all(hasattr(getattr(_txtable, cls), name) for cls, name in NATIVE_METHODS):
         return None
     return _txtable
 
