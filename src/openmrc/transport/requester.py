@@ -1097,7 +1097,9 @@ class Requester:
     # -- timers ---------------------------------------------------------------------
     def rto_for(self, retries: int) -> int:
         """The timeout of a PSN's next attempt after ``retries`` timeouts: linear,
-        then doubling, at most :data:`RTO_CAP_PS`."""
+        then doubling, at most :data:`RTO_CAP_PS`.  ``TxTable.rto_at`` (Python and
+        C) computes the same for the oldest transmission in :meth:`get_timer`: a
+        change here is a change there."""
         extra = retries - self.retry_linear
         if extra < 0:
             return self.timeout_ps
