@@ -794,13 +794,12 @@ static int heap_reserve(Heap *q, Py_ssize_t cap)
     return 0;
 }
 
-/* Put ev into heap q, which has room for it (references move there). */
-static void heap_put(Heap *q, const Event *evp)
+/* Put (k, pay) into heap q at the hole i or above it: the hole rises while k
+ * comes before its parent's key (the sift-up of both heap_put and heap_fill_root). */
+static inline void heap_sift_up(Heap *q, Py_ssize_t i, HKey k, HPay pay)
 {
-    HKey k = {evp->key, evp->tk};
     HKey *hk = q->hk;
     HPay *hp = q->hp;
-    Py_ssize_t i = q->n++;
     while (i > 0) {
         Py_ssize_t p = (i - 1) >> 2;
         if (!hk_less(&k, &hk[p]))
@@ -810,9 +809,15 @@ static void heap_put(Heap *q, const Event *evp)
         i = p;
     }
     hk[i] = k;
-    hp[i].meta = evp->meta;
-    hp[i].a = evp->a;
-    hp[i].b = evp->b;
+    hp[i] = pay;
+}
+
+/* Put ev into heap q, which has room for it (references move there). */
+static void heap_put(Heap *q, const Event *evp)
+{
+    HKey k = {evp->key, evp->tk};
+    HPay pay = {evp->meta, evp->a, evp->b};
+    heap_sift_up(q, q->n++, k, pay);
 }
 
 /* Put ev into heap q (references move there); -1 (released, error set) on no memory. */
@@ -873,16 +878,7 @@ static void heap_fill_root(Heap *q, HKey lk, HPay lp)
         hp[i] = hp[m];
         i = m;
     }
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) >> 2;
-        if (!hk_less(&lk, &hk[p]))
-            break;
-        hk[i] = hk[p];
-        hp[i] = hp[p];
-        i = p;
-    }
-    hk[i] = lk;
-    hp[i] = lp;
+    heap_sift_up(q, i, lk, lp);
 }
 
 /* Take the root of heap q (not empty) out into *out (references move). */
