@@ -288,6 +288,86 @@ def test_cancel_stop_until(impl: tuple[str, Any, Any, Any, Any]) -> None:
         sim.after(-1, out.append, 0)
 
 
+class _Owner:
+    """An object events are bound to: notes which entity each of its calls ran for."""
+
+    def __init__(self, sim: Any, log: list[tuple[str, int]]) -> None:
+        self.sim = sim
+        self.log = log
+
+    def note(self, tag: str) -> None:
+        self.log.append((tag, self.sim.cur))
+
+    def call(self, fn: Any) -> None:
+        fn()
+
+
+@IMPLS
+def test_post_target_follows_the_objects_registration(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    # The native kernel answers a post bound to the running entity's own object
+    # without its table: that answer must change as soon as the object is
+    # registered elsewhere.
+    sim = impl[1](1)
+    log: list[tuple[str, int]] = []
+    a, b = _Owner(sim, log), _Owner(sim, log)
+    ea, eb = sim.add_entity([a]), sim.add_entity([b])
+
+    def post(obj: _Owner, tag: str, move: Any = None, to: int = 0) -> Any:
+        def go() -> None:
+            if move is not None:
+                sim.set_entity(move, to)
+            sim.post(sim.now + 1, obj.note, tag)
+
+        return go
+
+    sim.post(10, a.call, post(a, "own"))  # a's event posts for a
+    sim.post(20, a.call, post(a, "moved", a, eb))
+    sim.post(30, b.call, post(a, "moved, from b"))
+    sim.post(40, b.call, post(a, "back", a, ea))
+    sim.post(50, a.call, post(b, "b joins a", b, ea))
+    sim.post(60, a.call, post(a, "a still a's"))
+    sim.run()
+    assert log == [
+        ("own", ea),
+        ("moved", eb),
+        ("moved, from b", eb),
+        ("back", ea),
+        ("b joins a", ea),
+        ("a still a's", ea),
+    ]
+
+
+@IMPLS
+def test_post_target_of_a_new_object_and_a_fresh_simulator(
+    impl: tuple[str, Any, Any, Any, Any],
+) -> None:
+    # an object freed and another made (often at its address): the target is what
+    # the table says for the new one (by address, as id() in PySimulator), else the
+    # poster's entity; after __init__ nothing is registered any more
+    sim = impl[1](1)
+    log: list[tuple[str, int]] = []
+    gone, b = _Owner(sim, log), _Owner(sim, log)
+    ea, eb = sim.add_entity([gone]), sim.add_entity([b])
+    sim.post(1, gone.note, "gone")
+    sim.run()
+    sim.set_entity(gone, eb)
+    del gone
+    gc.collect()
+    c = _Owner(sim, log)
+    held = sim.entity_of(c)
+    sim.post(sim.now + 5, c.note, "new")  # (posted between runs: by GLOBAL, 0)
+    sim.run()
+    assert log == [("gone", ea), ("new", 0 if held is None else held)]
+    sim.set_entity(c, 0)
+    sim.__init__(1)
+    sim.place = lambda callback, args: 1
+    sim.post(5, c.note, "afresh")
+    sim.run()
+    assert log[-1] == ("afresh", 1)
+
+
 @IMPLS
 def test_callback_exception_propagates(impl: tuple[str, Any, Any, Any, Any]) -> None:
     sim = impl[1](1)

@@ -155,6 +155,17 @@ typedef struct {
     uint64_t wcur;   /* the current slot (time >> WHEEL_SHIFT, biased) */
 } EvStore;
 
+/* An entity's row: its next counter, and the address of the object it last had
+ * registered in the simulator's table (0: none), which sim_target compares
+ * before hashing: the common post is a host's own callback from an event of that
+ * host, and this row was just read for the key (sim_next_key), so the answer is
+ * in the cache, where the table's slot at 8,192 hosts usually is not.  Invariant:
+ * owner is 0 or an address the table maps to this entity (ent_set keeps it). */
+typedef struct {
+    int64_t next;
+    uintptr_t owner;
+} EntRow;
+
 typedef struct {
     PyObject_HEAD
     int64_t now;
@@ -164,7 +175,7 @@ typedef struct {
     PyObject *seed; /* what rng_for seeds the ports' generators from */
     PyObject *cancelled; /* set of keys (ints) */
     int64_t cur;         /* the running event's entity (GLOBAL, 0, between runs) */
-    int64_t *counters;   /* each entity's next counter */
+    EntRow *ents;        /* each entity's next counter and owner (nent of capent) */
     Py_ssize_t nent, capent;
     /* registered objects (by address, as id() in Python) -> entity: open addressing */
     uintptr_t *ekeys; /* 0: empty */
@@ -292,9 +303,9 @@ static inline int hk_less(const HKey *x, const HKey *y)
  * are made, as PySimulator.push does); -1 past COUNTER_LIMIT (OverflowError). */
 static inline int64_t sim_next_key(SimObject *s)
 {
-    int64_t c = s->counters[s->cur]++;
+    int64_t c = s->ents[s->cur].next++;
     if (c >= COUNTER_LIMIT) {
-        s->counters[s->cur]--;
+        s->ents[s->cur].next--;
         PyErr_SetString(PyExc_OverflowError,
                         "more than 2**40 events scheduled by one entity (the kernel's limit)");
         return -1;
@@ -338,19 +349,22 @@ static inline int64_t ent_lookup(SimObject *s, PyObject *o)
     }
 }
 
-static int ent_insert(uintptr_t *keys, int32_t *vals, Py_ssize_t cap, uintptr_t k, int32_t v)
+/* Map k to v in the table (keys, vals, cap); the entity k had, or -1 (a new key). */
+static int32_t ent_insert(uintptr_t *keys, int32_t *vals, Py_ssize_t cap, uintptr_t k, int32_t v)
 {
     size_t mask = (size_t)cap - 1;
     size_t i = (size_t)(((uint64_t)k >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
     while (keys[i] != 0 && keys[i] != k)
         i = (i + 1) & mask;
-    int added = keys[i] == 0;
+    int32_t old = keys[i] == 0 ? -1 : vals[i];
     keys[i] = k;
     vals[i] = v;
-    return added;
+    return old;
 }
 
-/* Register o (by address) for entity e; -1 on no memory. */
+/* Register o (by address) for entity e; -1 on no memory.  The table is filled to
+ * three quarters at most: it is read on posts only when the entity's owner is not
+ * the callback's object (see EntRow), so its size counts more than its probes. */
 static int ent_set(SimObject *s, PyObject *o, int32_t e)
 {
     int32_t *slot = ent_slot(o);
@@ -358,7 +372,7 @@ static int ent_set(SimObject *s, PyObject *o, int32_t e)
         *slot = e + 1;
         return 0;
     }
-    if (2 * (s->ecount + 1) > s->ecap) {
+    if (4 * (s->ecount + 1) > 3 * s->ecap) {
         Py_ssize_t cap = s->ecap ? s->ecap * 2 : 1024;
         uintptr_t *keys = PyMem_Calloc((size_t)cap, sizeof(uintptr_t));
         int32_t *vals = PyMem_Calloc((size_t)cap, sizeof(int32_t));
@@ -377,7 +391,12 @@ static int ent_set(SimObject *s, PyObject *o, int32_t e)
         s->evals = vals;
         s->ecap = cap;
     }
-    s->ecount += ent_insert(s->ekeys, s->evals, s->ecap, (uintptr_t)o, e);
+    int32_t old = ent_insert(s->ekeys, s->evals, s->ecap, (uintptr_t)o, e);
+    if (old < 0)
+        s->ecount++;
+    else if (old != e && s->ents[old].owner == (uintptr_t)o)
+        s->ents[old].owner = 0; /* o is no longer old's */
+    s->ents[e].owner = (uintptr_t)o;
     return 0;
 }
 
@@ -397,7 +416,10 @@ static inline PyObject *callable_self(PyObject *fn)
  * is a tuple, or NULL with arg1 the only argument (post).  -1 on error. */
 static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *arg1)
 {
-    int64_t e = ent_lookup(s, callable_self(fn));
+    PyObject *self = callable_self(fn);
+    if (self != NULL && (uintptr_t)self == s->ents[s->cur].owner)
+        return s->cur; /* the running entity's own object (EntRow) */
+    int64_t e = ent_lookup(s, self);
     if (e >= 0)
         return e;
     if (s->place == NULL || s->place == Py_None)
@@ -794,13 +816,12 @@ static int heap_reserve(Heap *q, Py_ssize_t cap)
     return 0;
 }
 
-/* Put ev into heap q, which has room for it (references move there). */
-static void heap_put(Heap *q, const Event *evp)
+/* Put (k, pay) into heap q at the hole i or above it: the hole rises while k
+ * comes before its parent's key (the sift-up of both heap_put and heap_fill_root). */
+static inline void heap_sift_up(Heap *q, Py_ssize_t i, HKey k, HPay pay)
 {
-    HKey k = {evp->key, evp->tk};
     HKey *hk = q->hk;
     HPay *hp = q->hp;
-    Py_ssize_t i = q->n++;
     while (i > 0) {
         Py_ssize_t p = (i - 1) >> 2;
         if (!hk_less(&k, &hk[p]))
@@ -810,9 +831,15 @@ static void heap_put(Heap *q, const Event *evp)
         i = p;
     }
     hk[i] = k;
-    hp[i].meta = evp->meta;
-    hp[i].a = evp->a;
-    hp[i].b = evp->b;
+    hp[i] = pay;
+}
+
+/* Put ev into heap q, which has room for it (references move there). */
+static void heap_put(Heap *q, const Event *evp)
+{
+    HKey k = {evp->key, evp->tk};
+    HPay pay = {evp->meta, evp->a, evp->b};
+    heap_sift_up(q, q->n++, k, pay);
 }
 
 /* Put ev into heap q (references move there); -1 (released, error set) on no memory. */
@@ -873,16 +900,7 @@ static void heap_fill_root(Heap *q, HKey lk, HPay lp)
         hp[i] = hp[m];
         i = m;
     }
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) >> 2;
-        if (!hk_less(&lk, &hk[p]))
-            break;
-        hk[i] = hk[p];
-        hp[i] = hp[p];
-        i = p;
-    }
-    hk[i] = lk;
-    hp[i] = lp;
+    heap_sift_up(q, i, lk, lp);
 }
 
 /* Take the root of heap q (not empty) out into *out (references move). */
@@ -2362,8 +2380,8 @@ static PyObject *Sim_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     Py_INCREF(Py_None);
     s->seed = Py_None;
     Py_INCREF(Py_None);
-    s->counters = PyMem_Calloc(2, sizeof(int64_t));
-    if (s->counters == NULL) {
+    s->ents = PyMem_Calloc(2, sizeof(EntRow));
+    if (s->ents == NULL) {
         Py_DECREF(s);
         PyErr_NoMemory();
         return NULL;
@@ -2394,13 +2412,13 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     }
     /* a fresh simulator, as PySimulator.__init__ makes (also when called again) */
     PyObject *cancelled = PySet_New(NULL);
-    int64_t *counters = PyMem_Calloc(2, sizeof(int64_t));
-    if (cancelled == NULL || counters == NULL) {
+    EntRow *ents = PyMem_Calloc(2, sizeof(EntRow));
+    if (cancelled == NULL || ents == NULL) {
         Py_XDECREF(one);
         Py_DECREF(rng);
         Py_XDECREF(cancelled);
-        PyMem_Free(counters);
-        if (counters == NULL)
+        PyMem_Free(ents);
+        if (ents == NULL)
             PyErr_NoMemory();
         return -1;
     }
@@ -2411,8 +2429,8 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     s->events_run = 0;
     s->stopped = 0;
     s->cur = 0;
-    PyMem_Free(s->counters);
-    s->counters = counters;
+    PyMem_Free(s->ents);
+    s->ents = ents;
     s->nent = s->capent = 2;
     PyMem_Free(s->ekeys);
     PyMem_Free(s->evals);
@@ -2503,7 +2521,7 @@ static void Sim_dealloc(SimObject *s)
     PyTypeObject *tp = Py_TYPE(s);
     PyObject_GC_UnTrack(s);
     Sim_clear(s);
-    PyMem_Free(s->counters);
+    PyMem_Free(s->ents);
     PyMem_Free(s->ekeys);
     PyMem_Free(s->evals);
     PyMem_Free(s->owned);
@@ -2715,22 +2733,23 @@ static PyObject *Sim_add_entity(SimObject *s, PyObject *objects)
         return NULL;
     if (s->nent == s->capent) {
         Py_ssize_t cap = s->capent * 2;
-        int64_t *c = PyMem_Realloc(s->counters, (size_t)cap * sizeof(int64_t));
+        EntRow *c = PyMem_Realloc(s->ents, (size_t)cap * sizeof(EntRow));
         if (c == NULL) {
             Py_DECREF(seq);
             return PyErr_NoMemory();
         }
-        s->counters = c;
+        s->ents = c;
         s->capent = cap;
     }
     int64_t e = s->nent;
+    s->ents[e].next = 0;
+    s->ents[e].owner = 0; /* (before ent_set, which may set it) */
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
         if (ent_set(s, PySequence_Fast_GET_ITEM(seq, i), (int32_t)e) < 0) {
             Py_DECREF(seq);
             return NULL;
         }
     Py_DECREF(seq);
-    s->counters[e] = 0;
     s->nent++;
     return PyLong_FromLongLong(e);
 }
