@@ -69,6 +69,12 @@ Cases (``--case``, repeatable; default ``agreement``):
   blocks run with ``campaign.fold_replicas``, in blocks' worth (``replicas_run_*``), and
   the runs and blocks with ``campaign.fold_groups`` (``fold_groups_*``); MRC, and
   RoCE's with its restarts estimated (a host link down: the job restarts);
+* ``campaign-profile`` - one folded iteration of that campaign (``--transport``,
+  default RoCE; the failure-free state: 2 blocks, 4,096 GPUs) under cProfile: the
+  campaign's set-up, the folded model's build, its run, and where the run's time
+  goes (the run loop's callees, each with what it takes when the loop calls it; the
+  DCQCN trajectories and the ECMP draws inside them).  Run it on the pure-Python
+  sources: a compiled flow level is one opaque call to cProfile;
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -1010,7 +1016,8 @@ PLAN_STEP_PS = {"mrc": 3_654_832_829_394, "roce": 3_656_112_000_000}
 
 def _run_kind(changes: Any) -> str:
     """What a simulated iteration is: ``state`` (nothing changes in it), ``down`` (a part
-    fails in it), ``up`` (only repairs)."""
+    fails in it), ``up`` (only repairs); :func:`_dry_run` calls a RoCE one whose QP
+    errors ``restart``."""
     if not changes:
         return "state"
     return "up" if all(up for _at, up, parts in changes if parts) else "down"
@@ -1045,11 +1052,12 @@ def _dry_run(
         plan = fj.plan(frozenset(every))
         kept.append(blocks if plan is None else len(plan.blocks))
         worth.append(blocks if plan is None else plan.dp / per_block)
-        kinds.append(_run_kind(changes))
         self.out.simulated += 1
         dies = [at for at, up, parts in changes if not up and any(e[0] == "h" for e in parts)]
         if transport == "roce" and dies:
+            kinds.append("restart")
             return None, min(dies) - lead + ROCE_GIVE_UP_PS
+        kinds.append(_run_kind(changes))
         return step, step
 
     dry = type("Dry", (cp.Campaign,), {"_run_model": simulate})
@@ -1083,7 +1091,8 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
     steps there move by under half a percent, so the timeline is the real one within
     those shifts): the failures, states, iterations simulated and the blocks of 64
     their folds keep, per kind of run (``runs_by_kind``: a state's iteration, one a
-    failure falls into, one only repairs fall into: [runs, blocks' worth]).  A day
+    failure falls into, one only repairs fall into, RoCE's one whose QP errors and
+    restarts the job: [runs, blocks' worth]).  A day
     costs about the blocks kept in all times the CPU per block a measured campaign
     gives.  A second row per seed plans RoCE (every replica of a kept block run; its
     restarts as :func:`_dry_run` has them: an estimate of its timeline)."""
@@ -1144,6 +1153,97 @@ def _seeds(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
+#: campaign-profile: what the run loop's callees are grouped under (by function name)
+PROFILE_GROUPS = {
+    "_fill": "fill (max-min rates)",
+    "maxmin": "fill (max-min rates)",
+    "entries": "fill (max-min rates)",
+    "merge": "flows in and out of the arrays",
+    "index": "flows in and out of the arrays",
+    "unindex": "flows in and out of the arrays",
+    "component": "what a change reaches (component)",
+    "_route": "routes (QP draws, cached per model)",
+    "__init__": "flow objects made",
+    "_dcqcn_factor": "DCQCN",
+}
+
+
+def _profile_groups(st: Any) -> tuple[dict[str, float], dict[str, float], int]:
+    """A profiled flow-level run's time (``pstats.Stats`` ``st``) by group of the run
+    loop's callees, as shares of the run; the shares of the DCQCN trajectories, ECMP
+    draws and new routes within them; the flows made."""
+
+    raw: dict[Any, Any] = st.stats
+    loop = next(k for k in raw if k[2] == "_run" and k[0].endswith("model.py"))
+    total = raw[loop][3]
+    groups: dict[str, float] = {"run loop itself": raw[loop][2]}
+    for func, (_cc, _nc, _tt, _ct, callers) in raw.items():
+        if loop in callers:
+            name = PROFILE_GROUPS.get(func[2], "numpy and other calls in the loop")
+            groups[name] = groups.get(name, 0.0) + callers[loop][3]
+    inside = {
+        "DCQCN trajectories": sum(v[3] for k, v in raw.items() if k[2] == "dcqcn_share"),
+        "ECMP draws (ecmp_hash)": sum(v[3] for k, v in raw.items() if k[2] == "ecmp_hash"),
+        "new routes (_route_new)": sum(v[3] for k, v in raw.items() if k[2] == "_route_new"),
+    }
+    # the flow objects: the model's __init__ called most (once per flow made)
+    inits = [v[1] for k, v in raw.items() if k[2] == "__init__" and k[0].endswith("model.py")]
+    flows = max(inits, default=0)
+    return (
+        {k: round(v / total, 4) for k, v in sorted(groups.items())},
+        {k: round(v / total, 4) for k, v in inside.items()},
+        flows,
+    )
+
+
+def campaign_profile(transport: str) -> dict[str, Any]:
+    """One folded failure-free iteration of scenarios/training/campaign-131072.toml under
+    cProfile (module doc, ``campaign-profile``): CPU seconds of the campaign's set-up,
+    the folded model's build and its run, and the run's time by group of callees of
+    the run loop (PROFILE_GROUPS; ``run loop itself``: its own time), with the DCQCN
+    trajectories and ECMP draws within them."""
+    import cProfile
+    import pstats
+
+    from openmrc.flow import model as fm
+    from openmrc.pipeline import campaign as cp
+
+    c0 = time.process_time()
+    setup = cp.load(
+        str(ROOT / "scenarios" / "training" / "campaign-131072.toml"),
+        hours=1.0,
+        seed=1,
+        transports=[transport],
+    )
+    fj = setup.folds[transport]
+    c1 = time.process_time()
+    got = fj.folded(frozenset())
+    assert got is not None
+    model, _ = got
+    c2 = time.process_time()
+    prof = cProfile.Profile()
+    prof.enable()
+    res = model.run()
+    prof.disable()
+    c3 = time.process_time()
+    shares, inside, flows = _profile_groups(pstats.Stats(prof))
+    return {
+        "case": "campaign-profile",
+        "transport": transport,
+        "compiled": not str(fm.__file__).endswith(".py"),
+        "gpus": fj.tp * fj.pp * 2 * (fj.spec.hosts_per_t0 // fj.tp),
+        "step_ms": round(max(e for e in res.jobs[0].end if e is not None) / 1e9, 6),
+        "setup_cpu_s": round(c1 - c0, 2),
+        "build_cpu_s": round(c2 - c1, 2),
+        "run_cpu_s_profiled": round(c3 - c2, 2),
+        "flows_made": flows,
+        "events": res.events,
+        "share_of_run": shares,
+        "inside_share_of_run": inside,
+        "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -1163,6 +1263,7 @@ def main() -> int:
             *SCALED,
             "fold-check",
             "campaign-plan",
+            "campaign-profile",
         ],
     )
     ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
@@ -1253,6 +1354,10 @@ def main() -> int:
             dcqcn_arrivals()
         elif case == "campaign-plan":
             out += campaign_plan(_seeds(args.seeds), args.hours)
+        elif case == "campaign-profile":
+            row = campaign_profile(args.transport or "roce")
+            print(json.dumps(row), flush=True)
+            out.append(row)
         elif case == "fold-check":
             for tr in [args.transport] if args.transport else ["mrc", "roce"]:
                 row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe, args.narrow)
