@@ -936,6 +936,16 @@ def run_transport(setup: CampaignSetup, name: str, reuse: bool = True) -> Transp
     return c.run()
 
 
+#: the setup a forked worker of :func:`run` runs a transport of
+_FORKED: CampaignSetup | None = None
+
+
+def _run_forked(name: str, reuse: bool) -> TransportCampaign:
+    """A forked worker's transport campaign of the setup it inherited."""
+    assert _FORKED is not None
+    return run_transport(_FORKED, name, reuse)
+
+
 def run(setup: CampaignSetup, *, reuse: bool = True, parallel: bool = False) -> dict[str, Any]:
     """Every transport's campaign; the document (``campaign.json``, docs/campaign.md).
 
@@ -948,10 +958,16 @@ def run(setup: CampaignSetup, *, reuse: bool = True, parallel: bool = False) -> 
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=len(names), mp_context=ctx) as pool:
-            futures = {n: pool.submit(run_transport, setup, n, reuse) for n in names}
-            results = {n: f.result() for n, f in futures.items()}
+        # forked workers inherit the setup (the whole cluster's is some 100 MB pickled)
+        global _FORKED
+        _FORKED = setup
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=len(names), mp_context=ctx) as pool:
+                futures = {n: pool.submit(_run_forked, n, reuse) for n in names}
+                results = {n: f.result() for n, f in futures.items()}
+        finally:
+            _FORKED = None
     else:
         results = {n: run_transport(setup, n, reuse) for n in names}
     return document(setup, results)
