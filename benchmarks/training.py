@@ -75,6 +75,11 @@ Cases (``--case``, repeatable; default ``agreement``):
   goes (the run loop's callees, each with what it takes when the loop calls it; the
   DCQCN trajectories and the ECMP draws inside them).  Run it on the pure-Python
   sources: a compiled flow level is one opaque call to cProfile;
+* ``campaign-restart-cost`` - what a RoCE restart's iteration costs and how much of
+  it comes after the failure: that campaign on 2,048 GPUs (the results' 2,048-GPU
+  day: 64 T0s of 32 hosts, DP 32), folded, a host's NIC port failing at 10, 50 and
+  90 % of the step: CPU s of the whole run (the flow level runs until the last dead
+  QP's retries are out) and of the same run stopped at the failure;
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -1168,6 +1173,71 @@ PROFILE_GROUPS = {
 }
 
 
+#: campaign-restart-cost: the whole-cluster campaign's job on 2,048 GPUs (docs/results)
+RESTART_COST_SET = [
+    "fabric.t0s=64",
+    "fabric.hosts_per_t0=32",
+    "fabric.t1s=32",
+    "job.parallel.dp=32",
+    "job.model.global_batch=1024",
+]
+
+
+def campaign_restart_cost() -> list[dict[str, Any]]:
+    """RoCE restart iterations' cost (module doc, ``campaign-restart-cost``): per failure
+    offset, the CPU s of the folded iteration run to its end and stopped at the failure,
+    beside the failure-free iteration's."""
+    from openmrc.flow.model import FluidFault
+    from openmrc.pipeline import campaign as cp
+
+    setup = cp.load(
+        str(ROOT / "scenarios" / "training" / "campaign-131072.toml"),
+        RESTART_COST_SET,
+        hours=1.0,
+        seed=2,
+        transports=["roce"],
+    )
+    fj = setup.folds["roce"]
+
+    def built(parts: list[tuple[Any, ...]]) -> tuple[Any, Any]:
+        got = fj.folded(frozenset(parts))
+        assert got is not None
+        return got
+
+    c = time.process_time()
+    res = built([])[0].run()
+    healthy = time.process_time() - c
+    step = max(e for e in res.jobs[0].end if e is not None)
+    part = ("h", 5 * fj.spec.hosts_per_t0 + 3, 0)  # a host of block 5, plane 0
+    rows = []
+    for frac in (0.1, 0.5, 0.9):
+        at = round(step * frac)
+        cpu: dict[str, float] = {}
+        for until in (None, at):
+            model, to_fold = built([part])
+            e = to_fold(part)
+            model.add_fault(FluidFault(at, "nic_port_down", "", e[1], e[2]))
+            c = time.process_time()
+            r = model.run(until)
+            cpu["to_failure" if until else "whole"] = time.process_time() - c
+            if until is None:
+                end_s, ended = r.end_ps / 1e12, all(x is not None for x in r.jobs[0].end)
+        row = {
+            "case": "campaign-restart-cost",
+            "gpus": fj.gpus,
+            "failure_free_cpu_s": round(healthy, 2),
+            "failure_free_step_ms": round(step / 1e9, 6),
+            "failure_at_share_of_step": frac,
+            "iteration_ends": ended,
+            "gives_up_s": round(end_s, 6),
+            "cpu_s_whole_run": round(cpu["whole"], 2),
+            "cpu_s_to_failure": round(cpu["to_failure"], 2),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def _profile_groups(st: Any) -> tuple[dict[str, float], dict[str, float], int]:
     """A profiled flow-level run's time (``pstats.Stats`` ``st``) by group of the run
     loop's callees, as shares of the run; the shares of the DCQCN trajectories, ECMP
@@ -1264,6 +1334,7 @@ def main() -> int:
             "fold-check",
             "campaign-plan",
             "campaign-profile",
+            "campaign-restart-cost",
         ],
     )
     ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
@@ -1354,6 +1425,8 @@ def main() -> int:
             dcqcn_arrivals()
         elif case == "campaign-plan":
             out += campaign_plan(_seeds(args.seeds), args.hours)
+        elif case == "campaign-restart-cost":
+            out += campaign_restart_cost()
         elif case == "campaign-profile":
             row = campaign_profile(args.transport or "roce")
             print(json.dumps(row), flush=True)
