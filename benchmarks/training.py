@@ -69,6 +69,17 @@ Cases (``--case``, repeatable; default ``agreement``):
   blocks run with ``campaign.fold_replicas``, in blocks' worth (``replicas_run_*``), and
   the runs and blocks with ``campaign.fold_groups`` (``fold_groups_*``); MRC, and
   RoCE's with its restarts estimated (a host link down: the job restarts);
+* ``campaign-profile`` - one folded iteration of that campaign (``--transport``,
+  default RoCE; the failure-free state: 2 blocks, 4,096 GPUs) under cProfile: the
+  campaign's set-up, the folded model's build, its run, and where the run's time
+  goes (the run loop's callees, each with what it takes when the loop calls it; the
+  DCQCN trajectories and the ECMP draws inside them).  Run it on the pure-Python
+  sources: a compiled flow level is one opaque call to cProfile;
+* ``campaign-restart-cost`` - what a RoCE restart's iteration costs and how much of
+  it comes after the failure: that campaign on 2,048 GPUs (the results' 2,048-GPU
+  day: 64 T0s of 32 hosts, DP 32), folded, a host's NIC port failing at 10, 50 and
+  90 % of the step: CPU s of the whole run (the flow level runs until the last dead
+  QP's retries are out) and of the same run stopped at the failure;
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -1010,7 +1021,8 @@ PLAN_STEP_PS = {"mrc": 3_654_832_829_394, "roce": 3_656_112_000_000}
 
 def _run_kind(changes: Any) -> str:
     """What a simulated iteration is: ``state`` (nothing changes in it), ``down`` (a part
-    fails in it), ``up`` (only repairs)."""
+    fails in it), ``up`` (only repairs); :func:`_dry_run` calls a RoCE one whose QP
+    errors ``restart``."""
     if not changes:
         return "state"
     return "up" if all(up for _at, up, parts in changes if parts) else "down"
@@ -1045,11 +1057,12 @@ def _dry_run(
         plan = fj.plan(frozenset(every))
         kept.append(blocks if plan is None else len(plan.blocks))
         worth.append(blocks if plan is None else plan.dp / per_block)
-        kinds.append(_run_kind(changes))
         self.out.simulated += 1
         dies = [at for at, up, parts in changes if not up and any(e[0] == "h" for e in parts)]
         if transport == "roce" and dies:
+            kinds.append("restart")
             return None, min(dies) - lead + ROCE_GIVE_UP_PS
+        kinds.append(_run_kind(changes))
         return step, step
 
     dry = type("Dry", (cp.Campaign,), {"_run_model": simulate})
@@ -1083,7 +1096,8 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
     steps there move by under half a percent, so the timeline is the real one within
     those shifts): the failures, states, iterations simulated and the blocks of 64
     their folds keep, per kind of run (``runs_by_kind``: a state's iteration, one a
-    failure falls into, one only repairs fall into: [runs, blocks' worth]).  A day
+    failure falls into, one only repairs fall into, RoCE's one whose QP errors and
+    restarts the job: [runs, blocks' worth]).  A day
     costs about the blocks kept in all times the CPU per block a measured campaign
     gives.  A second row per seed plans RoCE (every replica of a kept block run; its
     restarts as :func:`_dry_run` has them: an estimate of its timeline)."""
@@ -1144,6 +1158,162 @@ def _seeds(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
+#: campaign-profile: what the run loop's callees are grouped under (by function name)
+PROFILE_GROUPS = {
+    "_fill": "fill (max-min rates)",
+    "maxmin": "fill (max-min rates)",
+    "entries": "fill (max-min rates)",
+    "merge": "flows in and out of the arrays",
+    "index": "flows in and out of the arrays",
+    "unindex": "flows in and out of the arrays",
+    "component": "what a change reaches (component)",
+    "_route": "routes (QP draws, cached per model)",
+    "__init__": "flow objects made",
+    "_dcqcn_factor": "DCQCN",
+}
+
+
+#: campaign-restart-cost: the whole-cluster campaign's job on 2,048 GPUs (docs/results)
+RESTART_COST_SET = [
+    "fabric.t0s=64",
+    "fabric.hosts_per_t0=32",
+    "fabric.t1s=32",
+    "job.parallel.dp=32",
+    "job.model.global_batch=1024",
+]
+
+
+def campaign_restart_cost() -> list[dict[str, Any]]:
+    """RoCE restart iterations' cost (module doc, ``campaign-restart-cost``): per failure
+    offset, the CPU s of the folded iteration run to its end and stopped at the failure,
+    beside the failure-free iteration's."""
+    from openmrc.flow.model import FluidFault
+    from openmrc.pipeline import campaign as cp
+
+    setup = cp.load(
+        str(ROOT / "scenarios" / "training" / "campaign-131072.toml"),
+        RESTART_COST_SET,
+        hours=1.0,
+        seed=2,
+        transports=["roce"],
+    )
+    fj = setup.folds["roce"]
+
+    def built(parts: list[tuple[Any, ...]]) -> tuple[Any, Any]:
+        got = fj.folded(frozenset(parts))
+        assert got is not None
+        return got
+
+    c = time.process_time()
+    res = built([])[0].run()
+    healthy = time.process_time() - c
+    step = max(e for e in res.jobs[0].end if e is not None)
+    part = ("h", 5 * fj.spec.hosts_per_t0 + 3, 0)  # a host of block 5, plane 0
+    rows = []
+    for frac in (0.1, 0.5, 0.9):
+        at = round(step * frac)
+        cpu: dict[str, float] = {}
+        for until in (None, at):
+            model, to_fold = built([part])
+            e = to_fold(part)
+            model.add_fault(FluidFault(at, "nic_port_down", "", e[1], e[2]))
+            c = time.process_time()
+            r = model.run(until)
+            cpu["to_failure" if until else "whole"] = time.process_time() - c
+            if until is None:
+                end_s, ended = r.end_ps / 1e12, all(x is not None for x in r.jobs[0].end)
+        row = {
+            "case": "campaign-restart-cost",
+            "gpus": fj.gpus,
+            "failure_free_cpu_s": round(healthy, 2),
+            "failure_free_step_ms": round(step / 1e9, 6),
+            "failure_at_share_of_step": frac,
+            "iteration_ends": ended,
+            "gives_up_s": round(end_s, 6),
+            "cpu_s_whole_run": round(cpu["whole"], 2),
+            "cpu_s_to_failure": round(cpu["to_failure"], 2),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def _profile_groups(st: Any) -> tuple[dict[str, float], dict[str, float], int]:
+    """A profiled flow-level run's time (``pstats.Stats`` ``st``) by group of the run
+    loop's callees, as shares of the run; the shares of the DCQCN trajectories, ECMP
+    draws and new routes within them; the flows made."""
+
+    raw: dict[Any, Any] = st.stats
+    loop = next(k for k in raw if k[2] == "_run" and k[0].endswith("model.py"))
+    total = raw[loop][3]
+    groups: dict[str, float] = {"run loop itself": raw[loop][2]}
+    for func, (_cc, _nc, _tt, _ct, callers) in raw.items():
+        if loop in callers:
+            name = PROFILE_GROUPS.get(func[2], "numpy and other calls in the loop")
+            groups[name] = groups.get(name, 0.0) + callers[loop][3]
+    inside = {
+        "DCQCN trajectories": sum(v[3] for k, v in raw.items() if k[2] == "dcqcn_share"),
+        "ECMP draws (ecmp_hash)": sum(v[3] for k, v in raw.items() if k[2] == "ecmp_hash"),
+        "new routes (_route_new)": sum(v[3] for k, v in raw.items() if k[2] == "_route_new"),
+    }
+    # the flow objects: the model's __init__ called most (once per flow made)
+    inits = [v[1] for k, v in raw.items() if k[2] == "__init__" and k[0].endswith("model.py")]
+    flows = max(inits, default=0)
+    return (
+        {k: round(v / total, 4) for k, v in sorted(groups.items())},
+        {k: round(v / total, 4) for k, v in inside.items()},
+        flows,
+    )
+
+
+def campaign_profile(transport: str) -> dict[str, Any]:
+    """One folded failure-free iteration of scenarios/training/campaign-131072.toml under
+    cProfile (module doc, ``campaign-profile``): CPU seconds of the campaign's set-up,
+    the folded model's build and its run, and the run's time by group of callees of
+    the run loop (PROFILE_GROUPS; ``run loop itself``: its own time), with the DCQCN
+    trajectories and ECMP draws within them."""
+    import cProfile
+    import pstats
+
+    from openmrc.flow import model as fm
+    from openmrc.pipeline import campaign as cp
+
+    c0 = time.process_time()
+    setup = cp.load(
+        str(ROOT / "scenarios" / "training" / "campaign-131072.toml"),
+        hours=1.0,
+        seed=1,
+        transports=[transport],
+    )
+    fj = setup.folds[transport]
+    c1 = time.process_time()
+    got = fj.folded(frozenset())
+    assert got is not None
+    model, _ = got
+    c2 = time.process_time()
+    prof = cProfile.Profile()
+    prof.enable()
+    res = model.run()
+    prof.disable()
+    c3 = time.process_time()
+    shares, inside, flows = _profile_groups(pstats.Stats(prof))
+    return {
+        "case": "campaign-profile",
+        "transport": transport,
+        "compiled": not str(fm.__file__).endswith(".py"),
+        "gpus": fj.tp * fj.pp * 2 * (fj.spec.hosts_per_t0 // fj.tp),
+        "step_ms": round(max(e for e in res.jobs[0].end if e is not None) / 1e9, 6),
+        "setup_cpu_s": round(c1 - c0, 2),
+        "build_cpu_s": round(c2 - c1, 2),
+        "run_cpu_s_profiled": round(c3 - c2, 2),
+        "flows_made": flows,
+        "events": res.events,
+        "share_of_run": shares,
+        "inside_share_of_run": inside,
+        "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -1163,6 +1333,8 @@ def main() -> int:
             *SCALED,
             "fold-check",
             "campaign-plan",
+            "campaign-profile",
+            "campaign-restart-cost",
         ],
     )
     ap.add_argument("--gpus", type=int, default=1024, help="flow-scale: GPUs (default 1024)")
@@ -1253,6 +1425,12 @@ def main() -> int:
             dcqcn_arrivals()
         elif case == "campaign-plan":
             out += campaign_plan(_seeds(args.seeds), args.hours)
+        elif case == "campaign-restart-cost":
+            out += campaign_restart_cost()
+        elif case == "campaign-profile":
+            row = campaign_profile(args.transport or "roce")
+            print(json.dumps(row), flush=True)
+            out.append(row)
         elif case == "fold-check":
             for tr in [args.transport] if args.transport else ["mrc", "roce"]:
                 row = fold_check(args.gpus, tr, max(0, args.fold), args.hpt, args.moe, args.narrow)

@@ -348,3 +348,21 @@ def test_monte_carlo_over_seeds_resumes(tmp_path: Path, capsys: pytest.CaptureFi
         g = agg["transports"][name]["goodput"]
         assert g["n"] == 4 and g["mean"] == pytest.approx(sum(goodputs) / 4)
         assert g["ci95"] is not None and g["ci95"] >= 0
+
+
+def test_transports_in_parallel_give_the_same_document() -> None:
+    # each transport's campaign in a process of its own: the same document as one after
+    # the other (the wall times in provenance aside), RoCE's restart and MRC's states too
+    setup = _setup(_events(), 1.8 / 3600)
+    one_by_one = cp.run(setup)
+    parallel = cp.run(setup, parallel=True)
+    assert _strip(parallel) == _strip(one_by_one)
+    assert list(parallel["transports"]) == ["mrc", "roce"]
+    assert parallel["transports"]["roce"]["restarts"]
+
+
+def test_parallel_is_refused_with_seeds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["campaign", str(EXAMPLE), "--parallel", "--seeds", "2"]) != 0
+    err = capsys.readouterr().err
+    assert "--parallel: runs one campaign's transports at once" in err
+    assert "Traceback" not in err

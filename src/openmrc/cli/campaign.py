@@ -24,6 +24,11 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds: must be >= 1, got {args.seeds}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+    if args.parallel and (args.seeds > 1 or args.dask or args.workers or args.packet_check):
+        raise UsageError(
+            "--parallel: runs one campaign's transports at once (not with --seeds, --workers, "
+            "--dask, --packet-check)"
+        )
     if args.packet_check and (args.seeds > 1 or args.dask or args.workers):
         raise UsageError(
             "--packet-check: checks one campaign (not with --seeds, --workers, --dask)"
@@ -45,7 +50,7 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
                 "(set campaign.fold = false on a job small enough for packets)"
             )
         return _packet_check(setup, out, args.json)
-    doc = campaign.run(setup)
+    doc = campaign.run(setup, parallel=args.parallel)
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
     else:
@@ -207,6 +212,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--dask",
         metavar="ADDRESS",
         help="with --seeds: run on Dask distributed, 'local' or a scheduler address",
+    )
+    cp.add_argument(
+        "--parallel",
+        action="store_true",
+        help="one campaign: each transport in a worker process of its own, at once (the same "
+        "document; the wall time of the slowest transport, on as many cores)",
     )
     cp.add_argument(
         "--packet-check",

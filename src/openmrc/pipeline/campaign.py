@@ -917,24 +917,59 @@ def model_factory(scenario: Any) -> Callable[[], FluidModel]:
     return make
 
 
-def run(setup: CampaignSetup, *, reuse: bool = True) -> dict[str, Any]:
-    """Every transport's campaign; the document (``campaign.json``, docs/campaign.md)."""
+def run_transport(setup: CampaignSetup, name: str, reuse: bool = True) -> TransportCampaign:
+    """One transport's campaign of ``setup`` (``name`` one of its transports)."""
+    sc = setup.scenarios[name]
+    fj = setup.folds.get(name)
+    c = Campaign(
+        name,
+        model_factory(sc) if fj is None else fj.whole_model,
+        setup.failures,
+        setup.config.hours,
+        setup.config.checkpoint_s,
+        setup.config.restart_s,
+        reuse=reuse,
+        folded=None if fj is None else fj.folded,
+        probe=None if fj is None else fj.fabric_model(),
+        groups=fj.groups if fj is not None and setup.config.fold_groups else None,
+    )
+    return c.run()
+
+
+#: the setup a forked worker of :func:`run` runs a transport of
+_FORKED: CampaignSetup | None = None
+
+
+def _run_forked(name: str, reuse: bool) -> TransportCampaign:
+    """A forked worker's transport campaign of the setup it inherited."""
+    assert _FORKED is not None
+    return run_transport(_FORKED, name, reuse)
+
+
+def run(setup: CampaignSetup, *, reuse: bool = True, parallel: bool = False) -> dict[str, Any]:
+    """Every transport's campaign; the document (``campaign.json``, docs/campaign.md).
+
+    ``parallel``: each transport's campaign in a worker process of its own, at once
+    (the transports share nothing, so the document is the same; the wall time is the
+    slowest transport's instead of their sum, on as many cores)."""
+    names = list(setup.scenarios)
     results: dict[str, TransportCampaign] = {}
-    for name, sc in setup.scenarios.items():
-        fj = setup.folds.get(name)
-        c = Campaign(
-            name,
-            model_factory(sc) if fj is None else fj.whole_model,
-            setup.failures,
-            setup.config.hours,
-            setup.config.checkpoint_s,
-            setup.config.restart_s,
-            reuse=reuse,
-            folded=None if fj is None else fj.folded,
-            probe=None if fj is None else fj.fabric_model(),
-            groups=fj.groups if fj is not None and setup.config.fold_groups else None,
-        )
-        results[name] = c.run()
+    if parallel and len(names) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # forked workers inherit the setup (the whole cluster's is some 100 MB pickled)
+        global _FORKED
+        _FORKED = setup
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=len(names), mp_context=ctx) as pool:
+                futures = {n: pool.submit(_run_forked, n, reuse) for n in names}
+                results = {n: f.result() for n, f in futures.items()}
+        finally:
+            _FORKED = None
+    else:
+        results = {n: run_transport(setup, n, reuse) for n in names}
     return document(setup, results)
 
 
@@ -1132,6 +1167,7 @@ __all__ = [
     "parse_config",
     "plot",
     "run",
+    "run_transport",
     "scripted_failures",
     "state_key",
     "summary_lines",
