@@ -8,12 +8,12 @@ per connection.  Each curve is busbw (nccl-tests' bus bandwidth) against the
 message size, one panel per random loss rate at every NIC ingress (0, 0.1 % and
 1 %).  The runs are the bundled scenario files of ``openmrc paper`` (the
 loss-free ``ring-allreduce-64-*`` and ``alltoall-64-*``), with only the message
-size and the loss fault set by ``--set`` overrides, so that every curve runs the
+size, the loss fault and a lossy run's cap set by ``--set`` overrides, so that every curve runs the
 transports exactly as the table's experiments configure them.
 
 Every run goes to the end of its collective.  A lossy run has a time cap (a
-RoCE QP waiting for its retransmission timeout may never finish): the full-size
-ring the table's (:func:`openmrc.paper.experiments.ring_lossy_cap_us`), the others
+RoCE QP waiting for its retransmission timeout may never finish): a full-size ring
+the table's (:func:`openmrc.paper.experiments.ring_lossy_cap_us`), every other run
 :data:`LOSS_CAP_US`.  A run not finished by its cap has no busbw, only the upper
 bound :func:`openmrc.paper.experiments.ring_run` gives it (the busbw it would have
 had had its last byte arrived at the cap): ``completed: false`` with
