@@ -322,8 +322,10 @@ def _series(fig: dict[str, Any], label: str, loss: float) -> list[Value] | None:
 
 def _settled(rule: Any, vals: list[Value]) -> bool:
     """Whether ``rule`` holds whatever the busbw of a run not finished is, from 0 to
-    its bound.  Each rule is a conjunction of comparisons each monotonic in each value,
-    so it holds over those ranges when it holds at each of their ends' combinations."""
+    its bound.  Each rule is a conjunction of comparisons each monotonic in each value
+    that can be unfinished (only a lossy run has a cap, and no rule divides by a lossy
+    run's busbw), so it holds over those ranges when it holds at each combination of
+    their ends."""
     choices = [(v,) if v is not None else (0.0, b) for v, b in vals]
     return all(bool(rule(*combo)) for combo in itertools.product(*choices))
 
