@@ -333,14 +333,19 @@ def _ring_doc(complete: bool, busbw: float, received: list[int], end_us: float) 
     }
 
 
-def test_moved_busbw_is_the_bytes_each_rank_received_over_the_time_run() -> None:
-    # 4 ranks received 4 x 1 MB in 100 us: 1 MB per rank, 80 Gb/s.
-    capped = _ring_doc(False, 0.0, [1_000_000] * 4, 100.0)
-    assert paper.busbw(capped) == 0.0
-    assert paper.moved_busbw(capped) == pytest.approx(80.0)
-    # A complete run is its own busbw, whatever its flows say.
-    assert paper.moved_busbw(_ring_doc(True, 123.0, [5] * 4, 7.0)) == 123.0
-    assert paper.moved_busbw(_ring_doc(False, 0.0, [0] * 4, 0.0)) == 0.0
+def test_the_lossy_ring_cap_keeps_a_not_finished_runs_bound_from_64mib_on() -> None:
+    # 50 ms up to 64 MiB, then scaled with the message: the bound of a 64-rank ring not
+    # finished by its cap (size x 2(n-1)/n / cap) is the same at 64 and 256 MiB.
+    mib = 1 << 20
+    assert paper.ring_lossy_cap_us(4 * mib) == paper.RING_LOSSY_CAP_US
+    assert paper.ring_lossy_cap_us(64 * mib) == paper.RING_LOSSY_CAP_US
+    assert paper.ring_lossy_cap_us(256 * mib) == 4 * paper.RING_LOSSY_CAP_US
+
+    def bound(size: int) -> float:
+        return size * 8 * (2 * 63 / 64) / (paper.ring_lossy_cap_us(size) * 1e3)
+
+    assert bound(64 * mib) == pytest.approx(21.1, abs=0.05)
+    assert bound(256 * mib) == pytest.approx(bound(64 * mib))
 
 
 def test_a_ring_that_did_not_finish_has_no_busbw_only_a_bound() -> None:

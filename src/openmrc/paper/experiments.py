@@ -147,29 +147,6 @@ def busbw(doc: Doc) -> float:
     return float(c.get("busbw_gbps") or 0.0)
 
 
-def moved_busbw(doc: Doc) -> float:
-    """The bytes each rank of a ring received over the time run, as a rate (Gb/s).
-
-    nccl-tests' busbw is algbw x the kind's factor, and that is exactly the bytes
-    each rank receives over the time taken (a ring all-reduce: every rank receives
-    ``2(n-1)/n`` of the size).  A complete collective gives its :func:`busbw`; one
-    stopped by ``run.until_us`` gives the bytes its ranks received by then, per
-    rank, over the time run.  Only ``openmrc paper --figures`` uses it, for its
-    largest ring cells; no shape of the table is measured this way (a first
-    stretch of a run says nothing of a stall that comes later).  0 when nothing
-    was received.
-    """
-    (c,) = doc["collectives"]
-    if c.get("complete"):
-        return busbw(doc)
-    end_us = float(doc.get("sim_end_us") or 0.0)
-    ranks = int(c.get("ranks") or 0)
-    if end_us <= 0 or ranks <= 0:
-        return 0.0
-    received = sum(int(f.get("bytes_received") or 0) for f in doc["flows"])
-    return received / ranks * 8 / (end_us * 1e3)
-
-
 @dataclass(frozen=True)
 class RingRun:
     """A collective run to its end or to its time cap: its busbw, or that it did not finish.
@@ -667,6 +644,15 @@ RING_LARGE = ('workload.size="256MiB"',)
 #: loss-free busbw (about 333 Gb/s) that the paper says MRC keeps.  A run that finishes
 #: earlier costs nothing more.
 RING_LOSSY_CAP_US = 50_000
+
+
+def ring_lossy_cap_us(size_bytes: int) -> int:
+    """The cap (simulated us) of a lossy full-size ring all-reduce of ``size_bytes``:
+    :data:`RING_LOSSY_CAP_US` up to 64 MiB, and from there scaled with the message, so
+    that the busbw bound of a run not finished by it stays the same 21.1 Gb/s at every
+    size (a 256 MiB ring moves four times the bytes of a 64 MiB one; at 50 ms a run
+    not finished would only be known below 84 Gb/s, which decides nothing at 1 %)."""
+    return RING_LOSSY_CAP_US * max(1, -(-size_bytes // (64 << 20)))
 
 
 def _ring(file: str, size: str, full_size: tuple[str, ...] = RING_FULL) -> Run:

@@ -8,13 +8,18 @@ per connection.  Each curve is busbw (nccl-tests' bus bandwidth) against the
 message size, one panel per random loss rate at every NIC ingress (0, 0.1 % and
 1 %).  The runs are the bundled scenario files of ``openmrc paper`` (the
 loss-free ``ring-allreduce-64-*`` and ``alltoall-64-*``), with only the message
-size and the loss fault set by ``--set`` overrides, so that every curve runs the
+size, the loss fault and a lossy run's cap set by ``--set`` overrides, so that every curve runs the
 transports exactly as the table's experiments configure them.
 
-A run that has not completed by its time cap (:data:`LOSS_CAP_US`, lossy runs
-only: a RoCE QP waiting for its retransmission timeout may never finish) has no
-busbw: it is plotted at 0 with a cross and flagged ``completed: false`` in the
-data.  Nothing here is fitted: the curves are what the simulator gives.
+Every run goes to the end of its collective.  A lossy run has a time cap (a
+RoCE QP waiting for its retransmission timeout may never finish): a full-size ring
+the table's (:func:`openmrc.paper.experiments.ring_lossy_cap_us`), every other run
+:data:`LOSS_CAP_US`.  A run not finished by its cap has no busbw, only the upper
+bound :func:`openmrc.paper.experiments.ring_run` gives it (the busbw it would have
+had had its last byte arrived at the cap): ``completed: false`` with
+``bound_gbps`` in the data, drawn at the bound with a downward triangle, and a
+shape is decided by such a run only when the bound settles it.  Nothing here is
+fitted: the curves are what the simulator gives.
 
 The runs go through the same resumable runner as the table
 (:mod:`openmrc.paper.run`): each written under ``OUT/points/`` as it finishes.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 import statistics
 from concurrent.futures import Executor
@@ -35,7 +41,7 @@ from typing import Any
 
 from ..sweep.runner import SweepOutcome, read_point, run_sweep
 from ..sweep.spec import Point
-from .experiments import QUICK_A2A, QUICK_RING, Run, busbw, moved_busbw
+from .experiments import QUICK_A2A, QUICK_RING, Run, ring_lossy_cap_us, ring_run
 from .run import parse_run, point_at
 
 
@@ -79,39 +85,32 @@ LOSSES: tuple[float, ...] = (0.0, 0.001, 0.01)
 #: channel (32 KiB to 2 MiB); an all-to-all sends size / 64 to every peer (64 KiB to
 #: 4 MiB).  The ring is latency-bound up to 16 MiB (a step's 128 KiB per channel take
 #: 2.6 us at 400 Gb/s against about 6.5 us of latency) and the all-to-all an open-loop
-#: burst at 4 MiB (16 packets per peer); the paper's curves separate above that.
+#: burst at 4 MiB (16 packets per peer); the paper's curves separate above that.  Every
+#: run goes to the end of its collective (a first stretch of a run says nothing of a
+#: stall that comes later): a 64-rank 256 MiB ring all-reduce moves 32 GiB through the
+#: simulator, an all-to-all 4 GiB per 64 MiB of message.
 SIZES: tuple[str, ...] = ("4MiB", "16MiB", "64MiB", "256MiB")
-
-#: From this size on (full size, ring all-reduce only) every run, of every transport
-#: and loss rate, stops at :data:`MOVED_CAP_US` and is measured by the bytes it moved
-#: by then (:func:`openmrc.paper.experiments.moved_busbw`), as the table's full-size ring
-#: all-reduces are: a whole 64-rank 256 MiB all-reduce moves 32 GiB through the
-#: simulator.  The all-to-all runs to completion at every size, as the table's
-#: does: its busbw is set by its slowest transfers, which the bytes moved in a first
-#: millisecond do not see (measured 2026-11-26: capped so, RoCE 1 QP moved 378 Gb/s
-#: against MRC's 359 at 64 and 256 MiB, where run to completion at 64 MiB the table
-#: has MRC 355 against RoCE 213 to 270), and moves 4 GiB per 64 MiB of message.
-MOVED_FROM = "64MiB"
-MOVED_CAP_US = 1000
 
 #: Quick size (the tests): the table's own reductions (the ring and the all-to-all on
 #: 16 ranks, 4 T0s) and smaller messages.
 QUICK_SIZES: tuple[str, ...] = ("64KiB", "256KiB", "1MiB", "4MiB")
 QUICK_FABRIC: dict[int, tuple[str, ...]] = {16: QUICK_RING, 17: QUICK_A2A}
 
-#: Simulated-time cap of a lossy run (us), as the bundled loss files use.
+#: Simulated-time cap of a lossy run (us), as the bundled loss files use (the full-size
+#: ring all-reduce: the table's, :func:`openmrc.paper.experiments.ring_lossy_cap_us`).
 LOSS_CAP_US = {False: 20_000, True: 2_000}
 
 
-def loss_overrides(loss: float, quick: bool) -> tuple[str, ...]:
-    """The ``--set`` overrides of a loss rate: the bundled loss files' fault, and their cap."""
+def loss_overrides(loss: float, quick: bool, cap_us: int | None = None) -> tuple[str, ...]:
+    """The ``--set`` overrides of a loss rate: the bundled loss files' fault, and their
+    cap (``cap_us`` instead, when given)."""
     if loss == 0:
         return ()
     fault = (
         f'faults=[{{at_us = 0, kind = "link_loss", links = "host", direction = "down", '
         f"probability = {loss!r}}}]"
     )
-    return (fault, f"run.until_us={LOSS_CAP_US[quick]}")
+    return (fault, f"run.until_us={LOSS_CAP_US[quick] if cap_us is None else cap_us}")
 
 
 @dataclass(frozen=True)
@@ -123,19 +122,20 @@ class Cell:
     loss: float
     size: str
 
-    def moved(self, quick: bool) -> bool:
-        """Whether this cell's runs stop at :data:`MOVED_CAP_US` by design and are
-        measured by the bytes moved (full size, ring all-reduce, from
-        :data:`MOVED_FROM` on)."""
-        return not quick and self.figure == 16 and _bytes(self.size) >= _bytes(MOVED_FROM)
+    def cap_us(self, quick: bool) -> int | None:
+        """The simulated-time cap of this cell's runs (us); None: loss-free, no cap (the
+        collective ends)."""
+        if self.loss == 0:
+            return None
+        if self.figure == 16 and not quick:
+            return ring_lossy_cap_us(_bytes(self.size))
+        return LOSS_CAP_US[quick]
 
     def run(self, quick: bool) -> Run:
         """The bundled file with this cell's overrides."""
         fig = next(f for f in FIGURES if f.number == self.figure)
         fabric = QUICK_FABRIC[self.figure] if quick else ()
-        loss = loss_overrides(self.loss, quick)
-        if self.moved(quick):
-            loss = (*loss[:1], f"run.until_us={MOVED_CAP_US}")
+        loss = loss_overrides(self.loss, quick, self.cap_us(quick))
         return Run(
             fig.curves[self.curve], always=(f'workload.size="{self.size}"', *loss), quick=fabric
         )
@@ -204,14 +204,16 @@ def _size_bytes(overrides: tuple[str, ...]) -> int:
     return 0
 
 
-def run_summary(doc: dict[str, Any], moved: bool) -> dict[str, Any]:
-    """One run's point: its busbw (``moved``: by the bytes moved by the cap, and then
-    it counts as completed: it ran the time it was meant to)."""
-    (c,) = doc["collectives"]
+def run_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """One run's point: its busbw when the collective finished (else None), and the
+    upper bound of its busbw (:func:`openmrc.paper.experiments.ring_run`: the busbw
+    itself when finished, else what it would have been had the last byte arrived at
+    the cap; None when the run stopped at time 0)."""
+    r = ring_run(doc)
     return {
-        "busbw_gbps": moved_busbw(doc) if moved else busbw(doc),
-        "completed": moved or bool(c.get("busbw_gbps")),
-        "moved": moved,
+        "busbw_gbps": r.busbw,
+        "bound_gbps": r.bound if r.bound != float("inf") else None,
+        "completed": r.finished,
         "sim_end_us": doc["sim_end_us"],
         "timeouts": sum(int(f.get("timeouts") or 0) for f in doc["flows"]),
         "evs_assumed_bad": sum(int(f.get("evs_assumed_bad") or 0) for f in doc["flows"]),
@@ -228,9 +230,7 @@ def collect(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> dict[str
         if stored is None or stored.get("status") != "ok":
             missing.append({"cell": cell.__dict__, "seed": p.seed})
             continue
-        rows.setdefault(cell, []).append(
-            {"seed": p.seed, **run_summary(stored["record"], cell.moved(quick))}
-        )
+        rows.setdefault(cell, []).append({"seed": p.seed, **run_summary(stored["record"])})
     sizes = list(QUICK_SIZES if quick else SIZES)
     figs = []
     for f in FIGURES:
@@ -238,16 +238,21 @@ def collect(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> dict[str
         for curve in f.curves:
             for loss in LOSSES:
                 runs = [rows.get(Cell(f.number, curve, loss, s), []) for s in sizes]
+                done = [bool(rs) and all(r["completed"] for r in rs) for rs in runs]
                 curves.append(
                     {
                         "label": curve,
                         "file": f.curves[curve],
                         "loss": loss,
+                        # the mean over seeds when every seed finished, else None
                         "busbw_gbps": [
-                            statistics.fmean(r["busbw_gbps"] for r in rs) if rs else None
-                            for rs in runs
+                            statistics.fmean(r["busbw_gbps"] for r in rs) if ok else None
+                            for rs, ok in zip(runs, done, strict=True)
                         ],
-                        "completed": [bool(rs) and all(r["completed"] for r in rs) for rs in runs],
+                        # the mean's upper bound (the mean itself when every seed
+                        # finished); None when a run is missing or stopped at time 0
+                        "bound_gbps": [_mean_bound(rs) for rs in runs],
+                        "completed": done,
                         "runs": runs,
                     }
                 )
@@ -257,6 +262,15 @@ def collect(out: Path, items: list[tuple[Cell, Point]], quick: bool) -> dict[str
     doc = {"quick": quick, "losses": list(LOSSES), "figures": figs, "missing": missing}
     doc["shapes"] = [dataclasses.asdict(sh) for sh in figure_shapes(doc)]
     return doc
+
+
+def _mean_bound(runs: list[dict[str, Any]]) -> float | None:
+    """The mean over seeds of each run's busbw or, not finished, its bound: an upper
+    bound of the mean busbw.  None when there is no run or one has no bound."""
+    bounds = [r["bound_gbps"] for r in runs]
+    if not bounds or any(b is None for b in bounds):
+        return None
+    return statistics.fmean(bounds)
 
 
 #: How many of the largest message sizes count as bandwidth-bound in the shape checks:
@@ -276,21 +290,50 @@ class FigureShape:
     paper: str
     #: what is checked, with its bound
     check: str
-    #: None: a run it needs is not there (a loss rate or size not run)
+    #: None: a run it needs is not there (a loss rate or size not run); False also when a
+    #: run not finished by its cap leaves it undecided
     holds: bool | None
+    #: the values compared, Gb/s (``<21``: not finished by its cap, busbw below 21)
     numbers: str
 
 
-def _series(fig: dict[str, Any], label: str, loss: float) -> list[float] | None:
-    """A curve's busbw per size (a run that did not complete counts 0), or None when
-    that curve or one of its runs is missing."""
+#: A curve's value at one size: its busbw (None: a run did not finish) and the upper
+#: bound of its busbw (the busbw itself when every run finished).
+Value = tuple[float | None, float]
+
+
+def _series(fig: dict[str, Any], label: str, loss: float) -> list[Value] | None:
+    """A curve's :data:`Value` per size, or None when that curve or one of its runs is
+    missing (or a run has no bound: it stopped at time 0)."""
     for c in fig["curves"]:
         if c["label"] == label and c["loss"] == loss:
-            ys = c["busbw_gbps"]
-            if any(y is None for y in ys):
-                return None
-            return [float(y) if ok else 0.0 for y, ok in zip(ys, c["completed"], strict=True)]
+            ys, bounds = c["busbw_gbps"], c.get("bound_gbps", c["busbw_gbps"])
+            out: list[Value] = []
+            for y, b, ok in zip(ys, bounds, c["completed"], strict=True):
+                if ok and y is not None:
+                    out.append((float(y), float(y)))
+                elif b is None:
+                    return None
+                else:
+                    out.append((None, float(b)))
+            return out
     return None
+
+
+def _settled(rule: Any, vals: list[Value]) -> bool:
+    """Whether ``rule`` holds whatever the busbw of a run not finished is, from 0 to
+    its bound.  Each rule is a conjunction of comparisons each monotonic in each value
+    that can be unfinished (only a lossy run has a cap, and no rule divides by a lossy
+    run's busbw), so it holds over those ranges when it holds at each combination of
+    their ends."""
+    choices = [(v,) if v is not None else (0.0, b) for v, b in vals]
+    return all(bool(rule(*combo)) for combo in itertools.product(*choices))
+
+
+def _words(v: Value) -> str:
+    """``312`` or ``<21`` (not finished: below its bound)."""
+    y, b = v
+    return f"{y:.0f}" if y is not None else f"<{b:.0f}"
 
 
 def _shape(
@@ -302,7 +345,8 @@ def _shape(
     idx: list[int],
     rule: Any,
 ) -> FigureShape:
-    """Evaluate ``rule`` (curves' values at one size -> bool) at every size in ``idx``."""
+    """Evaluate ``rule`` (curves' values at one size -> bool) at every size in ``idx``; a
+    run not finished decides it only when its bound settles it (:func:`_settled`)."""
     got = [_series(fig, label, loss) for label, loss in curves]
     sizes = fig["sizes"]
     if any(g is None for g in got):
@@ -311,8 +355,8 @@ def _shape(
     words = []
     for i in idx:
         vals = [g[i] for g in got if g is not None]
-        ok = ok and bool(rule(*vals))
-        words.append(f"{sizes[i]}: " + " / ".join(f"{v:.0f}" for v in vals))
+        ok = _settled(rule, vals) and ok
+        words.append(f"{sizes[i]}: " + " / ".join(_words(v) for v in vals))
     legend = " / ".join(f"{label} {100 * loss:g} %" for label, loss in curves)
     return FigureShape(
         fig["figure"], name, paper, check, ok, f"{legend} (Gb/s): " + "; ".join(words)
@@ -476,13 +520,26 @@ def plot(fig: dict[str, Any], path: Path, quick: bool) -> Path:
     panels, axes = plt.subplots(1, len(LOSSES), figsize=(4.2 * len(LOSSES), 3.6), sharey=True)
     for ax, loss in zip(axes, LOSSES, strict=True):
         for c in (c for c in fig["curves"] if c["loss"] == loss):
-            ys = [0.0 if y is None else y for y in c["busbw_gbps"]]
+            # the line joins finished cells only; a cell not finished is drawn at its
+            # bound with a downward triangle (its busbw is below it), a missing one not
+            ys = [float("nan") if y is None else y for y in c["busbw_gbps"]]
             colour = COLOURS.get(c["label"], "#7f7f7f")
             style = STYLES.get(c["label"], "-")
             ax.plot(sizes, ys, style, marker="o", color=colour, label=c["label"])
-            bad = [(x, y) for x, y, ok in zip(sizes, ys, c["completed"], strict=True) if not ok]
+            bounds = c.get("bound_gbps", c["busbw_gbps"])
+            bad = [
+                (x, b)
+                for x, b, ok in zip(sizes, bounds, c["completed"], strict=True)
+                if not ok and b is not None
+            ]
             if bad:
-                ax.plot(*zip(*bad, strict=True), "x", color=colour, markersize=9)
+                ax.plot(
+                    *zip(*bad, strict=True),
+                    "v",
+                    color=colour,
+                    markerfacecolor="none",
+                    markersize=9,
+                )
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, fig["sizes"])
         ax.set_title(f"{100 * loss:g} % loss")
@@ -491,7 +548,10 @@ def plot(fig: dict[str, Any], path: Path, quick: bool) -> Path:
     axes[0].set_ylabel("busbw (Gb/s)")
     axes[0].legend(fontsize="small")
     where = "quick size" if quick else "64 ranks"
-    panels.suptitle(f"Figure {fig['figure']}: {fig['collective']} ({where}); x: did not complete")
+    panels.suptitle(
+        f"Figure {fig['figure']}: {fig['collective']} ({where}); "
+        "\u25bd: not finished by its cap, busbw below the mark"
+    )
     panels.tight_layout()
     panels.savefig(path, dpi=110)
     plt.close(panels)
@@ -522,7 +582,8 @@ def write(out: Path, doc: dict[str, Any]) -> list[Path]:
     cs = out / "figures.csv"
     with cs.open("w", newline="") as fh:
         fields = ["figure", "collective", "transport", "loss_pct", "size", "seed"]
-        fields += ["busbw_gbps", "completed", "moved", "sim_end_us", "timeouts", "evs_assumed_bad"]
+        fields += ["busbw_gbps", "bound_gbps", "completed", "sim_end_us", "timeouts"]
+        fields += ["evs_assumed_bad"]
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
@@ -550,8 +611,13 @@ def render_html(doc: dict[str, Any], pngs: list[Path]) -> str:
         rows = "\n".join(
             f"<tr><th scope='row'>{esc(c['label'])}</th><td>{100 * c['loss']:g} %</td>"
             + "".join(
-                "<td>-</td>" if y is None else f"<td>{y:.0f}{'' if ok else ' (x)'}</td>"
-                for y, ok in zip(c["busbw_gbps"], c["completed"], strict=True)
+                _cell_html(y, b, ok)
+                for y, b, ok in zip(
+                    c["busbw_gbps"],
+                    c.get("bound_gbps", c["busbw_gbps"]),
+                    c["completed"],
+                    strict=True,
+                )
             )
             + "</tr>"
             for c in fig["curves"]
@@ -584,10 +650,12 @@ img {{ max-width: 100%; }}
 </style></head>
 <body>
 <h1>The paper's Figures 16 and 17 ({size})</h1>
-<p>busbw (Gb/s) against message size; (x): the run did not complete by its cap
-(plotted at 0). At the full size, from {MOVED_FROM} on, every ring all-reduce run stops at
-{MOVED_CAP_US} us by design and its busbw is the bytes it moved by then
-("moved" in the data). Data: figures.json, figures.csv.</p>
+<p>busbw (Gb/s) against message size, each run to the end of its collective.
+"not finished (&lt; N)": a run did not finish by its time cap and has no busbw,
+only the upper bound N (the busbw had its last byte arrived at the cap; the real one
+is lower, finishing later or never), drawn as a hollow downward triangle at N. A
+published shape is decided by such a run only when the bound settles it.
+Data: figures.json, figures.csv.</p>
 {chr(10).join(parts)}
 </body></html>
 """
@@ -604,13 +672,21 @@ def format_text(doc: dict[str, Any]) -> str:
         )
         for c in fig["curves"]:
             vals = [
-                "-" if y is None else (f"{y:.0f}" if ok else f"{y:.0f}*")
-                for y, ok in zip(c["busbw_gbps"], c["completed"], strict=True)
+                f"{y:.0f}" if ok and y is not None else ("-" if b is None else f"<{b:.0f}")
+                for y, b, ok in zip(
+                    c["busbw_gbps"],
+                    c.get("bound_gbps", c["busbw_gbps"]),
+                    c["completed"],
+                    strict=True,
+                )
             ]
             lines.append(
                 f"  {c['label']:12} {100 * c['loss']:4g} % loss: {' '.join(f'{v:>6}' for v in vals)}"
             )
-    lines.append("  (*: did not complete within the cap)")
+    lines.append(
+        "  (<N: not finished by its cap, no busbw: below N, what it would have been had its "
+        "last byte arrived at the cap; -: not run)"
+    )
     shapes = doc["shapes"]
     held = sum(1 for sh in shapes if sh["holds"])
     lines.append(f"Published shapes: {held} of {len(shapes)} hold")
@@ -619,6 +695,15 @@ def format_text(doc: dict[str, Any]) -> str:
             f"  [{_verdict(sh['holds'])}] Figure {sh['figure']}, {sh['check']}: {sh['numbers']}"
         )
     return "\n".join(lines)
+
+
+def _cell_html(y: float | None, bound: float | None, ok: bool) -> str:
+    """A table cell: the busbw, ``not finished (< N)``, or ``-`` (not run)."""
+    if ok and y is not None:
+        return f"<td>{y:.0f}</td>"
+    if bound is None:
+        return "<td>-</td>"
+    return f"<td>not finished (&lt; {bound:.0f})</td>"
 
 
 def _verdict(holds: bool | None) -> str:
