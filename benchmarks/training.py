@@ -58,7 +58,8 @@ Cases (``--case``, repeatable; default ``agreement``):
   replica);
 * ``flow-moe-8192`` / ``flow-moe-32768`` / ``flow-moe-131072`` (``flow-scale --moe``) -
   the same with scenarios/training/moe-ep-128.toml placed packed (TP 8, PP 2, EP 8
-  across servers, 8 micro-batches per replica, its T1 link failure);
+  across servers, 8 micro-batches per replica, its T1 link failure); ``--micro N``:
+  N micro-batches per replica instead (a shorter iteration of the same shape);
 * ``fold-check`` - the GPT-like (``--moe``: MoE) job widened to ``--gpus`` on
   ``--hpt`` hosts per T0 (default 32), run whole and folded: both steps and how far
   apart every kept task starts and ends (MRC: 0 ps).
@@ -709,15 +710,16 @@ SCALED = {
 }
 
 
-def scaled_data(gpus: int, moe: bool = False) -> tuple[dict[str, Any], Path]:
+def scaled_data(gpus: int, moe: bool = False, micro: int = 0) -> tuple[dict[str, Any], Path]:
     """gpt3-175b-1024.toml (``moe``: moe-ep-128.toml, placed packed) widened by DP to
-    ``gpus`` GPUs on the paper's switch radix, its micro-batches per replica kept."""
+    ``gpus`` GPUs on the paper's switch radix, its micro-batches per replica kept
+    (``micro`` > 0: that many instead)."""
     if gpus % 256 or gpus < 256:
         raise SystemExit(f"--gpus: {gpus} is not a multiple of 256 (one T0's hosts)")
     data, base = _scenario_data("moe-ep-128.toml" if moe else "gpt3-175b-1024.toml")
     d = copy.deepcopy(data)
     job = d["job"]
-    per_replica = job["model"]["global_batch"] // job["parallel"]["dp"]
+    per_replica = micro or job["model"]["global_batch"] // job["parallel"]["dp"]
     d["fabric"].update(t0s=gpus // 256, hosts_per_t0=256, t1s=256)
     dp = gpus // (job["parallel"]["tp"] * job["parallel"]["pp"])
     job["parallel"]["dp"] = dp
@@ -726,7 +728,9 @@ def scaled_data(gpus: int, moe: bool = False) -> tuple[dict[str, Any], Path]:
     return d, base
 
 
-def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> dict[str, Any]:
+def scaled_one(
+    gpus: int, transport: str, fold: int = 1, moe: bool = False, micro: int = 0
+) -> dict[str, Any]:
     """One iteration of the widened job with one transport, in this process.
 
     ``fold`` >= 0: folded (openmrc.flow.fold) with that margin, when the job folds;
@@ -736,7 +740,7 @@ def scaled_one(gpus: int, transport: str, fold: int = 1, moe: bool = False) -> d
     from openmrc.pipeline.jobrun import fluid_model, ideal_step_ps, job_row
     from openmrc.topology import ClosSpec
 
-    data, base = scaled_data(gpus, moe)
+    data, base = scaled_data(gpus, moe, micro)
     per_replica = data["job"]["model"]["global_batch"] // data["job"]["parallel"]["dp"]
     data["transport"] = {**data.get("transport", {}), "name": transport}
     data.setdefault("run", {})["mode"] = "flow"
@@ -911,13 +915,13 @@ def fold_check(
 
 
 def scaled(
-    case: str, gpus: int, transports: list[str], fold: int = 1, moe: bool = False
+    case: str, gpus: int, transports: list[str], fold: int = 1, moe: bool = False, micro: int = 0
 ) -> list[dict[str, Any]]:
     """The widened job with each transport, each in a fresh process (its own peak memory)."""
     rows = []
     for tr in transports:
         cmd = [sys.executable, __file__, "--case", "flow-scale", "--gpus", str(gpus)]
-        cmd += ["--fold", str(fold)] + (["--moe"] if moe else [])
+        cmd += ["--fold", str(fold), "--micro", str(micro)] + (["--moe"] if moe else [])
         got = subprocess.run(
             [*cmd, "--transport", tr, "--in-process"], capture_output=True, text=True
         )
@@ -1358,6 +1362,12 @@ def main() -> int:
         help="flow-scale / flow-N: fold the DP replicas (openmrc.flow.fold) keeping this "
         "many blocks either side of a fault's (default 1); -1: simulate every replica",
     )
+    ap.add_argument(
+        "--micro",
+        type=int,
+        default=0,
+        help="flow-scale / flow-N: micro-batches per replica (default: the scenario's)",
+    )
     ap.add_argument("--seeds", default="1-2", help="agreement: seeds A-B (default 1-2)")
     ap.add_argument(
         "--flips",
@@ -1439,11 +1449,11 @@ def main() -> int:
         elif case == "flow-scale" or case in SCALED:
             gpus, moe = SCALED.get(case, (args.gpus, args.moe))
             if args.in_process:
-                row = scaled_one(gpus, args.transport or "mrc", args.fold, moe)
+                row = scaled_one(gpus, args.transport or "mrc", args.fold, moe, args.micro)
                 print(json.dumps(row), flush=True)
                 continue
             trs = [args.transport] if args.transport else ["mrc", "roce"]
-            out += scaled(case, gpus, trs, args.fold, moe)
+            out += scaled(case, gpus, trs, args.fold, moe, args.micro)
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)
