@@ -368,6 +368,43 @@ def test_post_target_of_a_new_object_and_a_fresh_simulator(
     assert log[-1] == ("afresh", 1)
 
 
+@native
+def test_post_target_of_a_native_object_at_a_freed_owners_address() -> None:
+    # A registered object is freed and a native switch (its entity kept in the
+    # object, not the table) is made at its address and given another entity: a
+    # post bound to the switch from the freed object's entity runs for the switch's.
+    assert kernel is not None
+    log: list[tuple[str, int]] = []
+
+    class Sw(kernel.Switch):  # type: ignore[misc,name-defined]
+        __slots__ = ()
+
+        def note(self, tag: str) -> None:
+            log.append((tag, sim.cur))
+
+    # a plain object of the switch's size, so that the switch may take its address
+    words = (Sw.__basicsize__ - object.__basicsize__) // 8
+    plain = type("Plain", (), {"__slots__": tuple(f"f{i}" for i in range(words))})
+    assert plain.__basicsize__ == Sw.__basicsize__
+    for _ in range(50):
+        sim = kernel.Simulator(1)
+        o = plain()
+        addr = id(o)
+        ea, eb = sim.add_entity([o]), sim.add_entity([])
+        del o
+        sw = Sw.__new__(Sw)
+        if id(sw) != addr:
+            continue
+        sim.set_entity(sw, eb)
+        sim.cur = ea  # as if an event of ea ran
+        sim.post(5, sw.note, "from ea")
+        sim.cur = 0
+        sim.run()
+        assert log == [("from ea", eb)]
+        return
+    pytest.skip("the allocator never reused the freed address")
+
+
 @IMPLS
 def test_callback_exception_propagates(impl: tuple[str, Any, Any, Any, Any]) -> None:
     sim = impl[1](1)

@@ -326,17 +326,11 @@ static inline int32_t *ent_slot(PyObject *o)
     return NULL;
 }
 
-/* The entity registered for object o (by address, or in the native object), or -1. */
-static inline int64_t ent_lookup(SimObject *s, PyObject *o)
+/* The entity the address table holds for address k, or -1. */
+static inline int64_t ent_table_get(SimObject *s, uintptr_t k)
 {
-    if (o == NULL)
-        return -1;
-    int32_t *slot = ent_slot(o);
-    if (slot != NULL)
-        return (int64_t)*slot - 1;
     if (s->ecap == 0)
         return -1;
-    uintptr_t k = (uintptr_t)o;
     size_t mask = (size_t)s->ecap - 1;
     size_t i = (size_t)(((uint64_t)k >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
     for (;;) {
@@ -347,6 +341,17 @@ static inline int64_t ent_lookup(SimObject *s, PyObject *o)
             return -1;
         i = (i + 1) & mask;
     }
+}
+
+/* The entity registered for object o (by address, or in the native object), or -1. */
+static inline int64_t ent_lookup(SimObject *s, PyObject *o)
+{
+    if (o == NULL)
+        return -1;
+    int32_t *slot = ent_slot(o);
+    if (slot != NULL)
+        return (int64_t)*slot - 1;
+    return ent_table_get(s, (uintptr_t)o);
 }
 
 /* Map k to v in the table (keys, vals, cap); the entity k had, or -1 (a new key). */
@@ -370,6 +375,12 @@ static int ent_set(SimObject *s, PyObject *o, int32_t e)
     int32_t *slot = ent_slot(o);
     if (slot != NULL) {
         *slot = e + 1;
+        /* A table entry at this address is a freed object's (ids are reused): its
+         * entity's owner must not name the address, or a post bound to o from that
+         * entity would run for it instead of e. */
+        int64_t old = ent_table_get(s, (uintptr_t)o);
+        if (old >= 0 && s->ents[old].owner == (uintptr_t)o)
+            s->ents[old].owner = 0;
         return 0;
     }
     if (4 * (s->ecount + 1) > 3 * s->ecap) {

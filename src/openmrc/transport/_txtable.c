@@ -1548,10 +1548,11 @@ native_rotate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* nothing GOOD: the EV in slot i anyway, and the slot after it next */
     {
-        Py_ssize_t j = i + 1 < n ? i + 1 : 0, at, k, e;
+        Py_ssize_t j, at, k, e;
         at = seq_index(i, n, "list");
         if (at < 0)
             goto done;
+        j = i + 1 < n ? i + 1 : 0; /* -n <= i < n here: no overflow */
         k = as_index(PyList_GET_ITEM(slots, at), &err);
         if (err)
             goto done;
