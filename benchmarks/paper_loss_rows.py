@@ -29,7 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from openmrc.paper.experiments import PaperExperiment, Run, select
+from openmrc.paper.experiments import (
+    RING_LOSSY_CAP_US,
+    PaperExperiment,
+    Run,
+    ring_lossy_cap_us,
+    select,
+)
 from openmrc.paper.run import make_point
 from openmrc.sweep.runner import run_point
 
@@ -40,9 +46,10 @@ DEFAULT_ONLY = "ring-loss1,ring-loss1-roce-16qp,ring-mrc-loss0.1"
 def sized(run: Run, size: str | None) -> Run:
     """``run`` with its full-size ``workload.size`` replaced by ``size`` (None: as is).
 
-    A lossy run keeps its cap only when the size is the experiment's own: at another
-    size the cap is scaled with the bytes moved (four times the size, four times the
-    cap), so that a run that finishes at the own size is not cut short at a larger one.
+    A lossy ring's cap is :func:`~openmrc.paper.experiments.ring_lossy_cap_us` of the
+    new size (the cap ``openmrc paper`` gives that size), so that a run that finishes at
+    the experiment's own size is not cut short at a larger one.  Another capped run is
+    refused: this script scales only the rings' cap.
     """
     if size is None:
         return run
@@ -51,8 +58,9 @@ def sized(run: Run, size: str | None) -> Run:
         if s.startswith("workload.size="):
             full.append(f'workload.size="{size}"')
         elif s.startswith("run.until_us="):
-            old = int(s.split("=", 1)[1])
-            full.append(f"run.until_us={old * max(1, _mib(size) // 64)}")
+            if int(s.split("=", 1)[1]) != RING_LOSSY_CAP_US:
+                raise SystemExit(f"--size: {run.file} has a cap other than a lossy ring's")
+            full.append(f"run.until_us={ring_lossy_cap_us(_mib(size) << 20)}")
         else:
             full.append(s)
     return dataclasses.replace(run, full=tuple(full))
