@@ -35,7 +35,7 @@ from ..sim.experiment import Experiment, TransportConfig
 from ..sim.flows import Flow
 from ..topology import ClosSpec
 from ..workloads import FlowSpec
-from .fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
+from .fabric import SETUPS, BaselineFabric, BaselineFabricConfig, BaselinePort, baseline_configs
 from .roce import (
     Cnp,
     CnpPacer,
@@ -47,7 +47,6 @@ from .roce import (
 )
 
 if TYPE_CHECKING:
-    from ..sim.port import EgressPort
     from ..wire.packets import Packet
 
 
@@ -58,7 +57,7 @@ class BaselineHost:
         self.sim = sim
         self.fabric = fabric
         self.index = index
-        self.ports: list[EgressPort] = fabric.host_ports[index]
+        self.ports: list[BaselinePort] = fabric.host_ports[index]  # type: ignore[assignment]
         #: sending QPs by qp id, and per plane in round-robin order
         self.senders: dict[int, RoceSender] = {}
         self.plane_senders: list[list[RoceSender]] = [[] for _ in self.ports]
@@ -133,14 +132,19 @@ class BaselineHost:
         plane = self._planes.get(snd)
         if plane is None:
             return  # retired
-        self.note_timeout(snd)
-        was = snd in self._waiting
+        d = snd.deadline()  # note_timeout(), inlined: this runs for every packet sent
+        if d is not None:
+            lb = self._timeout_lb.get(snd)
+            if lb is None or d < lb:
+                self._timeout_lb[snd] = d
+                heappush(self._timeouts, (d, snd.qp, snd))
+        waiting = self._waiting
         if snd.ready():
-            if not was:
-                self._waiting.add(snd)
+            if snd not in waiting:
+                waiting.add(snd)
                 self._nwaiting[plane] += 1
-        elif was:
-            self._waiting.discard(snd)
+        elif snd in waiting:
+            waiting.discard(snd)
             self._nwaiting[plane] -= 1
 
     def retire(self, snd: RoceSender) -> None:
@@ -177,9 +181,11 @@ class BaselineHost:
             rcv = self.receivers.get(pkt.dqpn)
             if rcv is None:
                 return
-            port = self.ports[plane]
-            for reply in rcv.receive(pkt, now):
-                port.enqueue(reply)
+            replies = rcv.receive(pkt, now)
+            if replies:
+                accept = self.ports[plane].accept
+                for reply in replies:
+                    accept(reply, None)
             self.last_rx = rcv.qp
             if self.on_data is not None:
                 self.on_data(self, now)
@@ -275,6 +281,7 @@ class BaselineHost:
     def kick(self, now: int) -> None:
         """Give every free port a packet from its next ready QP; re-arm pump and timer."""
         wake: int | None = None
+        nwaiting = self._nwaiting
         for plane, port in enumerate(self.ports):
             qps = self.plane_senders[plane]
             if not qps:
@@ -283,18 +290,21 @@ class BaselineHost:
             while True:
                 if not port.up:
                     break
-                if port.busy_until > now or port.data_bytes:
+                busy = port.busy_until
+                if busy > now or port.data_bytes:
                     # busy, paused or out of credit: look again when it should be free
-                    t = port.busy_until if port.busy_until > now else now + 100_000
-                    if port.data_bytes:
-                        t = max(t, port.drain_time())
-                    if self._nwaiting[plane]:
-                        wake = t if wake is None or t < wake else wake
+                    if nwaiting[plane]:
+                        t = busy if busy > now else now + 100_000
+                        if port.data_bytes:
+                            t = max(t, port.drain_time())
+                        if wake is None or t < wake:
+                            wake = t
                     break
-                if not self._nwaiting[plane]:
+                if not nwaiting[plane]:
                     break
                 seqs = self._plane_seqs[plane]
-                start = bisect_left(seqs, self._rr[plane])
+                rr = self._rr
+                start = bisect_left(seqs, rr[plane])
                 chosen = None
                 for i in range(n):
                     j = start + i
@@ -307,14 +317,17 @@ class BaselineHost:
                             chosen = q
                             seq = seqs[j]
                             # the next scan starts after it, or at the first QP if it
-                            # is the last in the order
-                            self._rr[plane] = seq + 1 if seq < self._last_seq(plane) else 0
+                            # is the last in the order (_last_seq, inlined)
+                            last = self._passed_last[plane]
+                            if seqs[-1] > last:
+                                last = seqs[-1]
+                            rr[plane] = seq + 1 if seq < last else 0
                             break
                         if wake is None or t < wake:
                             wake = t
                 if chosen is None:
                     break
-                port.enqueue(chosen.build(now))
+                port.accept(chosen.build(now), None)
                 self.refresh(chosen)
         if wake is not None and (self._pump_at is None or wake < self._pump_at):
             at = wake if wake > now else now + 1
@@ -431,7 +444,10 @@ class BaselineExperiment(Experiment):
         return [flow] if flow is not None and flow in flows else []
 
     def _rx_complete(self, flow: Flow) -> bool:
-        return sum(r.messages for r in flow.receivers) >= flow.nmsgs  # type: ignore[attr-defined]
+        got = 0
+        for r in flow.receivers:  # type: ignore[attr-defined]
+            got += r.messages
+        return got >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: Flow) -> int | None:
         receivers = flow.receivers  # type: ignore[attr-defined]
