@@ -419,6 +419,8 @@ class BaselineExperiment(Experiment):
         self._roce_cfgs: dict[str, RoceConfig] = {}
         #: the flow of each receiving QP (:meth:`_rx_candidates`)
         self._rx_flows: dict[int, Flow] = {}
+        #: per host: its list of watched flows as last seen, its length then, and a set of it
+        self._rx_watch_sets: dict[int, tuple[list[Flow], list[int], set[Flow]]] = {}
         super().__init__(
             spec,
             fabric_config,
@@ -457,7 +459,18 @@ class BaselineExperiment(Experiment):
     def _rx_candidates(self, host: Any, flows: list[Flow]) -> list[Flow]:
         # only the flow whose QP the packet reached can have completed with it
         flow = self._rx_flows.get(host.last_rx)
-        return [flow] if flow is not None and flow in flows else []
+        if flow is None:
+            return []
+        # whether it is among ``flows`` (the host's watched flows, hundreds in an
+        # all-to-all): a set beside the list, brought up to date when the list was
+        # replaced (a new object) or grew (flows are only appended to it in place)
+        seen = self._rx_watch_sets.get(host.index)
+        if seen is None or seen[0] is not flows:
+            seen = self._rx_watch_sets[host.index] = (flows, [len(flows)], set(flows))
+        elif seen[1][0] != len(flows):
+            seen[2].update(flows[seen[1][0] :])
+            seen[1][0] = len(flows)
+        return [flow] if flow in seen[2] else []
 
     def _rx_complete(self, flow: Flow) -> bool:
         got = 0
@@ -467,7 +480,12 @@ class BaselineExperiment(Experiment):
 
     def _received_bytes(self, flow: Flow) -> int | None:
         receivers = flow.receivers  # type: ignore[attr-defined]
-        return sum(r.rcvd_bytes for r in receivers) if receivers else None
+        if not receivers:
+            return None
+        got = 0
+        for r in receivers:
+            got += r.rcvd_bytes
+        return got
 
     def _delivered(self, flow: Flow) -> bytes | bytearray | None:
         return flow.dst_buf  # type: ignore[attr-defined,no-any-return]
