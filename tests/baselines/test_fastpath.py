@@ -110,13 +110,16 @@ def test_watched_flow_set_follows_the_list() -> None:
         last_rx = 1
 
     host = Host()
-    flows: list[Any] = []
+    filler: list[Any] = [object() for _ in range(10)]  # long enough for the set, not a scan
+    flows: list[Any] = list(filler)
     assert exp._rx_candidates(host, flows) == []
     flows.append(fy)
     assert exp._rx_candidates(host, flows) == []
     flows.append(fx)  # grew in place
     assert exp._rx_candidates(host, flows) == [fx]
-    flows2 = [fy]  # replaced
+    flows2: list[Any] = [*filler, fy]  # replaced
     assert exp._rx_candidates(host, flows2) == []
     host.last_rx = 2
     assert exp._rx_candidates(host, flows2) == [fy]
+    assert exp._rx_candidates(host, [fy]) == [fy]  # a short list
+    assert exp._rx_candidates(host, [fx]) == []

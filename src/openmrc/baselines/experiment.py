@@ -461,6 +461,8 @@ class BaselineExperiment(Experiment):
         flow = self._rx_flows.get(host.last_rx)
         if flow is None:
             return []
+        if len(flows) <= 8:  # a short list: scanning it is cheaper than the set
+            return [flow] if flow in flows else []
         # whether it is among ``flows`` (the host's watched flows, hundreds in an
         # all-to-all): a set beside the list, brought up to date when the list was
         # replaced (a new object) or grew (flows are only appended to it in place)
