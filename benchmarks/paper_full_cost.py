@@ -12,9 +12,16 @@ the wall time is about that), without running anything::
 
 A run's cost is the mean over the seeds measured of ``cpu_seconds`` (or, where a
 results file has only ``wall_seconds``, that: an upper bound of the CPU) from the
-``--measured`` files' ``runs`` lists, matched by scenario file and overrides; a
-``--cost FILE=SECONDS`` gives it for every seed of a run not measured (all runs of
-that file); a run with neither is reported and counted as 0.
+``--measured`` files' ``runs`` lists, matched by scenario file and overrides (a run
+measured to the end of its collective under another ``run.until_us`` cap matches
+too: the cap did not cut it, so it costs the same); a ``--cost FILE=SECONDS`` gives
+it for every seed of a run not measured (all runs of that file); a run with neither
+is reported and counted as 0.  ``--scale FILE=FACTOR`` multiplies the cost of every
+run of that file, measured or given (for runs measured before a speed-up that a
+paired benchmark measured: ``sim_speed.py --vs-ref``).
+
+It also prints the two lower bounds of any order on W workers, the total over W and
+the longest run, so the replayed makespan shows what the order itself costs.
 """
 
 from __future__ import annotations
@@ -29,13 +36,25 @@ from openmrc.paper.experiments import EXPERIMENTS
 from openmrc.paper.run import plan
 
 
+def uncapped(overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """``overrides`` without a ``run.until_us`` cap."""
+    return tuple(o for o in overrides if not o.startswith("run.until_us="))
+
+
 def measured_costs(paths: list[Path]) -> dict[tuple[str, tuple[str, ...]], list[float]]:
-    """Every measured run's CPU seconds, by (scenario file, overrides)."""
+    """Every measured run's CPU seconds, by (scenario file, overrides); a run that
+    finished its collective also under its overrides without the cap."""
     out: dict[tuple[str, tuple[str, ...]], list[float]] = {}
     for p in paths:
-        for r in json.loads(p.read_text())["runs"]:
-            cost = r.get("cpu_seconds", r.get("wall_seconds"))
-            out.setdefault((r["run"], tuple(r["overrides"])), []).append(float(cost))
+        doc = json.loads(p.read_text())
+        if "runs" not in doc:
+            raise SystemExit(f"--measured {p}: no 'runs' list (not a paper_loss_rows.py file)")
+        for r in doc["runs"]:
+            cost = float(r.get("cpu_seconds", r.get("wall_seconds")))
+            over = tuple(r["overrides"])
+            out.setdefault((r["run"], over), []).append(cost)
+            if r.get("complete") and uncapped(over) != over:
+                out.setdefault((r["run"], ("finished", *uncapped(over))), []).append(cost)
     return out
 
 
@@ -48,11 +67,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--cost", action="append", default=[], help="FILE=SECONDS for a run not measured"
     )
+    p.add_argument(
+        "--scale", action="append", default=[], help="FILE=FACTOR: every run of FILE costs FACTOR x"
+    )
     a = p.parse_args(argv)
-    given = {}
-    for c in a.cost:
-        name, _, secs = c.partition("=")
-        given[name] = float(secs)
+    given: dict[str, float] = {}
+    scale: dict[str, float] = {}
+    for opt, c, into in [("--cost", c, given) for c in a.cost] + [
+        ("--scale", c, scale) for c in a.scale
+    ]:
+        name, eq, val = c.partition("=")
+        try:
+            into[name] = float(val)
+        except ValueError:
+            raise SystemExit(f"{opt} {c!r}: expected FILE=NUMBER") from None
+        if not eq or into[name] < 0:
+            raise SystemExit(f"{opt} {c!r}: expected FILE=NUMBER (a non-negative number)")
     measured = measured_costs(a.measured)
     pl = plan(list(EXPERIMENTS), False, a.seeds)
     per_run: dict[tuple[str, tuple[str, ...]], tuple[float, str]] = {}
@@ -61,10 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     for pt in pl.points:
         key = (pt.name, tuple(pt.overrides))
         if key not in per_run:
+            finished = (pt.name, ("finished", *uncapped(key[1])))
+            f = scale.get(pt.name, 1.0)
+            how = "" if f == 1.0 else f" x{f:g}"
             if key in measured:
-                per_run[key] = (statistics.mean(measured[key]), "measured")
+                per_run[key] = (f * statistics.mean(measured[key]), "measured" + how)
+            elif finished in measured:
+                per_run[key] = (f * statistics.mean(measured[finished]), "measured" + how)
             elif pt.name in given:
-                per_run[key] = (given[pt.name], "given")
+                per_run[key] = (f * given[pt.name], "given" + how)
             else:
                 per_run[key] = (0.0, "unknown")
                 missing.add(pt.name)
@@ -74,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     for c in costs:  # in the plan's order: the next run goes to the first free worker
         heapq.heappush(workers, heapq.heappop(workers) + c)
     for (name, over), (c, how) in sorted(per_run.items(), key=lambda kv: -kv[1][0]):
-        print(f"{c:8.1f} s  {how:8s}  {name} {' '.join(over)}")
+        print(f"{c:8.1f} s  {how:14s}  {name} {' '.join(over)}")
     total = sum(costs)
+    bound = max(total / a.workers, max(costs, default=0.0))
     print(
         f"{len(costs)} runs over {a.seeds} seeds: {total:.0f} CPU s in all; "
-        f"on {a.workers} workers the last ends at {max(workers):.0f} s ({max(workers) / 60:.1f} min)"
+        f"on {a.workers} workers the last ends at {max(workers):.0f} s ({max(workers) / 60:.1f} min); "
+        f"no order does better than {bound:.0f} s ({bound / 60:.1f} min)"
     )
     if missing:
         print("no cost for (counted as 0):", ", ".join(sorted(missing)))

@@ -35,7 +35,7 @@ from ..sim.experiment import Experiment, TransportConfig
 from ..sim.flows import Flow
 from ..topology import ClosSpec
 from ..workloads import FlowSpec
-from .fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
+from .fabric import SETUPS, BaselineFabric, BaselineFabricConfig, BaselinePort, baseline_configs
 from .roce import (
     Cnp,
     CnpPacer,
@@ -47,7 +47,6 @@ from .roce import (
 )
 
 if TYPE_CHECKING:
-    from ..sim.port import EgressPort
     from ..wire.packets import Packet
 
 
@@ -58,7 +57,7 @@ class BaselineHost:
         self.sim = sim
         self.fabric = fabric
         self.index = index
-        self.ports: list[EgressPort] = fabric.host_ports[index]
+        self.ports: list[BaselinePort] = fabric.host_ports[index]  # type: ignore[assignment]
         #: sending QPs by qp id, and per plane in round-robin order
         self.senders: dict[int, RoceSender] = {}
         self.plane_senders: list[list[RoceSender]] = [[] for _ in self.ports]
@@ -99,6 +98,11 @@ class BaselineHost:
         self.on_activity: Callable[[BaselineHost, int], None] | None = None
         #: called after every data packet received (arrival of watched flows).
         self.on_data: Callable[[BaselineHost, int], None] | None = None
+        #: the flow of each registered sending QP, and what to tell when one of them
+        #: has completions to poll: the experiment then looks at that flow only, not
+        #: at every flow the host sends (hundreds in a 64-rank all-to-all) per ACK
+        self.tx_flows: dict[RoceSender, Any] = {}
+        self.note_completions: Callable[[Any], None] | None = None
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     def add_sender(self, snd: RoceSender, plane: int) -> None:
@@ -133,14 +137,19 @@ class BaselineHost:
         plane = self._planes.get(snd)
         if plane is None:
             return  # retired
-        self.note_timeout(snd)
-        was = snd in self._waiting
+        d = snd.deadline()  # note_timeout(), inlined: this runs for every packet sent
+        if d is not None:
+            lb = self._timeout_lb.get(snd)
+            if lb is None or d < lb:
+                self._timeout_lb[snd] = d
+                heappush(self._timeouts, (d, snd.qp, snd))
+        waiting = self._waiting
         if snd.ready():
-            if not was:
-                self._waiting.add(snd)
+            if snd not in waiting:
+                waiting.add(snd)
                 self._nwaiting[plane] += 1
-        elif was:
-            self._waiting.discard(snd)
+        elif snd in waiting:
+            waiting.discard(snd)
             self._nwaiting[plane] -= 1
 
     def retire(self, snd: RoceSender) -> None:
@@ -154,6 +163,7 @@ class BaselineHost:
         """
         if self.senders.pop(snd.qp, None) is None:
             return
+        self.tx_flows.pop(snd, None)
         self._timeout_lb.pop(snd, None)  # its heap entries are dropped at the top
         plane = self._planes.pop(snd)
         if snd in self._waiting:
@@ -177,9 +187,11 @@ class BaselineHost:
             rcv = self.receivers.get(pkt.dqpn)
             if rcv is None:
                 return
-            port = self.ports[plane]
-            for reply in rcv.receive(pkt, now):
-                port.enqueue(reply)
+            replies = rcv.receive(pkt, now)
+            if replies:
+                accept = self.ports[plane].accept
+                for reply in replies:
+                    accept(reply, None)
             self.last_rx = rcv.qp
             if self.on_data is not None:
                 self.on_data(self, now)
@@ -189,6 +201,8 @@ class BaselineHost:
             if snd is None:
                 return
             snd.receive(pkt, now)
+            if snd.completed:
+                self._note(snd)
             if snd.idle():
                 self.retire(snd)
             else:
@@ -196,6 +210,12 @@ class BaselineHost:
             self.kick(now)
             if self.on_activity is not None:
                 self.on_activity(self, now)
+
+    def _note(self, snd: RoceSender) -> None:
+        """``snd`` has completions to poll: tell the experiment which flow."""
+        flow = self.tx_flows.get(snd)
+        if flow is not None and self.note_completions is not None:
+            self.note_completions(flow)
 
     def _on_link(self, plane: int, up: bool, now: int) -> None:
         self.kick(now)
@@ -207,6 +227,8 @@ class BaselineHost:
         now = self.sim.now
         for snd in self.due_senders(now):
             snd.on_timer(now)
+            if snd.completed:
+                self._note(snd)
             self.refresh(snd)
         self.kick(now)
         if self.on_activity is not None:
@@ -275,6 +297,7 @@ class BaselineHost:
     def kick(self, now: int) -> None:
         """Give every free port a packet from its next ready QP; re-arm pump and timer."""
         wake: int | None = None
+        nwaiting = self._nwaiting
         for plane, port in enumerate(self.ports):
             qps = self.plane_senders[plane]
             if not qps:
@@ -283,18 +306,21 @@ class BaselineHost:
             while True:
                 if not port.up:
                     break
-                if port.busy_until > now or port.data_bytes:
+                busy = port.busy_until
+                if busy > now or port.data_bytes:
                     # busy, paused or out of credit: look again when it should be free
-                    t = port.busy_until if port.busy_until > now else now + 100_000
-                    if port.data_bytes:
-                        t = max(t, port.drain_time())
-                    if self._nwaiting[plane]:
-                        wake = t if wake is None or t < wake else wake
+                    if nwaiting[plane]:
+                        t = busy if busy > now else now + 100_000
+                        if port.data_bytes:
+                            t = max(t, port.drain_time())
+                        if wake is None or t < wake:
+                            wake = t
                     break
-                if not self._nwaiting[plane]:
+                if not nwaiting[plane]:
                     break
                 seqs = self._plane_seqs[plane]
-                start = bisect_left(seqs, self._rr[plane])
+                rr = self._rr
+                start = bisect_left(seqs, rr[plane])
                 chosen = None
                 for i in range(n):
                     j = start + i
@@ -307,14 +333,17 @@ class BaselineHost:
                             chosen = q
                             seq = seqs[j]
                             # the next scan starts after it, or at the first QP if it
-                            # is the last in the order
-                            self._rr[plane] = seq + 1 if seq < self._last_seq(plane) else 0
+                            # is the last in the order (_last_seq, inlined)
+                            last = self._passed_last[plane]
+                            if seqs[-1] > last:
+                                last = seqs[-1]
+                            rr[plane] = seq + 1 if seq < last else 0
                             break
                         if wake is None or t < wake:
                             wake = t
                 if chosen is None:
                     break
-                port.enqueue(chosen.build(now))
+                port.accept(chosen.build(now), None)
                 self.refresh(chosen)
         if wake is not None and (self._pump_at is None or wake < self._pump_at):
             at = wake if wake > now else now + 1
@@ -390,6 +419,8 @@ class BaselineExperiment(Experiment):
         self._roce_cfgs: dict[str, RoceConfig] = {}
         #: the flow of each receiving QP (:meth:`_rx_candidates`)
         self._rx_flows: dict[int, Flow] = {}
+        #: per host: its list of watched flows as last seen, its length then, and a set of it
+        self._rx_watch_sets: dict[int, tuple[list[Flow], list[int], set[Flow]]] = {}
         super().__init__(
             spec,
             fabric_config,
@@ -428,14 +459,35 @@ class BaselineExperiment(Experiment):
     def _rx_candidates(self, host: Any, flows: list[Flow]) -> list[Flow]:
         # only the flow whose QP the packet reached can have completed with it
         flow = self._rx_flows.get(host.last_rx)
-        return [flow] if flow is not None and flow in flows else []
+        if flow is None:
+            return []
+        if len(flows) <= 8:  # a short list: scanning it is cheaper than the set
+            return [flow] if flow in flows else []
+        # whether it is among ``flows`` (the host's watched flows, hundreds in an
+        # all-to-all): a set beside the list, brought up to date when the list was
+        # replaced (a new object) or grew (flows are only appended to it in place)
+        seen = self._rx_watch_sets.get(host.index)
+        if seen is None or seen[0] is not flows:
+            seen = self._rx_watch_sets[host.index] = (flows, [len(flows)], set(flows))
+        elif seen[1][0] != len(flows):
+            seen[2].update(flows[seen[1][0] :])
+            seen[1][0] = len(flows)
+        return [flow] if flow in seen[2] else []
 
     def _rx_complete(self, flow: Flow) -> bool:
-        return sum(r.messages for r in flow.receivers) >= flow.nmsgs  # type: ignore[attr-defined]
+        got = 0
+        for r in flow.receivers:  # type: ignore[attr-defined]
+            got += r.messages
+        return got >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: Flow) -> int | None:
         receivers = flow.receivers  # type: ignore[attr-defined]
-        return sum(r.rcvd_bytes for r in receivers) if receivers else None
+        if not receivers:
+            return None
+        got = 0
+        for r in receivers:
+            got += r.rcvd_bytes
+        return got
 
     def _delivered(self, flow: Flow) -> bytes | bytearray | None:
         return flow.dst_buf  # type: ignore[attr-defined,no-any-return]
@@ -561,14 +613,37 @@ class BaselineExperiment(Experiment):
             if snd.idle():
                 src.pass_over(i % planes)
             else:
+                src.tx_flows[snd] = flow
                 src.add_sender(snd, i % planes)
         flow.pending = n
         flow.nmsgs = n
         flow.status = "running"
+        # Completions are reported, not polled: the host notes the flow whose QP
+        # completed (BaselineHost.note_completions) and the experiment's activity
+        # hook looks at those flows only, in start order (what polling every flow
+        # found, without the scan).  A new flow is looked at on the next activity.
+        flow.order = next(self._order)
+        self._news_for(spec.src)[flow] = None
+        if src.note_completions is None:
+            src.note_completions = self._completion_noter(spec.src)
+        src.on_activity = self._activity
         self._sending.setdefault(spec.src, []).append(flow)
         if flow.watch_rx:
             self._watch_rx(flow, spec.dst)
         src.kick(now)
+
+    def _completion_noter(self, src: int) -> Callable[[Any], None]:
+        """What host ``src`` calls when a flow's QP has completions: the flow has news,
+        and the host reports its next activity."""
+        news = self._news_for(src)
+        host = self.hosts[src]
+        hook = self._activity
+
+        def note(flow: Any) -> None:
+            news[flow] = None
+            host.on_activity = hook
+
+        return note
 
     def _roce_for(self, spec: FlowSpec) -> RoceConfig:
         """The RoCE config of a flow: the experiment's, with its own settings and QP count."""

@@ -207,7 +207,11 @@ class BaselinePort(PyEgressPort):
         self.accept(pkt, None)
 
     def accept(self, pkt: Packet, via: BaselinePort | None) -> None:
-        """Queue ``pkt``, which arrived through the upstream port ``via`` (None: local)."""
+        """Queue ``pkt``, which arrived through the upstream port ``via`` (None: local).
+
+        The per-packet path: the upstream port's PFC accounting (:meth:`charge`) is
+        inlined here, as are :meth:`discharge` and the wire in :meth:`_tx_free`.
+        """
         wb = pkt.size + self.framing
         is_data = isinstance(pkt, DataPacket)
         if not self.up:
@@ -224,9 +228,23 @@ class BaselinePort(PyEgressPort):
             self.prio_bytes = p
             q = p + self.data_bytes
         else:
-            if via is not None and via.fc and not via.charge(wb):
-                self.pfc_drops += 1
-                return
+            if via is not None:
+                fc = via.fc
+                if fc == FC_PFC:  # charge(), inlined
+                    ing = via.ing_bytes + wb
+                    if ing > via.xoff + via.headroom:
+                        self.pfc_drops += 1
+                        return
+                    via.ing_bytes = ing
+                    if ing > via.max_ing_bytes:
+                        via.max_ing_bytes = ing
+                    if not via.pause_sent and ing >= via.xoff:
+                        via.pause_sent = True
+                        via.pause_frames += 1
+                        self.sim.after(via.delay, via.set_paused, True)
+                elif fc and not via.charge(wb):
+                    self.pfc_drops += 1
+                    return
             q = self.data_bytes
             if q + wb > self.data_limit:
                 self.drops_full += 1
@@ -253,14 +271,21 @@ class BaselinePort(PyEgressPort):
         return True
 
     def _tx_free(self) -> None:
-        """Start the next packet: control first, then data unless paused or out of credit."""
+        """Start the next packet: control first, then data unless paused or out of credit.
+
+        The wire (:meth:`~openmrc.sim.port.PyEgressPort._put_on_wire`: serialize,
+        count, impair, schedule the arrival) is inlined: this runs for every packet
+        on every link of the fabric.
+        """
+        data = self.data
+        paused = self.paused
         if self.prio:
             pkt = self.prio.popleft()
             wb = pkt.size + self.framing
             self.prio_bytes -= wb
             is_data = False
-        elif self.data and not self.paused:
-            pkt = self.data[0]
+        elif data and not paused:
+            pkt = data[0]
             wb = pkt.size + self.framing
             if self.fc == FC_CREDIT:
                 if self.credits < wb:
@@ -268,7 +293,7 @@ class BaselinePort(PyEgressPort):
                     self.txev = None
                     return
                 self.credits -= wb
-            self.data.popleft()
+            data.popleft()
             via = self.ingress.popleft()
             q = self.data_bytes
             self.data_bytes = q - wb
@@ -280,15 +305,34 @@ class BaselinePort(PyEgressPort):
                     pkt.ecn = True
                     self.ecn_marks += 1
             if via is not None:
-                via.discharge(wb)
+                fc = via.fc
+                if fc == FC_PFC:  # discharge(), inlined
+                    ing = via.ing_bytes - wb
+                    via.ing_bytes = ing
+                    if via.pause_sent and ing <= via.xon:
+                        via.pause_sent = False
+                        self.sim.after(via.delay, via.set_paused, False)
+                elif fc:
+                    via.discharge(wb)
             is_data = True
         else:
             self.txev = None
             return
-        if not self._put_on_wire(pkt, wb, self.sim.now) and is_data:
-            self.refund(wb)
-        end = self.busy_until
-        if self.prio or self._can_send_data():
+        # the wire: PyEgressPort._put_on_wire, inlined
+        end = self.sim.now - (-wb * self._num // self._den)
+        self.busy_until = end
+        self.tx_pkts += 1
+        self.tx_bytes += wb
+        if self.impaired and self._impair():
+            if is_data:
+                self.refund(wb)
+        else:
+            self._push(end + self.delay, self.rx, (pkt, self, self.epoch))
+        if self.prio or (
+            data
+            and not paused
+            and (self.fc != FC_CREDIT or self.credits >= data[0].size + self.framing)
+        ):
             self.txev = self._push(end, self._tx_free, ())
         else:
             self.txev = None
@@ -399,7 +443,11 @@ class BaselinePort(PyEgressPort):
 _FWD: Any = PySwitch.forwarding  # type: ignore[misc]
 
 
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
 def _mix(x: int) -> int:
+    """A 64-bit finalizer (splitmix's): the ECMP hash of a 5-tuple and the switch seeds."""
     x &= 0xFFFFFFFFFFFFFFFF
     x ^= x >> 33
     x = (x * 0xFF51AFD7ED558CCD) & 0xFFFFFFFFFFFFFFFF
@@ -477,7 +525,15 @@ class DestSwitch(PySwitch):
                         if out is None or load < best:
                             out, best = port, load
             elif n:
-                out = cand[self.ecmp_index(pkt.src, dst, pkt.sport, n)]  # type: ignore[attr-defined]
+                # ecmp_index(), inlined (the _mix of the 5-tuple hash)
+                x = (
+                    self.seed ^ (pkt.src << 40) ^ (dst << 20) ^ (pkt.sport << 1) ^ 4791  # type: ignore[attr-defined]
+                ) & _M64
+                x ^= x >> 33
+                x = (x * 0xFF51AFD7ED558CCD) & _M64
+                x ^= x >> 33
+                x = (x * 0xC4CEB9FE1A85EC53) & _M64
+                out = cand[(x ^ (x >> 33)) % n]
             else:
                 out = None
             if out is None:

@@ -1,0 +1,125 @@
+"""The RoCE/IB baseline's per-packet shortcuts compute what the plain forms compute.
+
+The fabric's hot path inlines the ECMP hash and the PFC accounting, the NIC reports
+send completions per flow instead of the experiment polling every flow, and the
+arrival check keeps a set beside each host's list of watched flows.  Each test here
+checks one of them against the plain computation it replaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openmrc.baselines.experiment import BaselineExperiment
+from openmrc.baselines.fabric import FC_PFC, BaselineFabric, BaselinePort, DestSwitch
+from openmrc.baselines.roce import RoceData
+from openmrc.sim.engine import Simulator
+from openmrc.sim.experiment import TransportConfig
+from openmrc.sim.factory import make_experiment
+from openmrc.topology import ClosSpec, Topology
+from openmrc.workloads import FlowSpec
+
+SMALL = ClosSpec(planes=1, t0s=4, hosts_per_t0=4, t1s=4)
+
+
+def _sink(pkt: Any, via: Any, epoch: int) -> None:
+    """The far end of a port under test: takes whatever arrives."""
+
+
+def test_routed_uplink_is_the_ecmp_index() -> None:
+    """DestSwitch.receive's inlined hash picks the uplink ecmp_index names."""
+    sim = Simulator()
+    fab = BaselineFabric(sim, Topology(SMALL))
+    sw = fab.switches["p0t0x0"]
+    assert isinstance(sw, DestSwitch)
+    hpt = SMALL.hosts_per_t0
+    for k in range(300):
+        src, dst, sport = k % hpt, hpt + (k * 7) % (SMALL.hosts - hpt), 49152 + 37 * k
+        cand = sw.nh[dst // hpt]
+        want = cand[sw.ecmp_index(src, dst, sport, len(cand))]
+        before = {id(p): p.tx_pkts + len(p.data) for p in cand}
+        via = fab.host_ports[src][0]
+        sw.receive(RoceData(1, k, 0, 0, 1000, False, src, dst, sport), via, via.epoch)
+        moved = [p for p in cand if p.tx_pkts + len(p.data) != before[id(p)]]
+        assert moved == [want], (src, dst, sport)
+
+
+def test_pfc_accounting_through_accept_and_transmit() -> None:
+    """Packets queued through an upstream port charge its ingress bytes, pause it at
+    xoff, and leave it at zero and resumed once all are sent."""
+    sim = Simulator()
+    ports = [
+        BaselinePort(sim, n, 100 * 10**9, 1000, _sink, data_limit=1 << 40, prio_limit=1 << 20)
+        for n in ("out", "up")
+    ]
+    out, up = ports
+    up.fc, up.xoff, up.xon, up.headroom = FC_PFC, 20_000, 10_000, 100_000
+    for psn in range(10):
+        out.accept(RoceData(1, psn, 0, 0, 4096 - 58, False, 0, 1, 1), up)
+    assert out.tx_pkts == 1  # the first went straight out: its bytes left the buffer
+    assert up.ing_bytes == 9 * (out.data[0].size + out.framing)
+    assert up.pause_frames == 1 and up.pause_sent
+    assert up.max_ing_bytes >= up.xoff
+    sim.run()
+    assert out.tx_pkts == 10 and up.ing_bytes == 0
+    assert not up.pause_sent and not up.paused and up.pause_frames == 1
+
+
+def _alltoall(hosts: int) -> list[FlowSpec]:
+    return [
+        FlowSpec(s, d, 256 << 10, message=64 << 10, name=f"a{s}-{d}")
+        for s in range(hosts)
+        for d in range(hosts)
+        if s != d
+    ]
+
+
+def test_completions_are_looked_at_per_flow_not_polled() -> None:
+    """The experiment drains a flow's completions only when one of its QPs has
+    some (or once after it starts), not every flow of the host at every ACK."""
+    exp = make_experiment(SMALL, transport=TransportConfig(name="roce", qps=4), seed=1)
+    assert isinstance(exp, BaselineExperiment)
+    specs = _alltoall(SMALL.hosts)
+    exp.add_flows(specs)
+    empty = [0]
+    drain = exp._drain_completions
+
+    def counted(flow: Any) -> list[str | None]:
+        out = drain(flow)
+        if not out:
+            empty[0] += 1
+        return out
+
+    exp._drain_completions = counted  # type: ignore[method-assign]
+    r = exp.run()
+    assert all(f.ok for f in r.flows)
+    assert empty[0] <= len(specs)  # at most the look after each flow's start
+
+
+def test_watched_flow_set_follows_the_list() -> None:
+    """_rx_candidates answers as a membership test of the list it is given does,
+    when the list grows in place and when it is replaced."""
+    exp = make_experiment(SMALL, transport=TransportConfig(name="roce"), seed=1)
+    assert isinstance(exp, BaselineExperiment)
+    exp.add_flows([FlowSpec(0, 5, 8192, name="x"), FlowSpec(1, 5, 8192, name="y")], watch=True)
+    exp.run()
+    fx, fy = exp._rx_flows[1], exp._rx_flows[2]
+
+    class Host:
+        index = 5
+        last_rx = 1
+
+    host = Host()
+    filler: list[Any] = [object() for _ in range(10)]  # long enough for the set, not a scan
+    flows: list[Any] = list(filler)
+    assert exp._rx_candidates(host, flows) == []
+    flows.append(fy)
+    assert exp._rx_candidates(host, flows) == []
+    flows.append(fx)  # grew in place
+    assert exp._rx_candidates(host, flows) == [fx]
+    flows2: list[Any] = [*filler, fy]  # replaced
+    assert exp._rx_candidates(host, flows2) == []
+    host.last_rx = 2
+    assert exp._rx_candidates(host, flows2) == [fy]
+    assert exp._rx_candidates(host, [fy]) == [fy]  # a short list
+    assert exp._rx_candidates(host, [fx]) == []
