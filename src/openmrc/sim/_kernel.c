@@ -4944,7 +4944,7 @@ static void *ha_alloc(void *ctx, size_t size)
             ha_reused++;
             return p;
         }
-        if (ha_cur + size <= ha_end || ha_grow()) {
+        if ((ha_cur != NULL && size <= (size_t)(ha_end - ha_cur)) || ha_grow()) {
             p = ha_cur;
             ha_cur += size;
             ha_live++;
