@@ -28,6 +28,10 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 /* 128-bit arithmetic where the compiler has it (gcc, clang on 64-bit targets);
  * otherwise (MSVC, 32-bit) portable fallbacks.  OPENMRC_NO_INT128 forces the
@@ -211,25 +215,35 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
+    /* Laid out for the cache: an arrival reads the port it came over (the header,
+     * is_port's type, sim, rx_kind, rx_target, epoch and the FIFO's fields) from
+     * these first bytes; a port a packet leaves by reads the block after them; the
+     * names, links and counters nobody reads per packet come last.  At thousands of
+     * hosts each port's lines are usually out of the cache, so fewer of them is
+     * fewer misses. */
     SimObject *sim;
-    PyObject *name, *peer, *link, *rx, *rx_target, *rng_random;
-    int rx_kind;
-    int64_t rate_bps, num, den, delay, framing, data_limit, prio_limit, kmin, kmax;
-    char trim, lasthop, ecn, up, silent, impaired, has_txev;
-    double loss;
-    Ring data, prio;
-    int64_t data_bytes, prio_bytes, busy_until, txev_t, txev_key, epoch;
-    int64_t tx_pkts, tx_bytes, trims, ecn_marks, drops_full, drops_header, drops_down, lost,
-        lost_silent, max_queue_bytes;
-    int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
-    int32_t xid1; /* its number in a partitioned run's exchange + 1 (0: none) */
+    PyObject *rx_target;
     /* its arrivals behind the one in the heap (see "link FIFOs"): fq_len events
      * from fq_head in a ring of fq_cap (a power of two, or 0), owned by the
      * simulator fq_sim (borrowed; NULL when no head of this port is in a heap) */
     Event *fq;
     SimObject *fq_sim;
-    uint64_t fq_last_tk, fq_last_key; /* the latest arrival queued (or the head) */
+    int64_t epoch;
     int32_t fq_head, fq_len, fq_cap;
+    int rx_kind;
+    int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
+    char up, has_txev, impaired, trim, lasthop, ecn, silent;
+    /* the transmitter and its queues */
+    int64_t busy_until, framing, num, den, delay, data_bytes, prio_bytes, data_limit,
+        prio_limit, kmin, kmax, max_queue_bytes, tx_pkts, tx_bytes, txev_t, txev_key;
+    uint64_t fq_last_tk, fq_last_key; /* the latest arrival queued (or the head) */
+    Ring data, prio;
+    /* read off the per-packet path */
+    PyObject *name, *peer, *link, *rx, *rng_random;
+    int64_t rate_bps;
+    double loss;
+    int64_t trims, ecn_marks, drops_full, drops_header, drops_down, lost, lost_silent;
+    int32_t xid1; /* its number in a partitioned run's exchange + 1 (0: none) */
 } PortObject;
 
 typedef struct {
@@ -240,20 +254,23 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *info, *name, *tier, *plane, *index, *usid, *ports, *table, *state;
-    int64_t match;
-    char forwarding;
-    int64_t forwarded, bad_route, discarded;
+    /* what a packet's arrival reads, in the object's first line (see PortObject) */
     int32_t ent1; /* its entity + 1 (0: none) */
+    char forwarding;
+    int64_t match;
+    PyObject *ports, *table;
     UsidTable lut;
+    int64_t forwarded, bad_route, discarded;
+    PyObject *info, *name, *tier, *plane, *index, *usid, *state;
 } SwitchObject;
 
 typedef struct {
     PyObject_HEAD
+    int32_t ent1; /* its entity + 1 (0: none); first: a sending port reads it */
     SimObject *sim;
-    PyObject *host, *plane, *on_receive;
+    PyObject *on_receive, *plane;
     int64_t received, undelivered;
-    int32_t ent1; /* its entity + 1 (0: none) */
+    PyObject *host;
 } HostEndObject;
 
 static PyTypeObject SimType, PortType, SwitchType, HostEndType;
@@ -2375,6 +2392,66 @@ static int dispatch(Event *ev)
 }
 
 /* ------------------------------------------------------------------------ */
+/* prefetching the next event                                                */
+/*
+ * At thousands of hosts the objects an event reads (the port it came over, the
+ * packet, the FIFO behind the port, the switch or host end it reaches) are
+ * rarely in the cache, and each is found through the one before it, so their
+ * misses come one after another.  The next event is usually the root of the
+ * current slot's heap as soon as this one is popped: the loop asks for its port
+ * and packet before it dispatches this event (stage 1, microseconds ahead), and
+ * for what hangs off that port (its FIFO's head, the receiver, the transmit
+ * queue's head) once this event is done (stage 2: the port's lines are there
+ * by then, and those misses overlap).  A prefetch changes no state and cannot
+ * fault: at worst (an earlier event scheduled meanwhile) it fetches a line for
+ * nothing.  Only objects the heap holds a reference to are read.
+ */
+
+/* Stage 1: the lines of the next event's port (or callable) and packet. */
+static inline void prefetch_next(const SimObject *s)
+{
+    const Heap *h = &s->q.h;
+    if (h->n == 0)
+        return;
+    const HPay *np = &h->hp[0];
+    const char *a = (const char *)np->a;
+    PREFETCH(a);
+    if ((np->meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL &&
+        (np->meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL1)
+        PREFETCH(a + 64); /* the port's arrival fields end in its second line */
+    if (np->b != NULL)
+        PREFETCH(np->b);
+}
+
+/* Stage 2: what the next event reaches through its port, now that the port's
+ * lines are (usually) in the cache. */
+static inline void prefetch_next_deps(const SimObject *s)
+{
+    const Heap *h = &s->q.h;
+    if (h->n == 0)
+        return;
+    const HPay *np = &h->hp[0];
+    int kind = (int)(np->meta & ((1u << SK_KIND_BITS) - 1));
+    if (kind == EV_CALL || kind == EV_CALL1)
+        return;
+    const PortObject *p = (const PortObject *)np->a;
+    if (kind == EV_TXFREE) {
+        const Ring *r = p->prio.len ? &p->prio : &p->data;
+        if (r->len)
+            PREFETCH(&r->buf[r->head]);
+        if (p->rx_target != NULL) /* the arrival it schedules reads the receiver's entity */
+            PREFETCH(p->rx_target);
+        return;
+    }
+    if ((np->meta & EV_HEAD) && p->fq_sim == s && p->fq_len)
+        PREFETCH(&p->fq[p->fq_head]);
+    if (p->rx_target != NULL) { /* a switch's or host end's arrival fields: two lines */
+        PREFETCH(p->rx_target);
+        PREFETCH((const char *)p->rx_target + 64);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* Simulator type                                                           */
 
 static PyObject *Sim_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -3339,6 +3416,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
             goto fail;
         if (!more || (int64_t)(s->q.h.hk[0].tk ^ T_BIAS) > limit)
             break;
+        prefetch_next_deps(s);
         /* a run of native events never enters the interpreter's loop, which is
          * where signal handlers run: let Ctrl-C (KeyboardInterrupt) through */
         if (++tick == SIGNAL_CHECK_EVENTS) {
@@ -3361,6 +3439,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
             Py_CLEAR(s->now_big);
         n++;
         s->cur = ev_target(&ev);
+        prefetch_next(s);
         int r = dispatch(&ev);
         Py_XDECREF(ev.a);
         Py_XDECREF(ev.b);
@@ -3443,6 +3522,7 @@ static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
         }
         else if (t0 > stop_t || (t0 == stop_t && (int64_t)s->q.h.hk[0].key > stop_k))
             break;
+        prefetch_next_deps(s);
         if (++tick == SIGNAL_CHECK_EVENTS) {
             tick = 0;
             if (PyErr_CheckSignals() < 0)
@@ -3466,6 +3546,7 @@ static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
         n++;
         if (s->cur <= 1)
             g++;
+        prefetch_next(s);
         int r = dispatch(&ev);
         Py_XDECREF(ev.a);
         Py_XDECREF(ev.b);
@@ -4735,6 +4816,9 @@ fail:
     return NULL;
 }
 
+static PyObject *k_huge_arenas(PyObject *mod, PyObject *unused);
+static PyObject *k_in_huge_arena(PyObject *mod, PyObject *obj);
+
 static PyMethodDef kernel_functions[] = {
     {"port_totals", (PyCFunction)k_port_totals, METH_O,
      "port_totals(ports): (counters summed, max queue the max), indices of active ports"},
@@ -4742,6 +4826,11 @@ static PyMethodDef kernel_functions[] = {
      "busy_mask(ports, now): bit p set when port p is down, serializing or has a queue"},
     {"soonest_drain", (PyCFunction)(void (*)(void))k_soonest_drain, METH_FASTCALL,
      "soonest_drain(ports, now): earliest drain_time() > now of a port that is up, or None"},
+    {"huge_arenas", (PyCFunction)k_huge_arenas, METH_NOARGS,
+     "huge_arenas(): the huge-page arenas' figures (installed, arena_bytes, regions, live, "
+     "reused, fallback)"},
+    {"in_huge_arena", (PyCFunction)k_in_huge_arena, METH_O,
+     "in_huge_arena(obj): whether obj's memory lies in a huge-page arena"},
     {NULL}};
 
 /* ------------------------------------------------------------------------ */
@@ -4774,6 +4863,137 @@ static int check_const(const char *name, PyObject *expect)
         return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* huge-page arenas                                                          */
+/*
+ * At thousands of hosts the objects one event touches (ports, switches, packets,
+ * the hosts' transport state) lie scattered over hundreds of megabytes, and on
+ * 4 KiB pages nearly every one of them also misses the TLB (a page walk, longer
+ * under a hypervisor).  Python's small-object allocator takes its memory in
+ * arenas of 1 MiB from the operating system; this module gives it arenas carved
+ * out of regions of HA_REGION bytes, 2 MiB aligned and marked MADV_HUGEPAGE, so
+ * that with transparent huge pages ("always" or "madvise") a 2 MiB page covers
+ * hundreds of objects.  Addresses change, nothing else: no result depends on
+ * them.  Arenas Python gives back are kept for reuse (the region's huge pages
+ * are not split), so the process's memory does not shrink below its peak by
+ * them; arenas of another size, and any made before this was installed, go to
+ * the allocator that was in place.  Linux only; OPENMRC_HUGE_ARENAS=0 turns it
+ * off (set before openmrc.sim is imported).  If mmap fails the previous
+ * allocator is asked instead.
+ */
+#define HA_ALIGN ((size_t)2 << 20)
+#define HA_REGION ((size_t)32 << 20)
+static PyObjectArenaAllocator ha_prev; /* the allocator in place before */
+static int ha_on;                      /* installed */
+static char *ha_cur, *ha_end;          /* the rest of the region being carved */
+static char **ha_regions;              /* the regions' starts (each HA_REGION bytes) */
+static Py_ssize_t ha_nregions, ha_capregions;
+static void *ha_free;                  /* arenas given back: a list through their first word */
+static size_t ha_size;                 /* the arena size served (the first one asked for) */
+static Py_ssize_t ha_live, ha_reused, ha_fallback;
+
+static int ha_owns(const void *p)
+{
+    for (Py_ssize_t i = 0; i < ha_nregions; i++)
+        if ((const char *)p >= ha_regions[i] && (const char *)p < ha_regions[i] + HA_REGION)
+            return 1;
+    return 0;
+}
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+/* A new region, 2 MiB aligned and marked for huge pages; 0 on failure (nothing kept). */
+static int ha_grow(void)
+{
+    if (ha_nregions == ha_capregions) {
+        Py_ssize_t cap = ha_capregions ? 2 * ha_capregions : 16;
+        char **r = realloc(ha_regions, (size_t)cap * sizeof(char *));
+        if (r == NULL)
+            return 0;
+        ha_regions = r;
+        ha_capregions = cap;
+    }
+    size_t len = HA_REGION + HA_ALIGN;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    char *a = (char *)(((uintptr_t)m + HA_ALIGN - 1) & ~(uintptr_t)(HA_ALIGN - 1));
+    if (a > m)
+        munmap(m, (size_t)(a - m));
+    if (a + HA_REGION < m + len)
+        munmap(a + HA_REGION, (size_t)(m + len - (a + HA_REGION)));
+    (void)madvise(a, HA_REGION, MADV_HUGEPAGE); /* a hint: without THP, plain pages */
+    ha_regions[ha_nregions++] = a;
+    ha_cur = a;
+    ha_end = a + HA_REGION;
+    return 1;
+}
+#endif
+
+static void *ha_alloc(void *ctx, size_t size)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (ha_size == 0 && size >= 4096 && size <= HA_ALIGN && HA_REGION % size == 0)
+        ha_size = size;
+    if (size == ha_size && size != 0) {
+        void *p = ha_free;
+        if (p != NULL) {
+            ha_free = *(void **)p;
+            ha_live++;
+            ha_reused++;
+            return p;
+        }
+        if ((ha_cur != NULL && size <= (size_t)(ha_end - ha_cur)) || ha_grow()) {
+            p = ha_cur;
+            ha_cur += size;
+            ha_live++;
+            return p;
+        }
+    }
+#endif
+    ha_fallback++;
+    return ha_prev.alloc(ha_prev.ctx, size);
+}
+
+static void ha_release(void *ctx, void *p, size_t size)
+{
+    if (p != NULL && size == ha_size && ha_owns(p)) {
+        *(void **)p = ha_free;
+        ha_free = p;
+        ha_live--;
+        return;
+    }
+    ha_prev.free(ha_prev.ctx, p, size);
+}
+
+/* Install the huge-page arenas (once, unless OPENMRC_HUGE_ARENAS=0 or not Linux). */
+static void ha_install(void)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const char *env = getenv("OPENMRC_HUGE_ARENAS");
+    if (ha_on || (env != NULL && strcmp(env, "0") == 0))
+        return;
+    PyObject_GetArenaAllocator(&ha_prev);
+    PyObjectArenaAllocator mine = {NULL, ha_alloc, ha_release};
+    PyObject_SetArenaAllocator(&mine);
+    ha_on = 1;
+#endif
+}
+
+/* huge_arenas() -> dict: whether the arenas are installed, regions, arenas in use
+ * and reused from the ones given back, and arenas passed to the previous allocator */
+static PyObject *k_huge_arenas(PyObject *mod, PyObject *unused)
+{
+    return Py_BuildValue("{s:O,s:n,s:n,s:n,s:n,s:n}", "installed", ha_on ? Py_True : Py_False,
+                         "arena_bytes", (Py_ssize_t)ha_size, "regions", ha_nregions, "live",
+                         ha_live, "reused", ha_reused, "fallback", ha_fallback);
+}
+
+/* owns_huge_arena(obj) -> bool: whether obj's memory is in a huge-page region */
+static PyObject *k_in_huge_arena(PyObject *mod, PyObject *obj)
+{
+    return PyBool_FromLong(ha_owns(obj));
 }
 
 static struct PyModuleDef kernel_module = {
@@ -4844,5 +5064,6 @@ PyMODINIT_FUNC PyInit__kernel(void)
         Py_DECREF(m);
         return NULL;
     }
+    ha_install();
     return m;
 }
