@@ -243,8 +243,8 @@ class Context(ContextBase):
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self._by_qpn[qp.qpn - FIRST_QPN] = None
-        self.ready.pop(qp, None)
-        self.control_ready.pop(qp, None)
+        self.ready.discard(qp)
+        self.control_ready.discard(qp)
         qp.mark_timer()
 
     # -- controller -------------------------------------------------------------------
@@ -277,7 +277,7 @@ class Context(ContextBase):
             if qp.paths is not None:
                 qp.paths.set_ports_down(local=mask)
             if qp.has_output():
-                self.ready[qp] = None  # it may have been blocked on that plane
+                self.ready.add(qp)  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""
@@ -381,31 +381,28 @@ class Context(ContextBase):
         has data only for busy planes stays ready.
         """
         control = self.control_ready
-        while control:
-            for qp in control:  # noqa: B007 -- the oldest; compiled, cheaper than next(iter())
-                break
+        while len(control):
+            qp = control.first()  # the oldest
             queue = qp.control
             if queue:
                 first = queue.popleft()
                 if not queue:
-                    del control[qp]
+                    control.pop_first()
                 if not qp.timer_marked:
                     qp.timer_marked = True
                     self.timer_dirty[qp] = None
                 self.polled_qp = qp
                 return first
-            del control[qp]
+            control.pop_first()
         ready = self.ready
         blocked: list[QPBase] | None = None
         found: Packet | None = None
-        while ready:
-            for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
-                break
-            del ready[qp]
+        while len(ready):
+            qp = ready.pop_first()  # the oldest
             pkt = qp.poll_packet(now, busy)
             if pkt is not None:
                 if qp.has_output():
-                    ready[qp] = None  # to the back: round robin
+                    ready.add(qp)  # to the back: round robin
                 self.polled_qp = qp
                 found = pkt
                 break
@@ -415,7 +412,7 @@ class Context(ContextBase):
                 blocked.append(qp)
         if blocked:
             for qp in blocked:
-                ready[qp] = None
+                ready.add(qp)
         return found
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:

@@ -190,8 +190,8 @@ class QueuePair(QPBase):
         self._early_recvs.clear()
         self.stats = QPStats()
         self.error_reason = ""
-        self.context.ready.pop(self, None)
-        self.context.control_ready.pop(self, None)
+        self.context.ready.discard(self)
+        self.context.control_ready.discard(self)
         self.mark_timer()
 
     # -- posting ----------------------------------------------------------------------
@@ -413,7 +413,7 @@ class QueuePair(QPBase):
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:
         """The QP may have output now and its deadline may have moved: tell the context."""
-        self.context.ready[self] = None
+        self.context.ready.add(self)
         if not self.timer_marked:
             self.timer_marked = True
             self.context.timer_dirty[self] = None
@@ -432,8 +432,9 @@ class QueuePair(QPBase):
             elif kind is ProbeReplyPacket and not rev.may_use(pkt.ev):
                 pkt.path_ev = rev.route(pkt.ev)  # not on a path this end denies or blames
         self.control.append(pkt)
-        self.context.ready[self] = None
-        self.context.control_ready[self] = None
+        ctx = self.context
+        ctx.ready.add(self)
+        ctx.control_ready.add(self)
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final
 
 from ..wire.packets import Packet
 from .attrs import QPAttr
@@ -73,6 +74,80 @@ class QPStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+class QPQueue:
+    """An ordered set of QPs, oldest first: the context's ready and control sets.
+
+    What a dict used as an ordered set did (adding a member keeps its place, the
+    first is taken from the front, a QP taken and added again goes to the back),
+    without hashing a QP or walking a dict's entries per packet: membership is a
+    bit in the QP's :attr:`QPBase.queued` (``bit``, one per set), and the members
+    sit in a list from ``head`` on (a list, not a deque: compiled, its append and
+    item read are native).  The list holds each member once, plus the prefix
+    already taken, dropped once it is half the list: its length stays within
+    twice the number of QPs.
+    """
+
+    def __init__(self, bit: int) -> None:
+        #: the bit of :attr:`QPBase.queued` that says a QP is in this set.
+        self.bit = bit
+        self._items: list[QPBase] = []
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
+
+    def __contains__(self, qp: object) -> bool:
+        return isinstance(qp, QPBase) and bool(qp.queued & self.bit)
+
+    def __iter__(self) -> Iterator[QPBase]:
+        """The members, oldest first (a snapshot)."""
+        return iter(self._items[self._head :])
+
+    def add(self, qp: QPBase) -> None:
+        """Add ``qp`` at the back, unless it is a member (then it keeps its place)."""
+        bit = self.bit
+        if not qp.queued & bit:
+            qp.queued |= bit
+            self._items.append(qp)
+
+    def first(self) -> QPBase:
+        """The oldest member (the set must not be empty)."""
+        return self._items[self._head]
+
+    def pop_first(self) -> QPBase:
+        """Remove and return the oldest member (the set must not be empty)."""
+        items = self._items
+        head = self._head
+        qp = items[head]
+        qp.queued &= ~self.bit
+        head += 1
+        if head == len(items):
+            items.clear()  # empty: start again at the front
+            head = 0
+        elif head >= 16 and 2 * head >= len(items):
+            del items[:head]  # the taken prefix is half the list: drop it
+            head = 0
+        self._head = head
+        return qp
+
+    def discard(self, qp: QPBase) -> None:
+        """Remove ``qp`` wherever it is (nothing if it is not a member); O(members),
+        for the rare removal from the middle (a QP destroyed or reset)."""
+        bit = self.bit
+        if qp.queued & bit:
+            qp.queued &= ~bit
+            items = self._items
+            del items[items.index(qp, self._head)]
+            if self._head == len(items):
+                items.clear()
+                self._head = 0
+
+
+#: :attr:`QPBase.queued` bits: the QP is in its context's ready set, control set.
+IN_READY: Final = 1
+IN_CONTROL: Final = 2
+
+
 class ContextBase:
     """What a queue pair uses of its context: keys, the ready and timer sets, events."""
 
@@ -85,7 +160,7 @@ class ContextBase:
         #: holds while it is unchanged (see ``Responder.on_data``).
         self.mr_epoch = 0
         #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
-        self.ready: dict[QPBase, None] = {}
+        self.ready = QPQueue(IN_READY)
         #: QPs whose deadline may have changed since the context last looked (a QP
         #: adds itself whenever it takes input, sends, runs a timer or changes state).
         self.timer_dirty: dict[QPBase, None] = {}
@@ -93,7 +168,7 @@ class ContextBase:
         #: order they queued one: control goes out before any QP's data (see
         #: :meth:`openmrc.transport.context.Context.poll_packet`).  A QP whose control
         #: queue has emptied meanwhile (its own poll sent it) is dropped when reached.
-        self.control_ready: dict[QPBase, None] = {}
+        self.control_ready = QPQueue(IN_CONTROL)
         self.events: deque[object] = deque()
         #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
         self.ports_down = 0
@@ -136,6 +211,9 @@ class QPBase:
         #: cheaper than storing into the dict again, which the QP would do several
         #: times per packet (the context clears it when it empties the set).
         self.timer_marked = False
+        #: which of its context's QP sets (:class:`QPQueue`) this QP is in: bit
+        #: IN_READY, bit IN_CONTROL (kept by the sets themselves).
+        self.queued = 0
 
     def mark_timer(self) -> None:
         """Put this QP in its context's ``timer_dirty`` (its deadline may have moved)."""
