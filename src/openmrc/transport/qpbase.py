@@ -214,6 +214,9 @@ class QPBase:
         #: which of its context's QP sets (:class:`QPQueue`) this QP is in: bit
         #: IN_READY, bit IN_CONTROL (kept by the sets themselves).
         self.queued = 0
+        #: this QP's deadline as its context last read it (ps; -1: none): the
+        #: context's timer heap entry for the QP is live while it matches.
+        self.ctx_deadline = -1
 
     def mark_timer(self) -> None:
         """Put this QP in its context's ``timer_dirty`` (its deadline may have moved)."""
