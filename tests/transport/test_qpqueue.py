@@ -75,3 +75,36 @@ def test_matches_an_ordered_dict_and_stays_bounded(seed: int) -> None:
         assert len(q) == len(model)
         assert all((qp in q) == (qp in model) for qp in qps)
         assert len(q._items) <= 2 * len(qps) + 16
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_packet_queue_is_a_fifo_and_stays_bounded(seed: int) -> None:
+    """A QP's control queue gives its packets back in the order queued, as the deque
+    it replaced; the list under it is dropped as it empties or its taken half goes."""
+    from collections import deque
+
+    from openmrc.transport.qpbase import PacketQueue
+    from openmrc.wire.packets import ProbePacket
+
+    rng = random.Random(seed)
+    q = PacketQueue()
+    model: deque[ProbePacket] = deque()
+    seq = 0
+    for _ in range(3000):
+        r = rng.random()
+        if r < 0.55:
+            pkt = ProbePacket(1, 0, seq, 0)
+            seq += 1
+            q.append(pkt)
+            model.append(pkt)
+        elif r < 0.98:
+            if model:
+                assert q.popleft() is model.popleft()
+            else:
+                with pytest.raises(IndexError):
+                    q.popleft()
+        else:
+            q.clear()
+            model.clear()
+        assert len(q) == len(model) and list(q) == list(model)
+        assert len(q._items) <= 2 * len(model) + 16

@@ -388,9 +388,9 @@ class Context(ContextBase):
         while len(control):
             qp = control.first()  # the oldest
             queue = qp.control
-            if queue:
+            if len(queue):
                 first = queue.popleft()
-                if not queue:
+                if not len(queue):
                     control.pop_first()
                 if not qp.timer_marked:
                     qp.timer_marked = True

@@ -388,13 +388,14 @@ class QueuePair(QPBase):
         if not self.timer_marked:
             self.timer_marked = True
             self.context.timer_dirty[self] = None
-        if self.control:
-            return self.control.popleft()
+        control = self.control
+        if len(control):
+            return control.popleft()
         if self.state is QPState.RTS:
             pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
             if pkt is None:
-                if self.control:  # the window closed: a probe was queued
-                    return self.control.popleft()
+                if len(control):  # the window closed: a probe was queued
+                    return control.popleft()
                 return None
             self.reverse.last_out = now  # type: ignore[union-attr]  # its SACKs keep the set fresh
             return pkt
@@ -406,7 +407,7 @@ class QueuePair(QPBase):
 
     def has_output(self) -> bool:
         """True when :meth:`poll_packet` may return a packet."""
-        return bool(self.control) or (
+        return len(self.control) > 0 or (
             self.state is QPState.RTS and self.requester is not None and self.requester.has_work()
         )
 
