@@ -78,16 +78,17 @@ def test_matches_an_ordered_dict_and_stays_bounded(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_packet_queue_is_a_fifo_and_stays_bounded(seed: int) -> None:
-    """A QP's control queue gives its packets back in the order queued, as the deque
-    it replaced; the list under it is dropped as it empties or its taken half goes."""
+def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
+    """A QP's control queue (and its messages to segment) gives its items back in the
+    order queued, as the deque it replaced; the list under it is dropped as it empties
+    or its taken half goes."""
     from collections import deque
 
-    from openmrc.transport.qpbase import PacketQueue
+    from openmrc.transport.qpbase import Fifo
     from openmrc.wire.packets import ProbePacket
 
     rng = random.Random(seed)
-    q = PacketQueue()
+    q: Fifo[ProbePacket] = Fifo()
     model: deque[ProbePacket] = deque()
     seq = 0
     for _ in range(3000):
@@ -99,6 +100,7 @@ def test_packet_queue_is_a_fifo_and_stays_bounded(seed: int) -> None:
             model.append(pkt)
         elif r < 0.98:
             if model:
+                assert q.first() is model[0]
                 assert q.popleft() is model.popleft()
             else:
                 with pytest.raises(IndexError):

@@ -16,7 +16,7 @@ import random
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from ..wire.packets import Packet
 from .attrs import QPAttr
@@ -24,6 +24,8 @@ from .cc.base import CongestionControl
 from .paths import PathSet
 from .state import QPState
 from .verbs import CompletionQueue, MemoryRegion, PDBase, WCStatus
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -72,6 +74,58 @@ class QPStats:
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Fifo(Generic[T]):
+    """Items taken oldest first: what a QP queues in order and takes from the front
+    (its control packets, the messages still to segment).
+
+    A list and a head index rather than a ``collections.deque``: compiled, a deque's
+    ``append``, ``popleft`` and ``[0]`` are methods looked up by name or CPython's
+    generic item protocol, and an empty deque holds a block of about 600 bytes;
+    here they are native list operations, in the same order, and an empty one is
+    an empty list.  The items taken stay in the list until it empties or the taken
+    prefix is half of it, so the list holds at most about twice the items waiting.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[T] = []
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
+
+    def __iter__(self) -> Iterator[T]:
+        """The items waiting, oldest first (a snapshot)."""
+        return iter(self._items[self._head :])
+
+    def append(self, item: T) -> None:
+        """Queue ``item`` last."""
+        self._items.append(item)
+
+    def first(self) -> T:
+        """The oldest item, left in place (IndexError when there is none)."""
+        return self._items[self._head]
+
+    def popleft(self) -> T:
+        """Take the oldest item (IndexError when there is none)."""
+        items = self._items
+        head = self._head
+        item = items[head]
+        head += 1
+        if head == len(items):
+            items.clear()  # empty: start again at the front
+            head = 0
+        elif head >= 16 and 2 * head >= len(items):
+            del items[:head]  # the taken prefix is half the list: drop it
+            head = 0
+        self._head = head
+        return item
+
+    def clear(self) -> None:
+        """Drop every item."""
+        self._items.clear()
+        self._head = 0
 
 
 class QPQueue:
@@ -143,52 +197,6 @@ class QPQueue:
                 self._head = 0
 
 
-class PacketQueue:
-    """A QP's control packets waiting to go out, oldest first (a FIFO).
-
-    A list and a head index rather than a deque: compiled, appending and taking
-    are native list operations where a deque's methods are looked up by name on
-    every call, and an idle QP's queue is an empty list, not a deque's block of
-    about 600 bytes.  The packets taken stay in the list until it empties or the
-    taken prefix is half of it.
-    """
-
-    def __init__(self) -> None:
-        self._items: list[Packet] = []
-        self._head = 0
-
-    def __len__(self) -> int:
-        return len(self._items) - self._head
-
-    def __iter__(self) -> Iterator[Packet]:
-        """The packets waiting, oldest first (a snapshot)."""
-        return iter(self._items[self._head :])
-
-    def append(self, pkt: Packet) -> None:
-        """Queue ``pkt`` last."""
-        self._items.append(pkt)
-
-    def popleft(self) -> Packet:
-        """Take the oldest packet (IndexError when there is none)."""
-        items = self._items
-        head = self._head
-        pkt = items[head]
-        head += 1
-        if head == len(items):
-            items.clear()  # empty: start again at the front
-            head = 0
-        elif head >= 16 and 2 * head >= len(items):
-            del items[:head]  # the taken prefix is half the list: drop it
-            head = 0
-        self._head = head
-        return pkt
-
-    def clear(self) -> None:
-        """Drop every packet."""
-        self._items.clear()
-        self._head = 0
-
-
 #: :attr:`QPBase.queued` bits: the QP is in its context's ready set, control set.
 IN_READY: Final = 1
 IN_CONTROL: Final = 2
@@ -252,7 +260,7 @@ class QPBase:
         self.paths: PathSet | None = None
         self.cc: CongestionControl | None = None
         #: control packets (SACK, NACK, probe, probe reply) waiting to go out before data.
-        self.control = PacketQueue()
+        self.control: Fifo[Packet] = Fifo()
         #: True while this QP is in its context's ``timer_dirty``: a flag read is far
         #: cheaper than storing into the dict again, which the QP would do several
         #: times per packet (the context clears it when it empties the set).

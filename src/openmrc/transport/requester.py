@@ -54,6 +54,7 @@ from ..wire.packets import (
     SackPacket,
 )
 from .paths import EVState
+from .qpbase import Fifo
 from .sendop import SendOp
 from .txtable import (
     ACK_REQ,
@@ -168,7 +169,7 @@ class Requester:
         self.next_msn = 0
         self.snd_una = 0
         self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
-        self.to_segment: deque[SendOp] = deque()  # posted, not yet fully segmented
+        self.to_segment: Fifo[SendOp] = Fifo()  # posted, not yet fully segmented
         #: the PSNs sent and not yet acknowledged: their message, last transmission
         #: (EV, send time), timeouts and flags, and which are in flight, in send
         #: order (a retransmission goes last).
@@ -300,7 +301,7 @@ class Requester:
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
         """True when a retransmission or new data is waiting (window permitting)."""
-        return bool(self.retx or self.to_segment)
+        return bool(self.retx) or len(self.to_segment) > 0
 
     def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
         """The next data packet to transmit, or None (nothing to send, or window full).
@@ -328,9 +329,10 @@ class Requester:
                 return None
             retx.popleft()
             return self._emit(psn, sop, length, ev, now, retransmit=True)
-        if not self.to_segment:
+        to_segment = self.to_segment
+        if not len(to_segment):
             return None
-        op = self.to_segment[0]
+        op = to_segment.first()
         psn = self.next_psn
         if psn - self.snd_una >= self.window_psns:
             self.stats.window_stalls += 1
@@ -349,7 +351,7 @@ class Requester:
             op.first_psn = psn
         op.segmented = idx + 1
         if idx == op.npkts - 1:
-            self.to_segment.popleft()
+            to_segment.popleft()
         _tx_add(unacked, psn, op)
         self.next_psn = psn + 1
         return self._emit(psn, op, length, ev, now, retransmit=False)
@@ -386,7 +388,7 @@ class Requester:
         ack_req = (
             retransmit
             or last
-            or not (self.retx or self.to_segment)
+            or not (self.retx or len(self.to_segment))
             or self.inflight + self.mtu > self.cc.cwnd
         )
         # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
@@ -685,7 +687,7 @@ class Requester:
         self.last_activity = now
         self._detect_losses(now)
         self.qp.complete_sends()
-        if self.retx or self.to_segment:
+        if self.retx or len(self.to_segment):
             self.qp.wake()  # the window may have opened
 
     def _ack_sacked(self, psn: int, op: SendOp, now: int, late_base: int, rack_xmit: int) -> int:
