@@ -79,7 +79,7 @@ def test_matches_an_ordered_dict_and_stays_bounded(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
-    """A QP's control queue (and its messages to segment) gives its items back in the
+    """A QP's control queue (and its messages, its PSNs to resend) gives its items back in the
     order queued, as the deque it replaced; the list under it is dropped as it empties
     or its taken half goes."""
     from collections import deque
@@ -93,11 +93,16 @@ def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
     seq = 0
     for _ in range(3000):
         r = rng.random()
-        if r < 0.55:
+        if r < 0.45:
             pkt = ProbePacket(1, 0, seq, 0)
             seq += 1
             q.append(pkt)
             model.append(pkt)
+        elif r < 0.55:
+            pkt = ProbePacket(1, 0, seq, 0)
+            seq += 1
+            q.appendleft(pkt)
+            model.appendleft(pkt)
         elif r < 0.98:
             if model:
                 assert q.first() is model[0]

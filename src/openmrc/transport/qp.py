@@ -441,8 +441,8 @@ class QueuePair(QPBase):
         """Push the send completions of the WRs now fully acknowledged, in order."""
         req = self.requester
         ops = req.ops  # type: ignore[union-attr]
-        while ops:
-            op = ops[0]
+        while len(ops):
+            op = ops.first()
             if op.acked < op.npkts or op.segmented < op.npkts:
                 break
             if op.is_imm and req.snd_una < op.first_psn + op.npkts:  # type: ignore[union-attr]
@@ -467,8 +467,8 @@ class QueuePair(QPBase):
         req = self.requester
         if req is not None:
             self.complete_sends()
-            if failed_op is None and status is not WCStatus.WR_FLUSH_ERR and req.ops:
-                failed_op = req.ops[0]  # no specific WR: the oldest takes the error
+            if failed_op is None and status is not WCStatus.WR_FLUSH_ERR and len(req.ops):
+                failed_op = req.ops.first()  # no specific WR: the oldest takes the error
             for op in req.ops:
                 st = status if op is failed_op else WCStatus.WR_FLUSH_ERR
                 self.send_cq.push(WorkCompletion(op.wr_id, st, WCOpcode.RDMA_WRITE, self.qpn, 0))

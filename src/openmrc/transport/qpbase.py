@@ -78,7 +78,8 @@ class QPStats:
 
 class Fifo(Generic[T]):
     """Items taken oldest first: what a QP queues in order and takes from the front
-    (its control packets, the messages still to segment).
+    (its control packets, the messages still to segment or to complete, the PSNs
+    to resend).
 
     A list and a head index rather than a ``collections.deque``: compiled, a deque's
     ``append``, ``popleft`` and ``[0]`` are methods looked up by name or CPython's
@@ -102,6 +103,16 @@ class Fifo(Generic[T]):
     def append(self, item: T) -> None:
         """Queue ``item`` last."""
         self._items.append(item)
+
+    def appendleft(self, item: T) -> None:
+        """Queue ``item`` first."""
+        head = self._head
+        if head:
+            head -= 1
+            self._items[head] = item
+            self._head = head
+        else:
+            self._items.insert(0, item)
 
     def first(self) -> T:
         """The oldest item, left in place (IndexError when there is none)."""

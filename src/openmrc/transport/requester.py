@@ -168,14 +168,14 @@ class Requester:
         self.next_psn = 0
         self.next_msn = 0
         self.snd_una = 0
-        self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
+        self.ops: Fifo[SendOp] = Fifo()  # posted, not yet completed, in order
         self.to_segment: Fifo[SendOp] = Fifo()  # posted, not yet fully segmented
         #: the PSNs sent and not yet acknowledged: their message, last transmission
         #: (EV, send time), timeouts and flags, and which are in flight, in send
         #: order (a retransmission goes last).
         self.unacked: TxTableLike = new_tx_table()
         #: PSNs to resend, in order (one may be acknowledged before its turn).
-        self.retx: deque[int] = deque()
+        self.retx: Fifo[int] = Fifo()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
         #: cumulatively, PSN -> (send time of the transmission acknowledged, its
         #: message): the responder may still refuse such a message (no receive,
@@ -301,7 +301,7 @@ class Requester:
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
         """True when a retransmission or new data is waiting (window permitting)."""
-        return bool(self.retx) or len(self.to_segment) > 0
+        return len(self.retx) > 0 or len(self.to_segment) > 0
 
     def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
         """The next data packet to transmit, or None (nothing to send, or window full).
@@ -313,8 +313,8 @@ class Requester:
         self.port_blocked = False
         retx = self.retx
         unacked = self.unacked
-        while retx:
-            psn = retx[0]
+        while len(retx):
+            psn = retx.first()
             sop = _tx_op(unacked, psn)
             if sop is None:  # acknowledged meanwhile
                 retx.popleft()
@@ -388,7 +388,7 @@ class Requester:
         ack_req = (
             retransmit
             or last
-            or not (self.retx or len(self.to_segment))
+            or not (len(self.retx) or len(self.to_segment))
             or self.inflight + self.mtu > self.cc.cwnd
         )
         # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
@@ -687,7 +687,7 @@ class Requester:
         self.last_activity = now
         self._detect_losses(now)
         self.qp.complete_sends()
-        if self.retx or len(self.to_segment):
+        if len(self.retx) or len(self.to_segment):
             self.qp.wake()  # the window may have opened
 
     def _ack_sacked(self, psn: int, op: SendOp, now: int, late_base: int, rack_xmit: int) -> int:
@@ -1146,7 +1146,7 @@ class Requester:
         rto = _tx_rto_at(self.unacked, self.timeout_ps, self.retry_linear, RTO_CAP_PS)
         if rto >= 0 and (best < 0 or rto < best):
             best = rto
-        if (rto >= 0 or self.held) and not self.retx:
+        if (rto >= 0 or self.held) and not len(self.retx):
             tlp = self.last_activity + 2 * self.srtt + self.reo_floor
             if best < 0 or tlp < best:
                 best = tlp
@@ -1174,11 +1174,11 @@ class Requester:
                 unacked.count_retry(oldest)
                 self.stats.timeouts += 1
                 self._mark_lost(oldest, now, "timeout", front=True)
-            elif not self.retx and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
+            elif not len(self.retx) and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
                 self._tail_probe(now)
         elif (
             self.held
-            and not self.retx
+            and not len(self.retx)
             and self.last_activity + 2 * self.srtt + self.reo_floor <= now
         ):
             self._tail_probe(now)  # only held PSNs left: ask where the window is
