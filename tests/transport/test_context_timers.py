@@ -134,3 +134,18 @@ def test_stale_heap_entries_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None
     del deadlines[qa.qpn]
     qa.mark_timer()
     assert ctx.get_timer() == 5_000_000  # the other QP's entry survived the rebuilds
+
+
+def test_a_qp_is_in_timer_dirty_once() -> None:
+    # Marked many times per packet, a QP is re-read once: the list holds it once.
+    lb = Loopback(seed=1)
+    qa, _ = lb.connect()
+    ctx = lb.a
+    ctx.get_timer()  # reads and empties the list
+    assert ctx.timer_dirty == []
+    qa.mark_timer()
+    qa.mark_timer()
+    qa.wake()
+    assert ctx.timer_dirty == [qa]
+    ctx.get_timer()
+    assert ctx.timer_dirty == [] and not qa.timer_marked

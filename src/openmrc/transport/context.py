@@ -394,7 +394,7 @@ class Context(ContextBase):
                     control.pop_first()
                 if not qp.timer_marked:
                     qp.timer_marked = True
-                    self.timer_dirty[qp] = None
+                    self.timer_dirty.append(qp)
                 self.polled_qp = qp
                 return first
             control.pop_first()

@@ -305,7 +305,7 @@ class QueuePair(QPBase):
         """Take one packet from the network.  Never raises on network input."""
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
             if state is QPState.ERROR and type(pkt) is DataPacket:
@@ -387,7 +387,7 @@ class QueuePair(QPBase):
         """
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
         control = self.control
         if len(control):
             return control.popleft()
@@ -417,7 +417,7 @@ class QueuePair(QPBase):
         self.context.ready.add(self)
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
 
     def queue_control(self, pkt: Packet) -> None:
         """Queue a control packet (SACK, NACK, probe) to go out before data.

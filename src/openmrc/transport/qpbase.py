@@ -227,8 +227,9 @@ class ContextBase:
         #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
         self.ready = QPQueue(IN_READY)
         #: QPs whose deadline may have changed since the context last looked (a QP
-        #: adds itself whenever it takes input, sends, runs a timer or changes state).
-        self.timer_dirty: dict[QPBase, None] = {}
+        #: adds itself whenever it takes input, sends, runs a timer or changes state),
+        #: each once: a QP appends itself only while its ``timer_marked`` is clear.
+        self.timer_dirty: list[QPBase] = []
         #: QPs with a control packet (SACK, NACK, probe, probe reply) queued, in the
         #: order they queued one: control goes out before any QP's data (see
         #: :meth:`openmrc.transport.context.Context.poll_packet`).  A QP whose control
@@ -272,9 +273,10 @@ class QPBase:
         self.cc: CongestionControl | None = None
         #: control packets (SACK, NACK, probe, probe reply) waiting to go out before data.
         self.control: Fifo[Packet] = Fifo()
-        #: True while this QP is in its context's ``timer_dirty``: a flag read is far
-        #: cheaper than storing into the dict again, which the QP would do several
-        #: times per packet (the context clears it when it empties the set).
+        #: True while this QP is in its context's ``timer_dirty``: the QP appends
+        #: itself only when it is clear, so the list holds it once however many
+        #: times per packet it is marked (the context clears it when it empties
+        #: the list).
         self.timer_marked = False
         #: which of its context's QP sets (:class:`QPQueue`) this QP is in: bit
         #: IN_READY, bit IN_CONTROL (kept by the sets themselves).
@@ -287,7 +289,7 @@ class QPBase:
         """Put this QP in its context's ``timer_dirty`` (its deadline may have moved)."""
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
 
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:
