@@ -110,3 +110,42 @@ def test_a_destroyed_qp_leaves_no_deadline() -> None:
     assert qa.get_timer() is not None  # (the QP alone still has its deadline)
     assert lb.a.get_timer() is None
     assert keep_a.get_timer() is None
+
+
+@interpreted_only("openmrc.transport.qp")
+def test_stale_heap_entries_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A deadline that keeps moving earlier leaves its older entries below the top,
+    # where get_timer never pops them: the heap is rebuilt from the live ones.
+    lb = Loopback(seed=1)
+    qa, _ = lb.connect()
+    keep, _ = lb.connect()
+    ctx = lb.a
+    deadlines = {qa.qpn: 0, keep.qpn: 5_000_000}
+    monkeypatch.setattr(QueuePair, "get_timer", lambda self: deadlines.get(self.qpn))
+    peak = 0
+    for k in range(1000):
+        deadlines[qa.qpn] = 1_000_000 - k
+        qa.mark_timer()
+        keep.mark_timer()
+        assert ctx.get_timer() == 1_000_000 - k
+        peak = max(peak, len(ctx._timer_heap))
+        assert len(ctx._timer_heap) <= 2 * 2 + 65
+    assert peak > 60  # stale entries piled up before each rebuild
+    del deadlines[qa.qpn]
+    qa.mark_timer()
+    assert ctx.get_timer() == 5_000_000  # the other QP's entry survived the rebuilds
+
+
+def test_a_qp_is_in_timer_dirty_once() -> None:
+    # Marked many times per packet, a QP is re-read once: the list holds it once.
+    lb = Loopback(seed=1)
+    qa, _ = lb.connect()
+    ctx = lb.a
+    ctx.get_timer()  # reads and empties the list
+    assert ctx.timer_dirty == []
+    qa.mark_timer()
+    qa.mark_timer()
+    qa.wake()
+    assert ctx.timer_dirty == [qa]
+    ctx.get_timer()
+    assert ctx.timer_dirty == [] and not qa.timer_marked

@@ -124,7 +124,7 @@ def test_probe_replies_go_back_on_the_probed_ev() -> None:
     ev = t.qa.paths.slots[1] if t.qa.paths is not None else 0
     qb.queue_control(ProbeReplyPacket(qb.remote_qpn, ev, 5, 0))
     qb.queue_control(SackPacket(qb.remote_qpn, ev, 0, 0, 0, False, 0, 0))
-    reply, sack = qb.control[-2], qb.control[-1]
+    reply, sack = list(qb.control)[-2:]
     assert reply.path_ev == ev
     assert sack.path_ev == qb.reverse.route(ev) != ev
 

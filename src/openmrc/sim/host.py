@@ -269,7 +269,7 @@ class SimHost:
                 continue
             ports[plane].enqueue(pkt)
             busy |= 1 << plane  # only the port just used can have changed
-        if ctx.ready and busy:
+        if busy and len(ctx.ready):
             # Something is waiting for a port: come back when the first one frees.
             soonest = _soonest_drain(ports, now_o)
             if soonest is not None and (self._pump_at < 0 or soonest < self._pump_at):

@@ -108,6 +108,9 @@ class ProtectionDomain(PDBase):
 #: The QPN of a context's first QP; the next ones count up in creation order and
 #: are never reused (0 is left for the clustermapper's self-probes).
 FIRST_QPN: Final = 0x100
+#: QPNs are 24 bits (the wire's field): a timer-heap entry keeps one in its low bits.
+QPN_BITS: Final = 24
+QPN_MASK: Final = (1 << QPN_BITS) - 1
 
 
 class Context(ContextBase):
@@ -129,13 +132,14 @@ class Context(ContextBase):
         self._next_qpn = FIRST_QPN
         self._next_pd = 1
         self._next_addr = _ADDR_BASE
-        #: each QP's deadline as last read (ps), and a heap of ``(deadline, qpn,
-        #: qp)`` (the QPN breaks ties: QPNs are never reused, so the QP itself is
-        #: never compared); an entry that no longer matches is stale (lazy
-        #: deletion) and is dropped when it reaches the top.  Keyed by the QP
-        #: (an identity hash), not its number: no int boxed per look-up.
-        self._deadline: dict[QPBase, int] = {}
-        self._timer_heap: list[tuple[int, int, QPBase]] = []
+        #: a heap of the QPs' deadlines as last read, each entry one int:
+        #: ``deadline << QPN_BITS | qpn`` (the QPN breaks ties; an int, not a tuple:
+        #: nothing allocated for the garbage collector and no tuple comparison per
+        #: push).  An entry whose deadline is no longer its QP's
+        #: :attr:`~.qpbase.QPBase.ctx_deadline` is stale (lazy deletion) and is
+        #: dropped when it reaches the top; ``_deadlines`` counts the QPs with one.
+        self._timer_heap: list[int] = []
+        self._deadlines = 0
         #: the drop counters (see :attr:`stats`); packets delivered are counted
         #: in an int (once per packet: no dict update on the hot path).
         self._drops = {
@@ -229,7 +233,7 @@ class Context(ContextBase):
         if not isinstance(send_cq, CompletionQueue) or not isinstance(recv_cq, CompletionQueue):
             raise InvalidArgument("send_cq/recv_cq: must be CompletionQueues")
         qpn = self._next_qpn
-        if qpn >= 1 << 24:
+        if qpn > QPN_MASK:
             raise InvalidState("create_qp: QP numbers exhausted")
         self._next_qpn += 1
         qp = QueuePair(self, pd, qpn, send_cq, recv_cq, cap)
@@ -243,8 +247,8 @@ class Context(ContextBase):
             raise InvalidArgument("qp: not a QP of this context")
         del self.qps[qp.qpn]
         self._by_qpn[qp.qpn - FIRST_QPN] = None
-        self.ready.pop(qp, None)
-        self.control_ready.pop(qp, None)
+        self.ready.discard(qp)
+        self.control_ready.discard(qp)
         qp.mark_timer()
 
     # -- controller -------------------------------------------------------------------
@@ -277,7 +281,7 @@ class Context(ContextBase):
             if qp.paths is not None:
                 qp.paths.set_ports_down(local=mask)
             if qp.has_output():
-                self.ready[qp] = None  # it may have been blocked on that plane
+                self.ready.add(qp)  # it may have been blocked on that plane
 
     def next_event(self) -> object | None:
         """The oldest EV or QP event not yet read, or None."""
@@ -381,31 +385,28 @@ class Context(ContextBase):
         has data only for busy planes stays ready.
         """
         control = self.control_ready
-        while control:
-            for qp in control:  # noqa: B007 -- the oldest; compiled, cheaper than next(iter())
-                break
+        while len(control):
+            qp = control.first()  # the oldest
             queue = qp.control
-            if queue:
+            if len(queue):
                 first = queue.popleft()
-                if not queue:
-                    del control[qp]
+                if not len(queue):
+                    control.pop_first()
                 if not qp.timer_marked:
                     qp.timer_marked = True
-                    self.timer_dirty[qp] = None
+                    self.timer_dirty.append(qp)
                 self.polled_qp = qp
                 return first
-            del control[qp]
+            control.pop_first()
         ready = self.ready
         blocked: list[QPBase] | None = None
         found: Packet | None = None
-        while ready:
-            for qp in ready:  # noqa: B007 -- the first (oldest); compiled, cheaper than next(iter())
-                break
-            del ready[qp]
+        while len(ready):
+            qp = ready.pop_first()  # the oldest
             pkt = qp.poll_packet(now, busy)
             if pkt is not None:
                 if qp.has_output():
-                    ready[qp] = None  # to the back: round robin
+                    ready.add(qp)  # to the back: round robin
                 self.polled_qp = qp
                 found = pkt
                 break
@@ -415,7 +416,7 @@ class Context(ContextBase):
                 blocked.append(qp)
         if blocked:
             for qp in blocked:
-                ready[qp] = None
+                ready.add(qp)
         return found
 
     def datagrams_to_send(self, now: int) -> list[Datagram]:
@@ -433,7 +434,6 @@ class Context(ContextBase):
     def _refresh_timers(self) -> None:
         """Re-read the deadlines of the QPs that changed; push the new ones."""
         dirty = self.timer_dirty
-        deadline = self._deadline
         heap = self._timer_heap
         by_qpn = self._by_qpn  # (a live QP is there; a list read boxes no QPN)
         n = len(by_qpn)
@@ -442,27 +442,37 @@ class Context(ContextBase):
             qpn = qp.qpn
             i = qpn - FIRST_QPN
             t = qp.get_timer() if 0 <= i < n and by_qpn[i] is qp else None
+            old = qp.ctx_deadline
             if t is None:
-                deadline.pop(qp, None)
-            elif deadline.get(qp, -1) != t:  # (deadlines are >= 0)
-                deadline[qp] = t
-                _heappush(heap, (t, qpn, qp))
+                if old >= 0:
+                    qp.ctx_deadline = -1
+                    self._deadlines -= 1
+            elif old != t:  # (deadlines are >= 0)
+                if old < 0:
+                    self._deadlines += 1
+                qp.ctx_deadline = t
+                _heappush(heap, t << QPN_BITS | qpn)
         dirty.clear()
-        if len(heap) > 2 * len(deadline) + 64:
-            # mostly stale entries: rebuild from the live deadlines
-            heap[:] = [(t, qp.qpn, qp) for qp, t in deadline.items()]
-            _heapify(heap)
+        if len(heap) > 2 * self._deadlines + 64:
+            # mostly stale entries: keep the live ones, once each (a sorted list
+            # is a heap)
+            heap[:] = sorted({k for k in heap if self._live_entry(k)})
+
+    def _live_entry(self, key: int) -> bool:
+        """Whether timer-heap entry ``key`` is its QP's current deadline."""
+        i = (key & QPN_MASK) - FIRST_QPN
+        qp = self._by_qpn[i]
+        return qp is not None and qp.ctx_deadline == key >> QPN_BITS
 
     def get_timer(self) -> int | None:
         """The earliest deadline over all QPs, or None."""
         if self.timer_dirty:
             self._refresh_timers()
         heap = self._timer_heap
-        deadline = self._deadline
         while heap:
-            t, _, qp = heap[0]
-            if deadline.get(qp, -1) == t:
-                return t
+            key = heap[0]
+            if self._live_entry(key):
+                return key >> QPN_BITS
             _heappop(heap)
         return None
 
@@ -471,18 +481,21 @@ class Context(ContextBase):
         if self.timer_dirty:
             self._refresh_timers()
         heap = self._timer_heap
-        deadline = self._deadline
-        due: list[tuple[int, QPBase]] = []
-        while heap and heap[0][0] <= now:
-            t, qpn, qp = _heappop(heap)
-            if deadline.get(qp, -1) == t:
-                del deadline[qp]  # re-read after it ran (handle_timer marks it dirty)
-                due.append((qpn, qp))
+        due: list[int] = []
+        while heap and heap[0] >> QPN_BITS <= now:
+            key = _heappop(heap)
+            if self._live_entry(key):
+                qp = self._by_qpn[(key & QPN_MASK) - FIRST_QPN]
+                assert qp is not None
+                qp.ctx_deadline = -1  # re-read after it ran (handle_timer marks it dirty)
+                self._deadlines -= 1
+                due.append(key & QPN_MASK)
         if len(due) > 1:
             due.sort()  # QPN order = creation order: the order the QPs were always run in
-        qps = self.qps
-        for qpn, qp in due:
-            if qps.get(qpn) is not qp:
+        by_qpn = self._by_qpn
+        for qpn in due:
+            qp = by_qpn[qpn - FIRST_QPN]
+            if qp is None:
                 continue  # destroyed since
             qt = qp.get_timer()
             if qt is not None and qt <= now:

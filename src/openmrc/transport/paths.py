@@ -82,7 +82,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain, repeat
-from typing import Final, Protocol, final
+from typing import Final, Protocol, cast, final
 
 from .attrs import EVProfile
 from .errors import InvalidArgument
@@ -641,6 +641,14 @@ def new_ev_ids(evs: Sequence[int]) -> EvIdsLike:
     return EvIds(evs)
 
 
+#: ``EvIds.get`` of the class :func:`new_ev_ids` makes, unbound (a C static when
+#: compiled): ``_ids_get(ids, ev, -1)`` is ``ids.get(ev, -1)`` without looking ``get``
+#: up by name on every call (once per ACK and per control packet sent).
+_ids_get: Final = cast(
+    "Callable[[EvIdsLike, int, int], int]", (_NATIVE.EvIds if _NATIVE is not None else EvIds).get
+)
+
+
 class PathSet:
     """Active EVs, backups, states, rotation and probing for one QP."""
 
@@ -857,7 +865,7 @@ class PathSet:
         ids = self._ids
         if ids is None:
             ids = self._lookup()
-        return ids.get(ev, -1)
+        return _ids_get(ids, ev, -1)
 
     def _add(self, ev: int) -> int:
         """Get to know ``ev`` (GOOD, not in a slot); its id."""
@@ -914,7 +922,7 @@ class PathSet:
         ids = self._ids
         if ids is None:
             return True
-        i = ids.get(ev, -1)
+        i = _ids_get(ids, ev, -1)
         return i < 0 or self._st[i] < _BAD
 
     def good_evs(self, plane: int) -> list[int]:
@@ -1086,7 +1094,7 @@ class PathSet:
     def on_clean_ack(self, ev: int) -> None:
         """An ACK for ``ev`` without an ECN echo: its run of marks is over."""
         ids = self._ids
-        i = (self._lookup() if ids is None else ids).get(ev, -1)
+        i = _ids_get(self._lookup() if ids is None else ids, ev, -1)
         if i < 0:
             return
         rate = self._rate[i]

@@ -190,8 +190,8 @@ class QueuePair(QPBase):
         self._early_recvs.clear()
         self.stats = QPStats()
         self.error_reason = ""
-        self.context.ready.pop(self, None)
-        self.context.control_ready.pop(self, None)
+        self.context.ready.discard(self)
+        self.context.control_ready.discard(self)
         self.mark_timer()
 
     # -- posting ----------------------------------------------------------------------
@@ -305,7 +305,7 @@ class QueuePair(QPBase):
         """Take one packet from the network.  Never raises on network input."""
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
         state = self.state
         if state is not QPState.RTS and state is not QPState.RTR:
             if state is QPState.ERROR and type(pkt) is DataPacket:
@@ -387,14 +387,15 @@ class QueuePair(QPBase):
         """
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
-        if self.control:
-            return self.control.popleft()
+            self.context.timer_dirty.append(self)
+        control = self.control
+        if len(control):
+            return control.popleft()
         if self.state is QPState.RTS:
             pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
             if pkt is None:
-                if self.control:  # the window closed: a probe was queued
-                    return self.control.popleft()
+                if len(control):  # the window closed: a probe was queued
+                    return control.popleft()
                 return None
             self.reverse.last_out = now  # type: ignore[union-attr]  # its SACKs keep the set fresh
             return pkt
@@ -406,17 +407,17 @@ class QueuePair(QPBase):
 
     def has_output(self) -> bool:
         """True when :meth:`poll_packet` may return a packet."""
-        return bool(self.control) or (
+        return len(self.control) > 0 or (
             self.state is QPState.RTS and self.requester is not None and self.requester.has_work()
         )
 
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:
         """The QP may have output now and its deadline may have moved: tell the context."""
-        self.context.ready[self] = None
+        self.context.ready.add(self)
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
 
     def queue_control(self, pkt: Packet) -> None:
         """Queue a control packet (SACK, NACK, probe) to go out before data.
@@ -432,15 +433,16 @@ class QueuePair(QPBase):
             elif kind is ProbeReplyPacket and not rev.may_use(pkt.ev):
                 pkt.path_ev = rev.route(pkt.ev)  # not on a path this end denies or blames
         self.control.append(pkt)
-        self.context.ready[self] = None
-        self.context.control_ready[self] = None
+        ctx = self.context
+        ctx.ready.add(self)
+        ctx.control_ready.add(self)
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""
         req = self.requester
         ops = req.ops  # type: ignore[union-attr]
-        while ops:
-            op = ops[0]
+        while len(ops):
+            op = ops.first()
             if op.acked < op.npkts or op.segmented < op.npkts:
                 break
             if op.is_imm and req.snd_una < op.first_psn + op.npkts:  # type: ignore[union-attr]
@@ -465,8 +467,8 @@ class QueuePair(QPBase):
         req = self.requester
         if req is not None:
             self.complete_sends()
-            if failed_op is None and status is not WCStatus.WR_FLUSH_ERR and req.ops:
-                failed_op = req.ops[0]  # no specific WR: the oldest takes the error
+            if failed_op is None and status is not WCStatus.WR_FLUSH_ERR and len(req.ops):
+                failed_op = req.ops.first()  # no specific WR: the oldest takes the error
             for op in req.ops:
                 st = status if op is failed_op else WCStatus.WR_FLUSH_ERR
                 self.send_cq.push(WorkCompletion(op.wr_id, st, WCOpcode.RDMA_WRITE, self.qpn, 0))

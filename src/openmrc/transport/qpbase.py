@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final, Generic, TypeVar
 
 from ..wire.packets import Packet
 from .attrs import QPAttr
@@ -23,6 +24,8 @@ from .cc.base import CongestionControl
 from .paths import PathSet
 from .state import QPState
 from .verbs import CompletionQueue, MemoryRegion, PDBase, WCStatus
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -73,6 +76,143 @@ class QPStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+class Fifo(Generic[T]):
+    """Items taken oldest first: what a QP queues in order and takes from the front
+    (its control packets, the messages still to segment or to complete, the PSNs
+    to resend).
+
+    A list and a head index rather than a ``collections.deque``: compiled, a deque's
+    ``append``, ``popleft`` and ``[0]`` are methods looked up by name or CPython's
+    generic item protocol, and an empty deque holds a block of about 600 bytes;
+    here they are native list operations, in the same order, and an empty one is
+    an empty list.  The items taken stay in the list until it empties or the taken
+    prefix is half of it, so the list holds at most about twice the items waiting.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[T] = []
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
+
+    def __iter__(self) -> Iterator[T]:
+        """The items waiting, oldest first (a snapshot)."""
+        return iter(self._items[self._head :])
+
+    def append(self, item: T) -> None:
+        """Queue ``item`` last."""
+        self._items.append(item)
+
+    def appendleft(self, item: T) -> None:
+        """Queue ``item`` first."""
+        head = self._head
+        if head:
+            head -= 1
+            self._items[head] = item
+            self._head = head
+        else:
+            self._items.insert(0, item)
+
+    def first(self) -> T:
+        """The oldest item, left in place (IndexError when there is none)."""
+        return self._items[self._head]
+
+    def popleft(self) -> T:
+        """Take the oldest item (IndexError when there is none)."""
+        items = self._items
+        head = self._head
+        item = items[head]
+        head += 1
+        if head == len(items):
+            items.clear()  # empty: start again at the front
+            head = 0
+        elif head >= 16 and 2 * head >= len(items):
+            del items[:head]  # the taken prefix is half the list: drop it
+            head = 0
+        self._head = head
+        return item
+
+    def clear(self) -> None:
+        """Drop every item."""
+        self._items.clear()
+        self._head = 0
+
+
+class QPQueue:
+    """An ordered set of QPs, oldest first: the context's ready and control sets.
+
+    What a dict used as an ordered set did (adding a member keeps its place, the
+    first is taken from the front, a QP taken and added again goes to the back),
+    without hashing a QP or walking a dict's entries per packet: membership is a
+    bit in the QP's :attr:`QPBase.queued` (``bit``, one per set), and the members
+    sit in a list from ``head`` on (a list, not a deque: compiled, its append and
+    item read are native).  The list holds each member once, plus the prefix
+    already taken, dropped once it is half the list: its length stays within
+    twice the number of QPs.
+    """
+
+    def __init__(self, bit: int) -> None:
+        #: the bit of :attr:`QPBase.queued` that says a QP is in this set.
+        self.bit = bit
+        self._items: list[QPBase] = []
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
+
+    def __contains__(self, qp: object) -> bool:
+        return isinstance(qp, QPBase) and bool(qp.queued & self.bit)
+
+    def __iter__(self) -> Iterator[QPBase]:
+        """The members, oldest first (a snapshot)."""
+        return iter(self._items[self._head :])
+
+    def add(self, qp: QPBase) -> None:
+        """Add ``qp`` at the back, unless it is a member (then it keeps its place)."""
+        bit = self.bit
+        if not qp.queued & bit:
+            qp.queued |= bit
+            self._items.append(qp)
+
+    def first(self) -> QPBase:
+        """The oldest member (the set must not be empty)."""
+        return self._items[self._head]
+
+    def pop_first(self) -> QPBase:
+        """Remove and return the oldest member (the set must not be empty)."""
+        items = self._items
+        head = self._head
+        qp = items[head]
+        qp.queued &= ~self.bit
+        head += 1
+        if head == len(items):
+            items.clear()  # empty: start again at the front
+            head = 0
+        elif head >= 16 and 2 * head >= len(items):
+            del items[:head]  # the taken prefix is half the list: drop it
+            head = 0
+        self._head = head
+        return qp
+
+    def discard(self, qp: QPBase) -> None:
+        """Remove ``qp`` wherever it is (nothing if it is not a member); O(members),
+        for the rare removal from the middle (a QP destroyed or reset)."""
+        bit = self.bit
+        if qp.queued & bit:
+            qp.queued &= ~bit
+            items = self._items
+            del items[items.index(qp, self._head)]
+            if self._head == len(items):
+                items.clear()
+                self._head = 0
+
+
+#: :attr:`QPBase.queued` bits: the QP is in its context's ready set, control set.
+IN_READY: Final = 1
+IN_CONTROL: Final = 2
+
+
 class ContextBase:
     """What a queue pair uses of its context: keys, the ready and timer sets, events."""
 
@@ -85,15 +225,16 @@ class ContextBase:
         #: holds while it is unchanged (see ``Responder.on_data``).
         self.mr_epoch = 0
         #: QPs that may have a packet to send, in round-robin order (a QP adds itself).
-        self.ready: dict[QPBase, None] = {}
+        self.ready = QPQueue(IN_READY)
         #: QPs whose deadline may have changed since the context last looked (a QP
-        #: adds itself whenever it takes input, sends, runs a timer or changes state).
-        self.timer_dirty: dict[QPBase, None] = {}
+        #: adds itself whenever it takes input, sends, runs a timer or changes state),
+        #: each once: a QP appends itself only while its ``timer_marked`` is clear.
+        self.timer_dirty: list[QPBase] = []
         #: QPs with a control packet (SACK, NACK, probe, probe reply) queued, in the
         #: order they queued one: control goes out before any QP's data (see
         #: :meth:`openmrc.transport.context.Context.poll_packet`).  A QP whose control
         #: queue has emptied meanwhile (its own poll sent it) is dropped when reached.
-        self.control_ready: dict[QPBase, None] = {}
+        self.control_ready = QPQueue(IN_CONTROL)
         self.events: deque[object] = deque()
         #: port status: bit p set = this NIC's port in plane p is down (sent in SACKs).
         self.ports_down = 0
@@ -131,17 +272,24 @@ class QPBase:
         self.paths: PathSet | None = None
         self.cc: CongestionControl | None = None
         #: control packets (SACK, NACK, probe, probe reply) waiting to go out before data.
-        self.control: deque[Packet] = deque()
-        #: True while this QP is in its context's ``timer_dirty``: a flag read is far
-        #: cheaper than storing into the dict again, which the QP would do several
-        #: times per packet (the context clears it when it empties the set).
+        self.control: Fifo[Packet] = Fifo()
+        #: True while this QP is in its context's ``timer_dirty``: the QP appends
+        #: itself only when it is clear, so the list holds it once however many
+        #: times per packet it is marked (the context clears it when it empties
+        #: the list).
         self.timer_marked = False
+        #: which of its context's QP sets (:class:`QPQueue`) this QP is in: bit
+        #: IN_READY, bit IN_CONTROL (kept by the sets themselves).
+        self.queued = 0
+        #: this QP's deadline as its context last read it (ps; -1: none): the
+        #: context's timer heap entry for the QP is live while it matches.
+        self.ctx_deadline = -1
 
     def mark_timer(self) -> None:
         """Put this QP in its context's ``timer_dirty`` (its deadline may have moved)."""
         if not self.timer_marked:
             self.timer_marked = True
-            self.context.timer_dirty[self] = None
+            self.context.timer_dirty.append(self)
 
     # -- used by the requester and responder halves ----------------------------------
     def wake(self) -> None:

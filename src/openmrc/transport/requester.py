@@ -42,7 +42,7 @@ and non-last-hop trims make the EV SKIP.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from ..wire.packets import (
     LAST_OPCODES,
@@ -54,17 +54,20 @@ from ..wire.packets import (
     SackPacket,
 )
 from .paths import EVState
+from .qpbase import Fifo
 from .sendop import SendOp
 from .txtable import (
     ACK_REQ,
     DUP_RISK,
     EV_BITS,
+    EV_ORDER_CLASS,
     IN_FLIGHT,
     NAMED,
     OOW,
     ORDERED,
     PROBED,
     RESENT,
+    TX_CLASS,
     EvOrderLike,
     TxTableLike,
     new_ev_order,
@@ -74,6 +77,7 @@ from .verbs import WCStatus
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Callable
 
     from .attrs import QPAttr
     from .cc import CongestionControl
@@ -81,6 +85,27 @@ if TYPE_CHECKING:
     from .qpbase import QPBase
 
 _MASK64: Final = (1 << 64) - 1
+
+# The TxTable and EvOrder methods of the per-packet path, unbound (C statics when
+# compiled): ``_tx_op(table, psn)`` is ``table.op(psn)`` without looking ``op`` up
+# by name on every call (see txtable.TX_CLASS).
+_tx_op: Final = cast("Callable[[TxTableLike, int], SendOp | None]", TX_CLASS.op)
+_tx_ev: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.ev)
+_tx_sent: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.sent)
+_tx_flags: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.flags)
+_tx_add: Final = cast("Callable[[TxTableLike, int, SendOp], None]", TX_CLASS.add)
+_tx_launch: Final = cast("Callable[[TxTableLike, int, int, int, int], None]", TX_CLASS.launch)
+_tx_settle: Final = cast(
+    "Callable[[TxTableLike, int, EvOrderLike], tuple[int, int]]", TX_CLASS.settle
+)
+_tx_remove: Final = cast("Callable[[TxTableLike, int, bool], None]", TX_CLASS.remove)
+_tx_land: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.land)
+_tx_flying: Final = cast("Callable[[TxTableLike], bool]", TX_CLASS.flying)
+_tx_lowest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.lowest)
+_tx_oldest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.oldest)
+_tx_after: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.after)
+_tx_rto_at: Final = cast("Callable[[TxTableLike, int, int, int], int]", TX_CLASS.rto_at)
+_order_append: Final = cast("Callable[[EvOrderLike, int, int, int], None]", EV_ORDER_CLASS.append)
 
 #: ACK events with measured reordering before the reordering estimate sets
 #: RACK's window: a QP's first window meets the start-up queues (every QP of
@@ -143,14 +168,14 @@ class Requester:
         self.next_psn = 0
         self.next_msn = 0
         self.snd_una = 0
-        self.ops: deque[SendOp] = deque()  # posted, not yet completed, in order
-        self.to_segment: deque[SendOp] = deque()  # posted, not yet fully segmented
+        self.ops: Fifo[SendOp] = Fifo()  # posted, not yet completed, in order
+        self.to_segment: Fifo[SendOp] = Fifo()  # posted, not yet fully segmented
         #: the PSNs sent and not yet acknowledged: their message, last transmission
         #: (EV, send time), timeouts and flags, and which are in flight, in send
         #: order (a retransmission goes last).
         self.unacked: TxTableLike = new_tx_table()
         #: PSNs to resend, in order (one may be acknowledged before its turn).
-        self.retx: deque[int] = deque()
+        self.retx: Fifo[int] = Fifo()
         #: last packets of WRITE_IMM messages acknowledged selectively but not yet
         #: cumulatively, PSN -> (send time of the transmission acknowledged, its
         #: message): the responder may still refuse such a message (no receive,
@@ -276,7 +301,7 @@ class Requester:
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
         """True when a retransmission or new data is waiting (window permitting)."""
-        return bool(self.retx or self.to_segment)
+        return len(self.retx) > 0 or len(self.to_segment) > 0
 
     def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
         """The next data packet to transmit, or None (nothing to send, or window full).
@@ -288,9 +313,9 @@ class Requester:
         self.port_blocked = False
         retx = self.retx
         unacked = self.unacked
-        while retx:
-            psn = retx[0]
-            sop = unacked.op(psn)
+        while len(retx):
+            psn = retx.first()
+            sop = _tx_op(unacked, psn)
             if sop is None:  # acknowledged meanwhile
                 retx.popleft()
                 continue
@@ -298,15 +323,16 @@ class Requester:
             if self.inflight and self.inflight + length > self.cc.cwnd:
                 self._window_blocked(now)
                 return None
-            ev = self.paths.other_ev(unacked.ev(psn), busy)
+            ev = self.paths.other_ev(_tx_ev(unacked, psn), busy)
             if ev < 0:
                 self.port_blocked = True
                 return None
             retx.popleft()
             return self._emit(psn, sop, length, ev, now, retransmit=True)
-        if not self.to_segment:
+        to_segment = self.to_segment
+        if not len(to_segment):
             return None
-        op = self.to_segment[0]
+        op = to_segment.first()
         psn = self.next_psn
         if psn - self.snd_una >= self.window_psns:
             self.stats.window_stalls += 1
@@ -325,8 +351,8 @@ class Requester:
             op.first_psn = psn
         op.segmented = idx + 1
         if idx == op.npkts - 1:
-            self.to_segment.popleft()
-        unacked.add(psn, op)
+            to_segment.popleft()
+        _tx_add(unacked, psn, op)
         self.next_psn = psn + 1
         return self._emit(psn, op, length, ev, now, retransmit=False)
 
@@ -352,7 +378,7 @@ class Requester:
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
         self.inflight += length
-        self.ev_sent.append(ev, psn, now)
+        _order_append(self.ev_sent, ev, psn, now)
         opcode = op.opcode_of(psn)
         last = opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
@@ -362,17 +388,17 @@ class Requester:
         ack_req = (
             retransmit
             or last
-            or not (self.retx or self.to_segment)
+            or not (len(self.retx) or len(self.to_segment))
             or self.inflight + self.mtu > self.cc.cwnd
         )
         # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
         flags = 0  # (a new PSN has none)
         if retransmit:
-            flags = self.unacked.flags(psn) & ~(PROBED | ACK_REQ) | RESENT
+            flags = _tx_flags(self.unacked, psn) & ~(PROBED | ACK_REQ) | RESENT
         if ack_req:
             flags |= ACK_REQ
             self.flight_ack_reqs += 1
-        self.unacked.launch(psn, ev, now, flags)
+        _tx_launch(self.unacked, psn, ev, now, flags)
         offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,
@@ -595,7 +621,7 @@ class Requester:
             for psn in range(self.snd_una, cack):
                 if sacked:
                     sacked.pop(psn, None)
-                op = unacked.op(psn)
+                op = _tx_op(unacked, psn)
                 if op is not None:
                     newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
             self.snd_una = cack
@@ -605,7 +631,7 @@ class Requester:
         base = sack.sack_base
         # The bits below the oldest outstanding PSN are news to nobody (a SACK's
         # window mostly re-reports what earlier SACKs acknowledged): skip them.
-        lowest = unacked.lowest()
+        lowest = _tx_lowest(unacked)
         if lowest < 0:
             bitmap = 0
         elif lowest > base:
@@ -618,10 +644,10 @@ class Requester:
             bitmap ^= low
             if psn >= next_psn:
                 break
-            op = unacked.op(psn)
+            op = _tx_op(unacked, psn)
             if op is not None:
                 if op.is_imm and op.is_last(psn):
-                    self.sacked_imm_last[psn] = (unacked.sent(psn), op)
+                    self.sacked_imm_last[psn] = (_tx_sent(unacked, psn), op)
                 newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
         self._note_reordering(self.sack_late)
         spurious = self.sack_spurious
@@ -661,7 +687,7 @@ class Requester:
         self.last_activity = now
         self._detect_losses(now)
         self.qp.complete_sends()
-        if self.retx or self.to_segment:
+        if len(self.retx) or len(self.to_segment):
             self.qp.wake()  # the window may have opened
 
     def _ack_sacked(self, psn: int, op: SendOp, now: int, late_base: int, rack_xmit: int) -> int:
@@ -671,7 +697,7 @@ class Requester:
         behind a later-sent packet (RACK's reordering)."""
         # (the EV's order is checked in the same call: ORDERED when the transmission
         # was the oldest on its EV, which settles it, see _on_order)
-        word, sent = self.unacked.settle(psn, self.ev_sent)
+        word, sent = _tx_settle(self.unacked, psn, self.ev_sent)
         flags = word >> 32
         if flags & IN_FLIGHT and not flags & (DUP_RISK | ORDERED):
             self._on_order(psn, word & EV_BITS, sent, now)
@@ -810,7 +836,7 @@ class Requester:
             self.inflight -= length
             if flags & ACK_REQ:
                 self.flight_ack_reqs -= 1
-        self.unacked.remove(psn, in_flight)
+        _tx_remove(self.unacked, psn, in_flight)
         op.acked += 1
         return length
 
@@ -855,7 +881,7 @@ class Requester:
         self.rack_deadline = self._check_evidence(now) if (self.gaps or self.ev_probes) else None
         rack_xmit = self.rack_xmit
         unacked = self.unacked
-        if rack_xmit < 0 or not unacked.flying():
+        if rack_xmit < 0 or not _tx_flying(unacked):
             return
         reo = self.reo_window()
         horizon = self.rack_rtt + reo
@@ -866,15 +892,15 @@ class Requester:
         probe_h = self.rack_rtt + self.gap_allowance()
         lost: list[int] = []
         band = 0
-        psn = unacked.oldest()
+        psn = _tx_oldest(unacked)
         while psn >= 0:
-            sent = unacked.sent(psn)
+            sent = _tx_sent(unacked, psn)
             if sent >= rack_xmit:
                 break
             deadline = sent + horizon
             if deadline <= now:
                 lost.append(psn)
-                psn = unacked.after(psn)
+                psn = _tx_after(unacked, psn)
                 continue
             if self.rack_deadline is None or deadline < self.rack_deadline:
                 self.rack_deadline = deadline
@@ -889,7 +915,7 @@ class Requester:
             band += 1
             if band == PROBE_SCAN:
                 break
-            psn = unacked.after(psn)
+            psn = _tx_after(unacked, psn)
         for psn in lost:
             self.stats.losses_detected += 1
             self._mark_lost(psn, now, "rack")
@@ -976,7 +1002,7 @@ class Requester:
 
     def _land(self, psn: int, length: int) -> None:
         """Take ``psn`` (``length`` bytes, in flight) out of flight, not acknowledged."""
-        if self.unacked.land(psn) & ACK_REQ:
+        if _tx_land(self.unacked, psn) & ACK_REQ:
             self.flight_ack_reqs -= 1
         self.inflight -= length
 
@@ -1117,10 +1143,10 @@ class Requester:
         probe = self.paths.next_probe_at
         best = -1 if probe is None else probe
         # (the oldest in flight's timeout: rto_for after its retries, in one call)
-        rto = self.unacked.rto_at(self.timeout_ps, self.retry_linear, RTO_CAP_PS)
+        rto = _tx_rto_at(self.unacked, self.timeout_ps, self.retry_linear, RTO_CAP_PS)
         if rto >= 0 and (best < 0 or rto < best):
             best = rto
-        if (rto >= 0 or self.held) and not self.retx:
+        if (rto >= 0 or self.held) and not len(self.retx):
             tlp = self.last_activity + 2 * self.srtt + self.reo_floor
             if best < 0 or tlp < best:
                 best = tlp
@@ -1148,11 +1174,11 @@ class Requester:
                 unacked.count_retry(oldest)
                 self.stats.timeouts += 1
                 self._mark_lost(oldest, now, "timeout", front=True)
-            elif not self.retx and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
+            elif not len(self.retx) and self.last_activity + 2 * self.srtt + self.reo_floor <= now:
                 self._tail_probe(now)
         elif (
             self.held
-            and not self.retx
+            and not len(self.retx)
             and self.last_activity + 2 * self.srtt + self.reo_floor <= now
         ):
             self._tail_probe(now)  # only held PSNs left: ask where the window is

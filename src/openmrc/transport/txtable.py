@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from array import array
 from types import ModuleType
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from .sendop import SendOp
 
@@ -595,6 +595,13 @@ def _load_native() -> ModuleType | None:
 _NATIVE: Final = _load_native()
 #: Whether the requester's records are the native ones.
 NATIVE: Final = _NATIVE is not None
+#: The classes :func:`new_tx_table` and :func:`new_ev_order` make: the requester
+#: calls their per-packet methods unbound through these (``TX_CLASS.add(table,
+#: psn, op)``, kept in module constants), which skips the look-up of the method
+#: by name on the object that ``table.add(psn, op)`` costs on every call when
+#: compiled (a method of a protocol-typed object is called by name).
+TX_CLASS: Final[Any] = _NATIVE.TxTable if _NATIVE is not None else TxTable
+EV_ORDER_CLASS: Final[Any] = _NATIVE.EvOrder if _NATIVE is not None else EvOrder
 
 
 def new_tx_table() -> TxTableLike:
