@@ -80,7 +80,9 @@ Cases (``--case``, repeatable; default ``agreement``):
   it comes after the failure: that campaign on 2,048 GPUs (the results' 2,048-GPU
   day: 64 T0s of 32 hosts, DP 32), folded, a host's NIC port failing at 10, 50 and
   90 % of the step: CPU s of the whole run (the flow level runs until the last dead
-  QP's retries are out) and of the same run stopped at the failure;
+  QP's retries are out: ``gives_up_s``), of the same run stopped at the failure, and
+  stopped at its first QP error (``FluidModel.run(stop_at_error=True)``:
+  ``first_error_s``), with the three runs' events;
 
 ``--ring-messages`` runs the flow level with ``FluidModel.ring_messages`` (RoCE's
 ring steps as messages of their own, shared per message at a NIC port as the
@@ -1226,15 +1228,21 @@ def campaign_restart_cost() -> list[dict[str, Any]]:
     for frac in (0.1, 0.5, 0.9):
         at = round(step * frac)
         cpu: dict[str, float] = {}
-        for until in (None, at):
+        events: dict[str, int] = {}
+        for until, stop in ((None, False), (at, False), (None, True)):
             model, to_fold = built([part])
             e = to_fold(part)
             model.add_fault(FluidFault(at, "nic_port_down", "", e[1], e[2]))
             c = time.process_time()
-            r = model.run(until)
-            cpu["to_failure" if until else "whole"] = time.process_time() - c
-            if until is None:
+            r = model.run(until, stop_at_error=stop)
+            how = "to_error" if stop else "to_failure" if until else "whole"
+            cpu[how] = time.process_time() - c
+            events[how] = r.events
+            if until is None and not stop:
                 end_s, ended = r.end_ps / 1e12, all(x is not None for x in r.jobs[0].end)
+                err = r.error_ps
+            if stop:
+                assert r.end_ps == err, (r.end_ps, err)  # stopped where the whole run erred
         row = {
             "case": "campaign-restart-cost",
             "gpus": fj.gpus,
@@ -1243,8 +1251,11 @@ def campaign_restart_cost() -> list[dict[str, Any]]:
             "failure_at_share_of_step": frac,
             "iteration_ends": ended,
             "gives_up_s": round(end_s, 6),
+            "first_error_s": None if err is None else round(err / 1e12, 6),
             "cpu_s_whole_run": round(cpu["whole"], 2),
             "cpu_s_to_failure": round(cpu["to_failure"], 2),
+            "cpu_s_to_first_error": round(cpu["to_error"], 2),
+            "events": [events["whole"], events["to_failure"], events["to_error"]],
         }
         print(json.dumps(row), flush=True)
         rows.append(row)

@@ -603,3 +603,50 @@ def test_a_lost_messages_first_timeout_can_be_the_packet_runs_draw() -> None:
     assert short > 10_000_000 + (base << 7)  # waited for the drawn timeout
     own = run(None)  # the model's own draws, each QP's one of the two
     assert short <= own <= long
+
+
+def _dying_port_run(stop: bool, fail: bool = True) -> Any:
+    """RoCE point-to-point chains between 8 hosts (one plane, fixed 1 ms timeout, 2
+    retries) with host 1's NIC port dying for good early on: its QPs run out of
+    retries while the other chains go on.  The run's result, with
+    ``stop_at_error`` as ``stop``."""
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=2)
+    model = FluidModel(
+        spec, "roce", qps=2, seed=5, gpus_per_server=1, rto_ps=1_000_000_000, retries=2
+    )
+    rng = random.Random(11)
+    g = JobGraph("chains", 8, gpus_per_server=1)
+    for c in range(8):
+        prev: tuple[int, ...] = ()
+        for _k in range(6):
+            a = c
+            b = rng.choice([h for h in range(8) if h != a])
+            dur = rng.randrange(1, 9) * 1_000_000_000
+            prev = (g.add(Task("compute", (a,), deps=prev, dur_ps=dur)),)
+            prev = (g.add(Task("p2p", (a, b), deps=prev, size=rng.randrange(64, 1024) << 10)),)
+    model.add_job(FluidJob(g, list(range(8))))
+    if fail:
+        model.add_fault(FluidFault(300_000_000, "nic_port_down", "", 1, 0))
+    return model.run(stop_at_error=stop)
+
+
+def test_a_run_stopped_at_its_first_qp_error_is_the_whole_run_up_to_it() -> None:
+    """``stop_at_error`` ends the run at the first QP whose retries ran out: its
+    ``end_ps`` is the whole run's ``error_ps`` (not an event earlier), every task
+    that started or ended before then did so at the same time, nothing after it was
+    run; the whole run went on past it (other QPs erred later, other chains ended).
+    A run without an error is the same with and without the stop."""
+    whole = _dying_port_run(False)
+    stopped = _dying_port_run(True)
+    err = whole.error_ps
+    assert err is not None and None in whole.jobs[0].end
+    assert stopped.error_ps == err and stopped.end_ps == err
+    assert whole.end_ps > err and stopped.events < whole.events
+    for times in ("start", "end"):
+        got = getattr(stopped.jobs[0], times)
+        ref = getattr(whole.jobs[0], times)
+        assert got == [t if t is not None and t < err else None for t in ref]
+    assert sum(e is not None and e > err for e in whole.jobs[0].end) > 3
+    healthy, healthy_stopped = _dying_port_run(False, False), _dying_port_run(True, False)
+    assert healthy.error_ps is None and None not in healthy.jobs[0].end
+    assert healthy_stopped == healthy

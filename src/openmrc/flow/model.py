@@ -130,6 +130,8 @@ class FluidResult:
     faults: list[dict[str, Any]] = field(default_factory=list)
     #: flows whose rates the run computed, summed over its refills (the refills' work)
     refilled: int = 0
+    #: when the first QP's retries ran out (its transfer never ends; None: none did)
+    error_ps: float | None = None
 
 
 class _Flow:
@@ -1039,18 +1041,24 @@ class FluidModel:
         return got
 
     # ----- run ----------------------------------------------------------------------------
-    def run(self, until_ps: float | None = None) -> FluidResult:
+    def run(self, until_ps: float | None = None, stop_at_error: bool = False) -> FluidResult:
         """Run every job to its end (or ``until_ps``); the task times of each job.
+
+        ``stop_at_error``: end the run at the first QP whose retries are exhausted
+        (its transfer can never end, so neither can its job): ``end_ps`` is that
+        time, and the events of that instant after it are not applied.  Without it
+        the run goes on until nothing can move (``error_ps`` gives the first error).
 
         Divisions by zero in the run's vectorised steps are expected (rates of 0
         give infinite times, masked out), so numpy's warnings are off for the run
         once instead of at every step.
         """
         with np.errstate(divide="ignore", invalid="ignore"):
-            return self._run(until_ps)
+            return self._run(until_ps, stop_at_error)
 
-    def _run(self, until_ps: float | None) -> FluidResult:
-        """The run (``run``): every job to its end (or ``until_ps``).
+    def _run(self, until_ps: float | None, stop_at_error: bool = False) -> FluidResult:
+        """The run (``run``): every job to its end (or ``until_ps``, or its first QP
+        error with ``stop_at_error``).
 
         The flows in flight live in ``flows`` and, index for index, in numpy arrays
         (remaining and lost bytes, rate, efficiency, dead, group), so advancing time
@@ -1270,6 +1278,7 @@ class FluidModel:
         recomputes = 0
         fault_log: list[dict[str, Any]] = []
         limit = math.inf if until_ps is None else float(until_ps)
+        error_ps: float | None = None  # the first QP whose retries ran out
         eff_rate = np.zeros(0)
         # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
         dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
@@ -1522,7 +1531,11 @@ class FluidModel:
                         parked[x] = None
                         fl.rem, fl.lost = fl.lost, 0.0  # go-back-N: resend what was lost
                         added.append(fl)
-                    # else: retries exhausted, the QP is in error; its transfer never ends
+                    else:  # retries exhausted, the QP is in error; its transfer never ends
+                        if error_ps is None:
+                            error_ps = now
+                        if stop_at_error:
+                            break
                 elif kind == 6:
                     start_msg(*msg_starts[x])
                 elif kind == 5:
@@ -1650,12 +1663,14 @@ class FluidModel:
                             lost_a[i] = 0.0
                     reindex()
                     dirty_all = True
+            if stop_at_error and error_ps is not None:
+                break
         out = []
         for j, job in enumerate(self.jobs):
             b = base[j]
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
-        return FluidResult(out, now, events, recomputes, fault_log, refilled_flows)
+        return FluidResult(out, now, events, recomputes, fault_log, refilled_flows, error_ps)
 
     @staticmethod
     def _lost_steps(fl: _Flow, rem: float, lost: float) -> tuple[float, float, int]:
