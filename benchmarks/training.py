@@ -807,6 +807,10 @@ def scaled_one(
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "events": res.events,
         "recomputes": res.recomputes,
+        # the refills' work: flows filled, and the component walks and the flows they reached
+        "refilled": res.refilled,
+        "walks": getattr(res, "walks", None),
+        "walked": getattr(res, "walked", None),
         "task_times_sha256_16": task_times_hash(res.jobs[0].start, res.jobs[0].end),
     }
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openmrc.flow.model import FluidFault, FluidJob, FluidModel, ecmp_hash, maxmin
+from openmrc.flow.model import FluidFault, FluidJob, FluidModel, FluidResult, ecmp_hash, maxmin
 from openmrc.sim.experiment import TransportConfig
 from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
@@ -239,15 +239,19 @@ def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
     assert steps["off"] < 0.9 * steps["nvidia"] < 0.9 * steps["hpcc"], steps
 
 
-def _refill_run(mode: str, fault: bool = False) -> tuple[list[float | None], int]:
+def _refill_run(
+    mode: str, fault: bool = False, reuse: bool = False
+) -> tuple[list[float | None], int, FluidResult]:
     """RoCE QPs in 2 planes: chains of point-to-point transfers of different sizes
     between random hosts, a ring and an all-to-all, so that flows end at many
     different times and only some of them share resources; optionally a T0-T1 link
     failure mid-run.  Every task's end and the flows refilled, with the run's rates
-    refilled by ``mode``."""
+    refilled by ``mode`` (``reuse``: reusing the last component, ``reuse_component``),
+    and the run's result."""
     spec = ClosSpec(planes=2, t0s=4, hosts_per_t0=4, t1s=4)
     model = FluidModel(spec, "roce", qps=2, seed=3, gpus_per_server=1)
     model.refill = mode
+    model.reuse_component = reuse
     rng = random.Random(7)
     g = JobGraph("mix", 16, gpus_per_server=1)
     for _chain in range(12):
@@ -264,7 +268,7 @@ def _refill_run(mode: str, fault: bool = False) -> tuple[list[float | None], int
     if fault:
         model.add_fault(FluidFault(60_000_000, "link_down", "p0t0x0-p0t1x0"))
     res = model.run()
-    return res.jobs[0].end, res.refilled
+    return res.jobs[0].end, res.refilled, res
 
 
 @pytest.mark.parametrize("fault", [False, True])
@@ -273,12 +277,30 @@ def test_rates_refilled_by_component_equal_a_full_recomputation(fault: bool) -> 
     refilling every flow of the changed groups ("group") or every flow in flight at
     every instant ("all") gives the very same task ends, while the component refill
     computes fewer flows' rates than the group refill."""
-    comp, n_comp = _refill_run("component", fault)
-    group, n_group = _refill_run("group", fault)
-    every, _n = _refill_run("all", fault)
+    comp, n_comp, _r = _refill_run("component", fault)
+    group, n_group, _r = _refill_run("group", fault)
+    every, _n, _r = _refill_run("all", fault)
     assert comp == group == every
     assert len({round(e or 0.0) for e in comp}) > 40 and None not in comp
     assert n_comp < n_group
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_a_refill_reusing_the_last_component_walks_less_with_the_same_rates(
+    fault: bool,
+) -> None:
+    """While every change since the last refill lies on the last component's resources,
+    the run refills that component again without walking (``reuse_component``): the
+    same task starts and ends to the last bit as a walk at every refill and as a
+    refill of every flow, in fewer walks."""
+    walk, _n, r_walk = _refill_run("component", fault)
+    kept, _n, r_kept = _refill_run("component", fault, reuse=True)
+    every, _n, r_every = _refill_run("all", fault)
+    assert kept == walk == every
+    assert r_kept.jobs[0].start == r_walk.jobs[0].start == r_every.jobs[0].start
+    assert r_kept.recomputes == r_walk.recomputes
+    assert 0 < r_kept.walks < r_walk.walks * 0.8, (r_kept.walks, r_walk.walks)
+    assert r_kept.walked < r_walk.walked
 
 
 def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:

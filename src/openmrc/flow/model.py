@@ -130,6 +130,10 @@ class FluidResult:
     faults: list[dict[str, Any]] = field(default_factory=list)
     #: flows whose rates the run computed, summed over its refills (the refills' work)
     refilled: int = 0
+    #: refill "component": the walks that found what a change reaches, and the flows
+    #: they reached (the refills that reused the last component walked none)
+    walks: int = 0
+    walked: int = 0
 
 
 class _Flow:
@@ -544,6 +548,14 @@ class FluidModel:
         #: flows, are independent, so the three give the same rates; "group" and "all"
         #: are the references the tests hold "component" to.
         self.refill = "component"
+        #: refill "component": while every change since the last refill ended or started
+        #: flows on the resources of the component the last walk found (flows in flight
+        #: there, none leading out of it), refill that set of flows again instead of
+        #: walking: it holds every flow the change reaches, and filling flows that share
+        #: no resource together gives each the rates it gets alone (``maxmin``), so the
+        #: rates are the walk's.  Off: walk at every refill (the reference the tests
+        #: hold it to).
+        self.reuse_component = True
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -1113,6 +1125,20 @@ class FluidModel:
         seeds: set[int] = set()  # resources whose flows changed ("component")
         dirty_all = self.refill == "all"
         refilled_flows = 0
+        walks = walked = 0
+        #: refill "component" with reuse_component: the last refilled set of flows, closed
+        #: (every flow in flight on one of ``base_res`` is in it and uses no other
+        #: resource); ``inb_a``: whether each slot's flow is in it (set for every flow
+        #: put in flight since: while the set is reused, each of them lies in it).  Its
+        #: entries as the last refill built them, by flow id (``b_eoid``; ``b_top``: the
+        #: largest id then, -1: none kept), so a reuse builds only the new flows' entries.
+        base_ok = False
+        base_res: set[int] = set()
+        inb_a = np.zeros(0, dtype=bool)
+        b_eoid = np.zeros(0, dtype=np.int64)
+        b_res = np.zeros(0, dtype=np.int64)
+        b_w = np.zeros(0)
+        b_top = -1
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
@@ -1133,6 +1159,7 @@ class FluidModel:
         #: ring_weights: every RoCE ring hop flow's bytes sent (its lost ones too), rate,
         #: step bytes, steps and the hop before it (its index here, -1: none), by _Flow.ri
         weigh = self.ring_weights and self.transport != "mrc" and not self.ring_messages
+        reuse = self.reuse_component and self.refill == "component" and not weigh
         rs = _RingHops(self._nvl_out0)
         ri_a = np.zeros(0, dtype=np.int64)  # _Flow.ri of every slot
         top_a = np.zeros(0)  # what every slot's flow may send: total - held
@@ -1188,9 +1215,9 @@ class FluidModel:
             index(flows)
             seeds.clear()
 
-        def component() -> np.ndarray:
+        def component() -> tuple[np.ndarray, set[int]]:
             """The slots (ascending) of the flows connected to the seeded resources
-            through the resources they use."""
+            through the resources they use, and those resources (the seeds among them)."""
             todo = list(seeds)
             seen = set(todo)
             got: set[_Flow] = set()
@@ -1204,16 +1231,16 @@ class FluidModel:
                             seen.add(r)
                             todo.append(r)
             if not got:
-                return np.zeros(0, dtype=np.int64)
+                return np.zeros(0, dtype=np.int64), seen
             ids = np.fromiter((f.oid for f in got), np.int64, len(got))
             ids.sort()
-            return np.searchsorted(oid_a, ids)
+            return np.searchsorted(oid_a, ids), seen
 
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
-            nonlocal ri_a, top_a, wt_a
+            nonlocal ri_a, top_a, wt_a, inb_a
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
@@ -1261,6 +1288,7 @@ class FluidModel:
             ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
             top_a = np.concatenate((top_a, c[13]))
             wt_a = np.concatenate((wt_a, c[14]))
+            inb_a = np.concatenate((inb_a, np.ones(k, dtype=bool)))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1295,17 +1323,46 @@ class FluidModel:
                 # each gets the rates it gets alone
                 if dirty_all:
                     idx = np.arange(len(flows))
+                    base_ok = False
                 elif self.refill == "group":
                     dirty_mask[:] = False
                     dirty_mask[list(dirty)] = True
                     idx = np.flatnonzero(dirty_mask[grp_a])
+                elif not seeds:
+                    idx = np.zeros(0, dtype=np.int64)  # nothing on a resource changed
+                elif base_ok and seeds <= base_res:
+                    # every change since the last refill lies on its flows' resources:
+                    # those flows, closed, hold every flow the changes reach
+                    idx = np.flatnonzero(inb_a)
                 else:
-                    idx = component()
+                    idx, base_res = component()
+                    walks += 1
+                    walked += len(idx)
+                    if reuse:
+                        base_ok, b_top = True, -1
+                        inb_a[:] = False
+                        inb_a[idx] = True
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
                 refilled_flows += len(idx)
-                if len(idx):
+                if len(idx) and base_ok and b_top >= 0:
+                    # the kept entries of the flows still in the set, then the new flows'
+                    cur = oid_a[idx]
+                    pos = np.minimum(np.searchsorted(cur, b_eoid), len(cur) - 1)
+                    ok = cur[pos] == b_eoid
+                    new = idx[cur > b_top]
+                    n_fl, n_res, n_w = entries(flows[new])
+                    b_eoid = np.concatenate((b_eoid[ok], oid_a[new][n_fl]))
+                    b_res = np.concatenate((b_res[ok], n_res))
+                    b_w = np.concatenate((b_w[ok], n_w))
+                    b_top = int(cur[-1])
+                    e_fl, e_res, e_w = np.searchsorted(cur, b_eoid), b_res, b_w
+                elif len(idx):
                     e_fl, e_res, e_w = entries(flows[idx])
+                    if base_ok:
+                        b_eoid, b_res, b_w = oid_a[idx][e_fl], e_res, e_w
+                        b_top = int(oid_a[idx[-1]])
+                if len(idx):
                     sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
@@ -1442,6 +1499,7 @@ class FluidModel:
                     pace_a = pace_a[keep]
                     ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
                     oid_a = oid_a[keep]
+                    inb_a = inb_a[keep]
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
@@ -1655,7 +1713,7 @@ class FluidModel:
             b = base[j]
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
-        return FluidResult(out, now, events, recomputes, fault_log, refilled_flows)
+        return FluidResult(out, now, events, recomputes, fault_log, refilled_flows, walks, walked)
 
     @staticmethod
     def _lost_steps(fl: _Flow, rem: float, lost: float) -> tuple[float, float, int]:
