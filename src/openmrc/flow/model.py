@@ -548,14 +548,20 @@ class FluidModel:
         #: flows, are independent, so the three give the same rates; "group" and "all"
         #: are the references the tests hold "component" to.
         self.refill = "component"
-        #: refill "component": while every change since the last refill ended or started
-        #: flows on the resources of the component the last walk found (flows in flight
-        #: there, none leading out of it), refill that set of flows again instead of
+        #: refill "component": keep each connected set of flows a walk found, labelled on
+        #: its resources, while it stays closed (every flow in flight on its resources is
+        #: in it and uses none outside it: a flow put in flight across its edge dissolves
+        #: it).  A change on a kept set's resources refills that set again instead of
         #: walking: it holds every flow the change reaches, and filling flows that share
         #: no resource together gives each the rates it gets alone (``maxmin``), so the
         #: rates are the walk's.  Off: walk at every refill (the reference the tests
         #: hold it to).
         self.reuse_component = True
+        #: a kept set may refill ``reuse_budget`` times the flows its walk found before
+        #: it is dissolved and walked again: flows that end split a component, and a kept
+        #: set holds its pieces together, so without a bound a small change would go on
+        #: refilling the whole (math.inf: no bound).
+        self.reuse_budget = 4.0
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -1126,19 +1132,17 @@ class FluidModel:
         dirty_all = self.refill == "all"
         refilled_flows = 0
         walks = walked = 0
-        #: refill "component" with reuse_component: the last refilled set of flows, closed
-        #: (every flow in flight on one of ``base_res`` is in it and uses no other
-        #: resource); ``inb_a``: whether each slot's flow is in it (set for every flow
-        #: put in flight since: while the set is reused, each of them lies in it).  Its
-        #: entries as the last refill built them, by flow id (``b_eoid``; ``b_top``: the
-        #: largest id then, -1: none kept), so a reuse builds only the new flows' entries.
-        base_ok = False
-        base_res: set[int] = set()
-        inb_a = np.zeros(0, dtype=bool)
-        b_eoid = np.zeros(0, dtype=np.int64)
-        b_res = np.zeros(0, dtype=np.int64)
-        b_w = np.zeros(0)
-        b_top = -1
+        #: refill "component" with reuse_component: the kept closed sets of flows (every
+        #: flow in flight on one of a set's resources is in it and uses no other
+        #: resource), by label: the label of each resource in one (``lab``), each set's
+        #: resources (``lab_res``), the flows it may still refill (``lab_left``), and the
+        #: label of each slot's flow (``lab_a``, -1: in none)
+        lab: dict[int, int] = {}
+        lab_res: dict[int, list[int]] = {}
+        lab_left: dict[int, float] = {}
+        lab_a = np.zeros(0, dtype=np.int64)
+        next_lab = 0
+        budget = self.reuse_budget
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
@@ -1215,9 +1219,9 @@ class FluidModel:
             index(flows)
             seeds.clear()
 
-        def component() -> tuple[np.ndarray, set[int]]:
+        def component() -> np.ndarray:
             """The slots (ascending) of the flows connected to the seeded resources
-            through the resources they use, and those resources (the seeds among them)."""
+            through the resources they use."""
             todo = list(seeds)
             seen = set(todo)
             got: set[_Flow] = set()
@@ -1231,16 +1235,64 @@ class FluidModel:
                             seen.add(r)
                             todo.append(r)
             if not got:
-                return np.zeros(0, dtype=np.int64), seen
+                return np.zeros(0, dtype=np.int64)
             ids = np.fromiter((f.oid for f in got), np.int64, len(got))
             ids.sort()
-            return np.searchsorted(oid_a, ids), seen
+            return np.searchsorted(oid_a, ids)
+
+        def dissolve(gone: set[int]) -> None:
+            """Forget the kept sets labelled ``gone``: a change there walks again."""
+            for x in gone:
+                for r in lab_res.pop(x):
+                    del lab[r]
+                del lab_left[x]
+            lab_a[np.isin(lab_a, list(gone))] = -1
+
+        def walk_apart(starts: list[int]) -> list[np.ndarray]:
+            """Label and keep each connected set of flows reached from resources
+            ``starts`` (none of them labelled) apart; their slots, ascending, per set."""
+            nonlocal next_lab, walks, walked
+            walks += 1
+            seen: set[int] = set()
+            out = []
+            for s0 in starts:
+                if s0 in seen:
+                    continue
+                seen.add(s0)
+                todo = [s0]
+                res = [s0]
+                got: set[_Flow] = set()
+                while todo:
+                    for f in on_res.get(todo.pop(), ()):
+                        if f in got:
+                            continue
+                        got.add(f)
+                        for r in f.res.tolist():
+                            if r not in seen:
+                                seen.add(r)
+                                todo.append(r)
+                                res.append(r)
+                if not got:
+                    continue
+                walked += len(got)
+                ids = np.fromiter((f.oid for f in got), np.int64, len(got))
+                ids.sort()
+                slots = np.searchsorted(oid_a, ids)
+                x = next_lab
+                next_lab += 1
+                for r in res:
+                    lab[r] = x
+                lab_res[x] = res
+                lab_left[x] = budget * len(got)
+                lab_a[slots] = x
+                out.append(slots)
+            return out
 
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
-            nonlocal ri_a, top_a, wt_a, inb_a
+            nonlocal ri_a, top_a, wt_a, lab_a
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
@@ -1288,7 +1340,25 @@ class FluidModel:
             ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
             top_a = np.concatenate((top_a, c[13]))
             wt_a = np.concatenate((wt_a, c[14]))
-            inb_a = np.concatenate((inb_a, np.ones(k, dtype=bool)))
+            new_lab = np.full(k, -1, dtype=np.int64)
+            if lab:
+                # a flow wholly on one kept set's resources joins it; one across a kept
+                # set's edge dissolves it (the set would no longer be closed)
+                gone: set[int] = set()
+                for i, f in enumerate(added):
+                    rl = f.res.tolist()
+                    x = lab.get(rl[0], -1)
+                    if x >= 0 and all(lab.get(r, -1) == x for r in rl):
+                        new_lab[i] = x
+                        continue
+                    for r in rl:
+                        y = lab.get(r)
+                        if y is not None:
+                            gone.add(y)
+                if gone:
+                    new_lab[np.isin(new_lab, list(gone))] = -1
+                    dissolve(gone)
+            lab_a = np.concatenate((lab_a, new_lab))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1323,46 +1393,59 @@ class FluidModel:
                 # each gets the rates it gets alone
                 if dirty_all:
                     idx = np.arange(len(flows))
-                    base_ok = False
+                    if lab:
+                        dissolve(set(lab_res))
                 elif self.refill == "group":
                     dirty_mask[:] = False
                     dirty_mask[list(dirty)] = True
                     idx = np.flatnonzero(dirty_mask[grp_a])
                 elif not seeds:
                     idx = np.zeros(0, dtype=np.int64)  # nothing on a resource changed
-                elif base_ok and seeds <= base_res:
-                    # every change since the last refill lies on its flows' resources:
-                    # those flows, closed, hold every flow the changes reach
-                    idx = np.flatnonzero(inb_a)
+                elif reuse:
+                    # the kept sets the changes lie on, closed, hold every flow they
+                    # reach there; the changes elsewhere are walked, each set apart
+                    hit: set[int] = set()
+                    free: list[int] = []
+                    for r in seeds:
+                        x = lab.get(r)
+                        if x is None:
+                            free.append(r)
+                        else:
+                            hit.add(x)
+                    parts = walk_apart(free) if free else []
+                    if hit:
+                        if len(hit) == 1:
+                            (x,) = hit
+                            kept = np.flatnonzero(lab_a == x)
+                            tired = {x} if lab_left[x] <= len(kept) else set()
+                            lab_left[x] -= len(kept)
+                        else:
+                            kept = np.flatnonzero(np.isin(lab_a, list(hit)))
+                            xs, ns = np.unique(lab_a[kept], return_counts=True)
+                            tired = set()
+                            for x, n in zip(xs.tolist(), ns.tolist(), strict=True):
+                                lab_left[x] -= n
+                                if lab_left[x] <= 0:
+                                    tired.add(x)
+                        parts.append(kept)
+                        if tired:
+                            # refilled its budget: walked afresh at its next change
+                            dissolve(tired)
+                    if len(parts) == 1:
+                        idx = parts[0]
+                    elif parts:
+                        idx = np.sort(np.concatenate(parts))
+                    else:
+                        idx = np.zeros(0, dtype=np.int64)
                 else:
-                    idx, base_res = component()
+                    idx = component()
                     walks += 1
                     walked += len(idx)
-                    if reuse:
-                        base_ok, b_top = True, -1
-                        inb_a[:] = False
-                        inb_a[idx] = True
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
                 refilled_flows += len(idx)
-                if len(idx) and base_ok and b_top >= 0:
-                    # the kept entries of the flows still in the set, then the new flows'
-                    cur = oid_a[idx]
-                    pos = np.minimum(np.searchsorted(cur, b_eoid), len(cur) - 1)
-                    ok = cur[pos] == b_eoid
-                    new = idx[cur > b_top]
-                    n_fl, n_res, n_w = entries(flows[new])
-                    b_eoid = np.concatenate((b_eoid[ok], oid_a[new][n_fl]))
-                    b_res = np.concatenate((b_res[ok], n_res))
-                    b_w = np.concatenate((b_w[ok], n_w))
-                    b_top = int(cur[-1])
-                    e_fl, e_res, e_w = np.searchsorted(cur, b_eoid), b_res, b_w
-                elif len(idx):
-                    e_fl, e_res, e_w = entries(flows[idx])
-                    if base_ok:
-                        b_eoid, b_res, b_w = oid_a[idx][e_fl], e_res, e_w
-                        b_top = int(oid_a[idx[-1]])
                 if len(idx):
+                    e_fl, e_res, e_w = entries(flows[idx])
                     sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
@@ -1499,7 +1582,7 @@ class FluidModel:
                     pace_a = pace_a[keep]
                     ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
                     oid_a = oid_a[keep]
-                    inb_a = inb_a[keep]
+                    lab_a = lab_a[keep]
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
