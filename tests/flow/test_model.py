@@ -253,6 +253,7 @@ def _refill_run(
     model = FluidModel(spec, "roce", qps=2, seed=3, gpus_per_server=1)
     model.refill = mode
     model.reuse_component = reuse
+    model.reuse_min_flows = 1
     rng = random.Random(7)
     g = JobGraph("mix", 16, gpus_per_server=1)
     for _chain in range(12):
@@ -312,6 +313,7 @@ def _split_run(reuse: bool, budget: float | None = None, bridge: bool = True) ->
     spec = ClosSpec(planes=1, t0s=4, hosts_per_t0=4, t1s=2)
     model = FluidModel(spec, "roce", qps=1, seed=3, gpus_per_server=1)
     model.reuse_component = reuse
+    model.reuse_min_flows = 1
     if budget is not None:
         model.reuse_budget = budget
     g = JobGraph("split", 16, gpus_per_server=1)

@@ -562,6 +562,9 @@ class FluidModel:
         #: set holds its pieces together, so without a bound a small change would go on
         #: refilling the whole (math.inf: no bound).
         self.reuse_budget = 4.0
+        #: only sets of at least this many flows are kept: walking a small one again
+        #: costs less than keeping its labels (checking every flow put in flight)
+        self.reuse_min_flows = 64
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -1143,6 +1146,7 @@ class FluidModel:
         lab_a = np.zeros(0, dtype=np.int64)
         next_lab = 0
         budget = self.reuse_budget
+        min_kept = self.reuse_min_flows
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
@@ -1219,10 +1223,10 @@ class FluidModel:
             index(flows)
             seeds.clear()
 
-        def component() -> np.ndarray:
-            """The slots (ascending) of the flows connected to the seeded resources
+        def component(starts: Any) -> np.ndarray:
+            """The slots (ascending) of the flows connected to resources ``starts``
             through the resources they use."""
-            todo = list(seeds)
+            todo = list(starts)
             seen = set(todo)
             got: set[_Flow] = set()
             while todo:
@@ -1246,15 +1250,23 @@ class FluidModel:
                 for r in lab_res.pop(x):
                     del lab[r]
                 del lab_left[x]
-            lab_a[np.isin(lab_a, list(gone))] = -1
+            if len(gone) == 1:
+                (x,) = gone
+                lab_a[lab_a == x] = -1
+            else:
+                lab_a[np.isin(lab_a, list(gone))] = -1
 
-        def walk_apart(starts: list[int]) -> list[np.ndarray]:
-            """Label and keep each connected set of flows reached from resources
-            ``starts`` (none of them labelled) apart; their slots, ascending, per set."""
+        def walk_apart(starts: list[int]) -> np.ndarray:
+            """The slots (ascending) of the flows connected to resources ``starts`` (none
+            of them labelled); when they are at least ``min_kept``, each connected set of
+            at least ``min_kept`` flows among them labelled and kept apart."""
             nonlocal next_lab, walks, walked
+            idx = component(starts)
             walks += 1
+            walked += len(idx)
+            if len(idx) < min_kept:
+                return idx
             seen: set[int] = set()
-            out = []
             for s0 in starts:
                 if s0 in seen:
                     continue
@@ -1272,21 +1284,18 @@ class FluidModel:
                                 seen.add(r)
                                 todo.append(r)
                                 res.append(r)
-                if not got:
+                if len(got) < min_kept:
                     continue
-                walked += len(got)
                 ids = np.fromiter((f.oid for f in got), np.int64, len(got))
                 ids.sort()
-                slots = np.searchsorted(oid_a, ids)
                 x = next_lab
                 next_lab += 1
                 for r in res:
                     lab[r] = x
                 lab_res[x] = res
                 lab_left[x] = budget * len(got)
-                lab_a[slots] = x
-                out.append(slots)
-            return out
+                lab_a[np.searchsorted(oid_a, ids)] = x
+            return idx
 
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
@@ -1405,14 +1414,15 @@ class FluidModel:
                     # the kept sets the changes lie on, closed, hold every flow they
                     # reach there; the changes elsewhere are walked, each set apart
                     hit: set[int] = set()
-                    free: list[int] = []
-                    for r in seeds:
-                        x = lab.get(r)
-                        if x is None:
-                            free.append(r)
-                        else:
-                            hit.add(x)
-                    parts = walk_apart(free) if free else []
+                    free: list[int] = [] if lab else list(seeds)
+                    if lab:
+                        for r in seeds:
+                            x = lab.get(r)
+                            if x is None:
+                                free.append(r)
+                            else:
+                                hit.add(x)
+                    parts = [walk_apart(free)] if free else []
                     if hit:
                         if len(hit) == 1:
                             (x,) = hit
@@ -1438,7 +1448,7 @@ class FluidModel:
                     else:
                         idx = np.zeros(0, dtype=np.int64)
                 else:
-                    idx = component()
+                    idx = component(seeds)
                     walks += 1
                     walked += len(idx)
                 if weigh and len(idx):
