@@ -748,10 +748,14 @@ def scaled_one(
     data["transport"] = {**data.get("transport", {}), "name": transport}
     data.setdefault("run", {})["mode"] = "flow"
     model_cpu = [0.0]
+    reuse: list[Any] = [None, None]  # the model's reuse_component and reuse_budget
 
     def timed_run(model: Any) -> Any:
         """model.run(), its CPU seconds added to model_cpu (FluidModel may be compiled:
         its methods cannot be wrapped in place)."""
+        reuse[0] = getattr(model, "reuse_component", None)
+        b = getattr(model, "reuse_budget", None)
+        reuse[1] = b if b is None or math.isfinite(b) else "inf"
         c = time.process_time()
         try:
             return model.run()
@@ -809,6 +813,12 @@ def scaled_one(
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "events": res.events,
         "recomputes": res.recomputes,
+        # the refills' work: flows filled, and the component walks and the flows they reached
+        "refilled": res.refilled,
+        "walks": getattr(res, "walks", None),
+        "walked": getattr(res, "walked", None),
+        "reuse": reuse[0],
+        "reuse_budget": reuse[1],
         "task_times_sha256_16": task_times_hash(res.jobs[0].start, res.jobs[0].end),
     }
 
@@ -926,13 +936,21 @@ def fold_check(
 
 
 def scaled(
-    case: str, gpus: int, transports: list[str], fold: int = 1, moe: bool = False, micro: int = 0
+    case: str,
+    gpus: int,
+    transports: list[str],
+    fold: int = 1,
+    moe: bool = False,
+    micro: int = 0,
+    refill: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The widened job with each transport, each in a fresh process (its own peak memory)."""
+    """The widened job with each transport, each in a fresh process (its own peak memory);
+    ``refill``: the --reuse / --reuse-budget arguments to pass on."""
     rows = []
     for tr in transports:
         cmd = [sys.executable, __file__, "--case", "flow-scale", "--gpus", str(gpus)]
         cmd += ["--fold", str(fold), "--micro", str(micro)] + (["--moe"] if moe else [])
+        cmd += refill or []
         got = subprocess.run(
             [*cmd, "--transport", tr, "--in-process"], capture_output=True, text=True
         )
@@ -954,6 +972,26 @@ def ring_weights() -> None:
     def fluid_model(*args: Any, **kw: Any) -> Any:
         model = make(*args, **kw)
         model.ring_weights = True
+        return model
+
+    jobrun.fluid_model = fluid_model  # type: ignore[assignment]
+
+
+def refill_reuse(reuse: str | None, budget: float | None) -> None:
+    """Every flow-level model of this run reuses the kept sets of flows at its refills
+    (``reuse`` "on") or walks at every refill ("off"), each kept set refilling at most
+    ``budget`` times its flows (``FluidModel.reuse_component``, ``.reuse_budget``): to
+    pair the refill's settings on one build.  None: the model's default."""
+    import openmrc.pipeline.jobrun as jobrun
+
+    make = jobrun.fluid_model
+
+    def fluid_model(*args: Any, **kw: Any) -> Any:
+        model = make(*args, **kw)
+        if reuse is not None:
+            model.reuse_component = reuse == "on"
+        if budget is not None:
+            model.reuse_budget = budget
         return model
 
     jobrun.fluid_model = fluid_model  # type: ignore[assignment]
@@ -1417,7 +1455,25 @@ def main() -> int:
         help="flow level: RoCE ring hop flows weighted by their messages ready "
         "(FluidModel.ring_weights)",
     )
+    ap.add_argument(
+        "--reuse",
+        choices=["on", "off"],
+        help="flow level: RoCE's refills reuse the kept sets of flows, or walk at every "
+        "refill (FluidModel.reuse_component; default on)",
+    )
+    ap.add_argument(
+        "--reuse-budget",
+        type=float,
+        metavar="B",
+        help="flow level: a kept set refills at most B times its flows before it is walked "
+        "again (FluidModel.reuse_budget; inf: no bound)",
+    )
     args = ap.parse_args()
+    refill: list[str] = []
+    if args.reuse is not None or args.reuse_budget is not None:
+        refill_reuse(args.reuse, args.reuse_budget)
+        refill += [] if args.reuse is None else ["--reuse", args.reuse]
+        refill += [] if args.reuse_budget is None else ["--reuse-budget", str(args.reuse_budget)]
     if args.ring_messages:
         ring_messages()
     if args.ring_weights:
@@ -1473,7 +1529,7 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
                 continue
             trs = [args.transport] if args.transport else ["mrc", "roce"]
-            out += scaled(case, gpus, trs, args.fold, moe, args.micro)
+            out += scaled(case, gpus, trs, args.fold, moe, args.micro, refill)
         else:
             row = _timed(case, *TIMED[case])
             print(json.dumps(row), flush=True)

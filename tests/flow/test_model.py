@@ -18,13 +18,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import numpy as np
 import pytest
 
-from openmrc.flow.model import FluidFault, FluidJob, FluidModel, ecmp_hash, maxmin
+from openmrc.flow.model import FluidFault, FluidJob, FluidModel, FluidResult, ecmp_hash, maxmin
 from openmrc.sim.experiment import TransportConfig
 from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
@@ -239,15 +240,20 @@ def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
     assert steps["off"] < 0.9 * steps["nvidia"] < 0.9 * steps["hpcc"], steps
 
 
-def _refill_run(mode: str, fault: bool = False) -> tuple[list[float | None], int]:
+def _refill_run(
+    mode: str, fault: bool = False, reuse: bool = False
+) -> tuple[list[float | None], int, FluidResult]:
     """RoCE QPs in 2 planes: chains of point-to-point transfers of different sizes
     between random hosts, a ring and an all-to-all, so that flows end at many
     different times and only some of them share resources; optionally a T0-T1 link
     failure mid-run.  Every task's end and the flows refilled, with the run's rates
-    refilled by ``mode``."""
+    refilled by ``mode`` (``reuse``: reusing the last component, ``reuse_component``),
+    and the run's result."""
     spec = ClosSpec(planes=2, t0s=4, hosts_per_t0=4, t1s=4)
     model = FluidModel(spec, "roce", qps=2, seed=3, gpus_per_server=1)
     model.refill = mode
+    model.reuse_component = reuse
+    model.reuse_min_flows = 1
     rng = random.Random(7)
     g = JobGraph("mix", 16, gpus_per_server=1)
     for _chain in range(12):
@@ -264,7 +270,7 @@ def _refill_run(mode: str, fault: bool = False) -> tuple[list[float | None], int
     if fault:
         model.add_fault(FluidFault(60_000_000, "link_down", "p0t0x0-p0t1x0"))
     res = model.run()
-    return res.jobs[0].end, res.refilled
+    return res.jobs[0].end, res.refilled, res
 
 
 @pytest.mark.parametrize("fault", [False, True])
@@ -273,12 +279,82 @@ def test_rates_refilled_by_component_equal_a_full_recomputation(fault: bool) -> 
     refilling every flow of the changed groups ("group") or every flow in flight at
     every instant ("all") gives the very same task ends, while the component refill
     computes fewer flows' rates than the group refill."""
-    comp, n_comp = _refill_run("component", fault)
-    group, n_group = _refill_run("group", fault)
-    every, _n = _refill_run("all", fault)
+    comp, n_comp, _r = _refill_run("component", fault)
+    group, n_group, _r = _refill_run("group", fault)
+    every, _n, _r = _refill_run("all", fault)
     assert comp == group == every
     assert len({round(e or 0.0) for e in comp}) > 40 and None not in comp
     assert n_comp < n_group
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_a_refill_reusing_the_kept_sets_walks_less_with_the_same_rates(fault: bool) -> None:
+    """A change on a kept set of flows refills that set again without walking
+    (``reuse_component``): the same task starts and ends to the last bit as a walk at
+    every refill and as a refill of every flow, in fewer walks, reaching fewer flows,
+    and filling about as many flows as the walk."""
+    walk, _n, r_walk = _refill_run("component", fault)
+    kept, _n, r_kept = _refill_run("component", fault, reuse=True)
+    every, _n, r_every = _refill_run("all", fault)
+    assert kept == walk == every
+    assert r_kept.jobs[0].start == r_walk.jobs[0].start == r_every.jobs[0].start
+    assert r_kept.recomputes == r_walk.recomputes
+    assert 0 < r_kept.walks < r_walk.walks * 0.5, (r_kept.walks, r_walk.walks)
+    assert r_kept.walked < r_walk.walked * 0.5, (r_kept.walked, r_walk.walked)
+    assert r_kept.refilled < r_walk.refilled * 1.05, (r_kept.refilled, r_walk.refilled)
+
+
+def _split_run(reuse: bool, budget: float | None = None, bridge: bool = True) -> FluidResult:
+    """One plane: host 0 sends to host 1 thirty times, a compute between, beside a long
+    all-to-all of hosts 8-15; all start at once, and a short transfer from host 0 to
+    host 8 (``bridge``) joins the two in one component until it ends.  The run's
+    result, refilled walking every time or reusing the kept sets (``reuse``), each
+    refilling at most ``budget`` times its flows (None: the model's default)."""
+    spec = ClosSpec(planes=1, t0s=4, hosts_per_t0=4, t1s=2)
+    model = FluidModel(spec, "roce", qps=1, seed=3, gpus_per_server=1)
+    model.reuse_component = reuse
+    model.reuse_min_flows = 1
+    if budget is not None:
+        model.reuse_budget = budget
+    g = JobGraph("split", 16, gpus_per_server=1)
+    prev: tuple[int, ...] = ()
+    for _k in range(30):
+        prev = (g.add(Task("p2p", (0, 1), deps=prev, size=256 << 10)),)
+        prev = (g.add(Task("compute", (0,), deps=prev, dur_ps=5_000_000)),)
+    if bridge:
+        g.add(Task("p2p", (0, 8), size=64 << 10))
+    g.add(Task("alltoall", tuple(range(8, 16)), size=64 << 20))
+    model.add_job(FluidJob(g, list(range(16))))
+    return model.run()
+
+
+def test_each_component_a_walk_finds_is_kept_apart() -> None:
+    """The first walk reaches the host pair's transfer and the all-to-all together
+    (both start at once) but keeps them as two sets: the pair's thirty changes refill
+    the pair alone, not the all-to-all beside it: with no bound on the reuse it fills
+    about the walk's flows (one set of both fills over four times as many)."""
+    walk = _split_run(False, bridge=False)
+    kept = _split_run(True, math.inf, bridge=False)
+    assert (kept.jobs[0].start, kept.jobs[0].end) == (walk.jobs[0].start, walk.jobs[0].end)
+    assert kept.walks < walk.walks // 10, (kept.walks, walk.walks)
+    assert kept.refilled < walk.refilled * 1.15, (kept.refilled, walk.refilled)
+
+
+def test_a_kept_set_is_walked_again_after_its_budget() -> None:
+    """The bridge joins the pair and the all-to-all in one component; when it ends they
+    split, but the kept set still holds both.  Unbounded, each of the pair's changes
+    refills the whole all-to-all too (over twice the walk's flows filled); with the
+    budget the set is walked again, split, and the run fills about the walk's flows
+    while walking far fewer; every task's times the same."""
+    walk = _split_run(False)
+    bounded = _split_run(True)
+    unbounded = _split_run(True, math.inf)
+    times = (walk.jobs[0].start, walk.jobs[0].end)
+    assert (bounded.jobs[0].start, bounded.jobs[0].end) == times
+    assert (unbounded.jobs[0].start, unbounded.jobs[0].end) == times
+    assert unbounded.refilled > 2 * walk.refilled, (unbounded.refilled, walk.refilled)
+    assert bounded.refilled < walk.refilled * 1.15, (bounded.refilled, walk.refilled)
+    assert bounded.walked < walk.walked * 0.5, (bounded.walked, walk.walked)
 
 
 def _job_step(name: str, transport: str, fault: bool, mode: str) -> float:

@@ -132,6 +132,10 @@ class FluidResult:
     refilled: int = 0
     #: when the first QP's retries ran out (its transfer never ends; None: none did)
     error_ps: float | None = None
+    #: refill "component": the walks that found what a change reaches, and the flows
+    #: they reached (the refills that reused the last component walked none)
+    walks: int = 0
+    walked: int = 0
 
 
 class _Flow:
@@ -546,6 +550,23 @@ class FluidModel:
         #: flows, are independent, so the three give the same rates; "group" and "all"
         #: are the references the tests hold "component" to.
         self.refill = "component"
+        #: refill "component": keep each connected set of flows a walk found, labelled on
+        #: its resources, while it stays closed (every flow in flight on its resources is
+        #: in it and uses none outside it: a flow put in flight across its edge dissolves
+        #: it).  A change on a kept set's resources refills that set again instead of
+        #: walking: it holds every flow the change reaches, and filling flows that share
+        #: no resource together gives each the rates it gets alone (``maxmin``), so the
+        #: rates are the walk's.  Off: walk at every refill (the reference the tests
+        #: hold it to).
+        self.reuse_component = True
+        #: a kept set may refill ``reuse_budget`` times the flows its walk found before
+        #: it is dissolved and walked again: flows that end split a component, and a kept
+        #: set holds its pieces together, so without a bound a small change would go on
+        #: refilling the whole (math.inf: no bound).
+        self.reuse_budget = 4.0
+        #: only sets of at least this many flows are kept: walking a small one again
+        #: costs less than keeping its labels (checking every flow put in flight)
+        self.reuse_min_flows = 64
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -1121,6 +1142,19 @@ class FluidModel:
         seeds: set[int] = set()  # resources whose flows changed ("component")
         dirty_all = self.refill == "all"
         refilled_flows = 0
+        walks = walked = 0
+        #: refill "component" with reuse_component: the kept closed sets of flows (every
+        #: flow in flight on one of a set's resources is in it and uses no other
+        #: resource), by label: the label of each resource in one (``lab``), each set's
+        #: resources (``lab_res``), the flows it may still refill (``lab_left``), and the
+        #: label of each slot's flow (``lab_a``, -1: in none)
+        lab: dict[int, int] = {}
+        lab_res: dict[int, list[int]] = {}
+        lab_left: dict[int, float] = {}
+        lab_a = np.zeros(0, dtype=np.int64)
+        next_lab = 0
+        budget = self.reuse_budget
+        min_kept = self.reuse_min_flows
         #: when the transport learns of a fault: (fault, host links, fabric links, alive)
         known: list[tuple[int, list[tuple[int, int]], list[tuple[int, int, int]], bool]] = []
         # RoCE QPs waiting for their ACK timeout.  Only the timeout wakes them: as at
@@ -1141,6 +1175,7 @@ class FluidModel:
         #: ring_weights: every RoCE ring hop flow's bytes sent (its lost ones too), rate,
         #: step bytes, steps and the hop before it (its index here, -1: none), by _Flow.ri
         weigh = self.ring_weights and self.transport != "mrc" and not self.ring_messages
+        reuse = self.reuse_component and self.refill == "component" and not weigh
         rs = _RingHops(self._nvl_out0)
         ri_a = np.zeros(0, dtype=np.int64)  # _Flow.ri of every slot
         top_a = np.zeros(0)  # what every slot's flow may send: total - held
@@ -1196,10 +1231,10 @@ class FluidModel:
             index(flows)
             seeds.clear()
 
-        def component() -> np.ndarray:
-            """The slots (ascending) of the flows connected to the seeded resources
+        def component(starts: Any) -> np.ndarray:
+            """The slots (ascending) of the flows connected to resources ``starts``
             through the resources they use."""
-            todo = list(seeds)
+            todo = list(starts)
             seen = set(todo)
             got: set[_Flow] = set()
             while todo:
@@ -1217,11 +1252,64 @@ class FluidModel:
             ids.sort()
             return np.searchsorted(oid_a, ids)
 
+        def dissolve(gone: set[int]) -> None:
+            """Forget the kept sets labelled ``gone``: a change there walks again."""
+            for x in gone:
+                for r in lab_res.pop(x):
+                    del lab[r]
+                del lab_left[x]
+            if len(gone) == 1:
+                (x,) = gone
+                lab_a[lab_a == x] = -1
+            else:
+                lab_a[np.isin(lab_a, list(gone))] = -1
+
+        def walk_apart(starts: list[int]) -> np.ndarray:
+            """The slots (ascending) of the flows connected to resources ``starts`` (none
+            of them labelled); when they are at least ``min_kept``, each connected set of
+            at least ``min_kept`` flows among them labelled and kept apart."""
+            nonlocal next_lab, walks, walked
+            idx = component(starts)
+            walks += 1
+            walked += len(idx)
+            if len(idx) < min_kept:
+                return idx
+            seen: set[int] = set()
+            for s0 in starts:
+                if s0 in seen:
+                    continue
+                seen.add(s0)
+                todo = [s0]
+                res = [s0]
+                got: set[_Flow] = set()
+                while todo:
+                    for f in on_res.get(todo.pop(), ()):
+                        if f in got:
+                            continue
+                        got.add(f)
+                        for r in f.res.tolist():
+                            if r not in seen:
+                                seen.add(r)
+                                todo.append(r)
+                                res.append(r)
+                if len(got) < min_kept:
+                    continue
+                ids = np.fromiter((f.oid for f in got), np.int64, len(got))
+                ids.sort()
+                x = next_lab
+                next_lab += 1
+                for r in res:
+                    lab[r] = x
+                lab_res[x] = res
+                lab_left[x] = budget * len(got)
+                lab_a[np.searchsorted(oid_a, ids)] = x
+            return idx
+
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
-            nonlocal ri_a, top_a, wt_a
+            nonlocal ri_a, top_a, wt_a, lab_a
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
@@ -1269,6 +1357,25 @@ class FluidModel:
             ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
             top_a = np.concatenate((top_a, c[13]))
             wt_a = np.concatenate((wt_a, c[14]))
+            new_lab = np.full(k, -1, dtype=np.int64)
+            if lab:
+                # a flow wholly on one kept set's resources joins it; one across a kept
+                # set's edge dissolves it (the set would no longer be closed)
+                gone: set[int] = set()
+                for i, f in enumerate(added):
+                    rl = f.res.tolist()
+                    x = lab.get(rl[0], -1)
+                    if x >= 0 and all(lab.get(r, -1) == x for r in rl):
+                        new_lab[i] = x
+                        continue
+                    for r in rl:
+                        y = lab.get(r)
+                        if y is not None:
+                            gone.add(y)
+                if gone:
+                    new_lab[np.isin(new_lab, list(gone))] = -1
+                    dissolve(gone)
+            lab_a = np.concatenate((lab_a, new_lab))
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1304,12 +1411,55 @@ class FluidModel:
                 # each gets the rates it gets alone
                 if dirty_all:
                     idx = np.arange(len(flows))
+                    if lab:
+                        dissolve(set(lab_res))
                 elif self.refill == "group":
                     dirty_mask[:] = False
                     dirty_mask[list(dirty)] = True
                     idx = np.flatnonzero(dirty_mask[grp_a])
+                elif not seeds:
+                    idx = np.zeros(0, dtype=np.int64)  # nothing on a resource changed
+                elif reuse:
+                    # the kept sets the changes lie on, closed, hold every flow they
+                    # reach there; the changes elsewhere are walked, each set apart
+                    hit: set[int] = set()
+                    free: list[int] = [] if lab else list(seeds)
+                    if lab:
+                        for r in seeds:
+                            x = lab.get(r)
+                            if x is None:
+                                free.append(r)
+                            else:
+                                hit.add(x)
+                    parts = [walk_apart(free)] if free else []
+                    if hit:
+                        if len(hit) == 1:
+                            (x,) = hit
+                            kept = np.flatnonzero(lab_a == x)
+                            tired = {x} if lab_left[x] <= len(kept) else set()
+                            lab_left[x] -= len(kept)
+                        else:
+                            kept = np.flatnonzero(np.isin(lab_a, list(hit)))
+                            xs, ns = np.unique(lab_a[kept], return_counts=True)
+                            tired = set()
+                            for x, n in zip(xs.tolist(), ns.tolist(), strict=True):
+                                lab_left[x] -= n
+                                if lab_left[x] <= 0:
+                                    tired.add(x)
+                        parts.append(kept)
+                        if tired:
+                            # refilled its budget: walked afresh at its next change
+                            dissolve(tired)
+                    if len(parts) == 1:
+                        idx = parts[0]
+                    elif parts:
+                        idx = np.sort(np.concatenate(parts))
+                    else:
+                        idx = np.zeros(0, dtype=np.int64)
                 else:
-                    idx = component()
+                    idx = component(seeds)
+                    walks += 1
+                    walked += len(idx)
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
                 refilled_flows += len(idx)
@@ -1451,6 +1601,7 @@ class FluidModel:
                     pace_a = pace_a[keep]
                     ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
                     oid_a = oid_a[keep]
+                    lab_a = lab_a[keep]
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
@@ -1670,7 +1821,17 @@ class FluidModel:
             b = base[j]
             k = len(job.graph.tasks)
             out.append(JobTimes(start[b : b + k], end[b : b + k]))
-        return FluidResult(out, now, events, recomputes, fault_log, refilled_flows, error_ps)
+        return FluidResult(
+            out,
+            now,
+            events,
+            recomputes,
+            fault_log,
+            refilled_flows,
+            error_ps=error_ps,
+            walks=walks,
+            walked=walked,
+        )
 
     @staticmethod
     def _lost_steps(fl: _Flow, rem: float, lost: float) -> tuple[float, float, int]:
