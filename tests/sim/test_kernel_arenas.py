@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sim.test_kernel import _RUN, MRC_SCENARIO, kernel, native
+from tests.sim.test_kernel import _RUN, MRC_SCENARIO, _kernel_required, kernel, native  # noqa: F401 (the fixture `native` names under OPENMRC_REQUIRE_NATIVE=1)
 
 pytestmark = [
     native,

@@ -325,6 +325,10 @@ class _FreePort:
     def enqueue(self, pkt: _PacedSender) -> None:
         self.sent.append(pkt)
 
+    def accept(self, pkt: _PacedSender, via: object) -> None:
+        """What the NIC calls for a packet it sends (``via`` None: its own)."""
+        self.sent.append(pkt)
+
 
 class _ListRoundRobin:
     """The NIC's round-robin over a list that holds every QP, the empty ones too."""
