@@ -1231,11 +1231,10 @@ class FluidModel:
             index(flows)
             seeds.clear()
 
-        def component(starts: Any) -> np.ndarray:
-            """The slots (ascending) of the flows connected to resources ``starts``
-            through the resources they use."""
-            todo = list(starts)
-            seen = set(todo)
+        def reach(todo: list[int], seen: set[int], res: list[int] | None) -> set[_Flow]:
+            """The flows connected to resources ``todo`` (each already in ``seen``)
+            through the resources they use; ``seen`` (and ``res``, when given) gain the
+            resources reached.  ``todo`` is used up."""
             got: set[_Flow] = set()
             while todo:
                 for f in on_res.get(todo.pop(), ()):
@@ -1246,11 +1245,24 @@ class FluidModel:
                         if r not in seen:
                             seen.add(r)
                             todo.append(r)
-            if not got:
-                return np.zeros(0, dtype=np.int64)
+                            if res is not None:
+                                res.append(r)
+            return got
+
+        def slots(got: set[_Flow]) -> np.ndarray:
+            """The slots (ascending) of flows ``got``."""
             ids = np.fromiter((f.oid for f in got), np.int64, len(got))
             ids.sort()
             return np.searchsorted(oid_a, ids)
+
+        def component(starts: Any) -> np.ndarray:
+            """The slots (ascending) of the flows connected to resources ``starts``
+            through the resources they use."""
+            todo = list(starts)
+            got = reach(todo, set(todo), None)
+            if not got:
+                return np.zeros(0, dtype=np.int64)
+            return slots(got)
 
         def dissolve(gone: set[int]) -> None:
             """Forget the kept sets labelled ``gone``: a change there walks again."""
@@ -1279,30 +1291,17 @@ class FluidModel:
                 if s0 in seen:
                     continue
                 seen.add(s0)
-                todo = [s0]
                 res = [s0]
-                got: set[_Flow] = set()
-                while todo:
-                    for f in on_res.get(todo.pop(), ()):
-                        if f in got:
-                            continue
-                        got.add(f)
-                        for r in f.res.tolist():
-                            if r not in seen:
-                                seen.add(r)
-                                todo.append(r)
-                                res.append(r)
+                got = reach([s0], seen, res)
                 if len(got) < min_kept:
                     continue
-                ids = np.fromiter((f.oid for f in got), np.int64, len(got))
-                ids.sort()
                 x = next_lab
                 next_lab += 1
                 for r in res:
                     lab[r] = x
                 lab_res[x] = res
                 lab_left[x] = budget * len(got)
-                lab_a[np.searchsorted(oid_a, ids)] = x
+                lab_a[slots(got)] = x
             return idx
 
         def merge() -> None:
