@@ -53,7 +53,7 @@ def test_constants_scale_with_bdp() -> None:
     assert cc.cwnd == cc.maxwnd  # starts at maxwnd
     assert cc.target == 9_000_000  # 0.75 x base RTT
     big = create(CCProfile(link_bps=800e9, base_rtt_ps=BASE), MTU)
-    assert big.maxwnd == 8 * cc.maxwnd
+    assert isinstance(big, NSCC) and big.maxwnd == 8 * cc.maxwnd
 
 
 US = 1_000_000
@@ -281,12 +281,15 @@ def test_one_delay_sample_per_ack_event_not_per_sack_of_a_group() -> None:
     while (item := b.poll_packet(3000)) is not None:
         sacks.append(item[1])
     assert len(sacks) >= 2 and all(isinstance(s, SackPacket) for s in sacks)
-    samples = []
+    samples: list[int | None] = []
+    assert qa.cc is not None
     on_ack = qa.cc.on_ack
-    qa.cc.on_ack = lambda n, rtt, ecn, infl, now: (
-        samples.append(rtt),
-        on_ack(n, rtt, ecn, infl, now),
-    )
+
+    def recording(n: int, rtt: int | None, ecn: bool, infl: int, now: int) -> None:
+        samples.append(rtt)
+        on_ack(n, rtt, ecn, infl, now)
+
+    qa.cc.on_ack = recording  # type: ignore[method-assign,assignment]  # the same call, recorded
     for s in sacks:
         a.receive_packet(s, 4000)
     assert [r for r in samples if r is not None] == [4000 - 1500]  # one sample, one event

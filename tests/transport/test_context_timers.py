@@ -93,7 +93,7 @@ def test_handle_timer_runs_due_qps_in_qpn_order_and_only_those(
     lb.a.handle_timer(deadline - 1)
     assert ran == []  # nothing due yet
     due = sorted(qa.qpn for qa, _ in pairs if qa.get_timer() is not None)
-    lb.a.handle_timer(max(qa.get_timer() for qa, _ in pairs if qa.get_timer() is not None))
+    lb.a.handle_timer(max(at for qa, _ in pairs if (at := qa.get_timer()) is not None))
     assert ran == due and len(due) > 1
 
 

@@ -19,6 +19,7 @@ from openmrc.transport import (
     ResourceExhausted,
     SendWR,
     WCStatus,
+    WorkCompletion,
     WROpcode,
 )
 from tests.compiled import wrong_type_raises
@@ -90,8 +91,13 @@ def _one_write(rkey_of, addr_of, length: int = 10_000, access: Access | None = N
     qa.post_send(
         SendWR(2, WROpcode.RDMA_WRITE, [SGE(mra.addr, 100, mra.lkey)], other.addr, other.rkey)
     )
-    wcs = []
-    lb.run(stop=lambda: bool(wcs.extend(qa.send_cq.poll(10))) or len(wcs) >= 2)
+    wcs: list[WorkCompletion] = []
+
+    def both_completed() -> bool:
+        wcs.extend(qa.send_cq.poll(10))
+        return len(wcs) >= 2
+
+    lb.run(stop=both_completed)
     return qa, qb, dst, wcs
 
 
@@ -131,8 +137,13 @@ def test_write_imm_without_posted_receive_is_no_resource() -> None:
     qa.post_send(
         SendWR(1, WROpcode.RDMA_WRITE_WITH_IMM, [SGE(mra.addr, 8, mra.lkey)], mrb.addr, mrb.rkey, 7)
     )
-    wcs = []
-    lb.run(stop=lambda: bool(wcs.extend(qa.send_cq.poll(10))) or len(wcs) >= 1)
+    wcs: list[WorkCompletion] = []
+
+    def completed() -> bool:
+        wcs.extend(qa.send_cq.poll(10))
+        return len(wcs) >= 1
+
+    lb.run(stop=completed)
     assert [wc.status for wc in wcs] == [WCStatus.RNR_RETRY_EXC_ERR]
     assert qb.stats.rx_no_resource >= 1
 
@@ -179,7 +190,7 @@ def test_unsupported_opcodes_are_refused(qps) -> None:
             "outside the region",
         ),
         (lambda mr: SendWR(1, WROpcode.RDMA_WRITE, [SGE(mr.addr, -1, mr.lkey)], 0, 1), "length"),
-        (lambda mr: SendWR(1, WROpcode.RDMA_WRITE, "nope", 0, 1), "sg_list"),
+        (lambda mr: SendWR(1, WROpcode.RDMA_WRITE, "nope", 0, 1), "sg_list"),  # type: ignore[arg-type]
         (lambda mr: SendWR(1, WROpcode.RDMA_WRITE, [], -5, 1), "remote_addr"),
         (lambda mr: SendWR(1, WROpcode.RDMA_WRITE, [], 0, 1 << 32), "rkey"),
         (lambda mr: SendWR(1, WROpcode.RDMA_WRITE, [], 0, 1, imm_data=4), "imm_data"),
@@ -230,7 +241,7 @@ def test_state_machine_table() -> None:
     with pytest.raises(InvalidState, match="needs RTS"):
         qp.post_send(SendWR(1, WROpcode.RDMA_WRITE, [], 0, 1))
     qp.modify(QPState.RTS)
-    assert qp.responder.recv_queue[0].wr_id == 1
+    assert qp.responder is not None and qp.responder.recv_queue[0].wr_id == 1
 
 
 @pytest.mark.parametrize(
@@ -298,6 +309,7 @@ def test_attributes_are_staged_over_init_rtr_rts() -> None:
     with pytest.raises(InvalidState, match="QPAttr.max_wimm_recv: set when moving to RTR, not RTS"):
         qp.modify(QPState.RTS, max_wimm_recv=4)
     qp.modify(QPState.RTS, mpr_send=8, max_wimm_send=2, timeout=5, retry_exp=0)
+    assert qp.cc is not None and qp.requester is not None and qp.responder is not None
     assert qp.cc.name == "fixed"
     assert qp.responder.window == 256 and qp.responder.max_wimm == 3
     assert qp.requester.window_psns == 1024 and qp.requester.timeout_ps == 1_024_000 << 5
@@ -313,6 +325,7 @@ def test_attributes_are_staged_over_init_rtr_rts() -> None:
 def test_send_and_receive_windows_are_separate() -> None:
     lb = Loopback()
     qa, _qb = lb.connect(QPAttr(mpr_send=4, mpr_recv=1, max_wimm_send=5, max_wimm_recv=7))
+    assert qa.requester is not None and qa.responder is not None
     assert qa.requester.window_psns == 512 and qa.responder.window == 128
     assert qa.responder.max_wimm == 7
     with pytest.raises(InvalidArgument, match="QPAttr.mpr_send"):

@@ -71,8 +71,8 @@ def test_forged_fatal_nacks_with_any_psn_leave_a_live_qp_running() -> None:
     assert qa.stats.ignored_fatal_nacks == forged
     # The transfer still completes when the real packets are delivered.
     now = 3000
-    for p in sent:
-        b.receive_packet(p, now)
+    for data in sent:
+        b.receive_packet(data, now)
     for _ in range(50):
         now += 1_000_000
         for p in _drain(b, now):

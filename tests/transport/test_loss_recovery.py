@@ -26,6 +26,7 @@ def test_reordering_just_beyond_the_window_resends_but_blames_no_ev() -> None:
     f = Faults(reorder=0.3, reorder_delay_ps=1_000_000)
     t = setup_transfer(f, attr=QPAttr(reorder_window_ps=2_000_000), count=120, seed=5)
     run_transfer(t, until=100_000_000)
+    assert t.qa.requester is not None
     assert t.qa.requester.reo_samples >= 8 and t.qa.stats.spurious_retransmits == 0
     f.reorder_delay_ps = 4_000_000
     run_transfer(t)
@@ -44,7 +45,7 @@ def test_a_real_loss_still_marks_its_ev_assumed_bad() -> None:
     assert t.qa.stats.losses_detected > 0
     bad = _bad_events(t)
     assert bad and all(e.reason == "loss without trim" for e in bad)
-    assert t.qa.requester.gap_blames > 0
+    assert t.qa.requester is not None and t.qa.requester.gap_blames > 0
 
 
 def test_the_window_follows_the_reordering_measured() -> None:
@@ -55,6 +56,7 @@ def test_the_window_follows_the_reordering_measured() -> None:
     t = run_transfer(setup_transfer(f, attr=QPAttr(reorder_window_ps=200_000), count=40, seed=5))
     assert_exact(t)
     req = t.qa.requester
+    assert req is not None
     assert req.reo_mean > 0
     assert req.reo_window() >= req.reo_mean + 4 * req.reo_dev > 1_000_000
 
@@ -81,14 +83,18 @@ def _probe_blames_after_overdue_first_packet(ack: str) -> int:
     req.on_sack(SackPacket(qa.qpn, later[0].ev, 0, 0, 0b110, ts_echo=1000), now)  # type: ignore[union-attr]
     # the probe goes out first (overdue by the gap allowance), then RACK's window passes
     while first.ev not in req.ev_probes:
-        now = req.get_timer()
+        at = req.get_timer()
+        assert at is not None  # the overdue packet keeps a timer armed
+        now = at
         req.handle_timer(now)
     probe_due = req.ev_probes[first.ev][1]
     if ack == "original":
         req.on_sack(SackPacket(qa.qpn, first.ev, 3, 3, 0, ts_echo=0), now)
     else:
         while not req.retx:
-            now = req.get_timer()
+            at = req.get_timer()
+            assert at is not None  # RACK's timer for the overdue packet
+            now = at
             req.handle_timer(now)
         resend = req.next_packet(now)
         assert resend is not None and resend.psn == 0 and resend.ev != first.ev

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from openmrc.loopback import Loopback
+from openmrc.transport import Context, QueuePair
 from openmrc.transport.verbs import MemoryRegion
 from openmrc.wire.packets import DataPacket, Opcode, ProbePacket, SackPacket
 
@@ -10,6 +11,7 @@ from openmrc.wire.packets import DataPacket, Opcode, ProbePacket, SackPacket
 def _feed(order: list[int], coalesce: int = 16384) -> list[SackPacket]:
     lb = Loopback()
     qa, qb = lb.connect()
+    assert qb.responder is not None
     qb.responder.coalesce = coalesce
     mr = qb.pd.reg_mr(1 << 22)
     sacks: list[SackPacket] = []
@@ -71,11 +73,13 @@ def test_one_window_when_everything_fits() -> None:
 # -- receives are consumed in WRITE_IMM message order ----------------------------------
 
 
-def _imm_pair(receives: int, sizes: list[int]) -> tuple[object, object, object, object, list]:
+def _imm_pair(
+    receives: int, sizes: list[int]
+) -> tuple[Context, Context, QueuePair, QueuePair, list[DataPacket]]:
     """Two connected contexts; b has ``receives`` posted; a's WRITE_IMMs sent, held."""
     import random
 
-    from openmrc.transport import SGE, Context, QPAttr, RecvWR, SendWR, WROpcode
+    from openmrc.transport import SGE, QPAttr, RecvWR, SendWR, WROpcode
 
     a, b = Context(random.Random(1)), Context(random.Random(2))
     qa = a.alloc_pd().create_qp(a.create_cq())
@@ -93,6 +97,7 @@ def _imm_pair(receives: int, sizes: list[int]) -> tuple[object, object, object, 
         off += size
     held = []
     while (item := a.poll_packet(1000)) is not None:
+        assert isinstance(item[1], DataPacket)  # the WRITE_IMMs' packets
         held.append(item[1])
     return a, b, qa, qb, held
 
@@ -145,6 +150,7 @@ def test_interleaved_messages_complete_with_their_own_byte_counts() -> None:
     assert [p.msn for p in held] == [0, 0, 1, 1]
     for p in (held[2], held[0], held[3]):
         b.receive_packet(p, 2000)
+    assert qb.responder is not None
     assert qb.responder.msg_bytes == {0: 4096, 1: 8192}
     _exchange(a, b, [held[1]])
     got = [(wc.wr_id, wc.imm_data, wc.byte_len) for wc in qb.recv_cq.poll(10)]

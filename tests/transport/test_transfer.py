@@ -7,9 +7,10 @@ import random
 import pytest
 
 from openmrc.loopback import Faults, Loopback
-from openmrc.transport import SGE, SendWR, WCStatus, WROpcode
+from openmrc.transport import SGE, SendWR, WCStatus, WorkCompletion, WROpcode
+from openmrc.wire.packets import DataPacket
 
-from .helpers import assert_exact, run_transfer, setup_transfer
+from .helpers import Transfer, assert_exact, run_transfer, setup_transfer
 
 FAULTS = {
     "clean": Faults(),
@@ -95,10 +96,12 @@ def test_window_is_respected_and_mpr_bounds_psns() -> None:
     attr = QPAttr(mpr=1, cc_profile=CCProfile(name="fixed", params={"window": 1 << 30}))
     t = setup_transfer(Faults(loss=0.02), attr=attr, count=20, delay_ps=50_000_000)
     seen = []
+    req = t.qa.requester
+    assert req is not None
 
     def trace(now: int, direction: str, pkt: object, fate: str) -> None:
         if direction == "ab" and hasattr(pkt, "psn") and hasattr(pkt, "va"):
-            seen.append((pkt.psn, t.qa.requester.snd_una))
+            seen.append((pkt.psn, req.snd_una))
 
     t.lb.trace = trace
     run_transfer(t)
@@ -135,7 +138,7 @@ def test_separate_empty_recv_cq_gets_the_receive_completions() -> None:
     assert len(send_cq) == 0
 
 
-def _two_packet_window() -> tuple[object, object, object]:
+def _two_packet_window() -> tuple[Transfer, DataPacket, DataPacket]:
     """NSCC on a tiny BDP (a window of exactly two packets), a 3-packet WRITE, 2 sent."""
     from openmrc.transport import SGE, CCProfile, QPAttr, SendWR, WROpcode
     from openmrc.wire.packets import DataPacket
@@ -162,11 +165,12 @@ def test_trim_nack_retransmission_waits_for_the_window() -> None:
     t.qa.receive_packet(
         NackPacket(t.qa.qpn, first.ev, NackReason.TRIMMED, first.psn, 0, first.ts), 20
     )
-    assert t.qa.cc.cwnd == 4096  # now only one packet's worth, and one is in flight
+    assert t.qa.cc is not None and t.qa.cc.cwnd == 4096  # one packet's worth, one in flight
     assert t.qa.poll_packet(20) is None  # held by the window
     assert second.ack_req  # the packet that filled the window asked for an ACK
     t.qb.receive_packet(second, 30)
     sack = t.qb.poll_packet(30)
+    assert sack is not None
     t.qa.receive_packet(sack, 40)
     again = t.qa.poll_packet(40)
     assert isinstance(again, DataPacket) and again.psn == first.psn and again.retransmit
@@ -205,6 +209,7 @@ def test_spurious_retransmissions_widen_the_reordering_window() -> None:
     t = run_transfer(setup_transfer(f, attr=attr, count=40, seed=2))
     assert_exact(t)
     req = t.qa.requester
+    assert req is not None
     assert t.qa.stats.spurious_retransmits > 0
     assert req.reo_steps > 1
 
@@ -225,11 +230,17 @@ def test_psn_out_of_window_nacks_do_not_loop_when_mprs_differ() -> None:
     src = qa.pd.reg_mr(n, buffer=bytearray(random.Random(5).randbytes(n)))
     dst = qb.pd.reg_mr(n, buffer=bytearray(n))
     qa.post_send(SendWR(1, WROpcode.RDMA_WRITE, [SGE(src.addr, n, src.lkey)], dst.addr, dst.rkey))
-    wcs: list = []
-    lb.run(stop=lambda: bool(wcs.extend(qa.send_cq.poll(10))) or bool(wcs))
+    wcs: list[WorkCompletion] = []
+
+    def completed() -> bool:
+        wcs.extend(qa.send_cq.poll(10))
+        return bool(wcs)
+
+    lb.run(stop=completed)
     assert [wc.status for wc in wcs] == [WCStatus.SUCCESS]
     assert dst.view == src.view
     st = qa.stats
     assert 0 < st.oow_nacks < 400  # about one window's overshoot, once (unheld: 2487)
+    assert qa.requester is not None
     assert st.peer_window_shrinks >= 1 and qa.requester.window_psns == 128
     assert st.retransmits - st.oow_nacks < 0.05 * 1024  # the rest: the 1 % losses

@@ -46,6 +46,7 @@ def test_corrupted_datagrams_are_dropped_and_counted() -> None:
 def test_psn_unwrap_across_the_32_bit_boundary() -> None:
     t = setup_transfer(wire=True, count=0)
     near = (1 << 32) - 20
+    assert t.qa.requester is not None and t.qb.responder is not None
     # Start both sides' PSN and MSN spaces just below 2^32.
     t.qa.requester.next_psn = t.qa.requester.snd_una = near
     t.qa.requester.next_msn = near

@@ -134,6 +134,7 @@ def test_data_round_trip_every_opcode(opcode: Opcode, length: int) -> None:
     q = decode(b)
     assert q == p
     assert q.size == p.size
+    assert isinstance(q, DataPacket)
     assert isinstance(q.opcode, Opcode) and q.opcode == opcode
     assert (q.imm is not None) == (opcode in IMM_OPCODES)
 
@@ -146,7 +147,7 @@ def test_trimmed_round_trip(opcode: Opcode, lasthop: bool) -> None:
     b = encode(p)
     assert len(b) == 12 + 16 + (4 if opcode in IMM_OPCODES else 0) + 24 + 4
     q = decode(b)
-    assert q == p
+    assert q == p and isinstance(q, DataPacket)
     assert q.trimmed and q.trimmed_lasthop == lasthop and q.payload is None
     assert q.length == 4096 and q.size == p.size
 
@@ -583,6 +584,7 @@ def test_sack_ports_down_bitmap_sits_in_header_bytes_10_11() -> None:
     assert wire[12 + 10 : 12 + 12] == bytes([0x80, 0x05])
     pkt = decode(wire)
     assert isinstance(pkt, SackPacket) and pkt.ports_down == 0x8005
-    assert decode(encode(SackPacket(1, 1, 10, 10, 0))).ports_down == 0  # type: ignore[attr-defined]
+    pkt = decode(encode(SackPacket(1, 1, 10, 10, 0)))
+    assert isinstance(pkt, SackPacket) and pkt.ports_down == 0
     with pytest.raises(WireError, match="SackPacket.ports_down"):
         encode(SackPacket(1, 1, 10, 10, 0, ports_down=1 << 16))

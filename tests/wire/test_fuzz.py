@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from openmrc.wire.codec import WireError, decode, decode_frame, encode, encode_frame
+from openmrc.wire.codec import Buffer, WireError, decode, decode_frame, encode, encode_frame
 from openmrc.wire.packets import (
     IMM_OPCODES,
     AnyPacket,
@@ -128,14 +128,14 @@ def refix_frame(b: bytes) -> bytes:
     return bytes(f)
 
 
-def decodes_or_wire_error(data: bytes) -> AnyPacket | None:
+def decodes_or_wire_error(data: Buffer) -> AnyPacket | None:
     try:
         return decode(data)
     except WireError:
         return None
 
 
-def frame_decodes_or_wire_error(data: bytes) -> AnyPacket | None:
+def frame_decodes_or_wire_error(data: Buffer) -> AnyPacket | None:
     try:
         return decode_frame(data)[0]
     except WireError:
