@@ -37,6 +37,7 @@ from openmrc.sim.factory import make_experiment
 from openmrc.sim.result import Result
 from openmrc.topology import ClosSpec, Topology
 from openmrc.workloads import FlowSpec, permutation
+from tests.narrow import known, roce_flow
 
 US = 1_000_000
 LINE = 100e9
@@ -530,7 +531,7 @@ def test_incast_pfc_hurts_the_victim_mrc_does_not() -> None:
     # start at their full window and NSCC cuts them back; after that the victim
     # runs at its solo rate.  PFC's victim never recovers.
     series = rm.goodput_series[rm.flows[-1].name]
-    end = int(rm.flows[-1].finish_ps // rm.sample_interval_ps)
+    end = int(known(rm.flows[-1].finish_ps) // rm.sample_interval_ps)
     steady = series[10:end]
     assert len(steady) >= 4
     steady_mrc = sum(steady) / len(steady)
@@ -652,7 +653,8 @@ def _failure_run(name: str) -> tuple[Result, int]:
 
     def fail() -> None:
         if isinstance(exp, BaselineExperiment):
-            snd = exp.flows[0].senders[0]
+            snd = roce_flow(exp.flows[0]).senders[0]
+            assert isinstance(exp.fabric, BaselineFabric)  # the fabric a baseline builds
             k = exp.fabric.uplink_choice(snd.src, snd.dst, snd.sport)
         else:
             k = 0

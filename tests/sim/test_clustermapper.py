@@ -139,7 +139,8 @@ def test_controller_probes_return_an_rtt_or_a_timeout_on_the_fabric() -> None:
     exp.sim.run(until_ps=200 * US)
     got = {r.probe_id: r.rtt_ps for r in ctl.poll_probe_results()}
     assert set(got) == {ok, dead, nowhere}
-    assert got[ok] is not None and 0 < got[ok] < 20 * US
+    ok_rtt = got[ok]
+    assert ok_rtt is not None and 0 < ok_rtt < 20 * US
     assert got[dead] is None and got[nowhere] is None
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from functools import partial
+from typing import Any
 
 import pytest
 
@@ -27,9 +29,11 @@ class Sink:
 
     def attach(self, fabric: Fabric) -> None:
         for h in range(fabric.topology.spec.hosts):
-            fabric.attach_host(
-                h, lambda pkt, plane, now, h=h: self.got.append((h, pkt, plane, now))
-            )
+            fabric.attach_host(h, partial(self.receive, h))
+
+    def receive(self, h: int, pkt: Packet, plane: int, now: int) -> None:
+        """Host ``h`` received ``pkt`` on ``plane`` at ``now``."""
+        self.got.append((h, pkt, plane, now))
 
 
 def build(
@@ -54,7 +58,7 @@ def test_cross_t0_timing_and_t1(path: int) -> None:
     sim.run()
     assert len(sink.got) == 1
     h, got, plane, now = sink.got[0]
-    assert (h, plane) == (5, 1) and got is pkt
+    assert (h, plane) == (5, 1) and got is pkt and isinstance(got, DataPacket)
     # four links (serialisation + propagation), three switches, the NIC both ends:
     # the default latency model (docs/latency.md), read from the fabric's config
     hop = (4096 + 144 + FRAMING) * PS_PER_BYTE_100G + fabric.topology.spec.link_delay_ps
@@ -64,7 +68,7 @@ def test_cross_t0_timing_and_t1(path: int) -> None:
         expected = name in ("p1t0x0", f"p1t1x{k}", "p1t0x2")
         assert sw.forwarded == (1 if expected else 0), name
     # the spent address: only the downlink uSID is left
-    assert unpack_address(got.route) == [usid(3, 1, 1)]
+    assert isinstance(got.route, int) and unpack_address(got.route) == [usid(3, 1, 1)]
     assert not got.ecn and not got.trimmed
 
 
@@ -158,7 +162,7 @@ def make_port(sim: Simulator, arrivals: list[tuple[int, Packet]], **kw) -> Egres
     def rx(pkt: Packet, via: EgressPort, epoch: int) -> None:
         arrivals.append((sim.now, pkt))
 
-    args = {"data_limit": 10**9, "prio_limit": 10**9, "framing": 0}
+    args: dict[str, Any] = {"data_limit": 10**9, "prio_limit": 10**9, "framing": 0}
     args.update(kw)
     return EgressPort(sim, "test", 100 * 10**9, 1000, rx, **args)
 
@@ -252,7 +256,7 @@ def test_lasthop_trim_flag_and_ecn_disabled_on_lasthop() -> None:
     last = fabric.port("p0t0x2", 1)
     assert last.lasthop and not last.ecn
     assert last.trims > 0 and last.ecn_marks == 0
-    trimmed = [p for _, p, _, _ in sink.got if p.trimmed]
+    trimmed = [p for _, p, _, _ in sink.got if isinstance(p, DataPacket) and p.trimmed]
     # lasthop flag exactly on the packets the last hop trimmed
     assert sum(p.trimmed_lasthop for p in trimmed) == last.trims
     assert len(trimmed) - last.trims == sum(port.trims for port in fabric.ports) - last.trims
@@ -274,7 +278,7 @@ def test_uplink_trim_not_lasthop() -> None:
     sim.run()
     up = fabric.port("p0t0x0", 2)
     assert up.trims > 0
-    trimmed = [p for _, p, _, _ in sink.got if p.trimmed]
+    trimmed = [p for _, p, _, _ in sink.got if isinstance(p, DataPacket) and p.trimmed]
     assert len(trimmed) == up.trims
     assert not any(p.trimmed_lasthop for p in trimmed)
     assert len(sink.got) == 60

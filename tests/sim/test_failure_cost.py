@@ -165,11 +165,11 @@ def steady_ratio(fabric: str, workload: str, kind: str) -> float:
         base = permutation_series(fabric, None)[0]
         return sum(agg[lo:hi]) / sum(base[lo:hi])
     times, late = ring_steps(fabric, kind)
-    base = ring_steps(fabric, None)[0]
+    base_times = ring_steps(fabric, None)[0]
     steps = len(times) - 1 - late
     assert steps >= 4, "too few ring steps after the failure settled"
     # the mean step interval from ``late`` to the end, against the same steps without it
-    return (base[-1] - base[late]) / (times[-1] - times[late])
+    return (base_times[-1] - base_times[late]) / (times[-1] - times[late])
 
 
 @pytest.mark.parametrize("fabric", list(FABRICS))

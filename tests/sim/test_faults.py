@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from openmrc.sim import Fabric, FabricConfig, FaultInjector, Simulator
@@ -25,14 +27,19 @@ class World:
         spec = ClosSpec(planes=2, t0s=3, hosts_per_t0=2, t1s=3)
         self.fabric = Fabric(self.sim, Topology(spec), config)
         self.faults = FaultInjector(self.fabric)
-        self.got: list[tuple[int, Packet, int]] = []
+        self.got: list[tuple[int, DataPacket, int]] = []
         self.link_events: list[tuple[int, int, bool, int]] = []
         for h in range(spec.hosts):
-            self.fabric.attach_host(
-                h,
-                lambda pkt, plane, now, h=h: self.got.append((h, pkt, now)),
-                lambda plane, up, now, h=h: self.link_events.append((h, plane, up, now)),
-            )
+            self.fabric.attach_host(h, partial(self.receive, h), partial(self.link_event, h))
+
+    def receive(self, h: int, pkt: Packet, plane: int, now: int) -> None:
+        """Host ``h`` received ``pkt`` (these tests send data packets only)."""
+        assert isinstance(pkt, DataPacket)
+        self.got.append((h, pkt, now))
+
+    def link_event(self, h: int, plane: int, up: bool, now: int) -> None:
+        """Host ``h`` heard its ``plane`` link go up or down."""
+        self.link_events.append((h, plane, up, now))
 
     def send_at(self, t: int, src: int, dst: int, ev: int, i: int = 0) -> None:
         self.sim.schedule(t, self.fabric.send, src, data(i, ev), dst)

@@ -9,6 +9,7 @@ from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec
 from openmrc.workloads import collectives as C
+from tests.narrow import mrc_flows, roce_flows
 
 SPEC = ClosSpec(planes=2, t0s=2, hosts_per_t0=2, t1s=2)
 
@@ -20,7 +21,7 @@ def test_mrc_qps_per_connection_stripe_messages() -> None:
     )
     res = exp.run()
     assert res.all_ok
-    a, b = exp.flows
+    a, b = mrc_flows(exp)
     assert len(a.qas) == 2 and len(b.qas) == 3
     # round-robin striping: 3 messages on each of a's QPs, one message per QP of b's first two
     assert [q.stats.rx_messages for q in a.qbs] == [3, 3]
@@ -38,7 +39,7 @@ def test_roce_qps_and_settings_per_flow() -> None:
     )
     res = exp.run()
     assert res.all_ok
-    a, b, c = exp.flows
+    a, b, c = roce_flows(exp)
     assert [len(f.senders) for f in (a, b, c)] == [1, 4, 2]
     assert a.senders[0].cfg.dcqcn.enabled and not c.senders[0].cfg.dcqcn.enabled
 
@@ -47,7 +48,7 @@ def test_transport_qps_sets_the_roce_qp_count() -> None:
     exp = make_experiment(SPEC, transport=TransportConfig(name="roce", qps=3))
     exp.add_flow(FlowSpec(0, 3, 1 << 16))
     assert exp.run().all_ok
-    assert len(exp.flows[0].senders) == 3
+    assert len(roce_flows(exp)[0].senders) == 3
 
 
 def test_a_connection_key_keeps_its_ecmp_paths() -> None:
@@ -60,7 +61,7 @@ def test_a_connection_key_keeps_its_ecmp_paths() -> None:
         ]
     )
     assert exp.run().all_ok
-    a, b, c = ([s.sport for s in f.senders] for f in exp.flows)
+    a, b, c = ([s.sport for s in f.senders] for f in roce_flows(exp))
     assert a == b and a != c
 
 
@@ -68,7 +69,7 @@ def test_collective_settings_reach_every_flow() -> None:
     exp = Experiment(SPEC)
     exp.add_collective(C.allgather(4, 1 << 16), settings={"ev_count": 2}, qps=2)
     assert exp.run().all_ok
-    for f in exp.flows:
+    for f in mrc_flows(exp):
         assert len(f.qas) == 2
         assert all(q.attr.ev_profile.ev_count == 2 for q in f.qas)
 
