@@ -38,7 +38,7 @@ from openmrc.transport.ev import make_ev
     ],
 )
 def test_validation_names_field(field: str, value: object, needle: str) -> None:
-    spec = ClosSpec(**{field: value})
+    spec = ClosSpec(**{field: value})  # type: ignore[arg-type]  # wrong types are the test
     with pytest.raises(ValueError, match=f"ClosSpec.{field}: .*{needle}"):
         spec.validate()
     with pytest.raises(ValueError, match=f"ClosSpec.{field}"):

@@ -111,7 +111,10 @@ def test_narrow_replicas_keeps_the_ends_and_the_replicas_set_apart() -> None:
     assert weights[0] == (1, 1, 3, 1, 1, 1, 6, 1, 1)
     assert offsets[1] == (0, 1, 2, 14, 15) and weights[1] == (1, 1, 12, 1, 1)
     # a part on every host of a T0 alike (a T0 switch) sets none apart
-    whole_t0 = ([(h, 0) for h in range(32, 64)], [])
+    whole_t0: tuple[list[tuple[int, int]], list[tuple[int, int, int]]] = (
+        [(h, 0) for h in range(32, 64)],
+        [],
+    )
     got = narrow_replicas(16, 2, 32, 6, (1,), [whole_t0], 1)
     assert got == (((0, 1, 2, 14, 15),), ((1, 1, 12, 1, 1),))
     # fabric links set no replica apart

@@ -123,7 +123,7 @@ def test_every_cell_runs_to_the_end_and_lossy_full_size_rings_take_the_tables_ca
 def test_a_run_not_finished_by_its_cap_has_no_busbw_only_its_bound() -> None:
     """Whatever it moved by the cap, a run not finished is not given a rate: only the
     bound paper.ring_run gives it (size x factor / cap)."""
-    capped = {
+    capped: dict[str, Any] = {
         "collectives": [
             {
                 "kind": "allreduce",
@@ -251,13 +251,13 @@ def test_a_run_not_finished_decides_a_shape_only_when_its_bound_settles_it() -> 
     # MRC at 1 % not finished: "about a third" and "RoCE below 0.2 of MRC" are undecided
     doc = _doc(HOLDING)
     _not_finished(doc, 16, "MRC 1 QP", 0.01, 2, 400.0)
-    got = {sh.name: sh.holds for sh in paper_figures.figure_shapes(doc)}
-    assert got["ring-roce-unusable-1pct"] is False and got["ring-mrc-third-1pct"] is False
+    holds = {sh.name: sh.holds for sh in paper_figures.figure_shapes(doc)}
+    assert holds["ring-roce-unusable-1pct"] is False and holds["ring-mrc-third-1pct"] is False
     # a missing curve is not run
     ring = doc["figures"][0]
     ring["curves"] = [c for c in ring["curves"] if c["loss"] != 0.001]
-    got = {sh.name: sh.holds for sh in paper_figures.figure_shapes(doc)}
-    assert got["ring-mrc-loss0.1"] is None and got["ring-roce-1qp-half"] is True
+    holds = {sh.name: sh.holds for sh in paper_figures.figure_shapes(doc)}
+    assert holds["ring-mrc-loss0.1"] is None and holds["ring-roce-1qp-half"] is True
 
 
 def test_text_and_html_say_not_finished_never_a_rate(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ a check says "holds" for the published shape and "does not hold" without it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from openmrc.paper import experiments as paper
 
 
 def _doc(
-    levels: list[tuple[float, float]],
+    levels: Sequence[tuple[float, float]],
     faults: list[tuple[float, str]],
     end_us: float = 1000.0,
     step: float = 10.0,

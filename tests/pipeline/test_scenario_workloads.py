@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openmrc.pipeline.scenario import ScenarioError, parse
+from tests.narrow import known, mrc_flow
 
 FABRIC = {"planes": 2, "t0s": 2, "hosts_per_t0": 2, "t1s": 2}
 
@@ -71,9 +72,9 @@ def test_flow_dependencies_qps_and_settings() -> None:
     res = exp.run()
     assert res.all_ok
     a, b = res.flows
-    assert b.started_ps == a.rx_finish_ps + 3_000_000
-    assert len(exp.flows[0].qas) == 4
-    assert exp.flows[1].qas[0].attr.ev_profile.ev_count == 2
+    assert b.started_ps == known(a.rx_finish_ps) + 3_000_000
+    assert len(mrc_flow(exp.flows[0]).qas) == 4
+    assert mrc_flow(exp.flows[1]).qas[0].attr.ev_profile.ev_count == 2
 
 
 def test_a_flows_ev_profile_is_given_in_its_settings() -> None:
@@ -95,7 +96,7 @@ def test_a_flows_ev_profile_is_given_in_its_settings() -> None:
     assert spec.settings == {"timeout": 8}
     exp = sc.build()
     assert exp.run().all_ok
-    assert exp.flows[0].qas[0].attr.ev_profile.explicit == [0x00, 0x10]
+    assert mrc_flow(exp.flows[0]).qas[0].attr.ev_profile.explicit == [0x00, 0x10]
     with pytest.raises(ScenarioError) as err:
         parse(
             {

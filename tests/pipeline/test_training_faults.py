@@ -155,8 +155,8 @@ def test_roce_qps_sharing_a_link_agree_with_the_packet_model() -> None:
     job = PlacedJob("four", g, list(range(8)))
     model = FluidModel(spec, "roce", gpus_per_server=1)
     model.add_job(FluidJob(job.graph, job.hosts))
-    ends = model.run().jobs[0].end
-    flow = max(e or 0.0 for e in ends)
+    flow_ends = model.run().jobs[0].end
+    flow = max(e or 0.0 for e in flow_ends)
     assert abs(flow - packet) / packet < 0.10, (packet, flow)
 
 

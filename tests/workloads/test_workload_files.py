@@ -12,6 +12,7 @@ from openmrc.topology import ClosSpec
 from openmrc.workloads.jobs import (
     GpuSpec,
     JobError,
+    JobGraph,
     JobSpec,
     ModelSpec,
     Parallelism,
@@ -30,9 +31,9 @@ def test_shipped_examples_are_what_the_project_writes(tmp_path: Path) -> None:
         assert (SHIPPED / rel).read_bytes() == p.read_bytes(), rel
 
 
-def _step(graph: object, spec: ClosSpec, g: int) -> float:
+def _step(graph: JobGraph, spec: ClosSpec, g: int) -> float:
     m = FluidModel(spec, "mrc", gpus_per_server=g)
-    m.add_job(FluidJob(graph, list(range(graph.ranks))))  # type: ignore[attr-defined]
+    m.add_job(FluidJob(graph, list(range(graph.ranks))))
     return max(e for e in m.run().jobs[0].end if e is not None)
 
 
