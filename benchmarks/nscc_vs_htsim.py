@@ -28,6 +28,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from openmrc.sim.config import FabricConfig
 from openmrc.sim.experiment import Experiment, TransportConfig, base_rtt_ps
@@ -99,8 +100,13 @@ def run_openmrc(flows: list[FlowSpec], seed: int) -> dict:
     if not r.all_ok:
         raise SystemExit("openmrc: a flow failed")
     by = {(f.src, f.dst): f for f in r.flows}
+    fct_us = []
+    for f in flows:
+        fct = by[(f.src, f.dst)].fct_ps
+        assert fct is not None  # all_ok: every flow finished
+        fct_us.append(fct / US)
     return {
-        "fct_us": [by[(f.src, f.dst)].fct_ps / US for f in flows],
+        "fct_us": fct_us,
         "trims": sum(f.trims for f in r.flows),
         "timeouts": sum(f.timeouts for f in r.flows),
     }
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.htsim).is_file():
         print(f"htsim: no such file: {args.htsim}", file=sys.stderr)
         return 2
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, flows) in enumerate(scenarios(args.seed).items()):
             h = run_htsim(args.htsim, flows, Path(tmp), f"s{i}", args.seed)

@@ -254,6 +254,7 @@ def _packet_run(
     job's task (starts, ends), wall seconds of build and run).  ``draws``: the QPs'
     random choices of an earlier run to make again (RoCE / IB); ``port_seed``: the
     seed of the ports' coin flips instead of the scenario's."""
+    from openmrc.baselines.experiment import BaselineExperiment
     from openmrc.pipeline.jobrun import packet_times
 
     d.setdefault("run", {})["mode"] = "packet"
@@ -261,6 +262,7 @@ def _packet_run(
     t = time.perf_counter()
     exp = sc.build()
     if draws is not None:
+        assert isinstance(exp, BaselineExperiment)  # draws are a RoCE/IB run's
         exp.replay_qp_draws(draws)
     if port_seed is not None:
         exp.reseed_ports(port_seed)
