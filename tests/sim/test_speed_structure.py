@@ -264,6 +264,53 @@ def test_roce_data_arrival_checks_only_its_own_flow(monkeypatch: pytest.MonkeyPa
     assert 0 < checks[0] <= arrivals[0]
 
 
+def _mrc_alltoall(channels: int) -> Experiment:
+    """8 MRC hosts in an all-to-all over long-lived connections (NCCL's p2p channels),
+    each peer's bytes cut into chunks: several transfers share each connection's QPs."""
+    spec = ClosSpec(planes=2, t0s=2, hosts_per_t0=4, t1s=2)
+    exp = Experiment(spec, seed=3)
+    coll = alltoall(8, 8 * (64 << 10), channels=channels, chunk_bytes=16 << 10, slots=2)
+    exp.add_collective(coll, message=16 << 10)
+    return exp
+
+
+def test_mrc_data_arrival_checks_only_the_flows_on_its_qp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A data packet can only complete a flow on the QP it reached: the experiment
+    # checks those (a connection's chunks in flight: at most 2 here), not every flow
+    # arriving at the host (up to 14 here, hundreds per packet in the paper's
+    # 64-rank all-to-all).
+    checks = [0]
+    real = Experiment._rx_complete
+
+    def counting(self: Experiment, flow: object) -> bool:
+        checks[0] += 1
+        return real(self, flow)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Experiment, "_rx_complete", counting)
+    arrivals = _count_host_hook(monkeypatch, "_data_arrived")
+    result = _mrc_alltoall(channels=1).run()
+    assert result.all_ok
+    assert arrivals[0] >= 56 * 4  # every data packet of the 56 peers' transfers
+    assert 0 < checks[0] <= 2 * arrivals[0]
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_mrc_flows_complete_when_a_check_of_every_flow_says(
+    monkeypatch: pytest.MonkeyPatch, channels: int
+) -> None:
+    # The narrowed check finds every completion at the packet a check of every
+    # watched flow at every arrival finds it: the same arrival times to the ps.
+    narrowed = _mrc_alltoall(channels).run()
+    monkeypatch.setattr(Experiment, "_rx_candidates", lambda self, host, flows: flows)
+    everything = _mrc_alltoall(channels).run()
+    assert narrowed.all_ok and everything.all_ok
+    got = [f.rx_finish_ps for f in narrowed.flows]
+    assert got == [f.rx_finish_ps for f in everything.flows]
+    assert all(t is not None for t in got)
+
+
 def test_roce_nic_never_scans_a_qp_given_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
     # Ring steps of one message on connections of 16 QPs: the 15 QPs a step leaves
     # empty used to stay in the NIC's scan for good (nothing retires a QP never

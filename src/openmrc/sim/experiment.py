@@ -228,6 +228,9 @@ class Experiment:
         self._captures: list[Capture] = []
         #: flows whose arrival at their receiver something waits for, by receiving host.
         self._rx_watch: dict[int, list[Flow]] = {}
+        #: per receiving host: its watched flows by receiving QPN (``_rx_candidates``),
+        #: with the watched list they index and its length then
+        self._rx_by_qpn: dict[int, tuple[list[Flow], int, dict[int, list[Flow]]]] = {}
         self._collectives: list[tuple[Collective, int, int, int] | FoldedCollective] = []
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
@@ -1050,10 +1053,35 @@ class Experiment:
 
     def _rx_candidates(self, host: Any, flows: list[Flow]) -> list[Flow]:
         """Which of ``flows`` (watched, arriving at ``host``) the data packet that just
-        reached ``host`` may have completed: all of them here; a transport whose host
-        knows the packet's flow narrows it to that one (the flows at a host are
-        checked at every arrival otherwise: 63 per packet in a 64-rank all-to-all)."""
-        return flows
+        reached ``host`` may have completed: those whose receiving QPs include the one
+        it reached (``host.last_rx``), in their order in ``flows``.  A flow's messages
+        are placed only by packets on its own QPs, so no other flow can have completed
+        (checking every flow at every arrival cost 63 checks a packet in a 64-rank
+        all-to-all).  The index is brought up to date when the list was replaced (a
+        new object) or grew (flows are only appended to it in place)."""
+        seen = self._rx_by_qpn.get(host.index)
+        if seen is None or seen[0] is not flows:
+            seen = self._rx_by_qpn[host.index] = (flows, len(flows), self._by_qpn(flows))
+        elif seen[1] != len(flows):
+            by = seen[2]
+            for f in flows[seen[1] :]:
+                self._index_qpns(by, f)
+            seen = self._rx_by_qpn[host.index] = (flows, len(flows), by)
+        return seen[2].get(host.last_rx, [])
+
+    @staticmethod
+    def _by_qpn(flows: list[Flow]) -> dict[int, list[Flow]]:
+        """``flows`` by each of their receiving QPNs, each list in ``flows``' order."""
+        by: dict[int, list[Flow]] = {}
+        for f in flows:
+            Experiment._index_qpns(by, f)
+        return by
+
+    @staticmethod
+    def _index_qpns(by: dict[int, list[Flow]], flow: Flow) -> None:
+        """Add ``flow`` to ``by`` under each receiving QPN it has, once per QPN."""
+        for qpn in dict.fromkeys(qb.qpn for qb in flow.qbs):  # type: ignore[attr-defined]
+            by.setdefault(qpn, []).append(flow)
 
     def _data_arrived(self, host: Any, now: int) -> None:
         """A data packet reached ``host``: did a watched flow's last byte arrive?"""

@@ -72,6 +72,7 @@ class SimHost:
         "fabric",
         "faults",
         "index",
+        "last_rx",
         "on_activity",
         "on_data",
         "ports",
@@ -110,6 +111,9 @@ class SimHost:
         #: called after every data packet the host received (the experiment checks
         #: whether a flow something waits for has arrived).
         self.on_data: Callable[[SimHost, int], None] | None = None
+        #: the QPN the last data packet reached, set for ``on_data`` (which flows it can
+        #: have completed: only those on that QP).
+        self.last_rx = -1
         #: packet observers (captures): ``tap(host, peer, pkt, sent, now)``.
         self.taps: list[Callable[[int, Any, Packet, bool, int], None]] = []
         #: the experiment's fault injector, for per-EV loss (None: no such faults).
@@ -137,6 +141,7 @@ class SimHost:
             # no sends: only its ACKs need sending.
             self.kick(now, sending_only=True)
             if self.on_data is not None:
+                self.last_rx = pkt.dqpn
                 self.on_data(self, now)
             return
         self.kick(now)
