@@ -1155,7 +1155,8 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
     restarts the job: [runs, blocks' worth]).  A day
     costs about the blocks kept in all times the CPU per block a measured campaign
     gives.  A second row per seed plans RoCE (every replica of a kept block run; its
-    restarts as :func:`_dry_run` has them: an estimate of its timeline)."""
+    restarts as :func:`_dry_run` has them: an estimate of its timeline), exact and
+    with ``campaign.fold_groups``."""
     from openmrc.pipeline import campaign as cp
 
     rows = []
@@ -1190,6 +1191,7 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
         print(json.dumps(row), flush=True)
         rows.append(row)
         r_out, r_kept, r_worth, r_kinds = _dry_run(setup, hours, transport="roce")
+        rg_out, rg_kept, rg_worth, rg_kinds = _dry_run(setup, hours, True, "roce")
         row = {
             "case": "campaign-plan",
             "transport": "roce",
@@ -1202,6 +1204,10 @@ def campaign_plan(seeds: list[int], hours: float) -> list[dict[str, Any]]:
             "blocks_kept_sum": sum(r_kept),
             "blocks_kept_max": max(r_kept),
             "runs_by_kind": _by_kind(r_kinds, r_worth),
+            "fold_groups_runs": rg_out.simulated,
+            "fold_groups_blocks_kept_sum": sum(rg_kept),
+            "fold_groups_blocks_kept_max": max(rg_kept),
+            "fold_groups_runs_by_kind": _by_kind(rg_kinds, rg_worth),
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
