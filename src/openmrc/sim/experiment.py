@@ -163,6 +163,28 @@ def base_rtt_ps(spec: ClosSpec, mtu: int, latency_ps: int = 0) -> int:
     return int(8 * spec.link_delay_ps + ser + 2 * latency_ps)
 
 
+class _RxQP:
+    """A receiving QP of watched flows (:meth:`Experiment._rx_candidates`): the QP, its
+    ``rx_messages`` when a packet last looked (-1: never), and its watched flows in
+    the order they were watched."""
+
+    __slots__ = ("flows", "placed", "qb")
+
+    def __init__(self, qb: Any) -> None:
+        self.qb = qb
+        self.placed = -1
+        self.flows: list[Flow] = []
+
+    @staticmethod
+    def index(by: dict[int, _RxQP], flow: Flow) -> None:
+        """Add ``flow`` to ``by`` under each receiving QP it has, once per QP."""
+        for qb in dict.fromkeys(flow.qbs):  # type: ignore[attr-defined]
+            rq = by.get(qb.qpn)
+            if rq is None:
+                rq = by[qb.qpn] = _RxQP(qb)
+            rq.flows.append(flow)
+
+
 class Experiment:
     """A fabric of :class:`SimHost` running MRC, with flows and faults, on one simulator.
 
@@ -230,7 +252,7 @@ class Experiment:
         self._rx_watch: dict[int, list[Flow]] = {}
         #: per receiving host: its watched flows by receiving QPN (``_rx_candidates``),
         #: with the watched list they index and its length then
-        self._rx_by_qpn: dict[int, tuple[list[Flow], int, dict[int, list[Flow]]]] = {}
+        self._rx_by_qpn: dict[int, tuple[list[Flow], int, dict[int, _RxQP]]] = {}
         self._collectives: list[tuple[Collective, int, int, int] | FoldedCollective] = []
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
@@ -1054,34 +1076,33 @@ class Experiment:
     def _rx_candidates(self, host: Any, flows: list[Flow]) -> list[Flow]:
         """Which of ``flows`` (watched, arriving at ``host``) the data packet that just
         reached ``host`` may have completed: those whose receiving QPs include the one
-        it reached (``host.last_rx``), in their order in ``flows``.  A flow's messages
-        are placed only by packets on its own QPs, so no other flow can have completed
+        it reached (``host.last_rx``), in their order in ``flows``, and none unless the
+        packet placed a message there (the QP's ``rx_messages`` moved since the last
+        packet looked at it).  A flow completes only when a message of it is placed,
+        and only a packet on its own QP places it, so no other flow can have completed
         (checking every flow at every arrival cost 63 checks a packet in a 64-rank
-        all-to-all).  The index is brought up to date when the list was replaced (a
-        new object) or grew (flows are only appended to it in place)."""
+        all-to-all, and two in a ring whose messages are hundreds of packets).  The
+        index is brought up to date when the list was replaced (a new object) or grew
+        (flows are only appended to it in place)."""
         seen = self._rx_by_qpn.get(host.index)
         if seen is None or seen[0] is not flows:
-            seen = self._rx_by_qpn[host.index] = (flows, len(flows), self._by_qpn(flows))
+            by: dict[int, _RxQP] = {}
+            for f in flows:
+                _RxQP.index(by, f)
+            seen = self._rx_by_qpn[host.index] = (flows, len(flows), by)
         elif seen[1] != len(flows):
             by = seen[2]
             for f in flows[seen[1] :]:
-                self._index_qpns(by, f)
+                _RxQP.index(by, f)
             seen = self._rx_by_qpn[host.index] = (flows, len(flows), by)
-        return seen[2].get(host.last_rx, [])
-
-    @staticmethod
-    def _by_qpn(flows: list[Flow]) -> dict[int, list[Flow]]:
-        """``flows`` by each of their receiving QPNs, each list in ``flows``' order."""
-        by: dict[int, list[Flow]] = {}
-        for f in flows:
-            Experiment._index_qpns(by, f)
-        return by
-
-    @staticmethod
-    def _index_qpns(by: dict[int, list[Flow]], flow: Flow) -> None:
-        """Add ``flow`` to ``by`` under each receiving QPN it has, once per QPN."""
-        for qpn in dict.fromkeys(qb.qpn for qb in flow.qbs):  # type: ignore[attr-defined]
-            by.setdefault(qpn, []).append(flow)
+        rq = seen[2].get(host.last_rx)
+        if rq is None:
+            return []
+        placed = rq.qb.stats.rx_messages
+        if placed == rq.placed:
+            return []
+        rq.placed = placed
+        return rq.flows
 
     def _data_arrived(self, host: Any, now: int) -> None:
         """A data packet reached ``host``: did a watched flow's last byte arrive?"""
