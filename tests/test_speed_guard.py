@@ -205,3 +205,35 @@ def test_a_pure_python_build_names_its_cause(
     with pytest.raises(guard.GuardError, match=r"mypyc failed \(MemoryError\)"):
         guard._ensure(home, lambda tree: None, 0, "the working tree")
     assert not (home / guard.BUILT_MARKER).exists()
+
+
+def test_vs_htsim_passes_planes_and_window_and_checks_the_window_work(tmp_path: Path) -> None:
+    """``--vs-htsim`` with ``--planes`` and ``--until-us``: htsim is given ``-planes``
+    and ``-end``, and a capped run's work is the new data packets both had sent."""
+    spec = importlib.util.spec_from_file_location(
+        "sim_speed_for_htsim", ROOT / "benchmarks" / "sim_speed.py"
+    )
+    assert spec is not None and spec.loader is not None
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    argv_file = tmp_path / "argv.txt"
+    fake = tmp_path / "htsim_uec"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" > {argv_file}\n'
+        "echo 'New: 1000 Rtx: 0 RTS: 0 Bounced: 0 ACKs: 40 NACKs: 0 Pulls: 0 sleek_pkts: 0'\n"
+    )
+    fake.chmod(0o755)
+    got = speed.run_htsim(str(fake), 16, 100_000, 1, planes=8, until_us=30.0)
+    argv = argv_file.read_text().split()
+    assert argv[argv.index("-planes") + 1] == "8"
+    assert argv[argv.index("-end") + 1] == "30"
+    assert got["planes"] == 8 and got["new_packets"] == 1000
+    mine = {"until_us": 30.0, "new_packets_sent": 1030, "flows_finished": 0}
+    check = speed.same_work(mine, got)
+    assert check["ok"] and list(check) == ["new_packets_sent", "ok"]
+    assert not speed.same_work({**mine, "new_packets_sent": 1100}, got)["ok"]
+    whole = speed.run_htsim(str(fake), 16, 100_000, 1)
+    argv = argv_file.read_text().split()
+    assert "-planes" not in argv and argv[argv.index("-end") + 1] == "100000"
+    assert "median_fct_us" in speed.same_work({"until_us": None}, whole)

@@ -1,8 +1,9 @@
 """The order events run in: the native kernel's event store against a plain heap.
 
-The native simulator keeps its pending events in a heap of the current time slot,
-a wheel of unsorted buckets for the next slots and a heap for events further
-ahead (``_kernel.c``, "the event store"); :class:`PySimulator` keeps one
+The native simulator keeps its pending events in the current time slot's events
+sorted (a radix sort as the slot is loaded) beside a small heap of those added
+since, a wheel of unsorted buckets for the next slots and a heap for events
+further ahead (``_kernel.c``, "the event store"); :class:`PySimulator` keeps one
 ``heapq``.  Both must run every event in the same (time, key) order.  These tests
 drive both with the same random mixes of events (ties at one time, slot and wheel
 boundaries, far timers, times in the past, cancellations, events scheduling more
@@ -132,3 +133,57 @@ def test_python_order_is_the_sorted_time_key_order() -> None:
     """The reference itself: PySimulator's heap sorts by (time, key)."""
     got, want = _sorted_mix(PySimulator, 3)
     assert got == want
+
+
+class _Node:
+    """An object registered as its own entity: the events its method schedules take
+    keys with that entity in their high bytes."""
+
+    __slots__ = ("nodes", "ran", "rnd", "sim")
+
+    def __init__(self, sim: Any, nodes: list[_Node], ran: list[tuple[int, int]], seed: int) -> None:
+        self.sim = sim
+        self.nodes = nodes
+        self.ran = ran
+        self.rnd = random.Random(seed)
+
+    def fire(self, tag: int) -> None:
+        sim = self.sim
+        self.ran.append((sim.now, tag))
+        if tag >= 20_000:
+            return
+        for _ in range(self.rnd.randrange(4)):
+            other = self.nodes[self.rnd.randrange(len(self.nodes))]
+            # a few shared delays (whole slots of ties) and spread ones in one slot
+            delay = self.rnd.choice((1_000_000, 1_000_000, 330_000, 1_330_000, 0))
+            delay += self.rnd.choice((0, 0, 0, self.rnd.randrange(SLOT_PS)))
+            sim.push(sim.now + delay, other.fire, (tag * 4 + self.rnd.randrange(4) + 1,))
+
+
+def _entity_mix(make: Any, seed: int) -> list[tuple[int, int]]:
+    """What ran, in order, when 700 registered nodes (entities past 256: keys that
+    differ in their entity's bytes, not only in the counter's) schedule each other
+    at shared and spread times, slots of hundreds of events each."""
+    sim = make(seed)
+    ran: list[tuple[int, int]] = []
+    nodes: list[_Node] = []
+    for i in range(700):
+        node = _Node(sim, nodes, ran, seed * 10_007 + i)
+        nodes.append(node)
+        sim.add_entity([node])
+    for i, node in enumerate(nodes):
+        sim.push(random.Random(seed + i).randrange(3) * 1_000_000, node.fire, (i % 5 + 1,))
+    sim.run(until_ps=12_000_000)
+    return ran
+
+
+@native
+@pytest.mark.parametrize("seed", range(3))
+def test_native_order_with_many_entities_per_slot(seed: int) -> None:
+    """Slots of hundreds of events from hundreds of entities (the fabric's case: its
+    events bunch at the same instants) run in PySimulator's order."""
+    assert kernel is not None
+    py = _entity_mix(PySimulator, seed)
+    nat = _entity_mix(kernel.Simulator, seed)
+    assert len(py) > 5_000
+    assert nat == py
