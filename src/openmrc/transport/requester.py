@@ -60,7 +60,6 @@ from .txtable import (
     ACK_REQ,
     DUP_RISK,
     EV_BITS,
-    EV_ORDER_CLASS,
     IN_FLIGHT,
     NAMED,
     OOW,
@@ -94,7 +93,9 @@ _tx_ev: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.ev)
 _tx_sent: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.sent)
 _tx_flags: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.flags)
 _tx_add: Final = cast("Callable[[TxTableLike, int, SendOp], None]", TX_CLASS.add)
-_tx_launch: Final = cast("Callable[[TxTableLike, int, int, int, int], None]", TX_CLASS.launch)
+_tx_send: Final = cast(
+    "Callable[[TxTableLike, int, int, int, int, EvOrderLike], None]", TX_CLASS.send
+)
 _tx_settle: Final = cast(
     "Callable[[TxTableLike, int, EvOrderLike], tuple[int, int]]", TX_CLASS.settle
 )
@@ -105,7 +106,6 @@ _tx_lowest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.lowest)
 _tx_oldest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.oldest)
 _tx_after: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.after)
 _tx_rto_at: Final = cast("Callable[[TxTableLike, int, int, int], int]", TX_CLASS.rto_at)
-_order_append: Final = cast("Callable[[EvOrderLike, int, int, int], None]", EV_ORDER_CLASS.append)
 
 #: ACK events with measured reordering before the reordering estimate sets
 #: RACK's window: a QP's first window meets the start-up queues (every QP of
@@ -378,7 +378,6 @@ class Requester:
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
         self.inflight += length
-        _order_append(self.ev_sent, ev, psn, now)
         opcode = op.opcode_of(psn)
         last = opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
@@ -398,7 +397,8 @@ class Requester:
         if ack_req:
             flags |= ACK_REQ
             self.flight_ack_reqs += 1
-        _tx_launch(self.unacked, psn, ev, now, flags)
+        # the transmission's record and its place on its EV's order, in one call
+        _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
         offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,

@@ -277,6 +277,15 @@ class TxTable:
             self._next[tail - self._base] = psn + 1
         self._tail = psn
 
+    def send(self, psn: int, ev: int, sent: int, flags: int, order: EvOrderLike) -> None:
+        """The records one transmission makes, in one call: :meth:`launch` (``psn``
+        sent now on ``ev`` at ``sent`` with ``flags``) and the pair appended last on
+        its EV in ``order`` (:meth:`EvOrder.append`).  (The native table takes a
+        native EvOrder: one call where the requester made two, each boxing its
+        arguments.)"""
+        order.append(ev, psn, sent)
+        self.launch(psn, ev, sent, flags)
+
     def land(self, psn: int) -> int:
         """Take ``psn`` (in flight) out of flight; return its flags from before."""
         i = psn - self._base
@@ -547,6 +556,7 @@ class TxTableLike(Protocol):
     def remove(self, psn: int, in_flight: bool) -> None: ...
     def clear(self) -> None: ...
     def launch(self, psn: int, ev: int, sent: int, flags: int) -> None: ...
+    def send(self, psn: int, ev: int, sent: int, flags: int, order: EvOrderLike) -> None: ...
     def land(self, psn: int) -> int: ...
     def flying(self) -> bool: ...
     def oldest(self) -> int: ...
@@ -570,7 +580,7 @@ class EvOrderLike(Protocol):
 #: lacks the newer names; the pure-Python classes are used then).
 NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs", "rotate")
 #: The newest methods of those classes, checked the same way: (class, method).
-NATIVE_METHODS: Final = (("TxTable", "rto_at"),)
+NATIVE_METHODS: Final = (("TxTable", "rto_at"), ("TxTable", "send"))
 
 
 def _load_native() -> ModuleType | None:
