@@ -368,6 +368,58 @@ def test_native_send_edges() -> None:
     assert order.pairs(3) == [(5, 100)] and table.oldest() == 5
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_take_is_op_then_settle(impl: str) -> None:
+    """take(psn, order): None for a PSN not outstanding (never sent, acknowledged,
+    outside the window), else (op, word, sent) equal to op(psn) and then
+    settle(psn, order) on a twin table and order, over random sends and takes."""
+    tx_table, ev_order = _classes(impl)
+    ops = [SendOp(i, [], 0, 0, None, True, 0, 4096) for i in range(3)]
+    for seed in range(4):
+        rng = random.Random(seed)
+        one, one_order = tx_table(), ev_order()  # take
+        two, two_order = tx_table(), ev_order()  # op + settle
+        evs = [rng.getrandbits(32) for _ in range(4)]
+        live: list[int] = []
+        now = 0
+        for psn in range(300):
+            op = rng.choice(ops)
+            for table in (one, two):
+                table.add(psn, op)
+            now += rng.randrange(1, 1 << 36)
+            ev, flags = rng.choice(evs), rng.choice([0, DUP_RISK, RESENT])
+            one.send(psn, ev, now, flags, one_order)
+            two.send(psn, ev, now, flags, two_order)
+            if rng.random() < 0.2:
+                one.land(psn)
+                two.land(psn)
+            live.append(psn)
+            if rng.random() < 0.4:
+                pick = rng.choice([*live, -1, psn + 1, 1 << 70])
+                got = one.take(pick, one_order)
+                op_two = two.op(pick)
+                if op_two is None:
+                    assert got is None
+                    continue
+                assert got == (op_two, *two.settle(pick, two_order))
+                assert got[0] is op_two
+                for table in (one, two):
+                    table.remove(pick, bool(table.flags(pick) & IN_FLIGHT))
+                live.remove(pick)
+                assert one.take(pick, one_order) is None
+        for ev in evs:
+            assert one_order.pairs(ev) == two_order.pairs(ev)
+
+
+def test_native_take_wants_a_native_order() -> None:
+    """The native take refuses the Python EvOrder (TypeError), as settle does."""
+    native = _native_module()
+    table = native.TxTable()
+    table.add(1, SendOp(1, [], 0, 0, None, True, 0, 4096))
+    with pytest.raises(TypeError):
+        table.take(1, EvOrder())
+
+
 def test_native_tx_table_holds_its_messages() -> None:
     """The native table owns a reference to each message it holds and drops it when
     the PSN is acknowledged, cleared or the table is freed."""

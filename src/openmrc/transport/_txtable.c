@@ -340,6 +340,50 @@ TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* op and settle in one call: None when psn is not outstanding, else (op, word, sent)
+ * as settle gives them (see txtable.TxTable.take). */
+static PyObject *
+TxTable_take(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t word, sent;
+    PyObject *op, *w, *t, *out;
+    if (check_nargs("take", nargs, 2) < 0)
+        return NULL;
+    if (Py_TYPE(args[1]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.take: order must be a native EvOrder");
+        return NULL;
+    }
+    i = tx_slot(self, args[0]);
+    if (i < 0 || self->ops[i] == NULL)
+        Py_RETURN_NONE;
+    op = self->ops[i];
+    word = self->meta[i];
+    sent = self->sent[i];
+    if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
+        eo_pop_first(args[1], (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
+        word |= ORDERED << 32;
+    w = PyLong_FromUnsignedLongLong(word);
+    if (w == NULL)
+        return NULL;
+    t = PyLong_FromUnsignedLongLong(sent);
+    if (t == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    out = PyTuple_New(3);
+    if (out == NULL) {
+        Py_DECREF(w);
+        Py_DECREF(t);
+        return NULL;
+    }
+    Py_INCREF(op);
+    PyTuple_SET_ITEM(out, 0, op);
+    PyTuple_SET_ITEM(out, 1, w);
+    PyTuple_SET_ITEM(out, 2, t);
+    return out;
+}
+
 static PyObject *
 TxTable_set_bits(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -698,6 +742,9 @@ static PyMethodDef TxTable_methods[] = {
     {"settle", (PyCFunction)(void (*)(void))TxTable_settle, METH_FASTCALL,
      "psn's ev | flags << 32 and send time as it is acknowledged; drops its pair from "
      "order when it is the oldest on its EV (ORDERED then set in the flags returned)."},
+    {"take", (PyCFunction)(void (*)(void))TxTable_take, METH_FASTCALL,
+     "op(psn) and settle(psn, order) in one call: None when psn is not outstanding, "
+     "else (op, ev | flags << 32, send time)."},
     {"set_bits", (PyCFunction)(void (*)(void))TxTable_set_bits, METH_FASTCALL,
      "Set flag bits of psn."},
     {"clear_bits", (PyCFunction)(void (*)(void))TxTable_clear_bits, METH_FASTCALL,

@@ -96,8 +96,8 @@ _tx_add: Final = cast("Callable[[TxTableLike, int, SendOp], None]", TX_CLASS.add
 _tx_send: Final = cast(
     "Callable[[TxTableLike, int, int, int, int, EvOrderLike], None]", TX_CLASS.send
 )
-_tx_settle: Final = cast(
-    "Callable[[TxTableLike, int, EvOrderLike], tuple[int, int]]", TX_CLASS.settle
+_tx_take: Final = cast(
+    "Callable[[TxTableLike, int, EvOrderLike], tuple[SendOp, int, int] | None]", TX_CLASS.take
 )
 _tx_remove: Final = cast("Callable[[TxTableLike, int, bool], None]", TX_CLASS.remove)
 _tx_land: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.land)
@@ -616,14 +616,18 @@ class Requester:
         late_base = now - self.rack_rtt
         rack_xmit = self.rack_xmit
         self.sack_late = 0
+        # (each PSN's message, flags and send time, and its EV's order checked, in one
+        # call: see TxTable.take and _on_order)
+        order = self.ev_sent
         if cack > self.snd_una:
             sacked = self.sacked_imm_last
             for psn in range(self.snd_una, cack):
                 if sacked:
                     sacked.pop(psn, None)
-                op = _tx_op(unacked, psn)
-                if op is not None:
-                    newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
+                got = _tx_take(unacked, psn, order)
+                if got is not None:
+                    op, word, sent = got
+                    newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
             self.snd_una = cack
             if self.held:
                 self._release_oow(now)
@@ -644,11 +648,12 @@ class Requester:
             bitmap ^= low
             if psn >= next_psn:
                 break
-            op = _tx_op(unacked, psn)
-            if op is not None:
+            got = _tx_take(unacked, psn, order)
+            if got is not None:
+                op, word, sent = got
                 if op.is_imm and op.is_last(psn):
-                    self.sacked_imm_last[psn] = (_tx_sent(unacked, psn), op)
-                newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
+                    self.sacked_imm_last[psn] = (sent, op)
+                newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
         self._note_reordering(self.sack_late)
         spurious = self.sack_spurious
         if spurious:
@@ -690,14 +695,16 @@ class Requester:
         if len(self.retx) or len(self.to_segment):
             self.qp.wake()  # the window may have opened
 
-    def _ack_sacked(self, psn: int, op: SendOp, now: int, late_base: int, rack_xmit: int) -> int:
-        """Acknowledge outstanding ``psn`` of ``op`` (cumulatively or selectively) and
-        return its newly acked bytes; take the order evidence it gives on its EV,
-        count a spurious retransmission, and note how late an original arrived
-        behind a later-sent packet (RACK's reordering)."""
-        # (the EV's order is checked in the same call: ORDERED when the transmission
-        # was the oldest on its EV, which settles it, see _on_order)
-        word, sent = _tx_settle(self.unacked, psn, self.ev_sent)
+    def _ack_sacked(
+        self, psn: int, op: SendOp, word: int, sent: int, now: int, late_base: int, rack_xmit: int
+    ) -> int:
+        """Acknowledge outstanding ``psn`` of ``op`` (cumulatively or selectively;
+        ``word`` and ``sent``: its EV and flags, ``ev | flags << 32``, and send time
+        as :meth:`TxTable.settle` gives them, ORDERED set when the transmission was
+        the oldest on its EV, which settled it, see _on_order) and return its newly
+        acked bytes; take the order evidence it gives on its EV, count a spurious
+        retransmission, and note how late an original arrived behind a later-sent
+        packet (RACK's reordering)."""
         flags = word >> 32
         if flags & IN_FLIGHT and not flags & (DUP_RISK | ORDERED):
             self._on_order(psn, word & EV_BITS, sent, now)
