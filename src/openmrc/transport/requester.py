@@ -105,7 +105,8 @@ _tx_flying: Final = cast("Callable[[TxTableLike], bool]", TX_CLASS.flying)
 _tx_lowest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.lowest)
 _tx_oldest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.oldest)
 _tx_after: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.after)
-_tx_rto_at: Final = cast("Callable[[TxTableLike, int, int, int], int]", TX_CLASS.rto_at)
+# (the timeout and cap it takes as objects: boxed once, see Requester.timeout_o)
+_tx_rto_at: Final = cast("Callable[[TxTableLike, object, int, object], int]", TX_CLASS.rto_at)
 
 #: ACK events with measured reordering before the reordering estimate sets
 #: RACK's window: a QP's first window meets the start-up queues (every QP of
@@ -133,6 +134,8 @@ _NO_STAMPS: Final[deque[int]] = deque()
 #: 2^24 = 17.2 s), as a NIC's timer is bounded by that attribute.  Past it, a QP
 #: retrying forever would wait days between attempts (2^30 x its base).
 RTO_CAP_PS: Final = 1_024_000 << 24
+#: RTO_CAP_PS as an object (boxed once: get_timer passes it to TxTable.rto_at).
+_RTO_CAP_O: Final[object] = RTO_CAP_PS
 
 #: Bitmap windows of one ACK event (the SACKs echoing one timestamp) kept for
 #: the order evidence (see :meth:`Requester._reported_missing`); a receiver sends
@@ -294,6 +297,9 @@ class Requester:
         """Take the send-side attributes (at RTS, and again on RTS -> RTS)."""
         self.window_psns = attr.send_window_psns
         self.timeout_ps = attr.timeout_ps
+        #: timeout_ps as an object, boxed once here: get_timer passes it to
+        #: TxTable.rto_at (compiled, an int re-boxed per call is an allocation)
+        self.timeout_o: object = attr.timeout_ps
         self.retry_linear = attr.retry_linear
         self.max_retries = None if attr.retries_infinite else attr.retry_linear + attr.retry_exp
         self.reo_floor = attr.reorder_window_ps
@@ -1150,7 +1156,7 @@ class Requester:
         probe = self.paths.next_probe_at
         best = -1 if probe is None else probe
         # (the oldest in flight's timeout: rto_for after its retries, in one call)
-        rto = _tx_rto_at(self.unacked, self.timeout_ps, self.retry_linear, RTO_CAP_PS)
+        rto = _tx_rto_at(self.unacked, self.timeout_o, self.retry_linear, _RTO_CAP_O)
         if rto >= 0 and (best < 0 or rto < best):
             best = rto
         if (rto >= 0 or self.held) and not len(self.retx):
