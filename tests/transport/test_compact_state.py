@@ -28,6 +28,7 @@ from openmrc.transport.ev import make_ev
 from openmrc.transport.paths import EvIds, new_ev_ids
 from openmrc.transport.sendop import SendOp
 from openmrc.transport.txtable import (
+    ACK_REQ,
     DUP_RISK,
     GROW_BATCH,
     IN_FLIGHT,
@@ -301,6 +302,122 @@ def test_settle_reads_and_takes_the_oldest_pair_of_its_ev(impl: str) -> None:
     table.launch(101, ev, 5000, RESENT)
     assert table.settle(101, order)[0] == ev | (IN_FLIGHT | RESENT) << 32
     assert order.pairs(ev)[0] == (101, 1010)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_send_is_launch_and_append_in_one_call(impl: str) -> None:
+    """send(psn, ev, sent, flags, order) leaves the table and the order as launch and
+    order.append do, over random sends, resends and acknowledgements; and the Python
+    reference's records equal them."""
+    tx_table, ev_order = _classes(impl)
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    for seed in range(4):
+        rng = random.Random(seed)
+        one, one_order = tx_table(), ev_order()  # send
+        two, two_order = tx_table(), ev_order()  # launch + append
+        ref, ref_order = TxTable(), EvOrder()  # the Python reference, send
+        evs = [rng.getrandbits(32) for _ in range(5)]
+        sent: dict[int, int] = {}
+        now = 0
+        for psn in range(400):
+            for table in (one, two, ref):
+                table.add(psn, op)
+            now += rng.randrange(1, 1 << 40)
+            ev, flags = rng.choice(evs), rng.choice([0, ACK_REQ, RESENT | ACK_REQ])
+            one.send(psn, ev, now, flags, one_order)
+            two_order.append(ev, psn, now)
+            two.launch(psn, ev, now, flags)
+            ref.send(psn, ev, now, flags, ref_order)
+            sent[psn] = now
+            if rng.random() < 0.3:  # one acknowledged: out of flight and forgotten
+                gone = rng.choice(sorted(sent))
+                for table in (one, two, ref):
+                    table.remove(gone, True)
+                del sent[gone]
+        for table in (one, two, ref):
+            assert [(p, table.ev_flags(p), table.sent(p)) for p in sent] == [
+                (p, one.ev_flags(p), one.sent(p)) for p in sent
+            ]
+            flight = []
+            p = table.oldest()
+            while p >= 0:
+                flight.append(p)
+                p = table.after(p)
+            assert flight == sorted(sent)
+        for ev in evs:
+            assert one_order.pairs(ev) == two_order.pairs(ev) == ref_order.pairs(ev)
+            assert len(one_order.pairs(ev)) > 0
+
+
+def test_native_send_edges() -> None:
+    """The native send takes only a native EvOrder and an EV of 32 bits, and on
+    refusing changes neither record."""
+    native = _native_module()
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = native.TxTable(), native.EvOrder()
+    table.add(5, op)
+    with pytest.raises(TypeError):
+        table.send(5, 3, 100, 0, EvOrder())  # the Python class
+    with pytest.raises(OverflowError):
+        table.send(5, 1 << 32, 100, 0, order)
+    with pytest.raises(IndexError):
+        table.send(4, 3, 100, 0, order)  # below the window
+    assert not table.flying() and order.pairs(3) == []
+    table.send(5, 3, 100, ACK_REQ, order)
+    assert (table.ev(5), table.sent(5), table.flags(5)) == (3, 100, IN_FLIGHT | ACK_REQ)
+    assert order.pairs(3) == [(5, 100)] and table.oldest() == 5
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_take_is_op_then_settle(impl: str) -> None:
+    """take(psn, order): None for a PSN not outstanding (never sent, acknowledged,
+    outside the window), else (op, word, sent) equal to op(psn) and then
+    settle(psn, order) on a twin table and order, over random sends and takes."""
+    tx_table, ev_order = _classes(impl)
+    ops = [SendOp(i, [], 0, 0, None, True, 0, 4096) for i in range(3)]
+    for seed in range(4):
+        rng = random.Random(seed)
+        one, one_order = tx_table(), ev_order()  # take
+        two, two_order = tx_table(), ev_order()  # op + settle
+        evs = [rng.getrandbits(32) for _ in range(4)]
+        live: list[int] = []
+        now = 0
+        for psn in range(300):
+            op = rng.choice(ops)
+            for table in (one, two):
+                table.add(psn, op)
+            now += rng.randrange(1, 1 << 36)
+            ev, flags = rng.choice(evs), rng.choice([0, DUP_RISK, RESENT])
+            one.send(psn, ev, now, flags, one_order)
+            two.send(psn, ev, now, flags, two_order)
+            if rng.random() < 0.2:
+                one.land(psn)
+                two.land(psn)
+            live.append(psn)
+            if rng.random() < 0.4:
+                pick = rng.choice([*live, -1, psn + 1, 1 << 70])
+                got = one.take(pick, one_order)
+                op_two = two.op(pick)
+                if op_two is None:
+                    assert got is None
+                    continue
+                assert got == (op_two, *two.settle(pick, two_order))
+                assert got[0] is op_two
+                for table in (one, two):
+                    table.remove(pick, bool(table.flags(pick) & IN_FLIGHT))
+                live.remove(pick)
+                assert one.take(pick, one_order) is None
+        for ev in evs:
+            assert one_order.pairs(ev) == two_order.pairs(ev)
+
+
+def test_native_take_wants_a_native_order() -> None:
+    """The native take refuses the Python EvOrder (TypeError), as settle does."""
+    native = _native_module()
+    table = native.TxTable()
+    table.add(1, SendOp(1, [], 0, 0, None, True, 0, 4096))
+    with pytest.raises(TypeError):
+        table.take(1, EvOrder())
 
 
 def test_native_tx_table_holds_its_messages() -> None:
@@ -682,6 +799,9 @@ def test_an_older_native_build_is_used_whole_or_not_at_all(monkeypatch: pytest.M
     assert txtable._load_native() is None
     setattr(old, txtable.NATIVE_NAMES[-1], object())
     assert txtable._load_native() is None  # its TxTable lacks the newest method
+    methods: dict[str, dict[str, None]] = {}  # (a class may have several)
     for cls, name in txtable.NATIVE_METHODS:
-        setattr(old, cls, type(cls, (), {name: None}))
+        methods.setdefault(cls, {})[name] = None
+    for cls, names in methods.items():
+        setattr(old, cls, type(cls, (), names))
     assert txtable._load_native() is old

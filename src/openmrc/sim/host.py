@@ -27,7 +27,7 @@ from .port import busy_mask, soonest_drain
 # Held in C statics when compiled (a module global is a dict lookup per call), and
 # typed to take the time as an object: kick boxes it once for both calls.
 _busy_mask: Final = cast("Callable[[object, object], int]", busy_mask)
-_soonest_drain: Final = cast("Callable[[object, object], int | None]", soonest_drain)
+_soonest_drain: Final = cast("Callable[[object, object], object]", soonest_drain)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,7 +105,8 @@ class SimHost:
         self._pump_cb: Callable[[int], None] = self._on_pump
         self._timer_cb: Callable[[int], None] = self._on_timer
         #: sim.post (a one-argument call: no handle, no args tuple), bound once
-        self._post: Callable[[int, Callable[[int], None], int], None] = sim.post
+        #: (times typed object: kick passes on the boxed ints it has)
+        self._post = cast("Callable[[object, Callable[[int], None], object], None]", sim.post)
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity: Callable[[SimHost, int], None] | None = None
         #: called after every data packet the host received (the experiment checks
@@ -274,16 +275,24 @@ class SimHost:
                 continue
             ports[plane].enqueue(pkt)
             busy |= 1 << plane  # only the port just used can have changed
+        # (the times posted are passed on as the objects they came as: compiled, an
+        # int re-boxed for a call is an allocation, two per post)
         if busy and len(ctx.ready):
             # Something is waiting for a port: come back when the first one frees.
-            soonest = _soonest_drain(ports, now_o)
-            if soonest is not None and (self._pump_at < 0 or soonest < self._pump_at):
-                self._pump_at = soonest
-                self._post(soonest, self._pump_cb, soonest)
+            soonest_o = _soonest_drain(ports, now_o)
+            if soonest_o is not None:
+                soonest = cast(int, soonest_o)
+                if self._pump_at < 0 or soonest < self._pump_at:
+                    self._pump_at = soonest
+                    self._post(soonest_o, self._pump_cb, soonest_o)
         if sending_only and self._timer_at >= 0:
             return
-        timer = ctx.get_timer()
-        if timer is not None and (self._timer_at < 0 or timer < self._timer_at):
-            at = timer if timer > now else now
-            self._timer_at = at
-            self._post(at, self._timer_cb, at)
+        timer_o: object = ctx.get_timer()
+        if timer_o is not None:
+            timer = cast(int, timer_o)
+            if self._timer_at < 0 or timer < self._timer_at:
+                if timer <= now:
+                    timer_o = now_o
+                    timer = now
+                self._timer_at = timer
+                self._post(timer_o, self._timer_cb, timer_o)

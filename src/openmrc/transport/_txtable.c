@@ -79,6 +79,7 @@ check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want)
 static PyTypeObject EvOrderType;
 /* Drop (psn, sent) from ev's chain when it is the first pair there; 1 when dropped. */
 static int eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent);
+static int eo_append(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent);
 
 typedef struct {
     PyObject_HEAD
@@ -339,6 +340,50 @@ TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* op and settle in one call: None when psn is not outstanding, else (op, word, sent)
+ * as settle gives them (see txtable.TxTable.take). */
+static PyObject *
+TxTable_take(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t word, sent;
+    PyObject *op, *w, *t, *out;
+    if (check_nargs("take", nargs, 2) < 0)
+        return NULL;
+    if (Py_TYPE(args[1]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.take: order must be a native EvOrder");
+        return NULL;
+    }
+    i = tx_slot(self, args[0]);
+    if (i < 0 || self->ops[i] == NULL)
+        Py_RETURN_NONE;
+    op = self->ops[i];
+    word = self->meta[i];
+    sent = self->sent[i];
+    if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
+        eo_pop_first(args[1], (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
+        word |= ORDERED << 32;
+    w = PyLong_FromUnsignedLongLong(word);
+    if (w == NULL)
+        return NULL;
+    t = PyLong_FromUnsignedLongLong(sent);
+    if (t == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    out = PyTuple_New(3);
+    if (out == NULL) {
+        Py_DECREF(w);
+        Py_DECREF(t);
+        return NULL;
+    }
+    Py_INCREF(op);
+    PyTuple_SET_ITEM(out, 0, op);
+    PyTuple_SET_ITEM(out, 1, w);
+    PyTuple_SET_ITEM(out, 2, t);
+    return out;
+}
+
 static PyObject *
 TxTable_set_bits(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -538,6 +583,44 @@ TxTable_launch(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* launch, and the transmission appended to order (EvOrder.append) in the same call:
+ * the two records every transmission makes (see txtable.TxTable.send). */
+static PyObject *
+TxTable_send(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t ev, sent, flags;
+    int64_t tail;
+    if (check_nargs("send", nargs, 5) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (as_u64(args[1], &ev) < 0 || as_u64(args[2], &sent) < 0 || tx_bits(args[3], &flags) < 0)
+        return NULL;
+    if (ev >> 32) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable: EV out of range");
+        return NULL;
+    }
+    if (Py_TYPE(args[4]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.send: order must be a native EvOrder");
+        return NULL;
+    }
+    /* the order first: when its memory runs out, nothing has changed */
+    if (eo_append(args[4], (uint32_t)ev, (uint64_t)(self->base + i), sent) < 0)
+        return NULL;
+    self->meta[i] = ev | (flags | IN_FLIGHT) << 32;
+    self->sent[i] = sent;
+    tail = self->tail;
+    self->prev[i] = tail;
+    self->next[i] = -1;
+    if (tail < 0)
+        self->head = self->base + i;
+    else
+        self->next[tail - self->base] = self->base + i;
+    self->tail = self->base + i;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 TxTable_land(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -659,6 +742,9 @@ static PyMethodDef TxTable_methods[] = {
     {"settle", (PyCFunction)(void (*)(void))TxTable_settle, METH_FASTCALL,
      "psn's ev | flags << 32 and send time as it is acknowledged; drops its pair from "
      "order when it is the oldest on its EV (ORDERED then set in the flags returned)."},
+    {"take", (PyCFunction)(void (*)(void))TxTable_take, METH_FASTCALL,
+     "op(psn) and settle(psn, order) in one call: None when psn is not outstanding, "
+     "else (op, ev | flags << 32, send time)."},
     {"set_bits", (PyCFunction)(void (*)(void))TxTable_set_bits, METH_FASTCALL,
      "Set flag bits of psn."},
     {"clear_bits", (PyCFunction)(void (*)(void))TxTable_clear_bits, METH_FASTCALL,
@@ -674,6 +760,9 @@ static PyMethodDef TxTable_methods[] = {
     {"clear", (PyCFunction)TxTable_clear, METH_NOARGS, "Forget every record."},
     {"launch", (PyCFunction)(void (*)(void))TxTable_launch, METH_FASTCALL,
      "psn (not in flight) is sent now on ev at sent: set its fields, last in flight."},
+    {"send", (PyCFunction)(void (*)(void))TxTable_send, METH_FASTCALL,
+     "launch(psn, ev, sent, flags), and the transmission appended to order (a native "
+     "EvOrder) in the same call."},
     {"land", (PyCFunction)(void (*)(void))TxTable_land, METH_FASTCALL,
      "Take psn (in flight) out of flight; return its flags from before."},
     {"flying", (PyCFunction)TxTable_flying, METH_NOARGS, "True when some PSN is in flight."},
@@ -879,40 +968,39 @@ eo_release(EvOrderObject *self, int32_t e)
     self->free_ = e;
 }
 
-static PyObject *
-EvOrder_append(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Append (psn, sent) last in ev's chain: 0, or -1 with MemoryError set (then nothing
+ * changed).  The body of EvOrder.append, also called by TxTable.send. */
+static int
+eo_append(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent)
 {
-    int ok;
-    uint32_t ev;
-    uint64_t psn, sent;
+    EvOrderObject *self = (EvOrderObject *)order;
     Py_ssize_t h;
     int32_t first, e;
-    if (check_nargs("append", nargs, 3) < 0)
-        return NULL;
-    ev = eo_ev(args[0], &ok);
-    if (!ok) {
-        PyErr_SetString(PyExc_OverflowError, "EvOrder: EV out of range");
-        return NULL;
-    }
-    if (as_u64(args[1], &psn) < 0 || as_u64(args[2], &sent) < 0)
-        return NULL;
     /* the entry first (nothing changes when memory runs out) */
     if (self->free_ < 0 && self->npool == self->pool_cap) {
         Py_ssize_t cap = self->pool_cap + (self->pool_cap >> 3) + 16;
         void *a, *b, *c;
-        if (cap > INT32_MAX - 2)
-            return PyErr_NoMemory();
+        if (cap > INT32_MAX - 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
         a = PyMem_Realloc(self->psn, (size_t)cap * sizeof(uint64_t));
-        if (a == NULL)
-            return PyErr_NoMemory();
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
         self->psn = a;
         b = PyMem_Realloc(self->sent, (size_t)cap * sizeof(uint64_t));
-        if (b == NULL)
-            return PyErr_NoMemory();
+        if (b == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
         self->sent = b;
         c = PyMem_Realloc(self->next, (size_t)cap * sizeof(int32_t));
-        if (c == NULL)
-            return PyErr_NoMemory();
+        if (c == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
         self->next = c;
         self->pool_cap = cap;
     }
@@ -924,7 +1012,7 @@ EvOrder_append(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
         self->used += 1;
         if (4 * self->used > 3 * (self->mask + 1)) {
             if (eo_grow(self) < 0)
-                return NULL;
+                return -1;
             h = eo_find(self, ev);
         }
         first = -1;
@@ -942,6 +1030,26 @@ EvOrder_append(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
     else
         self->next[self->tails[h]] = e;
     self->tails[h] = e;
+    return 0;
+}
+
+static PyObject *
+EvOrder_append(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int ok;
+    uint32_t ev;
+    uint64_t psn, sent;
+    if (check_nargs("append", nargs, 3) < 0)
+        return NULL;
+    ev = eo_ev(args[0], &ok);
+    if (!ok) {
+        PyErr_SetString(PyExc_OverflowError, "EvOrder: EV out of range");
+        return NULL;
+    }
+    if (as_u64(args[1], &psn) < 0 || as_u64(args[2], &sent) < 0)
+        return NULL;
+    if (eo_append((PyObject *)self, ev, psn, sent) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -60,7 +60,6 @@ from .txtable import (
     ACK_REQ,
     DUP_RISK,
     EV_BITS,
-    EV_ORDER_CLASS,
     IN_FLIGHT,
     NAMED,
     OOW,
@@ -94,9 +93,11 @@ _tx_ev: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.ev)
 _tx_sent: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.sent)
 _tx_flags: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.flags)
 _tx_add: Final = cast("Callable[[TxTableLike, int, SendOp], None]", TX_CLASS.add)
-_tx_launch: Final = cast("Callable[[TxTableLike, int, int, int, int], None]", TX_CLASS.launch)
-_tx_settle: Final = cast(
-    "Callable[[TxTableLike, int, EvOrderLike], tuple[int, int]]", TX_CLASS.settle
+_tx_send: Final = cast(
+    "Callable[[TxTableLike, int, int, int, int, EvOrderLike], None]", TX_CLASS.send
+)
+_tx_take: Final = cast(
+    "Callable[[TxTableLike, int, EvOrderLike], tuple[SendOp, int, int] | None]", TX_CLASS.take
 )
 _tx_remove: Final = cast("Callable[[TxTableLike, int, bool], None]", TX_CLASS.remove)
 _tx_land: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.land)
@@ -104,8 +105,8 @@ _tx_flying: Final = cast("Callable[[TxTableLike], bool]", TX_CLASS.flying)
 _tx_lowest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.lowest)
 _tx_oldest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.oldest)
 _tx_after: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.after)
-_tx_rto_at: Final = cast("Callable[[TxTableLike, int, int, int], int]", TX_CLASS.rto_at)
-_order_append: Final = cast("Callable[[EvOrderLike, int, int, int], None]", EV_ORDER_CLASS.append)
+# (the timeout and cap it takes as objects: boxed once, see Requester.timeout_o)
+_tx_rto_at: Final = cast("Callable[[TxTableLike, object, int, object], int]", TX_CLASS.rto_at)
 
 #: ACK events with measured reordering before the reordering estimate sets
 #: RACK's window: a QP's first window meets the start-up queues (every QP of
@@ -133,6 +134,8 @@ _NO_STAMPS: Final[deque[int]] = deque()
 #: 2^24 = 17.2 s), as a NIC's timer is bounded by that attribute.  Past it, a QP
 #: retrying forever would wait days between attempts (2^30 x its base).
 RTO_CAP_PS: Final = 1_024_000 << 24
+#: RTO_CAP_PS as an object (boxed once: get_timer passes it to TxTable.rto_at).
+_RTO_CAP_O: Final[object] = RTO_CAP_PS
 
 #: Bitmap windows of one ACK event (the SACKs echoing one timestamp) kept for
 #: the order evidence (see :meth:`Requester._reported_missing`); a receiver sends
@@ -294,6 +297,9 @@ class Requester:
         """Take the send-side attributes (at RTS, and again on RTS -> RTS)."""
         self.window_psns = attr.send_window_psns
         self.timeout_ps = attr.timeout_ps
+        #: timeout_ps as an object, boxed once here: get_timer passes it to
+        #: TxTable.rto_at (compiled, an int re-boxed per call is an allocation)
+        self.timeout_o: object = attr.timeout_ps
         self.retry_linear = attr.retry_linear
         self.max_retries = None if attr.retries_infinite else attr.retry_linear + attr.retry_exp
         self.reo_floor = attr.reorder_window_ps
@@ -378,7 +384,6 @@ class Requester:
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
         self.inflight += length
-        _order_append(self.ev_sent, ev, psn, now)
         opcode = op.opcode_of(psn)
         last = opcode in LAST_OPCODES
         # Ask for an ACK at once when this packet fills the window (or is the
@@ -398,7 +403,8 @@ class Requester:
         if ack_req:
             flags |= ACK_REQ
             self.flight_ack_reqs += 1
-        _tx_launch(self.unacked, psn, ev, now, flags)
+        # the transmission's record and its place on its EV's order, in one call
+        _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
         offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,
@@ -616,14 +622,18 @@ class Requester:
         late_base = now - self.rack_rtt
         rack_xmit = self.rack_xmit
         self.sack_late = 0
+        # (each PSN's message, flags and send time, and its EV's order checked, in one
+        # call: see TxTable.take and _on_order)
+        order = self.ev_sent
         if cack > self.snd_una:
             sacked = self.sacked_imm_last
             for psn in range(self.snd_una, cack):
                 if sacked:
                     sacked.pop(psn, None)
-                op = _tx_op(unacked, psn)
-                if op is not None:
-                    newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
+                got = _tx_take(unacked, psn, order)
+                if got is not None:
+                    op, word, sent = got
+                    newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
             self.snd_una = cack
             if self.held:
                 self._release_oow(now)
@@ -644,11 +654,12 @@ class Requester:
             bitmap ^= low
             if psn >= next_psn:
                 break
-            op = _tx_op(unacked, psn)
-            if op is not None:
+            got = _tx_take(unacked, psn, order)
+            if got is not None:
+                op, word, sent = got
                 if op.is_imm and op.is_last(psn):
-                    self.sacked_imm_last[psn] = (_tx_sent(unacked, psn), op)
-                newly += self._ack_sacked(psn, op, now, late_base, rack_xmit)
+                    self.sacked_imm_last[psn] = (sent, op)
+                newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
         self._note_reordering(self.sack_late)
         spurious = self.sack_spurious
         if spurious:
@@ -690,14 +701,16 @@ class Requester:
         if len(self.retx) or len(self.to_segment):
             self.qp.wake()  # the window may have opened
 
-    def _ack_sacked(self, psn: int, op: SendOp, now: int, late_base: int, rack_xmit: int) -> int:
-        """Acknowledge outstanding ``psn`` of ``op`` (cumulatively or selectively) and
-        return its newly acked bytes; take the order evidence it gives on its EV,
-        count a spurious retransmission, and note how late an original arrived
-        behind a later-sent packet (RACK's reordering)."""
-        # (the EV's order is checked in the same call: ORDERED when the transmission
-        # was the oldest on its EV, which settles it, see _on_order)
-        word, sent = _tx_settle(self.unacked, psn, self.ev_sent)
+    def _ack_sacked(
+        self, psn: int, op: SendOp, word: int, sent: int, now: int, late_base: int, rack_xmit: int
+    ) -> int:
+        """Acknowledge outstanding ``psn`` of ``op`` (cumulatively or selectively;
+        ``word`` and ``sent``: its EV and flags, ``ev | flags << 32``, and send time
+        as :meth:`TxTable.settle` gives them, ORDERED set when the transmission was
+        the oldest on its EV, which settled it, see _on_order) and return its newly
+        acked bytes; take the order evidence it gives on its EV, count a spurious
+        retransmission, and note how late an original arrived behind a later-sent
+        packet (RACK's reordering)."""
         flags = word >> 32
         if flags & IN_FLIGHT and not flags & (DUP_RISK | ORDERED):
             self._on_order(psn, word & EV_BITS, sent, now)
@@ -1143,7 +1156,7 @@ class Requester:
         probe = self.paths.next_probe_at
         best = -1 if probe is None else probe
         # (the oldest in flight's timeout: rto_for after its retries, in one call)
-        rto = _tx_rto_at(self.unacked, self.timeout_ps, self.retry_linear, RTO_CAP_PS)
+        rto = _tx_rto_at(self.unacked, self.timeout_o, self.retry_linear, _RTO_CAP_O)
         if rto >= 0 and (best < 0 or rto < best):
             best = rto
         if (rto >= 0 or self.held) and not len(self.retx):

@@ -186,6 +186,16 @@ class TxTable:
             word |= ORDERED << 32
         return word, sent
 
+    def take(self, psn: int, order: EvOrderLike) -> tuple[SendOp, int, int] | None:
+        """:meth:`op` and :meth:`settle` in one call, as the requester takes each PSN
+        an ACK reports: None when ``psn`` is not outstanding, else its message and
+        what ``settle(psn, order)`` returns (``ev | flags << 32`` and send time)."""
+        op = self.op(psn)
+        if op is None:
+            return None
+        word, sent = self.settle(psn, order)
+        return op, word, sent
+
     def set_bits(self, psn: int, bits: int) -> None:
         """Set flag ``bits`` of ``psn``."""
         i = psn - self._base
@@ -276,6 +286,15 @@ class TxTable:
         else:
             self._next[tail - self._base] = psn + 1
         self._tail = psn
+
+    def send(self, psn: int, ev: int, sent: int, flags: int, order: EvOrderLike) -> None:
+        """The records one transmission makes, in one call: :meth:`launch` (``psn``
+        sent now on ``ev`` at ``sent`` with ``flags``) and the pair appended last on
+        its EV in ``order`` (:meth:`EvOrder.append`).  (The native table takes a
+        native EvOrder: one call where the requester made two, each boxing its
+        arguments.)"""
+        order.append(ev, psn, sent)
+        self.launch(psn, ev, sent, flags)
 
     def land(self, psn: int) -> int:
         """Take ``psn`` (in flight) out of flight; return its flags from before."""
@@ -539,6 +558,7 @@ class TxTableLike(Protocol):
     def flags(self, psn: int) -> int: ...
     def ev_flags(self, psn: int) -> int: ...
     def settle(self, psn: int, order: EvOrderLike) -> tuple[int, int]: ...
+    def take(self, psn: int, order: EvOrderLike) -> tuple[SendOp, int, int] | None: ...
     def set_bits(self, psn: int, bits: int) -> None: ...
     def clear_bits(self, psn: int, bits: int) -> None: ...
     def retries(self, psn: int) -> int: ...
@@ -547,6 +567,7 @@ class TxTableLike(Protocol):
     def remove(self, psn: int, in_flight: bool) -> None: ...
     def clear(self) -> None: ...
     def launch(self, psn: int, ev: int, sent: int, flags: int) -> None: ...
+    def send(self, psn: int, ev: int, sent: int, flags: int, order: EvOrderLike) -> None: ...
     def land(self, psn: int) -> int: ...
     def flying(self) -> bool: ...
     def oldest(self) -> int: ...
@@ -570,7 +591,7 @@ class EvOrderLike(Protocol):
 #: lacks the newer names; the pure-Python classes are used then).
 NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs", "rotate")
 #: The newest methods of those classes, checked the same way: (class, method).
-NATIVE_METHODS: Final = (("TxTable", "rto_at"),)
+NATIVE_METHODS: Final = (("TxTable", "rto_at"), ("TxTable", "send"), ("TxTable", "take"))
 
 
 def _load_native() -> ModuleType | None:

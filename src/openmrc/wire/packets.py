@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 from enum import IntEnum
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -121,7 +121,9 @@ class Packet:
         self.dqpn = dqpn
         self.ev = ev
         self.path_ev = ev
-        self.size = size
+        # (Any, so that compiled it is kept as an object: the simulator's ports read
+        # it on every link the packet crosses, and an int field is boxed per read)
+        self.size: Any = size
         self.ecn = False
         self.route: object = None
         self.meta: object = None
