@@ -1089,6 +1089,11 @@ class Experiment:
             by: dict[int, _RxQP] = {}
             for f in flows:
                 _RxQP.index(by, f)
+            if seen is not None:  # what the QPs had placed when last looked at
+                for qpn, rq in by.items():
+                    was = seen[2].get(qpn)
+                    if was is not None:
+                        rq.placed = was.placed
             seen = self._rx_by_qpn[host.index] = (flows, len(flows), by)
         elif seen[1] != len(flows):
             by = seen[2]
