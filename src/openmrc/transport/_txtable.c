@@ -302,24 +302,16 @@ tx_bits(PyObject *o, uint64_t *out)
     return 0;
 }
 
+/* Settle slot i against its EV's order (see txtable.TxTable.settle) and give the tuple
+ * (op, word, sent) when op is not NULL, else (word, sent). */
 static PyObject *
-TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+tx_settle_slot(TxTableObject *self, Py_ssize_t i, PyObject *order, PyObject *op)
 {
-    Py_ssize_t i;
-    uint64_t word, sent;
+    uint64_t word = self->meta[i], sent = self->sent[i];
+    Py_ssize_t k = op != NULL;
     PyObject *w, *t, *out;
-    if (check_nargs("settle", nargs, 2) < 0)
-        return NULL;
-    if ((i = tx_slot_checked(self, args[0])) < 0)
-        return NULL;
-    if (Py_TYPE(args[1]) != &EvOrderType) {
-        PyErr_SetString(PyExc_TypeError, "TxTable.settle: order must be a native EvOrder");
-        return NULL;
-    }
-    word = self->meta[i];
-    sent = self->sent[i];
     if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
-        eo_pop_first(args[1], (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
+        eo_pop_first(order, (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
         word |= ORDERED << 32;
     w = PyLong_FromUnsignedLongLong(word);
     if (w == NULL)
@@ -329,15 +321,34 @@ TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(w);
         return NULL;
     }
-    out = PyTuple_New(2);
+    out = PyTuple_New(2 + k);
     if (out == NULL) {
         Py_DECREF(w);
         Py_DECREF(t);
         return NULL;
     }
-    PyTuple_SET_ITEM(out, 0, w);
-    PyTuple_SET_ITEM(out, 1, t);
+    if (op != NULL) {
+        Py_INCREF(op);
+        PyTuple_SET_ITEM(out, 0, op);
+    }
+    PyTuple_SET_ITEM(out, k, w);
+    PyTuple_SET_ITEM(out, k + 1, t);
     return out;
+}
+
+static PyObject *
+TxTable_settle(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    if (check_nargs("settle", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (Py_TYPE(args[1]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.settle: order must be a native EvOrder");
+        return NULL;
+    }
+    return tx_settle_slot(self, i, args[1], NULL);
 }
 
 /* op and settle in one call: None when psn is not outstanding, else (op, word, sent)
@@ -346,8 +357,6 @@ static PyObject *
 TxTable_take(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t i;
-    uint64_t word, sent;
-    PyObject *op, *w, *t, *out;
     if (check_nargs("take", nargs, 2) < 0)
         return NULL;
     if (Py_TYPE(args[1]) != &EvOrderType) {
@@ -357,31 +366,7 @@ TxTable_take(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     i = tx_slot(self, args[0]);
     if (i < 0 || self->ops[i] == NULL)
         Py_RETURN_NONE;
-    op = self->ops[i];
-    word = self->meta[i];
-    sent = self->sent[i];
-    if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
-        eo_pop_first(args[1], (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)(self->base + i), sent))
-        word |= ORDERED << 32;
-    w = PyLong_FromUnsignedLongLong(word);
-    if (w == NULL)
-        return NULL;
-    t = PyLong_FromUnsignedLongLong(sent);
-    if (t == NULL) {
-        Py_DECREF(w);
-        return NULL;
-    }
-    out = PyTuple_New(3);
-    if (out == NULL) {
-        Py_DECREF(w);
-        Py_DECREF(t);
-        return NULL;
-    }
-    Py_INCREF(op);
-    PyTuple_SET_ITEM(out, 0, op);
-    PyTuple_SET_ITEM(out, 1, w);
-    PyTuple_SET_ITEM(out, 2, t);
-    return out;
+    return tx_settle_slot(self, i, args[1], self->ops[i]);
 }
 
 static PyObject *
