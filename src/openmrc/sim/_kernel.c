@@ -829,14 +829,21 @@ static inline uint64_t tk_slot(uint64_t tk)
     return tk >> WHEEL_SHIFT;
 }
 
+/* A buffer's next capacity for need entries: doubled from cur (1024 at first). */
+static inline Py_ssize_t grown_cap(Py_ssize_t cur, Py_ssize_t need)
+{
+    Py_ssize_t want = cur ? cur : 1024;
+    while (want < need)
+        want *= 2;
+    return want;
+}
+
 /* Room for cap events in heap q; -1 on no memory (error set, heap unchanged). */
 static int heap_reserve(Heap *q, Py_ssize_t cap)
 {
     if (cap <= q->cap)
         return 0;
-    Py_ssize_t want = q->cap ? q->cap : 1024;
-    while (want < cap)
-        want *= 2;
+    Py_ssize_t want = grown_cap(q->cap, cap);
     /* 64 bytes of slack to align, 3 entries before hk[0]: then the children of
      * node i, 4i+1 .. 4i+4, are at 64 (i + 1) bytes from the aligned start */
     void *mem = PyMem_Malloc((size_t)(want + 3) * sizeof(HKey) + 64);
@@ -971,9 +978,7 @@ static int run_reserve(EvStore *st, Py_ssize_t n)
 {
     if (n <= st->runcap)
         return 0;
-    Py_ssize_t want = st->runcap ? st->runcap : 1024;
-    while (want < n)
-        want *= 2;
+    Py_ssize_t want = grown_cap(st->runcap, n);
     Event *a = PyMem_Malloc((size_t)want * sizeof(Event));
     Event *b = PyMem_Malloc((size_t)want * sizeof(Event));
     if (a == NULL || b == NULL) {
