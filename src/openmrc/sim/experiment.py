@@ -1090,10 +1090,10 @@ class Experiment:
             for f in flows:
                 _RxQP.index(by, f)
             if seen is not None:  # what the QPs had placed when last looked at
-                for qpn, rq in by.items():
+                for qpn, now_qp in by.items():
                     was = seen[2].get(qpn)
                     if was is not None:
-                        rq.placed = was.placed
+                        now_qp.placed = was.placed
             seen = self._rx_by_qpn[host.index] = (flows, len(flows), by)
         elif seen[1] != len(flows):
             by = seen[2]
@@ -1120,7 +1120,11 @@ class Experiment:
         done = [f for f in self._rx_candidates(host, flows) if self._rx_complete(f)]
         if not done:
             return
-        self._rx_watch[host.index] = [f for f in flows if f.rx_done is None and f not in done]
+        left = self._rx_watch[host.index] = [
+            f for f in flows if f.rx_done is None and f not in done
+        ]
+        if not left:  # nothing indexed outlives its transfer (a folded run keeps none)
+            self._rx_by_qpn.pop(host.index, None)
         for flow in done:
             flow.rx_done = now
             self._release(flow.dependents, now, flow)
