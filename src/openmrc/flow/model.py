@@ -163,6 +163,7 @@ class _Flow:
         "rem",
         "res",
         "ri",
+        "rl",
         "rto",
         "src",
         "steps",
@@ -171,6 +172,7 @@ class _Flow:
         "tries",
         "w",
         "waited",
+        "wl",
         "wt",
     )
 
@@ -229,6 +231,10 @@ class _Flow:
         self.oid = -1
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
+        #: ``res`` and ``w`` as Python lists (FluidModel._route; never changed in place):
+        #: the run's bookkeeping and small fills read them without a numpy call
+        self.rl: list[int] = []
+        self.wl: list[float] = []
 
 
 class _RingHops:
@@ -567,6 +573,11 @@ class FluidModel:
         #: only sets of at least this many flows are kept: walking a small one again
         #: costs less than keeping its labels (checking every flow put in flight)
         self.reuse_min_flows = 64
+        #: a refill whose flows have at most this many (flow, resource) entries is
+        #: computed one float at a time (``_fill_lists``: the same rates, bit for bit,
+        #: without numpy's cost per call, most of a small fill's); larger ones by
+        #: ``_fill``'s arrays.  0: always ``_fill``.
+        self.small_fill = 96
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -625,7 +636,10 @@ class FluidModel:
         #: _fill's scratch: a resource's index among the resources a fill uses
         self._where = np.zeros(0, dtype=np.int64)
         self._route_cache: dict[
-            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool, int]
+            tuple[Any, ...],
+            tuple[
+                np.ndarray, np.ndarray, float, bool, int, float, bool, int, list[int], list[float]
+            ],
         ] = {}
         #: MRC: per (T0, T0) pair and plane, whether a T1 path is known alive, and the
         #: known-alive T1 paths that are truly dead and their count (cleared with
@@ -754,6 +768,8 @@ class FluidModel:
             self._route_new(fl)
             fl.grp = self._group(fl)
             fl.path = self._path_rate(fl)
+            fl.rl = fl.res.tolist()
+            fl.wl = fl.w.tolist()
             self._route_cache[key] = (
                 fl.res,
                 fl.w,
@@ -763,9 +779,11 @@ class FluidModel:
                 fl.path,
                 fl.mute,
                 fl.buf,
+                fl.rl,
+                fl.wl,
             )
         else:
-            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute, fl.buf = hit
+            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute, fl.buf, fl.rl, fl.wl = hit
 
     def _path_rate(self, fl: _Flow) -> float:
         """The rate a flow gets alone on its route: its tightest resource (bytes/ps)."""
@@ -1036,6 +1054,191 @@ class FluidModel:
             cuts[:] = fac < 1.0
         return rate * fac
 
+    def _fill_lists(
+        self,
+        fls: list[_Flow],
+        pace: list[float],
+        size: list[float] | None,
+        mute: list[bool] | None,
+        episode: list[tuple[int, float, float, float] | None] | None,
+        missed: dict[int, tuple[int, float, float]] | None,
+        cuts: list[bool],
+    ) -> list[float]:
+        """``_fill`` of a small component, one Python float at a time: the same rates
+        (and ``cuts``, ``missed``) to the bit, without numpy's fixed cost per call.
+
+        The flows' entries are their routes (``_Flow.rl``, ``.wl``) in order; every
+        step is ``_fill``'s and ``maxmin``'s, in their order: sums taken entry by entry
+        as ``np.bincount`` takes them, minima and maxima as ``np.minimum.at`` and
+        ``np.maximum.at`` (NaN kept), so the floats are the same.  ``cuts`` is
+        cleared and given one value per flow; without weights (``shares``) only.
+        """
+        n = len(fls)
+        R = self.R
+        inf = math.inf
+        fe: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        for i in range(n):
+            f = fls[i]
+            for r in f.rl:
+                fe.append(i)
+                cols.append(r)
+            vals.extend(f.wl)
+        cuts.clear()
+        if not fe:
+            cuts.extend([False] * n)
+            return [0.0] * n
+        for i in range(n):
+            if math.isfinite(pace[i]) and fls[i].rl:
+                # a paced flow's own resource (id R + its index), of capacity its pace
+                fe.append(i)
+                cols.append(R + i)
+                vals.append(1.0)
+        ne = len(fe)
+        used_res = sorted(set(cols))
+        m = len(used_res)
+        where: dict[int, int] = {}
+        for j in range(m):
+            where[used_res[j]] = j
+        inv = [where[c] for c in cols]
+        capa = self.cap
+        cap: list[float] = []
+        tol: list[float] = []
+        for j in range(m):
+            r = used_res[j]
+            c = pace[r - R] if r >= R else float(capa[r])
+            cap.append(c)
+            tol.append(1e-9 * (c if c >= 1e-12 or c != c else 1e-12))
+        # maxmin, scalar
+        rate = [0.0] * n
+        used = [0.0] * m
+        active = [False] * n
+        for i in fe:
+            active[i] = True
+        weight = [0.0] * m
+        for e in range(ne):
+            weight[inv[e]] += vals[e]
+        up_tol = 1.0 + 1e-9
+        for _ in range(m + 1):
+            act_e = [active[fe[e]] for e in range(ne)]
+            if not any(act_e):
+                break
+            level = [inf] * m
+            for j in range(m):
+                if weight[j] > 1e-12:
+                    x = cap[j] - used[j]
+                    level[j] = (x if x >= 0.0 or x != x else 0.0) / weight[j]
+            low = [inf] * n
+            for e in range(ne):
+                if act_e[e]:
+                    i, v = fe[e], level[inv[e]]
+                    cur = low[i]
+                    if not (cur <= v or cur != cur):
+                        low[i] = v
+            low_r = [inf] * m
+            for e in range(ne):
+                if act_e[e]:
+                    j, v = inv[e], low[fe[e]]
+                    cur = low_r[j]
+                    if not (cur <= v or cur != cur):
+                        low_r[j] = v
+            frz = [False] * n
+            anyf = False
+            for e in range(ne):
+                if act_e[e]:
+                    j = inv[e]
+                    if level[j] <= low_r[j] * up_tol:
+                        frz[fe[e]] = True
+                        anyf = True
+            if not anyf:
+                break
+            for i in range(n):
+                if frz[i]:
+                    rate[i] = low[i]
+            s_use = [0.0] * m
+            s_w = [0.0] * m
+            for e in range(ne):
+                i = fe[e]
+                if frz[i]:
+                    j = inv[e]
+                    s_use[j] += vals[e] * rate[i]
+                    s_w[j] += vals[e]
+            for j in range(m):
+                used[j] = used[j] + s_use[j]
+                weight[j] = weight[j] - s_w[j]
+            for i in range(n):
+                if frz[i]:
+                    active[i] = False
+        fac = [1.0] * n
+        if episode is not None:
+            for i in range(n):
+                ep = episode[i]
+                if ep is not None:
+                    fac[i] = self._dcqcn_factor(*ep)
+        if self.dcqcn is not None:
+            up0, down0, nvl0 = self._up0, self._down0, self._nvl_out0
+            count = [0.0] * m
+            for e in range(ne):
+                if vals[e] > 0:
+                    count[inv[e]] += 1.0
+            full = [False] * m
+            anyfull = False
+            for j in range(m):
+                r = used_res[j]
+                up = up0 <= r < down0
+                if r < nvl0 and not up and r < R and count[j] >= 2 and cap[j] - used[j] <= tol[j]:
+                    full[j] = True
+                    anyfull = True
+            if anyfull:
+                whole = [0.0] * m
+                for e in range(ne):
+                    whole[inv[e]] += vals[e]
+                per_w: list[float] = []
+                for j in range(m):
+                    r = used_res[j]
+                    per_w.append(cap[j] / whole[j] if up0 <= r < down0 and whole[j] > 0 else inf)
+                offer = [inf] * n
+                for e in range(ne):
+                    i = fe[e]
+                    v = per_w[inv[e]] / (1.0 if vals[e] > 0 else inf)
+                    cur = offer[i]
+                    if not (cur <= v or cur != cur):
+                        offer[i] = v
+                for i in range(n):
+                    if math.isinf(offer[i]):
+                        offer[i] = 0.0  # no NIC port (inside a server): offers nothing
+                offered = [0.0] * m
+                for e in range(ne):
+                    offered[inv[e]] += vals[e] * offer[fe[e]]
+                nq = [0.0] * n
+                capq = [inf] * n
+                for e in range(ne):
+                    j = inv[e]
+                    if full[j] and offered[j] > cap[j] + tol[j]:
+                        i = fe[e]
+                        v = count[j]
+                        cur = nq[i]
+                        if not (cur >= v or cur != cur):
+                            nq[i] = v
+                        v = cap[j]
+                        cur = capq[i]
+                        if not (cur <= v or cur != cur):
+                            capq[i] = v
+                for i in range(n):
+                    if not nq[i] >= 2:
+                        continue
+                    if mute is not None and mute[i]:
+                        if missed is not None:
+                            missed[i] = (int(nq[i]), capq[i], offer[i])
+                        continue
+                    cut = self._dcqcn_factor(
+                        int(nq[i]), capq[i], offer[i], size[i] if size is not None else 1048576.0
+                    )
+                    fac[i] = min(fac[i], cut)
+        cuts.extend([x < 1.0 for x in fac])
+        return [rate[i] * fac[i] for i in range(n)]
+
     def _dcqcn_factor(self, n: int, cap: float, offer: float, size: float) -> float:
         """The share of its max-min rate DCQCN leaves a QP of ``size`` payload bytes at
         a congested queue of capacity ``cap`` (bytes/ps) shared by ``n`` QPs that each
@@ -1206,7 +1409,7 @@ class FluidModel:
         def index(fls: Any) -> None:
             """Put flows ``fls`` on their resources (``on_res``) and seed a refill there."""
             for f in fls:
-                rl = f.res.tolist()
+                rl = f.rl
                 seeds.update(rl)
                 for r in rl:
                     got = on_res.get(r)
@@ -1217,7 +1420,7 @@ class FluidModel:
 
         def unindex(f: _Flow) -> None:
             """Take flow ``f`` off its resources; seed a refill there."""
-            for r in f.res.tolist():
+            for r in f.rl:
                 seeds.add(r)
                 got = on_res.get(r)
                 if got is not None:
@@ -1241,7 +1444,7 @@ class FluidModel:
                     if f in got:
                         continue
                     got.add(f)
-                    for r in f.res.tolist():
+                    for r in f.rl:
                         if r not in seen:
                             seen.add(r)
                             todo.append(r)
@@ -1362,7 +1565,7 @@ class FluidModel:
                 # set's edge dissolves it (the set would no longer be closed)
                 gone: set[int] = set()
                 for i, f in enumerate(added):
-                    rl = f.res.tolist()
+                    rl = f.rl
                     x = lab.get(rl[0], -1)
                     if x >= 0 and all(lab.get(r, -1) == x for r in rl):
                         new_lab[i] = x
@@ -1402,7 +1605,7 @@ class FluidModel:
                     wt_a[got] = new_wt
                     dirty.update(grp_a[got].tolist())
                     for f in flows[got]:
-                        seeds.update(f.res.tolist())
+                        seeds.update(f.rl)
             refilled = False  # rates of hop flows changed
             if dirty_all or dirty or seeds:
                 # every changed component (or group) in one filling: they share no
@@ -1462,8 +1665,38 @@ class FluidModel:
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
                 refilled_flows += len(idx)
-                if len(idx):
-                    e_fl, e_res, e_w = entries(flows[idx])
+                fls: list[_Flow] = flows[idx].tolist() if len(idx) else []
+                n_e = 0
+                if fls and not weigh:
+                    for f in fls:
+                        n_e += len(f.rl)
+                if fls and not weigh and n_e <= self.small_fill:
+                    # a small component: one float at a time (the same rates as _fill)
+                    got_cuts: list[bool] = []
+                    missed_l: dict[int, tuple[int, float, float]] = {}
+                    mute_l: list[bool] | None = None
+                    eps_l: list[tuple[int, float, float, float] | None] | None = None
+                    if self.dcqcn is not None:
+                        mute_l = mute_a[idx].tolist()
+                        if ep_a[idx].any():
+                            eps_l = [f.episode for f in fls]
+                    rate_a[idx] = self._fill_lists(
+                        fls,
+                        pace_a[idx].tolist(),
+                        None if self.dcqcn is None else tot_a[idx].tolist(),
+                        mute_l,
+                        eps_l,
+                        missed_l,
+                        got_cuts,
+                    )
+                    if self.dcqcn is not None:
+                        cut_a[idx] = got_cuts
+                    if mute_l is not None and any(mute_l):
+                        for q in range(len(fls)):
+                            if mute_l[q]:
+                                fls[q].missed = missed_l.get(q)
+                elif fls:
+                    e_fl, e_res, e_w = entries(fls)
                     sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
@@ -1695,7 +1928,7 @@ class FluidModel:
                         if fl is hd:
                             pace_a[i] = self.pace(fl)
                             dirty.add(fl.grp)
-                            seeds.update(fl.res.tolist())
+                            seeds.update(fl.rl)
                             break
                 elif kind == 1:
                     end[x] = now
