@@ -400,6 +400,13 @@ def flows_of(task: Task, hosts: list[int], ring: int = 0) -> list[tuple[int, int
     return [(h[i], h[(i + 1) % n], task.size * factor) for i in range(n)]
 
 
+#: FluidModel._run's per-slot tables: rows of floats (pace, rem, lost, rate, eff, total,
+#: top, wt), of integers (oid, grp, buf, ri, lab), of booleans (dead, cut, mute, ep)
+_F_ROWS = 8
+_I_ROWS = 5
+_B_ROWS = 4
+
+
 def maxmin(
     n: int, fe: np.ndarray, inv: np.ndarray, vals: np.ndarray, cap: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -1319,24 +1326,24 @@ class FluidModel:
         # their path is dead and their groups, index for index (the arrays are the truth
         # for a flow in flight, the _Flow's rem / lost for one waiting to be added)
         flows = np.zeros(0, dtype=object)  # the _Flow of every slot
-        rem_a = np.zeros(0)
-        lost_a = np.zeros(0)
-        rate_a = np.zeros(0)
-        eff_a = np.zeros(0)
-        dead_a = np.zeros(0, dtype=bool)
-        grp_a = np.zeros(0, dtype=np.int64)
-        buf_a = np.zeros(0, dtype=np.int64)  # _Flow.buf
-        cut_a = np.zeros(0, dtype=bool)  # _Flow.cut (set on the _Flow when it is rerouted)
-        # _Flow.total, .mute and whether .episode is set: a refill reads them as arrays
-        tot_a = np.zeros(0)
-        mute_a = np.zeros(0, dtype=bool)
-        ep_a = np.zeros(0, dtype=bool)
+        # the per-slot arrays are the rows of three tables (floats, integers, booleans),
+        # so that putting flows in flight and taking them out is one numpy call per
+        # table, not one per array; the names below are views of the rows (``views``)
+        f_tab = np.zeros((_F_ROWS, 0))
+        i_tab = np.zeros((_I_ROWS, 0), dtype=np.int64)
+        b_tab = np.zeros((_B_ROWS, 0), dtype=bool)
+        pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
+        oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
+        dead_a, cut_a, mute_a, ep_a = b_tab
+        # rem_a, lost_a, rate_a, eff_a: the remaining and lost bytes, rate, efficiency;
+        # buf_a: _Flow.buf; cut_a: _Flow.cut (set on the _Flow when it is rerouted);
+        # tot_a, mute_a, ep_a: _Flow.total, .mute and whether .episode is set (a refill
+        # reads them as arrays)
         #: dead QPs' bytes queued at T0 uplinks (payload bytes), by the uplink's resource
         buf_q: dict[int, float] = {}
         xoff = self.pfc_xoff_bytes * self.payload_share
-        pace_a = np.zeros(0)
-        #: every slot's _Flow.oid: ascending, as slots keep the order flows came in flight
-        oid_a = np.zeros(0, dtype=np.int64)
+        #: oid_a: every slot's _Flow.oid: ascending, as slots keep the order flows came in
+        #: flight
         next_oid = 0
         #: the flows in flight on each resource (refill "component": what a change reaches)
         on_res: dict[int, set[_Flow]] = {}
@@ -1354,7 +1361,6 @@ class FluidModel:
         lab: dict[int, int] = {}
         lab_res: dict[int, list[int]] = {}
         lab_left: dict[int, float] = {}
-        lab_a = np.zeros(0, dtype=np.int64)
         next_lab = 0
         budget = self.reuse_budget
         min_kept = self.reuse_min_flows
@@ -1380,9 +1386,8 @@ class FluidModel:
         weigh = self.ring_weights and self.transport != "mrc" and not self.ring_messages
         reuse = self.reuse_component and self.refill == "component" and not weigh
         rs = _RingHops(self._nvl_out0)
-        ri_a = np.zeros(0, dtype=np.int64)  # _Flow.ri of every slot
-        top_a = np.zeros(0)  # what every slot's flow may send: total - held
-        wt_a = np.zeros(0)  # _Flow.wt of every slot
+        # ri_a: _Flow.ri of every slot; top_a: what every slot's flow may send (total -
+        # held); wt_a: _Flow.wt of every slot
         t_wt = math.inf  # when a hop flow's messages ready next change by a whole one
 
         def start_msg(x: int, hop: int, k: int, q: int) -> None:
@@ -1511,7 +1516,7 @@ class FluidModel:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
-            nonlocal ri_a, top_a, wt_a, lab_a
+            nonlocal ri_a, top_a, wt_a, lab_a, f_tab, i_tab, b_tab
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
@@ -1520,46 +1525,32 @@ class FluidModel:
             for f in added:
                 f.oid = next_oid
                 next_oid += 1
+                # the tables' rows, in order (every value is exact in a float)
                 rows.append(
                     (
-                        f.oid,
                         pace(f),
                         f.rem,
                         f.lost,
+                        0.0,
                         f.eff,
-                        f.dead,
-                        f.grp,
-                        f.buf,
-                        f.cut,
                         f.total,
-                        f.mute,
-                        f.episode is not None,
-                        f.ri,
                         f.total - f.held,
                         f.wt,
+                        f.oid,
+                        f.grp,
+                        f.buf,
+                        f.ri,
+                        -1,
+                        f.dead,
+                        f.cut,
+                        f.mute,
+                        f.episode is not None,
                     )
                 )
             index(added)
-            # one table of the new flows' columns (every value is exact in a float)
             c = np.array(rows, dtype=float).T
-            oid_a = np.concatenate((oid_a, c[0].astype(np.int64)))
-            flows = np.concatenate((flows, new))
-            pace_a = np.concatenate((pace_a, c[1]))
-            rem_a = np.concatenate((rem_a, c[2]))
-            lost_a = np.concatenate((lost_a, c[3]))
-            rate_a = np.concatenate((rate_a, np.zeros(k)))
-            eff_a = np.concatenate((eff_a, c[4]))
-            dead_a = np.concatenate((dead_a, c[5] != 0))
-            grp_a = np.concatenate((grp_a, c[6].astype(np.int64)))
-            buf_a = np.concatenate((buf_a, c[7].astype(np.int64)))
-            cut_a = np.concatenate((cut_a, c[8] != 0))
-            tot_a = np.concatenate((tot_a, c[9]))
-            mute_a = np.concatenate((mute_a, c[10] != 0))
-            ep_a = np.concatenate((ep_a, c[11] != 0))
-            ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
-            top_a = np.concatenate((top_a, c[13]))
-            wt_a = np.concatenate((wt_a, c[14]))
-            new_lab = np.full(k, -1, dtype=np.int64)
+            new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
+            new_lab = new_i[_I_ROWS - 1]
             if lab:
                 # a flow wholly on one kept set's resources joins it; one across a kept
                 # set's edge dissolves it (the set would no longer be closed)
@@ -1577,7 +1568,13 @@ class FluidModel:
                 if gone:
                     new_lab[np.isin(new_lab, list(gone))] = -1
                     dissolve(gone)
-            lab_a = np.concatenate((lab_a, new_lab))
+            flows = np.concatenate((flows, new))
+            f_tab = np.concatenate((f_tab, c[:_F_ROWS]), axis=1)
+            i_tab = np.concatenate((i_tab, new_i), axis=1)
+            b_tab = np.concatenate((b_tab, c[_F_ROWS + _I_ROWS :] != 0), axis=1)
+            pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
+            oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
+            dead_a, cut_a, mute_a, ep_a = b_tab
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1824,16 +1821,14 @@ class FluidModel:
                             )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
-                    keep = ~done
+                    keep = np.flatnonzero(~done)
                     flows = flows[keep]
-                    rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
-                    eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
-                    buf_a, cut_a = buf_a[keep], cut_a[keep]
-                    tot_a, mute_a, ep_a = tot_a[keep], mute_a[keep], ep_a[keep]
-                    pace_a = pace_a[keep]
-                    ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
-                    oid_a = oid_a[keep]
-                    lab_a = lab_a[keep]
+                    f_tab = f_tab.take(keep, axis=1)
+                    i_tab = i_tab.take(keep, axis=1)
+                    b_tab = b_tab.take(keep, axis=1)
+                    pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
+                    oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
+                    dead_a, cut_a, mute_a, ep_a = b_tab
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
@@ -2039,7 +2034,7 @@ class FluidModel:
                                 pending[fl.transfer] += 1
                                 stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
                                 self._stall_ring(fl, k0, tasks, flows, rem_a, lost_a)
-                                top_a = np.fromiter(
+                                top_a[:] = np.fromiter(
                                     (f.total - f.held for f in flows), float, len(flows)
                                 )
                             rem_a[i] += lost_a[i] - whole
