@@ -163,6 +163,7 @@ class _Flow:
         "rem",
         "res",
         "ri",
+        "rl",
         "rto",
         "src",
         "steps",
@@ -171,6 +172,7 @@ class _Flow:
         "tries",
         "w",
         "waited",
+        "wl",
         "wt",
     )
 
@@ -229,6 +231,10 @@ class _Flow:
         self.oid = -1
         self.res: np.ndarray = np.zeros(0, dtype=np.int64)
         self.w: np.ndarray = np.zeros(0)
+        #: ``res`` and ``w`` as Python lists (FluidModel._route; never changed in place):
+        #: the run's bookkeeping and small fills read them without a numpy call
+        self.rl: list[int] = []
+        self.wl: list[float] = []
 
 
 class _RingHops:
@@ -392,6 +398,13 @@ def flows_of(task: Task, hosts: list[int], ring: int = 0) -> list[tuple[int, int
     w = ring or n
     factor = 2 * (w - 1) / w if task.kind == "allreduce" else (w - 1) / w
     return [(h[i], h[(i + 1) % n], task.size * factor) for i in range(n)]
+
+
+#: FluidModel._run's per-slot tables: rows of floats (pace, rem, lost, rate, eff, total,
+#: top, wt), of integers (oid, grp, buf, ri, lab), of booleans (dead, cut, mute, ep)
+_F_ROWS = 8
+_I_ROWS = 5
+_B_ROWS = 4
 
 
 def maxmin(
@@ -567,6 +580,11 @@ class FluidModel:
         #: only sets of at least this many flows are kept: walking a small one again
         #: costs less than keeping its labels (checking every flow put in flight)
         self.reuse_min_flows = 64
+        #: a refill whose flows have at most this many (flow, resource) entries is
+        #: computed one float at a time (``_fill_lists``: the same rates, bit for bit,
+        #: without numpy's cost per call, most of a small fill's); larger ones by
+        #: ``_fill``'s arrays.  0: always ``_fill``.
+        self.small_fill = 96
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -625,7 +643,10 @@ class FluidModel:
         #: _fill's scratch: a resource's index among the resources a fill uses
         self._where = np.zeros(0, dtype=np.int64)
         self._route_cache: dict[
-            tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, bool, int, float, bool, int]
+            tuple[Any, ...],
+            tuple[
+                np.ndarray, np.ndarray, float, bool, int, float, bool, int, list[int], list[float]
+            ],
         ] = {}
         #: MRC: per (T0, T0) pair and plane, whether a T1 path is known alive, and the
         #: known-alive T1 paths that are truly dead and their count (cleared with
@@ -754,6 +775,8 @@ class FluidModel:
             self._route_new(fl)
             fl.grp = self._group(fl)
             fl.path = self._path_rate(fl)
+            fl.rl = fl.res.tolist()
+            fl.wl = fl.w.tolist()
             self._route_cache[key] = (
                 fl.res,
                 fl.w,
@@ -763,9 +786,11 @@ class FluidModel:
                 fl.path,
                 fl.mute,
                 fl.buf,
+                fl.rl,
+                fl.wl,
             )
         else:
-            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute, fl.buf = hit
+            fl.res, fl.w, fl.eff, fl.dead, fl.grp, fl.path, fl.mute, fl.buf, fl.rl, fl.wl = hit
 
     def _path_rate(self, fl: _Flow) -> float:
         """The rate a flow gets alone on its route: its tightest resource (bytes/ps)."""
@@ -1036,6 +1061,191 @@ class FluidModel:
             cuts[:] = fac < 1.0
         return rate * fac
 
+    def _fill_lists(
+        self,
+        fls: list[_Flow],
+        pace: list[float],
+        size: list[float] | None,
+        mute: list[bool] | None,
+        episode: list[tuple[int, float, float, float] | None] | None,
+        missed: dict[int, tuple[int, float, float]] | None,
+        cuts: list[bool],
+    ) -> list[float]:
+        """``_fill`` of a small component, one Python float at a time: the same rates
+        (and ``cuts``, ``missed``) to the bit, without numpy's fixed cost per call.
+
+        The flows' entries are their routes (``_Flow.rl``, ``.wl``) in order; every
+        step is ``_fill``'s and ``maxmin``'s, in their order: sums taken entry by entry
+        as ``np.bincount`` takes them, minima and maxima as ``np.minimum.at`` and
+        ``np.maximum.at`` (NaN kept), so the floats are the same.  ``cuts`` is
+        cleared and given one value per flow; without weights (``shares``) only.
+        """
+        n = len(fls)
+        R = self.R
+        inf = math.inf
+        fe: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        for i in range(n):
+            f = fls[i]
+            for r in f.rl:
+                fe.append(i)
+                cols.append(r)
+            vals.extend(f.wl)
+        cuts.clear()
+        if not fe:
+            cuts.extend([False] * n)
+            return [0.0] * n
+        for i in range(n):
+            if math.isfinite(pace[i]) and fls[i].rl:
+                # a paced flow's own resource (id R + its index), of capacity its pace
+                fe.append(i)
+                cols.append(R + i)
+                vals.append(1.0)
+        ne = len(fe)
+        used_res = sorted(set(cols))
+        m = len(used_res)
+        where: dict[int, int] = {}
+        for j in range(m):
+            where[used_res[j]] = j
+        inv = [where[c] for c in cols]
+        capa = self.cap
+        cap: list[float] = []
+        tol: list[float] = []
+        for j in range(m):
+            r = used_res[j]
+            c = pace[r - R] if r >= R else float(capa[r])
+            cap.append(c)
+            tol.append(1e-9 * (c if c >= 1e-12 or c != c else 1e-12))
+        # maxmin, scalar
+        rate = [0.0] * n
+        used = [0.0] * m
+        active = [False] * n
+        for i in fe:
+            active[i] = True
+        weight = [0.0] * m
+        for e in range(ne):
+            weight[inv[e]] += vals[e]
+        up_tol = 1.0 + 1e-9
+        for _ in range(m + 1):
+            act_e = [active[fe[e]] for e in range(ne)]
+            if not any(act_e):
+                break
+            level = [inf] * m
+            for j in range(m):
+                if weight[j] > 1e-12:
+                    x = cap[j] - used[j]
+                    level[j] = (x if x >= 0.0 or x != x else 0.0) / weight[j]
+            low = [inf] * n
+            for e in range(ne):
+                if act_e[e]:
+                    i, v = fe[e], level[inv[e]]
+                    cur = low[i]
+                    if not (cur <= v or cur != cur):
+                        low[i] = v
+            low_r = [inf] * m
+            for e in range(ne):
+                if act_e[e]:
+                    j, v = inv[e], low[fe[e]]
+                    cur = low_r[j]
+                    if not (cur <= v or cur != cur):
+                        low_r[j] = v
+            frz = [False] * n
+            anyf = False
+            for e in range(ne):
+                if act_e[e]:
+                    j = inv[e]
+                    if level[j] <= low_r[j] * up_tol:
+                        frz[fe[e]] = True
+                        anyf = True
+            if not anyf:
+                break
+            for i in range(n):
+                if frz[i]:
+                    rate[i] = low[i]
+            s_use = [0.0] * m
+            s_w = [0.0] * m
+            for e in range(ne):
+                i = fe[e]
+                if frz[i]:
+                    j = inv[e]
+                    s_use[j] += vals[e] * rate[i]
+                    s_w[j] += vals[e]
+            for j in range(m):
+                used[j] = used[j] + s_use[j]
+                weight[j] = weight[j] - s_w[j]
+            for i in range(n):
+                if frz[i]:
+                    active[i] = False
+        fac = [1.0] * n
+        if episode is not None:
+            for i in range(n):
+                ep = episode[i]
+                if ep is not None:
+                    fac[i] = self._dcqcn_factor(*ep)
+        if self.dcqcn is not None:
+            up0, down0, nvl0 = self._up0, self._down0, self._nvl_out0
+            count = [0.0] * m
+            for e in range(ne):
+                if vals[e] > 0:
+                    count[inv[e]] += 1.0
+            full = [False] * m
+            anyfull = False
+            for j in range(m):
+                r = used_res[j]
+                up = up0 <= r < down0
+                if r < nvl0 and not up and r < R and count[j] >= 2 and cap[j] - used[j] <= tol[j]:
+                    full[j] = True
+                    anyfull = True
+            if anyfull:
+                whole = [0.0] * m
+                for e in range(ne):
+                    whole[inv[e]] += vals[e]
+                per_w: list[float] = []
+                for j in range(m):
+                    r = used_res[j]
+                    per_w.append(cap[j] / whole[j] if up0 <= r < down0 and whole[j] > 0 else inf)
+                offer = [inf] * n
+                for e in range(ne):
+                    i = fe[e]
+                    v = per_w[inv[e]] / (1.0 if vals[e] > 0 else inf)
+                    cur = offer[i]
+                    if not (cur <= v or cur != cur):
+                        offer[i] = v
+                for i in range(n):
+                    if math.isinf(offer[i]):
+                        offer[i] = 0.0  # no NIC port (inside a server): offers nothing
+                offered = [0.0] * m
+                for e in range(ne):
+                    offered[inv[e]] += vals[e] * offer[fe[e]]
+                nq = [0.0] * n
+                capq = [inf] * n
+                for e in range(ne):
+                    j = inv[e]
+                    if full[j] and offered[j] > cap[j] + tol[j]:
+                        i = fe[e]
+                        v = count[j]
+                        cur = nq[i]
+                        if not (cur >= v or cur != cur):
+                            nq[i] = v
+                        v = cap[j]
+                        cur = capq[i]
+                        if not (cur <= v or cur != cur):
+                            capq[i] = v
+                for i in range(n):
+                    if not nq[i] >= 2:
+                        continue
+                    if mute is not None and mute[i]:
+                        if missed is not None:
+                            missed[i] = (int(nq[i]), capq[i], offer[i])
+                        continue
+                    cut = self._dcqcn_factor(
+                        int(nq[i]), capq[i], offer[i], size[i] if size is not None else 1048576.0
+                    )
+                    fac[i] = min(fac[i], cut)
+        cuts.extend([x < 1.0 for x in fac])
+        return [rate[i] * fac[i] for i in range(n)]
+
     def _dcqcn_factor(self, n: int, cap: float, offer: float, size: float) -> float:
         """The share of its max-min rate DCQCN leaves a QP of ``size`` payload bytes at
         a congested queue of capacity ``cap`` (bytes/ps) shared by ``n`` QPs that each
@@ -1116,24 +1326,24 @@ class FluidModel:
         # their path is dead and their groups, index for index (the arrays are the truth
         # for a flow in flight, the _Flow's rem / lost for one waiting to be added)
         flows = np.zeros(0, dtype=object)  # the _Flow of every slot
-        rem_a = np.zeros(0)
-        lost_a = np.zeros(0)
-        rate_a = np.zeros(0)
-        eff_a = np.zeros(0)
-        dead_a = np.zeros(0, dtype=bool)
-        grp_a = np.zeros(0, dtype=np.int64)
-        buf_a = np.zeros(0, dtype=np.int64)  # _Flow.buf
-        cut_a = np.zeros(0, dtype=bool)  # _Flow.cut (set on the _Flow when it is rerouted)
-        # _Flow.total, .mute and whether .episode is set: a refill reads them as arrays
-        tot_a = np.zeros(0)
-        mute_a = np.zeros(0, dtype=bool)
-        ep_a = np.zeros(0, dtype=bool)
+        # the per-slot arrays are the rows of three tables (floats, integers, booleans),
+        # so that putting flows in flight and taking them out is one numpy call per
+        # table, not one per array; the names below are views of the rows (``views``)
+        f_tab = np.zeros((_F_ROWS, 0))
+        i_tab = np.zeros((_I_ROWS, 0), dtype=np.int64)
+        b_tab = np.zeros((_B_ROWS, 0), dtype=bool)
+        pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
+        oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
+        dead_a, cut_a, mute_a, ep_a = b_tab
+        # rem_a, lost_a, rate_a, eff_a: the remaining and lost bytes, rate, efficiency;
+        # buf_a: _Flow.buf; cut_a: _Flow.cut (set on the _Flow when it is rerouted);
+        # tot_a, mute_a, ep_a: _Flow.total, .mute and whether .episode is set (a refill
+        # reads them as arrays)
         #: dead QPs' bytes queued at T0 uplinks (payload bytes), by the uplink's resource
         buf_q: dict[int, float] = {}
         xoff = self.pfc_xoff_bytes * self.payload_share
-        pace_a = np.zeros(0)
-        #: every slot's _Flow.oid: ascending, as slots keep the order flows came in flight
-        oid_a = np.zeros(0, dtype=np.int64)
+        #: oid_a: every slot's _Flow.oid: ascending, as slots keep the order flows came in
+        #: flight
         next_oid = 0
         #: the flows in flight on each resource (refill "component": what a change reaches)
         on_res: dict[int, set[_Flow]] = {}
@@ -1151,7 +1361,6 @@ class FluidModel:
         lab: dict[int, int] = {}
         lab_res: dict[int, list[int]] = {}
         lab_left: dict[int, float] = {}
-        lab_a = np.zeros(0, dtype=np.int64)
         next_lab = 0
         budget = self.reuse_budget
         min_kept = self.reuse_min_flows
@@ -1177,9 +1386,8 @@ class FluidModel:
         weigh = self.ring_weights and self.transport != "mrc" and not self.ring_messages
         reuse = self.reuse_component and self.refill == "component" and not weigh
         rs = _RingHops(self._nvl_out0)
-        ri_a = np.zeros(0, dtype=np.int64)  # _Flow.ri of every slot
-        top_a = np.zeros(0)  # what every slot's flow may send: total - held
-        wt_a = np.zeros(0)  # _Flow.wt of every slot
+        # ri_a: _Flow.ri of every slot; top_a: what every slot's flow may send (total -
+        # held); wt_a: _Flow.wt of every slot
         t_wt = math.inf  # when a hop flow's messages ready next change by a whole one
 
         def start_msg(x: int, hop: int, k: int, q: int) -> None:
@@ -1206,7 +1414,7 @@ class FluidModel:
         def index(fls: Any) -> None:
             """Put flows ``fls`` on their resources (``on_res``) and seed a refill there."""
             for f in fls:
-                rl = f.res.tolist()
+                rl = f.rl
                 seeds.update(rl)
                 for r in rl:
                     got = on_res.get(r)
@@ -1217,7 +1425,7 @@ class FluidModel:
 
         def unindex(f: _Flow) -> None:
             """Take flow ``f`` off its resources; seed a refill there."""
-            for r in f.res.tolist():
+            for r in f.rl:
                 seeds.add(r)
                 got = on_res.get(r)
                 if got is not None:
@@ -1241,7 +1449,7 @@ class FluidModel:
                     if f in got:
                         continue
                     got.add(f)
-                    for r in f.res.tolist():
+                    for r in f.rl:
                         if r not in seen:
                             seen.add(r)
                             todo.append(r)
@@ -1308,7 +1516,7 @@ class FluidModel:
             """Put the added flows in flight (their groups' rates are recomputed)."""
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
-            nonlocal ri_a, top_a, wt_a, lab_a
+            nonlocal ri_a, top_a, wt_a, lab_a, f_tab, i_tab, b_tab
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
@@ -1317,52 +1525,38 @@ class FluidModel:
             for f in added:
                 f.oid = next_oid
                 next_oid += 1
+                # the tables' rows, in order (every value is exact in a float)
                 rows.append(
                     (
-                        f.oid,
                         pace(f),
                         f.rem,
                         f.lost,
+                        0.0,
                         f.eff,
-                        f.dead,
-                        f.grp,
-                        f.buf,
-                        f.cut,
                         f.total,
-                        f.mute,
-                        f.episode is not None,
-                        f.ri,
                         f.total - f.held,
                         f.wt,
+                        f.oid,
+                        f.grp,
+                        f.buf,
+                        f.ri,
+                        -1,
+                        f.dead,
+                        f.cut,
+                        f.mute,
+                        f.episode is not None,
                     )
                 )
             index(added)
-            # one table of the new flows' columns (every value is exact in a float)
             c = np.array(rows, dtype=float).T
-            oid_a = np.concatenate((oid_a, c[0].astype(np.int64)))
-            flows = np.concatenate((flows, new))
-            pace_a = np.concatenate((pace_a, c[1]))
-            rem_a = np.concatenate((rem_a, c[2]))
-            lost_a = np.concatenate((lost_a, c[3]))
-            rate_a = np.concatenate((rate_a, np.zeros(k)))
-            eff_a = np.concatenate((eff_a, c[4]))
-            dead_a = np.concatenate((dead_a, c[5] != 0))
-            grp_a = np.concatenate((grp_a, c[6].astype(np.int64)))
-            buf_a = np.concatenate((buf_a, c[7].astype(np.int64)))
-            cut_a = np.concatenate((cut_a, c[8] != 0))
-            tot_a = np.concatenate((tot_a, c[9]))
-            mute_a = np.concatenate((mute_a, c[10] != 0))
-            ep_a = np.concatenate((ep_a, c[11] != 0))
-            ri_a = np.concatenate((ri_a, c[12].astype(np.int64)))
-            top_a = np.concatenate((top_a, c[13]))
-            wt_a = np.concatenate((wt_a, c[14]))
-            new_lab = np.full(k, -1, dtype=np.int64)
+            new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
+            new_lab = new_i[_I_ROWS - 1]
             if lab:
                 # a flow wholly on one kept set's resources joins it; one across a kept
                 # set's edge dissolves it (the set would no longer be closed)
                 gone: set[int] = set()
                 for i, f in enumerate(added):
-                    rl = f.res.tolist()
+                    rl = f.rl
                     x = lab.get(rl[0], -1)
                     if x >= 0 and all(lab.get(r, -1) == x for r in rl):
                         new_lab[i] = x
@@ -1374,7 +1568,13 @@ class FluidModel:
                 if gone:
                     new_lab[np.isin(new_lab, list(gone))] = -1
                     dissolve(gone)
-            lab_a = np.concatenate((lab_a, new_lab))
+            flows = np.concatenate((flows, new))
+            f_tab = np.concatenate((f_tab, c[:_F_ROWS]), axis=1)
+            i_tab = np.concatenate((i_tab, new_i), axis=1)
+            b_tab = np.concatenate((b_tab, c[_F_ROWS + _I_ROWS :] != 0), axis=1)
+            pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
+            oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
+            dead_a, cut_a, mute_a, ep_a = b_tab
             dirty.update(f.grp for f in added)
             added.clear()
 
@@ -1402,7 +1602,7 @@ class FluidModel:
                     wt_a[got] = new_wt
                     dirty.update(grp_a[got].tolist())
                     for f in flows[got]:
-                        seeds.update(f.res.tolist())
+                        seeds.update(f.rl)
             refilled = False  # rates of hop flows changed
             if dirty_all or dirty or seeds:
                 # every changed component (or group) in one filling: they share no
@@ -1462,8 +1662,38 @@ class FluidModel:
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
                 refilled_flows += len(idx)
-                if len(idx):
-                    e_fl, e_res, e_w = entries(flows[idx])
+                fls: list[_Flow] = flows[idx].tolist() if len(idx) else []
+                n_e = 0
+                if fls and not weigh:
+                    for f in fls:
+                        n_e += len(f.rl)
+                if fls and not weigh and n_e <= self.small_fill:
+                    # a small component: one float at a time (the same rates as _fill)
+                    got_cuts: list[bool] = []
+                    missed_l: dict[int, tuple[int, float, float]] = {}
+                    mute_l: list[bool] | None = None
+                    eps_l: list[tuple[int, float, float, float] | None] | None = None
+                    if self.dcqcn is not None:
+                        mute_l = mute_a[idx].tolist()
+                        if ep_a[idx].any():
+                            eps_l = [f.episode for f in fls]
+                    rate_a[idx] = self._fill_lists(
+                        fls,
+                        pace_a[idx].tolist(),
+                        None if self.dcqcn is None else tot_a[idx].tolist(),
+                        mute_l,
+                        eps_l,
+                        missed_l,
+                        got_cuts,
+                    )
+                    if self.dcqcn is not None:
+                        cut_a[idx] = got_cuts
+                    if mute_l is not None and any(mute_l):
+                        for q in range(len(fls)):
+                            if mute_l[q]:
+                                fls[q].missed = missed_l.get(q)
+                elif fls:
+                    e_fl, e_res, e_w = entries(fls)
                     sizes = None if self.dcqcn is None else tot_a[idx]
                     mute = eps = cuts = None
                     missed: dict[int, tuple[int, float, float]] = {}
@@ -1591,16 +1821,14 @@ class FluidModel:
                             )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
-                    keep = ~done
+                    keep = np.flatnonzero(~done)
                     flows = flows[keep]
-                    rem_a, lost_a, rate_a = rem_a[keep], lost_a[keep], rate_a[keep]
-                    eff_a, dead_a, grp_a = eff_a[keep], dead_a[keep], grp_a[keep]
-                    buf_a, cut_a = buf_a[keep], cut_a[keep]
-                    tot_a, mute_a, ep_a = tot_a[keep], mute_a[keep], ep_a[keep]
-                    pace_a = pace_a[keep]
-                    ri_a, top_a, wt_a = ri_a[keep], top_a[keep], wt_a[keep]
-                    oid_a = oid_a[keep]
-                    lab_a = lab_a[keep]
+                    f_tab = f_tab.take(keep, axis=1)
+                    i_tab = i_tab.take(keep, axis=1)
+                    b_tab = b_tab.take(keep, axis=1)
+                    pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
+                    oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
+                    dead_a, cut_a, mute_a, ep_a = b_tab
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
@@ -1695,7 +1923,7 @@ class FluidModel:
                         if fl is hd:
                             pace_a[i] = self.pace(fl)
                             dirty.add(fl.grp)
-                            seeds.update(fl.res.tolist())
+                            seeds.update(fl.rl)
                             break
                 elif kind == 1:
                     end[x] = now
@@ -1806,7 +2034,7 @@ class FluidModel:
                                 pending[fl.transfer] += 1
                                 stalls[fl.transfer] = stalls.get(fl.transfer, 0) + 1
                                 self._stall_ring(fl, k0, tasks, flows, rem_a, lost_a)
-                                top_a = np.fromiter(
+                                top_a[:] = np.fromiter(
                                     (f.total - f.held for f in flows), float, len(flows)
                                 )
                             rem_a[i] += lost_a[i] - whole
