@@ -48,7 +48,10 @@ MYPYC_MODULES = [
     "src/openmrc/transport/cc/fixed.py",
     "src/openmrc/transport/cc/nscc.py",
     "src/openmrc/sim/host.py",
+    "src/openmrc/sim/pyport.py",  # the Python port, the baseline port's base
     "src/openmrc/baselines/roce.py",
+    "src/openmrc/baselines/datapath.py",  # the baseline fabric's port and switch
+    "src/openmrc/baselines/nic.py",  # the baseline's NIC
     "src/openmrc/flow/dcqcn.py",
     "src/openmrc/flow/model.py",  # the flow level's max-min filling (FluidModel._run)
 ]

@@ -83,6 +83,18 @@ def test_the_transport_core_packets_and_nic_are_compiled(installed: list[str]) -
     assert "openmrc" not in installed  # the package itself (the switch) stays Python
 
 
+def test_the_baseline_packet_path_is_compiled(installed: list[str]) -> None:
+    """The RoCE/IB baseline's per-packet classes: its QPs, the fabric's port (and the
+    Python port it subclasses), switch and NIC."""
+    for name in (
+        "openmrc.baselines.roce",
+        "openmrc.baselines.datapath",
+        "openmrc.baselines.nic",
+        "openmrc.sim.pyport",
+    ):
+        assert name in installed
+
+
 def test_compiled_and_interpreted_runs_give_identical_results(installed: list[str]) -> None:
     compiled = _run(pure=False)
     interpreted = _run(pure=True)

@@ -5,9 +5,11 @@ and InfiniBand-style RC.
   and consumes packet objects and never touches a clock or a socket;
 * :mod:`openmrc.baselines.fabric` -- the conventional fabric they run on (destination
   routing, ECMP or adaptive routing, PFC or credits, DCQCN marking), built on
-  :mod:`openmrc.sim`;
-* :mod:`openmrc.baselines.experiment` -- the simulated NIC (:class:`BaselineHost`) that
-  drives the QPs, and :class:`BaselineExperiment`.
+  :mod:`openmrc.sim`; its per-packet classes (port and switch) are in
+  :mod:`openmrc.baselines.datapath`;
+* :mod:`openmrc.baselines.experiment` -- :class:`BaselineExperiment`, with the
+  simulated NIC that drives the QPs (:class:`BaselineHost`, in
+  :mod:`openmrc.baselines.nic`).
 """
 
 from .roce import (

@@ -86,7 +86,9 @@ class SimHost:
         self.fabric = fabric
         self.index = index
         self.ctx = Context(rng, name=f"h{index}")
-        self.ports = fabric.host_ports[index]
+        # the native kernel's ports, or PyEgressPort (pure Python): Any, so that a
+        # compiled build checks no class here (PyEgressPort is compiled too)
+        self.ports: list[Any] = fabric.host_ports[index]
         self._all_busy = (1 << len(self.ports)) - 1
         # when the armed pump / timer event fires, -1 if none (an int, not
         # Optional: compiled, no boxing or object comparison per packet)
