@@ -538,26 +538,32 @@ TxTable_clear(TxTableObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-TxTable_launch(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The arguments launch and send share (psn, ev, sent, flags), checked: the slot, or -1
+ * with the error set. */
+static Py_ssize_t
+tx_launch_args(TxTableObject *self, PyObject *const *args, uint64_t *ev, uint64_t *sent,
+               uint64_t *flags)
 {
     Py_ssize_t i;
-    uint64_t ev, sent, flags;
-    int64_t tail;
-    if (check_nargs("launch", nargs, 4) < 0)
-        return NULL;
     if ((i = tx_slot_checked(self, args[0])) < 0)
-        return NULL;
-    if (as_u64(args[1], &ev) < 0 || as_u64(args[2], &sent) < 0 || tx_bits(args[3], &flags) < 0)
-        return NULL;
-    if (ev >> 32) {
+        return -1;
+    if (as_u64(args[1], ev) < 0 || as_u64(args[2], sent) < 0 || tx_bits(args[3], flags) < 0)
+        return -1;
+    if (*ev >> 32) {
         /* the Python class would store ev | flags << 32, mixing the two; an EV is 32 bits */
         PyErr_SetString(PyExc_OverflowError, "TxTable: EV out of range");
-        return NULL;
+        return -1;
     }
+    return i;
+}
+
+/* Slot i in flight on ev since sent, with flags, appended to the in-flight list. */
+static void
+tx_launch_slot(TxTableObject *self, Py_ssize_t i, uint64_t ev, uint64_t sent, uint64_t flags)
+{
+    int64_t tail = self->tail;
     self->meta[i] = ev | (flags | IN_FLIGHT) << 32;
     self->sent[i] = sent;
-    tail = self->tail;
     self->prev[i] = tail;
     self->next[i] = -1;
     if (tail < 0)
@@ -565,6 +571,18 @@ TxTable_launch(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     else
         self->next[tail - self->base] = self->base + i;
     self->tail = self->base + i;
+}
+
+static PyObject *
+TxTable_launch(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t ev, sent, flags;
+    if (check_nargs("launch", nargs, 4) < 0)
+        return NULL;
+    if ((i = tx_launch_args(self, args, &ev, &sent, &flags)) < 0)
+        return NULL;
+    tx_launch_slot(self, i, ev, sent, flags);
     Py_RETURN_NONE;
 }
 
@@ -575,17 +593,10 @@ TxTable_send(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t i;
     uint64_t ev, sent, flags;
-    int64_t tail;
     if (check_nargs("send", nargs, 5) < 0)
         return NULL;
-    if ((i = tx_slot_checked(self, args[0])) < 0)
+    if ((i = tx_launch_args(self, args, &ev, &sent, &flags)) < 0)
         return NULL;
-    if (as_u64(args[1], &ev) < 0 || as_u64(args[2], &sent) < 0 || tx_bits(args[3], &flags) < 0)
-        return NULL;
-    if (ev >> 32) {
-        PyErr_SetString(PyExc_OverflowError, "TxTable: EV out of range");
-        return NULL;
-    }
     if (Py_TYPE(args[4]) != &EvOrderType) {
         PyErr_SetString(PyExc_TypeError, "TxTable.send: order must be a native EvOrder");
         return NULL;
@@ -593,16 +604,7 @@ TxTable_send(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* the order first: when its memory runs out, nothing has changed */
     if (eo_append(args[4], (uint32_t)ev, (uint64_t)(self->base + i), sent) < 0)
         return NULL;
-    self->meta[i] = ev | (flags | IN_FLIGHT) << 32;
-    self->sent[i] = sent;
-    tail = self->tail;
-    self->prev[i] = tail;
-    self->next[i] = -1;
-    if (tail < 0)
-        self->head = self->base + i;
-    else
-        self->next[tail - self->base] = self->base + i;
-    self->tail = self->base + i;
+    tx_launch_slot(self, i, ev, sent, flags);
     Py_RETURN_NONE;
 }
 
