@@ -129,8 +129,9 @@ class BaselinePort(PyEgressPort):
     def accept(self, pkt: Packet, via: BaselinePort | None) -> None:
         """Queue ``pkt``, which arrived through the upstream port ``via`` (None: local).
 
-        The per-packet path: the upstream port's PFC accounting (:meth:`charge`) is
-        inlined here, as are :meth:`discharge` and the wire in :meth:`_tx_free`.
+        The per-packet path: the upstream port's flow-control accounting is
+        :meth:`charge` here and :meth:`discharge` in :meth:`_tx_free` (native calls:
+        this module is compiled), the wire inlined in :meth:`_tx_free`.
         """
         wb = pkt.size + self.framing
         is_data = isinstance(pkt, DataPacket)
@@ -148,23 +149,9 @@ class BaselinePort(PyEgressPort):
             self.prio_bytes = p
             q = p + self.data_bytes
         else:
-            if via is not None:
-                fc = via.fc
-                if fc == FC_PFC:  # charge(), inlined
-                    ing = via.ing_bytes + wb
-                    if ing > via.xoff + via.headroom:
-                        self.pfc_drops += 1
-                        return
-                    via.ing_bytes = ing
-                    if ing > via.max_ing_bytes:
-                        via.max_ing_bytes = ing
-                    if not via.pause_sent and ing >= via.xoff:
-                        via.pause_sent = True
-                        via.pause_frames += 1
-                        self.sim.after(via.delay, via.set_paused, True)
-                elif fc and not via.charge(wb):
-                    self.pfc_drops += 1
-                    return
+            if via is not None and via.fc and not via.charge(wb):
+                self.pfc_drops += 1
+                return
             q = self.data_bytes
             if q + wb > self.data_limit:
                 self.drops_full += 1
@@ -224,16 +211,8 @@ class BaselinePort(PyEgressPort):
                 if q >= kmax or self._draw() * (kmax - kmin) < self.pmax * (q - kmin):
                     pkt.ecn = True
                     self.ecn_marks += 1
-            if via is not None:
-                fc = via.fc
-                if fc == FC_PFC:  # discharge(), inlined
-                    ing = via.ing_bytes - wb
-                    via.ing_bytes = ing
-                    if via.pause_sent and ing <= via.xon:
-                        via.pause_sent = False
-                        self.sim.after(via.delay, via.set_paused, False)
-                elif fc:
-                    via.discharge(wb)
+            if via is not None and via.fc:
+                via.discharge(wb)
             is_data = True
         else:
             self.txev = None
