@@ -123,3 +123,57 @@ def test_watched_flow_set_follows_the_list() -> None:
     assert exp._rx_candidates(host, flows2) == [fy]
     assert exp._rx_candidates(host, [fy]) == [fy]  # a short list
     assert exp._rx_candidates(host, [fx]) == []
+
+
+def _watched_run(ungated: bool) -> tuple[BaselineExperiment, Any, list[int], list[int]]:
+    """A 16-host run of watched flows (4 messages of 16 packets each, 2 QPs), its
+    arrival checks counted: all of them, and those made while the sampler was awake
+    after a packet that placed no message.  ``ungated``: the hosts call the check
+    after every data packet (no sampler to consult: the plain form)."""
+    exp = make_experiment(SMALL, transport=TransportConfig(name="roce", qps=2), seed=1)
+    assert isinstance(exp, BaselineExperiment)
+    n = SMALL.hosts
+    exp.add_flows(
+        [FlowSpec(s, (s + 5) % n, 256 << 10, message=64 << 10, name=f"w{s}") for s in range(n)],
+        watch=True,
+    )
+    if ungated:
+        for host in exp.hosts:
+            host.sampler = None
+    calls, idle = [0], [0]
+    seen: dict[int, int] = {}
+    arrived = exp._data_arrived
+
+    def counted(host: Any, now: int) -> None:
+        calls[0] += 1
+        placed = host.receivers[host.last_rx].messages
+        if exp.sampler.armed and seen.get(host.last_rx) == placed:
+            idle[0] += 1
+        seen[host.last_rx] = placed
+        arrived(host, now)
+
+    exp._data_arrived = counted  # type: ignore[method-assign]
+    return exp, exp.run(), calls, idle
+
+
+def test_arrival_check_only_after_a_placed_message() -> None:
+    """A RoCE host calls the experiment's arrival check after a data packet that
+    placed a message (a flow completes only then) or while the sampler sleeps, not
+    after every packet; the flows complete at the same times as with the check
+    after every packet.  The sampler's and the check's sums over a connection's
+    receiving QPs (compiled helpers) are the plain sums."""
+    exp, r, calls, idle = _watched_run(ungated=False)
+    _exp0, r0, calls0, idle0 = _watched_run(ungated=True)
+    assert all(f.ok for f in r.flows)
+    assert idle[0] == 0 and idle0[0] > 0  # (the plain form does check after such packets)
+    assert 0 < calls[0] < calls0[0]
+
+    def times(res: Any) -> list[tuple[str, int | None, int | None]]:
+        return [(f.name, f.finish_ps, f.rx_finish_ps) for f in res.flows]
+
+    assert times(r) == times(r0)
+    assert all(f.rx_finish_ps is not None for f in r.flows)
+    for flow in exp.flows:
+        rcv = flow.receivers  # type: ignore[attr-defined]
+        assert exp._received_bytes(flow) == sum(q.rcvd_bytes for q in rcv) == flow.spec.size
+        assert exp._rx_complete(flow) == (sum(q.messages for q in rcv) >= flow.nmsgs)  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ from ..topology import ClosSpec
 from ..workloads import FlowSpec
 from .fabric import SETUPS, BaselineFabric, BaselineFabricConfig, baseline_configs
 from .nic import BaselineHost
-from .roce import RoceConfig, RoceReceiver, RoceSender
+from .roce import RoceConfig, RoceReceiver, RoceSender, received_bytes, received_messages
 
 
 class _BFlow(Flow):
@@ -107,6 +107,8 @@ class BaselineExperiment(Experiment):
             sample_interval_ps,
             queue_sample_interval_ps,
         )
+        for host in self.hosts:
+            host.sampler = self.sampler  # (on_data: see BaselineHost.on_data)
 
     # -- transport hooks --------------------------------------------------------------
     def _build_fabric(self, config: FabricConfig | None) -> BaselineFabric:  # type: ignore[override]
@@ -152,19 +154,13 @@ class BaselineExperiment(Experiment):
         return [flow] if flow in seen[2] else []
 
     def _rx_complete(self, flow: Flow) -> bool:
-        got = 0
-        for r in flow.receivers:  # type: ignore[attr-defined]
-            got += r.messages
-        return got >= flow.nmsgs  # type: ignore[attr-defined]
+        return received_messages(flow.receivers) >= flow.nmsgs  # type: ignore[attr-defined]
 
     def _received_bytes(self, flow: Flow) -> int | None:
         receivers = flow.receivers  # type: ignore[attr-defined]
         if not receivers:
             return None
-        got = 0
-        for r in receivers:
-            got += r.rcvd_bytes
-        return got
+        return received_bytes(receivers)
 
     def _delivered(self, flow: Flow) -> bytes | bytearray | None:
         return flow.dst_buf  # type: ignore[attr-defined,no-any-return]

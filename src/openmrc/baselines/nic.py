@@ -114,8 +114,14 @@ class BaselineHost:
         #: the receiving QP the last data packet reached (for ``on_data``)
         self.last_rx: int = -1
         self.on_activity: Callable[[BaselineHost, int], None] | None = None
-        #: called after every data packet received (arrival of watched flows).
+        #: called after a data packet received (arrival of watched flows): after one
+        #: that placed a message (a flow completes only then), and after every one
+        #: while :attr:`sampler` sleeps (any arrival wakes it); after every one when
+        #: there is no :attr:`sampler`
         self.on_data: Callable[[BaselineHost, int], None] | None = None
+        #: the experiment's sampling clock (its ``armed``: awake), set by the
+        #: experiment; None: call :attr:`on_data` after every data packet
+        self.sampler: Any = None
         #: the flow of each registered sending QP, and what to tell when one of them
         #: has completions to poll: the experiment then looks at that flow only, not
         #: at every flow the host sends (hundreds in a 64-rank all-to-all) per ACK
@@ -205,14 +211,20 @@ class BaselineHost:
             rcv = self.receivers.get(pkt.dqpn)
             if rcv is None:
                 return
+            placed = rcv.messages
             replies = rcv.receive(pkt, now)
             if replies:
                 port = self.ports[plane]
                 for reply in replies:
                     port.accept(reply, None)
             self.last_rx = rcv.qp
-            if self.on_data is not None:
-                self.on_data(self, now)
+            on_data = self.on_data
+            if on_data is not None:
+                # a packet that placed no message completes no flow: only a sleeping
+                # sampler needs to hear of it (most packets of a message of many)
+                sampler = self.sampler
+                if rcv.messages != placed or sampler is None or not sampler.armed:
+                    on_data(self, now)
             return
         if type(pkt) is RoceAck or type(pkt) is Cnp:
             snd = self.senders.get(pkt.dqpn)

@@ -924,3 +924,23 @@ class RoceReceiver:
 
     def _ack(self, nak: bool) -> RoceAck:
         return RoceAck(self.qp, self.expected, nak, self.host, self.peer, self.sport)
+
+
+def received_bytes(receivers: list[RoceReceiver]) -> int:
+    """The payload bytes ``receivers`` (a connection's receiving QPs) took in all.
+
+    The experiment's sampler reads this for every flow under way at every tick (in a
+    64-rank all-to-all with 16 QPs, 32,256 flows of 16 QPs each): a loop here, in a
+    compiled module, rather than in the interpreted experiment."""
+    got = 0
+    for r in receivers:
+        got += r.rcvd_bytes
+    return got
+
+
+def received_messages(receivers: list[RoceReceiver]) -> int:
+    """The messages ``receivers`` (a connection's receiving QPs) placed in all."""
+    got = 0
+    for r in receivers:
+        got += r.messages
+    return got
