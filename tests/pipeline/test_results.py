@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import json
 import re
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from openmrc.cli import main
-from openmrc.pipeline.results import SCHEMA_VERSION, schema, validate
+from openmrc.pipeline.results import SCHEMA_VERSION, _jsonable, schema, validate
 
 LINK = str(Path(__file__).resolve().parents[2] / "scenarios" / "t0-t1-link-failure.toml")
 
@@ -59,3 +61,28 @@ def test_schema_rejects_broken_documents(doc: dict, damage, where: str) -> None:
     damage(bad)
     with pytest.raises(ValueError, match=re.escape(f"results.json {where}:")):
         validate(bad)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0, 1.5, 2, -0.0, 400.125],  # a goodput series (ints among the floats)
+        [1.0, float("nan"), 2.0],
+        [float("inf"), 1.0],
+        (float("-inf"),),
+        [1e308, 1e308],  # finite values whose sum overflows
+        [10**400, 1.0],  # an int too large for a float
+        [True, 1.0],
+        [1.0, None, "x"],
+        [Fraction(1, 2), 1.0],  # a number that is neither: written as its str
+        [[1.0, float("nan")], [2.0]],
+        [],
+    ],
+)
+def test_a_list_of_numbers_is_written_as_value_by_value(values: Any) -> None:
+    """The document writer's shortcut for a list of finite numbers (a goodput
+    series, taken whole) gives what converting each value gives."""
+    got = _jsonable(values)
+    want = [_jsonable(v) for v in values]
+    assert json.dumps(got) == json.dumps(want)
+    assert [type(v) for v in got] == [type(v) for v in want]

@@ -67,6 +67,23 @@ def now_utc() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _finite_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether ``values`` holds only floats and ints and no NaN or infinity (then each
+    is its own JSON value): a goodput series, the bulk of a long run's document (a
+    64-rank ring's 16,128 transfers, each a value per 10 us tick).  Checked at C speed:
+    the element types as a set, and the sum, which is finite only if every float is
+    (an overflow of the sum, or of an int too large for a float, answers no)."""
+    if not values or not set(map(type, values)) <= _NUMBER_TYPES:
+        return False
+    try:
+        return math.isfinite(sum(values))
+    except OverflowError:
+        return False
+
+
+_NUMBER_TYPES = frozenset((float, int))
+
+
 def _jsonable(value: Any) -> Any:
     """``value`` with only JSON's types (dataclasses as dicts, non-finite floats as None).
 
@@ -80,6 +97,8 @@ def _jsonable(value: Any) -> Any:
     if kind is int or kind is str or kind is bool or value is None:
         return value
     if kind is list or kind is tuple:
+        if _finite_numbers(value):
+            return list(value)  # what the comprehension below gives, element for element
         return [_jsonable(v) for v in value]
     if kind is dict:
         return {str(k): _jsonable(v) for k, v in value.items()}
