@@ -487,6 +487,26 @@ def test_bad_routes(impl: tuple[str, Any, Any, Any, Any]) -> None:
 
 
 @IMPLS
+def test_switch_shift_of_a_shared_route(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    """The native switch writes the shifted address into a route int only the packet
+    holds; a route int also held elsewhere (a route cache, the caller) keeps its value,
+    and both packets leave with the same address."""
+    _sim, inp, _out, sw, _end, _sink = _line(impl)
+    for usids in ((0xE001, 0xE002, 0xE003), (0xE001, 0xE002, 0xE003, 0xE004, 0xE005)):
+        shared = _route(*usids)
+        a = _data(0)
+        a.route = shared
+        sw.receive(a, inp, inp.epoch)
+        assert shared == _route(*usids)  # unchanged: `shared` refers to it
+        b = _data(1)
+        b.route = _route(*usids)  # b's alone: rewritten in place by the native switch
+        sw.receive(b, inp, inp.epoch)
+        assert a.route == b.route == _route(*usids[1:])
+        assert a.route is not shared
+    assert sw.forwarded == 4
+
+
+@IMPLS
 def test_forwarding_off_and_stale_epoch(impl: tuple[str, Any, Any, Any, Any]) -> None:
     _sim, inp, out, sw, end, sink = _line(impl)
     pkt = _data(0)

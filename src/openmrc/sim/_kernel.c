@@ -1744,6 +1744,35 @@ static PyObject *long_from_u128(uint64_t lo, uint64_t hi)
 #endif
 }
 
+/* Overwrite v, an exact non-negative int, with hi * 2**64 + lo when it has as
+ * many digits as that value needs (1); 0: not done, make a new int.  Only for
+ * an int nobody else can see: the caller holds it and one other reference,
+ * which is where it writes the value back (ints are immutable to Python code,
+ * so this must never reach an int anything else refers to).  3.11's layout
+ * only; later versions always take the new int. */
+static inline int long_store_u128(PyObject *v, uint64_t lo, uint64_t hi)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (hi == 0)
+        return 0;
+    Py_ssize_t n = (128 - __builtin_clzll(hi) + PyLong_SHIFT - 1) / PyLong_SHIFT;
+    if (Py_SIZE(v) != n)
+        return 0;
+    digit *d = ((PyLongObject *)v)->ob_digit;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        d[i] = (digit)(lo & PyLong_MASK);
+        lo = (lo >> PyLong_SHIFT) | (hi << (64 - PyLong_SHIFT));
+        hi >>= PyLong_SHIFT;
+    }
+    return 1;
+#else
+    (void)v;
+    (void)lo;
+    (void)hi;
+    return 0;
+#endif
+}
+
 /* ------------------------------------------------------------------------ */
 /* ring buffer of packets, each with the wire bytes counted at enqueue       */
 
@@ -2406,21 +2435,32 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         }
     }
     if (fast) {
-        Py_DECREF(addr);
         if ((int64_t)(hi >> (ACTIVE_SHIFT - 64)) != sw->match) { /* addr >> 80 */
+            Py_DECREF(addr);
             sw->bad_route++;
             return 0;
         }
         /* BLOCK | ((addr << 16) & CARRIER_MASK) */
         hi = BLOCK_HI | (((hi << 16) | (lo >> 48)) & CARRIER_HI);
         lo <<= 16;
-        PyObject *no = long_from_u128(lo, hi);
-        if (no == NULL)
-            return -1;
-        int r = set_attr_cached(&cache_route, pkt, S_route, no);
-        Py_DECREF(no);
-        if (r < 0)
-            return -1;
+        /* The packet's route is mostly an int only the packet refers to (its
+         * host made it for this packet): then the shifted address is written
+         * into it in place, with no new int and no old one freed.  A route
+         * held anywhere else (a route cache, a caller) has more references
+         * and gets a new int, as does the pure-Python switch every time. */
+        if (Py_REFCNT(addr) == 2 && long_store_u128(addr, lo, hi)) {
+            Py_DECREF(addr);
+        }
+        else {
+            Py_DECREF(addr);
+            PyObject *no = long_from_u128(lo, hi);
+            if (no == NULL)
+                return -1;
+            int r = set_attr_cached(&cache_route, pkt, S_route, no);
+            Py_DECREF(no);
+            if (r < 0)
+                return -1;
+        }
         out = lut_get(&sw->lut, (int32_t)((hi >> (ACTIVE_SHIFT - 64)) & 0xFFFF));
         if (out == NULL) {
             sw->bad_route++;
