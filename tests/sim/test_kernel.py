@@ -1208,6 +1208,23 @@ def test_native_serialization_time_matches_python_on_both_sides_of_64_bits() -> 
                     nat.serialization_ps(n)
 
 
+@native
+def test_native_int_arguments_read_exactly_at_digit_boundaries() -> None:
+    """The kernel reads a small int (up to two 30-bit digits) from its digits and a
+    larger one through CPython: both give the int's value, whatever its sign, up to
+    int64's ends; beyond them an OverflowError."""
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+    # 8e12 b/s: one byte serialises in one ps, so serialization_ps(n) echoes n
+    port = kernel.EgressPort(sim, "p", 8_000_000_000_000, 1, print, data_limit=1, prio_limit=1)
+    edges = [0, 1, 2**15, 2**30 - 1, 2**30, 2**30 + 1, 2**45 + 3, 2**60 - 1, 2**60, 2**62]
+    for n in [*edges, 2**63 - 1, *(-e for e in edges), -(2**63)]:
+        assert port.serialization_ps(n) == n, n
+    for n in (2**63, -(2**63) - 1, 2**90):
+        with pytest.raises(OverflowError, match="64 bits"):
+            port.serialization_ps(n)
+
+
 @IMPLS
 def test_arrivals_on_one_link_run_in_time_order_and_are_all_pending(
     impl: tuple[str, Any, Any, Any, Any],

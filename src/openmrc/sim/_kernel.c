@@ -1564,6 +1564,30 @@ static int sim_cancel_key(SimObject *s, int64_t key)
 static int as_i64(PyObject *o, int64_t *out)
 {
     if (PyLong_CheckExact(o)) { /* the common case: a plain int */
+#if PY_VERSION_HEX < 0x030C0000
+        /* 3.11: an int of at most two digits (|o| < 2**60; sizes, times up to
+         * 13 days in ps) read from its digits, as PyLong_AsLongLong would */
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+        case 0:
+            *out = 0;
+            return 0;
+        case 1:
+            *out = (int64_t)d[0];
+            return 0;
+        case -1:
+            *out = -(int64_t)d[0];
+            return 0;
+        case 2:
+            *out = (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0]);
+            return 0;
+        case -2:
+            *out = -(int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0]);
+            return 0;
+        default:
+            break;
+        }
+#endif
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow) {
