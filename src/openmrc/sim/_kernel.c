@@ -1001,23 +1001,68 @@ static inline unsigned ev_byte(const Event *e, int d)
     return (unsigned)((d < 8 ? e->key >> (8 * d) : e->tk >> (8 * (d - 8))) & 0xFF);
 }
 
+/* ev[0 .. n) in (time, key) order, by insertion */
+static void insertion_sort_events(Event *ev, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Event x = ev[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && order_less(x.tk, x.key, ev[j - 1].tk, ev[j - 1].key); j--)
+            ev[j] = ev[j - 1];
+        ev[j] = x;
+    }
+}
+
+/* Up to this many events a slot is sorted by insertion, up to SORT_MERGE_MAX by
+ * merging (runs of SORT_RUN sorted by insertion, then merged in passes), beyond
+ * by radix: a radix pass clears and sums 256 counters per byte that differs, a
+ * fixed cost that a slot of a few dozen events does not repay. */
+#define SORT_INSERTION_MAX 24
+#define SORT_RUN 16
+#define SORT_MERGE_MAX 256
+
+static Event *merge_sort_events(Event *ev, Event *tmp, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i += SORT_RUN)
+        insertion_sort_events(ev + i, n - i < SORT_RUN ? n - i : SORT_RUN);
+    Event *src = ev, *dst = tmp;
+    for (Py_ssize_t w = SORT_RUN; w < n; w *= 2) {
+        for (Py_ssize_t lo = 0; lo < n; lo += 2 * w) {
+            Py_ssize_t mid = lo + w < n ? lo + w : n;
+            Py_ssize_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+            Py_ssize_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                if (order_less(src[j].tk, src[j].key, src[i].tk, src[i].key))
+                    dst[k++] = src[j++];
+                else
+                    dst[k++] = src[i++];
+            }
+            if (i < mid)
+                memcpy(&dst[k], &src[i], (size_t)(mid - i) * sizeof(Event));
+            else if (j < hi)
+                memcpy(&dst[k], &src[j], (size_t)(hi - j) * sizeof(Event));
+        }
+        Event *t = src;
+        src = dst;
+        dst = t;
+    }
+    return src;
+}
+
 /* Sort ev[0 .. n) by (time, key) (unique), tmp room for n: an insertion sort for
- * a few events, else a radix sort, least significant byte first, over only the
- * bytes in which the events differ (each pass a stable counting sort; a slot's
- * events share most bytes of their time and of their key's entity).  Returns the
- * buffer that holds the result, ev or tmp. */
+ * a few events, a merge sort for a few dozen, else a radix sort, least
+ * significant byte first, over only the bytes in which the events differ (each
+ * pass a stable counting sort; a slot's events share most bytes of their time
+ * and of their key's entity).  Returns the buffer that holds the result, ev or
+ * tmp.  The keys are unique, so every method gives the same order. */
 static Event *sort_events(Event *ev, Event *tmp, Py_ssize_t n)
 {
-    if (n <= 24) {
-        for (Py_ssize_t i = 1; i < n; i++) {
-            Event x = ev[i];
-            Py_ssize_t j = i;
-            for (; j > 0 && order_less(x.tk, x.key, ev[j - 1].tk, ev[j - 1].key); j--)
-                ev[j] = ev[j - 1];
-            ev[j] = x;
-        }
+    if (n <= SORT_INSERTION_MAX) {
+        insertion_sort_events(ev, n);
         return ev;
     }
+    if (n <= SORT_MERGE_MAX)
+        return merge_sort_events(ev, tmp, n);
     uint64_t kor = 0, kand = ~(uint64_t)0, tor = 0, tand = ~(uint64_t)0;
     for (Py_ssize_t i = 0; i < n; i++) {
         kor |= ev[i].key;
