@@ -187,3 +187,35 @@ def test_native_order_with_many_entities_per_slot(seed: int) -> None:
     nat = _entity_mix(kernel.Simulator, seed)
     assert len(py) > 5_000
     assert nat == py
+
+
+@native
+@pytest.mark.parametrize("n", [2, 24, 25, 40, 100, 255, 256, 257, 600])
+def test_native_order_of_one_slot_of_n_events(n: int) -> None:
+    """A slot of n events, pushed in a shuffled order at shuffled times inside one
+    slot (ties included), runs in (time, key) order whichever way the kernel sorts
+    a slot of that size (by insertion, merging or radix)."""
+    assert kernel is not None
+    for seed in range(4):
+        rnd = random.Random(seed * 1_000 + n)
+        sim = kernel.Simulator(seed)
+        ran: list[tuple[int, int]] = []
+        pushed: list[tuple[int, int]] = []
+
+        def fire(i: int, sim: Any = sim, ran: list[tuple[int, int]] = ran) -> None:
+            ran.append((sim.now, i))
+
+        def start(sim: Any = sim, rnd: random.Random = rnd, pushed: list[Any] = pushed) -> None:
+            # pushed while running: into the wheel's bucket of a later slot, which is
+            # sorted as a whole when the run reaches it
+            base = 5 * SLOT_PS
+            spread = rnd.choice((1, 7, SLOT_PS))  # all ties, a few times, the whole slot
+            for _ in range(n):
+                t = base + rnd.randrange(spread)
+                ev = sim.push(t, fire, (len(pushed),))
+                pushed.append((t, ev[1]))
+
+        sim.push(0, start, ())
+        sim.run()
+        assert len(ran) == n
+        assert [(t, pushed[i][1]) for t, i in ran] == sorted(pushed)

@@ -487,6 +487,26 @@ def test_bad_routes(impl: tuple[str, Any, Any, Any, Any]) -> None:
 
 
 @IMPLS
+def test_switch_shift_of_a_shared_route(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    """The native switch writes the shifted address into a route int only the packet
+    holds; a route int also held elsewhere (a route cache, the caller) keeps its value,
+    and both packets leave with the same address."""
+    _sim, inp, _out, sw, _end, _sink = _line(impl)
+    for usids in ((0xE001, 0xE002, 0xE003), (0xE001, 0xE002, 0xE003, 0xE004, 0xE005)):
+        shared = _route(*usids)
+        a = _data(0)
+        a.route = shared
+        sw.receive(a, inp, inp.epoch)
+        assert shared == _route(*usids)  # unchanged: `shared` refers to it
+        b = _data(1)
+        b.route = _route(*usids)  # b's alone: rewritten in place by the native switch
+        sw.receive(b, inp, inp.epoch)
+        assert a.route == b.route == _route(*usids[1:])
+        assert a.route is not shared
+    assert sw.forwarded == 4
+
+
+@IMPLS
 def test_forwarding_off_and_stale_epoch(impl: tuple[str, Any, Any, Any, Any]) -> None:
     _sim, inp, out, sw, end, sink = _line(impl)
     pkt = _data(0)
@@ -1186,6 +1206,23 @@ def test_native_serialization_time_matches_python_on_both_sides_of_64_bits() -> 
             else:
                 with pytest.raises(OverflowError):
                     nat.serialization_ps(n)
+
+
+@native
+def test_native_int_arguments_read_exactly_at_digit_boundaries() -> None:
+    """The kernel reads a small int (up to two 30-bit digits) from its digits and a
+    larger one through CPython: both give the int's value, whatever its sign, up to
+    int64's ends; beyond them an OverflowError."""
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+    # 8e12 b/s: one byte serialises in one ps, so serialization_ps(n) echoes n
+    port = kernel.EgressPort(sim, "p", 8_000_000_000_000, 1, print, data_limit=1, prio_limit=1)
+    edges = [0, 1, 2**15, 2**30 - 1, 2**30, 2**30 + 1, 2**45 + 3, 2**60 - 1, 2**60, 2**62]
+    for n in [*edges, 2**63 - 1, *(-e for e in edges), -(2**63)]:
+        assert port.serialization_ps(n) == n, n
+    for n in (2**63, -(2**63) - 1, 2**90):
+        with pytest.raises(OverflowError, match="64 bits"):
+            port.serialization_ps(n)
 
 
 @IMPLS

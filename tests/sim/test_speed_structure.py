@@ -162,6 +162,41 @@ def test_an_experiment_reads_its_results_with_the_collector_paused(
         gc.unfreeze()
 
 
+def test_adding_flows_opens_qps_with_the_collector_off_and_freezes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a flow's QPs are long-lived objects, millions at 8192 hosts: the collector must
+    # not walk them as they are made (engine.setup_gc), and they join the frozen set-up
+    exp = Experiment(ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2), seed=1)
+    open_qps = Experiment._open_qps_of
+    opened: list[tuple[bool, int]] = []
+
+    def watched(self: Experiment, flow: Any, now: int) -> Any:
+        opened.append((gc.isenabled(), gc.get_threshold()[0]))
+        return open_qps(self, flow, now)
+
+    monkeypatch.setattr(Experiment, "_open_qps_of", watched)
+
+    def add_from_an_event() -> None:  # inside a run: the run's collector settings stay
+        exp.add_flow(FlowSpec(2, 1, 4096, start_ps=exp.sim.now))
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        frozen = gc.get_freeze_count()
+        exp.add_flows([FlowSpec(0, 3, 64 << 10), FlowSpec(1, 2, 64 << 10)])
+        assert [o[0] for o in opened] == [False, False]
+        assert gc.get_freeze_count() > frozen and gc.isenabled()
+        exp.sim.schedule(1_000, add_from_an_event)
+        assert exp.run().all_ok
+        # in the run: the collector as the run set it (on, at its threshold)
+        assert opened[2] == (True, GC_THRESHOLD[0])
+    finally:
+        gc.unfreeze()
+        if not was:
+            gc.disable()
+
+
 # ----- the RoCE baseline's NIC -------------------------------------------------------------
 class _FakeSender:
     """What the NIC's timeout bookkeeping reads of a RoCE sender: its QP and deadline."""

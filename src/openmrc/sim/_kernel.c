@@ -1001,23 +1001,68 @@ static inline unsigned ev_byte(const Event *e, int d)
     return (unsigned)((d < 8 ? e->key >> (8 * d) : e->tk >> (8 * (d - 8))) & 0xFF);
 }
 
+/* ev[0 .. n) in (time, key) order, by insertion */
+static void insertion_sort_events(Event *ev, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Event x = ev[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && order_less(x.tk, x.key, ev[j - 1].tk, ev[j - 1].key); j--)
+            ev[j] = ev[j - 1];
+        ev[j] = x;
+    }
+}
+
+/* Up to this many events a slot is sorted by insertion, up to SORT_MERGE_MAX by
+ * merging (runs of SORT_RUN sorted by insertion, then merged in passes), beyond
+ * by radix: a radix pass clears and sums 256 counters per byte that differs, a
+ * fixed cost that a slot of a few dozen events does not repay. */
+#define SORT_INSERTION_MAX 24
+#define SORT_RUN 16
+#define SORT_MERGE_MAX 256
+
+static Event *merge_sort_events(Event *ev, Event *tmp, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i += SORT_RUN)
+        insertion_sort_events(ev + i, n - i < SORT_RUN ? n - i : SORT_RUN);
+    Event *src = ev, *dst = tmp;
+    for (Py_ssize_t w = SORT_RUN; w < n; w *= 2) {
+        for (Py_ssize_t lo = 0; lo < n; lo += 2 * w) {
+            Py_ssize_t mid = lo + w < n ? lo + w : n;
+            Py_ssize_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+            Py_ssize_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                if (order_less(src[j].tk, src[j].key, src[i].tk, src[i].key))
+                    dst[k++] = src[j++];
+                else
+                    dst[k++] = src[i++];
+            }
+            if (i < mid)
+                memcpy(&dst[k], &src[i], (size_t)(mid - i) * sizeof(Event));
+            else if (j < hi)
+                memcpy(&dst[k], &src[j], (size_t)(hi - j) * sizeof(Event));
+        }
+        Event *t = src;
+        src = dst;
+        dst = t;
+    }
+    return src;
+}
+
 /* Sort ev[0 .. n) by (time, key) (unique), tmp room for n: an insertion sort for
- * a few events, else a radix sort, least significant byte first, over only the
- * bytes in which the events differ (each pass a stable counting sort; a slot's
- * events share most bytes of their time and of their key's entity).  Returns the
- * buffer that holds the result, ev or tmp. */
+ * a few events, a merge sort for a few dozen, else a radix sort, least
+ * significant byte first, over only the bytes in which the events differ (each
+ * pass a stable counting sort; a slot's events share most bytes of their time
+ * and of their key's entity).  Returns the buffer that holds the result, ev or
+ * tmp.  The keys are unique, so every method gives the same order. */
 static Event *sort_events(Event *ev, Event *tmp, Py_ssize_t n)
 {
-    if (n <= 24) {
-        for (Py_ssize_t i = 1; i < n; i++) {
-            Event x = ev[i];
-            Py_ssize_t j = i;
-            for (; j > 0 && order_less(x.tk, x.key, ev[j - 1].tk, ev[j - 1].key); j--)
-                ev[j] = ev[j - 1];
-            ev[j] = x;
-        }
+    if (n <= SORT_INSERTION_MAX) {
+        insertion_sort_events(ev, n);
         return ev;
     }
+    if (n <= SORT_MERGE_MAX)
+        return merge_sort_events(ev, tmp, n);
     uint64_t kor = 0, kand = ~(uint64_t)0, tor = 0, tand = ~(uint64_t)0;
     for (Py_ssize_t i = 0; i < n; i++) {
         kor |= ev[i].key;
@@ -1564,6 +1609,30 @@ static int sim_cancel_key(SimObject *s, int64_t key)
 static int as_i64(PyObject *o, int64_t *out)
 {
     if (PyLong_CheckExact(o)) { /* the common case: a plain int */
+#if PY_VERSION_HEX < 0x030C0000
+        /* 3.11: an int of at most two digits (|o| < 2**60; sizes, times up to
+         * 13 days in ps) read from its digits, as PyLong_AsLongLong would */
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+        case 0:
+            *out = 0;
+            return 0;
+        case 1:
+            *out = (int64_t)d[0];
+            return 0;
+        case -1:
+            *out = -(int64_t)d[0];
+            return 0;
+        case 2:
+            *out = (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0]);
+            return 0;
+        case -2:
+            *out = -(int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0]);
+            return 0;
+        default:
+            break;
+        }
+#endif
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow) {
@@ -1741,6 +1810,35 @@ static PyObject *long_from_u128(uint64_t lo, uint64_t hi)
 #else
     return _PyLong_FromByteArray(buf, 16, 1, 0);
 #endif
+#endif
+}
+
+/* Overwrite v, an exact non-negative int, with hi * 2**64 + lo when it has as
+ * many digits as that value needs (1); 0: not done, make a new int.  Only for
+ * an int nobody else can see: the caller holds it and one other reference,
+ * which is where it writes the value back (ints are immutable to Python code,
+ * so this must never reach an int anything else refers to).  3.11's layout
+ * only; later versions always take the new int. */
+static inline int long_store_u128(PyObject *v, uint64_t lo, uint64_t hi)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (hi == 0)
+        return 0;
+    Py_ssize_t n = (128 - __builtin_clzll(hi) + PyLong_SHIFT - 1) / PyLong_SHIFT;
+    if (Py_SIZE(v) != n)
+        return 0;
+    digit *d = ((PyLongObject *)v)->ob_digit;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        d[i] = (digit)(lo & PyLong_MASK);
+        lo = (lo >> PyLong_SHIFT) | (hi << (64 - PyLong_SHIFT));
+        hi >>= PyLong_SHIFT;
+    }
+    return 1;
+#else
+    (void)v;
+    (void)lo;
+    (void)hi;
+    return 0;
 #endif
 }
 
@@ -2406,21 +2504,32 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
         }
     }
     if (fast) {
-        Py_DECREF(addr);
         if ((int64_t)(hi >> (ACTIVE_SHIFT - 64)) != sw->match) { /* addr >> 80 */
+            Py_DECREF(addr);
             sw->bad_route++;
             return 0;
         }
         /* BLOCK | ((addr << 16) & CARRIER_MASK) */
         hi = BLOCK_HI | (((hi << 16) | (lo >> 48)) & CARRIER_HI);
         lo <<= 16;
-        PyObject *no = long_from_u128(lo, hi);
-        if (no == NULL)
-            return -1;
-        int r = set_attr_cached(&cache_route, pkt, S_route, no);
-        Py_DECREF(no);
-        if (r < 0)
-            return -1;
+        /* The packet's route is mostly an int only the packet refers to (its
+         * host made it for this packet): then the shifted address is written
+         * into it in place, with no new int and no old one freed.  A route
+         * held anywhere else (a route cache, a caller) has more references
+         * and gets a new int, as does the pure-Python switch every time. */
+        if (Py_REFCNT(addr) == 2 && long_store_u128(addr, lo, hi)) {
+            Py_DECREF(addr);
+        }
+        else {
+            Py_DECREF(addr);
+            PyObject *no = long_from_u128(lo, hi);
+            if (no == NULL)
+                return -1;
+            int r = set_attr_cached(&cache_route, pkt, S_route, no);
+            Py_DECREF(no);
+            if (r < 0)
+                return -1;
+        }
         out = lut_get(&sw->lut, (int32_t)((hi >> (ACTIVE_SHIFT - 64)) & 0xFFFF));
         if (out == NULL) {
             sw->bad_route++;

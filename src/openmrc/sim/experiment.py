@@ -42,7 +42,7 @@ from ..workloads.collectives import Collective
 from . import entities
 from .capture import Capture
 from .config import ETHERNET_FRAMING_BYTES, FabricConfig
-from .engine import Simulator, paused_gc
+from .engine import Simulator, paused_gc, setup_gc
 from .fabric import Fabric, FabricPart
 from .faults import FaultInjector
 from .flows import COUNTERS, SEQ_SHIFT, Conn, Flow, MrcFlow, Poster, send_order
@@ -578,6 +578,11 @@ class Experiment:
         not before ``start_ps``.  If a dependency fails, so do its dependents
         (status ``dependency_failed``).
         """
+        with setup_gc():  # the QPs opened are long-lived: see setup_gc
+            return self._add_flows(specs, watch)
+
+    def _add_flows(self, specs: list[FlowSpec], watch: bool) -> list[int]:
+        """:meth:`add_flows`, with the collector as :func:`setup_gc` sets it."""
         n = len(specs)
         for i, spec in enumerate(specs):
             spec.validate(self.spec.hosts)
