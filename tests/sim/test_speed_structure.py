@@ -324,13 +324,47 @@ def test_mrc_data_arrival_checks_only_the_flows_on_its_qp(
     # in flight: at most 2 here), not every flow arriving at the host at every packet
     # (up to 14 here, hundreds in the paper's 64-rank all-to-all).
     checks = _count_rx_checks(monkeypatch, Experiment)
+    monkeypatch.setattr(Experiment, "_data_every", lambda self, everywhere: True)
     arrivals = _count_host_hook(monkeypatch, "_data_arrived")
     result = _mrc_alltoall(channels=1).run()
     assert result.all_ok
-    assert arrivals[0] >= 56 * 4  # every data packet of the 56 peers' transfers
+    assert arrivals[0] >= 56 * 16  # every data packet of the 56 peers' transfers
     # and only at a packet that placed a message (224 of them, 4 per peer), or the
     # first packet on each of the 56 receiving QPs
     assert 0 < checks[0] <= 2 * 224 + 56
+
+
+def test_mrc_data_arrivals_call_the_experiment_only_when_a_message_is_placed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # While the sampler is awake, a data packet that placed no message cannot have
+    # completed a flow: the host calls the experiment (an interpreted call) only after
+    # a packet that placed one, not after every data packet.
+    arrivals = _count_host_hook(monkeypatch, "_data_arrived")
+    exp = _mrc_alltoall(channels=1)
+    result = exp.run()
+    assert result.all_ok
+    qps = [q for h in exp.hosts for q in h.ctx.qps.values()]
+    data = sum(q.stats.rx_data_packets for q in qps)
+    placed = sum(q.stats.rx_messages for q in qps)
+    assert placed == 224 and data >= 4 * placed  # 16 KiB messages of 4 packets
+    assert 0 < arrivals[0] <= placed
+
+
+def test_hosts_call_after_every_data_packet_while_the_sampler_is_not_armed() -> None:
+    # A sleeping sampler is woken by any arrival (the first data packet, not the first
+    # that places a message): the hosts' filter is off then, and on once it is armed.
+    exp = _mrc_alltoall(channels=1)
+    hosts = [h for h in exp.hosts if h is not None]
+    exp.sampler.armed = False
+    exp._host_hooks(everywhere=True)
+    assert all(h.on_data is not None and h.data_every for h in hosts)
+    exp.sampler.armed = True
+    exp._host_hooks(everywhere=False)
+    assert all(not h.data_every for h in hosts)
+    exp.sampler.armed = False  # (asleep: the last hooks set by the sampler said so)
+    exp._host_hooks(everywhere=False)
+    assert all(h.data_every for h in hosts)
 
 
 @pytest.mark.parametrize(("channels", "message"), [(1, 16 << 10), (2, 16 << 10), (2, 4 << 10)])
@@ -343,6 +377,8 @@ def test_mrc_flows_complete_when_a_check_of_every_flow_says(
     # look skipped wrongly shows)
     narrowed = _mrc_alltoall(channels, message).run()
     monkeypatch.setattr(Experiment, "_rx_candidates", lambda self, host, flows: flows)
+    # (and after every data packet, not only those that placed a message)
+    monkeypatch.setattr(Experiment, "_data_every", lambda self, everywhere: True)
     everything = _mrc_alltoall(channels, message).run()
     assert narrowed.all_ok and everything.all_ok
     got = [f.rx_finish_ps for f in narrowed.flows]

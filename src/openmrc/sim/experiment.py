@@ -1054,7 +1054,8 @@ class Experiment:
 
         :meth:`_data_arrived` after a data packet: on every host while the
         sampler sleeps (any arrival wakes it), otherwise on the hosts that
-        receive a watched flow.  :meth:`_activity` after any other input: on
+        receive a watched flow, and there only after a packet that placed a
+        message (:meth:`_data_every`).  :meth:`_activity` after any other input: on
         every host while the sampler sleeps, once no flow is open (any input
         stops the run) and when completions are not reported by the CQs (the
         baselines poll); otherwise on the hosts whose send CQs have news.
@@ -1064,10 +1065,13 @@ class Experiment:
         activity = self._activity
         news = self._cq_news
         always = everywhere or news is None or self._open == 0
+        every = self._data_every(everywhere)
         for host in self.hosts:
             if host is None:
                 continue
             host.on_data = data if everywhere or host.index in watched else None
+            if type(host) is SimHost:
+                host.data_every = every
             has_news = news is not None and bool(news.get(host.index))
             host.on_activity = activity if always or has_news else None
 
@@ -1077,6 +1081,17 @@ class Experiment:
         host = self.hosts[dst]
         if host is not None:  # (None: another rank's host, which watches there)
             host.on_data = self._data_arrived
+            if type(host) is SimHost:
+                host.data_every = self._data_every(False)
+
+    def _data_every(self, everywhere: bool) -> bool:
+        """Whether the hosts that call :meth:`_data_arrived` must call it after every
+        data packet (``SimHost.data_every``) rather than only after one that placed a
+        message: ``everywhere`` (the sampler went to sleep), or while the sampler is
+        not armed (asleep, or not started: any arrival must wake it).  Armed, a call
+        after any other packet finds nothing: a flow arrives only when a message of it
+        is placed (:meth:`_rx_candidates`), and the sampler needs no wake."""
+        return everywhere or not self.sampler.armed
 
     def _rx_candidates(self, host: Any, flows: list[Flow]) -> list[Flow]:
         """Which of ``flows`` (watched, arriving at ``host``) the data packet that just

@@ -69,6 +69,7 @@ class SimHost:
         "_timer_at",
         "_timer_cb",
         "ctx",
+        "data_every",
         "fabric",
         "faults",
         "index",
@@ -111,9 +112,16 @@ class SimHost:
         self._post = cast("Callable[[object, Callable[[int], None], object], None]", sim.post)
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity: Callable[[SimHost, int], None] | None = None
-        #: called after every data packet the host received (the experiment checks
-        #: whether a flow something waits for has arrived).
+        #: called after a data packet the host received (the experiment checks
+        #: whether a flow something waits for has arrived): after every one while
+        #: ``data_every`` holds, otherwise only after one that placed a message on
+        #: its QP (its ``stats.rx_messages`` moved), the only packets after which
+        #: a flow can have arrived.
         self.on_data: Callable[[SimHost, int], None] | None = None
+        #: ``on_data`` after every data packet (True), or only after the packets that
+        #: placed a message (False: the experiment's sampler is awake, and a call
+        #: after any other packet would find nothing).
+        self.data_every = True
         #: the QPN the last data packet reached, set for ``on_data`` (which flows it can
         #: have completed: only those on that QP).
         self.last_rx = -1
@@ -138,15 +146,27 @@ class SimHost:
             peer = qp.peer if qp is not None else -1
             for tap in self.taps:
                 tap(self.index, peer, pkt, False, now)
-        self.ctx.receive_packet(pkt, now)
+        ctx = self.ctx
         if type(pkt) is DataPacket:
             # Data reaches the responder half, which has no timers and completes
             # no sends: only its ACKs need sending.
+            stats = None  # the QP's counters, when on_data waits for a placed message
+            placed = 0
+            if self.on_data is not None and not self.data_every:
+                qp = ctx.qps.get(pkt.dqpn)
+                if qp is not None:
+                    stats = qp.stats
+                    placed = stats.rx_messages
+            ctx.receive_packet(pkt, now)
             self.kick(now, sending_only=True)
-            if self.on_data is not None:
+            on_data = self.on_data
+            if on_data is not None and (
+                self.data_every or (stats is not None and stats.rx_messages != placed)
+            ):
                 self.last_rx = pkt.dqpn
-                self.on_data(self, now)
+                on_data(self, now)
             return
+        ctx.receive_packet(pkt, now)
         self.kick(now)
         if self.on_activity is not None:
             self.on_activity(self, now)

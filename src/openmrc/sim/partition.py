@@ -833,6 +833,10 @@ class PartitionedExperiment(Experiment):
         # every host reports its input: a sleeping sampler's wake is decided from them
         super()._host_hooks(True)
 
+    def _data_every(self, everywhere: bool) -> bool:
+        # (every data packet too: the wake-ups are decided between windows)
+        return True
+
     # -- running ----------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Any:
         """Run this rank's part in windows; rank 0 returns the merged result
