@@ -5,6 +5,7 @@ gives ``FluidModel._fill``'s rates (numpy arrays) to the last bit.
   fractional weights, paced and unpaced flows, DCQCN cuts at congested queues,
   QPs whose CNPs die, replayed DCQCN episodes): the same rates, cuts and missed
   cuts;
+* on components of flows that share no resource (each alone: the shortcut);
 * a whole run with every refill one float at a time, every refill by arrays, and
   the default split between them: the same task starts and ends.
 """
@@ -111,6 +112,44 @@ def test_a_small_fill_one_float_at_a_time_is_the_array_fill_to_the_bit(seed: int
         cut += any(arrays[1])
         missed += bool(arrays[2])
     assert cut > 20 and missed > 2, (cut, missed)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_fill_of_flows_each_alone_on_its_resources_is_the_array_fill(seed: int) -> None:
+    """Components of flows that share no resource (``_fill_lists``' shortcut: each
+    flow's rate is its lowest level, no DCQCN cut): the same rates, cuts and missed
+    cuts as ``_fill``, with fractional weights, paces, dead links (capacity 0) and
+    replayed DCQCN episodes."""
+    spec = ClosSpec(planes=2, t0s=2, hosts_per_t0=4, t1s=2)
+    model = FluidModel(spec, "roce", qps=2, seed=seed, gpus_per_server=2)
+    model.fab_known[0, 0, 1] = model.fab_known[1, 1, 0] = False
+    model._update_caps()
+    rng = random.Random(seed)
+    pool = list(range(model._nvl_out0))
+    slow = 0
+    for _ in range(200):
+        rng.shuffle(pool)
+        fls: list[_Flow] = []
+        paces: list[float] = []
+        eps: list[tuple[int, float, float, float] | None] = []
+        at = 0
+        for q in range(rng.randrange(1, 9)):
+            k = rng.choice((2, 3, 4))
+            res = pool[at : at + k]  # no resource of another flow
+            at += k
+            fl = _Flow(q, 0, 1, 1.0, "c", q)
+            fl.rl = res
+            fl.wl = [rng.choice((1.0, 0.5, 0.25, 1 / 3, 0.7)) for _ in res]
+            fl.res, fl.w = np.array(fl.rl, dtype=np.int64), np.array(fl.wl)
+            fls.append(fl)
+            paces.append(math.inf if rng.random() < 0.5 else rng.uniform(0.001, 0.05))
+            eps.append(None if rng.random() < 0.8 else (2, 0.006, 0.012, float(1 << 20)))
+        sizes = [float(1 << 20)] * len(fls)
+        mutes = [rng.random() < 0.2 for _ in fls]
+        arrays, scalar = _both(model, fls, paces, sizes, mutes, eps)
+        assert scalar == arrays
+        slow += any(model.cap[r] == 0 for f in fls for r in f.rl)
+    assert slow > 20, slow
 
 
 def _run(small_fill: int, fault: bool) -> tuple[list[float | None], list[float | None]]:

@@ -53,6 +53,7 @@ then that of the flows it touches, not of every flow in flight.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import heapq
 import math
@@ -136,6 +137,11 @@ class FluidResult:
     #: they reached (the refills that reused the last component walked none)
     walks: int = 0
     walked: int = 0
+
+
+#: a flow's resources and weights before it is routed (shared: never written in place)
+_NO_RES = np.zeros(0, dtype=np.int64)
+_NO_W = np.zeros(0)
 
 
 class _Flow:
@@ -229,8 +235,9 @@ class _Flow:
         #: its place in the order flows were put in flight (FluidModel._run: a refill
         #: takes its flows in that order, as a refill of every flow does)
         self.oid = -1
-        self.res: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.w: np.ndarray = np.zeros(0)
+        # no route yet: shared empty arrays (a route replaces them, never fills them)
+        self.res: np.ndarray = _NO_RES
+        self.w: np.ndarray = _NO_W
         #: ``res`` and ``w`` as Python lists (FluidModel._route; never changed in place):
         #: the run's bookkeeping and small fills read them without a numpy call
         self.rl: list[int] = []
@@ -585,6 +592,11 @@ class FluidModel:
         #: without numpy's cost per call, most of a small fill's); larger ones by
         #: ``_fill``'s arrays.  0: always ``_fill``.
         self.small_fill = 96
+        #: skip the run's per-turn steps for dead QPs (their lost bytes), QPs filling an
+        #: uplink's queue and flows of efficiency below 1 while no flow in flight is one
+        #: (the same floats: the steps change nothing then).  False: every turn takes
+        #: them (the reference the tests hold the skipping to).
+        self.skip_idle_steps = True
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -766,6 +778,8 @@ class FluidModel:
         self.cap[self._link_down0 : self._nvl_out0] = np.where(
             fk.transpose(0, 2, 1).reshape(-1), self._fab_c, 0.0
         )
+        #: ``cap`` as a list, for the fills one float at a time (``_fill_lists``)
+        self._cap_l: list[float] = self.cap.tolist()
 
     def _route(self, fl: _Flow) -> None:
         """Set a flow's resources, weights and efficiency (cached until the state changes)."""
@@ -1109,14 +1123,46 @@ class FluidModel:
         for j in range(m):
             where[used_res[j]] = j
         inv = [where[c] for c in cols]
-        capa = self.cap
+        capa = self._cap_l
         cap: list[float] = []
         tol: list[float] = []
         for j in range(m):
             r = used_res[j]
-            c = pace[r - R] if r >= R else float(capa[r])
+            c = pace[r - R] if r >= R else capa[r]
             cap.append(c)
             tol.append(1e-9 * (c if c >= 1e-12 or c != c else 1e-12))
+        fac = [1.0] * n
+        if episode is not None:
+            for i in range(n):
+                ep = episode[i]
+                if ep is not None:
+                    fac[i] = self._dcqcn_factor(*ep)
+        if m == ne:
+            # no resource used twice: every flow is alone on its resources, so maxmin's
+            # first round freezes each at its lowest level (the same floats: a level is
+            # (cap - 0.0) / weight, nothing used yet; a flow whose lowest level is NaN
+            # never freezes and keeps 0) and no switch queue is shared by two QPs (no
+            # DCQCN cut, nothing missed)
+            low = [inf] * n
+            has = [False] * n
+            for e in range(ne):
+                j, w = inv[e], vals[e]  # weight[j] is 0.0 + w: w
+                if w > 1e-12:
+                    x = cap[j] - 0.0
+                    v = (x if x >= 0.0 or x != x else 0.0) / w
+                else:
+                    v = inf
+                i = fe[e]
+                has[i] = True
+                cur = low[i]
+                if not (cur <= v or cur != cur):
+                    low[i] = v
+            cuts.extend([x < 1.0 for x in fac])
+            out: list[float] = []
+            for i in range(n):
+                r0 = low[i] if has[i] and low[i] == low[i] else 0.0
+                out.append(r0 * fac[i])
+            return out
         # maxmin, scalar
         rate = [0.0] * n
         used = [0.0] * m
@@ -1177,12 +1223,6 @@ class FluidModel:
             for i in range(n):
                 if frz[i]:
                     active[i] = False
-        fac = [1.0] * n
-        if episode is not None:
-            for i in range(n):
-                ep = episode[i]
-                if ep is not None:
-                    fac[i] = self._dcqcn_factor(*ep)
         if self.dcqcn is not None:
             up0, down0, nvl0 = self._up0, self._down0, self._nvl_out0
             count = [0.0] * m
@@ -1284,8 +1324,16 @@ class FluidModel:
         give infinite times, masked out), so numpy's warnings are off for the run
         once instead of at every step.
         """
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self._run(until_ps, stop_at_error)
+        # the run makes millions of small objects and few cycles (its own closures):
+        # the cyclic collector's passes over them are off while it runs
+        collect = gc.isenabled()
+        gc.disable()
+        try:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return self._run(until_ps, stop_at_error)
+        finally:
+            if collect:
+                gc.enable()
 
     def _run(self, until_ps: float | None, stop_at_error: bool = False) -> FluidResult:
         """The run (``run``): every job to its end (or ``until_ps``, or its first QP
@@ -1342,6 +1390,11 @@ class FluidModel:
         #: dead QPs' bytes queued at T0 uplinks (payload bytes), by the uplink's resource
         buf_q: dict[int, float] = {}
         xoff = self.pfc_xoff_bytes * self.payload_share
+        # whether a slot may hold a dead QP, a QP filling an uplink's queue (buf >= 0) or
+        # a flow of efficiency other than 1: when not, the steps for them are skipped
+        # (adding the lost bytes of no flow, rate x 1.0: the same floats)
+        always = not self.skip_idle_steps
+        may_dead = may_buf = may_eff = always
         #: oid_a: every slot's _Flow.oid: ascending, as slots keep the order flows came in
         #: flight
         next_oid = 0
@@ -1459,6 +1512,9 @@ class FluidModel:
 
         def slots(got: set[_Flow]) -> np.ndarray:
             """The slots (ascending) of flows ``got``."""
+            if len(got) <= 16:
+                # a few: sorted here, one numpy call
+                return np.searchsorted(oid_a, sorted([f.oid for f in got]))
             ids = np.fromiter((f.oid for f in got), np.int64, len(got))
             ids.sort()
             return np.searchsorted(oid_a, ids)
@@ -1517,16 +1573,18 @@ class FluidModel:
             nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
             nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
             nonlocal ri_a, top_a, wt_a, lab_a, f_tab, i_tab, b_tab
+            nonlocal may_dead, may_buf, may_eff
             k = len(added)
             new = np.empty(k, dtype=object)
             new[:] = added
-            rows = []
+            # every flow's column of the tables, one after the other (each value is
+            # exact in a float): one flat list, read by numpy in one go
+            rows: list[Any] = []
             pace = self.pace
             for f in added:
                 f.oid = next_oid
                 next_oid += 1
-                # the tables' rows, in order (every value is exact in a float)
-                rows.append(
+                rows.extend(
                     (
                         pace(f),
                         f.rem,
@@ -1548,7 +1606,7 @@ class FluidModel:
                     )
                 )
             index(added)
-            c = np.array(rows, dtype=float).T
+            c = np.array(rows, dtype=float).reshape(k, _F_ROWS + _I_ROWS + _B_ROWS).T
             new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
             new_lab = new_i[_I_ROWS - 1]
             if lab:
@@ -1576,6 +1634,13 @@ class FluidModel:
             oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
             dead_a, cut_a, mute_a, ep_a = b_tab
             dirty.update(f.grp for f in added)
+            for f in added:
+                if f.dead:
+                    may_dead = True
+                if f.buf >= 0:
+                    may_buf = True
+                if f.eff != 1.0:
+                    may_eff = True
             added.clear()
 
         pending: dict[int, int] = {}
@@ -1673,14 +1738,21 @@ class FluidModel:
                     missed_l: dict[int, tuple[int, float, float]] = {}
                     mute_l: list[bool] | None = None
                     eps_l: list[tuple[int, float, float, float] | None] | None = None
+                    size_l: list[float] | None = None
                     if self.dcqcn is not None:
-                        mute_l = mute_a[idx].tolist()
-                        if ep_a[idx].any():
-                            eps_l = [f.episode for f in fls]
+                        # mute_a, ep_a and tot_a mirror the flows' own attributes (set
+                        # from them whenever a flow is put in flight or rerouted): read
+                        # from the flows, without a numpy call each
+                        mute_l = [f.mute for f in fls]
+                        size_l = [f.total for f in fls]
+                        for f in fls:
+                            if f.episode is not None:
+                                eps_l = [g.episode for g in fls]
+                                break
                     rate_a[idx] = self._fill_lists(
                         fls,
                         pace_a[idx].tolist(),
-                        None if self.dcqcn is None else tot_a[idx].tolist(),
+                        size_l,
                         mute_l,
                         eps_l,
                         missed_l,
@@ -1733,7 +1805,7 @@ class FluidModel:
             # next flow completion
             t_flow = math.inf
             if len(flows):
-                eff_rate = rate_a * eff_a
+                eff_rate = rate_a * eff_a if may_eff else rate_a
                 ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
                 t_flow = now + float(ttf.min())
                 if weigh and (refilled or checked):
@@ -1741,7 +1813,7 @@ class FluidModel:
             # dead QPs filling a T0 uplink's queue: when the PFC budgets are full
             t_buf = math.inf
             buf_ex: dict[int, tuple[float, float]] = {}
-            if len(flows) and xoff > 0 and bool((buf_a >= 0).any()):
+            if len(flows) and xoff > 0 and may_buf and bool((buf_a >= 0).any()):
                 on = np.flatnonzero(buf_a >= 0)
                 for r in sorted(set(buf_a[on].tolist())):
                     mem = on[buf_a[on] == r]
@@ -1761,8 +1833,11 @@ class FluidModel:
                 dt = t - now
                 moved = eff_rate * dt
                 rem_a -= moved
-                lost_a[dead_a] += moved[dead_a]
-                done = (rem_a <= 1e-3) | ((eff_rate > 0) & (rem_a / eff_rate <= 1.0))
+                if may_dead:
+                    lost_a[dead_a] += moved[dead_a]
+                # rates are never negative, so a rate of 0 gives inf or NaN here (never
+                # at most 1) and needs no mask
+                done = (rem_a <= 1e-3) | (rem_a / eff_rate <= 1.0)
                 if done.any():
                     for i in np.flatnonzero(done).tolist():
                         fl = flows[i]
@@ -1829,6 +1904,8 @@ class FluidModel:
                     pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
                     oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
                     dead_a, cut_a, mute_a, ep_a = b_tab
+                    if may_dead:
+                        may_dead = always or bool(dead_a.any())
             full = []
             for r, (ex, budget) in buf_ex.items():
                 buf_q[r] = buf_q.get(r, 0.0) + ex * (t - now)
@@ -1845,6 +1922,7 @@ class FluidModel:
                     if fl.buf in full:
                         self._route(fl)
                         pace_a[i], buf_a[i], mute_a[i] = self.pace(fl), fl.buf, fl.mute
+                may_buf = always or bool((buf_a >= 0).any())
                 reindex()
                 dirty_all = True
             while heap and heap[0][0] <= now:
@@ -2039,6 +2117,9 @@ class FluidModel:
                                 )
                             rem_a[i] += lost_a[i] - whole
                             lost_a[i] = 0.0
+                    may_dead = always or bool(dead_a.any())
+                    may_buf = always or bool((buf_a >= 0).any())
+                    may_eff = always or bool((eff_a != 1.0).any())
                     reindex()
                     dirty_all = True
             if stop_at_error and error_ps is not None:
