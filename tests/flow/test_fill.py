@@ -18,9 +18,9 @@ import random
 import numpy as np
 import pytest
 
-from openmrc.flow.model import FluidFault, FluidJob, FluidModel, _Flow
+from openmrc.flow.model import FluidModel, _Flow
 from openmrc.topology import ClosSpec
-from openmrc.workloads.jobs.graph import JobGraph, Task
+from tests.flow.mixed import mixed_roce_run
 
 
 def _component(
@@ -153,27 +153,14 @@ def test_a_fill_of_flows_each_alone_on_its_resources_is_the_array_fill(seed: int
 
 
 def _run(small_fill: int, fault: bool) -> tuple[list[float | None], list[float | None]]:
-    """RoCE QPs in 2 planes: chains of point-to-point transfers between random hosts, a
-    ring and an all-to-all (optionally a T0-T1 link failing mid-run), with refills of
-    at most ``small_fill`` entries one float at a time: every task's start and end."""
-    spec = ClosSpec(planes=2, t0s=4, hosts_per_t0=4, t1s=4)
-    model = FluidModel(spec, "roce", qps=2, seed=3, gpus_per_server=1)
-    model.small_fill = small_fill
-    model.reuse_min_flows = 1
-    rng = random.Random(7)
-    g = JobGraph("mix", 16, gpus_per_server=1)
-    for _chain in range(12):
-        prev: tuple[int, ...] = ()
-        for _k in range(4):
-            a, b = rng.sample(range(16), 2)
-            prev = (g.add(Task("compute", (a,), deps=prev, dur_ps=rng.randrange(1, 40) * 10**6)),)
-            prev = (g.add(Task("p2p", (a, b), deps=prev, size=rng.randrange(64, 2048) << 10)),)
-    g.add(Task("allreduce", tuple(range(0, 16, 2)), size=1 << 20))
-    g.add(Task("alltoall", tuple(range(1, 16, 2)), size=1 << 20))
-    model.add_job(FluidJob(g, list(range(16))))
-    if fault:
-        model.add_fault(FluidFault(60_000_000, "link_down", "p0t0x0-p0t1x0"))
-    res = model.run()
+    """The mixed RoCE job (``tests.flow.mixed``), optionally with a T0-T1 link failing
+    mid-run, with refills of at most ``small_fill`` entries one float at a time: every
+    task's start and end."""
+
+    def configure(model: FluidModel) -> None:
+        model.small_fill = small_fill
+
+    res = mixed_roce_run(configure, fault)
     return res.jobs[0].start, res.jobs[0].end
 
 

@@ -31,6 +31,7 @@ from openmrc.sim.factory import make_experiment
 from openmrc.topology import ClosSpec
 from openmrc.workloads import FlowSpec, collectives
 from openmrc.workloads.jobs.graph import JobGraph, Task
+from tests.flow.mixed import mixed_roce_run
 
 
 def _progressive_filling(
@@ -243,33 +244,16 @@ def test_the_flow_level_runs_the_scenarios_dcqcn_settings() -> None:
 def _refill_run(
     mode: str, fault: bool = False, reuse: bool = False
 ) -> tuple[list[float | None], int, FluidResult]:
-    """RoCE QPs in 2 planes: chains of point-to-point transfers of different sizes
-    between random hosts, a ring and an all-to-all, so that flows end at many
-    different times and only some of them share resources; optionally a T0-T1 link
-    failure mid-run.  Every task's end and the flows refilled, with the run's rates
-    refilled by ``mode`` (``reuse``: reusing the last component, ``reuse_component``),
-    and the run's result."""
-    spec = ClosSpec(planes=2, t0s=4, hosts_per_t0=4, t1s=4)
-    model = FluidModel(spec, "roce", qps=2, seed=3, gpus_per_server=1)
-    model.refill = mode
-    model.reuse_component = reuse
-    model.reuse_min_flows = 1
-    rng = random.Random(7)
-    g = JobGraph("mix", 16, gpus_per_server=1)
-    for _chain in range(12):
-        prev: tuple[int, ...] = ()
-        for _k in range(4):
-            a, b = rng.sample(range(16), 2)
-            dur = rng.randrange(1, 40) * 1_000_000
-            prev = (g.add(Task("compute", (a,), deps=prev, dur_ps=dur)),)
-            size = rng.randrange(64, 2048) << 10
-            prev = (g.add(Task("p2p", (a, b), deps=prev, size=size)),)
-    g.add(Task("allreduce", tuple(range(0, 16, 2)), size=1 << 20))
-    g.add(Task("alltoall", tuple(range(1, 16, 2)), size=1 << 20))
-    model.add_job(FluidJob(g, list(range(16))))
-    if fault:
-        model.add_fault(FluidFault(60_000_000, "link_down", "p0t0x0-p0t1x0"))
-    res = model.run()
+    """The mixed RoCE job (``tests.flow.mixed``: flows end at many different times and
+    only some of them share resources), optionally with a T0-T1 link failure mid-run,
+    its rates refilled by ``mode`` (``reuse``: reusing the last component,
+    ``reuse_component``): every task's end, the flows refilled and the run's result."""
+
+    def configure(model: FluidModel) -> None:
+        model.refill = mode
+        model.reuse_component = reuse
+
+    res = mixed_roce_run(configure, fault)
     return res.jobs[0].end, res.refilled, res
 
 
