@@ -73,6 +73,7 @@ def _remove_stale_builds() -> None:
     stale += glob.glob(os.path.join(HERE, "src", "*__mypyc.*"))
     stale += glob.glob(os.path.join(HERE, "src", "openmrc", "sim", "_kernel.*.so"))
     stale += glob.glob(os.path.join(HERE, "src", "openmrc", "transport", "_txtable.*.so"))
+    stale += glob.glob(os.path.join(HERE, "src", "openmrc", "transport", "_draws.*.so"))
     stale.append(STAMP)
     for path in stale:
         if os.path.exists(path):
@@ -201,6 +202,14 @@ KERNEL_EXTENSIONS = [
     Extension(
         "openmrc.transport._txtable",
         sources=["src/openmrc/transport/_txtable.c"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    ),
+    # A QP's EV draws (src/openmrc/transport/_draws.c): native shuffle and picks,
+    # selected by openmrc.transport.paths the same way.
+    Extension(
+        "openmrc.transport._draws",
+        sources=["src/openmrc/transport/_draws.c"],
         extra_compile_args=["-O2"],
         optional=True,
     ),

@@ -74,6 +74,7 @@ before.
 from __future__ import annotations
 
 import math
+import os
 import random
 import sys
 from array import array
@@ -82,6 +83,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain, repeat
+from types import ModuleType
 from typing import Final, Protocol, cast, final
 
 from .attrs import EVProfile
@@ -227,7 +229,12 @@ class PortEvent:
 # the stdlib would take) and makes the same choices from them, reading each
 # word's top bytes from the batch's bytes, instead of a Python call per draw.  ``_INLINE_DRAWS`` checks
 # at import that the two agree; where they do not (another implementation of
-# ``random``), the stdlib version is used.
+# ``random``), the stdlib version is used.  A compiled build also has
+# :func:`_shuffle` and :func:`_picks` in C (:mod:`openmrc.transport._draws`, from
+# ``_draws.c`` beside this file: the same words, the loop over each batch's bytes in
+# C; a QP of the paper's profile shuffles 8 x 256 uplinks when it is connected):
+# used when built, ``OPENMRC_PURE_PYTHON`` is not set, and they draw as these do
+# (checked at import as well).
 
 _LITTLE: Final = sys.byteorder == "little"
 
@@ -334,12 +341,19 @@ def _draw_plane_stdlib(
 
 
 def _draw_plane_inline(
-    plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
+    plane: int,
+    uplinks: Sequence[int],
+    spares: Sequence[int],
+    n: int,
+    rng: random.Random,
+    shuffle: Shuffler,
+    picks: Picker,
 ) -> list[int]:
-    """The draws of :func:`_draw_plane_stdlib`, without a Python call per draw."""
+    """The draws of :func:`_draw_plane_stdlib`, without a Python call per draw
+    (``shuffle`` and ``picks``: :func:`_shuffle` and :func:`_picks` or the native ones)."""
     order = list(uplinks)
     getrandbits = rng.getrandbits
-    _shuffle(getrandbits, order)
+    shuffle(getrandbits, order)
     rounds, ks = _plan(order, n)
     nsp = len(spares)
     if not _sample_uses_set(nsp, rounds + 1):  # then not for ``rounds`` either
@@ -353,7 +367,7 @@ def _draw_plane_inline(
     # has not picked yet.  First assume no uplink draws a repeat: then the picks
     # are simply the first ``need`` such words, uplink after uplink.
     need = sum(ks)
-    idx = _picks(getrandbits, nsp, need)
+    idx = picks(getrandbits, nsp, need)
     if len(ks) == need:  # one EV per uplink (``n`` at most the uplinks): no repeat
         return [
             plane | (u << PLANE_BITS) | (spares[j] << 16) for u, j in zip(order, idx, strict=False)
@@ -368,10 +382,10 @@ def _draw_plane_inline(
             cols.append(evs[at : at + k])
             at += k
     else:  # a repeat: replay the words one at a time (about 5 % of the all-to-all's QPs)
-        picks = _sample_seq(getrandbits, nsp, ks, idx)
+        samples = _sample_seq(getrandbits, nsp, ks, idx)
         cols = [
             [plane | (u << PLANE_BITS) | (spares[j] << 16) for j in p]
-            for u, p in zip(order, picks, strict=False)
+            for u, p in zip(order, samples, strict=False)
         ]
     return _interleave(cols)
 
@@ -392,9 +406,29 @@ def _picks(getrandbits: Callable[[int], int], nsp: int, need: int) -> list[int]:
     return out
 
 
-def _inline_draws_match() -> bool:
-    """Whether :func:`_draw_plane` draws as :func:`_draw_plane_stdlib` with this
-    Python's ``random`` (checked once, at import)."""
+#: ``shuffle(getrandbits, x)`` and ``picks(getrandbits, nsp, need)``: :func:`_shuffle`
+#: and :func:`_picks`, or the native ones (:mod:`openmrc.transport._draws`).
+Shuffler = Callable[[Callable[[int], int], list[int]], None]
+Picker = Callable[[Callable[[int], int], int, int], list[int]]
+
+
+def _load_native_draws() -> ModuleType | None:
+    """The native draws (:mod:`openmrc.transport._draws`), or None when not built,
+    an older build lacking a name, or ``OPENMRC_PURE_PYTHON`` is set."""
+    if os.environ.get("OPENMRC_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _draws
+    except ImportError:
+        return None
+    if not all(hasattr(_draws, name) for name in ("shuffle", "picks")):
+        return None
+    return _draws
+
+
+def _inline_draws_match(shuffle: Shuffler = _shuffle, picks: Picker = _picks) -> bool:
+    """Whether :func:`_draw_plane` with ``shuffle`` and ``picks`` draws as
+    :func:`_draw_plane_stdlib` with this Python's ``random`` (checked once, at import)."""
     if array("I").itemsize != 4:
         return False
     if not _sample_uses_set(65536, 1) or _sample_uses_set(20, 1):
@@ -416,19 +450,33 @@ def _inline_draws_match() -> bool:
             a = list(range(size))
             b = list(range(size))
             ref.shuffle(a)
-            _shuffle(own.getrandbits, b)
+            shuffle(own.getrandbits, b)
             if a != b:
                 return False
         for uplinks, spares, n in cases:
             want = _draw_plane_stdlib(3, uplinks, spares, n, ref)
-            if want != _draw_plane_inline(3, uplinks, spares, n, own):
+            if want != _draw_plane_inline(3, uplinks, spares, n, own, shuffle, picks):
                 return False
         if ref.getrandbits(64) != own.getrandbits(64):  # the streams are in step
             return False
     return True
 
 
+def _pick_draws() -> tuple[Shuffler, Picker]:
+    """The shuffle and picks :func:`_draw_plane` uses: the native ones when built
+    (:func:`_load_native_draws`) and they draw as the Python ones do, else those."""
+    native = _load_native_draws()
+    if native is not None and _inline_draws_match(native.shuffle, native.picks):
+        return native.shuffle, native.picks
+    return _shuffle, _picks
+
+
 _INLINE_DRAWS: Final = _inline_draws_match()
+_DRAWS: Final = _pick_draws()
+_SHUFFLE: Final = _DRAWS[0]
+_PICKS: Final = _DRAWS[1]
+#: Whether the draws' loops run native (:mod:`openmrc.transport._draws`).
+NATIVE_DRAWS: Final = _SHUFFLE is not _shuffle
 
 
 def _draw_plane(
@@ -446,7 +494,7 @@ def _draw_plane(
         and len(uplinks) < 1 << 16
         and len(spares) <= 1 << 16
     ):
-        return _draw_plane_inline(plane, uplinks, spares, n, rng)
+        return _draw_plane_inline(plane, uplinks, spares, n, rng, _SHUFFLE, _PICKS)
     return _draw_plane_stdlib(plane, uplinks, spares, n, rng)
 
 

@@ -1,0 +1,337 @@
+/* A QP's EV draws in native code: shuffle and picks (src/openmrc/transport/paths.py).
+ *
+ * The same functions as paths._shuffle and paths._picks (the readable reference and
+ * the pure-Python fallback), taking the same words of the same generator and making
+ * the same choices from them: a QP's EVs are drawn when it is connected, 256
+ * uplinks shuffled per plane, and the Python loop over each batch's words was most
+ * of a QP's set-up.  Here the loop runs in C, taking the generator's words exactly
+ * as random.Random.shuffle and sample would (never one more):
+ *
+ * - when getrandbits is CPython's own (the bound method of a _random.Random whose
+ *   object has the layout below, checked when this module is imported), the words
+ *   come straight from its Mersenne Twister state, one at a time, as its
+ *   getrandbits(32 * m) makes them (word k of such a call is the k-th
+ *   genrand_uint32 after it starts): the generator's code, copied below, advancing
+ *   its own state, so the stream goes on from where a Python draw would leave it;
+ * - otherwise (another generator, another layout) from getrandbits(32 * m), one
+ *   call per batch of the words the draws still need at least, read from its bytes.
+ *
+ * paths.py checks at import that these draw as its Python functions and as the
+ * stdlib do (and uses them only then); tests/transport/test_draws.py checks both
+ * ways here against the stdlib.  Nothing is trusted: sizes outside what the Python
+ * functions handle raise.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* ---- CPython's generator (Modules/_randommodule.c, MT19937) ------------------- */
+
+#define MT_N 624
+#define MT_M 397
+#define MT_MATRIX_A 0x9908b0dfU
+#define MT_UPPER_MASK 0x80000000U
+#define MT_LOWER_MASK 0x7fffffffU
+
+/* _random.Random's object: its index into the state and the state. */
+typedef struct {
+    PyObject_HEAD
+    int index;
+    uint32_t state[MT_N];
+} RandomObject;
+
+/* _random.Random.getrandbits's C function, when the layout above is _random.Random's
+ * (its size agrees); NULL: always through getrandbits. */
+static PyCFunction mt_getrandbits = NULL;
+
+/* The generator behind getrandbits when it is CPython's own getrandbits bound to a
+ * _random.Random of the layout above, else NULL. */
+static RandomObject *
+mt_of(PyObject *getrandbits)
+{
+    if (mt_getrandbits == NULL || !PyCFunction_Check(getrandbits) ||
+        PyCFunction_GET_FUNCTION(getrandbits) != mt_getrandbits)
+        return NULL;
+    return (RandomObject *)PyCFunction_GET_SELF(getrandbits);
+}
+
+/* The generator's next 32-bit word: genrand_uint32 of Modules/_randommodule.c. */
+static inline uint32_t
+mt_next(RandomObject *self)
+{
+    static const uint32_t mag01[2] = {0x0U, MT_MATRIX_A};
+    uint32_t y, *mt = self->state;
+    if (self->index >= MT_N) { /* the next N words at one time */
+        int kk;
+        for (kk = 0; kk < MT_N - MT_M; kk++) {
+            y = (mt[kk] & MT_UPPER_MASK) | (mt[kk + 1] & MT_LOWER_MASK);
+            mt[kk] = mt[kk + MT_M] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        for (; kk < MT_N - 1; kk++) {
+            y = (mt[kk] & MT_UPPER_MASK) | (mt[kk + 1] & MT_LOWER_MASK);
+            mt[kk] = mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        y = (mt[MT_N - 1] & MT_UPPER_MASK) | (mt[0] & MT_LOWER_MASK);
+        mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 0x1U];
+        self->index = 0;
+    }
+    y = mt[self->index++];
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    y ^= (y >> 18);
+    return y;
+}
+
+/* ---- the draws ---------------------------------------------------------------- */
+
+/* n.bit_length() for n >= 0 */
+static int
+bit_length(Py_ssize_t n)
+{
+    int b = 0;
+    while (n) {
+        b++;
+        n >>= 1;
+    }
+    return b;
+}
+
+/* getrandbits(32 * m) as its 4 * m little-endian bytes (word k: bytes 4k .. 4k+3),
+ * in a new bytes object; NULL with an exception set on failure. */
+static PyObject *
+batch(PyObject *getrandbits, Py_ssize_t m)
+{
+    PyObject *nbits, *word, *raw;
+    nbits = PyLong_FromSsize_t(32 * m);
+    if (nbits == NULL)
+        return NULL;
+    word = PyObject_CallOneArg(getrandbits, nbits);
+    Py_DECREF(nbits);
+    if (word == NULL)
+        return NULL;
+    if (!PyLong_Check(word)) {
+        PyErr_SetString(PyExc_TypeError, "getrandbits: must return an int");
+        Py_DECREF(word);
+        return NULL;
+    }
+    raw = PyObject_CallMethod(word, "to_bytes", "ns", 4 * m, "little");
+    Py_DECREF(word);
+    if (raw != NULL && (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) != 4 * m)) {
+        PyErr_SetString(PyExc_TypeError, "getrandbits: int.to_bytes gave no bytes");
+        Py_CLEAR(raw);
+    }
+    return raw;
+}
+
+/* shuffle(getrandbits, x): paths._shuffle, Fisher-Yates of the list x in place. */
+static PyObject *
+native_shuffle(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *getrandbits, *x;
+    RandomObject *mt;
+    Py_ssize_t size, i;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "shuffle: takes getrandbits and a list");
+        return NULL;
+    }
+    getrandbits = args[0];
+    x = args[1];
+    if (!PyList_CheckExact(x)) {
+        PyErr_SetString(PyExc_TypeError, "shuffle: x must be a list");
+        return NULL;
+    }
+    size = PyList_GET_SIZE(x);
+    if (size >= (1 << 16)) {
+        PyErr_SetString(PyExc_ValueError, "shuffle: at most 65535 items");
+        return NULL;
+    }
+    mt = mt_of(getrandbits);
+    if (mt != NULL) { /* one word at a time: j, the top bits of the next, until j < n */
+        PyObject **items = ((PyListObject *)x)->ob_item;
+        for (i = size - 1; i > 0; i--) {
+            Py_ssize_t j, n = i + 1;
+            int down = 32 - bit_length(n);
+            PyObject *tmp;
+            do
+                j = (Py_ssize_t)(mt_next(mt) >> down);
+            while (j >= n);
+            tmp = items[i];
+            items[i] = items[j];
+            items[j] = tmp;
+        }
+        Py_RETURN_NONE;
+    }
+    i = size - 1;
+    while (i > 0) {
+        Py_ssize_t n = i + 1, low, t, end = 4 * i;
+        int bits = bit_length(n), down = 16 - bits;
+        const unsigned char *r;
+        PyObject **items;
+        PyObject *raw = batch(getrandbits, i);
+        if (raw == NULL)
+            return NULL;
+        if (PyList_GET_SIZE(x) != size) { /* getrandbits changed the list */
+            Py_DECREF(raw);
+            PyErr_SetString(PyExc_RuntimeError, "shuffle: the list changed size");
+            return NULL;
+        }
+        r = (const unsigned char *)PyBytes_AS_STRING(raw);
+        items = ((PyListObject *)x)->ob_item;
+        low = (Py_ssize_t)1 << (bits - 1); /* the least n of this bit length */
+        for (t = 3; t < end; t += 4) {     /* t: a word's top byte */
+            Py_ssize_t j = (Py_ssize_t)((((unsigned)r[t] << 8) | r[t - 1]) >> down);
+            if (j < n) {
+                PyObject *tmp;
+                n--;
+                tmp = items[n];
+                items[n] = items[j];
+                items[j] = tmp;
+                if (n < low) {
+                    down++;
+                    low >>= 1;
+                }
+            }
+        }
+        Py_DECREF(raw);
+        i = n - 1;
+    }
+    Py_RETURN_NONE;
+}
+
+/* picks(getrandbits, nsp, need): paths._picks, the indices below nsp (1 .. 2 ** 16)
+ * of the generator's next words that give one, until there are need of them. */
+static PyObject *
+native_picks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *getrandbits, *out;
+    RandomObject *mt;
+    Py_ssize_t nsp, need, got = 0;
+    int down;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "picks: takes getrandbits, nsp and need");
+        return NULL;
+    }
+    getrandbits = args[0];
+    nsp = PyLong_AsSsize_t(args[1]);
+    if (nsp == -1 && PyErr_Occurred())
+        return NULL;
+    need = PyLong_AsSsize_t(args[2]);
+    if (need == -1 && PyErr_Occurred())
+        return NULL;
+    if (nsp < 1 || nsp > (1 << 16)) {
+        PyErr_SetString(PyExc_ValueError, "picks: nsp must be 1 .. 65536");
+        return NULL;
+    }
+    if (need < 0)
+        need = 0;
+    down = 24 - bit_length(nsp);
+    out = PyList_New(need);
+    if (out == NULL)
+        return NULL;
+    mt = mt_of(getrandbits);
+    if (mt != NULL) { /* one word at a time: its top bits, kept when below nsp */
+        while (got < need) {
+            long j = (long)((mt_next(mt) >> 8) >> down);
+            if (j < nsp) {
+                PyObject *v = PyLong_FromLong(j);
+                if (v == NULL) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                PyList_SET_ITEM(out, got, v);
+                got++;
+            }
+        }
+        return out;
+    }
+    while (got < need) {
+        Py_ssize_t m = need - got, t, end = 4 * m;
+        const unsigned char *r;
+        PyObject *raw = batch(getrandbits, m);
+        if (raw == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        r = (const unsigned char *)PyBytes_AS_STRING(raw);
+        for (t = 3; t < end; t += 4) { /* t: a word's top byte */
+            long j = (long)((((unsigned long)r[t] << 16) | ((unsigned long)r[t - 1] << 8) |
+                             r[t - 2]) >>
+                            down);
+            if (j < nsp) {
+                PyObject *v = PyLong_FromLong(j);
+                if (v == NULL) {
+                    Py_DECREF(raw);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                PyList_SET_ITEM(out, got, v);
+                got++;
+            }
+        }
+        Py_DECREF(raw);
+    }
+    return out;
+}
+
+static PyMethodDef draws_functions[] = {
+    {"shuffle", (PyCFunction)(void (*)(void))native_shuffle, METH_FASTCALL,
+     "shuffle(getrandbits, x): x shuffled in place as random.Random.shuffle would"},
+    {"picks", (PyCFunction)(void (*)(void))native_picks, METH_FASTCALL,
+     "picks(getrandbits, nsp, need): indices below nsp from the next words' top bits"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef draws_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "openmrc.transport._draws",
+    .m_doc = "Native EV draws (see openmrc.transport.paths: _shuffle and _picks).",
+    .m_size = -1,
+    .m_methods = draws_functions,
+};
+
+/* mt_getrandbits: _random.Random.getrandbits's C function when _random.Random's
+ * objects are the size of RandomObject (the layout this file reads), else NULL. */
+static int
+find_mt(void)
+{
+    PyObject *mod, *cls, *descr;
+    mod = PyImport_ImportModule("_random");
+    if (mod == NULL) {
+        PyErr_Clear(); /* no _random: always through getrandbits */
+        return 0;
+    }
+    cls = PyObject_GetAttrString(mod, "Random");
+    Py_DECREF(mod);
+    if (cls == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyType_Check(cls) && ((PyTypeObject *)cls)->tp_basicsize == sizeof(RandomObject) &&
+        ((PyTypeObject *)cls)->tp_itemsize == 0) {
+        descr = PyObject_GetAttrString(cls, "getrandbits");
+        if (descr == NULL)
+            PyErr_Clear();
+        else {
+            if (Py_IS_TYPE(descr, &PyMethodDescr_Type)) {
+                mt_getrandbits = ((PyMethodDescrObject *)descr)->d_method->ml_meth;
+            }
+            Py_DECREF(descr);
+        }
+    }
+    Py_DECREF(cls);
+    return mt_getrandbits != NULL;
+}
+
+PyMODINIT_FUNC
+PyInit__draws(void)
+{
+    PyObject *m = PyModule_Create(&draws_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "DIRECT", find_mt()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
