@@ -13,13 +13,14 @@ from __future__ import annotations
 import importlib
 import os
 import random
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import pytest
 
 from openmrc.transport import paths
-from openmrc.transport.attrs import EVProfile
+from openmrc.transport.attrs import EVField, EVProfile
 from openmrc.transport.paths import PathSet
 
 REQUIRE_NATIVE = os.environ.get("OPENMRC_REQUIRE_NATIVE") == "1"
@@ -153,3 +154,94 @@ def test_native_draws_keep_the_generator_in_step_across_refills() -> None:
         )
         assert ref.getrandbits(5) == own.getrandbits(5)
     assert ref.getstate() == own.getstate()
+
+
+def _per_plane(
+    rng: random.Random, planes: Sequence[int], uplinks: Sequence[int], spares: Sequence[int], n: int
+) -> tuple[list[int], array[int]]:
+    """What draw_planes stands for: each plane's draws and its backup seed, in Python."""
+    cols, seeds = [], array("Q", bytes(128))
+    for plane in planes:
+        cols.append(paths._draw_plane_stdlib(plane, uplinks, spares, n, rng))
+        seeds[plane] = rng.getrandbits(64)
+    return paths._interleave(cols), seeds
+
+
+@pytest.mark.parametrize(
+    "prof",
+    [
+        EVProfile(planes=8, paths_per_plane=256, ev_count=256),  # the paper's cluster
+        EVProfile(),  # 8 planes of 64 uplinks, 32 EVs each
+        EVProfile(planes=2, paths_per_plane=32, ev_count=32),  # fewer EVs than uplinks
+        EVProfile(planes=1, paths_per_plane=600, ev_count=600),
+        EVProfile(planes=16, paths_per_plane=4095, ev_count=16),
+        EVProfile(plane_field=EVField(4, mask=0b0110), uplink_field=EVField(5, min=3), ev_count=4),
+        EVProfile(planes=3, paths_per_plane=20, ev_count=60, spare_field=EVField(5, min=7)),
+    ],
+)
+def test_native_draw_planes_is_each_planes_draws_and_seed(prof: EVProfile) -> None:
+    native = _native_module()
+    planes, uplinks, spares = prof.plane_values(), prof.uplink_values(), prof.spare_values()
+    n = prof.ev_count // len(planes)
+    for seed in range(8):
+        ref, own = random.Random(seed), random.Random(seed)
+        want, want_seeds = _per_plane(ref, planes, uplinks, spares, n)
+        seeds = array("Q", bytes(128))
+        raw = native.draw_planes(own.getrandbits, planes, uplinks, spares, n, seeds)
+        assert raw is not None
+        got = array("I")
+        got.frombytes(raw)
+        assert got.tolist() == want
+        assert seeds == want_seeds
+        assert own.getstate() == ref.getstate()
+
+
+def test_native_draw_planes_draws_nothing_from_another_generator() -> None:
+    native = _native_module()
+    rng = random.Random(4)
+    state = rng.getstate()
+    seeds = array("Q", bytes(128))
+    args = (range(8), range(256), range(65536), 32, seeds)
+    assert native.draw_planes(lambda bits: rng.getrandbits(bits), *args) is None
+    assert rng.getstate() == state and seeds == array("Q", bytes(128))
+
+
+def test_native_draw_planes_refuses_what_it_cannot_draw() -> None:
+    native = _native_module()
+    g = random.Random(1).getrandbits
+    seeds = array("Q", bytes(128))
+    with pytest.raises(ValueError):  # two EVs on an uplink: sampled otherwise
+        native.draw_planes(g, range(2), range(4), range(65536), 5, seeds)
+    with pytest.raises(ValueError):  # a spare space the stdlib samples from a pool
+        native.draw_planes(g, range(2), range(4), range(21), 2, seeds)
+    with pytest.raises(ValueError):
+        native.draw_planes(g, [16], range(4), range(65536), 2, seeds)
+    with pytest.raises(ValueError):
+        native.draw_planes(g, [0], [4096], range(65536), 1, seeds)
+    with pytest.raises(ValueError):
+        native.draw_planes(g, [0], range(4), list(range(65536, 65600)), 2, seeds)
+    with pytest.raises(TypeError):
+        native.draw_planes(g, range(2), range(4), range(65536), 2, array("I", bytes(64)))
+    with pytest.raises(ValueError):  # room for 16 planes' seeds
+        native.draw_planes(g, range(2), range(4), range(65536), 2, array("Q", bytes(64)))
+
+
+def test_pathset_draws_its_planes_in_one_native_call_when_it_can() -> None:
+    # with the native draws reading CPython's generator: one call per PathSet, the
+    # same EVs, backup seeds and stream as drawing plane by plane (a subclass of
+    # random.Random is drawn in Python: the stdlib's own calls)
+    if paths.NATIVE_DRAWS:
+        assert _native is not None
+        assert paths._DRAW_PLANES is (_native.draw_planes if _native.DIRECT else None)
+    else:
+        assert paths._DRAW_PLANES is None
+
+    class Other(random.Random):
+        pass
+
+    prof = EVProfile(planes=8, paths_per_plane=256, ev_count=256)
+    for seed in range(4):
+        a, b = random.Random(seed), Other(seed)
+        pa, pb = PathSet(prof, a, qpn=1), PathSet(prof, b, qpn=1)
+        assert pa.slots == pb.slots and pa._seeds == pb._seeds
+        assert a.getstate() == b.getstate()

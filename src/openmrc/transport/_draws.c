@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- CPython's generator (Modules/_randommodule.c, MT19937) ------------------- */
 
@@ -86,15 +87,19 @@ mt_next(RandomObject *self)
 /* ---- the draws ---------------------------------------------------------------- */
 
 /* n.bit_length() for n >= 0 */
-static int
+static inline int
 bit_length(Py_ssize_t n)
 {
+#if defined(__GNUC__) || defined(__clang__)
+    return n ? (int)(8 * sizeof(unsigned long long)) - __builtin_clzll((unsigned long long)n) : 0;
+#else
     int b = 0;
     while (n) {
         b++;
         n >>= 1;
     }
     return b;
+#endif
 }
 
 /* getrandbits(32 * m) as its 4 * m little-endian bytes (word k: bytes 4k .. 4k+3),
@@ -274,11 +279,170 @@ native_picks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* A Python int in 0 .. limit - 1 as a C value; -1 with an exception set if not. */
+static long
+small_index(PyObject *o, long limit, const char *what)
+{
+    long v = PyLong_Check(o) ? PyLong_AsLong(o) : -1;
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= limit) {
+        PyErr_Format(PyExc_ValueError, "draw_planes: %s %R is outside 0..%ld", what, o, limit - 1);
+        return -1;
+    }
+    return v;
+}
+
+/* draw_planes(getrandbits, planes, uplinks, spares, n, seeds): a PathSet's generated
+ * EVs when every plane gets at most one EV per uplink (n <= len(uplinks)) and its
+ * spares are sampled through a set (more than 21 of them): for each plane in order,
+ * paths._draw_plane_inline's draws (the uplinks shuffled, then one spare index per
+ * EV from the next words) and then the plane's backup seed, getrandbits(64), written
+ * to seeds[plane] (a writable buffer of 64-bit words); the EVs interleaved over the
+ * planes as paths._interleave does, as the bytes of an array('I').  None (nothing
+ * drawn) when getrandbits is not CPython's own: the caller draws in Python then. */
+static PyObject *
+native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *up_fast = NULL, *pl_fast = NULL, *sp_fast = NULL, *out = NULL;
+    RandomObject *mt;
+    Py_buffer seeds;
+    Py_ssize_t nplanes, nup, nsp, n, p, i, r;
+    long *up = NULL, *spv = NULL, sp_start = 0, sp_step = 1;
+    uint32_t *evs;
+    int down;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "draw_planes: takes getrandbits, planes, uplinks, spares, n and seeds");
+        return NULL;
+    }
+    mt = mt_of(args[0]);
+    if (mt == NULL)
+        Py_RETURN_NONE;
+    n = PyLong_AsSsize_t(args[4]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[5], &seeds, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (seeds.itemsize != 8 || seeds.format == NULL || strcmp(seeds.format, "Q") != 0) {
+        PyErr_SetString(PyExc_TypeError, "draw_planes: seeds must be an array('Q')");
+        goto done;
+    }
+    pl_fast = PySequence_Fast(args[1], "draw_planes: planes must be a sequence");
+    up_fast = PySequence_Fast(args[2], "draw_planes: uplinks must be a sequence");
+    if (pl_fast == NULL || up_fast == NULL)
+        goto done;
+    nplanes = PySequence_Fast_GET_SIZE(pl_fast);
+    nup = PySequence_Fast_GET_SIZE(up_fast);
+    if (PyRange_Check(args[3])) { /* the usual whole field: no list of 65,536 ints */
+        PyObject *a = PyObject_GetAttrString(args[3], "start");
+        PyObject *b = a ? PyObject_GetAttrString(args[3], "step") : NULL;
+        sp_start = a ? PyLong_AsLong(a) : -1;
+        sp_step = b ? PyLong_AsLong(b) : -1;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (PyErr_Occurred())
+            goto done;
+        nsp = PyObject_Length(args[3]);
+    }
+    else {
+        sp_fast = PySequence_Fast(args[3], "draw_planes: spares must be a sequence");
+        if (sp_fast == NULL)
+            goto done;
+        nsp = PySequence_Fast_GET_SIZE(sp_fast);
+    }
+    if (nsp < 0)
+        goto done;
+    if (n < 0 || n > nup || nup >= (1 << 16) || nsp <= 21 || nsp > (1 << 16) ||
+        nplanes > 16 || (Py_ssize_t)seeds.len < 8 * 16) {
+        PyErr_SetString(PyExc_ValueError,
+                        "draw_planes: needs n <= len(uplinks) < 65536, 21 < len(spares) <= 65536, "
+                        "at most 16 planes and 16 seeds");
+        goto done;
+    }
+    up = PyMem_Malloc(sizeof(long) * 2 * (nup ? nup : 1)); /* the uplinks, then each plane's order */
+    spv = PyMem_Malloc(sizeof(long) * (n ? n : 1));
+    if (up == NULL || spv == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < nup; i++) {
+        up[nup + i] = small_index(PySequence_Fast_GET_ITEM(up_fast, i), 1L << 12, "uplink");
+        if (up[nup + i] < 0)
+            goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(uint32_t) * n * nplanes);
+    if (out == NULL)
+        goto done;
+    evs = (uint32_t *)PyBytes_AS_STRING(out);
+    down = 24 - bit_length(nsp);
+    for (p = 0; p < nplanes; p++) {
+        long plane = small_index(PySequence_Fast_GET_ITEM(pl_fast, p), 16, "plane");
+        uint64_t w0, w1;
+        if (plane < 0)
+            goto fail;
+        memcpy(up, up + nup, sizeof(long) * nup); /* order = list(uplinks) */
+        /* the uplinks shuffled (random.Random.shuffle), one word at a time */
+        for (i = nup - 1; i > 0; i--) {
+            Py_ssize_t j;
+            long tmp;
+            int sh = 32 - bit_length(i + 1);
+            do
+                j = (Py_ssize_t)(mt_next(mt) >> sh);
+            while (j > i);
+            tmp = up[i];
+            up[i] = up[j];
+            up[j] = tmp;
+        }
+        /* one spare index per EV: the next words' top bits below nsp */
+        for (r = 0; r < n;) {
+            long j = (long)((mt_next(mt) >> 8) >> down);
+            if (j < nsp)
+                spv[r++] = j;
+        }
+        for (r = 0; r < n; r++) {
+            long spare;
+            uint64_t ev;
+            if (sp_fast == NULL)
+                spare = sp_start + sp_step * spv[r];
+            else {
+                spare = PyLong_AsLong(PySequence_Fast_GET_ITEM(sp_fast, spv[r]));
+                if (spare == -1 && PyErr_Occurred())
+                    goto fail;
+            }
+            if (spare < 0 || spare >= (1L << 16)) {
+                PyErr_Format(PyExc_ValueError, "draw_planes: spare %ld is outside 0..65535", spare);
+                goto fail;
+            }
+            ev = (uint64_t)plane | ((uint64_t)up[r] << 4) | ((uint64_t)spare << 16);
+            evs[r * nplanes + p] = (uint32_t)ev; /* column p, round r */
+        }
+        /* the plane's backup seed: getrandbits(64), its first word least significant */
+        w0 = mt_next(mt);
+        w1 = mt_next(mt);
+        ((uint64_t *)seeds.buf)[plane] = w0 | (w1 << 32);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(up);
+    PyMem_Free(spv);
+    Py_XDECREF(pl_fast);
+    Py_XDECREF(up_fast);
+    Py_XDECREF(sp_fast);
+    PyBuffer_Release(&seeds);
+    return out;
+}
+
 static PyMethodDef draws_functions[] = {
     {"shuffle", (PyCFunction)(void (*)(void))native_shuffle, METH_FASTCALL,
      "shuffle(getrandbits, x): x shuffled in place as random.Random.shuffle would"},
     {"picks", (PyCFunction)(void (*)(void))native_picks, METH_FASTCALL,
      "picks(getrandbits, nsp, need): indices below nsp from the next words' top bits"},
+    {"draw_planes", (PyCFunction)(void (*)(void))native_draw_planes, METH_FASTCALL,
+     "draw_planes(getrandbits, planes, uplinks, spares, n, seeds): a PathSet's EVs, one "
+     "per uplink at most, as array('I') bytes (None: getrandbits is not CPython's)"},
     {NULL, NULL, 0, NULL},
 };
 

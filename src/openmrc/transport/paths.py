@@ -478,6 +478,56 @@ _PICKS: Final = _DRAWS[1]
 #: Whether the draws' loops run native (:mod:`openmrc.transport._draws`).
 NATIVE_DRAWS: Final = _SHUFFLE is not _shuffle
 
+#: ``draw_planes(getrandbits, planes, uplinks, spares, n, seeds)``: a whole generated
+#: profile's draws in one native call (see :func:`_draw_planes_native`).
+PlanesDrawer = Callable[
+    [Callable[[int], int], Sequence[int], Sequence[int], Sequence[int], int, "array[int]"],
+    "bytes | None",
+]
+
+
+def _planes_match(draw_planes: PlanesDrawer) -> bool:
+    """Whether ``draw_planes`` gives what :func:`_draw_plane_stdlib` and
+    ``getrandbits(64)`` plane after plane, interleaved, give, and leaves the stream at
+    the same place (checked once, at import)."""
+    cases = (
+        (range(8), range(256), range(65536), 32),  # the paper's planes
+        (range(2), range(32), range(65536), 16),  # fewer EVs than uplinks
+        (range(1), range(600), range(65536), 600),  # one EV on each of many uplinks
+        ([1, 2], range(3, 40), list(range(30, 4000, 3)), 20),  # listed values
+    )
+    for seed in (1, 7):
+        for planes, uplinks, spares, n in cases:
+            ref, own = random.Random(seed), random.Random(seed)
+            want_seeds = array("Q", bytes(8 << PLANE_BITS))
+            seeds = array("Q", bytes(8 << PLANE_BITS))
+            cols = []
+            for plane in planes:
+                cols.append(_draw_plane_stdlib(plane, uplinks, spares, n, ref))
+                want_seeds[plane] = ref.getrandbits(64)
+            raw = draw_planes(own.getrandbits, planes, uplinks, spares, n, seeds)
+            if raw is None:
+                return False
+            got = array("I")
+            got.frombytes(raw)
+            if got.tolist() != _interleave(cols) or seeds != want_seeds:
+                return False
+            if ref.getrandbits(64) != own.getrandbits(64):
+                return False
+    return True
+
+
+def _pick_draw_planes() -> PlanesDrawer | None:
+    """The native ``draw_planes`` when the native draws are in use, it reads CPython's
+    generator directly and it draws as the stdlib does; else None."""
+    native = _load_native_draws() if NATIVE_DRAWS else None
+    if native is None or not getattr(native, "DIRECT", 0) or not hasattr(native, "draw_planes"):
+        return None
+    return native.draw_planes if _planes_match(native.draw_planes) else None
+
+
+_DRAW_PLANES: Final = _pick_draw_planes()
+
 
 def _draw_plane(
     plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
@@ -496,6 +546,34 @@ def _draw_plane(
     ):
         return _draw_plane_inline(plane, uplinks, spares, n, rng, _SHUFFLE, _PICKS)
     return _draw_plane_stdlib(plane, uplinks, spares, n, rng)
+
+
+def _draw_planes_native(
+    rng: random.Random,
+    planes: Sequence[int],
+    uplinks: Sequence[int],
+    spares: Sequence[int],
+    n: int,
+    seeds: array[int],
+) -> bytes | None:
+    """A generated profile's EVs, interleaved over the planes, as the bytes of an
+    ``array('I')``, with each plane's backup seed written to ``seeds``, in one native
+    call (:func:`openmrc.transport._draws.draw_planes`): the draws of :func:`_draw_plane`
+    and ``rng.getrandbits(64)`` plane after plane, then :func:`_interleave`.  None
+    (nothing drawn) where that call does not serve: not built, ``rng`` not CPython's
+    own generator, or more than one EV per uplink (a plane's EVs sampled otherwise)."""
+    if (
+        _DRAW_PLANES is None
+        or type(rng) is not random.Random
+        or n > len(uplinks)
+        or len(uplinks) >= 1 << 16
+        or len(spares) > 1 << 16
+        or not _sample_uses_set(len(spares), 2)
+        or len(planes) > 1 << PLANE_BITS
+    ):
+        return None
+    assert _DRAW_PLANES is not None
+    return _DRAW_PLANES(rng.getrandbits, planes, uplinks, spares, n, seeds)
 
 
 #: A QP's per-plane shares and counts before its first failure (never written).
@@ -864,6 +942,7 @@ class PathSet:
             backups = list(prof.explicit[prof.ev_count :])
             self._returned = array("I", backups)
             self._evs = array("I", slots + backups)
+            nslots = len(slots)
         else:
             planes = prof.plane_values()
             uplinks = prof.uplink_values()
@@ -876,26 +955,31 @@ class PathSet:
             # validated, so every plane, uplink and spare value fits its field
             # (checked once here; field values ascend).
             make_ev(planes[-1], uplinks[-1], spares[-1])
-            columns = []
+            raw = _draw_planes_native(rng, planes, uplinks, spares, per_plane, self._seeds)
+            if raw is not None:  # the same draws as below, in one native call
+                self._evs = array("I")
+                self._evs.frombytes(raw)
+            else:
+                columns = []
+                for plane in planes:
+                    columns.append(_draw_plane(plane, uplinks, spares, per_plane, rng))
+                    self._seeds[plane] = rng.getrandbits(64)
+                # Interleave planes so consecutive packets go to different planes (ports).
+                self._evs = array("I", _interleave(columns))
+            nslots = len(self._evs)
             for plane in planes:
-                columns.append(_draw_plane(plane, uplinks, spares, per_plane, rng))
-                self._seeds[plane] = rng.getrandbits(64)
                 self._gen_planes |= 1 << plane
-            # Interleave planes so consecutive packets go to different planes (ports).
-            slots = _interleave(columns)
-            self._evs = array("I", slots)
-            for plane in planes:
                 self._known[plane] = self._active[plane] = per_plane
         n = len(self._evs)
         self._st = bytearray(n)
-        self._inslot = bytearray(b"\x01") * len(slots) + bytearray(n - len(slots))
-        self._slots = _first_ids(len(slots))
+        self._inslot = bytearray(b"\x01") * nslots + bytearray(n - nslots)
+        self._slots = _first_ids(nslots)
         if prof.explicit is not None:
             for ev in self._evs:
                 self._known[ev & 15] += 1
             for ev in slots:
                 self._active[ev & 15] += 1
-        self.usable = len(slots)
+        self.usable = nslots
 
     # -- EV ids -------------------------------------------------------------------------
     def _lookup(self) -> EvIdsLike:
