@@ -205,8 +205,8 @@ KERNEL_EXTENSIONS = [
         extra_compile_args=["-O2"],
         optional=True,
     ),
-    # A QP's EV draws (src/openmrc/transport/_draws.c): native shuffle and picks,
-    # selected by openmrc.transport.paths the same way.
+    # A QP's EV draws (src/openmrc/transport/_draws.c): native shuffle and picks and a
+    # generated profile's whole draw, selected by openmrc.transport.paths the same way.
     Extension(
         "openmrc.transport._draws",
         sources=["src/openmrc/transport/_draws.c"],

@@ -16,6 +16,7 @@ import random
 from array import array
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -245,3 +246,23 @@ def test_pathset_draws_its_planes_in_one_native_call_when_it_can() -> None:
         pa, pb = PathSet(prof, a, qpn=1), PathSet(prof, b, qpn=1)
         assert pa.slots == pb.slots and pa._seeds == pb._seeds
         assert a.getstate() == b.getstate()
+
+
+def test_native_draws_that_draw_otherwise_are_refused_at_import() -> None:
+    # paths takes the native draws only after checking them against its own: one
+    # word taken too many, or nothing drawn, and it keeps the Python draws
+    native = _native_module()
+
+    def one_more(g: Callable[[int], int], *rest: Any) -> bytes | None:
+        g(32)
+        return native.draw_planes(g, *rest)
+
+    def shuffle_one_more(g: Callable[[int], int], x: list[int]) -> None:
+        native.shuffle(g, x)
+        g(32)
+
+    assert paths._planes_match(native.draw_planes) is bool(native.DIRECT)
+    assert not paths._planes_match(one_more)
+    assert not paths._planes_match(lambda *args: None)
+    assert paths._inline_draws_match(native.shuffle, native.picks)
+    assert not paths._inline_draws_match(shuffle_one_more, native.picks)

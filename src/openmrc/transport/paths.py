@@ -462,19 +462,20 @@ def _inline_draws_match(shuffle: Shuffler = _shuffle, picks: Picker = _picks) ->
     return True
 
 
-def _pick_draws() -> tuple[Shuffler, Picker]:
-    """The shuffle and picks :func:`_draw_plane` uses: the native ones when built
-    (:func:`_load_native_draws`) and they draw as the Python ones do, else those."""
+def _pick_draws() -> tuple[Shuffler, Picker, bool]:
+    """The shuffle and picks :func:`_draw_plane` uses, and whether its inline draws
+    with them draw as the stdlib does: the native ones when built
+    (:func:`_load_native_draws`) and they do, else :func:`_shuffle` and :func:`_picks`."""
     native = _load_native_draws()
     if native is not None and _inline_draws_match(native.shuffle, native.picks):
-        return native.shuffle, native.picks
-    return _shuffle, _picks
+        return native.shuffle, native.picks, True
+    return _shuffle, _picks, _inline_draws_match()
 
 
-_INLINE_DRAWS: Final = _inline_draws_match()
 _DRAWS: Final = _pick_draws()
 _SHUFFLE: Final = _DRAWS[0]
 _PICKS: Final = _DRAWS[1]
+_INLINE_DRAWS: Final = _DRAWS[2]
 #: Whether the draws' loops run native (:mod:`openmrc.transport._draws`).
 NATIVE_DRAWS: Final = _SHUFFLE is not _shuffle
 
@@ -487,9 +488,10 @@ PlanesDrawer = Callable[
 
 
 def _planes_match(draw_planes: PlanesDrawer) -> bool:
-    """Whether ``draw_planes`` gives what :func:`_draw_plane_stdlib` and
-    ``getrandbits(64)`` plane after plane, interleaved, give, and leaves the stream at
-    the same place (checked once, at import)."""
+    """Whether ``draw_planes`` gives what :func:`_draw_plane` and ``getrandbits(64)``
+    plane after plane, interleaved, give, and leaves the stream at the same place
+    (checked once, at import, after :func:`_draw_plane`'s own check against the
+    stdlib)."""
     cases = (
         (range(8), range(256), range(65536), 32),  # the paper's planes
         (range(2), range(32), range(65536), 16),  # fewer EVs than uplinks
@@ -503,7 +505,7 @@ def _planes_match(draw_planes: PlanesDrawer) -> bool:
             seeds = array("Q", bytes(8 << PLANE_BITS))
             cols = []
             for plane in planes:
-                cols.append(_draw_plane_stdlib(plane, uplinks, spares, n, ref))
+                cols.append(_draw_plane(plane, uplinks, spares, n, ref))
                 want_seeds[plane] = ref.getrandbits(64)
             raw = draw_planes(own.getrandbits, planes, uplinks, spares, n, seeds)
             if raw is None:
@@ -526,9 +528,6 @@ def _pick_draw_planes() -> PlanesDrawer | None:
     return native.draw_planes if _planes_match(native.draw_planes) else None
 
 
-_DRAW_PLANES: Final = _pick_draw_planes()
-
-
 def _draw_plane(
     plane: int, uplinks: Sequence[int], spares: Sequence[int], n: int, rng: random.Random
 ) -> list[int]:
@@ -546,6 +545,9 @@ def _draw_plane(
     ):
         return _draw_plane_inline(plane, uplinks, spares, n, rng, _SHUFFLE, _PICKS)
     return _draw_plane_stdlib(plane, uplinks, spares, n, rng)
+
+
+_DRAW_PLANES: Final = _pick_draw_planes()
 
 
 def _draw_planes_native(
