@@ -231,10 +231,11 @@ class PortEvent:
 # at import that the two agree; where they do not (another implementation of
 # ``random``), the stdlib version is used.  A compiled build also has
 # :func:`_shuffle` and :func:`_picks` in C (:mod:`openmrc.transport._draws`, from
-# ``_draws.c`` beside this file: the same words, the loop over each batch's bytes in
-# C; a QP of the paper's profile shuffles 8 x 256 uplinks when it is connected):
-# used when built, ``OPENMRC_PURE_PYTHON`` is not set, and they draw as these do
-# (checked at import as well).
+# ``_draws.c`` beside this file; a QP of the paper's profile shuffles 8 x 256
+# uplinks when it is connected): the same words, read straight from CPython's own
+# generator state (else in batches from ``getrandbits``), and a generated profile's
+# whole draw in one call (:func:`_draw_planes_native`).  Used when built,
+# ``OPENMRC_PURE_PYTHON`` is not set, and they draw as these do (checked at import).
 
 _LITTLE: Final = sys.byteorder == "little"
 
