@@ -42,6 +42,8 @@ def store_series(values: list[float]) -> dict[str, Any] | list[float]:
     ring all-reduce's document was about 150 MB).  A series with anything but
     numbers in it is stored as it is, a plain list."""
     n = len(values)
+    if n and values[0] and values[-1]:  # no zero at either end (the common dense case)
+        return {"length": n, "start": 0, "values": values}
     # the zero runs at either end, found at C speed: 0.0 is eight zero bytes
     try:
         raw = array("d", values).tobytes()
@@ -51,7 +53,8 @@ def store_series(values: list[float]) -> dict[str, Any] | list[float]:
     if lead == n:
         return {"length": n, "start": 0, "values": []}
     trail = (n * 8 - len(raw.rstrip(b"\0"))) // 8
-    return {"length": n, "start": lead, "values": values[lead : n - trail]}
+    kept = values if lead == trail == 0 else values[lead : n - trail]
+    return {"length": n, "start": lead, "values": kept}
 
 
 def series_span(stored: Any) -> tuple[int, list[float], int]:
@@ -98,7 +101,8 @@ def read_series(doc: Mapping[str, Any], key: str) -> dict[str, list[float]]:
 def stored(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` (a :meth:`Result.as_dict`, or a document built on one) with every series
     of :data:`SERIES_KEYS` in its stored form (:func:`store_series`): what a results
-    file holds.  A new dict; the lists in ``doc`` are left as they are."""
+    file holds.  A new dict; the lists in ``doc`` are left as they are (a stored
+    series may share its samples' list)."""
     out = dict(doc)
     for key in SERIES_KEYS:
         if key in out:
