@@ -2,7 +2,8 @@
 
 A results document is the simulator's :meth:`Result.as_dict
 <openmrc.sim.result.Result.as_dict>` (flows, EV events, goodput series,
-fabric counters; its keys stay at the top level) plus:
+fabric counters; its keys stay at the top level; its series stored sparsely,
+:func:`openmrc.sim.result.store_series`) plus:
 
 - ``schema_version``: the version of ``openmrc/schemas/results.schema.json``
   the document follows (documented in ``docs/results.md``);
