@@ -57,7 +57,7 @@ def measure(file: str, quick: bool) -> dict[str, Any]:
     if not chosen:
         raise SystemExit(f"{file}: no paper experiment runs this file")
     experiment, role, run = chosen[0]
-    point, _ = make_point(run, quick, 0 + paper_seed(run, quick))
+    point, _ = make_point(run, quick, paper_seed(run, quick))
     spent: dict[str, float] = {}
     build = results_mod.build
 
