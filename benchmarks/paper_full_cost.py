@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(costs)} runs over {a.seeds} seeds: {total:.0f} CPU s in all; "
         f"on {a.workers} workers the last ends at {max(workers):.0f} s ({max(workers) / 60:.1f} min); "
-        f"no order does better than {bound:.0f} s ({bound / 60:.1f} min)"
+        f"no order does better than {bound:.0f} s ({bound / 60:.1f} min); idle tail "
+        f"{max(workers) - min(workers):.0f} s (the first worker to run out of runs waits "
+        "that long for the last)"
     )
     if missing:
         print("no cost for (counted as 0):", ", ".join(sorted(missing)))

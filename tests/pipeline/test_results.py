@@ -49,7 +49,7 @@ def test_added_metrics_are_allowed_where_metrics_live(doc: dict) -> None:
         (lambda d: d.pop("provenance"), "(top level)"),
         (lambda d: d["provenance"].pop("seed"), "provenance"),
         (lambda d: d["provenance"].update(transport="tcp"), "provenance/transport"),
-        (lambda d: d.update(schema_version="2.0"), "schema_version"),
+        (lambda d: d.update(schema_version="3.0"), "schema_version"),
         (lambda d: d["flows"][0].pop("slowdown"), "flows/0"),
         (lambda d: d["flows"][0].update(size=-1), "flows/0/size"),
         (lambda d: d["summary"].update(fct_us={"min": 1}), "summary/fct_us"),

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..sim.result import series_span, series_values
 from ..wire.packets import DATA_HEADER_BYTES
 
 #: Where the bundled scenario files are (a source checkout or an editable install).
@@ -90,11 +91,13 @@ class PaperExperiment:
 # ----- measuring helpers -----------------------------------------------------------
 def total_series(doc: Doc) -> tuple[float, list[float]]:
     """(sample interval in us, goodput summed over flows per interval, Gb/s)."""
-    series = list(doc.get("goodput_gbps_series", {}).values())
-    n = max((len(s) for s in series), default=0)
-    return float(doc["sample_interval_us"]), [
-        sum(s[i] for s in series if i < len(s)) for i in range(n)
-    ]
+    spans = [series_span(s) for s in (doc.get("goodput_gbps_series") or {}).values()]
+    total = [0.0] * max((n for _, _, n in spans), default=0)
+    # in flow order, each flow where it is non-zero: adding a zero sample changes no sum
+    for start, values, _ in spans:
+        for i, v in enumerate(values, start):
+            total[i] += v
+    return float(doc["sample_interval_us"]), total
 
 
 def window_mean(doc: Doc, lo_us: float, hi_us: float) -> float:
@@ -278,7 +281,8 @@ def check_ecn_two_flows(d: dict[str, Doc]) -> Verdict:
     end = first_finish_us(doc)
     step = float(doc["sample_interval_us"])
     means = []
-    for series in doc["goodput_gbps_series"].values():
+    for stored in doc["goodput_gbps_series"].values():
+        series = series_values(stored)
         window = [
             g for i, g in enumerate(series) if i * step >= join + 150 and (i + 1) * step <= end
         ]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..sim.result import read_series, series_span
 from .results import summary_rows
 
 COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "ib": "#2ca02c"}
@@ -245,15 +246,17 @@ def _bin(values: list[float], bins: int) -> list[float]:
 
 def _aggregate(doc: dict[str, Any]) -> tuple[list[float], list[float]]:
     """Total goodput over time (Gb/s), averaged into at most :data:`MAX_BINS` steps."""
-    series = list(doc.get("goodput_gbps_series", {}).values())
+    # each series read where it is non-zero only: a bin's sum over the rest adds zeros
+    spans = [series_span(s) for s in (doc.get("goodput_gbps_series") or {}).values()]
     interval = doc.get("sample_interval_us", 0.0)
-    length = max((len(s) for s in series), default=0)
+    length = max((n for _, _, n in spans), default=0)
     width = max(1, -(-length // MAX_BINS))
     bins = -(-length // width)
     sums = [0.0] * bins
-    for values in series:
-        for j in range(0, len(values), width):
-            sums[j // width] += sum(values[j : j + width])
+    for start, values, _ in spans:
+        end = start + len(values)
+        for j in range(start - start % width, end, width):
+            sums[j // width] += sum(values[max(j - start, 0) : j + width - start])
     ys = [total / min(width, length - j * width) for j, total in enumerate(sums)]
     xs = [min((j + 1) * width, length) * interval for j in range(bins)]
     return xs, ys
@@ -286,7 +289,7 @@ def plot_goodput(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     """Aggregate goodput over time, one panel per transport (same Gb/s scale), each
     with its own faults; panels share the time axis unless the run lengths differ
     by more than :data:`SHARED_X_RATIO`."""
-    curves = [(d, *_aggregate(d)) for d in docs if _aggregate(d)[0]]
+    curves = [(d, xs, ys) for d in docs for xs, ys in [_aggregate(d)] if xs]
     if not curves:
         return None
     have = [d for d, _, _ in curves]
@@ -467,7 +470,7 @@ def plot_planes(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
 def plot_plane_series(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     """NIC egress Gb/s per plane over time, a heatmap per transport (plane x time, one
     colour scale), when the results carry ``plane_tx_gbps_series``."""
-    have = [d for d in docs if any((d.get("plane_tx_gbps_series") or {}).values())]
+    have = [d for d in docs if any(read_series(d, "plane_tx_gbps_series").values())]
     if not have:
         return None
     shared = _share_x(have)
@@ -476,7 +479,7 @@ def plot_plane_series(docs: list[dict[str, Any]], plt: Any) -> Plot | None:
     flat = [row[0] for row in axes]
     grids = []
     for doc in have:
-        series = doc["plane_tx_gbps_series"]
+        series = read_series(doc, "plane_tx_gbps_series")
         names = sorted(series, key=lambda n: (len(n), n))
         grids.append((names, [series[n] for n in names]))
     vmax = max((max(v, default=0.0) for _, rows in grids for v in rows), default=0.0) or 1.0

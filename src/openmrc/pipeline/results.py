@@ -2,7 +2,8 @@
 
 A results document is the simulator's :meth:`Result.as_dict
 <openmrc.sim.result.Result.as_dict>` (flows, EV events, goodput series,
-fabric counters; its keys stay at the top level) plus:
+fabric counters; its keys stay at the top level; its series stored sparsely,
+:func:`openmrc.sim.result.store_series`) plus:
 
 - ``schema_version``: the version of ``openmrc/schemas/results.schema.json``
   the document follows (documented in ``docs/results.md``);
@@ -33,7 +34,7 @@ from typing import Any
 from ..sim.config import ETHERNET_FRAMING_BYTES, FabricConfig
 from ..sim.experiment import base_rtt_ps
 from ..sim.metrics import write_csv_rows
-from ..sim.result import Result
+from ..sim.result import Result, read_series, stored
 from ..version import openmrc_version
 from ..wire.packets import DATA_HEADER_BYTES
 from .scenario import Scenario
@@ -41,7 +42,7 @@ from .scenario import Scenario
 #: The version of the results schema this module writes.  Adding keys keeps the
 #: major number (readers must ignore keys they do not know); removing or
 #: changing the meaning of a key bumps it.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 
 
 def schema() -> dict[str, Any]:
@@ -307,8 +308,9 @@ def build(
     warnings: list[str],
     partial: bool,
 ) -> dict[str, Any]:
-    """The results document of one run (see the module docstring)."""
-    doc = result.as_dict()
+    """The results document of one run (see the module docstring), its series
+    stored sparsely (:func:`openmrc.sim.result.stored`)."""
+    doc = stored(result.as_dict())
     for flow in doc["flows"]:
         # the simulator's own ideal FCT and slowdown, when it reports them, win
         given = flow.get("ideal_fct_ps")
@@ -364,7 +366,7 @@ def write(doc: dict[str, Any], directory: str | Path) -> list[Path]:
     written = [path]
     flows = [{k: v for k, v in f.items() if not isinstance(v, list | dict)} for f in doc["flows"]]
     written.append(write_csv_rows(d / "flows.csv", flows))
-    series = doc.get("goodput_gbps_series", {})
+    series = read_series(doc, "goodput_gbps_series")
     interval = doc.get("sample_interval_us", 0.0)
     names = list(series)
     length = max((len(v) for v in series.values()), default=0)

@@ -597,7 +597,9 @@ def transport_shape(scenario: Any) -> tuple[int, int, float]:
 
 def planes_carrying(doc: dict[str, Any]) -> int | None:
     """How many planes carried any bytes in a run (None: no per-plane series recorded)."""
-    series = doc.get("plane_tx_gbps_series")
+    from ..sim.result import read_series
+
+    series = read_series(doc, "plane_tx_gbps_series")
     if not series:
         return None
     return sum(1 for values in series.values() if any(v > 0 for v in values))
