@@ -770,7 +770,8 @@ def test_rotate_busy_is_the_rotation_past_busy_planes(impl: str) -> None:
     state mix, skip mask and plane cursor: the first GOOD slot from i on whose plane is
     not skipped picks the plane, the EV is that plane's next GOOD one from its cursor
     (the cursor moves past it), SKIPs passed over become GOOD (nothing else written);
-    None, with only the SKIPs written, when no slot qualifies."""
+    None, with only the SKIPs written, when no slot qualifies; a negative start counts
+    from the end as a list does."""
     rot = _rotate_busy_impl(impl)
     rng = random.Random(11)
     for n in (1, 2, 5, 16, 64):
@@ -781,7 +782,7 @@ def test_rotate_busy_is_the_rotation_past_busy_planes(impl: str) -> None:
             st = bytearray(rng.choice((0, 0, 1, 2, 3)) for _ in range(m))
             slots = [rng.randrange(m) for _ in range(n)]
             pcur = _plane_runs(evs, slots, rng)
-            for i in range(n):
+            for i in range(-n, n):
                 skip = rng.getrandbits(planes)
                 want_st = bytearray(st)
                 want_pcur = array("I", pcur)
@@ -838,6 +839,7 @@ def test_rotate_busy_edges(impl: str) -> None:
         ([0], bytearray(3), evs, array("I", [0, 1] + [1] * 15 + [0] * 16 + [5]), 0, 0),
         ([0], bytearray(3), evs, array("I", [0] * 8), 0, 0),  # no plane index
         ([0], bytearray(3), evs, pcur, 1, 0),  # the start is past the slots
+        ([0], bytearray(3), evs, pcur, -2, 0),  # or before them
     ):
         with pytest.raises(IndexError):
             rot(*args)

@@ -1668,10 +1668,11 @@ done:
  * plane, and the EV sent is that plane's next GOOD one in its own rotation (``pcur``,
  * an array('I'): PathSet._plane_index's per-plane offsets, cursors and slot
  * positions; the plane's cursor moves on); a SKIP (1) passed over becomes GOOD.
- * Returns (the next slot << 32) | the EV, or None when no slot qualified (the slot
- * index is then back where it started).  ``i`` is the rotation's index, 0 <= i <
- * len(slots); ids and positions are the QP's own (never from the network): one
- * outside its array raises IndexError.  One call per data packet sent while a port
+ * Returns (the next slot << 32) | the EV (Python's value of that expression, also
+ * for a negative slot), or None when no slot qualified (the slot index is then back
+ * where it started).  ``i`` is the rotation's index (a negative one counts from the
+ * end, as a list index does); ids and positions are the QP's own (never from the
+ * network): one outside its array raises IndexError.  One call per data packet sent while a port
  * is busy (a multi-port NIC: nearly every packet), where compiled Python read each
  * state, EV and position through CPython's generic item protocol. */
 static PyObject *
@@ -1703,8 +1704,8 @@ native_rotate_busy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_OverflowError, "rotate_busy(): more than 2**31 slots");
         return NULL;
     }
-    if (i < 0 || (i >= n && n > 0)) {
-        PyErr_SetString(PyExc_IndexError, "rotate_busy(): slot index out of range");
+    if (n > 0 && (i < -n || i >= n)) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
         return NULL;
     }
     if (PyObject_GetBuffer(args[2], &view, PyBUF_FORMAT) < 0)
@@ -1735,7 +1736,7 @@ native_rotate_busy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (step = 0; step < n; step++) {
         Py_ssize_t k, s, e;
         uint32_t ev, plane, lo, m, c, t;
-        k = as_index(PyList_GET_ITEM(slots, i), &err);
+        k = as_index(PyList_GET_ITEM(slots, i < 0 ? i + n : i), &err);
         if (err)
             goto done;
         i += 1;
