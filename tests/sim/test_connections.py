@@ -63,6 +63,40 @@ def test_failed_link_is_learnt_once_per_connection_not_per_transfer() -> None:
     assert len(fresh) >= 2 * len(shared)
 
 
+def test_each_flow_counts_the_evs_its_qps_marked_bad_in_its_window() -> None:
+    # A flow's evs_assumed_bad: its source QPs' ASSUMED_BAD rows, and on a shared
+    # connection only those after the previous flow on it completed up to its own
+    # completion (its ev_window), as a scan of every row counts them.
+    for keep_conn in (True, False):
+        exp = Experiment(SPEC, seed=3, transport=TransportConfig(ev_count=32))
+        flows = C.allreduce(4, 1 << 20).flows(None, 64 << 10, 0, "", None, None)
+        if not keep_conn:
+            flows = [replace(f, conn="") for f in flows]
+        exp.faults.link_down("p0t0x0-p0t1x0", at_ps=0)
+        exp.add_flows(flows)
+        res = exp.run()
+        assert res.all_ok
+        rows = res.ev_events
+        windows = set()
+        for flow, got in zip(exp.flows, res.flows, strict=True):
+            qpns = {qa.qpn for qa in flow.qas}  # type: ignore[attr-defined]
+            lo, hi = flow.ev_window if flow.conn is not None else (None, None)  # type: ignore[attr-defined]
+            windows.add((lo is None, hi is None))
+            want = sum(
+                1
+                for e in rows
+                if e["host"] == flow.spec.src
+                and e["qpn"] in qpns
+                and e["new"] == "ASSUMED_BAD"
+                and (lo is None or e["time_us"] > lo / 1e6)
+                and (hi is None or e["time_us"] <= hi / 1e6)
+            )
+            assert got.evs_assumed_bad == want
+        assert sum(f.evs_assumed_bad for f in res.flows) > 0
+        # shared: windows bounded on both sides (and the first flows' open below)
+        assert windows == ({(False, False), (True, False)} if keep_conn else {(True, True)})
+
+
 def test_concurrent_flows_on_one_connection_get_their_own_bytes_and_completions() -> None:
     exp = Experiment(SPEC, seed=4, payloads=True, transport=TransportConfig(qps=2))
     sizes = [300_000, 123_457, 64 << 10, 200_001]

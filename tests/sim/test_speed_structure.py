@@ -351,6 +351,8 @@ def test_mrc_data_arrivals_call_the_experiment_only_when_a_message_is_placed(
     placed = sum(q.stats.rx_messages for q in qps)
     assert placed == 224 and data >= 4 * placed  # 16 KiB messages of 4 packets
     assert 0 < arrivals[0] <= placed
+    # (what the hosts compare around a delivery: each context's count of them)
+    assert sum(h.ctx.rx_placed for h in exp.hosts) == placed
 
 
 def test_hosts_call_after_every_data_packet_while_the_sampler_is_not_armed() -> None:

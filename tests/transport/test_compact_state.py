@@ -737,6 +737,125 @@ def test_rotate_edges(impl: str) -> None:
     assert rot([3], bytearray(4), evs, 0) == 48
 
 
+def _rotate_busy_impl(impl: str) -> Any:
+    """The busy-plane rotation step of ``impl``: paths.rotate_busy or _txtable's."""
+    if impl == "python":
+        return paths.rotate_busy
+    return _native_module().rotate_busy
+
+
+def test_a_path_set_rotates_past_busy_planes_natively_unless_pure_python() -> None:
+    """PathSet.next_ev's step past busy planes is the native one exactly when its plain
+    rotation is."""
+    native = _native.rotate_busy if txtable.NATIVE and _native is not None else paths.rotate_busy
+    assert paths._rotate_busy is native
+
+
+def _plane_runs(evs: array[int], slots: list[int], rng: random.Random) -> array[int]:
+    """A plane index as PathSet._plane_index lays it out (offsets, cursors, positions
+    grouped by plane), with the cursors at random places in their runs."""
+    order = sorted(range(len(slots)), key=lambda j: (evs[slots[j]] & 15, j))
+    offs = [0] * 17
+    for j in order:
+        offs[(evs[slots[j]] & 15) + 1] += 1
+    for p in range(16):
+        offs[p + 1] += offs[p]
+    cur = [rng.randrange(offs[p + 1] - offs[p]) if offs[p + 1] > offs[p] else 0 for p in range(16)]
+    return array("I", offs + cur + order)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rotate_busy_is_the_rotation_past_busy_planes(impl: str) -> None:
+    """rotate_busy gives next_ev's answer while planes are passed over, for every start,
+    state mix, skip mask and plane cursor: the first GOOD slot from i on whose plane is
+    not skipped picks the plane, the EV is that plane's next GOOD one from its cursor
+    (the cursor moves past it), SKIPs passed over become GOOD (nothing else written);
+    None, with only the SKIPs written, when no slot qualifies; a negative start counts
+    from the end as a list does."""
+    rot = _rotate_busy_impl(impl)
+    rng = random.Random(11)
+    for n in (1, 2, 5, 16, 64):
+        for _ in range(30):
+            m = n + rng.randrange(3)
+            planes = rng.choice((1, 2, 4, 8))
+            evs = array("I", [rng.getrandbits(28) << 4 | rng.randrange(planes) for _ in range(m)])
+            st = bytearray(rng.choice((0, 0, 1, 2, 3)) for _ in range(m))
+            slots = [rng.randrange(m) for _ in range(n)]
+            pcur = _plane_runs(evs, slots, rng)
+            for i in range(-n, n):
+                skip = rng.getrandbits(planes)
+                want_st = bytearray(st)
+                want_pcur = array("I", pcur)
+                j = i
+                want = None
+                for _step in range(n):
+                    k = slots[j]
+                    j = j + 1 if j + 1 != n else 0
+                    if want_st[k] == 0 and not skip >> (evs[k] & 15) & 1:
+                        p = evs[k] & 15
+                        run = [slots[q] for q in pcur[33 + pcur[p] : 33 + pcur[p + 1]]]
+                        c = pcur[17 + p]
+                        ev = evs[k]
+                        for t in range(len(run)):
+                            kk = run[(c + t) % len(run)]
+                            if want_st[kk] == 0:
+                                want_pcur[17 + p] = (c + t + 1) % len(run)
+                                ev = evs[kk]
+                                break
+                        want = j << 32 | ev
+                        break
+                    if want_st[k] == 1:
+                        want_st[k] = 0
+                got_st = bytearray(st)
+                got_pcur = array("I", pcur)
+                assert rot(slots, got_st, evs, got_pcur, i, skip) == want
+                assert got_st == want_st
+                assert got_pcur == want_pcur
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rotate_busy_edges(impl: str) -> None:
+    """Ids or positions outside their arrays raise IndexError, a non-int TypeError, in
+    both implementations alike: never a read or write out of bounds; both arrays are
+    released (they can grow after)."""
+    rot = _rotate_busy_impl(impl)
+    evs = array("I", [0x10, 0x21, 0x30])  # planes 0, 1, 0
+    slots = [0, 1, 2]
+    pcur = array("I", [0, 2, 3] + [3] * 14 + [1] + [0] * 15 + [0, 2, 1])
+    st = bytearray([1, 0, 0])
+    # plane 0 busy: slot 0 is a SKIP (made GOOD), slot 1 is plane 1's only EV
+    assert rot(slots, st, evs, pcur, 0, 1) == 2 << 32 | 0x21
+    assert st == bytearray([0, 0, 0])
+    # plane 1 busy: slot 2 picks plane 0, whose cursor (1) names slot 2 first
+    assert rot(slots, st, evs, pcur, 2, 2) == 0 << 32 | 0x30
+    assert pcur[17] == 0
+    assert rot(slots, bytearray([2, 2, 2]), evs, pcur, 0, 0) is None  # none GOOD
+    assert rot(slots, bytearray(3), evs, pcur, 0, 3) is None  # every plane busy
+    for args in (
+        ([3], bytearray(4), evs, pcur, 0, 0),  # GOOD, the EV is missing
+        ([2], bytearray(2), evs, pcur, 0, 0),  # the state is missing
+        # a plane's run past the index, a position past the slots
+        ([0], bytearray(3), evs, array("I", [0, 9] + [9] * 15 + [3] + [0] * 15 + [0]), 0, 0),
+        ([0], bytearray(3), evs, array("I", [0, 1] + [1] * 15 + [0] * 16 + [5]), 0, 0),
+        ([0], bytearray(3), evs, array("I", [0] * 8), 0, 0),  # no plane index
+        ([0], bytearray(3), evs, pcur, 1, 0),  # the start is past the slots
+        ([0], bytearray(3), evs, pcur, -2, 0),  # or before them
+    ):
+        with pytest.raises(IndexError):
+            rot(*args)
+    bad: tuple[tuple[Any, ...], ...] = (
+        (["x"], bytearray(3), evs, pcur, 0, 0),
+        ([0], bytearray(3), evs, pcur, "x", 0),
+        ([0], bytearray(3), evs, pcur, 0, "x"),
+    )
+    for args in bad:
+        with pytest.raises(TypeError):
+            rot(*args)
+    evs.append(0x40)  # no buffer left exported
+    pcur.append(0)
+    assert rot([3], bytearray(4), evs, pcur, 0, 2) == 0x40
+
+
 def _methods(path: Path, cls: str) -> dict[str, list[str]]:
     """Class ``cls`` of source or stub file ``path``: each method's parameter names
     (without ``self``), read from the file's syntax tree (so the answer is the same

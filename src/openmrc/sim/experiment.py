@@ -17,6 +17,7 @@ import itertools
 import json
 import random
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -254,6 +255,9 @@ class Experiment:
         #: with the watched list they index and its length then
         self._rx_by_qpn: dict[int, tuple[list[Flow], int, dict[int, _RxQP]]] = {}
         self._collectives: list[tuple[Collective, int, int, int] | FoldedCollective] = []
+        #: the EV rows last counted from and their ASSUMED_BAD times (``_bad_times``)
+        self._bad_memo: tuple[list[dict[str, Any]], int, dict[tuple[int, int], list[float]]] | None
+        self._bad_memo = None
         self._attrs: dict[str, QPAttr] = {}
         #: MRC's long-lived connections, by (src, dst, conn key, settings...).
         self._conns: dict[tuple[Any, ...], Conn] = {}
@@ -455,11 +459,9 @@ class Experiment:
         qpns = {qa.qpn for qa in qas}
         if conn is not None:
             return self._conn_counters(flow, conn, qpns, ev_events)  # type: ignore[arg-type]
-        bad = sum(
-            1
-            for e in ev_events
-            if e["host"] == flow.spec.src and e["qpn"] in qpns and e["new"] == "ASSUMED_BAD"
-        )
+        bad_at = self._bad_times(ev_events)
+        src = flow.spec.src
+        bad = sum(len(bad_at.get((src, q), ())) for q in qpns)
         return {
             "retransmits": sum(qa.stats.retransmits for qa in qas),
             "trims": sum(qa.stats.trims for qa in qas),
@@ -493,16 +495,34 @@ class Experiment:
             return dict.fromkeys(COUNTERS, 0)
         lo_us = None if lo is None else lo / 1e6
         hi_us = None if hi is None else hi / 1e6
-        counts["evs_assumed_bad"] = sum(
-            1
-            for e in ev_events
-            if e["host"] == flow.spec.src
-            and e["qpn"] in qpns
-            and e["new"] == "ASSUMED_BAD"
-            and (lo_us is None or e["time_us"] > lo_us)
-            and (hi_us is None or e["time_us"] <= hi_us)
-        )
+        bad_at = self._bad_times(ev_events)
+        src = flow.spec.src
+        bad = 0
+        for q in qpns:  # the transitions in (lo_us, hi_us]
+            times = bad_at.get((src, q))
+            if times:
+                a = 0 if lo_us is None else bisect_right(times, lo_us)
+                b = len(times) if hi_us is None else bisect_right(times, hi_us)
+                bad += max(b - a, 0)
+        counts["evs_assumed_bad"] = bad
         return counts
+
+    def _bad_times(self, ev_events: list[dict[str, Any]]) -> dict[tuple[int, int], list[float]]:
+        """The times (us, ascending) of the ASSUMED_BAD transitions among ``ev_events``,
+        by (host, QPN): what :meth:`_counters` counts for each flow, looked up and
+        bisected instead of scanning every row for every flow (flows x rows: most of a
+        lossy collective's result collection).  Made once per list of rows."""
+        memo = self._bad_memo
+        if memo is not None and memo[0] is ev_events and memo[1] == len(ev_events):
+            return memo[2]
+        bad_at: dict[tuple[int, int], list[float]] = {}
+        for e in ev_events:
+            if e["new"] == "ASSUMED_BAD":
+                bad_at.setdefault((e["host"], e["qpn"]), []).append(e["time_us"])
+        for times in bad_at.values():
+            times.sort()
+        self._bad_memo = (ev_events, len(ev_events), bad_at)
+        return bad_at
 
     def _flow_done(self, flow: Flow, now: int) -> None:
         """``flow`` completed (or failed): a shared-connection flow takes its counters."""

@@ -115,7 +115,7 @@ class SimHost:
         #: called after a data packet the host received (the experiment checks
         #: whether a flow something waits for has arrived): after every one while
         #: ``data_every`` holds, otherwise only after one that placed a message on
-        #: its QP (its ``stats.rx_messages`` moved), the only packets after which
+        #: its QP (the context's ``rx_placed`` moved), the only packets after which
         #: a flow can have arrived.
         self.on_data: Callable[[SimHost, int], None] | None = None
         #: ``on_data`` after every data packet (True), or only after the packets that
@@ -150,19 +150,11 @@ class SimHost:
         if type(pkt) is DataPacket:
             # Data reaches the responder half, which has no timers and completes
             # no sends: only its ACKs need sending.
-            stats = None  # the QP's counters, when on_data waits for a placed message
-            placed = 0
-            if self.on_data is not None and not self.data_every:
-                qp = ctx.qps.get(pkt.dqpn)
-                if qp is not None:
-                    stats = qp.stats
-                    placed = stats.rx_messages
+            placed = ctx.rx_placed  # messages placed so far (by any of the QPs)
             ctx.receive_packet(pkt, now)
             self.kick(now, sending_only=True)
             on_data = self.on_data
-            if on_data is not None and (
-                self.data_every or (stats is not None and stats.rx_messages != placed)
-            ):
+            if on_data is not None and (self.data_every or ctx.rx_placed != placed):
                 self.last_rx = pkt.dqpn
                 on_data(self, now)
             return

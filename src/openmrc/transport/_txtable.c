@@ -1661,11 +1661,151 @@ done:
     return out;
 }
 
+/* rotate_busy(slots, st, evs, pcur, i, skip): one step of a PathSet's rotation while
+ * some planes are passed over (``skip``: a bitmask of busy or down planes) and no plane
+ * is weighed, as openmrc.transport.paths.rotate_busy computes it: from slot i on, the
+ * first id whose state is GOOD (0) and whose EV's plane is not in ``skip`` picks the
+ * plane, and the EV sent is that plane's next GOOD one in its own rotation (``pcur``,
+ * an array('I'): PathSet._plane_index's per-plane offsets, cursors and slot
+ * positions; the plane's cursor moves on); a SKIP (1) passed over becomes GOOD.
+ * Returns (the next slot << 32) | the EV (Python's value of that expression, also
+ * for a negative slot), or None when no slot qualified (the slot index is then back
+ * where it started).  ``i`` is the rotation's index (a negative one counts from the
+ * end, as a list index does); ids and positions are the QP's own (never from the
+ * network): one outside its array raises IndexError.  One call per data packet sent while a port
+ * is busy (a multi-port NIC: nearly every packet), where compiled Python read each
+ * state, EV and position through CPython's generic item protocol. */
+static PyObject *
+native_rotate_busy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view, pview;
+    PyObject *slots, *out = NULL;
+    const uint32_t *evs;
+    uint32_t *pcur;
+    unsigned char *st;
+    Py_ssize_t nevs, nst, npcur, n, i, step;
+    unsigned long long skip;
+    int err;
+    if (check_nargs("rotate_busy", nargs, 6) < 0)
+        return NULL;
+    if (!PyList_Check(args[0]) || !PyByteArray_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "rotate_busy(): slots is a list, st a bytearray");
+        return NULL;
+    }
+    i = as_index(args[4], &err);
+    if (err)
+        return NULL;
+    skip = PyLong_AsUnsignedLongLongMask(args[5]);
+    if (skip == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    slots = args[0];
+    n = PyList_GET_SIZE(slots);
+    if (n > 0x7FFFFFFF) {
+        PyErr_SetString(PyExc_OverflowError, "rotate_busy(): more than 2**31 slots");
+        return NULL;
+    }
+    if (n > 0 && (i < -n || i >= n)) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_FORMAT) < 0)
+        return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "I") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "rotate_busy(): evs is an array('I')");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &pview, PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (pview.itemsize != 4 || pview.format == NULL || strcmp(pview.format, "I") != 0) {
+        PyErr_SetString(PyExc_TypeError, "rotate_busy(): pcur is an array('I')");
+        goto done;
+    }
+    evs = (const uint32_t *)view.buf;
+    nevs = view.len / 4;
+    pcur = (uint32_t *)pview.buf;
+    npcur = pview.len / 4;
+    st = (unsigned char *)PyByteArray_AS_STRING(args[1]);
+    nst = PyByteArray_GET_SIZE(args[1]);
+    if (npcur < 33) {
+        PyErr_SetString(PyExc_IndexError, "array index out of range");
+        goto done;
+    }
+    for (step = 0; step < n; step++) {
+        Py_ssize_t k, s, e;
+        uint32_t ev, plane, lo, m, c, t;
+        k = as_index(PyList_GET_ITEM(slots, i < 0 ? i + n : i), &err);
+        if (err)
+            goto done;
+        i += 1;
+        if (i == n)
+            i = 0;
+        s = seq_index(k, nst, "bytearray");
+        if (s < 0)
+            goto done;
+        if (st[s] == 1) {
+            st[s] = 0;
+            continue;
+        }
+        if (st[s] != 0)
+            continue;
+        e = seq_index(k, nevs, "array");
+        if (e < 0)
+            goto done;
+        ev = evs[e];
+        plane = ev & 15;
+        if ((skip >> plane) & 1)
+            continue;
+        /* the plane's next GOOD EV in its own rotation */
+        lo = pcur[plane];
+        m = pcur[plane + 1] - lo;
+        c = pcur[17 + plane];
+        for (t = 0; t < m; t++) {
+            Py_ssize_t at = (Py_ssize_t)lo + 33 + c, pos, kk, ss;
+            if (at >= npcur) {
+                PyErr_SetString(PyExc_IndexError, "array index out of range");
+                goto done;
+            }
+            pos = seq_index((Py_ssize_t)pcur[at], n, "list");
+            if (pos < 0)
+                goto done;
+            kk = as_index(PyList_GET_ITEM(slots, pos), &err);
+            if (err)
+                goto done;
+            c += 1;
+            if (c == m)
+                c = 0;
+            ss = seq_index(kk, nst, "bytearray");
+            if (ss < 0)
+                goto done;
+            if (st[ss] == 0) {
+                Py_ssize_t ee = seq_index(kk, nevs, "array");
+                if (ee < 0)
+                    goto done;
+                pcur[17 + plane] = c;
+                ev = evs[ee];
+                break;
+            }
+        }
+        out = PyLong_FromLongLong((long long)i * 4294967296LL + (long long)ev);
+        goto done;
+    }
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&pview);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef txtable_functions[] = {
     {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
      "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
     {"rotate", (PyCFunction)(void (*)(void))native_rotate, METH_FASTCALL,
      "(next slot << 32) | EV: one step of a PathSet's plain rotation"},
+    {"rotate_busy", (PyCFunction)(void (*)(void))native_rotate_busy, METH_FASTCALL,
+     "(next slot << 32) | EV, or None: one step of a PathSet's rotation past busy planes"},
     {NULL, NULL, 0, NULL},
 };
 

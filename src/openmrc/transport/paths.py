@@ -749,6 +749,59 @@ _rotate: Final[Callable[[list[int], bytearray, array[int], int], int]] = (
 )
 
 
+def rotate_busy(
+    slots: list[int], st: bytearray, evs: array[int], pcur: array[int], i: int, skip: int
+) -> int | None:
+    """One step of a QP's rotation past the planes in ``skip`` (busy or down ports; no
+    plane weighed): the EV for the next packet and where the rotation goes on, as
+    ``(next slot << 32) | EV``, or None when no slot qualifies (the rotation is then
+    back at ``i``).
+
+    From slot ``i`` on, the first id whose state is GOOD and whose EV's plane is not in
+    ``skip`` picks the plane; the EV sent is that plane's next GOOD one in its own
+    rotation (``pcur``, :meth:`PathSet._plane_index`; its cursor moves on).  A SKIP
+    passed over becomes GOOD.  :meth:`PathSet.next_ev` takes this path for a packet
+    sent while a port is busy (a multi-port NIC: nearly every packet); it is the
+    readable reference of ``_txtable.rotate_busy`` (:data:`_rotate_busy`).
+    """
+    n = len(slots)
+    for _ in range(n):
+        k = slots[i]
+        i += 1
+        if i == n:
+            i = 0
+        s = st[k]
+        if s == _GOOD:
+            ev = evs[k]
+            plane = ev & 15
+            if skip >> plane & 1:
+                continue
+            lo = pcur[plane]
+            m = pcur[plane + 1] - lo
+            c = pcur[17 + plane]
+            for _ in range(m):
+                kk = slots[pcur[lo + 33 + c]]
+                c += 1
+                if c == m:
+                    c = 0
+                if st[kk] == _GOOD:
+                    pcur[17 + plane] = c
+                    ev = evs[kk]
+                    break
+            return i << 32 | ev
+        if s == _SKIP:
+            st[k] = _GOOD
+    return None
+
+
+#: ``_txtable.rotate_busy`` when the transport's C extension is in use, else
+#: :func:`rotate_busy`: the same results in one call that reads the state, EV and
+#: position arrays directly, once per data packet sent while some port is busy.
+_rotate_busy: Final[
+    Callable[[list[int], bytearray, array[int], array[int], int, int], int | None]
+] = _NATIVE.rotate_busy if _NATIVE is not None else rotate_busy
+
+
 class EvIdsLike(Protocol):
     """What a :class:`PathSet` uses of its EV ids: :class:`EvIds`, or the native
     one (``_txtable.EvIds``, the same methods and results; :func:`new_ev_ids`)."""
@@ -1103,10 +1156,24 @@ class PathSet:
         skip = busy | self.down
         # Failure-proportional shares, while some full plane is in use to weigh against.
         wmask = self._wmask if self._nref else 0
-        if not skip and not wmask:
-            r = _rotate(self._slots, self._st, self._evs, self._idx)
-            self._idx = r >> 32
-            return r & 0xFFFFFFFF
+        if not wmask:
+            if not skip:
+                r = _rotate(self._slots, self._st, self._evs, self._idx)
+                self._idx = r >> 32
+                return r & 0xFFFFFFFF
+            pcur = self._pcur
+            if pcur is not None:  # (made by the loop below at the first plane picked)
+                rb = _rotate_busy(self._slots, self._st, self._evs, pcur, self._idx, skip)
+                if rb is not None:
+                    self._idx = rb >> 32
+                    return rb & 0xFFFFFFFF
+                # nothing usable off the skipped planes: as the loop below ends
+                if busy and self.usable:
+                    return -1
+                i = self._idx
+                slots = self._slots
+                self._idx = i + 1 if i + 1 < len(slots) else 0
+                return int(self._evs[slots[i]])
         slots = self._slots
         st = self._st
         n = len(slots)

@@ -240,6 +240,10 @@ class ContextBase:
         self.ports_down = 0
         #: the node's controller (:class:`openmrc.transport.controller.Controller`), if any.
         self.controller: Any = None
+        #: messages placed by all of this context's QPs (the sum of their
+        #: ``stats.rx_messages``): a driver that acts only after a packet that placed
+        #: a message compares it around the delivery instead of finding the QP again.
+        self.rx_placed = 0
 
 
 class QPBase:

@@ -285,6 +285,7 @@ class Responder:
                 nbytes = self._msg_bytes.pop(msn, 0)
             self.next_msn = msn + 1
             self.stats.rx_messages += 1
+            self.qp.context.rx_placed += 1
             if recv is not None:
                 self.qp.recv_cq.push(
                     WorkCompletion(
