@@ -749,6 +749,26 @@ _rotate: Final[Callable[[list[int], bytearray, array[int], int], int]] = (
 )
 
 
+def _plane_next(
+    slots: list[int], st: bytearray, evs: array[int], pcur: array[int], plane: int, ev: int
+) -> int:
+    """The next GOOD EV of ``plane`` in its own rotation (``pcur``, made by
+    :meth:`PathSet._plane_index`), moving that plane's cursor on; ``ev`` when the plane
+    has none."""
+    lo = pcur[plane]
+    m = pcur[plane + 1] - lo
+    c = pcur[17 + plane]
+    for _ in range(m):
+        kk = slots[pcur[lo + 33 + c]]
+        c += 1
+        if c == m:
+            c = 0
+        if st[kk] == _GOOD:
+            pcur[17 + plane] = c
+            return int(evs[kk])
+    return ev
+
+
 def rotate_busy(
     slots: list[int], st: bytearray, evs: array[int], pcur: array[int], i: int, skip: int
 ) -> int | None:
@@ -776,19 +796,7 @@ def rotate_busy(
             plane = ev & 15
             if skip >> plane & 1:
                 continue
-            lo = pcur[plane]
-            m = pcur[plane + 1] - lo
-            c = pcur[17 + plane]
-            for _ in range(m):
-                kk = slots[pcur[lo + 33 + c]]
-                c += 1
-                if c == m:
-                    c = 0
-                if st[kk] == _GOOD:
-                    pcur[17 + plane] = c
-                    ev = evs[kk]
-                    break
-            return i << 32 | ev
+            return i << 32 | _plane_next(slots, st, evs, pcur, plane, ev)
         if s == _SKIP:
             st[k] = _GOOD
     return None
@@ -1195,18 +1203,7 @@ class PathSet:
                     pcur = self._pcur
                     if pcur is None:
                         pcur = self._plane_index()
-                    lo = pcur[plane]
-                    m = pcur[plane + 1] - lo
-                    c = pcur[17 + plane]
-                    for _ in range(m):
-                        kk = slots[pcur[lo + 33 + c]]
-                        c += 1
-                        if c == m:
-                            c = 0
-                        if st[kk] == _GOOD:
-                            pcur[17 + plane] = c
-                            ev = self._evs[kk]
-                            break
+                    ev = _plane_next(slots, st, self._evs, pcur, plane, ev)
                 if wmask:
                     plane = ev & 15
                     self._tx += 1
