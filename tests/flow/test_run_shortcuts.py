@@ -62,3 +62,31 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _p2p_ends(sizes: list[int]) -> list[float]:
+    """Each of hosts 0.. sending ``sizes[i]`` bytes to host ``len(sizes) + i`` of the
+    same T0 at once, every flow alone on its ports: when each transfer ends (ps)."""
+    n = len(sizes)
+    spec = ClosSpec(planes=1, t0s=1, hosts_per_t0=2 * n, t1s=1)
+    model = FluidModel(spec, "roce", gpus_per_server=1)
+    g = JobGraph("pairs", 2 * n, gpus_per_server=1)
+    for h, size in enumerate(sizes):
+        g.add(Task("p2p", (h, n + h), size=size))
+    model.add_job(FluidJob(g, list(range(2 * n))))
+    ends = model.run().jobs[0].end
+    assert None not in ends
+    return [float(e) for e in ends if e is not None]
+
+
+def test_flows_ending_together_leave_the_others_their_own_bytes() -> None:
+    """The run keeps its flows in flight beside their per-slot tables (bytes left,
+    rates) and takes the slots that end at one instant out of both: two flows ending
+    together in slots 0 and 2 leave the flows of slots 1, 3, 4 and 5 their own bytes and
+    rates, each ending when it would alone."""
+    sizes = [1 << 20, 4 << 20, 1 << 20, 2 << 20, 3 << 20, 5 << 20]
+    together = _p2p_ends(sizes)
+    assert together[0] == together[2]
+    for size, end in zip(sizes, together, strict=True):
+        (alone,) = _p2p_ends([size])
+        assert abs(end - alone) <= 1e-9 * alone, (size, end, alone)

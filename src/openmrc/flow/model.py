@@ -412,6 +412,8 @@ def flows_of(task: Task, hosts: list[int], ring: int = 0) -> list[tuple[int, int
 _F_ROWS = 8
 _I_ROWS = 5
 _B_ROWS = 4
+#: ``ndarray.min`` is this reduction behind a Python-level wrapper; the run calls it directly
+_np_min = np.minimum.reduce
 
 
 def maxmin(
@@ -1117,38 +1119,27 @@ class FluidModel:
                 cols.append(R + i)
                 vals.append(1.0)
         ne = len(fe)
-        used_res = sorted(set(cols))
-        m = len(used_res)
-        where: dict[int, int] = {}
-        for j in range(m):
-            where[used_res[j]] = j
-        inv = [where[c] for c in cols]
         capa = self._cap_l
-        cap: list[float] = []
-        tol: list[float] = []
-        for j in range(m):
-            r = used_res[j]
-            c = pace[r - R] if r >= R else capa[r]
-            cap.append(c)
-            tol.append(1e-9 * (c if c >= 1e-12 or c != c else 1e-12))
         fac = [1.0] * n
         if episode is not None:
             for i in range(n):
                 ep = episode[i]
                 if ep is not None:
                     fac[i] = self._dcqcn_factor(*ep)
-        if m == ne:
+        col_set = set(cols)
+        if len(col_set) == ne:
             # no resource used twice: every flow is alone on its resources, so maxmin's
             # first round freezes each at its lowest level (the same floats: a level is
             # (cap - 0.0) / weight, nothing used yet; a flow whose lowest level is NaN
             # never freezes and keeps 0) and no switch queue is shared by two QPs (no
-            # DCQCN cut, nothing missed)
+            # DCQCN cut, nothing missed); an entry's resource is its own, so its
+            # capacity is read directly, without the resources' sorted index
             low = [inf] * n
             has = [False] * n
             for e in range(ne):
-                j, w = inv[e], vals[e]  # weight[j] is 0.0 + w: w
+                col, w = cols[e], vals[e]  # weight is 0.0 + w: w
                 if w > 1e-12:
-                    x = cap[j] - 0.0
+                    x = (pace[col - R] if col >= R else capa[col]) - 0.0
                     v = (x if x >= 0.0 or x != x else 0.0) / w
                 else:
                     v = inf
@@ -1163,6 +1154,19 @@ class FluidModel:
                 r0 = low[i] if has[i] and low[i] == low[i] else 0.0
                 out.append(r0 * fac[i])
             return out
+        used_res = sorted(col_set)
+        m = len(used_res)
+        where: dict[int, int] = {}
+        for j in range(m):
+            where[used_res[j]] = j
+        inv = [where[c] for c in cols]
+        cap: list[float] = []
+        tol: list[float] = []
+        for j in range(m):
+            r = used_res[j]
+            c = pace[r - R] if r >= R else capa[r]
+            cap.append(c)
+            tol.append(1e-9 * (c if c >= 1e-12 or c != c else 1e-12))
         # maxmin, scalar
         rate = [0.0] * n
         used = [0.0] * m
@@ -1373,7 +1377,9 @@ class FluidModel:
         # the flows in flight; their remaining and lost bytes, rates, efficiencies, whether
         # their path is dead and their groups, index for index (the arrays are the truth
         # for a flow in flight, the _Flow's rem / lost for one waiting to be added)
-        flows = np.zeros(0, dtype=object)  # the _Flow of every slot
+        #: the _Flow of every slot (a list: its items are read without a numpy call and
+        #: typed, so the compiled run reads their attributes directly)
+        flows: list[_Flow] = []
         # the per-slot arrays are the rows of three tables (floats, integers, booleans),
         # so that putting flows in flight and taking them out is one numpy call per
         # table, not one per array; the names below are views of the rows (``views``)
@@ -1514,10 +1520,10 @@ class FluidModel:
             """The slots (ascending) of flows ``got``."""
             if len(got) <= 16:
                 # a few: sorted here, one numpy call
-                return np.searchsorted(oid_a, sorted([f.oid for f in got]))
+                return oid_a.searchsorted(sorted([f.oid for f in got]))
             ids = np.fromiter((f.oid for f in got), np.int64, len(got))
             ids.sort()
-            return np.searchsorted(oid_a, ids)
+            return oid_a.searchsorted(ids)
 
         def component(starts: Any) -> np.ndarray:
             """The slots (ascending) of the flows connected to resources ``starts``
@@ -1575,8 +1581,6 @@ class FluidModel:
             nonlocal ri_a, top_a, wt_a, lab_a, f_tab, i_tab, b_tab
             nonlocal may_dead, may_buf, may_eff
             k = len(added)
-            new = np.empty(k, dtype=object)
-            new[:] = added
             # every flow's column of the tables, one after the other (each value is
             # exact in a float): one flat list, read by numpy in one go
             rows: list[Any] = []
@@ -1584,6 +1588,13 @@ class FluidModel:
             for f in added:
                 f.oid = next_oid
                 next_oid += 1
+                dirty.add(f.grp)
+                if f.dead:
+                    may_dead = True
+                if f.buf >= 0:
+                    may_buf = True
+                if f.eff != 1.0:
+                    may_eff = True
                 rows.extend(
                     (
                         pace(f),
@@ -1606,7 +1617,7 @@ class FluidModel:
                     )
                 )
             index(added)
-            c = np.array(rows, dtype=float).reshape(k, _F_ROWS + _I_ROWS + _B_ROWS).T
+            c = np.fromiter(rows, float, len(rows)).reshape(k, _F_ROWS + _I_ROWS + _B_ROWS).T
             new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
             new_lab = new_i[_I_ROWS - 1]
             if lab:
@@ -1626,21 +1637,13 @@ class FluidModel:
                 if gone:
                     new_lab[np.isin(new_lab, list(gone))] = -1
                     dissolve(gone)
-            flows = np.concatenate((flows, new))
+            flows.extend(added)
             f_tab = np.concatenate((f_tab, c[:_F_ROWS]), axis=1)
             i_tab = np.concatenate((i_tab, new_i), axis=1)
             b_tab = np.concatenate((b_tab, c[_F_ROWS + _I_ROWS :] != 0), axis=1)
             pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
             oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
             dead_a, cut_a, mute_a, ep_a = b_tab
-            dirty.update(f.grp for f in added)
-            for f in added:
-                if f.dead:
-                    may_dead = True
-                if f.buf >= 0:
-                    may_buf = True
-                if f.eff != 1.0:
-                    may_eff = True
             added.clear()
 
         pending: dict[int, int] = {}
@@ -1666,8 +1669,8 @@ class FluidModel:
                 if len(got):
                     wt_a[got] = new_wt
                     dirty.update(grp_a[got].tolist())
-                    for f in flows[got]:
-                        seeds.update(f.rl)
+                    for i in got.tolist():
+                        seeds.update(flows[i].rl)
             refilled = False  # rates of hop flows changed
             if dirty_all or dirty or seeds:
                 # every changed component (or group) in one filling: they share no
@@ -1699,7 +1702,7 @@ class FluidModel:
                     if hit:
                         if len(hit) == 1:
                             (x,) = hit
-                            kept = np.flatnonzero(lab_a == x)
+                            kept = (lab_a == x).nonzero()[0]
                             tired = {x} if lab_left[x] <= len(kept) else set()
                             lab_left[x] -= len(kept)
                         else:
@@ -1727,7 +1730,7 @@ class FluidModel:
                 if weigh and len(idx):
                     refilled = bool((ri_a[idx] >= 0).any())
                 refilled_flows += len(idx)
-                fls: list[_Flow] = flows[idx].tolist() if len(idx) else []
+                fls: list[_Flow] = [flows[i] for i in idx.tolist()] if len(idx) else []
                 n_e = 0
                 if fls and not weigh:
                     for f in fls:
@@ -1772,7 +1775,7 @@ class FluidModel:
                     if self.dcqcn is not None:
                         mute = mute_a[idx]
                         if ep_a[idx].any():
-                            eps = [fl.episode for fl in flows[idx]]
+                            eps = [g.episode for g in fls]
                         cuts = np.zeros(len(idx), dtype=bool)
                     shares = None
                     if weigh:
@@ -1797,7 +1800,7 @@ class FluidModel:
                     if mute is not None and mute.any():
                         # the cut each muted QP misses now (None: its queue is not congested)
                         for q in np.flatnonzero(mute).tolist():
-                            flows[idx[q]].missed = missed.get(q)
+                            fls[q].missed = missed.get(q)
                 recomputes += 1
                 dirty.clear()
                 seeds.clear()
@@ -1807,7 +1810,8 @@ class FluidModel:
             if len(flows):
                 eff_rate = rate_a * eff_a if may_eff else rate_a
                 ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
-                t_flow = now + float(ttf.min())
+                # ``ttf.min()`` without its Python-level wrapper (the same reduction)
+                t_flow = now + float(_np_min(ttf))
                 if weigh and (refilled or checked):
                     t_wt = now + rs.next_change(ri_a, top_a, rem_a, wt_a, eff_rate)
             # dead QPs filling a T0 uplink's queue: when the PFC budgets are full
@@ -1824,7 +1828,15 @@ class FluidModel:
                     buf_ex[r] = (ex, budget)
                     t_buf = min(t_buf, now + max(0.0, budget - buf_q.get(r, 0.0)) / ex)
             t_ev = heap[0][0] if heap else math.inf
-            t = min(t_flow, t_ev, t_buf, t_wt)
+            # min(t_flow, t_ev, t_buf, t_wt), compared as floats (builtin min's order: a
+            # later value replaces the least so far only when it is less)
+            t = t_flow
+            if t_ev < t:
+                t = t_ev
+            if t_buf < t:
+                t = t_buf
+            if t_wt < t:
+                t = t_wt
             if t == math.inf or t > limit:
                 if len(flows) and limit < math.inf:
                     now = limit
@@ -1838,17 +1850,19 @@ class FluidModel:
                 # rates are never negative, so a rate of 0 gives inf or NaN here (never
                 # at most 1) and needs no mask
                 done = (rem_a <= 1e-3) | (rem_a / eff_rate <= 1.0)
-                if done.any():
-                    for i in np.flatnonzero(done).tolist():
-                        fl = flows[i]
+                ends = done.nonzero()[0]
+                if len(ends):
+                    for i in ends.tolist():
+                        fl: _Flow = flows[i]
                         dirty.add(fl.grp)
                         unindex(fl)
                         if fl.ri >= 0:
                             rs.leave(fl.ri, float(top_a[i]) - max(0.0, float(rem_a[i])))
                             fl.wt = float(wt_a[i])
-                        if lost_a[i] > 0:
+                        lost_i = float(lost_a[i])
+                        if lost_i > 0:
                             # all sent, some of it lost: the ACK timeout rewinds the QP
-                            fl.rem, fl.lost = 0.0, float(lost_a[i])
+                            fl.rem, fl.lost = 0.0, lost_i
                             step = fl.msg if fl.msg >= 0 else fl.steps - 1
                             fl.rto, fl.waited = self._first_rto(fl, step), 0
                             heapq.heappush(heap, (t + fl.rto, seq, 4, len(parked)))
@@ -1896,8 +1910,9 @@ class FluidModel:
                             )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
-                    keep = np.flatnonzero(~done)
-                    flows = flows[keep]
+                    keep = (~done).nonzero()[0]
+                    for i in reversed(ends.tolist()):
+                        del flows[i]
                     f_tab = f_tab.take(keep, axis=1)
                     i_tab = i_tab.take(keep, axis=1)
                     b_tab = b_tab.take(keep, axis=1)
