@@ -754,12 +754,7 @@ def test_a_path_set_rotates_past_busy_planes_natively_unless_pure_python() -> No
 def _plane_runs(evs: array[int], slots: list[int], rng: random.Random) -> array[int]:
     """A plane index as PathSet._plane_index lays it out (offsets, cursors, positions
     grouped by plane), with the cursors at random places in their runs."""
-    order = sorted(range(len(slots)), key=lambda j: (evs[slots[j]] & 15, j))
-    offs = [0] * 17
-    for j in order:
-        offs[(evs[slots[j]] & 15) + 1] += 1
-    for p in range(16):
-        offs[p + 1] += offs[p]
+    offs, order = paths.plane_runs(evs, slots)
     cur = [rng.randrange(offs[p + 1] - offs[p]) if offs[p + 1] > offs[p] else 0 for p in range(16)]
     return array("I", offs + cur + order)
 

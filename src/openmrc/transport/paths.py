@@ -749,6 +749,19 @@ _rotate: Final[Callable[[list[int], bytearray, array[int], int], int]] = (
 )
 
 
+def plane_runs(evs: array[int], slots: list[int]) -> tuple[list[int], list[int]]:
+    """The layout of a plane rotation index (:meth:`PathSet._plane_index`): the 17
+    offsets of each plane's run, and every slot position grouped by plane (in slot
+    order within a plane)."""
+    order = sorted(range(len(slots)), key=lambda j: (evs[slots[j]] & 15, j))
+    offs = [0] * 17
+    for j in order:
+        offs[(evs[slots[j]] & 15) + 1] += 1
+    for p in range(16):
+        offs[p + 1] += offs[p]
+    return offs, order
+
+
 def _plane_next(
     slots: list[int], st: bytearray, evs: array[int], pcur: array[int], plane: int, ev: int
 ) -> int:
@@ -1238,14 +1251,7 @@ class PathSet:
         needed, 4 bytes per slot): the offsets of each plane's run ([0..16]),
         each plane's cursor into its run ([17..32]), then every slot position
         grouped by plane (a slot keeps its plane: replacements come from it)."""
-        evs = self._evs
-        slots = self._slots
-        order = sorted(range(len(slots)), key=lambda j: (evs[slots[j]] & 15, j))
-        offs = [0] * 17
-        for j in order:
-            offs[(evs[slots[j]] & 15) + 1] += 1
-        for p in range(16):
-            offs[p + 1] += offs[p]
+        offs, order = plane_runs(self._evs, self._slots)
         pcur = self._pcur = array("I", offs + [0] * 16 + order)
         return pcur
 
