@@ -16,8 +16,14 @@ made of EVs known to work:
 
 A SACK or NACK goes on the confirmed reverse EV of the plane its reflected EV
 came in on, else (failover) on the confirmed reverse EV of the next plane
-that has one; before any is confirmed, the QP's own first GOOD EV of the
-plane stands in.  An EV this QP's own path state holds ASSUMED_BAD or DENIED
+that has one.  While no plane has one (before the first is confirmed, or
+after suspicion took the last), nothing says which path works, so each
+control packet of the plane takes the plane's next GOOD EV of the QP's own
+set (a stand-in), in turn: pinned to one unconfirmed EV, every SACK would be
+lost while that EV's path is down, and the sender, hearing nothing, times
+out and blames forward paths that work; spread, the share of SACKs that
+arrives is the share of paths that work, and each carries the cumulative
+ACK and bitmap.  An EV this QP's own path state holds ASSUMED_BAD or DENIED
 is never used, nor a plane whose port is down at either end.
 
 Failover when a reverse path dies: the QP cannot see its SACKs lost, but it
@@ -122,13 +128,17 @@ class ReversePaths:
 
     # -- which EV a control packet takes ---------------------------------------------
     def route(self, reflected: int) -> int:
-        """The EV a SACK or NACK reflecting ``reflected`` travels on."""
+        """The EV a SACK or NACK reflecting ``reflected`` travels on (while no
+        plane has a confirmed reverse EV, the next stand-in of the plane: each
+        call moves it on)."""
         plane = reflected & (MAX_PLANES - 1)
         q = self._carrier(plane)
         if q < 0:
             return reflected
         if q != plane:
             self.stats_failovers += 1
+        if not self.confirmed >> q & 1:
+            self._next_standin(q)  # nothing confirmed: the plane's stand-ins in turn
         return self.evs[q]
 
     def _carrier(self, plane: int) -> int:
