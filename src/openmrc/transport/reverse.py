@@ -34,7 +34,11 @@ RTTs) arriving on a plane unconfirms that plane's reverse EV
 plane's confirmed EV, and the next probe, sent without waiting for the RTT,
 looks for a new EV in the suspect plane.  The per-RTT probes keep moving each
 plane's reverse EV to one just answered, so a reverse EV on a path that died
-silently is also replaced within a few RTTs per plane.
+silently is also replaced once a probe of its plane is answered: within a few
+RTTs per plane while most paths work, but where most of a plane's paths are
+dead each unanswered probe holds the next for four RTTs, and a dead reverse
+EV can stay in use for hundreds of microseconds (its SACKs lost; the other
+planes' SACKs, or the sender's probes, recover what they carried).
 
 EV probe *replies* are not routed here: a probe tests the round trip of one
 path, and its answer travels back on that path, as before (unless the
