@@ -1229,10 +1229,9 @@ def test_native_int_arguments_read_exactly_at_digit_boundaries() -> None:
 def test_arrivals_on_one_link_run_in_time_order_and_are_all_pending(
     impl: tuple[str, Any, Any, Any, Any],
 ) -> None:
-    """Natively only a port's earliest arrival waits in the event heap, the rest
-    behind it in the port's FIFO: ``pending()`` still counts them all, and an
-    arrival due before those already queued (the link went down and up during a
-    long transmission, so a short packet sent next overtakes it) still runs first."""
+    """A port's arrivals in flight are all pending (``pending()`` counts them), and
+    an arrival due before those already scheduled (the link went down and up during
+    a long transmission, so a short packet sent next overtakes it) still runs first."""
     _, sim_cls, port_cls, _sw, _end = impl
     sim = sim_cls(1)
     got: list[tuple[int, int, int]] = []
@@ -1268,9 +1267,9 @@ def test_arrivals_on_one_link_run_in_time_order_and_are_all_pending(
 def test_arrivals_queued_on_a_link_go_with_a_reset_or_collected_simulator(
     impl: tuple[str, Any, Any, Any, Any],
 ) -> None:
-    """Arrivals waiting behind a port's first one are dropped with the rest when the
-    simulator is initialised again (none runs, none is counted) and freed with a
-    collected simulator and port."""
+    """A port's arrivals in flight are dropped with the rest when the simulator is
+    initialised again (none runs, none is counted) and freed with a collected
+    simulator and port."""
     _, sim_cls, port_cls, _sw, _end = impl
     for again in (True, False):
         sim = sim_cls(1)
