@@ -81,6 +81,37 @@ def test_kernel_present_when_required() -> None:
     assert kernel is not None, f"openmrc.sim._kernel does not import ({_KERNEL_ERROR})"
 
 
+def _function_disassembly(library: str, name: str) -> str | None:
+    """The x86-64 instructions of function ``name`` in a shared library (objdump), or
+    None where objdump or the function's symbol is missing."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    out = subprocess.run(
+        [objdump, "-d", "--no-show-raw-insn", library], capture_output=True, text=True
+    ).stdout
+    head = out.find(f"<{name}>:\n")
+    if head < 0:
+        return None
+    end = out.find("\n\n", head)
+    return out[head : end if end >= 0 else len(out)]
+
+
+@native
+def test_event_loop_keeps_its_prefetches() -> None:
+    """The run loop asks for the next events' lines ahead (the kernel's "prefetching
+    the next events").  A compiler may drop a call to a function whose only effect
+    is prefetches as dead code; the helpers are forced inline so that the
+    prefetches stay in ``Sim_run`` (x86-64 with objdump; skipped elsewhere)."""
+    assert kernel is not None
+    if os.uname().machine not in ("x86_64", "AMD64"):
+        pytest.skip("the check reads x86-64 instructions")
+    body = _function_disassembly(str(kernel.__file__), "Sim_run")
+    if body is None:
+        pytest.skip("no objdump, or Sim_run has no symbol in this build")
+    assert body.count("prefetch") >= 4, "Sim_run lost its prefetches"
+
+
 # --------------------------------------------------------------------------------------
 # whole scenarios, native against pure Python
 

@@ -302,8 +302,14 @@ static inline int order_less(uint64_t xtk, uint64_t xkey, uint64_t ytk, uint64_t
  * or Clang builtins). */
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 0, 3)
+/* For a function whose only effect is prefetches: GCC counts a prefetch as no
+ * side effect, so a call to such a function that it did not inline early is
+ * dropped as dead code (with it every prefetch in it).  Forced inline, the
+ * prefetches stay in the caller. */
+#define PF_INLINE static inline __attribute__((always_inline))
 #else
 #define PREFETCH(p) ((void)(p))
+#define PF_INLINE static inline
 #endif
 
 static inline int hk_less(const HKey *x, const HKey *y)
@@ -2552,7 +2558,7 @@ static int dispatch(Event *ev)
 #endif
 
 /* Stage 1 for one event: the lines of its port (or callable) and packet. */
-static inline void prefetch_lines(uint64_t meta, const char *a, const void *b)
+PF_INLINE void prefetch_lines(uint64_t meta, const char *a, const void *b)
 {
     PREFETCH(a);
     if ((meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL &&
@@ -2563,7 +2569,7 @@ static inline void prefetch_lines(uint64_t meta, const char *a, const void *b)
 }
 
 /* Stage 2 for one event: what it reaches through its port. */
-static inline void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject *p)
+PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject *p)
 {
     int kind = (int)(meta & ((1u << SK_KIND_BITS) - 1));
     if (kind == EV_CALL || kind == EV_CALL1)
@@ -2584,7 +2590,7 @@ static inline void prefetch_deps(const SimObject *s, uint64_t meta, const PortOb
 
 /* Stage 1, after an event is popped: the next event's lines (the run's next or
  * h's root, whichever comes first), and those of the run's event PF_AHEAD on. */
-static inline void prefetch_next(const SimObject *s)
+PF_INLINE void prefetch_next(const SimObject *s)
 {
     const EvStore *st = &s->q;
     if (st->ri + PF_AHEAD < st->rn) {
@@ -2604,7 +2610,7 @@ static inline void prefetch_next(const SimObject *s)
 /* Stage 2, before the next event is popped: what it reaches through its port,
  * and what the run's event PF_DEPS_AHEAD on does (their lines asked for by stage
  * 1 before). */
-static inline void prefetch_next_deps(const SimObject *s)
+PF_INLINE void prefetch_next_deps(const SimObject *s)
 {
     const EvStore *st = &s->q;
     if (st->ri + PF_DEPS_AHEAD < st->rn) {
