@@ -2563,7 +2563,7 @@ PF_INLINE void prefetch_lines(uint64_t meta, const char *a, const void *b)
     PREFETCH(a);
     if ((meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL &&
         (meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL1)
-        PREFETCH(a + 64); /* the port's arrival fields end in its second line */
+        PREFETCH(a + 64); /* a port: its transmitter's fields go on in its second line */
     if (b != NULL)
         PREFETCH(b);
 }
