@@ -81,6 +81,37 @@ def test_kernel_present_when_required() -> None:
     assert kernel is not None, f"openmrc.sim._kernel does not import ({_KERNEL_ERROR})"
 
 
+def _function_disassembly(library: str, name: str) -> str | None:
+    """The x86-64 instructions of function ``name`` in a shared library (objdump), or
+    None where objdump or the function's symbol is missing."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    out = subprocess.run(
+        [objdump, "-d", "--no-show-raw-insn", library], capture_output=True, text=True
+    ).stdout
+    head = out.find(f"<{name}>:\n")
+    if head < 0:
+        return None
+    end = out.find("\n\n", head)
+    return out[head : end if end >= 0 else len(out)]
+
+
+@native
+def test_event_loop_keeps_its_prefetches() -> None:
+    """The run loop asks for the next events' lines ahead (the kernel's "prefetching
+    the next events").  A compiler may drop a call to a function whose only effect
+    is prefetches as dead code; the helpers are forced inline so that the
+    prefetches stay in ``Sim_run`` (x86-64 with objdump; skipped elsewhere)."""
+    assert kernel is not None
+    if os.uname().machine not in ("x86_64", "AMD64"):
+        pytest.skip("the check reads x86-64 instructions")
+    body = _function_disassembly(str(kernel.__file__), "Sim_run")
+    if body is None:
+        pytest.skip("no objdump, or Sim_run has no symbol in this build")
+    assert body.count("prefetch") >= 4, "Sim_run lost its prefetches"
+
+
 # --------------------------------------------------------------------------------------
 # whole scenarios, native against pure Python
 
@@ -1229,10 +1260,9 @@ def test_native_int_arguments_read_exactly_at_digit_boundaries() -> None:
 def test_arrivals_on_one_link_run_in_time_order_and_are_all_pending(
     impl: tuple[str, Any, Any, Any, Any],
 ) -> None:
-    """Natively only a port's earliest arrival waits in the event heap, the rest
-    behind it in the port's FIFO: ``pending()`` still counts them all, and an
-    arrival due before those already queued (the link went down and up during a
-    long transmission, so a short packet sent next overtakes it) still runs first."""
+    """A port's arrivals in flight are all pending (``pending()`` counts them), and
+    an arrival due before those already scheduled (the link went down and up during
+    a long transmission, so a short packet sent next overtakes it) still runs first."""
     _, sim_cls, port_cls, _sw, _end = impl
     sim = sim_cls(1)
     got: list[tuple[int, int, int]] = []
@@ -1268,9 +1298,9 @@ def test_arrivals_on_one_link_run_in_time_order_and_are_all_pending(
 def test_arrivals_queued_on_a_link_go_with_a_reset_or_collected_simulator(
     impl: tuple[str, Any, Any, Any, Any],
 ) -> None:
-    """Arrivals waiting behind a port's first one are dropped with the rest when the
-    simulator is initialised again (none runs, none is counted) and freed with a
-    collected simulator and port."""
+    """A port's arrivals in flight are dropped with the rest when the simulator is
+    initialised again (none runs, none is counted) and freed with a collected
+    simulator and port."""
     _, sim_cls, port_cls, _sw, _end = impl
     for again in (True, False):
         sim = sim_cls(1)

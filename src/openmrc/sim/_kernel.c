@@ -14,8 +14,7 @@
  * Events are C structs ordered by (time, key): those of the current time slot in
  * a 4-ary heap kept as two arrays (the keys, which the heap compares, and the
  * rest), those of the next slots in a wheel of unsorted buckets, those further
- * ahead in a second heap ("the event store"); a port's arrivals after its
- * earliest wait in the port's own FIFO ("link FIFOs").  An event is
+ * ahead in a second heap ("the event store").  An event is
  * either a Python call (callable + args tuple), a packet arriving at the far
  * end of a port, or a port's "transmitter free".  Arrivals at a native Switch
  * or HostEnd, and the switch's enqueue onto a native port, involve no Python
@@ -178,7 +177,7 @@ typedef struct {
     PyObject_HEAD
     int64_t now;
     int64_t events_run;
-    EvStore q; /* the pending events (those of port FIFOs aside) */
+    EvStore q; /* the pending events */
     PyObject *rng;  /* for code outside the fabric (the ports have their own) */
     PyObject *seed; /* what rng_for seeds the ports' generators from */
     PyObject *cancelled; /* set of keys (ints) */
@@ -201,7 +200,6 @@ typedef struct {
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
     char stopped;
-    Py_ssize_t nqueued; /* arrivals waiting in ports' FIFOs (see "link FIFOs") */
 } SimObject;
 
 /* A queued packet and the wire bytes (size + framing) it was queued with: the
@@ -220,27 +218,20 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     /* Laid out for the cache: an arrival reads the port it came over (the header,
-     * is_port's type, sim, rx_kind, rx_target, epoch and the FIFO's fields) from
+     * is_port's type, sim, rx_kind, rx_target and epoch) from
      * these first bytes; a port a packet leaves by reads the block after them; the
      * names, links and counters nobody reads per packet come last.  At thousands of
      * hosts each port's lines are usually out of the cache, so fewer of them is
      * fewer misses. */
     SimObject *sim;
     PyObject *rx_target;
-    /* its arrivals behind the one in the heap (see "link FIFOs"): fq_len events
-     * from fq_head in a ring of fq_cap (a power of two, or 0), owned by the
-     * simulator fq_sim (borrowed; NULL when no head of this port is in a heap) */
-    Event *fq;
-    SimObject *fq_sim;
     int64_t epoch;
-    int32_t fq_head, fq_len, fq_cap;
     int rx_kind;
     int32_t ent1; /* its entity + 1 (0: none; kept here, not in the simulator's table) */
     char up, has_txev, impaired, trim, lasthop, ecn, silent;
     /* the transmitter and its queues */
     int64_t busy_until, framing, num, den, delay, data_bytes, prio_bytes, data_limit,
         prio_limit, kmin, kmax, max_queue_bytes, tx_pkts, tx_bytes, txev_t, txev_key;
-    uint64_t fq_last_tk, fq_last_key; /* the latest arrival queued (or the head) */
     Ring data, prio;
     /* read off the per-packet path */
     PyObject *name, *peer, *link, *rx, *rng_random;
@@ -295,7 +286,7 @@ static inline int is_port(PyObject *o)
  * without branches where the compiler has 128-bit integers (keys are never
  * negative): the heap picks the smallest of four children by index arithmetic
  * on this, which no misprediction can stall.  The one comparison of the
- * kernel: the heap's keys (hk_less) and a port FIFO's order (arrival_push). */
+ * kernel: the heap's keys (hk_less) and the run's (store_top_is_run). */
 static inline int order_less(uint64_t xtk, uint64_t xkey, uint64_t ytk, uint64_t ykey)
 {
 #ifdef HAVE_INT128
@@ -311,8 +302,14 @@ static inline int order_less(uint64_t xtk, uint64_t xkey, uint64_t ytk, uint64_t
  * or Clang builtins). */
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 0, 3)
+/* For a function whose only effect is prefetches: GCC counts a prefetch as no
+ * side effect, so a call to such a function that it did not inline early is
+ * dropped as dead code (with it every prefetch in it).  Forced inline, the
+ * prefetches stay in the caller. */
+#define PF_INLINE static inline __attribute__((always_inline))
 #else
 #define PREFETCH(p) ((void)(p))
+#define PF_INLINE static inline
 #endif
 
 static inline int hk_less(const HKey *x, const HKey *y)
@@ -1434,146 +1431,21 @@ static inline int heap_push(SimObject *s, int64_t t, int kind, int64_t target, P
     return heap_push_key(s, t, sim_next_key(s), kind, target, a, b, epoch);
 }
 
-/* ------------------------------------------------------------------------ */
-/* link FIFOs                                                               */
-/*
- * A port's arrivals are scheduled in (time, key) order: it puts a packet on the
- * wire only once the previous one has left, and each arrives a serialization
- * time plus the link's delay later.  So only the earliest of a port's pending
- * arrivals waits in the event store (EV_HEAD set in its meta); the others wait,
- * in order, in the port's FIFO, and when the head is popped the next one takes
- * its place (at the root of the current slot's heap when it is in that slot: one
- * sift instead of a pop and a push).  The store is smaller by the packets in
- * flight on the links.  An arrival not later than the last one queued (none is,
- * in the model), one for another rank and one with a big epoch go into the store
- * as before.  Every queued arrival is later than its port's head, so the smallest
- * event is always in the store, and events come out in the same order as from
- * one heap.
- */
-#define EV_HEAD ((uint64_t)1 << 20) /* in meta, above the epoch: a port FIFO's head */
-
-/* Append ev to p's FIFO (references move); -1 on no memory (nothing moved, no
- * error set). */
-static int fifo_append(PortObject *p, const Event *ev)
-{
-    if (p->fq_len == p->fq_cap) {
-        if (p->fq_cap > (1 << 29))
-            return -1;
-        int32_t cap = p->fq_cap ? p->fq_cap * 2 : 8;
-        Event *buf = PyMem_Malloc((size_t)cap * sizeof(Event));
-        if (buf == NULL)
-            return -1;
-        for (int32_t i = 0; i < p->fq_len; i++)
-            buf[i] = p->fq[(p->fq_head + i) & (p->fq_cap - 1)];
-        PyMem_Free(p->fq);
-        p->fq = buf;
-        p->fq_cap = cap;
-        p->fq_head = 0;
-    }
-    p->fq[(p->fq_head + p->fq_len) & (p->fq_cap - 1)] = *ev;
-    p->fq_len++;
-    return 0;
-}
-
-/* Release the arrivals queued in p's FIFO (their references; Python code may run). */
-static void fifo_clear(PortObject *p)
-{
-    Event *buf = p->fq;
-    Py_ssize_t head = p->fq_head, len = p->fq_len, cap = p->fq_cap;
-    if (p->fq_sim != NULL)
-        p->fq_sim->nqueued -= len;
-    p->fq = NULL;
-    p->fq_head = p->fq_len = p->fq_cap = 0;
-    p->fq_sim = NULL;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        Py_XDECREF(buf[(head + i) & (cap - 1)].a);
-        Py_XDECREF(buf[(head + i) & (cap - 1)].b);
-    }
-    PyMem_Free(buf);
-}
-
-/* Schedule the arrival ev of port p (references move): behind the port's head
- * when it is later than the last one queued, else into the store. -1 on error. */
-static int arrival_push(SimObject *s, PortObject *p, Event *ev)
-{
-    if (p->fq_sim == NULL) {
-        ev->meta |= EV_HEAD;
-        if (heap_insert(s, ev) < 0)
-            return -1;
-        p->fq_sim = s;
-        p->fq_last_tk = ev->tk;
-        p->fq_last_key = ev->key;
-        return 0;
-    }
-    if (p->fq_sim == s) {
-        if (order_less(p->fq_last_tk, p->fq_last_key, ev->tk, ev->key) &&
-            fifo_append(p, ev) == 0) {
-            s->nqueued++;
-            p->fq_last_tk = ev->tk;
-            p->fq_last_key = ev->key;
-            return 0;
-        }
-    }
-    return heap_insert(s, ev);
-}
-
 /* Pop the smallest event into *out (references move to the caller); the store
- * settled first (store_settle returned 1).  If it is a port FIFO's head, the
- * port's next arrival takes its place: at h's root when the head came from h and
- * the next is in the current slot (one sift instead of a pop and a push), else
- * wherever store_insert puts it.  -1 on no memory (error set; nothing popped). */
-static int heap_pop(SimObject *s, Event *out)
+ * settled first (store_settle returned 1): the run's next or h's root.
+ *
+ * A port's arrivals go into the store like every other event.  (They once waited
+ * in a FIFO per port with only the earliest in one heap of all pending events,
+ * which kept that heap small; with the wheel an event scheduled ahead costs an
+ * append to its slot's bucket and a place in a sorted run, so the FIFO only added
+ * a miss on its ring at every pop.) */
+static inline void heap_pop(SimObject *s, Event *out)
 {
     EvStore *st = &s->q;
-    Heap *h = &st->h;
-    int from_run = store_top_is_run(st);
-    uint64_t meta = from_run ? st->run[st->ri].meta : h->hp[0].meta;
-    PortObject *p = (meta & EV_HEAD) ? (PortObject *)(from_run ? st->run[st->ri].a : h->hp[0].a)
-                                     : NULL;
-    if (p != NULL && p->fq_sim != s)
-        p = NULL; /* (cleared meanwhile: Port_clear) */
-    if (p != NULL && p->fq_len) {
-        Event next = p->fq[p->fq_head];
-        next.meta |= EV_HEAD;
-        int part = store_part(st, tk_slot(next.tk));
-        /* make room first, so that a failure changes nothing */
-        if (part == 2) {
-            if (wheel_alloc(st) < 0 ||
-                bucket_reserve1(st, &st->wheel[tk_slot(next.tk) & (WHEEL_SLOTS - 1)]) < 0)
-                return -1;
-        }
-        else if (part == 1) {
-            if (st->far.n == st->far.cap && heap_reserve(&st->far, st->far.n + 1) < 0)
-                return -1;
-        }
-        else if (from_run && h->n == h->cap && heap_reserve(h, h->n + 1) < 0)
-            return -1;
-        p->fq_head = (p->fq_head + 1) & (p->fq_cap - 1);
-        p->fq_len--;
-        s->nqueued--;
-        if (from_run) {
-            *out = st->run[st->ri++];
-            store_insert(st, &next); /* (cannot fail: room made above) */
-        }
-        else if (part == 0) {
-            *out = heap_get(h, 0);
-            HKey lk = {next.key, next.tk};
-            HPay lp = {next.meta, next.a, next.b};
-            heap_fill_root(h, lk, lp);
-        }
-        else {
-            heap_take_root(h, out);
-            store_insert(st, &next); /* (cannot fail: room made above) */
-        }
-        return 0;
-    }
-    if (p != NULL)
-        p->fq_sim = NULL;
-    if (from_run)
+    if (store_top_is_run(st))
         *out = st->run[st->ri++];
     else
-        heap_take_root(h, out);
-    return 0;
+        heap_take_root(&st->h, out);
 }
 
 
@@ -2158,7 +2030,7 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
         Event ev = {(uint64_t)key, (uint64_t)arrive ^ T_BIAS,
                     (uint64_t)target << 32 | (uint64_t)epoch << SK_KIND_BITS | EV_ARRIVE,
                     (PyObject *)p, pkt};
-        return arrival_push(s, p, &ev) < 0 ? -1 : 1;
+        return heap_insert(s, &ev) < 0 ? -1 : 1;
     }
     if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, epoch) < 0)
         return -1;
@@ -2664,13 +2536,13 @@ static int dispatch(Event *ev)
 /* prefetching the next events                                               */
 /*
  * At thousands of hosts the objects an event reads (the port it came over, the
- * packet, the FIFO behind the port, the switch or host end it reaches) are
+ * packet, the switch or host end it reaches) are
  * rarely in the cache, and each is found through the one before it, so their
  * misses come one after another.  The next events are usually the run's next
  * ones, in order (the event store): the loop asks for the port and packet of the
  * event PF_AHEAD on before it dispatches this one (stage 1), and for what hangs
- * off the port of the event PF_DEPS_AHEAD on (its FIFO's head, the receiver,
- * the transmit queue's head) once this event is done (stage 2: that port's
+ * off the port of the event PF_DEPS_AHEAD on (the receiver, the transmit
+ * queue's head) once this event is done (stage 2: that port's
  * lines are there by then), so the misses of a few events overlap; the next
  * event itself (the run's or h's) is asked for as well.  A prefetch changes no
  * state and cannot fault: at worst (an earlier event scheduled meanwhile) it
@@ -2686,18 +2558,18 @@ static int dispatch(Event *ev)
 #endif
 
 /* Stage 1 for one event: the lines of its port (or callable) and packet. */
-static inline void prefetch_lines(uint64_t meta, const char *a, const void *b)
+PF_INLINE void prefetch_lines(uint64_t meta, const char *a, const void *b)
 {
     PREFETCH(a);
     if ((meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL &&
         (meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL1)
-        PREFETCH(a + 64); /* the port's arrival fields end in its second line */
+        PREFETCH(a + 64); /* a port: its transmitter's fields go on in its second line */
     if (b != NULL)
         PREFETCH(b);
 }
 
 /* Stage 2 for one event: what it reaches through its port. */
-static inline void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject *p)
+PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject *p)
 {
     int kind = (int)(meta & ((1u << SK_KIND_BITS) - 1));
     if (kind == EV_CALL || kind == EV_CALL1)
@@ -2710,8 +2582,6 @@ static inline void prefetch_deps(const SimObject *s, uint64_t meta, const PortOb
             PREFETCH(p->rx_target);
         return;
     }
-    if ((meta & EV_HEAD) && p->fq_sim == s && p->fq_len)
-        PREFETCH(&p->fq[p->fq_head]);
     if (p->rx_target != NULL) { /* a switch's or host end's arrival fields: two lines */
         PREFETCH(p->rx_target);
         PREFETCH((const char *)p->rx_target + 64);
@@ -2720,7 +2590,7 @@ static inline void prefetch_deps(const SimObject *s, uint64_t meta, const PortOb
 
 /* Stage 1, after an event is popped: the next event's lines (the run's next or
  * h's root, whichever comes first), and those of the run's event PF_AHEAD on. */
-static inline void prefetch_next(const SimObject *s)
+PF_INLINE void prefetch_next(const SimObject *s)
 {
     const EvStore *st = &s->q;
     if (st->ri + PF_AHEAD < st->rn) {
@@ -2740,7 +2610,7 @@ static inline void prefetch_next(const SimObject *s)
 /* Stage 2, before the next event is popped: what it reaches through its port,
  * and what the run's event PF_DEPS_AHEAD on does (their lines asked for by stage
  * 1 before). */
-static inline void prefetch_next_deps(const SimObject *s)
+PF_INLINE void prefetch_next_deps(const SimObject *s)
 {
     const EvStore *st = &s->q;
     if (st->ri + PF_DEPS_AHEAD < st->rn) {
@@ -2853,24 +2723,6 @@ static void heap_clear_all(SimObject *s)
     memset(&s->q, 0, sizeof(EvStore));
     StoreIter it = {0, 0, 0};
     Event e;
-    /* every port with arrivals queued here has its head in the store: detach
-     * those first (still referenced by their heads), then release everything */
-    while (store_next(&old, &it, &e))
-        if ((e.meta & EV_HEAD) && ((PortObject *)e.a)->fq_sim == s) {
-            PortObject *p = (PortObject *)e.a;
-            Event *buf = p->fq;
-            Py_ssize_t head = p->fq_head, len = p->fq_len, cap = p->fq_cap;
-            p->fq = NULL;
-            p->fq_head = p->fq_len = p->fq_cap = 0;
-            p->fq_sim = NULL;
-            s->nqueued -= len;
-            for (Py_ssize_t j = 0; j < len; j++) {
-                Py_XDECREF(buf[(head + j) & (cap - 1)].a);
-                Py_XDECREF(buf[(head + j) & (cap - 1)].b);
-            }
-            PyMem_Free(buf);
-        }
-    it = (StoreIter){0, 0, 0};
     while (store_next(&old, &it, &e)) {
         Py_XDECREF(e.a);
         Py_XDECREF(e.b);
@@ -3628,7 +3480,7 @@ static PyObject *Sim_stop(SimObject *s, PyObject *unused)
 
 static PyObject *Sim_pending(SimObject *s, PyObject *unused)
 {
-    return PyLong_FromSsize_t(store_count(&s->q) + s->nqueued);
+    return PyLong_FromSsize_t(store_count(&s->q));
 }
 
 static PyObject *Sim_pending_callbacks(SimObject *s, PyObject *unused)
@@ -3728,8 +3580,7 @@ static PyObject *Sim_run(SimObject *s, PyObject *args, PyObject *kw)
                 goto fail;
             continue; /* (a handler may have changed the pending events) */
         }
-        if (heap_pop(s, &ev) < 0)
-            goto fail;
+        heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
             int c = discard_cancelled(s, &ev);
             if (c < 0)
@@ -3833,8 +3684,7 @@ static PyObject *Sim_run_window(SimObject *s, PyObject *args, PyObject *kw)
                 goto fail;
             continue; /* (a handler may have changed the pending events) */
         }
-        if (heap_pop(s, &ev) < 0)
-            goto fail;
+        heap_pop(s, &ev);
         if (PySet_GET_SIZE(s->cancelled)) {
             int c = discard_cancelled(s, &ev);
             if (c < 0)
@@ -4192,10 +4042,6 @@ static int Port_traverse(PortObject *p, visitproc visit, void *arg)
         Py_VISIT(ring_at(&p->data, i));
     for (Py_ssize_t i = 0; i < p->prio.len; i++)
         Py_VISIT(ring_at(&p->prio, i));
-    for (Py_ssize_t i = 0; i < p->fq_len; i++) {
-        Py_VISIT(p->fq[(p->fq_head + i) & (p->fq_cap - 1)].a);
-        Py_VISIT(p->fq[(p->fq_head + i) & (p->fq_cap - 1)].b);
-    }
     return 0;
 }
 
@@ -4212,7 +4058,6 @@ static int Port_clear(PortObject *p)
     ring_clear(&p->data);
     ring_clear(&p->prio);
     p->has_txev = 0;
-    fifo_clear(p);
     return 0;
 }
 
