@@ -417,8 +417,8 @@ _B_ROWS = 5
 #: weight 1; buf, ri and lab -1 (no queue, no ring hop, no kept set); not dead, gone
 _F_GONE = np.array([[0.0], [math.inf], [0.0], [0.0], [1.0], [0.0], [0.0], [1.0]])
 _B_GONE = np.array([[False], [False], [False], [False], [True]])
-#: ``ndarray.min`` is this reduction behind a Python-level wrapper; the run calls it directly
-_np_min = np.minimum.reduce
+#: the least of an array, NaNs passed over (``np.nanmin`` without its wrappers)
+_np_fmin = np.fmin.reduce
 
 
 def maxmin(
@@ -1866,9 +1866,11 @@ class FluidModel:
             t_flow = math.inf
             if len(flows):
                 eff_rate = rate_a * eff_a if may_eff else rate_a
-                ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
-                # ``ttf.min()`` without its Python-level wrapper (the same reduction)
-                t_flow = now + float(_np_min(ttf))
+                # the least time to finish, rem / rate, over the flows with a rate: without
+                # one, rem / 0 is inf, or NaN with nothing left, which ``fmin`` passes
+                # over (NaN only when every slot gives NaN: none has a rate)
+                t_min = float(_np_fmin(rem_a / eff_rate))
+                t_flow = now + (t_min if t_min == t_min else math.inf)
                 if weigh and (refilled or checked):
                     t_wt = now + rs.next_change(ri_a, top_a, rem_a, wt_a, eff_rate)
             # dead QPs filling a T0 uplink's queue: when the PFC budgets are full
