@@ -1424,8 +1424,11 @@ class FluidModel:
         #: oid_a: every slot's _Flow.oid: ascending, as slots keep the order flows came in
         #: flight
         next_oid = 0
-        #: the flows in flight on each resource (refill "component": what a change reaches)
-        on_res: dict[int, set[_Flow]] = {}
+        #: the flows in flight on each resource, by resource (refill "component": what a
+        #: change reaches); None: no flow was ever on it.  A set left empty is kept for
+        #: the next flow there (``on_used``: the resources with a set)
+        on_res: list[set[_Flow] | None] = [None] * self.R
+        on_used: list[int] = []
         added: list[_Flow] = []  # flows started by this instant's events, not yet in flows
         dirty: set[int] = set()  # groups whose rates must be recomputed ("group")
         seeds: set[int] = set()  # resources whose flows changed ("component")
@@ -1496,9 +1499,10 @@ class FluidModel:
                 rl = f.rl
                 seeds.update(rl)
                 for r in rl:
-                    got = on_res.get(r)
+                    got = on_res[r]
                     if got is None:
                         on_res[r] = {f}
+                        on_used.append(r)
                     else:
                         got.add(f)
 
@@ -1506,15 +1510,16 @@ class FluidModel:
             """Take flow ``f`` off its resources; seed a refill there."""
             for r in f.rl:
                 seeds.add(r)
-                got = on_res.get(r)
+                got = on_res[r]
                 if got is not None:
                     got.discard(f)
-                    if not got:
-                        del on_res[r]
 
         def reindex() -> None:
             """Rebuild ``on_res`` after the flows in flight were rerouted."""
-            on_res.clear()
+            for r in on_used:
+                got = on_res[r]
+                if got is not None:
+                    got.clear()
             index(flows)
             seeds.clear()
 
@@ -1524,7 +1529,10 @@ class FluidModel:
             resources reached.  ``todo`` is used up."""
             got: set[_Flow] = set()
             while todo:
-                for f in on_res.get(todo.pop(), ()):
+                here = on_res[todo.pop()]
+                if here is None:
+                    continue
+                for f in here:
                     if f in got:
                         continue
                     got.add(f)
