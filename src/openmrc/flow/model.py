@@ -408,12 +408,17 @@ def flows_of(task: Task, hosts: list[int], ring: int = 0) -> list[tuple[int, int
 
 
 #: FluidModel._run's per-slot tables: rows of floats (pace, rem, lost, rate, eff, total,
-#: top, wt), of integers (oid, grp, buf, ri, lab), of booleans (dead, cut, mute, ep)
+#: top, wt), of integers (oid, grp, buf, ri, lab), of booleans (dead, cut, mute, ep, gone)
 _F_ROWS = 8
 _I_ROWS = 5
-_B_ROWS = 4
-#: ``ndarray.min`` is this reduction behind a Python-level wrapper; the run calls it directly
-_np_min = np.minimum.reduce
+_B_ROWS = 5
+#: an ended flow's slot until the tables are compacted (``FluidModel.compact_dead``): no
+#: rate and infinite bytes left (it never ends again and moves nothing), efficiency 1,
+#: weight 1; buf, ri and lab -1 (no queue, no ring hop, no kept set); not dead, gone
+_F_GONE = np.array([[0.0], [math.inf], [0.0], [0.0], [1.0], [0.0], [0.0], [1.0]])
+_B_GONE = np.array([[False], [False], [False], [False], [True]])
+#: the least of an array, NaNs passed over (``np.nanmin`` without its wrappers)
+_np_fmin = np.fmin.reduce
 
 
 def maxmin(
@@ -599,6 +604,13 @@ class FluidModel:
         #: (the same floats: the steps change nothing then).  False: every turn takes
         #: them (the reference the tests hold the skipping to).
         self.skip_idle_steps = True
+        #: a flow that ends keeps its slot in the run's per-slot tables, marked gone (no
+        #: rate, nothing left to send: ``_F_GONE``), and the tables drop their gone slots
+        #: only when more than this share of them is gone (or every one is), instead of
+        #: taking the live slots out at every end.  The live slots keep their order, so
+        #: every fill sees its flows in the same order and the rates are the same floats.
+        #: 0: compact at every end.
+        self.compact_dead = 0.5
         #: MRC: per host, how many hosts alike it stands for (a folded job's representative
         #: replica, openmrc.flow.fold): its fabric flows weigh that many on the T0 pools,
         #: the only resources MRC's hosts share, so the pools carry every replica it
@@ -1383,12 +1395,20 @@ class FluidModel:
         # the per-slot arrays are the rows of three tables (floats, integers, booleans),
         # so that putting flows in flight and taking them out is one numpy call per
         # table, not one per array; the names below are views of the rows (``views``)
-        f_tab = np.zeros((_F_ROWS, 0))
-        i_tab = np.zeros((_I_ROWS, 0), dtype=np.int64)
-        b_tab = np.zeros((_B_ROWS, 0), dtype=bool)
-        pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
-        oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
-        dead_a, cut_a, mute_a, ep_a = b_tab
+        # the tables have room for ``room`` slots, the first ``used`` in use (flows in
+        # flight, and ended ones marked gone until ``compact``: ``gone_a``, ``n_gone``);
+        # new flows take the next free slots, so slots stay in the order flows came in
+        # flight
+        room = 64
+        used = 0
+        n_gone = 0
+        compact_dead = self.compact_dead
+        f_tab = np.zeros((_F_ROWS, room))
+        i_tab = np.zeros((_I_ROWS, room), dtype=np.int64)
+        b_tab = np.zeros((_B_ROWS, room), dtype=bool)
+        pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab[:, :0]
+        oid_a, grp_a, buf_a, ri_a, lab_a = i_tab[:, :0]
+        dead_a, cut_a, mute_a, ep_a, gone_a = b_tab[:, :0]
         # rem_a, lost_a, rate_a, eff_a: the remaining and lost bytes, rate, efficiency;
         # buf_a: _Flow.buf; cut_a: _Flow.cut (set on the _Flow when it is rerouted);
         # tot_a, mute_a, ep_a: _Flow.total, .mute and whether .episode is set (a refill
@@ -1404,8 +1424,11 @@ class FluidModel:
         #: oid_a: every slot's _Flow.oid: ascending, as slots keep the order flows came in
         #: flight
         next_oid = 0
-        #: the flows in flight on each resource (refill "component": what a change reaches)
-        on_res: dict[int, set[_Flow]] = {}
+        #: the flows in flight on each resource, by resource (refill "component": what a
+        #: change reaches); None: no flow was ever on it.  A set left empty is kept for
+        #: the next flow there (``on_used``: the resources with a set)
+        on_res: list[set[_Flow] | None] = [None] * self.R
+        on_used: list[int] = []
         added: list[_Flow] = []  # flows started by this instant's events, not yet in flows
         dirty: set[int] = set()  # groups whose rates must be recomputed ("group")
         seeds: set[int] = set()  # resources whose flows changed ("component")
@@ -1476,9 +1499,10 @@ class FluidModel:
                 rl = f.rl
                 seeds.update(rl)
                 for r in rl:
-                    got = on_res.get(r)
+                    got = on_res[r]
                     if got is None:
                         on_res[r] = {f}
+                        on_used.append(r)
                     else:
                         got.add(f)
 
@@ -1486,15 +1510,16 @@ class FluidModel:
             """Take flow ``f`` off its resources; seed a refill there."""
             for r in f.rl:
                 seeds.add(r)
-                got = on_res.get(r)
+                got = on_res[r]
                 if got is not None:
                     got.discard(f)
-                    if not got:
-                        del on_res[r]
 
         def reindex() -> None:
             """Rebuild ``on_res`` after the flows in flight were rerouted."""
-            on_res.clear()
+            for r in on_used:
+                got = on_res[r]
+                if got is not None:
+                    got.clear()
             index(flows)
             seeds.clear()
 
@@ -1504,7 +1529,10 @@ class FluidModel:
             resources reached.  ``todo`` is used up."""
             got: set[_Flow] = set()
             while todo:
-                for f in on_res.get(todo.pop(), ()):
+                here = on_res[todo.pop()]
+                if here is None:
+                    continue
+                for f in here:
                     if f in got:
                         continue
                     got.add(f)
@@ -1574,11 +1602,36 @@ class FluidModel:
                 lab_a[slots(got)] = x
             return idx
 
+        def views() -> None:
+            """Name the used slots' rows (after ``used`` or the tables changed)."""
+            nonlocal rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
+            nonlocal tot_a, mute_a, ep_a, oid_a, ri_a, top_a, wt_a, lab_a, gone_a
+            pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab[:, :used]
+            oid_a, grp_a, buf_a, ri_a, lab_a = i_tab[:, :used]
+            dead_a, cut_a, mute_a, ep_a, gone_a = b_tab[:, :used]
+
+        def compact() -> None:
+            """Drop the gone slots: the live ones move down, in their order."""
+            nonlocal used, n_gone
+            if not n_gone:
+                return
+            if n_gone == used:
+                flows.clear()
+                used = 0
+            else:
+                keep = (~gone_a).nonzero()[0]
+                m = len(keep)
+                f_tab[:, :m] = f_tab[:, keep]
+                i_tab[:, :m] = i_tab[:, keep]
+                b_tab[:, :m] = b_tab[:, keep]
+                flows[:] = [flows[i] for i in keep.tolist()]
+                used = m
+            n_gone = 0
+            views()
+
         def merge() -> None:
             """Put the added flows in flight (their groups' rates are recomputed)."""
-            nonlocal flows, rem_a, lost_a, rate_a, eff_a, dead_a, grp_a, pace_a, buf_a, cut_a
-            nonlocal tot_a, mute_a, ep_a, oid_a, next_oid
-            nonlocal ri_a, top_a, wt_a, lab_a, f_tab, i_tab, b_tab
+            nonlocal next_oid, f_tab, i_tab, b_tab, room, used
             nonlocal may_dead, may_buf, may_eff
             k = len(added)
             # every flow's column of the tables, one after the other (each value is
@@ -1614,6 +1667,7 @@ class FluidModel:
                         f.cut,
                         f.mute,
                         f.episode is not None,
+                        False,
                     )
                 )
             index(added)
@@ -1638,12 +1692,21 @@ class FluidModel:
                     new_lab[np.isin(new_lab, list(gone))] = -1
                     dissolve(gone)
             flows.extend(added)
-            f_tab = np.concatenate((f_tab, c[:_F_ROWS]), axis=1)
-            i_tab = np.concatenate((i_tab, new_i), axis=1)
-            b_tab = np.concatenate((b_tab, c[_F_ROWS + _I_ROWS :] != 0), axis=1)
-            pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
-            oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
-            dead_a, cut_a, mute_a, ep_a = b_tab
+            end = used + k
+            if end > room:
+                room = max(2 * room, end)
+                f_new = np.zeros((_F_ROWS, room))
+                i_new = np.zeros((_I_ROWS, room), dtype=np.int64)
+                b_new = np.zeros((_B_ROWS, room), dtype=bool)
+                f_new[:, :used] = f_tab[:, :used]
+                i_new[:, :used] = i_tab[:, :used]
+                b_new[:, :used] = b_tab[:, :used]
+                f_tab, i_tab, b_tab = f_new, i_new, b_new
+            f_tab[:, used:end] = c[:_F_ROWS]
+            i_tab[:, used:end] = new_i
+            b_tab[:, used:end] = c[_F_ROWS + _I_ROWS :] != 0
+            used = end
+            views()
             added.clear()
 
         pending: dict[int, int] = {}
@@ -1677,10 +1740,12 @@ class FluidModel:
                 # resource and every step of the filling is per resource or per flow, so
                 # each gets the rates it gets alone
                 if dirty_all:
+                    compact()
                     idx = np.arange(len(flows))
                     if lab:
                         dissolve(set(lab_res))
                 elif self.refill == "group":
+                    compact()
                     dirty_mask[:] = False
                     dirty_mask[list(dirty)] = True
                     idx = np.flatnonzero(dirty_mask[grp_a])
@@ -1809,9 +1874,11 @@ class FluidModel:
             t_flow = math.inf
             if len(flows):
                 eff_rate = rate_a * eff_a if may_eff else rate_a
-                ttf = np.where(eff_rate > 0, rem_a / np.maximum(eff_rate, 1e-300), math.inf)
-                # ``ttf.min()`` without its Python-level wrapper (the same reduction)
-                t_flow = now + float(_np_min(ttf))
+                # the least time to finish, rem / rate, over the flows with a rate: without
+                # one, rem / 0 is inf, or NaN with nothing left, which ``fmin`` passes
+                # over (NaN only when every slot gives NaN: none has a rate)
+                t_min = float(_np_fmin(rem_a / eff_rate))
+                t_flow = now + (t_min if t_min == t_min else math.inf)
                 if weigh and (refilled or checked):
                     t_wt = now + rs.next_change(ri_a, top_a, rem_a, wt_a, eff_rate)
             # dead QPs filling a T0 uplink's queue: when the PFC budgets are full
@@ -1886,7 +1953,12 @@ class FluidModel:
                                     f.rem, f.held = f.held, 0.0
                                     added.append(f)
                                 for k, f in enumerate(flows):
-                                    if f.transfer == tr and f.held > 0 and not done[k]:
+                                    if (
+                                        f.transfer == tr
+                                        and f.held > 0
+                                        and not done[k]
+                                        and not gone_a[k]
+                                    ):
                                         rem_a[k] += f.held
                                         f.held = 0.0
                                         top_a[k] = f.total
@@ -1910,15 +1982,19 @@ class FluidModel:
                             )
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
-                    keep = (~done).nonzero()[0]
-                    for i in reversed(ends.tolist()):
-                        del flows[i]
-                    f_tab = f_tab.take(keep, axis=1)
-                    i_tab = i_tab.take(keep, axis=1)
-                    b_tab = b_tab.take(keep, axis=1)
-                    pace_a, rem_a, lost_a, rate_a, eff_a, tot_a, top_a, wt_a = f_tab
-                    oid_a, grp_a, buf_a, ri_a, lab_a = i_tab
-                    dead_a, cut_a, mute_a, ep_a = b_tab
+                    # their slots are marked gone; the tables drop them later (compact)
+                    if len(ends) == 1:
+                        e0 = int(ends[0])
+                        f_tab[:, e0 : e0 + 1] = _F_GONE
+                        i_tab[2:, e0] = -1
+                        b_tab[:, e0 : e0 + 1] = _B_GONE
+                    else:
+                        f_tab[:, ends] = _F_GONE
+                        i_tab[2:, ends] = -1
+                        b_tab[:, ends] = _B_GONE
+                    n_gone += len(ends)
+                    if n_gone == used or n_gone > compact_dead * used:
+                        compact()
                     if may_dead:
                         may_dead = always or bool(dead_a.any())
             full = []
@@ -1933,6 +2009,7 @@ class FluidModel:
                 self._route_cache.clear()
                 self._pairs.clear()
                 self._live.clear()
+                compact()
                 for i, fl in enumerate(flows):
                     if fl.buf in full:
                         self._route(fl)
@@ -2012,6 +2089,7 @@ class FluidModel:
                 elif kind == 5:
                     # DCQCN's timer lifts a dead QP's rate: it sends at its share again
                     hd = held_dead[x]
+                    compact()
                     for i, fl in enumerate(flows):
                         if fl is hd:
                             pace_a[i] = self.pace(fl)
@@ -2070,6 +2148,7 @@ class FluidModel:
                     self._live.clear()
                     if added:
                         merge()
+                    compact()
                     for i, fl in enumerate(flows):
                         was = bool(dead_a[i])
                         was_mute = fl.mute
