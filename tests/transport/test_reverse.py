@@ -6,7 +6,12 @@ import random
 
 from openmrc.transport import EVProfile, PathSet
 from openmrc.transport.ev import ev_plane
-from openmrc.transport.reverse import REVERSE_PROBE_SEQ, ReversePaths
+from openmrc.transport.reverse import (
+    MAX_OUTSTANDING,
+    PROBE_WAIT_RTTS,
+    REVERSE_PROBE_SEQ,
+    ReversePaths,
+)
 from openmrc.wire.packets import ProbePacket, ProbeReplyPacket, SackPacket
 
 from .helpers import Transfer, assert_exact, run_transfer, setup_transfer
@@ -160,7 +165,7 @@ def _reverse(planes: int = 2) -> tuple[PathSet, ReversePaths]:
     return paths, ReversePaths(paths, interval_ps=10)
 
 
-def test_probes_go_each_rtt_one_at_a_time_and_not_while_sending() -> None:
+def test_probes_go_each_rtt_answered_or_not_and_not_while_sending() -> None:
     _, rev = _reverse()
     assert rev.on_inbound(0, 7) is None  # an RTT of inbound activity first
     sent = []
@@ -175,23 +180,69 @@ def test_probes_go_each_rtt_one_at_a_time_and_not_while_sending() -> None:
     assert {ev_plane(p.ev) for p in sent[:2]} == {0, 1}
     assert len({p.ev for p in sent}) > 2
     assert rev.route(sent[-1].ev ^ 0x10) == sent[-1].ev
-    # an unanswered probe holds the next for a few RTTs (one at a time)
-    lost = rev.on_inbound(200, 7)
-    assert lost is not None
-    assert rev.on_inbound(210, 7) is None and rev.on_inbound(220, 7) is None
+    # unanswered probes do not hold the next: one per RTT still (paper 2.4)
+    lost = [rev.on_inbound(now, 7) for now in range(200, 240, 10)]
+    assert all(p is not None for p in lost)
+    assert rev.on_inbound(235, 7) is None  # but not more than one per RTT
+    assert rev.outstanding() == 4
+    # any outstanding probe's answer confirms its EV, in any order
+    late = lost[1]
+    assert late is not None
+    before = rev.stats_confirmed
+    assert rev.on_probe_reply(late.ev, late.seq, late.ts, 245)
+    assert rev.stats_confirmed == before + 1 and rev.evs[ev_plane(late.ev)] == late.ev
+    assert rev.outstanding() == 3
     # the QP sending data: its SACKs keep the set fresh, no probe
     _, rev2 = _reverse()
     rev2.on_inbound(0, 7)
     rev2.last_out = 5
     assert rev2.on_inbound(10, 7) is None
     assert not rev.on_probe_reply(sent[0].ev, 3, 0, 300)  # a requester's probe: not ours
-    # a reply that does not echo the outstanding probe's own timestamp is
-    # consumed and confirms nothing (forged, or for an older probe)
+    # a reply that does not echo an outstanding probe's own seq, EV and
+    # timestamp is consumed and confirms nothing (forged, or answered already)
+    last = lost[3]
+    assert last is not None
+    before_state = (rev.confirmed, list(rev.evs), rev.stats_confirmed)
+    for ev, seq, ts in (
+        (last.ev, last.seq, last.ts + 1),
+        (last.ev ^ 0x10, last.seq, last.ts),
+        (last.ev, last.seq ^ 1, last.ts),
+        (late.ev, late.seq, late.ts),  # its probe was answered already
+    ):
+        assert rev.on_probe_reply(ev, seq, ts, 246)
+        assert (rev.confirmed, list(rev.evs), rev.stats_confirmed) == before_state
+    assert rev.on_probe_reply(last.ev, last.seq, last.ts, 246)  # the true answer counts
+    assert rev.stats_confirmed == before_state[2] + 1
+
+
+def test_outstanding_probes_are_bounded_and_expire() -> None:
+    _, rev = _reverse()
+    rev.on_inbound(0, 7)
+    # suspicions ask for a probe at once, again and again: the table bounds them
+    probes = []
+    for now in range(10, 20):
+        rev.suspect(now % 2, now)
+        probe = rev.on_inbound(now, 7)
+        if probe is not None:
+            probes.append(probe)
+    assert len(probes) == MAX_OUTSTANDING == rev.outstanding()
+    # none answered: each is given up after PROBE_WAIT_RTTS RTTs, one per RTT goes on
+    start = 10 + PROBE_WAIT_RTTS * 10
+    assert rev.on_inbound(start, 7) is not None
+    for now in range(start + 10, start + 400, 10):
+        assert rev.on_inbound(now, 7) is not None  # never blocked: one per RTT
+        assert rev.outstanding() <= MAX_OUTSTANDING
+    # a probe given up on confirms nothing when its answer comes at last
+    stale = probes[0]
     before = (rev.confirmed, list(rev.evs), rev.stats_confirmed)
-    assert rev.on_probe_reply(lost.ev, lost.seq, lost.ts + 1, 300)
+    assert rev.on_probe_reply(stale.ev, stale.seq, stale.ts, now)
     assert (rev.confirmed, list(rev.evs), rev.stats_confirmed) == before
-    assert rev.on_probe_reply(lost.ev, lost.seq, lost.ts, 300)
-    assert rev.stats_confirmed == before[2] + 1
+    # nor an answer arriving after PROBE_WAIT_RTTS RTTs, before the table dropped it
+    fresh = rev.on_inbound(now + 10, 7)
+    assert fresh is not None
+    late = now + 10 + PROBE_WAIT_RTTS * 10
+    assert rev.on_probe_reply(fresh.ev, fresh.seq, fresh.ts, late)
+    assert (rev.confirmed, rev.stats_confirmed) == (before[0], before[2])
 
 
 def test_a_suspect_plane_fails_over_to_another_plane_and_a_new_ev() -> None:

@@ -34,11 +34,11 @@ RTTs) arriving on a plane unconfirms that plane's reverse EV
 plane's confirmed EV, and the next probe, sent without waiting for the RTT,
 looks for a new EV in the suspect plane.  The per-RTT probes keep moving each
 plane's reverse EV to one just answered, so a reverse EV on a path that died
-silently is also replaced once a probe of its plane is answered: within a few
-RTTs per plane while most paths work, but where most of a plane's paths are
-dead each unanswered probe holds the next for four RTTs, and a dead reverse
-EV can stay in use for hundreds of microseconds (its SACKs lost; the other
-planes' SACKs, or the sender's probes, recover what they carried).
+silently is also replaced once a probe of its plane is answered: a probe goes
+every RTT whether or not the last ones were answered, so the planes are
+probed at the same rate where most of their paths are dead (the other
+planes' SACKs, or the sender's probes, recover what the dead EV's SACKs
+carried meanwhile).
 
 EV probe *replies* are not routed here: a probe tests the round trip of one
 path, and its answer travels back on that path, as before (unless the
@@ -50,8 +50,11 @@ unanswered and the sender blamed all its EVs of the plane, the probes that
 could have cleared them unanswered too (retries then ran out).
 
 "Each RTT" is the RTT these probes measure (smoothed, gain 1/8), never less
-than the base RTT; one probe is out at a time, given up as lost after four
-RTTs.  The probe is an ordinary EV probe
+than the base RTT.  Several probes may be out at once, each remembered (its
+seq, EV and send time) until answered or given up as lost after four RTTs;
+at one per RTT that is at most :data:`MAX_OUTSTANDING` of them, and the table
+never holds more (a suspicion's early probe waits while it is full).  A
+reply changes nothing unless it answers a probe in the table.  The probe is an ordinary EV probe
 (:class:`~openmrc.wire.packets.ProbePacket`, answered by the peer's
 responder) whose sequence number has its top bit set
 (:data:`REVERSE_PROBE_SEQ`), so the reply comes back here and not to the
@@ -75,6 +78,10 @@ REVERSE_PROBE_SEQ: Final = 1 << 31
 #: An unanswered reverse-EV probe is given up after this many RTTs.
 PROBE_WAIT_RTTS: Final = 4
 
+#: At most this many reverse-EV probes are remembered at once: one per RTT,
+#: each kept for :data:`PROBE_WAIT_RTTS` RTTs, and the one being sent.
+MAX_OUTSTANDING: Final = PROBE_WAIT_RTTS + 1
+
 
 @final
 class ReversePaths:
@@ -82,9 +89,9 @@ class ReversePaths:
 
     __slots__ = (
         "_cursor",
+        "_out",
         "_plane_turn",
         "_planes",
-        "_wait",
         "confirmed",
         "evs",
         "interval_ps",
@@ -120,8 +127,9 @@ class ReversePaths:
         self._plane_turn = 0
         #: plane -> where its next probe starts in the plane's GOOD EVs.
         self._cursor: list[int] = [0] * MAX_PLANES
-        #: the outstanding probe: (seq, ev, sent at), or None.
-        self._wait: tuple[int, int, int] | None = None
+        #: the outstanding probes, oldest first: (seq, ev, sent at), at most
+        #: MAX_OUTSTANDING, each dropped when answered or PROBE_WAIT_RTTS RTTs old.
+        self._out: list[tuple[int, int, int]] = []
         self.seq = 0
         self.stats_probes = 0
         self.stats_confirmed = 0
@@ -203,28 +211,40 @@ class ReversePaths:
 
     def on_probe_reply(self, ev: int, seq: int, ts_echo: int, now: int) -> bool:
         """A reply to a reverse-EV probe; True if it was one (it is then consumed).
-        Only the answer to the outstanding probe counts: its seq, its EV and the
-        probe's own timestamp echoed (nothing else in the reply is trusted; the
-        RTT sample is measured from the send time kept here)."""
+        Only the answer to an outstanding probe counts: its seq, its EV and the
+        probe's own timestamp echoed, not yet given up (nothing else in the reply
+        is trusted; the RTT sample is measured from the send time kept here)."""
         if not seq & REVERSE_PROBE_SEQ:
             return False
-        wait = self._wait
-        if wait is not None and wait[0] == seq and wait[1] == ev and wait[2] == ts_echo:
-            self._wait = None
-            rtt = now - wait[2]
-            if rtt >= 0:
+        out = self._out
+        for i in range(len(out)):
+            sent = out[i]
+            if sent[0] == seq and sent[1] == ev and sent[2] == ts_echo:
+                del out[i]
+                rtt = now - ts_echo
+                if rtt >= PROBE_WAIT_RTTS * self._rtt() or rtt < 0:
+                    break  # given up on already: it says nothing of the path now
                 self.srtt += (rtt - self.srtt) // 8
-            plane = ev & (MAX_PLANES - 1)
-            self.evs[plane] = ev
-            self.confirmed |= 1 << plane
-            self.stats_confirmed += 1
+                plane = ev & (MAX_PLANES - 1)
+                self.evs[plane] = ev
+                self.confirmed |= 1 << plane
+                self.stats_confirmed += 1
+                break
         return True
 
     def expects(self, ts_echo: int) -> bool:
-        """Whether a probe reply echoing ``ts_echo`` may answer the outstanding
+        """Whether a probe reply echoing ``ts_echo`` may answer an outstanding
         reverse-EV probe (a driver's cheap check before decoding it)."""
-        wait = self._wait
-        return wait is not None and wait[2] == ts_echo
+        return any(sent[2] == ts_echo for sent in self._out)
+
+    def outstanding(self) -> int:
+        """How many reverse-EV probes are remembered (sent, not answered, not yet
+        given up: at most :data:`MAX_OUTSTANDING`)."""
+        return len(self._out)
+
+    def _rtt(self) -> int:
+        """The RTT the probes go by: the smoothed one, never less than the base RTT."""
+        return self.srtt if self.srtt > self.interval_ps else self.interval_ps
 
     def suspect(self, plane: int, now: int) -> None:
         """The peer resent data, or asked for a SACK, on ``plane``: it may have
@@ -240,26 +260,30 @@ class ReversePaths:
             self.next_probe_at = now
 
     def on_inbound(self, now: int, remote_qpn: int) -> ProbePacket | None:
-        """Data arrived: at most once per RTT, while the QP sends no data of its
-        own, an EV probe for a plane's reverse EV."""
+        """Data arrived: once per RTT, while the QP sends no data of its own, an
+        EV probe for a plane's reverse EV (whether or not the last ones were
+        answered)."""
         if now < self.next_probe_at:
             return None
         first = self.next_probe_at < 0
-        rtt = self.srtt if self.srtt > self.interval_ps else self.interval_ps
+        rtt = self._rtt()
         self.next_probe_at = now + rtt
         if first:
             return None  # active inbound for an RTT first
         if self.last_out >= 0 and now - self.last_out < rtt:
             return None  # sending: SACKs keep the set fresh
-        wait = self._wait
-        if wait is not None and now - wait[2] < PROBE_WAIT_RTTS * rtt:
-            return None  # the last probe may still be answered (one at a time)
+        out = self._out
+        stale = now - PROBE_WAIT_RTTS * rtt
+        while out and out[0][2] <= stale:
+            del out[0]  # unanswered for PROBE_WAIT_RTTS RTTs: lost
+        if len(out) >= MAX_OUTSTANDING:
+            return None  # the table is full (early probes after suspicions)
         ev = self._candidate()
         if ev < 0:
             return None
         seq = REVERSE_PROBE_SEQ | self.seq
         self.seq = (self.seq + 1) & (REVERSE_PROBE_SEQ - 1)
-        self._wait = (seq, ev, now)
+        out.append((seq, ev, now))
         self.stats_probes += 1
         return ProbePacket(remote_qpn, ev, seq, now)
 
