@@ -1983,15 +1983,14 @@ class FluidModel:
                             heapq.heappush(heap, (t + lat, seq, 1, tr))
                             seq += 1
                     # their slots are marked gone; the tables drop them later (compact)
+                    # (one end, the usual case, as a slice: cheaper than fancy indexing)
+                    gone_at: slice | np.ndarray = ends
                     if len(ends) == 1:
                         e0 = int(ends[0])
-                        f_tab[:, e0 : e0 + 1] = _F_GONE
-                        i_tab[2:, e0] = -1
-                        b_tab[:, e0 : e0 + 1] = _B_GONE
-                    else:
-                        f_tab[:, ends] = _F_GONE
-                        i_tab[2:, ends] = -1
-                        b_tab[:, ends] = _B_GONE
+                        gone_at = slice(e0, e0 + 1)
+                    f_tab[:, gone_at] = _F_GONE
+                    i_tab[2:, gone_at] = -1
+                    b_tab[:, gone_at] = _B_GONE
                     n_gone += len(ends)
                     if n_gone == used or n_gone > compact_dead * used:
                         compact()
