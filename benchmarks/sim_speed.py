@@ -41,17 +41,30 @@ vendored) on the same work: the same hosts and two-tier shape (given to htsim as
 per packet: 1 us links, its switch latency on every switch, its NIC transmit and
 receive latency folded into the host links (htsim models no NIC), and ``-mtu`` =
 openmrc's MTU (payload) + htsim's 64-byte UEC header (htsim's MTU is the whole
-packet).  It checks the work is the same (flows finished, payload bytes, new data
-packets, median FCT, each within 5 %) and prints both sides' CPU seconds, the
-ratios, and each side's events and packet-link traversals per CPU second (htsim
-counts neither: its traversals are estimated from its packet counts and each
-flow's links, and it has no event count).  ``--planes P`` gives htsim ``-planes P``
-(P copies of the plane, each flow sprayed over all); ``--until-us T`` stops both
-at T (htsim's ``-end``, whole us) and then checks the new data packets both had
-sent by T instead of the flows' completions.  Stock ``htsim_uec`` asserts fewer
-than 96 host ports per T0 and 128 ports per switch (``fat_tree_topology.cpp``, a
-limit of the builder, not of its switches), so ``perm-8192`` (128 hosts and 128
-uplinks per T0, 64 T0s) needs a build with those three asserts relaxed.
+packet).  It checks the work is the same (NSCC sized from the same NIC rate,
+flows finished, payload bytes, new data packets, median FCT, each within 5 %) and
+prints both sides' CPU seconds, the ratios, and each side's events and
+packet-link traversals per CPU second (htsim counts neither: its traversals are
+estimated from its packet counts and each flow's links, and it has no event
+count); work that differs is named and the exit status is 1 (the ratio compares
+nothing).  ``--planes P`` gives htsim ``-planes P`` (P copies of the plane, each
+flow sprayed over all); ``--until-us T`` stops both at T (htsim's ``-end``, whole
+us) and then checks the new data packets both had sent by T instead of the flows'
+completions.
+
+Stock ``htsim_uec`` refuses ``-planes`` above 1 and asserts fewer than 96 host
+ports per T0 and 128 ports per switch (``fat_tree_topology.cpp``, a limit of the
+builder, not of its switches: ``perm-8192`` has 128 hosts and 128 uplinks per
+T0), and its NSCC sizes a flow's window (1.5 x BDP) and its constants from one
+port's rate, where an openmrc host of P planes has P x 100 Gb/s (and sizes its
+NSCC from that): with more planes than one, stock htsim's hosts send less.
+``benchmarks/htsim_uec_planes.patch`` (``HTSIM_PLANES_PATCH``) lifts the three
+asserts and the refusal and sizes NSCC from the NIC's rate over all its ports
+(each port still sends at 100 Gb/s); with one plane its output is stock's, byte
+for byte.  Apply it to a uet-htsim checkout and build ``htsim_uec``::
+
+    git -C $UET_HTSIM apply $OPENMRC/benchmarks/htsim_uec_planes.patch
+    cmake -S $UET_HTSIM/htsim/sim -B build -DCMAKE_BUILD_TYPE=Release && make -C build htsim_uec
 
 ``--vs-ref REF`` pairs the working tree against commit REF, both compiled in their
 own cached venvs (``benchmarks/speed_guard.py`` says how): work, ref, work, ref ...
@@ -306,6 +319,8 @@ def run_openmrc(
         # the work, as --vs-htsim checks it: payload, packets (mtu is payload per packet)
         "mtu": mtu,
         "base_rtt_us": round(exp.base_rtt_ps / 1e6, 2),
+        # the NIC's rate, all planes: what NSCC sizes its window and constants from
+        "nic_gbps": spec.planes * spec.host_gbps,
         "payload_bytes": sum(f.size for f in result.flows),
         "new_packets": sum(-(-f.size // mtu) for f in result.flows),
         "retransmits": sum(f.retransmits for f in result.flows),
@@ -402,11 +417,21 @@ _FINISHED = re.compile(
     r"(?: total messages \d+ total packets (\d+) RTS (\d+) total bytes (\d+))?"
 )
 _TOTALS = re.compile(r"^New: (\d+) Rtx: (\d+) RTS: (\d+) Bounced: (\d+) ACKs: (\d+) NACKs: (\d+)")
+#: htsim's NSCC set-up lines: the rate its constants are scaled from (the static
+#: parameters) and the first flow's window (``maxwnd`` = 1.5 x ``_base_bdp``, the
+#: base RTT at its NIC's rate).
+_NSCC_RATE = re.compile(r"^Initializing static NSCC parameters:.* _network_linkspeed=(\d+)")
+_NSCC_FLOW = re.compile(
+    r"^Initialize per-instance NSCC parameters:.* _base_rtt=(\d+) _base_bdp=(\d+)"
+)
 #: uet-htsim's UEC header bytes (``UecSrc::_hdr_size``): its ``-mtu`` is the whole
 #: packet, payload and this header, where openmrc's ``mtu`` is the payload alone.
 HTSIM_UEC_HEADER_BYTES = 64
 #: How far the two simulators may differ and still be doing the same work.
 SAME_WORK_TOLERANCE = 0.05
+#: The patch ``--vs-htsim`` needs for ``perm-8192`` and ``--planes`` above 1 (the
+#: module docstring says what it changes and how to apply it).
+HTSIM_PLANES_PATCH = ROOT / "benchmarks" / "htsim_uec_planes.patch"
 
 
 def htsim_latencies() -> dict[str, int]:
@@ -462,8 +487,9 @@ def link_hops(hosts: int, src: int, dst: int) -> int:
 
 
 def parse_htsim(text: str, hosts: int) -> dict[str, object]:
-    """htsim_uec's output: FCTs, packets (its ``New``/``Rtx``/``ACKs`` totals, per flow
-    from each finish line) and an estimate of packet-link traversals (it counts none:
+    """htsim_uec's output: the rates its NSCC was sized from, FCTs, packets (its
+    ``New``/``Rtx``/``ACKs`` totals, per flow from each finish line) and an estimate
+    of packet-link traversals (it counts none:
     data packets per flow x that flow's links, retransmissions, ACKs and NACKs at
     the mean links; a trimmed packet counted whole)."""
     fct: list[float] = []
@@ -482,7 +508,17 @@ def parse_htsim(text: str, hosts: int) -> dict[str, object]:
     fct.sort()
     totals = [_TOTALS.match(line) for line in text.splitlines()]
     t = next((m for m in totals if m), None)
+    rate = next((m for m in map(_NSCC_RATE.match, text.splitlines()) if m), None)
+    flow = next((m for m in map(_NSCC_FLOW.match, text.splitlines()) if m), None)
     out: dict[str, object] = {
+        # the rate NSCC's constants are scaled from, and the one a flow's window is
+        # sized from (its base BDP over its base RTT), Gb/s: None if htsim printed neither
+        "nscc_gbps": round(int(rate[1]) / 1e9, 1) if rate else None,
+        "window_gbps": (
+            round(int(flow[2]) * 8 / (int(flow[1]) / 1e12) / 1e9, 1)
+            if flow and int(flow[1])
+            else None
+        ),
         "flows_finished": len(fct),
         "median_fct_us": round(fct[len(fct) // 2], 1) if fct else None,
         "flow_packets": sum(flow_packets),
@@ -591,10 +627,12 @@ def run_htsim(
 
 
 def same_work(mine: dict[str, object], theirs: dict[str, object]) -> dict[str, object]:
-    """Whether openmrc and htsim did the same work: the same flows all finished, the
-    same payload bytes and new data packets, and median FCTs within
-    ``SAME_WORK_TOLERANCE``; each check with its two values.  A run stopped at
-    ``--until-us`` (no flow need have finished) checks the new data packets both
+    """Whether openmrc and htsim did the same work: NSCC sized from the same NIC rate
+    (its window and its constants: all planes' rate, which stock ``htsim_uec`` does
+    not give a host of several planes, see ``HTSIM_PLANES_PATCH``), the same flows
+    all finished, the same payload bytes and new data packets, and median FCTs
+    within ``SAME_WORK_TOLERANCE``; each check with its two values.  A run stopped
+    at ``--until-us`` (no flow need have finished) checks the new data packets both
     sides had sent by then instead of the flows' completions."""
 
     def close(a: object, b: object) -> bool:
@@ -602,10 +640,14 @@ def same_work(mine: dict[str, object], theirs: dict[str, object]) -> dict[str, o
             return False
         return abs(a / b - 1) <= SAME_WORK_TOLERANCE
 
+    checks = {
+        "window_gbps": (mine.get("nic_gbps"), theirs.get("window_gbps")),
+        "nscc_gbps": (mine.get("nic_gbps"), theirs.get("nscc_gbps")),
+    }
     if mine.get("until_us") is not None:
-        checks = {"new_packets_sent": (mine.get("new_packets_sent"), theirs.get("new_packets"))}
+        checks["new_packets_sent"] = (mine.get("new_packets_sent"), theirs.get("new_packets"))
     else:
-        checks = {
+        checks |= {
             "flows_finished": (mine.get("flows_finished"), theirs.get("flows_finished")),
             "new_packets": (mine.get("new_packets"), theirs.get("new_packets")),
             "payload_bytes": (mine.get("payload_bytes"), theirs.get("flow_payload_bytes")),
@@ -810,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.vs_htsim:
         args.vs_htsim = str(Path(args.vs_htsim).resolve())  # htsim runs in a temporary dir
     results: list[dict[str, object]] = []
+    unequal: list[str] = []  # cases where htsim did other work than openmrc
     for case in args.case or ["perm-128", "perm-1024"]:
         if case.startswith("perm-") and (not case[5:].isdigit() or int(case[5:]) < 2):
             parser.error(f"--case {case}: perm-N needs a host count N >= 2")
@@ -872,9 +915,22 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            if not check["ok"]:
+                unequal.append(case)
+                print(
+                    f"{case}: NOT the same work, the ratios compare nothing"
+                    + (
+                        f" (htsim's NSCC sized from {theirs['window_gbps']} Gb/s, openmrc's NIC "
+                        f"has {mine['nic_gbps']}: build htsim_uec with {HTSIM_PLANES_PATCH.name})"
+                        if not check["window_gbps"]["ok"]  # type: ignore[index]
+                        else ""
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
-    return 0
+    return 1 if unequal else 0
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ build and time nothing: argument checks, the cache keys, the pairing arithmetic.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,33 +209,121 @@ def test_a_pure_python_build_names_its_cause(
     assert not (home / guard.BUILT_MARKER).exists()
 
 
-def test_vs_htsim_passes_planes_and_window_and_checks_the_window_work(tmp_path: Path) -> None:
-    """``--vs-htsim`` with ``--planes`` and ``--until-us``: htsim is given ``-planes``
-    and ``-end``, and a capped run's work is the new data packets both had sent."""
+#: htsim_uec's NSCC set-up lines as it prints them (one plane's rate: ``rate`` Gb/s,
+#: a flow's window from the base RTT 21.35168 us at ``flow`` Gb/s).
+def _nscc_lines(rate: int, flow: int) -> str:
+    bdp = round(21.35168e-6 * flow * 1e9 / 8)
+    return (
+        "Initializing static NSCC parameters: _reference_network_linkspeed=100000000000 "
+        f"_reference_network_rtt=12000000 _network_linkspeed={rate * 10**9} "
+        "_network_rtt=21351680 _qa_gate=2^3\n"
+        "Initialize per-instance NSCC parameters: flowid 1000000001 _base_rtt=21351680 "
+        f"_base_bdp={bdp} _bdp={bdp} _min_cwnd=4160 _maxwnd={bdp * 3 // 2}\n"
+    )
+
+
+def _sim_speed() -> Any:
+    """benchmarks/sim_speed.py as a module."""
     spec = importlib.util.spec_from_file_location(
         "sim_speed_for_htsim", ROOT / "benchmarks" / "sim_speed.py"
     )
     assert spec is not None and spec.loader is not None
     speed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(speed)
+    return speed
+
+
+def _fake_htsim(tmp_path: Path, rate: int, flow: int, new: int) -> tuple[Path, Path]:
+    """A stand-in ``htsim_uec``: writes its argv and prints NSCC set-up and totals."""
     argv_file = tmp_path / "argv.txt"
     fake = tmp_path / "htsim_uec"
     fake.write_text(
         "#!/bin/sh\n"
         f'echo "$@" > {argv_file}\n'
-        "echo 'New: 1000 Rtx: 0 RTS: 0 Bounced: 0 ACKs: 40 NACKs: 0 Pulls: 0 sleek_pkts: 0'\n"
+        f"cat <<'EOF'\n{_nscc_lines(rate, flow)}"
+        f"New: {new} Rtx: 0 RTS: 0 Bounced: 0 ACKs: 40 NACKs: 0 Pulls: 0 sleek_pkts: 0\nEOF\n"
     )
     fake.chmod(0o755)
+    return fake, argv_file
+
+
+def test_vs_htsim_passes_planes_and_window_and_checks_the_window_work(tmp_path: Path) -> None:
+    """``--vs-htsim`` with ``--planes`` and ``--until-us``: htsim is given ``-planes``
+    and ``-end``, and a capped run's work is NSCC's rate and the new data packets
+    both had sent."""
+    speed = _sim_speed()
+    fake, argv_file = _fake_htsim(tmp_path, 800, 800, 1000)
     got = speed.run_htsim(str(fake), 16, 100_000, 1, planes=8, until_us=30.0)
     argv = argv_file.read_text().split()
     assert argv[argv.index("-planes") + 1] == "8"
     assert argv[argv.index("-end") + 1] == "30"
     assert got["planes"] == 8 and got["new_packets"] == 1000
-    mine = {"until_us": 30.0, "new_packets_sent": 1030, "flows_finished": 0}
+    assert got["nscc_gbps"] == 800.0 and got["window_gbps"] == 800.0
+    mine = {"until_us": 30.0, "new_packets_sent": 1030, "flows_finished": 0, "nic_gbps": 800.0}
     check = speed.same_work(mine, got)
-    assert check["ok"] and list(check) == ["new_packets_sent", "ok"]
+    assert check["ok"]
+    assert list(check) == ["window_gbps", "nscc_gbps", "new_packets_sent", "ok"]
     assert not speed.same_work({**mine, "new_packets_sent": 1100}, got)["ok"]
     whole = speed.run_htsim(str(fake), 16, 100_000, 1)
     argv = argv_file.read_text().split()
     assert "-planes" not in argv and argv[argv.index("-end") + 1] == "100000"
     assert "median_fct_us" in speed.same_work({"until_us": None}, whole)
+
+
+def test_same_work_refuses_the_unequal_eight_plane_window() -> None:
+    """``perm-8192 --until-us 30 --planes 8`` against stock htsim_uec (asserts lifted):
+    htsim sized NSCC from one plane's 100 Gb/s and sent 1,568,760 new data packets
+    against openmrc's 4,005,888: refused on both counts, each on its own."""
+    speed = _sim_speed()
+    mine = {"until_us": 30.0, "new_packets_sent": 4_005_888, "nic_gbps": 800.0}
+    stock = speed.parse_htsim(
+        _nscc_lines(100, 100) + "New: 1568760 Rtx: 0 RTS: 0 Bounced: 0 ACKs: 9 NACKs: 0\n", 8192
+    )
+    check = speed.same_work(mine, stock)
+    assert not check["ok"]
+    assert not check["new_packets_sent"]["ok"] and not check["window_gbps"]["ok"]
+    # the packets alone, with NSCC's rate the same on both sides
+    same_rate = {**stock, "window_gbps": 800.0, "nscc_gbps": 800.0}
+    assert not speed.same_work(mine, same_rate)["ok"]
+    # the rate alone, with the packets the same (and a full run's checks too)
+    assert not speed.same_work(mine, {**stock, "new_packets": 4_005_888})["ok"]
+    assert not speed.same_work({**mine, "until_us": None}, {**stock, "nscc_gbps": 800.0})["ok"]
+    # the patched build: both rates 800 Gb/s, packets within 5 %
+    patched = speed.parse_htsim(
+        _nscc_lines(800, 800) + "New: 3900000 Rtx: 0 RTS: 0 Bounced: 0 ACKs: 9 NACKs: 0\n", 8192
+    )
+    assert speed.same_work(mine, patched)["ok"]
+
+
+def test_vs_htsim_exits_1_on_unequal_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Work that differs is named, with what to build, and the run exits 1 (its JSON
+    still written); the same work exits 0."""
+    speed = _sim_speed()
+    mine = {
+        "case": "perm-16", "until_us": 30.0, "new_packets_sent": 1000, "nic_gbps": 800.0,
+        "total_seconds": 1.0, "cpu_seconds": 1.0, "peak_rss_mib": 1.0,
+        "events_per_cpu_second": 1, "traversals_per_cpu_second": 1, "events": 1,
+        "packet_link_traversals": 1,
+    }  # fmt: skip
+    monkeypatch.setattr(speed, "run_child", lambda *a, **k: dict(mine))
+    out = tmp_path / "r.json"
+    argv = ["--case", "perm-16", "--planes", "8", "--until-us", "30", "--out", str(out)]
+    fake, _ = _fake_htsim(tmp_path, 100, 100, 1000)
+    assert speed.main([*argv, "--vs-htsim", str(fake)]) == 1
+    err = capsys.readouterr().err
+    assert "perm-16: NOT the same work" in err and speed.HTSIM_PLANES_PATCH.name in err
+    assert len(json.loads(out.read_text())) == 2
+    fake, _ = _fake_htsim(tmp_path, 800, 800, 1000)
+    assert speed.main([*argv, "--vs-htsim", str(fake)]) == 0
+    assert "NOT the same work" not in capsys.readouterr().err
+
+
+def test_the_htsim_patch_is_where_the_benchmark_names_it() -> None:
+    """The patch ``--vs-htsim`` names is in the tree and changes the files it says."""
+    speed = _sim_speed()
+    text = speed.HTSIM_PLANES_PATCH.read_text()
+    assert speed.HTSIM_PLANES_PATCH.name in (speed.__doc__ or "")
+    for path in ("datacenter/fat_tree_topology.cpp", "datacenter/main_uec.cpp", "sim/uec.h"):
+        assert f"+++ b/htsim/sim/{path.removeprefix('sim/')}" in text
