@@ -486,12 +486,16 @@ def link_hops(hosts: int, src: int, dst: int) -> int:
     return 2 if src // per_t0 == dst // per_t0 else 4
 
 
-def parse_htsim(text: str, hosts: int) -> dict[str, object]:
+def parse_htsim(
+    text: str, hosts: int, pairs: list[tuple[int, int]] | None = None
+) -> dict[str, object]:
     """htsim_uec's output: the rates its NSCC was sized from, FCTs, packets (its
     ``New``/``Rtx``/``ACKs`` totals, per flow from each finish line) and an estimate
-    of packet-link traversals (it counts none:
-    data packets per flow x that flow's links, retransmissions, ACKs and NACKs at
-    the mean links; a trimmed packet counted whole)."""
+    of packet-link traversals (it counts none: data packets per flow x that flow's
+    links, retransmissions, ACKs and NACKs at the mean links; a trimmed packet
+    counted whole).  A run stopped before any flow finished (``-end``) has no
+    per-flow packets: all its packets are counted at the mean links of the flows'
+    ``(src, dst)`` ``pairs`` (equal sizes), when given."""
     fct: list[float] = []
     flow_packets: list[int] = []
     flow_bytes = 0
@@ -527,6 +531,9 @@ def parse_htsim(text: str, hosts: int) -> dict[str, object]:
     if t is not None:
         new, rtx, acks, nacks = int(t[1]), int(t[2]), int(t[5]), int(t[6])
         mean_hops = data_hops / max(sum(flow_packets), 1)
+        if not fct and pairs:
+            mean_hops = sum(link_hops(hosts, a, b) for a, b in pairs) / len(pairs)
+            data_hops = round(new * mean_hops)
         out.update({
             "new_packets": new, "retransmits": rtx, "acks": acks, "nacks": nacks,
             "data_packets": new + rtx,
@@ -610,7 +617,7 @@ def run_htsim(
         "until_us": until_us,
         "latencies_ns": htsim_latencies(),
         "mtu_whole_packet": htsim_mtu(),
-        **parse_htsim(text, hosts),
+        **parse_htsim(text, hosts, [(f.src, f.dst) for f in perm_flows(hosts, size, seed)]),
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(cpu, 2),
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),

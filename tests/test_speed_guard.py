@@ -327,3 +327,15 @@ def test_the_htsim_patch_is_where_the_benchmark_names_it() -> None:
     assert speed.HTSIM_PLANES_PATCH.name in (speed.__doc__ or "")
     for path in ("datacenter/fat_tree_topology.cpp", "datacenter/main_uec.cpp", "sim/uec.h"):
         assert f"+++ b/htsim/sim/{path.removeprefix('sim/')}" in text
+
+
+def test_a_window_of_htsim_counts_its_packets_at_the_flows_mean_links() -> None:
+    """Stopped before any flow finished, htsim's traversals are its packets at the
+    mean links of the permutation's pairs (here one pair under a T0, 2 links, and
+    one over a T1, 4), not zero."""
+    speed = _sim_speed()
+    text = _nscc_lines(100, 100) + "New: 1000 Rtx: 10 RTS: 0 Bounced: 0 ACKs: 90 NACKs: 0\n"
+    hosts = 16  # 4 hosts per T0
+    got = speed.parse_htsim(text, hosts, [(0, 1), (0, 8)])
+    assert got["flows_finished"] == 0
+    assert got["packet_link_traversals_est"] == (1000 + 10 + 90) * 3
