@@ -397,7 +397,11 @@ class QueuePair(QPBase):
                 if len(control):  # the window closed: a probe was queued
                     return control.popleft()
                 return None
-            self.reverse.last_out = now  # type: ignore[union-attr]  # its SACKs keep the set fresh
+            # its SACKs keep the set fresh (narrowed first: compiled, a write through
+            # the Optional is CPython's generic setattr with ``now`` boxed)
+            rev = self.reverse
+            assert rev is not None
+            rev.last_out = now
             return pkt
         return None
 

@@ -148,8 +148,9 @@ class QPQueue:
     bit in the QP's :attr:`QPBase.queued` (``bit``, one per set), and the members
     sit in a list from ``head`` on (a list, not a deque: compiled, its append and
     item read are native).  The list holds each member once, plus the prefix
-    already taken, dropped once it is half the list: its length stays within
-    twice the number of QPs.
+    already taken, dropped once it is half the list and 16 long: its length stays
+    within twice the number of QPs, or 16.  An emptied list is kept, and the next
+    QP added takes the slot before the head.
     """
 
     def __init__(self, bit: int) -> None:
@@ -173,7 +174,17 @@ class QPQueue:
         bit = self.bit
         if not qp.queued & bit:
             qp.queued |= bit
-            self._items.append(qp)
+            items = self._items
+            head = self._head
+            if head and head == len(items):
+                # empty, its taken prefix still held: the slot before the head takes
+                # it (the usual turn of a context with one QP sending, taken and
+                # added back per packet: no list emptied and grown again)
+                head -= 1
+                items[head] = qp
+                self._head = head
+            else:
+                items.append(qp)
 
     def first(self) -> QPBase:
         """The oldest member (the set must not be empty)."""
@@ -186,12 +197,10 @@ class QPQueue:
         qp = items[head]
         qp.queued &= ~self.bit
         head += 1
-        if head == len(items):
-            items.clear()  # empty: start again at the front
-            head = 0
-        elif head >= 16 and 2 * head >= len(items):
+        if head >= 16 and 2 * head >= len(items):
             del items[:head]  # the taken prefix is half the list: drop it
             head = 0
+        # (emptied with a shorter prefix, the list is kept: :meth:`add` refills it)
         self._head = head
         return qp
 

@@ -92,9 +92,11 @@ _tx_op: Final = cast("Callable[[TxTableLike, int], SendOp | None]", TX_CLASS.op)
 _tx_ev: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.ev)
 _tx_sent: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.sent)
 _tx_flags: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.flags)
-_tx_add: Final = cast("Callable[[TxTableLike, int, SendOp], None]", TX_CLASS.add)
 _tx_send: Final = cast(
     "Callable[[TxTableLike, int, int, int, int, EvOrderLike], None]", TX_CLASS.send
+)
+_tx_add_send: Final = cast(
+    "Callable[[TxTableLike, int, SendOp, int, int, int, EvOrderLike], None]", TX_CLASS.add_send
 )
 _tx_take: Final = cast(
     "Callable[[TxTableLike, int, EvOrderLike], tuple[SendOp, int, int] | None]", TX_CLASS.take
@@ -358,7 +360,7 @@ class Requester:
         op.segmented = idx + 1
         if idx == op.npkts - 1:
             to_segment.popleft()
-        _tx_add(unacked, psn, op)
+        # (its record is made by _emit with its transmission's: one table call)
         self.next_psn = psn + 1
         return self._emit(psn, op, length, ev, now, retransmit=False)
 
@@ -380,7 +382,8 @@ class Requester:
     def _emit(
         self, psn: int, op: SendOp, length: int, ev: int, now: int, retransmit: bool
     ) -> DataPacket:
-        """Send (or resend) ``psn`` of ``op`` (``length`` bytes) on ``ev`` now."""
+        """Send (or resend) ``psn`` of ``op`` (``length`` bytes) on ``ev`` now; a new
+        ``psn`` (not ``retransmit``) gets its record in :attr:`unacked` here."""
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
         self.inflight += length
@@ -403,8 +406,12 @@ class Requester:
         if ack_req:
             flags |= ACK_REQ
             self.flight_ack_reqs += 1
-        # the transmission's record and its place on its EV's order, in one call
-        _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
+        # the transmission's record and its place on its EV's order, in one call (a
+        # new PSN's record made in the same call)
+        if retransmit:
+            _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
+        else:
+            _tx_add_send(self.unacked, psn, op, ev, now, flags, self.ev_sent)
         offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,
