@@ -130,4 +130,6 @@ def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
             q.clear()
             model.clear()
         assert len(q) == len(model) and list(q) == list(model)
+        # count (what the send path reads for len) is the items from the head on
+        assert q.count == len(model) == len(q._items) - q._head
         assert len(q._items) <= 2 * len(model) + 16

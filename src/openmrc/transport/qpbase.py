@@ -92,9 +92,12 @@ class Fifo(Generic[T]):
     def __init__(self) -> None:
         self._items: list[T] = []
         self._head = 0
+        #: how many items wait (``len(self)``): compiled, reading it is a native field
+        #: read where ``len()`` is a call (the send path asks several times a packet).
+        self.count = 0
 
     def __len__(self) -> int:
-        return len(self._items) - self._head
+        return self.count
 
     def __iter__(self) -> Iterator[T]:
         """The items waiting, oldest first (a snapshot)."""
@@ -103,6 +106,7 @@ class Fifo(Generic[T]):
     def append(self, item: T) -> None:
         """Queue ``item`` last."""
         self._items.append(item)
+        self.count += 1
 
     def appendleft(self, item: T) -> None:
         """Queue ``item`` first."""
@@ -113,6 +117,7 @@ class Fifo(Generic[T]):
             self._head = head
         else:
             self._items.insert(0, item)
+        self.count += 1
 
     def first(self) -> T:
         """The oldest item, left in place (IndexError when there is none)."""
@@ -123,6 +128,7 @@ class Fifo(Generic[T]):
         items = self._items
         head = self._head
         item = items[head]
+        self.count -= 1
         head += 1
         if head == len(items):
             items.clear()  # empty: start again at the front
@@ -137,6 +143,7 @@ class Fifo(Generic[T]):
         """Drop every item."""
         self._items.clear()
         self._head = 0
+        self.count = 0
 
 
 class QPQueue:

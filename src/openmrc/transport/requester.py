@@ -45,7 +45,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Final, cast
 
 from ..wire.packets import (
-    LAST_OPCODES,
     DataPacket,
     NackPacket,
     NackReason,
@@ -309,7 +308,7 @@ class Requester:
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
         """True when a retransmission or new data is waiting (window permitting)."""
-        return len(self.retx) > 0 or len(self.to_segment) > 0
+        return self.retx.count > 0 or self.to_segment.count > 0
 
     def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
         """The next data packet to transmit, or None (nothing to send, or window full).
@@ -321,7 +320,7 @@ class Requester:
         self.port_blocked = False
         retx = self.retx
         unacked = self.unacked
-        while len(retx):
+        while retx.count:  # (Fifo.count: len() compiled is a call)
             psn = retx.first()
             sop = _tx_op(unacked, psn)
             if sop is None:  # acknowledged meanwhile
@@ -338,7 +337,7 @@ class Requester:
             retx.popleft()
             return self._emit(psn, sop, length, ev, now, retransmit=True)
         to_segment = self.to_segment
-        if not len(to_segment):
+        if not to_segment.count:
             return None
         op = to_segment.first()
         psn = self.next_psn
@@ -388,7 +387,7 @@ class Requester:
             now = self._stamp(now, ev)
         self.inflight += length
         opcode = op.opcode_of(psn)
-        last = opcode in LAST_OPCODES
+        last = psn - op.first_psn == op.npkts - 1  # (opcode in LAST_OPCODES, no set look-up)
         # Ask for an ACK at once when this packet fills the window (or is the
         # last thing to send): coalescing at the receiver would otherwise hold
         # the only ACK that can open the window, and the sender would stall
@@ -396,7 +395,7 @@ class Requester:
         ack_req = (
             retransmit
             or last
-            or not (len(self.retx) or len(self.to_segment))
+            or not (self.retx.count or self.to_segment.count)
             or self.inflight + self.mtu > self.cc.cwnd
         )
         # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
