@@ -369,6 +369,89 @@ def test_native_send_edges() -> None:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_add_send_is_add_then_send(impl: str) -> None:
+    """add_send(psn, op, ev, sent, flags, order), a new PSN's first transmission in
+    one call, leaves the table and the order as add then send do, over random first
+    sends, resends and acknowledgements, send times past 2**30 (several digits)."""
+    tx_table, ev_order = _classes(impl)
+    ops = [SendOp(i, [], 0, 0, None, True, 0, 4096) for i in range(3)]
+    for seed in range(4):
+        rng = random.Random(seed)
+        one, one_order = tx_table(), ev_order()  # add_send
+        two, two_order = tx_table(), ev_order()  # add + send
+        evs = [rng.getrandbits(32) for _ in range(5)]
+        sent: dict[int, int] = {}
+        now = 1 << 30
+        for psn in range(300):
+            op = rng.choice(ops)
+            now += rng.randrange(1, 1 << 40)
+            ev, flags = rng.choice(evs), rng.choice([0, ACK_REQ])
+            one.add_send(psn, op, ev, now, flags, one_order)
+            two.add(psn, op)
+            two.send(psn, ev, now, flags, two_order)
+            sent[psn] = now
+            if rng.random() < 0.2:  # a resend of one outstanding
+                again, on = rng.choice(sorted(sent)), rng.choice(evs)
+                now += 1
+                for table, order in ((one, one_order), (two, two_order)):
+                    table.land(again)
+                    table.send(again, on, now, RESENT, order)
+                sent[again] = now
+            if rng.random() < 0.3:  # one acknowledged: out of flight and forgotten
+                gone = rng.choice(sorted(sent))
+                for table in (one, two):
+                    table.remove(gone, True)
+                del sent[gone]
+        assert len(one) == len(two) == len(sent)
+        assert [(p, one.op(p), one.ev_flags(p), one.sent(p)) for p in sent] == [
+            (p, two.op(p), two.ev_flags(p), two.sent(p)) for p in sent
+        ]
+        flight_one, flight_two = [], []
+        p = one.oldest()
+        while p >= 0:
+            flight_one.append(p)
+            p = one.after(p)
+        p = two.oldest()
+        while p >= 0:
+            flight_two.append(p)
+            p = two.after(p)
+        assert flight_one == flight_two
+        for ev in evs:
+            assert one_order.pairs(ev) == two_order.pairs(ev)
+
+
+def test_native_add_send_edges() -> None:
+    """The native add_send refuses what add or send refuses (a PSN not past the
+    newest, no message, a Python EvOrder, an EV past 32 bits, a send time outside
+    64 unsigned bits) and then changes neither record; send times up to 2**64 - 1
+    are kept as array('Q') keeps them."""
+    native = _native_module()
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = native.TxTable(), native.EvOrder()
+    table.add_send(5, op, 3, 100, 0, order)
+    with pytest.raises(ValueError):
+        table.add_send(5, op, 3, 200, 0, order)  # not past the newest
+    with pytest.raises(TypeError):
+        table.add_send(6, None, 3, 200, 0, order)
+    with pytest.raises(TypeError):
+        table.add_send(6, op, 3, 200, 0, EvOrder())  # the Python class
+    with pytest.raises(OverflowError):
+        table.add_send(6, op, 1 << 32, 200, 0, order)
+    for bad in (-1, 1 << 64):
+        with pytest.raises(OverflowError):
+            table.add_send(6, op, 3, bad, 0, order)
+    assert len(table) == 1 and 6 not in table and order.pairs(3) == [(5, 100)]
+    for psn, when in ((6, (1 << 63) - 1), (7, 1 << 63), (8, (1 << 64) - 1)):
+        table.add_send(psn, op, 3, when, ACK_REQ, order)
+        assert (table.op(psn), table.sent(psn), table.flags(psn)) == (
+            op,
+            when,
+            IN_FLIGHT | ACK_REQ,
+        )
+    assert [p for p, _ in order.pairs(3)] == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_take_is_op_then_settle(impl: str) -> None:
     """take(psn, order): None for a PSN not outstanding (never sent, acknowledged,
     outside the window), else (op, word, sent) equal to op(psn) and then

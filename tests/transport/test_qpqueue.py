@@ -46,6 +46,22 @@ def test_two_sets_keep_separate_membership() -> None:
     assert a not in ready and a in control and len(control) == 1
 
 
+def test_one_qp_taken_and_added_back_keeps_the_list() -> None:
+    """A context with one QP sending takes it and adds it back per packet: the list
+    under the set is not emptied by the take (nor grown again by the add), and the
+    order and membership stay a set's."""
+    a, b = _qps(2)
+    q = QPQueue(IN_READY)
+    q.add(a)
+    for _ in range(100):
+        assert q.pop_first() is a
+        assert len(q) == 0 and a not in q and len(q._items) == 1
+        q.add(a)
+        assert list(q) == [a] and len(q._items) == 1
+    q.add(b)
+    assert q.pop_first() is a and list(q) == [b]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_matches_an_ordered_dict_and_stays_bounded(seed: int) -> None:
     """Random adds, takes and removals give the order a dict used as an ordered set
@@ -114,4 +130,6 @@ def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
             q.clear()
             model.clear()
         assert len(q) == len(model) and list(q) == list(model)
+        # count (what the send path reads for len) is the items from the head on
+        assert q.count == len(model) == len(q._items) - q._head
         assert len(q._items) <= 2 * len(model) + 16

@@ -49,11 +49,23 @@ static inline int
 as_u64(PyObject *o, uint64_t *out)
 {
     unsigned long long v;
+    int overflow = 0;
+    long long sv;
     if (!PyLong_Check(o)) {
         PyErr_SetString(PyExc_TypeError, "an integer is required");
         return -1;
     }
-    v = PyLong_AsUnsignedLongLong(o);
+    /* Below 2**63 (every send time and flag word here) the signed conversion reads the
+     * digits directly; PyLong_AsUnsignedLongLong goes through _PyLong_AsByteArray for
+     * any int past one digit (2**30), several times the instructions per call. */
+    sv = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (!overflow && sv >= 0) {
+        *out = (uint64_t)sv;
+        return 0;
+    }
+    if (sv == -1 && PyErr_Occurred())
+        return -1;
+    v = PyLong_AsUnsignedLongLong(o); /* negative or past 2**63: its own result or error */
     if (v == (unsigned long long)-1 && PyErr_Occurred())
         return -1;
     *out = (uint64_t)v;
@@ -411,23 +423,21 @@ TxTable_count_retry(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
-static PyObject *
-TxTable_add(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The body of add: record psn_obj (of message op), sent for the first time; its slot,
+ * or -1 with the error set (then nothing changed). */
+static Py_ssize_t
+tx_add_record(TxTableObject *self, PyObject *psn_obj, PyObject *op)
 {
     int ok;
     int64_t psn, i;
-    PyObject *op;
-    if (check_nargs("add", nargs, 2) < 0)
-        return NULL;
-    psn = as_i64(args[0], &ok);
+    psn = as_i64(psn_obj, &ok);
     if (!ok || psn < 0 || psn > INT64_MAX / 2) {
         PyErr_SetString(PyExc_OverflowError, "TxTable: PSN out of range");
-        return NULL;
+        return -1;
     }
-    op = args[1];
     if (op == Py_None) {
         PyErr_SetString(PyExc_TypeError, "TxTable: a record needs its message");
-        return NULL;
+        return -1;
     }
     if (!self->count) {
         self->base = psn;
@@ -438,7 +448,7 @@ TxTable_add(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (i < self->end) {
         PyErr_Format(PyExc_ValueError, "TxTable: PSN %lld is not past the newest",
                      (long long)psn);
-        return NULL;
+        return -1;
     }
     if (i >= self->cap) {
         /* grow by at least a batch, and geometrically (a copy per batch would be
@@ -447,17 +457,27 @@ TxTable_add(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t more = self->cap + (self->cap >> 3) + GROW_BATCH;
         if (i > PY_SSIZE_T_MAX / 2) {
             PyErr_NoMemory();
-            return NULL;
+            return -1;
         }
         if (more > cap)
             cap = more;
         if (tx_resize(self, cap) < 0)
-            return NULL;
+            return -1;
     }
     Py_INCREF(op);
     Py_XSETREF(self->ops[i], op);
     self->end = (Py_ssize_t)i + 1;
     self->count += 1;
+    return (Py_ssize_t)i;
+}
+
+static PyObject *
+TxTable_add(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("add", nargs, 2) < 0)
+        return NULL;
+    if (tx_add_record(self, args[0], args[1]) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -608,6 +628,34 @@ TxTable_send(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* add(psn, op) and send(psn, ev, sent, flags, order) in one call: the records a new
+ * PSN's first transmission makes (see txtable.TxTable.add_send). */
+static PyObject *
+TxTable_add_send(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    uint64_t ev, sent, flags;
+    if (check_nargs("add_send", nargs, 6) < 0)
+        return NULL;
+    /* every argument checked before anything changes */
+    if (as_u64(args[2], &ev) < 0 || as_u64(args[3], &sent) < 0 || tx_bits(args[4], &flags) < 0)
+        return NULL;
+    if (ev >> 32) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable: EV out of range");
+        return NULL;
+    }
+    if (Py_TYPE(args[5]) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.add_send: order must be a native EvOrder");
+        return NULL;
+    }
+    if ((i = tx_add_record(self, args[0], args[1])) < 0)
+        return NULL;
+    if (eo_append(args[5], (uint32_t)ev, (uint64_t)(self->base + i), sent) < 0)
+        return NULL;
+    tx_launch_slot(self, i, ev, sent, flags);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 TxTable_land(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -750,6 +798,9 @@ static PyMethodDef TxTable_methods[] = {
     {"send", (PyCFunction)(void (*)(void))TxTable_send, METH_FASTCALL,
      "launch(psn, ev, sent, flags), and the transmission appended to order (a native "
      "EvOrder) in the same call."},
+    {"add_send", (PyCFunction)(void (*)(void))TxTable_add_send, METH_FASTCALL,
+     "add(psn, op) and send(psn, ev, sent, flags, order) in one call: a new PSN's first "
+     "transmission."},
     {"land", (PyCFunction)(void (*)(void))TxTable_land, METH_FASTCALL,
      "Take psn (in flight) out of flight; return its flags from before."},
     {"flying", (PyCFunction)TxTable_flying, METH_NOARGS, "True when some PSN is in flight."},

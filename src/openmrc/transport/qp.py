@@ -389,15 +389,19 @@ class QueuePair(QPBase):
             self.timer_marked = True
             self.context.timer_dirty.append(self)
         control = self.control
-        if len(control):
+        if control.count:  # (Fifo.count: len() compiled is a call)
             return control.popleft()
         if self.state is QPState.RTS:
             pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
             if pkt is None:
-                if len(control):  # the window closed: a probe was queued
+                if control.count:  # the window closed: a probe was queued
                     return control.popleft()
                 return None
-            self.reverse.last_out = now  # type: ignore[union-attr]  # its SACKs keep the set fresh
+            # its SACKs keep the set fresh (narrowed first: compiled, a write through
+            # the Optional is CPython's generic setattr with ``now`` boxed)
+            rev = self.reverse
+            assert rev is not None
+            rev.last_out = now
             return pkt
         return None
 
@@ -407,7 +411,7 @@ class QueuePair(QPBase):
 
     def has_output(self) -> bool:
         """True when :meth:`poll_packet` may return a packet."""
-        return len(self.control) > 0 or (
+        return self.control.count > 0 or (
             self.state is QPState.RTS and self.requester is not None and self.requester.has_work()
         )
 

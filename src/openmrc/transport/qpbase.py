@@ -92,9 +92,12 @@ class Fifo(Generic[T]):
     def __init__(self) -> None:
         self._items: list[T] = []
         self._head = 0
+        #: how many items wait (``len(self)``): compiled, reading it is a native field
+        #: read where ``len()`` is a call (the send path asks several times a packet).
+        self.count = 0
 
     def __len__(self) -> int:
-        return len(self._items) - self._head
+        return self.count
 
     def __iter__(self) -> Iterator[T]:
         """The items waiting, oldest first (a snapshot)."""
@@ -103,6 +106,7 @@ class Fifo(Generic[T]):
     def append(self, item: T) -> None:
         """Queue ``item`` last."""
         self._items.append(item)
+        self.count += 1
 
     def appendleft(self, item: T) -> None:
         """Queue ``item`` first."""
@@ -113,6 +117,7 @@ class Fifo(Generic[T]):
             self._head = head
         else:
             self._items.insert(0, item)
+        self.count += 1
 
     def first(self) -> T:
         """The oldest item, left in place (IndexError when there is none)."""
@@ -123,6 +128,7 @@ class Fifo(Generic[T]):
         items = self._items
         head = self._head
         item = items[head]
+        self.count -= 1
         head += 1
         if head == len(items):
             items.clear()  # empty: start again at the front
@@ -137,6 +143,7 @@ class Fifo(Generic[T]):
         """Drop every item."""
         self._items.clear()
         self._head = 0
+        self.count = 0
 
 
 class QPQueue:
@@ -148,8 +155,9 @@ class QPQueue:
     bit in the QP's :attr:`QPBase.queued` (``bit``, one per set), and the members
     sit in a list from ``head`` on (a list, not a deque: compiled, its append and
     item read are native).  The list holds each member once, plus the prefix
-    already taken, dropped once it is half the list: its length stays within
-    twice the number of QPs.
+    already taken, dropped once it is half the list and 16 long: its length stays
+    within twice the number of QPs, or 16.  An emptied list is kept, and the next
+    QP added takes the slot before the head.
     """
 
     def __init__(self, bit: int) -> None:
@@ -173,7 +181,17 @@ class QPQueue:
         bit = self.bit
         if not qp.queued & bit:
             qp.queued |= bit
-            self._items.append(qp)
+            items = self._items
+            head = self._head
+            if head and head == len(items):
+                # empty, its taken prefix still held: the slot before the head takes
+                # it (the usual turn of a context with one QP sending, taken and
+                # added back per packet: no list emptied and grown again)
+                head -= 1
+                items[head] = qp
+                self._head = head
+            else:
+                items.append(qp)
 
     def first(self) -> QPBase:
         """The oldest member (the set must not be empty)."""
@@ -186,12 +204,10 @@ class QPQueue:
         qp = items[head]
         qp.queued &= ~self.bit
         head += 1
-        if head == len(items):
-            items.clear()  # empty: start again at the front
-            head = 0
-        elif head >= 16 and 2 * head >= len(items):
+        if head >= 16 and 2 * head >= len(items):
             del items[:head]  # the taken prefix is half the list: drop it
             head = 0
+        # (emptied with a shorter prefix, the list is kept: :meth:`add` refills it)
         self._head = head
         return qp
 

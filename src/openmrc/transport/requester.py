@@ -45,7 +45,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Final, cast
 
 from ..wire.packets import (
-    LAST_OPCODES,
     DataPacket,
     NackPacket,
     NackReason,
@@ -92,9 +91,11 @@ _tx_op: Final = cast("Callable[[TxTableLike, int], SendOp | None]", TX_CLASS.op)
 _tx_ev: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.ev)
 _tx_sent: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.sent)
 _tx_flags: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.flags)
-_tx_add: Final = cast("Callable[[TxTableLike, int, SendOp], None]", TX_CLASS.add)
 _tx_send: Final = cast(
     "Callable[[TxTableLike, int, int, int, int, EvOrderLike], None]", TX_CLASS.send
+)
+_tx_add_send: Final = cast(
+    "Callable[[TxTableLike, int, SendOp, int, int, int, EvOrderLike], None]", TX_CLASS.add_send
 )
 _tx_take: Final = cast(
     "Callable[[TxTableLike, int, EvOrderLike], tuple[SendOp, int, int] | None]", TX_CLASS.take
@@ -307,7 +308,7 @@ class Requester:
     # -- output ---------------------------------------------------------------------
     def has_work(self) -> bool:
         """True when a retransmission or new data is waiting (window permitting)."""
-        return len(self.retx) > 0 or len(self.to_segment) > 0
+        return self.retx.count > 0 or self.to_segment.count > 0
 
     def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
         """The next data packet to transmit, or None (nothing to send, or window full).
@@ -319,7 +320,7 @@ class Requester:
         self.port_blocked = False
         retx = self.retx
         unacked = self.unacked
-        while len(retx):
+        while retx.count:  # (Fifo.count: len() compiled is a call)
             psn = retx.first()
             sop = _tx_op(unacked, psn)
             if sop is None:  # acknowledged meanwhile
@@ -336,7 +337,7 @@ class Requester:
             retx.popleft()
             return self._emit(psn, sop, length, ev, now, retransmit=True)
         to_segment = self.to_segment
-        if not len(to_segment):
+        if not to_segment.count:
             return None
         op = to_segment.first()
         psn = self.next_psn
@@ -358,7 +359,7 @@ class Requester:
         op.segmented = idx + 1
         if idx == op.npkts - 1:
             to_segment.popleft()
-        _tx_add(unacked, psn, op)
+        # (its record is made by _emit with its transmission's: one table call)
         self.next_psn = psn + 1
         return self._emit(psn, op, length, ev, now, retransmit=False)
 
@@ -380,12 +381,13 @@ class Requester:
     def _emit(
         self, psn: int, op: SendOp, length: int, ev: int, now: int, retransmit: bool
     ) -> DataPacket:
-        """Send (or resend) ``psn`` of ``op`` (``length`` bytes) on ``ev`` now."""
+        """Send (or resend) ``psn`` of ``op`` (``length`` bytes) on ``ev`` now; a new
+        ``psn`` (not ``retransmit``) gets its record in :attr:`unacked` here."""
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
         self.inflight += length
         opcode = op.opcode_of(psn)
-        last = opcode in LAST_OPCODES
+        last = psn - op.first_psn == op.npkts - 1  # (opcode in LAST_OPCODES, no set look-up)
         # Ask for an ACK at once when this packet fills the window (or is the
         # last thing to send): coalescing at the receiver would otherwise hold
         # the only ACK that can open the window, and the sender would stall
@@ -393,7 +395,7 @@ class Requester:
         ack_req = (
             retransmit
             or last
-            or not (len(self.retx) or len(self.to_segment))
+            or not (self.retx.count or self.to_segment.count)
             or self.inflight + self.mtu > self.cc.cwnd
         )
         # (its flags: PROBED and ACK_REQ are this transmission's, the rest carried on)
@@ -403,8 +405,12 @@ class Requester:
         if ack_req:
             flags |= ACK_REQ
             self.flight_ack_reqs += 1
-        # the transmission's record and its place on its EV's order, in one call
-        _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
+        # the transmission's record and its place on its EV's order, in one call (a
+        # new PSN's record made in the same call)
+        if retransmit:
+            _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
+        else:
+            _tx_add_send(self.unacked, psn, op, ev, now, flags, self.ev_sent)
         offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,

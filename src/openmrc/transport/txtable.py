@@ -296,6 +296,16 @@ class TxTable:
         order.append(ev, psn, sent)
         self.launch(psn, ev, sent, flags)
 
+    def add_send(
+        self, psn: int, op: SendOp, ev: int, sent: int, flags: int, order: EvOrderLike
+    ) -> None:
+        """A new PSN's first transmission in one call: :meth:`add` (``psn`` of ``op``)
+        then :meth:`send` (on ``ev`` at ``sent`` with ``flags``, appended to
+        ``order``).  (The native table checks every argument before either record;
+        one call where the requester made two, each boxing its arguments.)"""
+        self.add(psn, op)
+        self.send(psn, ev, sent, flags, order)
+
     def land(self, psn: int) -> int:
         """Take ``psn`` (in flight) out of flight; return its flags from before."""
         i = psn - self._base
@@ -568,6 +578,9 @@ class TxTableLike(Protocol):
     def clear(self) -> None: ...
     def launch(self, psn: int, ev: int, sent: int, flags: int) -> None: ...
     def send(self, psn: int, ev: int, sent: int, flags: int, order: EvOrderLike) -> None: ...
+    def add_send(
+        self, psn: int, op: SendOp, ev: int, sent: int, flags: int, order: EvOrderLike
+    ) -> None: ...
     def land(self, psn: int) -> int: ...
     def flying(self) -> bool: ...
     def oldest(self) -> int: ...
@@ -591,7 +604,12 @@ class EvOrderLike(Protocol):
 #: lacks the newer names; the pure-Python classes are used then).
 NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs", "rotate")
 #: The newest methods of those classes, checked the same way: (class, method).
-NATIVE_METHODS: Final = (("TxTable", "rto_at"), ("TxTable", "send"), ("TxTable", "take"))
+NATIVE_METHODS: Final = (
+    ("TxTable", "rto_at"),
+    ("TxTable", "send"),
+    ("TxTable", "take"),
+    ("TxTable", "add_send"),
+)
 
 
 def _load_native() -> ModuleType | None:
