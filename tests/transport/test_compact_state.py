@@ -675,6 +675,77 @@ def test_native_good_evs_edges() -> None:
     assert native.good_evs(evs, bytearray(4), [3, 0], 0, 2) == [48, 16]
 
 
+def _after_in(good: list[int], ev: int) -> int:
+    """What good_after must give: the item after ``ev``'s first place in ``good``."""
+    if not good:
+        return -1
+    k = good.index(ev) + 1 if ev in good else 0
+    return good[k % len(good)]
+
+
+def _pick_in(good: list[int], k: int) -> int:
+    """What good_pick must give: the count and the (k mod count)-th item, packed."""
+    return len(good) << 32 | good[k % len(good)] if good else 0
+
+
+def test_good_after_and_pick_walk_the_good_list() -> None:
+    """paths.good_after and good_pick (and their native twins when built) give what
+    indexing good_evs's list gives: the GOOD EV after a given one (wrapping; the first
+    when the given one is not GOOD) and the k-th modulo the count, with ids repeated,
+    EVs repeated and states mixed; PathSet uses the native ones exactly when in use."""
+    used = _native if txtable.NATIVE else None
+    assert paths._good_after is (used.good_after if used else paths.good_after)
+    assert paths._good_pick is (used.good_pick if used else paths.good_pick)
+    impls = [(paths.good_after, paths.good_pick)]
+    if _native is not None:
+        impls.append((_native.good_after, _native.good_pick))
+    rng = random.Random(11)
+    for n in (0, 1, 2, 17, 300):
+        evs = array("I", [rng.choice((rng.getrandbits(32), 16 * rng.randrange(4) + 3))
+                          for _ in range(n)])  # fmt: skip
+        st = bytearray(rng.randrange(4) for _ in range(n))
+        slots = [rng.randrange(n) for _ in range(2 * n)] if n else []
+        for plane in (0, 3, 7):
+            for bad in (0, 2, 4):
+                good = [evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]
+                probes = [*good[:5], *(evs[i] for i in slots[:5]), 3, 2**32 - 1, -1]
+                for after, pick in impls:
+                    for ev in probes:
+                        assert after(evs, st, slots, plane, bad, ev) == _after_in(good, ev)
+                    for k in (0, 1, 2, 5, 299, 1 << 40):
+                        assert pick(evs, st, slots, plane, bad, k) == _pick_in(good, k)
+
+
+def test_native_good_after_and_pick_edges() -> None:
+    """The native good_after and good_pick refuse what good_evs refuses (an id outside
+    the arrays: IndexError; wrong types: TypeError), good_pick a negative k, and leave
+    the EV array growable."""
+    native = _native_module()
+    evs = array("I", [16, 17, 33])
+    st = bytearray([0, 0])
+    assert native.good_after(evs, st, [0, 1], 1, 2, 17) == 17
+    assert native.good_pick(evs, st, [0, 1], 1, 2, 3) == 1 << 32 | 17
+    for fn in (native.good_after, native.good_pick):
+        with pytest.raises(IndexError):
+            fn(evs, st, [2], 1, 2, 0)
+        for slots in ([3], [-1]):
+            with pytest.raises(IndexError):
+                fn(evs, st, slots, 0, 2, 0)
+        for args in (
+            (array("i", [1]), st, [0], 0, 2, 0),
+            (evs, bytes(st), [0], 0, 2, 0),
+            (evs, st, (0,), 0, 2, 0),
+            (evs, st, [0], "x", 2, 0),
+            (evs, st, [0], 0, 2, "x"),
+        ):
+            with pytest.raises(TypeError):
+                fn(*args)
+    with pytest.raises(ValueError):
+        native.good_pick(evs, st, [0], 0, 2, -1)
+    evs.append(48)  # no buffer left exported
+    assert native.good_after(evs, bytearray(4), [3, 0], 0, 2, 16) == 48
+
+
 def _rto_for(timeout: int, linear: int, cap: int, retries: int) -> int:
     """Requester.rto_for's timeout after ``retries`` timeouts (linear, then doubling)."""
     extra = retries - linear

@@ -1587,6 +1587,141 @@ done:
     return out;
 }
 
+/* The arguments (evs, st, slots, plane, bad) that good_after and good_pick share with
+ * good_evs, checked the same way; the EV array's buffer is held in *view (released by
+ * the caller) when this returns 0. */
+static int
+good_open(const char *name, PyObject *const *args, Py_buffer *view, long *plane, long *bad)
+{
+    if (!PyByteArray_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_Format(PyExc_TypeError, "%s(): st is a bytearray, slots a list", name);
+        return -1;
+    }
+    *plane = PyLong_AsLong(args[3]);
+    if (*plane == -1 && PyErr_Occurred())
+        return -1;
+    *bad = PyLong_AsLong(args[4]);
+    if (*bad == -1 && PyErr_Occurred())
+        return -1;
+    if (PyObject_GetBuffer(args[0], view, PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 4 || view->format == NULL || strcmp(view->format, "I") != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s(): evs is an array('I')", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The k-th item of good_evs(evs, st, slots, plane, bad) for every k in turn: *ev its
+ * EV; 1 when there is one, 0 past the last slot, -1 (IndexError set) for an id outside
+ * either array, as good_evs raises. *k is the slot position to go on from. */
+static inline int
+good_next(const Py_buffer *view, PyObject *st_obj, PyObject *slots, long plane, long bad,
+          Py_ssize_t *k, uint32_t *ev)
+{
+    const uint32_t *evs = (const uint32_t *)view->buf;
+    Py_ssize_t nevs = view->len / 4;
+    const unsigned char *st = (const unsigned char *)PyByteArray_AS_STRING(st_obj);
+    Py_ssize_t nst = PyByteArray_GET_SIZE(st_obj);
+    Py_ssize_t n = PyList_GET_SIZE(slots);
+    while (*k < n) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(slots, *k));
+        (*k)++;
+        if (i == -1 && PyErr_Occurred())
+            return -1;
+        if (i < 0 || i >= nevs) {
+            PyErr_SetString(PyExc_IndexError, "array index out of range");
+            return -1;
+        }
+        if ((long)(evs[i] & 15) != plane)
+            continue;
+        if (i >= nst) {
+            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+            return -1;
+        }
+        if ((long)st[i] < bad) {
+            *ev = evs[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* good_after(evs, st, slots, plane, bad, ev): the item of good = good_evs(evs, st,
+ * slots, plane, bad) after the first that equals ev (the first item after the last),
+ * good[0] when none equals ev, -1 when good is empty, as
+ * openmrc.transport.paths.good_after computes it: one pass, no list made. */
+static PyObject *
+native_good_after(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long plane, bad, first = -1;
+    long long want;
+    Py_ssize_t k = 0;
+    uint32_t ev;
+    int found = 0, got;
+    if (check_nargs("good_after", nargs, 6) < 0)
+        return NULL;
+    want = PyLong_AsLongLong(args[5]);
+    if (want == -1 && PyErr_Occurred())
+        return NULL;
+    if (good_open("good_after", args, &view, &plane, &bad) < 0)
+        return NULL;
+    while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0) {
+        if (found) {
+            PyBuffer_Release(&view);
+            return PyLong_FromUnsignedLong(ev);
+        }
+        if (first < 0)
+            first = (long)ev;
+        if ((long long)ev == want)
+            found = 1;
+    }
+    PyBuffer_Release(&view);
+    if (got < 0)
+        return NULL;
+    return PyLong_FromLong(first);
+}
+
+/* good_pick(evs, st, slots, plane, bad, k): with good = good_evs(evs, st, slots,
+ * plane, bad) and n = len(good), (n << 32) | good[k % n], or 0 when n is 0, as
+ * openmrc.transport.paths.good_pick computes it (k >= 0): no list made. */
+static PyObject *
+native_good_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long plane, bad;
+    Py_ssize_t k = 0, want, n = 0;
+    uint32_t ev;
+    int got;
+    if (check_nargs("good_pick", nargs, 6) < 0)
+        return NULL;
+    want = PyLong_AsSsize_t(args[5]);
+    if (want == -1 && PyErr_Occurred())
+        return NULL;
+    if (want < 0) {
+        PyErr_SetString(PyExc_ValueError, "good_pick(): k is negative");
+        return NULL;
+    }
+    if (good_open("good_pick", args, &view, &plane, &bad) < 0)
+        return NULL;
+    while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0)
+        n++;
+    if (got == 0 && n > 0) {
+        Py_ssize_t m = want % n;
+        k = 0;
+        while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0 && m > 0)
+            m--;
+    }
+    PyBuffer_Release(&view);
+    if (got < 0)
+        return NULL;
+    if (n == 0)
+        return PyLong_FromLong(0);
+    return PyLong_FromUnsignedLongLong((unsigned long long)n << 32 | ev);
+}
+
 /* ---- a PathSet's rotation: the EV for the next packet --------------------------- */
 
 /* An index into a sequence of n items as Python reads it: a negative one counts from
@@ -1853,6 +1988,10 @@ done:
 static PyMethodDef txtable_functions[] = {
     {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
      "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
+    {"good_after", (PyCFunction)(void (*)(void))native_good_after, METH_FASTCALL,
+     "The GOOD EV of a plane after ev in rotation order (see paths.good_after)"},
+    {"good_pick", (PyCFunction)(void (*)(void))native_good_pick, METH_FASTCALL,
+     "(count << 32) | the k-th GOOD EV of a plane, mod the count (see paths.good_pick)"},
     {"rotate", (PyCFunction)(void (*)(void))native_rotate, METH_FASTCALL,
      "(next slot << 32) | EV: one step of a PathSet's plain rotation"},
     {"rotate_busy", (PyCFunction)(void (*)(void))native_rotate_busy, METH_FASTCALL,

@@ -714,6 +714,67 @@ _native_good_evs: Final[
 ] = _NATIVE.good_evs if _NATIVE is not None else None
 
 
+def good_after(
+    evs: array[int], st: bytearray, slots: list[int], plane: int, bad: int, ev: int
+) -> int:
+    """The GOOD EV of ``plane`` after ``ev`` in rotation order: with ``good`` the list
+    :meth:`PathSet.good_evs` makes, the item after the first equal to ``ev`` (after the
+    last, the first), ``good[0]`` when none equals it, -1 when ``good`` is empty.
+
+    A receive-only QP moves its SACKs' stand-in reverse EV on by one for each SACK
+    while no reverse EV is confirmed (:meth:`ReversePaths.route
+    <openmrc.transport.reverse.ReversePaths.route>`): one pass, no list made.  It is the
+    readable reference of ``_txtable.good_after`` (:data:`_good_after`).
+    """
+    first = -1
+    found = False
+    for i in slots:
+        e = evs[i]
+        if e & 15 == plane and st[i] < bad:
+            if found:
+                return int(e)
+            if first < 0:
+                first = int(e)
+            if e == ev:
+                found = True
+    return first
+
+
+def good_pick(
+    evs: array[int], st: bytearray, slots: list[int], plane: int, bad: int, k: int
+) -> int:
+    """With ``good`` the list :meth:`PathSet.good_evs` makes and ``n`` its length,
+    ``(n << 32) | good[k % n]``, or 0 when ``n`` is 0 (``k >= 0``): a reverse-EV probe's
+    EV picked without the list made.  The readable reference of ``_txtable.good_pick``
+    (:data:`_good_pick`)."""
+    n = 0
+    for i in slots:
+        if evs[i] & 15 == plane and st[i] < bad:
+            n += 1
+    if n == 0:
+        return 0
+    m = k % n
+    for i in slots:
+        e = evs[i]
+        if e & 15 == plane and st[i] < bad:
+            if m == 0:
+                return n << 32 | e
+            m -= 1
+    raise AssertionError("unreachable: the second pass finds the k-th of n")
+
+
+#: ``_txtable.good_after`` when the transport's C extension is in use, else
+#: :func:`good_after`: the same result reading the EV array through the buffer protocol.
+_good_after: Final[Callable[[array[int], bytearray, list[int], int, int, int], int]] = (
+    _NATIVE.good_after if _NATIVE is not None else good_after
+)
+#: ``_txtable.good_pick`` when the transport's C extension is in use, else
+#: :func:`good_pick`.
+_good_pick: Final[Callable[[array[int], bytearray, list[int], int, int, int], int]] = (
+    _NATIVE.good_pick if _NATIVE is not None else good_pick
+)
+
+
 def rotate(slots: list[int], st: bytearray, evs: array[int], i: int) -> int:
     """One step of a QP's plain rotation (no plane passed over, none weighed): the EV
     for the next packet and where the rotation goes on, as ``(next slot << 32) | EV``.
@@ -1141,6 +1202,17 @@ class PathSet:
         if _native_good_evs is not None:
             return _native_good_evs(evs, st, self._slots, plane, _BAD)
         return [evs[i] for i in self._slots if evs[i] & 15 == plane and st[i] < _BAD]
+
+    def good_after(self, plane: int, ev: int) -> int:
+        """The plane's GOOD (or SKIP) EV after ``ev`` in :meth:`good_evs`'s order (after
+        the last, the first; the first when ``ev`` is not one of them), or -1 when the
+        plane has none (:func:`good_after`)."""
+        return _good_after(self._evs, self._st, self._slots, plane, _BAD, ev)
+
+    def good_pick(self, plane: int, k: int) -> int:
+        """``(n << 32) | good[k % n]`` for ``good = good_evs(plane)`` and ``n`` its
+        length, or 0 when ``n`` is 0 (``k >= 0``; :func:`good_pick`)."""
+        return _good_pick(self._evs, self._st, self._slots, plane, _BAD, k)
 
     def first_good(self, plane: int) -> int:
         """The plane's first active EV that is GOOD (or SKIP), or -1."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..wire.packets import (
     DataPacket,
@@ -318,10 +318,12 @@ class QueuePair(QPBase):
             stats = self.stats
             dups = stats.rx_duplicates
             self.responder.on_data(pkt, now)  # type: ignore[union-attr,arg-type]
-            rev = self.reverse
+            # (set with the responder: typed here, so the per-packet test below reads
+            # a native attribute, not a generic one compared as objects)
+            rev = cast(ReversePaths, self.reverse)
             if stats.rx_duplicates != dups:  # the peer resent: it missed our SACKs?
-                rev.suspect(pkt.ev & 15, now)  # type: ignore[union-attr]
-            if now >= rev.next_probe_at:  # type: ignore[union-attr]
+                rev.suspect(pkt.ev & 15, now)
+            if now >= rev.next_probe_at:
                 self._reverse_inbound(now)
         elif kind is SackPacket:
             if self.requester is not None:

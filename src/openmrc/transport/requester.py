@@ -618,9 +618,10 @@ class Requester:
             self.ack_ts = ts
             self.ack_cack = cack
             windows.clear()
+        bitmap = sack.bitmap & _MASK64  # (2**64 - 1 is a boxed int: one such op per SACK)
         if len(windows) < 2 * ACK_WINDOWS:
             windows.append(sack.sack_base)
-            windows.append(sack.bitmap & _MASK64)
+            windows.append(bitmap)
         self.sack_spurious = 0
         unacked = self.unacked
         # RACK's lateness of packets delivered after later-sent ones (originals
@@ -643,7 +644,6 @@ class Requester:
             self.snd_una = cack
             if self.held:
                 self._release_oow(now)
-        bitmap = sack.bitmap & _MASK64
         base = sack.sack_base
         # The bits below the oldest outstanding PSN are news to nobody (a SACK's
         # window mostly re-reports what earlier SACKs acknowledged): skip them.

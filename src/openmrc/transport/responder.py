@@ -211,8 +211,15 @@ class Responder:
         without a receive, and this packet of it is refused with NO_RESOURCE.
         """
         pending = self.wimm_pending
-        i = _bisect_right(pending, msn)
-        known = i > 0 and pending[i - 1] == msn
+        n = len(pending)
+        if n and pending[n - 1] == msn:
+            # the newest WRITE_IMM seen (a message's packets come together): where
+            # bisect_right would put it, without the call per packet
+            i = n
+            known = True
+        else:
+            i = _bisect_right(pending, msn)
+            known = i > 0 and pending[i - 1] == msn
         if not known:
             if msn < self.next_msn:
                 self.stats.rx_invalid += 1
@@ -311,12 +318,15 @@ class Responder:
             sack_base = base
         bits = self.bits
         held = bits.bit_count()
+        window = bits >> (sack_base - base)
+        if window >> 64:  # (bits >= 0; 2**64 - 1 is a boxed int: masked only when needed)
+            window &= _MASK64
         return SackPacket(
             self.qp.remote_qpn,
             ev,
             base,
             sack_base,
-            (bits >> (sack_base - base)) & _MASK64,
+            window,
             ecn,
             self.rcvd_bytes,
             held,

@@ -193,12 +193,9 @@ class ReversePaths:
     def _next_standin(self, plane: int) -> None:
         """Replace the plane's reverse EV by the next GOOD EV of the plane (the
         stand-in while no probe or SACK has confirmed one)."""
-        evs = self.paths.good_evs(plane)
-        if not evs:
-            return
-        cur = self.evs[plane]
-        k = evs.index(cur) + 1 if cur in evs else 0
-        self.evs[plane] = evs[k % len(evs)]
+        ev = self.paths.good_after(plane, self.evs[plane])
+        if ev >= 0:
+            self.evs[plane] = ev
 
     # -- learning ------------------------------------------------------------------------
     def on_delivered(self, ev: int) -> None:
@@ -301,13 +298,14 @@ class ReversePaths:
             planes = todo
         plane = planes[self._plane_turn % len(planes)]
         self._plane_turn += 1
-        evs = paths.good_evs(plane)
-        if not evs:
-            return -1
         k = self._cursor[plane]
-        ev = evs[k % len(evs)]
-        if ev == self.evs[plane] and len(evs) > 1:
+        got = paths.good_pick(plane, k)
+        n = got >> 32
+        if not n:
+            return -1
+        ev = got & 0xFFFFFFFF
+        if ev == self.evs[plane] and n > 1:
             k += 1
-            ev = evs[k % len(evs)]
-        self._cursor[plane] = (k + 1) % len(evs)
+            ev = paths.good_pick(plane, k) & 0xFFFFFFFF
+        self._cursor[plane] = (k + 1) % n
         return ev

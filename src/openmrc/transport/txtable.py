@@ -602,7 +602,9 @@ class EvOrderLike(Protocol):
 #: What the Python side takes from the native module: all of it, or none (an older
 #: build left beside newer sources, when the optional build of ``_txtable.c`` failed,
 #: lacks the newer names; the pure-Python classes are used then).
-NATIVE_NAMES: Final = ("TxTable", "EvOrder", "EvIds", "good_evs", "rotate")
+NATIVE_NAMES: Final = (
+    "TxTable", "EvOrder", "EvIds", "good_evs", "good_after", "good_pick", "rotate",
+)  # fmt: skip
 #: The newest methods of those classes, checked the same way: (class, method).
 NATIVE_METHODS: Final = (
     ("TxTable", "rto_at"),
