@@ -200,6 +200,10 @@ typedef struct {
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
     char stopped;
+    /* each entity's hint row (set_hints): PF_HINTS cache-line addresses, 0 after the
+     * last; rows for entities 0 .. nhint - 1 (NULL, 0: none set) */
+    uintptr_t *hints;
+    Py_ssize_t nhint;
 } SimObject;
 
 /* A queued packet and the wire bytes (size + framing) it was queued with: the
@@ -2588,15 +2592,61 @@ PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject
     }
 }
 
+/* An entity's hint row (set_hints): the lines the Python code run for it reads
+ * first (a host's NIC, its transport context, its QPs), each found from the one
+ * before it, so that without a hint their misses come one after another.  A
+ * port's transmit-free event runs no such code: it gets none.  The row is asked
+ * for PF_HINT_ROW events ahead, its lines PF_AHEAD ahead (stage 1). */
+#ifndef PF_HINTS
+#define PF_HINTS 16 /* lines per entity (a row: two cache lines) */
+#endif
+#ifndef PF_OBJ_LINES
+#define PF_OBJ_LINES 2 /* lines of one object at most (its first) */
+#endif
+#ifndef PF_HINT_ROW
+#define PF_HINT_ROW (PF_AHEAD + 2)
+#endif
+
+PF_INLINE const uintptr_t *hint_row(const SimObject *s, uint64_t meta)
+{
+    uint64_t t = meta >> 32;
+    if (t >= (uint64_t)s->nhint || (meta & ((1u << SK_KIND_BITS) - 1)) == EV_TXFREE)
+        return NULL;
+    return s->hints + t * PF_HINTS;
+}
+
+/* The row of an event's hints. */
+PF_INLINE void prefetch_hint_row(const SimObject *s, uint64_t meta)
+{
+    const uintptr_t *row = hint_row(s, meta);
+    if (row != NULL)
+        for (int i = 0; i < PF_HINTS; i += 8)
+            PREFETCH(row + i);
+}
+
+/* The lines in an event's hint row. */
+PF_INLINE void prefetch_hints(const SimObject *s, uint64_t meta)
+{
+    const uintptr_t *row = hint_row(s, meta);
+    if (row == NULL)
+        return;
+    for (int i = 0; i < PF_HINTS && row[i]; i++)
+        PREFETCH((const void *)row[i]);
+}
+
 /* Stage 1, after an event is popped: the next event's lines (the run's next or
- * h's root, whichever comes first), and those of the run's event PF_AHEAD on. */
+ * h's root, whichever comes first), and those of the run's event PF_AHEAD on
+ * with its hints; the hint row of the run's event PF_HINT_ROW on. */
 PF_INLINE void prefetch_next(const SimObject *s)
 {
     const EvStore *st = &s->q;
     if (st->ri + PF_AHEAD < st->rn) {
         const Event *e = &st->run[st->ri + PF_AHEAD];
         prefetch_lines(e->meta, (const char *)e->a, e->b);
+        prefetch_hints(s, e->meta);
     }
+    if (st->ri + PF_HINT_ROW < st->rn)
+        prefetch_hint_row(s, st->run[st->ri + PF_HINT_ROW].meta);
     if (st->h.n != 0) {
         const HPay *np = &st->h.hp[0];
         prefetch_lines(np->meta, (const char *)np->a, np->b);
@@ -2703,6 +2753,9 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     PyMem_Free(s->owned);
     s->owned = NULL;
     s->nowned = 0;
+    PyMem_Free(s->hints);
+    s->hints = NULL;
+    s->nhint = 0;
     Py_CLEAR(s->outbox);
     xc_free(s->xc);
     s->xc = NULL;
@@ -2769,6 +2822,7 @@ static void Sim_dealloc(SimObject *s)
     PyMem_Free(s->ekeys);
     PyMem_Free(s->evals);
     PyMem_Free(s->owned);
+    PyMem_Free(s->hints);
     tp->tp_free((PyObject *)s);
 }
 
@@ -3015,6 +3069,78 @@ static PyObject *Sim_set_entity(SimObject *s, PyObject *const *args, Py_ssize_t 
     if (ent_set(s, args[0], (int32_t)e) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* set_hints(entity, objects): the cache lines the simulator asks for a few events
+ * before one of entity's events: each object's first PF_OBJ_LINES lines (fewer when
+ * the object is shorter), at most PF_HINTS in all (the rest ignored).  The row holds
+ * addresses only, no references: a hint to an object since freed fetches a line for
+ * nothing (a prefetch cannot fault), so the owner sets the row again when the
+ * objects change.  An empty sequence clears the row.  Returns the lines kept. */
+static PyObject *Sim_set_hints(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_hints(entity, objects)");
+        return NULL;
+    }
+    int64_t e;
+    if (as_i64(args[0], &e) < 0)
+        return NULL;
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "set_hints: no entity %lld", (long long)e);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "set_hints: objects must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    if (e >= s->nhint) {
+        Py_ssize_t n = s->nhint ? s->nhint : 64;
+        while (n <= e)
+            n *= 2;
+        uintptr_t *h = PyMem_Realloc(s->hints, (size_t)n * PF_HINTS * sizeof(uintptr_t));
+        if (h == NULL) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        memset(h + s->nhint * PF_HINTS, 0, (size_t)(n - s->nhint) * PF_HINTS * sizeof(uintptr_t));
+        s->hints = h;
+        s->nhint = n;
+    }
+    uintptr_t *row = s->hints + e * PF_HINTS;
+    int k = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && k < PF_HINTS; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        uintptr_t a = (uintptr_t)o & ~(uintptr_t)63;
+        uintptr_t end = (uintptr_t)o + (uintptr_t)Py_TYPE(o)->tp_basicsize;
+        for (int j = 0; j < PF_OBJ_LINES && k < PF_HINTS && a < end; j++, a += 64)
+            row[k++] = a;
+    }
+    Py_DECREF(seq);
+    for (int j = k; j < PF_HINTS; j++)
+        row[j] = 0;
+    return PyLong_FromLong(k);
+}
+
+/* hints_of(entity): the line addresses of entity's hint row (a list, maybe empty) */
+static PyObject *Sim_hints_of(SimObject *s, PyObject *arg)
+{
+    int64_t e;
+    if (as_i64(arg, &e) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL || e < 0 || e >= s->nhint)
+        return out;
+    const uintptr_t *row = s->hints + e * PF_HINTS;
+    for (int i = 0; i < PF_HINTS && row[i]; i++) {
+        PyObject *v = PyLong_FromSize_t((size_t)row[i]);
+        if (v == NULL || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return out;
 }
 
 static PyObject *Sim_entities(SimObject *s, PyObject *unused)
@@ -3847,6 +3973,10 @@ static PyMethodDef Sim_methods[] = {
     {"set_entity", (PyCFunction)(void (*)(void))Sim_set_entity, METH_FASTCALL,
      "set_entity(obj, entity): callbacks bound to obj run for entity"},
     {"entities", (PyCFunction)Sim_entities, METH_NOARGS, "how many entities there are"},
+    {"set_hints", (PyCFunction)(void (*)(void))Sim_set_hints, METH_FASTCALL,
+     "set_hints(entity, objects): lines to prefetch before entity's events; how many"},
+    {"hints_of", (PyCFunction)Sim_hints_of, METH_O,
+     "hints_of(entity): the line addresses set_hints keeps for entity"},
     {"rng_for", (PyCFunction)Sim_rng_for, METH_O, "rng_for(name): a port's own generator"},
     {"entity_of", (PyCFunction)Sim_entity_of, METH_O,
      "entity_of(obj): the entity registered for obj, or None"},
