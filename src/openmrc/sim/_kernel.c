@@ -2353,6 +2353,43 @@ static int switch_route_generic(SwitchObject *sw, PyObject *pkt, PyObject *addr,
     return 1;
 }
 
+/* Where a packet type keeps its route, for the prefetches of a switch arrival's
+ * chain of loads (packet, route, the switch's table, the out port; see
+ * "prefetching the next events"): the offset in the object of the pointer the
+ * type's route getter returns, found in the first packet of the type a switch
+ * reads its route from (0: not one pointer slot, no prefetch).  A few types: a
+ * port carries data, ACK and NACK packets alternately.  What the offset gives is
+ * only ever prefetched or read for a prefetch, never used otherwise. */
+#define ROUTE_WAYS 4
+typedef struct {
+    PyTypeObject *tp; /* strong reference, or NULL */
+    Py_ssize_t off;
+} RouteSlot;
+static RouteSlot route_slots[ROUTE_WAYS];
+static int route_slot_next;
+
+/* Learn where pkt's type keeps its route (addr, just read through the getter). */
+static inline void route_slot_learn(PyObject *pkt, PyObject *addr)
+{
+    PyTypeObject *tp = Py_TYPE(pkt);
+    for (int i = 0; i < ROUTE_WAYS; i++)
+        if (route_slots[i].tp == tp)
+            return;
+    Py_ssize_t off = 0;
+    int found = 0;
+    for (Py_ssize_t o = (Py_ssize_t)sizeof(PyObject);
+         o + (Py_ssize_t)sizeof(PyObject *) <= tp->tp_basicsize; o += (Py_ssize_t)sizeof(PyObject *))
+        if (*(PyObject **)((char *)pkt + o) == addr) {
+            off = o;
+            found++;
+        }
+    RouteSlot *r = &route_slots[route_slot_next];
+    route_slot_next = (route_slot_next + 1) % ROUTE_WAYS;
+    Py_INCREF(tp);
+    Py_XSETREF(r->tp, tp);
+    r->off = found == 1 ? off : 0; /* two slots holding it: which is the route is unknown */
+}
+
 static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, int64_t epoch,
                                PyObject *epoch_obj)
 {
@@ -2372,6 +2409,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
     uint64_t lo = 0, hi = 0;
     int fast = 0;
     if (PyLong_CheckExact(addr)) {
+        route_slot_learn(pkt, addr);
         /* negative or >= 2**128: the generic path says bad route */
         fast = long_to_u128(addr, &lo, &hi);
         if (fast < 0) {
@@ -2657,12 +2695,118 @@ PF_INLINE void prefetch_next(const SimObject *s)
     }
 }
 
+/* A switch arrival's chain: its packet's route (an int), the switch's table
+ * entry the route's active uSID picks, the out port that entry holds, the slot
+ * in that port's queue.  Each is found from the one before, so stage 2 takes one
+ * step an event: the route of the run's event 3 on (its packet and port asked
+ * for by stage 1 the event before), the table entry of the event 2 on, the out
+ * port of the event 1 on, and the queue slot and far end of the next event. */
+
+/* The switch an arrival event reaches, or NULL (its port's line is in). */
+PF_INLINE const SwitchObject *arrival_switch(const Event *e)
+{
+    if ((e->meta & ((1u << SK_KIND_BITS) - 1)) != EV_ARRIVE)
+        return NULL;
+    const PortObject *p = (const PortObject *)e->a;
+    return p->rx_kind == RX_SWITCH ? (const SwitchObject *)p->rx_target : NULL;
+}
+
+/* pkt's route where its type keeps it (route_slot_learn), or NULL */
+PF_INLINE const PyObject *route_of(const PyObject *pkt)
+{
+    const PyTypeObject *tp = Py_TYPE(pkt);
+    for (int i = 0; i < ROUTE_WAYS; i++)
+        if (route_slots[i].tp == tp)
+            return route_slots[i].off ? *(PyObject *const *)((const char *)pkt + route_slots[i].off)
+                                      : NULL;
+    return NULL;
+}
+
+/* The table slot where sw's look-up of route r starts, its key in *key; -1 when
+ * r is not an int of three digits or more (only 3.11's int layout is read). */
+PF_INLINE Py_ssize_t route_lut_slot(const SwitchObject *sw, const PyObject *r, int32_t *key)
+{
+#if PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
+    if (r == NULL || !PyLong_CheckExact(r) || sw->lut.cap == 0 || Py_SIZE(r) < 3)
+        return -1;
+    /* the active uSID after the shift switch_receive_impl makes: bits 64..79 */
+    *key = (int32_t)((((const PyLongObject *)r)->ob_digit[2] >> 4) & 0xFFFF);
+    return (Py_ssize_t)(((uint32_t)*key * 2654435761u) & (uint32_t)(sw->lut.cap - 1));
+#else
+    (void)sw, (void)r, (void)key;
+    return -1;
+#endif
+}
+
+/* The out port sw's table gives route r (its lines in), or NULL. */
+PF_INLINE const PortObject *route_out_port(const SwitchObject *sw, const PyObject *r)
+{
+    int32_t key;
+    Py_ssize_t i = route_lut_slot(sw, r, &key);
+    if (i < 0)
+        return NULL;
+    for (int n = 0; n < 4; n++) { /* as lut_get probes, a few steps at most */
+        int32_t k = sw->lut.keys[i];
+        if (k == key)
+            return is_port(sw->lut.vals[i]) ? (const PortObject *)sw->lut.vals[i] : NULL;
+        if (k < 0)
+            return NULL;
+        i = (i + 1) & (sw->lut.cap - 1);
+    }
+    return NULL;
+}
+
+PF_INLINE void prefetch_switch_chain(const EvStore *st)
+{
+    const SwitchObject *sw;
+    if (st->ri + 3 < st->rn && (sw = arrival_switch(&st->run[st->ri + 3])) != NULL) {
+        PREFETCH(sw);
+        PREFETCH((const char *)sw + 64);
+        const PyObject *r = route_of(st->run[st->ri + 3].b);
+        if (r != NULL)
+            PREFETCH(r);
+    }
+    int32_t key;
+    Py_ssize_t i;
+    if (st->ri + 2 < st->rn && (sw = arrival_switch(&st->run[st->ri + 2])) != NULL &&
+        (i = route_lut_slot(sw, route_of(st->run[st->ri + 2].b), &key)) >= 0) {
+        PREFETCH(&sw->lut.keys[i]);
+        PREFETCH(&sw->lut.vals[i]);
+    }
+    if (st->ri + 1 < st->rn && (sw = arrival_switch(&st->run[st->ri + 1])) != NULL &&
+        (i = route_lut_slot(sw, route_of(st->run[st->ri + 1].b), &key)) >= 0) {
+        for (int n = 0; n < 4; n++) { /* as lut_get probes, a few steps at most */
+            int32_t k = sw->lut.keys[i];
+            if (k == key) {
+                PREFETCH(sw->lut.vals[i]);
+                PREFETCH((const char *)sw->lut.vals[i] + 64);
+                break;
+            }
+            if (k < 0)
+                break;
+            i = (i + 1) & (sw->lut.cap - 1);
+        }
+    }
+    const PortObject *out;
+    if (st->ri < st->rn && (sw = arrival_switch(&st->run[st->ri])) != NULL &&
+        (out = route_out_port(sw, route_of(st->run[st->ri].b))) != NULL) {
+        /* the slot the packet will take in the out port's queue, and the far end
+         * its transmission reads */
+        const Ring *r = &out->data;
+        if (r->cap)
+            PREFETCH(&r->buf[(r->head + r->len) & (r->cap - 1)]);
+        if (out->rx_target != NULL)
+            PREFETCH(out->rx_target);
+    }
+}
+
 /* Stage 2, before the next event is popped: what it reaches through its port,
  * and what the run's event PF_DEPS_AHEAD on does (their lines asked for by stage
- * 1 before). */
+ * 1 before); a step of the switch arrivals' chains. */
 PF_INLINE void prefetch_next_deps(const SimObject *s)
 {
     const EvStore *st = &s->q;
+    prefetch_switch_chain(st);
     if (st->ri + PF_DEPS_AHEAD < st->rn) {
         const Event *e = &st->run[st->ri + PF_DEPS_AHEAD];
         prefetch_deps(s, e->meta, (const PortObject *)e->a);
@@ -5098,6 +5242,18 @@ fail:
 static PyObject *k_huge_arenas(PyObject *mod, PyObject *unused);
 static PyObject *k_in_huge_arena(PyObject *mod, PyObject *obj);
 
+/* route_slot(type): where the switch arrivals' prefetches read a packet type's
+ * route (route_slot_learn): its offset in the object, 0 when it is not one
+ * pointer slot, None when no switch has read a route of the type (or it was
+ * forgotten for others since). */
+static PyObject *k_route_slot(PyObject *mod, PyObject *tp)
+{
+    for (int i = 0; i < ROUTE_WAYS; i++)
+        if (route_slots[i].tp != NULL && (PyObject *)route_slots[i].tp == tp)
+            return PyLong_FromSsize_t(route_slots[i].off);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef kernel_functions[] = {
     {"port_totals", (PyCFunction)k_port_totals, METH_O,
      "port_totals(ports): (counters summed, max queue the max), indices of active ports"},
@@ -5110,6 +5266,9 @@ static PyMethodDef kernel_functions[] = {
      "reused, fallback)"},
     {"in_huge_arena", (PyCFunction)k_in_huge_arena, METH_O,
      "in_huge_arena(obj): whether obj's memory lies in a huge-page arena"},
+    {"route_slot", (PyCFunction)k_route_slot, METH_O,
+     "route_slot(type): offset of the type's route the switch prefetches read; 0 none; "
+     "None not seen"},
     {NULL}};
 
 /* ------------------------------------------------------------------------ */
