@@ -200,6 +200,10 @@ typedef struct {
      * now == INT64_MAX and nothing new can be scheduled (it is all in the past) */
     PyObject *now_big;
     char stopped;
+    /* each entity's hint row (set_hints): PF_HINTS cache-line addresses, 0 after the
+     * last; rows for entities 0 .. nhint - 1 (NULL, 0: none set) */
+    uintptr_t *hints;
+    Py_ssize_t nhint;
 } SimObject;
 
 /* A queued packet and the wire bytes (size + framing) it was queued with: the
@@ -2349,6 +2353,43 @@ static int switch_route_generic(SwitchObject *sw, PyObject *pkt, PyObject *addr,
     return 1;
 }
 
+/* Where a packet type keeps its route, for the prefetches of a switch arrival's
+ * chain of loads (packet, route, the switch's table, the out port; see
+ * "prefetching the next events"): the offset in the object of the pointer the
+ * type's route getter returns, found in the first packet of the type a switch
+ * reads its route from (0: not one pointer slot, no prefetch).  A few types: a
+ * port carries data, ACK and NACK packets alternately.  What the offset gives is
+ * only ever prefetched or read for a prefetch, never used otherwise. */
+#define ROUTE_WAYS 4
+typedef struct {
+    PyTypeObject *tp; /* strong reference, or NULL */
+    Py_ssize_t off;
+} RouteSlot;
+static RouteSlot route_slots[ROUTE_WAYS];
+static int route_slot_next;
+
+/* Learn where pkt's type keeps its route (addr, just read through the getter). */
+static inline void route_slot_learn(PyObject *pkt, PyObject *addr)
+{
+    PyTypeObject *tp = Py_TYPE(pkt);
+    for (int i = 0; i < ROUTE_WAYS; i++)
+        if (route_slots[i].tp == tp)
+            return;
+    Py_ssize_t off = 0;
+    int found = 0;
+    for (Py_ssize_t o = (Py_ssize_t)sizeof(PyObject);
+         o + (Py_ssize_t)sizeof(PyObject *) <= tp->tp_basicsize; o += (Py_ssize_t)sizeof(PyObject *))
+        if (*(PyObject **)((char *)pkt + o) == addr) {
+            off = o;
+            found++;
+        }
+    RouteSlot *r = &route_slots[route_slot_next];
+    route_slot_next = (route_slot_next + 1) % ROUTE_WAYS;
+    Py_INCREF(tp);
+    Py_XSETREF(r->tp, tp);
+    r->off = found == 1 ? off : 0; /* two slots holding it: which is the route is unknown */
+}
+
 static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, int64_t epoch,
                                PyObject *epoch_obj)
 {
@@ -2368,6 +2409,7 @@ static int switch_receive_impl(SwitchObject *sw, PyObject *pkt, PyObject *via, i
     uint64_t lo = 0, hi = 0;
     int fast = 0;
     if (PyLong_CheckExact(addr)) {
+        route_slot_learn(pkt, addr);
         /* negative or >= 2**128: the generic path says bad route */
         fast = long_to_u128(addr, &lo, &hi);
         if (fast < 0) {
@@ -2588,15 +2630,61 @@ PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject
     }
 }
 
+/* An entity's hint row (set_hints): the lines the Python code run for it reads
+ * first (a host's NIC, its transport context, its QPs), each found from the one
+ * before it, so that without a hint their misses come one after another.  A
+ * port's transmit-free event runs no such code: it gets none.  The row is asked
+ * for PF_HINT_ROW events ahead, its lines PF_AHEAD ahead (stage 1). */
+#ifndef PF_HINTS
+#define PF_HINTS 16 /* lines per entity (a row: two cache lines) */
+#endif
+#ifndef PF_OBJ_LINES
+#define PF_OBJ_LINES 2 /* lines of one object at most (its first) */
+#endif
+#ifndef PF_HINT_ROW
+#define PF_HINT_ROW (PF_AHEAD + 2)
+#endif
+
+PF_INLINE const uintptr_t *hint_row(const SimObject *s, uint64_t meta)
+{
+    uint64_t t = meta >> 32;
+    if (t >= (uint64_t)s->nhint || (meta & ((1u << SK_KIND_BITS) - 1)) == EV_TXFREE)
+        return NULL;
+    return s->hints + t * PF_HINTS;
+}
+
+/* The row of an event's hints. */
+PF_INLINE void prefetch_hint_row(const SimObject *s, uint64_t meta)
+{
+    const uintptr_t *row = hint_row(s, meta);
+    if (row != NULL)
+        for (int i = 0; i < PF_HINTS; i += 8)
+            PREFETCH(row + i);
+}
+
+/* The lines in an event's hint row. */
+PF_INLINE void prefetch_hints(const SimObject *s, uint64_t meta)
+{
+    const uintptr_t *row = hint_row(s, meta);
+    if (row == NULL)
+        return;
+    for (int i = 0; i < PF_HINTS && row[i]; i++)
+        PREFETCH((const void *)row[i]);
+}
+
 /* Stage 1, after an event is popped: the next event's lines (the run's next or
- * h's root, whichever comes first), and those of the run's event PF_AHEAD on. */
+ * h's root, whichever comes first), and those of the run's event PF_AHEAD on
+ * with its hints; the hint row of the run's event PF_HINT_ROW on. */
 PF_INLINE void prefetch_next(const SimObject *s)
 {
     const EvStore *st = &s->q;
     if (st->ri + PF_AHEAD < st->rn) {
         const Event *e = &st->run[st->ri + PF_AHEAD];
         prefetch_lines(e->meta, (const char *)e->a, e->b);
+        prefetch_hints(s, e->meta);
     }
+    if (st->ri + PF_HINT_ROW < st->rn)
+        prefetch_hint_row(s, st->run[st->ri + PF_HINT_ROW].meta);
     if (st->h.n != 0) {
         const HPay *np = &st->h.hp[0];
         prefetch_lines(np->meta, (const char *)np->a, np->b);
@@ -2607,12 +2695,118 @@ PF_INLINE void prefetch_next(const SimObject *s)
     }
 }
 
+/* A switch arrival's chain: its packet's route (an int), the switch's table
+ * entry the route's active uSID picks, the out port that entry holds, the slot
+ * in that port's queue.  Each is found from the one before, so stage 2 takes one
+ * step an event: the route of the run's event 3 on (its packet and port asked
+ * for by stage 1 the event before), the table entry of the event 2 on, the out
+ * port of the event 1 on, and the queue slot and far end of the next event. */
+
+/* The switch an arrival event reaches, or NULL (its port's line is in). */
+PF_INLINE const SwitchObject *arrival_switch(const Event *e)
+{
+    if ((e->meta & ((1u << SK_KIND_BITS) - 1)) != EV_ARRIVE)
+        return NULL;
+    const PortObject *p = (const PortObject *)e->a;
+    return p->rx_kind == RX_SWITCH ? (const SwitchObject *)p->rx_target : NULL;
+}
+
+/* pkt's route where its type keeps it (route_slot_learn), or NULL */
+PF_INLINE const PyObject *route_of(const PyObject *pkt)
+{
+    const PyTypeObject *tp = Py_TYPE(pkt);
+    for (int i = 0; i < ROUTE_WAYS; i++)
+        if (route_slots[i].tp == tp)
+            return route_slots[i].off ? *(PyObject *const *)((const char *)pkt + route_slots[i].off)
+                                      : NULL;
+    return NULL;
+}
+
+/* The table slot where sw's look-up of route r starts, its key in *key; -1 when
+ * r is not an int of three digits or more (only 3.11's int layout is read). */
+PF_INLINE Py_ssize_t route_lut_slot(const SwitchObject *sw, const PyObject *r, int32_t *key)
+{
+#if PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
+    if (r == NULL || !PyLong_CheckExact(r) || sw->lut.cap == 0 || Py_SIZE(r) < 3)
+        return -1;
+    /* the active uSID after the shift switch_receive_impl makes: bits 64..79 */
+    *key = (int32_t)((((const PyLongObject *)r)->ob_digit[2] >> 4) & 0xFFFF);
+    return (Py_ssize_t)(((uint32_t)*key * 2654435761u) & (uint32_t)(sw->lut.cap - 1));
+#else
+    (void)sw, (void)r, (void)key;
+    return -1;
+#endif
+}
+
+/* The out port sw's table gives route r (its lines in), or NULL. */
+PF_INLINE const PortObject *route_out_port(const SwitchObject *sw, const PyObject *r)
+{
+    int32_t key;
+    Py_ssize_t i = route_lut_slot(sw, r, &key);
+    if (i < 0)
+        return NULL;
+    for (int n = 0; n < 4; n++) { /* as lut_get probes, a few steps at most */
+        int32_t k = sw->lut.keys[i];
+        if (k == key)
+            return is_port(sw->lut.vals[i]) ? (const PortObject *)sw->lut.vals[i] : NULL;
+        if (k < 0)
+            return NULL;
+        i = (i + 1) & (sw->lut.cap - 1);
+    }
+    return NULL;
+}
+
+PF_INLINE void prefetch_switch_chain(const EvStore *st)
+{
+    const SwitchObject *sw;
+    if (st->ri + 3 < st->rn && (sw = arrival_switch(&st->run[st->ri + 3])) != NULL) {
+        PREFETCH(sw);
+        PREFETCH((const char *)sw + 64);
+        const PyObject *r = route_of(st->run[st->ri + 3].b);
+        if (r != NULL)
+            PREFETCH(r);
+    }
+    int32_t key;
+    Py_ssize_t i;
+    if (st->ri + 2 < st->rn && (sw = arrival_switch(&st->run[st->ri + 2])) != NULL &&
+        (i = route_lut_slot(sw, route_of(st->run[st->ri + 2].b), &key)) >= 0) {
+        PREFETCH(&sw->lut.keys[i]);
+        PREFETCH(&sw->lut.vals[i]);
+    }
+    if (st->ri + 1 < st->rn && (sw = arrival_switch(&st->run[st->ri + 1])) != NULL &&
+        (i = route_lut_slot(sw, route_of(st->run[st->ri + 1].b), &key)) >= 0) {
+        for (int n = 0; n < 4; n++) { /* as lut_get probes, a few steps at most */
+            int32_t k = sw->lut.keys[i];
+            if (k == key) {
+                PREFETCH(sw->lut.vals[i]);
+                PREFETCH((const char *)sw->lut.vals[i] + 64);
+                break;
+            }
+            if (k < 0)
+                break;
+            i = (i + 1) & (sw->lut.cap - 1);
+        }
+    }
+    const PortObject *out;
+    if (st->ri < st->rn && (sw = arrival_switch(&st->run[st->ri])) != NULL &&
+        (out = route_out_port(sw, route_of(st->run[st->ri].b))) != NULL) {
+        /* the slot the packet will take in the out port's queue, and the far end
+         * its transmission reads */
+        const Ring *r = &out->data;
+        if (r->cap)
+            PREFETCH(&r->buf[(r->head + r->len) & (r->cap - 1)]);
+        if (out->rx_target != NULL)
+            PREFETCH(out->rx_target);
+    }
+}
+
 /* Stage 2, before the next event is popped: what it reaches through its port,
  * and what the run's event PF_DEPS_AHEAD on does (their lines asked for by stage
- * 1 before). */
+ * 1 before); a step of the switch arrivals' chains. */
 PF_INLINE void prefetch_next_deps(const SimObject *s)
 {
     const EvStore *st = &s->q;
+    prefetch_switch_chain(st);
     if (st->ri + PF_DEPS_AHEAD < st->rn) {
         const Event *e = &st->run[st->ri + PF_DEPS_AHEAD];
         prefetch_deps(s, e->meta, (const PortObject *)e->a);
@@ -2703,6 +2897,9 @@ static int Sim_init(SimObject *s, PyObject *args, PyObject *kw)
     PyMem_Free(s->owned);
     s->owned = NULL;
     s->nowned = 0;
+    PyMem_Free(s->hints);
+    s->hints = NULL;
+    s->nhint = 0;
     Py_CLEAR(s->outbox);
     xc_free(s->xc);
     s->xc = NULL;
@@ -2769,6 +2966,7 @@ static void Sim_dealloc(SimObject *s)
     PyMem_Free(s->ekeys);
     PyMem_Free(s->evals);
     PyMem_Free(s->owned);
+    PyMem_Free(s->hints);
     tp->tp_free((PyObject *)s);
 }
 
@@ -3015,6 +3213,78 @@ static PyObject *Sim_set_entity(SimObject *s, PyObject *const *args, Py_ssize_t 
     if (ent_set(s, args[0], (int32_t)e) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* set_hints(entity, objects): the cache lines the simulator asks for a few events
+ * before one of entity's events: each object's first PF_OBJ_LINES lines (fewer when
+ * the object is shorter), at most PF_HINTS in all (the rest ignored).  The row holds
+ * addresses only, no references: a hint to an object since freed fetches a line for
+ * nothing (a prefetch cannot fault), so the owner sets the row again when the
+ * objects change.  An empty sequence clears the row.  Returns the lines kept. */
+static PyObject *Sim_set_hints(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_hints(entity, objects)");
+        return NULL;
+    }
+    int64_t e;
+    if (as_i64(args[0], &e) < 0)
+        return NULL;
+    if (e < 0 || e >= s->nent) {
+        PyErr_Format(PyExc_ValueError, "set_hints: no entity %lld", (long long)e);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "set_hints: objects must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    if (e >= s->nhint) {
+        Py_ssize_t n = s->nhint ? s->nhint : 64;
+        while (n <= e)
+            n *= 2;
+        uintptr_t *h = PyMem_Realloc(s->hints, (size_t)n * PF_HINTS * sizeof(uintptr_t));
+        if (h == NULL) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        memset(h + s->nhint * PF_HINTS, 0, (size_t)(n - s->nhint) * PF_HINTS * sizeof(uintptr_t));
+        s->hints = h;
+        s->nhint = n;
+    }
+    uintptr_t *row = s->hints + e * PF_HINTS;
+    int k = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && k < PF_HINTS; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        uintptr_t a = (uintptr_t)o & ~(uintptr_t)63;
+        uintptr_t end = (uintptr_t)o + (uintptr_t)Py_TYPE(o)->tp_basicsize;
+        for (int j = 0; j < PF_OBJ_LINES && k < PF_HINTS && a < end; j++, a += 64)
+            row[k++] = a;
+    }
+    Py_DECREF(seq);
+    for (int j = k; j < PF_HINTS; j++)
+        row[j] = 0;
+    return PyLong_FromLong(k);
+}
+
+/* hints_of(entity): the line addresses of entity's hint row (a list, maybe empty) */
+static PyObject *Sim_hints_of(SimObject *s, PyObject *arg)
+{
+    int64_t e;
+    if (as_i64(arg, &e) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL || e < 0 || e >= s->nhint)
+        return out;
+    const uintptr_t *row = s->hints + e * PF_HINTS;
+    for (int i = 0; i < PF_HINTS && row[i]; i++) {
+        PyObject *v = PyLong_FromSize_t((size_t)row[i]);
+        if (v == NULL || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return out;
 }
 
 static PyObject *Sim_entities(SimObject *s, PyObject *unused)
@@ -3847,6 +4117,10 @@ static PyMethodDef Sim_methods[] = {
     {"set_entity", (PyCFunction)(void (*)(void))Sim_set_entity, METH_FASTCALL,
      "set_entity(obj, entity): callbacks bound to obj run for entity"},
     {"entities", (PyCFunction)Sim_entities, METH_NOARGS, "how many entities there are"},
+    {"set_hints", (PyCFunction)(void (*)(void))Sim_set_hints, METH_FASTCALL,
+     "set_hints(entity, objects): lines to prefetch before entity's events; how many"},
+    {"hints_of", (PyCFunction)Sim_hints_of, METH_O,
+     "hints_of(entity): the line addresses set_hints keeps for entity"},
     {"rng_for", (PyCFunction)Sim_rng_for, METH_O, "rng_for(name): a port's own generator"},
     {"entity_of", (PyCFunction)Sim_entity_of, METH_O,
      "entity_of(obj): the entity registered for obj, or None"},
@@ -4968,6 +5242,18 @@ fail:
 static PyObject *k_huge_arenas(PyObject *mod, PyObject *unused);
 static PyObject *k_in_huge_arena(PyObject *mod, PyObject *obj);
 
+/* route_slot(type): where the switch arrivals' prefetches read a packet type's
+ * route (route_slot_learn): its offset in the object, 0 when it is not one
+ * pointer slot, None when no switch has read a route of the type (or it was
+ * forgotten for others since). */
+static PyObject *k_route_slot(PyObject *mod, PyObject *tp)
+{
+    for (int i = 0; i < ROUTE_WAYS; i++)
+        if (route_slots[i].tp != NULL && (PyObject *)route_slots[i].tp == tp)
+            return PyLong_FromSsize_t(route_slots[i].off);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef kernel_functions[] = {
     {"port_totals", (PyCFunction)k_port_totals, METH_O,
      "port_totals(ports): (counters summed, max queue the max), indices of active ports"},
@@ -4980,6 +5266,9 @@ static PyMethodDef kernel_functions[] = {
      "reused, fallback)"},
     {"in_huge_arena", (PyCFunction)k_in_huge_arena, METH_O,
      "in_huge_arena(obj): whether obj's memory lies in a huge-page arena"},
+    {"route_slot", (PyCFunction)k_route_slot, METH_O,
+     "route_slot(type): offset of the type's route the switch prefetches read; 0 none; "
+     "None not seen"},
     {NULL}};
 
 /* ------------------------------------------------------------------------ */

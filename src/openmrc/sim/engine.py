@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import gc
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
@@ -221,6 +221,24 @@ class PySimulator:
     def entities(self) -> int:
         """How many entities there are (:data:`GLOBAL` and :data:`SAMPLER` included)."""
         return len(self.counters)
+
+    def set_hints(self, entity: int, objects: Sequence[Any]) -> int:
+        """The objects ``entity``'s events read first (its NIC, context, QPs), for the
+        native kernel to fetch into the cache a few events ahead of one of them.
+
+        A hint only: results do not depend on it.  The native kernel keeps each
+        object's first cache line (and second when the object is longer), at most
+        16 lines an entity, as addresses with no reference: the owner sets them
+        again when the objects change.  It returns the lines kept; this loop, with
+        no cache to manage, keeps none (0).
+        """
+        if not 0 <= entity < len(self.counters):
+            raise ValueError(f"set_hints: no entity {entity}")
+        return 0
+
+    def hints_of(self, entity: int) -> list[int]:
+        """The line addresses :meth:`set_hints` keeps for ``entity`` (none here)."""
+        return []
 
     def rng_for(self, name: str) -> random.Random:
         """The generator of the port named ``name`` (the same whichever process holds it)."""

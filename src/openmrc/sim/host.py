@@ -59,6 +59,7 @@ class SimHost:
     __slots__ = (
         "_all_busy",
         "_bases",
+        "_hint_qps",
         "_hpt",
         "_post",
         "_pump_at",
@@ -95,6 +96,9 @@ class SimHost:
         # Optional: compiled, no boxing or object comparison per packet)
         self._pump_at = -1
         self._timer_at = -1
+        #: how many QPs the context had when the kernel's hints were last set
+        #: (:meth:`_set_hints`), -1: not set yet
+        self._hint_qps = -1
         #: the routes from this host's T0 without their T1 part, per destination and
         #: plane (``Fabric.route_bases``, which fills it): kick builds a packet's route
         #: from them and ``_t1_parts`` without a Python call
@@ -232,6 +236,36 @@ class SimHost:
         self._pump_at = -1
         self.kick(at, sending_only=True)  # the event's own time: sim.now
 
+    # -- cache hints ----------------------------------------------------------------
+    def _set_hints(self) -> None:
+        """Tell the simulator which objects this host's events read first (``sim.set_hints``).
+
+        At a thousand hosts and more a host's state is out of the cache by its next
+        event, and the NIC reaches it one pointer at a time (itself, its context,
+        the port list, the port, the ready queues, the QP and its halves): the
+        native kernel fetches these lines a few events ahead instead.  Set again
+        whenever the context's QPs change (kick compares their number); a hint has
+        no effect on results.
+        """
+        entity = self.sim.entity_of(self)
+        if entity is None:
+            return  # not registered yet: the next kick tries again
+        ctx = self.ctx
+        qps = list(ctx.qps.values())
+        # most used first (the kernel keeps as many lines as a row holds)
+        objs: list[object] = [self, ctx, self.ports, *self.ports, ctx.ready, ctx.control_ready]
+        objs += qps
+        for qp in qps:
+            objs.append(qp.requester)
+            objs.append(qp.responder)
+        for qp in qps:
+            req = qp.requester
+            if req is not None:
+                objs += [req.paths, req.to_segment, req.retx, req.unacked, req.ops, req.cc]
+            objs.append(qp.reverse)
+        self.sim.set_hints(entity, [o for o in objs if o is not None])
+        self._hint_qps = len(ctx.qps)
+
     # -- output ---------------------------------------------------------------------
     def kick(self, now: int, sending_only: bool = False) -> None:
         """Send what the ports can take now, then re-arm the pump and the timer.
@@ -243,6 +277,8 @@ class SimHost:
         ctx = self.ctx
         ports = self.ports
         all_busy = self._all_busy
+        if len(ctx.qps) != self._hint_qps:
+            self._set_hints()
         if ctx.controller is not None:
             self._send_controller_probes(now)
         fabric = self.fabric
