@@ -158,6 +158,7 @@ class _Flow:
         "held",
         "hold",
         "hop",
+        "job",
         "lost",
         "missed",
         "msg",
@@ -182,12 +183,15 @@ class _Flow:
         "wt",
     )
 
-    def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
+    def __init__(self, transfer: int, src: int, dst: int, size: float, job: int, qp: int) -> None:
         self.transfer = transfer
         self.src = src
         self.dst = dst
         self.rem = float(size)
-        self.conn = conn
+        #: the job's index in the model: one connection per job and host pair (``conn``,
+        #: its name in the ECMP draws), QP ``qp`` of it
+        self.job = job
+        self.conn = str(job)
         self.qp = qp
         self.eff = 1.0
         #: the rate the flow gets with its path to itself (bytes/ps; FluidModel._path_rate)
@@ -419,6 +423,21 @@ _F_GONE = np.array([[0.0], [math.inf], [0.0], [0.0], [1.0], [0.0], [0.0], [1.0]]
 _B_GONE = np.array([[False], [False], [False], [False], [True]])
 #: the least of an array, NaNs passed over (``np.nanmin`` without its wrappers)
 _np_fmin = np.fmin.reduce
+_np_fmax = np.fmax
+
+
+def _ended(rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """Which flows of a run's turn end: at most 1e-3 bytes or 1 ps left at their rate,
+    ``(rem <= 1e-3) | (rem / rate <= 1.0)``, slot for slot, in two numpy calls.
+
+    IEEE division is correctly rounded, so for a rate above 0 the quotient is at most
+    1.0 exactly when ``rem <= rate`` (a ``rem`` above the rate is above it by at least
+    one ulp of the rate, and the quotient then rounds to more than 1.0); a rate of 0
+    gives inf or NaN, never at most 1.0, but for ``rem <= 0``, within 1e-3 anyway.  So
+    the test is ``rem <= max(rate, 1e-3)``, with ``fmax`` taking 1e-3 for a NaN rate
+    (where only the first test can hold).
+    """
+    return rem <= _np_fmax(rate, 1e-3)
 
 
 def maxmin(
@@ -668,8 +687,9 @@ class FluidModel:
         self._faults: list[FluidFault] = []
         #: _fill's scratch: a resource's index among the resources a fill uses
         self._where = np.zeros(0, dtype=np.int64)
+        #: routes by flow key (``_route``)
         self._route_cache: dict[
-            tuple[Any, ...],
+            int,
             tuple[
                 np.ndarray, np.ndarray, float, bool, int, float, bool, int, list[int], list[float]
             ],
@@ -797,7 +817,13 @@ class FluidModel:
 
     def _route(self, fl: _Flow) -> None:
         """Set a flow's resources, weights and efficiency (cached until the state changes)."""
-        key = (fl.src, fl.dst) if self.transport == "mrc" else (fl.src, fl.dst, fl.conn, fl.qp)
+        # one int per (src, dst) (MRC) or (job, src, dst, QP) (RoCE / IB), each below its
+        # bound (hosts H, QPs qps): hashed and compared without a tuple
+        H = self.H
+        if self.transport == "mrc":
+            key = fl.src * H + fl.dst
+        else:
+            key = ((fl.job * H + fl.src) * H + fl.dst) * self.qps + fl.qp
         hit = self._route_cache.get(key)
         if hit is None:
             self._route_new(fl)
@@ -1476,12 +1502,12 @@ class FluidModel:
             """Start QP ``q``'s share of step ``k`` of ring ``x``'s hop ``hop``: a message."""
             hops, nsteps, nq, j = ring_of[x]
             s, d, size = hops[hop]
-            fl = _Flow(x, s, d, size / nsteps / nq, str(j), q)
+            fl = _Flow(x, s, d, size / nsteps / nq, j, q)
             fl.hop, fl.msg = hop, k
             self._route(fl)
             added.append(fl)
 
-        def entries(fls: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def entries(fls: list[_Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             """The (index among ``fls``, resource, weight) entries of flows ``fls``, flow
             by flow."""
             if not len(fls):
@@ -1493,7 +1519,7 @@ class FluidModel:
                 np.concatenate([f.w for f in fls]),
             )
 
-        def index(fls: Any) -> None:
+        def index(fls: list[_Flow]) -> None:
             """Put flows ``fls`` on their resources (``on_res``) and seed a refill there."""
             for f in fls:
                 rl = f.rl
@@ -1914,9 +1940,7 @@ class FluidModel:
                 rem_a -= moved
                 if may_dead:
                     lost_a[dead_a] += moved[dead_a]
-                # rates are never negative, so a rate of 0 gives inf or NaN here (never
-                # at most 1) and needs no mask
-                done = (rem_a <= 1e-3) | (rem_a / eff_rate <= 1.0)
+                done = _ended(rem_a, eff_rate)
                 ends = done.nonzero()[0]
                 if len(ends):
                     for i in ends.tolist():
@@ -2048,7 +2072,7 @@ class FluidModel:
                         nq = 1 if self.transport == "mrc" else self.qps
                         for q in range(nq):
                             # one connection per job and host pair, as the packet level keeps it
-                            fl = _Flow(x, s, d, size / nq, str(j), q)
+                            fl = _Flow(x, s, d, size / nq, j, q)
                             fl.steps, fl.gap, fl.hop = steps, gap, hop
                             self._route(fl)
                             added.append(fl)
@@ -2186,7 +2210,7 @@ class FluidModel:
                                 fl, float(rem_a[i]) + fl.held, float(lost_a[i])
                             )
                             if whole > 0:
-                                redo = _Flow(fl.transfer, fl.src, fl.dst, 0.0, fl.conn, fl.qp)
+                                redo = _Flow(fl.transfer, fl.src, fl.dst, 0.0, fl.job, fl.qp)
                                 redo.rem, redo.lost, redo.redo = 0.0, whole, True
                                 self._route(redo)
                                 er = float(rate_a[i] * eff_a[i])
