@@ -1463,10 +1463,11 @@ class FluidModel:
         walks = walked = 0
         #: refill "component" with reuse_component: the kept closed sets of flows (every
         #: flow in flight on one of a set's resources is in it and uses no other
-        #: resource), by label: the label of each resource in one (``lab``), each set's
+        #: resource), by label: the label of each resource in one (``lab``, by resource:
+        #: -1 in none; a list, read without hashing), each set's
         #: resources (``lab_res``), the flows it may still refill (``lab_left``), and the
         #: label of each slot's flow (``lab_a``, -1: in none)
-        lab: dict[int, int] = {}
+        lab: list[int] = [-1] * self.R
         lab_res: dict[int, list[int]] = {}
         lab_left: dict[int, float] = {}
         next_lab = 0
@@ -1592,7 +1593,7 @@ class FluidModel:
             """Forget the kept sets labelled ``gone``: a change there walks again."""
             for x in gone:
                 for r in lab_res.pop(x):
-                    del lab[r]
+                    lab[r] = -1
                 del lab_left[x]
             if len(gone) == 1:
                 (x,) = gone
@@ -1700,19 +1701,19 @@ class FluidModel:
             c = np.fromiter(rows, float, len(rows)).reshape(k, _F_ROWS + _I_ROWS + _B_ROWS).T
             new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
             new_lab = new_i[_I_ROWS - 1]
-            if lab:
+            if lab_res:
                 # a flow wholly on one kept set's resources joins it; one across a kept
                 # set's edge dissolves it (the set would no longer be closed)
                 gone: set[int] = set()
                 for i, f in enumerate(added):
                     rl = f.rl
-                    x = lab.get(rl[0], -1)
-                    if x >= 0 and all(lab.get(r, -1) == x for r in rl):
+                    x = lab[rl[0]]
+                    if x >= 0 and all(lab[r] == x for r in rl):
                         new_lab[i] = x
                         continue
                     for r in rl:
-                        y = lab.get(r)
-                        if y is not None:
+                        y = lab[r]
+                        if y >= 0:
                             gone.add(y)
                 if gone:
                     new_lab[np.isin(new_lab, list(gone))] = -1
@@ -1768,7 +1769,7 @@ class FluidModel:
                 if dirty_all:
                     compact()
                     idx = np.arange(len(flows))
-                    if lab:
+                    if lab_res:
                         dissolve(set(lab_res))
                 elif self.refill == "group":
                     compact()
@@ -1781,11 +1782,11 @@ class FluidModel:
                     # the kept sets the changes lie on, closed, hold every flow they
                     # reach there; the changes elsewhere are walked, each set apart
                     hit: set[int] = set()
-                    free: list[int] = [] if lab else list(seeds)
-                    if lab:
+                    free: list[int] = [] if lab_res else list(seeds)
+                    if lab_res:
                         for r in seeds:
-                            x = lab.get(r)
-                            if x is None:
+                            x = lab[r]
+                            if x < 0:
                                 free.append(r)
                             else:
                                 hit.add(x)
