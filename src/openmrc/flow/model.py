@@ -424,6 +424,8 @@ _B_GONE = np.array([[False], [False], [False], [False], [True]])
 #: the least of an array, NaNs passed over (``np.nanmin`` without its wrappers)
 _np_fmin = np.fmin.reduce
 _np_fmax = np.fmax
+#: 1e-3 as a 0-d array: a ufunc takes it without converting a Python scalar per call
+_THOUSANDTH = np.array(1e-3)
 
 
 def _ended(rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
@@ -437,7 +439,7 @@ def _ended(rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
     the test is ``rem <= max(rate, 1e-3)``, with ``fmax`` taking 1e-3 for a NaN rate
     (where only the first test can hold).
     """
-    return rem <= _np_fmax(rate, 1e-3)
+    return rem <= _np_fmax(rate, _THOUSANDTH)
 
 
 def maxmin(
@@ -1699,8 +1701,9 @@ class FluidModel:
                 )
             index(added)
             c = np.fromiter(rows, float, len(rows)).reshape(k, _F_ROWS + _I_ROWS + _B_ROWS).T
-            new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
-            new_lab = new_i[_I_ROWS - 1]
+            # the integer and boolean rows stay floats here (small integers, 0 and 1:
+            # exact) and are cast as the tables take them
+            new_lab = c[_F_ROWS + _I_ROWS - 1]
             if lab_res:
                 # a flow wholly on one kept set's resources joins it; one across a kept
                 # set's edge dissolves it (the set would no longer be closed)
@@ -1730,8 +1733,8 @@ class FluidModel:
                 b_new[:, :used] = b_tab[:, :used]
                 f_tab, i_tab, b_tab = f_new, i_new, b_new
             f_tab[:, used:end] = c[:_F_ROWS]
-            i_tab[:, used:end] = new_i
-            b_tab[:, used:end] = c[_F_ROWS + _I_ROWS :] != 0
+            i_tab[:, used:end] = c[_F_ROWS : _F_ROWS + _I_ROWS]
+            b_tab[:, used:end] = c[_F_ROWS + _I_ROWS :]
             used = end
             views()
             added.clear()
@@ -1744,6 +1747,7 @@ class FluidModel:
         limit = math.inf if until_ps is None else float(until_ps)
         error_ps: float | None = None  # the first QP whose retries ran out
         eff_rate = np.zeros(0)
+        dt_0 = np.zeros(())
         # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
         dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
         while True:
@@ -1937,7 +1941,8 @@ class FluidModel:
                 break
             if len(flows):
                 dt = t - now
-                moved = eff_rate * dt
+                dt_0[()] = dt  # a 0-d array: the same product, without a scalar's conversion
+                moved = eff_rate * dt_0
                 rem_a -= moved
                 if may_dead:
                     lost_a[dead_a] += moved[dead_a]
