@@ -43,7 +43,7 @@ def _component(
         s = rng.randrange(4)  # few senders: QPs share their NIC port
         d = rng.randrange(spec.hosts)
         p = rng.randrange(P)
-        fl = _Flow(q, s, d, 1.0, "c", q)
+        fl = _Flow(q, s, d, 1.0, 0, q)
         if s // model.gpus_per_server == d // model.gpus_per_server and rng.random() < 0.5:
             res = [model._nvl_out0 + s, model._nvl_in0 + d]
         else:
@@ -137,7 +137,7 @@ def test_a_fill_of_flows_each_alone_on_its_resources_is_the_array_fill(seed: int
             k = rng.choice((2, 3, 4))
             res = pool[at : at + k]  # no resource of another flow
             at += k
-            fl = _Flow(q, 0, 1, 1.0, "c", q)
+            fl = _Flow(q, 0, 1, 1.0, 0, q)
             fl.rl = res
             fl.wl = [rng.choice((1.0, 0.5, 0.25, 1 / 3, 0.7)) for _ in res]
             fl.res, fl.w = np.array(fl.rl, dtype=np.int64), np.array(fl.wl)

@@ -158,6 +158,7 @@ class _Flow:
         "held",
         "hold",
         "hop",
+        "job",
         "lost",
         "missed",
         "msg",
@@ -182,12 +183,15 @@ class _Flow:
         "wt",
     )
 
-    def __init__(self, transfer: int, src: int, dst: int, size: float, conn: str, qp: int) -> None:
+    def __init__(self, transfer: int, src: int, dst: int, size: float, job: int, qp: int) -> None:
         self.transfer = transfer
         self.src = src
         self.dst = dst
         self.rem = float(size)
-        self.conn = conn
+        #: the job's index in the model: one connection per job and host pair (``conn``,
+        #: its name in the ECMP draws), QP ``qp`` of it
+        self.job = job
+        self.conn = str(job)
         self.qp = qp
         self.eff = 1.0
         #: the rate the flow gets with its path to itself (bytes/ps; FluidModel._path_rate)
@@ -419,6 +423,23 @@ _F_GONE = np.array([[0.0], [math.inf], [0.0], [0.0], [1.0], [0.0], [0.0], [1.0]]
 _B_GONE = np.array([[False], [False], [False], [False], [True]])
 #: the least of an array, NaNs passed over (``np.nanmin`` without its wrappers)
 _np_fmin = np.fmin.reduce
+_np_fmax = np.fmax
+#: 1e-3 as a 0-d array: a ufunc takes it without converting a Python scalar per call
+_THOUSANDTH = np.array(1e-3)
+
+
+def _ended(rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """Which flows of a run's turn end: at most 1e-3 bytes or 1 ps left at their rate,
+    ``(rem <= 1e-3) | (rem / rate <= 1.0)``, slot for slot, in two numpy calls.
+
+    IEEE division is correctly rounded, so for a rate above 0 the quotient is at most
+    1.0 exactly when ``rem <= rate`` (a ``rem`` above the rate is above it by at least
+    one ulp of the rate, and the quotient then rounds to more than 1.0); a rate of 0
+    gives inf or NaN, never at most 1.0, but for ``rem <= 0``, within 1e-3 anyway.  So
+    the test is ``rem <= max(rate, 1e-3)``, with ``fmax`` taking 1e-3 for a NaN rate
+    (where only the first test can hold).
+    """
+    return rem <= _np_fmax(rate, _THOUSANDTH)
 
 
 def maxmin(
@@ -668,8 +689,9 @@ class FluidModel:
         self._faults: list[FluidFault] = []
         #: _fill's scratch: a resource's index among the resources a fill uses
         self._where = np.zeros(0, dtype=np.int64)
+        #: routes by flow key (``_route``)
         self._route_cache: dict[
-            tuple[Any, ...],
+            int,
             tuple[
                 np.ndarray, np.ndarray, float, bool, int, float, bool, int, list[int], list[float]
             ],
@@ -797,7 +819,13 @@ class FluidModel:
 
     def _route(self, fl: _Flow) -> None:
         """Set a flow's resources, weights and efficiency (cached until the state changes)."""
-        key = (fl.src, fl.dst) if self.transport == "mrc" else (fl.src, fl.dst, fl.conn, fl.qp)
+        # one int per (src, dst) (MRC) or (job, src, dst, QP) (RoCE / IB), each below its
+        # bound (hosts H, QPs qps): hashed and compared without a tuple
+        H = self.H
+        if self.transport == "mrc":
+            key = fl.src * H + fl.dst
+        else:
+            key = ((fl.job * H + fl.src) * H + fl.dst) * self.qps + fl.qp
         hit = self._route_cache.get(key)
         if hit is None:
             self._route_new(fl)
@@ -1437,10 +1465,11 @@ class FluidModel:
         walks = walked = 0
         #: refill "component" with reuse_component: the kept closed sets of flows (every
         #: flow in flight on one of a set's resources is in it and uses no other
-        #: resource), by label: the label of each resource in one (``lab``), each set's
+        #: resource), by label: the label of each resource in one (``lab``, by resource:
+        #: -1 in none; a list, read without hashing), each set's
         #: resources (``lab_res``), the flows it may still refill (``lab_left``), and the
         #: label of each slot's flow (``lab_a``, -1: in none)
-        lab: dict[int, int] = {}
+        lab: list[int] = [-1] * self.R
         lab_res: dict[int, list[int]] = {}
         lab_left: dict[int, float] = {}
         next_lab = 0
@@ -1476,12 +1505,12 @@ class FluidModel:
             """Start QP ``q``'s share of step ``k`` of ring ``x``'s hop ``hop``: a message."""
             hops, nsteps, nq, j = ring_of[x]
             s, d, size = hops[hop]
-            fl = _Flow(x, s, d, size / nsteps / nq, str(j), q)
+            fl = _Flow(x, s, d, size / nsteps / nq, j, q)
             fl.hop, fl.msg = hop, k
             self._route(fl)
             added.append(fl)
 
-        def entries(fls: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def entries(fls: list[_Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             """The (index among ``fls``, resource, weight) entries of flows ``fls``, flow
             by flow."""
             if not len(fls):
@@ -1493,7 +1522,7 @@ class FluidModel:
                 np.concatenate([f.w for f in fls]),
             )
 
-        def index(fls: Any) -> None:
+        def index(fls: list[_Flow]) -> None:
             """Put flows ``fls`` on their resources (``on_res``) and seed a refill there."""
             for f in fls:
                 rl = f.rl
@@ -1566,7 +1595,7 @@ class FluidModel:
             """Forget the kept sets labelled ``gone``: a change there walks again."""
             for x in gone:
                 for r in lab_res.pop(x):
-                    del lab[r]
+                    lab[r] = -1
                 del lab_left[x]
             if len(gone) == 1:
                 (x,) = gone
@@ -1672,21 +1701,22 @@ class FluidModel:
                 )
             index(added)
             c = np.fromiter(rows, float, len(rows)).reshape(k, _F_ROWS + _I_ROWS + _B_ROWS).T
-            new_i = c[_F_ROWS : _F_ROWS + _I_ROWS].astype(np.int64)
-            new_lab = new_i[_I_ROWS - 1]
-            if lab:
+            # the integer and boolean rows stay floats here (small integers, 0 and 1:
+            # exact) and are cast as the tables take them
+            new_lab = c[_F_ROWS + _I_ROWS - 1]
+            if lab_res:
                 # a flow wholly on one kept set's resources joins it; one across a kept
                 # set's edge dissolves it (the set would no longer be closed)
                 gone: set[int] = set()
                 for i, f in enumerate(added):
                     rl = f.rl
-                    x = lab.get(rl[0], -1)
-                    if x >= 0 and all(lab.get(r, -1) == x for r in rl):
+                    x = lab[rl[0]]
+                    if x >= 0 and all(lab[r] == x for r in rl):
                         new_lab[i] = x
                         continue
                     for r in rl:
-                        y = lab.get(r)
-                        if y is not None:
+                        y = lab[r]
+                        if y >= 0:
                             gone.add(y)
                 if gone:
                     new_lab[np.isin(new_lab, list(gone))] = -1
@@ -1703,8 +1733,8 @@ class FluidModel:
                 b_new[:, :used] = b_tab[:, :used]
                 f_tab, i_tab, b_tab = f_new, i_new, b_new
             f_tab[:, used:end] = c[:_F_ROWS]
-            i_tab[:, used:end] = new_i
-            b_tab[:, used:end] = c[_F_ROWS + _I_ROWS :] != 0
+            i_tab[:, used:end] = c[_F_ROWS : _F_ROWS + _I_ROWS]
+            b_tab[:, used:end] = c[_F_ROWS + _I_ROWS :]
             used = end
             views()
             added.clear()
@@ -1717,6 +1747,7 @@ class FluidModel:
         limit = math.inf if until_ps is None else float(until_ps)
         error_ps: float | None = None  # the first QP whose retries ran out
         eff_rate = np.zeros(0)
+        dt_0 = np.zeros(())
         # the groups to refill, by group number (_group: planes, MRC's fabric, servers)
         dirty_mask = np.zeros(self.P + 2 + self.H // max(1, self.gpus_per_server), dtype=bool)
         while True:
@@ -1742,7 +1773,7 @@ class FluidModel:
                 if dirty_all:
                     compact()
                     idx = np.arange(len(flows))
-                    if lab:
+                    if lab_res:
                         dissolve(set(lab_res))
                 elif self.refill == "group":
                     compact()
@@ -1755,11 +1786,11 @@ class FluidModel:
                     # the kept sets the changes lie on, closed, hold every flow they
                     # reach there; the changes elsewhere are walked, each set apart
                     hit: set[int] = set()
-                    free: list[int] = [] if lab else list(seeds)
-                    if lab:
+                    free: list[int] = [] if lab_res else list(seeds)
+                    if lab_res:
                         for r in seeds:
-                            x = lab.get(r)
-                            if x is None:
+                            x = lab[r]
+                            if x < 0:
                                 free.append(r)
                             else:
                                 hit.add(x)
@@ -1910,13 +1941,12 @@ class FluidModel:
                 break
             if len(flows):
                 dt = t - now
-                moved = eff_rate * dt
+                dt_0[()] = dt  # a 0-d array: the same product, without a scalar's conversion
+                moved = eff_rate * dt_0
                 rem_a -= moved
                 if may_dead:
                     lost_a[dead_a] += moved[dead_a]
-                # rates are never negative, so a rate of 0 gives inf or NaN here (never
-                # at most 1) and needs no mask
-                done = (rem_a <= 1e-3) | (rem_a / eff_rate <= 1.0)
+                done = _ended(rem_a, eff_rate)
                 ends = done.nonzero()[0]
                 if len(ends):
                     for i in ends.tolist():
@@ -2048,7 +2078,7 @@ class FluidModel:
                         nq = 1 if self.transport == "mrc" else self.qps
                         for q in range(nq):
                             # one connection per job and host pair, as the packet level keeps it
-                            fl = _Flow(x, s, d, size / nq, str(j), q)
+                            fl = _Flow(x, s, d, size / nq, j, q)
                             fl.steps, fl.gap, fl.hop = steps, gap, hop
                             self._route(fl)
                             added.append(fl)
@@ -2186,7 +2216,7 @@ class FluidModel:
                                 fl, float(rem_a[i]) + fl.held, float(lost_a[i])
                             )
                             if whole > 0:
-                                redo = _Flow(fl.transfer, fl.src, fl.dst, 0.0, fl.conn, fl.qp)
+                                redo = _Flow(fl.transfer, fl.src, fl.dst, 0.0, fl.job, fl.qp)
                                 redo.rem, redo.lost, redo.redo = 0.0, whole, True
                                 self._route(redo)
                                 er = float(rate_a[i] * eff_a[i])
