@@ -2359,7 +2359,11 @@ static int switch_route_generic(SwitchObject *sw, PyObject *pkt, PyObject *addr,
  * type's route getter returns, found in the first packet of the type a switch
  * reads its route from (0: not one pointer slot, no prefetch).  A few types: a
  * port carries data, ACK and NACK packets alternately.  What the offset gives is
- * only ever prefetched or read for a prefetch, never used otherwise. */
+ * only ever prefetched or read for a prefetch, never used otherwise.  Those reads
+ * are loads, not hints: the packet is alive (its event holds it), its type is held
+ * here, and the slot is the one found holding the route's reference (an object or
+ * NULL), so they read live objects; the one case not excluded is an unboxed field
+ * whose value equalled the route's address in the first packet of its type. */
 #define ROUTE_WAYS 4
 typedef struct {
     PyTypeObject *tp; /* strong reference, or NULL */
