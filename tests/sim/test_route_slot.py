@@ -12,21 +12,18 @@ the results); these tests check that the offset learned is where the route is.
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
-
-import pytest
 
 from openmrc.wire.packets import DataPacket, Opcode
 from tests.sim.test_kernel import (  # noqa: F401 (the fixture `native` names under OPENMRC_REQUIRE_NATIVE=1)
     _data,
-    _function_disassembly,
     _impls,
     _kernel_required,
     _line,
     _route,
     kernel,
     native,
+    sim_run_disassembly,
 )
 
 
@@ -97,10 +94,5 @@ def test_event_loop_walks_the_switch_chain() -> None:
     table slot multiply its key by the table's hash constant (0x9e3779b1) there.
     Like the event loop's other prefetches they have no effect a compiler must keep,
     so they are forced inline (x86-64 with objdump; skipped elsewhere)."""
-    assert kernel is not None
-    if os.uname().machine not in ("x86_64", "AMD64"):
-        pytest.skip("the check reads x86-64 instructions")
-    body = _function_disassembly(str(kernel.__file__), "Sim_run")
-    if body is None:
-        pytest.skip("no objdump, or Sim_run has no symbol in this build")
+    body = sim_run_disassembly()
     assert body.count("0x9e3779b1") >= 2, "Sim_run lost the switch chain's steps"
