@@ -178,6 +178,12 @@ def _per_plane(
         EVProfile(planes=16, paths_per_plane=4095, ev_count=16),
         EVProfile(plane_field=EVField(4, mask=0b0110), uplink_field=EVField(5, min=3), ev_count=4),
         EVProfile(planes=3, paths_per_plane=20, ev_count=60, spare_field=EVField(5, min=7)),
+        EVProfile(planes=1, paths_per_plane=128, ev_count=256),  # perm-8192: two per uplink
+        EVProfile(planes=1, paths_per_plane=32, ev_count=256),  # perm-1024: eight per uplink
+        EVProfile(planes=2, paths_per_plane=24, ev_count=2 * 100),  # some uplinks one more
+        # a small spare space: an uplink's picks repeat, and are drawn again
+        EVProfile(planes=2, paths_per_plane=3, ev_count=2 * 101, spare_field=EVField(9)),
+        EVProfile(planes=1, paths_per_plane=2, ev_count=120, spare_field=EVField(9, min=100)),
     ],
 )
 def test_native_draw_planes_is_each_planes_draws_and_seed(prof: EVProfile) -> None:
@@ -211,10 +217,13 @@ def test_native_draw_planes_refuses_what_it_cannot_draw() -> None:
     native = _native_module()
     g = random.Random(1).getrandbits
     seeds = array("Q", bytes(128))
-    with pytest.raises(ValueError):  # two EVs on an uplink: sampled otherwise
-        native.draw_planes(g, range(2), range(4), range(65536), 5, seeds)
     with pytest.raises(ValueError):  # a spare space the stdlib samples from a pool
         native.draw_planes(g, range(2), range(4), range(21), 2, seeds)
+    with pytest.raises(ValueError):  # the same for six EVs on an uplink (21 + 64 or fewer)
+        native.draw_planes(g, range(2), range(4), range(85), 4 * 5 + 1, seeds)
+    assert native.draw_planes(g, range(2), range(4), range(86), 4 * 5 + 1, seeds) is not None
+    with pytest.raises(ValueError):  # no uplink to put an EV on
+        native.draw_planes(g, range(2), [], range(65536), 1, seeds)
     with pytest.raises(ValueError):
         native.draw_planes(g, [16], range(4), range(65536), 2, seeds)
     with pytest.raises(ValueError):

@@ -293,22 +293,43 @@ small_index(PyObject *o, long limit, const char *what)
     return v;
 }
 
+/* random.sample's set size for k picks (Lib/random.py): it samples through a set
+ * (each pick a fresh index, drawn again while already chosen) when the population
+ * is larger than this, else from a pool.  4 ** ceil(log(3k, 4)) is the least power
+ * of 4 at least 3k (3k is never one itself, so the float log cannot round it). */
+static Py_ssize_t
+sample_setsize(Py_ssize_t k)
+{
+    Py_ssize_t setsize = 21, p = 1;
+    if (k > 5) {
+        while (p < 3 * k)
+            p *= 4;
+        setsize += p;
+    }
+    return setsize;
+}
+
 /* draw_planes(getrandbits, planes, uplinks, spares, n, seeds): a PathSet's generated
- * EVs when every plane gets at most one EV per uplink (n <= len(uplinks)) and its
- * spares are sampled through a set (more than 21 of them): for each plane in order,
- * paths._draw_plane_inline's draws (the uplinks shuffled, then one spare index per
- * EV from the next words) and then the plane's backup seed, getrandbits(64), written
- * to seeds[plane] (a writable buffer of 64-bit words); the EVs interleaved over the
- * planes as paths._interleave does, as the bytes of an array('I').  None (nothing
- * drawn) when getrandbits is not CPython's own: the caller draws in Python then. */
+ * EVs when its spares are sampled through a set (more than random.sample's set size
+ * for the most EVs an uplink gets, ceil(n / len(uplinks))): for each plane in
+ * order, paths._draw_plane_stdlib's draws (the uplinks shuffled; then uplink after
+ * uplink in that order, rounds or rounds + 1 spare indices each, every one from the
+ * next words' top bits below len(spares), drawn again while the uplink has it
+ * already: random.sample's set-based loop) and then the plane's backup seed,
+ * getrandbits(64), written to seeds[plane] (a writable buffer of 64-bit words); the
+ * uplinks' EVs interleaved round after round as paths._interleave does, and the
+ * planes interleaved likewise, as the bytes of an array('I').  None (nothing drawn)
+ * when getrandbits is not CPython's own: the caller draws in Python then. */
 static PyObject *
 native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *up_fast = NULL, *pl_fast = NULL, *sp_fast = NULL, *out = NULL;
     RandomObject *mt;
     Py_buffer seeds;
-    Py_ssize_t nplanes, nup, nsp, n, p, i, r;
-    long *up = NULL, *spv = NULL, sp_start = 0, sp_step = 1;
+    Py_ssize_t nplanes, nup, nsp, n, p, i, c, r, rounds = 0, extra = 0, kmax = 0;
+    long *up = NULL, sp_start = 0, sp_step = 1;
+    uint64_t *seen = NULL; /* kmax > 1: the spare indices the uplink has, a bit each, */
+    long *picked = NULL;   /* and those indices */
     uint32_t *evs;
     int down;
     if (nargs != 6) {
@@ -353,16 +374,25 @@ native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (nsp < 0)
         goto done;
-    if (n < 0 || n > nup || nup >= (1 << 16) || nsp <= 21 || nsp > (1 << 16) ||
-        nplanes > 16 || (Py_ssize_t)seeds.len < 8 * 16) {
+    if (nup > 0 && n >= 0) {
+        rounds = n / nup;
+        extra = n % nup;
+        kmax = rounds + (extra > 0);
+    }
+    if (n < 0 || nup < 1 || nup >= (1 << 16) || nsp > (1 << 16) ||
+        nsp <= sample_setsize(kmax) || nplanes > 16 || (Py_ssize_t)seeds.len < 8 * 16) {
         PyErr_SetString(PyExc_ValueError,
-                        "draw_planes: needs n <= len(uplinks) < 65536, 21 < len(spares) <= 65536, "
+                        "draw_planes: needs 0 < len(uplinks) < 65536, len(spares) <= 65536 and "
+                        "above random.sample's set size for ceil(n / len(uplinks)) picks, "
                         "at most 16 planes and 16 seeds");
         goto done;
     }
-    up = PyMem_Malloc(sizeof(long) * 2 * (nup ? nup : 1)); /* the uplinks, then each plane's order */
-    spv = PyMem_Malloc(sizeof(long) * (n ? n : 1));
-    if (up == NULL || spv == NULL) {
+    up = PyMem_Malloc(sizeof(long) * 2 * nup); /* the uplinks, then each plane's order */
+    if (kmax > 1) {
+        seen = PyMem_Calloc((size_t)(nsp + 63) / 64, sizeof(uint64_t));
+        picked = PyMem_Malloc(sizeof(long) * kmax);
+    }
+    if (up == NULL || (kmax > 1 && (seen == NULL || picked == NULL))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -394,28 +424,39 @@ native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             up[i] = up[j];
             up[j] = tmp;
         }
-        /* one spare index per EV: the next words' top bits below nsp */
-        for (r = 0; r < n;) {
-            long j = (long)((mt_next(mt) >> 8) >> down);
-            if (j < nsp)
-                spv[r++] = j;
-        }
-        for (r = 0; r < n; r++) {
-            long spare;
-            uint64_t ev;
-            if (sp_fast == NULL)
-                spare = sp_start + sp_step * spv[r];
-            else {
-                spare = PyLong_AsLong(PySequence_Fast_GET_ITEM(sp_fast, spv[r]));
-                if (spare == -1 && PyErr_Occurred())
+        /* uplink after uplink in that order: its spares, random.sample(spares, k) */
+        for (c = 0; c < nup; c++) {
+            Py_ssize_t k = rounds + (c < extra);
+            for (r = 0; r < k; r++) {
+                long j, spare;
+                uint64_t ev;
+                for (;;) { /* the next word's top bits below nsp, not already taken */
+                    j = (long)((mt_next(mt) >> 8) >> down);
+                    if (j < nsp && (seen == NULL || !(seen[j >> 6] >> (j & 63) & 1)))
+                        break;
+                }
+                if (seen != NULL) {
+                    seen[j >> 6] |= (uint64_t)1 << (j & 63);
+                    picked[r] = j;
+                }
+                if (sp_fast == NULL)
+                    spare = sp_start + sp_step * j;
+                else {
+                    spare = PyLong_AsLong(PySequence_Fast_GET_ITEM(sp_fast, j));
+                    if (spare == -1 && PyErr_Occurred())
+                        goto fail;
+                }
+                if (spare < 0 || spare >= (1L << 16)) {
+                    PyErr_Format(PyExc_ValueError, "draw_planes: spare %ld is outside 0..65535",
+                                 spare);
                     goto fail;
+                }
+                ev = (uint64_t)plane | ((uint64_t)up[c] << 4) | ((uint64_t)spare << 16);
+                evs[(r * nup + c) * nplanes + p] = (uint32_t)ev; /* plane p, its round r */
             }
-            if (spare < 0 || spare >= (1L << 16)) {
-                PyErr_Format(PyExc_ValueError, "draw_planes: spare %ld is outside 0..65535", spare);
-                goto fail;
-            }
-            ev = (uint64_t)plane | ((uint64_t)up[r] << 4) | ((uint64_t)spare << 16);
-            evs[r * nplanes + p] = (uint32_t)ev; /* column p, round r */
+            if (seen != NULL) /* forget this uplink's picks for the next one */
+                for (r = 0; r < k; r++)
+                    seen[picked[r] >> 6] = 0;
         }
         /* the plane's backup seed: getrandbits(64), its first word least significant */
         w0 = mt_next(mt);
@@ -427,7 +468,8 @@ fail:
     Py_CLEAR(out);
 done:
     PyMem_Free(up);
-    PyMem_Free(spv);
+    PyMem_Free(seen);
+    PyMem_Free(picked);
     Py_XDECREF(pl_fast);
     Py_XDECREF(up_fast);
     Py_XDECREF(sp_fast);
@@ -441,8 +483,8 @@ static PyMethodDef draws_functions[] = {
     {"picks", (PyCFunction)(void (*)(void))native_picks, METH_FASTCALL,
      "picks(getrandbits, nsp, need): indices below nsp from the next words' top bits"},
     {"draw_planes", (PyCFunction)(void (*)(void))native_draw_planes, METH_FASTCALL,
-     "draw_planes(getrandbits, planes, uplinks, spares, n, seeds): a PathSet's EVs, one "
-     "per uplink at most, as array('I') bytes (None: getrandbits is not CPython's)"},
+     "draw_planes(getrandbits, planes, uplinks, spares, n, seeds): a PathSet's EVs, as "
+     "array('I') bytes (None: getrandbits is not CPython's)"},
     {NULL, NULL, 0, NULL},
 };
 
