@@ -533,3 +533,44 @@ def test_roce_nic_serves_qps_in_the_order_of_a_list_holding_the_empty_ones() -> 
             port.sent.clear()
             host.kick(now)
             assert [s.qp for s in port.sent] == [s.qp for s in expect]
+
+
+def test_an_ordinary_run_does_not_import_the_partitioned_runs_module() -> None:
+    # make_experiment looks for a requested partitioned run only in a module imported
+    # already (whoever requests one imports it): an ordinary run's set-up does not pay
+    # for importing it (a fresh interpreter: this one's tests may have imported it)
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    code = (
+        "import sys\n"
+        "from openmrc.sim.factory import make_experiment\n"
+        "from openmrc.topology import ClosSpec\n"
+        "from openmrc.workloads import permutation\n"
+        "import random\n"
+        "exp = make_experiment(ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2))\n"
+        "exp.add_flows(permutation(4, 8192, random.Random(1)))\n"
+        "assert exp.run().all_ok\n"
+        "print(sorted(m for m in ('openmrc.sim.partition', 'ctypes', 'pickle') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.split("\n")[-2] == "[]", out.stdout
+
+
+def test_a_requested_partitioned_run_still_builds_its_own_experiment() -> None:
+    from openmrc.sim import partition
+
+    spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=2, t1s=2)
+    partition.request(partition.LocalComm())
+    try:
+        exp = make_experiment(spec)
+    finally:
+        partition.request(None)
+    assert isinstance(exp, partition.PartitionedExperiment)
+    assert type(make_experiment(spec)) is Experiment

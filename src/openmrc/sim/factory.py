@@ -11,11 +11,17 @@ names in ``transport_names``).
 
 from __future__ import annotations
 
+import sys
+
 from ..baselines.experiment import BaselineExperiment
 from ..topology import ClosSpec
 from .config import FabricConfig
 from .experiment import Experiment, TransportConfig
-from .partition import partitioned_class
+
+#: The partitioned run's module (:mod:`openmrc.sim.partition`): imported by whoever
+#: requests a partitioned run (``partition.request``), never here, so an ordinary run
+#: does not pay for importing it (its ranks' machinery, ``ctypes`` and ``pickle``).
+_PARTITION = __name__.rsplit(".", 1)[0] + ".partition"
 
 #: The experiment class of each transport name (``TransportConfig.name``).
 EXPERIMENTS: dict[str, type[Experiment]] = {
@@ -38,8 +44,11 @@ def make_experiment(
     """The experiment running ``transport_name`` (default ``transport.name``, else MRC);
     the arguments are :class:`~openmrc.sim.experiment.Experiment`'s."""
     name = transport_name if transport_name is not None else getattr(transport, "name", "mrc")
-    # a partitioned run (openmrc.sim.partition) builds its own kind (or refuses)
-    cls = partitioned_class(name) or (EXPERIMENTS.get(name) if isinstance(name, str) else None)
+    # a partitioned run (openmrc.sim.partition) builds its own kind (or refuses); none
+    # was requested if that module was never imported
+    partition = sys.modules.get(_PARTITION)
+    part = partition.partitioned_class(name) if partition is not None else None
+    cls = part or (EXPERIMENTS.get(name) if isinstance(name, str) else None)
     if cls is None:
         raise ValueError(f"transport name: must be one of {', '.join(EXPERIMENTS)}, got {name!r}")
     return cls(
