@@ -224,6 +224,8 @@ def test_native_draw_planes_refuses_what_it_cannot_draw() -> None:
     assert native.draw_planes(g, range(2), range(4), range(86), 4 * 5 + 1, seeds) is not None
     with pytest.raises(ValueError):  # no uplink to put an EV on
         native.draw_planes(g, range(2), [], range(65536), 1, seeds)
+    with pytest.raises(ValueError):  # more EVs on an uplink than any spares give (no overflow)
+        native.draw_planes(g, range(1), range(1), range(65536), 1 << 62, seeds)
     with pytest.raises(ValueError):
         native.draw_planes(g, [16], range(4), range(65536), 2, seeds)
     with pytest.raises(ValueError):

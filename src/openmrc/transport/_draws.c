@@ -379,7 +379,9 @@ native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         extra = n % nup;
         kmax = rounds + (extra > 0);
     }
-    if (n < 0 || nup < 1 || nup >= (1 << 16) || nsp > (1 << 16) ||
+    /* (more than 3 x kmax spares: an uplink's picks always find a free one; kmax is
+     * bounded first so that the set size cannot overflow) */
+    if (n < 0 || nup < 1 || nup >= (1 << 16) || nsp > (1 << 16) || kmax > (1 << 16) ||
         nsp <= sample_setsize(kmax) || nplanes > 16 || (Py_ssize_t)seeds.len < 8 * 16) {
         PyErr_SetString(PyExc_ValueError,
                         "draw_planes: needs 0 < len(uplinks) < 65536, len(spares) <= 65536 and "
