@@ -293,6 +293,61 @@ small_index(PyObject *o, long limit, const char *what)
     return v;
 }
 
+/* The n uplinks at up shuffled in place, one word at a time, as random.Random.shuffle
+ * does: from the last down, j the top bits of the next word, until j is at most i. */
+static void
+shuffle_uplinks(RandomObject *mt, long *up, Py_ssize_t n)
+{
+    Py_ssize_t i;
+    for (i = n - 1; i > 0; i--) {
+        Py_ssize_t j;
+        long tmp;
+        int sh = 32 - bit_length(i + 1);
+        do
+            j = (Py_ssize_t)(mt_next(mt) >> sh);
+        while (j > i);
+        tmp = up[i];
+        up[i] = up[j];
+        up[j] = tmp;
+    }
+}
+
+/* A plane's spare indices, at their slots (round r of uplink c: r * nup + c): uplink
+ * after uplink, rounds (+ 1 for the first extra) picks each, random.sample's set
+ * loop: the next word's top bits (down: 24 - the bits of nsp) below nsp and not
+ * taken by this uplink yet (seen: a bit per index, all clear; NULL: one pick an
+ * uplink at most, nothing to check), left clear again. */
+static void
+pick_spares(RandomObject *mt, long *spv, Py_ssize_t nup, Py_ssize_t rounds, Py_ssize_t extra,
+            long nsp, int down, uint64_t *seen)
+{
+    Py_ssize_t c, r;
+    if (seen == NULL) { /* at most one pick an uplink: the first n words that give one */
+        Py_ssize_t n = rounds * nup + extra;
+        for (r = 0; r < n;) {
+            long j = (long)((mt_next(mt) >> 8) >> down);
+            if (j < nsp)
+                spv[r++] = j;
+        }
+        return;
+    }
+    for (c = 0; c < nup; c++) {
+        Py_ssize_t k = rounds + (c < extra);
+        for (r = 0; r < k; r++) {
+            long j;
+            for (;;) {
+                j = (long)((mt_next(mt) >> 8) >> down);
+                if (j < nsp && !(seen[j >> 6] >> (j & 63) & 1))
+                    break;
+            }
+            seen[j >> 6] |= (uint64_t)1 << (j & 63);
+            spv[r * nup + c] = j;
+        }
+        for (r = 0; r < k; r++) /* forget this uplink's picks for the next one */
+            seen[spv[r * nup + c] >> 6] = 0;
+    }
+}
+
 /* random.sample's set size for k picks (Lib/random.py): it samples through a set
  * (each pick a fresh index, drawn again while already chosen) when the population
  * is larger than this, else from a pool.  4 ** ceil(log(3k, 4)) is the least power
@@ -328,8 +383,8 @@ native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer seeds;
     Py_ssize_t nplanes, nup, nsp, n, p, i, c, r, rounds = 0, extra = 0, kmax = 0;
     long *up = NULL, sp_start = 0, sp_step = 1;
-    uint64_t *seen = NULL; /* kmax > 1: the spare indices the uplink has, a bit each, */
-    long *picked = NULL;   /* and those indices */
+    long *spv = NULL;      /* the plane's spare indices, by slot */
+    uint64_t *seen = NULL; /* kmax > 1: the spare indices the uplink has, a bit each */
     uint32_t *evs;
     int down;
     if (nargs != 6) {
@@ -390,11 +445,10 @@ native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     up = PyMem_Malloc(sizeof(long) * 2 * nup); /* the uplinks, then each plane's order */
-    if (kmax > 1) {
+    spv = PyMem_Malloc(sizeof(long) * (n ? n : 1));
+    if (kmax > 1)
         seen = PyMem_Calloc((size_t)(nsp + 63) / 64, sizeof(uint64_t));
-        picked = PyMem_Malloc(sizeof(long) * kmax);
-    }
-    if (up == NULL || (kmax > 1 && (seen == NULL || picked == NULL))) {
+    if (up == NULL || spv == NULL || (kmax > 1 && seen == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -414,51 +468,24 @@ native_draw_planes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (plane < 0)
             goto fail;
         memcpy(up, up + nup, sizeof(long) * nup); /* order = list(uplinks) */
-        /* the uplinks shuffled (random.Random.shuffle), one word at a time */
-        for (i = nup - 1; i > 0; i--) {
-            Py_ssize_t j;
-            long tmp;
-            int sh = 32 - bit_length(i + 1);
-            do
-                j = (Py_ssize_t)(mt_next(mt) >> sh);
-            while (j > i);
-            tmp = up[i];
-            up[i] = up[j];
-            up[j] = tmp;
-        }
-        /* uplink after uplink in that order: its spares, random.sample(spares, k) */
-        for (c = 0; c < nup; c++) {
-            Py_ssize_t k = rounds + (c < extra);
-            for (r = 0; r < k; r++) {
-                long j, spare;
-                uint64_t ev;
-                for (;;) { /* the next word's top bits below nsp, not already taken */
-                    j = (long)((mt_next(mt) >> 8) >> down);
-                    if (j < nsp && (seen == NULL || !(seen[j >> 6] >> (j & 63) & 1)))
-                        break;
-                }
-                if (seen != NULL) {
-                    seen[j >> 6] |= (uint64_t)1 << (j & 63);
-                    picked[r] = j;
-                }
-                if (sp_fast == NULL)
-                    spare = sp_start + sp_step * j;
-                else {
-                    spare = PyLong_AsLong(PySequence_Fast_GET_ITEM(sp_fast, j));
-                    if (spare == -1 && PyErr_Occurred())
-                        goto fail;
-                }
-                if (spare < 0 || spare >= (1L << 16)) {
-                    PyErr_Format(PyExc_ValueError, "draw_planes: spare %ld is outside 0..65535",
-                                 spare);
+        shuffle_uplinks(mt, up, nup); /* the uplinks in a random order */
+        pick_spares(mt, spv, nup, rounds, extra, (long)nsp, down, seen);
+        for (r = 0, c = 0; r < n; r++, c = c + 1 < nup ? c + 1 : 0) { /* slot r, column c */
+            long spare;
+            uint64_t ev;
+            if (sp_fast == NULL)
+                spare = sp_start + sp_step * spv[r];
+            else {
+                spare = PyLong_AsLong(PySequence_Fast_GET_ITEM(sp_fast, spv[r]));
+                if (spare == -1 && PyErr_Occurred())
                     goto fail;
-                }
-                ev = (uint64_t)plane | ((uint64_t)up[c] << 4) | ((uint64_t)spare << 16);
-                evs[(r * nup + c) * nplanes + p] = (uint32_t)ev; /* plane p, its round r */
             }
-            if (seen != NULL) /* forget this uplink's picks for the next one */
-                for (r = 0; r < k; r++)
-                    seen[picked[r] >> 6] = 0;
+            if (spare < 0 || spare >= (1L << 16)) {
+                PyErr_Format(PyExc_ValueError, "draw_planes: spare %ld is outside 0..65535", spare);
+                goto fail;
+            }
+            ev = (uint64_t)plane | ((uint64_t)up[c] << 4) | ((uint64_t)spare << 16);
+            evs[r * nplanes + p] = (uint32_t)ev; /* plane p, its slot r */
         }
         /* the plane's backup seed: getrandbits(64), its first word least significant */
         w0 = mt_next(mt);
@@ -470,8 +497,8 @@ fail:
     Py_CLEAR(out);
 done:
     PyMem_Free(up);
+    PyMem_Free(spv);
     PyMem_Free(seen);
-    PyMem_Free(picked);
     Py_XDECREF(pl_fast);
     Py_XDECREF(up_fast);
     Py_XDECREF(sp_fast);
