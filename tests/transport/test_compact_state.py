@@ -36,6 +36,7 @@ from openmrc.transport.txtable import (
     OOW,
     ORDERED,
     PROBED,
+    QUICK_STOP,
     RESENT,
     TRIM_BATCH,
     EvOrder,
@@ -1073,3 +1074,120 @@ def test_an_older_native_build_is_used_whole_or_not_at_all(monkeypatch: pytest.M
     for cls, names in methods.items():
         setattr(old, cls, type(cls, (), names))
     assert txtable._load_native() is old
+
+
+def _ack_model(table: Any, stop: int, base: int, bits: int, limit: int, order: Any) -> tuple:
+    """What TxTable.ack does, out of op, ev_flags, settle and remove: the outstanding
+    PSNs below ``stop`` and then at ``bits``' set bits above ``base`` below ``limit``,
+    in order, taken while each is plain (in flight, no QUICK_STOP flag, the oldest
+    pair on its EV) and of the first one's message."""
+    psns = [p for p in range(stop) if p in table]
+    psns += [base + k for k in range(64) if bits >> k & 1 and base + k < limit]
+    run = None
+    n = last = last_sent = min_sent = reqs = 0
+    for psn in psns:
+        op = table.op(psn)
+        if op is None:
+            continue
+        flags = table.flags(psn)
+        if (run is not None and op is not run) or flags & (IN_FLIGHT | QUICK_STOP) != IN_FLIGHT:
+            return run, n, last, last_sent, min_sent, reqs, psn
+        word, sent = table.settle(psn, order)
+        if not word >> 32 & ORDERED:
+            return run, n, last, last_sent, min_sent, reqs, psn
+        table.remove(psn, True)
+        min_sent = sent if run is None else min(min_sent, sent)
+        run, n, last, last_sent = op, n + 1, psn, sent
+        reqs += flags & ACK_REQ != 0
+    return run, n, last, last_sent, min_sent, reqs, -1
+
+
+def _flight(table: Any) -> list[int]:
+    out = []
+    psn = table.oldest()
+    while psn >= 0:
+        out.append(psn)
+        psn = table.after(psn)
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ack_takes_the_plain_psns_of_one_message_in_order(impl: str) -> None:
+    """ack(stop, base, bits, limit, order) returns and leaves what the model (op,
+    ev_flags, settle and remove per PSN) does, over random sends, landings, flags,
+    resends on other EVs and ACKs; called again after the PSN it stopped at is
+    taken, it goes on."""
+    tx_table, ev_order = _classes(impl)
+    ops = [SendOp(i, [], 0, 0, None, True, 0, 4096) for i in range(3)]
+    stops = 0
+    for seed in range(6):
+        rng = random.Random(seed)
+        one, one_order = tx_table(), ev_order()  # ack
+        two, two_order = tx_table(), ev_order()  # the model
+        evs = [rng.getrandbits(32) for _ in range(3)]
+        now = 0
+        una = 0
+        op = ops[0]
+        for psn in range(400):
+            if rng.random() < 0.1:
+                op = rng.choice(ops)
+            now += rng.randrange(1, 1 << 36)
+            ev = rng.choice(evs)
+            flags = rng.choice([0, 0, 0, ACK_REQ, RESENT, DUP_RISK, OOW, NAMED, PROBED])
+            for table, order in ((one, one_order), (two, two_order)):
+                table.add_send(psn, op, ev, now, flags, order)
+            if rng.random() < 0.1:
+                for table in (one, two):
+                    table.land(psn)
+            if rng.random() < 0.05 and psn:
+                # a resend of an older outstanding PSN, last in flight and on its new EV
+                old = rng.randrange(una, psn)
+                if old in one and not one.flags(old) & IN_FLIGHT:
+                    ev = rng.choice(evs)
+                    for table, order in ((one, one_order), (two, two_order)):
+                        table.send(old, ev, now, RESENT, order)
+            if rng.random() < 0.3:
+                stop = min(psn + 1, una + rng.randrange(0, 6))
+                base = max(stop, psn - rng.randrange(0, 70))
+                bits = rng.getrandbits(64)
+                limit = psn + 1 - rng.randrange(0, 3)
+                while True:
+                    got = one.ack(stop, base, bits, limit, one_order)
+                    assert got == _ack_model(two, stop, base, bits, limit, two_order)
+                    assert got[0] is None or got[0] in ops
+                    if got[6] < 0:
+                        break
+                    if got[0] is None:
+                        stops += 1
+                        for table in (one, two):  # the requester's own take
+                            table.remove(got[6], bool(table.flags(got[6]) & IN_FLIGHT))
+                una = max(una, stop)
+                assert len(one) == len(two) and one.lowest() == two.lowest()
+                assert _flight(one) == _flight(two)
+                for p in range(max(0, psn - 80), psn + 1):
+                    assert one.op(p) is two.op(p)
+                for ev in evs:
+                    assert one_order.pairs(ev) == two_order.pairs(ev)
+    assert stops > 100  # the stops were exercised
+
+
+def test_native_ack_edges() -> None:
+    """The native ack takes only a native EvOrder, PSNs in [0, 2**62) and a bitmap
+    of 64 bits, and changes nothing when it refuses; on an empty table it takes
+    nothing."""
+    native = _native_module()
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = native.TxTable(), native.EvOrder()
+    assert table.ack(10, 0, 1, 10, order) == (None, 0, 0, 0, 0, 0, -1)
+    table.add_send(5, op, 3, 100, 0, order)
+    with pytest.raises(TypeError):
+        table.ack(6, 0, 0, 0, EvOrder())
+    for args in ((1 << 62, 0, 0, 0), (0, -1, 0, 0), (0, 1 << 62, 1, 0), (0, 0, 0, 1 << 62)):
+        with pytest.raises(OverflowError):
+            table.ack(*args, order)
+    for bits in (-1, 1 << 64):
+        with pytest.raises(OverflowError):
+            table.ack(0, 0, bits, 10, order)
+    assert 5 in table and order.pairs(3) == [(5, 100)]
+    assert table.ack(0, 5, 1, 6, order) == (op, 1, 5, 100, 100, 0, -1)
+    assert len(table) == 0 and order.pairs(3) == [] and not table.flying()

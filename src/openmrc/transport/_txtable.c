@@ -495,31 +495,18 @@ tx_unlink(TxTableObject *self, Py_ssize_t i)
         self->prev[nxt - self->base] = prev;
 }
 
-static PyObject *
-TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Empty slot i (outstanding, already out of the in-flight list): the body of remove. */
+static void
+tx_drop(TxTableObject *self, Py_ssize_t i)
 {
-    Py_ssize_t i, lo;
-    int in_flight;
-    PyObject *op;
-    if (check_nargs("remove", nargs, 2) < 0)
-        return NULL;
-    if ((i = tx_slot_checked(self, args[0])) < 0)
-        return NULL;
-    if (self->ops[i] == NULL) {
-        PyErr_SetString(PyExc_KeyError, "TxTable: PSN not outstanding");
-        return NULL;
-    }
-    if ((in_flight = PyObject_IsTrue(args[1])) < 0)
-        return NULL;
-    if (in_flight)
-        tx_unlink(self, i);
-    op = self->ops[i];
+    Py_ssize_t lo;
+    PyObject *op = self->ops[i];
     self->ops[i] = NULL;
     self->count -= 1;
     if (!self->count) {
         tx_reset(self);
         Py_DECREF(op);
-        Py_RETURN_NONE;
+        return;
     }
     if (i == self->lo) {
         lo = i + 1;
@@ -548,7 +535,162 @@ TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         self->lo = lo;
     }
     Py_DECREF(op);
+}
+
+static PyObject *
+TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    int in_flight;
+    if (check_nargs("remove", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (self->ops[i] == NULL) {
+        PyErr_SetString(PyExc_KeyError, "TxTable: PSN not outstanding");
+        return NULL;
+    }
+    if ((in_flight = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    if (in_flight)
+        tx_unlink(self, i);
+    tx_drop(self, i);
     Py_RETURN_NONE;
+}
+
+/* ---- ack: an ACK's plain PSNs in one call ----------------------------------- */
+
+#define ACK_REQ 2ULL
+/* OOW | RESENT | DUP_RISK | NAMED: a PSN with one of these is left to the requester
+ * (see txtable.QUICK_STOP). */
+#define QUICK_STOP (4ULL | 8ULL | 16ULL | 64ULL)
+/* The bound on the PSNs ack takes (so that base + 63 cannot overflow). */
+#define ACK_LIMIT (INT64_C(1) << 62)
+
+/* The run ack builds (see txtable.TxTable.ack). */
+typedef struct {
+    PyObject *op; /* the run's message (a reference), NULL before its first PSN */
+    int64_t n, last, reqs;
+    uint64_t last_sent, min_sent;
+} AckRun;
+
+/* Take ``psn`` into run r: 0 when it is not outstanding (nothing to do), 1 when it was
+ * acknowledged into the run, 2 when the run stops before it (another message's, or a
+ * PSN the requester must take itself). */
+static int
+tx_ack_quick(TxTableObject *self, int64_t psn, PyObject *order, AckRun *r)
+{
+    int64_t i = psn - self->base;
+    PyObject *op;
+    uint64_t word, flags, sent;
+    if (i < 0 || i >= self->cap || (op = self->ops[i]) == NULL)
+        return 0;
+    if (r->op != NULL && op != r->op)
+        return 2;
+    word = self->meta[i];
+    flags = word >> 32;
+    sent = self->sent[i];
+    if ((flags & (IN_FLIGHT | QUICK_STOP)) != IN_FLIGHT ||
+        !eo_pop_first(order, (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)psn, sent))
+        return 2;
+    if (r->op == NULL) {
+        Py_INCREF(op);
+        r->op = op;
+        r->min_sent = sent;
+    }
+    else if (sent < r->min_sent)
+        r->min_sent = sent;
+    r->n += 1;
+    r->last = psn;
+    r->last_sent = sent;
+    if (flags & ACK_REQ)
+        r->reqs += 1;
+    tx_unlink(self, (Py_ssize_t)i);
+    tx_drop(self, (Py_ssize_t)i);
+    return 1;
+}
+
+/* The tuple ack returns; steals r->op.  Its large ints are the allocations of the
+ * call: the send times share one object when they are equal. */
+static PyObject *
+tx_ack_result(AckRun *r, int64_t resume)
+{
+    PyObject *out, *v[6];
+    int k;
+    if (r->op == NULL) {
+        Py_INCREF(Py_None); /* no run: (None, 0, 0, 0, 0, 0, resume) */
+        r->op = Py_None;
+    }
+    v[0] = PyLong_FromLongLong(r->n);
+    v[1] = PyLong_FromLongLong(r->last);
+    v[2] = PyLong_FromUnsignedLongLong(r->last_sent);
+    if (r->min_sent == r->last_sent) {
+        v[3] = v[2];
+        Py_XINCREF(v[3]);
+    }
+    else
+        v[3] = PyLong_FromUnsignedLongLong(r->min_sent);
+    v[4] = PyLong_FromLongLong(r->reqs);
+    v[5] = PyLong_FromLongLong(resume);
+    out = PyTuple_New(7);
+    for (k = 0; k < 6; k++) {
+        if (v[k] == NULL || out == NULL) {
+            for (k = 0; k < 6; k++)
+                Py_XDECREF(v[k]);
+            Py_XDECREF(out);
+            Py_DECREF(r->op);
+            return NULL;
+        }
+    }
+    PyTuple_SET_ITEM(out, 0, r->op);
+    for (k = 0; k < 6; k++)
+        PyTuple_SET_ITEM(out, k + 1, v[k]);
+    return out;
+}
+
+/* ack(stop, base, bits, limit, order): see txtable.TxTable.ack. */
+static PyObject *
+TxTable_ack(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t stop, base, limit, psn, resume = -1;
+    uint64_t bits;
+    int ok1, ok2, ok3;
+    AckRun r = {NULL, 0, 0, 0, 0, 0};
+    PyObject *order;
+    if (check_nargs("ack", nargs, 5) < 0)
+        return NULL;
+    stop = as_i64(args[0], &ok1);
+    base = as_i64(args[1], &ok2);
+    limit = as_i64(args[3], &ok3);
+    if (!ok1 || !ok2 || !ok3 || base < 0 || base >= ACK_LIMIT || stop >= ACK_LIMIT ||
+        limit >= ACK_LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable.ack: PSN out of [0, 2**62)");
+        return NULL;
+    }
+    if (as_u64(args[2], &bits) < 0)
+        return NULL;
+    order = args[4];
+    if (Py_TYPE(order) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.ack: order must be a native EvOrder");
+        return NULL;
+    }
+    /* the cumulative part: every PSN under the lowest outstanding one is acknowledged */
+    for (psn = self->base + self->lo; psn < stop && self->count; psn++) {
+        if (tx_ack_quick(self, psn, order, &r) == 2)
+            return tx_ack_result(&r, psn);
+    }
+    /* the selective part */
+    while (bits && self->count) {
+        psn = base + __builtin_ctzll(bits);
+        if (psn >= limit)
+            break;
+        if (tx_ack_quick(self, psn, order, &r) == 2) {
+            resume = psn;
+            break;
+        }
+        bits &= bits - 1;
+    }
+    return tx_ack_result(&r, resume);
 }
 
 static PyObject *
@@ -780,6 +922,10 @@ static PyMethodDef TxTable_methods[] = {
     {"take", (PyCFunction)(void (*)(void))TxTable_take, METH_FASTCALL,
      "op(psn) and settle(psn, order) in one call: None when psn is not outstanding, "
      "else (op, ev | flags << 32, send time)."},
+    {"ack", (PyCFunction)(void (*)(void))TxTable_ack, METH_FASTCALL,
+     "Acknowledge, in order, the plain outstanding PSNs below stop, then those base + k "
+     "(bits' set bits k) below limit, of one message, up to the first other: "
+     "(op, n, last, last_sent, min_sent, ack_reqs, resume)."},
     {"set_bits", (PyCFunction)(void (*)(void))TxTable_set_bits, METH_FASTCALL,
      "Set flag bits of psn."},
     {"clear_bits", (PyCFunction)(void (*)(void))TxTable_clear_bits, METH_FASTCALL,
