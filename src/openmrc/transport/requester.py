@@ -106,7 +106,6 @@ _tx_ack: Final = cast(
 )
 _tx_remove: Final = cast("Callable[[TxTableLike, int, bool], None]", TX_CLASS.remove)
 _tx_land: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.land)
-_tx_flying: Final = cast("Callable[[TxTableLike], bool]", TX_CLASS.flying)
 _tx_oldest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.oldest)
 _tx_after: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.after)
 # (the timeout and cap it takes as objects: boxed once, see Requester.timeout_o)
@@ -621,7 +620,9 @@ class Requester:
             self.ack_ts = ts
             self.ack_cack = cack
             windows.clear()
-        bitmap = sack.bitmap & _MASK64  # (2**64 - 1 is a boxed int: one such op per SACK)
+        # (its low 64 bits are the bitmap: TxTable.ack and _reported_missing read no
+        # other, so no mask here, a boxed-int operation per SACK)
+        bitmap = sack.bitmap
         if len(windows) < 2 * ACK_WINDOWS:
             windows.append(sack.sack_base)
             windows.append(bitmap)
@@ -743,6 +744,7 @@ class Requester:
     ) -> int:
         """:meth:`_ack_psns` one PSN at a time (the PSNs acknowledged already are
         skipped)."""
+        bitmap &= _MASK64
         unacked = self.unacked
         order = self.ev_sent
         newly = 0
@@ -983,9 +985,15 @@ class Requester:
         # None stored before a call that stores an int would be read back as None)
         self.rack_deadline = self._check_evidence(now) if (self.gaps or self.ev_probes) else None
         rack_xmit = self.rack_xmit
-        unacked = self.unacked
-        if rack_xmit < 0 or not _tx_flying(unacked):
+        if rack_xmit < 0:
             return
+        unacked = self.unacked
+        psn = _tx_oldest(unacked)
+        if psn < 0:
+            return
+        sent = _tx_sent(unacked, psn)
+        if sent >= rack_xmit:
+            return  # nothing in flight was sent before a delivered packet (most ACKs)
         reo = self.reo_window()
         horizon = self.rack_rtt + reo
         # A packet overdue by more than the gap allowance gets its EV probed
@@ -993,35 +1001,38 @@ class Requester:
         # which waits for the whole reordering window, resends it: a dead path
         # is found about one probe round trip after its first loss is overdue.
         probe_h = self.rack_rtt + self.gap_allowance()
-        lost: list[int] = []
+        lost: list[int] | None = None  # (made when the first is found: most ACKs find none)
         band = 0
-        psn = _tx_oldest(unacked)
-        while psn >= 0:
+        while True:  # psn in flight, sent before rack_xmit
+            deadline = sent + horizon
+            if deadline <= now:
+                if lost is None:
+                    lost = []
+                lost.append(psn)
+            else:
+                if self.rack_deadline is None or deadline < self.rack_deadline:
+                    self.rack_deadline = deadline
+                due = sent + probe_h
+                if due > now:
+                    if due < self.rack_deadline:
+                        self.rack_deadline = due
+                    break
+                if not unacked.flags(psn) & PROBED:
+                    unacked.set_bits(psn, PROBED)
+                    self._suspect(psn, now)
+                band += 1
+                if band == PROBE_SCAN:
+                    break
+            psn = _tx_after(unacked, psn)
+            if psn < 0:
+                break
             sent = _tx_sent(unacked, psn)
             if sent >= rack_xmit:
                 break
-            deadline = sent + horizon
-            if deadline <= now:
-                lost.append(psn)
-                psn = _tx_after(unacked, psn)
-                continue
-            if self.rack_deadline is None or deadline < self.rack_deadline:
-                self.rack_deadline = deadline
-            due = sent + probe_h
-            if due > now:
-                if due < self.rack_deadline:
-                    self.rack_deadline = due
-                break
-            if not unacked.flags(psn) & PROBED:
-                unacked.set_bits(psn, PROBED)
-                self._suspect(psn, now)
-            band += 1
-            if band == PROBE_SCAN:
-                break
-            psn = _tx_after(unacked, psn)
-        for psn in lost:
-            self.stats.losses_detected += 1
-            self._mark_lost(psn, now, "rack")
+        if lost is not None:
+            for psn in lost:
+                self.stats.losses_detected += 1
+                self._mark_lost(psn, now, "rack")
 
     def _check_evidence(self, now: int) -> int | None:
         """Blame the EVs whose loss evidence is due: a gap still unacknowledged

@@ -208,8 +208,8 @@ class TxTable:
     def ack(self, stop: int, base: int, bits: int, limit: int, order: EvOrderLike) -> AckRun:
         """Acknowledge, in one call, the outstanding PSNs an ACK reports that need
         nothing but forgetting: those below ``stop`` (its cumulative ACK), then those
-        ``base + k`` for the set bits ``k`` of ``bits`` (its bitmap, below ``2**64``)
-        that are below ``limit``; in order, while each is of the same message, in
+        ``base + k`` for the set bits ``k`` of ``bits`` (its bitmap: the low 64 bits of
+        the int) that are below ``limit``; in order, while each is of the same message, in
         flight, without a :data:`QUICK_STOP` flag and the oldest pair on its EV in
         ``order`` (dropped there, as :meth:`settle` does).  Each is removed as
         :meth:`remove` does.  It stops before the first outstanding PSN that is not
@@ -221,6 +221,7 @@ class TxTable:
         psns: list[int] = []
         if self._count:
             psns.extend(range(self.lowest(), stop))  # (every PSN below is acknowledged)
+        bits &= MASK64
         while bits:
             low = bits & -bits
             psn = base + low.bit_length() - 1
