@@ -1194,3 +1194,78 @@ def test_native_ack_edges() -> None:
     assert table.ack(0, 5, 2 << 64, 6, order) == (None, 0, 0, 0, 0, 0, -1)  # bits 0-63 only
     assert table.ack(0, 5, 1, 6, order) == (op, 1, 5, 100, 100, 0, -1)
     assert len(table) == 0 and order.pairs(3) == [] and not table.flying()
+
+
+def _ecn_clean_of(impl: str) -> Any:
+    """paths.ecn_clean of implementation ``impl`` (the native one wants native EvIds)."""
+    if impl == "python":
+        return paths.ecn_clean
+    return _native_module().ecn_clean
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ecn_clean_decays_a_positive_rate_and_starts_a_slot_evs(impl: str) -> None:
+    """ecn_clean(ids, rate, run, inslot, ev, keep): for an EV with a positive rate, the
+    rate times keep and the run 0, returning the rate's change; for an EV in a slot
+    with no rate (-1.0), a rate of 0.0, returning 1.0; else 0.0 and nothing written
+    (an EV not known, a rate of 0.0, no rate out of slot)."""
+    clean = _ecn_clean_of(impl)
+    ids_class = _ev_ids_class(impl)
+    rng = random.Random(7)
+    evs = [rng.getrandbits(32) for _ in range(40)]
+    ids = ids_class(evs)
+    rate = array("d", [rng.choice([-1.0, 0.0, rng.random(), 5e-324]) for _ in evs])
+    run = array("H", [rng.randrange(0, 1 << 16) for _ in evs])
+    inslot = bytearray(rng.getrandbits(1) for _ in evs)
+    seen = {"none": 0, "first": 0, "decay": 0}
+    for _ in range(600):
+        ev = rng.choice([*evs, rng.getrandbits(32), -1, 1 << 40])
+        keep = rng.choice([0.75, rng.random()])
+        i = evs.index(ev) if ev in evs else -1
+        old_rate, old_run = array("d", rate), array("H", run)
+        got = clean(ids, rate, run, inslot, ev, keep)
+        assert type(got) is float
+        if i >= 0 and old_rate[i] < 0.0 and inslot[i]:
+            assert got == 1.0 and rate[i] == 0.0
+            old_rate[i] = 0.0
+            assert rate == old_rate and run == old_run
+            seen["first"] += 1
+        elif i < 0 or old_rate[i] <= 0.0:
+            assert got == 0.0 and rate == old_rate and run == old_run
+            seen["none"] += 1
+        else:
+            new = old_rate[i] * keep
+            assert got == new - old_rate[i] and rate[i] == new and run[i] == 0
+            old_rate[i], old_run[i] = new, 0
+            assert rate == old_rate and run == old_run
+            seen["decay"] += 1
+        if rng.random() < 0.2 and i >= 0:
+            rate[i] = rng.choice([-1.0, rng.random()])  # a mark again, or forgotten
+            run[i] = rng.randrange(1, 100)
+    assert min(seen.values()) > 20
+
+
+def test_native_ecn_clean_edges() -> None:
+    """The native ecn_clean takes only native EvIds, an int EV, an array('d') rate, an
+    array('H') run and a bytearray inslot at least as long as the ids."""
+    native = _native_module()
+    ids = native.EvIds([5, 9])
+    rate, run, inslot = array("d", [0.5, -1.0]), array("H", [3, 3]), bytearray(b"\x01\x01")
+    with pytest.raises(TypeError):
+        native.ecn_clean(EvIds([5, 9]), rate, run, inslot, 5, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, rate, run, inslot, 5.0, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, array("f", [0.5, 0.5]), run, inslot, 5, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, rate, array("I", [3, 3]), inslot, 5, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, rate, run, b"\x01\x01", 9, 0.75)
+    with pytest.raises(IndexError):
+        native.ecn_clean(ids, array("d", [0.5]), run, inslot, 9, 0.75)
+    with pytest.raises(IndexError):
+        native.ecn_clean(ids, rate, run, bytearray(b"\x01"), 9, 0.75)
+    assert rate == array("d", [0.5, -1.0]) and run == array("H", [3, 3])
+    assert native.ecn_clean(ids, rate, run, inslot, 5, 0.75) == -0.125
+    assert native.ecn_clean(ids, rate, run, inslot, 9, 0.75) == 1.0
+    assert rate == array("d", [0.375, 0.0]) and run == array("H", [0, 3])

@@ -2139,6 +2139,92 @@ done:
     return out;
 }
 
+/* ecn_clean(ids, rate, run, inslot, ev, keep): an ACK without an ECN echo for ``ev``
+ * (see paths.ecn_clean): an EV with a positive rate has it decayed by ``keep`` and its
+ * run of marks reset, and the change of the rate (<= 0) is returned; an EV in a slot
+ * with no rate yet (< 0) gets 0.0 and 1.0 is returned; else 0.0, nothing written. */
+static PyObject *
+native_ecn_clean(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    EvIdsObject *ids;
+    Py_buffer rv, nv;
+    int64_t ev;
+    int ok;
+    int32_t j;
+    double keep, r, nw;
+    if (check_nargs("ecn_clean", nargs, 6) < 0)
+        return NULL;
+    if (Py_TYPE(args[0]) != &EvIdsType) {
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: ids must be a native EvIds");
+        return NULL;
+    }
+    if (!PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: an EV is an integer");
+        return NULL;
+    }
+    keep = PyFloat_AsDouble(args[5]);
+    if (keep == -1.0 && PyErr_Occurred())
+        return NULL;
+    ids = (EvIdsObject *)args[0];
+    ev = as_i64(args[4], &ok);
+    if (!ok || ev < 0 || ev > (int64_t)0xFFFFFFFF)
+        return PyFloat_FromDouble(0.0);
+    j = ids->tab[ei_find(ids, (uint32_t)ev)];
+    if (j < 0)
+        return PyFloat_FromDouble(0.0);
+    if (PyObject_GetBuffer(args[1], &rv, PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (rv.format == NULL || strcmp(rv.format, "d") != 0 || rv.itemsize != 8) {
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: rate must be an array('d')");
+        return NULL;
+    }
+    if ((Py_ssize_t)j >= rv.len / 8) {
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_IndexError, "ecn_clean: rate is shorter than the ids");
+        return NULL;
+    }
+    r = ((double *)rv.buf)[j];
+    if (r <= 0.0) {
+        double out = 0.0;
+        if (r < 0.0) { /* no rate yet: an EV in a slot starts at 0 */
+            if (!PyByteArray_Check(args[3])) {
+                PyBuffer_Release(&rv);
+                PyErr_SetString(PyExc_TypeError, "ecn_clean: inslot must be a bytearray");
+                return NULL;
+            }
+            if ((Py_ssize_t)j >= PyByteArray_GET_SIZE(args[3])) {
+                PyBuffer_Release(&rv);
+                PyErr_SetString(PyExc_IndexError, "ecn_clean: inslot is shorter than the ids");
+                return NULL;
+            }
+            if (PyByteArray_AS_STRING(args[3])[j]) {
+                ((double *)rv.buf)[j] = 0.0;
+                out = 1.0;
+            }
+        }
+        PyBuffer_Release(&rv);
+        return PyFloat_FromDouble(out);
+    }
+    if (PyObject_GetBuffer(args[2], &nv, PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    if (nv.format == NULL || strcmp(nv.format, "H") != 0 || nv.itemsize != 2 ||
+        (Py_ssize_t)j >= nv.len / 2) {
+        PyBuffer_Release(&nv);
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: run must be an array('H') as long as rate");
+        return NULL;
+    }
+    ((uint16_t *)nv.buf)[j] = 0;
+    PyBuffer_Release(&nv);
+    nw = r * keep;
+    ((double *)rv.buf)[j] = nw;
+    PyBuffer_Release(&rv);
+    return PyFloat_FromDouble(nw - r);
+}
+
 static PyMethodDef txtable_functions[] = {
     {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
      "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
@@ -2150,6 +2236,8 @@ static PyMethodDef txtable_functions[] = {
      "(next slot << 32) | EV: one step of a PathSet's plain rotation"},
     {"rotate_busy", (PyCFunction)(void (*)(void))native_rotate_busy, METH_FASTCALL,
      "(next slot << 32) | EV, or None: one step of a PathSet's rotation past busy planes"},
+    {"ecn_clean", (PyCFunction)(void (*)(void))native_ecn_clean, METH_FASTCALL,
+     "An ACK without ECN for ev: its rate decayed, its run reset (see paths.ecn_clean)"},
     {NULL, NULL, 0, NULL},
 };
 

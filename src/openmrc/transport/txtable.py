@@ -665,6 +665,7 @@ class EvOrderLike(Protocol):
 #: lacks the newer names; the pure-Python classes are used then).
 NATIVE_NAMES: Final = (
     "TxTable", "EvOrder", "EvIds", "good_evs", "good_after", "good_pick", "rotate",
+    "ecn_clean",
 )  # fmt: skip
 #: The newest methods of those classes, checked the same way: (class, method).
 NATIVE_METHODS: Final = (
