@@ -36,7 +36,6 @@ from openmrc.transport.txtable import (
     OOW,
     ORDERED,
     PROBED,
-    QUICK_STOP,
     RESENT,
     TRIM_BATCH,
     EvOrder,
@@ -1090,7 +1089,9 @@ def _ack_model(table: Any, stop: int, base: int, bits: int, limit: int, order: A
         if op is None:
             continue
         flags = table.flags(psn)
-        if (run is not None and op is not run) or flags & (IN_FLIGHT | QUICK_STOP) != IN_FLIGHT:
+        # (the flags spelled out, not QUICK_STOP: the model is the definition)
+        plain = flags & (IN_FLIGHT | OOW | RESENT | DUP_RISK | NAMED) == IN_FLIGHT
+        if (run is not None and op is not run) or not plain:
             return run, n, last, last_sent, min_sent, reqs, psn
         word, sent = table.settle(psn, order)
         if not word >> 32 & ORDERED:
