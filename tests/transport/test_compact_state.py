@@ -1073,3 +1073,200 @@ def test_an_older_native_build_is_used_whole_or_not_at_all(monkeypatch: pytest.M
     for cls, names in methods.items():
         setattr(old, cls, type(cls, (), names))
     assert txtable._load_native() is old
+
+
+def _ack_model(table: Any, stop: int, base: int, bits: int, limit: int, order: Any) -> tuple:
+    """What TxTable.ack does, out of op, ev_flags, settle and remove: the outstanding
+    PSNs below ``stop`` and then at ``bits``' set bits above ``base`` below ``limit``,
+    in order, taken while each is plain (in flight, no QUICK_STOP flag, the oldest
+    pair on its EV) and of the first one's message."""
+    psns = [p for p in range(stop) if p in table]
+    psns += [base + k for k in range(64) if bits >> k & 1 and base + k < limit]
+    run = None
+    n = last = last_sent = min_sent = reqs = 0
+    for psn in psns:
+        op = table.op(psn)
+        if op is None:
+            continue
+        flags = table.flags(psn)
+        # (the flags spelled out, not QUICK_STOP: the model is the definition)
+        plain = flags & (IN_FLIGHT | OOW | RESENT | DUP_RISK | NAMED) == IN_FLIGHT
+        if (run is not None and op is not run) or not plain:
+            return run, n, last, last_sent, min_sent, reqs, psn
+        word, sent = table.settle(psn, order)
+        if not word >> 32 & ORDERED:
+            return run, n, last, last_sent, min_sent, reqs, psn
+        table.remove(psn, True)
+        min_sent = sent if run is None else min(min_sent, sent)
+        run, n, last, last_sent = op, n + 1, psn, sent
+        reqs += flags & ACK_REQ != 0
+    return run, n, last, last_sent, min_sent, reqs, -1
+
+
+def _flight(table: Any) -> list[int]:
+    out = []
+    psn = table.oldest()
+    while psn >= 0:
+        out.append(psn)
+        psn = table.after(psn)
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ack_takes_the_plain_psns_of_one_message_in_order(impl: str) -> None:
+    """ack(stop, base, bits, limit, order) returns and leaves what the model (op,
+    ev_flags, settle and remove per PSN) does, over random sends, landings, flags,
+    resends on other EVs and ACKs; called again after the PSN it stopped at is
+    taken, it goes on."""
+    tx_table, ev_order = _classes(impl)
+    ops = [SendOp(i, [], 0, 0, None, True, 0, 4096) for i in range(3)]
+    stops = 0
+    for seed in range(6):
+        rng = random.Random(seed)
+        one, one_order = tx_table(), ev_order()  # ack
+        two, two_order = tx_table(), ev_order()  # the model
+        evs = [rng.getrandbits(32) for _ in range(3)]
+        now = 0
+        una = 0
+        op = ops[0]
+        for psn in range(400):
+            if rng.random() < 0.1:
+                op = rng.choice(ops)
+            now += rng.randrange(1, 1 << 36)
+            ev = rng.choice(evs)
+            flags = rng.choice([0, 0, 0, ACK_REQ, RESENT, DUP_RISK, OOW, NAMED, PROBED])
+            for table, order in ((one, one_order), (two, two_order)):
+                table.add_send(psn, op, ev, now, flags, order)
+            if rng.random() < 0.1:
+                for table in (one, two):
+                    table.land(psn)
+            if rng.random() < 0.05 and psn:
+                # a resend of an older outstanding PSN, last in flight and on its new EV
+                old = rng.randrange(una, psn)
+                if old in one and not one.flags(old) & IN_FLIGHT:
+                    ev = rng.choice(evs)
+                    for table, order in ((one, one_order), (two, two_order)):
+                        table.send(old, ev, now, RESENT, order)
+            if rng.random() < 0.3:
+                stop = min(psn + 1, una + rng.randrange(0, 6))
+                base = max(stop, psn - rng.randrange(0, 70))
+                # (any int: its low 64 bits are the bitmap)
+                bits = (
+                    rng.getrandbits(64) if rng.random() < 0.8 else rng.getrandbits(70) - (1 << 69)
+                )
+                limit = psn + 1 - rng.randrange(0, 3)
+                while True:
+                    got = one.ack(stop, base, bits, limit, one_order)
+                    assert got == _ack_model(two, stop, base, bits, limit, two_order)
+                    assert got[0] is None or got[0] in ops
+                    if got[6] < 0:
+                        break
+                    if got[0] is None:
+                        stops += 1
+                        for table in (one, two):  # the requester's own take
+                            table.remove(got[6], bool(table.flags(got[6]) & IN_FLIGHT))
+                una = max(una, stop)
+                assert len(one) == len(two) and one.lowest() == two.lowest()
+                assert _flight(one) == _flight(two)
+                for p in range(max(0, psn - 80), psn + 1):
+                    assert one.op(p) is two.op(p)
+                for ev in evs:
+                    assert one_order.pairs(ev) == two_order.pairs(ev)
+    assert stops > 100  # the stops were exercised
+
+
+def test_native_ack_edges() -> None:
+    """The native ack takes only a native EvOrder, PSNs in [0, 2**62) and an int
+    bitmap (its low 64 bits), and changes nothing when it refuses; on an empty table
+    it takes nothing."""
+    native = _native_module()
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = native.TxTable(), native.EvOrder()
+    assert table.ack(10, 0, 1, 10, order) == (None, 0, 0, 0, 0, 0, -1)
+    table.add_send(5, op, 3, 100, 0, order)
+    with pytest.raises(TypeError):
+        table.ack(6, 0, 0, 0, EvOrder())
+    for args in ((1 << 62, 0, 0, 0), (0, -1, 0, 0), (0, 1 << 62, 1, 0), (0, 0, 0, 1 << 62)):
+        with pytest.raises(OverflowError):
+            table.ack(*args, order)
+    with pytest.raises(TypeError):
+        table.ack(0, 0, 1.0, 10, order)
+    assert 5 in table and order.pairs(3) == [(5, 100)]
+    assert table.ack(0, 5, 2 << 64, 6, order) == (None, 0, 0, 0, 0, 0, -1)  # bits 0-63 only
+    assert table.ack(0, 5, 1, 6, order) == (op, 1, 5, 100, 100, 0, -1)
+    assert len(table) == 0 and order.pairs(3) == [] and not table.flying()
+
+
+def _ecn_clean_of(impl: str) -> Any:
+    """paths.ecn_clean of implementation ``impl`` (the native one wants native EvIds)."""
+    if impl == "python":
+        return paths.ecn_clean
+    return _native_module().ecn_clean
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ecn_clean_decays_a_positive_rate_and_starts_a_slot_evs(impl: str) -> None:
+    """ecn_clean(ids, rate, run, inslot, ev, keep): for an EV with a positive rate, the
+    rate times keep and the run 0, returning the rate's change; for an EV in a slot
+    with no rate (-1.0), a rate of 0.0, returning 1.0; else 0.0 and nothing written
+    (an EV not known, a rate of 0.0, no rate out of slot)."""
+    clean = _ecn_clean_of(impl)
+    ids_class = _ev_ids_class(impl)
+    rng = random.Random(7)
+    evs = [rng.getrandbits(32) for _ in range(40)]
+    ids = ids_class(evs)
+    rate = array("d", [rng.choice([-1.0, 0.0, rng.random(), 5e-324]) for _ in evs])
+    run = array("H", [rng.randrange(0, 1 << 16) for _ in evs])
+    inslot = bytearray(rng.getrandbits(1) for _ in evs)
+    seen = {"none": 0, "first": 0, "decay": 0}
+    for _ in range(600):
+        ev = rng.choice([*evs, rng.getrandbits(32), -1, 1 << 40])
+        keep = rng.choice([0.75, rng.random()])
+        i = evs.index(ev) if ev in evs else -1
+        old_rate, old_run = array("d", rate), array("H", run)
+        got = clean(ids, rate, run, inslot, ev, keep)
+        assert type(got) is float
+        if i >= 0 and old_rate[i] < 0.0 and inslot[i]:
+            assert got == 1.0 and rate[i] == 0.0
+            old_rate[i] = 0.0
+            assert rate == old_rate and run == old_run
+            seen["first"] += 1
+        elif i < 0 or old_rate[i] <= 0.0:
+            assert got == 0.0 and rate == old_rate and run == old_run
+            seen["none"] += 1
+        else:
+            new = old_rate[i] * keep
+            assert got == new - old_rate[i] and rate[i] == new and run[i] == 0
+            old_rate[i], old_run[i] = new, 0
+            assert rate == old_rate and run == old_run
+            seen["decay"] += 1
+        if rng.random() < 0.2 and i >= 0:
+            rate[i] = rng.choice([-1.0, rng.random()])  # a mark again, or forgotten
+            run[i] = rng.randrange(1, 100)
+    assert min(seen.values()) > 20
+
+
+def test_native_ecn_clean_edges() -> None:
+    """The native ecn_clean takes only native EvIds, an int EV, an array('d') rate, an
+    array('H') run and a bytearray inslot at least as long as the ids."""
+    native = _native_module()
+    ids = native.EvIds([5, 9])
+    rate, run, inslot = array("d", [0.5, -1.0]), array("H", [3, 3]), bytearray(b"\x01\x01")
+    with pytest.raises(TypeError):
+        native.ecn_clean(EvIds([5, 9]), rate, run, inslot, 5, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, rate, run, inslot, 5.0, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, array("f", [0.5, 0.5]), run, inslot, 5, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, rate, array("I", [3, 3]), inslot, 5, 0.75)
+    with pytest.raises(TypeError):
+        native.ecn_clean(ids, rate, run, b"\x01\x01", 9, 0.75)
+    with pytest.raises(IndexError):
+        native.ecn_clean(ids, array("d", [0.5]), run, inslot, 9, 0.75)
+    with pytest.raises(IndexError):
+        native.ecn_clean(ids, rate, run, bytearray(b"\x01"), 9, 0.75)
+    assert rate == array("d", [0.5, -1.0]) and run == array("H", [3, 3])
+    assert native.ecn_clean(ids, rate, run, inslot, 5, 0.75) == -0.125
+    assert native.ecn_clean(ids, rate, run, inslot, 9, 0.75) == 1.0
+    assert rate == array("d", [0.375, 0.0]) and run == array("H", [0, 3])

@@ -495,31 +495,18 @@ tx_unlink(TxTableObject *self, Py_ssize_t i)
         self->prev[nxt - self->base] = prev;
 }
 
-static PyObject *
-TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Empty slot i (outstanding, already out of the in-flight list): the body of remove. */
+static void
+tx_drop(TxTableObject *self, Py_ssize_t i)
 {
-    Py_ssize_t i, lo;
-    int in_flight;
-    PyObject *op;
-    if (check_nargs("remove", nargs, 2) < 0)
-        return NULL;
-    if ((i = tx_slot_checked(self, args[0])) < 0)
-        return NULL;
-    if (self->ops[i] == NULL) {
-        PyErr_SetString(PyExc_KeyError, "TxTable: PSN not outstanding");
-        return NULL;
-    }
-    if ((in_flight = PyObject_IsTrue(args[1])) < 0)
-        return NULL;
-    if (in_flight)
-        tx_unlink(self, i);
-    op = self->ops[i];
+    Py_ssize_t lo;
+    PyObject *op = self->ops[i];
     self->ops[i] = NULL;
     self->count -= 1;
     if (!self->count) {
         tx_reset(self);
         Py_DECREF(op);
-        Py_RETURN_NONE;
+        return;
     }
     if (i == self->lo) {
         lo = i + 1;
@@ -548,7 +535,170 @@ TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         self->lo = lo;
     }
     Py_DECREF(op);
+}
+
+static PyObject *
+TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i;
+    int in_flight;
+    if (check_nargs("remove", nargs, 2) < 0)
+        return NULL;
+    if ((i = tx_slot_checked(self, args[0])) < 0)
+        return NULL;
+    if (self->ops[i] == NULL) {
+        PyErr_SetString(PyExc_KeyError, "TxTable: PSN not outstanding");
+        return NULL;
+    }
+    if ((in_flight = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    if (in_flight)
+        tx_unlink(self, i);
+    tx_drop(self, i);
     Py_RETURN_NONE;
+}
+
+/* ---- ack: an ACK's plain PSNs in one call ----------------------------------- */
+
+#define ACK_REQ 2ULL
+/* OOW | RESENT | DUP_RISK | NAMED: a PSN with one of these is left to the requester
+ * (see txtable.QUICK_STOP). */
+#define QUICK_STOP (4ULL | 8ULL | 16ULL | 64ULL)
+/* The bound on the PSNs ack takes (so that base + 63 cannot overflow). */
+#define ACK_LIMIT (INT64_C(1) << 62)
+
+/* The run ack builds (see txtable.TxTable.ack). */
+typedef struct {
+    PyObject *op; /* the run's message (a reference), NULL before its first PSN */
+    int64_t n, last, reqs;
+    uint64_t last_sent, min_sent;
+} AckRun;
+
+/* Take ``psn`` into run r: 0 when it is not outstanding (nothing to do), 1 when it was
+ * acknowledged into the run, 2 when the run stops before it (another message's, or a
+ * PSN the requester must take itself). */
+static int
+tx_ack_quick(TxTableObject *self, int64_t psn, PyObject *order, AckRun *r)
+{
+    int64_t i = psn - self->base;
+    PyObject *op;
+    uint64_t word, flags, sent;
+    if (i < 0 || i >= self->cap || (op = self->ops[i]) == NULL)
+        return 0;
+    if (r->op != NULL && op != r->op)
+        return 2;
+    word = self->meta[i];
+    flags = word >> 32;
+    sent = self->sent[i];
+    if ((flags & (IN_FLIGHT | QUICK_STOP)) != IN_FLIGHT ||
+        !eo_pop_first(order, (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)psn, sent))
+        return 2;
+    if (r->op == NULL) {
+        Py_INCREF(op);
+        r->op = op;
+        r->min_sent = sent;
+    }
+    else if (sent < r->min_sent)
+        r->min_sent = sent;
+    r->n += 1;
+    r->last = psn;
+    r->last_sent = sent;
+    if (flags & ACK_REQ)
+        r->reqs += 1;
+    tx_unlink(self, (Py_ssize_t)i);
+    tx_drop(self, (Py_ssize_t)i);
+    return 1;
+}
+
+/* The tuple ack returns; steals r->op.  Its large ints are the allocations of the
+ * call: the send times share one object when they are equal. */
+static PyObject *
+tx_ack_result(AckRun *r, int64_t resume)
+{
+    PyObject *out, *v[6];
+    int k;
+    if (r->op == NULL) {
+        Py_INCREF(Py_None); /* no run: (None, 0, 0, 0, 0, 0, resume) */
+        r->op = Py_None;
+    }
+    v[0] = PyLong_FromLongLong(r->n);
+    v[1] = PyLong_FromLongLong(r->last);
+    /* (the signed conversion below 2**63: the unsigned one is several times slower) */
+    v[2] = r->last_sent >> 63 ? PyLong_FromUnsignedLongLong(r->last_sent)
+                              : PyLong_FromLongLong((int64_t)r->last_sent);
+    if (r->min_sent == r->last_sent) {
+        v[3] = v[2];
+        Py_XINCREF(v[3]);
+    }
+    else
+        v[3] = r->min_sent >> 63 ? PyLong_FromUnsignedLongLong(r->min_sent)
+                                 : PyLong_FromLongLong((int64_t)r->min_sent);
+    v[4] = PyLong_FromLongLong(r->reqs);
+    v[5] = PyLong_FromLongLong(resume);
+    out = PyTuple_New(7);
+    for (k = 0; k < 6; k++) {
+        if (v[k] == NULL || out == NULL) {
+            for (k = 0; k < 6; k++)
+                Py_XDECREF(v[k]);
+            Py_XDECREF(out);
+            Py_DECREF(r->op);
+            return NULL;
+        }
+    }
+    PyTuple_SET_ITEM(out, 0, r->op);
+    for (k = 0; k < 6; k++)
+        PyTuple_SET_ITEM(out, k + 1, v[k]);
+    return out;
+}
+
+/* ack(stop, base, bits, limit, order): see txtable.TxTable.ack. */
+static PyObject *
+TxTable_ack(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t stop, base, limit, psn, resume = -1;
+    uint64_t bits;
+    int ok1, ok2, ok3;
+    AckRun r = {NULL, 0, 0, 0, 0, 0};
+    PyObject *order;
+    if (check_nargs("ack", nargs, 5) < 0)
+        return NULL;
+    stop = as_i64(args[0], &ok1);
+    base = as_i64(args[1], &ok2);
+    limit = as_i64(args[3], &ok3);
+    if (!ok1 || !ok2 || !ok3 || base < 0 || base >= ACK_LIMIT || stop >= ACK_LIMIT ||
+        limit >= ACK_LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable.ack: PSN out of [0, 2**62)");
+        return NULL;
+    }
+    if (!PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.ack: bits must be an int");
+        return NULL;
+    }
+    bits = PyLong_AsUnsignedLongLongMask(args[2]); /* its low 64 bits, as bits & MASK64 */
+    if (bits == (uint64_t)-1 && PyErr_Occurred())
+        return NULL;
+    order = args[4];
+    if (Py_TYPE(order) != &EvOrderType) {
+        PyErr_SetString(PyExc_TypeError, "TxTable.ack: order must be a native EvOrder");
+        return NULL;
+    }
+    /* the cumulative part: every PSN under the lowest outstanding one is acknowledged */
+    for (psn = self->base + self->lo; psn < stop && self->count; psn++) {
+        if (tx_ack_quick(self, psn, order, &r) == 2)
+            return tx_ack_result(&r, psn);
+    }
+    /* the selective part */
+    while (bits && self->count) {
+        psn = base + __builtin_ctzll(bits);
+        if (psn >= limit)
+            break;
+        if (tx_ack_quick(self, psn, order, &r) == 2) {
+            resume = psn;
+            break;
+        }
+        bits &= bits - 1;
+    }
+    return tx_ack_result(&r, resume);
 }
 
 static PyObject *
@@ -780,6 +930,10 @@ static PyMethodDef TxTable_methods[] = {
     {"take", (PyCFunction)(void (*)(void))TxTable_take, METH_FASTCALL,
      "op(psn) and settle(psn, order) in one call: None when psn is not outstanding, "
      "else (op, ev | flags << 32, send time)."},
+    {"ack", (PyCFunction)(void (*)(void))TxTable_ack, METH_FASTCALL,
+     "Acknowledge, in order, the plain outstanding PSNs below stop, then those base + k "
+     "(bits' set bits k) below limit, of one message, up to the first other: "
+     "(op, n, last, last_sent, min_sent, ack_reqs, resume)."},
     {"set_bits", (PyCFunction)(void (*)(void))TxTable_set_bits, METH_FASTCALL,
      "Set flag bits of psn."},
     {"clear_bits", (PyCFunction)(void (*)(void))TxTable_clear_bits, METH_FASTCALL,
@@ -1985,6 +2139,92 @@ done:
     return out;
 }
 
+/* ecn_clean(ids, rate, run, inslot, ev, keep): an ACK without an ECN echo for ``ev``
+ * (see paths.ecn_clean): an EV with a positive rate has it decayed by ``keep`` and its
+ * run of marks reset, and the change of the rate (<= 0) is returned; an EV in a slot
+ * with no rate yet (< 0) gets 0.0 and 1.0 is returned; else 0.0, nothing written. */
+static PyObject *
+native_ecn_clean(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    EvIdsObject *ids;
+    Py_buffer rv, nv;
+    int64_t ev;
+    int ok;
+    int32_t j;
+    double keep, r, nw;
+    if (check_nargs("ecn_clean", nargs, 6) < 0)
+        return NULL;
+    if (Py_TYPE(args[0]) != &EvIdsType) {
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: ids must be a native EvIds");
+        return NULL;
+    }
+    if (!PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: an EV is an integer");
+        return NULL;
+    }
+    keep = PyFloat_AsDouble(args[5]);
+    if (keep == -1.0 && PyErr_Occurred())
+        return NULL;
+    ids = (EvIdsObject *)args[0];
+    ev = as_i64(args[4], &ok);
+    if (!ok || ev < 0 || ev > (int64_t)0xFFFFFFFF)
+        return PyFloat_FromDouble(0.0);
+    j = ids->tab[ei_find(ids, (uint32_t)ev)];
+    if (j < 0)
+        return PyFloat_FromDouble(0.0);
+    if (PyObject_GetBuffer(args[1], &rv, PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (rv.format == NULL || strcmp(rv.format, "d") != 0 || rv.itemsize != 8) {
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: rate must be an array('d')");
+        return NULL;
+    }
+    if ((Py_ssize_t)j >= rv.len / 8) {
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_IndexError, "ecn_clean: rate is shorter than the ids");
+        return NULL;
+    }
+    r = ((double *)rv.buf)[j];
+    if (r <= 0.0) {
+        double out = 0.0;
+        if (r < 0.0) { /* no rate yet: an EV in a slot starts at 0 */
+            if (!PyByteArray_Check(args[3])) {
+                PyBuffer_Release(&rv);
+                PyErr_SetString(PyExc_TypeError, "ecn_clean: inslot must be a bytearray");
+                return NULL;
+            }
+            if ((Py_ssize_t)j >= PyByteArray_GET_SIZE(args[3])) {
+                PyBuffer_Release(&rv);
+                PyErr_SetString(PyExc_IndexError, "ecn_clean: inslot is shorter than the ids");
+                return NULL;
+            }
+            if (PyByteArray_AS_STRING(args[3])[j]) {
+                ((double *)rv.buf)[j] = 0.0;
+                out = 1.0;
+            }
+        }
+        PyBuffer_Release(&rv);
+        return PyFloat_FromDouble(out);
+    }
+    if (PyObject_GetBuffer(args[2], &nv, PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    if (nv.format == NULL || strcmp(nv.format, "H") != 0 || nv.itemsize != 2 ||
+        (Py_ssize_t)j >= nv.len / 2) {
+        PyBuffer_Release(&nv);
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_TypeError, "ecn_clean: run must be an array('H') as long as rate");
+        return NULL;
+    }
+    ((uint16_t *)nv.buf)[j] = 0;
+    PyBuffer_Release(&nv);
+    nw = r * keep;
+    ((double *)rv.buf)[j] = nw;
+    PyBuffer_Release(&rv);
+    return PyFloat_FromDouble(nw - r);
+}
+
 static PyMethodDef txtable_functions[] = {
     {"good_evs", (PyCFunction)(void (*)(void))native_good_evs, METH_FASTCALL,
      "[evs[i] for i in slots if evs[i] & 15 == plane and st[i] < bad]"},
@@ -1996,6 +2236,8 @@ static PyMethodDef txtable_functions[] = {
      "(next slot << 32) | EV: one step of a PathSet's plain rotation"},
     {"rotate_busy", (PyCFunction)(void (*)(void))native_rotate_busy, METH_FASTCALL,
      "(next slot << 32) | EV, or None: one step of a PathSet's rotation past busy planes"},
+    {"ecn_clean", (PyCFunction)(void (*)(void))native_ecn_clean, METH_FASTCALL,
+     "An ACK without ECN for ev: its rate decayed, its run reset (see paths.ecn_clean)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -921,6 +921,40 @@ _ids_get: Final = cast(
 )
 
 
+def ecn_clean(
+    ids: EvIdsLike, rate: array[float], run: array[int], inslot: bytearray, ev: int, keep: float
+) -> float:
+    """An ACK without an ECN echo for ``ev`` (:meth:`PathSet.on_clean_ack`), on a path
+    set's EV ids and ECN state (``rate``, ``run`` and ``inslot`` per id): an EV with a
+    positive rate has its run of marks ended and its rate decayed by ``keep``, and
+    the change of the rate (<= 0.0) is returned, what the set's ECN sum changes by;
+    an EV in a slot with no rate yet gets a rate of 0.0, and 1.0 is returned (one
+    more EV with a rate); else 0.0 (an EV the set does not know, a rate of 0.0, no
+    rate out of slot), nothing written.  One native call per ACK when compiled,
+    where each array read or write costs the generic item protocol."""
+    i = ids.get(ev, -1)
+    if i < 0:
+        return 0.0
+    old = rate[i]
+    if old <= 0.0:
+        if old < 0.0 and inslot[i]:
+            rate[i] = 0.0
+            return 1.0
+        return 0.0
+    run[i] = 0
+    new = old * keep
+    rate[i] = new
+    return new - old
+
+
+#: ecn_clean of the native module when it is in use (a C function), else the one above.
+_ecn_clean: Final[Callable[[EvIdsLike, array[float], array[int], bytearray, int, float], float]] = (
+    _NATIVE.ecn_clean if _NATIVE is not None else ecn_clean
+)
+#: What a rate keeps on a clean ACK.
+_ECN_KEEP: Final = 1.0 - ECN_RATE_GAIN
+
+
 class PathSet:
     """Active EVs, backups, states, rotation and probing for one QP."""
 
@@ -1377,25 +1411,18 @@ class PathSet:
         self._remap_ecn(i, now)
 
     def on_clean_ack(self, ev: int) -> None:
-        """An ACK for ``ev`` without an ECN echo: its run of marks is over."""
+        """An ACK for ``ev`` without an ECN echo: its run of marks is over (and its
+        ECN rate decays; see :func:`ecn_clean`)."""
         ids = self._ids
-        i = _ids_get(self._lookup() if ids is None else ids, ev, -1)
-        if i < 0:
-            return
-        rate = self._rate[i]
-        if rate <= 0.0:
-            if rate == 0.0:
-                # Nothing to do (a run of marks needs a mark, and a mark makes the
-                # rate positive): most ACKs, while the EV draws no marks.
-                return
-            if self._inslot[i]:  # no rate yet: an active EV starts at 0
-                self._rate[i] = 0.0
-                self._ecn_n += 1
-            return
-        self._run[i] = 0
-        new = rate * (1.0 - ECN_RATE_GAIN)
-        self._ecn_sum += new - rate
-        self._rate[i] = new
+        if ids is None:
+            ids = self._lookup()
+        change = _ecn_clean(ids, self._rate, self._run, self._inslot, ev, _ECN_KEEP)
+        if change > 0.0:
+            self._ecn_n += 1  # the EV's first rate (0.0)
+        else:
+            # (0.0 mostly: nothing changed; adding it changes no sum, which is never
+            # -0.0)
+            self._ecn_sum += change
 
     def on_trim(self, ev: int) -> None:
         """A trim away from the last hop: skip ``ev`` for one rotation."""

@@ -66,6 +66,7 @@ from .txtable import (
     PROBED,
     RESENT,
     TX_CLASS,
+    AckRun,
     EvOrderLike,
     TxTableLike,
     new_ev_order,
@@ -100,10 +101,11 @@ _tx_add_send: Final = cast(
 _tx_take: Final = cast(
     "Callable[[TxTableLike, int, EvOrderLike], tuple[SendOp, int, int] | None]", TX_CLASS.take
 )
+_tx_ack: Final = cast(
+    "Callable[[TxTableLike, int, int, int, int, EvOrderLike], AckRun]", TX_CLASS.ack
+)
 _tx_remove: Final = cast("Callable[[TxTableLike, int, bool], None]", TX_CLASS.remove)
 _tx_land: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.land)
-_tx_flying: Final = cast("Callable[[TxTableLike], bool]", TX_CLASS.flying)
-_tx_lowest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.lowest)
 _tx_oldest: Final = cast("Callable[[TxTableLike], int]", TX_CLASS.oldest)
 _tx_after: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.after)
 # (the timeout and cap it takes as objects: boxed once, see Requester.timeout_o)
@@ -618,54 +620,34 @@ class Requester:
             self.ack_ts = ts
             self.ack_cack = cack
             windows.clear()
-        bitmap = sack.bitmap & _MASK64  # (2**64 - 1 is a boxed int: one such op per SACK)
+        # (its low 64 bits are the bitmap: TxTable.ack and _reported_missing read no
+        # other, so no mask here, a boxed-int operation per SACK)
+        bitmap = sack.bitmap
         if len(windows) < 2 * ACK_WINDOWS:
             windows.append(sack.sack_base)
             windows.append(bitmap)
         self.sack_spurious = 0
-        unacked = self.unacked
         # RACK's lateness of packets delivered after later-sent ones (originals
         # still in flight only: a retransmission's send time says nothing).
         late_base = now - self.rack_rtt
         rack_xmit = self.rack_xmit
         self.sack_late = 0
-        # (each PSN's message, flags and send time, and its EV's order checked, in one
-        # call: see TxTable.take and _on_order)
-        order = self.ev_sent
-        if cack > self.snd_una:
-            sacked = self.sacked_imm_last
-            for psn in range(self.snd_una, cack):
-                if sacked:
-                    sacked.pop(psn, None)
-                got = _tx_take(unacked, psn, order)
-                if got is not None:
-                    op, word, sent = got
-                    newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
-            self.snd_una = cack
-            if self.held:
-                self._release_oow(now)
+        # (runs of plain PSNs of one message in one call each, the others one by one:
+        # see TxTable.ack, TxTable.take and _on_order)
         base = sack.sack_base
-        # The bits below the oldest outstanding PSN are news to nobody (a SACK's
-        # window mostly re-reports what earlier SACKs acknowledged): skip them.
-        lowest = _tx_lowest(unacked)
-        if lowest < 0:
-            bitmap = 0
-        elif lowest > base:
-            skip = lowest - base
-            bitmap = bitmap >> skip if skip < 64 else 0
-            base = lowest
-        while bitmap:
-            low = bitmap & -bitmap
-            psn = base + low.bit_length() - 1
-            bitmap ^= low
-            if psn >= next_psn:
-                break
-            got = _tx_take(unacked, psn, order)
-            if got is not None:
-                op, word, sent = got
-                if op.is_imm and op.is_last(psn):
-                    self.sacked_imm_last[psn] = (sent, op)
-                newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
+        if cack > self.snd_una:
+            if self.held:
+                # held PSNs the new cumulative point lets in go before the bitmap's
+                newly = self._ack_psns(cack, 0, 0, 0, now, late_base, rack_xmit)
+                self.snd_una = cack
+                if self.held:  # (unless the acknowledged PSNs were all it held)
+                    self._release_oow(now)
+                newly += self._ack_psns(0, base, bitmap, next_psn, now, late_base, rack_xmit)
+            else:
+                newly = self._ack_psns(cack, base, bitmap, next_psn, now, late_base, rack_xmit)
+                self.snd_una = cack
+        elif bitmap:
+            newly = self._ack_psns(0, base, bitmap, next_psn, now, late_base, rack_xmit)
         self._note_reordering(self.sack_late)
         spurious = self.sack_spurious
         if spurious:
@@ -706,6 +688,110 @@ class Requester:
         self.qp.complete_sends()
         if len(self.retx) or len(self.to_segment):
             self.qp.wake()  # the window may have opened
+
+    def _ack_psns(
+        self,
+        stop: int,
+        base: int,
+        bitmap: int,
+        limit: int,
+        now: int,
+        late_base: int,
+        rack_xmit: int,
+    ) -> int:
+        """Acknowledge what a SACK reports, in order: the outstanding PSNs from
+        ``snd_una`` up to ``stop`` (its cumulative ACK, when it moved), then those
+        ``base + k`` for the set bits ``k`` of its ``bitmap`` (below ``2**64``) below
+        ``limit``; return their bytes.  Runs of plain PSNs of one message go in one
+        :meth:`TxTable.ack` call each (:meth:`_ack_run`), the others one by one
+        (:meth:`_ack_sacked`); every PSN one by one while transmissions wait in
+        ``unreported``, or from ``snd_una`` while WRITE_IMM last packets wait in
+        ``sacked_imm_last`` (each PSN acknowledged must leave those)."""
+        unacked = self.unacked
+        order = self.ev_sent
+        sacked = self.sacked_imm_last
+        newly = 0
+        if sacked and stop > self.snd_una:
+            newly = self._ack_one_by_one(stop, 0, 0, 0, now, late_base, rack_xmit)
+            stop = 0
+        while not self.unreported:
+            run = _tx_ack(unacked, stop, base, bitmap, limit, order)
+            op = run[0]
+            if op is not None:
+                newly += self._ack_run(op, run, stop, late_base, rack_xmit)
+            psn = run[6]
+            if psn < 0:
+                return newly
+            if op is None:
+                # (outstanding, and the run stopped for it: not a plain PSN)
+                got = _tx_take(unacked, psn, order)
+                assert got is not None
+                op, word, sent = got
+                if psn >= stop and op.is_imm and op.is_last(psn):
+                    sacked[psn] = (sent, op)
+                newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
+        return newly + self._ack_one_by_one(stop, base, bitmap, limit, now, late_base, rack_xmit)
+
+    def _ack_one_by_one(
+        self,
+        stop: int,
+        base: int,
+        bitmap: int,
+        limit: int,
+        now: int,
+        late_base: int,
+        rack_xmit: int,
+    ) -> int:
+        """:meth:`_ack_psns` one PSN at a time (the PSNs acknowledged already are
+        skipped)."""
+        bitmap &= _MASK64
+        unacked = self.unacked
+        order = self.ev_sent
+        newly = 0
+        if stop > self.snd_una:
+            sacked = self.sacked_imm_last
+            for psn in range(self.snd_una, stop):
+                if sacked:
+                    sacked.pop(psn, None)
+                got = _tx_take(unacked, psn, order)
+                if got is not None:
+                    op, word, sent = got
+                    newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
+        while bitmap:
+            low = bitmap & -bitmap
+            psn = base + low.bit_length() - 1
+            bitmap ^= low
+            if psn >= limit:
+                break
+            got = _tx_take(unacked, psn, order)
+            if got is not None:
+                op, word, sent = got
+                if op.is_imm and op.is_last(psn):
+                    self.sacked_imm_last[psn] = (sent, op)
+                newly += self._ack_sacked(psn, op, word, sent, now, late_base, rack_xmit)
+        return newly
+
+    def _ack_run(self, op: SendOp, run: AckRun, stop: int, late_base: int, rack_xmit: int) -> int:
+        """Account a run :meth:`TxTable.ack` acknowledged (``run``, of message ``op``,
+        whose PSNs below ``stop`` were acknowledged cumulatively) as
+        :meth:`_ack_sacked` would each of its PSNs; return its bytes.  Every packet of
+        a message is ``mtu`` long but its last (next_packet segments so), and a
+        run's PSNs ascend: only the run's last may be shorter.  RACK's lateness is
+        the largest for the earliest send time."""
+        n = run[1]
+        last = run[2]
+        mtu = self.mtu
+        length = op.length_of(last, mtu) + (n - 1) * mtu
+        self.acked_bytes += length
+        self.inflight -= length
+        self.flight_ack_reqs -= run[5]
+        op.acked += n
+        first_sent = run[4]
+        if first_sent < rack_xmit and late_base - first_sent > self.sack_late:
+            self.sack_late = late_base - first_sent
+        if last >= stop and op.is_imm and op.is_last(last):
+            self.sacked_imm_last[last] = (run[3], op)
+        return length
 
     def _ack_sacked(
         self, psn: int, op: SendOp, word: int, sent: int, now: int, late_base: int, rack_xmit: int
@@ -899,9 +985,15 @@ class Requester:
         # None stored before a call that stores an int would be read back as None)
         self.rack_deadline = self._check_evidence(now) if (self.gaps or self.ev_probes) else None
         rack_xmit = self.rack_xmit
-        unacked = self.unacked
-        if rack_xmit < 0 or not _tx_flying(unacked):
+        if rack_xmit < 0:
             return
+        unacked = self.unacked
+        psn = _tx_oldest(unacked)
+        if psn < 0:
+            return
+        sent = _tx_sent(unacked, psn)
+        if sent >= rack_xmit:
+            return  # nothing in flight was sent before a delivered packet (most ACKs)
         reo = self.reo_window()
         horizon = self.rack_rtt + reo
         # A packet overdue by more than the gap allowance gets its EV probed
@@ -909,35 +1001,38 @@ class Requester:
         # which waits for the whole reordering window, resends it: a dead path
         # is found about one probe round trip after its first loss is overdue.
         probe_h = self.rack_rtt + self.gap_allowance()
-        lost: list[int] = []
+        lost: list[int] | None = None  # (made when the first is found: most ACKs find none)
         band = 0
-        psn = _tx_oldest(unacked)
-        while psn >= 0:
+        while True:  # psn in flight, sent before rack_xmit
+            deadline = sent + horizon
+            if deadline <= now:
+                if lost is None:
+                    lost = []
+                lost.append(psn)
+            else:
+                if self.rack_deadline is None or deadline < self.rack_deadline:
+                    self.rack_deadline = deadline
+                due = sent + probe_h
+                if due > now:
+                    if due < self.rack_deadline:
+                        self.rack_deadline = due
+                    break
+                if not unacked.flags(psn) & PROBED:
+                    unacked.set_bits(psn, PROBED)
+                    self._suspect(psn, now)
+                band += 1
+                if band == PROBE_SCAN:
+                    break
+            psn = _tx_after(unacked, psn)
+            if psn < 0:
+                break
             sent = _tx_sent(unacked, psn)
             if sent >= rack_xmit:
                 break
-            deadline = sent + horizon
-            if deadline <= now:
-                lost.append(psn)
-                psn = _tx_after(unacked, psn)
-                continue
-            if self.rack_deadline is None or deadline < self.rack_deadline:
-                self.rack_deadline = deadline
-            due = sent + probe_h
-            if due > now:
-                if due < self.rack_deadline:
-                    self.rack_deadline = due
-                break
-            if not unacked.flags(psn) & PROBED:
-                unacked.set_bits(psn, PROBED)
-                self._suspect(psn, now)
-            band += 1
-            if band == PROBE_SCAN:
-                break
-            psn = _tx_after(unacked, psn)
-        for psn in lost:
-            self.stats.losses_detected += 1
-            self._mark_lost(psn, now, "rack")
+        if lost is not None:
+            for psn in lost:
+                self.stats.losses_detected += 1
+                self._mark_lost(psn, now, "rack")
 
     def _check_evidence(self, now: int) -> int | None:
         """Blame the EVs whose loss evidence is due: a gap still unacknowledged

@@ -71,6 +71,15 @@ NAMED: Final = 64
 #: transmission was the oldest on its EV and was dropped from the EV's order.
 ORDERED: Final = 256
 
+#: Flags that keep an acknowledged PSN out of :meth:`TxTable.ack`'s run (OOW,
+#: RESENT, DUP_RISK, NAMED: each asks the requester for more than forgetting it).
+QUICK_STOP: Final = OOW | RESENT | DUP_RISK | NAMED
+
+#: What :meth:`TxTable.ack` returns: the run's message (None: no PSN taken), how many
+#: PSNs it took, the last of them and its send time, the earliest send time among them,
+#: how many of them had ACK_REQ, and the PSN it stopped before (-1: none).
+AckRun = tuple[SendOp | None, int, int, int, int, int, int]
+
 #: Slots acknowledged at the front of a :class:`TxTable` before they are cut off
 #: (cutting the arrays' front moves them: done in batches, not per PSN).
 TRIM_BATCH: Final = 32
@@ -195,6 +204,57 @@ class TxTable:
             return None
         word, sent = self.settle(psn, order)
         return op, word, sent
+
+    def ack(self, stop: int, base: int, bits: int, limit: int, order: EvOrderLike) -> AckRun:
+        """Acknowledge, in one call, the outstanding PSNs an ACK reports that need
+        nothing but forgetting: those below ``stop`` (its cumulative ACK), then those
+        ``base + k`` for the set bits ``k`` of ``bits`` (its bitmap: the low 64 bits of
+        the int) that are below ``limit``; in order, while each is of the same message, in
+        flight, without a :data:`QUICK_STOP` flag and the oldest pair on its EV in
+        ``order`` (dropped there, as :meth:`settle` does).  Each is removed as
+        :meth:`remove` does.  It stops before the first outstanding PSN that is not
+        such (another message's, or one the requester must take itself with
+        :meth:`take`) and says where (see :data:`AckRun`); the requester adds up
+        the run's bytes from the message, as an ACK's PSNs are mostly one message's.
+        Called again with the same arguments after that PSN is dealt with, it goes on
+        from there (the PSNs acknowledged are no longer outstanding)."""
+        psns: list[int] = []
+        if self._count:
+            psns.extend(range(self.lowest(), stop))  # (every PSN below is acknowledged)
+        bits &= MASK64
+        while bits:
+            low = bits & -bits
+            psn = base + low.bit_length() - 1
+            if psn >= limit:
+                break
+            psns.append(psn)
+            bits ^= low
+        run: SendOp | None = None
+        n = last = last_sent = min_sent = reqs = 0
+        for psn in psns:
+            op = self.op(psn)
+            if op is None:
+                continue  # acknowledged already
+            i = psn - self._base
+            word = self._meta[i]
+            flags = word >> 32
+            sent = self._sent[i]
+            if (
+                (run is not None and op is not run)
+                or flags & (IN_FLIGHT | QUICK_STOP) != IN_FLIGHT
+                or not order.pop_first(word & EV_BITS, psn, sent)
+            ):
+                return run, n, last, last_sent, min_sent, reqs, psn
+            self.remove(psn, True)
+            if run is None or sent < min_sent:
+                min_sent = sent
+            run = op
+            n += 1
+            last = psn
+            last_sent = sent
+            if flags & ACK_REQ:
+                reqs += 1
+        return run, n, last, last_sent, min_sent, reqs, -1
 
     def set_bits(self, psn: int, bits: int) -> None:
         """Set flag ``bits`` of ``psn``."""
@@ -569,6 +629,7 @@ class TxTableLike(Protocol):
     def ev_flags(self, psn: int) -> int: ...
     def settle(self, psn: int, order: EvOrderLike) -> tuple[int, int]: ...
     def take(self, psn: int, order: EvOrderLike) -> tuple[SendOp, int, int] | None: ...
+    def ack(self, stop: int, base: int, bits: int, limit: int, order: EvOrderLike) -> AckRun: ...
     def set_bits(self, psn: int, bits: int) -> None: ...
     def clear_bits(self, psn: int, bits: int) -> None: ...
     def retries(self, psn: int) -> int: ...
@@ -604,6 +665,7 @@ class EvOrderLike(Protocol):
 #: lacks the newer names; the pure-Python classes are used then).
 NATIVE_NAMES: Final = (
     "TxTable", "EvOrder", "EvIds", "good_evs", "good_after", "good_pick", "rotate",
+    "ecn_clean",
 )  # fmt: skip
 #: The newest methods of those classes, checked the same way: (class, method).
 NATIVE_METHODS: Final = (
@@ -611,6 +673,7 @@ NATIVE_METHODS: Final = (
     ("TxTable", "send"),
     ("TxTable", "take"),
     ("TxTable", "add_send"),
+    ("TxTable", "ack"),
 )
 
 
