@@ -326,7 +326,7 @@ class SimHost:
             now_o = now  # boxed once for the native calls
         busy = _busy_mask(ports, now_o)
         while busy != all_busy:
-            pkt = ctx.poll(now, busy)
+            pkt = ctx.poll(now, busy, now_o)
             if pkt is None:
                 break
             qp = ctx.polled_qp
