@@ -360,8 +360,11 @@ class SimHost:
                     # (read as the object it is: compiled, not unboxed and re-boxed)
                     pkt.route = cast("list[object]", bases)[plane]
                 else:
-                    parts = self._t1_parts[plane]
-                    pkt.route = bases[plane] | parts[((ev >> 4) & 0xFFF) % self._t1s]
+                    # (the two long ints read and ORed as objects: compiled, int items
+                    # would each be unboxed first and the OR done on tagged ints)
+                    parts: list[Any] = cast("list[Any]", self._t1_parts[plane])
+                    base: Any = cast("list[Any]", bases)[plane]
+                    pkt.route = base | parts[((ev >> 4) & 0xFFF) % self._t1s]
             elif bases is not _NO_BASES:  # no such plane: path_for raises
                 pkt.route = fabric.path_for(src, peer, ev)  # type: ignore[arg-type]
             if self.taps:
