@@ -167,9 +167,9 @@ def test_incast_sends_stay_within_the_window(monkeypatch: pytest.MonkeyPatch) ->
     checked = []
     emit = Requester._emit
 
-    def watched(self: Requester, psn, op, length, ev, now, retransmit):  # type: ignore[no-untyped-def]
+    def watched(self: Requester, psn, op, length, ev, now, retransmit, now_o=None):  # type: ignore[no-untyped-def]
         checked.append((self.inflight + length - self.cc.cwnd, retransmit))
-        return emit(self, psn, op, length, ev, now, retransmit)
+        return emit(self, psn, op, length, ev, now, retransmit, now_o)
 
     monkeypatch.setattr(Requester, "_emit", watched)
     spec = ClosSpec(planes=1, t0s=2, hosts_per_t0=4, t1s=4)

@@ -40,7 +40,8 @@ class FaultInjector:
         self.fabric = fabric
         self.sim = fabric.sim
         self.metrics = fabric.metrics
-        #: EV -> drop probability for data packets sent on it (:meth:`ev_loss`).
+        #: EV -> drop probability for data packets sent on it (:meth:`ev_loss`);
+        #: changed in place, never replaced (each SimHost holds this dict).
         self.ev_drop: dict[int, float] = {}
         #: data packets dropped by :meth:`ev_loss`.
         self.ev_dropped = 0

@@ -29,6 +29,16 @@ from .port import busy_mask, soonest_drain
 _busy_mask: Final = cast("Callable[[object, object], int]", busy_mask)
 _soonest_drain: Final = cast("Callable[[object, object], object]", soonest_drain)
 
+#: kick's "no peer routed yet" (never a peer) and "no bases" (a route made otherwise)
+_NO_PEER: Final[object] = object()
+_NO_BASES: Final[list[int]] = []
+
+
+def _no_enqueue(port: Any, pkt: Packet) -> None:
+    """The enqueue of a host without ports (never called: kick sends nothing)."""
+    raise RuntimeError("no port")
+
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -59,8 +69,15 @@ class SimHost:
     __slots__ = (
         "_all_busy",
         "_bases",
+        "_drop_of",
+        "_enqueue",
+        "_ev_drop",
         "_hint_qps",
         "_hpt",
+        "_last_bases",
+        "_last_local",
+        "_last_peer",
+        "_port_type",
         "_post",
         "_pump_at",
         "_pump_cb",
@@ -109,11 +126,11 @@ class SimHost:
         self._t0 = index // spec.hosts_per_t0
         self._t1s = spec.t1s
         # the bound methods kick schedules, made once instead of per schedule
-        self._pump_cb: Callable[[int], None] = self._on_pump
-        self._timer_cb: Callable[[int], None] = self._on_timer
+        self._pump_cb: Callable[[object], None] = self._on_pump
+        self._timer_cb: Callable[[object], None] = self._on_timer
         #: sim.post (a one-argument call: no handle, no args tuple), bound once
         #: (times typed object: kick passes on the boxed ints it has)
-        self._post = cast("Callable[[object, Callable[[int], None], object], None]", sim.post)
+        self._post = cast("Callable[[object, Callable[[object], None], object], None]", sim.post)
         #: called after every input the host processed (the experiment polls CQs).
         self.on_activity: Callable[[SimHost, int], None] | None = None
         #: called after a data packet the host received (the experiment checks
@@ -135,10 +152,27 @@ class SimHost:
         self.faults: FaultInjector | None = None
         #: receives probes addressed to QPN 0 (self-probes of the Clustermapper agent).
         self.probe_sink: Callable[[int, Packet, int], None] | None = None
+        #: kick's per-packet state: the peer object of the last packet routed, its
+        #: route bases and whether it is under this host's T0; the fault injector
+        #: whose per-EV loss table ``_ev_drop`` is (that dict, which the injector
+        #: changes in place); the class of this host's ports and its ``enqueue``
+        #: (a port of another class is called by name)
+        self._last_peer: object = _NO_PEER
+        self._last_bases: list[int] = _NO_BASES
+        self._last_local = False
+        self._drop_of: object = None
+        self._ev_drop: dict[int, float] | None = None
+        ports: list[Any] = cast("list[Any]", self.ports)  # (the native kernel's or Python's)
+        port_type: type = type(ports[0]) if ports else type(None)
+        self._port_type = port_type
+        self._enqueue: Callable[[Any, Packet], None] = getattr(port_type, "enqueue", _no_enqueue)
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     # -- input ----------------------------------------------------------------------
-    def _on_receive(self, pkt: Packet, plane: int, now: int) -> None:
+    def _on_receive(self, pkt: Packet, plane: int, now_o: object) -> None:
+        # (the time taken as the object the simulator passes, and handed on to kick
+        # as it is: compiled, an int re-boxed for kick's native calls is an allocation)
+        now = cast(int, now_o)
         if pkt.dqpn == 0:
             if type(pkt) is ControllerProbe:
                 self._on_controller_probe(pkt, now)
@@ -156,14 +190,14 @@ class SimHost:
             # no sends: only its ACKs need sending.
             placed = ctx.rx_placed  # messages placed so far (by any of the QPs)
             ctx.receive_packet(pkt, now)
-            self.kick(now, sending_only=True)
+            self.kick(now, True, now_o)
             on_data = self.on_data
             if on_data is not None and (self.data_every or ctx.rx_placed != placed):
                 self.last_rx = pkt.dqpn
                 on_data(self, now)
             return
         ctx.receive_packet(pkt, now)
-        self.kick(now)
+        self.kick(now, False, now_o)
         if self.on_activity is not None:
             self.on_activity(self, now)
 
@@ -220,21 +254,23 @@ class SimHost:
         if self.on_activity is not None:
             self.on_activity(self, now)
 
-    def _on_timer(self, at: int) -> None:
-        if self._timer_at != at:
+    def _on_timer(self, at_o: object) -> None:
+        # (the time as the object kick posted: handed back to kick, not re-boxed)
+        now = cast(int, at_o)  # the event's own time: sim.now
+        if self._timer_at != now:
             return  # superseded
         self._timer_at = -1
-        now = at  # the event's own time: sim.now
         self.ctx.handle_timer(now)
-        self.kick(now)
+        self.kick(now, False, at_o)
         if self.on_activity is not None:
             self.on_activity(self, now)
 
-    def _on_pump(self, at: int) -> None:
+    def _on_pump(self, at_o: object) -> None:
+        at = cast(int, at_o)
         if self._pump_at != at:
             return
         self._pump_at = -1
-        self.kick(at, sending_only=True)  # the event's own time: sim.now
+        self.kick(at, True, at_o)  # the event's own time: sim.now
 
     # -- cache hints ----------------------------------------------------------------
     def _set_hints(self) -> None:
@@ -267,12 +303,14 @@ class SimHost:
         self._hint_qps = len(ctx.qps)
 
     # -- output ---------------------------------------------------------------------
-    def kick(self, now: int, sending_only: bool = False) -> None:
+    def kick(self, now: int, sending_only: bool = False, now_o: object = None) -> None:
         """Send what the ports can take now, then re-arm the pump and the timer.
 
         ``sending_only``: nothing arrived and no timer ran since the last kick,
         only ports freed up.  Sending can only push the core's deadlines later
         (or create the first one), so an armed timer need not be recomputed.
+        ``now_o``: ``now`` as the object the simulator passed the event (None: made
+        here), used for the native calls and posts.
         """
         ctx = self.ctx
         ports = self.ports
@@ -284,10 +322,11 @@ class SimHost:
         fabric = self.fabric
         src = self.index
         bases_of = self._bases
-        now_o: object = now  # boxed once for the two native calls
+        if now_o is None:
+            now_o = now  # boxed once for the native calls
         busy = _busy_mask(ports, now_o)
         while busy != all_busy:
-            pkt = ctx.poll(now, busy)
+            pkt = ctx.poll(now, busy, now_o)
             if pkt is None:
                 break
             qp = ctx.polled_qp
@@ -296,34 +335,55 @@ class SimHost:
             ev = pkt.path_ev  # a control packet's reverse EV, else its own
             plane = ev & 0xF  # ev_plane
             key: object = peer  # the bases' key, as it is (compiled: not re-boxed)
-            if type(peer) is int and peer != src:
-                bases = bases_of.get(key)
-                if bases is None:
-                    bases = fabric.route_bases(src, peer)  # the first packet to peer
-                if plane < len(bases):
-                    # Fabric.path_for without a call: under one T0 the base is the
-                    # route; between T0s the base with the uSID of the T1 the EV picks
-                    if peer // self._hpt == self._t0:
-                        pkt.route = bases[plane]
-                    else:
-                        parts = self._t1_parts[plane]
-                        pkt.route = bases[plane] | parts[((ev >> 4) & 0xFFF) % self._t1s]
-                else:
-                    pkt.route = fabric.path_for(src, peer, ev)  # raises: no such plane
+            if key is self._last_peer:
+                # the same peer object as the last packet's (a host's one QP, or a
+                # burst of one QP): its bases without the dict
+                bases = self._last_bases
+                local = self._last_local
+            elif type(peer) is int and peer != src:
+                found = bases_of.get(key)
+                if found is None:
+                    found = fabric.route_bases(src, peer)  # the first packet to peer
+                bases = found
+                local = peer // self._hpt == self._t0
+                self._last_peer = key
+                self._last_bases = bases
+                self._last_local = local
             else:  # (raises the right ValueError for a bad peer)
+                pkt.route = fabric.path_for(src, peer, ev)  # type: ignore[arg-type]
+                bases = _NO_BASES
+                local = True
+            if plane < len(bases):
+                # Fabric.path_for without a call: under one T0 the base is the
+                # route; between T0s the base with the uSID of the T1 the EV picks
+                if local:
+                    # (read as the object it is: compiled, not unboxed and re-boxed)
+                    pkt.route = cast("list[object]", bases)[plane]
+                else:
+                    # (the two long ints read and ORed as objects: compiled, int items
+                    # would each be unboxed first and the OR done on tagged ints)
+                    parts: list[Any] = cast("list[Any]", self._t1_parts[plane])
+                    base: Any = cast("list[Any]", bases)[plane]
+                    pkt.route = base | parts[((ev >> 4) & 0xFFF) % self._t1s]
+            elif bases is not _NO_BASES:  # no such plane: path_for raises
                 pkt.route = fabric.path_for(src, peer, ev)  # type: ignore[arg-type]
             if self.taps:
                 for tap in self.taps:
                     tap(src, qp.peer, pkt, True, now)
             faults = self.faults
-            if (
-                faults is not None
-                and faults.ev_drop
-                and type(pkt) is DataPacket
-                and faults.drops(ev, src)
-            ):
-                continue
-            ports[plane].enqueue(pkt)
+            if faults is not None:
+                if faults is not self._drop_of:
+                    # (the injector's table of per-EV loss, held: compiled, reading it
+                    # from the interpreted injector is a generic getattr per packet)
+                    self._drop_of = faults
+                    self._ev_drop = faults.ev_drop
+                if self._ev_drop and type(pkt) is DataPacket and faults.drops(ev, src):
+                    continue
+            port = ports[plane]
+            if type(port) is self._port_type:
+                self._enqueue(port, pkt)  # (no method looked up by name)
+            else:
+                port.enqueue(pkt)
             busy |= 1 << plane  # only the port just used can have changed
         # (the times posted are passed on as the objects they came as: compiled, an
         # int re-boxed for a call is an allocation, two per post)

@@ -366,7 +366,7 @@ class Context(ContextBase):
         assert qp is not None
         return (qp, pkt)
 
-    def poll(self, now: int, busy: int = 0) -> Packet | None:
+    def poll(self, now: int, busy: int = 0, now_o: object = None) -> Packet | None:
         """The next packet to send from any QP (round robin); its QP is then
         :attr:`polled_qp` (the simulator's NIC calls this once per packet sent: no
         pair is made for it).
@@ -382,7 +382,9 @@ class Context(ContextBase):
 
         ``busy`` is a bitmask of planes whose NIC port cannot take a packet now
         (a multi-port driver passes it so data goes to free ports).  A QP that
-        has data only for busy planes stays ready.
+        has data only for busy planes stays ready.  ``now_o``: ``now`` as the object
+        the driver already holds (the simulator's time), or None: a data packet's send
+        time is recorded from it without boxing ``now`` again (compiled).
         """
         control = self.control_ready
         while len(control):
@@ -403,7 +405,7 @@ class Context(ContextBase):
         found: Packet | None = None
         while len(ready):
             qp = ready.pop_first()  # the oldest
-            pkt = qp.poll_packet(now, busy)
+            pkt = qp.poll_packet(now, busy, now_o)
             if pkt is not None:
                 if qp.has_output():
                     ready.add(qp)  # to the back: round robin

@@ -381,11 +381,12 @@ class QueuePair(QPBase):
             return self.requester.get_timer()
         return None
 
-    def poll_packet(self, now: int, busy: int = 0) -> Packet | None:
+    def poll_packet(self, now: int, busy: int = 0, now_o: object = None) -> Packet | None:
         """The next packet to transmit (control packets first), or None.
 
         ``busy`` is a bitmask of planes whose port is busy: new data and
         retransmissions avoid their EVs (control packets keep their reflected EV).
+        ``now_o``: ``now`` as an object, or None (see :meth:`Context.poll`).
         """
         if not self.timer_marked:
             self.timer_marked = True
@@ -394,7 +395,7 @@ class QueuePair(QPBase):
         if control.count:  # (Fifo.count: len() compiled is a call)
             return control.popleft()
         if self.state is QPState.RTS:
-            pkt = self.requester.next_packet(now, busy)  # type: ignore[union-attr]
+            pkt = self.requester.next_packet(now, busy, now_o)  # type: ignore[union-attr]
             if pkt is None:
                 if control.count:  # the window closed: a probe was queued
                     return control.popleft()

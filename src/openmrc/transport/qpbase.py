@@ -329,8 +329,8 @@ class QPBase:
         raise NotImplementedError
 
     # -- used by the context ----------------------------------------------------------
-    def poll_packet(self, now: int, busy: int = 0) -> Packet | None:
-        """The next packet to send, or None."""
+    def poll_packet(self, now: int, busy: int = 0, now_o: object = None) -> Packet | None:
+        """The next packet to send, or None (``now_o``: see :meth:`Context.poll`)."""
         raise NotImplementedError
 
     def has_output(self) -> bool:

@@ -92,11 +92,12 @@ _tx_op: Final = cast("Callable[[TxTableLike, int], SendOp | None]", TX_CLASS.op)
 _tx_ev: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.ev)
 _tx_sent: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.sent)
 _tx_flags: Final = cast("Callable[[TxTableLike, int], int]", TX_CLASS.flags)
+# (the send time taken as an object: _emit passes the driver's when it has one)
 _tx_send: Final = cast(
-    "Callable[[TxTableLike, int, int, int, int, EvOrderLike], None]", TX_CLASS.send
+    "Callable[[TxTableLike, int, int, object, int, EvOrderLike], None]", TX_CLASS.send
 )
 _tx_add_send: Final = cast(
-    "Callable[[TxTableLike, int, SendOp, int, int, int, EvOrderLike], None]", TX_CLASS.add_send
+    "Callable[[TxTableLike, int, SendOp, int, object, int, EvOrderLike], None]", TX_CLASS.add_send
 )
 _tx_take: Final = cast(
     "Callable[[TxTableLike, int, EvOrderLike], tuple[SendOp, int, int] | None]", TX_CLASS.take
@@ -312,12 +313,13 @@ class Requester:
         """True when a retransmission or new data is waiting (window permitting)."""
         return self.retx.count > 0 or self.to_segment.count > 0
 
-    def next_packet(self, now: int, busy: int = 0) -> DataPacket | None:
+    def next_packet(self, now: int, busy: int = 0, now_o: object = None) -> DataPacket | None:
         """The next data packet to transmit, or None (nothing to send, or window full).
 
         ``busy``: bitmask of planes whose port cannot take a packet now (see
         :meth:`PathSet.next_ev`); when only busy planes are usable, returns None
-        and sets :attr:`port_blocked`.
+        and sets :attr:`port_blocked`.  ``now_o``: ``now`` as an object, or None
+        (see :meth:`Context.poll`).
         """
         self.port_blocked = False
         retx = self.retx
@@ -337,7 +339,7 @@ class Requester:
                 self.port_blocked = True
                 return None
             retx.popleft()
-            return self._emit(psn, sop, length, ev, now, retransmit=True)
+            return self._emit(psn, sop, length, ev, now, True, now_o)
         to_segment = self.to_segment
         if not to_segment.count:
             return None
@@ -363,7 +365,7 @@ class Requester:
             to_segment.popleft()
         # (its record is made by _emit with its transmission's: one table call)
         self.next_psn = psn + 1
-        return self._emit(psn, op, length, ev, now, retransmit=False)
+        return self._emit(psn, op, length, ev, now, False, now_o)
 
     def _window_blocked(self, now: int) -> None:
         """The window is full: make sure an ACK is coming to open it.
@@ -381,12 +383,21 @@ class Requester:
         self.qp.queue_control(self.probe(now, reliability=True))
 
     def _emit(
-        self, psn: int, op: SendOp, length: int, ev: int, now: int, retransmit: bool
+        self,
+        psn: int,
+        op: SendOp,
+        length: int,
+        ev: int,
+        now: int,
+        retransmit: bool,
+        now_o: object = None,
     ) -> DataPacket:
         """Send (or resend) ``psn`` of ``op`` (``length`` bytes) on ``ev`` now; a new
-        ``psn`` (not ``retransmit``) gets its record in :attr:`unacked` here."""
+        ``psn`` (not ``retransmit``) gets its record in :attr:`unacked` here.
+        ``now_o``: ``now`` as an object, or None."""
         if self.sent_ts is not None:
             now = self._stamp(now, ev)
+            now_o = None  # (the stamp, not the driver's time)
         self.inflight += length
         opcode = op.opcode_of(psn)
         last = psn - op.first_psn == op.npkts - 1  # (opcode in LAST_OPCODES, no set look-up)
@@ -409,10 +420,13 @@ class Requester:
             self.flight_ack_reqs += 1
         # the transmission's record and its place on its EV's order, in one call (a
         # new PSN's record made in the same call)
+        # (the send time as the driver's object when given: compiled, ``now`` boxed
+        # for the call is an allocation)
+        sent_o: object = now if now_o is None else now_o
         if retransmit:
-            _tx_send(self.unacked, psn, ev, now, flags, self.ev_sent)
+            _tx_send(self.unacked, psn, ev, sent_o, flags, self.ev_sent)
         else:
-            _tx_add_send(self.unacked, psn, op, ev, now, flags, self.ev_sent)
+            _tx_add_send(self.unacked, psn, op, ev, sent_o, flags, self.ev_sent)
         offset = (psn - op.first_psn) * self.mtu
         pkt = DataPacket(
             self.qp.remote_qpn,
