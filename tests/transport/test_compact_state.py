@@ -891,38 +891,6 @@ def test_rotate_edges(impl: str) -> None:
     assert rot([3], bytearray(4), evs, 0) == 48
 
 
-def test_native_rotation_reads_exactly_an_array_of_4_byte_items() -> None:
-    """The native rotation steps read an array('I') directly (no buffer taken): an
-    array of another item type or size is refused as before, a subclass of array (read
-    through the buffer protocol) gives the same answers, and a buffer given back
-    leaves the array free to grow."""
-    native = _native_module()
-
-    class Sub(array):  # type: ignore[type-arg]
-        """An array subclass: not array.array exactly, read through its buffer."""
-
-    slots = [0, 1, 2]
-    pcur = [0, 2, 3] + [3] * 14 + [1] + [0] * 15 + [0, 2, 1]
-    for make in (array, Sub):
-        evs = make("I", [0x10, 0x21, 0x30])
-        assert native.rotate(slots, bytearray([1, 2, 0]), evs, 0) == 0 << 32 | 0x30
-        got = native.rotate_busy(slots, bytearray([1, 0, 0]), evs, make("I", pcur), 0, 1)
-        assert got == 2 << 32 | 0x21
-        evs.append(0x40)  # nothing left exported
-    for code in ("i", "L", "Q", "H", "f"):
-        evs = array(code, [16, 17, 33])  # type: ignore[call-overload]
-        with pytest.raises(TypeError):
-            native.rotate(slots, bytearray(3), evs, 0)
-        with pytest.raises(TypeError):
-            native.rotate_busy(slots, bytearray(3), evs, array("I", pcur), 0, 0)
-        with pytest.raises(TypeError):
-            native.rotate_busy(
-                slots, bytearray(3), array("I", [16, 17, 33]), array(code, pcur), 0, 0
-            )  # type: ignore[call-overload]
-    with pytest.raises(TypeError):
-        native.rotate(slots, bytearray(3), [16, 17, 33], 0)
-
-
 def _rotate_busy_impl(impl: str) -> Any:
     """The busy-plane rotation step of ``impl``: paths.rotate_busy or _txtable's."""
     if impl == "python":

@@ -1878,97 +1878,6 @@ native_good_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- a PathSet's rotation: the EV for the next packet --------------------------- */
 
-/* The head of CPython's array.array object and of its type descriptor, as
- * Modules/arraymodule.c lays them out (not a public API: checked at import, see
- * check_array_layout).  The rotation reads an array('I') through them instead of the
- * buffer protocol (PyObject_GetBuffer and PyBuffer_Release: about 50 of rotate's 350
- * instructions a call, once per data packet): only for an object of exactly
- * array.array's type, and only when the import's check passed (array_direct). */
-typedef struct {
-    char typecode;
-    int itemsize;
-} array_descr_head;
-
-typedef struct {
-    PyObject_VAR_HEAD
-    char *ob_item;
-    Py_ssize_t allocated;
-    const array_descr_head *ob_descr;
-} array_head;
-
-/* array.array (a new reference kept for the module's life), and whether its layout
- * was checked at import (see check_array_layout) */
-static PyTypeObject *array_type = NULL;
-static int array_direct = 0;
-
-/* view of an array('I') of 4-byte items for the rotation (writable or not: the
- * rotation writes only what a writable buffer would let it): the direct read of an
- * exact array.array when the layout was checked, else the buffer protocol.  Release
- * with PyBuffer_Release (a no-op for the direct view, whose obj is NULL).  -1 with
- * TypeError set (``what`` names the argument) when it is not such an array.  No
- * Python code runs while the rotation holds the view (its ids are read with
- * PyLong_AsSsize_t), so the array cannot be resized under it. */
-static int
-u32_view(PyObject *o, Py_buffer *view, int writable, const char *what)
-{
-    if (array_direct && Py_IS_TYPE(o, array_type)) {
-        const array_head *a = (const array_head *)o;
-        if (a->ob_descr->typecode == 'I' && a->ob_descr->itemsize == 4) {
-            view->obj = NULL;
-            view->buf = a->ob_item;
-            view->len = Py_SIZE(a) * 4;
-            return 0;
-        }
-        PyErr_Format(PyExc_TypeError, "%s is an array('I')", what);
-        return -1;
-    }
-    if (PyObject_GetBuffer(o, view, PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (view->itemsize != 4 || view->format == NULL || strcmp(view->format, "I") != 0) {
-        PyBuffer_Release(view);
-        view->obj = NULL;
-        PyErr_Format(PyExc_TypeError, "%s is an array('I')", what);
-        return -1;
-    }
-    return 0;
-}
-
-/* Take array.array and check that array_head reads an array('I') as its buffer does
- * (item pointer, length, type code and size); the direct view is used only then. */
-static int
-check_array_layout(void)
-{
-    PyObject *mod, *arr;
-    Py_buffer view;
-    const array_head *a;
-    mod = PyImport_ImportModule("array");
-    if (mod == NULL)
-        return -1;
-    array_type = (PyTypeObject *)PyObject_GetAttrString(mod, "array");
-    Py_DECREF(mod);
-    if (array_type == NULL)
-        return -1;
-    if (!PyType_Check(array_type)) {
-        Py_CLEAR(array_type);
-        PyErr_SetString(PyExc_TypeError, "array.array is not a type");
-        return -1;
-    }
-    arr = PyObject_CallFunction((PyObject *)array_type, "s(kkk)", "I", 7UL, 8UL, 9UL);
-    if (arr == NULL)
-        return -1;
-    if (PyObject_GetBuffer(arr, &view, PyBUF_FORMAT) < 0) {
-        Py_DECREF(arr);
-        return -1;
-    }
-    a = (const array_head *)arr;
-    array_direct = Py_IS_TYPE(arr, array_type) && view.itemsize == 4 && view.len == 12 &&
-                   a->ob_item == view.buf && Py_SIZE(a) == 3 && a->ob_descr->typecode == 'I' &&
-                   a->ob_descr->itemsize == 4 && ((const uint32_t *)a->ob_item)[2] == 9;
-    PyBuffer_Release(&view);
-    Py_DECREF(arr);
-    return 0;
-}
-
 /* An index into a sequence of n items as Python reads it: a negative one counts from
  * the end; -1 (IndexError set) when outside. */
 static inline Py_ssize_t
@@ -2038,8 +1947,13 @@ native_rotate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_OverflowError, "rotate(): more than 2**31 slots");
         return NULL;
     }
-    if (u32_view(args[2], &view, 0, "rotate(): evs") < 0)
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_FORMAT) < 0)
         return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "I") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "rotate(): evs is an array('I')");
+        return NULL;
+    }
     evs = (const uint32_t *)view.buf;
     nevs = view.len / 4;
     st = (unsigned char *)PyByteArray_AS_STRING(args[1]);
@@ -2134,11 +2048,20 @@ native_rotate_busy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_IndexError, "list index out of range");
         return NULL;
     }
-    if (u32_view(args[2], &view, 0, "rotate_busy(): evs") < 0)
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_FORMAT) < 0)
         return NULL;
-    if (u32_view(args[3], &pview, 1, "rotate_busy(): pcur") < 0) {
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "I") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "rotate_busy(): evs is an array('I')");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &pview, PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&view);
         return NULL;
+    }
+    if (pview.itemsize != 4 || pview.format == NULL || strcmp(pview.format, "I") != 0) {
+        PyErr_SetString(PyExc_TypeError, "rotate_busy(): pcur is an array('I')");
+        goto done;
     }
     evs = (const uint32_t *)view.buf;
     nevs = view.len / 4;
@@ -2335,8 +2258,6 @@ PyInit__txtable(void)
     PyObject *m;
     if (PyType_Ready(&TxTableType) < 0 || PyType_Ready(&EvOrderType) < 0 ||
         PyType_Ready(&EvIdsType) < 0)
-        return NULL;
-    if (check_array_layout() < 0)
         return NULL;
     m = PyModule_Create(&txtable_module);
     if (m == NULL)
