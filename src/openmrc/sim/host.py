@@ -83,6 +83,33 @@ class SimHost:
         "taps",
     )
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    _pump_at: int
+    ctx: Context
+    _timer_at: int
+    index: int
+    ports: list[Any]
+    _hint_qps: int
+    _all_busy: int
+    fabric: Fabric
+    _bases: dict[object, list[int]]
+    taps: list[Callable[[int, Any, Packet, bool, int], None]]
+    _post: Callable[[object, Callable[[int], None], object], None]
+    _hpt: int
+    _t0: int
+    faults: FaultInjector | None
+    _pump_cb: Callable[[int], None]
+    _t1_parts: list[list[int]]
+    _t1s: int
+    on_data: Callable[[SimHost, int], None] | None
+    on_activity: Callable[[SimHost, int], None] | None
+    last_rx: int
+    data_every: bool
+    sim: Simulator
+    _timer_cb: Callable[[int], None]
+    probe_sink: Callable[[int, Packet, int], None] | None
+
     def __init__(self, sim: Simulator, fabric: Fabric, index: int, rng: random.Random) -> None:
         self.sim = sim
         self.fabric = fabric
