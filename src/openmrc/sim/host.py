@@ -279,12 +279,15 @@ class SimHost:
             return  # not registered yet: the next kick tries again
         ctx = self.ctx
         qps = list(ctx.qps.values())
-        # most used first (the kernel keeps as many lines as a row holds)
-        objs: list[object] = [self, ctx, self.ports, *self.ports, ctx.ready, ctx.control_ready]
+        # most used first (the kernel keeps as many lines as a row holds): the halves
+        # before the port list and the control queue, whose first lines every event
+        # reads but which take a line or two each that a QP's half needs more
+        objs: list[object] = [self, ctx, ctx.ready, *self.ports]
         objs += qps
         for qp in qps:
             objs.append(qp.requester)
             objs.append(qp.responder)
+        objs += [self.ports, ctx.control_ready]
         for qp in qps:
             req = qp.requester
             if req is not None:
