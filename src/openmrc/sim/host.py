@@ -100,6 +100,33 @@ class SimHost:
         "taps",
     )
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    _pump_at: int
+    ctx: Context
+    _timer_at: int
+    index: int
+    ports: list[Any]
+    _hint_qps: int
+    _all_busy: int
+    fabric: Fabric
+    _bases: dict[object, list[int]]
+    taps: list[Callable[[int, Any, Packet, bool, int], None]]
+    _post: Callable[[object, Callable[[int], None], object], None]
+    _hpt: int
+    _t0: int
+    faults: FaultInjector | None
+    _pump_cb: Callable[[int], None]
+    _t1_parts: list[list[int]]
+    _t1s: int
+    on_data: Callable[[SimHost, int], None] | None
+    on_activity: Callable[[SimHost, int], None] | None
+    last_rx: int
+    data_every: bool
+    sim: Simulator
+    _timer_cb: Callable[[int], None]
+    probe_sink: Callable[[int, Packet, int], None] | None
+
     def __init__(self, sim: Simulator, fabric: Fabric, index: int, rng: random.Random) -> None:
         self.sim = sim
         self.fabric = fabric
@@ -288,12 +315,15 @@ class SimHost:
             return  # not registered yet: the next kick tries again
         ctx = self.ctx
         qps = list(ctx.qps.values())
-        # most used first (the kernel keeps as many lines as a row holds)
-        objs: list[object] = [self, ctx, self.ports, *self.ports, ctx.ready, ctx.control_ready]
+        # most used first (the kernel keeps as many lines as a row holds): the halves
+        # before the port list and the control queue, whose first lines every event
+        # reads but which take a line or two each that a QP's half needs more
+        objs: list[object] = [self, ctx, ctx.ready, *self.ports]
         objs += qps
         for qp in qps:
             objs.append(qp.requester)
             objs.append(qp.responder)
+        objs += [self.ports, ctx.control_ready]
         for qp in qps:
             req = qp.requester
             if req is not None:

@@ -1012,6 +1012,60 @@ class PathSet:
         "usable",
     )
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    _idx: int
+    _st: bytearray
+    _evs: array[int]
+    down: int
+    _slots: list[int]
+    _nref: int
+    _ids: EvIdsLike | None
+    next_probe_at: int | None
+    _rate: array[float]
+    _ecn_n: int
+    remote_down: int
+    _inslot: bytearray
+    _run: array[int]
+    profile: EVProfile
+    qpn: int
+    _pcur: array[int] | None
+    _known: array[int]
+    _active: array[int]
+    _returned: array[int]
+    _gen_planes: int
+    _uplinks: Sequence[int]
+    _spares: Sequence[int]
+    _seeds: array[int]
+    _pool_rngs: dict[int, random.Random]
+    _fresh: dict[int, array[int]]
+    events: deque[object]
+    probing: dict[int, int]
+    probe_wait: dict[int, int]
+    probe_due: dict[int, int]
+    probe_backoff: dict[int, int]
+    flaps: dict[int, int]
+    flap_good_since: dict[int, int]
+    stats_probes: int
+    usable: int
+    stats_skips: int
+    stats_bad: int
+    stats_recovered: int
+    stats_floor_hits: int
+    stats_replacements: int
+    stats_ecn_remaps: int
+    stats_port_changes: int
+    local_down: int
+    denied_planes: int
+    _ecn_sum: float
+    _weight: array[float]
+    _sent: array[int]
+    _sref: int
+    _tx: int
+    _hot: array[int]
+    _wmask: int
+    _failed: set[int]
+
     def __init__(
         self,
         profile: EVProfile,

@@ -232,6 +232,20 @@ IN_CONTROL: Final = 2
 class ContextBase:
     """What a queue pair uses of its context: keys, the ready and timer sets, events."""
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    ready: QPQueue
+    controller: Any
+    control_ready: QPQueue
+    mr_epoch: int
+    rx_placed: int
+    timer_dirty: list[QPBase]
+    ports_down: int
+    rng: random.Random
+    lkeys: dict[int, MemoryRegion]
+    rkeys_by_key: dict[int, MemoryRegion]
+    events: deque[object]
+
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         #: registered memory regions by lkey (local access) and by rkey (remote access).
@@ -268,6 +282,25 @@ class QPBase:
     The methods are :class:`~openmrc.transport.qp.QueuePair`'s; here they only
     name the interface.
     """
+
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    queued: int
+    state: QPState
+    control: Fifo[Packet]
+    remote_qpn: int
+    peer: object
+    stats: QPStats
+    context: ContextBase
+    ctx_deadline: int
+    timer_marked: bool
+    pd: PDBase
+    qpn: int
+    send_cq: CompletionQueue
+    recv_cq: CompletionQueue
+    attr: QPAttr
+    paths: PathSet | None
+    cc: CongestionControl | None
 
     def __init__(
         self,

@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from .attrs import QPAttr
     from .cc import CongestionControl
     from .paths import PathSet
-    from .qpbase import QPBase
+    from .qpbase import QPBase, QPStats
 
 _MASK64: Final = (1 << 64) - 1
 
@@ -162,6 +162,80 @@ FATAL_NACKS: dict[NackReason, WCStatus] = {
 
 class Requester:
     """Send-side state of one QP."""
+
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    inflight: int
+    mtu: int
+    retx: Fifo[int]
+    to_segment: Fifo[SendOp]
+    unacked: TxTableLike
+    cc: CongestionControl
+    next_psn: int
+    paths: PathSet
+    snd_una: int
+    last_activity: int
+    qp: QPBase
+    sent_ts: dict[int, int] | None
+    ev_sent: EvOrderLike
+    stats: QPStats
+    window_psns: int
+    port_blocked: bool
+    window_probe_out: bool
+    acked_bytes: int
+    srtt: int
+    unreported: dict[int, tuple[int, int]]
+    rack_deadline: int | None
+    reo_floor: int
+    rack_rtt: int
+    rack_xmit: int
+    min_rtt: int
+    ops: Fifo[SendOp]
+    sack_late: int
+    timeout_o: object
+    retry_linear: int
+    held: set[int]
+    ack_ts: int
+    sack_spurious: int
+    last_sample_ts: int
+    newest_rcvd: int
+    reo_mean: int
+    reo_dev: int
+    reo_samples: int
+    next_msn: int
+    ack_windows: list[int]
+    ack_cack: int
+    gaps: dict[tuple[int, int], tuple[int, int]]
+    ev_probes: dict[int, tuple[int, int, int, int, int, bool]]
+    reo_steps: int
+    sacked_imm_last: dict[int, tuple[int, SendOp]]
+    wimm_outstanding: int
+    flight_ack_reqs: int
+    unreported_gaps: int
+    probe_rtt: int
+    probe_dev: int
+    probe_samples: int
+    gap_blames: int
+    probe_blames: int
+    suspect_probes: int
+    spurious_at: int
+    tlp_at: int | None
+    probe_seq: int
+    group_ts: int
+    group_cack: int
+    group_base: int
+    replayed_acks: int
+    catchup_at: int
+    sent_order: deque[int]
+    ts_rng: random.Random | None
+    last_stamp: int
+    forged_acks: int
+    probe_ts: dict[int, int]
+    probe_order: deque[int]
+    forged_probe_replies: int
+    plane_mask: int
+    timeout_ps: int
+    max_retries: int | None
 
     def __init__(self, qp: QPBase) -> None:
         self.qp = qp

@@ -29,8 +29,8 @@ from .state import QPState
 from .verbs import RecvWR, WCOpcode, WCStatus, WorkCompletion
 
 if TYPE_CHECKING:
-    from .qpbase import QPBase
-    from .verbs import MemoryRegion
+    from .qpbase import ContextBase, QPBase, QPStats
+    from .verbs import MemoryRegion, PDBase
 
 _MASK64: Final = (1 << 64) - 1
 #: ``Responder._cur_msn`` when no message is being counted (no MSN is this low)
@@ -61,6 +61,33 @@ def window_penalty(held: int, window: int) -> int:
 
 class Responder:
     """Receive-side state of one QP."""
+
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    bits: int
+    pending_bytes: int
+    base: int
+    rcvd_bytes: int
+    window: int
+    highest: int
+    _cur_bytes: int
+    qp: QPBase
+    stats: QPStats
+    _cur_msn: int
+    _mr_rkey: int
+    ctx: ContextBase
+    _mr: MemoryRegion | None
+    _mr_epoch: int
+    pd: PDBase
+    coalesce: int
+    unreported: list[int]
+    last_of: dict[int, tuple[int, int | None, bool, int]]
+    max_wimm: int
+    rkeys: dict[int, MemoryRegion]
+    next_msn: int
+    _msg_bytes: dict[int, int]
+    wimm_pending: list[int]
+    recv_queue: deque[RecvWR]
 
     def __init__(self, qp: QPBase) -> None:
         self.qp = qp

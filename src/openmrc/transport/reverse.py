@@ -106,6 +106,25 @@ class ReversePaths:
         "stats_suspects",
     )
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    last_out: int
+    next_probe_at: int
+    evs: list[int]
+    paths: PathSet
+    confirmed: int
+    interval_ps: int
+    srtt: int
+    _plane_turn: int
+    seq: int
+    _cursor: list[int]
+    stats_probes: int
+    _out: list[tuple[int, int, int]]
+    _planes: list[int]
+    stats_confirmed: int
+    stats_failovers: int
+    stats_suspects: int
+
     def __init__(self, paths: PathSet, interval_ps: int) -> None:
         self.paths = paths
         #: the base RTT: the shortest interval between two probes.

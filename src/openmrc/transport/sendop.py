@@ -31,6 +31,23 @@ class SendOp:
         "wr_id",
     )
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    npkts: int
+    first_psn: int
+    segmented: int
+    total: int
+    remote_addr: int
+    rkey: int
+    msn: int
+    acked: int
+    is_imm: bool
+    virtual: bool
+    signaled: bool
+    wr_id: int
+    segs: list[tuple[MemoryRegion, int, int]]
+    imm: int | None
+
     def __init__(
         self,
         wr_id: int,

@@ -93,6 +93,47 @@ class NSCC(CongestionControl):
 
     name: ClassVar[str] = "nscc"
 
+    # The attributes, most used first: compiled, mypyc lays them out in this order
+    # (the fields one packet's host work reads share the object's first cache lines).
+    base_rtt: int
+    _received: int
+    _ignored: int
+    _inc: float
+    maxwnd: int
+    target: int
+    _achieved: int
+    avg_delay: float
+    minwnd: int
+    _fast_count: int
+    _qa_end: int
+    _last_eta: int
+    adjust_period: int
+    _learn: float
+    _large_rtts: float
+    _ewma: float
+    _to_ignore: int
+    _fast_delay: float
+    alpha: float
+    adjust_bytes: int
+    _fast: bool
+    _trigger_qa: bool
+    params: dict[str, float]
+    link_Bps: float
+    network_rtt: int
+    bdp: float
+    fi: float
+    eta: float
+    fast_scale: float
+    gamma: float
+    qa_threshold: float
+    _ewma_large: float
+    _pull: float
+    _last_decrease: int
+    stats_decreases: int
+    stats_quick_adapts: int
+    stats_fast_increases: int
+    stats_eta: int
+
     def __init__(self, profile: CCProfile, mtu: int) -> None:
         super().__init__(profile, mtu)
         p = _checked_params(profile)
