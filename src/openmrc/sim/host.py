@@ -109,22 +109,29 @@ class SimHost:
     ports: list[Any]
     _hint_qps: int
     _all_busy: int
-    fabric: Fabric
-    _bases: dict[object, list[int]]
+    _last_peer: object
+    _last_bases: list[int]
+    _last_local: bool
     taps: list[Callable[[int, Any, Packet, bool, int], None]]
-    _post: Callable[[object, Callable[[int], None], object], None]
-    _hpt: int
-    _t0: int
     faults: FaultInjector | None
-    _pump_cb: Callable[[int], None]
+    _port_type: type
+    _enqueue: Callable[[Any, Packet], None]
     _t1_parts: list[list[int]]
     _t1s: int
+    _post: Callable[[object, Callable[[object], None], object], None]
+    _pump_cb: Callable[[object], None]
+    fabric: Fabric
+    _bases: dict[object, list[int]]
+    _hpt: int
+    _t0: int
+    _drop_of: object
+    _ev_drop: dict[int, float] | None
     on_data: Callable[[SimHost, int], None] | None
     on_activity: Callable[[SimHost, int], None] | None
     last_rx: int
     data_every: bool
     sim: Simulator
-    _timer_cb: Callable[[int], None]
+    _timer_cb: Callable[[object], None]
     probe_sink: Callable[[int, Packet, int], None] | None
 
     def __init__(self, sim: Simulator, fabric: Fabric, index: int, rng: random.Random) -> None:
