@@ -1176,9 +1176,10 @@ def test_ack_takes_the_plain_psns_of_one_message_in_order(impl: str) -> None:
 
 
 def test_native_ack_edges() -> None:
-    """The native ack takes only a native EvOrder, PSNs in [0, 2**62) and an int
-    bitmap (its low 64 bits), and changes nothing when it refuses; on an empty table
-    it takes nothing."""
+    """The native ack takes only a native EvOrder, PSNs in (-2**62, 2**62) (a
+    negative one, which a SACK from the network can carry, is not outstanding, as in
+    the Python class) and an int bitmap (its low 64 bits), and changes nothing when
+    it refuses; on an empty table it takes nothing."""
     native = _native_module()
     op = SendOp(1, [], 0, 0, None, True, 0, 4096)
     table, order = native.TxTable(), native.EvOrder()
@@ -1186,14 +1187,22 @@ def test_native_ack_edges() -> None:
     table.add_send(5, op, 3, 100, 0, order)
     with pytest.raises(TypeError):
         table.ack(6, 0, 0, 0, EvOrder())
-    for args in ((1 << 62, 0, 0, 0), (0, -1, 0, 0), (0, 1 << 62, 1, 0), (0, 0, 0, 1 << 62)):
+    for args in ((1 << 62, 0, 0, 0), (0, -(1 << 62), 1, 0), (0, 1 << 62, 1, 0), (0, 0, 0, 1 << 62)):
         with pytest.raises(OverflowError):
             table.ack(*args, order)
     with pytest.raises(TypeError):
         table.ack(0, 0, 1.0, 10, order)
     assert 5 in table and order.pairs(3) == [(5, 100)]
     assert table.ack(0, 5, 2 << 64, 6, order) == (None, 0, 0, 0, 0, 0, -1)  # bits 0-63 only
-    assert table.ack(0, 5, 1, 6, order) == (op, 1, 5, 100, 100, 0, -1)
+    python, python_order = TxTable(), EvOrder()
+    python.add_send(5, op, 3, 100, 0, python_order)
+    for args in ((-3, -(1 << 31), 1, 6), (0, -4, 1 << 63, 6), (0, -64, 1 << 63, -1)):
+        # below the table: nothing outstanding, as the Python class says
+        got = table.ack(*args, order)
+        assert got == python.ack(*args, python_order) == (None, 0, 0, 0, 0, 0, -1)
+    got = table.ack(0, -4, 1 << 9, 6, order)  # a negative base whose bit 9 is PSN 5
+    assert got == python.ack(0, -4, 1 << 9, 6, python_order) == (op, 1, 5, 100, 100, 0, -1)
+    assert 5 not in table
     assert len(table) == 0 and order.pairs(3) == [] and not table.flying()
 
 

@@ -665,9 +665,12 @@ TxTable_ack(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     stop = as_i64(args[0], &ok1);
     base = as_i64(args[1], &ok2);
     limit = as_i64(args[3], &ok3);
-    if (!ok1 || !ok2 || !ok3 || base < 0 || base >= ACK_LIMIT || stop >= ACK_LIMIT ||
-        limit >= ACK_LIMIT) {
-        PyErr_SetString(PyExc_OverflowError, "TxTable.ack: PSN out of [0, 2**62)");
+    /* (a PSN from the network may be anything the wire holds, negative too: one
+     * below the table is not outstanding, as in the Python class; the bounds keep
+     * base + 63 and psn - self->base from overflowing) */
+    if (!ok1 || !ok2 || !ok3 || base <= -ACK_LIMIT || base >= ACK_LIMIT ||
+        stop <= -ACK_LIMIT || stop >= ACK_LIMIT || limit <= -ACK_LIMIT || limit >= ACK_LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "TxTable.ack: PSN out of (-2**62, 2**62)");
         return NULL;
     }
     if (!PyLong_Check(args[2])) {
