@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import select
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,37 @@ def test_a_lossy_t0_t1_link_is_named_lossy_never_failed() -> None:
         assert [r[:2] for r in reports] == [("lossy_t0_t1_link", "p0t0x2-p0t1x1")]
         assert when <= 5 + 10
         assert loc.found[element]["cleared_ps"] is None
+
+
+def test_a_round_counts_probes_queued_by_its_deadline() -> None:
+    """A probe that came back before the round's deadline counts, even when the
+    prober reads its socket only after the deadline (descheduled on a loaded
+    machine): the collector looks once more without waiting before it gives up."""
+    import socket
+
+    from openmrc.clustermapper.lab_agent import _BODY, MAGIC, SelfProber
+
+    backs: list[tuple[int, int, int]] = []
+
+    class _Localiser:
+        def back(self, h: int, plane: int, k: int) -> None:
+            backs.append((h, plane, k))
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    try:
+        prober = object.__new__(SelfProber)
+        prober.timeout = 0.0  # the deadline has passed by the time the round collects
+        prober._socks = {0: sock}
+        prober._inflight = {7: (0, 1, 2)}
+        prober.localiser = _Localiser()  # type: ignore[assignment]
+        prober.probes_back = 0
+        sock.sendto(MAGIC + _BODY.pack(7, 0), sock.getsockname())
+        deadline = time.monotonic() + 2.0
+        while not select.select([sock], [], [], 0.05)[0] and time.monotonic() < deadline:
+            pass  # (wait until the datagram is queued)
+        prober._collect()
+    finally:
+        sock.close()
+    assert backs == [(0, 1, 2)] and prober.probes_back == 1 and prober._inflight == {}

@@ -169,11 +169,14 @@ class SelfProber:
             for h, sock in self._socks.items():
                 sel.register(sock, selectors.EVENT_READ, h)
             while self._inflight:
+                # (at the deadline one last look without waiting: a probe already
+                # queued on a socket came back, even if this process was not
+                # running to read it, e.g. descheduled on a loaded machine)
                 left = deadline - time.monotonic()
+                for key, _ in sel.select(max(left, 0.0)):
+                    self._drain(key.fileobj, key.data)  # type: ignore[arg-type]
                 if left <= 0:
                     break
-                for key, _ in sel.select(left):
-                    self._drain(key.fileobj, key.data)  # type: ignore[arg-type]
         finally:
             sel.close()
 
