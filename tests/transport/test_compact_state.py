@@ -1279,3 +1279,33 @@ def test_native_ecn_clean_edges() -> None:
     assert native.ecn_clean(ids, rate, run, inslot, 5, 0.75) == -0.125
     assert native.ecn_clean(ids, rate, run, inslot, 9, 0.75) == 1.0
     assert rate == array("d", [0.375, 0.0]) and run == array("H", [0, 3])
+
+
+def test_native_ev_ids_from_an_array_are_the_ones_from_a_list() -> None:
+    """The native EvIds of an array('I') (read through the buffer protocol, the table
+    sized once) is the one item assignments build from the same EVs in a list: the same
+    bytes held (key capacity and table size, repeated EVs included), the same ``get``
+    as each other and as the Python class, and the same again after more ids are
+    assigned (growing as before).  Other buffers keep the item-by-item path."""
+    native = _native_module()
+    rng = random.Random(40)
+    for _ in range(400):
+        n = rng.choice([0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, rng.randrange(1, 1500)])
+        pool = rng.choice([3, 40, n + 1, 1 << 32])  # small pools: many repeats
+        evs = [rng.randrange(pool) for _ in range(n)]
+        fast, slow, ref = native.EvIds(array("I", evs)), native.EvIds(evs), EvIds(evs)
+        for step in range(2):
+            assert sys.getsizeof(fast) == sys.getsizeof(slow)
+            probes = evs + [rng.randrange(1 << 32) for _ in range(20)] + [-1, 1 << 32, pool]
+            for ev in probes:
+                assert fast.get(ev) == slow.get(ev) == ref.get(ev, -1), (n, pool, step, ev)
+            if step == 0:
+                for i in range(n, n + rng.randrange(1, 40)):
+                    ev = rng.randrange(pool)
+                    fast[ev] = slow[ev] = ref[ev] = i
+                    evs.append(ev)
+    view = memoryview(array("I", [5, 7, 5]))
+    assert [native.EvIds(view).get(ev) for ev in (5, 7, 6)] == [2, 1, -1]
+    assert [native.EvIds(b"\x05\x07").get(ev) for ev in (5, 7)] == [0, 1]
+    with pytest.raises(OverflowError):
+        native.EvIds(array("i", [3, -1]))

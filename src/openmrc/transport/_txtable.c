@@ -1562,7 +1562,74 @@ EvIds_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-/* EvIds(evs): id i for the i-th EV of ``evs`` (a later id of an EV replaces it). */
+/* Put every EV in the (empty) table, in id order. */
+static void
+ei_put_all(EvIdsObject *self)
+{
+    Py_ssize_t i;
+    for (i = 0; i < self->nkeys; i++) {
+        Py_ssize_t h = ei_find(self, self->keys[i]);
+        if (self->tab[h] < 0)
+            self->used++;
+        self->tab[h] = (int32_t)i;
+    }
+}
+
+/* Fill an empty table from the ``n`` EVs at ``evs`` (a buffer of C unsigned ints)
+ * without a Python int per EV: the keys array and the table are sized once and the
+ * ids written in order.  The result is the one ``n`` item assignments give (the
+ * same key capacity, table size and slots: with linear probing and no deletion the
+ * slots depend only on the order of first appearance, and growth puts every EV
+ * back in id order), so ``__sizeof__``, ``get`` and later growth do not depend on
+ * the path taken.  -1 with MemoryError (more than 2**29 EVs: a table of 2**30 slots is
+ * the most item assignments make). */
+static int
+ei_fill(EvIdsObject *self, const uint32_t *evs, Py_ssize_t n)
+{
+    Py_ssize_t cap = 16, size = 16;
+    uint32_t *keys;
+    if (n == 0)
+        return 0;
+    if (n > (1 << 29)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    while (cap < n)
+        cap *= 2;
+    keys = PyMem_Malloc((size_t)cap * sizeof(uint32_t));
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(keys, evs, (size_t)n * sizeof(uint32_t));
+    /* at most half full were every EV distinct */
+    while (2 * n > size)
+        size *= 2;
+    if (size != self->mask + 1 && ei_alloc_table(self, size) < 0) {
+        PyMem_Free(keys);
+        return -1;
+    }
+    PyMem_Free(self->keys);
+    self->keys = keys;
+    self->keys_cap = cap;
+    self->nkeys = n;
+    ei_put_all(self);
+    if (size > 16 && 2 * self->used <= size / 2) {
+        /* repeated EVs: the smallest table holding the distinct ones at most half
+         * full, as the item assignments would have left it (a failure leaves the
+         * larger table, whole) */
+        while (size > 16 && 2 * self->used <= size / 2)
+            size /= 2;
+        if (ei_alloc_table(self, size) < 0)
+            return -1;
+        ei_put_all(self);
+    }
+    return 0;
+}
+
+/* EvIds(evs): id i for the i-th EV of ``evs`` (a later id of an EV replaces it).  An
+ * ``array('I')`` (any buffer of C unsigned ints, what a PathSet's ``_evs`` is) is
+ * read directly (ei_fill); any other sequence item by item. */
 static int
 EvIds_init(EvIdsObject *self, PyObject *args, PyObject *kwds)
 {
@@ -1577,6 +1644,19 @@ EvIds_init(EvIdsObject *self, PyObject *args, PyObject *kwds)
     if (self->nkeys) {
         PyErr_SetString(PyExc_TypeError, "EvIds: already filled");
         return -1;
+    }
+    if (PyObject_CheckBuffer(evs)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(evs, &view, PyBUF_FORMAT) == 0) {
+            if (view.itemsize == 4 && view.format != NULL && strcmp(view.format, "I") == 0) {
+                int rc = ei_fill(self, (const uint32_t *)view.buf, view.len / 4);
+                PyBuffer_Release(&view);
+                return rc;
+            }
+            PyBuffer_Release(&view);
+        }
+        else
+            PyErr_Clear(); /* not a plain buffer: read it as a sequence */
     }
     seq = PySequence_Fast(evs, "EvIds() takes a sequence of EVs");
     if (seq == NULL)
