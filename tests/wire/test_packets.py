@@ -61,3 +61,15 @@ def test_copy_is_a_new_object_with_every_field() -> None:
     rc = copy_packet(r)
     assert type(rc) is RoceData
     assert all(getattr(rc, n) == getattr(r, n) for n in packet_fields(RoceData))
+
+
+def test_data_packets_of_one_size_share_its_object() -> None:
+    # (the simulator's ports read ``size`` at every hop: one int object for the packets
+    # of a size, not one allocated per packet and cold by the next hop)
+    a, b = _data(length=4096), _data(length=4096)
+    assert a.size == b.size == 144 + 4096 and a.size is b.size
+    c = DataPacket(1, 2, Opcode.WRITE_ONLY_IMM, 3, 4, 5, 6, 4096, imm=9)
+    d, e = _data(length=100), _data(length=4096)
+    assert (c.size, d.size, e.size) == (4244, 244, 4240)
+    e.trim(lasthop=False)
+    assert e.size == 144 and a.size == 4240
