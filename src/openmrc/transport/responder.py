@@ -59,6 +59,29 @@ def window_penalty(held: int, window: int) -> int:
     return min(127, int(127 * (share - PENALTY_START) / (1 - PENALTY_START) + 0.5))
 
 
+def _ascending_from(psns: list[int], base: int) -> list[int]:
+    """A new list of the PSNs of ``psns`` not below ``base``, ascending.
+
+    A SACK reports a few PSNs (about four at spraying's usual reordering): an
+    insertion sort costs less than a generator and ``sorted``; many are sorted
+    by ``list.sort``.
+    """
+    out: list[int] = []
+    if len(psns) > 16:
+        out = [p for p in psns if p >= base]
+        out.sort()
+        return out
+    for p in psns:
+        if p >= base:
+            i = len(out)
+            out.append(p)
+            while i > 0 and out[i - 1] > p:
+                out[i] = out[i - 1]
+                i -= 1
+            out[i] = p
+    return out
+
+
 class Responder:
     """Receive-side state of one QP."""
 
@@ -88,6 +111,7 @@ class Responder:
     _msg_bytes: dict[int, int]
     wimm_pending: list[int]
     recv_queue: deque[RecvWR]
+    _held: int
 
     def __init__(self, qp: QPBase) -> None:
         self.qp = qp
@@ -127,6 +151,10 @@ class Responder:
         #: so the k-th of them (counting from the lowest) needs k receives posted.
         self.wimm_pending: list[int] = []
         self.recv_queue: deque[RecvWR] = deque()
+        #: PSNs held above the cumulative point: the set bits of ``bits``, counted as
+        #: they change (a SACK's ``ooo_count``; ``int.bit_count`` is a generic method
+        #: call compiled)
+        self._held = 0
 
     def on_data(self, pkt: DataPacket, now: int) -> None:
         """Place one data packet (or NACK it), then ACK as the coalescing rules say."""
@@ -199,11 +227,13 @@ class Responder:
             bits >>= run
             self.base += run
             self.bits = bits
+            self._held -= run - 1  # (the run's PSNs but this one were held)
             completed = self._complete_messages(pkt.ev, now)
             if self.qp.state is QPState.ERROR:
                 return  # a message found no receive: the QP failed, nothing more to say
         else:
             self.bits = bits
+            self._held += 1
         self.pending_bytes += length if length > 1024 else 1024
         # ACK at once when a message completed here: the sender needs exactly this
         # ACK to complete the work request (the packet that closed the last hole
@@ -338,13 +368,18 @@ class Responder:
         The bitmap covers 64 PSNs from ``sack_base`` (default: the UET rule,
         ``max(highest - 63, cumulative point)``).
         """
+        return self._sack_at(
+            ev, ecn, ts_echo, self.highest - 63 if sack_base is None else sack_base
+        )
+
+    def _sack_at(self, ev: int, ecn: bool, ts_echo: int, sack_base: int) -> SackPacket:
+        """:meth:`sack` with its bitmap from ``sack_base`` (or the cumulative point if
+        that is higher)."""
         base = self.base
-        if sack_base is None:
-            sack_base = self.highest - 63
         if sack_base < base:
             sack_base = base
         bits = self.bits
-        held = bits.bit_count()
+        held = self._held
         window = bits >> (sack_base - base)
         if window >> 64:  # (bits >= 0; 2**64 - 1 is a boxed int: masked only when needed)
             window &= _MASK64
@@ -374,14 +409,14 @@ class Responder:
         self.pending_bytes = 0
         qp = self.qp
         stats = self.stats
-        pending = self.unreported
         base = self.base
+        pending = self.unreported
         if pending:
-            pending = sorted(p for p in pending if p >= base)
-            self.unreported = []
+            pending = _ascending_from(pending, base)
+            self.unreported.clear()
         if not pending:
             stats.tx_sacks += 1
-            qp.queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
+            qp.queue_control(self._sack_at(pkt.ev, pkt.ecn, pkt.ts, self.highest - 63))
             return
         first = True
         i = 0
@@ -391,7 +426,7 @@ class Responder:
             if first and self.highest - 63 <= window:
                 window = self.highest - 63  # all fit under the usual window
             stats.tx_sacks += 1
-            qp.queue_control(self.sack(pkt.ev, pkt.ecn and first, pkt.ts, window))
+            qp.queue_control(self._sack_at(pkt.ev, pkt.ecn and first, pkt.ts, window))
             first = False
             end = max(window, base) + 64
             while i < n and pending[i] < end:
