@@ -99,23 +99,6 @@ def test_each_sack_counts_the_psns_held_above_its_cumulative_ack() -> None:
     assert rsp.bits.bit_count() == sum(1 for p in placed if p >= rsp.base) > 0
 
 
-def test_the_psns_to_report_are_those_not_below_the_base_ascending() -> None:
-    """_ascending_from(psns, base) is sorted(p for p in psns if p >= base), a new list,
-    for short lists (its insertion sort) and long ones (list.sort)."""
-    import random
-
-    from openmrc.transport.responder import _ascending_from
-
-    rng = random.Random(3)
-    for n in (0, 1, 2, 3, 5, 16, 17, 40):
-        for _ in range(20):
-            psns = [rng.randrange(100) for _ in range(n)]
-            base = rng.randrange(-5, 105)
-            got = _ascending_from(psns, base)
-            assert got == sorted(p for p in psns if p >= base)
-            assert got is not psns
-
-
 def test_one_window_when_everything_fits() -> None:
     sacks = _feed(list(range(1, 17)))
     # 16 packets of 1 KiB = one coalesced ACK, in one window; then the probe's ACK.

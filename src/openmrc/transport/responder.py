@@ -59,29 +59,6 @@ def window_penalty(held: int, window: int) -> int:
     return min(127, int(127 * (share - PENALTY_START) / (1 - PENALTY_START) + 0.5))
 
 
-def _ascending_from(psns: list[int], base: int) -> list[int]:
-    """A new list of the PSNs of ``psns`` not below ``base``, ascending.
-
-    A SACK reports a few PSNs (about four at spraying's usual reordering): an
-    insertion sort costs less than a generator and ``sorted``; many are sorted
-    by ``list.sort``.
-    """
-    out: list[int] = []
-    if len(psns) > 16:
-        out = [p for p in psns if p >= base]
-        out.sort()
-        return out
-    for p in psns:
-        if p >= base:
-            i = len(out)
-            out.append(p)
-            while i > 0 and out[i - 1] > p:
-                out[i] = out[i - 1]
-                i -= 1
-            out[i] = p
-    return out
-
-
 class Responder:
     """Receive-side state of one QP."""
 
@@ -411,20 +388,31 @@ class Responder:
         stats = self.stats
         base = self.base
         pending = self.unreported
+        usual = self.highest - 63
         if pending:
-            pending = _ascending_from(pending, base)
-            self.unreported.clear()
+            # Every PSN placed is at most the highest: when none to report is below the
+            # usual window, that one SACK reports them all (no list sorted).
+            spread = False
+            for p in pending:
+                if base <= p < usual:
+                    spread = True
+                    break
+            if spread:
+                pending = sorted([p for p in pending if p >= base])
+                self.unreported = []
+            else:
+                pending.clear()
         if not pending:
             stats.tx_sacks += 1
-            qp.queue_control(self._sack_at(pkt.ev, pkt.ecn, pkt.ts, self.highest - 63))
+            qp.queue_control(self._sack_at(pkt.ev, pkt.ecn, pkt.ts, usual))
             return
         first = True
         i = 0
         n = len(pending)
         while i < n:
             window = pending[i]
-            if first and self.highest - 63 <= window:
-                window = self.highest - 63  # all fit under the usual window
+            if first and usual <= window:
+                window = usual  # all fit under the usual window
             stats.tx_sacks += 1
             qp.queue_control(self._sack_at(pkt.ev, pkt.ecn and first, pkt.ts, window))
             first = False
