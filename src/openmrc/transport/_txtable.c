@@ -1868,44 +1868,9 @@ slot_id(PyObject *o)
     return PyLong_AsSsize_t(o);
 }
 
-/* The k-th item of good_evs(evs, st, slots, plane, bad) for every k in turn: *ev its
- * EV; 1 when there is one, 0 past the last slot, -1 (IndexError set) for an id outside
- * either array, as good_evs raises. *k is the slot position to go on from. */
-static inline int
-good_next(const Py_buffer *view, PyObject *st_obj, PyObject *slots, long plane, long bad,
-          Py_ssize_t *k, uint32_t *ev)
-{
-    const uint32_t *evs = (const uint32_t *)view->buf;
-    Py_ssize_t nevs = view->len / 4;
-    const unsigned char *st = (const unsigned char *)PyByteArray_AS_STRING(st_obj);
-    Py_ssize_t nst = PyByteArray_GET_SIZE(st_obj);
-    Py_ssize_t n = PyList_GET_SIZE(slots);
-    while (*k < n) {
-        Py_ssize_t i = slot_id(PyList_GET_ITEM(slots, *k));
-        (*k)++;
-        if (i == -1 && PyErr_Occurred())
-            return -1;
-        if (i < 0 || i >= nevs) {
-            PyErr_SetString(PyExc_IndexError, "array index out of range");
-            return -1;
-        }
-        if ((long)(evs[i] & 15) != plane)
-            continue;
-        if (i >= nst) {
-            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
-            return -1;
-        }
-        if ((long)st[i] < bad) {
-            *ev = evs[i];
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* With good = good_evs(evs, st, slots, plane, bad): len(good) in one pass, or, when
- * stop >= 0, stop + 1 once *ev is good[stop] (good_next's checks and errors: -1 with
- * IndexError or TypeError set; a loop of its own, not a call of good_next per item). */
+ * stop >= 0, stop + 1 once *ev is good[stop] (-1 with IndexError or TypeError set, as
+ * good_evs raises them). */
 static Py_ssize_t
 good_count(const Py_buffer *view, PyObject *st_obj, PyObject *slots, long plane, long bad,
            Py_ssize_t stop, uint32_t *ev)
@@ -1950,9 +1915,11 @@ native_good_after(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer view;
     long plane, bad, first = -1;
     long long want;
-    Py_ssize_t k = 0;
+    Py_ssize_t k, n, nevs, nst;
+    const uint32_t *evs;
+    const unsigned char *st;
     uint32_t ev;
-    int found = 0, got, overflow = 0;
+    int found = 0, overflow = 0;
     if (check_nargs("good_after", nargs, 6) < 0)
         return NULL;
     /* (an EV is past one digit, 2**30: PyLong_AsLongLong would take it through
@@ -1966,7 +1933,28 @@ native_good_after(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (good_open("good_after", args, &view, &plane, &bad) < 0)
         return NULL;
-    while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0) {
+    evs = (const uint32_t *)view.buf;
+    nevs = view.len / 4;
+    st = (const unsigned char *)PyByteArray_AS_STRING(args[1]);
+    nst = PyByteArray_GET_SIZE(args[1]);
+    n = PyList_GET_SIZE(args[2]);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = slot_id(PyList_GET_ITEM(args[2], k));
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= nevs) {
+            PyErr_SetString(PyExc_IndexError, "array index out of range");
+            goto fail;
+        }
+        if ((long)(evs[i] & 15) != plane)
+            continue;
+        if (i >= nst) {
+            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+            goto fail;
+        }
+        if ((long)st[i] >= bad)
+            continue;
+        ev = evs[i];
         if (found) {
             PyBuffer_Release(&view);
             return PyLong_FromUnsignedLong(ev);
@@ -1977,9 +1965,10 @@ native_good_after(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             found = 1;
     }
     PyBuffer_Release(&view);
-    if (got < 0)
-        return NULL;
     return PyLong_FromLong(first);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 /* good_pick(evs, st, slots, plane, bad, k): with good = good_evs(evs, st, slots,
