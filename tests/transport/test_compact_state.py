@@ -742,6 +742,14 @@ def test_native_good_after_and_pick_edges() -> None:
                 fn(*args)
     with pytest.raises(ValueError):
         native.good_pick(evs, st, [0], 0, 2, -1)
+    # ids read in place or converted: past one digit, a bool, an id bad after the pick
+    for fn in (native.good_after, native.good_pick):
+        with pytest.raises(IndexError):
+            fn(evs, st, [1, 2**30 + 1], 1, 2, 17)
+        with pytest.raises(IndexError):
+            fn(evs, st, [1, 0, 3], 0, 2, 16)  # (good_after reads on for 16's successor)
+    assert native.good_after(evs, st, [True, 0], 1, 2, 16) == 17
+    assert native.good_pick(evs, st, [0, True, 1], 1, 2, 1) == 2 << 32 | 17
     evs.append(48)  # no buffer left exported
     assert native.good_after(evs, bytearray(4), [3, 0], 0, 2, 16) == 48
 

@@ -526,6 +526,10 @@ def test_state_view_and_lookups_survive_many_drawn_backups() -> None:
         ps.state[stranger]
     ps.on_loss(stranger, 0, "test")  # feedback for an EV the QP does not know: ignored
     assert ps.state.get(stranger) is None
+    # knows(ev): state_of(ev) is not None, for the active, the replaced and strangers
+    assert all(ps.knows(ev) and ps.state_of(ev) is not None for ev in known)
+    assert not ps.knows(stranger) and ps.state_of(stranger) is None
+    assert not ps.knows(-1) and not ps.knows(1 << 40)
 
 
 def test_more_than_65535_known_evs() -> None:

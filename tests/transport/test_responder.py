@@ -62,6 +62,43 @@ def test_a_duplicate_below_the_sack_window_is_acknowledged() -> None:
     assert 5 in _reported(dup)
 
 
+def test_each_sack_counts_the_psns_held_above_its_cumulative_ack() -> None:
+    """A SACK's ``ooo_count`` (and the window penalty read from it) is the number of
+    PSNs placed above its cumulative ACK when it was sent, through reordering,
+    duplicates, holes filled several PSNs at a time, a trimmed packet and one out of
+    the window (neither placed)."""
+    import random
+
+    rng = random.Random(5)
+    order = list(range(300))
+    for i in range(0, 300, 40):  # reordering within blocks of 40
+        block = order[i : i + 40]
+        rng.shuffle(block)
+        order[i : i + 40] = block
+    order[50:50] = [order[10], order[45]]  # duplicates
+    lb = Loopback()
+    qa, qb = lb.connect()
+    rsp = qb.responder
+    assert rsp is not None
+    rsp.coalesce = 1  # an ACK for every packet
+    mr = qb.pd.reg_mr(1 << 22)
+    placed: set[int] = set()
+    checked = 0
+    for i, psn in enumerate([*order, 1 << 20]):
+        pkt = DataPacket(qa.qpn, 0x10, Opcode.WRITE_MIDDLE, psn, 0, mr.addr + psn % 4096 * 1024,
+                         mr.rkey, 1024, ts=i + 1)  # fmt: skip
+        pkt.trimmed = i == 77
+        qb.receive_packet(pkt, 1000 + i)
+        if i != 77 and psn < 1 << 20:
+            placed.add(psn)
+        while (out := qb.poll_packet(1000 + i)) is not None:
+            if isinstance(out, SackPacket):
+                assert out.ooo_count == sum(1 for p in placed if p >= out.cack)
+                checked += 1
+    assert checked > 250
+    assert rsp.bits.bit_count() == sum(1 for p in placed if p >= rsp.base) > 0
+
+
 def test_one_window_when_everything_fits() -> None:
     sacks = _feed(list(range(1, 17)))
     # 16 packets of 1 KiB = one coalesced ACK, in one window; then the probe's ACK.

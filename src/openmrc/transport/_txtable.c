@@ -1850,21 +1850,38 @@ good_open(const char *name, PyObject *const *args, Py_buffer *view, long *plane,
     return 0;
 }
 
-/* The k-th item of good_evs(evs, st, slots, plane, bad) for every k in turn: *ev its
- * EV; 1 when there is one, 0 past the last slot, -1 (IndexError set) for an id outside
- * either array, as good_evs raises. *k is the slot position to go on from. */
-static inline int
-good_next(const Py_buffer *view, PyObject *st_obj, PyObject *slots, long plane, long bad,
-          Py_ssize_t *k, uint32_t *ev)
+/* A slot's id (an int item of the slots list) as PyLong_AsSsize_t gives it: an exact
+ * int of at most one digit read in place (CPython 3.11's layout), as every id is; any
+ * other item goes through PyLong_AsSsize_t (its result or its error). */
+static inline Py_ssize_t
+slot_id(PyObject *o)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyLong_CheckExact(o)) {
+        Py_ssize_t size = Py_SIZE(o);
+        if (size == 1)
+            return (Py_ssize_t)((PyLongObject *)o)->ob_digit[0];
+        if (size == 0)
+            return 0;
+    }
+#endif
+    return PyLong_AsSsize_t(o);
+}
+
+/* With good = good_evs(evs, st, slots, plane, bad): len(good) in one pass, or, when
+ * stop >= 0, stop + 1 once *ev is good[stop] (-1 with IndexError or TypeError set, as
+ * good_evs raises them). */
+static Py_ssize_t
+good_count(const Py_buffer *view, PyObject *st_obj, PyObject *slots, long plane, long bad,
+           Py_ssize_t stop, uint32_t *ev)
 {
     const uint32_t *evs = (const uint32_t *)view->buf;
     Py_ssize_t nevs = view->len / 4;
     const unsigned char *st = (const unsigned char *)PyByteArray_AS_STRING(st_obj);
     Py_ssize_t nst = PyByteArray_GET_SIZE(st_obj);
-    Py_ssize_t n = PyList_GET_SIZE(slots);
-    while (*k < n) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(slots, *k));
-        (*k)++;
+    Py_ssize_t n = PyList_GET_SIZE(slots), k, count = 0;
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = slot_id(PyList_GET_ITEM(slots, k));
         if (i == -1 && PyErr_Occurred())
             return -1;
         if (i < 0 || i >= nevs) {
@@ -1878,11 +1895,14 @@ good_next(const Py_buffer *view, PyObject *st_obj, PyObject *slots, long plane, 
             return -1;
         }
         if ((long)st[i] < bad) {
-            *ev = evs[i];
-            return 1;
+            if (count == stop) {
+                *ev = evs[i];
+                return count + 1;
+            }
+            count++;
         }
     }
-    return 0;
+    return count;
 }
 
 /* good_after(evs, st, slots, plane, bad, ev): the item of good = good_evs(evs, st,
@@ -1895,17 +1915,46 @@ native_good_after(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer view;
     long plane, bad, first = -1;
     long long want;
-    Py_ssize_t k = 0;
+    Py_ssize_t k, n, nevs, nst;
+    const uint32_t *evs;
+    const unsigned char *st;
     uint32_t ev;
-    int found = 0, got;
+    int found = 0, overflow = 0;
     if (check_nargs("good_after", nargs, 6) < 0)
         return NULL;
-    want = PyLong_AsLongLong(args[5]);
+    /* (an EV is past one digit, 2**30: PyLong_AsLongLong would take it through
+     * _PyLong_AsByteArray; this reads the digits, with the same errors) */
+    want = PyLong_AsLongLongAndOverflow(args[5], &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C long long");
+        return NULL;
+    }
     if (want == -1 && PyErr_Occurred())
         return NULL;
     if (good_open("good_after", args, &view, &plane, &bad) < 0)
         return NULL;
-    while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0) {
+    evs = (const uint32_t *)view.buf;
+    nevs = view.len / 4;
+    st = (const unsigned char *)PyByteArray_AS_STRING(args[1]);
+    nst = PyByteArray_GET_SIZE(args[1]);
+    n = PyList_GET_SIZE(args[2]);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = slot_id(PyList_GET_ITEM(args[2], k));
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= nevs) {
+            PyErr_SetString(PyExc_IndexError, "array index out of range");
+            goto fail;
+        }
+        if ((long)(evs[i] & 15) != plane)
+            continue;
+        if (i >= nst) {
+            PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+            goto fail;
+        }
+        if ((long)st[i] >= bad)
+            continue;
+        ev = evs[i];
         if (found) {
             PyBuffer_Release(&view);
             return PyLong_FromUnsignedLong(ev);
@@ -1916,9 +1965,10 @@ native_good_after(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             found = 1;
     }
     PyBuffer_Release(&view);
-    if (got < 0)
-        return NULL;
     return PyLong_FromLong(first);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 /* good_pick(evs, st, slots, plane, bad, k): with good = good_evs(evs, st, slots,
@@ -1929,9 +1979,8 @@ native_good_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
     long plane, bad;
-    Py_ssize_t k = 0, want, n = 0;
-    uint32_t ev;
-    int got;
+    Py_ssize_t want, n;
+    uint32_t ev = 0;
     if (check_nargs("good_pick", nargs, 6) < 0)
         return NULL;
     want = PyLong_AsSsize_t(args[5]);
@@ -1943,16 +1992,11 @@ native_good_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (good_open("good_pick", args, &view, &plane, &bad) < 0)
         return NULL;
-    while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0)
-        n++;
-    if (got == 0 && n > 0) {
-        Py_ssize_t m = want % n;
-        k = 0;
-        while ((got = good_next(&view, args[1], args[2], plane, bad, &k, &ev)) > 0 && m > 0)
-            m--;
-    }
+    n = good_count(&view, args[1], args[2], plane, bad, -1, &ev);
+    if (n > 0)
+        good_count(&view, args[1], args[2], plane, bad, want % n, &ev); /* (no error now) */
     PyBuffer_Release(&view);
-    if (got < 0)
+    if (n < 0)
         return NULL;
     if (n == 0)
         return PyLong_FromLong(0);

@@ -1264,6 +1264,10 @@ class PathSet:
         i = self._id(ev)
         return None if i < 0 else _STATES[self._st[i]]
 
+    def knows(self, ev: int) -> bool:
+        """Whether ``ev`` is one of this QP's known EVs (:meth:`state_of` is not None)."""
+        return self._id(ev) >= 0
+
     def known_evs(self) -> list[int]:
         """Every EV the QP knows (active, drawn or listed backups, denied)."""
         return self._evs.tolist()

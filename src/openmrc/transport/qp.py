@@ -455,19 +455,20 @@ class QueuePair(QPBase):
 
     def complete_sends(self) -> None:
         """Push the send completions of the WRs now fully acknowledged, in order."""
-        req = self.requester
-        ops = req.ops  # type: ignore[union-attr]
-        while len(ops):
+        # (typed, so that compiled the op's fields are native reads, not generic ones)
+        req = cast(Requester, self.requester)
+        ops = req.ops
+        while ops.count:
             op = ops.first()
             if op.acked < op.npkts or op.segmented < op.npkts:
                 break
-            if op.is_imm and req.snd_una < op.first_psn + op.npkts:  # type: ignore[union-attr]
+            if op.is_imm and req.snd_una < op.first_psn + op.npkts:
                 # A WRITE_IMM completes on the cumulative ACK only: the responder
                 # consumes its receive in message order and may still refuse it.
                 break
             ops.popleft()
             if op.is_imm:
-                req.wimm_outstanding -= 1  # type: ignore[union-attr]
+                req.wimm_outstanding -= 1
             if op.signaled:
                 self.send_cq.push(
                     WorkCompletion(

@@ -1040,7 +1040,8 @@ class Requester:
         self.reo_samples += 1
         err = late - self.reo_mean
         self.reo_mean += err >> 3
-        self.reo_dev += (abs(err) - self.reo_dev) >> 2
+        # (abs() of an int is a generic call compiled)
+        self.reo_dev += ((err if err >= 0 else -err) - self.reo_dev) >> 2
 
     def _reo_measured(self) -> int:
         """The floor and the measured reordering, without start-up or spurious widening."""

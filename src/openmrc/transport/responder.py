@@ -88,6 +88,7 @@ class Responder:
     _msg_bytes: dict[int, int]
     wimm_pending: list[int]
     recv_queue: deque[RecvWR]
+    _held: int
 
     def __init__(self, qp: QPBase) -> None:
         self.qp = qp
@@ -127,6 +128,10 @@ class Responder:
         #: so the k-th of them (counting from the lowest) needs k receives posted.
         self.wimm_pending: list[int] = []
         self.recv_queue: deque[RecvWR] = deque()
+        #: PSNs held above the cumulative point: the set bits of ``bits``, counted as
+        #: they change (a SACK's ``ooo_count``; ``int.bit_count`` is a generic method
+        #: call compiled)
+        self._held = 0
 
     def on_data(self, pkt: DataPacket, now: int) -> None:
         """Place one data packet (or NACK it), then ACK as the coalescing rules say."""
@@ -199,11 +204,13 @@ class Responder:
             bits >>= run
             self.base += run
             self.bits = bits
+            self._held -= run - 1  # (the run's PSNs but this one were held)
             completed = self._complete_messages(pkt.ev, now)
             if self.qp.state is QPState.ERROR:
                 return  # a message found no receive: the QP failed, nothing more to say
         else:
             self.bits = bits
+            self._held += 1
         self.pending_bytes += length if length > 1024 else 1024
         # ACK at once when a message completed here: the sender needs exactly this
         # ACK to complete the work request (the packet that closed the last hole
@@ -338,13 +345,18 @@ class Responder:
         The bitmap covers 64 PSNs from ``sack_base`` (default: the UET rule,
         ``max(highest - 63, cumulative point)``).
         """
+        return self._sack_at(
+            ev, ecn, ts_echo, self.highest - 63 if sack_base is None else sack_base
+        )
+
+    def _sack_at(self, ev: int, ecn: bool, ts_echo: int, sack_base: int) -> SackPacket:
+        """:meth:`sack` with its bitmap from ``sack_base`` (or the cumulative point if
+        that is higher)."""
         base = self.base
-        if sack_base is None:
-            sack_base = self.highest - 63
         if sack_base < base:
             sack_base = base
         bits = self.bits
-        held = bits.bit_count()
+        held = self._held
         window = bits >> (sack_base - base)
         if window >> 64:  # (bits >= 0; 2**64 - 1 is a boxed int: masked only when needed)
             window &= _MASK64
@@ -374,24 +386,35 @@ class Responder:
         self.pending_bytes = 0
         qp = self.qp
         stats = self.stats
-        pending = self.unreported
         base = self.base
+        pending = self.unreported
+        usual = self.highest - 63
         if pending:
-            pending = sorted(p for p in pending if p >= base)
-            self.unreported = []
+            # Every PSN placed is at most the highest: when none to report is below the
+            # usual window, that one SACK reports them all (no list sorted).
+            spread = False
+            for p in pending:
+                if base <= p < usual:
+                    spread = True
+                    break
+            if spread:
+                pending = sorted([p for p in pending if p >= base])
+                self.unreported = []
+            else:
+                pending.clear()
         if not pending:
             stats.tx_sacks += 1
-            qp.queue_control(self.sack(pkt.ev, pkt.ecn, pkt.ts))
+            qp.queue_control(self._sack_at(pkt.ev, pkt.ecn, pkt.ts, usual))
             return
         first = True
         i = 0
         n = len(pending)
         while i < n:
             window = pending[i]
-            if first and self.highest - 63 <= window:
-                window = self.highest - 63  # all fit under the usual window
+            if first and usual <= window:
+                window = usual  # all fit under the usual window
             stats.tx_sacks += 1
-            qp.queue_control(self.sack(pkt.ev, pkt.ecn and first, pkt.ts, window))
+            qp.queue_control(self._sack_at(pkt.ev, pkt.ecn and first, pkt.ts, window))
             first = False
             end = max(window, base) + 64
             while i < n and pending[i] < end:

@@ -220,7 +220,7 @@ class ReversePaths:
     def on_delivered(self, ev: int) -> None:
         """A SACK reflected ``ev``: data this QP sent on it arrived (an EV the
         QP does not know is ignored: nothing from the network is trusted)."""
-        if self.paths.state_of(ev) is not None:
+        if self.paths.knows(ev):
             plane = ev & (MAX_PLANES - 1)
             self.evs[plane] = ev
             self.confirmed |= 1 << plane

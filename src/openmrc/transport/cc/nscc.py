@@ -212,11 +212,13 @@ class NSCC(CongestionControl):
         self, acked_bytes: int, rtt_ps: int | None, ecn: bool, inflight: int, now: int
     ) -> None:
         """One ACK event: ``rtt_ps`` its RTT sample (None: no valid sample)."""
-        if rtt_ps is not None and rtt_ps > 0:
-            self._learn_base(rtt_ps)
-            if rtt_ps >= self.base_rtt:
-                self._update_delay(rtt_ps, ecn)
-                delay: float = float(rtt_ps - self.base_rtt)
+        # (the sample unboxed once: compiled, each use of an ``int | None`` converts it)
+        rtt = rtt_ps if rtt_ps is not None else 0
+        if rtt > 0:
+            self._learn_base(rtt)
+            if rtt >= self.base_rtt:
+                self._update_delay(rtt, ecn)
+                delay: float = float(rtt - self.base_rtt)
             else:
                 delay = self.avg_delay
         else:
