@@ -218,7 +218,6 @@ KERNEL_EXTENSIONS = [
 # ----- end of the mypyc part --------------------------------------------------------------
 
 
-
 #: the fingerprint of the sources a build starts from (a file edited during the build
 #: then makes the next install build again)
 _BUILT_FROM: list[str] = [""]
