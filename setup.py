@@ -195,15 +195,19 @@ def _group_visibility_args() -> list[str]:
     (`CPyDef_*`, the runtime's helpers) would be exported: then each call between them
     goes through a PLT stub and none is inlined into another, since the dynamic linker
     could swap it.  Nothing outside needs them (a module's shim reaches the group through
-    a capsule; `PyInit_*` stays exported by `PyMODINIT_FUNC`), so they are hidden.  GCC and
-    Clang only: given where mypyc passes its own GCC-style flags (a "unix" compiler).
+    a capsule; `PyInit_*` stays exported by `PyMODINIT_FUNC`), so they are hidden.  On
+    Linux its calls into CPython also skip the PLT stub (`-fno-plt`: one indirect call
+    through the GOT, the stubs' code out of the instruction cache).  GCC and Clang only:
+    given where mypyc passes its own GCC-style flags (a "unix" compiler).
     """
     from distutils import ccompiler
     from distutils import sysconfig as dist_sysconfig
 
     compiler = ccompiler.new_compiler()
     dist_sysconfig.customize_compiler(compiler)
-    return ["-fvisibility=hidden"] if compiler.compiler_type == "unix" else []
+    if compiler.compiler_type != "unix":
+        return []
+    return ["-fvisibility=hidden", *(["-fno-plt"] if sys.platform.startswith("linux") else [])]
 
 
 # ----- the simulator's native event kernel (openmrc.sim._kernel) -------------------------
