@@ -180,9 +180,34 @@ def _mypyc_extensions() -> list:
         print(f"openmrc: mypyc failed ({exc}), installing pure Python", file=sys.stderr)
         _remove_stale_builds()
         return []
+    hidden = _group_visibility_args()
     for ext in exts:
         ext.optional = True  # a failed compile leaves the pure-Python module in place
+        if ext.name.endswith("__mypyc"):  # the group's shared library, not a module's shim
+            ext.extra_compile_args = [*ext.extra_compile_args, *hidden]
     return exts
+
+
+def _group_visibility_args() -> list[str]:
+    """Compile flags that keep the mypyc group's functions inside its shared library.
+
+    mypyc compiles every module into one `-fPIC` library whose functions
+    (`CPyDef_*`, the runtime's helpers) would be exported: then each call between them
+    goes through a PLT stub and none is inlined into another, since the dynamic linker
+    could swap it.  Nothing outside needs them (a module's shim reaches the group through
+    a capsule; `PyInit_*` stays exported by `PyMODINIT_FUNC`), so they are hidden.  On
+    Linux its calls into CPython also skip the PLT stub (`-fno-plt`: one indirect call
+    through the GOT, the stubs' code out of the instruction cache).  GCC and Clang only:
+    given where mypyc passes its own GCC-style flags (a "unix" compiler).
+    """
+    from distutils import ccompiler
+    from distutils import sysconfig as dist_sysconfig
+
+    compiler = ccompiler.new_compiler()
+    dist_sysconfig.customize_compiler(compiler)
+    if compiler.compiler_type != "unix":
+        return []
+    return ["-fvisibility=hidden", *(["-fno-plt"] if sys.platform.startswith("linux") else [])]
 
 
 # ----- the simulator's native event kernel (openmrc.sim._kernel) -------------------------
@@ -216,7 +241,6 @@ KERNEL_EXTENSIONS = [
 ]
 # ----- end of the kernel part ------------------------------------------------------------
 # ----- end of the mypyc part --------------------------------------------------------------
-
 
 
 #: the fingerprint of the sources a build starts from (a file edited during the build

@@ -1,14 +1,18 @@
-"""setup.py's reuse of an editable install's compiled modules (no build runs here)."""
+"""setup.py's reuse of an editable install's compiled modules (no build runs here), and
+what the compiled group's shared library exports."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.tools import needs_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,3 +146,30 @@ def test_the_mypyc_build_finds_or_ignores_every_package_it_imports() -> None:
     reached = _imports_reached(setup.MYPYC_MODULES)
     assert "numpy" in reached  # the flow level's: the check below is not empty
     assert sorted(reached - build - ignorable) == []
+
+
+@needs_tool("nm")
+@pytest.mark.skipif(sys.platform != "linux", reason="reads an ELF shared library")
+def test_the_mypyc_group_exports_only_its_module_init() -> None:
+    """The compiled group (every mypyc module in one shared library) is built with
+    hidden visibility: its functions are called directly and inlined into each other
+    instead of through PLT stubs, so its dynamic symbol table holds only ``PyInit_*``
+    (a module's shim reaches the rest through a capsule)."""
+    import openmrc.transport.requester  # noqa: F401  (compiled: its shim loads the group)
+
+    groups = [  # openmrc's, not another mypyc-compiled package's (mypy's own)
+        m.__file__
+        for n, m in list(sys.modules.items())
+        if n.endswith("__mypyc") and hasattr(m, "init_openmrc___transport___requester")
+    ]
+    if not groups:
+        pytest.skip("no compiled modules in this installation (pure-Python install)")
+    for path in groups:
+        assert path is not None
+        out = subprocess.run(
+            ["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True
+        ).stdout
+        rows = [row.split() for row in out.splitlines() if row.strip()]
+        names = [row[-1] for row in rows if row[-2] != "A"]  # not a linker's marker (_end)
+        assert any(name.startswith("PyInit_") for name in names), path
+        assert [n for n in names if not n.startswith("PyInit_")] == [], path
