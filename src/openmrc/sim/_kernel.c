@@ -1482,7 +1482,7 @@ static int sim_cancel_key(SimObject *s, int64_t key)
 
 /* An int (or __index__, or a float with an integral value: Python code may pass
  * 1e3 ps) as int64; TypeError for a fraction, OverflowError past 64 bits. */
-static int as_i64(PyObject *o, int64_t *out)
+static int as_i64_slow(PyObject *o, int64_t *out)
 {
     if (PyLong_CheckExact(o)) { /* the common case: a plain int */
 #if PY_VERSION_HEX < 0x030C0000
@@ -1554,6 +1554,25 @@ static int as_i64(PyObject *o, int64_t *out)
         return -1;
     *out = v;
     return 0;
+}
+
+/* as_i64: the time or size o as an int64 (as_i64_slow), its commonest cases (an
+ * exact int from -(2**30 - 1) to 2**60 - 1: times to 13 days in ps, sizes, -1) inline
+ * in the callers, several per event. */
+static inline int as_i64(PyObject *o, int64_t *out)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 1) <= 3) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *out = n == 1    ? (int64_t)d[0]
+               : n == 2  ? (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0])
+               : n == -1 ? -(int64_t)d[0]
+                         : 0;
+        return 0;
+    }
+#endif
+    return as_i64_slow(o, out);
 }
 
 /* a + b into *out; 1 (and *out untouched) when it does not fit in int64 */
