@@ -30,6 +30,18 @@ as_i64(PyObject *o, int *ok)
 {
     int overflow = 0;
     long long v;
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: an exact int of -1 to 2 digits (PSNs, EVs, times) read from its digits */
+    if (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 1) <= 3) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *ok = 1;
+        return n == 1    ? (int64_t)d[0]
+               : n == 2  ? (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0])
+               : n == -1 ? -(int64_t)d[0]
+                         : 0;
+    }
+#endif
     if (!PyLong_Check(o)) {
         *ok = 0;
         return 0;
@@ -51,6 +63,15 @@ as_u64(PyObject *o, uint64_t *out)
     unsigned long long v;
     int overflow = 0;
     long long sv;
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: an exact int of 0 to 2 digits (EVs, send times, flags) read from its digits */
+    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 2) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *out = n == 1 ? (uint64_t)d[0] : n == 2 ? ((uint64_t)d[1] << PyLong_SHIFT) | d[0] : 0;
+        return 0;
+    }
+#endif
     if (!PyLong_Check(o)) {
         PyErr_SetString(PyExc_TypeError, "an integer is required");
         return -1;
@@ -1930,7 +1951,7 @@ native_good_pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer view;
     long plane, bad;
     Py_ssize_t k = 0, want, n = 0;
-    uint32_t ev;
+    uint32_t ev = 0; /* (set by good_next; initialised for GCC's flow analysis) */
     int got;
     if (check_nargs("good_pick", nargs, 6) < 0)
         return NULL;
