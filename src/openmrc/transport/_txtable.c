@@ -2003,6 +2003,12 @@ as_index(PyObject *o, int *err)
 {
     Py_ssize_t v;
     *err = 0;
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: a non-negative exact int of at most one digit (every slot and id) read
+     * from it */
+    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 1)
+        return Py_SIZE(o) ? (Py_ssize_t)((PyLongObject *)o)->ob_digit[0] : 0;
+#endif
     if (!PyLong_Check(o)) {
         PyErr_Format(PyExc_TypeError, "indices must be integers, not %.100s",
                      Py_TYPE(o)->tp_name);
