@@ -796,14 +796,16 @@ def test_native_send_post_matches_python() -> None:
             ]
             fired: list[int] = []
             first = fn(ports[0], _data(0, 2000), sim, ports, 0, -1, fired.append)
-            got = [first, fn(ports[1], _data(1, 500), sim, ports, 0, first, fired.append)]
-            got.append(fn(ports[0], _data(2), sim, ports, 0, got[1], fired.append))
+            assert first is not None
+            second = fn(ports[1], _data(1, 500), sim, ports, 0, first, fired.append)
+            assert second is not None
+            got = [first, second, fn(ports[0], _data(2), sim, ports, 0, second, fired.append)]
             sim.run()
             seen.append((got, fired, [p.tx_pkts for p in ports]))
         assert seen[0] == seen[1]
-        got, fired, sent = seen[0]
-        assert got[0] is not None and got[1] is not None and got[1] < got[0] and got[2] is None
-        assert fired == [got[1], got[0]] and sent == [2, 1]
+        (first, second, third), fired, sent = seen[0]
+        assert first is not None and second is not None and second < first and third is None
+        assert fired == [second, first] and sent == [2, 1]
 
     class Counted(kernel.EgressPort):  # type: ignore[name-defined,misc]
         calls = 0
