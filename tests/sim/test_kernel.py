@@ -30,7 +30,14 @@ from hypothesis import strategies as st
 
 from openmrc.sim import _native
 from openmrc.sim.engine import PySimulator
-from openmrc.sim.port import PortReport, PyEgressPort, py_busy_mask, py_soonest_drain
+from openmrc.sim.port import (
+    PortReport,
+    PyEgressPort,
+    py_busy_mask,
+    py_post_drain,
+    py_send_post,
+    py_soonest_drain,
+)
 from openmrc.sim.switch import PyHostEnd, PySwitch, SwitchReport
 from openmrc.topology import BLOCK, BLOCK_PREFIX, SwitchInfo
 from openmrc.wire.packets import DataPacket, Opcode, SackPacket
@@ -705,6 +712,114 @@ def test_native_busy_mask_and_soonest_drain_match_python() -> None:
         kernel.busy_mask(5, 0)
     with pytest.raises(AttributeError):
         kernel.soonest_drain([object()], 0)
+
+
+@native
+def test_native_post_drain_matches_python() -> None:
+    """The NIC's pump armed in one call: the native post_drain against pyport's, on
+    both simulators and port kinds, armed before, at and after the soonest drain, no
+    port draining, and a simulator subclass whose post is its own."""
+    assert kernel is not None
+    impls = _impls()
+    for sim_impl in impls:
+        for port_impl in impls:
+            if sim_impl[0] == "py" and port_impl[0] == "native":
+                continue  # (a native port needs the native simulator)
+            seen = []
+            for fn in (py_post_drain, kernel.post_drain):
+                sim = sim_impl[1](1)
+                ports = [
+                    port_impl[2](
+                        sim, f"h0:{i}", 10**11, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4
+                    )
+                    for i in range(3)
+                ]
+                fired: list[tuple[int, int]] = []
+
+                def pump(at: int, sim: Any = sim, fired: list[tuple[int, int]] = fired) -> None:
+                    fired.append((at, sim.now))
+
+                got = [fn(sim, ports, 0, -1, pump)]  # nothing queued: None
+                ports[1].enqueue(_data(0))
+                ports[2].enqueue(_data(1, 3000))
+                soonest = py_soonest_drain(ports, 0)
+                assert soonest is not None
+                for armed in (-1, soonest + 1, soonest, soonest - 1):
+                    got.append(fn(sim, ports, 0, armed, pump))
+                ports[1].set_up(False)
+                got.append(fn(sim, ports, 0, -1, pump))  # the down port's drain left out
+                sim.run()
+                seen.append((got, fired, sim.events_run))
+            assert seen[0] == seen[1]
+            got, fired, _ = seen[0]
+            assert got[0] is None and got[1] == got[2] == soonest
+            later = got[5]
+            assert soonest is not None
+            assert got[3] is None and got[4] is None and later is not None and later > soonest
+            assert fired == [(soonest, soonest), (soonest, soonest), (later, later)]
+
+    class Logged(kernel.Simulator):  # type: ignore[name-defined,misc]
+        def __init__(self, seed: int) -> None:
+            super().__init__(seed)
+            self.log: list[int] = []
+
+        def post(self, at: int, callback: Any, arg: Any) -> None:
+            self.log.append(at)
+            super().post(at, callback, arg)
+
+    sim = Logged(1)
+    port = kernel.EgressPort(sim, "p", 10**11, 1, print, data_limit=10**6, prio_limit=10**5)
+    port.enqueue(_data(0))
+    t = kernel.post_drain(sim, [port], 0, -1, print)
+    assert t is not None and sim.log == [t]
+    with pytest.raises(TypeError):
+        kernel.post_drain(sim, [port], 0, -1)
+    with pytest.raises(AttributeError):
+        kernel.post_drain(sim, [object()], 0, -1, print)
+
+
+@native
+def test_native_send_post_matches_python() -> None:
+    """A packet enqueued and the pump armed in one call (send_post) against pyport's,
+    on both port kinds, and a native port subclass whose enqueue is its own."""
+    assert kernel is not None
+    impls = _impls()
+    for sim_impl, port_impl in ((impls[0], impls[0]), (impls[1], impls[1]), (impls[1], impls[0])):
+        seen = []
+        for fn in (py_send_post, kernel.send_post):
+            sim = sim_impl[1](1)
+            ports = [
+                port_impl[2](
+                    sim, f"h0:{i}", 10**11, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4
+                )
+                for i in range(2)
+            ]
+            fired: list[int] = []
+            first = fn(ports[0], _data(0, 2000), sim, ports, 0, -1, fired.append)
+            assert first is not None
+            second = fn(ports[1], _data(1, 500), sim, ports, 0, first, fired.append)
+            assert second is not None
+            got = [first, second, fn(ports[0], _data(2), sim, ports, 0, second, fired.append)]
+            sim.run()
+            seen.append((got, fired, [p.tx_pkts for p in ports]))
+        assert seen[0] == seen[1]
+        (first, second, third), fired, sent = seen[0]
+        assert first is not None and second is not None and second < first and third is None
+        assert fired == [second, first] and sent == [2, 1]
+
+    class Counted(kernel.EgressPort):  # type: ignore[name-defined,misc]
+        calls = 0
+
+        def enqueue(self, pkt: Any) -> None:
+            Counted.calls += 1
+            super().enqueue(pkt)
+
+    sim = kernel.Simulator(1)
+    port = Counted(sim, "p", 10**11, 1, print, data_limit=10**6, prio_limit=10**5)
+    assert kernel.send_post(port, _data(0), sim, [port], 0, -1, print) is not None
+    assert Counted.calls == 1 and port.tx_pkts == 1 and port.busy_until > 0
+    with pytest.raises(TypeError):
+        kernel.send_post(port, _data(1), sim, [port], 0, -1)
 
 
 # --------------------------------------------------------------------------------------

@@ -1482,7 +1482,7 @@ static int sim_cancel_key(SimObject *s, int64_t key)
 
 /* An int (or __index__, or a float with an integral value: Python code may pass
  * 1e3 ps) as int64; TypeError for a fraction, OverflowError past 64 bits. */
-static int as_i64(PyObject *o, int64_t *out)
+static int as_i64_slow(PyObject *o, int64_t *out)
 {
     if (PyLong_CheckExact(o)) { /* the common case: a plain int */
 #if PY_VERSION_HEX < 0x030C0000
@@ -1554,6 +1554,25 @@ static int as_i64(PyObject *o, int64_t *out)
         return -1;
     *out = v;
     return 0;
+}
+
+/* as_i64: the time or size o as an int64 (as_i64_slow), its commonest cases (an
+ * exact int from -(2**30 - 1) to 2**60 - 1: times to 13 days in ps, sizes, -1) inline
+ * in the callers, several per event. */
+static inline int as_i64(PyObject *o, int64_t *out)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 1) <= 3) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *out = n == 1    ? (int64_t)d[0]
+               : n == 2  ? (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0])
+               : n == -1 ? -(int64_t)d[0]
+                         : 0;
+        return 0;
+    }
+#endif
+    return as_i64_slow(o, out);
 }
 
 /* a + b into *out; 1 (and *out untouched) when it does not fit in int64 */
@@ -3102,6 +3121,30 @@ static PyObject *Sim_push(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
  * no handle and no args tuple are made (the NIC's pump and timer: one per data
  * packet or more, never cancelled).  It takes its sequence number at the same
  * point schedule() would, so the event order is the same. */
+/* The heap entry post() makes: callback(arg) at at (checked not in the past). */
+static int sim_post_at(SimObject *s, int64_t at, PyObject *callback, PyObject *arg)
+{
+    if (s->now_big) {
+        PyErr_Format(PyExc_ValueError, "post: time %lld ps is in the past (now %S ps)",
+                     (long long)at, s->now_big);
+        return -1;
+    }
+    if (at < s->now) {
+        PyErr_Format(PyExc_ValueError, "post: time %lld ps is in the past (now %lld ps)",
+                     (long long)at, (long long)s->now);
+        return -1;
+    }
+    int64_t key = sim_next_key(s);
+    if (key < 0)
+        return -1;
+    int64_t target = sim_target(s, callback, NULL, arg);
+    if (target < 0)
+        return -1;
+    Py_INCREF(callback);
+    Py_INCREF(arg);
+    return heap_push_key(s, at, key, EV_CALL1, target, callback, arg, 0);
+}
+
 static PyObject *Sim_post(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
@@ -3111,25 +3154,7 @@ static PyObject *Sim_post(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
     int64_t at;
     if (as_i64(args[0], &at) < 0)
         return NULL;
-    if (s->now_big) {
-        PyErr_Format(PyExc_ValueError, "post: time %lld ps is in the past (now %S ps)",
-                     (long long)at, s->now_big);
-        return NULL;
-    }
-    if (at < s->now) {
-        PyErr_Format(PyExc_ValueError, "post: time %lld ps is in the past (now %lld ps)",
-                     (long long)at, (long long)s->now);
-        return NULL;
-    }
-    int64_t key = sim_next_key(s);
-    if (key < 0)
-        return NULL;
-    int64_t target = sim_target(s, args[1], NULL, args[2]);
-    if (target < 0)
-        return NULL;
-    Py_INCREF(args[1]);
-    Py_INCREF(args[2]);
-    if (heap_push_key(s, at, key, EV_CALL1, target, args[1], args[2], 0) < 0)
+    if (sim_post_at(s, at, args[1], args[2]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -5180,19 +5205,13 @@ done:
     return res;
 }
 
-/* soonest_drain(ports, now): the earliest drain_time() after now of a port that is up, or None */
-static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+/* The earliest drain_time() after now of a port of ports that is up: 1 and *out set,
+ * 0 when there is none, -1 on an error (soonest_drain and post_drain). */
+static inline int soonest_drain_of(PyObject *ports, int64_t now, int64_t *out)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "soonest_drain(ports, now)");
-        return NULL;
-    }
-    int64_t now;
-    if (as_i64(args[1], &now) < 0)
-        return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "soonest_drain: ports must be a sequence");
+    PyObject *seq = PySequence_Fast(ports, "soonest_drain: ports must be a sequence");
     if (seq == NULL)
-        return NULL;
+        return -1;
     int found = 0;
     int64_t soonest = 0;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
@@ -5235,12 +5254,146 @@ static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_
         }
     }
     Py_DECREF(seq);
-    if (!found)
-        Py_RETURN_NONE;
-    return PyLong_FromLongLong(soonest);
+    *out = soonest;
+    return found;
 fail:
     Py_DECREF(seq);
-    return NULL;
+    return -1;
+}
+
+/* soonest_drain(ports, now): the earliest drain_time() after now of a port that is up, or None */
+static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "soonest_drain(ports, now)");
+        return NULL;
+    }
+    int64_t now, t;
+    if (as_i64(args[1], &now) < 0)
+        return NULL;
+    int found = soonest_drain_of(args[0], now, &t);
+    if (found < 0)
+        return NULL;
+    if (!found)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(t);
+}
+
+/* The native Simulator's post (a subclass that replaces it is called by name). */
+static PyObject *S_post = NULL, *native_post = NULL;
+
+/* The last Simulator subclass found not to replace post (a strong reference), valid
+ * while its version tag is the one it had then (as native_drain_tp). */
+static PyTypeObject *native_post_tp = NULL;
+static unsigned int native_post_version = 0;
+
+static int native_poster(PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    if (tp == &SimType)
+        return 1;
+    if (tp == native_post_tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+        tp->tp_version_tag == native_post_version)
+        return 1;
+    if (!PyObject_TypeCheck(o, &SimType) || _PyType_Lookup(tp, S_post) != native_post)
+        return 0;
+    if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) { /* _PyType_Lookup gives it one */
+        Py_INCREF(tp);
+        Py_XSETREF(native_post_tp, tp);
+        native_post_version = tp->tp_version_tag;
+    }
+    return 1;
+}
+
+/* post_drain(sim, ports, now, armed, callback): the NIC's pump armed in one call, as
+ * pyport.py_post_drain: t = soonest_drain(ports, now); when there is one and no pump
+ * is armed (armed < 0) or t is before armed, sim.post(t, callback, t) and t is
+ * returned, else None (nothing posted). */
+static PyObject *k_post_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "post_drain(sim, ports, now, armed, callback)");
+        return NULL;
+    }
+    int64_t now, armed, t;
+    if (as_i64(args[2], &now) < 0 || as_i64(args[3], &armed) < 0)
+        return NULL;
+    int found = soonest_drain_of(args[1], now, &t);
+    if (found < 0)
+        return NULL;
+    if (!found || (armed >= 0 && t >= armed))
+        Py_RETURN_NONE;
+    PyObject *to = PyLong_FromLongLong(t);
+    if (to == NULL)
+        return NULL;
+    PyObject *sim = args[0];
+    int r;
+    if (native_poster(sim))
+        r = sim_post_at((SimObject *)sim, t, args[4], to);
+    else {
+        PyObject *v = PyObject_CallMethodObjArgs(sim, S_post, to, args[4], to, NULL);
+        r = v == NULL ? -1 : 0;
+        Py_XDECREF(v);
+    }
+    if (r < 0) {
+        Py_DECREF(to);
+        return NULL;
+    }
+    return to;
+}
+
+/* The native port's enqueue, and the last port subclass found not to replace it (a
+ * strong reference, valid while its version tag is the one it had then). */
+static PyObject *native_enqueue = NULL;
+static PyTypeObject *native_enqueue_tp = NULL;
+static unsigned int native_enqueue_version = 0;
+
+static int native_enqueuer(PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    if (tp == &PortType)
+        return 1;
+    if (tp == native_enqueue_tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+        tp->tp_version_tag == native_enqueue_version)
+        return 1;
+    if (!is_port(o) || _PyType_Lookup(tp, S_enqueue) != native_enqueue)
+        return 0;
+    if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
+        Py_INCREF(tp);
+        Py_XSETREF(native_enqueue_tp, tp);
+        native_enqueue_version = tp->tp_version_tag;
+    }
+    return 1;
+}
+
+/* send_post(port, pkt, sim, ports, now, armed, callback): port.enqueue(pkt), then
+ * post_drain(sim, ports, now, armed, callback), its result returned (as
+ * pyport.py_send_post): the NIC's last free port given a packet and its pump armed
+ * in one call. */
+static PyObject *k_send_post(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "send_post(port, pkt, sim, ports, now, armed, callback)");
+        return NULL;
+    }
+    PyObject *port = args[0];
+    if (native_enqueuer(port)) {
+        PortObject *p = (PortObject *)port;
+        if (p->sim == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");
+            return NULL;
+        }
+        if (port_enqueue(p, args[1]) < 0)
+            return NULL;
+    }
+    else {
+        PyObject *r = PyObject_CallMethodOneArg(port, S_enqueue, args[1]);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    return k_post_drain(mod, args + 2, 5);
 }
 
 static PyObject *k_huge_arenas(PyObject *mod, PyObject *unused);
@@ -5265,6 +5418,12 @@ static PyMethodDef kernel_functions[] = {
      "busy_mask(ports, now): bit p set when port p is down, serializing or has a queue"},
     {"soonest_drain", (PyCFunction)(void (*)(void))k_soonest_drain, METH_FASTCALL,
      "soonest_drain(ports, now): earliest drain_time() > now of a port that is up, or None"},
+    {"send_post", (PyCFunction)(void (*)(void))k_send_post, METH_FASTCALL,
+     "send_post(port, pkt, sim, ports, now, armed, callback): port.enqueue(pkt), then\n"
+     "post_drain(sim, ports, now, armed, callback)"},
+    {"post_drain", (PyCFunction)(void (*)(void))k_post_drain, METH_FASTCALL,
+     "post_drain(sim, ports, now, armed, callback): post callback(t) at t, the soonest drain,\n"
+     "when no pump is armed (armed < 0) or t is before armed; t posted, or None"},
     {"huge_arenas", (PyCFunction)k_huge_arenas, METH_NOARGS,
      "huge_arenas(): the huge-page arenas' figures (installed, arena_bytes, regions, live, "
      "reused, fallback)"},
@@ -5456,6 +5615,13 @@ PyMODINIT_FUNC PyInit__kernel(void)
         return NULL;
     }
     host_receive_fn = (PyCFunction)(void (*)(void))HostEnd_receive;
+    if ((S_post = PyUnicode_InternFromString("post")) == NULL)
+        return NULL;
+    native_post = _PyType_Lookup(&SimType, S_post); /* borrowed; static type */
+    if (native_post == NULL) {
+        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: Simulator has no post");
+        return NULL;
+    }
 #define INTERN(var, s)                                                                  \
     if ((var = PyUnicode_InternFromString(s)) == NULL)                                  \
         return NULL;
@@ -5469,6 +5635,11 @@ PyMODINIT_FUNC PyInit__kernel(void)
     INTERN(S_epoch, "epoch");
     INTERN(S_lost_in_flight, "lost_in_flight");
     INTERN(S_enqueue, "enqueue");
+    native_enqueue = _PyType_Lookup(&PortType, S_enqueue); /* borrowed; static type */
+    if (native_enqueue == NULL) {
+        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: EgressPort has no enqueue");
+        return NULL;
+    }
     PyLong_Shift = PyLong_FromLong(ACTIVE_SHIFT);
     PyLong_16 = PyLong_FromLong(16);
     PyLong_FFFF = PyLong_FromLong(0xFFFF);

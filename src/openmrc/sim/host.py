@@ -22,12 +22,18 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from ..transport import Context
 from ..transport.ev import ev_plane
 from ..wire.packets import DataPacket, ProbePacket
-from .port import busy_mask, soonest_drain
+from .port import busy_mask, post_drain, send_post
 
 # Held in C statics when compiled (a module global is a dict lookup per call), and
 # typed to take the time as an object: kick boxes it once for both calls.
 _busy_mask: Final = cast("Callable[[object, object], int]", busy_mask)
-_soonest_drain: Final = cast("Callable[[object, object], object]", soonest_drain)
+_post_drain: Final = cast(
+    "Callable[[object, object, object, object, Callable[[object], None]], object]", post_drain
+)
+_send_post: Final = cast(
+    "Callable[[object, Packet, object, object, object, object, Callable[[object], None]], object]",
+    send_post,
+)
 
 #: kick's "no peer routed yet" (never a peer) and "no bases" (a route made otherwise)
 _NO_PEER: Final[object] = object()
@@ -79,6 +85,7 @@ class SimHost:
         "_last_peer",
         "_port_type",
         "_post",
+        "_pump_armed",
         "_pump_at",
         "_pump_cb",
         "_t0",
@@ -133,6 +140,7 @@ class SimHost:
     sim: Simulator
     _timer_cb: Callable[[object], None]
     probe_sink: Callable[[int, Packet, int], None] | None
+    _pump_armed: object
 
     def __init__(self, sim: Simulator, fabric: Fabric, index: int, rng: random.Random) -> None:
         self.sim = sim
@@ -200,6 +208,9 @@ class SimHost:
         port_type: type = type(ports[0]) if ports else type(None)
         self._port_type = port_type
         self._enqueue: Callable[[Any, Packet], None] = getattr(port_type, "enqueue", _no_enqueue)
+        #: ``_pump_at`` as the object posted (-1 when none): kick passes it to
+        #: ``post_drain`` (compiled, an int boxed for the call is an allocation)
+        self._pump_armed: object = -1
         fabric.attach_host(index, self._on_receive, self._on_link)
 
     # -- input ----------------------------------------------------------------------
@@ -304,6 +315,7 @@ class SimHost:
         if self._pump_at != at:
             return
         self._pump_at = -1
+        self._pump_armed = -1
         self.kick(at, True, at_o)  # the event's own time: sim.now
 
     # -- cache hints ----------------------------------------------------------------
@@ -362,6 +374,7 @@ class SimHost:
         if now_o is None:
             now_o = now  # boxed once for the native calls
         busy = _busy_mask(ports, now_o)
+        armed = False  # (the pump armed with the last packet's send)
         while busy != all_busy:
             pkt = ctx.poll(now, busy, now_o)
             if pkt is None:
@@ -417,21 +430,31 @@ class SimHost:
                 if self._ev_drop and type(pkt) is DataPacket and faults.drops(ev, src):
                     continue
             port = ports[plane]
+            busy |= 1 << plane  # only the port just used can have changed
+            if busy == all_busy and len(ctx.ready):
+                # the last free port: the packet enqueued and the pump armed as below,
+                # in one call
+                soonest_o = _send_post(
+                    port, pkt, self.sim, ports, now_o, self._pump_armed, self._pump_cb
+                )
+                if soonest_o is not None:
+                    self._pump_at = cast(int, soonest_o)
+                    self._pump_armed = soonest_o
+                armed = True
+                break
             if type(port) is self._port_type:
                 self._enqueue(port, pkt)  # (no method looked up by name)
             else:
                 port.enqueue(pkt)
-            busy |= 1 << plane  # only the port just used can have changed
         # (the times posted are passed on as the objects they came as: compiled, an
         # int re-boxed for a call is an allocation, two per post)
-        if busy and len(ctx.ready):
-            # Something is waiting for a port: come back when the first one frees.
-            soonest_o = _soonest_drain(ports, now_o)
+        if not armed and busy and len(ctx.ready):
+            # Something is waiting for a port: come back when the first one frees
+            # (the soonest drain, posted unless a pump is armed at or before it).
+            soonest_o = _post_drain(self.sim, ports, now_o, self._pump_armed, self._pump_cb)
             if soonest_o is not None:
-                soonest = cast(int, soonest_o)
-                if self._pump_at < 0 or soonest < self._pump_at:
-                    self._pump_at = soonest
-                    self._post(soonest_o, self._pump_cb, soonest_o)
+                self._pump_at = cast(int, soonest_o)
+                self._pump_armed = soonest_o
         if sending_only and self._timer_at >= 0:
             return
         timer_o: object = ctx.get_timer()

@@ -53,6 +53,8 @@ from openmrc.sim.pyport import (
     port_repr,
     port_utilisation,
     py_busy_mask,
+    py_post_drain,
+    py_send_post,
     py_soonest_drain,
 )
 
@@ -63,8 +65,12 @@ __all__ = [
     "PyEgressPort",
     "Receiver",
     "busy_mask",
+    "post_drain",
     "py_busy_mask",
+    "py_post_drain",
+    "py_send_post",
     "py_soonest_drain",
+    "send_post",
     "soonest_drain",
 ]
 
@@ -97,9 +103,13 @@ if TYPE_CHECKING:  # type-checked against the pure-Python API, which the native 
     EgressPort = PyEgressPort
     busy_mask = py_busy_mask
     soonest_drain = py_soonest_drain
+    post_drain = py_post_drain
+    send_post = py_send_post
 elif kernel is not None:
     busy_mask = kernel.busy_mask
     soonest_drain = kernel.soonest_drain
+    post_drain = kernel.post_drain
+    send_post = kernel.send_post
 
     class EgressPort(kernel.EgressPort, PortReport):
         """The native port (:mod:`openmrc.sim._kernel`); the API of :class:`PyEgressPort`."""
@@ -110,3 +120,5 @@ else:
     EgressPort = PyEgressPort
     busy_mask = py_busy_mask
     soonest_drain = py_soonest_drain
+    post_drain = py_post_drain
+    send_post = py_send_post

@@ -403,3 +403,32 @@ def py_soonest_drain(ports: Sequence[Any], now: int) -> int | None:
             if t > now and (soonest is None or t < soonest):
                 soonest = t
     return soonest
+
+
+def py_post_drain(
+    sim: Any, ports: Sequence[Any], now: int, armed: int, callback: Callable[[Any], Any]
+) -> int | None:
+    """Arm a NIC's pump in one call: ``t``, the soonest drain after ``now``
+    (:func:`py_soonest_drain`), posted as ``sim.post(t, callback, t)`` when no pump is
+    armed (``armed`` < 0) or ``t`` is before ``armed``; returns ``t`` when posted, else None.
+    """
+    t = py_soonest_drain(ports, now)
+    if t is None or (armed >= 0 and t >= armed):
+        return None
+    sim.post(t, callback, t)
+    return t
+
+
+def py_send_post(
+    port: Any,
+    pkt: Packet,
+    sim: Any,
+    ports: Sequence[Any],
+    now: int,
+    armed: int,
+    callback: Callable[[Any], Any],
+) -> int | None:
+    """``port.enqueue(pkt)``, then :func:`py_post_drain` (its result returned): a NIC's
+    last free port given a packet and its pump armed in one call."""
+    port.enqueue(pkt)
+    return py_post_drain(sim, ports, now, armed, callback)

@@ -30,6 +30,18 @@ as_i64(PyObject *o, int *ok)
 {
     int overflow = 0;
     long long v;
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: an exact int of -1 to 2 digits (PSNs, EVs, times) read from its digits */
+    if (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 1) <= 3) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *ok = 1;
+        return n == 1    ? (int64_t)d[0]
+               : n == 2  ? (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0])
+               : n == -1 ? -(int64_t)d[0]
+                         : 0;
+    }
+#endif
     if (!PyLong_Check(o)) {
         *ok = 0;
         return 0;
@@ -51,6 +63,15 @@ as_u64(PyObject *o, uint64_t *out)
     unsigned long long v;
     int overflow = 0;
     long long sv;
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: an exact int of 0 to 2 digits (EVs, send times, flags) read from its digits */
+    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 2) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *out = n == 1 ? (uint64_t)d[0] : n == 2 ? ((uint64_t)d[1] << PyLong_SHIFT) | d[0] : 0;
+        return 0;
+    }
+#endif
     if (!PyLong_Check(o)) {
         PyErr_SetString(PyExc_TypeError, "an integer is required");
         return -1;
@@ -2026,6 +2047,12 @@ as_index(PyObject *o, int *err)
 {
     Py_ssize_t v;
     *err = 0;
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11: a non-negative exact int of at most one digit (every slot and id) read
+     * from it */
+    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 1)
+        return Py_SIZE(o) ? (Py_ssize_t)((PyLongObject *)o)->ob_digit[0] : 0;
+#endif
     if (!PyLong_Check(o)) {
         PyErr_Format(PyExc_TypeError, "indices must be integers, not %.100s",
                      Py_TYPE(o)->tp_name);
