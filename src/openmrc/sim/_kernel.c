@@ -5044,31 +5044,54 @@ static int generic_int_attr(PyObject *o, const char *name, PyObject **out)
     return *out == NULL ? -1 : 0;
 }
 
-/* The native test applies to a native port whose class does not replace drain_time. */
-static PyObject *S_drain_time = NULL, *native_drain_time = NULL;
+/* Whether o's class still has a native type's own method, so that the kernel may do
+ * that method's work itself (a subclass that replaces it is called by name).  The last
+ * subclass found to keep it is remembered (a strong reference), valid while its
+ * version tag (which CPython changes when the class or a base is modified) is the one
+ * it had then. */
+typedef struct {
+    PyTypeObject *base; /* the native type */
+    const char *name;   /* the method */
+    PyObject *attr;     /* its name, interned at import */
+    PyObject *native;   /* the native type's own (borrowed: a static type) */
+    PyTypeObject *tp;   /* the last subclass found to keep it */
+    unsigned int version;
+} NativeMethod;
 
-/* The last port subclass found not to replace drain_time (a strong reference),
- * valid while its version tag (which CPython changes when the class or a base
- * is modified) is the one it had then. */
-static PyTypeObject *native_drain_tp = NULL;
-static unsigned int native_drain_version = 0;
+static NativeMethod m_drain_time = {&PortType, "drain_time", NULL, NULL, NULL, 0};
+static NativeMethod m_post = {&SimType, "post", NULL, NULL, NULL, 0};
+static NativeMethod m_enqueue = {&PortType, "enqueue", NULL, NULL, NULL, 0};
 
-static int native_drain(PyObject *o)
+static inline int keeps_native(PyObject *o, NativeMethod *m)
 {
     PyTypeObject *tp = Py_TYPE(o);
-    if (tp == &PortType)
+    if (tp == m->base)
         return 1;
-    if (tp == native_drain_tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
-        tp->tp_version_tag == native_drain_version)
+    if (tp == m->tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+        tp->tp_version_tag == m->version)
         return 1;
-    if (!is_port(o) || _PyType_Lookup(tp, S_drain_time) != native_drain_time)
+    if (!PyType_IsSubtype(tp, m->base) || _PyType_Lookup(tp, m->attr) != m->native)
         return 0;
     if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) { /* _PyType_Lookup gives it one */
         Py_INCREF(tp);
-        Py_XSETREF(native_drain_tp, tp);
-        native_drain_version = tp->tp_version_tag;
+        Py_XSETREF(m->tp, tp);
+        m->version = tp->tp_version_tag;
     }
     return 1;
+}
+
+/* At import: m's name interned (unless given) and the native type's own method. */
+static int native_method_init(NativeMethod *m)
+{
+    if (m->attr == NULL && (m->attr = PyUnicode_InternFromString(m->name)) == NULL)
+        return -1;
+    m->native = _PyType_Lookup(m->base, m->attr);
+    if (m->native == NULL) {
+        PyErr_Format(PyExc_ImportError, "openmrc.sim._kernel: %s has no %s", m->base->tp_name,
+                     m->name);
+        return -1;
+    }
+    return 0;
 }
 
 /* Whether port o (a Python port) is busy: not up, serializing or with a queue. */
@@ -5217,7 +5240,7 @@ static inline int soonest_drain_of(PyObject *ports, int64_t now, int64_t *out)
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
         int64_t t;
-        if (native_drain(o)) {
+        if (keeps_native(o, &m_drain_time)) {
             PortObject *p = (PortObject *)o;
             if (!p->up)
                 continue;
@@ -5239,7 +5262,7 @@ static inline int soonest_drain_of(PyObject *ports, int64_t now, int64_t *out)
                     goto fail;
                 continue;
             }
-            v = PyObject_CallMethodNoArgs(o, S_drain_time);
+            v = PyObject_CallMethodNoArgs(o, m_drain_time.attr);
             Py_DECREF(o);
             if (v == NULL)
                 goto fail;
@@ -5279,32 +5302,6 @@ static PyObject *k_soonest_drain(PyObject *mod, PyObject *const *args, Py_ssize_
     return PyLong_FromLongLong(t);
 }
 
-/* The native Simulator's post (a subclass that replaces it is called by name). */
-static PyObject *S_post = NULL, *native_post = NULL;
-
-/* The last Simulator subclass found not to replace post (a strong reference), valid
- * while its version tag is the one it had then (as native_drain_tp). */
-static PyTypeObject *native_post_tp = NULL;
-static unsigned int native_post_version = 0;
-
-static int native_poster(PyObject *o)
-{
-    PyTypeObject *tp = Py_TYPE(o);
-    if (tp == &SimType)
-        return 1;
-    if (tp == native_post_tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
-        tp->tp_version_tag == native_post_version)
-        return 1;
-    if (!PyObject_TypeCheck(o, &SimType) || _PyType_Lookup(tp, S_post) != native_post)
-        return 0;
-    if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) { /* _PyType_Lookup gives it one */
-        Py_INCREF(tp);
-        Py_XSETREF(native_post_tp, tp);
-        native_post_version = tp->tp_version_tag;
-    }
-    return 1;
-}
-
 /* post_drain(sim, ports, now, armed, callback): the NIC's pump armed in one call, as
  * pyport.py_post_drain: t = soonest_drain(ports, now); when there is one and no pump
  * is armed (armed < 0) or t is before armed, sim.post(t, callback, t) and t is
@@ -5328,10 +5325,10 @@ static PyObject *k_post_drain(PyObject *mod, PyObject *const *args, Py_ssize_t n
         return NULL;
     PyObject *sim = args[0];
     int r;
-    if (native_poster(sim))
+    if (keeps_native(sim, &m_post))
         r = sim_post_at((SimObject *)sim, t, args[4], to);
     else {
-        PyObject *v = PyObject_CallMethodObjArgs(sim, S_post, to, args[4], to, NULL);
+        PyObject *v = PyObject_CallMethodObjArgs(sim, m_post.attr, to, args[4], to, NULL);
         r = v == NULL ? -1 : 0;
         Py_XDECREF(v);
     }
@@ -5340,30 +5337,6 @@ static PyObject *k_post_drain(PyObject *mod, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     return to;
-}
-
-/* The native port's enqueue, and the last port subclass found not to replace it (a
- * strong reference, valid while its version tag is the one it had then). */
-static PyObject *native_enqueue = NULL;
-static PyTypeObject *native_enqueue_tp = NULL;
-static unsigned int native_enqueue_version = 0;
-
-static int native_enqueuer(PyObject *o)
-{
-    PyTypeObject *tp = Py_TYPE(o);
-    if (tp == &PortType)
-        return 1;
-    if (tp == native_enqueue_tp && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
-        tp->tp_version_tag == native_enqueue_version)
-        return 1;
-    if (!is_port(o) || _PyType_Lookup(tp, S_enqueue) != native_enqueue)
-        return 0;
-    if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
-        Py_INCREF(tp);
-        Py_XSETREF(native_enqueue_tp, tp);
-        native_enqueue_version = tp->tp_version_tag;
-    }
-    return 1;
 }
 
 /* send_post(port, pkt, sim, ports, now, armed, callback): port.enqueue(pkt), then
@@ -5378,7 +5351,7 @@ static PyObject *k_send_post(PyObject *mod, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *port = args[0];
-    if (native_enqueuer(port)) {
+    if (keeps_native(port, &m_enqueue)) {
         PortObject *p = (PortObject *)port;
         if (p->sim == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "EgressPort: not initialised");
@@ -5607,21 +5580,9 @@ PyMODINIT_FUNC PyInit__kernel(void)
         PyType_Ready(&SwitchType) < 0 || PyType_Ready(&HostEndType) < 0)
         return NULL;
     switch_receive_fn = (PyCFunction)(void (*)(void))Switch_receive;
-    if ((S_drain_time = PyUnicode_InternFromString("drain_time")) == NULL)
+    if (native_method_init(&m_drain_time) < 0 || native_method_init(&m_post) < 0)
         return NULL;
-    native_drain_time = _PyType_Lookup(&PortType, S_drain_time); /* borrowed; static type */
-    if (native_drain_time == NULL) {
-        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: EgressPort has no drain_time");
-        return NULL;
-    }
     host_receive_fn = (PyCFunction)(void (*)(void))HostEnd_receive;
-    if ((S_post = PyUnicode_InternFromString("post")) == NULL)
-        return NULL;
-    native_post = _PyType_Lookup(&SimType, S_post); /* borrowed; static type */
-    if (native_post == NULL) {
-        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: Simulator has no post");
-        return NULL;
-    }
 #define INTERN(var, s)                                                                  \
     if ((var = PyUnicode_InternFromString(s)) == NULL)                                  \
         return NULL;
@@ -5635,11 +5596,9 @@ PyMODINIT_FUNC PyInit__kernel(void)
     INTERN(S_epoch, "epoch");
     INTERN(S_lost_in_flight, "lost_in_flight");
     INTERN(S_enqueue, "enqueue");
-    native_enqueue = _PyType_Lookup(&PortType, S_enqueue); /* borrowed; static type */
-    if (native_enqueue == NULL) {
-        PyErr_SetString(PyExc_ImportError, "openmrc.sim._kernel: EgressPort has no enqueue");
+    m_enqueue.attr = S_enqueue;
+    if (native_method_init(&m_enqueue) < 0)
         return NULL;
-    }
     PyLong_Shift = PyLong_FromLong(ACTIVE_SHIFT);
     PyLong_16 = PyLong_FromLong(16);
     PyLong_FFFF = PyLong_FromLong(0xFFFF);
