@@ -267,6 +267,14 @@ def _data(psn: int, length: int = 1000, routed: bool = False) -> DataPacket:
     return pkt
 
 
+def _nic_ports(port_cls: Any, sim: Any, n: int) -> list[Any]:
+    """A NIC's ``n`` ports h0:0 ... of class ``port_cls`` on ``sim`` (100 Gb/s, 1 ns)."""
+    return [
+        port_cls(sim, f"h0:{i}", 10**11, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4)
+        for i in range(n)
+    ]
+
+
 class _Sink:
     """A host receiver recording (what, plane, now)."""
 
@@ -678,12 +686,7 @@ def test_native_busy_mask_and_soonest_drain_match_python() -> None:
     py_impl, nat_impl = _impls()
     for impl in (py_impl, nat_impl):
         sim = impl[1](1)
-        ports = [
-            impl[2](
-                sim, f"h0:{i}", 100_000_000_000, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4
-            )
-            for i in range(5)
-        ]
+        ports = _nic_ports(impl[2], sim, 5)
         seen = []
         for step in range(4):
             if step == 1:
@@ -728,12 +731,7 @@ def test_native_post_drain_matches_python() -> None:
             seen = []
             for fn in (py_post_drain, kernel.post_drain):
                 sim = sim_impl[1](1)
-                ports = [
-                    port_impl[2](
-                        sim, f"h0:{i}", 10**11, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4
-                    )
-                    for i in range(3)
-                ]
+                ports = _nic_ports(port_impl[2], sim, 3)
                 fired: list[tuple[int, int]] = []
 
                 def pump(at: int, sim: Any = sim, fired: list[tuple[int, int]] = fired) -> None:
@@ -788,12 +786,7 @@ def test_native_send_post_matches_python() -> None:
         seen = []
         for fn in (py_send_post, kernel.send_post):
             sim = sim_impl[1](1)
-            ports = [
-                port_impl[2](
-                    sim, f"h0:{i}", 10**11, 1_000, _Sink(), data_limit=10**5, prio_limit=10**4
-                )
-                for i in range(2)
-            ]
+            ports = _nic_ports(port_impl[2], sim, 2)
             fired: list[int] = []
             first = fn(ports[0], _data(0, 2000), sim, ports, 0, -1, fired.append)
             assert first is not None
