@@ -23,6 +23,40 @@
 
 /* ---- argument helpers ------------------------------------------------------- */
 
+/* A non-negative exact int of up to 2 digits (PSNs, EVs, send times, flags, slots and
+ * ids: nearly every int these functions take) read from its digits into *v: 1, or 0
+ * for any other object (taken by the caller's general path).  CPython 3.11's layout. */
+static inline int
+small_uint(PyObject *o, uint64_t *v)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 2) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        Py_ssize_t n = Py_SIZE(o);
+        *v = n == 1 ? (uint64_t)d[0] : n == 2 ? ((uint64_t)d[1] << PyLong_SHIFT) | d[0] : 0;
+        return 1;
+    }
+#endif
+    (void)o;
+    (void)v;
+    return 0;
+}
+
+/* small_uint for a slot or an id (an exact int of at most one digit, as each is). */
+static inline int
+small_index(PyObject *o, Py_ssize_t *v)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 1) {
+        *v = Py_SIZE(o) ? (Py_ssize_t)((PyLongObject *)o)->ob_digit[0] : 0;
+        return 1;
+    }
+#endif
+    (void)o;
+    (void)v;
+    return 0;
+}
+
 /* A Python int as a signed 64-bit value; *ok = 0 when it is not an int or does not
  * fit (no exception left set). */
 static inline int64_t
@@ -30,18 +64,11 @@ as_i64(PyObject *o, int *ok)
 {
     int overflow = 0;
     long long v;
-#if PY_VERSION_HEX < 0x030C0000
-    /* 3.11: an exact int of -1 to 2 digits (PSNs, EVs, times) read from its digits */
-    if (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 1) <= 3) {
-        const digit *d = ((PyLongObject *)o)->ob_digit;
-        Py_ssize_t n = Py_SIZE(o);
+    uint64_t small;
+    if (small_uint(o, &small)) {
         *ok = 1;
-        return n == 1    ? (int64_t)d[0]
-               : n == 2  ? (int64_t)(((uint64_t)d[1] << PyLong_SHIFT) | d[0])
-               : n == -1 ? -(int64_t)d[0]
-                         : 0;
+        return (int64_t)small;
     }
-#endif
     if (!PyLong_Check(o)) {
         *ok = 0;
         return 0;
@@ -63,15 +90,8 @@ as_u64(PyObject *o, uint64_t *out)
     unsigned long long v;
     int overflow = 0;
     long long sv;
-#if PY_VERSION_HEX < 0x030C0000
-    /* 3.11: an exact int of 0 to 2 digits (EVs, send times, flags) read from its digits */
-    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 2) {
-        const digit *d = ((PyLongObject *)o)->ob_digit;
-        Py_ssize_t n = Py_SIZE(o);
-        *out = n == 1 ? (uint64_t)d[0] : n == 2 ? ((uint64_t)d[1] << PyLong_SHIFT) | d[0] : 0;
+    if (small_uint(o, out))
         return 0;
-    }
-#endif
     if (!PyLong_Check(o)) {
         PyErr_SetString(PyExc_TypeError, "an integer is required");
         return -1;
@@ -1877,15 +1897,9 @@ good_open(const char *name, PyObject *const *args, Py_buffer *view, long *plane,
 static inline Py_ssize_t
 slot_id(PyObject *o)
 {
-#if PY_VERSION_HEX < 0x030C0000
-    if (PyLong_CheckExact(o)) {
-        Py_ssize_t size = Py_SIZE(o);
-        if (size == 1)
-            return (Py_ssize_t)((PyLongObject *)o)->ob_digit[0];
-        if (size == 0)
-            return 0;
-    }
-#endif
+    Py_ssize_t small;
+    if (small_index(o, &small))
+        return small;
     return PyLong_AsSsize_t(o);
 }
 
@@ -2047,12 +2061,9 @@ as_index(PyObject *o, int *err)
 {
     Py_ssize_t v;
     *err = 0;
-#if PY_VERSION_HEX < 0x030C0000
-    /* 3.11: a non-negative exact int of at most one digit (every slot and id) read
-     * from it */
-    if (PyLong_CheckExact(o) && (size_t)Py_SIZE(o) <= 1)
-        return Py_SIZE(o) ? (Py_ssize_t)((PyLongObject *)o)->ob_digit[0] : 0;
-#endif
+    Py_ssize_t small;
+    if (small_index(o, &small))
+        return small;
     if (!PyLong_Check(o)) {
         PyErr_Format(PyExc_TypeError, "indices must be integers, not %.100s",
                      Py_TYPE(o)->tp_name);
