@@ -96,8 +96,8 @@ def test_matches_an_ordered_dict_and_stays_bounded(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
     """A QP's control queue (and its messages, its PSNs to resend) gives its items back in the
-    order queued, as the deque it replaced; the list under it is dropped as it empties
-    or its taken half goes."""
+    order queued, as the deque it replaced, its oldest by ``first()`` after every change;
+    the list under it is dropped as it empties or its taken half goes."""
     from collections import deque
 
     from openmrc.transport.qpbase import Fifo
@@ -130,6 +130,12 @@ def test_fifo_is_a_deque_and_stays_bounded(seed: int) -> None:
             q.clear()
             model.clear()
         assert len(q) == len(model) and list(q) == list(model)
+        # first() (kept in a field of its own) is the oldest after every change
+        if model:
+            assert q.first() is model[0]
+        else:
+            with pytest.raises(IndexError):
+                q.first()
         # count (what the send path reads for len) is the items from the head on
         assert q.count == len(model) == len(q._items) - q._head
         assert len(q._items) <= 2 * len(model) + 16
