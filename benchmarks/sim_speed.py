@@ -81,6 +81,8 @@ at the same simulated time (a window of a big case).
     python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs sequential
     python benchmarks/sim_speed.py --case perm-1024 --vs-ref main          # this tree / main, CPU
     python benchmarks/sim_speed.py --case ring-loss1-roce-16qp-64 --until-us 2000 --vs-ref main
+    mkfifo ctl ack; perf record -e cpu-clock -D -1 --control fifo:ctl,ack -- \
+        python benchmarks/sim_speed.py --child perm-8192 --until-us 30 --perf-control ctl,ack
 
 ``--ranks K`` runs each case in the ordinary sequential run and partitioned
 (:mod:`openmrc.sim.partition`) on K ranks under ``mpirun`` in the same
@@ -242,9 +244,12 @@ def run_openmrc(
     planes: int,
     until_us: float | None = None,
     ranks: int | None = None,
+    perf_control: str | None = None,
 ) -> dict[str, object] | None:
     """One run in this process (one rank of it with ``ranks``); returns its figures
-    (None on ranks other than 0)."""
+    (None on ranks other than 0).  ``perf_control``: ``CTL,ACK``, perf's control and
+    acknowledgement FIFOs (``perf record -D -1 --control fifo:CTL,ACK``): the profile
+    is switched on once the case is built, so that it holds the event loop alone."""
     comm = None
     if ranks is not None:
         from openmrc.sim import partition
@@ -254,6 +259,8 @@ def run_openmrc(
     t0 = time.perf_counter()
     exp, workload, coll = build(case, size, seed, planes)
     build_s = time.perf_counter() - t0
+    if perf_control is not None:
+        perf_enable(perf_control)
     before = resource.getrusage(resource.RUSAGE_SELF)
     result = exp.run(None if until_us is None else int(until_us * US))
     if result is None:
@@ -383,6 +390,16 @@ def roce_counters(exp: BaselineExperiment) -> dict[str, int]:
         "naks": sum(r.naks for r in receivers),
         "cnps": sum(r.cnps for r in receivers),
     }
+
+
+def perf_enable(control: str) -> None:
+    """Tell a waiting ``perf record --control fifo:CTL,ACK`` to start (``control`` is
+    ``CTL,ACK``) and wait for its acknowledgement."""
+    ctl, _, ack = control.partition(",")
+    with open(ctl, "w") as f:
+        f.write("enable\n")
+    with open(ack) as f:
+        f.readline()
 
 
 def run_child(
@@ -838,12 +855,28 @@ def main(argv: list[str] | None = None) -> int:
         help="--vs-ref: measure commit REF2 (its own cached build and sim_speed.py) as the "
         "working side: REF2 against REF, as a bisection step does",
     )
+    parser.add_argument(
+        "--perf-control",
+        metavar="CTL,ACK",
+        help="with --child: perf's control FIFOs (perf record -D -1 --control fifo:CTL,ACK); "
+        "the profile starts once the case is built",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ranks is not None and args.ranks < 1:
         parser.error("--ranks: must be at least 1")
+    if args.perf_control is not None and (not args.child or args.perf_control.count(",") != 1):
+        parser.error("--perf-control: CTL,ACK (two FIFOs), with --child only")
     if args.child:
-        got = run_openmrc(args.child, args.size, args.seed, args.planes, args.until_us, args.ranks)
+        got = run_openmrc(
+            args.child,
+            args.size,
+            args.seed,
+            args.planes,
+            args.until_us,
+            args.ranks,
+            args.perf_control,
+        )
         if got is not None:
             print(json.dumps(got))
         return 0

@@ -339,3 +339,44 @@ def test_a_window_of_htsim_counts_its_packets_at_the_flows_mean_links() -> None:
     got = speed.parse_htsim(text, hosts, [(0, 1), (0, 8)])
     assert got["flows_finished"] == 0
     assert got["packet_link_traversals_est"] == (1000 + 10 + 90) * 3
+
+
+def test_perf_control_enables_the_profile_after_the_build(tmp_path: Path) -> None:
+    """``--child ... --perf-control CTL,ACK`` writes perf's ``enable`` command once the
+    case is built (and before its loop: the child waits for the acknowledgement) and
+    refuses the option without ``--child`` or without two FIFOs."""
+    import os
+    import threading
+
+    script = ROOT / "benchmarks" / "sim_speed.py"
+    env = {**guard.child_env(), "PYTHONPATH": str(ROOT / "src")}
+    ctl, ack = tmp_path / "ctl", tmp_path / "ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    got: list[str] = []
+
+    def perf() -> None:  # what perf record --control does: read a command, acknowledge
+        with open(ctl) as f:
+            got.append(f.readline())
+        with open(ack, "w") as f:
+            f.write("ack\n")
+
+    t = threading.Thread(target=perf, daemon=True)
+    t.start()
+    out = subprocess.run(
+        [sys.executable, str(script), "--child", "perm-16", "--until-us", "2",
+         "--perf-control", f"{ctl},{ack}"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    t.join(5)
+    assert out.returncode == 0, out.stderr
+    assert got == ["enable\n"]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["events"] > 0
+    for argv in (
+        ["--case", "perm-16", "--perf-control", "a,b"],
+        ["--child", "perm-16", "--perf-control", "a"],
+    ):
+        out = subprocess.run(
+            [sys.executable, str(script), *argv], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 2 and "--perf-control: CTL,ACK" in out.stderr
