@@ -820,6 +820,55 @@ def test_rto_at_edges(impl: str) -> None:
             table.rto_at(*bad)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rto_at_reads_the_oldest_retries_after_removes_and_cuts(impl: str) -> None:
+    """rto_at takes the oldest's retries also when other PSNs, with and without
+    retries, were acknowledged before it and the front was cut (the native table reads
+    retries only while some PSN it holds has had a timeout)."""
+    tx_table, _ = _classes(impl)
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table = tx_table()
+    n = 3 * TRIM_BATCH
+    for psn in range(n):
+        table.add(psn, op)
+        table.launch(psn, 1, 1000 + psn, 0)
+    table.count_retry(5)
+    for psn in (2 * TRIM_BATCH, 2 * TRIM_BATCH, 2 * TRIM_BATCH + 3):
+        table.count_retry(psn)
+    for psn in range(2 * TRIM_BATCH):  # past a cut; PSN 5's retry goes with it
+        table.remove(psn, True)
+    oldest = 2 * TRIM_BATCH
+    assert table.oldest() == oldest and table.retries(oldest) == 2
+    assert table.rto_at(10, 1, 1 << 40) == 1000 + oldest + (10 << 2)
+    table.remove(oldest, True)
+    assert table.rto_at(10, 1, 1 << 40) == 1000 + oldest + 1 + 10
+    table.remove(oldest + 1, True)
+    table.remove(oldest + 2, True)
+    assert table.rto_at(10, 1, 1 << 40) == 1000 + oldest + 3 + (10 << 1)
+    table.count_retry(oldest + 4)
+    table.remove(oldest + 3, True)
+    assert table.rto_at(10, 1, 1 << 40) == 1000 + oldest + 4 + (10 << 1)
+
+
+def test_native_tx_table_refuses_a_window_of_2_31_psns() -> None:
+    """The native table links the PSNs in flight by 32-bit slot distances: a PSN
+    2**31 or more past the oldest outstanding one is refused (MemoryError, as a window
+    that memory cannot hold is) and the table is unchanged."""
+    native = _native_module()
+    op = SendOp(1, [], 0, 0, None, True, 0, 4096)
+    table, order = native.TxTable(), native.EvOrder()
+    table.add(7, op)
+    for far in (7 + (1 << 31), 7 + (1 << 31) - GROW_BATCH, 7 + (1 << 40)):
+        with pytest.raises(MemoryError, match="2\\*\\*31"):
+            table.add(far, op)
+        with pytest.raises(MemoryError, match="2\\*\\*31"):
+            table.add_send(far, op, 1, 2, 0, order)
+    assert len(table) == 1 and far not in table and order.pairs(1) == []
+    table.add(8, op)
+    table.add_send(9, op, 1, 2, 0, order)
+    assert len(table) == 3 and table.oldest() == 9 and order.pairs(1) == [(9, 2)]
+
+
 def _rotate_impl(impl: str) -> Any:
     """The rotation step of implementation ``impl``: paths.rotate or _txtable.rotate."""
     if impl == "python":

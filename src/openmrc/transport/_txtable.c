@@ -134,6 +134,61 @@ static PyTypeObject EvOrderType;
 static int eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent);
 static int eo_append(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent);
 
+/* Blocks of records that must not straddle a cache line (32-byte records, two per
+ * line): PyMem gives 16-byte alignment, so each block is allocated 63 bytes larger
+ * and its records start at the first 64-byte boundary. */
+typedef struct {
+    void *raw;   /* what PyMem_Malloc gave (NULL when none) */
+    void *items; /* the first 64-byte boundary in it */
+} Block;
+
+/* Move ``b`` to a fresh block of ``bytes`` (> 0) keeping its first ``keep`` bytes:
+ * 0, or -1 (no exception set) when memory runs out, ``b`` unchanged. */
+static int
+block_realloc(Block *b, size_t bytes, size_t keep)
+{
+    void *raw, *items;
+    if (bytes > PY_SSIZE_T_MAX - 63)
+        return -1;
+    raw = PyMem_Malloc(bytes + 63);
+    if (raw == NULL)
+        return -1;
+    items = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    if (keep > bytes)
+        keep = bytes;
+    if (keep)
+        memcpy(items, b->items, keep);
+    PyMem_Free(b->raw);
+    b->raw = raw;
+    b->items = items;
+    return 0;
+}
+
+static void
+block_free(Block *b)
+{
+    PyMem_Free(b->raw);
+    b->raw = b->items = NULL;
+}
+
+/* One PSN's record: what a send or an ACK of it reads and writes, in one half of a
+ * cache line. */
+typedef struct {
+    PyObject *op;  /* the message, NULL when empty */
+    uint64_t meta; /* ev | flags << 32 */
+    uint64_t sent; /* send time */
+    /* in flight: the slot of the PSN sent before / after it, as a distance from this
+     * slot (unchanged when the table is cut), 0 at an end; a distance is below the
+     * slots allocated, at most TX_MAX_SLOTS */
+    int32_t prev, next;
+} TxRecord;
+
+_Static_assert(sizeof(TxRecord) == 32, "two records to a 64-byte line");
+
+/* The most slots a table holds (a window of PSNs up to this wide): every distance
+ * between two slots fits a record's int32 links. */
+#define TX_MAX_SLOTS ((Py_ssize_t)INT32_MAX)
+
 typedef struct {
     PyObject_HEAD
     int64_t base;  /* the PSN of slot 0 */
@@ -142,31 +197,28 @@ typedef struct {
     Py_ssize_t count; /* records held */
     Py_ssize_t cap; /* slots allocated (those from end on are empty and zero) */
     int64_t head, tail; /* oldest and newest PSN in flight, -1 when none */
-    PyObject **ops; /* per slot: the message, NULL when empty */
-    uint64_t *meta; /* per slot: ev | flags << 32 */
-    uint64_t *sent; /* per slot: send time */
-    uint32_t *retries; /* per slot: timeouts */
-    int64_t *prev, *next; /* per slot in flight: PSN before / after, -1 at an end */
+    Block recs; /* per slot: its TxRecord */
+    uint32_t *retries; /* per slot: timeouts (apart: read only when some slot has any) */
+    /* slots given a first timeout (count_retry from 0) and not yet dropped: at least
+     * the occupied slots with retries; while 0, no slot's retries are read */
+    Py_ssize_t retried;
 } TxTableObject;
+
+#define TX_RECS(self) ((TxRecord *)(self)->recs.items)
 
 static void
 tx_free_arrays(TxTableObject *self)
 {
     Py_ssize_t i;
-    if (self->ops) {
+    TxRecord *r = TX_RECS(self);
+    if (r) {
         for (i = 0; i < self->cap; i++)
-            Py_CLEAR(self->ops[i]);
+            Py_CLEAR(r[i].op);
     }
-    PyMem_Free(self->ops);
-    PyMem_Free(self->meta);
-    PyMem_Free(self->sent);
+    block_free(&self->recs);
     PyMem_Free(self->retries);
-    PyMem_Free(self->prev);
-    PyMem_Free(self->next);
-    self->ops = NULL;
-    self->meta = self->sent = NULL;
     self->retries = NULL;
-    self->prev = self->next = NULL;
+    self->retried = 0;
     self->cap = 0;
 }
 
@@ -181,38 +233,36 @@ tx_reset(TxTableObject *self)
     self->tail = -1;
 }
 
-/* Reallocate every array to ``cap`` slots (>= end), zeroing new slots.  On failure
- * nothing is smaller than it was (a shrink that fails keeps the bigger block). */
+/* Reallocate the records and retries to ``cap`` slots (>= end, <= TX_MAX_SLOTS),
+ * zeroing new slots.  On failure nothing is smaller than it was (a shrink that fails
+ * keeps the bigger block). */
 static int
 tx_resize(TxTableObject *self, Py_ssize_t cap)
 {
     Py_ssize_t old = self->cap;
     void *p;
-    int failed = 0;
     if (cap < old) {
         Py_ssize_t i;
         for (i = cap; i < old; i++)
-            Py_CLEAR(self->ops[i]);
+            Py_CLEAR(TX_RECS(self)[i].op);
     }
-#define RESIZE(field, type)                                                              \
-    if (!failed) {                                                                       \
-        p = PyMem_Realloc(self->field, (size_t)cap * sizeof(type));                      \
-        if (p != NULL) {                                                                 \
-            self->field = (type *)p;                                                     \
-            if (cap > old)                                                               \
-                memset(self->field + old, 0, (size_t)(cap - old) * sizeof(type));        \
-        }                                                                                \
-        else if (cap > old)                                                              \
-            failed = 1;                                                                  \
+    if (block_realloc(&self->recs, (size_t)cap * sizeof(TxRecord),
+                      (size_t)old * sizeof(TxRecord)) == 0) {
+        if (cap > old)
+            memset(TX_RECS(self) + old, 0, (size_t)(cap - old) * sizeof(TxRecord));
     }
-    RESIZE(ops, PyObject *)
-    RESIZE(meta, uint64_t)
-    RESIZE(sent, uint64_t)
-    RESIZE(retries, uint32_t)
-    RESIZE(prev, int64_t)
-    RESIZE(next, int64_t)
-#undef RESIZE
-    if (failed) {
+    else if (cap > old) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    p = PyMem_Realloc(self->retries, (size_t)cap * sizeof(uint32_t));
+    if (p != NULL) {
+        self->retries = (uint32_t *)p;
+        if (cap > old)
+            memset(self->retries + old, 0, (size_t)(cap - old) * sizeof(uint32_t));
+    }
+    else if (cap > old) {
+        /* (the records' block is bigger than cap: harmless, the next resize copies cap) */
         PyErr_NoMemory();
         return -1;
     }
@@ -246,7 +296,7 @@ TxTable_traverse(TxTableObject *self, visitproc visit, void *arg)
 {
     Py_ssize_t i;
     for (i = self->lo; i < self->end; i++)
-        Py_VISIT(self->ops[i]);
+        Py_VISIT(TX_RECS(self)[i].op);
     return 0;
 }
 
@@ -298,7 +348,7 @@ static int
 TxTable_contains(TxTableObject *self, PyObject *psn)
 {
     Py_ssize_t i = tx_slot(self, psn);
-    return i >= 0 && self->ops[i] != NULL;
+    return i >= 0 && TX_RECS(self)[i].op != NULL;
 }
 
 static PyObject *
@@ -308,10 +358,8 @@ TxTable_op(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (check_nargs("op", nargs, 1) < 0)
         return NULL;
     i = tx_slot(self, args[0]);
-    if (i >= 0 && self->ops[i] != NULL) {
-        Py_INCREF(self->ops[i]);
-        return self->ops[i];
-    }
+    if (i >= 0 && TX_RECS(self)[i].op != NULL)
+        return Py_NewRef(TX_RECS(self)[i].op);
     Py_RETURN_NONE;
 }
 
@@ -334,10 +382,10 @@ TxTable_lowest(TxTableObject *self, PyObject *unused)
         return expr;                                                                     \
     }
 
-TX_FIELD_GETTER(ev, PyLong_FromUnsignedLong((unsigned long)(self->meta[i] & 0xFFFFFFFFULL)))
-TX_FIELD_GETTER(sent, PyLong_FromUnsignedLongLong(self->sent[i]))
-TX_FIELD_GETTER(flags, PyLong_FromUnsignedLongLong(self->meta[i] >> 32))
-TX_FIELD_GETTER(ev_flags, PyLong_FromUnsignedLongLong(self->meta[i]))
+TX_FIELD_GETTER(ev, PyLong_FromUnsignedLong((unsigned long)(TX_RECS(self)[i].meta & 0xFFFFFFFFULL)))
+TX_FIELD_GETTER(sent, PyLong_FromUnsignedLongLong(TX_RECS(self)[i].sent))
+TX_FIELD_GETTER(flags, PyLong_FromUnsignedLongLong(TX_RECS(self)[i].meta >> 32))
+TX_FIELD_GETTER(ev_flags, PyLong_FromUnsignedLongLong(TX_RECS(self)[i].meta))
 TX_FIELD_GETTER(retries, PyLong_FromUnsignedLong(self->retries[i]))
 
 /* Flag bits as the Python class takes them: ``bits << 32`` must fit 64 bits. */
@@ -360,7 +408,7 @@ tx_bits(PyObject *o, uint64_t *out)
 static PyObject *
 tx_settle_slot(TxTableObject *self, Py_ssize_t i, PyObject *order, PyObject *op)
 {
-    uint64_t word = self->meta[i], sent = self->sent[i];
+    uint64_t word = TX_RECS(self)[i].meta, sent = TX_RECS(self)[i].sent;
     Py_ssize_t k = op != NULL;
     PyObject *w, *t, *out;
     if (((word >> 32) & (IN_FLIGHT | DUP_RISK)) == IN_FLIGHT &&
@@ -417,9 +465,9 @@ TxTable_take(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     i = tx_slot(self, args[0]);
-    if (i < 0 || self->ops[i] == NULL)
+    if (i < 0 || TX_RECS(self)[i].op == NULL)
         Py_RETURN_NONE;
-    return tx_settle_slot(self, i, args[1], self->ops[i]);
+    return tx_settle_slot(self, i, args[1], TX_RECS(self)[i].op);
 }
 
 static PyObject *
@@ -431,7 +479,7 @@ TxTable_set_bits(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if ((i = tx_slot_checked(self, args[0])) < 0 || tx_bits(args[1], &bits) < 0)
         return NULL;
-    self->meta[i] |= bits << 32;
+    TX_RECS(self)[i].meta |= bits << 32;
     Py_RETURN_NONE;
 }
 
@@ -444,7 +492,7 @@ TxTable_clear_bits(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if ((i = tx_slot_checked(self, args[0])) < 0 || tx_bits(args[1], &bits) < 0)
         return NULL;
-    self->meta[i] &= ~(bits << 32);
+    TX_RECS(self)[i].meta &= ~(bits << 32);
     Py_RETURN_NONE;
 }
 
@@ -460,7 +508,8 @@ TxTable_count_retry(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_OverflowError, "TxTable: retries out of range");
         return NULL;
     }
-    self->retries[i] += 1;
+    if (self->retries[i]++ == 0)
+        self->retried += 1;
     Py_RETURN_NONE;
 }
 
@@ -500,13 +549,21 @@ tx_add_record(TxTableObject *self, PyObject *psn_obj, PyObject *op)
             PyErr_NoMemory();
             return -1;
         }
+        if (i >= TX_MAX_SLOTS - GROW_BATCH) {
+            /* (a record links its neighbours in flight by int32 distances: 2**31 slots
+             * would be 64 GiB of records) */
+            PyErr_SetString(PyExc_MemoryError, "TxTable: a window of 2**31 PSNs or more");
+            return -1;
+        }
         if (more > cap)
             cap = more;
+        if (cap > TX_MAX_SLOTS)
+            cap = TX_MAX_SLOTS;
         if (tx_resize(self, cap) < 0)
             return -1;
     }
     Py_INCREF(op);
-    Py_XSETREF(self->ops[i], op);
+    Py_XSETREF(TX_RECS(self)[i].op, op);
     self->end = (Py_ssize_t)i + 1;
     self->count += 1;
     return (Py_ssize_t)i;
@@ -525,15 +582,18 @@ TxTable_add(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 static void
 tx_unlink(TxTableObject *self, Py_ssize_t i)
 {
-    int64_t prev = self->prev[i], nxt = self->next[i];
-    if (prev < 0)
-        self->head = nxt;
+    TxRecord *r = TX_RECS(self);
+    int32_t prev = r[i].prev, nxt = r[i].next;
+    /* (the neighbours link each other: slot i + nxt is nxt - prev from slot i + prev,
+     * a distance between two slots) */
+    if (prev == 0)
+        self->head = nxt ? self->base + i + nxt : -1;
     else
-        self->next[prev - self->base] = nxt;
-    if (nxt < 0)
-        self->tail = prev;
+        r[i + prev].next = nxt ? (int32_t)((int64_t)nxt - prev) : 0;
+    if (nxt == 0)
+        self->tail = prev ? self->base + i + prev : -1;
     else
-        self->prev[nxt - self->base] = prev;
+        r[i + nxt].prev = prev ? (int32_t)((int64_t)prev - nxt) : 0;
 }
 
 /* Empty slot i (outstanding, already out of the in-flight list): the body of remove. */
@@ -541,8 +601,11 @@ static void
 tx_drop(TxTableObject *self, Py_ssize_t i)
 {
     Py_ssize_t lo;
-    PyObject *op = self->ops[i];
-    self->ops[i] = NULL;
+    TxRecord *r = TX_RECS(self);
+    PyObject *op = r[i].op;
+    r[i].op = NULL;
+    if (self->retried && self->retries[i])
+        self->retried -= 1;
     self->count -= 1;
     if (!self->count) {
         tx_reset(self);
@@ -551,27 +614,21 @@ tx_drop(TxTableObject *self, Py_ssize_t i)
     }
     if (i == self->lo) {
         lo = i + 1;
-        while (self->ops[lo] == NULL) /* a slot past the front is occupied */
+        while (r[lo].op == NULL) /* a slot past the front is occupied */
             lo++;
         if (lo >= TRIM_BATCH) {
+            /* (the slots cut are empty; the links are distances: unchanged) */
             Py_ssize_t keep = self->cap - lo;
-            memmove(self->ops, self->ops + lo, (size_t)keep * sizeof(PyObject *));
-            memset(self->ops + keep, 0, (size_t)lo * sizeof(PyObject *));
-#define CUT(field, type)                                                                 \
-    memmove(self->field, self->field + lo, (size_t)keep * sizeof(type));                \
-    memset(self->field + keep, 0, (size_t)lo * sizeof(type));
-            CUT(meta, uint64_t)
-            CUT(sent, uint64_t)
-            CUT(retries, uint32_t)
-            CUT(prev, int64_t)
-            CUT(next, int64_t)
-#undef CUT
+            memmove(r, r + lo, (size_t)keep * sizeof(TxRecord));
+            memset(r + keep, 0, (size_t)lo * sizeof(TxRecord));
+            memmove(self->retries, self->retries + lo, (size_t)keep * sizeof(uint32_t));
+            memset(self->retries + keep, 0, (size_t)lo * sizeof(uint32_t));
             self->base += lo;
             self->end -= lo;
             lo = 0;
             /* give memory back when the window shrank a lot */
             if (self->cap > 64 && self->end + GROW_BATCH < self->cap / 4)
-                (void)tx_resize(self, self->end + GROW_BATCH); /* a shrink cannot fail */
+                (void)tx_resize(self, self->end + GROW_BATCH); /* a shrink does not fail */
         }
         self->lo = lo;
     }
@@ -587,7 +644,7 @@ TxTable_remove(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if ((i = tx_slot_checked(self, args[0])) < 0)
         return NULL;
-    if (self->ops[i] == NULL) {
+    if (TX_RECS(self)[i].op == NULL) {
         PyErr_SetString(PyExc_KeyError, "TxTable: PSN not outstanding");
         return NULL;
     }
@@ -623,14 +680,15 @@ tx_ack_quick(TxTableObject *self, int64_t psn, PyObject *order, AckRun *r)
 {
     int64_t i = psn - self->base;
     PyObject *op;
+    TxRecord *rec;
     uint64_t word, flags, sent;
-    if (i < 0 || i >= self->cap || (op = self->ops[i]) == NULL)
+    if (i < 0 || i >= self->cap || (op = (rec = TX_RECS(self) + i)->op) == NULL)
         return 0;
     if (r->op != NULL && op != r->op)
         return 2;
-    word = self->meta[i];
+    word = rec->meta;
     flags = word >> 32;
-    sent = self->sent[i];
+    sent = rec->sent;
     if ((flags & (IN_FLIGHT | QUICK_STOP)) != IN_FLIGHT ||
         !eo_pop_first(order, (uint32_t)(word & 0xFFFFFFFFULL), (uint64_t)psn, sent))
         return 2;
@@ -776,14 +834,20 @@ static void
 tx_launch_slot(TxTableObject *self, Py_ssize_t i, uint64_t ev, uint64_t sent, uint64_t flags)
 {
     int64_t tail = self->tail;
-    self->meta[i] = ev | (flags | IN_FLIGHT) << 32;
-    self->sent[i] = sent;
-    self->prev[i] = tail;
-    self->next[i] = -1;
-    if (tail < 0)
+    TxRecord *r = TX_RECS(self);
+    r[i].meta = ev | (flags | IN_FLIGHT) << 32;
+    r[i].sent = sent;
+    r[i].next = 0;
+    if (tail < 0) {
+        r[i].prev = 0;
         self->head = self->base + i;
-    else
-        self->next[tail - self->base] = self->base + i;
+    }
+    else {
+        /* (two slots of the table: their distance fits, see TX_MAX_SLOTS) */
+        Py_ssize_t t = (Py_ssize_t)(tail - self->base);
+        r[i].prev = (int32_t)(t - i);
+        r[t].next = (int32_t)(i - t);
+    }
     self->tail = self->base + i;
 }
 
@@ -859,9 +923,9 @@ TxTable_land(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if ((i = tx_slot_checked(self, args[0])) < 0)
         return NULL;
-    m = self->meta[i];
+    m = TX_RECS(self)[i].meta;
     tx_unlink(self, i);
-    self->meta[i] = m & ~(IN_FLIGHT << 32);
+    TX_RECS(self)[i].meta = m & ~(IN_FLIGHT << 32);
     return PyLong_FromUnsignedLongLong(m >> 32);
 }
 
@@ -885,7 +949,8 @@ TxTable_after(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if ((i = tx_slot_checked(self, args[0])) < 0)
         return NULL;
-    return PyLong_FromLongLong(self->next[i]);
+    return PyLong_FromLongLong(TX_RECS(self)[i].next ? self->base + i + TX_RECS(self)[i].next
+                                                     : -1);
 }
 
 /* rto_at(timeout, linear, cap): when the oldest transmission in flight times out (its
@@ -899,6 +964,7 @@ TxTable_rto_at(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     int overflow = 0, ok1, ok2;
     Py_ssize_t i;
     uint64_t sent;
+    int64_t retries;
     if (check_nargs("rto_at", nargs, 3) < 0)
         return NULL;
     if (!PyLong_Check(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2])) {
@@ -914,23 +980,25 @@ TxTable_rto_at(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (self->head < 0)
         return PyLong_FromLong(-1);
     i = (Py_ssize_t)(self->head - self->base);
+    /* (while no slot has had a timeout, the retries array is not read) */
+    retries = self->retried ? (int64_t)self->retries[i] : 0;
     linear = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (linear == -1 && PyErr_Occurred())
         return NULL;
-    if (overflow > 0 || (!overflow && (int64_t)self->retries[i] < linear)) {
+    if (overflow > 0 || (!overflow && retries < linear)) {
         rto = timeout; /* fewer retries than the linear ones */
     }
     else {
         /* extra = retries - linear >= 0 (huge when linear is below -2**63) */
         int64_t extra = (overflow < 0 || linear < -(INT64_MAX / 2))
                             ? INT64_MAX
-                            : (int64_t)self->retries[i] - linear;
+                            : retries - linear;
         int sh = extra >= 29 ? 30 : (int)extra + 1;
         rto = timeout > (INT64_MAX >> sh) ? cap : timeout << sh;
         if (rto > cap)
             rto = cap;
     }
-    sent = self->sent[i];
+    sent = TX_RECS(self)[i].sent;
     if (sent > UINT64_MAX - (uint64_t)rto) {
         PyObject *a = PyLong_FromUnsignedLongLong(sent), *b, *sum;
         if (a == NULL)
@@ -951,8 +1019,9 @@ TxTable_rto_at(TxTableObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 TxTable_sizeof(TxTableObject *self, PyObject *unused)
 {
-    size_t per = sizeof(PyObject *) + 2 * sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(int64_t);
-    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + (size_t)self->cap * per);
+    size_t per = sizeof(TxRecord) + sizeof(uint32_t);
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + (size_t)self->cap * per +
+                             (self->recs.raw ? 63 : 0));
 }
 
 static PyMethodDef TxTable_methods[] = {
@@ -1034,19 +1103,35 @@ static PyTypeObject TxTableType = {
 
 /* ---- EvOrder ---------------------------------------------------------------- */
 
+/* A slot of the table: its EV and its chain's first and last entry; first is -2 when
+ * the slot is free, -1 when the chain is empty (16 bytes: four to a line). */
+typedef struct {
+    uint32_t key;
+    int32_t head, tail;
+    int32_t unused_;
+} EoSlot;
+
+/* An entry of the pool: a PSN, its send time and the next entry (-1 at the end);
+ * 32 bytes in a 64-byte aligned block, so one entry is one line. */
+typedef struct {
+    uint64_t psn, sent;
+    int32_t next;
+    int32_t unused_[3];
+} EoEntry;
+
+_Static_assert(sizeof(EoSlot) == 16, "four slots to a 64-byte line");
+_Static_assert(sizeof(EoEntry) == 32, "two entries to a 64-byte line");
+
 typedef struct {
     PyObject_HEAD
-    /* the table: per slot its EV and its chain's first and last entry; first is -2
-     * when the slot is free, -1 when the chain is empty */
-    uint32_t *keys;
-    int32_t *heads, *tails;
+    EoSlot *table;
     Py_ssize_t mask, used;
-    /* the pool: per entry its PSN, send time and next entry (-1 at the end) */
-    uint64_t *psn, *sent;
-    int32_t *next;
+    Block pool; /* EoEntry items */
     Py_ssize_t npool, pool_cap;
     int32_t free_;
 } EvOrderObject;
+
+#define EO_POOL(self) ((EoEntry *)(self)->pool.items)
 
 static inline Py_ssize_t
 eo_find(EvOrderObject *self, uint32_t ev)
@@ -1054,7 +1139,7 @@ eo_find(EvOrderObject *self, uint32_t ev)
     Py_ssize_t mask = self->mask;
     Py_ssize_t h = (Py_ssize_t)((ev ^ (ev >> 16) ^ (ev >> 7)) & (uint32_t)mask);
     for (;;) {
-        if (self->keys[h] == ev || self->heads[h] == -2)
+        if (self->table[h].key == ev || self->table[h].head == -2)
             return h;
         h = (h + 1) & mask;
     }
@@ -1064,23 +1149,18 @@ static int
 eo_alloc_table(EvOrderObject *self, Py_ssize_t size)
 {
     Py_ssize_t j;
-    uint32_t *keys = PyMem_Calloc((size_t)size, sizeof(uint32_t));
-    int32_t *heads = PyMem_Malloc((size_t)size * sizeof(int32_t));
-    int32_t *tails = PyMem_Malloc((size_t)size * sizeof(int32_t));
-    if (!keys || !heads || !tails) {
-        PyMem_Free(keys);
-        PyMem_Free(heads);
-        PyMem_Free(tails);
+    EoSlot *table = PyMem_Malloc((size_t)size * sizeof(EoSlot));
+    if (table == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (j = 0; j < size; j++) {
-        heads[j] = -2;
-        tails[j] = -1;
+        table[j].key = 0;
+        table[j].head = -2;
+        table[j].tail = -1;
+        table[j].unused_ = 0;
     }
-    self->keys = keys;
-    self->heads = heads;
-    self->tails = tails;
+    self->table = table;
     self->mask = size - 1;
     return 0;
 }
@@ -1112,12 +1192,8 @@ EvOrder_init(PyObject *self, PyObject *args, PyObject *kwds)
 static void
 EvOrder_dealloc(EvOrderObject *self)
 {
-    PyMem_Free(self->keys);
-    PyMem_Free(self->heads);
-    PyMem_Free(self->tails);
-    PyMem_Free(self->psn);
-    PyMem_Free(self->sent);
-    PyMem_Free(self->next);
+    PyMem_Free(self->table);
+    block_free(&self->pool);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1125,8 +1201,7 @@ EvOrder_dealloc(EvOrderObject *self)
 static int
 eo_grow(EvOrderObject *self)
 {
-    uint32_t *keys = self->keys;
-    int32_t *heads = self->heads, *tails = self->tails;
+    EoSlot *old_table = self->table;
     Py_ssize_t old = self->mask + 1, j;
     if (old > (1 << 29)) {
         PyErr_NoMemory();
@@ -1135,16 +1210,10 @@ eo_grow(EvOrderObject *self)
     if (eo_alloc_table(self, 2 * old) < 0)
         return -1;
     for (j = 0; j < old; j++) {
-        if (heads[j] != -2) {
-            Py_ssize_t h = eo_find(self, keys[j]);
-            self->keys[h] = keys[j];
-            self->heads[h] = heads[j];
-            self->tails[h] = tails[j];
-        }
+        if (old_table[j].head != -2)
+            self->table[eo_find(self, old_table[j].key)] = old_table[j];
     }
-    PyMem_Free(keys);
-    PyMem_Free(heads);
-    PyMem_Free(tails);
+    PyMem_Free(old_table);
     return 0;
 }
 
@@ -1170,7 +1239,7 @@ eo_first(EvOrderObject *self, PyObject *ev_obj, Py_ssize_t *slot)
         return -1;
     h = eo_find(self, ev);
     *slot = h;
-    return self->heads[h] < 0 ? -1 : self->heads[h];
+    return self->table[h].head < 0 ? -1 : self->table[h].head;
 }
 
 /* A (PSN, send time) argument pair; *ok = 0 when either does not fit 64 bits
@@ -1200,7 +1269,7 @@ eo_pair(PyObject *p, PyObject *s, uint64_t *psn, uint64_t *sent, int *ok)
 static inline void
 eo_release(EvOrderObject *self, int32_t e)
 {
-    self->next[e] = self->free_;
+    EO_POOL(self)[e].next = self->free_;
     self->free_ = e;
 }
 
@@ -1215,36 +1284,19 @@ eo_append(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent)
     /* the entry first (nothing changes when memory runs out) */
     if (self->free_ < 0 && self->npool == self->pool_cap) {
         Py_ssize_t cap = self->pool_cap + (self->pool_cap >> 3) + 16;
-        void *a, *b, *c;
-        if (cap > INT32_MAX - 2) {
+        if (cap > INT32_MAX - 2 ||
+            block_realloc(&self->pool, (size_t)cap * sizeof(EoEntry),
+                          (size_t)self->npool * sizeof(EoEntry)) < 0) {
             PyErr_NoMemory();
             return -1;
         }
-        a = PyMem_Realloc(self->psn, (size_t)cap * sizeof(uint64_t));
-        if (a == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->psn = a;
-        b = PyMem_Realloc(self->sent, (size_t)cap * sizeof(uint64_t));
-        if (b == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->sent = b;
-        c = PyMem_Realloc(self->next, (size_t)cap * sizeof(int32_t));
-        if (c == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->next = c;
         self->pool_cap = cap;
     }
     h = eo_find(self, ev);
-    first = self->heads[h];
+    first = self->table[h].head;
     if (first == -2) {
-        self->keys[h] = ev;
-        self->heads[h] = -1;
+        self->table[h].key = ev;
+        self->table[h].head = -1;
         self->used += 1;
         if (4 * self->used > 3 * (self->mask + 1)) {
             if (eo_grow(self) < 0)
@@ -1255,17 +1307,17 @@ eo_append(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent)
     }
     e = self->free_;
     if (e >= 0)
-        self->free_ = self->next[e];
+        self->free_ = EO_POOL(self)[e].next;
     else
         e = (int32_t)self->npool++;
-    self->psn[e] = psn;
-    self->sent[e] = sent;
-    self->next[e] = -1;
+    EO_POOL(self)[e].psn = psn;
+    EO_POOL(self)[e].sent = sent;
+    EO_POOL(self)[e].next = -1;
     if (first < 0)
-        self->heads[h] = e;
+        self->table[h].head = e;
     else
-        self->next[self->tails[h]] = e;
-    self->tails[h] = e;
+        EO_POOL(self)[self->table[h].tail].next = e;
+    self->table[h].tail = e;
     return 0;
 }
 
@@ -1294,10 +1346,10 @@ eo_pop_first(PyObject *order, uint32_t ev, uint64_t psn, uint64_t sent)
 {
     EvOrderObject *self = (EvOrderObject *)order;
     Py_ssize_t h = eo_find(self, ev);
-    int32_t e = self->heads[h];
-    if (e < 0 || self->psn[e] != psn || self->sent[e] != sent)
+    int32_t e = self->table[h].head;
+    if (e < 0 || EO_POOL(self)[e].psn != psn || EO_POOL(self)[e].sent != sent)
         return 0;
-    self->heads[h] = self->next[e];
+    self->table[h].head = EO_POOL(self)[e].next;
     eo_release(self, e);
     return 1;
 }
@@ -1315,9 +1367,9 @@ EvOrder_pop_first(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (e < 0)
         Py_RETURN_FALSE;
     eo_pair(args[1], args[2], &psn, &sent, &ok);
-    if (!ok || self->psn[e] != psn || self->sent[e] != sent)
+    if (!ok || EO_POOL(self)[e].psn != psn || EO_POOL(self)[e].sent != sent)
         Py_RETURN_FALSE;
-    self->heads[h] = self->next[e];
+    self->table[h].head = EO_POOL(self)[e].next;
     eo_release(self, e);
     Py_RETURN_TRUE;
 }
@@ -1339,8 +1391,8 @@ EvOrder_take_through(EvOrderObject *self, PyObject *const *args, Py_ssize_t narg
     if (!ok)
         Py_RETURN_NONE;
     e = first;
-    while (e >= 0 && (self->psn[e] != psn || self->sent[e] != sent)) {
-        e = self->next[e];
+    while (e >= 0 && (EO_POOL(self)[e].psn != psn || EO_POOL(self)[e].sent != sent)) {
+        e = EO_POOL(self)[e].next;
         n++;
     }
     if (e < 0)
@@ -1349,9 +1401,9 @@ EvOrder_take_through(EvOrderObject *self, PyObject *const *args, Py_ssize_t narg
     if (before == NULL)
         return NULL;
     e = first;
-    while (self->psn[e] != psn || self->sent[e] != sent) {
-        PyObject *a = PyLong_FromUnsignedLongLong(self->psn[e]);
-        PyObject *b = a ? PyLong_FromUnsignedLongLong(self->sent[e]) : NULL;
+    while (EO_POOL(self)[e].psn != psn || EO_POOL(self)[e].sent != sent) {
+        PyObject *a = PyLong_FromUnsignedLongLong(EO_POOL(self)[e].psn);
+        PyObject *b = a ? PyLong_FromUnsignedLongLong(EO_POOL(self)[e].sent) : NULL;
         if (b == NULL) {
             Py_XDECREF(a);
             Py_DECREF(before);
@@ -1360,16 +1412,16 @@ EvOrder_take_through(EvOrderObject *self, PyObject *const *args, Py_ssize_t narg
         PyList_SET_ITEM(before, k, a);
         PyList_SET_ITEM(before, k + 1, b);
         k += 2;
-        e = self->next[e];
+        e = EO_POOL(self)[e].next;
     }
     /* all built: now drop them */
     e = first;
-    while (self->psn[e] != psn || self->sent[e] != sent) {
-        int32_t following = self->next[e];
+    while (EO_POOL(self)[e].psn != psn || EO_POOL(self)[e].sent != sent) {
+        int32_t following = EO_POOL(self)[e].next;
         eo_release(self, e);
         e = following;
     }
-    self->heads[h] = self->next[e];
+    self->table[h].head = EO_POOL(self)[e].next;
     eo_release(self, e);
     return before;
 }
@@ -1389,18 +1441,18 @@ EvOrder_remove(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
     eo_pair(args[1], args[2], &psn, &sent, &ok);
     if (!ok)
         Py_RETURN_NONE;
-    while (e >= 0 && (self->psn[e] != psn || self->sent[e] != sent)) {
+    while (e >= 0 && (EO_POOL(self)[e].psn != psn || EO_POOL(self)[e].sent != sent)) {
         prev = e;
-        e = self->next[e];
+        e = EO_POOL(self)[e].next;
     }
     if (e < 0)
         Py_RETURN_NONE;
     if (prev < 0)
-        self->heads[h] = self->next[e];
+        self->table[h].head = EO_POOL(self)[e].next;
     else {
-        self->next[prev] = self->next[e];
-        if (self->next[e] == -1)
-            self->tails[h] = prev;
+        EO_POOL(self)[prev].next = EO_POOL(self)[e].next;
+        if (EO_POOL(self)[e].next == -1)
+            self->table[h].tail = prev;
     }
     eo_release(self, e);
     Py_RETURN_NONE;
@@ -1419,15 +1471,15 @@ EvOrder_pairs(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     e = eo_first(self, args[0], &h);
     while (e >= 0) {
-        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)self->psn[e],
-                                    (unsigned long long)self->sent[e]);
+        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)EO_POOL(self)[e].psn,
+                                    (unsigned long long)EO_POOL(self)[e].sent);
         if (t == NULL || PyList_Append(out, t) < 0) {
             Py_XDECREF(t);
             Py_DECREF(out);
             return NULL;
         }
         Py_DECREF(t);
-        e = self->next[e];
+        e = EO_POOL(self)[e].next;
     }
     return out;
 }
@@ -1435,8 +1487,8 @@ EvOrder_pairs(EvOrderObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 EvOrder_sizeof(EvOrderObject *self, PyObject *unused)
 {
-    size_t table = (size_t)(self->mask + 1) * (sizeof(uint32_t) + 2 * sizeof(int32_t));
-    size_t pool = (size_t)self->pool_cap * (2 * sizeof(uint64_t) + sizeof(int32_t));
+    size_t table = (size_t)(self->mask + 1) * sizeof(EoSlot);
+    size_t pool = (size_t)self->pool_cap * sizeof(EoEntry) + (self->pool.raw ? 63 : 0);
     return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize + table + pool);
 }
 
