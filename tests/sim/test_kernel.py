@@ -1240,6 +1240,23 @@ def test_queued_packet_leaves_with_the_wire_bytes_it_was_queued_with(
 
 
 @IMPLS
+def test_ports_give_back_every_reference_to_a_packet(impl: tuple[str, Any, Any, Any, Any]) -> None:
+    """Each reference a port takes to a packet (sent at once, queued, trimmed, on the wire,
+    lost on an impaired link) is given back: after the run every packet's reference count
+    is what it was before it was sent."""
+    sim, inp, out, _sw, _end, sink = _line(impl, out_rate=10**10)  # out slower: it trims
+    out.set_impairment(loss=0.5)
+    pkts = [_data(i, routed=True) for i in range(40)]
+    before = [sys.getrefcount(p) for p in pkts]
+    for pkt in pkts:  # the first goes on the wire at once, the rest wait in the queue
+        inp.enqueue(pkt)
+    del pkt
+    sim.run()
+    assert out.lost > 0 and out.trims > 0 and len(sink.got) == 40 - out.lost
+    assert [sys.getrefcount(p) for p in pkts] == before
+
+
+@IMPLS
 def test_post_calls_with_one_argument_in_order_and_can_be_cancelled(
     impl: tuple[str, Any, Any, Any, Any],
 ) -> None:

@@ -2018,21 +2018,29 @@ static int port_impair(PortObject *p)
     return 0;
 }
 
-/* Serialize pkt from now and schedule its arrival. 1 sent, 0 lost, -1 error. */
+/* Serialize pkt from now and schedule its arrival. 1 sent, 0 lost, -1 error.
+ * Steals the reference to pkt (the arrival event takes it; released when the packet
+ * is lost or on error): the transmitter hands on the reference its queue held
+ * without touching the packet, whose line has usually left the cache since it was
+ * queued (the arrival's prefetch fetches it in time). */
 static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t now)
 {
     int64_t ser, end, arrive;
     if (ser_ps(p, wb, &ser) < 0)
-        return -1;
-    if (add_i64(now, ser, &end) || add_i64(end, p->delay, &arrive))
-        return overflow_err("arrival time");
+        goto fail;
+    if (add_i64(now, ser, &end) || add_i64(end, p->delay, &arrive)) {
+        overflow_err("arrival time");
+        goto fail;
+    }
     p->busy_until = end;
     p->tx_pkts++;
     p->tx_bytes += wb;
     if (p->impaired) {
         int r = port_impair(p);
-        if (r)
+        if (r) {
+            Py_DECREF(pkt);
             return r < 0 ? -1 : 0;
+        }
     }
     SimObject *s = p->sim;
     int64_t key = sim_next_key(s);
@@ -2046,7 +2054,6 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
     if (target < 0)
         target = s->cur;
     Py_INCREF(p);
-    Py_INCREF(pkt);
     int64_t epoch = p->epoch;
     if (key >= 0 && epoch >= 0 && epoch < EPOCH_SMALL &&
         (s->owned == NULL || target >= s->nowned || s->owned[target])) {
@@ -2058,6 +2065,9 @@ static int port_put_on_wire(PortObject *p, PyObject *pkt, int64_t wb, int64_t no
     if (heap_push_key(s, arrive, key, EV_ARRIVE, target, (PyObject *)p, pkt, epoch) < 0)
         return -1;
     return 1;
+fail:
+    Py_DECREF(pkt);
+    return -1;
 }
 
 static int port_arm(PortObject *p)
@@ -2085,8 +2095,10 @@ static int port_enqueue(PortObject *p, PyObject *pkt)
     int64_t wb;
     if (get_wire_bytes(p, pkt, &wb) < 0)
         return -1;
-    if (!p->has_txev && p->busy_until <= now)
+    if (!p->has_txev && p->busy_until <= now) {
+        Py_INCREF(pkt); /* (put_on_wire takes a reference: the caller keeps its own) */
         return port_put_on_wire(p, pkt, wb, now) < 0 ? -1 : 0;
+    }
     int isdata = PyObject_IsInstance(pkt, DataPacketType);
     if (isdata < 0)
         return -1;
@@ -2179,9 +2191,8 @@ static int port_tx_free(PortObject *p)
         p->has_txev = 0;
         return 0;
     }
-    int r = port_put_on_wire(p, pkt, wb, p->sim->now);
-    Py_DECREF(pkt);
-    if (r < 0)
+    /* (the queue's reference goes on to the arrival) */
+    if (port_put_on_wire(p, pkt, wb, p->sim->now) < 0)
         return -1;
     if (p->prio.len || p->data.len) {
         int64_t key = sim_next_key(p->sim);
