@@ -1,0 +1,70 @@
+"""benchmarks/sim_growth.py: its runs and windows, its summary, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_growth.py"
+SMALL = ["--sizes", "16,32", "--rounds", "2", "--first-us", "5", "--steady-us", "10"]
+
+
+def _run(tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "g.json"
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), *SMALL, *extra, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "growth" in r.stdout
+    return dict(json.loads(out.read_text()))
+
+
+def test_rounds_alternate_and_the_summary_is_the_runs(tmp_path: Path) -> None:
+    """Each round runs every size (the smallest twice, reversed order every other round);
+    each run times both windows, the same events at each size; the summary is the runs'
+    minimum and median, and the growth their ratio from the smallest size to the largest."""
+    doc = _run(tmp_path, "--small-runs", "2")
+    runs = doc["runs"]
+    assert [(r["round"], r["hosts"]) for r in runs] == [
+        (1, 16), (1, 16), (1, 32), (2, 32), (2, 16), (2, 16)
+    ]  # fmt: skip
+    for n in (16, 32):
+        mine = [r for r in runs if r["hosts"] == n]
+        # deterministic: every run of a size simulates the same events in each window
+        assert len({(r["first_events"], r["steady_events"]) for r in mine}) == 1
+        assert mine[0]["first_events"] > 0 and mine[0]["steady_events"] > 0
+    entry = doc["summary"]
+    per = {}
+    for n in (16, 32):
+        vals = sorted(r["steady_cpu"] / r["steady_events"] * 1e9 for r in runs if r["hosts"] == n)
+        cell = entry["sizes"][str(n)]["steady"]
+        assert cell["min"] == pytest.approx(vals[0], abs=0.1)
+        per[n] = cell
+    assert entry["growth"]["steady"]["min"] == pytest.approx(
+        per[32]["min"] / per[16]["min"] - 1, abs=1e-3
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--sizes", "1024"],
+        ["--sizes", "8192,1024"],
+        ["--sizes", "16,x"],
+        ["--rounds", "0"],
+        ["--small-runs", "0"],
+        ["--first-us", "30", "--steady-us", "20"],
+    ],
+)
+def test_bad_options_get_one_line(args: list[str]) -> None:
+    """Sizes not ascending or not numbers, no rounds, windows out of order: one line, exit 2."""
+    r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("sim_growth:")
