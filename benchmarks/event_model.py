@@ -138,6 +138,8 @@ def measure(
 
 
 def _ints(text: str, name: str, least: int) -> list[int]:
+    """Option ``--name``'s comma-separated whole numbers, each ``least`` or more
+    (ValueError naming the option and the reason)."""
     try:
         vals = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
