@@ -31,6 +31,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_growth import parse_sizes  # (--sizes: one rule for both benchmarks)
+
 _MODEL = r"""
 #include <stdint.h>
 #include <stdio.h>
@@ -163,9 +167,11 @@ def main() -> int:
     ap.add_argument("--out", help="also write the rows here (JSON)")
     args = ap.parse_args()
     try:
-        sizes = _ints(args.sizes, "sizes", 2)
-        if len(sizes) < 2 or sizes != sorted(set(sizes)):
-            raise ValueError(f"--sizes: two or more, ascending: {args.sizes!r}")
+        sizes = parse_sizes(args.sizes)
+    except ValueError as e:
+        print(f"event_model: --sizes: {e}", file=sys.stderr)
+        return 2
+    try:
         lines = _ints(args.lines, "lines", 1)
         prefetch = _ints(args.prefetch, "prefetch", 0)
     except ValueError as e:

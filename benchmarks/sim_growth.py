@@ -31,8 +31,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-US = 1_000_000  # ps per us
-
 
 def child(hosts: int, first_us: float, steady_us: float) -> dict[str, Any]:
     """One run in this process: loop CPU and events in each window."""
@@ -47,11 +45,11 @@ def child(hosts: int, first_us: float, steady_us: float) -> dict[str, Any]:
 
     exp.sampler.start()
     c0 = cpu()
-    sim.run(int(first_us * US))
+    sim.run(int(first_us * sim_speed.US))
     c1, e1 = cpu(), sim.events_run
     row: dict[str, Any] = {"hosts": hosts, "first_events": e1, "first_cpu": round(c1 - c0, 4)}
     if steady_us:
-        sim.run(int(steady_us * US))
+        sim.run(int(steady_us * sim_speed.US))
         c2, e2 = cpu(), sim.events_run
         row.update(steady_events=e2 - e1, steady_cpu=round(c2 - c1, 4))
     exp.sampler.stop()
