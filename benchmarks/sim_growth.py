@@ -14,45 +14,229 @@ moves with what the machine's other work leaves of that cache (its spread over a
 is wide on a shared machine), the larger's hardly (docs/performance.md, "Where the
 time goes").
 
+``--fabric-only`` measures the same fabric with no transport: each host's NIC is a
+small native reflector (compiled from this file with the C compiler) that re-sends
+every packet it receives to the host's permutation peer, on a route through a T1 that
+turns with each packet, with ``--window`` packets per host put in at the start.  Its
+events are the kernel's own (switch arrivals, transmitters, the host link's end) and
+one cheap call per packet at a host: how much of the growth the fabric's event loop
+has by itself, whatever the hosts run.
+
     python benchmarks/sim_growth.py                          # 1024 and 8192 hosts, 6 rounds
     python benchmarks/sim_growth.py --sizes 1024,2048,8192 --rounds 4 --out g.json
+    python benchmarks/sim_growth.py --fabric-only            # the kernel and fabric alone
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
+import tempfile
+import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+#: ``--fabric-only``'s host: a native callable per host, called by the host link's end
+#: as ``(pkt, plane, now)``; it gives the packet a fresh route int (held by the packet
+#: alone, so the switches shift it in place, as a NIC's are) from its table, turning
+#: to the next entry each packet, and enqueues it on its port.  Its object is the one
+#: host line it reads (its routes kept as two 64-bit halves, no Python ints).
+_REFLECTOR_C = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <string.h>
 
-def child(hosts: int, first_us: float, steady_us: float) -> dict[str, Any]:
-    """One run in this process: loop CPU and events in each window."""
+#define MAX_ROUTES 8
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vc;
+    PyObject *enqueue; /* the port type's enqueue (shared) */
+    PyObject *port;
+    int n, k;
+    long long sent;
+    unsigned char routes[MAX_ROUTES][16]; /* little-endian 128-bit routes */
+} Refl;
+
+static PyObject *S_route;
+
+static PyObject *Refl_vc(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    Refl *r = (Refl *)self;
+    if (PyVectorcall_NARGS(nargsf) < 1 || kw != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Reflector(pkt, plane, now)");
+        return NULL;
+    }
+    PyObject *pkt = args[0];
+    PyObject *route = _PyLong_FromByteArray(r->routes[r->k], 16, 1, 0);
+    if (route == NULL)
+        return NULL;
+    if (++r->k == r->n)
+        r->k = 0;
+    int rc = PyObject_SetAttr(pkt, S_route, route);
+    Py_DECREF(route);
+    if (rc < 0)
+        return NULL;
+    r->sent++;
+    PyObject *call[2] = {r->port, pkt};
+    return PyObject_Vectorcall(r->enqueue, call, 2, NULL);
+}
+
+static int Refl_init(Refl *r, PyObject *args, PyObject *kw)
+{
+    PyObject *enq, *port, *routes;
+    if (!PyArg_ParseTuple(args, "OOO!", &enq, &port, &PyTuple_Type, &routes))
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(routes);
+    if (n < 1 || n > MAX_ROUTES) {
+        PyErr_SetString(PyExc_ValueError, "Reflector: 1 to 8 routes");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(routes, i);
+        if (!PyLong_Check(v) || _PyLong_AsByteArray((PyLongObject *)v, r->routes[i], 16, 1, 0) < 0)
+            return -1;
+    }
+    Py_INCREF(enq);
+    Py_INCREF(port);
+    Py_XSETREF(r->enqueue, enq);
+    Py_XSETREF(r->port, port);
+    r->n = (int)n;
+    r->k = 0;
+    r->vc = Refl_vc;
+    return 0;
+}
+
+static void Refl_dealloc(Refl *r)
+{
+    Py_XDECREF(r->enqueue);
+    Py_XDECREF(r->port);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *Refl_sent(Refl *r, void *c) { return PyLong_FromLongLong(r->sent); }
+static PyGetSetDef Refl_getset[] = {{"sent", (getter)Refl_sent, NULL, NULL, NULL}, {NULL}};
+
+static PyTypeObject ReflType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sim_growth_reflector.Reflector",
+    .tp_basicsize = sizeof(Refl),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Refl, vc),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Refl_init,
+    .tp_dealloc = (destructor)Refl_dealloc,
+    .tp_getset = Refl_getset,
+};
+
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "sim_growth_reflector", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit_sim_growth_reflector(void)
+{
+    S_route = PyUnicode_InternFromString("route");
+    if (S_route == NULL || PyType_Ready(&ReflType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&mod);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&ReflType);
+    if (PyModule_AddObject(m, "Reflector", (PyObject *)&ReflType) < 0) {
+        Py_DECREF(&ReflType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
+"""
+
+
+def build_reflector(where: Path) -> Path:
+    """Compile ``--fabric-only``'s reflector into ``where``; the module's path."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("sim_growth: --fabric-only needs a C compiler (cc)")
+    src = where / "sim_growth_reflector.c"
+    out = where / f"sim_growth_reflector{sysconfig.get_config_var('EXT_SUFFIX')}"
+    src.write_text(_REFLECTOR_C)
+    include = sysconfig.get_paths()["include"]
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{include}", "-o", str(out), str(src)],
+                   check=True)  # fmt: skip
+    return out
+
+
+def load_reflector(path: Path) -> ModuleType:
+    """Import the module :func:`build_reflector` made."""
+    spec = importlib.util.spec_from_file_location("sim_growth_reflector", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reflect(exp: Any, hosts: int, module: ModuleType, window: int) -> list[Any]:
+    """Give every host of ``exp`` (perm-``hosts``, no flows) a reflector, and put
+    ``window`` packets a host on its port; the reflectors."""
     import sim_speed
 
-    exp, _, _ = sim_speed.build(f"perm-{hosts}", 2_000_000, 1, 1)
+    from openmrc.wire.packets import DataPacket, Opcode
+
+    fabric = exp.fabric
+    t1s = min(exp.topology.spec.t1s, 8)
+    refls = []
+    for flow in sim_speed.perm_flows(hosts, 1, 1):
+        port = fabric.host_port(flow.src, 0)
+        routes = tuple(fabric.path_for(flow.src, flow.dst, path << 4) for path in range(t1s))
+        refl = module.Reflector(type(port).enqueue, port, routes)
+        fabric.attach_host(flow.src, refl)
+        refls.append(refl)
+    for refl in refls:
+        for psn in range(window):
+            refl(DataPacket(1, 0, Opcode.WRITE_ONLY, psn, 0, 0, 0, 4096), 0, 0)
+    return refls
+
+
+def child(
+    hosts: int, first_us: float, steady_us: float, reflector: str | None = None, window: int = 0
+) -> dict[str, Any]:
+    """One run in this process: loop CPU and events in each window (``reflector``: the
+    module :func:`build_reflector` made, for ``--fabric-only``)."""
+    import sim_speed
+
+    if reflector is None:
+        exp, _, _ = sim_speed.build(f"perm-{hosts}", 2_000_000, 1, 1)
+        refls: list[Any] = []
+    else:
+        exp = sim_speed.make_experiment(
+            sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
+        )
+        refls = reflect(exp, hosts, load_reflector(Path(reflector)), window)
     sim = exp.sim
 
-    def cpu() -> float:
-        u = resource.getrusage(resource.RUSAGE_SELF)
-        return u.ru_utime + u.ru_stime
-
+    cpu = time.process_time  # the process's CPU (user and system), to the nanosecond
     exp.sampler.start()
     c0 = cpu()
     sim.run(int(first_us * sim_speed.US))
     c1, e1 = cpu(), sim.events_run
-    row: dict[str, Any] = {"hosts": hosts, "first_events": e1, "first_cpu": round(c1 - c0, 4)}
+    row: dict[str, Any] = {"hosts": hosts, "first_events": e1, "first_cpu": round(c1 - c0, 7)}
     if steady_us:
         sim.run(int(steady_us * sim_speed.US))
         c2, e2 = cpu(), sim.events_run
-        row.update(steady_events=e2 - e1, steady_cpu=round(c2 - c1, 4))
+        row.update(steady_events=e2 - e1, steady_cpu=round(c2 - c1, 7))
     exp.sampler.stop()
+    if refls:  # packets sent: by all hosts, and by the host that sent the fewest
+        row["sent"] = sum(r.sent for r in refls)
+        row["sent_min"] = min(r.sent for r in refls)
     row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return row
 
@@ -65,10 +249,14 @@ def ns_per_event(row: dict[str, Any], window: str) -> float | None:
     return float(row[f"{window}_cpu"]) / int(events) * 1e9
 
 
-def run_child(hosts: int, first_us: float, steady_us: float) -> dict[str, Any]:
+def run_child(
+    hosts: int, first_us: float, steady_us: float, reflector: Path | None = None, window: int = 0
+) -> dict[str, Any]:
     """One run in a fresh interpreter."""
     argv = [sys.executable, __file__, "--child", str(hosts), "--first-us", str(first_us),
             "--steady-us", str(steady_us)]  # fmt: skip
+    if reflector is not None:
+        argv += ["--reflector", str(reflector), "--window", str(window)]
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"sim_growth: perm-{hosts} failed: {out.stderr.strip()[-400:]}")
@@ -90,7 +278,7 @@ def summarise(rows: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
         out["sizes"][str(n)] = cell
     lo, hi = out["sizes"][str(sizes[0])], out["sizes"][str(sizes[-1])]
     for window in ("first", "steady"):
-        if window in lo and window in hi:
+        if window in lo and window in hi and lo[window]["min"] > 0:
             out["growth"][window] = {k: round(hi[window][k] / lo[window][k] - 1, 4)
                                      for k in ("min", "median")}  # fmt: skip
     return out
@@ -115,10 +303,19 @@ def main() -> int:
     ap.add_argument("--first-us", type=float, default=30.0, help="the first window's end")
     ap.add_argument("--steady-us", type=float, default=60.0, help="the second's (0: none)")
     ap.add_argument("--out", help="also write every run and the summary here (JSON)")
+    ap.add_argument(
+        "--fabric-only",
+        action="store_true",
+        help="hosts that only reflect packets (the fabric's event loop alone)",
+    )
+    ap.add_argument("--window", type=int, default=32,
+                    help="--fabric-only: packets put in per host")  # fmt: skip
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.child, args.first_us, args.steady_us)))
+        row = child(args.child, args.first_us, args.steady_us, args.reflector, args.window)
+        print(json.dumps(row))
         return 0
     try:
         sizes = parse_sizes(args.sizes)
@@ -132,24 +329,19 @@ def main() -> int:
     if not args.first_us > 0 or (args.steady_us and not args.steady_us > args.first_us):
         print("sim_growth: --steady-us: must be 0 or past --first-us (> 0)", file=sys.stderr)
         return 2
-    rows: list[dict[str, Any]] = []
-    for r in range(args.rounds):
-        for n in sizes if r % 2 == 0 else sizes[::-1]:
-            for _ in range(args.small_runs if n == sizes[0] else 1):
-                row = run_child(n, args.first_us, args.steady_us)
-                row["round"] = r + 1
-                rows.append(row)
-                steady = ns_per_event(row, "steady")
-                print(f"round {r + 1} perm-{n}: {ns_per_event(row, 'first'):.0f} ns/event to"
-                      f" {args.first_us:g} us"
-                      + (f", {steady:.0f} from there to {args.steady_us:g} us"
-                         if steady is not None else ""), flush=True)  # fmt: skip
+    if args.fabric_only and args.window < 1:
+        print("sim_growth: --window: must be 1 or more", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        reflector = build_reflector(Path(tmp)) if args.fabric_only else None
+        rows = run_rounds(args, sizes, reflector)
+    what = "perm-{} (fabric only)" if args.fabric_only else "perm-{}"
     summary = summarise(rows, sizes)
     for window, title in (("first", f"0-{args.first_us:g} us"),
                           ("steady", f"{args.first_us:g}-{args.steady_us:g} us")):  # fmt: skip
         if window not in summary["growth"]:
             continue
-        cells = ", ".join(f"perm-{n} {summary['sizes'][str(n)][window]['min']:.0f}/"
+        cells = ", ".join(f"{what.format(n)} {summary['sizes'][str(n)][window]['min']:.0f}/"
                           f"{summary['sizes'][str(n)][window]['median']:.0f}" for n in sizes)  # fmt: skip
         g = summary["growth"][window]
         print(f"{title}: {cells} ns/event (min/median); growth {g['min']:+.0%} by min,"
@@ -159,6 +351,26 @@ def main() -> int:
                "summary": summary, "runs": rows}  # fmt: skip
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
+
+
+def run_rounds(
+    args: argparse.Namespace, sizes: list[int], reflector: Path | None
+) -> list[dict[str, Any]]:
+    """Every round's runs, printed as they end."""
+    what = "perm-{} (fabric only)" if reflector is not None else "perm-{}"
+    rows: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        for n in sizes if r % 2 == 0 else sizes[::-1]:
+            for _ in range(args.small_runs if n == sizes[0] else 1):
+                row = run_child(n, args.first_us, args.steady_us, reflector, args.window)
+                row["round"] = r + 1
+                rows.append(row)
+                steady = ns_per_event(row, "steady")
+                print(f"round {r + 1} {what.format(n)}: {ns_per_event(row, 'first'):.0f} ns/event to"
+                      f" {args.first_us:g} us"
+                      + (f", {steady:.0f} from there to {args.steady_us:g} us"
+                         if steady is not None else ""), flush=True)  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,25 @@ def test_rounds_alternate_and_the_summary_is_the_runs(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_fabric_only_hosts_reflect_to_their_peers(tmp_path: Path) -> None:
+    """--fabric-only: every host sends the packets it was given, and every host gets
+    packets back and sends them on (so each has a route that arrives and a port that
+    sends); the same events in every run of a size."""
+    window = 3
+    # (windows past a packet's way there and back, about 20 us)
+    extra = ["--first-us", "30", "--steady-us", "60", "--small-runs", "1"]
+    doc = _run(tmp_path, "--fabric-only", "--window", str(window), *extra)
+    for n in (16, 32):
+        mine = [r for r in doc["runs"] if r["hosts"] == n]
+        assert len({(r["first_events"], r["steady_events"], r["sent"]) for r in mine}) == 1
+        row = mine[0]
+        assert row["first_events"] > 0 and row["steady_events"] > 0
+        # a host's first sends are its window; more means packets came back to it
+        assert row["sent_min"] > window
+        assert row["sent"] > 2 * n * window
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -61,10 +81,12 @@ def test_rounds_alternate_and_the_summary_is_the_runs(tmp_path: Path) -> None:
         ["--rounds", "0"],
         ["--small-runs", "0"],
         ["--first-us", "30", "--steady-us", "20"],
+        ["--fabric-only", "--window", "0"],
     ],
 )
 def test_bad_options_get_one_line(args: list[str]) -> None:
-    """Sizes not ascending or not numbers, no rounds, windows out of order: one line, exit 2."""
+    """Sizes not ascending or not numbers, no rounds, windows out of order, no packets a
+    host: one line, exit 2."""
     r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("sim_growth:")
