@@ -2640,16 +2640,36 @@ PF_INLINE void prefetch_lines(uint64_t meta, const char *a, const void *b)
     if ((meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL &&
         (meta & ((1u << SK_KIND_BITS) - 1)) != EV_CALL1)
         PREFETCH(a + 64); /* a port: its transmitter's fields go on in its second line */
-    if (b != NULL)
+    if (b != NULL) {
         PREFETCH(b);
+        /* an arrival's packet: its header and size, then its route's slot (a data
+         * packet's second line, where route_of and the switch chain read) */
+        if ((meta & ((1u << SK_KIND_BITS) - 1)) == EV_ARRIVE)
+            PREFETCH((const char *)b + 64);
+    }
 }
 
-/* Stage 2 for one event: what it reaches through its port. */
-PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject *p)
+PF_INLINE const PyObject *route_of(const PyObject *pkt);
+
+/* Stage 2 for one event: what it reaches through its port, and an arrival's
+ * packet's last line (stage 1 asked for its first, so its type is known by now):
+ * a data packet's flags (trimmed, read by the port it is queued on) sit at its
+ * end.  At a host, the packet's route too: the host drops it (the packet freed, or
+ * given a new route), which writes the int's reference count. */
+PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject *p,
+                             const PyObject *b)
 {
     int kind = (int)(meta & ((1u << SK_KIND_BITS) - 1));
     if (kind == EV_CALL || kind == EV_CALL1)
         return;
+    if (kind == EV_ARRIVE && b != NULL) {
+        PREFETCH((const char *)b + Py_TYPE(b)->tp_basicsize - 1);
+        if (p->rx_kind == RX_HOST) {
+            const PyObject *r = route_of(b);
+            if (r != NULL)
+                PREFETCH(r);
+        }
+    }
     if (kind == EV_TXFREE) {
         const Ring *r = p->prio.len ? &p->prio : &p->data;
         if (r->len)
@@ -2843,14 +2863,14 @@ PF_INLINE void prefetch_next_deps(const SimObject *s)
     prefetch_switch_chain(st);
     if (st->ri + PF_DEPS_AHEAD < st->rn) {
         const Event *e = &st->run[st->ri + PF_DEPS_AHEAD];
-        prefetch_deps(s, e->meta, (const PortObject *)e->a);
+        prefetch_deps(s, e->meta, (const PortObject *)e->a, e->b);
     }
     if (store_top_is_run(st)) {
         const Event *e = &st->run[st->ri];
-        prefetch_deps(s, e->meta, (const PortObject *)e->a);
+        prefetch_deps(s, e->meta, (const PortObject *)e->a, e->b);
     }
     else if (st->h.n != 0)
-        prefetch_deps(s, st->h.hp[0].meta, (const PortObject *)st->h.hp[0].a);
+        prefetch_deps(s, st->h.hp[0].meta, (const PortObject *)st->h.hp[0].a, st->h.hp[0].b);
 }
 
 /* ------------------------------------------------------------------------ */
