@@ -2627,10 +2627,10 @@ static int dispatch(Event *ev)
  */
 
 #ifndef PF_AHEAD
-#define PF_AHEAD 4 /* stage 1 reaches this many events into the run ahead */
+#define PF_AHEAD 8 /* stage 1 reaches this many events into the run ahead */
 #endif
 #ifndef PF_DEPS_AHEAD
-#define PF_DEPS_AHEAD 2 /* stage 2 this many (fewer: stage 1's lines are in by then) */
+#define PF_DEPS_AHEAD 4 /* stage 2 this many (fewer: stage 1's lines are in by then) */
 #endif
 
 /* Stage 1 for one event: the lines of its port (or callable) and packet. */
@@ -2752,9 +2752,21 @@ PF_INLINE void prefetch_next(const SimObject *s)
 /* A switch arrival's chain: its packet's route (an int), the switch's table
  * entry the route's active uSID picks, the out port that entry holds, the slot
  * in that port's queue.  Each is found from the one before, so stage 2 takes one
- * step an event: the route of the run's event 3 on (its packet and port asked
- * for by stage 1 the event before), the table entry of the event 2 on, the out
- * port of the event 1 on, and the queue slot and far end of the next event. */
+ * step of each arrival's chain an event, two events apart: the route of the run's
+ * event CH_ROUTE on (its packet and port asked for by stage 1 two events before),
+ * the table entry of the event CH_TABLE on, the out port of the event CH_OUT on,
+ * and the queue slot and far end of the next event.  At 8,192 hosts a fabric
+ * event takes about as long as a miss: one event apart, each step waited for the
+ * line the step before had asked for (sim_growth.py --fabric-only). */
+#ifndef CH_ROUTE
+#define CH_ROUTE (PF_AHEAD - 2)
+#endif
+#ifndef CH_TABLE
+#define CH_TABLE (CH_ROUTE - 2)
+#endif
+#ifndef CH_OUT
+#define CH_OUT (CH_TABLE - 2)
+#endif
 
 /* The switch an arrival event reaches, or NULL (its port's line is in). */
 PF_INLINE const SwitchObject *arrival_switch(const Event *e)
@@ -2813,22 +2825,22 @@ PF_INLINE const PortObject *route_out_port(const SwitchObject *sw, const PyObjec
 PF_INLINE void prefetch_switch_chain(const EvStore *st)
 {
     const SwitchObject *sw;
-    if (st->ri + 3 < st->rn && (sw = arrival_switch(&st->run[st->ri + 3])) != NULL) {
+    if (st->ri + CH_ROUTE < st->rn && (sw = arrival_switch(&st->run[st->ri + CH_ROUTE])) != NULL) {
         PREFETCH(sw);
         PREFETCH((const char *)sw + 64);
-        const PyObject *r = route_of(st->run[st->ri + 3].b);
+        const PyObject *r = route_of(st->run[st->ri + CH_ROUTE].b);
         if (r != NULL)
             PREFETCH(r);
     }
     int32_t key;
     Py_ssize_t i;
-    if (st->ri + 2 < st->rn && (sw = arrival_switch(&st->run[st->ri + 2])) != NULL &&
-        (i = route_lut_slot(sw, route_of(st->run[st->ri + 2].b), &key)) >= 0) {
+    if (st->ri + CH_TABLE < st->rn && (sw = arrival_switch(&st->run[st->ri + CH_TABLE])) != NULL &&
+        (i = route_lut_slot(sw, route_of(st->run[st->ri + CH_TABLE].b), &key)) >= 0) {
         PREFETCH(&sw->lut.keys[i]);
         PREFETCH(&sw->lut.vals[i]);
     }
-    if (st->ri + 1 < st->rn && (sw = arrival_switch(&st->run[st->ri + 1])) != NULL &&
-        (i = route_lut_slot(sw, route_of(st->run[st->ri + 1].b), &key)) >= 0) {
+    if (st->ri + CH_OUT < st->rn && (sw = arrival_switch(&st->run[st->ri + CH_OUT])) != NULL &&
+        (i = route_lut_slot(sw, route_of(st->run[st->ri + CH_OUT].b), &key)) >= 0) {
         for (int n = 0; n < 4; n++) { /* as lut_get probes, a few steps at most */
             int32_t k = sw->lut.keys[i];
             if (k == key) {
@@ -2840,6 +2852,14 @@ PF_INLINE void prefetch_switch_chain(const EvStore *st)
                 break;
             i = (i + 1) & (sw->lut.cap - 1);
         }
+    }
+    /* a host arrival of the event after next: the callable its host end calls (its
+     * reference count is the first thing written; the host end's line came with
+     * stage 2) */
+    if (st->ri + 1 < st->rn && ev_kind(&st->run[st->ri + 1]) == EV_ARRIVE) {
+        const PortObject *p = (const PortObject *)st->run[st->ri + 1].a;
+        if (p->rx_kind == RX_HOST && p->rx_target != NULL)
+            PREFETCH(((const HostEndObject *)p->rx_target)->on_receive);
     }
     const PortObject *out;
     if (st->ri < st->rn && (sw = arrival_switch(&st->run[st->ri])) != NULL &&
