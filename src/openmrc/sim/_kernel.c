@@ -2767,6 +2767,9 @@ PF_INLINE void prefetch_next(const SimObject *s)
 #ifndef CH_OUT
 #define CH_OUT (CH_TABLE - 2)
 #endif
+#if CH_OUT < 1 || CH_TABLE <= CH_OUT || CH_ROUTE <= CH_TABLE || PF_AHEAD <= CH_ROUTE
+#error "the chain's steps must come after stage 1 and before the queue slot (event 0)"
+#endif
 
 /* The switch an arrival event reaches, or NULL (its port's line is in). */
 PF_INLINE const SwitchObject *arrival_switch(const Event *e)
