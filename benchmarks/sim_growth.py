@@ -332,10 +332,10 @@ def main() -> int:
     if args.fabric_only and args.window < 1:
         print("sim_growth: --window: must be 1 or more", file=sys.stderr)
         return 2
+    what = "perm-{} (fabric only)" if args.fabric_only else "perm-{}"  # a size's label
     with tempfile.TemporaryDirectory() as tmp:
         reflector = build_reflector(Path(tmp)) if args.fabric_only else None
-        rows = run_rounds(args, sizes, reflector)
-    what = "perm-{} (fabric only)" if args.fabric_only else "perm-{}"
+        rows = run_rounds(args, sizes, reflector, what)
     summary = summarise(rows, sizes)
     for window, title in (("first", f"0-{args.first_us:g} us"),
                           ("steady", f"{args.first_us:g}-{args.steady_us:g} us")):  # fmt: skip
@@ -354,10 +354,9 @@ def main() -> int:
 
 
 def run_rounds(
-    args: argparse.Namespace, sizes: list[int], reflector: Path | None
+    args: argparse.Namespace, sizes: list[int], reflector: Path | None, what: str
 ) -> list[dict[str, Any]]:
-    """Every round's runs, printed as they end."""
-    what = "perm-{} (fabric only)" if reflector is not None else "perm-{}"
+    """Every round's runs, printed as they end (``what``: a size's label, ``{}`` its hosts)."""
     rows: list[dict[str, Any]] = []
     for r in range(args.rounds):
         for n in sizes if r % 2 == 0 else sizes[::-1]:

@@ -2825,7 +2825,8 @@ PF_INLINE const PortObject *route_out_port(const SwitchObject *sw, const PyObjec
     return NULL;
 }
 
-PF_INLINE void prefetch_switch_chain(const EvStore *st)
+/* A step of each chain: a switch arrival's (above), and a host arrival's callable. */
+PF_INLINE void prefetch_chains(const EvStore *st)
 {
     const SwitchObject *sw;
     if (st->ri + CH_ROUTE < st->rn && (sw = arrival_switch(&st->run[st->ri + CH_ROUTE])) != NULL) {
@@ -2879,11 +2880,11 @@ PF_INLINE void prefetch_switch_chain(const EvStore *st)
 
 /* Stage 2, before the next event is popped: what it reaches through its port,
  * and what the run's event PF_DEPS_AHEAD on does (their lines asked for by stage
- * 1 before); a step of the switch arrivals' chains. */
+ * 1 before); a step of the arrivals' chains (prefetch_chains). */
 PF_INLINE void prefetch_next_deps(const SimObject *s)
 {
     const EvStore *st = &s->q;
-    prefetch_switch_chain(st);
+    prefetch_chains(st);
     if (st->ri + PF_DEPS_AHEAD < st->rn) {
         const Event *e = &st->run[st->ri + PF_DEPS_AHEAD];
         prefetch_deps(s, e->meta, (const PortObject *)e->a, e->b);
