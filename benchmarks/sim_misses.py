@@ -8,6 +8,9 @@ compiler); costs are kept for the kernel's ``Sim_run`` and what it calls.  It pr
 the loop's instructions and D1/LL read and write misses per event, in total and for
 the functions with the most LL misses.  ``--ll`` is the last level's size (the
 machine's L3, 32 MiB, or one core's L2, 2 MiB).  Deterministic: the counts repeat.
+``--fabric-only`` runs ``perm-N``'s fabric with ``sim_growth.py --fabric-only``'s native
+reflectors in place of the hosts' transport (``--window`` packets a host), so that the
+counts are the kernel's own events'.
 
 ``--census`` instead runs the case (compiled or not, as the interpreter imports it) up
 to ``--until-us`` and prints what it holds: per type, count and bytes of every object
@@ -16,6 +19,7 @@ object reachable from it (a shared one counted at the first QP that reaches it).
 Packets are untracked (acyclic): only those a tracked object refers to are seen.
 
     python benchmarks/sim_misses.py --case perm-8192 --until-us 30 --ll 33554432
+    python benchmarks/sim_misses.py --case perm-8192 --until-us 30 --fabric-only
     python benchmarks/sim_misses.py --case perm-8192 --until-us 15 --census
 """
 
@@ -45,13 +49,37 @@ void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
 SHOW = ("Ir", "D1mr", "D1mw", "DLmr", "DLmw")
 
 
-def child(case: str, until_us: float, helper: str) -> None:
-    """Build the case, switch instrumentation on, run it; print its events."""
+def child(
+    case: str, until_us: float, helper: str, reflector: str | None = None, window: int = 0
+) -> None:
+    """Build the case, switch instrumentation on, run it; print its events
+    (``reflector``: the fabric alone, as ``sim_growth.py --fabric-only`` runs it)."""
     start = ctypes.CDLL(helper).cg_start
-    exp, _, _ = sim_speed.build(case, 2_000_000, 1, 1)
+    if reflector is None:
+        exp, _, _ = sim_speed.build(case, 2_000_000, 1, 1)
+        start()
+        result = exp.run(int(until_us * sim_speed.US))
+        print(json.dumps({"events": result.events}))
+        return
+    import sim_growth
+
+    hosts = fabric_only_hosts(case)
+    exp = sim_speed.make_experiment(
+        sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
+    )
+    sim_growth.reflect(exp, hosts, sim_growth.load_reflector(Path(reflector)), window)
+    exp.sampler.start()
     start()
-    result = exp.run(int(until_us * sim_speed.US))
-    print(json.dumps({"events": result.events}))
+    exp.sim.run(int(until_us * sim_speed.US))
+    print(json.dumps({"events": exp.sim.events_run}))
+
+
+def fabric_only_hosts(case: str) -> int:
+    """``--fabric-only``'s hosts: the N of ``perm-N`` (ValueError otherwise)."""
+    m = re.fullmatch(r"perm-(\d+)", case)
+    if m is None or int(m.group(1)) < 2:
+        raise ValueError(f"--fabric-only runs perm-N's fabric (N 2 or more), not {case!r}")
+    return int(m.group(1))
 
 
 def load(path: Path) -> dict[str, list[int]]:
@@ -91,8 +119,11 @@ def load(path: Path) -> dict[str, list[int]]:
     return merged
 
 
-def measure(case: str, until_us: float, ll: int, top: int) -> dict[str, Any]:
-    """Run the child under callgrind; the loop's costs per event, total and by function."""
+def measure(
+    case: str, until_us: float, ll: int, top: int, fabric_window: int = 0
+) -> dict[str, Any]:
+    """Run the child under callgrind; the loop's costs per event, total and by function
+    (``fabric_window`` > 0: the fabric alone, that many packets a host)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,13 +135,19 @@ def measure(case: str, until_us: float, ll: int, top: int) -> dict[str, Any]:
                 "--collect-atstart=no", "--toggle-collect=Sim_run",
                 f"--callgrind-out-file={out}", sys.executable, __file__, "--child", case,
                 "--until-us", str(until_us), "--helper", str(helper)]  # fmt: skip
+        if fabric_window:
+            import sim_growth
+
+            reflector = sim_growth.build_reflector(Path(tmp))
+            argv += ["--reflector", str(reflector), "--window", str(fabric_window)]
         proc = subprocess.run(argv, capture_output=True, text=True, check=True)
         events = int(json.loads(proc.stdout.strip().splitlines()[-1])["events"])
         rows = load(out)
     total = [sum(r[i] for r in rows.values()) for i in range(len(SHOW))]
     worst = sorted(rows.items(), key=lambda kv: -(kv[1][3] + kv[1][4]))[:top]
     return {
-        "case": case, "until_us": until_us, "LL": f"{ll},16,64", "events": events,
+        "case": case + (" (fabric only)" if fabric_window else ""), "until_us": until_us,
+        "LL": f"{ll},16,64", "events": events,
         "per_event": {k: round(v / events, 3) for k, v in zip(SHOW, total, strict=True)},
         "by_function": {name: {k: round(v / events, 3) for k, v in zip(SHOW, vals, strict=True)}
                         for name, vals in worst},
@@ -181,16 +218,35 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--census", action="store_true")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument(
+        "--fabric-only",
+        action="store_true",
+        help="perm-N's fabric with reflecting hosts (sim_growth.py --fabric-only)",
+    )
+    ap.add_argument("--window", type=int, default=32,
+                    help="--fabric-only: packets put in per host")  # fmt: skip
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--helper", help=argparse.SUPPRESS)
+    ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.until_us, args.helper)
+        child(args.child, args.until_us, args.helper, args.reflector, args.window)
         return 0
+    if args.fabric_only:
+        try:
+            fabric_only_hosts(args.case)
+        except ValueError as e:
+            print(f"sim_misses: --case: {e}", file=sys.stderr)
+            return 2
+        if args.window < 1 or args.census:
+            print("sim_misses: --fabric-only: needs --window 1 or more, and no --census",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     if args.census:
         census(args.case, args.until_us, args.top)
         return 0
-    got = measure(args.case, args.until_us, args.ll, args.top)
+    got = measure(args.case, args.until_us, args.ll, args.top,
+                  args.window if args.fabric_only else 0)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(got, indent=1) + "\n")
     print(f"{got['case']} --until-us {got['until_us']:g}, LL {got['LL']}: {got['events']:,} events")

@@ -23,14 +23,15 @@ def _run(tmp_path: Path, *extra: str) -> dict:
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    assert "growth" in r.stdout
+    assert "growth" in r.stdout and "ns an event" in r.stdout
     return dict(json.loads(out.read_text()))
 
 
 def test_rounds_alternate_and_the_summary_is_the_runs(tmp_path: Path) -> None:
     """Each round runs every size (the smallest twice, reversed order every other round);
     each run times both windows, the same events at each size; the summary is the runs'
-    minimum and median, and the growth their ratio from the smallest size to the largest."""
+    minimum and median, and the growth their ratio from the smallest size to the largest
+    and their difference in ns an event."""
     doc = _run(tmp_path, "--small-runs", "2")
     runs = doc["runs"]
     assert [(r["round"], r["hosts"]) for r in runs] == [
@@ -51,6 +52,9 @@ def test_rounds_alternate_and_the_summary_is_the_runs(tmp_path: Path) -> None:
     assert entry["growth"]["steady"]["min"] == pytest.approx(
         per[32]["min"] / per[16]["min"] - 1, abs=1e-3
     )
+    for k in ("min", "median"):  # and the same growth in ns added per event
+        added = entry["growth"]["steady"][f"{k}_added_ns"]
+        assert added == pytest.approx(per[32][k] - per[16][k], abs=0.11)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")

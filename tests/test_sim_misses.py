@@ -4,11 +4,15 @@ costs, not the inclusive cost of the calls it makes) and its census of a small r
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "sim_misses.py"
@@ -67,3 +71,62 @@ def test_census_of_a_small_run_prints_types_and_qps() -> None:
     assert lines[0].endswith(" MB") and " objects, " in lines[0]
     assert "128 QPs; bytes per QP by what holds them" in lines
     assert len(lines) == 1 + 3 + 1 + 3
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_fabric_only_child_runs_the_reflected_fabric(tmp_path: Path) -> None:
+    """--fabric-only's child runs perm-N's fabric with sim_growth's reflecting hosts: the
+    events sim_growth.py --fabric-only counts for that size, window and time (a fabric
+    whose hosts were not given their reflectors, or their packets, runs none)."""
+    helper_c, helper = tmp_path / "cg.c", tmp_path / "cg.so"
+    helper_c.write_text("void cg_start(void) {}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(helper), str(helper_c)], check=True)
+    growth = ROOT / "benchmarks" / "sim_growth.py"
+    sys.path.insert(0, str(growth.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("sim_growth", growth)
+        assert spec is not None and spec.loader is not None
+        sim_growth = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sim_growth)
+    finally:
+        sys.path.remove(str(growth.parent))
+    reflector = sim_growth.build_reflector(tmp_path)
+    refl = ["--reflector", str(reflector), "--window", "4"]
+    misses = subprocess.run(
+        [sys.executable, str(SCRIPT), "--child", "perm-16", "--until-us", "10",
+         "--helper", str(helper), *refl],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, check=False, timeout=300,
+    )  # fmt: skip
+    assert misses.returncode == 0, misses.stderr
+    events = json.loads(misses.stdout.strip().splitlines()[-1])["events"]
+    ref = subprocess.run(
+        [sys.executable, str(growth), "--child", "16", "--first-us", "10", "--steady-us", "0",
+         *refl],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, check=False, timeout=300,
+    )  # fmt: skip
+    assert ref.returncode == 0, ref.stderr
+    assert events == json.loads(ref.stdout.strip().splitlines()[-1])["first_events"] > 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--fabric-only", "--case", "sendrecv-16"],
+        ["--fabric-only", "--case", "perm-1"],
+        ["--fabric-only", "--window", "0"],
+        ["--fabric-only", "--census"],
+    ],
+)
+def test_fabric_only_refusals_get_one_line(args: list[str]) -> None:
+    """--fabric-only runs a permutation's fabric with a window of packets, not a census:
+    anything else is refused with one line, exit 2."""
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, check=False, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("sim_misses:")
