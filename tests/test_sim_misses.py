@@ -18,16 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "sim_misses.py"
 
 
-def _module() -> ModuleType:
-    sys.path.insert(0, str(SCRIPT.parent))
+def _module(script: Path = SCRIPT) -> ModuleType:
+    """A benchmark script imported as a module (its directory on the path meanwhile)."""
+    sys.path.insert(0, str(script.parent))
     try:
-        spec = importlib.util.spec_from_file_location("sim_misses", SCRIPT)
+        spec = importlib.util.spec_from_file_location(script.stem, script)
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
     finally:
-        sys.path.remove(str(SCRIPT.parent))
+        sys.path.remove(str(script.parent))
 
 
 # callgrind's format: name compression "(id) name" once, then "(id)"; after "calls=",
@@ -86,15 +87,7 @@ def test_fabric_only_child_runs_the_reflected_fabric(tmp_path: Path) -> None:
     helper_c.write_text("void cg_start(void) {}\n")
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(helper), str(helper_c)], check=True)
     growth = ROOT / "benchmarks" / "sim_growth.py"
-    sys.path.insert(0, str(growth.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("sim_growth", growth)
-        assert spec is not None and spec.loader is not None
-        sim_growth = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sim_growth)
-    finally:
-        sys.path.remove(str(growth.parent))
-    reflector = sim_growth.build_reflector(tmp_path)
+    reflector = _module(growth).build_reflector(tmp_path)
     refl = ["--reflector", str(reflector), "--window", "4"]
     misses = subprocess.run(
         [sys.executable, str(SCRIPT), "--child", "perm-16", "--until-us", "10",
