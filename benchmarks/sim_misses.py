@@ -40,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_growth
 import sim_speed
 
 _HELPER = """#include <valgrind/callgrind.h>
@@ -61,8 +62,6 @@ def child(
         result = exp.run(int(until_us * sim_speed.US))
         print(json.dumps({"events": result.events}))
         return
-    import sim_growth
-
     hosts = fabric_only_hosts(case)
     exp = sim_speed.make_experiment(
         sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
@@ -136,8 +135,6 @@ def measure(
                 f"--callgrind-out-file={out}", sys.executable, __file__, "--child", case,
                 "--until-us", str(until_us), "--helper", str(helper)]  # fmt: skip
         if fabric_window:
-            import sim_growth
-
             reflector = sim_growth.build_reflector(Path(tmp))
             argv += ["--reflector", str(reflector), "--window", str(fabric_window)]
         proc = subprocess.run(argv, capture_output=True, text=True, check=True)
