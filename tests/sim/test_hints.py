@@ -20,7 +20,9 @@ from tests.sim.test_kernel import _kernel_required, kernel, native  # noqa: F401
 #: the line size the kernel's addresses are aligned to
 LINE = 64
 #: the lines the kernel keeps of one object at most (its PF_OBJ_LINES)
-PER = 2
+PER = 5
+#: the lines of a row at most (its PF_HINTS)
+ROW = 96
 
 
 class _Blob:
@@ -36,6 +38,21 @@ def _lines(obj: object, per: int) -> list[int]:
     return [a for a in range(start, end, LINE)][:per]
 
 
+def _once(lines: list[int]) -> list[int]:
+    """``lines`` without repeats, in order (a row holds each line once)."""
+    return list(dict.fromkeys(lines))
+
+
+def _item_line(obj: list[Any] | dict[Any, Any]) -> int:
+    """The line of a list's first item pointer, or of a dict's keys table."""
+    import ctypes
+
+    offset = 24 if isinstance(obj, list) else 32  # ob_item; ma_keys (CPython 3.11, 64-bit)
+    address = ctypes.c_void_p.from_address(id(obj) + offset).value
+    assert address is not None
+    return address & ~(LINE - 1)
+
+
 @native
 def test_native_row_is_each_objects_lines_in_order() -> None:
     """Each object's first lines, in the order given, up to the row's size."""
@@ -43,11 +60,25 @@ def test_native_row_is_each_objects_lines_in_order() -> None:
     sim = kernel.Simulator()
     e = sim.add_entity([])
     small, big = object(), _Blob()
-    kept = sim.set_hints(e, [small, big])
-    want = _lines(small, PER) + _lines(big, PER)
+    kept = sim.set_hints(e, [small, big, small])
+    want = _once(_lines(small, PER) + _lines(big, PER))
     assert kept == len(want)
-    assert sim.hints_of(e) == want
+    assert sim.hints_of(e) == want  # each line once (small's again adds none)
     assert len(_lines(big, PER)) >= 2  # (the blob spans lines: more than its start kept)
+
+
+@native
+def test_native_row_adds_a_lists_items_and_a_dicts_keys() -> None:
+    """A list's first line of items and a dict's first line of keys follow its own lines
+    (what a look at its first item, or a look-up, reads next); an empty list has none."""
+    assert kernel is not None
+    sim = kernel.Simulator()
+    e = sim.add_entity([])
+    items, table, empty = [object(), object()], {1: 2, 3: 4}, []  # type: ignore[var-annotated]
+    sim.set_hints(e, [items, table, empty])
+    want = _once([*_lines(items, PER), _item_line(items), *_lines(table, PER),
+                  _item_line(table), *_lines(empty, PER)])  # fmt: skip
+    assert sim.hints_of(e) == want
 
 
 @native
@@ -58,7 +89,7 @@ def test_native_row_is_capped_and_replaced() -> None:
     e = sim.add_entity([])
     many = [_Blob() for _ in range(100)]
     kept = sim.set_hints(e, many)
-    assert 0 < kept == len(sim.hints_of(e)) < 100 * 2
+    assert kept == len(sim.hints_of(e)) == ROW
     one = object()
     assert sim.set_hints(e, [one]) == 1
     assert sim.hints_of(e) == _lines(one, 1)
@@ -132,10 +163,17 @@ def test_host_sets_its_row_from_its_nic_and_qps() -> None:
     e = exp.sim.entity_of(host)
     row = exp.sim.hints_of(e)
     assert row[: len(_lines(host, PER))] == _lines(host, PER)
+    assert len(set(row)) == len(row)
     assert set(_lines(host.ctx, PER)) <= set(row)
     assert set(_lines(host.ports[0], PER)) <= set(row)
+    assert _item_line(host.ctx.qps) in row  # the QP table's keys
     qps = list(host.ctx.qps.values())
     assert qps and all(set(_lines(qp, PER)) <= set(row) for qp in qps)
+    for qp in qps:  # the route bases to its peer, the parts of it a packet reads
+        bases = host._bases[qp.peer]  # (the list kick reads; route_bases makes a new one)
+        assert {*_lines(bases, 1), _item_line(bases), *_lines(bases[0], 1)} <= set(row)
+        for part in (qp.requester, qp.responder):
+            assert part is None or set(_lines(part, 1)) <= set(row)
     assert host._hint_qps == len(qps)
 
 

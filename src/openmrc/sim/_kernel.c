@@ -2685,15 +2685,22 @@ PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject
 }
 
 /* An entity's hint row (set_hints): the lines the Python code run for it reads
- * first (a host's NIC, its transport context, its QPs), each found from the one
- * before it, so that without a hint their misses come one after another.  A
- * port's transmit-free event runs no such code: it gets none.  The row is asked
- * for PF_HINT_ROW events ahead, its lines PF_AHEAD ahead (stage 1). */
+ * (a host's NIC, its transport context, its QPs and their parts), each found from
+ * the one before it, so that without a hint their misses come one after another.
+ * A port's transmit-free event runs no such code: it gets none.  The row is asked
+ * for PF_HINT_ROW events ahead, its lines PF_AHEAD ahead (stage 1), into the second
+ * level of cache (PREFETCH_L2): a row is dozens of lines, and asked for into the
+ * first level they wait for its few miss buffers, the loop with them. */
 #ifndef PF_HINTS
-#define PF_HINTS 16 /* lines per entity (a row: two cache lines) */
+#define PF_HINTS 96 /* lines per entity (a row: twelve cache lines) */
 #endif
 #ifndef PF_OBJ_LINES
-#define PF_OBJ_LINES 2 /* lines of one object at most (its first) */
+#define PF_OBJ_LINES 5 /* lines of one object at most (its first) */
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
+#else
+#define PREFETCH_L2(p) ((void)(p))
 #endif
 #ifndef PF_HINT_ROW
 #define PF_HINT_ROW (PF_AHEAD + 2)
@@ -2713,7 +2720,7 @@ PF_INLINE void prefetch_hint_row(const SimObject *s, uint64_t meta)
     const uintptr_t *row = hint_row(s, meta);
     if (row != NULL)
         for (int i = 0; i < PF_HINTS; i += 8)
-            PREFETCH(row + i);
+            PREFETCH_L2(row + i);
 }
 
 /* The lines in an event's hint row. */
@@ -2723,7 +2730,7 @@ PF_INLINE void prefetch_hints(const SimObject *s, uint64_t meta)
     if (row == NULL)
         return;
     for (int i = 0; i < PF_HINTS && row[i]; i++)
-        PREFETCH((const void *)row[i]);
+        PREFETCH_L2((const void *)row[i]);
 }
 
 /* Stage 1, after an event is popped: the next event's lines (the run's next or
@@ -3299,9 +3306,23 @@ static PyObject *Sim_set_entity(SimObject *s, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* A line for a hint row: added unless the row holds it (row[0 .. *k)); 0 when full. */
+static int hint_add(uintptr_t *row, int *k, uintptr_t line)
+{
+    for (int i = 0; i < *k; i++)
+        if (row[i] == line)
+            return 1;
+    if (*k == PF_HINTS)
+        return 0;
+    row[(*k)++] = line;
+    return 1;
+}
+
 /* set_hints(entity, objects): the cache lines the simulator asks for a few events
  * before one of entity's events: each object's first PF_OBJ_LINES lines (fewer when
- * the object is shorter), at most PF_HINTS in all (the rest ignored).  The row holds
+ * the object is shorter), then a list's first line of items and a dict's first line
+ * of keys (what a look-up in it reads next), each line once, at most PF_HINTS in all
+ * (the rest ignored).  The row holds
  * addresses only, no references: a hint to an object since freed fetches a line for
  * nothing (a prefetch cannot fault), so the owner sets the row again when the
  * objects change.  An empty sequence clears the row.  Returns the lines kept. */
@@ -3335,13 +3356,17 @@ static PyObject *Sim_set_hints(SimObject *s, PyObject *const *args, Py_ssize_t n
         s->nhint = n;
     }
     uintptr_t *row = s->hints + e * PF_HINTS;
-    int k = 0;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && k < PF_HINTS; i++) {
+    int k = 0, room = 1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && room; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
         uintptr_t a = (uintptr_t)o & ~(uintptr_t)63;
         uintptr_t end = (uintptr_t)o + (uintptr_t)Py_TYPE(o)->tp_basicsize;
-        for (int j = 0; j < PF_OBJ_LINES && k < PF_HINTS && a < end; j++, a += 64)
-            row[k++] = a;
+        for (int j = 0; j < PF_OBJ_LINES && room && a < end; j++, a += 64)
+            room = hint_add(row, &k, a);
+        if (room && PyList_CheckExact(o) && PyList_GET_SIZE(o) > 0)
+            room = hint_add(row, &k, (uintptr_t)((PyListObject *)o)->ob_item & ~(uintptr_t)63);
+        else if (room && PyDict_CheckExact(o))
+            room = hint_add(row, &k, (uintptr_t)((PyDictObject *)o)->ma_keys & ~(uintptr_t)63);
     }
     Py_DECREF(seq);
     for (int j = k; j < PF_HINTS; j++)

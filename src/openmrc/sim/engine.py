@@ -227,8 +227,9 @@ class PySimulator:
         native kernel to fetch into the cache a few events ahead of one of them.
 
         A hint only: results do not depend on it.  The native kernel keeps each
-        object's first cache line (and second when the object is longer), at most
-        16 lines an entity, as addresses with no reference: the owner sets them
+        object's first cache lines (five at most), a list's first line of items and a
+        dict's of keys, each line once, at most 96 lines an entity, as addresses with
+        no reference, and asks for them into the second-level cache: the owner sets them
         again when the objects change.  It returns the lines kept; this loop, with
         no cache to manage, keeps none (0).
         """

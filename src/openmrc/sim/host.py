@@ -320,34 +320,43 @@ class SimHost:
 
     # -- cache hints ----------------------------------------------------------------
     def _set_hints(self) -> None:
-        """Tell the simulator which objects this host's events read first (``sim.set_hints``).
+        """Tell the simulator which objects this host's events read (``sim.set_hints``).
 
         At a thousand hosts and more a host's state is out of the cache by its next
         event, and the NIC reaches it one pointer at a time (itself, its context,
-        the port list, the port, the ready queues, the QP and its halves): the
-        native kernel fetches these lines a few events ahead instead.  Set again
-        whenever the context's QPs change (kick compares their number); a hint has
-        no effect on results.
+        the queues, the port list, the routes, the QP and its parts): the native
+        kernel fetches these lines a few events ahead instead (each object's first
+        lines, a list's items, a dict's keys).  Set again whenever the context's QPs
+        change (kick compares their number); a hint has no effect on results.
         """
         entity = self.sim.entity_of(self)
         if entity is None:
             return  # not registered yet: the next kick tries again
         ctx = self.ctx
         qps = list(ctx.qps.values())
-        # most used first (the kernel keeps as many lines as a row holds): the halves
-        # before the port list and the control queue, whose first lines every event
-        # reads but which take a line or two each that a QP's half needs more
-        objs: list[object] = [self, ctx, ctx.ready, *self.ports]
-        objs += qps
+        # the NIC's own (every event reads them), most used first, then each QP's
+        objs: list[object] = [self, ctx, *ctx.ready.cache_objects(), self.ports, *self.ports]
+        for qp in qps:  # the routes kick builds a packet's from
+            peer = qp.peer
+            if type(peer) is int and peer != self.index and 0 <= peer < len(self.fabric.host_ports):
+                found = self._bases.get(peer)
+                bases = found if found is not None else self.fabric.route_bases(self.index, peer)
+                objs.append(bases)
+                objs += bases
+        objs += [self.taps, ctx.qps, *ctx.control_ready.cache_objects(), self._pump_cb]
+        objs.append(self._t1_parts)
+        objs += self._t1_parts
         for qp in qps:
-            objs.append(qp.requester)
-            objs.append(qp.responder)
-        objs += [self.ports, ctx.control_ready]
-        for qp in qps:
+            objs.append(qp)
+            objs += qp.control.cache_objects()
             req = qp.requester
+            objs += [req, qp.responder]
             if req is not None:
-                objs += [req.paths, req.to_segment, req.retx, req.unacked, req.ops, req.cc]
+                objs += [req.paths, req.cc, req.unacked]
+                for fifo in (req.to_segment, req.retx, req.ops):
+                    objs += fifo.cache_objects()
             objs.append(qp.reverse)
+        objs.append(ctx.timer_dirty)
         self.sim.set_hints(entity, [o for o in objs if o is not None])
         self._hint_qps = len(ctx.qps)
 

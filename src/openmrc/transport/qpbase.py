@@ -128,6 +128,11 @@ class Fifo(Generic[T]):
         self._front = item
         self.count += 1
 
+    def cache_objects(self) -> list[object]:
+        """This queue and its item list: what a look at its oldest item reads (for the
+        simulator's cache hints, ``SimHost._set_hints``)."""
+        return [self, self._items]
+
     def first(self) -> T:
         """The oldest item, left in place (IndexError when there is none)."""
         item = self._front
@@ -208,6 +213,11 @@ class QPQueue:
                 self._head = head
             else:
                 items.append(qp)
+
+    def cache_objects(self) -> list[object]:
+        """This queue and its item list: what a look at its oldest QP reads (for the
+        simulator's cache hints, ``SimHost._set_hints``)."""
+        return [self, self._items]
 
     def first(self) -> QPBase:
         """The oldest member (the set must not be empty)."""
