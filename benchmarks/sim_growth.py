@@ -206,6 +206,29 @@ def reflect(exp: Any, hosts: int, module: ModuleType, window: int) -> list[Any]:
     return refls
 
 
+def fabric_only_experiment(hosts: int, reflector: str, window: int) -> tuple[Any, list[Any]]:
+    """perm-``hosts``'s fabric with no flows, every host a reflector from the module at
+    ``reflector`` (:func:`build_reflector`) given ``window`` packets; the experiment and
+    the reflectors."""
+    import sim_speed
+
+    exp = sim_speed.make_experiment(
+        sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
+    )
+    return exp, reflect(exp, hosts, load_reflector(Path(reflector)), window)
+
+
+def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
+    """``--fabric-only`` and ``--window`` (this script's and sim_misses.py's)."""
+    ap.add_argument(
+        "--fabric-only",
+        action="store_true",
+        help="hosts that only reflect packets (the fabric's event loop alone)",
+    )
+    ap.add_argument("--window", type=int, default=32,
+                    help="--fabric-only: packets put in per host")  # fmt: skip
+
+
 def child(
     hosts: int, first_us: float, steady_us: float, reflector: str | None = None, window: int = 0
 ) -> dict[str, Any]:
@@ -217,10 +240,7 @@ def child(
         exp, _, _ = sim_speed.build(f"perm-{hosts}", 2_000_000, 1, 1)
         refls: list[Any] = []
     else:
-        exp = sim_speed.make_experiment(
-            sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
-        )
-        refls = reflect(exp, hosts, load_reflector(Path(reflector)), window)
+        exp, refls = fabric_only_experiment(hosts, reflector, window)
     sim = exp.sim
 
     cpu = time.process_time  # the process's CPU (user and system), to the nanosecond
@@ -306,13 +326,7 @@ def main() -> int:
     ap.add_argument("--first-us", type=float, default=30.0, help="the first window's end")
     ap.add_argument("--steady-us", type=float, default=60.0, help="the second's (0: none)")
     ap.add_argument("--out", help="also write every run and the summary here (JSON)")
-    ap.add_argument(
-        "--fabric-only",
-        action="store_true",
-        help="hosts that only reflect packets (the fabric's event loop alone)",
-    )
-    ap.add_argument("--window", type=int, default=32,
-                    help="--fabric-only: packets put in per host")  # fmt: skip
+    add_fabric_only_options(ap)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()

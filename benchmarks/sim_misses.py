@@ -62,11 +62,7 @@ def child(
         result = exp.run(int(until_us * sim_speed.US))
         print(json.dumps({"events": result.events}))
         return
-    hosts = fabric_only_hosts(case)
-    exp = sim_speed.make_experiment(
-        sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
-    )
-    sim_growth.reflect(exp, hosts, sim_growth.load_reflector(Path(reflector)), window)
+    exp, _ = sim_growth.fabric_only_experiment(fabric_only_hosts(case), reflector, window)
     exp.sampler.start()
     start()
     exp.sim.run(int(until_us * sim_speed.US))
@@ -215,13 +211,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--census", action="store_true")
     ap.add_argument("--json", help="also write the figures here")
-    ap.add_argument(
-        "--fabric-only",
-        action="store_true",
-        help="perm-N's fabric with reflecting hosts (sim_growth.py --fabric-only)",
-    )
-    ap.add_argument("--window", type=int, default=32,
-                    help="--fabric-only: packets put in per host")  # fmt: skip
+    sim_growth.add_fabric_only_options(ap)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--helper", help=argparse.SUPPRESS)
     ap.add_argument("--reflector", help=argparse.SUPPRESS)

@@ -303,9 +303,10 @@ static inline int order_less(uint64_t xtk, uint64_t xkey, uint64_t ytk, uint64_t
 }
 
 /* A hint to load the cache line at p (no effect on results; nothing without GCC
- * or Clang builtins). */
+ * or Clang builtins); PREFETCH_L2 into the second level only (prefetcht1). */
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#define PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
 /* For a function whose only effect is prefetches: GCC counts a prefetch as no
  * side effect, so a call to such a function that it did not inline early is
  * dropped as dead code (with it every prefetch in it).  Forced inline, the
@@ -313,6 +314,7 @@ static inline int order_less(uint64_t xtk, uint64_t xkey, uint64_t ytk, uint64_t
 #define PF_INLINE static inline __attribute__((always_inline))
 #else
 #define PREFETCH(p) ((void)(p))
+#define PREFETCH_L2(p) ((void)(p))
 #define PF_INLINE static inline
 #endif
 
@@ -2696,11 +2698,6 @@ PF_INLINE void prefetch_deps(const SimObject *s, uint64_t meta, const PortObject
 #endif
 #ifndef PF_OBJ_LINES
 #define PF_OBJ_LINES 5 /* lines of one object at most (its first) */
-#endif
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
-#else
-#define PREFETCH_L2(p) ((void)(p))
 #endif
 #ifndef PF_HINT_ROW
 #define PF_HINT_ROW (PF_AHEAD + 2)
