@@ -167,6 +167,12 @@ def test_host_sets_its_row_from_its_nic_and_qps() -> None:
     assert set(_lines(host.ctx, PER)) <= set(row)
     assert set(_lines(host.ports[0], PER)) <= set(row)
     assert _item_line(host.ctx.qps) in row  # the QP table's keys
+    # what every arrival and kick reads in the context: the QP table by QPN (and its
+    # items), the QPs whose deadlines changed, the deadline heap
+    by_qpn, dirty, heap = host.ctx.cache_objects()
+    assert by_qpn is host.ctx._by_qpn and dirty is host.ctx.timer_dirty
+    assert {*_lines(by_qpn, 1), _item_line(by_qpn), *_lines(dirty, 1)} <= set(row)
+    assert set(_lines(heap, 1)) <= set(row)
     qps = list(host.ctx.qps.values())
     assert qps and all(set(_lines(qp, PER)) <= set(row) for qp in qps)
     for qp in qps:  # the route bases to its peer, the parts of it a packet reads

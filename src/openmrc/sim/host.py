@@ -343,7 +343,8 @@ class SimHost:
                 bases = found if found is not None else self.fabric.route_bases(self.index, peer)
                 objs.append(bases)
                 objs += bases
-        objs += [self.taps, ctx.qps, *ctx.control_ready.cache_objects(), self._pump_cb]
+        objs += [self.taps, ctx.qps, *ctx.cache_objects(), *ctx.control_ready.cache_objects()]
+        objs.append(self._pump_cb)
         objs.append(self._t1_parts)
         objs += self._t1_parts
         for qp in qps:
@@ -356,7 +357,6 @@ class SimHost:
                 for fifo in (req.to_segment, req.retx, req.ops):
                     objs += fifo.cache_objects()
             objs.append(qp.reverse)
-        objs.append(ctx.timer_dirty)
         self.sim.set_hints(entity, [o for o in objs if o is not None])
         self._hint_qps = len(ctx.qps)
 
@@ -379,7 +379,6 @@ class SimHost:
             self._send_controller_probes(now)
         fabric = self.fabric
         src = self.index
-        bases_of = self._bases
         if now_o is None:
             now_o = now  # boxed once for the native calls
         busy = _busy_mask(ports, now_o)
@@ -400,7 +399,9 @@ class SimHost:
                 bases = self._last_bases
                 local = self._last_local
             elif type(peer) is int and peer != src:
-                found = bases_of.get(key)
+                # (the dict read here only: compiled, a local would hold a reference
+                # to it from the kick's start, a write to a line no other packet reads)
+                found = self._bases.get(key)
                 if found is None:
                     found = fabric.route_bases(src, peer)  # the first packet to peer
                 bases = found

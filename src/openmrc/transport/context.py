@@ -302,6 +302,12 @@ class Context(ContextBase):
         return self.events.popleft() if self.events else None
 
     # -- sans-IO ----------------------------------------------------------------------
+    def cache_objects(self) -> list[object]:
+        """The lists every packet in or out reads besides the context: the QP table
+        an arrival is looked up in (by QPN), the QPs whose deadlines changed and
+        the deadline heap (for the simulator's cache hints, ``SimHost._set_hints``)."""
+        return [self._by_qpn, self.timer_dirty, self._timer_heap]
+
     def receive_packet(self, pkt: Packet, now: int, peer: object = None) -> None:
         """Deliver a packet object to its QP (simulator path).
 
@@ -349,12 +355,13 @@ class Context(ContextBase):
 
     def _match(self, pkt: Packet, peer: object) -> QueuePair | None:
         """The live QP ``pkt`` is for, or None (the drop counted here, by reason)."""
-        stats = self._drops
+        # (the drop counters read only on a drop: compiled, a local holds a reference,
+        # a write to the object's first line, which no accepted packet reads)
         i = pkt.dqpn - FIRST_QPN
         by_qpn = self._by_qpn
         qp = by_qpn[i] if 0 <= i < len(by_qpn) else None
         if qp is None:
-            stats["rx_unknown_qp"] += 1
+            self._drops["rx_unknown_qp"] += 1
             return None
         state = qp.state
         # A QP in ERROR still hears data from its peer, to answer it (so the peer
@@ -364,10 +371,10 @@ class Context(ContextBase):
             and state is not QPState.RTR
             and (state is not QPState.ERROR or type(pkt) is not DataPacket)
         ):
-            stats["rx_not_ready"] += 1
+            self._drops["rx_not_ready"] += 1
             return None
         if peer is not None and qp.peer is not None and peer != qp.peer:
-            stats["rx_wrong_peer"] += 1
+            self._drops["rx_wrong_peer"] += 1
             return None
         return qp
 
