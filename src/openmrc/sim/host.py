@@ -344,9 +344,7 @@ class SimHost:
                 objs.append(bases)
                 objs += bases
         objs += [self.taps, ctx.qps, *ctx.cache_objects(), *ctx.control_ready.cache_objects()]
-        objs.append(self._pump_cb)
-        objs.append(self._t1_parts)
-        objs += self._t1_parts
+        objs += [self._pump_cb, self._t1_parts, *self._t1_parts]
         for qp in qps:
             objs.append(qp)
             objs += qp.control.cache_objects()
