@@ -34,8 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sim_speed
 
-US = 1_000_000
-
 
 class Baton:
     """What K threads share: whose turn it is, the collectives' slots, a failure."""
@@ -98,20 +96,19 @@ class BatonComm:
     def alltoall(self, objs: list[Any]) -> list[Any]:
         """Rank j gets item j of every rank's list, in rank order."""
         k = self.size
-        return list(
-            self._collective(list(objs), lambda s: [[s[i][j] for i in range(k)] for j in range(k)])
+        return self._collective(  # type: ignore[no-any-return]
+            list(objs), lambda s: [[s[i][j] for i in range(k)] for j in range(k)]
         )
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order."""
-        return list(self._collective(obj, lambda s: [list(s) for _ in s]))
+        return self._collective(obj, lambda s: [list(s) for _ in s])  # type: ignore[no-any-return]
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         """Every rank's ``obj`` at ``root``; None elsewhere."""
-        got = self._collective(
+        return self._collective(  # type: ignore[no-any-return]
             obj, lambda s: [list(s) if j == root else None for j in range(len(s))]
         )
-        return None if got is None else list(got)
 
     def Abort(self, errorcode: int = 0) -> None:
         """Stop every rank."""
@@ -179,7 +176,7 @@ def child(case: str, k: int, until_us: float) -> dict[str, Any]:
         comm = comms[rank]
         try:
             comm.start()
-            out[rank] = exps[rank].run(int(until_us * US))
+            out[rank] = exps[rank].run(int(until_us * sim_speed.US))
         except BaseException as exc:  # every rank woken, the first error re-raised
             errors.append(exc)
             comm.fail()
@@ -203,7 +200,7 @@ def child(case: str, k: int, until_us: float) -> dict[str, Any]:
         "until_us": until_us,
         "events": events,
         "windows": stats["windows"],
-        "window_us": stats["window_ps"] / US,
+        "window_us": stats["window_ps"] / sim_speed.US,
         "packets_out": sum(r["packets_sent"] for r in stats["per_rank"]),
         "window_ns_per_event": round(cost["windows"] / events * 1e9, 1),
         "exchange_ns_per_event": round(cost["exchange"] / events * 1e9, 1),
