@@ -506,6 +506,9 @@ def test_native_exchange_carries_every_packet_class_as_bytes() -> None:
     d3 = DataPacket(9, 3, Opcode.WRITE_FIRST, 2**33, 2, 1, 2, 4096, None, None, 5, True, True, True)
     d3.trim(lasthop=True)
     sack = SackPacket(4, 0x12, 100, 101, (1 << 200) | 5, True, 2**45, 3, 99, 17, 0b101)
+    # either side of the 62 bits a compiled int field keeps in its own word
+    sack.cack, sack.sack_base, sack.rcvd_bytes = 2**62 - 1, 2**62, -(2**62)
+    sack.ooo_count, sack.ts_echo = -(2**62) - 1, -(2**63)
     nack = NackPacket(4, 6, NackReason.REMOTE_ACCESS_ERROR, 12, 10, -3)
     probe = ProbePacket(4, 0x21, 5, 123, reliability=True)
     reply = ProbeReplyPacket(4, 0x21, 5, 123)
@@ -538,6 +541,26 @@ def test_native_exchange_carries_every_packet_class_as_bytes() -> None:
             if isinstance(a, memoryview):
                 a = bytes(a)
             assert a == b and type(a) is type(b), (type(pkt).__name__, name, a, b)
+
+
+@pytest.mark.skipif(not _native.NATIVE, reason="the native kernel is not built")
+def test_native_exchange_moves_compiled_int_fields_as_their_words() -> None:
+    """Where the packet classes are compiled, the exchange finds each int field's word
+    (moved without an int object) and each object field's pointer (read without a
+    call); bools, enums and classes that are not compiled go through their
+    descriptors."""
+    from openmrc.wire import packets
+
+    sim, _, _, _ = _exchange_side(0)
+    slots = sim.exchange_slots()
+    words, objects = slots[packets.DataPacket.__name__]
+    if packets.__file__.endswith(".py"):
+        assert all(found == ((), ()) for found in slots.values())
+        return
+    assert {"dqpn", "ev", "path_ev", "psn", "msn", "va", "rkey", "length", "ts"} == set(words)
+    assert {"size", "route", "meta", "payload", "imm"} == set(objects)
+    sack_words, _ = slots[packets.SackPacket.__name__]
+    assert {"cack", "sack_base", "bitmap", "ts_echo"} <= set(sack_words)
 
 
 def test_a_rank_makes_its_results_with_the_collector_paused(

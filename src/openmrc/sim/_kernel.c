@@ -496,12 +496,24 @@ static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *
  * A rank's packets for another rank are written, as they are put on a link to
  * it, into that rank's buffer, and rebuilt by the receiving rank (arrive_wire):
  * pickling each packet object cost more than simulating it.  A record is
- * (time, key, port number, epoch: int64, int64, int32, int64; the packet's
- * class: one byte; then each of the class's fields, tagged), little-endian as
- * the machine's (the ranks of one run are one build on one kind of machine).
- * What the exchange cannot write (a class or a field value it does not know, a
- * port with no number) goes to the outbox as an object, as before.
+ * (time, key, epoch: int64 each; the receiving entity, the port number, the
+ * record's length in bytes: int32 each; the packet's class: one byte; then each
+ * of the class's fields, tagged), in the machine's byte order (the ranks of one
+ * run are one build on one kind of machine).  The receiving rank reads the
+ * entity from the record rather than from the port, and the length lets it look
+ * some records ahead, so that the port (a cache miss each, at thousands of hosts)
+ * is fetched while earlier records are read.  What the exchange cannot write (a
+ * class or a field value it does not know, a port with no number) goes to the
+ * outbox as an object, as before.
+ *
+ * A compiled packet class (mypyc) keeps an int field as a tagged word: a value v
+ * that fits in 62 bits as v << 1, a bigger one as a pointer to an int object with
+ * the low bit set.  Each such field's place in the object is found once
+ * (w_find_slot: set through the class's own descriptor, looked for, and checked
+ * both ways), and the exchange then reads and writes the word itself rather than
+ * making an int object on each side; any other value goes the generic way.
  */
+#define W_HEAD 37
 enum { W_NONE = 0, W_FALSE = 1, W_TRUE = 2, W_I64 = 3, W_BIG = 4, W_BYTES = 5, W_ENUM = 6 };
 
 typedef struct {
@@ -514,17 +526,23 @@ typedef struct {
     Py_ssize_t nf;
     PyObject **names;  /* strong: the field names */
     PyObject **descr;  /* strong: each field's getset or member descriptor, or NULL */
+    Py_ssize_t *slot;  /* each field's tagged-int word's offset in an instance, or -1 */
+    Py_ssize_t *oslot; /* each field's object pointer's offset in an instance, or -1 */
+    PyObject **last;   /* strong: the int object last read for each field (or NULL), */
+    int64_t *last_v;   /* and its value: a repeated value (a packet size) shares it */
 } WClass;
 
 typedef struct Exchange {
     int nranks;
     int32_t *rank_of; /* each entity's rank */
+    uint8_t *rank8;   /* the same as bytes (fewer cache lines), with fewer than 256 ranks */
     Py_ssize_t nrank_of;
     int ncls;
     WClass *cls;
     int nenum;
     PyTypeObject **enum_tp;   /* strong */
     PyObject **enum_members;  /* strong: dict value -> member */
+    PyObject *(*enum_small)[256]; /* each enum's members of values 0-255 (borrowed), or NULL */
     WBuf *buf;                /* one per rank */
     int64_t first;            /* the least time written since the last take */
     int any;                  /* anything written since the last take */
@@ -542,6 +560,13 @@ static void xc_free(Exchange *x)
         }
         PyMem_Free(c->names);
         PyMem_Free(c->descr);
+        PyMem_Free(c->slot);
+        PyMem_Free(c->oslot);
+        if (c->last != NULL)
+            for (Py_ssize_t f = 0; f < c->nf; f++)
+                Py_XDECREF(c->last[f]);
+        PyMem_Free(c->last);
+        PyMem_Free(c->last_v);
         Py_XDECREF(c->tp);
     }
     PyMem_Free(x->cls);
@@ -551,11 +576,13 @@ static void xc_free(Exchange *x)
     }
     PyMem_Free(x->enum_tp);
     PyMem_Free(x->enum_members);
+    PyMem_Free(x->enum_small);
     if (x->buf != NULL)
         for (int r = 0; r < x->nranks; r++)
             PyMem_Free(x->buf[r].data);
     PyMem_Free(x->buf);
     PyMem_Free(x->rank_of);
+    PyMem_Free(x->rank8);
     PyMem_Free(x);
 }
 
@@ -711,7 +738,7 @@ static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObjec
     if (target < 0 || target >= x->nrank_of || !is_port(port))
         return 1;
     int32_t xid1 = ((PortObject *)port)->xid1;
-    int32_t rank = x->rank_of[target];
+    int32_t rank = x->rank8 != NULL ? (int32_t)x->rank8[target] : x->rank_of[target];
     if (xid1 <= 0 || rank < 0 || rank >= x->nranks)
         return 1;
     WClass *c = NULL;
@@ -723,18 +750,53 @@ static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObjec
         }
     if (c == NULL)
         return 1;
+    if (target > INT32_MAX)
+        return 1;
+    /* the packet's lines, then the objects its fields point to, asked for at once
+     * (each a miss at thousands of hosts) rather than one after the other */
+    for (Py_ssize_t off = 64; off < c->tp->tp_basicsize && off < 256; off += 64)
+        PREFETCH((const char *)pkt + off);
+    for (Py_ssize_t f = 0; f < c->nf; f++)
+        if (c->oslot[f] >= 0) {
+            PyObject *v;
+            memcpy(&v, (const char *)pkt + c->oslot[f], sizeof v);
+            if (v != NULL)
+                PREFETCH(v);
+        }
     WBuf *b = &x->buf[rank];
     size_t start = b->len;
-    int32_t port_no = xid1 - 1;
-    if (wb_reserve(b, 29) < 0)
+    int32_t port_no = xid1 - 1, target32 = (int32_t)target;
+    if (wb_reserve(b, W_HEAD) < 0)
         return -1;
     memcpy(b->data + b->len, &t, 8);
     memcpy(b->data + b->len + 8, &key, 8);
-    memcpy(b->data + b->len + 16, &port_no, 4);
-    memcpy(b->data + b->len + 20, &epoch, 8);
-    b->data[b->len + 28] = (char)ci;
-    b->len += 29;
+    memcpy(b->data + b->len + 16, &epoch, 8);
+    memcpy(b->data + b->len + 24, &target32, 4);
+    memcpy(b->data + b->len + 28, &port_no, 4);
+    b->data[b->len + 36] = (char)ci; /* (the length, at 32, once the fields are written) */
+    b->len += W_HEAD;
     for (Py_ssize_t f = 0; f < c->nf; f++) {
+        if (c->slot[f] >= 0) {
+            intptr_t w;
+            memcpy(&w, (const char *)pkt + c->slot[f], sizeof w);
+            if ((w & 1) == 0) { /* a short int, kept as v << 1 */
+                if (wb_i64(b, W_I64, (int64_t)(w >> 1)) < 0) {
+                    b->len = start;
+                    return -1;
+                }
+                continue;
+            }
+        }
+        if (c->oslot[f] >= 0) {
+            PyObject *v; /* borrowed: w_value runs no Python code */
+            memcpy(&v, (const char *)pkt + c->oslot[f], sizeof v);
+            int r = v != NULL ? w_value(x, b, v) : 1; /* (NULL: unset) */
+            if (r != 0) {
+                b->len = start;
+                return r;
+            }
+            continue;
+        }
         PyObject *v = w_get(pkt, c->descr[f], c->names[f]);
         if (v == NULL) { /* (an unset field) */
             PyErr_Clear();
@@ -748,6 +810,12 @@ static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObjec
             return r;
         }
     }
+    if (b->len - start > INT32_MAX) {
+        b->len = start;
+        return 1;
+    }
+    int32_t reclen = (int32_t)(b->len - start);
+    memcpy(b->data + start + 32, &reclen, 4);
     if (!x->any || t < x->first)
         x->first = t;
     x->any = 1;
@@ -3463,6 +3531,115 @@ static PyObject *Sim_arrive(SimObject *s, PyObject *const *args, Py_ssize_t narg
 }
 
 
+/* An int value set through field f's setter, as an int object; -1 (error clear) if
+ * the setter refuses it. */
+static int w_try_set(WClass *c, Py_ssize_t f, PyObject *o, long long v)
+{
+    PyObject *n = PyLong_FromLongLong(v);
+    if (n == NULL)
+        return -1;
+    int r = w_set(o, c->descr[f], c->names[f], n);
+    Py_DECREF(n);
+    return r;
+}
+
+/* The offset in an instance of c's class of the word that keeps field f as a mypyc
+ * tagged int (a short int v as v << 1), or -1: a fresh instance has f set through
+ * its own descriptor, the one word holding the value is looked for, and then
+ * checked both ways (a value written there is what the getter reads; one the
+ * setter writes is found there).  No error is left set. */
+static Py_ssize_t w_find_slot(WClass *c, Py_ssize_t f, PyObject *empty)
+{
+    static const long long marks[3] = {0x2B3C4D5E6F71LL, -0x123456789ALL, 0x3FFFFFFFFFFFFFFLL};
+    PyObject *d = c->descr[f];
+    if (d == NULL || !Py_IS_TYPE(d, &PyGetSetDescr_Type) || c->tp->tp_itemsize != 0 ||
+        c->tp->tp_new == NULL)
+        return -1;
+    Py_ssize_t size = c->tp->tp_basicsize, found = -1;
+    PyObject *o = c->tp->tp_new(c->tp, empty, NULL), *got = NULL;
+    if (o == NULL || Py_TYPE(o) != c->tp || w_try_set(c, f, o, marks[0]) < 0)
+        goto done;
+    for (Py_ssize_t off = (Py_ssize_t)sizeof(PyObject); off + (Py_ssize_t)sizeof(intptr_t) <= size;
+         off += (Py_ssize_t)sizeof(intptr_t)) {
+        intptr_t w;
+        memcpy(&w, (const char *)o + off, sizeof w);
+        if (w == (intptr_t)(marks[0] * 2)) {
+            if (found >= 0) { /* twice: not one field's word */
+                found = -1;
+                goto done;
+            }
+            found = off;
+        }
+    }
+    if (found < 0)
+        goto done;
+    intptr_t w = (intptr_t)(marks[1] * 2);
+    memcpy((char *)o + found, &w, sizeof w);
+    got = w_get(o, d, c->names[f]);
+    long long back = got != NULL && PyLong_CheckExact(got) ? PyLong_AsLongLong(got) : 0;
+    if (back != marks[1] || w_try_set(c, f, o, marks[2]) < 0) {
+        found = -1;
+        goto done;
+    }
+    memcpy(&w, (const char *)o + found, sizeof w);
+    if (w != (intptr_t)(marks[2] * 2))
+        found = -1;
+done:
+    Py_XDECREF(got);
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return found;
+}
+
+/* The offset in an instance of c's class of the pointer that keeps field f as an
+ * object (an int kept as an object, a route, a payload), or -1: a fresh instance has
+ * f set through its descriptor to an object of its own (a big int, else bytes), the
+ * one word holding its address is looked for, and the getter must return that very
+ * object.  The sending rank then reads the field without a call or a reference.  No
+ * error is left set. */
+static Py_ssize_t w_find_oslot(WClass *c, Py_ssize_t f, PyObject *empty)
+{
+    PyObject *d = c->descr[f];
+    if (d == NULL || !Py_IS_TYPE(d, &PyGetSetDescr_Type) || c->tp->tp_itemsize != 0 ||
+        c->tp->tp_new == NULL)
+        return -1;
+    Py_ssize_t size = c->tp->tp_basicsize, found = -1;
+    PyObject *o = c->tp->tp_new(c->tp, empty, NULL), *val = NULL, *got = NULL;
+    if (o == NULL || Py_TYPE(o) != c->tp)
+        goto done;
+    val = PyLong_FromString("123456789012345678901234567891", NULL, 10);
+    if (val == NULL || w_set(o, d, c->names[f], val) < 0) {
+        PyErr_Clear();
+        Py_CLEAR(val);
+        val = PyBytes_FromString("openmrc exchange probe");
+        if (val == NULL || w_set(o, d, c->names[f], val) < 0)
+            goto done;
+    }
+    for (Py_ssize_t off = (Py_ssize_t)sizeof(PyObject); off + (Py_ssize_t)sizeof(void *) <= size;
+         off += (Py_ssize_t)sizeof(void *)) {
+        PyObject *w;
+        memcpy(&w, (const char *)o + off, sizeof w);
+        if (w == val) {
+            if (found >= 0) {
+                found = -1;
+                goto done;
+            }
+            found = off;
+        }
+    }
+    if (found >= 0) {
+        got = w_get(o, d, c->names[f]);
+        if (got != val)
+            found = -1;
+    }
+done:
+    Py_XDECREF(got);
+    Py_XDECREF(o);
+    Py_XDECREF(val);
+    PyErr_Clear();
+    return found;
+}
+
 /* set_exchange(rank_of, nranks, classes, fields, enums): from now on packets for
  * other ranks are written as bytes (take_wire, arrive_wire).  rank_of: each
  * entity's rank (a buffer of int32); classes: the packet classes written, each
@@ -3511,12 +3688,22 @@ static PyObject *Sim_set_exchange(SimObject *s, PyObject *const *args, Py_ssize_
     x->nenum = (int)PySequence_Fast_GET_SIZE(enums);
     x->enum_tp = PyMem_Calloc(x->nenum ? (size_t)x->nenum : 1, sizeof(PyTypeObject *));
     x->enum_members = PyMem_Calloc(x->nenum ? (size_t)x->nenum : 1, sizeof(PyObject *));
+    x->enum_small = PyMem_Calloc(x->nenum ? (size_t)x->nenum : 1, sizeof(*x->enum_small));
     if (x->rank_of == NULL || x->buf == NULL || x->cls == NULL || x->enum_tp == NULL ||
-        x->enum_members == NULL) {
+        x->enum_members == NULL || x->enum_small == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     memcpy(x->rank_of, view.buf, (size_t)view.len);
+    if (nranks < 256) {
+        x->rank8 = PyMem_Malloc(x->nrank_of ? (size_t)x->nrank_of : 1);
+        if (x->rank8 == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < x->nrank_of; i++) /* (-1: no rank; 255 is not one) */
+            x->rank8[i] = x->rank_of[i] >= 0 && x->rank_of[i] < 256 ? (uint8_t)x->rank_of[i] : 255;
+    }
     for (int i = 0; i < x->ncls; i++) {
         PyObject *tp = PySequence_Fast_GET_ITEM(classes, i);
         if (!PyType_Check(tp)) {
@@ -3533,7 +3720,12 @@ static PyObject *Sim_set_exchange(SimObject *s, PyObject *const *args, Py_ssize_
         c->nf = PySequence_Fast_GET_SIZE(names);
         c->names = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(PyObject *));
         c->descr = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(PyObject *));
-        if (c->names == NULL || c->descr == NULL) {
+        c->slot = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(Py_ssize_t));
+        c->oslot = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(Py_ssize_t));
+        c->last = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(PyObject *));
+        c->last_v = PyMem_Calloc(c->nf ? (size_t)c->nf : 1, sizeof(int64_t));
+        if (c->names == NULL || c->descr == NULL || c->slot == NULL || c->oslot == NULL ||
+            c->last == NULL || c->last_v == NULL) {
             Py_DECREF(names);
             PyErr_NoMemory();
             goto fail;
@@ -3557,6 +3749,15 @@ static PyObject *Sim_set_exchange(SimObject *s, PyObject *const *args, Py_ssize_
             }
         }
         Py_DECREF(names);
+        PyObject *empty = PyTuple_New(0);
+        if (empty == NULL)
+            goto fail;
+        for (Py_ssize_t f = 0; f < c->nf; f++)
+        {
+            c->slot[f] = w_find_slot(c, f, empty);
+            c->oslot[f] = c->slot[f] < 0 ? w_find_oslot(c, f, empty) : -1;
+        }
+        Py_DECREF(empty);
     }
     for (int i = 0; i < x->nenum; i++) {
         PyObject *tp, *members;
@@ -3567,6 +3768,16 @@ static PyObject *Sim_set_exchange(SimObject *s, PyObject *const *args, Py_ssize_
         x->enum_tp[i] = (PyTypeObject *)tp;
         Py_INCREF(members);
         x->enum_members[i] = members;
+        PyObject *k, *m;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(members, &pos, &k, &m)) {
+            int overflow = 0;
+            long long val = PyLong_Check(k) ? PyLong_AsLongLongAndOverflow(k, &overflow) : -1;
+            if (val == -1 && PyErr_Occurred())
+                goto fail;
+            if (!overflow && val >= 0 && val < 256)
+                x->enum_small[i][val] = m;
+        }
     }
     PyBuffer_Release(&view);
     Py_DECREF(classes);
@@ -3621,6 +3832,43 @@ static PyObject *Sim_take_wire(SimObject *s, PyObject *unused)
     }
     x->any = 0;
     return Py_BuildValue("(NN)", bufs, first);
+}
+
+/* A tuple of the names of c's fields whose offset in offs is set. */
+static PyObject *w_names_with(WClass *c, const Py_ssize_t *offs)
+{
+    PyObject *names = PyList_New(0);
+    for (Py_ssize_t f = 0; names != NULL && f < c->nf; f++)
+        if (offs[f] >= 0 && PyList_Append(names, c->names[f]) < 0)
+            Py_CLEAR(names);
+    PyObject *tup = names != NULL ? PyList_AsTuple(names) : NULL;
+    Py_XDECREF(names);
+    return tup;
+}
+
+/* exchange_slots(): {class name: (the fields moved as tagged int words, the fields
+ * the sending rank reads as object pointers)}, as set_exchange found them (empty
+ * where the classes are not compiled) */
+static PyObject *Sim_exchange_slots(SimObject *s, PyObject *unused)
+{
+    Exchange *x = s->xc;
+    if (x == NULL) {
+        PyErr_SetString(PyExc_ValueError, "exchange_slots: no exchange (set_exchange)");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    for (int i = 0; out != NULL && i < x->ncls; i++) {
+        WClass *c = &x->cls[i];
+        PyObject *words = w_names_with(c, c->slot);
+        PyObject *objs = words != NULL ? w_names_with(c, c->oslot) : NULL;
+        PyObject *pair = objs != NULL ? PyTuple_Pack(2, words, objs) : NULL;
+        Py_XDECREF(words);
+        Py_XDECREF(objs);
+        if (pair == NULL || PyDict_SetItemString(out, c->tp->tp_name, pair) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(pair);
+    }
+    return out;
 }
 
 /* Read one value written by w_value; a new reference, or NULL (error set). */
@@ -3685,6 +3933,10 @@ static PyObject *w_read(Exchange *x, const char **pp, const char *end)
             PyErr_SetString(PyExc_ValueError, "arrive_wire: unknown enum");
             return NULL;
         }
+        if (val >= 0 && val < 256 && x->enum_small[i][val] != NULL) {
+            v = Py_NewRef(x->enum_small[i][val]);
+            break;
+        }
         PyObject *k = PyLong_FromLongLong(val);
         if (k == NULL)
             return NULL;
@@ -3709,6 +3961,33 @@ short_:
     return NULL;
 }
 
+/* The port of the record at p (records checked up to there): ports[its number], or
+ * NULL for a number out of range. */
+static inline PyObject **w_port_item(PyObject *ports, const char *p)
+{
+    int32_t port_no;
+    memcpy(&port_no, p + 28, 4);
+    if (port_no < 0 || port_no >= PyList_GET_SIZE(ports))
+        return NULL;
+    return &((PyListObject *)ports)->ob_item[port_no];
+}
+
+/* The start of the record after the one at p, or NULL if the one at p is not whole. */
+static inline const char *w_next_record(const char *p, const char *end)
+{
+    int32_t len;
+    if (end - p < W_HEAD)
+        return NULL;
+    memcpy(&len, p + 32, 4);
+    if (len < W_HEAD || (int64_t)len > end - p)
+        return NULL;
+    return p + len;
+}
+
+/* How many records ahead arrive_wire asks for a record's port (W_AHEAD) and, half
+ * way, for the port object itself. */
+#define W_AHEAD 16
+
 /* arrive_wire(data, ports): the packets another rank wrote (take_wire), each
  * arriving at the far end of ports[port number] with its key; how many */
 static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
@@ -3727,38 +4006,102 @@ static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t
         return NULL;
     PyObject *ports = args[1];
     const char *p = view.buf, *end = p + view.len;
+    /* two look-ahead cursors: far (W_AHEAD records on) has its port's list item
+     * fetched, near (half as far) the port object; each stops at a record not whole,
+     * which the main cursor then reports */
+    const char *far = p, *near = p;
+    for (int k = 0; k < W_AHEAD && far != NULL && far < end; k++) {
+        if (k < W_AHEAD / 2)
+            near = w_next_record(near, end);
+        far = w_next_record(far, end);
+    }
     PyObject *empty = PyTuple_New(0);
     long long count = 0;
     if (empty == NULL)
         goto fail;
     while (p < end) {
-        int64_t t, key, epoch;
-        int32_t port_no;
-        if (end - p < 29) {
+        if (far != NULL && far < end) {
+            const char *nx = w_next_record(far, end);
+            PyObject **item = nx != NULL ? w_port_item(ports, far) : NULL;
+            if (item != NULL)
+                PREFETCH(item);
+            far = nx;
+        }
+        if (near != NULL && near < end) {
+            const char *nx = w_next_record(near, end);
+            PyObject **item = nx != NULL ? w_port_item(ports, near) : NULL;
+            if (item != NULL)
+                PREFETCH(*item);
+            near = nx;
+        }
+        const char *next = w_next_record(p, end);
+        if (next == NULL) {
             PyErr_SetString(PyExc_ValueError, "arrive_wire: a record is cut short");
             goto fail;
         }
+        int64_t t, key, epoch;
+        int32_t target;
         memcpy(&t, p, 8);
         memcpy(&key, p + 8, 8);
-        memcpy(&port_no, p + 16, 4);
-        memcpy(&epoch, p + 20, 8);
-        uint8_t ci = (uint8_t)p[28];
-        p += 29;
-        if (ci >= x->ncls || port_no < 0 || port_no >= PyList_GET_SIZE(ports)) {
+        memcpy(&epoch, p + 16, 8);
+        memcpy(&target, p + 24, 4);
+        uint8_t ci = (uint8_t)p[36];
+        PyObject **item = w_port_item(ports, p);
+        if (ci >= x->ncls || item == NULL) {
             PyErr_SetString(PyExc_ValueError, "arrive_wire: unknown class or port");
             goto fail;
         }
-        PyObject *port = PyList_GET_ITEM(ports, port_no);
+        if (target < 0 || target >= s->nent || s->owned == NULL || target >= s->nowned ||
+            !s->owned[target]) {
+            PyErr_SetString(PyExc_ValueError, "arrive_wire: a packet for an entity not of this rank");
+            goto fail;
+        }
+        PyObject *port = *item;
         if (!is_port(port)) {
             PyErr_SetString(PyExc_TypeError, "arrive_wire: ports must be native ports");
             goto fail;
         }
+        p += W_HEAD;
         WClass *c = &x->cls[ci];
         PyObject *pkt = c->tp->tp_new(c->tp, empty, NULL);
         if (pkt == NULL)
             goto fail;
         for (Py_ssize_t f = 0; f < c->nf; f++) {
-            PyObject *v = w_read(x, &p, end);
+            Py_ssize_t off = c->slot[f];
+            if (off >= 0 && next - p >= 9 && (uint8_t)*p == W_I64) {
+                int64_t i;
+                memcpy(&i, p + 1, 8);
+                intptr_t old;
+                memcpy(&old, (char *)pkt + off, sizeof old);
+                /* a short int (62 bits) into a word holding none or a short int */
+                if (i >= -((int64_t)1 << 62) && i < ((int64_t)1 << 62) &&
+                    (old == 1 || (old & 1) == 0)) {
+                    intptr_t w = (intptr_t)(i * 2);
+                    memcpy((char *)pkt + off, &w, sizeof w);
+                    p += 9;
+                    continue;
+                }
+            }
+            PyObject *v;
+            if (next - p >= 9 && (uint8_t)*p == W_I64) {
+                /* an int kept as an object (a packet's size): the last one read for
+                 * this field again while its value repeats */
+                int64_t i;
+                memcpy(&i, p + 1, 8);
+                if (c->last[f] == NULL || c->last_v[f] != i) {
+                    PyObject *n = PyLong_FromLongLong(i);
+                    if (n == NULL) {
+                        Py_DECREF(pkt);
+                        goto fail;
+                    }
+                    Py_XSETREF(c->last[f], n);
+                    c->last_v[f] = i;
+                }
+                v = Py_NewRef(c->last[f]);
+                p += 9;
+            }
+            else
+                v = w_read(x, &p, next);
             if (v == NULL || w_set(pkt, c->descr[f], c->names[f], v) < 0) {
                 Py_XDECREF(v);
                 Py_DECREF(pkt);
@@ -3766,17 +4109,9 @@ static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t
             }
             Py_DECREF(v);
         }
-        PortObject *po = (PortObject *)port;
-        int64_t target;
-        if (po->rx_kind == RX_SWITCH)
-            target = (int64_t)((SwitchObject *)po->rx_target)->ent1 - 1;
-        else if (po->rx_kind == RX_HOST)
-            target = (int64_t)((HostEndObject *)po->rx_target)->ent1 - 1;
-        else
-            target = ent_lookup(s, callable_self(po->rx));
-        if (target < 0) {
+        if (p != next) {
             Py_DECREF(pkt);
-            PyErr_SetString(PyExc_ValueError, "arrive_wire: the port's receiver has no entity");
+            PyErr_SetString(PyExc_ValueError, "arrive_wire: a record's length does not match");
             goto fail;
         }
         Py_INCREF(port);
@@ -4240,6 +4575,8 @@ static PyMethodDef Sim_methods[] = {
      "set_exchange(rank_of, nranks, classes, fields, enums): packets for other ranks as bytes"},
     {"take_wire", (PyCFunction)Sim_take_wire, METH_NOARGS,
      "([bytes for each rank], least time or None) written since the last call"},
+    {"exchange_slots", (PyCFunction)Sim_exchange_slots, METH_NOARGS,
+     "{class name: (fields moved as tagged int words, fields read as object pointers)}"},
     {"arrive_wire", (PyCFunction)(void (*)(void))Sim_arrive_wire, METH_FASTCALL,
      "arrive_wire(data, ports): the packets another rank wrote; how many"},
     {"next_time", (PyCFunction)Sim_next_time, METH_NOARGS, "the next event's time, or None"},
