@@ -386,6 +386,39 @@ class NativePartitionedSimulator(Simulator):
         _arrive_pickled(self, pickled)
 
 
+class WireSwap:
+    """The native ranks' packet bytes sent and received as MPI buffers (mpi4py's
+    ``Isend``/``Irecv``), into one buffer per sending rank kept from window to window:
+    pickling them with the states copied each window's bytes twice more, into memory
+    new each time."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[int, bytearray] = {}
+
+    def swap(self, comm: Any, out: list[bytes], sizes: list[int]) -> list[Any]:
+        """Send ``out[r]`` to each rank r and receive ``sizes[r]`` bytes from it; what
+        each rank sent (views of this object's buffers, valid until the next swap)."""
+        got: list[Any] = [b""] * len(out)
+        got[comm.rank] = out[comm.rank]  # (a rank sends itself nothing; if it did, as it is)
+        reqs = []
+        for r, n in enumerate(sizes):
+            if n and r != comm.rank:
+                buf = self.bufs.get(r)
+                if buf is None or len(buf) < n:
+                    buf = self.bufs[r] = bytearray(max(n, 2 * len(buf) if buf else n))
+                got[r] = memoryview(buf)[:n]
+                reqs.append(comm.Irecv([got[r], "B"], source=r, tag=_WIRE_TAG))
+        for r, data in enumerate(out):
+            if data and r != comm.rank:
+                reqs.append(comm.Isend([data, "B"], dest=r, tag=_WIRE_TAG))
+        for req in reqs:
+            req.Wait()
+        return got
+
+
+#: The MPI tag of the packet bytes between ranks (the states go by collectives).
+_WIRE_TAG = 7
+
 #: The packet classes the native exchange writes as bytes, field by field (others, such
 #: as a baseline's or a controller's packets, are pickled).
 EXCHANGED: tuple[type, ...] = (DataPacket, SackPacket, NackPacket, ProbePacket, ProbeReplyPacket)
@@ -659,6 +692,7 @@ class PartitionedExperiment(Experiment):
         #: the next QPN of each host this rank does not hold (_peer_qpn).
         self._peer_qpns: dict[int, int] = {}
         self.parallel_stats: dict[str, Any] = {}
+        self._swap = WireSwap()
 
     def _fabric_part(self) -> FabricPart:
         """This rank's part of the fabric: its rack groups' T0s with their hosts, its
@@ -997,14 +1031,25 @@ class PartitionedExperiment(Experiment):
 
     def _exchange(self, sim: PartitionedSimulator, comm: Comm, head: tuple[Any, ...]) -> list[Any]:
         """Send the packets for each rank with this rank's state, receive theirs; every
-        rank's state ``(*head, tick, first wake, next event, last event, first sent)``."""
+        rank's state ``(*head, tick, first wake, next event, last event, first sent)``.
+
+        Under MPI the native ranks' packets (bytes, tens of megabytes a window at
+        thousands of hosts) go as buffers, not pickled with the states: each rank
+        learns what it will receive from the states and receives it into its own
+        reused buffers (:class:`WireSwap`)."""
         blobs, sent_first = sim.pack()
         sampler = self.sampler
         assert isinstance(sampler, PartitionedSampler)
         status = (*head, sampler.tick, sampler.first_wake, sim.next_time(), sim.last_t, sent_first)
-        got = comm.alltoall([(blob, status) for blob in blobs])
         statuses = []
-        for blob, st in got:
+        if isinstance(sim, NativePartitionedSimulator) and hasattr(comm, "Isend"):
+            got = comm.alltoall([(len(wire), pickled, status) for wire, pickled in blobs])
+            wires = self._swap.swap(comm, [wire for wire, _ in blobs], [g[0] for g in got])
+            for wire, (_, pickled, st) in zip(wires, got, strict=True):
+                sim.unpack((wire, pickled))
+                statuses.append(st)
+            return statuses
+        for blob, st in comm.alltoall([(blob, status) for blob in blobs]):
             sim.unpack(blob)
             statuses.append(st)
         return statuses
