@@ -606,3 +606,41 @@ def test_a_rank_makes_its_results_with_the_collector_paused(
         gc.set_threshold(*thresholds)
     assert rc == 0
     assert not seen, seen[:5]
+
+
+def test_a_ranks_sampler_has_the_hosts_report_only_while_an_input_can_matter() -> None:
+    """A rank's sampler is armed as the sequential one is (the hosts then call the
+    experiment back only as in a sequential run: not after every input, a Python call
+    each); from a tick until the window boundary decides it, and while it sleeps, every
+    host input reports; where a tick falls in every window they report throughout."""
+    from types import SimpleNamespace
+
+    from openmrc.sim.partition import PartitionedSampler, PartitionedSimulator
+
+    port = SimpleNamespace(tx_bytes=0)
+    hooks: list[bool] = []
+    sim = PartitionedSimulator(1, 0, 2)
+    sampler = PartitionedSampler(sim, 1_000, [], 1, lambda flow: 0, lambda: 1, hooks.append)
+    sampler.my_ports = [[port]]
+    sampler.start()
+    assert sampler.armed and hooks == []  # nothing before the first tick can matter
+    port.tx_bytes = 100
+    sampler.sample()  # bytes moved: reports on until the boundary
+    assert not sampler.armed and hooks == [True]
+    assert sampler.decide([sampler.tick], [None]) is not None  # re-armed
+    assert sampler.armed and hooks == [True, False]
+    sampler.sample()  # nothing moved: asleep at the boundary, reports stay on
+    assert sampler.decide([sampler.tick], [None]) is None
+    assert sampler.asleep and not sampler.armed and hooks == [True, False, True]
+    assert sampler.decide([None], [2_500]) == 3_000  # woken by an input
+    assert sampler.armed and not sampler.asleep and hooks == [True, False, True, False]
+
+    steady = PartitionedSampler(sim, 1_000, [], 1, lambda flow: 0, lambda: 1, hooks.append)
+    steady.every_window = True
+    steady.my_ports = [[port]]
+    hooks.clear()
+    steady.start()
+    port.tx_bytes += 1
+    steady.sample()
+    steady.decide([steady.tick], [None])
+    assert not steady.armed and hooks == []

@@ -499,15 +499,33 @@ class PartitionedSampler(Sampler):
         #: (time, moved, open flows here) of the tick run in this window, if one ran
         self.tick: tuple[int, int, int] | None = None
         self.asleep = False
+        #: a tick falls in every window: the hosts report every input throughout
+        self.every_window = False
 
     def start(self) -> None:
-        """Start ticking; ``armed`` stays False, so every host input reports to :meth:`wake`."""
+        """Start ticking, armed as the sequential sampler starts (no input before the
+        first tick can matter: the tick forgets it), unless a tick falls in every window."""
         sim = self.sim
         assert isinstance(sim, RANK_SIMULATORS)
         self.t0 = sim.now
         self.sampling = True
-        self.armed = False
+        self.armed = not self.every_window
         sim.push_as(SAMPLER, self.t0 + self.interval_ps, self.sample)
+
+    def _track(self) -> None:
+        """From this tick until it is decided (and on while the sampler sleeps) every
+        host input reports to :meth:`wake` (``armed`` False, the hosts' hooks on)."""
+        if self.armed:
+            self.armed = False
+            self.hooks(True)
+
+    def _arm(self) -> None:
+        """Re-armed (a tick is scheduled): until it, no input can matter, and the hosts
+        call back only as in a sequential run with its sampler armed (a Python call
+        per host input otherwise); kept on where a tick falls in every window."""
+        if not self.armed and not self.every_window:
+            self.armed = True
+            self.hooks(False)
 
     def wake(self, now: int) -> None:
         """A host input: noted (the first since the last tick); decided at the boundary."""
@@ -530,6 +548,7 @@ class PartitionedSampler(Sampler):
         self.ticks += 1
         self.tick = (self.sim.now, 1 if moved else 0, self.busy())
         self.first_wake = None
+        self._track()
 
     def decide(self, ticks: list[Any], wakes: list[Any]) -> int | None:
         """From every rank's tick report and first input: re-arm, sleep or wake, as the
@@ -542,6 +561,7 @@ class PartitionedSampler(Sampler):
             if sum(t[2] for t in done) and any(t[1] for t in done):
                 nxt = done[0][0] + interval
                 sim.push_as(SAMPLER, nxt, self.sample)
+                self._arm()
                 return nxt
             self.asleep = True
         woken = [w for w in wakes if w is not None]
@@ -561,6 +581,7 @@ class PartitionedSampler(Sampler):
         sim.push_as(SAMPLER, nxt, self.sample)
         self.first_wake = None
         self.asleep = False
+        self._arm()
         return nxt
 
 
@@ -864,12 +885,9 @@ class PartitionedExperiment(Experiment):
 
     # -- the sampler: each rank its part, decisions at window boundaries ------------
     def _host_hooks(self, everywhere: bool) -> None:
-        # every host reports its input: a sleeping sampler's wake is decided from them
-        super()._host_hooks(True)
-
-    def _data_every(self, everywhere: bool) -> bool:
-        # (every data packet too: the wake-ups are decided between windows)
-        return True
+        # every host reports its input while the sampler is not armed: from a tick until
+        # the window boundary decides it, and while it sleeps (PartitionedSampler)
+        super()._host_hooks(everywhere or not self.sampler.armed)
 
     # -- running ----------------------------------------------------------------------
     def run(self, until_ps: int | None = None) -> Any:
@@ -901,11 +919,12 @@ class PartitionedExperiment(Experiment):
         sampler.rx_flows = {f: None for f in self.flows if self._mine(f.spec.dst)}
         sampler.my_ports = [self.fabric.host_ports[h] for h in self._my_hosts]
         self._open = sum(1 for f in self.flows if self._mine(f.spec.src))
-        self._host_hooks(True)
         interval = self.sample_interval_ps
-        sampler.start()
-        t0 = sampler.t0
         width = window_ps(self.lookahead_ps, interval)
+        sampler.every_window = width >= interval
+        sampler.start()
+        self._host_hooks(False)  # (every host, while the sampler is not armed)
+        t0 = sampler.t0
         start = t0
         windows = 0
         idle = 0.0
