@@ -544,6 +544,76 @@ def test_native_exchange_carries_every_packet_class_as_bytes() -> None:
 
 
 @pytest.mark.skipif(not _native.NATIVE, reason="the native kernel is not built")
+def test_a_native_rank_fills_the_packets_it_sent_with_the_ones_it_receives() -> None:
+    """A compiled packet a rank wrote for another rank, held by nothing else, is kept
+    with its object fields released, and becomes a packet another rank sends: every
+    field as sent, nothing left of its first life."""
+    from openmrc.sim.partition import NativePartitionedSimulator
+    from openmrc.sim.port import EgressPort
+    from openmrc.sim.switch import HostEnd
+    from openmrc.wire import packets
+    from openmrc.wire.packets import DataPacket, Opcode, packet_fields
+
+    def side(rank: int) -> tuple[Any, list[Any], list[int], list[Any]]:
+        """Two hosts, 0 on rank 0 and 1 on rank 1, a link each way."""
+        sim = NativePartitionedSimulator(7, rank, 2)
+        ends = [HostEnd(sim, h, 0) for h in (0, 1)]
+        got: list[Any] = []
+        for end in ends:
+            end.on_receive = lambda pkt, plane, now: got.append(pkt)
+        ports = [
+            EgressPort(sim, f"{a}->{b}", 10**11, 1_000, ends[b].receive, data_limit=10**8,
+                       prio_limit=10**8)
+            for a, b in ((0, 1), (1, 0))
+        ]  # fmt: skip
+        e_ports = [sim.add_entity([ports[0], ends[0]]), sim.add_entity([ports[1], ends[1]])]
+        sim.set_ranks([0, 1])
+        sim.set_ports(ports)
+        return sim, ports, e_ports, got
+
+    def send(sim: Any, port: Any, e_port: int, make: Any) -> None:
+        # four at once: the first goes on the wire while its maker still holds it (not
+        # kept); the other three wait in the queue and leave it held by nothing else
+        sim.push_as(e_port, 0, lambda: [port.enqueue(make(i)) for i in range(4)])
+        sim.run_window(10**9)
+
+    queued: set[int] = set()  # (the packets that wait in the queue: kept, so alive)
+    held = [bytearray(b"meta") for _ in range(4)]
+
+    def first_life(i: int) -> DataPacket:
+        pkt = DataPacket(5, 6, Opcode.WRITE_LAST_IMM, 200 + i, 2, 2**40, 3, 5, b"old!", 99, 7)
+        pkt.route, pkt.meta = 10**30 + i, memoryview(held[i])
+        if i:
+            queued.add(id(pkt))
+        return pkt
+
+    def sent(i: int) -> DataPacket:
+        pkt = DataPacket(9, 8, Opcode.WRITE_MIDDLE, 100 + i, 3, 0, 77, 4, None)
+        pkt.route = 2000 + i
+        return pkt
+
+    sim0, ports0, e0, _ = side(0)
+    sim1, ports1, e1, got1 = side(1)
+    send(sim1, ports1[1], e1[1], first_life)  # rank 1's four packets for rank 0
+    compiled = not packets.__file__.endswith(".py")
+    assert sim1.exchange_kept().get(DataPacket.__name__, 0) == (3 if compiled else 0)
+    if not compiled:
+        return
+    for buf in held:  # a kept packet holds none of its fields (a view would pin its buffer)
+        buf.extend(b"!")
+    send(sim0, ports0[0], e0[0], sent)  # rank 0's four for rank 1
+    sim1.unpack(sim0.pack()[0][1])
+    assert sim1.exchange_kept()[DataPacket.__name__] == 0
+    sim1.run_window(10**9)
+    assert [p.psn for p in got1] == [100, 101, 102, 103]
+    assert {id(p) for p in got1[:3]} == queued  # (the fourth made anew: none left)
+    for pkt in got1:
+        want = sent(pkt.psn - 100)
+        for name in packet_fields(DataPacket):
+            assert getattr(pkt, name) == getattr(want, name), name
+
+
+@pytest.mark.skipif(not _native.NATIVE, reason="the native kernel is not built")
 def test_native_exchange_moves_compiled_int_fields_as_their_words() -> None:
     """Where the packet classes are compiled, the exchange finds each int field's word
     (moved without an int object) and each object field's pointer (read without a

@@ -512,6 +512,13 @@ static int64_t sim_target(SimObject *s, PyObject *fn, PyObject *args, PyObject *
  * (w_find_slot: set through the class's own descriptor, looked for, and checked
  * both ways), and the exchange then reads and writes the word itself rather than
  * making an int object on each side; any other value goes the generic way.
+ *
+ * A compiled packet written for another rank that nothing else holds is not freed:
+ * its object fields are released (while the writing left them in the cache) and the
+ * rank keeps it to fill with a packet another rank sends (xc_keep, w_reserve), so a
+ * crossing packet costs no allocation and no freeing, and the object to fill is known
+ * records ahead and asked for early.  Every field is written again, so a kept packet
+ * is the same as a new one.
  */
 #define W_HEAD 37
 enum { W_NONE = 0, W_FALSE = 1, W_TRUE = 2, W_I64 = 3, W_BIG = 4, W_BYTES = 5, W_ENUM = 6 };
@@ -530,6 +537,13 @@ typedef struct {
     Py_ssize_t *oslot; /* each field's object pointer's offset in an instance, or -1 */
     PyObject **last;   /* strong: the int object last read for each field (or NULL), */
     int64_t *last_v;   /* and its value: a repeated value (a packet size) shares it */
+    /* packets of the class written for another rank that nothing else held, kept
+     * (strong; their object fields cleared) to be the packets other ranks send
+     * (xc_keep, arrive_wire): no allocation or freeing per crossing packet, and the
+     * one to fill is known some records ahead, so it is asked for early */
+    PyObject **keep;
+    Py_ssize_t nkeep, capkeep;
+    int keepable; /* instances hold nothing but their fields (compiled, no dict or weakrefs) */
 } WClass;
 
 typedef struct Exchange {
@@ -567,6 +581,9 @@ static void xc_free(Exchange *x)
                 Py_XDECREF(c->last[f]);
         PyMem_Free(c->last);
         PyMem_Free(c->last_v);
+        for (Py_ssize_t k = 0; k < c->nkeep; k++)
+            Py_DECREF(c->keep[k]);
+        PyMem_Free(c->keep);
         Py_XDECREF(c->tp);
     }
     PyMem_Free(x->cls);
@@ -733,7 +750,7 @@ static int w_value(Exchange *x, WBuf *b, PyObject *v)
 /* Write a packet for another rank: 0 written, 1 not for the exchange (the
  * outbox takes it), -1 error. */
 static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObject *port,
-                    int64_t epoch, PyObject *pkt)
+                    int64_t epoch, PyObject *pkt, int *cls_out)
 {
     if (target < 0 || target >= x->nrank_of || !is_port(port))
         return 1;
@@ -819,7 +836,41 @@ static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObjec
     if (!x->any || t < x->first)
         x->first = t;
     x->any = 1;
+    *cls_out = ci;
     return 0;
+}
+
+/* Most packets a class keeps for reuse (xc_keep). */
+#define XC_KEEP 65536
+
+/* Keep pkt, of class ci and just written (xc_write), to be a packet another rank
+ * sends (arrive_wire), when nothing but the caller holds it: its object fields
+ * are released now, while the writing left them in the cache.  1: kept (the
+ * caller's reference with it), 0: not. */
+static int xc_keep(Exchange *x, int ci, PyObject *pkt)
+{
+    WClass *c = &x->cls[ci];
+    if (!c->keepable || Py_REFCNT(pkt) != 1 || Py_TYPE(pkt) != c->tp)
+        return 0;
+    if (c->nkeep == c->capkeep) {
+        if (c->capkeep >= XC_KEEP)
+            return 0;
+        Py_ssize_t cap = c->capkeep ? 2 * c->capkeep : 1024;
+        PyObject **k = PyMem_Realloc(c->keep, (size_t)cap * sizeof(PyObject *));
+        if (k == NULL)
+            return 0; /* (freed as usual instead) */
+        c->keep = k;
+        c->capkeep = cap;
+    }
+    for (Py_ssize_t f = 0; f < c->nf; f++)
+        if (c->oslot[f] >= 0) {
+            PyObject *v, *none = NULL;
+            memcpy(&v, (char *)pkt + c->oslot[f], sizeof v);
+            memcpy((char *)pkt + c->oslot[f], &none, sizeof none); /* (unset) */
+            Py_XDECREF(v);
+        }
+    c->keep[c->nkeep++] = pkt;
+    return 1;
 }
 
 /* An event for an entity another rank holds (a partitioned run): a packet's
@@ -840,10 +891,14 @@ static int sim_route_out(SimObject *s, int64_t t, int64_t key, int kind, int64_t
         goto done;
     }
     if (s->xc != NULL) {
-        int w = xc_write(s->xc, target, t, key, a, epoch, b);
+        int ci = 0;
+        int w = xc_write(s->xc, target, t, key, a, epoch, b, &ci);
         if (w <= 0) {
-            if (w == 0)
+            if (w == 0) {
                 s->sent++;
+                if (xc_keep(s->xc, ci, b))
+                    b = NULL; /* (kept, to be a packet another rank sends) */
+            }
             r = w;
             goto done;
         }
@@ -3090,6 +3145,9 @@ static int Sim_traverse(SimObject *s, visitproc visit, void *arg)
     Py_VISIT(s->place);
     Py_VISIT(s->outbox);
     Py_VISIT(s->cancelled);
+    for (int i = 0; s->xc != NULL && i < s->xc->ncls; i++)
+        for (Py_ssize_t k = 0; k < s->xc->cls[i].nkeep; k++)
+            Py_VISIT(s->xc->cls[i].keep[k]);
     return 0;
 }
 
@@ -3756,8 +3814,13 @@ static PyObject *Sim_set_exchange(SimObject *s, PyObject *const *args, Py_ssize_
         {
             c->slot[f] = w_find_slot(c, f, empty);
             c->oslot[f] = c->slot[f] < 0 ? w_find_oslot(c, f, empty) : -1;
+            if (c->oslot[f] >= 0)
+                c->keepable = 1;
         }
         Py_DECREF(empty);
+        if (c->tp->tp_dictoffset != 0 || c->tp->tp_weaklistoffset != 0 || c->tp->tp_del != NULL ||
+            c->tp->tp_finalize != NULL)
+            c->keepable = 0;
     }
     for (int i = 0; i < x->nenum; i++) {
         PyObject *tp, *members;
@@ -3849,6 +3912,26 @@ static PyObject *w_names_with(WClass *c, const Py_ssize_t *offs)
 /* exchange_slots(): {class name: (the fields moved as tagged int words, the fields
  * the sending rank reads as object pointers)}, as set_exchange found them (empty
  * where the classes are not compiled) */
+/* exchange_kept(): {class name: packets kept to be filled by arrive_wire (xc_keep)}
+ * for the classes that keep them */
+static PyObject *Sim_exchange_kept(SimObject *s, PyObject *unused)
+{
+    Exchange *x = s->xc;
+    if (x == NULL) {
+        PyErr_SetString(PyExc_ValueError, "exchange_kept: no exchange (set_exchange)");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    for (int i = 0; out != NULL && i < x->ncls; i++) {
+        WClass *c = &x->cls[i];
+        PyObject *n = c->keepable ? PyLong_FromSsize_t(c->nkeep) : NULL;
+        if (c->keepable && (n == NULL || PyDict_SetItemString(out, c->tp->tp_name, n) < 0))
+            Py_CLEAR(out);
+        Py_XDECREF(n);
+    }
+    return out;
+}
+
 static PyObject *Sim_exchange_slots(SimObject *s, PyObject *unused)
 {
     Exchange *x = s->xc;
@@ -3985,8 +4068,22 @@ static inline const char *w_next_record(const char *p, const char *end)
 }
 
 /* How many records ahead arrive_wire asks for a record's port (W_AHEAD) and, half
- * way, for the port object itself. */
+ * way, for the port object itself and the kept packet it will fill. */
 #define W_AHEAD 16
+
+/* A kept packet (xc_keep) for the record at p (whole), its lines asked for; NULL:
+ * none kept of its class (or not a class). */
+static inline PyObject *w_reserve(Exchange *x, const char *p)
+{
+    uint8_t ci = (uint8_t)p[36];
+    if (ci >= x->ncls || x->cls[ci].nkeep == 0)
+        return NULL;
+    WClass *c = &x->cls[ci];
+    PyObject *pkt = c->keep[--c->nkeep];
+    for (Py_ssize_t off = 0; off < c->tp->tp_basicsize && off < 256; off += 64)
+        PREFETCH((const char *)pkt + off);
+    return pkt;
+}
 
 /* arrive_wire(data, ports): the packets another rank wrote (take_wire), each
  * arriving at the far end of ports[port number] with its key; how many */
@@ -4009,14 +4106,21 @@ static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t
     /* two look-ahead cursors: far (W_AHEAD records on) has its port's list item
      * fetched, near (half as far) the port object; each stops at a record not whole,
      * which the main cursor then reports */
+    /* near also takes the kept packet (xc_keep) each record will fill, into
+     * ring[record number % W_AHEAD], and asks for its lines */
     const char *far = p, *near = p;
+    PyObject *ring[W_AHEAD] = {NULL};
+    long long count = 0, reserved = 0;
     for (int k = 0; k < W_AHEAD && far != NULL && far < end; k++) {
-        if (k < W_AHEAD / 2)
-            near = w_next_record(near, end);
+        if (k < W_AHEAD / 2 && near != NULL && near < end) {
+            const char *nx = w_next_record(near, end);
+            if (nx != NULL)
+                ring[reserved++ % W_AHEAD] = w_reserve(x, near);
+            near = nx;
+        }
         far = w_next_record(far, end);
     }
     PyObject *empty = PyTuple_New(0);
-    long long count = 0;
     if (empty == NULL)
         goto fail;
     while (p < end) {
@@ -4032,6 +4136,8 @@ static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t
             PyObject **item = nx != NULL ? w_port_item(ports, near) : NULL;
             if (item != NULL)
                 PREFETCH(*item);
+            if (nx != NULL)
+                ring[reserved++ % W_AHEAD] = w_reserve(x, near);
             near = nx;
         }
         const char *next = w_next_record(p, end);
@@ -4063,8 +4169,9 @@ static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t
         }
         p += W_HEAD;
         WClass *c = &x->cls[ci];
-        PyObject *pkt = c->tp->tp_new(c->tp, empty, NULL);
-        if (pkt == NULL)
+        PyObject *pkt = ring[count % W_AHEAD]; /* (a kept packet of class ci, or none) */
+        ring[count % W_AHEAD] = NULL;
+        if (pkt == NULL && (pkt = c->tp->tp_new(c->tp, empty, NULL)) == NULL)
             goto fail;
         for (Py_ssize_t f = 0; f < c->nf; f++) {
             Py_ssize_t off = c->slot[f];
@@ -4123,6 +4230,8 @@ static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t
     PyBuffer_Release(&view);
     return PyLong_FromLongLong(count);
 fail:
+    for (int k = 0; k < W_AHEAD; k++)
+        Py_XDECREF(ring[k]);
     Py_XDECREF(empty);
     PyBuffer_Release(&view);
     return NULL;
@@ -4577,6 +4686,8 @@ static PyMethodDef Sim_methods[] = {
      "([bytes for each rank], least time or None) written since the last call"},
     {"exchange_slots", (PyCFunction)Sim_exchange_slots, METH_NOARGS,
      "{class name: (fields moved as tagged int words, fields read as object pointers)}"},
+    {"exchange_kept", (PyCFunction)Sim_exchange_kept, METH_NOARGS,
+     "{class name: packets written for other ranks kept to be filled by arrive_wire}"},
     {"arrive_wire", (PyCFunction)(void (*)(void))Sim_arrive_wire, METH_FASTCALL,
      "arrive_wire(data, ports): the packets another rank wrote; how many"},
     {"next_time", (PyCFunction)Sim_next_time, METH_NOARGS, "the next event's time, or None"},
