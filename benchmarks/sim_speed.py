@@ -79,6 +79,7 @@ at the same simulated time (a window of a big case).
     python benchmarks/sim_speed.py --case sendrecv-8192 --case sendrecv-131072
     python benchmarks/sim_speed.py --case perm-1024 --vs-htsim /path/to/htsim_uec --out r.json
     python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2   # 2 MPI ranks vs sequential
+    python benchmarks/sim_speed.py --case perm-8192 --planes 8 --ranks 2 --pairs 5   # alternating
     python benchmarks/sim_speed.py --case perm-1024 --vs-ref main          # this tree / main, CPU
     python benchmarks/sim_speed.py --case ring-loss1-roce-16qp-64 --until-us 2000 --vs-ref main
     mkfifo ctl ack; perf record -e cpu-clock -D -1 --control fifo:ctl,ack -- \
@@ -89,7 +90,10 @@ at the same simulated time (a window of a big case).
 invocation, both on the native kernel when it is built (``OPENMRC_PURE_PYTHON=1``:
 both pure Python), and prints the speed-up with the synchronisation overhead:
 windows, and per rank events, CPU seconds, seconds waiting at window
-boundaries, packets sent to other ranks.
+boundaries, packets sent to other ranks.  With ``--pairs N`` the sequential and the
+partitioned run alternate N times (the order swapped each pair) and the median of
+the pairs' speed-ups is printed last: one pair moves by 10 % and more on a machine
+whose speed drifts.
 """
 
 from __future__ import annotations
@@ -103,11 +107,13 @@ import random
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from openmrc.baselines.experiment import BaselineExperiment
 from openmrc.sim import _native
@@ -685,33 +691,55 @@ def same_work(mine: dict[str, object], theirs: dict[str, object]) -> dict[str, o
 
 def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
     """``case`` in the sequential run and partitioned on ``args.ranks``: both figures,
-    and the speed-up line (event loop and total) with the synchronisation overhead."""
-    runs = []
-    for k in (None, args.ranks):
-        got = run_child(case, args.size, args.seed, args.planes, args.until_us, k)
-        runs.append(got)
-        print(json.dumps(got), flush=True)
-    one, many = runs[0], runs[-1]
-    loop = float(one["wall_seconds"]) / max(float(many["wall_seconds"]), 1e-9)  # type: ignore[arg-type]
-    total = float(one["total_seconds"]) / max(float(many["total_seconds"]), 1e-9)  # type: ignore[arg-type]
+    and the speed-up line (event loop and total) with the synchronisation overhead.
+
+    With ``--pairs N`` the two alternate N times (sequential first in the odd pairs,
+    partitioned first in the even ones), a line per pair, then the median of the
+    pairs' event-loop speed-ups: on a machine whose speed drifts, one pair's ratio
+    moves by 10 % and more."""
+    npairs = args.pairs if args.pairs is not None else 1
+    runs: list[dict[str, object]] = []
+    ratios: list[float] = []
+    for i in range(npairs):
+        pair: dict[int | None, dict[str, object]] = {}
+        for k in (None, args.ranks) if i % 2 == 0 else (args.ranks, None):
+            pair[k] = run_child(case, args.size, args.seed, args.planes, args.until_us, k)
+            runs.append(pair[k])
+            print(json.dumps(pair[k]), flush=True)
+        ratios.append(_speedup_line(case, args.ranks, pair[None], pair[args.ranks]))
+    if npairs > 1:
+        print(
+            f"{case}: {args.ranks} ranks vs the sequential run, event loop, median of "
+            f"{npairs} pairs {statistics.median(ratios):.2f}x (each "
+            f"{', '.join(f'{r:.2f}' for r in ratios)})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return runs
+
+
+def _speedup_line(case: str, ranks: int, one: dict[str, Any], many: dict[str, Any]) -> float:
+    """Print one pair's speed-up line; its event loop's speed-up."""
+    loop = float(one["wall_seconds"]) / max(float(many["wall_seconds"]), 1e-9)
+    total = float(one["total_seconds"]) / max(float(many["total_seconds"]), 1e-9)
     par = many["parallel"]
     assert isinstance(par, dict)
-    ranks = "; ".join(
+    each = "; ".join(
         f"rank {r['rank']} {r['events']:,} events, {r['cpu_s']} s CPU, {r['idle_s']} s idle, "
         f"{r['packets_sent']:,} packets out, peak RSS {r['peak_rss_mib']:,.0f} MiB"
         for r in par["per_rank"]
     )
     print(
-        f"{case}: {args.ranks} ranks vs the sequential run ({many['kernel']}, same "
+        f"{case}: {ranks} ranks vs the sequential run ({many['kernel']}, same "
         "invocation): event loop "
         f"{one['wall_seconds']} s -> {many['wall_seconds']} s = {loop:.2f}x, total "
         f"{one['total_seconds']} s -> {many['total_seconds']} s = {total:.2f}x; "
-        f"{par['windows']:,} windows of {par['window_ps'] / 1e6:g} us; {ranks}; "
+        f"{par['windows']:,} windows of {par['window_ps'] / 1e6:g} us; {each}; "
         f"results equal: {_same(one, many)}",
         file=sys.stderr,
         flush=True,
     )
-    return runs
+    return loop
 
 
 def _same(a: dict[str, object], b: dict[str, object]) -> bool:
@@ -736,7 +764,7 @@ def vs_ref(args: argparse.Namespace) -> int:
 
     repo = Path(__file__).resolve().parent.parent
     try:
-        pairs = guard.check_pairs(args.pairs)
+        pairs = guard.check_pairs(args.pairs if args.pairs is not None else 3)
         nice = guard.check_nice(args.nice)
         sha = guard.resolve_ref(repo, args.vs_ref)
         ref_py, ref_script = guard.ensure_ref(repo, sha, nice)
@@ -841,7 +869,12 @@ def main(argv: list[str] | None = None) -> int:
         help="pair the working tree with commit REF, both compiled in their own cached venvs "
         "(benchmarks/speed_guard.py): work, ref, work, ref ...; prints the CPU ratio",
     )
-    parser.add_argument("--pairs", type=int, default=3, help="--vs-ref: pairs of runs (3)")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        help="--vs-ref: pairs of runs (3); --ranks: pairs of the sequential and the "
+        "partitioned run, alternating (1)",
+    )
     parser.add_argument("--nice", type=int, default=10, help="--vs-ref: niceness of the runs (10)")
     parser.add_argument(
         "--work-python",

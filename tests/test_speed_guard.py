@@ -380,3 +380,44 @@ def test_perf_control_enables_the_profile_after_the_build(tmp_path: Path) -> Non
             [sys.executable, str(script), *argv], capture_output=True, text=True, env=env
         )
         assert out.returncode == 2 and "--perf-control: CTL,ACK" in out.stderr
+
+
+def test_ranks_with_pairs_alternate_the_runs_and_report_the_median(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--ranks 2 --pairs 3``: sequential, partitioned; partitioned, sequential; and
+    again; a line per pair, then the median of the pairs' event-loop speed-ups."""
+    speed = _sim_speed()
+    calls: list[int | None] = []
+    walls = iter([30.0, 20.0, 15.0, 33.0, 36.0, 20.0])  # pairs 1.5x, 2.2x, 1.8x
+
+    def fake(case: str, size: int, seed: int, planes: int, until: Any, ranks: Any) -> Any:
+        calls.append(ranks)
+        wall = next(walls)
+        run = {"wall_seconds": wall, "total_seconds": wall + 1, "kernel": "native"}
+        run |= {"events": 5, "packet_link_traversals": 3, "simulated_us": 9.0}
+        run |= {"median_fct_us": 4.0, "all_ok": True}
+        if ranks is not None:
+            rank = {"rank": 0, "events": 5, "cpu_s": 1.0, "idle_s": 0.1, "packets_sent": 2}
+            rank["peak_rss_mib"] = 64.0
+            run["parallel"] = {"windows": 4, "window_ps": 1_562_500, "per_rank": [rank]}
+        return run
+
+    monkeypatch.setattr(speed, "run_child", fake)
+    args = speed.argparse.Namespace(ranks=2, pairs=3, size=1, seed=1, planes=8, until_us=None)
+    runs = speed.speedup("perm-64", args)
+    assert calls == [None, 2, 2, None, None, 2] and len(runs) == 6
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split("event loop ")[1].split(",")[0] for line in err[:3]] == [
+        "30.0 s -> 20.0 s = 1.50x",
+        "33.0 s -> 15.0 s = 2.20x",
+        "36.0 s -> 20.0 s = 1.80x",
+    ]
+    assert err[3] == (
+        "perm-64: 2 ranks vs the sequential run, event loop, median of 3 pairs 1.80x "
+        "(each 1.50, 2.20, 1.80)"
+    )
+    calls.clear()
+    walls = iter([30.0, 20.0])
+    runs = speed.speedup("perm-64", speed.argparse.Namespace(**{**vars(args), "pairs": None}))
+    assert calls == [None, 2] and len(capsys.readouterr().err.splitlines()) == 1
