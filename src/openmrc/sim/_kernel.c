@@ -850,7 +850,7 @@ static int xc_write(Exchange *x, int64_t target, int64_t t, int64_t key, PyObjec
 static int xc_keep(Exchange *x, int ci, PyObject *pkt)
 {
     WClass *c = &x->cls[ci];
-    if (!c->keepable || Py_REFCNT(pkt) != 1 || Py_TYPE(pkt) != c->tp)
+    if (!c->keepable || Py_REFCNT(pkt) != 1) /* (xc_write matched its exact type) */
         return 0;
     if (c->nkeep == c->capkeep) {
         if (c->capkeep >= XC_KEEP)
@@ -3859,15 +3859,22 @@ fail:
     return NULL;
 }
 
+/* The simulator's exchange, or NULL with an error naming the method (what) when
+ * set_exchange was not called. */
+static Exchange *xc_of(SimObject *s, const char *what)
+{
+    if (s->xc == NULL)
+        PyErr_Format(PyExc_ValueError, "%s: no exchange (set_exchange)", what);
+    return s->xc;
+}
+
 /* take_wire(): ([bytes for each rank], the least time written or None), and
  * the buffers start again empty */
 static PyObject *Sim_take_wire(SimObject *s, PyObject *unused)
 {
-    Exchange *x = s->xc;
-    if (x == NULL) {
-        PyErr_SetString(PyExc_ValueError, "take_wire: no exchange (set_exchange)");
+    Exchange *x = xc_of(s, "take_wire");
+    if (x == NULL)
         return NULL;
-    }
     PyObject *bufs = PyList_New(x->nranks);
     if (bufs == NULL)
         return NULL;
@@ -3909,18 +3916,13 @@ static PyObject *w_names_with(WClass *c, const Py_ssize_t *offs)
     return tup;
 }
 
-/* exchange_slots(): {class name: (the fields moved as tagged int words, the fields
- * the sending rank reads as object pointers)}, as set_exchange found them (empty
- * where the classes are not compiled) */
 /* exchange_kept(): {class name: packets kept to be filled by arrive_wire (xc_keep)}
  * for the classes that keep them */
 static PyObject *Sim_exchange_kept(SimObject *s, PyObject *unused)
 {
-    Exchange *x = s->xc;
-    if (x == NULL) {
-        PyErr_SetString(PyExc_ValueError, "exchange_kept: no exchange (set_exchange)");
+    Exchange *x = xc_of(s, "exchange_kept");
+    if (x == NULL)
         return NULL;
-    }
     PyObject *out = PyDict_New();
     for (int i = 0; out != NULL && i < x->ncls; i++) {
         WClass *c = &x->cls[i];
@@ -3932,13 +3934,14 @@ static PyObject *Sim_exchange_kept(SimObject *s, PyObject *unused)
     return out;
 }
 
+/* exchange_slots(): {class name: (the fields moved as tagged int words, the fields
+ * the sending rank reads as object pointers)}, as set_exchange found them (empty
+ * where the classes are not compiled) */
 static PyObject *Sim_exchange_slots(SimObject *s, PyObject *unused)
 {
-    Exchange *x = s->xc;
-    if (x == NULL) {
-        PyErr_SetString(PyExc_ValueError, "exchange_slots: no exchange (set_exchange)");
+    Exchange *x = xc_of(s, "exchange_slots");
+    if (x == NULL)
         return NULL;
-    }
     PyObject *out = PyDict_New();
     for (int i = 0; out != NULL && i < x->ncls; i++) {
         WClass *c = &x->cls[i];
@@ -4089,15 +4092,13 @@ static inline PyObject *w_reserve(Exchange *x, const char *p)
  * arriving at the far end of ports[port number] with its key; how many */
 static PyObject *Sim_arrive_wire(SimObject *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    Exchange *x = s->xc;
     if (nargs != 2 || !PyList_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "arrive_wire(data, ports: list)");
         return NULL;
     }
-    if (x == NULL) {
-        PyErr_SetString(PyExc_ValueError, "arrive_wire: no exchange (set_exchange)");
+    Exchange *x = xc_of(s, "arrive_wire");
+    if (x == NULL)
         return NULL;
-    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
