@@ -898,6 +898,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ranks is not None and args.ranks < 1:
         parser.error("--ranks: must be at least 1")
+    if args.pairs is not None and args.pairs < 1:
+        parser.error(f"--pairs: must be at least 1 (got {args.pairs})")
     if args.perf_control is not None and (not args.child or args.perf_control.count(",") != 1):
         parser.error("--perf-control: CTL,ACK (two FIFOs), with --child only")
     if args.child:

@@ -421,3 +421,12 @@ def test_ranks_with_pairs_alternate_the_runs_and_report_the_median(
     walls = iter([30.0, 20.0])
     runs = speed.speedup("perm-64", speed.argparse.Namespace(**{**vars(args), "pairs": None}))
     assert calls == [None, 2] and len(capsys.readouterr().err.splitlines()) == 1
+
+
+def test_ranks_refuse_no_pairs(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--ranks 2 --pairs 0``: one line naming the option, exit 2 (not a run of nothing)."""
+    speed = _sim_speed()
+    with pytest.raises(SystemExit) as exc:
+        speed.main(["--case", "perm-64", "--ranks", "2", "--pairs", "0"])
+    assert exc.value.code == 2
+    assert "--pairs: must be at least 1 (got 0)" in capsys.readouterr().err
