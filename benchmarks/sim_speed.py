@@ -67,9 +67,10 @@ for byte.  Apply it to a uet-htsim checkout and build ``htsim_uec``::
     cmake -S $UET_HTSIM/htsim/sim -B build -DCMAKE_BUILD_TYPE=Release && make -C build htsim_uec
 
 ``--vs-ref REF`` pairs the working tree against commit REF, both compiled in their
-own cached venvs (``benchmarks/speed_guard.py`` says how): work, ref, work, ref ...
-(``--pairs``, default 3, niced), CPU seconds of each child, and prints the CPU ratio
-with each side's events and packet-link traversals.  ``--work-ref REF2`` measures
+own cached venvs (``benchmarks/speed_guard.py`` says how): pairs of runs, the order
+swapped each pair (``--pairs``, default 3, niced), CPU seconds of each child, and prints
+the CPU ratio, the median of the pairs' ratios and each side's events and packet-link
+traversals.  ``--work-ref REF2`` measures
 another commit instead of the working tree (a bisection step), ``--work-python PY``
 the compiled openmrc that interpreter imports; ``--until-us`` stops both sides' runs
 at the same simulated time (a window of a big case).
@@ -786,13 +787,20 @@ def vs_ref(args: argparse.Namespace) -> int:
             pairing = guard.Pairing()
             runs: dict[str, list[dict[str, object]]] = {"work": [], "ref": []}
             for i in range(pairs):
-                mine = guard.run_side(work_py, work_script, case, extra, nice)
-                theirs = guard.run_side(ref_py, ref_script, case, extra, nice)
+                # the order swapped each pair: a side that always ran first (or second)
+                # would carry whatever the machine does to that position
+                if i % 2 == 0:
+                    mine = guard.run_side(work_py, work_script, case, extra, nice)
+                    theirs = guard.run_side(ref_py, ref_script, case, extra, nice)
+                else:
+                    theirs = guard.run_side(ref_py, ref_script, case, extra, nice)
+                    mine = guard.run_side(work_py, work_script, case, extra, nice)
                 runs["work"].append(mine)
                 runs["ref"].append(theirs)
                 pairing.add(float(mine["guard_cpu_seconds"]), float(theirs["guard_cpu_seconds"]))  # type: ignore[arg-type]
                 print(
-                    f"{case} pair {i + 1}/{pairs}: work {mine['guard_cpu_seconds']} s CPU "
+                    f"{case} pair {i + 1}/{pairs} ({'work' if i % 2 == 0 else 'ref'} first): "
+                    f"work {mine['guard_cpu_seconds']} s CPU "
                     f"(build {mine.get('build_seconds')} s, loop {mine.get('wall_seconds')} s wall), "
                     f"ref {theirs['guard_cpu_seconds']} s CPU (build {theirs.get('build_seconds')} s, "
                     f"loop {theirs.get('wall_seconds')} s wall)",
@@ -819,7 +827,8 @@ def vs_ref(args: argparse.Namespace) -> int:
             print(json.dumps({k: v for k, v in row.items() if k != "runs"}), flush=True)
             print(
                 f"{case}: {'working tree' if not args.work_ref else args.work_ref} / {sha[:10]} CPU = {summary['cpu_ratio']}x over {pairs} "
-                f"pairs (each {', '.join(map(str, summary['pair_ratios']))}); "  # type: ignore[call-overload]
+                f"pairs (each {', '.join(map(str, summary['pair_ratios']))}; "  # type: ignore[call-overload]
+                f"median {summary['pair_ratio_median']}x); "
                 f"median CPU {summary['work_cpu_median']} s vs {summary['ref_cpu_median']} s; "
                 f"events {w.get('events'):,} vs {r.get('events'):,}; packet-link traversals "
                 f"{w.get('packet_link_traversals'):,} vs {r.get('packet_link_traversals'):,}",

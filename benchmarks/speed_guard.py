@@ -17,10 +17,12 @@ traversals printed beside the ratio show whether both did the same work).
   build.  ``--work-python PY`` measures the openmrc that interpreter imports instead
   (an install you made yourself; it must be compiled).
 
-Runs alternate work, ref, work, ref ... (``--pairs``, default 3), each a fresh niced
-process; CPU seconds are the child's own (``os.wait4`` rusage: user + system), so a
+Runs alternate in pairs, the order swapped each pair (work, ref; ref, work; work, ref
+...; ``--pairs``, default 3), each a fresh niced process, so that neither side always
+runs first; CPU seconds are the child's own (``os.wait4`` rusage: user + system), so a
 loaded machine costs wall time but little CPU.  The ratio printed is the working
-tree's CPU over the reference's, summed over the pairs, with each pair's ratio.
+tree's CPU over the reference's, summed over the pairs, with each pair's ratio and
+their median (one slow run moves the sum, not the median).
 Builds that came out pure Python (no C compiler, a mypyc failure) are refused.
 """
 
@@ -103,7 +105,7 @@ def check_nice(level: int) -> int:
 
 @dataclass
 class Pairing:
-    """CPU seconds of alternating runs: ``work[i]`` ran just before ``ref[i]``."""
+    """CPU seconds of paired runs: ``work[i]`` and ``ref[i]`` ran one after the other."""
 
     work: list[float] = field(default_factory=list)
     ref: list[float] = field(default_factory=list)
@@ -126,12 +128,14 @@ class Pairing:
         return sum(self.work) / sum(self.ref)
 
     def summary(self) -> dict[str, object]:
-        """The figures printed and written: ratio, per-pair ratios, medians."""
+        """The figures printed and written: ratio, per-pair ratios and their median, the
+        sides' median CPU."""
         ratios = self.pair_ratios()
         return {
             "pairs": len(ratios),
             "cpu_ratio": round(self.ratio(), 3),
             "pair_ratios": [round(r, 3) for r in ratios],
+            "pair_ratio_median": round(statistics.median(ratios), 3),
             "work_cpu_median": round(statistics.median(self.work), 2),
             "ref_cpu_median": round(statistics.median(self.ref), 2),
         }

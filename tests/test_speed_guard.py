@@ -430,3 +430,35 @@ def test_ranks_refuse_no_pairs(capsys: pytest.CaptureFixture[str]) -> None:
         speed.main(["--case", "perm-64", "--ranks", "2", "--pairs", "0"])
     assert exc.value.code == 2
     assert "--pairs: must be at least 1 (got 0)" in capsys.readouterr().err
+
+
+def test_vs_ref_swaps_the_order_each_pair_and_reports_the_median(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--vs-ref REF --pairs 3``: work, ref; ref, work; work, ref (neither side always
+    first), each pair's ratio paired by side whatever the order, and their median."""
+    speed = _sim_speed()
+    order: list[str] = []
+    cpu = iter([12.0, 10.0, 8.0, 10.0, 30.0, 10.0])  # in run order: pairs 1.2, 1.25, 3.0
+
+    def fake_side(python: Path, script: Path, case: str, extra: Any, nice: int) -> Any:
+        order.append(str(python))
+        return {"guard_cpu_seconds": next(cpu), "events": 7, "packet_link_traversals": 3}
+
+    monkeypatch.setattr(guard, "resolve_ref", lambda repo, ref: "a" * 40)
+    monkeypatch.setattr(guard, "ensure_ref", lambda repo, sha, nice: (Path("ref"), Path("r")))
+    monkeypatch.setattr(guard, "ensure_work", lambda repo, nice: (Path("w/b/p/work"), Path("w")))
+    monkeypatch.setattr(guard, "run_side", fake_side)
+    args = speed.argparse.Namespace(
+        pairs=3, nice=10, vs_ref="main", work_python=None, work_ref=None, size=1, seed=1,
+        planes=1, until_us=None, case=["perm-64"], out=tmp_path / "g.json",
+    )  # fmt: skip
+    assert speed.vs_ref(args) == 0
+    assert order == ["w/b/p/work", "ref", "ref", "w/b/p/work", "w/b/p/work", "ref"]
+    row = json.loads((tmp_path / "g.json").read_text())[0]
+    assert row["pair_ratios"] == [1.2, 1.25, 3.0]
+    assert row["pair_ratio_median"] == 1.25
+    assert row["cpu_ratio"] == round(52.0 / 28.0, 3)
+    err = capsys.readouterr().err
+    assert "pair 2/3 (ref first): work 10.0 s CPU" in err
+    assert "(each 1.2, 1.25, 3.0; median 1.25x)" in err
