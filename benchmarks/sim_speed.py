@@ -67,8 +67,9 @@ for byte.  Apply it to a uet-htsim checkout and build ``htsim_uec``::
     cmake -S $UET_HTSIM/htsim/sim -B build -DCMAKE_BUILD_TYPE=Release && make -C build htsim_uec
 
 ``--vs-ref REF`` pairs the working tree against commit REF, both compiled in their
-own cached venvs (``benchmarks/speed_guard.py`` says how): pairs of runs, the order
-swapped each pair (``--pairs``, default 3, niced), CPU seconds of each child, and prints
+own cached venvs (``benchmarks/speed_guard.py`` says how): after an untimed warm-up of
+each side (the case to 1 us), pairs of runs, the order swapped each pair (``--pairs``,
+default 3, niced), CPU seconds of each child, and prints
 the CPU ratio, the median of the pairs' ratios and each side's events and packet-link
 traversals.  ``--work-ref REF2`` measures
 another commit instead of the working tree (a bisection step), ``--work-python PY``
@@ -783,9 +784,15 @@ def vs_ref(args: argparse.Namespace) -> int:
             work_what = f"the working tree, built in {work_py.parent.parent.parent}"
         extra = child_args(args.size, args.seed, args.planes, args.until_us)
         results: list[dict[str, object]] = []
+        warm = child_args(args.size, args.seed, args.planes, 1.0)
         for case in args.case or ["perm-1024"]:
             pairing = guard.Pairing()
             runs: dict[str, list[dict[str, object]]] = {"work": [], "ref": []}
+            # untimed: the first process after a build or a pause builds its case
+            # slower (perm-8192's set-up 3.1 s against 0.8), which would go to the side
+            # that runs first; each side builds the case once and runs 1 us
+            for python, script in ((work_py, work_script), (ref_py, ref_script)):
+                guard.run_side(python, script, case, warm, nice)
             for i in range(pairs):
                 # the order swapped each pair: a side that always ran first (or second)
                 # would carry whatever the machine does to that position

@@ -435,14 +435,16 @@ def test_ranks_refuse_no_pairs(capsys: pytest.CaptureFixture[str]) -> None:
 def test_vs_ref_swaps_the_order_each_pair_and_reports_the_median(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """``--vs-ref REF --pairs 3``: work, ref; ref, work; work, ref (neither side always
-    first), each pair's ratio paired by side whatever the order, and their median."""
+    """``--vs-ref REF --pairs 3``: an untimed warm-up of each side (the case to 1 us),
+    then work, ref; ref, work; work, ref (neither side always first), each pair's ratio
+    paired by side whatever the order, and their median."""
     speed = _sim_speed()
     order: list[str] = []
-    cpu = iter([12.0, 10.0, 8.0, 10.0, 30.0, 10.0])  # in run order: pairs 1.2, 1.25, 3.0
+    # in run order: the two warm-ups (not counted), then pairs 1.2, 1.25, 3.0
+    cpu = iter([99.0, 99.0, 12.0, 10.0, 8.0, 10.0, 30.0, 10.0])
 
     def fake_side(python: Path, script: Path, case: str, extra: Any, nice: int) -> Any:
-        order.append(str(python))
+        order.append(str(python) + (" warm" if extra[-2:] == ["--until-us", "1.0"] else ""))
         return {"guard_cpu_seconds": next(cpu), "events": 7, "packet_link_traversals": 3}
 
     monkeypatch.setattr(guard, "resolve_ref", lambda repo, ref: "a" * 40)
@@ -454,7 +456,10 @@ def test_vs_ref_swaps_the_order_each_pair_and_reports_the_median(
         planes=1, until_us=None, case=["perm-64"], out=tmp_path / "g.json",
     )  # fmt: skip
     assert speed.vs_ref(args) == 0
-    assert order == ["w/b/p/work", "ref", "ref", "w/b/p/work", "w/b/p/work", "ref"]
+    assert order == [
+        "w/b/p/work warm", "ref warm",
+        "w/b/p/work", "ref", "ref", "w/b/p/work", "w/b/p/work", "ref",
+    ]  # fmt: skip
     row = json.loads((tmp_path / "g.json").read_text())[0]
     assert row["pair_ratios"] == [1.2, 1.25, 3.0]
     assert row["pair_ratio_median"] == 1.25
