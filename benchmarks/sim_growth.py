@@ -6,7 +6,9 @@ times the event loop's CPU in two windows of simulated time: from the start to
 and from there to ``--steady-us`` (their windows full).  Sizes alternate, their order
 reversed every other round, and the smallest size runs ``--small-runs`` times a round
 (its loop is short).  A shared machine's neighbours move a single run by tens of
-percent, so each size is summed up by its minimum (the quietest run) and its median.
+percent, so each size is summed up by its minimum (the quietest run) and its median
+(and its maximum); when the smallest size's runs spread by more than a quarter, a
+note says the growth reads low (a busy hour slows the smaller fabric most).
 
 At 1,024 hosts the lines an event touches are largely still in the last-level cache
 at the host's next event; at 8,192 hosts they are not.  The smaller size's cost thus
@@ -295,7 +297,8 @@ def summarise(rows: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
             vals = [v for v in (ns_per_event(r, window) for r in mine) if v is not None]
             if vals:
                 cell[window] = {"min": round(min(vals), 1),
-                                "median": round(statistics.median(vals), 1)}  # fmt: skip
+                                "median": round(statistics.median(vals), 1),
+                                "max": round(max(vals), 1)}  # fmt: skip
         out["sizes"][str(n)] = cell
     lo, hi = out["sizes"][str(sizes[0])], out["sizes"][str(sizes[-1])]
     for window in ("first", "steady"):
@@ -305,6 +308,29 @@ def summarise(rows: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
             out["growth"][window].update({f"{k}_added_ns": round(hi[window][k] - lo[window][k], 1)
                                           for k in ("min", "median")})  # fmt: skip
     return out
+
+
+#: The smallest size's slowest run over its quickest (in either window) above which the
+#: summary says the growth read low: the machine's other work moves the smaller fabric's
+#: cost far more than the larger's (its lines are in the shared L3 between a host's
+#: events, the larger's are not), so a busy hour shrinks the growth without a change.
+SPREAD_NOTE = 1.25
+
+
+def spread_note(summary: dict[str, Any], sizes: list[int], label: str) -> str | None:
+    """A line saying the smallest size's runs spread by more than :data:`SPREAD_NOTE`
+    (``label``: its name), or None."""
+    cell = summary["sizes"][str(sizes[0])]
+    spreads = [cell[w]["max"] / cell[w]["min"] for w in ("first", "steady")
+               if w in cell and cell[w]["min"] > 0]  # fmt: skip
+    worst = max(spreads, default=1.0)
+    if worst <= SPREAD_NOTE:
+        return None
+    return (
+        f"note: {label}'s runs spread by {worst - 1:+.0%} (slowest over quickest): the "
+        "machine's other work moves the smaller fabric's cost most, so this growth reads "
+        "lower than a quiet hour's"
+    )
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -364,6 +390,9 @@ def main() -> int:
         print(f"{title}: {cells} ns/event (min/median); growth {g['min']:+.0%} by min,"
               f" {g['median']:+.0%} by median ({g['min_added_ns']:+.0f}/"
               f"{g['median_added_ns']:+.0f} ns an event)")  # fmt: skip
+    note = spread_note(summary, sizes, what.format(sizes[0]))
+    if note is not None:
+        print(note)
     if args.out:
         doc = {"command": " ".join(["python", "benchmarks/sim_growth.py", *sys.argv[1:]]),
                "summary": summary, "runs": rows}  # fmt: skip

@@ -94,3 +94,25 @@ def test_bad_options_get_one_line(args: list[str]) -> None:
     r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("sim_growth:")
+
+
+def test_a_wide_spread_of_the_smaller_size_is_said() -> None:
+    """The smallest size's runs spreading by more than a quarter (a busy machine moves it
+    most) get a note that the growth reads low; a narrow spread gets none."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sim_growth_note", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    growth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(growth)
+
+    def row(hosts: int, first_ns: float) -> dict:
+        return {"hosts": hosts, "first_cpu": first_ns * 1e-9 * 1000, "first_events": 1000,
+                "steady_cpu": 0.0, "steady_events": 0}  # fmt: skip
+
+    quiet = growth.summarise([row(16, 400), row(16, 440), row(32, 800)], [16, 32])
+    assert quiet["sizes"]["16"]["first"]["max"] == pytest.approx(440, abs=0.1)
+    assert growth.spread_note(quiet, [16, 32], "perm-16") is None
+    busy = growth.summarise([row(16, 400), row(16, 900), row(32, 1000)], [16, 32])
+    note = growth.spread_note(busy, [16, 32], "perm-16")
+    assert note is not None and note.startswith("note: perm-16's runs spread by +125%")
