@@ -95,7 +95,8 @@ windows, and per rank events, CPU seconds, seconds waiting at window
 boundaries, packets sent to other ranks.  With ``--pairs N`` the sequential and the
 partitioned run alternate N times (the order swapped each pair) and the median of
 the pairs' speed-ups is printed last: one pair moves by 10 % and more on a machine
-whose speed drifts.
+whose speed drifts.  An untimed sequential run of the case to 1 us comes first (the
+first process after a pause runs slower).
 """
 
 from __future__ import annotations
@@ -695,13 +696,18 @@ def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
     """``case`` in the sequential run and partitioned on ``args.ranks``: both figures,
     and the speed-up line (event loop and total) with the synchronisation overhead.
 
-    With ``--pairs N`` the two alternate N times (sequential first in the odd pairs,
-    partitioned first in the even ones), a line per pair, then the median of the
-    pairs' event-loop speed-ups: on a machine whose speed drifts, one pair's ratio
-    moves by 10 % and more."""
+    First an untimed sequential run of the case to 1 us (a warm-up).  With ``--pairs N``
+    the two alternate N times (sequential first in the odd pairs, partitioned first in
+    the even ones), a line per pair, then the median of the pairs' event-loop
+    speed-ups: on a machine whose speed drifts, one pair's ratio moves by 10 % and
+    more."""
     npairs = args.pairs if args.pairs is not None else 1
     runs: list[dict[str, object]] = []
     ratios: list[float] = []
+    # untimed: the first process after a pause builds and runs slower (fresh memory:
+    # the first sequential run's set-up took 2.4-5.6 s against 1.3-2.3 for the later
+    # ones), which would go to pair 1's sequential run
+    run_child(case, args.size, args.seed, args.planes, 1.0, None)
     for i in range(npairs):
         pair: dict[int | None, dict[str, object]] = {}
         for k in (None, args.ranks) if i % 2 == 0 else (args.ranks, None):

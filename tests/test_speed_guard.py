@@ -385,14 +385,16 @@ def test_perf_control_enables_the_profile_after_the_build(tmp_path: Path) -> Non
 def test_ranks_with_pairs_alternate_the_runs_and_report_the_median(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--ranks 2 --pairs 3``: sequential, partitioned; partitioned, sequential; and
-    again; a line per pair, then the median of the pairs' event-loop speed-ups."""
+    """``--ranks 2 --pairs 3``: an untimed sequential warm-up to 1 us, then sequential,
+    partitioned; partitioned, sequential; and again; a line per pair, then the median
+    of the pairs' event-loop speed-ups."""
     speed = _sim_speed()
     calls: list[int | None] = []
-    walls = iter([30.0, 20.0, 15.0, 33.0, 36.0, 20.0])  # pairs 1.5x, 2.2x, 1.8x
+    # the warm-up's wall (not counted), then pairs 1.5x, 2.2x, 1.8x
+    walls = iter([99.0, 30.0, 20.0, 15.0, 33.0, 36.0, 20.0])
 
     def fake(case: str, size: int, seed: int, planes: int, until: Any, ranks: Any) -> Any:
-        calls.append(ranks)
+        calls.append(-1 if until == 1.0 else ranks)  # -1: the warm-up, to 1 us
         wall = next(walls)
         run = {"wall_seconds": wall, "total_seconds": wall + 1, "kernel": "native"}
         run |= {"events": 5, "packet_link_traversals": 3, "simulated_us": 9.0}
@@ -406,7 +408,7 @@ def test_ranks_with_pairs_alternate_the_runs_and_report_the_median(
     monkeypatch.setattr(speed, "run_child", fake)
     args = speed.argparse.Namespace(ranks=2, pairs=3, size=1, seed=1, planes=8, until_us=None)
     runs = speed.speedup("perm-64", args)
-    assert calls == [None, 2, 2, None, None, 2] and len(runs) == 6
+    assert calls == [-1, None, 2, 2, None, None, 2] and len(runs) == 6
     err = capsys.readouterr().err.splitlines()
     assert [line.split("event loop ")[1].split(",")[0] for line in err[:3]] == [
         "30.0 s -> 20.0 s = 1.50x",
@@ -418,9 +420,9 @@ def test_ranks_with_pairs_alternate_the_runs_and_report_the_median(
         "(each 1.50, 2.20, 1.80)"
     )
     calls.clear()
-    walls = iter([30.0, 20.0])
+    walls = iter([99.0, 30.0, 20.0])
     runs = speed.speedup("perm-64", speed.argparse.Namespace(**{**vars(args), "pairs": None}))
-    assert calls == [None, 2] and len(capsys.readouterr().err.splitlines()) == 1
+    assert calls == [-1, None, 2] and len(capsys.readouterr().err.splitlines()) == 1
 
 
 def test_ranks_refuse_no_pairs(capsys: pytest.CaptureFixture[str]) -> None:
