@@ -69,10 +69,9 @@ for byte.  Apply it to a uet-htsim checkout and build ``htsim_uec``::
 ``--vs-ref REF`` pairs the working tree against commit REF, both compiled in their
 own cached venvs (``benchmarks/speed_guard.py`` says how): after an untimed warm-up of
 each side (the case to 1 us), pairs of runs, the order swapped each pair (``--pairs``,
-default 3, niced), CPU seconds of each child, and prints
-the CPU ratio, the median of the pairs' ratios and each side's events and packet-link
-traversals.  ``--work-ref REF2`` measures
-another commit instead of the working tree (a bisection step), ``--work-python PY``
+default 3, niced), CPU seconds of each child; it prints the CPU ratio, the median of
+the pairs' ratios and each side's events and packet-link traversals.  ``--work-ref REF2``
+measures another commit instead of the working tree (a bisection step), ``--work-python PY``
 the compiled openmrc that interpreter imports; ``--until-us`` stops both sides' runs
 at the same simulated time (a window of a big case).
 
@@ -692,11 +691,18 @@ def same_work(mine: dict[str, object], theirs: dict[str, object]) -> dict[str, o
     return out
 
 
+#: The simulated microseconds of the untimed warm-up run before timed pairs (``--ranks``,
+#: ``--vs-ref``): the first process after a build or a pause builds and runs its case
+#: slower (fresh memory: perm-8192's set-up 3.1 s against 0.8, ``--ranks``' first
+#: sequential set-up 2.4-5.6 s against 1.3-2.3), which would go to whatever ran first.
+WARM_US = 1.0
+
+
 def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
     """``case`` in the sequential run and partitioned on ``args.ranks``: both figures,
     and the speed-up line (event loop and total) with the synchronisation overhead.
 
-    First an untimed sequential run of the case to 1 us (a warm-up).  With ``--pairs N``
+    First an untimed sequential run of the case to :data:`WARM_US` (a warm-up).  With ``--pairs N``
     the two alternate N times (sequential first in the odd pairs, partitioned first in
     the even ones), a line per pair, then the median of the pairs' event-loop
     speed-ups: on a machine whose speed drifts, one pair's ratio moves by 10 % and
@@ -704,10 +710,7 @@ def speedup(case: str, args: argparse.Namespace) -> list[dict[str, object]]:
     npairs = args.pairs if args.pairs is not None else 1
     runs: list[dict[str, object]] = []
     ratios: list[float] = []
-    # untimed: the first process after a pause builds and runs slower (fresh memory:
-    # the first sequential run's set-up took 2.4-5.6 s against 1.3-2.3 for the later
-    # ones), which would go to pair 1's sequential run
-    run_child(case, args.size, args.seed, args.planes, 1.0, None)
+    run_child(case, args.size, args.seed, args.planes, WARM_US, None)  # untimed
     for i in range(npairs):
         pair: dict[int | None, dict[str, object]] = {}
         for k in (None, args.ranks) if i % 2 == 0 else (args.ranks, None):
@@ -772,7 +775,7 @@ def vs_ref(args: argparse.Namespace) -> int:
 
     repo = Path(__file__).resolve().parent.parent
     try:
-        pairs = guard.check_pairs(args.pairs if args.pairs is not None else 3)
+        pairs = args.pairs if args.pairs is not None else 3  # (main checked it)
         nice = guard.check_nice(args.nice)
         sha = guard.resolve_ref(repo, args.vs_ref)
         ref_py, ref_script = guard.ensure_ref(repo, sha, nice)
@@ -790,24 +793,19 @@ def vs_ref(args: argparse.Namespace) -> int:
             work_what = f"the working tree, built in {work_py.parent.parent.parent}"
         extra = child_args(args.size, args.seed, args.planes, args.until_us)
         results: list[dict[str, object]] = []
-        warm = child_args(args.size, args.seed, args.planes, 1.0)
+        warm = child_args(args.size, args.seed, args.planes, WARM_US)
+        sides = (("work", work_py, work_script), ("ref", ref_py, ref_script))
         for case in args.case or ["perm-1024"]:
             pairing = guard.Pairing()
             runs: dict[str, list[dict[str, object]]] = {"work": [], "ref": []}
-            # untimed: the first process after a build or a pause builds its case
-            # slower (perm-8192's set-up 3.1 s against 0.8), which would go to the side
-            # that runs first; each side builds the case once and runs 1 us
-            for python, script in ((work_py, work_script), (ref_py, ref_script)):
+            for _, python, script in sides:  # untimed warm-ups (WARM_US)
                 guard.run_side(python, script, case, warm, nice)
             for i in range(pairs):
                 # the order swapped each pair: a side that always ran first (or second)
                 # would carry whatever the machine does to that position
-                if i % 2 == 0:
-                    mine = guard.run_side(work_py, work_script, case, extra, nice)
-                    theirs = guard.run_side(ref_py, ref_script, case, extra, nice)
-                else:
-                    theirs = guard.run_side(ref_py, ref_script, case, extra, nice)
-                    mine = guard.run_side(work_py, work_script, case, extra, nice)
+                got = {name: guard.run_side(python, script, case, extra, nice)
+                       for name, python, script in (sides if i % 2 == 0 else sides[::-1])}  # fmt: skip
+                mine, theirs = got["work"], got["ref"]
                 runs["work"].append(mine)
                 runs["ref"].append(theirs)
                 pairing.add(float(mine["guard_cpu_seconds"]), float(theirs["guard_cpu_seconds"]))  # type: ignore[arg-type]
@@ -920,8 +918,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ranks is not None and args.ranks < 1:
         parser.error("--ranks: must be at least 1")
-    if args.pairs is not None and args.pairs < 1:
-        parser.error(f"--pairs: must be at least 1 (got {args.pairs})")
+    if args.pairs is not None:
+        import speed_guard as guard
+
+        try:
+            guard.check_pairs(args.pairs)
+        except guard.GuardError as exc:
+            parser.error(str(exc))
     if args.perf_control is not None and (not args.child or args.perf_control.count(",") != 1):
         parser.error("--perf-control: CTL,ACK (two FIFOs), with --child only")
     if args.child:

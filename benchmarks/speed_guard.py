@@ -20,8 +20,9 @@ traversals printed beside the ratio show whether both did the same work).
 Each side first builds the case once and runs it 1 us, untimed (the first process
 after a build or a pause builds slower: fresh memory).  Then runs alternate in pairs,
 the order swapped each pair (work, ref; ref, work; work, ref ...; ``--pairs``, default
-3), each a fresh niced process, so that neither side always runs first; CPU seconds are the child's own (``os.wait4`` rusage: user + system), so a
-loaded machine costs wall time but little CPU.  The ratio printed is the working
+3), each a fresh niced process, so that neither side always runs first.  CPU seconds
+are the child's own (``os.wait4`` rusage: user + system), so a loaded machine costs
+wall time but little CPU.  The ratio printed is the working
 tree's CPU over the reference's, summed over the pairs, with each pair's ratio and
 their median (one slow run moves the sum, not the median).
 Builds that came out pure Python (no C compiler, a mypyc failure) are refused.
