@@ -22,11 +22,15 @@ every packet it receives to the host's permutation peer, on a route through a T1
 turns with each packet, with ``--window`` packets per host put in at the start.  Its
 events are the kernel's own (switch arrivals, transmitters, the host link's end) and
 one cheap call per packet at a host: how much of the growth the fabric's event loop
-has by itself, whatever the hosts run.
+has by itself, whatever the hosts run.  ``--host-bytes B`` gives each reflector B bytes
+of state of its own, every line of which it reads and writes for each packet: a stand-in
+for a host whose transport state were that compact, to see what growth the fabric and
+such a host would have together.
 
     python benchmarks/sim_growth.py                          # 1024 and 8192 hosts, 6 rounds
     python benchmarks/sim_growth.py --sizes 1024,2048,8192 --rounds 4 --out g.json
     python benchmarks/sim_growth.py --fabric-only            # the kernel and fabric alone
+    python benchmarks/sim_growth.py --fabric-only --host-bytes 1024   # and 1 KiB a host
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ _REFLECTOR_C = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_ROUTES 8
@@ -69,6 +74,9 @@ typedef struct {
     int n, k;
     long long sent;
     unsigned char routes[MAX_ROUTES][16]; /* little-endian 128-bit routes */
+    void *mem;              /* the host's own state (--host-bytes), as allocated */
+    uint64_t *state;        /* its first line (64-byte aligned), NULL: none */
+    Py_ssize_t state_lines; /* its lines, each touched (a word read and written) a packet */
 } Refl;
 
 static PyObject *S_route;
@@ -86,6 +94,8 @@ static PyObject *Refl_vc(PyObject *self, PyObject *const *args, size_t nargsf, P
         return NULL;
     if (++r->k == r->n)
         r->k = 0;
+    for (Py_ssize_t i = 0; i < r->state_lines; i++)
+        r->state[8 * i]++;
     int rc = PyObject_SetAttr(pkt, S_route, route);
     Py_DECREF(route);
     if (rc < 0)
@@ -98,8 +108,22 @@ static PyObject *Refl_vc(PyObject *self, PyObject *const *args, size_t nargsf, P
 static int Refl_init(Refl *r, PyObject *args, PyObject *kw)
 {
     PyObject *enq, *port, *routes;
-    if (!PyArg_ParseTuple(args, "OOO!", &enq, &port, &PyTuple_Type, &routes))
+    Py_ssize_t nbytes = 0;
+    if (!PyArg_ParseTuple(args, "OOO!|n", &enq, &port, &PyTuple_Type, &routes, &nbytes))
         return -1;
+    if (nbytes < 0 || nbytes % 64 || nbytes > (1 << 20) || r->mem != NULL) {
+        PyErr_SetString(PyExc_ValueError, "Reflector: host bytes a multiple of 64, at most 1 MiB, once");
+        return -1;
+    }
+    if (nbytes) {
+        r->mem = PyMem_Calloc(1, (size_t)nbytes + 64);
+        if (r->mem == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        r->state = (uint64_t *)(((uintptr_t)r->mem + 63) & ~(uintptr_t)63);
+        r->state_lines = nbytes / 64;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(routes);
     if (n < 1 || n > MAX_ROUTES) {
         PyErr_SetString(PyExc_ValueError, "Reflector: 1 to 8 routes");
@@ -124,11 +148,25 @@ static void Refl_dealloc(Refl *r)
 {
     Py_XDECREF(r->enqueue);
     Py_XDECREF(r->port);
+    PyMem_Free(r->mem);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
 static PyObject *Refl_sent(Refl *r, void *c) { return PyLong_FromLongLong(r->sent); }
-static PyGetSetDef Refl_getset[] = {{"sent", (getter)Refl_sent, NULL, NULL, NULL}, {NULL}};
+
+/* The fewest times any line of the host's state was touched (0 with none). */
+static PyObject *Refl_touched(Refl *r, void *c)
+{
+    uint64_t least = r->state_lines ? UINT64_MAX : 0;
+    for (Py_ssize_t i = 0; i < r->state_lines; i++)
+        if (r->state[8 * i] < least)
+            least = r->state[8 * i];
+    return PyLong_FromUnsignedLongLong(least);
+}
+
+static PyGetSetDef Refl_getset[] = {{"sent", (getter)Refl_sent, NULL, NULL, NULL},
+                                    {"touched", (getter)Refl_touched, NULL, NULL, NULL},
+                                    {NULL}};
 
 static PyTypeObject ReflType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sim_growth_reflector.Reflector",
@@ -186,9 +224,12 @@ def load_reflector(path: Path) -> ModuleType:
     return module
 
 
-def reflect(exp: Any, hosts: int, module: ModuleType, window: int) -> list[Any]:
-    """Give every host of ``exp`` (perm-``hosts``, no flows) a reflector, and put
-    ``window`` packets a host on its port; the reflectors."""
+def reflect(
+    exp: Any, hosts: int, module: ModuleType, window: int, host_bytes: int = 0
+) -> list[Any]:
+    """Give every host of ``exp`` (perm-``hosts``, no flows) a reflector with
+    ``host_bytes`` of state of its own, and put ``window`` packets a host on its port;
+    the reflectors."""
     import sim_speed
 
     from openmrc.wire.packets import DataPacket, Opcode
@@ -199,7 +240,7 @@ def reflect(exp: Any, hosts: int, module: ModuleType, window: int) -> list[Any]:
     for flow in sim_speed.perm_flows(hosts, 1, 1):
         port = fabric.host_port(flow.src, 0)
         routes = tuple(fabric.path_for(flow.src, flow.dst, path << 4) for path in range(t1s))
-        refl = module.Reflector(type(port).enqueue, port, routes)
+        refl = module.Reflector(type(port).enqueue, port, routes, host_bytes)
         fabric.attach_host(flow.src, refl)
         refls.append(refl)
     for refl in refls:
@@ -208,16 +249,18 @@ def reflect(exp: Any, hosts: int, module: ModuleType, window: int) -> list[Any]:
     return refls
 
 
-def fabric_only_experiment(hosts: int, reflector: str, window: int) -> tuple[Any, list[Any]]:
+def fabric_only_experiment(
+    hosts: int, reflector: str, window: int, host_bytes: int = 0
+) -> tuple[Any, list[Any]]:
     """perm-``hosts``'s fabric with no flows, every host a reflector from the module at
-    ``reflector`` (:func:`build_reflector`) given ``window`` packets; the experiment and
-    the reflectors."""
+    ``reflector`` (:func:`build_reflector`) given ``window`` packets and ``host_bytes`` of
+    state it touches a packet; the experiment and the reflectors."""
     import sim_speed
 
     exp = sim_speed.make_experiment(
         sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
     )
-    return exp, reflect(exp, hosts, load_reflector(Path(reflector)), window)
+    return exp, reflect(exp, hosts, load_reflector(Path(reflector)), window, host_bytes)
 
 
 def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
@@ -229,10 +272,31 @@ def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--window", type=int, default=32,
                     help="--fabric-only: packets put in per host")  # fmt: skip
+    ap.add_argument("--host-bytes", type=int, default=0,
+                    help="--fabric-only: state of its own each host touches a packet, every "
+                         "line of it (a multiple of 64; 0: none)")  # fmt: skip
+
+
+#: ``--host-bytes`` at most (the reflector refuses more).
+HOST_BYTES_MAX = 1 << 20
+
+
+def host_bytes_error(fabric_only: bool, host_bytes: int) -> str | None:
+    """Why ``--host-bytes`` is refused, or None."""
+    if host_bytes and not fabric_only:
+        return "--host-bytes: only with --fabric-only (the hosts' own state of a reflector)"
+    if host_bytes < 0 or host_bytes % 64 or host_bytes > HOST_BYTES_MAX:
+        return f"--host-bytes: a multiple of 64 from 0 to {HOST_BYTES_MAX}, not {host_bytes}"
+    return None
 
 
 def child(
-    hosts: int, first_us: float, steady_us: float, reflector: str | None = None, window: int = 0
+    hosts: int,
+    first_us: float,
+    steady_us: float,
+    reflector: str | None = None,
+    window: int = 0,
+    host_bytes: int = 0,
 ) -> dict[str, Any]:
     """One run in this process: loop CPU and events in each window (``reflector``: the
     module :func:`build_reflector` made, for ``--fabric-only``)."""
@@ -242,7 +306,7 @@ def child(
         exp, _, _ = sim_speed.build(f"perm-{hosts}", 2_000_000, 1, 1)
         refls: list[Any] = []
     else:
-        exp, refls = fabric_only_experiment(hosts, reflector, window)
+        exp, refls = fabric_only_experiment(hosts, reflector, window, host_bytes)
     sim = exp.sim
 
     cpu = time.process_time  # the process's CPU (user and system), to the nanosecond
@@ -259,6 +323,8 @@ def child(
     if refls:  # packets sent: by all hosts, and by the host that sent the fewest
         row["sent"] = sum(r.sent for r in refls)
         row["sent_min"] = min(r.sent for r in refls)
+        # (every line of a host's own state touched once a packet it sent)
+        row["touched_all"] = all(r.touched == r.sent for r in refls) if host_bytes else None
     row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return row
 
@@ -272,13 +338,19 @@ def ns_per_event(row: dict[str, Any], window: str) -> float | None:
 
 
 def run_child(
-    hosts: int, first_us: float, steady_us: float, reflector: Path | None = None, window: int = 0
+    hosts: int,
+    first_us: float,
+    steady_us: float,
+    reflector: Path | None = None,
+    window: int = 0,
+    host_bytes: int = 0,
 ) -> dict[str, Any]:
     """One run in a fresh interpreter."""
     argv = [sys.executable, __file__, "--child", str(hosts), "--first-us", str(first_us),
             "--steady-us", str(steady_us)]  # fmt: skip
     if reflector is not None:
-        argv += ["--reflector", str(reflector), "--window", str(window)]
+        argv += ["--reflector", str(reflector), "--window", str(window),
+                 "--host-bytes", str(host_bytes)]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"sim_growth: perm-{hosts} failed: {out.stderr.strip()[-400:]}")
@@ -333,6 +405,15 @@ def spread_note(summary: dict[str, Any], sizes: list[int], label: str) -> str | 
     )
 
 
+def fabric_label(fabric_only: bool, host_bytes: int) -> str:
+    """A size's label, ``{}`` its hosts."""
+    if not fabric_only:
+        return "perm-{}"
+    return (
+        f"perm-{{}} (fabric only, {host_bytes} B a host)" if host_bytes else "perm-{} (fabric only)"
+    )
+
+
 def parse_sizes(text: str) -> list[int]:
     """``--sizes``: two or more host counts, ascending (ValueError with the reason)."""
     try:
@@ -357,7 +438,8 @@ def main() -> int:
     ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        row = child(args.child, args.first_us, args.steady_us, args.reflector, args.window)
+        row = child(args.child, args.first_us, args.steady_us, args.reflector, args.window,
+                    args.host_bytes)  # fmt: skip
         print(json.dumps(row))
         return 0
     try:
@@ -375,7 +457,11 @@ def main() -> int:
     if args.fabric_only and args.window < 1:
         print("sim_growth: --window: must be 1 or more", file=sys.stderr)
         return 2
-    what = "perm-{} (fabric only)" if args.fabric_only else "perm-{}"  # a size's label
+    bad = host_bytes_error(args.fabric_only, args.host_bytes)
+    if bad is not None:
+        print(f"sim_growth: {bad}", file=sys.stderr)
+        return 2
+    what = fabric_label(args.fabric_only, args.host_bytes)  # a size's label
     with tempfile.TemporaryDirectory() as tmp:
         reflector = build_reflector(Path(tmp)) if args.fabric_only else None
         rows = run_rounds(args, sizes, reflector, what)
@@ -408,7 +494,8 @@ def run_rounds(
     for r in range(args.rounds):
         for n in sizes if r % 2 == 0 else sizes[::-1]:
             for _ in range(args.small_runs if n == sizes[0] else 1):
-                row = run_child(n, args.first_us, args.steady_us, reflector, args.window)
+                row = run_child(n, args.first_us, args.steady_us, reflector, args.window,
+                                args.host_bytes)  # fmt: skip
                 row["round"] = r + 1
                 rows.append(row)
                 steady = ns_per_event(row, "steady")

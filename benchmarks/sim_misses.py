@@ -9,8 +9,9 @@ the loop's instructions and D1/LL read and write misses per event, in total and 
 the functions with the most LL misses.  ``--ll`` is the last level's size (the
 machine's L3, 32 MiB, or one core's L2, 2 MiB).  Deterministic: the counts repeat.
 ``--fabric-only`` runs ``perm-N``'s fabric with ``sim_growth.py --fabric-only``'s native
-reflectors in place of the hosts' transport (``--window`` packets a host), so that the
-counts are the kernel's own events'.
+reflectors in place of the hosts' transport (``--window`` packets a host, each host
+touching ``--host-bytes`` of its own a packet), so that the counts are the kernel's own
+events' (and such hosts').
 
 ``--census`` instead runs the case (compiled or not, as the interpreter imports it) up
 to ``--until-us`` and prints what it holds: per type, count and bytes of every object
@@ -51,7 +52,12 @@ SHOW = ("Ir", "D1mr", "D1mw", "DLmr", "DLmw")
 
 
 def child(
-    case: str, until_us: float, helper: str, reflector: str | None = None, window: int = 0
+    case: str,
+    until_us: float,
+    helper: str,
+    reflector: str | None = None,
+    window: int = 0,
+    host_bytes: int = 0,
 ) -> None:
     """Build the case, switch instrumentation on, run it; print its events
     (``reflector``: the fabric alone, as ``sim_growth.py --fabric-only`` runs it)."""
@@ -62,7 +68,9 @@ def child(
         result = exp.run(int(until_us * sim_speed.US))
         print(json.dumps({"events": result.events}))
         return
-    exp, _ = sim_growth.fabric_only_experiment(fabric_only_hosts(case), reflector, window)
+    exp, _ = sim_growth.fabric_only_experiment(
+        fabric_only_hosts(case), reflector, window, host_bytes
+    )
     exp.sampler.start()
     start()
     exp.sim.run(int(until_us * sim_speed.US))
@@ -115,10 +123,11 @@ def load(path: Path) -> dict[str, list[int]]:
 
 
 def measure(
-    case: str, until_us: float, ll: int, top: int, fabric_window: int = 0
+    case: str, until_us: float, ll: int, top: int, fabric_window: int = 0, host_bytes: int = 0
 ) -> dict[str, Any]:
     """Run the child under callgrind; the loop's costs per event, total and by function
-    (``fabric_window`` > 0: the fabric alone, that many packets a host)."""
+    (``fabric_window`` > 0: the fabric alone, that many packets a host, each host touching
+    ``host_bytes`` of its own a packet)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,14 +141,18 @@ def measure(
                 "--until-us", str(until_us), "--helper", str(helper)]  # fmt: skip
         if fabric_window:
             reflector = sim_growth.build_reflector(Path(tmp))
-            argv += ["--reflector", str(reflector), "--window", str(fabric_window)]
+            argv += ["--reflector", str(reflector), "--window", str(fabric_window),
+                     "--host-bytes", str(host_bytes)]  # fmt: skip
         proc = subprocess.run(argv, capture_output=True, text=True, check=True)
         events = int(json.loads(proc.stdout.strip().splitlines()[-1])["events"])
         rows = load(out)
     total = [sum(r[i] for r in rows.values()) for i in range(len(SHOW))]
     worst = sorted(rows.items(), key=lambda kv: -(kv[1][3] + kv[1][4]))[:top]
     return {
-        "case": case + (" (fabric only)" if fabric_window else ""), "until_us": until_us,
+        "case": sim_growth.fabric_label(True, host_bytes).format(fabric_only_hosts(case))
+        if fabric_window
+        else case,
+        "until_us": until_us,
         "LL": f"{ll},16,64", "events": events,
         "per_event": {k: round(v / events, 3) for k, v in zip(SHOW, total, strict=True)},
         "by_function": {name: {k: round(v / events, 3) for k, v in zip(SHOW, vals, strict=True)}
@@ -217,8 +230,13 @@ def main() -> int:
     ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.until_us, args.helper, args.reflector, args.window)
+        child(args.child, args.until_us, args.helper, args.reflector, args.window,
+              args.host_bytes)  # fmt: skip
         return 0
+    bad = sim_growth.host_bytes_error(args.fabric_only, args.host_bytes)
+    if bad is not None:
+        print(f"sim_misses: {bad}", file=sys.stderr)
+        return 2
     if args.fabric_only:
         try:
             fabric_only_hosts(args.case)
@@ -233,7 +251,7 @@ def main() -> int:
         census(args.case, args.until_us, args.top)
         return 0
     got = measure(args.case, args.until_us, args.ll, args.top,
-                  args.window if args.fabric_only else 0)  # fmt: skip
+                  args.window if args.fabric_only else 0, args.host_bytes)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(got, indent=1) + "\n")
     print(f"{got['case']} --until-us {got['until_us']:g}, LL {got['LL']}: {got['events']:,} events")

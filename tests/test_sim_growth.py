@@ -76,6 +76,17 @@ def test_fabric_only_hosts_reflect_to_their_peers(tmp_path: Path) -> None:
         assert row["sent"] > 2 * n * window
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_fabric_only_hosts_touch_their_own_state(tmp_path: Path) -> None:
+    """--host-bytes: each reflector touches every line of its own state once for every
+    packet it sends (the packets it was given and those that came back)."""
+    extra = ["--first-us", "30", "--steady-us", "0", "--small-runs", "1", "--rounds", "1"]
+    doc = _run(tmp_path, "--fabric-only", "--window", "3", "--host-bytes", "192", *extra)
+    for row in doc["runs"]:
+        assert row["sent_min"] > 3
+        assert row["touched_all"] is True
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -86,6 +97,9 @@ def test_fabric_only_hosts_reflect_to_their_peers(tmp_path: Path) -> None:
         ["--small-runs", "0"],
         ["--first-us", "30", "--steady-us", "20"],
         ["--fabric-only", "--window", "0"],
+        ["--host-bytes", "64"],
+        ["--fabric-only", "--host-bytes", "100"],
+        ["--fabric-only", "--host-bytes", "-64"],
     ],
 )
 def test_bad_options_get_one_line(args: list[str]) -> None:
