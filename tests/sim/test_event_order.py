@@ -219,3 +219,45 @@ def test_native_order_of_one_slot_of_n_events(n: int) -> None:
         sim.run()
         assert len(ran) == n
         assert [(t, pushed[i][1]) for t, i in ran] == sorted(pushed)
+
+
+class _Sink:
+    """A port's receiver, registered as an entity: the arrivals it got, in order."""
+
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+        self.got: list[tuple[int, int]] = []
+
+    def receive(self, pkt: Any, port: Any, epoch: int) -> None:
+        self.got.append((self.sim.now, pkt))
+
+
+@native
+@pytest.mark.parametrize("spread", [1, 5])
+def test_native_order_of_a_slot_whose_entity_events_came_out_of_order(spread: int) -> None:
+    """A big slot whose events of one scheduling entity were added in falling counter
+    order (a rank's arrivals carry the sending rank's keys): the slot's sort, which
+    first leaves each entity's events in the order they were added, still runs them
+    in (time, key) order."""
+    assert kernel is not None
+    sim = kernel.Simulator(1)
+    sink = _Sink(sim)
+    sim.add_entity([sink])
+    port = kernel.EgressPort(sim, "p", 10**11, 1, sink.receive, data_limit=10**6, prio_limit=10**5)
+    rnd = random.Random(spread)
+    pushed: list[tuple[int, int]] = []
+
+    def start() -> None:
+        # added while running: into the wheel's bucket of a later slot, sorted as a
+        # whole when the run reaches it
+        for i in range(400):  # past the merge sort's 256: the radix sort
+            entity = 3 + i % 7
+            key = entity << 40 | (1_000 - i)  # each entity's counters falling
+            t = 5 * SLOT_PS + rnd.randrange(spread)
+            sim.arrive(t, key, port, 0, len(pushed))
+            pushed.append((t, key))
+
+    sim.push(0, start, ())
+    sim.run()
+    assert len(sink.got) == len(pushed)
+    assert [(t, pushed[i][1]) for t, i in sink.got] == sorted(pushed)

@@ -1175,34 +1175,20 @@ static Event *merge_sort_events(Event *ev, Event *tmp, Py_ssize_t n)
     return src;
 }
 
-/* Sort ev[0 .. n) by (time, key) (unique), tmp room for n: an insertion sort for
- * a few events, a merge sort for a few dozen, else a radix sort, least
- * significant byte first, over only the bytes in which the events differ (each
- * pass a stable counting sort; a slot's events share most bytes of their time
- * and of their key's entity).  Returns the buffer that holds the result, ev or
- * tmp.  The keys are unique, so every method gives the same order. */
-static Event *sort_events(Event *ev, Event *tmp, Py_ssize_t n)
+/* ev[0 .. n) strictly in (time, key) order? */
+static int events_in_order(const Event *ev, Py_ssize_t n)
 {
-    if (n <= SORT_INSERTION_MAX) {
-        insertion_sort_events(ev, n);
-        return ev;
-    }
-    if (n <= SORT_MERGE_MAX)
-        return merge_sort_events(ev, tmp, n);
-    uint64_t kor = 0, kand = ~(uint64_t)0, tor = 0, tand = ~(uint64_t)0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        kor |= ev[i].key;
-        kand &= ev[i].key;
-        tor |= ev[i].tk;
-        tand &= ev[i].tk;
-    }
-    int digits[16], nd = 0;
-    for (int d = 0; d < 8; d++)
-        if (((kor ^ kand) >> (8 * d)) & 0xFF)
-            digits[nd++] = d;
-    for (int d = 0; d < 8; d++)
-        if (((tor ^ tand) >> (8 * d)) & 0xFF)
-            digits[nd++] = 8 + d;
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (!order_less(ev[i - 1].tk, ev[i - 1].key, ev[i].tk, ev[i].key))
+            return 0;
+    return 1;
+}
+
+/* Stable counting-sort passes over the given bytes (ev_byte's numbering: 0 .. 7 of
+ * the key, 8 .. 15 of the time), least significant first, from ev with tmp as the
+ * other buffer; returns the buffer that holds the result. */
+static Event *radix_passes(Event *ev, Event *tmp, Py_ssize_t n, const int *digits, int nd)
+{
     uint32_t count[16][256];
     memset(count, 0, (size_t)nd * sizeof(count[0]));
     for (Py_ssize_t i = 0; i < n; i++)
@@ -1223,6 +1209,62 @@ static Event *sort_events(Event *ev, Event *tmp, Py_ssize_t n)
         dst = t;
     }
     return src;
+}
+
+/* The bytes of a key below KEY_SHIFT: the scheduling entity's counter. */
+#define COUNTER_BYTES (KEY_SHIFT / 8)
+#if KEY_SHIFT % 8
+#error "the counter must take whole bytes of the key"
+#endif
+
+/* Sort ev[0 .. n) by (time, key) (unique), tmp room for n: an insertion sort for
+ * a few events, a merge sort for a few dozen, else a radix sort, least
+ * significant byte first, over only the bytes in which the events differ (each
+ * pass a stable counting sort; a slot's events share most bytes of their time
+ * and of their key's entity).  Returns the buffer that holds the result, ev or
+ * tmp.  The keys are unique, so every method gives the same order.
+ *
+ * A slot's bucket holds each entity's events in the order it scheduled them, so
+ * in its counter's order (a key's low KEY_SHIFT bits), and the passes are stable:
+ * the radix sort first skips the counter's bytes (two or three passes of a big
+ * fabric's slot, a thousand events or more from as many entities), sorting by time
+ * and entity alone, and checks the result; a bucket filled otherwise (events with
+ * keys given, as a rank's arrivals are, added out of their counters' order) is
+ * then sorted again over every byte that differs. */
+static Event *sort_events(Event *ev, Event *tmp, Py_ssize_t n)
+{
+    if (n <= SORT_INSERTION_MAX) {
+        insertion_sort_events(ev, n);
+        return ev;
+    }
+    if (n <= SORT_MERGE_MAX)
+        return merge_sort_events(ev, tmp, n);
+    uint64_t kor = 0, kand = ~(uint64_t)0, tor = 0, tand = ~(uint64_t)0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        kor |= ev[i].key;
+        kand &= ev[i].key;
+        tor |= ev[i].tk;
+        tand &= ev[i].tk;
+    }
+    int digits[16], nd = 0;
+    for (int d = COUNTER_BYTES; d < 8; d++)
+        if (((kor ^ kand) >> (8 * d)) & 0xFF)
+            digits[nd++] = d;
+    for (int d = 0; d < 8; d++)
+        if (((tor ^ tand) >> (8 * d)) & 0xFF)
+            digits[nd++] = 8 + d;
+    Event *sorted = radix_passes(ev, tmp, n, digits, nd);
+    if (events_in_order(sorted, n))
+        return sorted;
+    Event *other = sorted == ev ? tmp : ev;
+    nd = 0;
+    for (int d = 0; d < 8; d++)
+        if (((kor ^ kand) >> (8 * d)) & 0xFF)
+            digits[nd++] = d;
+    for (int d = 0; d < 8; d++)
+        if (((tor ^ tand) >> (8 * d)) & 0xFF)
+            digits[nd++] = 8 + d;
+    return radix_passes(sorted, other, n, digits, nd);
 }
 
 /* Room for one more event in bucket b: a spare chunk when its last is full;
