@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -249,18 +249,35 @@ def reflect(
     return refls
 
 
-def fabric_only_experiment(
-    hosts: int, reflector: str, window: int, host_bytes: int = 0
-) -> tuple[Any, list[Any]]:
-    """perm-``hosts``'s fabric with no flows, every host a reflector from the module at
-    ``reflector`` (:func:`build_reflector`) given ``window`` packets and ``host_bytes`` of
-    state it touches a packet; the experiment and the reflectors."""
+class FabricOnly(NamedTuple):
+    """A ``--fabric-only`` run's hosts: the module :func:`build_reflector` made, the
+    packets put in per host, and the bytes of its own state each touches a packet."""
+
+    reflector: str
+    window: int
+    host_bytes: int = 0
+
+    @classmethod
+    def of_child(cls, args: argparse.Namespace) -> FabricOnly | None:
+        """A child's hosts, as :meth:`child_argv` handed them (None: the whole simulator)."""
+        return cls(args.reflector, args.window, args.host_bytes) if args.reflector else None
+
+    def child_argv(self) -> list[str]:
+        """The options that hand these hosts to a child run (``--child``)."""
+        return ["--reflector", self.reflector, "--window", str(self.window),
+                "--host-bytes", str(self.host_bytes)]  # fmt: skip
+
+
+def fabric_only_experiment(hosts: int, fabric: FabricOnly) -> tuple[Any, list[Any]]:
+    """perm-``hosts``'s fabric with no flows, every host one of ``fabric``'s reflectors;
+    the experiment and the reflectors."""
     import sim_speed
 
     exp = sim_speed.make_experiment(
         sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
     )
-    return exp, reflect(exp, hosts, load_reflector(Path(reflector)), window, host_bytes)
+    module = load_reflector(Path(fabric.reflector))
+    return exp, reflect(exp, hosts, module, fabric.window, fabric.host_bytes)
 
 
 def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
@@ -291,22 +308,17 @@ def host_bytes_error(fabric_only: bool, host_bytes: int) -> str | None:
 
 
 def child(
-    hosts: int,
-    first_us: float,
-    steady_us: float,
-    reflector: str | None = None,
-    window: int = 0,
-    host_bytes: int = 0,
+    hosts: int, first_us: float, steady_us: float, fabric: FabricOnly | None = None
 ) -> dict[str, Any]:
-    """One run in this process: loop CPU and events in each window (``reflector``: the
-    module :func:`build_reflector` made, for ``--fabric-only``)."""
+    """One run in this process: loop CPU and events in each window (``fabric``: the
+    hosts of ``--fabric-only``, else the whole simulator)."""
     import sim_speed
 
-    if reflector is None:
+    if fabric is None:
         exp, _, _ = sim_speed.build(f"perm-{hosts}", 2_000_000, 1, 1)
         refls: list[Any] = []
     else:
-        exp, refls = fabric_only_experiment(hosts, reflector, window, host_bytes)
+        exp, refls = fabric_only_experiment(hosts, fabric)
     sim = exp.sim
 
     cpu = time.process_time  # the process's CPU (user and system), to the nanosecond
@@ -324,7 +336,9 @@ def child(
         row["sent"] = sum(r.sent for r in refls)
         row["sent_min"] = min(r.sent for r in refls)
         # (every line of a host's own state touched once a packet it sent)
-        row["touched_all"] = all(r.touched == r.sent for r in refls) if host_bytes else None
+        row["touched_all"] = (
+            all(r.touched == r.sent for r in refls) if fabric and fabric.host_bytes else None
+        )
     row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return row
 
@@ -338,19 +352,13 @@ def ns_per_event(row: dict[str, Any], window: str) -> float | None:
 
 
 def run_child(
-    hosts: int,
-    first_us: float,
-    steady_us: float,
-    reflector: Path | None = None,
-    window: int = 0,
-    host_bytes: int = 0,
+    hosts: int, first_us: float, steady_us: float, fabric: FabricOnly | None = None
 ) -> dict[str, Any]:
     """One run in a fresh interpreter."""
     argv = [sys.executable, __file__, "--child", str(hosts), "--first-us", str(first_us),
             "--steady-us", str(steady_us)]  # fmt: skip
-    if reflector is not None:
-        argv += ["--reflector", str(reflector), "--window", str(window),
-                 "--host-bytes", str(host_bytes)]  # fmt: skip
+    if fabric is not None:
+        argv += fabric.child_argv()
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"sim_growth: perm-{hosts} failed: {out.stderr.strip()[-400:]}")
@@ -438,8 +446,7 @@ def main() -> int:
     ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        row = child(args.child, args.first_us, args.steady_us, args.reflector, args.window,
-                    args.host_bytes)  # fmt: skip
+        row = child(args.child, args.first_us, args.steady_us, FabricOnly.of_child(args))
         print(json.dumps(row))
         return 0
     try:
@@ -463,8 +470,10 @@ def main() -> int:
         return 2
     what = fabric_label(args.fabric_only, args.host_bytes)  # a size's label
     with tempfile.TemporaryDirectory() as tmp:
-        reflector = build_reflector(Path(tmp)) if args.fabric_only else None
-        rows = run_rounds(args, sizes, reflector, what)
+        fabric = None
+        if args.fabric_only:
+            fabric = FabricOnly(str(build_reflector(Path(tmp))), args.window, args.host_bytes)
+        rows = run_rounds(args, sizes, fabric, what)
     summary = summarise(rows, sizes)
     for window, title in (("first", f"0-{args.first_us:g} us"),
                           ("steady", f"{args.first_us:g}-{args.steady_us:g} us")):  # fmt: skip
@@ -487,15 +496,14 @@ def main() -> int:
 
 
 def run_rounds(
-    args: argparse.Namespace, sizes: list[int], reflector: Path | None, what: str
+    args: argparse.Namespace, sizes: list[int], fabric: FabricOnly | None, what: str
 ) -> list[dict[str, Any]]:
     """Every round's runs, printed as they end (``what``: a size's label, ``{}`` its hosts)."""
     rows: list[dict[str, Any]] = []
     for r in range(args.rounds):
         for n in sizes if r % 2 == 0 else sizes[::-1]:
             for _ in range(args.small_runs if n == sizes[0] else 1):
-                row = run_child(n, args.first_us, args.steady_us, reflector, args.window,
-                                args.host_bytes)  # fmt: skip
+                row = run_child(n, args.first_us, args.steady_us, fabric)
                 row["round"] = r + 1
                 rows.append(row)
                 steady = ns_per_event(row, "steady")

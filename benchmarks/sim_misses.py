@@ -51,26 +51,17 @@ void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
 SHOW = ("Ir", "D1mr", "D1mw", "DLmr", "DLmw")
 
 
-def child(
-    case: str,
-    until_us: float,
-    helper: str,
-    reflector: str | None = None,
-    window: int = 0,
-    host_bytes: int = 0,
-) -> None:
+def child(case: str, until_us: float, helper: str, fabric: sim_growth.FabricOnly | None) -> None:
     """Build the case, switch instrumentation on, run it; print its events
-    (``reflector``: the fabric alone, as ``sim_growth.py --fabric-only`` runs it)."""
+    (``fabric``: the fabric alone, as ``sim_growth.py --fabric-only`` runs it)."""
     start = ctypes.CDLL(helper).cg_start
-    if reflector is None:
+    if fabric is None:
         exp, _, _ = sim_speed.build(case, 2_000_000, 1, 1)
         start()
         result = exp.run(int(until_us * sim_speed.US))
         print(json.dumps({"events": result.events}))
         return
-    exp, _ = sim_growth.fabric_only_experiment(
-        fabric_only_hosts(case), reflector, window, host_bytes
-    )
+    exp, _ = sim_growth.fabric_only_experiment(fabric_only_hosts(case), fabric)
     exp.sampler.start()
     start()
     exp.sim.run(int(until_us * sim_speed.US))
@@ -140,9 +131,8 @@ def measure(
                 f"--callgrind-out-file={out}", sys.executable, __file__, "--child", case,
                 "--until-us", str(until_us), "--helper", str(helper)]  # fmt: skip
         if fabric_window:
-            reflector = sim_growth.build_reflector(Path(tmp))
-            argv += ["--reflector", str(reflector), "--window", str(fabric_window),
-                     "--host-bytes", str(host_bytes)]  # fmt: skip
+            reflector = str(sim_growth.build_reflector(Path(tmp)))
+            argv += sim_growth.FabricOnly(reflector, fabric_window, host_bytes).child_argv()
         proc = subprocess.run(argv, capture_output=True, text=True, check=True)
         events = int(json.loads(proc.stdout.strip().splitlines()[-1])["events"])
         rows = load(out)
@@ -230,8 +220,7 @@ def main() -> int:
     ap.add_argument("--reflector", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.until_us, args.helper, args.reflector, args.window,
-              args.host_bytes)  # fmt: skip
+        child(args.child, args.until_us, args.helper, sim_growth.FabricOnly.of_child(args))
         return 0
     bad = sim_growth.host_bytes_error(args.fabric_only, args.host_bytes)
     if bad is not None:

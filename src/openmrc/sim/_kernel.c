@@ -1211,6 +1211,21 @@ static Event *radix_passes(Event *ev, Event *tmp, Py_ssize_t n, const int *digit
     return src;
 }
 
+/* The bytes in which a slot's events differ, in ev_byte's numbering and least
+ * significant first, into digits: the key's from byte first on (kdiff: the bits that
+ * differ), then the time's (tdiff); how many. */
+static int differing_bytes(uint64_t kdiff, uint64_t tdiff, int first, int *digits)
+{
+    int nd = 0;
+    for (int d = first; d < 8; d++)
+        if ((kdiff >> (8 * d)) & 0xFF)
+            digits[nd++] = d;
+    for (int d = 0; d < 8; d++)
+        if ((tdiff >> (8 * d)) & 0xFF)
+            digits[nd++] = 8 + d;
+    return nd;
+}
+
 /* The bytes of a key below KEY_SHIFT: the scheduling entity's counter. */
 #define COUNTER_BYTES (KEY_SHIFT / 8)
 #if KEY_SHIFT % 8
@@ -1246,25 +1261,13 @@ static Event *sort_events(Event *ev, Event *tmp, Py_ssize_t n)
         tor |= ev[i].tk;
         tand &= ev[i].tk;
     }
-    int digits[16], nd = 0;
-    for (int d = COUNTER_BYTES; d < 8; d++)
-        if (((kor ^ kand) >> (8 * d)) & 0xFF)
-            digits[nd++] = d;
-    for (int d = 0; d < 8; d++)
-        if (((tor ^ tand) >> (8 * d)) & 0xFF)
-            digits[nd++] = 8 + d;
+    int digits[16];
+    int nd = differing_bytes(kor ^ kand, tor ^ tand, COUNTER_BYTES, digits);
     Event *sorted = radix_passes(ev, tmp, n, digits, nd);
     if (events_in_order(sorted, n))
         return sorted;
-    Event *other = sorted == ev ? tmp : ev;
-    nd = 0;
-    for (int d = 0; d < 8; d++)
-        if (((kor ^ kand) >> (8 * d)) & 0xFF)
-            digits[nd++] = d;
-    for (int d = 0; d < 8; d++)
-        if (((tor ^ tand) >> (8 * d)) & 0xFF)
-            digits[nd++] = 8 + d;
-    return radix_passes(sorted, other, n, digits, nd);
+    nd = differing_bytes(kor ^ kand, tor ^ tand, 0, digits);
+    return radix_passes(sorted, sorted == ev ? tmp : ev, n, digits, nd);
 }
 
 /* Room for one more event in bucket b: a spare chunk when its last is full;
