@@ -25,12 +25,17 @@ one cheap call per packet at a host: how much of the growth the fabric's event l
 has by itself, whatever the hosts run.  ``--host-bytes B`` gives each reflector B bytes
 of state of its own, every line of which it reads and writes for each packet: a stand-in
 for a host whose transport state were that compact, to see what growth the fabric and
-such a host would have together.
+such a host would have together.  ``--host-lines K`` touches only K of those lines a
+packet, the next K in turn (a host whose packets each read a few lines of a larger
+state), and ``--host-work N`` adds N steps of a chain of multiplies a packet, work with no
+memory in it: a stand-in for the instructions of a host's transport, so that such a
+host's events cost what today's do and the fabric's growth is diluted as much.
 
     python benchmarks/sim_growth.py                          # 1024 and 8192 hosts, 6 rounds
     python benchmarks/sim_growth.py --sizes 1024,2048,8192 --rounds 4 --out g.json
     python benchmarks/sim_growth.py --fabric-only            # the kernel and fabric alone
     python benchmarks/sim_growth.py --fabric-only --host-bytes 1024   # and 1 KiB a host
+    python benchmarks/sim_growth.py --fabric-only --host-bytes 4096 --host-lines 8 --host-work 1000
 """
 
 from __future__ import annotations
@@ -76,7 +81,12 @@ typedef struct {
     unsigned char routes[MAX_ROUTES][16]; /* little-endian 128-bit routes */
     void *mem;              /* the host's own state (--host-bytes), as allocated */
     uint64_t *state;        /* its first line (64-byte aligned), NULL: none */
-    Py_ssize_t state_lines; /* its lines, each touched (a word read and written) a packet */
+    Py_ssize_t state_lines; /* its lines */
+    Py_ssize_t per_packet;  /* lines touched (a word read and written) a packet, in turn */
+    Py_ssize_t next_line;   /* the first of the next packet's */
+    Py_ssize_t work;        /* steps of the multiply chain a packet (--host-work) */
+    uint64_t chain;         /* the chain's value, kept so that it is computed */
+    long long steps;        /* the chain's steps so far */
 } Refl;
 
 static PyObject *S_route;
@@ -94,8 +104,18 @@ static PyObject *Refl_vc(PyObject *self, PyObject *const *args, size_t nargsf, P
         return NULL;
     if (++r->k == r->n)
         r->k = 0;
-    for (Py_ssize_t i = 0; i < r->state_lines; i++)
-        r->state[8 * i]++;
+    Py_ssize_t line = r->next_line;
+    for (Py_ssize_t i = 0; i < r->per_packet; i++) {
+        r->state[8 * line]++;
+        if (++line == r->state_lines)
+            line = 0;
+    }
+    r->next_line = line;
+    uint64_t x = r->chain;
+    for (Py_ssize_t i = 0; i < r->work; i++)
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    r->chain = x;
+    r->steps += r->work;
     int rc = PyObject_SetAttr(pkt, S_route, route);
     Py_DECREF(route);
     if (rc < 0)
@@ -108,13 +128,19 @@ static PyObject *Refl_vc(PyObject *self, PyObject *const *args, size_t nargsf, P
 static int Refl_init(Refl *r, PyObject *args, PyObject *kw)
 {
     PyObject *enq, *port, *routes;
-    Py_ssize_t nbytes = 0;
-    if (!PyArg_ParseTuple(args, "OOO!|n", &enq, &port, &PyTuple_Type, &routes, &nbytes))
+    Py_ssize_t nbytes = 0, lines = 0, work = 0;
+    if (!PyArg_ParseTuple(args, "OOO!|nnn", &enq, &port, &PyTuple_Type, &routes, &nbytes, &lines,
+                          &work))
         return -1;
     if (nbytes < 0 || nbytes % 64 || nbytes > (1 << 20) || r->mem != NULL) {
         PyErr_SetString(PyExc_ValueError, "Reflector: host bytes a multiple of 64, at most 1 MiB, once");
         return -1;
     }
+    if (lines < 0 || lines > nbytes / 64 || work < 0) {
+        PyErr_SetString(PyExc_ValueError, "Reflector: lines a packet 0 (all) to the state's, work 0 or more");
+        return -1;
+    }
+    r->work = work;
     if (nbytes) {
         r->mem = PyMem_Calloc(1, (size_t)nbytes + 64);
         if (r->mem == NULL) {
@@ -123,6 +149,7 @@ static int Refl_init(Refl *r, PyObject *args, PyObject *kw)
         }
         r->state = (uint64_t *)(((uintptr_t)r->mem + 63) & ~(uintptr_t)63);
         r->state_lines = nbytes / 64;
+        r->per_packet = lines ? lines : r->state_lines;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(routes);
     if (n < 1 || n > MAX_ROUTES) {
@@ -153,6 +180,7 @@ static void Refl_dealloc(Refl *r)
 }
 
 static PyObject *Refl_sent(Refl *r, void *c) { return PyLong_FromLongLong(r->sent); }
+static PyObject *Refl_steps(Refl *r, void *c) { return PyLong_FromLongLong(r->steps); }
 
 /* The fewest times any line of the host's state was touched (0 with none). */
 static PyObject *Refl_touched(Refl *r, void *c)
@@ -166,6 +194,7 @@ static PyObject *Refl_touched(Refl *r, void *c)
 
 static PyGetSetDef Refl_getset[] = {{"sent", (getter)Refl_sent, NULL, NULL, NULL},
                                     {"touched", (getter)Refl_touched, NULL, NULL, NULL},
+                                    {"steps", (getter)Refl_steps, NULL, NULL, NULL},
                                     {NULL}};
 
 static PyTypeObject ReflType = {
@@ -224,12 +253,10 @@ def load_reflector(path: Path) -> ModuleType:
     return module
 
 
-def reflect(
-    exp: Any, hosts: int, module: ModuleType, window: int, host_bytes: int = 0
-) -> list[Any]:
-    """Give every host of ``exp`` (perm-``hosts``, no flows) a reflector with
-    ``host_bytes`` of state of its own, and put ``window`` packets a host on its port;
-    the reflectors."""
+def reflect(exp: Any, hosts: int, module: ModuleType, spec: FabricOnly) -> list[Any]:
+    """Give every host of ``exp`` (perm-``hosts``, no flows) one of ``spec``'s
+    reflectors (its own state, lines touched and work a packet), and put its window
+    of packets a host on its port; the reflectors."""
     import sim_speed
 
     from openmrc.wire.packets import DataPacket, Opcode
@@ -240,32 +267,44 @@ def reflect(
     for flow in sim_speed.perm_flows(hosts, 1, 1):
         port = fabric.host_port(flow.src, 0)
         routes = tuple(fabric.path_for(flow.src, flow.dst, path << 4) for path in range(t1s))
-        refl = module.Reflector(type(port).enqueue, port, routes, host_bytes)
+        refl = module.Reflector(type(port).enqueue, port, routes, spec.host_bytes,
+                                spec.host_lines, spec.host_work)  # fmt: skip
         fabric.attach_host(flow.src, refl)
         refls.append(refl)
     for refl in refls:
-        for psn in range(window):
+        for psn in range(spec.window):
             refl(DataPacket(1, 0, Opcode.WRITE_ONLY, psn, 0, 0, 0, 4096), 0, 0)
     return refls
 
 
 class FabricOnly(NamedTuple):
     """A ``--fabric-only`` run's hosts: the module :func:`build_reflector` made, the
-    packets put in per host, and the bytes of its own state each touches a packet."""
+    packets put in per host, the bytes of its own state each has, the lines of it it
+    touches a packet (0: all) and the steps of work it does a packet."""
 
     reflector: str
     window: int
     host_bytes: int = 0
+    host_lines: int = 0
+    host_work: int = 0
 
     @classmethod
     def of_child(cls, args: argparse.Namespace) -> FabricOnly | None:
         """A child's hosts, as :meth:`child_argv` handed them (None: the whole simulator)."""
-        return cls(args.reflector, args.window, args.host_bytes) if args.reflector else None
+        if not args.reflector:
+            return None
+        return cls(args.reflector, args.window, args.host_bytes, args.host_lines, args.host_work)
+
+    @classmethod
+    def of_options(cls, reflector: str, args: argparse.Namespace) -> FabricOnly:
+        """The hosts :func:`add_fabric_only_options`' options ask for."""
+        return cls(reflector, args.window, args.host_bytes, args.host_lines, args.host_work)
 
     def child_argv(self) -> list[str]:
         """The options that hand these hosts to a child run (``--child``)."""
         return ["--reflector", self.reflector, "--window", str(self.window),
-                "--host-bytes", str(self.host_bytes)]  # fmt: skip
+                "--host-bytes", str(self.host_bytes), "--host-lines", str(self.host_lines),
+                "--host-work", str(self.host_work)]  # fmt: skip
 
 
 def fabric_only_experiment(hosts: int, fabric: FabricOnly) -> tuple[Any, list[Any]]:
@@ -277,7 +316,7 @@ def fabric_only_experiment(hosts: int, fabric: FabricOnly) -> tuple[Any, list[An
         sim_speed.fabric_for(hosts, 1), seed=1, sample_interval_ps=100_000_000
     )
     module = load_reflector(Path(fabric.reflector))
-    return exp, reflect(exp, hosts, module, fabric.window, fabric.host_bytes)
+    return exp, reflect(exp, hosts, module, fabric)
 
 
 def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
@@ -292,18 +331,34 @@ def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--host-bytes", type=int, default=0,
                     help="--fabric-only: state of its own each host touches a packet, every "
                          "line of it (a multiple of 64; 0: none)")  # fmt: skip
+    ap.add_argument("--host-lines", type=int, default=0,
+                    help="--fabric-only: lines of --host-bytes touched a packet, the next in "
+                         "turn (0: all)")  # fmt: skip
+    ap.add_argument("--host-work", type=int, default=0,
+                    help="--fabric-only: steps of a multiply chain a host does a packet (work "
+                         "with no memory, a stand-in for a transport's instructions)")  # fmt: skip
 
 
 #: ``--host-bytes`` at most (the reflector refuses more).
 HOST_BYTES_MAX = 1 << 20
+#: ``--host-work`` at most (a million steps a packet is some milliseconds).
+HOST_WORK_MAX = 1 << 20
 
 
-def host_bytes_error(fabric_only: bool, host_bytes: int) -> str | None:
-    """Why ``--host-bytes`` is refused, or None."""
-    if host_bytes and not fabric_only:
-        return "--host-bytes: only with --fabric-only (the hosts' own state of a reflector)"
+def host_bytes_error(
+    fabric_only: bool, host_bytes: int, host_lines: int = 0, host_work: int = 0
+) -> str | None:
+    """Why ``--host-bytes``, ``--host-lines`` or ``--host-work`` is refused, or None."""
+    for name, value in (("bytes", host_bytes), ("lines", host_lines), ("work", host_work)):
+        if value and not fabric_only:
+            return f"--host-{name}: only with --fabric-only (a reflector's own state and work)"
     if host_bytes < 0 or host_bytes % 64 or host_bytes > HOST_BYTES_MAX:
         return f"--host-bytes: a multiple of 64 from 0 to {HOST_BYTES_MAX}, not {host_bytes}"
+    if host_lines < 0 or host_lines > host_bytes // 64:
+        return (f"--host-lines: 0 (all) to the {host_bytes // 64} lines of --host-bytes, "
+                f"not {host_lines}")  # fmt: skip
+    if host_work < 0 or host_work > HOST_WORK_MAX:
+        return f"--host-work: 0 to {HOST_WORK_MAX} steps, not {host_work}"
     return None
 
 
@@ -336,9 +391,14 @@ def child(
         row["sent"] = sum(r.sent for r in refls)
         row["sent_min"] = min(r.sent for r in refls)
         # (every line of a host's own state touched once a packet it sent)
-        row["touched_all"] = (
-            all(r.touched == r.sent for r in refls) if fabric and fabric.host_bytes else None
-        )
+        # (with K of its L lines a packet in turn: each line sent * K // L times at least)
+        if fabric is not None and fabric.host_bytes:
+            lines = fabric.host_bytes // 64
+            k = fabric.host_lines or lines
+            row["touched_all"] = all(r.touched == r.sent * k // lines for r in refls)
+        else:
+            row["touched_all"] = None
+        row["work_steps"] = sum(r.steps for r in refls)
     row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return row
 
@@ -413,13 +473,20 @@ def spread_note(summary: dict[str, Any], sizes: list[int], label: str) -> str | 
     )
 
 
-def fabric_label(fabric_only: bool, host_bytes: int) -> str:
+def fabric_label(
+    fabric_only: bool, host_bytes: int, host_lines: int = 0, host_work: int = 0
+) -> str:
     """A size's label, ``{}`` its hosts."""
     if not fabric_only:
         return "perm-{}"
-    return (
-        f"perm-{{}} (fabric only, {host_bytes} B a host)" if host_bytes else "perm-{} (fabric only)"
-    )
+    parts = []
+    if host_bytes:
+        parts.append(
+            f"{host_bytes} B a host" + (f", {host_lines} lines a packet" if host_lines else "")
+        )
+    if host_work:
+        parts.append(f"{host_work} steps a packet")
+    return "perm-{} (fabric only" + "".join(f", {p}" for p in parts) + ")"
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -464,15 +531,16 @@ def main() -> int:
     if args.fabric_only and args.window < 1:
         print("sim_growth: --window: must be 1 or more", file=sys.stderr)
         return 2
-    bad = host_bytes_error(args.fabric_only, args.host_bytes)
+    bad = host_bytes_error(args.fabric_only, args.host_bytes, args.host_lines, args.host_work)
     if bad is not None:
         print(f"sim_growth: {bad}", file=sys.stderr)
         return 2
-    what = fabric_label(args.fabric_only, args.host_bytes)  # a size's label
+    # a size's label
+    what = fabric_label(args.fabric_only, args.host_bytes, args.host_lines, args.host_work)
     with tempfile.TemporaryDirectory() as tmp:
         fabric = None
         if args.fabric_only:
-            fabric = FabricOnly(str(build_reflector(Path(tmp))), args.window, args.host_bytes)
+            fabric = FabricOnly.of_options(str(build_reflector(Path(tmp))), args)
         rows = run_rounds(args, sizes, fabric, what)
     summary = summarise(rows, sizes)
     for window, title in (("first", f"0-{args.first_us:g} us"),

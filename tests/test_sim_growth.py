@@ -87,6 +87,20 @@ def test_fabric_only_hosts_touch_their_own_state(tmp_path: Path) -> None:
         assert row["touched_all"] is True
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_fabric_only_hosts_touch_lines_in_turn_and_work(tmp_path: Path) -> None:
+    """--host-lines K: a reflector touches K of its state's lines a packet, the next K in
+    turn, so every line as often as the others to within one; --host-work N: N steps of
+    its chain a packet sent."""
+    extra = ["--first-us", "30", "--steady-us", "0", "--small-runs", "1", "--rounds", "1"]
+    doc = _run(tmp_path, "--fabric-only", "--window", "3", "--host-bytes", "640",
+               "--host-lines", "3", "--host-work", "7", *extra)  # fmt: skip
+    for row in doc["runs"]:
+        assert row["sent_min"] > 3
+        assert row["touched_all"] is True
+        assert row["work_steps"] == 7 * row["sent"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -100,6 +114,10 @@ def test_fabric_only_hosts_touch_their_own_state(tmp_path: Path) -> None:
         ["--host-bytes", "64"],
         ["--fabric-only", "--host-bytes", "100"],
         ["--fabric-only", "--host-bytes", "-64"],
+        ["--host-work", "10"],
+        ["--fabric-only", "--host-bytes", "128", "--host-lines", "3"],
+        ["--fabric-only", "--host-lines", "1"],
+        ["--fabric-only", "--host-work", "-1"],
     ],
 )
 def test_bad_options_get_one_line(args: list[str]) -> None:
