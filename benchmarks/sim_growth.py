@@ -329,8 +329,8 @@ def add_fabric_only_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--window", type=int, default=32,
                     help="--fabric-only: packets put in per host")  # fmt: skip
     ap.add_argument("--host-bytes", type=int, default=0,
-                    help="--fabric-only: state of its own each host touches a packet, every "
-                         "line of it (a multiple of 64; 0: none)")  # fmt: skip
+                    help="--fabric-only: state of its own each host has, every line of it "
+                         "touched a packet unless --host-lines (a multiple of 64; 0: none)")  # fmt: skip
     ap.add_argument("--host-lines", type=int, default=0,
                     help="--fabric-only: lines of --host-bytes touched a packet, the next in "
                          "turn (0: all)")  # fmt: skip
