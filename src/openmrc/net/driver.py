@@ -14,7 +14,8 @@ and runs it on an asyncio event loop:
   The EV also rides in the UDP source port (``codec.udp_sport(ev)``: a small
   pool of send sockets, one per source port, created on first use, all with
   ``UDP_NO_CHECK6_TX``) and in the IPv6 flow label (``IPV6_FLOWINFO_SEND`` and
-  ``sendto((addr, port, ev & 0xFFFFF, 0))``).  When a socket buffer is full
+  ``sendto((addr, port, ev & 0xFFFFF, 0))``, automatic flow labels off so that an EV
+  whose label is 0 keeps it).  When a socket buffer is full
   (``BlockingIOError``) the rest waits for writability (``loop.add_writer``):
   nothing is dropped silently and nothing spins;
 * **timers**: after every batch of input the core's earliest deadline
@@ -92,6 +93,10 @@ _T = TypeVar("_T")
 
 #: ``linux/in6.h``: honour ``sin6_flowinfo`` given to ``sendto`` (the flow label).
 IPV6_FLOWINFO_SEND = 33
+#: ``linux/in6.h``: 0 turns the kernel's automatic flow labels off for the socket, so a
+#: zero label given to ``sendto`` (an EV whose low 20 bits are 0) goes out as 0 rather
+#: than as a hash of the socket's addresses and ports (``net.ipv6.auto_flowlabels``).
+IPV6_AUTOFLOWLABEL = 70
 #: The out-of-band control channel's TCP port (plain IPv6 peers).
 CONTROL_PORT = 4792
 #: Socket buffer size asked for (SO_RCVBUFFORCE/SO_SNDBUFFORCE as root).
@@ -433,6 +438,8 @@ def _open_udp(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+        with contextlib.suppress(OSError):  # (a kernel older than 4.6 has no such option)
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0)
         # ECN: send ECT(0) (docs/wire-format.md) and read the traffic class of
         # what arrives, so a CE mark reaches the core.
         sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_TCLASS, tclass)
