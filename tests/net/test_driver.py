@@ -26,7 +26,6 @@ from openmrc.net.driver import (
     NetEndpoint,
     PlainPeer,
     RemoteMR,
-    _open_udp,
     driver_attr,
     loop_factory,
     peer_from_json,
@@ -196,27 +195,6 @@ def test_ev_in_source_port_and_flow_label() -> None:
             rx.close()
 
     _run(main)
-
-
-def test_a_zero_flow_label_stays_zero() -> None:
-    """The driver's send sockets put the EV's low 20 bits in the flow label as they are:
-    0 too, which the kernel would otherwise replace with a label of its own (automatic
-    flow labels, on by default), moving EV 0's packets off the path the EV names."""
-    rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    tx = _open_udp(("::1", 0), False, 1 << 20)
-    try:
-        rx.bind(("::1", 0))
-        rx.setsockopt(socket.IPPROTO_IPV6, 11, 1)  # IPV6_FLOWINFO: report it in a cmsg
-        rx.setsockopt(socket.IPPROTO_UDP, 102, 1)  # UDP_NO_CHECK6_RX
-        rx.settimeout(5)
-        for label in (0, 0x12345, 0):
-            tx.sendto(b"x", ("::1", rx.getsockname()[1], label, 0))
-            _data, anc, _flags, _addr = rx.recvmsg(64, 64)
-            flow = [int.from_bytes(d, "big") & 0xFFFFF for _lvl, t, d in anc if t == 11]
-            assert flow == [label]
-    finally:
-        rx.close()
-        tx.close()
 
 
 def test_shutdown_leaves_nothing_open() -> None:

@@ -246,7 +246,9 @@ class NodeControl:
         self._sock = sock
         self._serve_task = loop.create_task(self._serve(sock))
         try:
-            self._probe_sock = self.lab.udp_socket(self.host, PROBE_PORT, blocking=False)
+            self._probe_sock = self.lab.udp_socket(
+                self.host, PROBE_PORT, blocking=False, flow_labels=True
+            )
             loop.add_reader(self._probe_sock.fileno(), self._on_probe_readable)
         except OSError as exc:
             self._probe_error = f"cannot bind UDP port {PROBE_PORT}: {exc.strerror or exc}"

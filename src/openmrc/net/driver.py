@@ -63,7 +63,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from openmrc.net.sockets import ROCE_PORT, UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX
+from openmrc.net.sockets import (
+    ROCE_PORT,
+    UDP_NO_CHECK6_RX,
+    UDP_NO_CHECK6_TX,
+    send_flow_labels,
+)
 from openmrc.transport import (
     SGE,
     CCProfile,
@@ -91,12 +96,6 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-#: ``linux/in6.h``: honour ``sin6_flowinfo`` given to ``sendto`` (the flow label).
-IPV6_FLOWINFO_SEND = 33
-#: ``linux/in6.h``: 0 turns the kernel's automatic flow labels off for the socket, so a
-#: zero label given to ``sendto`` (an EV whose low 20 bits are 0) goes out as 0 rather
-#: than as a hash of the socket's addresses and ports (``net.ipv6.auto_flowlabels``).
-IPV6_AUTOFLOWLABEL = 70
 #: The out-of-band control channel's TCP port (plain IPv6 peers).
 CONTROL_PORT = 4792
 #: Socket buffer size asked for (SO_RCVBUFFORCE/SO_SNDBUFFORCE as root).
@@ -436,10 +435,7 @@ def _open_udp(
         sock.setsockopt(socket.IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
-        with contextlib.suppress(OSError):  # (a kernel older than 4.6 has no such option)
-            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0)
+        send_flow_labels(sock)
         # ECN: send ECT(0) (docs/wire-format.md) and read the traffic class of
         # what arrives, so a CE mark reaches the core.
         sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_TCLASS, tclass)

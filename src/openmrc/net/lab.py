@@ -707,15 +707,19 @@ class Lab:
         *,
         plane: int | None = None,
         blocking: bool = True,
+        flow_labels: bool = False,
     ) -> socket.socket:
         """A no-checksum IPv6 UDP socket in the host's namespace, bound to ``port``.
 
         ``plane=None`` binds ``::`` (receives on every plane; the kernel picks
         the source address of the plane it sends on); ``plane=p`` binds that
         plane's :meth:`host_address`.  ``port=0``: any free port.
+        ``flow_labels``: send the flow label each ``sendto`` address gives (an EV's).
         """
         addr = "::" if plane is None else self.host_address(host, plane)
-        return udp_socket_nocheck((addr, port), netns=self.host_netns(host), blocking=blocking)
+        return udp_socket_nocheck(
+            (addr, port), netns=self.host_netns(host), blocking=blocking, flow_labels=flow_labels
+        )
 
     def capture(
         self,
