@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from openmrc.net.control import ControlAddress, ensure_token, lab_control_path
-from openmrc.net.driver import IPV6_FLOWINFO_SEND, NetEndpoint, driver_attr, run, set_bufsize
+from openmrc.net.driver import NetEndpoint, driver_attr, run, set_bufsize
 from openmrc.net.service import Session, write_buffer
-from openmrc.net.sockets import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX
+from openmrc.net.sockets import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX, send_flow_labels
 from openmrc.transport.ev import make_ev
 from openmrc.wire.codec import udp_sport
 
@@ -137,7 +137,7 @@ def _blast_send(sock: socket.socket, dests: list[tuple[str, int, int, int]], cou
 def _blast_socket() -> socket.socket:
     s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)
-    s.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+    send_flow_labels(s)  # (as the driver's send sockets)
     set_bufsize(s, 32 << 20)
     s.bind(("::", udp_sport(0)))
     return s
