@@ -296,9 +296,20 @@ class FabricOnly(NamedTuple):
         return cls(args.reflector, args.window, args.host_bytes, args.host_lines, args.host_work)
 
     @classmethod
-    def of_options(cls, reflector: str, args: argparse.Namespace) -> FabricOnly:
-        """The hosts :func:`add_fabric_only_options`' options ask for."""
+    def of_options(cls, args: argparse.Namespace, reflector: str = "") -> FabricOnly:
+        """The hosts :func:`add_fabric_only_options`' options ask for (``reflector``: the
+        module, or "" until it is built)."""
         return cls(reflector, args.window, args.host_bytes, args.host_lines, args.host_work)
+
+    def label(self) -> str:
+        """A size's label, ``{}`` its hosts."""
+        parts = []
+        if self.host_bytes:
+            lines = f", {self.host_lines} lines a packet" if self.host_lines else ""
+            parts.append(f"{self.host_bytes} B a host{lines}")
+        if self.host_work:
+            parts.append(f"{self.host_work} steps a packet")
+        return "perm-{} (fabric only" + "".join(f", {p}" for p in parts) + ")"
 
     def child_argv(self) -> list[str]:
         """The options that hand these hosts to a child run (``--child``)."""
@@ -345,12 +356,11 @@ HOST_BYTES_MAX = 1 << 20
 HOST_WORK_MAX = 1 << 20
 
 
-def host_bytes_error(
-    fabric_only: bool, host_bytes: int, host_lines: int = 0, host_work: int = 0
-) -> str | None:
+def fabric_options_error(args: argparse.Namespace) -> str | None:
     """Why ``--host-bytes``, ``--host-lines`` or ``--host-work`` is refused, or None."""
+    host_bytes, host_lines, host_work = args.host_bytes, args.host_lines, args.host_work
     for name, value in (("bytes", host_bytes), ("lines", host_lines), ("work", host_work)):
-        if value and not fabric_only:
+        if value and not args.fabric_only:
             return f"--host-{name}: only with --fabric-only (a reflector's own state and work)"
     if host_bytes < 0 or host_bytes % 64 or host_bytes > HOST_BYTES_MAX:
         return f"--host-bytes: a multiple of 64 from 0 to {HOST_BYTES_MAX}, not {host_bytes}"
@@ -473,22 +483,6 @@ def spread_note(summary: dict[str, Any], sizes: list[int], label: str) -> str | 
     )
 
 
-def fabric_label(
-    fabric_only: bool, host_bytes: int, host_lines: int = 0, host_work: int = 0
-) -> str:
-    """A size's label, ``{}`` its hosts."""
-    if not fabric_only:
-        return "perm-{}"
-    parts = []
-    if host_bytes:
-        parts.append(
-            f"{host_bytes} B a host" + (f", {host_lines} lines a packet" if host_lines else "")
-        )
-    if host_work:
-        parts.append(f"{host_work} steps a packet")
-    return "perm-{} (fabric only" + "".join(f", {p}" for p in parts) + ")"
-
-
 def parse_sizes(text: str) -> list[int]:
     """``--sizes``: two or more host counts, ascending (ValueError with the reason)."""
     try:
@@ -531,16 +525,16 @@ def main() -> int:
     if args.fabric_only and args.window < 1:
         print("sim_growth: --window: must be 1 or more", file=sys.stderr)
         return 2
-    bad = host_bytes_error(args.fabric_only, args.host_bytes, args.host_lines, args.host_work)
+    bad = fabric_options_error(args)
     if bad is not None:
         print(f"sim_growth: {bad}", file=sys.stderr)
         return 2
-    # a size's label
-    what = fabric_label(args.fabric_only, args.host_bytes, args.host_lines, args.host_work)
+    spec = FabricOnly.of_options(args) if args.fabric_only else None
+    what = spec.label() if spec is not None else "perm-{}"  # a size's label
     with tempfile.TemporaryDirectory() as tmp:
         fabric = None
-        if args.fabric_only:
-            fabric = FabricOnly.of_options(str(build_reflector(Path(tmp))), args)
+        if spec is not None:
+            fabric = spec._replace(reflector=str(build_reflector(Path(tmp))))
         rows = run_rounds(args, sizes, fabric, what)
     summary = summarise(rows, sizes)
     for window, title in (("first", f"0-{args.first_us:g} us"),

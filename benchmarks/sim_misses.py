@@ -114,19 +114,10 @@ def load(path: Path) -> dict[str, list[int]]:
 
 
 def measure(
-    case: str,
-    until_us: float,
-    ll: int,
-    top: int,
-    fabric_window: int = 0,
-    host_bytes: int = 0,
-    host_lines: int = 0,
-    host_work: int = 0,
+    case: str, until_us: float, ll: int, top: int, fabric: sim_growth.FabricOnly | None = None
 ) -> dict[str, Any]:
     """Run the child under callgrind; the loop's costs per event, total and by function
-    (``fabric_window`` > 0: the fabric alone, that many packets a host, each host having
-    ``host_bytes`` of its own, touching ``host_lines`` of them a packet (0: all) and doing
-    ``host_work`` steps of work a packet)."""
+    (``fabric``: the fabric alone with those reflecting hosts, their module built here)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,22 +129,16 @@ def measure(
                 "--collect-atstart=no", "--toggle-collect=Sim_run",
                 f"--callgrind-out-file={out}", sys.executable, __file__, "--child", case,
                 "--until-us", str(until_us), "--helper", str(helper)]  # fmt: skip
-        if fabric_window:
+        if fabric is not None:
             reflector = str(sim_growth.build_reflector(Path(tmp)))
-            argv += sim_growth.FabricOnly(
-                reflector, fabric_window, host_bytes, host_lines, host_work
-            ).child_argv()
+            argv += fabric._replace(reflector=reflector).child_argv()
         proc = subprocess.run(argv, capture_output=True, text=True, check=True)
         events = int(json.loads(proc.stdout.strip().splitlines()[-1])["events"])
         rows = load(out)
     total = [sum(r[i] for r in rows.values()) for i in range(len(SHOW))]
     worst = sorted(rows.items(), key=lambda kv: -(kv[1][3] + kv[1][4]))[:top]
     return {
-        "case": sim_growth.fabric_label(True, host_bytes, host_lines, host_work).format(
-            fabric_only_hosts(case)
-        )
-        if fabric_window
-        else case,
+        "case": fabric.label().format(fabric_only_hosts(case)) if fabric is not None else case,
         "until_us": until_us,
         "LL": f"{ll},16,64", "events": events,
         "per_event": {k: round(v / events, 3) for k, v in zip(SHOW, total, strict=True)},
@@ -234,9 +219,7 @@ def main() -> int:
     if args.child:
         child(args.child, args.until_us, args.helper, sim_growth.FabricOnly.of_child(args))
         return 0
-    bad = sim_growth.host_bytes_error(
-        args.fabric_only, args.host_bytes, args.host_lines, args.host_work
-    )
+    bad = sim_growth.fabric_options_error(args)
     if bad is not None:
         print(f"sim_misses: {bad}", file=sys.stderr)
         return 2
@@ -253,9 +236,8 @@ def main() -> int:
     if args.census:
         census(args.case, args.until_us, args.top)
         return 0
-    got = measure(args.case, args.until_us, args.ll, args.top,
-                  args.window if args.fabric_only else 0, args.host_bytes, args.host_lines,
-                  args.host_work)  # fmt: skip
+    fabric = sim_growth.FabricOnly.of_options(args) if args.fabric_only else None
+    got = measure(args.case, args.until_us, args.ll, args.top, fabric)
     if args.json:
         Path(args.json).write_text(json.dumps(got, indent=1) + "\n")
     print(f"{got['case']} --until-us {got['until_us']:g}, LL {got['LL']}: {got['events']:,} events")
